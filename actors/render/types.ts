@@ -1,0 +1,96 @@
+/**
+ * The shared renderer interface. One renderer per model type (`actors/render/renderers/<model>.ts`);
+ * renderers run inside piscina workers (`actors/render/worker.ts`) and are pure functions of
+ * (prepared avatar, frame request) → I420 frame, so the same renderer serves the live session,
+ * recording and offline MP4 rendering.
+ */
+
+export const MODEL_TYPES = ['lipsync', 'lipsync_b', 'lipsync_c', 'rt', 'rt_head', 'mock'] as const;
+export type ModelType = (typeof MODEL_TYPES)[number];
+
+/** Mouth pose for one video frame; every field is 0..1. */
+export interface MouthPose {
+  /** Jaw drop / lip opening. */
+  open: number;
+  /** Lip spread (ee, s) vs. neutral. */
+  wide: number;
+  /** Lip rounding (oo, w). */
+  round: number;
+}
+
+export const CLOSED_MOUTH: MouthPose = Object.freeze({ open: 0, wide: 0, round: 0 });
+
+export interface FrameRequest {
+  /** Session-wide monotonic frame index. */
+  frameIdx: number;
+  /** Presentation time on the session media clock, ms. */
+  ptsMs: number;
+  mouth: MouthPose;
+  /** RMS level of the audio under this frame, 0..1 (drives the mock level bar and rt_head prosody). */
+  level: number;
+  /** True while speech audio is playing under this frame. */
+  speaking: boolean;
+}
+
+export interface I420Frame {
+  width: number;
+  height: number;
+  /** Y plane then U then V; length width*height*3/2. */
+  data: Uint8Array;
+}
+
+/** What a renderer needs to prepare an avatar: the bundle directory and its validated manifest. */
+export interface AvatarSource {
+  id: string;
+  dir: string;
+  manifest: AvatarManifest;
+}
+
+export interface AvatarManifest {
+  id: string;
+  name: string;
+  model_type: ModelType;
+  fps: number;
+  sample_rate: number;
+  width: number;
+  height: number;
+  version: string;
+  metadata: AvatarMetadata;
+}
+
+export interface AvatarMetadata {
+  hidden?: boolean;
+  custom_avatar?: boolean;
+  base_avatar_id?: string;
+  animation?: MouthAnimation;
+  /** Parameters of a face drawn by the rt renderers (see docs/avatars.md). */
+  face?: Record<string, unknown>;
+  [key: string]: unknown;
+}
+
+export interface Point {
+  x: number;
+  y: number;
+}
+
+/** Result of face-landmark mouth detection, in the bundle frame's pixel coordinates. */
+export interface MouthAnimation {
+  face_box: { x: number; y: number; width: number; height: number };
+  mouth_center: Point;
+  mouth_width: number;
+  outer_lip: Point[];
+  inner_lip: Point[];
+  left_eye: Point;
+  right_eye: Point;
+  /** Eye contours (6 points each) for blinking, when available. */
+  left_eye_contour?: Point[];
+  right_eye_contour?: Point[];
+  confidence: number;
+  detector: string;
+}
+
+export interface Renderer {
+  /** Loads and pre-computes everything per avatar (cached mouth regions etc.). */
+  prepare(avatar: AvatarSource): Promise<void>;
+  render(request: FrameRequest): I420Frame;
+}

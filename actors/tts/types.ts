@@ -1,0 +1,114 @@
+/**
+ * The shared streaming text-to-speech stage interface. Every provider (one file each under
+ * `actors/tts/providers/<id>.ts`) implements `TtsProvider`; the session pipeline, `/tts/preview`
+ * and the offline renderer only ever talk to this interface.
+ */
+
+/** Provider identifiers exactly as the interface specification names them. */
+export const TTS_PROVIDER_IDS = [
+  'builtin',
+  'cloud_a',
+  'cloud_b',
+  'cloud_c',
+  'cloud_d',
+  'cloud_e',
+  'cloud_f',
+  'local_clone_a',
+  'local_clone_b',
+  'compat_http',
+] as const;
+export type TtsProviderId = (typeof TTS_PROVIDER_IDS)[number];
+
+export function isTtsProviderId(value: unknown): value is TtsProviderId {
+  return typeof value === 'string' && (TTS_PROVIDER_IDS as readonly string[]).includes(value);
+}
+
+/** One phone (or word) with its time span, relative to the start of the chunk it came with. */
+export interface PhoneTiming {
+  /** ARPAbet-like phone symbol in lower case (`aa`, `m`, `pau`, ...). */
+  phone: string;
+  startMs: number;
+  endMs: number;
+}
+
+export interface TtsChunk {
+  /** 16-bit signed mono PCM. */
+  pcm: Int16Array;
+  sampleRate: number;
+  /** Phone timings covering this chunk, when the engine gives them; otherwise the mouth is derived from audio. */
+  phones?: PhoneTiming[];
+  /** Index of the sentence this chunk belongs to (sentences of one request count from 0). */
+  sentenceIndex?: number;
+}
+
+export interface TtsRequest {
+  text: string;
+  /** Provider-specific voice; null/undefined means the provider default. */
+  voice?: string | null;
+  /** Provider-specific model identifier. */
+  model?: string | null;
+  /** Sample rate the caller wants; providers resample when their engine differs. */
+  sampleRate: number;
+  signal: AbortSignal;
+}
+
+export interface ProviderStatus {
+  configured: boolean;
+  /** Human reason when not configured (which variable to set). */
+  reason?: string;
+}
+
+export interface CloneRequest {
+  /** 24 kHz mono 16-bit WAV bytes of the sample. */
+  wav24k: Buffer;
+  targetModel: string;
+  displayLabel: string;
+  prefix?: string | null;
+  preferredName?: string | null;
+  /** Public URL of the stored sample, for providers that fetch it (cloud_b). */
+  sampleUrl?: string;
+  signal: AbortSignal;
+}
+
+export interface CloneResult {
+  voiceId: string;
+  message: string;
+}
+
+export interface TtsProvider {
+  readonly id: TtsProviderId;
+  status(): ProviderStatus;
+  /** Throws `VoiceNotFoundError` for a voice the provider cannot use (becomes 400). */
+  validateVoice?(voice: string | null | undefined): void;
+  /** Streams audio sentence by sentence; honours `signal` between and inside chunks. */
+  synthesize(request: TtsRequest): AsyncIterable<TtsChunk>;
+  /** Present only on providers that support cloning. */
+  clone?(request: CloneRequest): Promise<CloneResult>;
+}
+
+/** Thrown for an unknown voice of a known provider: a client error (400). */
+export class VoiceNotFoundError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'VoiceNotFoundError';
+  }
+}
+
+/** Thrown when the upstream provider fails or rejects (becomes 502 with the upstream text). */
+export class UpstreamError extends Error {
+  constructor(
+    message: string,
+    readonly upstreamStatus?: number,
+  ) {
+    super(message);
+    this.name = 'UpstreamError';
+  }
+}
+
+/** Thrown when a provider is used without its configuration (becomes 400/503 with the variable to set). */
+export class ProviderNotConfiguredError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ProviderNotConfiguredError';
+  }
+}
