@@ -1,0 +1,112 @@
+import wrtc from '@roamhq/wrtc';
+
+const { RTCPeerConnection, nonstandard } = wrtc;
+
+/** Non-trickle signaling: the answer must carry candidates, so wait for gathering — but never forever. */
+export const ICE_GATHER_TIMEOUT_MS = 3_000;
+
+export class MalformedSdpError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'MalformedSdpError';
+  }
+}
+
+export interface IceServer {
+  urls: string | string[];
+  username?: string;
+  credential?: string;
+}
+
+/** Cheap structural checks before libwebrtc sees the text: it must be an SDP offer with media sections. */
+export function assertPlausibleSdp(sdp: string): void {
+  if (!sdp.startsWith('v=0')) throw new MalformedSdpError('SDP must start with "v=0"');
+  if (!/\r?\nm=(audio|video|application) /.test(sdp)) throw new MalformedSdpError('SDP has no media section');
+  if (sdp.length > 64 * 1024) throw new MalformedSdpError('SDP is larger than 64 KiB');
+}
+
+/**
+ * The session's outgoing media: one audio and one video source that live as long as the session, and
+ * at most one peer connection at a time (a new offer replaces the previous peer).
+ */
+export class WebRtcOutput {
+  private readonly audioSource = new nonstandard.RTCAudioSource();
+  private readonly videoSource = new nonstandard.RTCVideoSource();
+  private peer: InstanceType<typeof RTCPeerConnection> | null = null;
+  private tracks: MediaStreamTrack[] = [];
+  private closed = false;
+
+  constructor(private readonly iceServers: IceServer[] = []) {}
+
+  get connected(): boolean {
+    return this.peer !== null && this.peer.connectionState === 'connected';
+  }
+
+  pushAudio(samples: Int16Array, sampleRate: number): void {
+    if (this.closed || !this.peer) return;
+    this.audioSource.onData({ samples, sampleRate, bitsPerSample: 16, channelCount: 1, numberOfFrames: samples.length });
+  }
+
+  pushVideo(frame: { width: number; height: number; data: Uint8Array }): void {
+    if (this.closed || !this.peer) return;
+    this.videoSource.onFrame(frame);
+  }
+
+  async answer(offerSdp: string, signal?: AbortSignal): Promise<{ sdp: string; type: 'answer' }> {
+    assertPlausibleSdp(offerSdp);
+    if (this.closed) throw new Error('media output closed');
+    this.closePeer();
+    const peer = new RTCPeerConnection({ iceServers: this.iceServers });
+    this.peer = peer;
+    const audioTrack = this.audioSource.createTrack();
+    const videoTrack = this.videoSource.createTrack();
+    this.tracks = [audioTrack, videoTrack];
+    const stream = new wrtc.MediaStream([audioTrack, videoTrack]);
+    peer.addTrack(audioTrack, stream);
+    peer.addTrack(videoTrack, stream);
+    try {
+      await peer.setRemoteDescription({ type: 'offer', sdp: offerSdp });
+    } catch (error) {
+      this.closePeer();
+      throw new MalformedSdpError(`SDP offer rejected: ${(error as Error).message}`);
+    }
+    const answer = await peer.createAnswer();
+    await peer.setLocalDescription(answer);
+    await waitForIceGathering(peer, signal);
+    if (this.peer !== peer) throw new Error('superseded by a newer offer');
+    return { sdp: peer.localDescription!.sdp, type: 'answer' };
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.closePeer();
+  }
+
+  private closePeer(): void {
+    for (const track of this.tracks) track.stop();
+    this.tracks = [];
+    if (this.peer) {
+      this.peer.close();
+      this.peer = null;
+    }
+  }
+}
+
+function waitForIceGathering(peer: InstanceType<typeof RTCPeerConnection>, signal?: AbortSignal): Promise<void> {
+  if (peer.iceGatheringState === 'complete') return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      peer.removeEventListener('icegatheringstatechange', onChange);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const onChange = () => {
+      if (peer.iceGatheringState === 'complete') done();
+    };
+    const timer = setTimeout(done, ICE_GATHER_TIMEOUT_MS);
+    peer.addEventListener('icegatheringstatechange', onChange);
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}

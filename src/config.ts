@@ -1,0 +1,140 @@
+import path from 'node:path';
+import { isTtsProviderId, type TtsProviderId } from '../actors/tts/types.ts';
+
+/**
+ * Every `SERVICE_*` variable the service reads, validated once at start-up.
+ * `docs/configuration.md` lists them with defaults and meaning; keep both in step.
+ */
+export interface ServiceConfig {
+  host: string;
+  port: number;
+  dataDir: string;
+  avatarsDir: string;
+  corsOrigins: string[];
+  publicBaseUrl: string;
+  ttsDefaultProvider: TtsProviderId;
+  ttsDefaultVoice: string | null;
+  llmSystemPrompt: string;
+  llm: { baseUrl: string | null; apiKey: string | null; model: string };
+  asr: { baseUrl: string | null; apiKey: string | null; model: string };
+  maxSessions: number;
+  logLevel: string;
+  sampleRate: number;
+  iceServers: Array<{ urls: string | string[]; username?: string; credential?: string }>;
+  tombstoneRetentionMs: number;
+  renderThreads: number;
+  ttsPreviewMaxChars: number;
+  /** Raw environment, for stage providers that read their own `SERVICE_TTS_<ID>_*` variables. */
+  env: Record<string, string | undefined>;
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration:\n  - ${problems.join('\n  - ')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+const DEFAULT_SYSTEM_PROMPT =
+  'You are a friendly talking avatar. Answer in short spoken sentences without markdown, lists or emoji.';
+
+export function loadConfig(env: Record<string, string | undefined> = process.env, cwd = process.cwd()): ServiceConfig {
+  const problems: string[] = [];
+  const read = (name: string): string | undefined => {
+    const value = env[name];
+    return value === undefined || value.trim() === '' ? undefined : value.trim();
+  };
+  const integer = (name: string, fallback: number, min: number, max: number): number => {
+    const raw = read(name);
+    if (raw === undefined) return fallback;
+    const value = Number(raw);
+    if (!Number.isInteger(value) || value < min || value > max) {
+      problems.push(`${name} must be an integer between ${min} and ${max} (got "${raw}")`);
+      return fallback;
+    }
+    return value;
+  };
+  const url = (name: string): string | null => {
+    const raw = read(name);
+    if (raw === undefined) return null;
+    try {
+      const parsed = new URL(raw);
+      if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new Error('scheme');
+      return raw.replace(/\/+$/, '');
+    } catch {
+      problems.push(`${name} must be an http(s) URL (got "${raw}")`);
+      return null;
+    }
+  };
+
+  const host = read('SERVICE_HOST') ?? '127.0.0.1';
+  const port = integer('SERVICE_PORT', 8000, 0, 65535);
+
+  const provider = read('SERVICE_TTS_DEFAULT_PROVIDER') ?? 'builtin';
+  if (!isTtsProviderId(provider)) problems.push(`SERVICE_TTS_DEFAULT_PROVIDER must be a known provider id (got "${provider}")`);
+
+  const logLevel = read('SERVICE_LOG_LEVEL') ?? 'info';
+  if (!LOG_LEVELS.includes(logLevel)) problems.push(`SERVICE_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')} (got "${logLevel}")`);
+
+  const corsOrigins = (read('SERVICE_CORS_ORIGINS') ?? '')
+    .split(',')
+    .map((origin) => origin.trim())
+    .filter(Boolean);
+  for (const origin of corsOrigins) {
+    if (origin === '*') continue;
+    try {
+      new URL(origin);
+    } catch {
+      problems.push(`SERVICE_CORS_ORIGINS entries must be origins like https://example.com or * (got "${origin}")`);
+    }
+  }
+
+  let iceServers: ServiceConfig['iceServers'] = [];
+  const iceRaw = read('SERVICE_ICE_SERVERS');
+  if (iceRaw !== undefined) {
+    try {
+      const parsed = JSON.parse(iceRaw);
+      if (!Array.isArray(parsed) || !parsed.every((s) => s && (typeof s.urls === 'string' || Array.isArray(s.urls)))) {
+        throw new Error('shape');
+      }
+      iceServers = parsed;
+    } catch {
+      problems.push('SERVICE_ICE_SERVERS must be a JSON array of {urls, username?, credential?} objects');
+    }
+  }
+
+  const publicBaseUrl = url('SERVICE_PUBLIC_BASE_URL') ?? `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+
+  const config: ServiceConfig = {
+    host,
+    port,
+    dataDir: path.resolve(cwd, read('SERVICE_DATA_DIR') ?? './data'),
+    avatarsDir: path.resolve(cwd, read('SERVICE_AVATARS_DIR') ?? './avatars'),
+    corsOrigins,
+    publicBaseUrl,
+    ttsDefaultProvider: (isTtsProviderId(provider) ? provider : 'builtin') as TtsProviderId,
+    ttsDefaultVoice: read('SERVICE_TTS_DEFAULT_VOICE') ?? null,
+    llmSystemPrompt: read('SERVICE_LLM_SYSTEM_PROMPT') ?? DEFAULT_SYSTEM_PROMPT,
+    llm: {
+      baseUrl: url('SERVICE_LLM_BASE_URL'),
+      apiKey: read('SERVICE_LLM_API_KEY') ?? null,
+      model: read('SERVICE_LLM_MODEL') ?? 'llama3.2',
+    },
+    asr: {
+      baseUrl: url('SERVICE_ASR_BASE_URL'),
+      apiKey: read('SERVICE_ASR_API_KEY') ?? null,
+      model: read('SERVICE_ASR_MODEL') ?? 'whisper-1',
+    },
+    maxSessions: integer('SERVICE_MAX_SESSIONS', 8, 1, 10_000),
+    logLevel,
+    sampleRate: integer('SERVICE_SAMPLE_RATE', 16000, 8000, 48000),
+    iceServers,
+    tombstoneRetentionMs: integer('SERVICE_SESSION_TOMBSTONE_MS', 24 * 3600 * 1000, 0, 365 * 24 * 3600 * 1000),
+    renderThreads: integer('SERVICE_RENDER_THREADS', 0, 0, 64),
+    ttsPreviewMaxChars: integer('SERVICE_TTS_PREVIEW_MAX_CHARS', 1000, 1, 1000),
+    env: { ...env },
+  };
+  if (problems.length > 0) throw new ConfigError(problems);
+  return config;
+}

@@ -1,0 +1,123 @@
+import type { Writable } from 'node:stream';
+
+/** Spec 6.1 rule 4: a consumer this far behind may be disconnected; others are unaffected. */
+export const SSE_MAX_LAG_MS = 5_000;
+/** Keeps idle proxies from closing the stream; comments are ignored by EventSource. */
+export const SSE_KEEPALIVE_MS = 15_000;
+
+export interface SessionEventMap {
+  transcript: { text: string; is_final: boolean };
+  llm: { delta: string };
+  tts: { stage: 'start' | 'first_audio' | 'complete'; ms_elapsed: number; sentence_index?: number };
+  frame: { frame_idx: number; pts_ms: number };
+  status: { stage: string; message?: string };
+  error: { code: string; message: string };
+  'session.terminated': Record<string, never>;
+}
+export type SessionEventType = keyof SessionEventMap;
+export type SessionEventRecord = { [K in SessionEventType]: { type: K; data: SessionEventMap[K] } }[SessionEventType];
+
+interface Subscriber {
+  out: Writable;
+  /** Chunks the socket has not accepted yet, with the time they were produced. */
+  backlog: Array<{ at: number; chunk: string }>;
+  closed: boolean;
+  onClose: () => void;
+}
+
+/**
+ * Fans a session's events out to any number of SSE consumers without back-pressure on the pipeline:
+ * a slow consumer accumulates a backlog and is dropped once its oldest unsent event is older than
+ * `SSE_MAX_LAG_MS`. Local listeners (tests, recording, the WebSocket) get every event synchronously.
+ */
+export class SessionEventHub {
+  private readonly subscribers = new Set<Subscriber>();
+  private readonly listeners = new Set<(event: SessionEventRecord) => void>();
+  private keepalive: NodeJS.Timeout | null = null;
+  private closed = false;
+
+  publish<K extends SessionEventType>(type: K, data: SessionEventMap[K]): void {
+    if (this.closed) return;
+    const record = { type, data } as SessionEventRecord;
+    for (const listener of this.listeners) listener(record);
+    const chunk = `event: ${type}\ndata: ${JSON.stringify(data)}\n\n`;
+    const now = Date.now();
+    for (const sub of this.subscribers) this.write(sub, chunk, now);
+  }
+
+  /** Synchronous in-process listener; returns the unsubscribe function. */
+  listen(listener: (event: SessionEventRecord) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Attaches an SSE response stream; `onClose` runs once when it is dropped or the hub closes. */
+  attach(out: Writable, onClose: () => void): void {
+    if (this.closed) {
+      out.end();
+      onClose();
+      return;
+    }
+    const sub: Subscriber = { out, backlog: [], closed: false, onClose };
+    this.subscribers.add(sub);
+    out.on('drain', () => this.flush(sub));
+    out.on('close', () => this.drop(sub));
+    out.on('error', () => this.drop(sub));
+    if (!this.keepalive) {
+      this.keepalive = setInterval(() => {
+        const now = Date.now();
+        for (const s of this.subscribers) this.write(s, ': keepalive\n\n', now);
+      }, SSE_KEEPALIVE_MS);
+      this.keepalive.unref();
+    }
+  }
+
+  get subscriberCount(): number {
+    return this.subscribers.size;
+  }
+
+  /** Ends every stream (after `session.terminated` was published). Idempotent. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.keepalive) clearInterval(this.keepalive);
+    for (const sub of [...this.subscribers]) {
+      if (sub.backlog.length === 0) sub.out.end();
+      else sub.out.once('drain', () => sub.out.end());
+      this.drop(sub, false);
+    }
+    this.listeners.clear();
+  }
+
+  private write(sub: Subscriber, chunk: string, now: number): void {
+    if (sub.closed) return;
+    if (sub.backlog.length > 0) {
+      if (now - sub.backlog[0].at > SSE_MAX_LAG_MS) {
+        sub.out.destroy();
+        this.drop(sub);
+        return;
+      }
+      sub.backlog.push({ at: now, chunk });
+      return;
+    }
+    if (!sub.out.write(chunk)) sub.backlog.push({ at: now, chunk: '' });
+  }
+
+  private flush(sub: Subscriber): void {
+    while (sub.backlog.length > 0 && !sub.closed) {
+      const next = sub.backlog.shift()!;
+      if (next.chunk && !sub.out.write(next.chunk)) {
+        sub.backlog.unshift({ at: next.at, chunk: '' });
+        return;
+      }
+    }
+  }
+
+  private drop(sub: Subscriber, destroy = false): void {
+    if (sub.closed) return;
+    sub.closed = true;
+    this.subscribers.delete(sub);
+    if (destroy) sub.out.destroy();
+    sub.onClose();
+  }
+}

@@ -1,0 +1,94 @@
+import type { Logger } from 'pino';
+import { createActor } from 'xstate';
+import {
+  isBusy,
+  pipelineStageOf,
+  sessionMachine,
+  sessionStateOf,
+  type PipelineStage,
+  type SessionActor,
+  type SessionEvent,
+  type SessionState,
+} from '../../machines/session.machine.ts';
+import type { StoredSession } from '../store/sessions.ts';
+import { SessionEventHub } from './event-hub.ts';
+import type { SessionMedia } from './media.ts';
+import { createStageActors, type StageContext } from './stage-actors.ts';
+
+/** Bound on how long `close` waits for the machine to reach `terminated` before giving up on it. */
+const TERMINATE_WAIT_MS = 2_000;
+
+/**
+ * A live session: its supervised XState actor, its event hub and its media. Everything it owns is torn
+ * down by `close()`, which is idempotent.
+ */
+export class Session {
+  readonly actor: SessionActor;
+  private closed = false;
+  private readonly terminated: Promise<void>;
+
+  constructor(
+    public stored: StoredSession,
+    readonly events: SessionEventHub,
+    readonly media: SessionMedia,
+    readonly stage: StageContext,
+    readonly logger: Logger,
+  ) {
+    const machine = sessionMachine.provide({ actors: createStageActors(stage) });
+    this.actor = createActor(machine, {
+      input: {
+        sessionId: stored.session_id,
+        avatarId: stored.avatar_id,
+        model: stored.model,
+        ttsProvider: stored.tts_provider,
+        ttsVoice: stored.tts_voice,
+        systemPrompt: stored.llm_system_prompt ?? '',
+      },
+    });
+    this.actor.on('status', ({ stage: s, message }) => events.publish('status', message ? { stage: s, message } : { stage: s }));
+    this.actor.on('error', ({ code, message }) => events.publish('error', { code, message }));
+    this.terminated = new Promise((resolve) => {
+      this.actor.on('session.terminated', () => {
+        events.publish('session.terminated', {});
+        resolve();
+      });
+    });
+    this.actor.subscribe({
+      error: (error) => logger.error({ err: (error as Error).message }, 'session actor crashed'),
+    });
+    this.actor.start();
+  }
+
+  get id(): string {
+    return this.stored.session_id;
+  }
+
+  get state(): SessionState {
+    return sessionStateOf(this.actor.getSnapshot());
+  }
+
+  get pipelineStage(): PipelineStage {
+    return pipelineStageOf(this.actor.getSnapshot());
+  }
+
+  get busy(): boolean {
+    return isBusy(this.actor.getSnapshot());
+  }
+
+  send(event: SessionEvent): void {
+    this.actor.send(event);
+  }
+
+  /** Terminates the machine (stopping every child, closing media), then ends the event streams. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.actor.send({ type: 'TERMINATE' });
+    await Promise.race([this.terminated, new Promise((resolve) => setTimeout(resolve, TERMINATE_WAIT_MS).unref())]);
+    this.actor.stop();
+    this.media.close();
+    for (const job of this.stage.transcribeJobs.values()) job.result.reject(new Error('session terminated'));
+    for (const audio of this.stage.turnAudio.values()) if (audio.kind === 'stream') audio.chunks.end();
+    this.events.close();
+  }
+}

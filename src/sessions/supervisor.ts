@@ -1,0 +1,269 @@
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { ModelType } from '../../actors/render/types.ts';
+import type { TtsProvider, TtsProviderId } from '../../actors/tts/types.ts';
+import { isTtsProviderId } from '../../actors/tts/types.ts';
+import type { LlmProvider } from '../../actors/llm/types.ts';
+import type { AsrProvider } from '../../actors/asr/types.ts';
+import { ConversationHistory } from '../../actors/llm/history.ts';
+import type { FrameRenderer } from '../../actors/media/playout.ts';
+import type { ServiceConfig } from '../config.ts';
+import type { AvatarCatalog, CatalogEntry } from '../catalog/catalog.ts';
+import type { ModelRegistry } from '../models.ts';
+import type { SessionStore, StoredSession } from '../store/sessions.ts';
+import { HttpError, badGateway, badRequest, conflict, notFound } from '../errors.ts';
+import { SessionEventHub } from './event-hub.ts';
+import { SessionMedia } from './media.ts';
+import { Session } from './session.ts';
+import type { StageContext } from './stage-actors.ts';
+import { smoothForRt } from './smoothing.ts';
+
+/** Conversation memory per session: enough for context, small enough for local models' windows. */
+export const HISTORY_MAX_TURNS = 12;
+export const HISTORY_MAX_CHARS = 12_000;
+/** How often expired tombstones are swept from LevelDB. */
+const TOMBSTONE_SWEEP_MS = 60_000;
+
+export interface RenderOpener {
+  open(avatar: CatalogEntry, model: ModelType): Promise<FrameRenderer & { close(): void }>;
+}
+
+export interface SupervisorDeps {
+  config: ServiceConfig;
+  store: SessionStore;
+  catalog: AvatarCatalog;
+  models: ModelRegistry;
+  render: RenderOpener;
+  tts(id: TtsProviderId): TtsProvider;
+  llm: LlmProvider;
+  asr: AsrProvider;
+  logger: Logger;
+  /** Service-wide persona defaults (customize endpoints without a session id). */
+  defaults(): Promise<{ systemPrompt?: string; ttsProvider?: string; ttsVoice?: string | null }>;
+}
+
+export interface CreateSessionInput {
+  avatar_id: string;
+  model: string;
+  tts_provider?: string | null;
+  tts_voice?: string | null;
+  llm_system_prompt?: string | null;
+  lipsync_postprocess_mode?: string | null;
+}
+
+/**
+ * Owns every live session (one supervised actor each) and the tombstones of terminated ones.
+ * Creation validates against the catalog and models; start enforces `SERVICE_MAX_SESSIONS`.
+ */
+export class SessionSupervisor {
+  private readonly live = new Map<string, Session>();
+  private sweepTimer: NodeJS.Timeout | null = null;
+  private closed = false;
+
+  constructor(private readonly deps: SupervisorDeps) {}
+
+  /** After a restart, sessions that were live are reported terminated (their media is gone), not lost. */
+  async recover(): Promise<void> {
+    const now = new Date();
+    for (const stored of await this.deps.store.all()) {
+      if (stored.state !== 'terminated') {
+        await this.deps.store.put(
+          this.deps.store.tombstoneOf(stored, this.deps.config.tombstoneRetentionMs, 'service restarted', now),
+        );
+      } else if (stored.expires_at && Date.parse(stored.expires_at) <= now.getTime()) {
+        await this.deps.store.delete(stored.session_id);
+      }
+    }
+    this.sweepTimer = setInterval(() => void this.sweepTombstones(), TOMBSTONE_SWEEP_MS);
+    this.sweepTimer.unref();
+  }
+
+  get activeCount(): number {
+    let count = 0;
+    for (const session of this.live.values()) if (session.state === 'running' || session.state === 'paused') count++;
+    return count;
+  }
+
+  get liveCount(): number {
+    return this.live.size;
+  }
+
+  get capacity(): number {
+    return this.deps.config.maxSessions;
+  }
+
+  liveSession(sessionId: string): Session | undefined {
+    return this.live.get(sessionId);
+  }
+
+  /** A live session or 404; tombstones answer 409 through `requireLiveOrConflict`. */
+  async requireSession(sessionId: string): Promise<Session> {
+    const session = this.live.get(sessionId);
+    if (session) return session;
+    const stored = await this.deps.store.get(sessionId);
+    if (stored) throw conflict('session is terminated');
+    throw notFound('session not found');
+  }
+
+  async describe(sessionId: string): Promise<StoredSession & { pipeline: string }> {
+    const session = this.live.get(sessionId);
+    if (session) return { ...session.stored, state: session.state, pipeline: session.pipelineStage };
+    const stored = await this.deps.store.get(sessionId);
+    if (!stored) throw notFound('session not found');
+    return { ...stored, pipeline: 'idle' };
+  }
+
+  async create(input: CreateSessionInput): Promise<Session> {
+    const { catalog, models, config } = this.deps;
+    const avatar = await catalog.get(input.avatar_id);
+    if (!avatar) throw badRequest(`avatar_id "${input.avatar_id}" does not exist`);
+    if (!models.isModel(input.model)) throw badRequest(`model "${input.model}" is not in the model list`);
+    const modelInfo = models.info(input.model);
+    if (!modelInfo.connected) throw badRequest(`model "${input.model}" is not connected: ${modelInfo.reason}`);
+    if (!models.canRender(input.model, avatar.manifest.model_type)) {
+      throw badRequest(
+        `model "${input.model}" cannot render avatar "${avatar.id}" of model_type "${avatar.manifest.model_type}"; ` +
+          `it renders ${modelInfo.renders.join(', ')}`,
+      );
+    }
+    const defaults = await this.deps.defaults();
+    const providerId = input.tts_provider ?? defaults.ttsProvider ?? config.ttsDefaultProvider;
+    if (!isTtsProviderId(providerId)) throw badRequest(`tts_provider "${providerId}" is unknown`);
+    const provider = this.deps.tts(providerId);
+    const providerStatus = provider.status();
+    if (!providerStatus.configured) throw badRequest(`tts_provider "${providerId}" is not configured: ${providerStatus.reason ?? ''}`);
+    const voice = input.tts_voice ?? (input.tts_provider ? null : (defaults.ttsVoice ?? config.ttsDefaultVoice));
+    validateVoice(provider, voice);
+
+    let renderer: FrameRenderer & { close(): void };
+    try {
+      renderer = await this.deps.render.open(avatar, input.model);
+    } catch (error) {
+      this.deps.logger.error({ model: input.model, err: (error as Error).message }, 'renderer initialisation failed');
+      throw badGateway(`rendering backend failed during initialization: ${(error as Error).message}`);
+    }
+
+    const sessionId = randomUUID();
+    const now = new Date().toISOString();
+    const stored: StoredSession = {
+      session_id: sessionId,
+      avatar_id: avatar.id,
+      model: input.model,
+      tts_provider: providerId,
+      tts_voice: voice ?? null,
+      llm_system_prompt: input.llm_system_prompt ?? defaults.systemPrompt ?? config.llmSystemPrompt,
+      lipsync_postprocess_mode: input.lipsync_postprocess_mode ?? null,
+      state: 'created',
+      created_at: now,
+      updated_at: now,
+    };
+    const logger = this.deps.logger.child({ sessionId });
+    const events = new SessionEventHub();
+    const media = new SessionMedia(renderer, config.sampleRate, config.iceServers, events, logger);
+    const stage: StageContext = {
+      sessionId,
+      sampleRate: config.sampleRate,
+      logger,
+      events,
+      media,
+      history: new ConversationHistory({ maxTurns: HISTORY_MAX_TURNS, maxChars: HISTORY_MAX_CHARS }),
+      tts: this.deps.tts,
+      llm: this.deps.llm,
+      asr: this.deps.asr,
+      turnAudio: new Map(),
+      transcribeJobs: new Map(),
+      chatAccepted: new Map(),
+      smoothAudio: (pcm) => smoothForRt(pcm, config.sampleRate),
+    };
+    const session = new Session(stored, events, media, stage, logger);
+    try {
+      await this.deps.store.put(stored);
+    } catch (error) {
+      await session.close();
+      throw error;
+    }
+    this.live.set(sessionId, session);
+    // An unrecoverable stage error terminates the machine by itself; keep the tombstone rules the same.
+    session.actor.on('session.terminated', () => setImmediate(() => void this.reap(sessionId, 'unrecoverable error')));
+    logger.info({ avatarId: avatar.id, model: input.model, ttsProvider: providerId }, 'session created');
+    return session;
+  }
+
+  async start(sessionId: string): Promise<void> {
+    const session = await this.requireSession(sessionId);
+    if (session.state !== 'created') throw conflict(`session is already ${session.state}`);
+    if (this.activeCount >= this.deps.config.maxSessions) {
+      throw new HttpError(503, `session capacity reached (${this.deps.config.maxSessions} active); retry later`, {
+        'retry-after': '5',
+      });
+    }
+    session.send({ type: 'START' });
+    await this.persistState(session);
+    session.logger.info('session started');
+  }
+
+  async pause(sessionId: string): Promise<void> {
+    const session = await this.requireSession(sessionId);
+    if (session.state !== 'running') throw conflict(`session is ${session.state}, only a running session can be paused`);
+    session.send({ type: 'PAUSE' });
+    await this.persistState(session);
+  }
+
+  async resume(sessionId: string): Promise<void> {
+    const session = await this.requireSession(sessionId);
+    if (session.state !== 'paused') throw conflict(`session is ${session.state}, only a paused session can be resumed`);
+    session.send({ type: 'RESUME' });
+    await this.persistState(session);
+  }
+
+  /** DELETE: tears the session down and keeps a tombstone. Deleting a tombstone is a no-op that still answers. */
+  async terminate(sessionId: string, reason = 'deleted by client'): Promise<void> {
+    const session = this.live.get(sessionId);
+    if (!session) {
+      if (await this.deps.store.get(sessionId)) return;
+      throw notFound('session not found');
+    }
+    this.live.delete(sessionId);
+    await session.close();
+    await this.deps.store.put(this.deps.store.tombstoneOf(session.stored, this.deps.config.tombstoneRetentionMs, reason));
+    session.logger.info({ reason }, 'session terminated');
+  }
+
+  /** Called when a session's machine terminated on its own (unrecoverable error). */
+  async reap(sessionId: string, reason: string): Promise<void> {
+    if (this.live.has(sessionId)) await this.terminate(sessionId, reason);
+  }
+
+  async persistState(session: Session): Promise<void> {
+    session.stored = { ...session.stored, state: session.state, updated_at: new Date().toISOString() };
+    await this.deps.store.put(session.stored);
+  }
+
+  async closeAll(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.sweepTimer) clearInterval(this.sweepTimer);
+    await Promise.all([...this.live.keys()].map((id) => this.terminate(id, 'service shutting down')));
+  }
+
+  private async sweepTombstones(): Promise<void> {
+    const now = Date.now();
+    try {
+      for (const stored of await this.deps.store.all()) {
+        if (stored.state === 'terminated' && stored.expires_at && Date.parse(stored.expires_at) <= now) {
+          await this.deps.store.delete(stored.session_id);
+        }
+      }
+    } catch (error) {
+      this.deps.logger.warn({ err: (error as Error).message }, 'tombstone sweep failed');
+    }
+  }
+}
+
+export function validateVoice(provider: TtsProvider, voice: string | null | undefined): void {
+  try {
+    provider.validateVoice?.(voice);
+  } catch (error) {
+    throw badRequest((error as Error).message);
+  }
+}

@@ -1,0 +1,67 @@
+import type { Store } from './db.ts';
+import type { SessionState } from '../../machines/session.machine.ts';
+
+/** What is persisted per session: metadata only, never media. */
+export interface StoredSession {
+  session_id: string;
+  avatar_id: string;
+  model: string;
+  tts_provider: string;
+  tts_voice: string | null;
+  llm_system_prompt: string | null;
+  lipsync_postprocess_mode: string | null;
+  state: SessionState;
+  created_at: string;
+  updated_at: string;
+  /** Set once terminated: the tombstone is removed after this instant. */
+  expires_at?: string;
+  terminated_reason?: string;
+}
+
+/**
+ * Live sessions and tombstones. A terminated session keeps only a tombstone (state `terminated`) for the
+ * retention time so `start` and `webrtc/offer` can answer 409 instead of 404.
+ */
+export class SessionStore {
+  private readonly sessions;
+
+  constructor(store: Store) {
+    this.sessions = store.sublevel<StoredSession>('sessions');
+  }
+
+  async get(sessionId: string): Promise<StoredSession | undefined> {
+    return this.sessions.get(sessionId);
+  }
+
+  async put(session: StoredSession): Promise<void> {
+    await this.sessions.put(session.session_id, session);
+  }
+
+  async delete(sessionId: string): Promise<void> {
+    await this.sessions.del(sessionId);
+  }
+
+  async all(): Promise<StoredSession[]> {
+    const out: StoredSession[] = [];
+    for await (const value of this.sessions.values()) out.push(value);
+    return out;
+  }
+
+  /** Turns a session into a tombstone: the stored session state is dropped, only identity and state remain. */
+  tombstoneOf(session: StoredSession, retentionMs: number, reason: string, now = new Date()): StoredSession {
+    return {
+      session_id: session.session_id,
+      avatar_id: session.avatar_id,
+      model: session.model,
+      tts_provider: session.tts_provider,
+      tts_voice: session.tts_voice,
+      llm_system_prompt: null,
+      lipsync_postprocess_mode: null,
+      state: 'terminated',
+      created_at: session.created_at,
+      updated_at: now.toISOString(),
+      expires_at: new Date(now.getTime() + retentionMs).toISOString(),
+      terminated_reason: reason,
+    };
+  }
+}
