@@ -1,0 +1,123 @@
+/**
+ * `cloud_a`: Alibaba Cloud Model Studio (DashScope) Qwen-TTS.
+ *  - synthesis: `POST /api/v1/services/aigc/multimodal-generation/generation` with
+ *    `X-DashScope-SSE: enable`; every SSE event carries base64 24 kHz PCM16 in `output.audio.data`.
+ *  - voices: console voice names (`Cherry`, `Ethan`, ...) or voices cloned here.
+ *  - cloning: `POST /api/v1/services/audio/tts/customization`, model `qwen-voice-enrollment`,
+ *    action `create`, the sample inline as a base64 data URI, optional `preferred_name`.
+ * A cloned voice only works with the model it was enrolled for, so without an explicit model the
+ * catalog's target model is used.
+ */
+import { fetchUpstream, streamBody, type FetchLike } from '../http.ts';
+import { UpstreamError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { rawPcmStreamToChunks } from './audio-output.ts';
+import { assertConfigured, randomAlphanumeric, sentencesOf, statusFromRequired, type CloningProviderConfig } from './common.ts';
+import { createDashscopeVoice, dashscopeBase } from './dashscope.ts';
+
+const ID = 'cloud_a' as const;
+const GENERATION_PATH = '/api/v1/services/aigc/multimodal-generation/generation';
+const DEFAULT_MODEL = 'qwen3-tts-flash';
+const DEFAULT_VOICE = 'Cherry';
+/** Qwen-TTS always streams 24 kHz mono PCM16. */
+const QWEN_TTS_RATE = 24000;
+const ENROLLMENT_MODEL = 'qwen-voice-enrollment';
+
+interface SseEvent {
+  output?: { audio?: { data?: string }; finish_reason?: string };
+  code?: string;
+  message?: string;
+}
+
+/** Parses DashScope SSE frames (`data:` lines) into JSON events as they arrive. */
+export async function* sseJsonEvents<T>(body: AsyncIterable<Buffer>, provider: string): AsyncGenerator<T> {
+  let pending = '';
+  const decoder = new TextDecoder();
+  const parse = (line: string): T | undefined => {
+    if (!line.startsWith('data:')) return undefined;
+    const payload = line.slice(5).trim();
+    if (!payload) return undefined;
+    try {
+      return JSON.parse(payload) as T;
+    } catch {
+      throw new UpstreamError(`${provider}: malformed stream event: ${payload.slice(0, 200)}`);
+    }
+  };
+  for await (const chunk of body) {
+    pending += decoder.decode(chunk, { stream: true });
+    let newline: number;
+    while ((newline = pending.indexOf('\n')) >= 0) {
+      const event = parse(pending.slice(0, newline).replace(/\r$/, ''));
+      pending = pending.slice(newline + 1);
+      if (event !== undefined) yield event;
+    }
+  }
+  const last = parse(pending.trim());
+  if (last !== undefined) yield last;
+}
+
+async function* audioOfEvents(events: AsyncIterable<SseEvent>, provider: string): AsyncGenerator<Buffer> {
+  let finished = false;
+  for await (const event of events) {
+    if (event.code && !event.output) throw new UpstreamError(`${provider}: ${event.code}: ${event.message ?? ''}`);
+    const data = event.output?.audio?.data;
+    if (data) yield Buffer.from(data, 'base64');
+    if (event.output?.finish_reason === 'stop') finished = true;
+  }
+  // A stream that ends without the final event was cut off: the sentence is incomplete.
+  if (!finished) throw new UpstreamError(`${provider}: audio stream ended before the final event`);
+}
+
+export function createCloudAProvider(config: CloningProviderConfig = {}): TtsProvider {
+  const fetchImpl: FetchLike = config.fetch ?? fetch;
+  const baseUrl = dashscopeBase(config.baseUrl);
+  const status = () => statusFromRequired(ID, [{ value: config.apiKey, suffix: 'API_KEY' }]);
+
+  async function* synthesize(request: TtsRequest): AsyncGenerator<TtsChunk> {
+    assertConfigured(ID, status());
+    const voice = request.voice || DEFAULT_VOICE;
+    let model = request.model;
+    if (!model && request.voice && config.voiceLookup) model = (await config.voiceLookup(ID, request.voice))?.targetModel;
+    const sentences = sentencesOf(request.text);
+    for (let index = 0; index < sentences.length; index++) {
+      request.signal.throwIfAborted();
+      const response = await fetchUpstream(fetchImpl, `${baseUrl}${GENERATION_PATH}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${config.apiKey}`, 'content-type': 'application/json', 'X-DashScope-SSE': 'enable' },
+        body: JSON.stringify({ model: model || DEFAULT_MODEL, input: { text: sentences[index], voice } }),
+        signal: request.signal,
+        provider: ID,
+      });
+      const events = sseJsonEvents<SseEvent>(streamBody(response, request.signal, ID), ID);
+      yield* rawPcmStreamToChunks(audioOfEvents(events, ID), {
+        upstreamRate: QWEN_TTS_RATE,
+        targetRate: request.sampleRate,
+        sentenceIndex: index,
+        provider: ID,
+      });
+    }
+  }
+
+  async function clone(request: CloneRequest): Promise<CloneResult> {
+    assertConfigured(ID, status());
+    const preferredName = request.preferredName || `v${randomAlphanumeric(9)}`;
+    const voiceId = await createDashscopeVoice({
+      fetchImpl,
+      baseUrl,
+      apiKey: config.apiKey!,
+      provider: ID,
+      signal: request.signal,
+      body: {
+        model: ENROLLMENT_MODEL,
+        input: {
+          action: 'create',
+          target_model: request.targetModel,
+          preferred_name: preferredName,
+          audio: { data: `data:audio/wav;base64,${request.wav24k.toString('base64')}` },
+        },
+      },
+    });
+    return { voiceId, message: `cloud_a enrolled voice ${voiceId} for ${request.targetModel}` };
+  }
+
+  return { id: ID, status, synthesize, clone };
+}

@@ -1,0 +1,179 @@
+/**
+ * `cloud_b`: Alibaba Cloud Model Studio (DashScope) CosyVoice — the same platform as `cloud_a`.
+ *  - cloning: `POST /api/v1/services/audio/tts/customization`, model `voice-enrollment`, action
+ *    `create_voice` with `target_model`, `prefix` and the sample's public `url`: DashScope downloads
+ *    the sample from this service (`GET /voice-uploads/{token}`).
+ *  - synthesis: the CosyVoice duplex WebSocket `wss://<host>/api-ws/v1/inference/` (`run-task`,
+ *    `continue-task`, `finish-task`; audio arrives as binary frames; `task-finished` / `task-failed`).
+ *  - voices: the cloned `voice_id` (`cosyvoice-v2-<prefix>-<hash>`) or a system voice (`longxiaochun_v2`).
+ * The key falls back to cloud_a's because both live on one DashScope account.
+ */
+import { randomBytes } from 'node:crypto';
+import WebSocket from 'ws';
+import type { FetchLike } from '../http.ts';
+import { UpstreamError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { rawPcmStreamToChunks } from './audio-output.ts';
+import { assertConfigured, randomAlphanumeric, sentencesOf, statusFromRequired, type CloningProviderConfig } from './common.ts';
+import { createDashscopeVoice, dashscopeBase } from './dashscope.ts';
+
+const ID = 'cloud_b' as const;
+const DEFAULT_MODEL = 'cosyvoice-v2';
+const DEFAULT_VOICE = 'longxiaochun_v2';
+const ENROLLMENT_MODEL = 'voice-enrollment';
+/** CosyVoice PCM output rates. */
+const PCM_RATES = [8000, 16000, 22050, 24000, 44100, 48000];
+const FALLBACK_RATE = 24000;
+/** DashScope allows lower-case letters and digits, fewer than 10 characters. */
+const PREFIX_PATTERN = /^[a-z0-9]{1,9}$/;
+/** Opening the socket plus `task-started`: a handshake, not synthesis. */
+const WS_HANDSHAKE_TIMEOUT_MS = 15_000;
+/** Whole sentence over the socket; long sentences take a few seconds at most on CosyVoice. */
+const WS_SENTENCE_TIMEOUT_MS = 60_000;
+
+export function inferenceSocketUrl(baseUrl: string): string {
+  return `${baseUrl.replace(/^http/, 'ws')}/api-ws/v1/inference/`;
+}
+
+type SocketItem = { kind: 'audio'; data: Buffer } | { kind: 'done' } | { kind: 'error'; error: Error };
+
+/** Runs one CosyVoice task for one sentence and yields its audio frames as they arrive. */
+async function* runSentenceTask(options: {
+  url: string;
+  apiKey: string;
+  model: string;
+  voice: string;
+  text: string;
+  rate: number;
+  signal: AbortSignal;
+}): AsyncGenerator<Buffer> {
+  const taskId = randomBytes(16).toString('hex');
+  const socket = new WebSocket(options.url, {
+    headers: { authorization: `bearer ${options.apiKey}`, 'X-DashScope-DataInspection': 'enable' },
+    handshakeTimeout: WS_HANDSHAKE_TIMEOUT_MS,
+  });
+  const queue: SocketItem[] = [];
+  let wake: (() => void) | null = null;
+  const push = (item: SocketItem) => {
+    queue.push(item);
+    wake?.();
+  };
+  const header = (action: string) => ({ action, task_id: taskId, streaming: 'duplex' });
+  let started = false;
+
+  socket.on('unexpected-response', (_request, response) => {
+    const chunks: Buffer[] = [];
+    response.on('data', (chunk: Buffer) => chunks.push(chunk));
+    response.on('end', () =>
+      push({ kind: 'error', error: new UpstreamError(`${ID}: upstream returned ${response.statusCode}: ${Buffer.concat(chunks).toString('utf8').slice(0, 500)}`, response.statusCode) }),
+    );
+  });
+  socket.on('open', () => {
+    socket.send(JSON.stringify({
+      header: header('run-task'),
+      payload: {
+        task_group: 'audio',
+        task: 'tts',
+        function: 'SpeechSynthesizer',
+        model: options.model,
+        parameters: { text_type: 'PlainText', voice: options.voice, format: 'pcm', sample_rate: options.rate },
+        input: {},
+      },
+    }));
+  });
+  socket.on('message', (data: Buffer, isBinary: boolean) => {
+    if (isBinary) return push({ kind: 'audio', data });
+    let message: { header?: { event?: string; error_code?: string; error_message?: string } };
+    try {
+      message = JSON.parse(data.toString('utf8'));
+    } catch {
+      return push({ kind: 'error', error: new UpstreamError(`${ID}: malformed socket message`) });
+    }
+    const event = message.header?.event;
+    if (event === 'task-started' && !started) {
+      started = true;
+      socket.send(JSON.stringify({ header: header('continue-task'), payload: { input: { text: options.text } } }));
+      socket.send(JSON.stringify({ header: header('finish-task'), payload: { input: {} } }));
+    } else if (event === 'task-finished') {
+      push({ kind: 'done' });
+    } else if (event === 'task-failed') {
+      push({ kind: 'error', error: new UpstreamError(`${ID}: ${message.header?.error_code ?? 'task-failed'}: ${message.header?.error_message ?? ''}`) });
+    }
+  });
+  socket.on('error', (error) => push({ kind: 'error', error: new UpstreamError(`${ID}: socket error: ${error.message}`) }));
+  socket.on('close', () => push({ kind: 'error', error: new UpstreamError(`${ID}: socket closed before the task finished`) }));
+
+  const timer = setTimeout(
+    () => push({ kind: 'error', error: new UpstreamError(`${ID}: sentence not finished within ${WS_SENTENCE_TIMEOUT_MS} ms`) }),
+    WS_SENTENCE_TIMEOUT_MS,
+  );
+  const onAbort = () => push({ kind: 'error', error: options.signal.reason ?? new DOMException('aborted', 'AbortError') });
+  options.signal.addEventListener('abort', onAbort, { once: true });
+  try {
+    options.signal.throwIfAborted();
+    while (true) {
+      const item = queue.shift();
+      if (!item) {
+        await new Promise<void>((resolve) => (wake = resolve));
+        wake = null;
+        continue;
+      }
+      if (item.kind === 'audio') yield item.data;
+      else if (item.kind === 'done') return;
+      else throw item.error;
+    }
+  } finally {
+    clearTimeout(timer);
+    options.signal.removeEventListener('abort', onAbort);
+    socket.removeAllListeners('close');
+    socket.on('error', () => {});
+    socket.terminate();
+  }
+}
+
+export function createCloudBProvider(config: CloningProviderConfig = {}): TtsProvider {
+  const fetchImpl: FetchLike = config.fetch ?? fetch;
+  const baseUrl = dashscopeBase(config.baseUrl);
+  const status = () => statusFromRequired(ID, [{ value: config.apiKey, suffix: 'API_KEY' }]);
+
+  async function* synthesize(request: TtsRequest): AsyncGenerator<TtsChunk> {
+    assertConfigured(ID, status());
+    const voice = request.voice || DEFAULT_VOICE;
+    let model = request.model;
+    if (!model && request.voice && config.voiceLookup) model = (await config.voiceLookup(ID, request.voice))?.targetModel;
+    const upstreamRate = PCM_RATES.includes(request.sampleRate) ? request.sampleRate : FALLBACK_RATE;
+    const sentences = sentencesOf(request.text);
+    for (let index = 0; index < sentences.length; index++) {
+      request.signal.throwIfAborted();
+      const audio = runSentenceTask({
+        url: inferenceSocketUrl(baseUrl),
+        apiKey: config.apiKey!,
+        model: model || DEFAULT_MODEL,
+        voice,
+        text: sentences[index],
+        rate: upstreamRate,
+        signal: request.signal,
+      });
+      yield* rawPcmStreamToChunks(audio, { upstreamRate, targetRate: request.sampleRate, sentenceIndex: index, provider: ID });
+    }
+  }
+
+  async function clone(request: CloneRequest): Promise<CloneResult> {
+    assertConfigured(ID, status());
+    if (!request.sampleUrl) throw new UpstreamError(`${ID}: cloning needs a public sample URL (SERVICE_PUBLIC_BASE_URL)`);
+    const prefix = request.prefix || randomAlphanumeric(8);
+    if (!PREFIX_PATTERN.test(prefix)) {
+      throw new RangeError('cloud_b prefix must be 1-9 lower-case letters or digits');
+    }
+    const voiceId = await createDashscopeVoice({
+      fetchImpl,
+      baseUrl,
+      apiKey: config.apiKey!,
+      provider: ID,
+      signal: request.signal,
+      body: { model: ENROLLMENT_MODEL, input: { action: 'create_voice', target_model: request.targetModel, prefix, url: request.sampleUrl } },
+    });
+    return { voiceId, message: `cloud_b enrolled voice ${voiceId} for ${request.targetModel} from the uploaded sample` };
+  }
+
+  return { id: ID, status, synthesize, clone };
+}

@@ -1,0 +1,53 @@
+/** Small pieces every HTTP provider adapter shares: config variable names, the "not configured" rule, sentences. */
+import { splitSentences } from '../sentences.ts';
+import { ProviderNotConfiguredError, type ProviderStatus, type TtsProviderId } from '../types.ts';
+import type { ProviderConfig } from '../http.ts';
+
+export type { ProviderConfig } from '../http.ts';
+
+/** `SERVICE_TTS_CLOUD_A_API_KEY` and friends: the id upper-cased. */
+export function envVarName(id: TtsProviderId, suffix: 'BASE_URL' | 'API_KEY'): string {
+  return `SERVICE_TTS_${id.toUpperCase()}_${suffix}`;
+}
+
+/** Reference material of a cloned voice that an engine needs at synthesis time. */
+export interface ClonedVoiceReference {
+  /** Absolute path of the 24 kHz reference WAV (local cloning engines). */
+  referencePath?: string;
+  /** `data:audio/wav;base64,...` (clouds that take the sample with every request). */
+  referenceDataUri?: string;
+  /** Model the voice was cloned for; clouds bind a cloned voice to it. */
+  targetModel?: string;
+}
+
+/** Finds a cloned voice of this provider by its voice_id (backed by the voice catalog). */
+export type VoiceLookup = (provider: TtsProviderId, voiceId: string) => Promise<ClonedVoiceReference | null>;
+
+export interface CloningProviderConfig extends ProviderConfig {
+  voiceLookup?: VoiceLookup;
+}
+
+/** Status from the variables a provider needs; the reason names exactly what to set. */
+export function statusFromRequired(id: TtsProviderId, required: Array<{ value: string | undefined; suffix: 'BASE_URL' | 'API_KEY' }>): ProviderStatus {
+  const missing = required.filter((item) => !item.value).map((item) => envVarName(id, item.suffix));
+  if (missing.length === 0) return { configured: true };
+  return { configured: false, reason: `set ${missing.join(' and ')}` };
+}
+
+export function assertConfigured(id: TtsProviderId, status: ProviderStatus): void {
+  if (!status.configured) throw new ProviderNotConfiguredError(`TTS provider ${id} is not configured: ${status.reason}`);
+}
+
+/** Sentences to synthesise one by one; an empty text yields none rather than an upstream call. */
+export function sentencesOf(text: string): string[] {
+  return splitSentences(text).filter((sentence) => sentence.trim().length > 0);
+}
+
+/** Random lower-case alphanumerics for generated voice names and prefixes. */
+export function randomAlphanumeric(length: number): string {
+  const alphabet = 'abcdefghijklmnopqrstuvwxyz0123456789';
+  let out = '';
+  const bytes = crypto.getRandomValues(new Uint8Array(length));
+  for (const byte of bytes) out += alphabet[byte % alphabet.length];
+  return out;
+}

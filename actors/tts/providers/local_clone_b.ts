@@ -1,0 +1,75 @@
+/**
+ * `local_clone_b`: a self-hosted CosyVoice / CosyVoice2 FastAPI server
+ * (`runtime/python/fastapi/server.py` of FunAudioLLM/CosyVoice).
+ *  - cloned voice: `POST /inference_cross_lingual`, multipart `tts_text` + `prompt_wav` (the
+ *    reference WAV from `<voiceDir>/local_clone_b/`); cross-lingual needs no transcript of the sample.
+ *  - stock voice: `POST /inference_sft`, multipart `tts_text` + `spk_id` (SFT models: `中文女`, `英文女`, ...).
+ *  - answer: a stream of raw PCM16 at the model rate: 24 kHz for CosyVoice2 (default),
+ *    22.05 kHz for CosyVoice-300M models (`tts_model` containing `300M`).
+ *  - cloning: the reference is written locally, then the server's `GET /docs` must answer.
+ */
+import { readFile } from 'node:fs/promises';
+import { fetchUpstream, readBody, streamBody, trimTrailingSlash, type FetchLike } from '../http.ts';
+import { ProviderNotConfiguredError, VoiceNotFoundError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { rawPcmStreamToChunks } from './audio-output.ts';
+import { assertConfigured, sentencesOf, statusFromRequired, type CloningProviderConfig } from './common.ts';
+import { existingReference, LOCAL_VOICE_ID_PATTERN, newLocalVoiceId, removeReference, writeReference } from './local-voices.ts';
+
+const ID = 'local_clone_b' as const;
+const DEFAULT_SPEAKER = '英文女';
+const COSYVOICE2_RATE = 24000;
+const COSYVOICE1_RATE = 22050;
+
+export function cosyVoiceRate(model: string | null | undefined): number {
+  return model && /300m/i.test(model) ? COSYVOICE1_RATE : COSYVOICE2_RATE;
+}
+
+export function createLocalCloneBProvider(config: CloningProviderConfig = {}): TtsProvider {
+  const fetchImpl: FetchLike = config.fetch ?? fetch;
+  const status = () => statusFromRequired(ID, [{ value: config.baseUrl, suffix: 'BASE_URL' }]);
+  const base = () => trimTrailingSlash(config.baseUrl!);
+
+  function validateVoice(voice: string | null | undefined): void {
+    if (voice && voice.length > 100) throw new VoiceNotFoundError('local_clone_b voice is too long');
+  }
+
+  async function* synthesize(request: TtsRequest): AsyncGenerator<TtsChunk> {
+    assertConfigured(ID, status());
+    validateVoice(request.voice);
+    let reference: Buffer | null = null;
+    if (request.voice && LOCAL_VOICE_ID_PATTERN.test(request.voice)) {
+      const file = await existingReference(config.voiceDir, ID, request.voice);
+      if (!file) throw new VoiceNotFoundError(`local_clone_b voice ${request.voice} has no reference sample in the voice directory`);
+      reference = await readFile(file);
+    }
+    const upstreamRate = cosyVoiceRate(request.model);
+    const sentences = sentencesOf(request.text);
+    for (let index = 0; index < sentences.length; index++) {
+      request.signal.throwIfAborted();
+      const form = new FormData();
+      form.set('tts_text', sentences[index]);
+      if (reference) form.set('prompt_wav', new Blob([new Uint8Array(reference)], { type: 'audio/wav' }), 'prompt.wav');
+      else form.set('spk_id', request.voice || DEFAULT_SPEAKER);
+      const route = reference ? 'inference_cross_lingual' : 'inference_sft';
+      const response = await fetchUpstream(fetchImpl, `${base()}/${route}`, { method: 'POST', body: form, signal: request.signal, provider: ID });
+      yield* rawPcmStreamToChunks(streamBody(response, request.signal, ID), { upstreamRate, targetRate: request.sampleRate, sentenceIndex: index, provider: ID });
+    }
+  }
+
+  async function clone(request: CloneRequest): Promise<CloneResult> {
+    assertConfigured(ID, status());
+    if (!config.voiceDir) throw new ProviderNotConfiguredError('local_clone_b cloning needs a voice directory (SERVICE_TTS_VOICE_DIR)');
+    const voiceId = newLocalVoiceId();
+    await writeReference(config.voiceDir, ID, voiceId, request.wav24k);
+    try {
+      const response = await fetchUpstream(fetchImpl, `${base()}/docs`, { method: 'GET', signal: request.signal, provider: ID });
+      await readBody(response, request.signal, ID);
+    } catch (error) {
+      await removeReference(config.voiceDir, ID, voiceId);
+      throw error;
+    }
+    return { voiceId, message: 'local_clone_b stored the reference sample; CosyVoice clones zero-shot at synthesis time' };
+  }
+
+  return { id: ID, status, validateVoice, synthesize, clone };
+}
