@@ -1,0 +1,129 @@
+/**
+ * Plumbing shared by the OpenAI-compatible LLM and ASR clients: URL joining, bearer auth,
+ * per-phase deadlines layered on the caller's AbortSignal, and translating fetch failures into
+ * the stage errors the HTTP layer maps (`UpstreamError` → 502, caller abort → AbortError).
+ */
+import { UpstreamError } from '../tts/types.ts';
+
+/** Upstream error bodies are echoed into 502 details; a runaway HTML page must not be. */
+const MAX_ERROR_TEXT_CHARS = 1_000;
+
+export function joinUrl(baseUrl: string, path: string): string {
+  return `${baseUrl.replace(/\/+$/, '')}/${path.replace(/^\/+/, '')}`;
+}
+
+export function authHeaders(apiKey: string | undefined): Record<string, string> {
+  return apiKey ? { authorization: `Bearer ${apiKey}` } : {};
+}
+
+export function abortError(signal: AbortSignal): Error {
+  const error = new Error('The operation was aborted', { cause: signal.reason });
+  error.name = 'AbortError';
+  return error;
+}
+
+export function isAbortError(error: unknown): boolean {
+  return error instanceof Error && error.name === 'AbortError';
+}
+
+/**
+ * One upstream request's deadlines. `arm(ms, what)` (re)starts the single timer for the current
+ * phase (waiting for the first byte, then the idle gap between chunks); when it fires, `signal`
+ * aborts, which makes undici drop the socket. `dispose()` always aborts too, so an abandoned
+ * response body (consumer broke out of the loop) never keeps the upstream connection open.
+ */
+export class RequestDeadline {
+  readonly signal: AbortSignal;
+  private readonly internal = new AbortController();
+  private timer: NodeJS.Timeout | undefined;
+  private expired: string | undefined;
+
+  constructor(private readonly callerSignal: AbortSignal) {
+    this.signal = AbortSignal.any([callerSignal, this.internal.signal]);
+  }
+
+  arm(ms: number, whatWasAwaited: string): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      this.expired = `${whatWasAwaited} within ${ms} ms`;
+      this.internal.abort(new Error(`deadline: ${this.expired}`));
+    }, ms);
+  }
+
+  /** Stops the clock while the caller, not the upstream, is the one taking time. */
+  pause(): void {
+    clearTimeout(this.timer);
+  }
+
+  /** Which deadline expired, if one did. */
+  get expiredWaitingFor(): string | undefined {
+    return this.expired;
+  }
+
+  dispose(): void {
+    clearTimeout(this.timer);
+    if (!this.internal.signal.aborted) this.internal.abort(new Error('request finished'));
+  }
+
+  /**
+   * Maps whatever a fetch/read threw to the stage contract: the caller's abort wins (AbortError),
+   * then an expired deadline, then upstream errors already classified, then transport failures.
+   */
+  translate(error: unknown, label: string): Error {
+    if (this.callerSignal.aborted) return abortError(this.callerSignal);
+    if (this.expired) return new UpstreamError(`${label} upstream timed out: no ${this.expired}`);
+    if (error instanceof UpstreamError) return error;
+    return new UpstreamError(`${label} upstream request failed: ${describeTransportError(error)}`);
+  }
+}
+
+/** undici wraps the useful part (`ECONNREFUSED`, `other side closed`) in `cause`. */
+export function describeTransportError(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const cause = error.cause;
+  if (cause instanceof Error) {
+    const code = (cause as NodeJS.ErrnoException).code;
+    return `${error.message} (${code ? `${code}: ` : ''}${cause.message})`;
+  }
+  return error.message;
+}
+
+/** Builds the 502-bound error from a non-2xx response, keeping the upstream's own explanation. */
+export async function upstreamErrorFromResponse(response: Response, label: string): Promise<UpstreamError> {
+  let bodyText = '';
+  try {
+    bodyText = await response.text();
+  } catch {
+    // The status alone is still worth reporting when the body cannot be read.
+  }
+  const explanation = extractErrorText(bodyText) || response.statusText || 'no body';
+  return new UpstreamError(`${label} upstream returned ${response.status}: ${explanation}`, response.status);
+}
+
+/** OpenAI (`{error:{message}}`), llama.cpp/Ollama (`{error:"..."}`) and FastAPI (`{detail}`) shapes. */
+export function extractErrorText(bodyText: string): string {
+  const trimmed = bodyText.trim();
+  let text = trimmed;
+  try {
+    const parsed: unknown = JSON.parse(trimmed);
+    const fromJson = errorTextFromJson(parsed);
+    if (fromJson) text = fromJson;
+  } catch {
+    // Not JSON: the raw text is the explanation.
+  }
+  return text.length > MAX_ERROR_TEXT_CHARS ? `${text.slice(0, MAX_ERROR_TEXT_CHARS)}…` : text;
+}
+
+function errorTextFromJson(parsed: unknown): string | undefined {
+  if (!parsed || typeof parsed !== 'object') return undefined;
+  const record = parsed as Record<string, unknown>;
+  const error = record.error;
+  if (typeof error === 'string') return error;
+  if (error && typeof error === 'object') {
+    const message = (error as Record<string, unknown>).message;
+    if (typeof message === 'string') return message;
+  }
+  if (typeof record.detail === 'string') return record.detail;
+  if (typeof record.message === 'string') return record.message;
+  return undefined;
+}
