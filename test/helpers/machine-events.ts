@@ -1,0 +1,361 @@
+import fc from 'fast-check';
+import { initialTransition, transition, type AnyStateMachine } from 'xstate';
+import {
+  isBusy,
+  pipelineStageOf,
+  sessionMachine,
+  sessionStateOf,
+  type SessionEmitted,
+  type SessionEvent,
+  type SessionInput,
+  type SessionSnapshot,
+  type TurnInfo,
+} from '../../machines/session.machine.ts';
+
+/**
+ * Shared material for the session machine tests: fast-check arbitraries for `SessionEvent`, a fixed
+ * representative event set for graph walks, a pure (no actors started) runner built on XState's
+ * `transition()`, and the invariant checker every test style applies to each step.
+ */
+
+export const TEST_SESSION_INPUT: SessionInput = {
+  sessionId: '6f1c2a44-1b7e-4c1e-9d3a-2f1f0e6c9a10',
+  avatarId: 'avatar-test',
+  model: 'wav2lip',
+  ttsProvider: 'flite',
+  ttsVoice: null,
+  systemPrompt: 'You are a test assistant.',
+};
+
+export const STAGE_CHILD_IDS = ['asr', 'llm', 'tts'] as const;
+export type StageChildId = (typeof STAGE_CHILD_IDS)[number];
+
+// ---------------------------------------------------------------------------------------------------
+// Arbitraries
+// ---------------------------------------------------------------------------------------------------
+
+const idArbitrary = fc.constantFrom('t-1', 't-2', 't-3');
+const textArbitrary = fc.constantFrom('', '  ', 'Hello.', 'How are you today?', 'Bonjour à tous.');
+
+export function turnArbitrary(mode: TurnInfo['mode']): fc.Arbitrary<TurnInfo> {
+  return fc.record(
+    {
+      id: idArbitrary,
+      mode: fc.constant(mode),
+      text: textArbitrary,
+      voice: fc.constantFrom(null, 'alice'),
+      ttsProvider: fc.constantFrom(null, 'espeak'),
+      ttsModel: fc.constantFrom(null, 'tiny'),
+      smoothing: fc.boolean(),
+    },
+    { requiredKeys: ['id', 'mode'] },
+  );
+}
+
+const stageErrorArbitrary = (fatal: boolean): fc.Arbitrary<SessionEvent> =>
+  fc.record({
+    type: fc.constant('STAGE.ERROR' as const),
+    code: fc.constantFrom('upstream_error', 'tts_failed', 'media_failed'),
+    message: fc.constantFrom('boom', 'provider returned 502'),
+    fatal: fc.constant(fatal),
+  });
+
+/**
+ * Every `SessionEvent` shape. Ending events (TERMINATE, fatal errors) are rare so that random sequences
+ * spend most of their length in the live states where the interesting transitions are; START is
+ * frequent because nothing but `created` happens without it.
+ */
+export const sessionEventArbitrary: fc.Arbitrary<SessionEvent> = fc.oneof(
+  { weight: 3, arbitrary: fc.constant({ type: 'START' } as const) },
+  { weight: 2, arbitrary: fc.constant({ type: 'PAUSE' } as const) },
+  { weight: 3, arbitrary: fc.constant({ type: 'RESUME' } as const) },
+  { weight: 1, arbitrary: fc.constant({ type: 'TERMINATE' } as const) },
+  { weight: 6, arbitrary: fc.constant({ type: 'INTERRUPT' } as const) },
+  { weight: 4, arbitrary: turnArbitrary('speak').map((turn) => ({ type: 'SPEAK' as const, turn })) },
+  { weight: 5, arbitrary: turnArbitrary('chat').map((turn) => ({ type: 'CHAT' as const, turn })) },
+  {
+    weight: 2,
+    arbitrary: fc
+      .constantFrom('audio' as const, 'audio_stream' as const)
+      .chain((mode) => turnArbitrary(mode))
+      .map((turn) => ({ type: 'SPEAK_AUDIO' as const, turn })),
+  },
+  {
+    weight: 4,
+    arbitrary: fc.record({ type: fc.constant('TRANSCRIBE' as const), id: idArbitrary, triggerChat: fc.boolean() }),
+  },
+  { weight: 4, arbitrary: fc.record({ type: fc.constant('ASR.DONE' as const), text: textArbitrary }) },
+  { weight: 4, arbitrary: fc.record({ type: fc.constant('LLM.SEGMENT' as const), text: textArbitrary }) },
+  { weight: 3, arbitrary: fc.constant({ type: 'LLM.DONE' } as const) },
+  { weight: 4, arbitrary: fc.constant({ type: 'TTS.FIRST_AUDIO' } as const) },
+  { weight: 4, arbitrary: fc.constant({ type: 'TTS.DONE' } as const) },
+  { weight: 6, arbitrary: fc.constant({ type: 'MEDIA.FLUSHED' } as const) },
+  {
+    weight: 1,
+    arbitrary: fc.record(
+      {
+        type: fc.constant('CUSTOMIZE' as const),
+        systemPrompt: fc.constantFrom('Be brief.', 'Be verbose.'),
+        ttsVoice: fc.constantFrom(null, 'bob'),
+        ttsProvider: fc.constantFrom('flite', 'espeak'),
+      },
+      { requiredKeys: ['type'] },
+    ),
+  },
+  { weight: 3, arbitrary: stageErrorArbitrary(false) },
+  { weight: 1, arbitrary: stageErrorArbitrary(true) },
+);
+
+/**
+ * Random sequences. Most start with START (otherwise a sequence mostly exercises `created`), and
+ * `size: 'max'` lets lengths reach `maxLength` instead of fast-check's small default.
+ */
+export function sessionEventsArbitrary(maxLength = 40): fc.Arbitrary<SessionEvent[]> {
+  const events = fc.array(sessionEventArbitrary, { minLength: 1, maxLength, size: 'max' });
+  return fc.oneof(
+    { weight: 4, arbitrary: events.map((rest): SessionEvent[] => [{ type: 'START' }, ...rest]) },
+    { weight: 1, arbitrary: events },
+  );
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Representative events for graph walks (fixed values keep the context space finite)
+// ---------------------------------------------------------------------------------------------------
+
+export const SPEAK_TURN: TurnInfo = { id: 'turn-speak', mode: 'speak', text: 'Hello there.' };
+export const CHAT_TURN: TurnInfo = { id: 'turn-chat', mode: 'chat', text: 'Tell me a joke.' };
+export const AUDIO_TURN: TurnInfo = { id: 'turn-audio', mode: 'audio', smoothing: true };
+
+export const REPRESENTATIVE_EVENTS: readonly SessionEvent[] = [
+  { type: 'START' },
+  { type: 'PAUSE' },
+  { type: 'RESUME' },
+  { type: 'TERMINATE' },
+  { type: 'INTERRUPT' },
+  { type: 'SPEAK', turn: SPEAK_TURN },
+  { type: 'CHAT', turn: CHAT_TURN },
+  { type: 'SPEAK_AUDIO', turn: AUDIO_TURN },
+  { type: 'TRANSCRIBE', id: 'transcribe-chat', triggerChat: true },
+  { type: 'TRANSCRIBE', id: 'transcribe-only', triggerChat: false },
+  { type: 'ASR.DONE', text: 'What time is it?' },
+  { type: 'LLM.SEGMENT', text: 'It is noon.' },
+  { type: 'LLM.DONE' },
+  { type: 'TTS.FIRST_AUDIO' },
+  { type: 'TTS.DONE' },
+  { type: 'MEDIA.FLUSHED' },
+  { type: 'STAGE.ERROR', code: 'tts_failed', message: 'provider returned 502', fatal: false },
+  { type: 'STAGE.ERROR', code: 'media_failed', message: 'renderer crashed', fatal: true },
+];
+
+// ---------------------------------------------------------------------------------------------------
+// Reading the executable actions returned by `transition()`
+// ---------------------------------------------------------------------------------------------------
+
+/** The subset of an executable action we read; XState's exported type is a wide union. */
+interface ExecutableActionView {
+  type: string;
+  params?: unknown;
+}
+
+function paramsOf(action: ExecutableActionView): Record<string, unknown> {
+  return (action.params ?? {}) as Record<string, unknown>;
+}
+
+export function emittedOf(actions: readonly unknown[]): SessionEmitted[] {
+  return (actions as ExecutableActionView[])
+    .filter((action) => action.type === 'xstate.emit')
+    .map((action) => paramsOf(action).event as SessionEmitted);
+}
+
+/** Events sent to a child by id (`sendTo`), in order. */
+export function sentToChildOf(actions: readonly unknown[], childId: string): Array<{ type: string; text?: string }> {
+  return (actions as ExecutableActionView[])
+    .filter((action) => action.type === 'xstate.sendTo')
+    .filter((action) => {
+      const params = paramsOf(action);
+      const target = params.to as { id?: string } | string | undefined;
+      return params.targetId === childId || (typeof target === 'object' && target?.id === childId);
+    })
+    .map((action) => paramsOf(action).event as { type: string; text?: string });
+}
+
+/** Applies the spawn/stop actions of one step to the set of children alive before it. */
+export function applyChildLifecycle(aliveBefore: ReadonlySet<string>, actions: readonly unknown[]): Set<string> {
+  const alive = new Set(aliveBefore);
+  for (const action of actions as ExecutableActionView[]) {
+    const id = paramsOf(action).id;
+    if (typeof id !== 'string') continue;
+    if (action.type === 'xstate.spawnChild') alive.add(id);
+    if (action.type === 'xstate.stopChild') alive.delete(id);
+  }
+  return alive;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Pure runner
+// ---------------------------------------------------------------------------------------------------
+
+export interface PureStep {
+  event: SessionEvent;
+  before: SessionSnapshot;
+  after: SessionSnapshot;
+  actions: readonly unknown[];
+  emitted: SessionEmitted[];
+  /** Children alive per the spawn/stop actions, before and after this step. */
+  aliveBefore: ReadonlySet<string>;
+  aliveAfter: ReadonlySet<string>;
+}
+
+export interface PureRun {
+  initial: SessionSnapshot;
+  initialEmitted: SessionEmitted[];
+  initialAlive: ReadonlySet<string>;
+  steps: PureStep[];
+  final: SessionSnapshot;
+}
+
+/** Runs `events` through `transition()` only: no actor is created or started, nothing executes. */
+export function runPure(
+  events: readonly SessionEvent[],
+  machine: AnyStateMachine = sessionMachine,
+  input: SessionInput = TEST_SESSION_INPUT,
+): PureRun {
+  const [initial, initialActions] = initialTransition(machine, input) as [SessionSnapshot, unknown[]];
+  const initialAlive = applyChildLifecycle(new Set(), initialActions);
+  let snapshot = initial;
+  let alive: ReadonlySet<string> = initialAlive;
+  const steps: PureStep[] = [];
+  for (const event of events) {
+    const [next, actions] = transition(machine, snapshot, event) as [SessionSnapshot, unknown[]];
+    const aliveAfter = applyChildLifecycle(alive, actions);
+    steps.push({ event, before: snapshot, after: next, actions, emitted: emittedOf(actions), aliveBefore: alive, aliveAfter });
+    snapshot = next;
+    alive = aliveAfter;
+  }
+  return { initial, initialEmitted: emittedOf(initialActions), initialAlive, steps, final: snapshot };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Invariants
+// ---------------------------------------------------------------------------------------------------
+
+function stageChildrenOf(snapshot: SessionSnapshot): string[] {
+  return Object.keys(snapshot.children ?? {}).filter((id) => (STAGE_CHILD_IDS as readonly string[]).includes(id));
+}
+
+function sameStageSet(a: Iterable<string>, b: Iterable<string>): boolean {
+  const left = [...a].filter((id) => (STAGE_CHILD_IDS as readonly string[]).includes(id)).sort();
+  const right = [...b].filter((id) => (STAGE_CHILD_IDS as readonly string[]).includes(id)).sort();
+  return JSON.stringify(left) === JSON.stringify(right);
+}
+
+const isStatus = (emitted: SessionEmitted | undefined, stage: string): boolean =>
+  emitted?.type === 'status' && emitted.stage === stage;
+
+/** Invariants that hold for any single snapshot (used by every test style, incl. real actors). */
+export function snapshotViolations(snapshot: SessionSnapshot): string[] {
+  const violations: string[] = [];
+  const top = sessionStateOf(snapshot);
+  const where = JSON.stringify(snapshot.value);
+  for (const id of stageChildrenOf(snapshot)) {
+    if (top !== 'running') violations.push(`stage child ${id} referenced in ${where}`);
+  }
+  const children = new Set(stageChildrenOf(snapshot));
+  if (children.has('asr') !== snapshot.matches({ running: 'listening' })) {
+    violations.push(`asr child presence (${children.has('asr')}) disagrees with listening in ${where}`);
+  }
+  if (children.has('tts') !== snapshot.matches({ running: 'turn' })) {
+    violations.push(`tts child presence (${children.has('tts')}) disagrees with turn in ${where}`);
+  }
+  if (children.has('llm') !== snapshot.matches({ running: { turn: { text: 'generating' } } })) {
+    violations.push(`llm child presence (${children.has('llm')}) disagrees with generating in ${where}`);
+  }
+  if ((pipelineStageOf(snapshot) !== 'idle' || isBusy(snapshot)) && top !== 'running') {
+    violations.push(`pipeline stage ${pipelineStageOf(snapshot)} / busy outside running in ${where}`);
+  }
+  if (snapshot.status === 'done' && snapshot.value !== 'terminated') {
+    violations.push(`done but not terminated: ${where}`);
+  }
+  const quiet = top === 'paused' || snapshot.matches({ running: 'idle' }) || snapshot.matches({ running: 'interrupted' });
+  if (quiet && (snapshot.context.turn !== null || snapshot.context.transcribe !== null)) {
+    violations.push(`turn/transcribe left in context in ${where}`);
+  }
+  return violations;
+}
+
+/** Invariants of one pure step (before --event--> after, with the actions `transition` returned). */
+export function stepViolations(step: PureStep): string[] {
+  const { event, before, after, emitted } = step;
+  const violations = snapshotViolations(after).map((v) => `after ${event.type}: ${v}`);
+  const fail = (message: string) => violations.push(`${event.type} from ${JSON.stringify(before.value)}: ${message}`);
+  const topBefore = sessionStateOf(before);
+  const topAfter = sessionStateOf(after);
+
+  // Children alive per spawn/stop actions must match the snapshot (pure path) — stage children only,
+  // since XState keeps the root's media ref in a final snapshot after stopping it.
+  if (!sameStageSet(step.aliveAfter, Object.keys(after.children ?? {}))) {
+    fail(`children alive per actions [${[...step.aliveAfter]}] != snapshot children [${Object.keys(after.children ?? {})}]`);
+  }
+  if (step.aliveAfter.has('media') !== (after.status === 'active')) fail(`media alive=${step.aliveAfter.has('media')} with status ${after.status}`);
+
+  // terminated absorbs everything.
+  if (before.status === 'done') {
+    if (after.status !== 'done' || after.value !== 'terminated') fail(`left terminated: ${JSON.stringify(after.value)}`);
+    if (emitted.length > 0) fail(`emitted ${JSON.stringify(emitted)} after termination`);
+    if ([...step.aliveAfter].some((id) => !step.aliveBefore.has(id))) fail('spawned a child after termination');
+  }
+
+  // START succeeds once.
+  if (topBefore !== 'created' && topAfter === 'created') fail('returned to created');
+  if (event.type === 'START') {
+    if (topBefore === 'created') {
+      if (!after.matches({ running: 'idle' })) fail(`START from created reached ${JSON.stringify(after.value)}`);
+    } else if (JSON.stringify(after.value) !== JSON.stringify(before.value) || emitted.length > 0) {
+      fail(`START changed ${JSON.stringify(before.value)} to ${JSON.stringify(after.value)} / emitted ${emitted.length}`);
+    }
+  }
+
+  // INTERRUPT while busy → interrupted (+ flush), otherwise a no-op.
+  if (event.type === 'INTERRUPT' && topBefore === 'running') {
+    if (isBusy(before)) {
+      if (!after.matches({ running: 'interrupted' })) fail(`busy INTERRUPT reached ${JSON.stringify(after.value)}`);
+      if (!(emitted.length === 1 && isStatus(emitted[0], 'interrupted'))) fail(`emitted ${JSON.stringify(emitted)}`);
+      if (!sentToChildOf(step.actions, 'media').some((e) => e.type === 'FLUSH')) fail('no FLUSH sent to media');
+    } else if (JSON.stringify(after.value) !== JSON.stringify(before.value) || emitted.length > 0) {
+      fail(`idle INTERRUPT changed state to ${JSON.stringify(after.value)}`);
+    }
+  }
+  if (event.type === 'MEDIA.FLUSHED' && before.matches({ running: 'interrupted' })) {
+    if (!after.matches({ running: 'idle' })) fail(`reached ${JSON.stringify(after.value)}`);
+    if (!(emitted.length === 1 && isStatus(emitted[0], 'idle'))) fail(`emitted ${JSON.stringify(emitted)}`);
+  }
+
+  // Emitted order: an error is resolved within the same step, by status (error→)idle or termination.
+  emitted.forEach((item, index) => {
+    if (item.type !== 'error') return;
+    const next = emitted[index + 1];
+    const okIdle = isStatus(next, 'idle');
+    const okErrorIdle = isStatus(next, 'error') && isStatus(emitted[index + 2], 'idle');
+    const okTerminated = next?.type === 'session.terminated';
+    if (!(okIdle || okErrorIdle || okTerminated)) fail(`error followed by ${JSON.stringify(emitted.slice(index + 1))}`);
+    if (event.type !== 'STAGE.ERROR') fail('error emitted without a STAGE.ERROR');
+  });
+  const terminatedIndex = emitted.findIndex((item) => item.type === 'session.terminated');
+  const justTerminated = before.status === 'active' && after.status === 'done';
+  if (justTerminated !== (terminatedIndex >= 0)) fail(`session.terminated emitted=${terminatedIndex >= 0}, terminated now=${justTerminated}`);
+  if (terminatedIndex >= 0 && terminatedIndex !== emitted.length - 1) fail('events emitted after session.terminated');
+
+  // The last status announced in a step is the stage the snapshot is in.
+  const statuses = emitted.filter((item): item is Extract<SessionEmitted, { type: 'status' }> => item.type === 'status');
+  if (statuses.length > 0 && statuses[statuses.length - 1].stage !== pipelineStageOf(after)) {
+    fail(`last status ${statuses[statuses.length - 1].stage} but stage is ${pipelineStageOf(after)}`);
+  }
+  return violations;
+}
+
+export function runViolations(run: PureRun): string[] {
+  const violations = snapshotViolations(run.initial);
+  if (run.initialEmitted.length > 0) violations.push(`initial emitted ${JSON.stringify(run.initialEmitted)}`);
+  for (const step of run.steps) violations.push(...stepViolations(step));
+  return violations;
+}
