@@ -1,0 +1,190 @@
+/**
+ * Turns uploaded audio bytes into mono 16-bit PCM at the rate the pipeline wants. The container is
+ * detected from the bytes themselves (clients label uploads inconsistently): RIFF/WAVE, MP3 (ID3 tag
+ * or two consecutive valid MPEG frame headers), and otherwise raw PCM16 little-endian mono.
+ */
+import { MPEGDecoder } from 'mpg123-decoder';
+import { resamplePcm16 } from './resample.ts';
+import { InvalidAudioError, isWav, parseWav } from './wav.ts';
+
+export { InvalidAudioError };
+
+export type AudioFormat = 'wav' | 'mp3' | 'pcm';
+
+export interface DecodeOptions {
+  /** Rate of the returned PCM. */
+  targetRate: number;
+  /** Rate of headerless raw PCM input (the session sample rate); default 16000 Hz. */
+  rawSampleRate?: number;
+  signal?: AbortSignal;
+}
+
+export interface DecodedAudio {
+  pcm: Int16Array;
+  sampleRate: number;
+  format: AudioFormat;
+}
+
+export const DEFAULT_RAW_SAMPLE_RATE = 16_000;
+/** How many leading bytes the "this is text, not audio" check looks at. */
+const TEXT_SNIFF_BYTES = 512;
+/** Shorter inputs are too small to call text with confidence (8 samples of PCM could be anything). */
+const MIN_TEXT_SNIFF_BYTES = 16;
+
+export async function decodeAudioToPcm16(bytes: Buffer | Uint8Array, options: DecodeOptions): Promise<DecodedAudio> {
+  options.signal?.throwIfAborted();
+  if (bytes.length === 0) throw new InvalidAudioError('audio is empty');
+  const { pcm, sampleRate, format } = await decodeAtSourceRate(bytes, options.rawSampleRate ?? DEFAULT_RAW_SAMPLE_RATE);
+  if (pcm.length === 0) throw new InvalidAudioError(`${format} audio contains no samples`);
+  options.signal?.throwIfAborted();
+  const resampled = await resamplePcm16(pcm, sampleRate, options.targetRate);
+  return { pcm: resampled, sampleRate: options.targetRate, format };
+}
+
+async function decodeAtSourceRate(
+  bytes: Uint8Array,
+  rawSampleRate: number,
+): Promise<{ pcm: Int16Array; sampleRate: number; format: AudioFormat }> {
+  if (isWav(bytes)) {
+    const wav = parseWav(bytes);
+    return { pcm: wav.pcm, sampleRate: wav.sampleRate, format: 'wav' };
+  }
+  if (looksLikeMp3(bytes)) return { ...(await decodeMp3(bytes)), format: 'mp3' };
+  const unsupported = recognizeUnsupportedFormat(bytes);
+  if (unsupported) throw new InvalidAudioError(`${unsupported} is not supported; send WAV, MP3 or raw 16-bit PCM`);
+  return { pcm: parseRawPcm16(bytes), sampleRate: rawSampleRate, format: 'pcm' };
+}
+
+function parseRawPcm16(bytes: Uint8Array): Int16Array {
+  if (bytes.length % 2 !== 0) {
+    throw new InvalidAudioError(`raw PCM must be whole 16-bit samples; got an odd byte count (${bytes.length})`);
+  }
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const pcm = new Int16Array(bytes.length / 2);
+  for (let i = 0; i < pcm.length; i++) pcm[i] = view.getInt16(i * 2, true);
+  return pcm;
+}
+
+async function decodeMp3(bytes: Uint8Array): Promise<{ pcm: Int16Array; sampleRate: number }> {
+  const decoder = new MPEGDecoder();
+  try {
+    await decoder.ready;
+    const decoded = decoder.decode(bytes);
+    if (decoded.samplesDecoded === 0 || decoded.channelData.length === 0) {
+      throw new InvalidAudioError('MP3 data could not be decoded');
+    }
+    return { pcm: downmixFloatToPcm16(decoded.channelData, decoded.samplesDecoded), sampleRate: decoded.sampleRate };
+  } finally {
+    decoder.free();
+  }
+}
+
+function downmixFloatToPcm16(channels: Float32Array[], frames: number): Int16Array {
+  const pcm = new Int16Array(frames);
+  for (let i = 0; i < frames; i++) {
+    let sum = 0;
+    for (const channel of channels) sum += channel[i];
+    const value = Math.round((sum / channels.length) * 32768);
+    pcm[i] = value > 32767 ? 32767 : value < -32768 ? -32768 : value;
+  }
+  return pcm;
+}
+
+// ---- MP3 detection -------------------------------------------------------------------------
+
+const ID3V2_HEADER_BYTES = 10;
+const ID3V2_FOOTER_FLAG = 0x10;
+
+function looksLikeMp3(bytes: Uint8Array): boolean {
+  if (bytes.length >= ID3V2_HEADER_BYTES && bytes[0] === 0x49 && bytes[1] === 0x44 && bytes[2] === 0x33) return true;
+  const first = mpegFrameLength(bytes, 0);
+  if (first === undefined) return false;
+  // One valid-looking header is a 1-in-a-few-thousand accident in raw PCM; two in a row is not.
+  if (first === bytes.length) return true;
+  return mpegFrameLength(bytes, first) !== undefined;
+}
+
+const BITRATES_KBPS: Record<string, number[]> = {
+  'v1-l1': [0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448],
+  'v1-l2': [0, 32, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384],
+  'v1-l3': [0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320],
+  'v2-l1': [0, 32, 48, 56, 64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256],
+  'v2-l2': [0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160],
+};
+const SAMPLE_RATES: Record<number, number[]> = { 3: [44100, 48000, 32000], 2: [22050, 24000, 16000], 0: [11025, 12000, 8000] };
+const RESERVED_VERSION = 1;
+const RESERVED_LAYER = 0;
+const FREE_FORMAT_BITRATE = 0;
+const BAD_BITRATE = 15;
+const RESERVED_SAMPLE_RATE = 3;
+const RESERVED_EMPHASIS = 2;
+
+/** Length in bytes of the MPEG audio frame whose header starts at `offset`, or undefined if none is there. */
+export function mpegFrameLength(bytes: Uint8Array, offset: number): number | undefined {
+  if (offset + 4 > bytes.length) return undefined;
+  const [b0, b1, b2, b3] = [bytes[offset], bytes[offset + 1], bytes[offset + 2], bytes[offset + 3]];
+  if (b0 !== 0xff || (b1 & 0xe0) !== 0xe0) return undefined;
+  const version = (b1 >> 3) & 3;
+  const layer = (b1 >> 1) & 3;
+  const bitrateIndex = b2 >> 4;
+  const sampleRateIndex = (b2 >> 2) & 3;
+  const padding = (b2 >> 1) & 1;
+  if (version === RESERVED_VERSION || layer === RESERVED_LAYER) return undefined;
+  if (bitrateIndex === FREE_FORMAT_BITRATE || bitrateIndex === BAD_BITRATE) return undefined;
+  if (sampleRateIndex === RESERVED_SAMPLE_RATE || (b3 & 3) === RESERVED_EMPHASIS) return undefined;
+  const isVersion1 = version === 3;
+  const layerNumber = 4 - layer;
+  const table = isVersion1 ? `v1-l${layerNumber}` : layerNumber === 1 ? 'v2-l1' : 'v2-l2';
+  const bitrate = BITRATES_KBPS[table][bitrateIndex] * 1000;
+  const sampleRate = SAMPLE_RATES[version][sampleRateIndex];
+  if (layerNumber === 1) return (Math.floor((12 * bitrate) / sampleRate) + padding) * 4;
+  const samplesPerFrameOver8 = layerNumber === 3 && !isVersion1 ? 72 : 144;
+  return Math.floor((samplesPerFrameOver8 * bitrate) / sampleRate) + padding;
+}
+
+// ---- recognizable non-audio or unsupported inputs ---------------------------------------------
+
+function recognizeUnsupportedFormat(bytes: Uint8Array): string | undefined {
+  const head = (offset: number, length: number) => String.fromCharCode(...bytes.subarray(offset, offset + length));
+  if (head(0, 4) === 'OggS') return 'Ogg (Vorbis/Opus) audio';
+  if (head(0, 4) === 'fLaC') return 'FLAC audio';
+  if (head(4, 4) === 'ftyp') return 'MP4/M4A';
+  if (bytes[0] === 0x1a && bytes[1] === 0x45 && bytes[2] === 0xdf && bytes[3] === 0xa3) return 'WebM/Matroska';
+  if (head(0, 4) === 'RIFF') return 'a RIFF file that is not WAVE';
+  if (head(0, 4) === 'FORM') return 'AIFF';
+  if (head(0, 5) === '#!AMR') return 'AMR audio';
+  if (looksLikeAdts(bytes)) return 'AAC (ADTS) audio';
+  if (head(0, 8) === '\x89PNG\r\n\x1a\n') return 'a PNG image';
+  if (bytes[0] === 0xff && bytes[1] === 0xd8 && bytes[2] === 0xff) return 'a JPEG image';
+  if (head(0, 4) === 'GIF8') return 'a GIF image';
+  if (head(0, 4) === '%PDF') return 'a PDF document';
+  if (head(0, 4) === 'PK\x03\x04') return 'a ZIP archive';
+  if (looksLikeText(bytes)) return 'text';
+  return undefined;
+}
+
+/** Two consecutive ADTS headers (sync 0xFFF, layer 00), for the same reason MP3 detection wants two. */
+function looksLikeAdts(bytes: Uint8Array): boolean {
+  const adtsFrameLength = (offset: number): number | undefined => {
+    if (offset + 7 > bytes.length || bytes[offset] !== 0xff || (bytes[offset + 1] & 0xf6) !== 0xf0) return undefined;
+    const length = ((bytes[offset + 3] & 3) << 11) | (bytes[offset + 4] << 3) | (bytes[offset + 5] >> 5);
+    return length >= 7 ? length : undefined;
+  };
+  const first = adtsFrameLength(0);
+  return first !== undefined && (first === bytes.length || adtsFrameLength(first) !== undefined);
+}
+
+/**
+ * Real PCM never has every byte printable ASCII: that needs every sample to sit between +8224
+ * and +32382 (a loud DC offset) for hundreds of samples. A JSON or form body sent by mistake does.
+ */
+function looksLikeText(bytes: Uint8Array): boolean {
+  if (bytes.length < MIN_TEXT_SNIFF_BYTES) return false;
+  const end = Math.min(bytes.length, TEXT_SNIFF_BYTES);
+  for (let i = 0; i < end; i++) {
+    const byte = bytes[i];
+    const printable = (byte >= 0x20 && byte <= 0x7e) || byte === 0x09 || byte === 0x0a || byte === 0x0d;
+    if (!printable) return false;
+  }
+  return true;
+}

@@ -1,0 +1,167 @@
+/**
+ * WAV encode (16-bit mono PCM) and a hand-written parser that accepts what real uploads contain:
+ * 8/16/24/32-bit integer and 32/64-bit float samples, WAVE_FORMAT_EXTENSIBLE headers, extra chunks
+ * (LIST, fact, bext…) in any order, odd-sized chunks with their pad byte, and streamed files whose
+ * data size field is 0 or too large. Every channel count is downmixed to mono Int16.
+ */
+
+/** Raised for bytes that cannot be turned into audio; the HTTP layer maps it to 400. */
+export class InvalidAudioError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'InvalidAudioError';
+  }
+}
+
+const WAVE_FORMAT_PCM = 0x0001;
+const WAVE_FORMAT_IEEE_FLOAT = 0x0003;
+const WAVE_FORMAT_EXTENSIBLE = 0xfffe;
+const RIFF_HEADER_BYTES = 12;
+const CHUNK_HEADER_BYTES = 8;
+const PCM16_HEADER_BYTES = 44;
+/** Beyond this, a "channel count" is a corrupt header rather than a real multichannel file. */
+const MAX_CHANNELS = 32;
+
+export function isWav(bytes: Uint8Array): boolean {
+  return bytes.length >= RIFF_HEADER_BYTES && ascii(bytes, 0, 4) === 'RIFF' && ascii(bytes, 8, 4) === 'WAVE';
+}
+
+export function encodeWav(pcm: Int16Array, sampleRate: number): Buffer {
+  const dataBytes = pcm.length * 2;
+  const out = Buffer.alloc(PCM16_HEADER_BYTES + dataBytes);
+  out.write('RIFF', 0, 'ascii');
+  out.writeUInt32LE(36 + dataBytes, 4);
+  out.write('WAVE', 8, 'ascii');
+  out.write('fmt ', 12, 'ascii');
+  out.writeUInt32LE(16, 16);
+  out.writeUInt16LE(WAVE_FORMAT_PCM, 20);
+  out.writeUInt16LE(1, 22);
+  out.writeUInt32LE(sampleRate, 24);
+  out.writeUInt32LE(sampleRate * 2, 28);
+  out.writeUInt16LE(2, 32);
+  out.writeUInt16LE(16, 34);
+  out.write('data', 36, 'ascii');
+  out.writeUInt32LE(dataBytes, 40);
+  for (let i = 0; i < pcm.length; i++) out.writeInt16LE(pcm[i], PCM16_HEADER_BYTES + i * 2);
+  return out;
+}
+
+interface WavFormat {
+  encoding: 'int' | 'float';
+  channels: number;
+  sampleRate: number;
+  bitsPerSample: number;
+  blockAlign: number;
+}
+
+export interface ParsedWav {
+  /** Mono (downmixed) 16-bit samples. */
+  pcm: Int16Array;
+  sampleRate: number;
+  /** Channel count of the file before downmixing. */
+  channels: number;
+}
+
+export function parseWav(bytes: Uint8Array): ParsedWav {
+  if (!isWav(bytes)) throw new InvalidAudioError('not a RIFF/WAVE file');
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let format: WavFormat | undefined;
+  let offset = RIFF_HEADER_BYTES;
+  while (offset + CHUNK_HEADER_BYTES <= bytes.length) {
+    const id = ascii(bytes, offset, 4);
+    const declaredSize = view.getUint32(offset + 4, true);
+    const bodyStart = offset + CHUNK_HEADER_BYTES;
+    if (id === 'fmt ') {
+      format = parseFormat(view, bodyStart, Math.min(declaredSize, bytes.length - bodyStart));
+    } else if (id === 'data') {
+      if (!format) throw new InvalidAudioError('WAV data chunk comes before its fmt chunk');
+      // Streamed recorders write 0 or 0xFFFFFFFF before they know the length: take what is there.
+      const available = bytes.length - bodyStart;
+      const size = declaredSize === 0 || declaredSize > available ? available : declaredSize;
+      return { pcm: decodeSamples(view, bodyStart, size, format), sampleRate: format.sampleRate, channels: format.channels };
+    }
+    offset = bodyStart + declaredSize + (declaredSize % 2);
+  }
+  throw new InvalidAudioError(format ? 'WAV file has no data chunk' : 'WAV file has no fmt chunk');
+}
+
+function parseFormat(view: DataView, start: number, size: number): WavFormat {
+  if (size < 16) throw new InvalidAudioError('WAV fmt chunk is truncated');
+  let tag = view.getUint16(start, true);
+  const channels = view.getUint16(start + 2, true);
+  const sampleRate = view.getUint32(start + 4, true);
+  const blockAlign = view.getUint16(start + 12, true);
+  const bitsPerSample = view.getUint16(start + 14, true);
+  if (tag === WAVE_FORMAT_EXTENSIBLE) {
+    // The real format tag is the first two bytes of the SubFormat GUID at offset 24.
+    if (size < 26) throw new InvalidAudioError('WAV extensible fmt chunk is truncated');
+    tag = view.getUint16(start + 24, true);
+  }
+  if (channels < 1 || channels > MAX_CHANNELS) throw new InvalidAudioError(`WAV channel count ${channels} is invalid`);
+  if (sampleRate < 1 || sampleRate > 384_000) throw new InvalidAudioError(`WAV sample rate ${sampleRate} is invalid`);
+  const bytesPerSample = bitsPerSample / 8;
+  if (tag === WAVE_FORMAT_PCM && ![8, 16, 24, 32].includes(bitsPerSample)) {
+    throw new InvalidAudioError(`WAV integer PCM with ${bitsPerSample} bits per sample is not supported`);
+  }
+  if (tag === WAVE_FORMAT_IEEE_FLOAT && ![32, 64].includes(bitsPerSample)) {
+    throw new InvalidAudioError(`WAV float PCM with ${bitsPerSample} bits per sample is not supported`);
+  }
+  if (tag !== WAVE_FORMAT_PCM && tag !== WAVE_FORMAT_IEEE_FLOAT) {
+    throw new InvalidAudioError(`WAV encoding 0x${tag.toString(16)} is not supported (use PCM or float)`);
+  }
+  // Some writers leave blockAlign 0; the frame size follows from the other fields anyway.
+  const frameBytes = channels * bytesPerSample;
+  return {
+    encoding: tag === WAVE_FORMAT_PCM ? 'int' : 'float',
+    channels,
+    sampleRate,
+    bitsPerSample,
+    blockAlign: blockAlign >= frameBytes ? blockAlign : frameBytes,
+  };
+}
+
+function decodeSamples(view: DataView, start: number, size: number, format: WavFormat): Int16Array {
+  const frames = Math.floor(size / format.blockAlign);
+  const bytesPerSample = format.bitsPerSample / 8;
+  const readSample = sampleReader(view, format);
+  const mono = new Int16Array(frames);
+  for (let frame = 0; frame < frames; frame++) {
+    const frameStart = start + frame * format.blockAlign;
+    let sum = 0;
+    for (let channel = 0; channel < format.channels; channel++) sum += readSample(frameStart + channel * bytesPerSample);
+    const value = Math.round((sum / format.channels) * 32768);
+    mono[frame] = value > 32767 ? 32767 : value < -32768 ? -32768 : value;
+  }
+  return mono;
+}
+
+/** Returns a reader giving each sample as a float in [-1, 1). */
+function sampleReader(view: DataView, format: WavFormat): (offset: number) => number {
+  if (format.encoding === 'float') {
+    return format.bitsPerSample === 32
+      ? (offset) => clampUnit(view.getFloat32(offset, true))
+      : (offset) => clampUnit(view.getFloat64(offset, true));
+  }
+  switch (format.bitsPerSample) {
+    case 8:
+      return (offset) => (view.getUint8(offset) - 128) / 128;
+    case 16:
+      return (offset) => view.getInt16(offset, true) / 32768;
+    case 24:
+      return (offset) => {
+        const unsigned = view.getUint8(offset) | (view.getUint8(offset + 1) << 8) | (view.getUint8(offset + 2) << 16);
+        return (unsigned & 0x800000 ? unsigned - 0x1000000 : unsigned) / 8388608;
+      };
+    default:
+      return (offset) => view.getInt32(offset, true) / 2147483648;
+  }
+}
+
+function clampUnit(value: number): number {
+  if (Number.isNaN(value)) return 0;
+  return value > 1 ? 1 : value < -1 ? -1 : value;
+}
+
+function ascii(bytes: Uint8Array, offset: number, length: number): string {
+  return String.fromCharCode(...bytes.subarray(offset, offset + length));
+}
