@@ -27,7 +27,9 @@ let engine: Promise<EspeakWorker> | undefined;
 export function loadEspeak(): Promise<EspeakWorker> {
   if (!engine) {
     engine = (async () => {
-      const { default: initialise } = (await import('@echogarden/espeak-ng-emscripten')) as unknown as {
+      // The package ships no type declarations; the shape used here is declared below.
+      const packageName = '@echogarden/espeak-ng-emscripten';
+      const { default: initialise } = (await import(packageName)) as {
         default: () => Promise<{ eSpeakNGWorker: new () => EspeakWorker }>;
       };
       const module = await initialise();

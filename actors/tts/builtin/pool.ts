@@ -3,7 +3,7 @@
  * serial by nature (eSpeak keeps one current voice), each thread would hold its own ~100 MB of
  * compiled WASM, and the machine has 2 cores shared with rendering.
  */
-import Piscina from 'piscina';
+import { Piscina } from 'piscina';
 import type { EngineAudio } from './engine.ts';
 import type { SentenceTask } from './synthesize-sentence.ts';
 import type { WorkerTask } from './worker.ts';

@@ -1,0 +1,139 @@
+/**
+ * Short-time audio features on a 10 ms hop: RMS level, and spectral brightness in Hz. Brightness comes
+ * from the energy ratio of the first difference to the signal (a cheap high-band/low-band ratio that
+ * needs no FFT): for a pure tone of f Hz that ratio is 2·sin(πf/fs), so inverting it gives an
+ * "equivalent frequency" that does not depend on the sample rate — low for /u/ /o/, higher for /i/ /e/,
+ * thousands of Hz for /s/.
+ */
+
+export const HOP_MS = 10;
+/** 25 ms analysis window: the usual speech frame, long enough for a 100 Hz voice's period. */
+const WINDOW_MS = 25;
+/** dBFS mapped linearly onto level 0..1; below the floor counts as silence. */
+const LEVEL_FLOOR_DBFS = -60;
+
+export interface AudioFeatures {
+  /** Normalised level per hop, 0..1. */
+  level: Float32Array;
+  /** Brightness per hop in Hz (see module comment), 0 when silent. */
+  brightness: Float32Array;
+  /** Energy centroid of the 200-1000 Hz band per hop (tracks F1, i.e. jaw opening), Hz. */
+  lowCentroid: Float32Array;
+  /** log10 of energy in 1500-3500 Hz over 200-1000 Hz per hop (high F2 = spread lips, low = rounded). */
+  highToLowRatio: Float32Array;
+  hopCount: number;
+}
+
+/** In-place radix-2 FFT (length must be a power of two). */
+function fft(real: Float64Array, imaginary: Float64Array): void {
+  const size = real.length;
+  for (let i = 1, j = 0; i < size; i++) {
+    let bit = size >> 1;
+    for (; j & bit; bit >>= 1) j ^= bit;
+    j ^= bit;
+    if (i < j) {
+      [real[i], real[j]] = [real[j], real[i]];
+      [imaginary[i], imaginary[j]] = [imaginary[j], imaginary[i]];
+    }
+  }
+  for (let length = 2; length <= size; length <<= 1) {
+    const angle = (-2 * Math.PI) / length;
+    const stepReal = Math.cos(angle);
+    const stepImaginary = Math.sin(angle);
+    for (let start = 0; start < size; start += length) {
+      let twiddleReal = 1;
+      let twiddleImaginary = 0;
+      for (let k = 0; k < length / 2; k++) {
+        const a = start + k;
+        const b = a + length / 2;
+        const productReal = real[b] * twiddleReal - imaginary[b] * twiddleImaginary;
+        const productImaginary = real[b] * twiddleImaginary + imaginary[b] * twiddleReal;
+        real[b] = real[a] - productReal;
+        imaginary[b] = imaginary[a] - productImaginary;
+        real[a] += productReal;
+        imaginary[a] += productImaginary;
+        const nextReal = twiddleReal * stepReal - twiddleImaginary * stepImaginary;
+        twiddleImaginary = twiddleReal * stepImaginary + twiddleImaginary * stepReal;
+        twiddleReal = nextReal;
+      }
+    }
+  }
+}
+
+const LOW_BAND_HZ = [200, 1000] as const;
+const HIGH_BAND_HZ = [1500, 3500] as const;
+
+/** Band energies of one Hann-windowed frame around `center`. */
+function spectralShape(pcm: Int16Array, center: number, sampleRate: number, size: number, window: Float64Array) {
+  const real = new Float64Array(size);
+  const imaginary = new Float64Array(size);
+  const offset = center - size / 2;
+  for (let i = 0; i < size; i++) {
+    const index = offset + i;
+    real[i] = index >= 0 && index < pcm.length ? pcm[index] * window[i] : 0;
+  }
+  fft(real, imaginary);
+  const binHz = sampleRate / size;
+  let lowEnergy = 0;
+  let lowWeighted = 0;
+  let highEnergy = 0;
+  for (let bin = 1; bin < size / 2; bin++) {
+    const hz = bin * binHz;
+    const power = real[bin] * real[bin] + imaginary[bin] * imaginary[bin];
+    if (hz >= LOW_BAND_HZ[0] && hz < LOW_BAND_HZ[1]) {
+      lowEnergy += power;
+      lowWeighted += power * hz;
+    } else if (hz >= HIGH_BAND_HZ[0] && hz < HIGH_BAND_HZ[1]) {
+      highEnergy += power;
+    }
+  }
+  return {
+    lowCentroid: lowEnergy > 0 ? lowWeighted / lowEnergy : 0,
+    highToLowRatio: lowEnergy > 0 && highEnergy > 0 ? Math.log10(highEnergy / lowEnergy) : 0,
+  };
+}
+
+export function rmsToLevel(rms: number): number {
+  if (!(rms > 0)) return 0;
+  const dbfs = 20 * Math.log10(rms / 32768);
+  return Math.min(1, Math.max(0, (dbfs - LEVEL_FLOOR_DBFS) / -LEVEL_FLOOR_DBFS));
+}
+
+export function analyseAudio(pcm: Int16Array, sampleRate: number): AudioFeatures {
+  const durationMs = (pcm.length / sampleRate) * 1000;
+  const hopCount = Math.max(1, Math.ceil(durationMs / HOP_MS));
+  const level = new Float32Array(hopCount);
+  const brightness = new Float32Array(hopCount);
+  const lowCentroid = new Float32Array(hopCount);
+  const highToLowRatio = new Float32Array(hopCount);
+  // ~32 ms FFT frames: fine enough (31 Hz bins at 16 kHz) to place F1 within the low band.
+  const fftSize = 2 ** Math.ceil(Math.log2(Math.max(64, 0.032 * sampleRate)));
+  const hann = new Float64Array(fftSize).map((_, i) => 0.5 - 0.5 * Math.cos((2 * Math.PI * i) / (fftSize - 1)));
+  const halfWindow = Math.max(1, Math.round(((WINDOW_MS / 1000) * sampleRate) / 2));
+  for (let hop = 0; hop < hopCount; hop++) {
+    const center = Math.round((((hop + 0.5) * HOP_MS) / 1000) * sampleRate);
+    const from = Math.max(0, center - halfWindow);
+    const to = Math.min(pcm.length, center + halfWindow);
+    let energy = 0;
+    let differenceEnergy = 0;
+    for (let i = from; i < to; i++) {
+      const sample = pcm[i];
+      energy += sample * sample;
+      if (i > from) {
+        const difference = sample - pcm[i - 1];
+        differenceEnergy += difference * difference;
+      }
+    }
+    const count = to - from;
+    if (count <= 0) continue;
+    level[hop] = rmsToLevel(Math.sqrt(energy / count));
+    const ratio = energy > 0 ? Math.sqrt(differenceEnergy / energy) : 0;
+    brightness[hop] = (sampleRate / Math.PI) * Math.asin(Math.min(1, ratio / 2));
+    if (level[hop] > 0) {
+      const shape = spectralShape(pcm, center, sampleRate, fftSize, hann);
+      lowCentroid[hop] = shape.lowCentroid;
+      highToLowRatio[hop] = shape.highToLowRatio;
+    }
+  }
+  return { level, brightness, lowCentroid, highToLowRatio, hopCount };
+}
