@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { initialTransition, transition, type AnyStateMachine } from 'xstate';
+import { fromCallback, initialTransition, transition, type AnyStateMachine, type EventObject } from 'xstate';
 import {
   isBusy,
   pipelineStageOf,
@@ -358,4 +358,58 @@ export function runViolations(run: PureRun): string[] {
   if (run.initialEmitted.length > 0) violations.push(`initial emitted ${JSON.stringify(run.initialEmitted)}`);
   for (const step of run.steps) violations.push(...stepViolations(step));
   return violations;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Recording stage actors for real-actor replays
+// ---------------------------------------------------------------------------------------------------
+
+export type ChildId = StageChildId | 'media';
+
+export interface ChildRecord {
+  id: ChildId;
+  input: unknown;
+  received: Array<{ type: string; text?: string }>;
+  /** Set when the actor's cleanup ran (XState stopped it). */
+  stopped: boolean;
+}
+
+type SendBack = (event: SessionEvent) => void;
+
+export interface RecordingHooks {
+  onStart?: (id: ChildId, input: unknown, sendBack: SendBack) => void;
+  onReceive?: (id: ChildId, event: { type: string; text?: string }, sendBack: SendBack) => void;
+}
+
+/**
+ * Callback actors standing in for media/asr/llm/tts that record their input, every event they
+ * receive and whether their cleanup ran; optional hooks let a scenario script their replies.
+ * Hooks run on a microtask so replies arrive as separate events, as they would from real I/O.
+ */
+export function createRecordingActors(hooks: RecordingHooks = {}) {
+  const records: ChildRecord[] = [];
+  const recorder = (id: ChildId) =>
+    fromCallback<EventObject, any>(({ input, receive, sendBack }) => {
+      const record: ChildRecord = { id, input, received: [], stopped: false };
+      records.push(record);
+      const reply: SendBack = (event) => {
+        if (!record.stopped) sendBack(event);
+      };
+      if (hooks.onStart) queueMicrotask(() => hooks.onStart?.(id, input, reply));
+      receive((event) => {
+        const received = event as { type: string; text?: string };
+        record.received.push(received);
+        if (hooks.onReceive) queueMicrotask(() => hooks.onReceive?.(id, received, reply));
+      });
+      return () => {
+        record.stopped = true;
+      };
+    });
+  return {
+    actors: { media: recorder('media'), asr: recorder('asr'), llm: recorder('llm'), tts: recorder('tts') },
+    records,
+    /** Ids of the recorded actors started and not yet cleaned up. */
+    alive: (): ChildId[] => records.filter((record) => !record.stopped).map((record) => record.id),
+    of: (id: ChildId): ChildRecord[] => records.filter((record) => record.id === id),
+  };
 }
