@@ -21,6 +21,8 @@ const DEFAULT_VOICE = 'Cherry';
 /** Qwen-TTS always streams 24 kHz mono PCM16. */
 const QWEN_TTS_RATE = 24000;
 const ENROLLMENT_MODEL = 'qwen-voice-enrollment';
+/** DashScope: letters, digits and underscores, at most 16 characters. */
+export const CLOUD_A_PREFERRED_NAME_PATTERN = /^[A-Za-z0-9_]{1,16}$/;
 
 interface SseEvent {
   output?: { audio?: { data?: string }; finish_reason?: string };

@@ -24,7 +24,7 @@ const ENROLLMENT_MODEL = 'voice-enrollment';
 const PCM_RATES = [8000, 16000, 22050, 24000, 44100, 48000];
 const FALLBACK_RATE = 24000;
 /** DashScope allows lower-case letters and digits, fewer than 10 characters. */
-const PREFIX_PATTERN = /^[a-z0-9]{1,9}$/;
+export const CLOUD_B_PREFIX_PATTERN = /^[a-z0-9]{1,9}$/;
 /** Opening the socket plus `task-started`: a handshake, not synthesis. */
 const WS_HANDSHAKE_TIMEOUT_MS = 15_000;
 /** Whole sentence over the socket; long sentences take a few seconds at most on CosyVoice. */
@@ -161,7 +161,7 @@ export function createCloudBProvider(config: CloningProviderConfig = {}): TtsPro
     assertConfigured(ID, status());
     if (!request.sampleUrl) throw new UpstreamError(`${ID}: cloning needs a public sample URL (SERVICE_PUBLIC_BASE_URL)`);
     const prefix = request.prefix || randomAlphanumeric(8);
-    if (!PREFIX_PATTERN.test(prefix)) {
+    if (!CLOUD_B_PREFIX_PATTERN.test(prefix)) {
       throw new RangeError('cloud_b prefix must be 1-9 lower-case letters or digits');
     }
     const voiceId = await createDashscopeVoice({

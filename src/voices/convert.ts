@@ -1,0 +1,67 @@
+/**
+ * Converts an uploaded clone sample (any container/codec ffmpeg reads) to 24 kHz mono 16-bit WAV,
+ * with the ffmpeg binary shipped by `@ffmpeg-installer/ffmpeg`, piping stdin → stdout.
+ */
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { encodeWav } from '../../actors/audio/wav.ts';
+
+export const CLONE_SAMPLE_RATE = 24_000;
+/** A 12 MB sample converts in well under a second; this only stops a wedged ffmpeg. */
+const FFMPEG_TIMEOUT_MS = 30_000;
+/** ffmpeg's complaint is kept short for the 400 detail. */
+const MAX_STDERR_CHARS = 400;
+
+const ffmpegPath = (createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg') as { path: string }).path;
+
+export class AudioConversionError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'AudioConversionError';
+  }
+}
+
+/** Raw s16le out of ffmpeg (a piped WAV header cannot carry sizes), then a proper WAV header here. */
+export function convertTo24kMonoWav(audio: Buffer, signal: AbortSignal): Promise<Buffer> {
+  signal.throwIfAborted();
+  return new Promise<Buffer>((resolve, reject) => {
+    const child = spawn(
+      ffmpegPath,
+      ['-hide_banner', '-nostdin', '-loglevel', 'error', '-i', 'pipe:0', '-vn', '-ac', '1', '-ar', String(CLONE_SAMPLE_RATE), '-f', 's16le', '-acodec', 'pcm_s16le', 'pipe:1'],
+      { stdio: ['pipe', 'pipe', 'pipe'] },
+    );
+    const output: Buffer[] = [];
+    let stderr = '';
+    let settled = false;
+    const finish = (error: Error | null, value?: Buffer) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      signal.removeEventListener('abort', onAbort);
+      if (child.exitCode === null) child.kill('SIGKILL');
+      if (error) reject(error);
+      else resolve(value!);
+    };
+    const timer = setTimeout(() => finish(new AudioConversionError(`audio conversion took longer than ${FFMPEG_TIMEOUT_MS} ms`)), FFMPEG_TIMEOUT_MS);
+    const onAbort = () => finish(signal.reason instanceof Error ? signal.reason : new DOMException('aborted', 'AbortError'));
+    signal.addEventListener('abort', onAbort, { once: true });
+
+    child.stdout.on('data', (chunk: Buffer) => output.push(chunk));
+    child.stderr.on('data', (chunk: Buffer) => {
+      if (stderr.length < MAX_STDERR_CHARS) stderr += chunk.toString('utf8');
+    });
+    // ffmpeg may stop reading early on garbage input; the resulting EPIPE is reported via its exit code.
+    child.stdin.on('error', () => {});
+    child.on('error', (error) => finish(new AudioConversionError(`audio converter failed to start: ${error.message}`)));
+    child.on('close', (code) => {
+      const pcmBytes = Buffer.concat(output);
+      if (code !== 0) return finish(new AudioConversionError(`audio cannot be converted to 24 kHz mono WAV: ${stderr.trim().slice(0, MAX_STDERR_CHARS) || `ffmpeg exit ${code}`}`));
+      const samples = Math.floor(pcmBytes.length / 2);
+      if (samples === 0) return finish(new AudioConversionError('audio cannot be converted to 24 kHz mono WAV: no audio samples'));
+      const pcm = new Int16Array(samples);
+      for (let i = 0; i < samples; i++) pcm[i] = pcmBytes.readInt16LE(i * 2);
+      finish(null, encodeWav(pcm, CLONE_SAMPLE_RATE));
+    });
+    child.stdin.end(audio);
+  });
+}
