@@ -1,0 +1,239 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { createActor, waitFor } from 'xstate';
+import {
+  INTERRUPT_SETTLE_MS,
+  sessionMachine,
+  type SessionEmitted,
+  type SessionEvent,
+  type SessionSnapshot,
+  type StageInput,
+} from '../machines/session.machine.ts';
+import { TEST_SESSION_INPUT, createRecordingActors, type RecordingHooks } from './helpers/machine-events.ts';
+
+/**
+ * Scenario tests on a real actor: the stage actors are recording callback actors (provided with
+ * `.provide({ actors })`) scripted to reply like the real ones would.
+ */
+
+/** Scripted replies arrive within a few microtasks; this bound only stops a broken machine hanging. */
+const SCENARIO_WAIT_MS = 1_000;
+
+const LLM_SEGMENTS = ['Hello there. ', 'How are you?'];
+
+/** LLM streams its segments then finishes; TTS answers the first text with audio and ends on TEXT.END. */
+const conversationalHooks: RecordingHooks = {
+  onStart(id, input, sendBack) {
+    if (id === 'llm') {
+      for (const text of LLM_SEGMENTS) sendBack({ type: 'LLM.SEGMENT', text });
+      sendBack({ type: 'LLM.DONE' });
+    }
+    if (id === 'tts' && (input as StageInput).turn.mode !== 'chat') {
+      sendBack({ type: 'TTS.FIRST_AUDIO' });
+      sendBack({ type: 'TTS.DONE' });
+    }
+    if (id === 'asr') sendBack({ type: 'ASR.DONE', text: 'what time is it' });
+  },
+  onReceive(id, event, sendBack) {
+    if (id === 'tts' && event.type === 'TEXT.SEGMENT' && event.text === LLM_SEGMENTS[0]) sendBack({ type: 'TTS.FIRST_AUDIO' });
+    if (id === 'tts' && event.type === 'TEXT.END') sendBack({ type: 'TTS.DONE' });
+    if (id === 'media' && event.type === 'FLUSH') sendBack({ type: 'MEDIA.FLUSHED' });
+  },
+};
+
+const started: Array<{ stop: () => void }> = [];
+afterEach(() => {
+  for (const actor of started.splice(0)) actor.stop();
+});
+
+function startSession(hooks: RecordingHooks = conversationalHooks) {
+  const recording = createRecordingActors(hooks);
+  const actor = createActor(sessionMachine.provide({ actors: recording.actors }), { input: TEST_SESSION_INPUT });
+  const emitted: SessionEmitted[] = [];
+  actor.on('*', (event) => emitted.push(event as SessionEmitted));
+  actor.start();
+  started.push(actor);
+  actor.send({ type: 'START' });
+  const statuses = () => emitted.filter((event) => event.type === 'status').map((event) => (event as { stage: string }).stage);
+  const until = (predicate: (snapshot: SessionSnapshot) => boolean) =>
+    waitFor(actor, (snapshot) => predicate(snapshot as SessionSnapshot), { timeout: SCENARIO_WAIT_MS });
+  const send = (event: SessionEvent) => actor.send(event);
+  return { actor, recording, emitted, statuses, until, send };
+}
+
+const idle = (snapshot: SessionSnapshot) => snapshot.matches({ running: 'idle' });
+
+describe('session machine scenarios (real actor, recording stage actors)', () => {
+  it('speak turn: status speaking then idle, tts gets the turn and is stopped afterwards', async () => {
+    const session = startSession();
+    session.send({ type: 'SPEAK', turn: { id: 'speak-1', mode: 'speak', text: 'Hi!', voice: 'alice' } });
+    expect(session.actor.getSnapshot().matches({ running: { turn: { phase: 'preparing' } } })).toBe(true);
+    await session.until(idle);
+    expect(session.statuses()).toEqual(['speaking', 'idle']);
+    const [tts] = session.recording.of('tts');
+    expect(tts.input).toEqual({
+      sessionId: TEST_SESSION_INPUT.sessionId,
+      turn: { id: 'speak-1', mode: 'speak', text: 'Hi!', voice: 'alice' },
+      voice: 'alice',
+      ttsProvider: TEST_SESSION_INPUT.ttsProvider,
+    });
+    expect(tts.stopped).toBe(true);
+    expect(session.recording.of('llm')).toEqual([]);
+    expect(session.actor.getSnapshot().context.turn).toBeNull();
+  });
+
+  it('chat turn: thinking → speaking → idle, LLM segments forwarded to tts as TEXT.SEGMENT then TEXT.END', async () => {
+    const session = startSession();
+    session.send({ type: 'CHAT', turn: { id: 'chat-1', mode: 'chat', text: 'Say hello' } });
+    await session.until(idle);
+    expect(session.statuses()).toEqual(['thinking', 'speaking', 'idle']);
+    const [llm] = session.recording.of('llm');
+    expect(llm.input).toMatchObject({ systemPrompt: TEST_SESSION_INPUT.systemPrompt, turn: { id: 'chat-1', text: 'Say hello' } });
+    const [tts] = session.recording.of('tts');
+    expect(tts.received).toEqual([
+      { type: 'TEXT.SEGMENT', text: LLM_SEGMENTS[0] },
+      { type: 'TEXT.SEGMENT', text: LLM_SEGMENTS[1] },
+      { type: 'TEXT.END' },
+    ]);
+    expect(llm.stopped && tts.stopped).toBe(true);
+    expect(session.emitted.some((event) => event.type === 'error')).toBe(false);
+  });
+
+  it('transcribe with triggerChat: listening, then a chat turn on the recognised text', async () => {
+    const session = startSession();
+    session.send({ type: 'TRANSCRIBE', id: 'tr-1', triggerChat: true });
+    await session.until(idle);
+    expect(session.statuses()).toEqual(['listening', 'thinking', 'speaking', 'idle']);
+    const [asr] = session.recording.of('asr');
+    expect(asr.input).toEqual({ sessionId: TEST_SESSION_INPUT.sessionId, transcribeId: 'tr-1' });
+    expect(asr.stopped).toBe(true);
+    const [llm] = session.recording.of('llm');
+    expect((llm.input as StageInput).turn).toEqual({ id: 'tr-1', mode: 'chat', text: 'what time is it' });
+    expect(session.recording.of('tts')[0].received.map((event) => event.type)).toEqual(['TEXT.SEGMENT', 'TEXT.SEGMENT', 'TEXT.END']);
+  });
+
+  it('transcribe without triggerChat: listening then idle, no turn started', async () => {
+    const session = startSession();
+    session.send({ type: 'TRANSCRIBE', id: 'tr-2', triggerChat: false });
+    await session.until(idle);
+    expect(session.statuses()).toEqual(['listening', 'idle']);
+    expect(session.recording.of('asr')[0].stopped).toBe(true);
+    expect(session.recording.of('llm')).toEqual([]);
+    expect(session.recording.of('tts')).toEqual([]);
+  });
+
+  it('pause while speaking stops the tts actor and flushes media; resume returns to idle', async () => {
+    // TTS reaches first audio but never finishes, so the turn is mid-speech when paused.
+    const session = startSession({
+      onStart: (id, _input, sendBack) => {
+        if (id === 'tts') sendBack({ type: 'TTS.FIRST_AUDIO' });
+      },
+    });
+    session.send({ type: 'SPEAK', turn: { id: 'speak-2', mode: 'speak', text: 'A long story…' } });
+    await session.until((snapshot) => snapshot.matches({ running: { turn: { phase: 'speaking' } } }));
+    const [tts] = session.recording.of('tts');
+    expect(tts.stopped).toBe(false);
+
+    session.send({ type: 'PAUSE' });
+    const paused = session.actor.getSnapshot();
+    expect(paused.value).toBe('paused');
+    expect(tts.stopped).toBe(true);
+    expect(Object.keys(paused.children)).toEqual(['media']);
+    expect(session.recording.of('media')[0].received).toEqual([{ type: 'FLUSH' }]);
+    expect(paused.context.turn).toBeNull();
+
+    session.send({ type: 'SPEAK', turn: { id: 'ignored', mode: 'speak', text: 'x' } });
+    expect(session.recording.of('tts')).toHaveLength(1);
+    session.send({ type: 'RESUME' });
+    expect(session.actor.getSnapshot().matches({ running: 'idle' })).toBe(true);
+    session.send({ type: 'SPEAK', turn: { id: 'speak-3', mode: 'speak', text: 'Back again.' } });
+    expect(session.recording.of('tts')).toHaveLength(2);
+  });
+
+  it('fatal STAGE.ERROR from a stage: error emitted, then session.terminated, every actor stopped', async () => {
+    const session = startSession({
+      onStart: (id, _input, sendBack) => {
+        if (id === 'llm') sendBack({ type: 'STAGE.ERROR', code: 'llm_unreachable', message: 'connection refused', fatal: true });
+      },
+    });
+    session.send({ type: 'CHAT', turn: { id: 'chat-2', mode: 'chat', text: 'Hi' } });
+    await session.until((snapshot) => snapshot.status === 'done');
+    expect(session.emitted).toEqual([
+      { type: 'status', stage: 'thinking' },
+      { type: 'error', code: 'llm_unreachable', message: 'connection refused' },
+      { type: 'session.terminated' },
+    ]);
+    expect(session.actor.getSnapshot().value).toBe('terminated');
+    expect(session.recording.records.every((record) => record.stopped)).toBe(true);
+  });
+
+  it('non-fatal STAGE.ERROR mid-turn: error, status error, status idle; the next turn still works', async () => {
+    let failFirstTts = true;
+    const session = startSession({
+      ...conversationalHooks,
+      onStart: (id, input, sendBack) => {
+        if (id === 'tts' && failFirstTts) {
+          failFirstTts = false;
+          sendBack({ type: 'STAGE.ERROR', code: 'tts_failed', message: 'provider returned 502', fatal: false });
+          return;
+        }
+        conversationalHooks.onStart?.(id, input, sendBack);
+      },
+    });
+    session.send({ type: 'SPEAK', turn: { id: 'speak-4', mode: 'speak', text: 'Fails.' } });
+    await session.until(() => session.emitted.length >= 3);
+    expect(session.emitted).toEqual([
+      { type: 'error', code: 'tts_failed', message: 'provider returned 502' },
+      { type: 'status', stage: 'error' },
+      { type: 'status', stage: 'idle' },
+    ]);
+    expect(session.recording.of('tts')[0].stopped).toBe(true);
+    expect(session.recording.of('media')[0].received).toEqual([{ type: 'FLUSH' }]);
+
+    session.send({ type: 'SPEAK', turn: { id: 'speak-5', mode: 'speak', text: 'Works.' } });
+    await session.until((snapshot) => idle(snapshot) && session.recording.of('tts')[1]?.stopped === true);
+    expect(session.statuses().slice(-2)).toEqual(['speaking', 'idle']);
+  });
+
+  it('interrupt mid-chat: tts and llm stopped, media flushed, interrupted then idle on MEDIA.FLUSHED', async () => {
+    const session = startSession({ onReceive: conversationalHooks.onReceive });
+    session.send({ type: 'CHAT', turn: { id: 'chat-3', mode: 'chat', text: 'Tell me everything' } });
+    session.send({ type: 'LLM.SEGMENT', text: LLM_SEGMENTS[0] });
+    await session.until((snapshot) => snapshot.matches({ running: { turn: { phase: 'speaking' } } }));
+    session.send({ type: 'INTERRUPT' });
+    expect(session.actor.getSnapshot().matches({ running: 'interrupted' })).toBe(true);
+    expect(session.recording.of('llm')[0].stopped && session.recording.of('tts')[0].stopped).toBe(true);
+    await session.until(idle);
+    expect(session.statuses()).toEqual(['thinking', 'speaking', 'interrupted', 'idle']);
+    expect(session.recording.of('media')[0].received).toEqual([{ type: 'FLUSH' }]);
+  });
+
+  it('interrupt without a flush confirmation settles to idle after INTERRUPT_SETTLE_MS', async () => {
+    const session = startSession({}); // media never answers FLUSH
+    session.send({ type: 'SPEAK', turn: { id: 'speak-6', mode: 'speak', text: 'Hmm' } });
+    const interruptedAt = performance.now();
+    session.send({ type: 'INTERRUPT' });
+    await session.until(idle);
+    const elapsed = performance.now() - interruptedAt;
+    // Timers may fire a millisecond early on some platforms; the spec promises idle within ~200 ms.
+    expect(elapsed).toBeGreaterThanOrEqual(INTERRUPT_SETTLE_MS - 5);
+    expect(elapsed).toBeLessThan(SCENARIO_WAIT_MS);
+    expect(session.statuses()).toEqual(['interrupted', 'idle']);
+  });
+
+  it('CUSTOMIZE changes the voice and system prompt used by the next turn', async () => {
+    const session = startSession();
+    session.send({ type: 'CUSTOMIZE', systemPrompt: 'Be brief.', ttsVoice: 'bob', ttsProvider: 'espeak' });
+    session.send({ type: 'CHAT', turn: { id: 'chat-4', mode: 'chat', text: 'Hi' } });
+    await session.until(idle);
+    expect(session.recording.of('llm')[0].input).toMatchObject({ systemPrompt: 'Be brief.' });
+    expect(session.recording.of('tts')[0].input).toMatchObject({ voice: 'bob', ttsProvider: 'espeak' });
+  });
+
+  it('TERMINATE stops the media actor and emits session.terminated exactly once', () => {
+    const session = startSession();
+    session.send({ type: 'TERMINATE' });
+    expect(session.actor.getSnapshot().status).toBe('done');
+    expect(session.recording.of('media')[0].stopped).toBe(true);
+    expect(session.emitted).toEqual([{ type: 'session.terminated' }]);
+  });
+});
