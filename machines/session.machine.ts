@@ -1,4 +1,4 @@
-import { assign, emit, fromCallback, sendTo, setup, type ActorRefFrom, type SnapshotFrom } from 'xstate';
+import { assign, emit, fromCallback, raise, sendTo, setup, type ActorRefFrom, type SnapshotFrom } from 'xstate';
 
 /**
  * The session state machine. Pure: no I/O here. The real stage actors (media, asr, llm, tts) are
@@ -76,8 +76,6 @@ export interface StageInput {
   turn: TurnInfo;
 }
 
-const idleActor = fromCallback(() => () => undefined);
-
 export const sessionMachine = setup({
   types: {
     context: {} as SessionContext,
@@ -86,7 +84,7 @@ export const sessionMachine = setup({
     emitted: {} as SessionEmitted,
   },
   actors: {
-    media: idleActor,
+    media: fromCallback<{ type: string }, { sessionId: string }>(() => () => undefined),
     asr: fromCallback<{ type: string }, { sessionId: string; transcribeId: string }>(() => () => undefined),
     llm: fromCallback<{ type: string }, StageInput & { systemPrompt: string }>(() => () => undefined),
     tts: fromCallback<{ type: string; text?: string }, StageInput & { voice: string | null; ttsProvider: string }>(
@@ -113,6 +111,7 @@ export const sessionMachine = setup({
     emitTerminated: emit({ type: 'session.terminated' as const }),
     flushMedia: sendTo('media', { type: 'FLUSH' }),
     clearTurn: assign({ turn: null, transcribe: null }),
+    replayEvent: raise(({ event }) => event),
   },
 }).createMachine({
   id: 'session',
@@ -237,7 +236,15 @@ export const sessionMachine = setup({
         },
         interrupted: {
           entry: ['flushMedia', { type: 'emitStatus', params: { stage: 'interrupted' } }, 'clearTurn'],
-          on: { 'MEDIA.FLUSHED': { target: 'idle', actions: { type: 'emitStatus', params: { stage: 'idle' } } } },
+          on: {
+            'MEDIA.FLUSHED': { target: 'idle', actions: { type: 'emitStatus', params: { stage: 'idle' } } },
+            // Not busy here, so routes accept new work; settle now and let idle take it rather than drop
+            // it (a dropped TRANSCRIBE would leave its request waiting forever).
+            SPEAK: { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
+            CHAT: { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
+            SPEAK_AUDIO: { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
+            TRANSCRIBE: { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
+          },
           after: { [INTERRUPT_SETTLE_MS]: { target: 'idle', actions: { type: 'emitStatus', params: { stage: 'idle' } } } },
         },
         error: {

@@ -206,7 +206,7 @@ async function playDirectAudio(ctx: StageContext, turn: TurnInfo, sendBack: Send
   const audio = ctx.turnAudio.get(turn.id);
   if (!audio) throw new Error('turn audio missing');
   try {
-    const chunks: AsyncIterable<Int16Array> = audio.kind === 'clip' ? [audio.pcm] : audio.chunks;
+    const chunks: AsyncIterable<Int16Array> | Iterable<Int16Array> = audio.kind === 'clip' ? [audio.pcm] : audio.chunks;
     let first = true;
     for await (const raw of chunks) {
       if (signal.aborted) throw signal.reason;

@@ -1,0 +1,54 @@
+import Fastify, { type FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { Logger } from 'pino';
+import type { ServiceConfig } from './config.ts';
+import { createServices, type ServiceOverrides, type Services } from './services.ts';
+import externalPlugins from './plugins/external/index.ts';
+import servicesPlugin from './plugins/app/services.ts';
+import errorPlugin from './plugins/app/errors.ts';
+import healthRoutes from './routes/health.ts';
+import avatarRoutes from './routes/avatars.ts';
+import sessionRoutes from './routes/sessions.ts';
+import interactionRoutes from './routes/interaction.ts';
+import webrtcRoutes from './routes/webrtc.ts';
+import eventRoutes from './routes/events.ts';
+import uiRoutes from './routes/ui.ts';
+import audioStreamRoutes from './routes/audio-stream.ts';
+import { AvatarManifest, AvatarSummary } from './schemas/avatars.ts';
+
+/** Route plugins, each encapsulated; later capabilities add theirs here. */
+const ROUTES = [healthRoutes, avatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, uiRoutes];
+
+export interface BuiltApp {
+  app: FastifyInstance;
+  services: Services;
+}
+
+/**
+ * Builds the service in three layers like fastify/demo: external plugins, app plugins (decorators and
+ * error handling), then encapsulated route plugins.
+ */
+export async function buildApp(config: ServiceConfig, logger: Logger, overrides: ServiceOverrides = {}): Promise<BuiltApp> {
+  const services = await createServices(config, logger, overrides);
+  const app = Fastify({
+    loggerInstance: logger,
+    disableRequestLogging: false,
+    bodyLimit: 1024 * 1024,
+    // Request ids in logs; paths with user input stay out of static messages.
+    requestIdHeader: 'x-request-id',
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  await app.register(externalPlugins, { config });
+  await app.register(servicesPlugin, { services });
+  await app.register(errorPlugin);
+  app.addSchema(AvatarSummary);
+  app.addSchema(AvatarManifest);
+  for (const routes of ROUTES) await app.register(routes);
+
+  app.addHook('onClose', async () => {
+    await services.close();
+  });
+  await app.ready();
+  return { app: app as unknown as FastifyInstance, services };
+}

@@ -1,0 +1,74 @@
+import fs from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import cors from '@fastify/cors';
+import multipart from '@fastify/multipart';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import websocket from '@fastify/websocket';
+import fp from 'fastify-plugin';
+import type { FastifyInstance } from 'fastify';
+import type { ServiceConfig } from '../../config.ts';
+import { ErrorBody } from '../../schemas/common.ts';
+
+/** The largest upload any route accepts (clone audio, 12 MB); routes set tighter limits per file. */
+export const MAX_UPLOAD_BYTES = 12 * 1024 * 1024;
+
+const require = createRequire(import.meta.url);
+
+/** Third-party plugins: CORS, multipart, websocket and the OpenAPI document with its two UIs, all offline. */
+export default fp(async function externalPlugins(app: FastifyInstance, opts: { config: ServiceConfig }) {
+  const { config } = opts;
+  await app.register(cors, {
+    origin: config.corsOrigins.includes('*') ? true : config.corsOrigins.length > 0 ? config.corsOrigins : false,
+    methods: ['GET', 'POST', 'DELETE', 'OPTIONS'],
+  });
+  await app.register(multipart, {
+    limits: { fileSize: MAX_UPLOAD_BYTES, files: 1, fields: 16, fieldSize: 64 * 1024, parts: 20 },
+  });
+  await app.register(websocket, { options: { maxPayload: 1024 * 1024 } });
+
+  app.addSchema(ErrorBody);
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.0.3',
+      info: {
+        title: 'Avatar Conversation Service',
+        version: '0.1.0',
+        description:
+          'Talking-avatar sessions: REST, server-sent events (`GET /sessions/{session_id}/events`) and an audio WebSocket ' +
+          '(`/sessions/{session_id}/speak_audio_stream`). Media flows over WebRTC. See docs/ in the repository.',
+      },
+      tags: [
+        { name: 'health', description: 'Health, models and queue' },
+        { name: 'avatars', description: 'Avatar catalog' },
+        { name: 'sessions', description: 'Session lifecycle' },
+        { name: 'interaction', description: 'Speak, chat, transcribe, interrupt, direct audio' },
+        { name: 'persona', description: 'Persona customisation' },
+        { name: 'webrtc', description: 'WebRTC signaling' },
+        { name: 'events', description: 'Server-sent events' },
+        { name: 'tts', description: 'Speech preview' },
+        { name: 'voices', description: 'Cloned voice catalog' },
+        { name: 'recording', description: 'Recording and offline rendering' },
+      ],
+    },
+    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
+  });
+  await app.register(swaggerUi, { routePrefix: '/docs', staticCSP: false, uiConfig: { deepLinking: true } });
+
+  const redocBundle = require.resolve('redoc/bundles/redoc.standalone.js');
+  app.get('/redoc', { schema: { hide: true } }, async (_req, reply) => {
+    reply.type('text/html').send(REDOC_PAGE);
+  });
+  app.get('/redoc/redoc.standalone.js', { schema: { hide: true } }, async (_req, reply) => {
+    reply.type('application/javascript').header('cache-control', 'public, max-age=86400').send(await fs.readFile(redocBundle));
+  });
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+});
+
+const REDOC_PAGE = `<!doctype html>
+<html><head><meta charset="utf-8"><title>Avatar Conversation Service – API</title>
+<meta name="viewport" content="width=device-width, initial-scale=1"></head>
+<body><div id="redoc"></div>
+<script src="/redoc/redoc.standalone.js"></script>
+<script>Redoc.init('/openapi.json', { hideDownloadButton: false }, document.getElementById('redoc'));</script>
+</body></html>`;

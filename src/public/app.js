@@ -1,0 +1,132 @@
+// Demo client: creates a session, connects WebRTC, speaks, chats, interrupts and shows SSE events.
+const $ = (id) => document.getElementById(id);
+const state = { sessionId: null, pc: null, events: null, speakAt: 0 };
+window.demo = state;
+
+function log(line) {
+  const el = $('log');
+  el.textContent += `${new Date().toISOString().slice(11, 23)} ${line}\n`;
+  el.scrollTop = el.scrollHeight;
+}
+
+async function api(method, path, body) {
+  const res = await fetch(path, {
+    method,
+    headers: body ? { 'content-type': 'application/json' } : {},
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await res.text();
+  const data = text ? JSON.parse(text) : null;
+  if (!res.ok) throw new Error(`${method} ${path} → ${res.status}: ${data?.detail ?? text}`);
+  return data;
+}
+
+async function loadCatalog() {
+  const [avatars, { models }] = await Promise.all([api('GET', '/avatars'), api('GET', '/models')]);
+  $('avatar').innerHTML = avatars.map((a) => `<option value="${a.id}" data-type="${a.model_type}">${a.name ?? a.id} (${a.model_type})</option>`).join('');
+  $('model').innerHTML = models
+    .map((m) => `<option value="${m.id}" ${m.connected ? '' : 'disabled'} data-renders="${m.renders.join(',')}">${m.id}${m.connected ? '' : ` – ${m.status}`}</option>`)
+    .join('');
+  const pickModel = () => {
+    const type = $('avatar').selectedOptions[0]?.dataset.type;
+    const preferred = [...$('model').options].find((o) => !o.disabled && o.value === type) ?? [...$('model').options].find((o) => !o.disabled && o.dataset.renders.split(',').includes(type));
+    if (preferred) $('model').value = preferred.value;
+  };
+  $('avatar').onchange = pickModel;
+  pickModel();
+}
+
+function setRunning(running) {
+  $('start').disabled = running;
+  $('stop').disabled = !running;
+  for (const id of ['speak', 'chat', 'interrupt']) $(id).disabled = !running;
+}
+
+async function start() {
+  try {
+    const { session_id } = await api('POST', '/sessions', { avatar_id: $('avatar').value, model: $('model').value });
+    state.sessionId = session_id;
+    $('state').textContent = 'created';
+    listen(session_id);
+    const pc = new RTCPeerConnection();
+    state.pc = pc;
+    pc.addTransceiver('video', { direction: 'recvonly' });
+    pc.addTransceiver('audio', { direction: 'recvonly' });
+    const stream = new MediaStream();
+    pc.ontrack = (ev) => {
+      stream.addTrack(ev.track);
+      $('video').srcObject = stream;
+    };
+    await pc.setLocalDescription(await pc.createOffer());
+    await waitForIce(pc);
+    const answer = await api('POST', `/sessions/${session_id}/webrtc/offer`, { sdp: pc.localDescription.sdp, type: 'offer' });
+    await pc.setRemoteDescription(answer);
+    await api('POST', `/sessions/${session_id}/start`);
+    $('state').textContent = 'running';
+    setRunning(true);
+    log(`session ${session_id} running`);
+  } catch (error) {
+    log(`error: ${error.message}`);
+  }
+}
+
+function waitForIce(pc) {
+  if (pc.iceGatheringState === 'complete') return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, 2000);
+    pc.addEventListener('icegatheringstatechange', () => {
+      if (pc.iceGatheringState === 'complete') {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  });
+}
+
+function listen(sessionId) {
+  const events = new EventSource(`/sessions/${sessionId}/events`);
+  state.events = events;
+  let frames = 0;
+  for (const type of ['transcript', 'llm', 'tts', 'status', 'error', 'session.terminated']) {
+    events.addEventListener(type, (ev) => {
+      const data = JSON.parse(ev.data);
+      if (type === 'status') $('stage').textContent = data.stage;
+      if (type === 'tts' && data.stage === 'first_audio' && state.speakAt) {
+        $('metrics').innerHTML = `<span>request → first audio: ${Math.round(performance.now() - state.speakAt)} ms</span><span>synthesis: ${data.ms_elapsed} ms</span>`;
+      }
+      if (type === 'session.terminated') {
+        events.close();
+        setRunning(false);
+        $('state').textContent = 'terminated';
+      }
+      log(`${type} ${ev.data}`);
+    });
+  }
+  events.addEventListener('frame', () => {
+    frames++;
+    if (frames % 25 === 0) log(`frame ×25 (total ${frames})`);
+  });
+}
+
+async function speak(kind) {
+  const text = $('text').value.trim();
+  if (!text) return;
+  state.speakAt = performance.now();
+  try {
+    if (kind === 'chat') await api('POST', `/sessions/${state.sessionId}/chat`, { prompt: text });
+    else await api('POST', `/sessions/${state.sessionId}/speak`, { text });
+  } catch (error) {
+    log(`error: ${error.message}`);
+  }
+}
+
+$('start').onclick = start;
+$('speak').onclick = () => speak('speak');
+$('chat').onclick = () => speak('chat');
+$('interrupt').onclick = () => api('POST', `/sessions/${state.sessionId}/interrupt`).catch((e) => log(`error: ${e.message}`));
+$('stop').onclick = async () => {
+  await api('DELETE', `/sessions/${state.sessionId}`).catch((e) => log(`error: ${e.message}`));
+  state.pc?.close();
+  setRunning(false);
+};
+loadCatalog().catch((error) => log(`error: ${error.message}`));

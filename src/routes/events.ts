@@ -1,0 +1,46 @@
+import { Type } from '@sinclair/typebox';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { SessionIdParams, errors } from '../schemas/common.ts';
+
+/** Server-sent events of a session (spec 6.1); stays open for the session's lifetime. */
+const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const { supervisor } = app.services;
+
+  app.get('/sessions/:session_id/events', {
+    schema: {
+      tags: ['events'],
+      summary: 'Session event stream',
+      description:
+        'text/event-stream. Events: transcript {text, is_final}, llm {delta}, tts {stage, ms_elapsed, sentence_index?}, ' +
+        'frame {frame_idx, pts_ms}, status {stage, message?}, error {code, message}, session.terminated {}. ' +
+        'A consumer more than ~5 s behind is disconnected. See docs/events.md.',
+      params: SessionIdParams,
+      produces: ['text/event-stream'],
+      response: { 200: Type.String({ description: 'text/event-stream' }), ...errors(404, 409) },
+    },
+    handler: async (request, reply) => {
+      const session = await supervisor.requireSession(request.params.session_id);
+      reply.hijack();
+      const res = reply.raw;
+      res.writeHead(200, {
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache, no-transform',
+        connection: 'keep-alive',
+        'x-accel-buffering': 'no',
+        ...corsHeaders(request.headers.origin, app.services.config.corsOrigins),
+      });
+      res.flushHeaders();
+      res.write(': connected\n\n');
+      session.events.attach(res, () => request.log.debug('sse consumer detached'));
+    },
+  });
+};
+
+/** Hijacked replies bypass @fastify/cors, so the allowed origin is echoed here. */
+function corsHeaders(origin: string | undefined, allowed: string[]): Record<string, string> {
+  if (!origin) return {};
+  if (allowed.includes('*') || allowed.includes(origin)) return { 'access-control-allow-origin': origin, vary: 'Origin' };
+  return {};
+}
+
+export default eventRoutes;

@@ -1,0 +1,96 @@
+
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { CreateSessionRequest, CreateSessionResponse, SessionInfo, StatusOnly } from '../schemas/sessions.ts';
+import { SessionIdParams, errors } from '../schemas/common.ts';
+
+/** Session lifecycle (spec 3.1, 4.3) plus pause/resume, which the spec leaves open. */
+const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const { supervisor } = app.services;
+  app.addSchema(CreateSessionRequest);
+  app.addSchema(CreateSessionResponse);
+  app.addSchema(SessionInfo);
+
+  app.post('/sessions', {
+    schema: {
+      tags: ['sessions'],
+      summary: 'Create a session',
+      description:
+        '400 when avatar_id does not exist, the model is not connected, the model cannot render that avatar, or tts_provider/tts_voice is unknown; ' +
+        '502 when the rendering backend or an upstream fails during initialization.',
+      body: CreateSessionRequest,
+      response: { 200: CreateSessionResponse, ...errors(400, 502) },
+    },
+    handler: async (request) => {
+      const session = await supervisor.create(request.body);
+      return { session_id: session.id, status: 'created' as const };
+    },
+  });
+
+  app.get('/sessions/:session_id', {
+    schema: {
+      tags: ['sessions'],
+      summary: 'Session metadata and state',
+      description: 'Terminated sessions answer with state `terminated` while their tombstone is retained (SERVICE_SESSION_TOMBSTONE_MS).',
+      params: SessionIdParams,
+      response: { 200: SessionInfo, ...errors(404) },
+    },
+    handler: async (request) => supervisor.describe(request.params.session_id) as never,
+  });
+
+  app.post('/sessions/:session_id/start', {
+    schema: {
+      tags: ['sessions'],
+      summary: 'Start a session',
+      description: 'Once per session. 409 when already running, paused or terminated; 503 with Retry-After when SERVICE_MAX_SESSIONS sessions are active.',
+      params: SessionIdParams,
+      response: { 200: StatusOnly('running'), ...errors(404, 409, 503) },
+    },
+    handler: async (request) => {
+      await supervisor.start(request.params.session_id);
+      return { status: 'running' as const };
+    },
+  });
+
+  app.post('/sessions/:session_id/pause', {
+    schema: {
+      tags: ['sessions'],
+      summary: 'Pause a running session',
+      description: 'Interrupts the current turn and holds the avatar idle (idle frames keep flowing). speak/chat answer 409 while paused.',
+      params: SessionIdParams,
+      response: { 200: StatusOnly('paused'), ...errors(404, 409) },
+    },
+    handler: async (request) => {
+      await supervisor.pause(request.params.session_id);
+      return { status: 'paused' as const };
+    },
+  });
+
+  app.post('/sessions/:session_id/resume', {
+    schema: {
+      tags: ['sessions'],
+      summary: 'Resume a paused session',
+      params: SessionIdParams,
+      response: { 200: StatusOnly('running'), ...errors(404, 409) },
+    },
+    handler: async (request) => {
+      await supervisor.resume(request.params.session_id);
+      return { status: 'running' as const };
+    },
+  });
+
+  app.delete('/sessions/:session_id', {
+    schema: {
+      tags: ['sessions'],
+      summary: 'Terminate a session',
+      description: 'Closes the WebRTC track, releases the renderer, removes stored session state and keeps a small tombstone.',
+      params: SessionIdParams,
+      response: { 200: StatusOnly('terminated'), ...errors(404) },
+    },
+    handler: async (request) => {
+      await supervisor.terminate(request.params.session_id);
+      return { status: 'terminated' as const };
+    },
+  });
+};
+
+export default sessionRoutes;

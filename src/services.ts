@@ -1,0 +1,107 @@
+import path from 'node:path';
+import os from 'node:os';
+import type { Logger } from 'pino';
+import type { ServiceConfig } from './config.ts';
+import { Store } from './store/db.ts';
+import { SessionStore } from './store/sessions.ts';
+import { AvatarCatalog } from './catalog/catalog.ts';
+import { ModelRegistry } from './models.ts';
+import { SessionSupervisor } from './sessions/supervisor.ts';
+import { RenderPool } from '../actors/render/pool.ts';
+import { createTtsRegistry, ttsConfigFromEnv, type TtsRegistry } from '../actors/tts/registry.ts';
+import { createOpenAiLlm } from '../actors/llm/providers/openai.ts';
+import { createOpenAiAsr } from '../actors/asr/providers/openai.ts';
+import type { LlmProvider } from '../actors/llm/types.ts';
+import type { AsrProvider } from '../actors/asr/types.ts';
+import { DefaultsStore } from './store/defaults.ts';
+
+export interface Services {
+  config: ServiceConfig;
+  logger: Logger;
+  store: Store;
+  sessionStore: SessionStore;
+  defaults: DefaultsStore;
+  catalog: AvatarCatalog;
+  models: ModelRegistry;
+  renderPool: RenderPool;
+  tts: TtsRegistry;
+  llm: LlmProvider;
+  asr: AsrProvider;
+  supervisor: SessionSupervisor;
+  close(): Promise<void>;
+}
+
+/** Replaceable parts, for tests that plug in loopback upstreams or a pre-built registry. */
+export interface ServiceOverrides {
+  tts?: TtsRegistry;
+  llm?: LlmProvider;
+  asr?: AsrProvider;
+}
+
+/** Builds every long-lived service object in dependency order; `close()` tears them down in reverse. */
+export async function createServices(config: ServiceConfig, logger: Logger, overrides: ServiceOverrides = {}): Promise<Services> {
+  const store = await Store.open(config.dataDir);
+  const sessionStore = new SessionStore(store);
+  const defaults = new DefaultsStore(store);
+  const catalog = new AvatarCatalog(config.avatarsDir, logger.child({ component: 'catalog' }));
+  const models = new ModelRegistry();
+  const renderPool = new RenderPool({ threads: config.renderThreads || Math.max(1, os.availableParallelism() - 1) });
+  const ttsConfig = ttsConfigFromEnv(config.env as NodeJS.ProcessEnv, process.cwd());
+  ttsConfig.publicBaseUrl = config.publicBaseUrl;
+  ttsConfig.voiceDir = ttsConfig.voiceDir ?? path.join(config.dataDir, 'voices');
+  const tts = overrides.tts ?? createTtsRegistry(ttsConfig, { logger: logger.child({ component: 'tts' }) });
+  const llm =
+    overrides.llm ??
+    createOpenAiLlm({ baseUrl: config.llm.baseUrl ?? undefined, apiKey: config.llm.apiKey ?? undefined, model: config.llm.model });
+  const asr =
+    overrides.asr ??
+    createOpenAiAsr({ baseUrl: config.asr.baseUrl ?? undefined, apiKey: config.asr.apiKey ?? undefined, model: config.asr.model });
+
+  const supervisor = new SessionSupervisor({
+    config,
+    store: sessionStore,
+    catalog,
+    models,
+    render: {
+      open: async (avatar, model) => {
+        try {
+          const handle = await renderPool.open(avatar, model);
+          models.markHealthy(model);
+          return handle;
+        } catch (error) {
+          models.markFailed(model, `renderer failed to start: ${(error as Error).message}`);
+          throw error;
+        }
+      },
+    },
+    tts: (id) => tts.get(id),
+    llm,
+    asr,
+    logger,
+    defaults: () => defaults.get(),
+  });
+  await supervisor.recover();
+
+  let closed = false;
+  return {
+    config,
+    logger,
+    store,
+    sessionStore,
+    defaults,
+    catalog,
+    models,
+    renderPool,
+    tts,
+    llm,
+    asr,
+    supervisor,
+    async close() {
+      if (closed) return;
+      closed = true;
+      await supervisor.closeAll();
+      await renderPool.close();
+      await store.close();
+    },
+  };
+}

@@ -1,0 +1,57 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../src/config.ts';
+
+describe('configuration from SERVICE_* variables', () => {
+  it('uses the documented defaults on an empty environment', () => {
+    const config = loadConfig({}, '/srv/app');
+    expect(config.host).toBe('127.0.0.1');
+    expect(config.port).toBe(8000);
+    expect(config.dataDir).toBe('/srv/app/data');
+    expect(config.avatarsDir).toBe('/srv/app/avatars');
+    expect(config.ttsDefaultProvider).toBe('builtin');
+    expect(config.corsOrigins).toEqual([]);
+    expect(config.publicBaseUrl).toBe('http://127.0.0.1:8000');
+    expect(config.sampleRate).toBe(16000);
+    expect(config.llm.baseUrl).toBeNull();
+  });
+
+  it('reports one clear message per bad value, all at once', () => {
+    let error: unknown;
+    try {
+      loadConfig({
+        SERVICE_PORT: 'eighty',
+        SERVICE_TTS_DEFAULT_PROVIDER: 'nope',
+        SERVICE_LOG_LEVEL: 'loud',
+        SERVICE_MAX_SESSIONS: '0',
+        SERVICE_LLM_BASE_URL: 'ftp://x',
+        SERVICE_CORS_ORIGINS: 'not a url',
+        SERVICE_ICE_SERVERS: '{bad json',
+      });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    const problems = (error as ConfigError).problems;
+    expect(problems).toHaveLength(7);
+    for (const name of ['SERVICE_PORT', 'SERVICE_TTS_DEFAULT_PROVIDER', 'SERVICE_LOG_LEVEL', 'SERVICE_MAX_SESSIONS', 'SERVICE_LLM_BASE_URL', 'SERVICE_CORS_ORIGINS', 'SERVICE_ICE_SERVERS']) {
+      expect(problems.some((p) => p.startsWith(name))).toBe(true);
+    }
+  });
+
+  it('accepts valid overrides', () => {
+    const config = loadConfig({
+      SERVICE_HOST: '0.0.0.0',
+      SERVICE_PORT: '9000',
+      SERVICE_CORS_ORIGINS: 'https://a.example, https://b.example',
+      SERVICE_TTS_DEFAULT_PROVIDER: 'compat_http',
+      SERVICE_MAX_SESSIONS: '3',
+      SERVICE_PUBLIC_BASE_URL: 'https://avatars.example.com/',
+      SERVICE_ICE_SERVERS: '[{"urls":"stun:stun.example.com:3478"}]',
+    });
+    expect(config.corsOrigins).toEqual(['https://a.example', 'https://b.example']);
+    expect(config.ttsDefaultProvider).toBe('compat_http');
+    expect(config.maxSessions).toBe(3);
+    expect(config.publicBaseUrl).toBe('https://avatars.example.com');
+    expect(config.iceServers).toEqual([{ urls: 'stun:stun.example.com:3478' }]);
+  });
+});
