@@ -141,6 +141,36 @@ describe('session machine: invariants over random event sequences (pure transiti
     expect(runViolations(runPure([{ type: 'START' }, { type: 'PAUSE' }]))).toEqual([]);
   });
 
+  it('the checker catches work dropped while interrupted (not busy, so routes would accept it)', () => {
+    // A mutant whose interrupted state only waits for MEDIA.FLUSHED, as the machine first did.
+    const config = sessionMachine.config as { states: Record<string, any> };
+    const running = config.states.running;
+    const mutant = createMachine(
+      {
+        ...(config as object),
+        states: {
+          ...config.states,
+          running: {
+            ...running,
+            states: {
+              ...running.states,
+              interrupted: { ...running.states.interrupted, on: { 'MEDIA.FLUSHED': running.states.interrupted.on['MEDIA.FLUSHED'] } },
+            },
+          },
+        },
+      } as never,
+      sessionMachine.implementations as never,
+    ) as AnyStateMachine;
+    const events: SessionEvent[] = [
+      { type: 'START' },
+      { type: 'SPEAK', turn: { id: 'a', mode: 'speak' } },
+      { type: 'INTERRUPT' },
+      { type: 'TRANSCRIBE', id: 'b', triggerChat: false },
+    ];
+    expect(runViolations(runPure(events, mutant)).some((v) => v.includes('transcribe dropped'))).toBe(true);
+    expect(runViolations(runPure(events))).toEqual([]);
+  });
+
   it('a broken step is reported: an error not followed by idle or termination', () => {
     const run = runPure([{ type: 'START' }, REPRESENTATIVE_EVENTS.find((e) => e.type === 'STAGE.ERROR' && !e.fatal)!]);
     const step = run.steps[1];

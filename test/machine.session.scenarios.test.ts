@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createActor, waitFor } from 'xstate';
 import {
   INTERRUPT_SETTLE_MS,
+  isBusy,
   sessionMachine,
   type SessionEmitted,
   type SessionEvent,
@@ -219,6 +220,29 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
     expect(elapsed).toBeLessThan(SCENARIO_WAIT_MS);
     expect(session.statuses()).toEqual(['interrupted', 'idle']);
   });
+
+  it.each([
+    ['SPEAK', { type: 'SPEAK', turn: { id: 'speak-8', mode: 'speak', text: 'Next.' } }, ['speaking', 'idle']],
+    ['CHAT', { type: 'CHAT', turn: { id: 'chat-8', mode: 'chat', text: 'Next?' } }, ['thinking', 'speaking', 'idle']],
+    ['TRANSCRIBE', { type: 'TRANSCRIBE', id: 'tr-8', triggerChat: false }, ['listening', 'idle']],
+  ] as Array<[string, SessionEvent, string[]]>)(
+    'a %s sent right after INTERRUPT (not busy, flush not yet confirmed) is not lost',
+    async (_, request, expectedStatuses) => {
+      // The routes accept work whenever `isBusy` is false; the interrupted settle window must honour that.
+      const session = startSession({ onStart: conversationalHooks.onStart, onReceive: (id, event, sendBack) => {
+        if (id !== 'media') conversationalHooks.onReceive?.(id, event, sendBack);
+      } }); // media never confirms the flush
+      session.send({ type: 'SPEAK', turn: { id: 'speak-7', mode: 'speak', text: 'Interrupted.' } });
+      session.send({ type: 'INTERRUPT' });
+      expect(session.actor.getSnapshot().matches({ running: 'interrupted' })).toBe(true);
+      expect(isBusy(session.actor.getSnapshot())).toBe(false);
+      const before = session.statuses().length;
+      session.send(request);
+      expect(session.actor.getSnapshot().matches({ running: 'interrupted' })).toBe(false);
+      await session.until(idle);
+      expect(session.statuses().slice(before)).toEqual(['idle', ...expectedStatuses]);
+    },
+  );
 
   it('CUSTOMIZE changes the voice and system prompt used by the next turn', async () => {
     const session = startSession();

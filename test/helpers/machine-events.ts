@@ -345,10 +345,20 @@ export function stepViolations(step: PureStep): string[] {
   if (justTerminated !== (terminatedIndex >= 0)) fail(`session.terminated emitted=${terminatedIndex >= 0}, terminated now=${justTerminated}`);
   if (terminatedIndex >= 0 && terminatedIndex !== emitted.length - 1) fail('events emitted after session.terminated');
 
-  // The last status announced in a step is the stage the snapshot is in.
+  // Routes accept work whenever the session runs and is not busy: such work must never be dropped.
+  if (topBefore === 'running' && !isBusy(before)) {
+    if ((event.type === 'SPEAK' || event.type === 'CHAT' || event.type === 'SPEAK_AUDIO') && !after.matches({ running: 'turn' })) {
+      fail(`turn request dropped, now ${JSON.stringify(after.value)}`);
+    }
+    if (event.type === 'TRANSCRIBE' && !after.matches({ running: 'listening' })) fail(`transcribe dropped, now ${JSON.stringify(after.value)}`);
+  }
+
+  // The last status announced in a step is the stage the snapshot is in — except that a speak/audio
+  // turn before its first audio (`preparing`) is not announced yet, though pipelineStageOf calls it speaking.
   const statuses = emitted.filter((item): item is Extract<SessionEmitted, { type: 'status' }> => item.type === 'status');
-  if (statuses.length > 0 && statuses[statuses.length - 1].stage !== pipelineStageOf(after)) {
-    fail(`last status ${statuses[statuses.length - 1].stage} but stage is ${pipelineStageOf(after)}`);
+  const announced = after.matches({ running: { turn: { phase: 'preparing' } } }) ? 'idle' : pipelineStageOf(after);
+  if (statuses.length > 0 && statuses[statuses.length - 1].stage !== announced) {
+    fail(`last status ${statuses[statuses.length - 1].stage} but stage is ${announced}`);
   }
   return violations;
 }
