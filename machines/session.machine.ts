@@ -142,7 +142,8 @@ export const sessionMachine = setup({
           guard: ({ context }) => context.turn !== null || context.transcribe !== null,
           target: '.interrupted',
         },
-        PAUSE: { target: 'paused', actions: 'flushMedia' },
+        // Clients watching SSE must see the turn end when a pause cuts it short.
+        PAUSE: { target: 'paused', actions: ['flushMedia', { type: 'emitStatus', params: { stage: 'idle', message: 'paused' } }] },
         'STAGE.ERROR': [
           { guard: 'isFatal', target: 'terminated', actions: 'emitError' },
           { target: '.error', actions: 'emitError' },

@@ -14,10 +14,13 @@ import webrtcRoutes from './routes/webrtc.ts';
 import eventRoutes from './routes/events.ts';
 import uiRoutes from './routes/ui.ts';
 import audioStreamRoutes from './routes/audio-stream.ts';
+import customizeRoutes from './routes/customize.ts';
+import recordingRoutes from './routes/recording.ts';
+import offlineRoutes from './routes/offline.ts';
 import { AvatarManifest, AvatarSummary } from './schemas/avatars.ts';
 
 /** Route plugins, each encapsulated; later capabilities add theirs here. */
-const ROUTES = [healthRoutes, avatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, uiRoutes];
+const ROUTES = [healthRoutes, avatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, customizeRoutes, recordingRoutes, offlineRoutes, uiRoutes];
 
 export interface BuiltApp {
   app: FastifyInstance;

@@ -183,7 +183,7 @@ export function resolveTtsOverrides(
   // A voice belongs to its provider: switching provider without a voice uses that provider's default.
   const voice = body.voice ?? (body.tts_provider && body.tts_provider !== session.stored.tts_provider ? null : session.stored.tts_voice);
   validateVoice(provider, voice);
-  return { voice, ttsProvider: providerId, ttsModel: body.tts_model ?? null };
+  return { voice, ttsProvider: providerId, ttsModel: body.tts_model ?? session.stored.tts_model ?? null };
 }
 
 async function readAudioForm(request: FastifyRequest): Promise<{ data: Buffer; fields: Record<string, string> }> {

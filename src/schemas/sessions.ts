@@ -32,6 +32,7 @@ export const SessionInfo = Type.Object(
     model: Type.String(),
     tts_provider: Type.String(),
     tts_voice: Nullable(Type.String()),
+    tts_model: Type.Optional(Nullable(Type.String())),
     llm_system_prompt: Nullable(Type.String()),
     lipsync_postprocess_mode: Nullable(Type.String()),
     created_at: Type.String({ format: 'date-time' }),

@@ -8,6 +8,8 @@ export interface StoredSession {
   model: string;
   tts_provider: string;
   tts_voice: string | null;
+  /** Provider-specific model used when a request names none (set through customize). */
+  tts_model?: string | null;
   llm_system_prompt: string | null;
   lipsync_postprocess_mode: string | null;
   state: SessionState;

@@ -1,0 +1,133 @@
+import { Type } from '@sinclair/typebox';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Nullable, SessionIdParams, errors } from '../schemas/common.ts';
+import { badRequest } from '../errors.ts';
+import { isTtsProviderId } from '../../actors/tts/types.ts';
+import { validateVoice } from '../sessions/supervisor.ts';
+import type { Services } from '../services.ts';
+
+const PersonaPatch = Type.Object(
+  {
+    system_prompt: Type.Optional(Nullable(Type.String({ maxLength: 20_000, description: 'Language-model system prompt; null restores the service default' }))),
+    tts_provider: Type.Optional(Type.String({ description: 'TTS provider for following turns' })),
+    tts_voice: Type.Optional(Nullable(Type.String({ maxLength: 256, description: 'Voice for following turns; null = provider default' }))),
+    tts_model: Type.Optional(Nullable(Type.String({ maxLength: 128, description: 'Provider-specific model for following turns' }))),
+  },
+  { $id: 'PersonaPatch', additionalProperties: false, minProperties: 1 },
+);
+
+const PromptBody = Type.Object(
+  { system_prompt: Type.String({ minLength: 1, maxLength: 20_000 }) },
+  { $id: 'PromptBody', additionalProperties: false },
+);
+
+const Persona = Type.Object(
+  {
+    system_prompt: Nullable(Type.String()),
+    tts_provider: Type.String(),
+    tts_voice: Nullable(Type.String()),
+    tts_model: Nullable(Type.String()),
+  },
+  { $id: 'Persona' },
+);
+
+type Patch = { system_prompt?: string | null; tts_provider?: string; tts_voice?: string | null; tts_model?: string | null };
+
+/**
+ * Persona customisation. With a session id the change applies to that session's following turns (a turn
+ * in flight keeps what it started with); without one it sets service-wide defaults for new sessions,
+ * persisted in LevelDB.
+ */
+const customizeRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const { services } = app;
+  app.addSchema(PersonaPatch);
+  app.addSchema(PromptBody);
+  app.addSchema(Persona);
+
+  const sessionSchema = (summary: string, description: string, body: typeof PersonaPatch | typeof PromptBody) => ({
+    tags: ['persona'],
+    summary,
+    description,
+    params: SessionIdParams,
+    body,
+    response: { 200: Persona, ...errors(400, 404, 409) },
+  });
+  const defaultsSchema = (summary: string, description: string, body: typeof PersonaPatch | typeof PromptBody) => ({
+    tags: ['persona'],
+    summary,
+    description,
+    body,
+    response: { 200: Persona, ...errors(400) },
+  });
+
+  app.post('/sessions/:session_id/customize', {
+    schema: sessionSchema('Replace persona attributes', 'Any of system_prompt, tts_provider, tts_voice, tts_model; validated like session creation.', PersonaPatch),
+    handler: async (request) => applyToSession(services, request.params.session_id, request.body),
+  });
+  app.post('/sessions/:session_id/customize/prompt', {
+    schema: sessionSchema('Replace the system prompt', 'Applies from the next chat turn; history is kept.', PromptBody),
+    handler: async (request) => applyToSession(services, request.params.session_id, { system_prompt: request.body.system_prompt }),
+  });
+  app.post('/customize', {
+    schema: defaultsSchema('Set service-wide persona defaults', 'Defaults for sessions created afterwards; persisted across restarts.', PersonaPatch),
+    handler: async (request) => applyToDefaults(services, request.body),
+  });
+  app.post('/customize/prompt', {
+    schema: defaultsSchema('Set the default system prompt', 'For sessions created afterwards; persisted across restarts.', PromptBody),
+    handler: async (request) => applyToDefaults(services, { system_prompt: request.body.system_prompt }),
+  });
+};
+
+function checkVoice(services: Services, providerId: string, voice: string | null | undefined): void {
+  if (!isTtsProviderId(providerId)) throw badRequest(`tts_provider "${providerId}" is unknown`);
+  const provider = services.tts.get(providerId);
+  const status = provider.status();
+  if (!status.configured) throw badRequest(`tts_provider "${providerId}" is not configured: ${status.reason ?? ''}`);
+  validateVoice(provider, voice);
+}
+
+async function applyToSession(services: Services, sessionId: string, patch: Patch) {
+  const session = await services.supervisor.requireSession(sessionId);
+  const stored = session.stored;
+  const provider = patch.tts_provider ?? stored.tts_provider;
+  // A new provider without a voice starts from that provider's default voice.
+  const voice = patch.tts_voice !== undefined ? patch.tts_voice : patch.tts_provider && patch.tts_provider !== stored.tts_provider ? null : stored.tts_voice;
+  checkVoice(services, provider, voice);
+  const systemPrompt = patch.system_prompt === undefined ? stored.llm_system_prompt : (patch.system_prompt ?? services.config.llmSystemPrompt);
+  session.stored = {
+    ...stored,
+    tts_provider: provider,
+    tts_voice: voice,
+    tts_model: patch.tts_model !== undefined ? patch.tts_model : (stored.tts_model ?? null),
+    llm_system_prompt: systemPrompt,
+  };
+  session.send({ type: 'CUSTOMIZE', systemPrompt: systemPrompt ?? '', ttsVoice: voice, ttsProvider: provider });
+  await services.supervisor.persistState(session);
+  return {
+    system_prompt: session.stored.llm_system_prompt,
+    tts_provider: session.stored.tts_provider,
+    tts_voice: session.stored.tts_voice,
+    tts_model: session.stored.tts_model ?? null,
+  };
+}
+
+async function applyToDefaults(services: Services, patch: Patch) {
+  const current = await services.defaults.get();
+  const provider = patch.tts_provider ?? current.ttsProvider ?? services.config.ttsDefaultProvider;
+  const voice = patch.tts_voice !== undefined ? patch.tts_voice : patch.tts_provider ? null : (current.ttsVoice ?? null);
+  checkVoice(services, provider, voice);
+  const next = await services.defaults.update({
+    ...(patch.system_prompt !== undefined ? { systemPrompt: patch.system_prompt ?? undefined } : {}),
+    ttsProvider: provider,
+    ttsVoice: voice,
+    ...(patch.tts_model !== undefined ? { ttsModel: patch.tts_model } : {}),
+  });
+  return {
+    system_prompt: next.systemPrompt ?? services.config.llmSystemPrompt,
+    tts_provider: next.ttsProvider ?? services.config.ttsDefaultProvider,
+    tts_voice: next.ttsVoice ?? null,
+    tts_model: next.ttsModel ?? null,
+  };
+}
+
+export default customizeRoutes;
