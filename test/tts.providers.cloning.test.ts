@@ -13,7 +13,10 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Level } from 'level';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { encodeWav } from '../actors/audio/wav.ts';
+import { spawn } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { encodeWav, parseWav } from '../actors/audio/wav.ts';
 import { createTtsRegistry, type TtsRegistry } from '../actors/tts/registry.ts';
 import { ProviderNotConfiguredError, UpstreamError, type TtsChunk, type TtsProvider, type TtsProviderId } from '../actors/tts/types.ts';
 import { VoiceCatalog } from '../src/voices/catalog.ts';
@@ -22,6 +25,7 @@ import { VoiceUploads } from '../src/voices/uploads.ts';
 import { startCosyVoiceServerFake, startDashscopeFake, startFalFake, startXttsFake, tone, type DashscopeFake, type FakeUpstream } from './fakes/tts-upstreams.ts';
 
 const KEY = 'clone-key';
+const ffmpegPath = (createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg') as { path: string }).path;
 /** 1 s of 44.1 kHz stereo WAV: the service must convert it to 24 kHz mono before any provider sees it. */
 function stereo44kSample(): Buffer {
   const mono = tone(44100, 1, 300);
@@ -175,6 +179,19 @@ describe('cloneVoice', () => {
       expect(await deleteClonedVoice({ id: result.entry_id, catalog, voiceDir })).toBe(false);
     });
   }
+
+  it('accepts an M4A whose index sits at the end (the kind Safari records), via the temp-file retry', async () => {
+    const m4a = await new Promise<Buffer>((resolve, reject) => {
+      const ffmpeg = spawn(ffmpegPath, ['-hide_banner', '-loglevel', 'error', '-f', 'lavfi', '-i', 'sine=frequency=300:duration=30', '-c:a', 'aac', '-f', 'mp4', path.join(root, 'sample.m4a')]);
+      ffmpeg.on('close', (code) => (code === 0 ? readFile(path.join(root, 'sample.m4a')).then(resolve, reject) : reject(new Error(`ffmpeg ${code}`))));
+    });
+    expect(m4a.indexOf('moov')).toBeGreaterThan(m4a.indexOf('mdat'));
+    const result = await cloneVoice(input({ provider: 'cloud_d', targetModel: 'fal-ai/f5-tts', displayLabel: 'M4A voice', audio: m4a }));
+    const uri = (await catalog.get(result.entry_id))!.reference_data_uri!;
+    const wav = parseWav(Buffer.from(uri.split(',')[1], 'base64'));
+    expect(wav.sampleRate).toBe(24000);
+    expect(wav.pcm.length).toBeGreaterThan(29 * 24000);
+  });
 
   it('upstream rejections become UpstreamError and leave no entry, upload or reference behind', async () => {
     const entriesBefore = (await catalog.list()).length;

@@ -3,7 +3,10 @@
  * with the ffmpeg binary shipped by `@ffmpeg-installer/ffmpeg`, piping stdin → stdout.
  */
 import { spawn } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { encodeWav } from '../../actors/audio/wav.ts';
 
 export const CLONE_SAMPLE_RATE = 24_000;
@@ -21,14 +24,38 @@ export class AudioConversionError extends Error {
   }
 }
 
-/** Raw s16le out of ffmpeg (a piped WAV header cannot carry sizes), then a proper WAV header here. */
-export function convertTo24kMonoWav(audio: Buffer, signal: AbortSignal): Promise<Buffer> {
+/** MP4/M4A/MOV (`ftyp` box first): their index may sit at the end, which ffmpeg cannot seek to on a pipe. */
+function isIsoMedia(audio: Buffer): boolean {
+  return audio.length >= 12 && audio.toString('latin1', 4, 8) === 'ftyp';
+}
+
+/**
+ * Raw s16le out of ffmpeg (a piped WAV header cannot carry sizes), then a proper WAV header here.
+ * Input goes through stdin; only ISO media that fails that way is retried from a temporary file.
+ */
+export async function convertTo24kMonoWav(audio: Buffer, signal: AbortSignal): Promise<Buffer> {
+  try {
+    return await runFfmpeg('pipe:0', audio, signal);
+  } catch (error) {
+    if (!(error instanceof AudioConversionError) || !isIsoMedia(audio)) throw error;
+    const dir = await mkdtemp(path.join(tmpdir(), 'clone-sample-'));
+    try {
+      const file = path.join(dir, 'sample.mp4');
+      await writeFile(file, audio);
+      return await runFfmpeg(file, null, signal);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+}
+
+function runFfmpeg(input: string, stdinData: Buffer | null, signal: AbortSignal): Promise<Buffer> {
   signal.throwIfAborted();
   return new Promise<Buffer>((resolve, reject) => {
     const child = spawn(
       ffmpegPath,
-      ['-hide_banner', '-nostdin', '-loglevel', 'error', '-i', 'pipe:0', '-vn', '-ac', '1', '-ar', String(CLONE_SAMPLE_RATE), '-f', 's16le', '-acodec', 'pcm_s16le', 'pipe:1'],
-      { stdio: ['pipe', 'pipe', 'pipe'] },
+      ['-hide_banner', '-nostdin', '-loglevel', 'error', '-i', input, '-vn', '-ac', '1', '-ar', String(CLONE_SAMPLE_RATE), '-f', 's16le', '-acodec', 'pcm_s16le', 'pipe:1'],
+      { stdio: [stdinData ? 'pipe' : 'ignore', 'pipe', 'pipe'] },
     );
     const output: Buffer[] = [];
     let stderr = '';
@@ -46,12 +73,12 @@ export function convertTo24kMonoWav(audio: Buffer, signal: AbortSignal): Promise
     const onAbort = () => finish(signal.reason instanceof Error ? signal.reason : new DOMException('aborted', 'AbortError'));
     signal.addEventListener('abort', onAbort, { once: true });
 
-    child.stdout.on('data', (chunk: Buffer) => output.push(chunk));
-    child.stderr.on('data', (chunk: Buffer) => {
+    child.stdout!.on('data', (chunk: Buffer) => output.push(chunk));
+    child.stderr!.on('data', (chunk: Buffer) => {
       if (stderr.length < MAX_STDERR_CHARS) stderr += chunk.toString('utf8');
     });
     // ffmpeg may stop reading early on garbage input; the resulting EPIPE is reported via its exit code.
-    child.stdin.on('error', () => {});
+    child.stdin?.on('error', () => {});
     child.on('error', (error) => finish(new AudioConversionError(`audio converter failed to start: ${error.message}`)));
     child.on('close', (code) => {
       const pcmBytes = Buffer.concat(output);
@@ -62,6 +89,6 @@ export function convertTo24kMonoWav(audio: Buffer, signal: AbortSignal): Promise
       for (let i = 0; i < samples; i++) pcm[i] = pcmBytes.readInt16LE(i * 2);
       finish(null, encodeWav(pcm, CLONE_SAMPLE_RATE));
     });
-    child.stdin.end(audio);
+    if (stdinData) child.stdin!.end(stdinData);
   });
 }
