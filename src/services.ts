@@ -14,6 +14,9 @@ import { createOpenAiAsr } from '../actors/asr/providers/openai.ts';
 import type { LlmProvider } from '../actors/llm/types.ts';
 import type { AsrProvider } from '../actors/asr/types.ts';
 import { DefaultsStore } from './store/defaults.ts';
+import { JobStore } from './store/jobs.ts';
+import { RecordingRegistry } from './recording/registry.ts';
+import { OfflineJobQueue } from './recording/offline-jobs.ts';
 
 export interface Services {
   config: ServiceConfig;
@@ -28,6 +31,8 @@ export interface Services {
   llm: LlmProvider;
   asr: AsrProvider;
   supervisor: SessionSupervisor;
+  recordings: RecordingRegistry;
+  jobs: OfflineJobQueue;
   close(): Promise<void>;
 }
 
@@ -81,6 +86,20 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     defaults: () => defaults.get(),
   });
   await supervisor.recover();
+  const recordings = new RecordingRegistry(config.dataDir, logger.child({ component: 'recording' }));
+  const jobs = new OfflineJobQueue({
+    dataDir: config.dataDir,
+    store: new JobStore(store),
+    sampleRate: config.sampleRate,
+    openRenderer: async (avatarId, model) => {
+      const avatar = await catalog.get(avatarId);
+      if (!avatar) throw new Error(`avatar "${avatarId}" no longer exists`);
+      return renderPool.open(avatar, model as never);
+    },
+    tts: (id) => tts.get(id as never),
+    logger: logger.child({ component: 'offline' }),
+  });
+  await jobs.recover();
 
   let closed = false;
   return {
@@ -96,10 +115,14 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     llm,
     asr,
     supervisor,
+    recordings,
+    jobs,
     async close() {
       if (closed) return;
       closed = true;
+      await jobs.close();
       await supervisor.closeAll();
+      await recordings.close();
       await renderPool.close();
       await store.close();
     },

@@ -1,0 +1,140 @@
+import { Type, type Static } from '@sinclair/typebox';
+import { buildMouthTimeline } from '../../actors/mouth/timeline.ts';
+import { decodeAudioToPcm16 } from '../../actors/audio/decode.ts';
+import type { TtsProvider } from '../../actors/tts/types.ts';
+import type { TimelinePiece } from './offline-render.ts';
+
+/** Bounds of an offline bundle request; they keep one job to minutes of video and the body to a few MB. */
+export const OFFLINE_LIMITS = {
+  textChars: 5_000,
+  segmentTextChars: 1_000,
+  segments: 50,
+  /** Base64 characters of one audio segment (~6 MB of audio). */
+  audioBase64Chars: 8 * 1024 * 1024,
+  pauseMs: 10_000,
+  /** Request body limit of the route: the base64 audio plus JSON overhead. */
+  bodyBytes: 12 * 1024 * 1024,
+} as const;
+
+/** Silence after each segment unless the segment says otherwise, so sentences of separate segments do not run together. */
+export const DEFAULT_PAUSE_AFTER_MS = 300;
+
+const PauseAfter = Type.Integer({
+  minimum: 0,
+  maximum: OFFLINE_LIMITS.pauseMs,
+  description: `Silence after this segment, ms (default ${DEFAULT_PAUSE_AFTER_MS})`,
+});
+
+export const TextSegment = Type.Object(
+  {
+    text: Type.String({ minLength: 1, maxLength: OFFLINE_LIMITS.segmentTextChars, description: 'Text spoken with the job voice' }),
+    pause_after_ms: Type.Optional(PauseAfter),
+  },
+  { additionalProperties: false },
+);
+
+export const AudioSegment = Type.Object(
+  {
+    audio_base64: Type.String({
+      minLength: 4,
+      maxLength: OFFLINE_LIMITS.audioBase64Chars,
+      description: 'WAV, MP3 or raw 16-bit mono PCM (format auto-detected), base64',
+    }),
+    sample_rate: Type.Optional(Type.Integer({ minimum: 8000, maximum: 48000, description: 'Rate of raw PCM (default 16000)' })),
+    pause_after_ms: Type.Optional(PauseAfter),
+  },
+  { additionalProperties: false },
+);
+
+export const OfflineBundleRequest = Type.Object(
+  {
+    text: Type.Optional(
+      Type.String({ minLength: 1, maxLength: OFFLINE_LIMITS.textChars, description: 'Shorthand for one text segment' }),
+    ),
+    segments: Type.Optional(
+      Type.Array(Type.Union([TextSegment, AudioSegment]), {
+        minItems: 1,
+        maxItems: OFFLINE_LIMITS.segments,
+        description: 'Spoken in order; text goes through TTS, audio is used as is (skips TTS)',
+      }),
+    ),
+    voice: Type.Optional(Type.Union([Type.String({ maxLength: 200 }), Type.Null()], { description: 'Overrides the session voice' })),
+    tts_provider: Type.Optional(Type.Union([Type.String(), Type.Null()], { description: 'Overrides the session TTS provider' })),
+    tts_model: Type.Optional(Type.Union([Type.String({ maxLength: 200 }), Type.Null()], { description: 'Provider-specific model' })),
+  },
+  { $id: 'OfflineBundleRequest', additionalProperties: false, description: 'Exactly one of `text` or `segments`' },
+);
+export type OfflineBundleRequest = Static<typeof OfflineBundleRequest>;
+export type OfflineSegment = Static<typeof TextSegment> | Static<typeof AudioSegment>;
+
+export class InvalidSegmentError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'InvalidSegmentError';
+  }
+}
+
+/** The request as a list of segments, or an error message for the 400. */
+export function segmentsOf(body: OfflineBundleRequest): OfflineSegment[] | string {
+  if ((body.text === undefined) === (body.segments === undefined)) return 'give exactly one of `text` or `segments`';
+  if (body.text !== undefined) return body.text.trim() ? [{ text: body.text, pause_after_ms: 0 }] : '`text` is blank';
+  for (const [i, segment] of body.segments!.entries()) {
+    if ('text' in segment && !segment.text.trim()) return `segments[${i}].text is blank`;
+    if ('audio_base64' in segment && !/^[A-Za-z0-9+/\r\n]+={0,2}\s*$/.test(segment.audio_base64)) return `segments[${i}].audio_base64 is not base64`;
+  }
+  return body.segments!;
+}
+
+/** A segment ready for the job: audio already decoded (so bad audio is a 400 at submit), text still to synthesize. */
+export type PreparedSegment = { kind: 'text'; text: string; pauseAfterMs: number } | { kind: 'audio'; pcm: Int16Array; pauseAfterMs: number };
+
+/** Decodes audio segments at the job sample rate; throws `InvalidSegmentError` for audio that cannot be decoded. */
+export async function prepareSegments(segments: OfflineSegment[], sampleRate: number, signal?: AbortSignal): Promise<PreparedSegment[]> {
+  const prepared: PreparedSegment[] = [];
+  for (const [i, segment] of segments.entries()) {
+    const pauseAfterMs = segment.pause_after_ms ?? DEFAULT_PAUSE_AFTER_MS;
+    if ('text' in segment) {
+      prepared.push({ kind: 'text', text: segment.text, pauseAfterMs });
+      continue;
+    }
+    try {
+      const bytes = Buffer.from(segment.audio_base64, 'base64');
+      const { pcm } = await decodeAudioToPcm16(bytes, { targetRate: sampleRate, rawSampleRate: segment.sample_rate, signal });
+      prepared.push({ kind: 'audio', pcm, pauseAfterMs });
+    } catch (error) {
+      if (signal?.aborted) throw error;
+      throw new InvalidSegmentError(`segments[${i}]: ${(error as Error).message}`);
+    }
+  }
+  return prepared;
+}
+
+export interface ResolveOptions {
+  tts: TtsProvider;
+  voice: string | null;
+  ttsModel: string | null;
+  sampleRate: number;
+  signal: AbortSignal;
+  /** Segments resolved so far, as a fraction. */
+  onProgress?(fraction: number): void;
+}
+
+/** Turns prepared segments into timeline pieces (TTS for text), each with its mouth track, then its pause. */
+export async function resolveSegments(segments: PreparedSegment[], options: ResolveOptions): Promise<TimelinePiece[]> {
+  const { sampleRate, signal } = options;
+  const pieces: TimelinePiece[] = [];
+  for (const [i, segment] of segments.entries()) {
+    signal.throwIfAborted();
+    if (segment.kind === 'text') {
+      for await (const chunk of options.tts.synthesize({ text: segment.text, voice: options.voice, model: options.ttsModel, sampleRate, signal })) {
+        if (chunk.sampleRate !== sampleRate) throw new Error(`TTS returned ${chunk.sampleRate} Hz audio, expected ${sampleRate} Hz`);
+        pieces.push({ pcm: chunk.pcm, mouth: buildMouthTimeline(chunk) });
+      }
+    } else {
+      pieces.push({ pcm: segment.pcm, mouth: buildMouthTimeline({ pcm: segment.pcm, sampleRate }) });
+    }
+    if (segment.pauseAfterMs > 0) pieces.push({ pcm: new Int16Array(Math.round((segment.pauseAfterMs * sampleRate) / 1000)), mouth: null });
+    options.onProgress?.((i + 1) / segments.length);
+  }
+  return pieces;
+}

@@ -1,0 +1,271 @@
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { FrameRenderer } from '../../actors/media/playout.ts';
+import type { TtsProvider } from '../../actors/tts/types.ts';
+import type { JobStore, StoredJob } from '../store/jobs.ts';
+import { resolveSegments, type PreparedSegment } from './offline-input.ts';
+import { renderOfflineMp4 } from './offline-render.ts';
+
+/** Finished jobs (complete or failed) and their MP4 are removed this long after finishing. */
+export const BUNDLE_RETENTION_MS = 24 * 3600 * 1000;
+/** Jobs rendered at once per service: rendering already uses every pool worker, a second job would only halve both. */
+export const BUNDLE_CONCURRENCY = 1;
+/** Jobs waiting beyond the running ones; more is refused with 503 rather than queued for hours. */
+export const BUNDLE_MAX_QUEUED = 16;
+const SWEEP_EVERY_MS = 10 * 60 * 1000;
+/** Progress is persisted at most this often (it is served from memory while running). */
+const PERSIST_PROGRESS_EVERY_MS = 1_000;
+/** Share of progress for speech synthesis; the rest is frames. */
+const TTS_SHARE = 0.1;
+const RENDER_SHARE = 0.89;
+const JOB_ID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+export interface OfflineJobSpec {
+  sessionId: string;
+  avatarId: string;
+  model: string;
+  ttsProvider: string;
+  voice: string | null;
+  ttsModel: string | null;
+  segments: PreparedSegment[];
+}
+
+export interface OfflineJobsDeps {
+  dataDir: string;
+  store: JobStore;
+  sampleRate: number;
+  /** Opens a renderer of its own for the job (not the session's: the job outlives it and must not steal its frames). */
+  openRenderer(avatarId: string, model: string, signal: AbortSignal): Promise<FrameRenderer & { close(): void | Promise<void> }>;
+  tts(providerId: string): TtsProvider;
+  logger?: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
+  retentionMs?: number;
+  concurrency?: number;
+  maxQueued?: number;
+}
+
+export class QueueFullError extends Error {
+  constructor(max: number) {
+    super(`offline bundle queue is full (${max} waiting); retry later`);
+    this.name = 'QueueFullError';
+  }
+}
+
+interface Live {
+  job: StoredJob;
+  spec: OfflineJobSpec;
+  abort: AbortController;
+  lastPersist: number;
+  /** Puts of this job's record in issue order, so a late progress write cannot overwrite the final state. */
+  persisting: Promise<void>;
+}
+
+/**
+ * The offline bundle job queue: jobs persist in LevelDB, run `concurrency` at a time in submission order,
+ * render to `<dataDir>/bundles/<job_id>.mp4` (names chosen here), and expire `retentionMs` after finishing.
+ * After a restart, a job that had not finished is marked `failed` (its input is not persisted, so it
+ * cannot be resumed) and finished jobs stay downloadable.
+ */
+export class OfflineJobQueue {
+  private readonly live = new Map<string, Live>();
+  private readonly waiting: string[] = [];
+  private running = 0;
+  private readonly dir: string;
+  private readonly retentionMs: number;
+  private readonly concurrency: number;
+  private readonly maxQueued: number;
+  private sweepTimer: NodeJS.Timeout | null = null;
+  private closed = false;
+  private readonly settledWaiters = new Map<string, Array<() => void>>();
+
+  constructor(private readonly deps: OfflineJobsDeps) {
+    this.dir = path.join(deps.dataDir, 'bundles');
+    this.retentionMs = deps.retentionMs ?? BUNDLE_RETENTION_MS;
+    this.concurrency = deps.concurrency ?? BUNDLE_CONCURRENCY;
+    this.maxQueued = deps.maxQueued ?? BUNDLE_MAX_QUEUED;
+  }
+
+  /** Marks jobs a previous process left unfinished as failed, sweeps expired ones and starts the sweeper. */
+  async recover(now = new Date()): Promise<void> {
+    await fs.mkdir(this.dir, { recursive: true });
+    for (const job of await this.deps.store.all()) {
+      if (job.status === 'pending' || job.status === 'running') {
+        await fs.rm(this.partialPath(job.job_id), { force: true });
+        await this.deps.store.put(this.finished(job, 'failed', 'service restarted before the job finished; submit it again', now));
+      }
+    }
+    await this.sweep(now.getTime());
+    this.sweepTimer = setInterval(() => void this.sweep(), SWEEP_EVERY_MS);
+    this.sweepTimer.unref();
+  }
+
+  async submit(spec: OfflineJobSpec): Promise<StoredJob> {
+    if (this.closed) throw new QueueFullError(0);
+    if (this.waiting.length >= this.maxQueued) throw new QueueFullError(this.maxQueued);
+    const now = new Date().toISOString();
+    const job: StoredJob = {
+      job_id: randomUUID(),
+      session_id: spec.sessionId,
+      status: 'pending',
+      progress: 0,
+      error: null,
+      created_at: now,
+      updated_at: now,
+    };
+    await this.deps.store.put(job);
+    this.live.set(job.job_id, { job, spec, abort: new AbortController(), lastPersist: 0, persisting: Promise.resolve() });
+    this.waiting.push(job.job_id);
+    this.deps.logger?.info({ jobId: job.job_id, sessionId: spec.sessionId }, 'offline bundle queued');
+    this.pump();
+    return { ...job };
+  }
+
+  /** The job as the client sees it: live state while queued or running, else the stored record. */
+  async get(jobId: string): Promise<StoredJob | undefined> {
+    if (!JOB_ID_RE.test(jobId)) return undefined;
+    const live = this.live.get(jobId);
+    if (live) return { ...live.job };
+    return this.deps.store.get(jobId);
+  }
+
+  /** Absolute path of a complete job's MP4; the name comes from the validated job id only. */
+  artifactPath(jobId: string): string {
+    if (!JOB_ID_RE.test(jobId)) throw new Error('job id is not a UUID4');
+    return path.join(this.dir, `${jobId}.mp4`);
+  }
+
+  /** Resolves once the job is complete or failed (for tests and benches). */
+  whenSettled(jobId: string): Promise<void> {
+    if (!this.live.has(jobId)) return Promise.resolve();
+    return new Promise((resolve) => {
+      const list = this.settledWaiters.get(jobId) ?? [];
+      list.push(resolve);
+      this.settledWaiters.set(jobId, list);
+    });
+  }
+
+  /** Removes finished jobs (record and MP4) past their expiry. */
+  async sweep(now = Date.now()): Promise<void> {
+    try {
+      for (const job of await this.deps.store.all()) {
+        if (this.live.has(job.job_id) || !job.expires_at || Date.parse(job.expires_at) > now) continue;
+        await fs.rm(this.artifactPath(job.job_id), { force: true });
+        await this.deps.store.delete(job.job_id);
+      }
+    } catch (error) {
+      this.deps.logger?.warn({ err: (error as Error).message }, 'offline bundle sweep failed');
+    }
+  }
+
+  /** Aborts running jobs and fails queued ones, persisting both as failed. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.sweepTimer) clearInterval(this.sweepTimer);
+    this.waiting.length = 0;
+    const settling = [...this.live.keys()].map((id) => this.whenSettled(id));
+    for (const live of this.live.values()) live.abort.abort(new Error('service shutting down'));
+    // Queued jobs never start; fail them here. Running ones fail through their abort.
+    for (const live of [...this.live.values()]) {
+      if (live.job.status === 'pending') await this.settle(live, 'failed', 'service shut down before the job started');
+    }
+    await Promise.all(settling);
+  }
+
+  private partialPath(jobId: string): string {
+    return path.join(this.dir, `${jobId}.partial.mp4`);
+  }
+
+  private finished(job: StoredJob, status: 'complete' | 'failed', error: string | null, now = new Date()): StoredJob {
+    return {
+      ...job,
+      status,
+      error,
+      progress: status === 'complete' ? 1 : job.progress,
+      updated_at: now.toISOString(),
+      finished_at: now.toISOString(),
+      expires_at: new Date(now.getTime() + this.retentionMs).toISOString(),
+    };
+  }
+
+  private pump(): void {
+    while (!this.closed && this.running < this.concurrency && this.waiting.length > 0) {
+      const live = this.live.get(this.waiting.shift()!);
+      if (!live) continue;
+      this.running++;
+      void this.run(live).finally(() => {
+        this.running--;
+        this.pump();
+      });
+    }
+  }
+
+  private async run(live: Live): Promise<void> {
+    const { spec, abort } = live;
+    const signal = abort.signal;
+    const log = this.deps.logger;
+    const started = performance.now();
+    live.job = { ...live.job, status: 'running', started_at: new Date().toISOString(), updated_at: new Date().toISOString() };
+    let renderer: (FrameRenderer & { close(): void | Promise<void> }) | null = null;
+    try {
+      await this.deps.store.put(live.job);
+      const pieces = await resolveSegments(spec.segments, {
+        tts: this.deps.tts(spec.ttsProvider),
+        voice: spec.voice,
+        ttsModel: spec.ttsModel,
+        sampleRate: this.deps.sampleRate,
+        signal,
+        onProgress: (fraction) => this.progress(live, fraction * TTS_SHARE),
+      });
+      renderer = await this.deps.openRenderer(spec.avatarId, spec.model, signal);
+      const partial = this.partialPath(live.job.job_id);
+      const durationMs = await renderOfflineMp4({
+        renderer,
+        sampleRate: this.deps.sampleRate,
+        pieces,
+        outPath: partial,
+        signal,
+        onProgress: (fraction) => this.progress(live, TTS_SHARE + fraction * RENDER_SHARE),
+      });
+      await fs.rename(partial, this.artifactPath(live.job.job_id));
+      live.job.duration_ms = durationMs;
+      const wallMs = performance.now() - started;
+      log?.info({ jobId: live.job.job_id, durationMs, wallMs: Math.round(wallMs) }, 'offline bundle complete');
+      await this.settle(live, 'complete', null);
+    } catch (error) {
+      const message = signal.aborted ? String((signal.reason as Error)?.message ?? 'aborted') : (error as Error).message;
+      log?.warn({ jobId: live.job.job_id, err: message }, 'offline bundle failed');
+      await fs.rm(this.partialPath(live.job.job_id), { force: true }).catch(() => undefined);
+      await this.settle(live, 'failed', message);
+    } finally {
+      await renderer?.close();
+    }
+  }
+
+  private progress(live: Live, fraction: number): void {
+    // Only ever grows, whatever the phases report.
+    const value = Math.min(0.99, Math.max(live.job.progress, Math.round(fraction * 1000) / 1000));
+    if (value === live.job.progress) return;
+    live.job = { ...live.job, progress: value, updated_at: new Date().toISOString() };
+    const now = performance.now();
+    if (now - live.lastPersist >= PERSIST_PROGRESS_EVERY_MS) {
+      live.lastPersist = now;
+      const snapshot = live.job;
+      live.persisting = live.persisting.then(() => this.deps.store.put(snapshot)).catch(() => undefined);
+    }
+  }
+
+  private async settle(live: Live, status: 'complete' | 'failed', error: string | null): Promise<void> {
+    if (!this.live.has(live.job.job_id)) return;
+    live.job = this.finished(live.job, status, error);
+    await live.persisting;
+    try {
+      await this.deps.store.put(live.job);
+    } catch (storeError) {
+      this.deps.logger?.error({ jobId: live.job.job_id, err: (storeError as Error).message }, 'offline bundle state not persisted');
+    }
+    this.live.delete(live.job.job_id);
+    for (const wake of this.settledWaiters.get(live.job.job_id) ?? []) wake();
+    this.settledWaiters.delete(live.job.job_id);
+  }
+}

@@ -1,0 +1,210 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { ClockRecorder, NoFramesError, type RecordableMedia } from './clock-recorder.ts';
+
+export type RecordingState = 'idle' | 'recording' | 'complete';
+
+export interface RecordingStatus {
+  state: RecordingState;
+  /** Download URL of the artifact; it answers 404 until the state is `complete`. */
+  artifact_url: string;
+  /** Recorded length: so far while recording, final once complete, 0 when idle. */
+  duration_ms: number;
+}
+
+export interface RecordingLogger {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+}
+
+/** Finished recordings are removed this long after they completed (swept periodically). */
+export const RECORDING_RETENTION_MS = 24 * 3600 * 1000;
+const SWEEP_EVERY_MS = 10 * 60 * 1000;
+
+const ARTIFACT_FILE = 'recording.mp4';
+const PARTIAL_FILE = 'recording.partial.mp4';
+const META_FILE = 'recording.json';
+/** The route layer validates session ids as UUIDs; this is a second fence before anything touches the disk. */
+const SESSION_ID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export class RecordingConflictError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'RecordingConflictError';
+  }
+}
+
+interface Active {
+  state: 'recording';
+  recorder: ClockRecorder;
+  stopping: Promise<RecordingStatus> | null;
+}
+
+interface Meta {
+  duration_ms: number;
+  completed_at: string;
+  /** Why the recording ended: `stop`, or the reason the session went away. */
+  ended_by: string;
+}
+
+/**
+ * Recordings of sessions, one at a time per session. Artifacts live under
+ * `<dataDir>/recordings/<session_id>/recording.mp4` (names chosen here, never from a request); a sidecar
+ * `recording.json` makes a finished recording survive restarts. A new start discards the previous artifact.
+ */
+export class RecordingRegistry {
+  private readonly active = new Map<string, Active>();
+  private readonly root: string;
+  private readonly sweepTimer: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(
+    dataDir: string,
+    private readonly logger?: RecordingLogger,
+    private readonly retentionMs = RECORDING_RETENTION_MS,
+  ) {
+    this.root = path.join(dataDir, 'recordings');
+    this.sweepTimer = setInterval(() => void this.sweep(), SWEEP_EVERY_MS);
+    this.sweepTimer.unref();
+  }
+
+  artifactUrl(sessionId: string): string {
+    return `/sessions/${sessionId}/rt-recording/artifact`;
+  }
+
+  isRecording(sessionId: string): boolean {
+    return this.active.has(sessionId);
+  }
+
+  async status(sessionId: string): Promise<RecordingStatus> {
+    const artifact_url = this.artifactUrl(sessionId);
+    const active = this.active.get(sessionId);
+    if (active) return { state: 'recording', artifact_url, duration_ms: active.recorder?.durationMs ?? 0 };
+    const meta = await this.readMeta(sessionId);
+    if (meta) return { state: 'complete', artifact_url, duration_ms: meta.duration_ms };
+    return { state: 'idle', artifact_url, duration_ms: 0 };
+  }
+
+  /**
+   * Starts recording `media`'s clock. `whenSessionEnds` is given a callback to run when the session
+   * terminates, so the file is finalised rather than lost.
+   */
+  async start(sessionId: string, media: RecordableMedia, whenSessionEnds?: (finalise: () => void) => void): Promise<RecordingStatus> {
+    if (this.closed) throw new RecordingConflictError('service is shutting down');
+    if (this.active.has(sessionId)) throw new RecordingConflictError('already recording; stop it first');
+    const dir = this.dirOf(sessionId);
+    // Claim the slot before any await so two concurrent starts cannot both pass the check.
+    const placeholder = { state: 'recording', recorder: null, stopping: null } as unknown as Active;
+    this.active.set(sessionId, placeholder);
+    try {
+      await fs.mkdir(dir, { recursive: true });
+      await Promise.all([ARTIFACT_FILE, PARTIAL_FILE, META_FILE].map((name) => fs.rm(path.join(dir, name), { force: true })));
+      const finaliseOnEnd = () => void this.stop(sessionId, 'session terminated').catch(() => undefined);
+      placeholder.recorder = new ClockRecorder(media, path.join(dir, PARTIAL_FILE), () => void this.stop(sessionId, 'clock stopped').catch(() => undefined));
+      whenSessionEnds?.(finaliseOnEnd);
+    } catch (error) {
+      this.active.delete(sessionId);
+      throw error;
+    }
+    this.logger?.info({ sessionId }, 'recording started');
+    return { state: 'recording', artifact_url: this.artifactUrl(sessionId), duration_ms: 0 };
+  }
+
+  /** Ends the recording and finalises the artifact. Throws `RecordingConflictError` when not recording. */
+  async stop(sessionId: string, endedBy = 'stop'): Promise<RecordingStatus> {
+    const active = this.active.get(sessionId);
+    if (!active || !active.recorder) throw new RecordingConflictError('not recording');
+    active.stopping ??= this.finalise(sessionId, active, endedBy);
+    return active.stopping;
+  }
+
+  /** The supervisor's terminate hook: finalises a recording in progress (no-op otherwise). */
+  async finaliseSession(sessionId: string, reason = 'session terminated'): Promise<void> {
+    if (!this.active.has(sessionId)) return;
+    await this.stop(sessionId, reason).catch(() => undefined);
+  }
+
+  /** Absolute path of the finished artifact, or null when there is none. */
+  async artifactPath(sessionId: string): Promise<string | null> {
+    if (this.active.has(sessionId)) return null;
+    if (!(await this.readMeta(sessionId))) return null;
+    const file = path.join(this.dirOf(sessionId), ARTIFACT_FILE);
+    try {
+      await fs.access(file);
+      return file;
+    } catch {
+      return null;
+    }
+  }
+
+  /** Finalises every recording in progress (service shutdown). */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.sweepTimer);
+    await Promise.all([...this.active.keys()].map((id) => this.finaliseSession(id, 'service shutting down')));
+  }
+
+  /** Removes finished recordings older than the retention time. */
+  async sweep(now = Date.now()): Promise<void> {
+    let names: string[];
+    try {
+      names = await fs.readdir(this.root);
+    } catch {
+      return;
+    }
+    for (const name of names) {
+      if (!SESSION_ID_RE.test(name) || this.active.has(name)) continue;
+      const meta = await this.readMeta(name);
+      const dir = path.join(this.root, name);
+      if (meta && now - Date.parse(meta.completed_at) < this.retentionMs) continue;
+      if (!meta) {
+        // A directory without a finished recording is an interrupted one (crash); drop it once it is old.
+        const stat = await fs.stat(dir).catch(() => null);
+        if (stat && now - stat.mtimeMs < this.retentionMs) continue;
+      }
+      await fs.rm(dir, { recursive: true, force: true }).catch(() => undefined);
+    }
+  }
+
+  private async finalise(sessionId: string, active: Active, endedBy: string): Promise<RecordingStatus> {
+    const dir = this.dirOf(sessionId);
+    try {
+      const durationMs = await active.recorder.stop();
+      await fs.rename(path.join(dir, PARTIAL_FILE), path.join(dir, ARTIFACT_FILE));
+      const meta: Meta = { duration_ms: durationMs, completed_at: new Date().toISOString(), ended_by: endedBy };
+      await fs.writeFile(path.join(dir, META_FILE), JSON.stringify(meta));
+      this.logger?.info({ sessionId, durationMs, endedBy }, 'recording complete');
+      return { state: 'complete', artifact_url: this.artifactUrl(sessionId), duration_ms: durationMs };
+    } catch (error) {
+      await active.recorder.abort().catch(() => undefined);
+      this.logger?.error({ sessionId, err: (error as Error).message }, 'recording failed');
+      if (error instanceof NoFramesError) throw error;
+      throw new RecordingFailedError((error as Error).message);
+    } finally {
+      this.active.delete(sessionId);
+    }
+  }
+
+  private dirOf(sessionId: string): string {
+    if (!SESSION_ID_RE.test(sessionId)) throw new Error('session id is not a UUID');
+    return path.join(this.root, sessionId.toLowerCase());
+  }
+
+  private async readMeta(sessionId: string): Promise<Meta | null> {
+    try {
+      const meta = JSON.parse(await fs.readFile(path.join(this.dirOf(sessionId), META_FILE), 'utf8')) as Meta;
+      return typeof meta.duration_ms === 'number' && typeof meta.completed_at === 'string' ? meta : null;
+    } catch {
+      return null;
+    }
+  }
+}
+
+export class RecordingFailedError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'RecordingFailedError';
+  }
+}

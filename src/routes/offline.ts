@@ -1,0 +1,138 @@
+import { createReadStream } from 'node:fs';
+import fs from 'node:fs/promises';
+import { Type } from '@sinclair/typebox';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { isTtsProviderId } from '../../actors/tts/types.ts';
+import { SessionIdParams, errors } from '../schemas/common.ts';
+import { HttpError, badRequest, conflict, notFound } from '../errors.ts';
+import { validateVoice } from '../sessions/supervisor.ts';
+import { InvalidSegmentError, OFFLINE_LIMITS, OfflineBundleRequest, prepareSegments, segmentsOf } from '../recording/offline-input.ts';
+import { QueueFullError } from '../recording/offline-jobs.ts';
+import type { StoredJob } from '../store/jobs.ts';
+
+const JobStatusValue = Type.Union([Type.Literal('pending'), Type.Literal('running'), Type.Literal('complete'), Type.Literal('failed')]);
+
+export const OfflineJobSubmitted = Type.Object(
+  { job_id: Type.String({ format: 'uuid' }), status: Type.Literal('pending') },
+  { $id: 'OfflineJobSubmitted' },
+);
+
+export const OfflineJobStatus = Type.Object(
+  {
+    job_id: Type.String({ format: 'uuid' }),
+    status: JobStatusValue,
+    progress: Type.Number({ minimum: 0, maximum: 1, description: 'Fraction done; never decreases' }),
+    error: Type.Union([Type.String(), Type.Null()], { description: 'Why the job failed; null otherwise' }),
+  },
+  { $id: 'OfflineJobStatus', description: 'Offline bundle job (spec 2.5)' },
+);
+
+const JobParams = Type.Object({
+  session_id: Type.String({ format: 'uuid', description: 'Session UUID4' }),
+  job_id: Type.String({ description: 'Job UUID4' }),
+});
+
+const statusOf = (job: StoredJob) => ({ job_id: job.job_id, status: job.status, progress: job.progress, error: job.error });
+
+/** Offline MP4 rendering (spec 2.5, 3.4, 4.7); decisions in docs/recording.md. */
+const offlineRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const { supervisor, jobs, tts, config } = app.services;
+  app.addSchema(OfflineBundleRequest);
+  app.addSchema(OfflineJobSubmitted);
+  app.addSchema(OfflineJobStatus);
+
+  /** A job of this session, or 404 (an unknown id and another session's job look the same). */
+  async function jobOf(sessionId: string, jobId: string): Promise<StoredJob> {
+    const job = await jobs.get(jobId);
+    if (!job || job.session_id !== sessionId) throw notFound('job not found');
+    return job;
+  }
+
+  app.post('/sessions/:session_id/rt-offline-bundle', {
+    bodyLimit: OFFLINE_LIMITS.bodyBytes,
+    schema: {
+      tags: ['offline'],
+      summary: 'Submit an offline MP4 rendering job',
+      description:
+        'Renders the given speech with the session avatar, model and voice to an MP4 (H.264 + AAC) in the background, faster than real time. ' +
+        'Give `text` or `segments` (text through TTS, or base64 audio). Works for live and terminated (tombstoned) sessions. ' +
+        `Jobs run one at a time; at most ${OFFLINE_LIMITS.segments} segments. ` +
+        '400 invalid body, unknown provider/voice or undecodable audio; 404 unknown session; 503 queue full.',
+      params: SessionIdParams,
+      body: Type.Ref('OfflineBundleRequest'),
+      response: { 200: Type.Ref('OfflineJobSubmitted'), ...errors(400, 404, 503) },
+    },
+    handler: async (request) => {
+      const body = request.body as OfflineBundleRequest;
+      const session = await supervisor.describe(request.params.session_id);
+      const segments = segmentsOf(body);
+      if (typeof segments === 'string') throw badRequest(segments);
+      const providerId = body.tts_provider ?? session.tts_provider;
+      if (!isTtsProviderId(providerId)) throw badRequest(`tts_provider "${providerId}" is unknown`);
+      const needsTts = segments.some((segment) => 'text' in segment);
+      const voice = body.voice !== undefined ? body.voice : body.tts_provider ? null : session.tts_voice;
+      if (needsTts) {
+        const provider = tts.get(providerId);
+        const providerStatus = provider.status();
+        if (!providerStatus.configured) throw badRequest(`tts_provider "${providerId}" is not configured: ${providerStatus.reason ?? ''}`);
+        validateVoice(provider, voice);
+      }
+      let prepared;
+      try {
+        prepared = await prepareSegments(segments, config.sampleRate);
+      } catch (error) {
+        if (error instanceof InvalidSegmentError) throw badRequest(error.message);
+        throw error;
+      }
+      try {
+        const job = await jobs.submit({
+          sessionId: session.session_id,
+          avatarId: session.avatar_id,
+          model: session.model,
+          ttsProvider: providerId,
+          voice: voice ?? null,
+          ttsModel: body.tts_model ?? null,
+          segments: prepared,
+        });
+        return { job_id: job.job_id, status: 'pending' as const };
+      } catch (error) {
+        if (error instanceof QueueFullError) throw new HttpError(503, error.message, { 'retry-after': '30' });
+        throw error;
+      }
+    },
+  });
+
+  app.get('/sessions/:session_id/rt-offline-bundle/:job_id', {
+    schema: {
+      tags: ['offline'],
+      summary: 'Offline job status',
+      description: '`pending` → `running` → `complete` | `failed`. 404 unknown job (or a job of another session, or expired).',
+      params: JobParams,
+      response: { 200: Type.Ref('OfflineJobStatus'), ...errors(404) },
+    },
+    handler: async (request) => statusOf(await jobOf(request.params.session_id, request.params.job_id)),
+  });
+
+  app.get('/sessions/:session_id/rt-offline-bundle/:job_id/download', {
+    schema: {
+      tags: ['offline'],
+      summary: 'Download the offline MP4',
+      description: '`video/mp4`. 404 unknown or expired job; 409 job not complete (pending, running or failed).',
+      params: JobParams,
+      produces: ['video/mp4'],
+      response: { 200: Type.String({ format: 'binary', description: 'MP4 file' }), ...errors(404, 409) },
+    },
+    handler: async (request, reply) => {
+      const job = await jobOf(request.params.session_id, request.params.job_id);
+      if (job.status !== 'complete') throw conflict(`job is ${job.status}${job.error ? `: ${job.error}` : ''}`);
+      const file = jobs.artifactPath(job.job_id);
+      const stat = await fs.stat(file).catch(() => null);
+      if (!stat) throw notFound('job artifact is gone');
+      reply.header('content-type', 'video/mp4').header('content-length', stat.size);
+      reply.header('content-disposition', `attachment; filename="bundle-${job.job_id}.mp4"`);
+      return reply.send(createReadStream(file) as never);
+    },
+  });
+};
+
+export default offlineRoutes;

@@ -1,0 +1,112 @@
+import { createReadStream } from 'node:fs';
+import fs from 'node:fs/promises';
+import { Type } from '@sinclair/typebox';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { SessionIdParams, errors } from '../schemas/common.ts';
+import { HttpError, conflict, notFound } from '../errors.ts';
+import { RecordingConflictError, RecordingFailedError } from '../recording/registry.ts';
+import { NoFramesError } from '../recording/clock-recorder.ts';
+
+export const RecordingStatusBody = Type.Object(
+  {
+    state: Type.Union([Type.Literal('idle'), Type.Literal('recording'), Type.Literal('complete')]),
+    artifact_url: Type.String({ description: 'Download URL of the MP4; answers 404 until state is `complete`' }),
+    duration_ms: Type.Integer({ minimum: 0, description: 'Recorded length so far (recording), final length (complete), 0 (idle)' }),
+  },
+  { $id: 'RecordingStatus', description: 'Recording status (spec 2.5)' },
+);
+
+/** Maps registry errors onto the documented statuses. */
+function asHttp(error: unknown): never {
+  if (error instanceof RecordingConflictError) throw conflict(error.message);
+  if (error instanceof NoFramesError) throw new HttpError(502, `rendering backend failed: ${error.message}`);
+  if (error instanceof RecordingFailedError) throw new HttpError(500, 'recording could not be finalised');
+  throw error;
+}
+
+/** Session recording (spec 2.5, 3.3, 4.7); decisions in docs/recording.md. */
+const recordingRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const { supervisor, recordings } = app.services;
+  app.addSchema(RecordingStatusBody);
+  const statusRef = Type.Ref('RecordingStatus');
+
+  app.post('/sessions/:session_id/rt-recording/start', {
+    schema: {
+      tags: ['recording'],
+      summary: 'Start recording the session',
+      description:
+        'Records exactly what a WebRTC viewer receives (the session playout clock) into an MP4 (H.264 + AAC, the avatar size and fps), ' +
+        'streamed to disk. Allowed in any live state (idle frames are recorded too). A new start after `complete` discards the previous ' +
+        'artifact. 404 unknown session; 409 already recording or session terminated.',
+      params: SessionIdParams,
+      response: { 200: statusRef, ...errors(404, 409) },
+    },
+    handler: async (request) => {
+      const session = await supervisor.requireSession(request.params.session_id);
+      try {
+        return await recordings.start(session.id, session.media, (finalise) => {
+          session.actor.on('session.terminated', finalise);
+        });
+      } catch (error) {
+        asHttp(error);
+      }
+    },
+  });
+
+  app.post('/sessions/:session_id/rt-recording/stop', {
+    schema: {
+      tags: ['recording'],
+      summary: 'Stop recording and finalise the MP4',
+      description:
+        'Answers once the file is complete, with state `complete`. The audio is cut to the last recorded frame. ' +
+        '404 unknown session; 409 not recording; 502 when the renderer produced no frame at all.',
+      params: SessionIdParams,
+      response: { 200: statusRef, ...errors(404, 409, 502) },
+    },
+    handler: async (request) => {
+      const id = request.params.session_id;
+      await supervisor.describe(id);
+      try {
+        return await recordings.stop(id);
+      } catch (error) {
+        asHttp(error);
+      }
+    },
+  });
+
+  app.get('/sessions/:session_id/rt-recording', {
+    schema: {
+      tags: ['recording'],
+      summary: 'Recording state',
+      description: 'Also answers for a terminated session while its tombstone is kept, so a recording finalised by DELETE stays reachable.',
+      params: SessionIdParams,
+      response: { 200: statusRef, ...errors(404) },
+    },
+    handler: async (request) => {
+      await supervisor.describe(request.params.session_id);
+      return recordings.status(request.params.session_id);
+    },
+  });
+
+  app.get('/sessions/:session_id/rt-recording/artifact', {
+    schema: {
+      tags: ['recording'],
+      summary: 'Download the recording',
+      description: '`video/mp4`. 404 when the session is unknown or there is no finished recording (idle, or recording in progress).',
+      params: SessionIdParams,
+      produces: ['video/mp4'],
+      response: { 200: Type.String({ format: 'binary', description: 'MP4 file' }), ...errors(404) },
+    },
+    handler: async (request, reply) => {
+      await supervisor.describe(request.params.session_id);
+      const file = await recordings.artifactPath(request.params.session_id);
+      if (!file) throw notFound('no finished recording for this session');
+      const { size } = await fs.stat(file);
+      reply.header('content-type', 'video/mp4').header('content-length', size);
+      reply.header('content-disposition', `attachment; filename="recording-${request.params.session_id}.mp4"`);
+      return reply.send(createReadStream(file) as never);
+    },
+  });
+};
+
+export default recordingRoutes;

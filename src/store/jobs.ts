@@ -1,0 +1,48 @@
+import type { Store } from './db.ts';
+
+export type JobStatus = 'pending' | 'running' | 'complete' | 'failed';
+
+/** An offline bundle job as persisted: metadata only; the MP4 lives at `bundles/<job_id>.mp4`. */
+export interface StoredJob {
+  job_id: string;
+  session_id: string;
+  status: JobStatus;
+  /** 0..1, never decreases. */
+  progress: number;
+  error: string | null;
+  created_at: string;
+  updated_at: string;
+  started_at?: string;
+  finished_at?: string;
+  /** Set once finished: record and artifact are swept after this instant. */
+  expires_at?: string;
+  /** Length of the produced video, once complete. */
+  duration_ms?: number;
+}
+
+/** Offline bundle jobs in their own sublevel, so they survive restarts. */
+export class JobStore {
+  private readonly jobs;
+
+  constructor(store: Store) {
+    this.jobs = store.sublevel<StoredJob>('offline-jobs');
+  }
+
+  async get(jobId: string): Promise<StoredJob | undefined> {
+    return this.jobs.get(jobId);
+  }
+
+  async put(job: StoredJob): Promise<void> {
+    await this.jobs.put(job.job_id, job);
+  }
+
+  async delete(jobId: string): Promise<void> {
+    await this.jobs.del(jobId);
+  }
+
+  async all(): Promise<StoredJob[]> {
+    const out: StoredJob[] = [];
+    for await (const value of this.jobs.values()) out.push(value);
+    return out;
+  }
+}
