@@ -117,6 +117,22 @@ for (const testCase of CASES) {
       if (testCase.id !== 'cloud_b') expect(fake.requests.length - before).toBeGreaterThanOrEqual(2);
     });
 
+    it('streams: the first sentence’s audio arrives before the second sentence is requested, and stopping early stops requests', async () => {
+      fake.scenario = 'ok';
+      const synthesisRequests = () => fake.requests.filter((r) => !r.path.startsWith('/files/')).length;
+      const before = synthesisRequests();
+      const sockets = (fake as { socketMessages?: unknown[] }).socketMessages;
+      const socketsBefore = sockets?.length ?? 0;
+      const iterator = provider.synthesize({ text: TWO_SENTENCES, voice: testCase.voice, sampleRate: 16000, signal: AbortSignal.timeout(10_000) })[Symbol.asyncIterator]();
+      const first = await iterator.next();
+      expect(first.value?.sentenceIndex).toBe(0);
+      const upstreamCalls = () => synthesisRequests() - before + (sockets?.length ?? 0) - socketsBefore;
+      expect(upstreamCalls()).toBe(1);
+      await iterator.return?.(undefined);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(upstreamCalls()).toBe(1);
+    });
+
     it('resamples to an unusual rate too', async () => {
       fake.scenario = 'ok';
       const pcm = concat(await synth(provider, AbortSignal.timeout(10_000), 11025));
