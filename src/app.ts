@@ -17,10 +17,13 @@ import audioStreamRoutes from './routes/audio-stream.ts';
 import customizeRoutes from './routes/customize.ts';
 import recordingRoutes from './routes/recording.ts';
 import offlineRoutes from './routes/offline.ts';
+import ttsRoutes from './routes/tts.ts';
+import voiceRoutes from './routes/voices.ts';
+import customizeReferenceRoutes from './routes/customize-reference.ts';
 import { AvatarManifest, AvatarSummary } from './schemas/avatars.ts';
 
 /** Route plugins, each encapsulated; later capabilities add theirs here. */
-const ROUTES = [healthRoutes, avatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, customizeRoutes, recordingRoutes, offlineRoutes, uiRoutes];
+const ROUTES = [healthRoutes, avatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, customizeRoutes, customizeReferenceRoutes, ttsRoutes, voiceRoutes, recordingRoutes, offlineRoutes, uiRoutes];
 
 export interface BuiltApp {
   app: FastifyInstance;

@@ -1,0 +1,154 @@
+import { Type } from '@sinclair/typebox';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { Nullable, SessionIdParams, errors } from '../schemas/common.ts';
+import { badRequest } from '../errors.ts';
+import { validateVoice } from '../sessions/supervisor.ts';
+import { CLOUD_D_DEFAULT_MODEL } from '../../actors/tts/providers/cloud_d.ts';
+import { CLONE_PROVIDERS, MIN_CLONE_AUDIO_BYTES, type CloneProviderId } from '../voices/clone.ts';
+import type { Services } from '../services.ts';
+import { readCloneForm, runClone } from './voices.ts';
+
+/**
+ * Target model a reference is cloned for when neither the request nor the persona names one. cloud_a has
+ * none: DashScope binds a Qwen clone to one of its voice-cloning models, which the client must choose.
+ */
+const DEFAULT_TARGET_MODELS: Record<CloneProviderId, string | null> = {
+  cloud_a: null,
+  cloud_b: 'cosyvoice-v2',
+  cloud_d: CLOUD_D_DEFAULT_MODEL,
+  // XTTS carries the language in the model field.
+  local_clone_a: 'en',
+  local_clone_b: 'CosyVoice2-0.5B',
+};
+
+const ReferenceForm = Type.Object(
+  {
+    audio: Type.String({ format: 'binary', description: `Reference sample, ${MIN_CLONE_AUDIO_BYTES} B to 12 MB, any format ffmpeg converts to 24 kHz mono WAV` }),
+    tts_provider: Type.Optional(Type.String({ description: `Clone-capable provider: ${CLONE_PROVIDERS.join(', ')}; default the current one if it can clone` })),
+    target_model: Type.Optional(Type.String({ description: 'Model the clone is made for; default the current tts_model, else a per-provider default (cloud_a: required)' })),
+  },
+  { $id: 'ReferenceForm' },
+);
+
+const ReferencePersona = Type.Object(
+  {
+    system_prompt: Nullable(Type.String()),
+    tts_provider: Type.String(),
+    tts_voice: Nullable(Type.String({ description: 'The voice_id of the new clone' })),
+    tts_model: Nullable(Type.String({ description: 'The target model of the clone' })),
+    entry_id: Type.Integer({ description: 'Catalog entry of the clone (GET /voices, DELETE /voices/{entry_id})' }),
+  },
+  { $id: 'ReferencePersona' },
+);
+
+const DESCRIPTION =
+  'multipart/form-data (see ReferenceForm): `audio` (required), `tts_provider`, `target_model`. Sets a reference audio for voice ' +
+  'continuity: the sample is cloned with a clone-capable provider exactly like POST /voices/clone (a catalog entry labelled ' +
+  '`reference <session_id|default>` is created), then the persona switches to that provider and the new voice_id. ' +
+  '400: provider cannot clone or is not configured, audio missing/under 256 B/over 12 MB/not convertible, cloud_a without target_model. ' +
+  '502: the provider rejected the sample.';
+
+interface ReferenceRequest {
+  providerId: CloneProviderId;
+  targetModel: string;
+  audio: Buffer;
+}
+
+/** Persona reference audio (spec 4.4 "customize/reference"), for one session or as the service-wide default. */
+const customizeReferenceRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const { services } = app;
+  app.addSchema(ReferenceForm);
+  app.addSchema(ReferencePersona);
+
+  app.post('/sessions/:session_id/customize/reference', {
+    schema: {
+      tags: ['persona'],
+      summary: 'Set a reference voice for the session',
+      description: `${DESCRIPTION} Applies from the next turn (a turn in flight keeps its voice). 404 unknown session.`,
+      params: SessionIdParams,
+      consumes: ['multipart/form-data'],
+      response: { 200: ReferencePersona, ...errors(400, 404, 409, 502) },
+    },
+    handler: async (request, reply) => {
+      const session = await services.supervisor.requireSession(request.params.session_id);
+      const stored = session.stored;
+      const reference = await readReference(request, stored.tts_provider, stored.tts_model ?? null);
+      const clone = await runClone(services, reply, {
+        provider: reference.providerId,
+        targetModel: reference.targetModel,
+        displayLabel: `reference ${session.id}`,
+        audio: reference.audio,
+      });
+      validateVoice(services.tts.get(reference.providerId), clone.voice_id);
+      session.stored = { ...session.stored, tts_provider: reference.providerId, tts_voice: clone.voice_id, tts_model: clone.target_model };
+      session.send({ type: 'CUSTOMIZE', ttsVoice: clone.voice_id, ttsProvider: reference.providerId });
+      await services.supervisor.persistState(session);
+      return {
+        system_prompt: session.stored.llm_system_prompt ?? null,
+        tts_provider: session.stored.tts_provider,
+        tts_voice: session.stored.tts_voice ?? null,
+        tts_model: session.stored.tts_model ?? null,
+        entry_id: clone.entry_id,
+      };
+    },
+  });
+
+  app.post('/customize/reference', {
+    schema: {
+      tags: ['persona'],
+      summary: 'Set a default reference voice',
+      description: `${DESCRIPTION} Becomes the service-wide default provider/voice/model for sessions created afterwards; persisted.`,
+      consumes: ['multipart/form-data'],
+      response: { 200: ReferencePersona, ...errors(400, 502) },
+    },
+    handler: async (request, reply) => {
+      const current = await services.defaults.get();
+      const currentProvider = current.ttsProvider ?? services.config.ttsDefaultProvider;
+      const reference = await readReference(request, currentProvider, current.ttsModel ?? null);
+      return applyDefaultReference(services, reply, reference);
+    },
+  });
+};
+
+async function applyDefaultReference(services: Services, reply: FastifyReply, reference: ReferenceRequest) {
+  const clone = await runClone(services, reply, {
+    provider: reference.providerId,
+    targetModel: reference.targetModel,
+    displayLabel: 'reference default',
+    audio: reference.audio,
+  });
+  validateVoice(services.tts.get(reference.providerId), clone.voice_id);
+  const next = await services.defaults.update({ ttsProvider: reference.providerId, ttsVoice: clone.voice_id, ttsModel: clone.target_model });
+  return {
+    system_prompt: next.systemPrompt ?? services.config.llmSystemPrompt,
+    tts_provider: next.ttsProvider ?? services.config.ttsDefaultProvider,
+    tts_voice: next.ttsVoice ?? null,
+    tts_model: next.ttsModel ?? null,
+    entry_id: clone.entry_id,
+  };
+}
+
+/** Reads the form and resolves provider and target model against the persona it will change. */
+async function readReference(request: FastifyRequest, currentProvider: string, currentModel: string | null): Promise<ReferenceRequest> {
+  const form = await readCloneForm(request);
+  const requested = form.fields.tts_provider?.trim() || null;
+  const providerId = requested ?? currentProvider;
+  if (!isCloneProvider(providerId)) {
+    throw badRequest(
+      requested
+        ? `tts_provider "${providerId}" cannot clone a reference; use one of ${CLONE_PROVIDERS.join(', ')}`
+        : `the current tts_provider "${providerId}" cannot clone a reference; pass tts_provider (one of ${CLONE_PROVIDERS.join(', ')})`,
+    );
+  }
+  // The persona's model only carries over when the provider stays the same.
+  const targetModel = form.fields.target_model?.trim() || (providerId === currentProvider ? currentModel : null) || DEFAULT_TARGET_MODELS[providerId];
+  if (!targetModel) throw badRequest(`target_model is required for ${providerId}`);
+  return { providerId, targetModel, audio: form.audio };
+}
+
+function isCloneProvider(value: string): value is CloneProviderId {
+  return (CLONE_PROVIDERS as readonly string[]).includes(value);
+}
+
+export default customizeReferenceRoutes;

@@ -1,0 +1,173 @@
+import { Type } from '@sinclair/typebox';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { FastifyReply } from 'fastify';
+import { errors, Nullable } from '../schemas/common.ts';
+import { badGateway, badRequest } from '../errors.ts';
+import { validateVoice } from '../sessions/supervisor.ts';
+import { isTtsProviderId, TTS_PROVIDER_IDS, type TtsProviderId } from '../../actors/tts/types.ts';
+import { encodeWav } from '../../actors/audio/wav.ts';
+import { resamplePcm16 } from '../../actors/audio/resample.ts';
+import type { Services } from '../services.ts';
+
+/** Spec 8: the preview text limit; `SERVICE_TTS_PREVIEW_MAX_CHARS` may only lower it. */
+export const PREVIEW_TEXT_HARD_LIMIT = 1000;
+/**
+ * Whole-preview bound. 1000 characters are about a minute of speech; every provider here synthesises
+ * faster than real time, and single upstream waits are bounded by the adapters (30 s headers, 120 s body),
+ * so a preview still running after two minutes is a stuck upstream, answered as 502.
+ */
+export const PREVIEW_TIMEOUT_MS = 120_000;
+/** Memory bound on what one preview may buffer: far above 1000 characters of speech, far below a runaway stream. */
+export const PREVIEW_MAX_AUDIO_SECONDS = 600;
+
+export const TtsPreviewRequest = Type.Object(
+  {
+    text: Type.String({ maxLength: PREVIEW_TEXT_HARD_LIMIT, description: 'Text to synthesise; 1 to 1000 characters (SERVICE_TTS_PREVIEW_MAX_CHARS may lower the limit)' }),
+    voice: Type.Optional(Nullable(Type.String({ maxLength: 2048, description: 'Voice identifier; format depends on the provider (docs/providers.md); a cloned voice_id works too' }))),
+    tts_provider: Type.Optional(
+      Nullable(
+        Type.String({
+          description:
+            `One of ${TTS_PROVIDER_IDS.join(', ')} (cloud_e and cloud_f as for speak); default: the service-wide persona default ` +
+            '(POST /customize) or SERVICE_TTS_DEFAULT_PROVIDER. Unknown or unconfigured → 400.',
+        }),
+      ),
+    ),
+    tts_model: Type.Optional(Nullable(Type.String({ maxLength: 128, description: 'Provider-specific model identifier' }))),
+    provider: Type.Optional(Nullable(Type.String({ description: 'Deprecated alias of tts_provider (earlier interface variant)' }))),
+    model: Type.Optional(Nullable(Type.String({ maxLength: 128, description: 'Deprecated alias of tts_model (earlier interface variant)' }))),
+  },
+  { $id: 'TtsPreviewRequest', additionalProperties: false },
+);
+
+type PreviewBody = {
+  text: string;
+  voice?: string | null;
+  tts_provider?: string | null;
+  tts_model?: string | null;
+  provider?: string | null;
+  model?: string | null;
+};
+
+/** `POST /tts/preview` (spec 4.9): one-off synthesis without a session, answered as one WAV. */
+const ttsRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const { services } = app;
+  app.addSchema(TtsPreviewRequest);
+
+  app.post('/tts/preview', {
+    schema: {
+      tags: ['tts'],
+      summary: 'Preview speech',
+      description:
+        'Synthesises `text` with the chosen provider/voice/model and answers `audio/wav`: 16-bit PCM, mono, at the session sample rate ' +
+        '(SERVICE_SAMPLE_RATE, default 16000 Hz), all sentences concatenated. 400: text empty (or only whitespace) or over the limit, ' +
+        'tts_provider unknown or not configured, voice unknown. 502: the upstream provider failed (its text in `detail`) or the preview ' +
+        `did not finish within ${PREVIEW_TIMEOUT_MS / 1000} s. Voice/model default to the persona defaults when the provider is the default one.`,
+      body: TtsPreviewRequest,
+      produces: ['audio/wav'],
+      response: {
+        200: Type.String({ format: 'binary', description: '16-bit PCM mono WAV at the session sample rate' }),
+        ...errors(400, 502),
+      },
+    },
+    handler: async (request, reply) => {
+      const resolved = await resolvePreview(services, request.body);
+      const signal = AbortSignal.any([closedSignal(reply), AbortSignal.timeout(PREVIEW_TIMEOUT_MS)]);
+      const pcm = await synthesizeAll(services, resolved, signal);
+      reply.header('cache-control', 'no-store').type('audio/wav').send(encodeWav(pcm, services.config.sampleRate) as never);
+      return reply;
+    },
+  });
+};
+
+interface ResolvedPreview {
+  text: string;
+  providerId: TtsProviderId;
+  voice: string | null;
+  model: string | null;
+}
+
+/** Validates the request and fills provider/voice/model from the persona defaults and configuration. */
+export async function resolvePreview(services: Services, body: PreviewBody): Promise<ResolvedPreview> {
+  const text = body.text;
+  if (text.trim().length === 0) throw badRequest('text must not be empty');
+  const limit = Math.min(services.config.ttsPreviewMaxChars, PREVIEW_TEXT_HARD_LIMIT);
+  // Characters as code points, the way the schema validator counts maxLength.
+  const length = [...text].length;
+  if (length > limit) throw badRequest(`text is ${length} characters; the limit is ${limit}`);
+
+  const requestedProvider = pickAlias(body.tts_provider, body.provider, 'tts_provider', 'provider');
+  const requestedModel = pickAlias(body.tts_model, body.model, 'tts_model', 'model');
+  const defaults = await services.defaults.get();
+  const defaultProvider = defaults.ttsProvider ?? services.config.ttsDefaultProvider;
+  const providerId = requestedProvider ?? defaultProvider;
+  if (!isTtsProviderId(providerId)) throw badRequest(`tts_provider "${providerId}" is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
+  const provider = services.tts.get(providerId);
+  const status = provider.status();
+  if (!status.configured) throw badRequest(`tts_provider "${providerId}" is not configured: ${status.reason ?? ''}`);
+
+  // A default voice/model belongs to the default provider; another provider starts from its own defaults.
+  const sameAsDefault = providerId === defaultProvider;
+  const voice = body.voice ?? (sameAsDefault ? (defaults.ttsVoice !== undefined ? defaults.ttsVoice : services.config.ttsDefaultVoice) : null) ?? null;
+  const model = requestedModel ?? (sameAsDefault ? (defaults.ttsModel ?? null) : null);
+  validateVoice(provider, voice);
+  return { text, providerId, voice, model };
+}
+
+function pickAlias(current: string | null | undefined, legacy: string | null | undefined, name: string, legacyName: string): string | null {
+  if (current != null && legacy != null && current !== legacy) throw badRequest(`${name} and its deprecated alias ${legacyName} disagree`);
+  return current ?? legacy ?? null;
+}
+
+/** Runs the provider to the end and concatenates every chunk at the service sample rate. */
+async function synthesizeAll(services: Services, preview: ResolvedPreview, signal: AbortSignal): Promise<Int16Array> {
+  const sampleRate = services.config.sampleRate;
+  const maxSamples = sampleRate * PREVIEW_MAX_AUDIO_SECONDS;
+  const parts: Int16Array[] = [];
+  let total = 0;
+  try {
+    const stream = services.tts.get(preview.providerId).synthesize({ text: preview.text, voice: preview.voice, model: preview.model, sampleRate, signal });
+    for await (const chunk of stream) {
+      signal.throwIfAborted();
+      // Adapters promise the requested rate; resampling here keeps the WAV header truthful if one does not.
+      const pcm = chunk.sampleRate === sampleRate ? chunk.pcm : await resamplePcm16(chunk.pcm, chunk.sampleRate, sampleRate);
+      total += pcm.length;
+      if (total > maxSamples) throw badGateway(`tts_provider "${preview.providerId}" produced more than ${PREVIEW_MAX_AUDIO_SECONDS} s of audio`);
+      parts.push(pcm);
+    }
+  } catch (error) {
+    if (signal.aborted && isAbort(error)) {
+      const reason = signal.reason as Error | undefined;
+      if (reason?.name === 'TimeoutError') throw badGateway(`tts_provider "${preview.providerId}" did not finish the preview within ${PREVIEW_TIMEOUT_MS / 1000} s`);
+    }
+    throw error;
+  }
+  if (total === 0) throw badGateway(`tts_provider "${preview.providerId}" returned no audio`);
+  const out = new Int16Array(total);
+  let offset = 0;
+  for (const part of parts) {
+    out.set(part, offset);
+    offset += part.length;
+  }
+  return out;
+}
+
+function isAbort(error: unknown): boolean {
+  const name = (error as Error | undefined)?.name;
+  return name === 'AbortError' || name === 'TimeoutError';
+}
+
+/**
+ * Aborts when the client goes away before the answer is written: the response's `close` fires on a dropped
+ * connection too, and `writableFinished` tells that apart from a normal end.
+ */
+export function closedSignal(reply: FastifyReply): AbortSignal {
+  const controller = new AbortController();
+  const response = reply.raw;
+  response.once('close', () => {
+    if (!response.writableFinished) controller.abort(new DOMException('client closed the request', 'AbortError'));
+  });
+  return controller.signal;
+}
+
+export default ttsRoutes;
