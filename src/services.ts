@@ -14,6 +14,9 @@ import { createOpenAiAsr } from '../actors/asr/providers/openai.ts';
 import type { LlmProvider } from '../actors/llm/types.ts';
 import type { AsrProvider } from '../actors/asr/types.ts';
 import { DefaultsStore } from './store/defaults.ts';
+import { VoiceCatalog } from './voices/catalog.ts';
+import { VoiceUploads } from './voices/uploads.ts';
+import { catalogVoiceLookup } from './voices/clone.ts';
 import { JobStore } from './store/jobs.ts';
 import { RecordingRegistry } from './recording/registry.ts';
 import { OfflineJobQueue } from './recording/offline-jobs.ts';
@@ -28,6 +31,10 @@ export interface Services {
   models: ModelRegistry;
   renderPool: RenderPool;
   tts: TtsRegistry;
+  voices: VoiceCatalog;
+  uploads: VoiceUploads;
+  /** Where reference audio of locally cloned voices lives. */
+  voiceDir: string;
   llm: LlmProvider;
   asr: AsrProvider;
   supervisor: SessionSupervisor;
@@ -54,7 +61,14 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
   const ttsConfig = ttsConfigFromEnv(config.env as NodeJS.ProcessEnv, process.cwd());
   ttsConfig.publicBaseUrl = config.publicBaseUrl;
   ttsConfig.voiceDir = ttsConfig.voiceDir ?? path.join(config.dataDir, 'voices');
-  const tts = overrides.tts ?? createTtsRegistry(ttsConfig, { logger: logger.child({ component: 'tts' }) });
+  const voices = new VoiceCatalog(store.sublevel('voices'));
+  const uploads = new VoiceUploads({ dir: path.join(config.dataDir, 'voice-uploads') });
+  // Expired clone samples are swept at start and periodically, so a restart never resurrects one.
+  await uploads.sweep();
+  uploads.start();
+  const tts =
+    overrides.tts ??
+    createTtsRegistry(ttsConfig, { logger: logger.child({ component: 'tts' }), voiceLookup: catalogVoiceLookup(voices) });
   const llm =
     overrides.llm ??
     createOpenAiLlm({ baseUrl: config.llm.baseUrl ?? undefined, apiKey: config.llm.apiKey ?? undefined, model: config.llm.model });
@@ -112,6 +126,9 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     models,
     renderPool,
     tts,
+    voices,
+    uploads,
+    voiceDir: ttsConfig.voiceDir,
     llm,
     asr,
     supervisor,
@@ -123,6 +140,7 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
       await jobs.close();
       await supervisor.closeAll();
       await recordings.close();
+      uploads.close();
       await renderPool.close();
       await store.close();
     },
