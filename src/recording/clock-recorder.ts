@@ -190,9 +190,7 @@ export class ClockRecorder {
   }
 
   private pushFrame(data: Uint8Array): void {
-    this.encoder.writeFrame(data).catch(() => {
-      // Reported by `finish()` with ffmpeg's own message.
-    });
+    this.encoder.pushFrame(data);
   }
 
   /** Writes contiguous audio from the cursor up to `end` (clock samples); pads with silence where the clock had no chunk. */
@@ -224,8 +222,6 @@ export class ClockRecorder {
   }
 
   private pushAudio(pcm: Int16Array): void {
-    this.encoder.writeAudio(pcm).catch(() => {
-      // Reported by `finish()` with ffmpeg's own message.
-    });
+    this.encoder.pushAudio(pcm);
   }
 }

@@ -12,6 +12,8 @@ const STDERR_TAIL_CHARS = 4_000;
 const FINISH_TIMEOUT_MS = 60_000;
 /** Packets ffmpeg may queue per input thread; enough that neither pipe stalls while the muxer waits for the other. */
 const INPUT_QUEUE_PACKETS = 512;
+/** Sample rate of the AAC track. */
+export const OUTPUT_AUDIO_RATE = 48_000;
 
 export interface Mp4EncoderOptions {
   outPath: string;
@@ -57,13 +59,16 @@ export class Mp4Encoder {
     const args = [
       '-hide_banner', '-nostdin', '-loglevel', 'error', '-y',
       '-f', 'rawvideo', '-pix_fmt', 'yuv420p', '-s', `${width}x${height}`, '-framerate', String(fps),
+      // Formats are fully described here; probing would read ahead on one pipe while the other waits.
+      '-probesize', '32', '-analyzeduration', '0',
       '-thread_queue_size', String(INPUT_QUEUE_PACKETS), '-i', 'pipe:3',
-      '-f', 's16le', '-ar', String(sampleRate), '-ac', '1',
+      '-f', 's16le', '-ar', String(sampleRate), '-ac', '1', '-probesize', '32', '-analyzeduration', '0',
       '-thread_queue_size', String(INPUT_QUEUE_PACKETS), '-i', 'pipe:4',
       '-map', '0:v:0', '-map', '1:a:0',
       '-c:v', 'libx264', '-preset', options.preset ?? 'veryfast', '-pix_fmt', 'yuv420p', '-crf', '23',
       '-g', String(Math.max(1, Math.round(fps * 2))),
-      '-c:a', 'aac', '-b:a', '96k',
+      // 48 kHz output: AAC works in 1024-sample frames, which at 16 kHz (64 ms) would be longer than a video frame.
+      '-c:a', 'aac', '-b:a', '96k', '-ar', String(OUTPUT_AUDIO_RATE),
       '-movflags', '+faststart',
       '-f', 'mp4', options.outPath,
     ];
@@ -104,6 +109,22 @@ export class Mp4Encoder {
     if (pcm.length === 0) return Promise.resolve();
     this.samplesWritten += pcm.length;
     return this.write(this.audio, Buffer.from(pcm.buffer, pcm.byteOffset, pcm.byteLength));
+  }
+
+  /**
+   * Queues without waiting, for real-time producers that cannot be slowed (the playout clock): the
+   * pipe buffers in memory until ffmpeg reads; `bufferedBytes` tells how much. Errors surface in `finish()`.
+   */
+  pushFrame(i420: Uint8Array): void {
+    if (i420.length !== this.frameBytes || this.finished || this.video.destroyed) return;
+    this.framesWritten++;
+    this.video.write(Buffer.from(i420.buffer, i420.byteOffset, i420.byteLength));
+  }
+
+  pushAudio(pcm: Int16Array): void {
+    if (pcm.length === 0 || this.finished || this.audio.destroyed) return;
+    this.samplesWritten += pcm.length;
+    this.audio.write(Buffer.from(pcm.buffer, pcm.byteOffset, pcm.byteLength));
   }
 
   /** Ends both inputs and waits for ffmpeg to finalise the file; throws with ffmpeg's message on failure. */

@@ -83,8 +83,9 @@ export async function renderOfflineMp4(options: OfflineRenderOptions): Promise<n
       if (frames.length !== upTo - from) throw new Error(`renderer returned ${frames.length} frames for ${upTo - from} requests`);
       for (let i = 0; i < frames.length; i++) {
         const idx = from + i;
-        await encoder.writeFrame(frames[i].data);
-        await encoder.writeAudio(audio.read(frameStart(idx + 1) - frameStart(idx)));
+        // Both writes are handed over before waiting: awaiting one pipe's drain while ffmpeg waits on
+        // the other would deadlock.
+        await Promise.all([encoder.writeFrame(frames[i].data), encoder.writeAudio(audio.read(frameStart(idx + 1) - frameStart(idx)))]);
       }
       options.onProgress?.(upTo / frameCount);
     }
