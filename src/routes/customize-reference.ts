@@ -81,6 +81,8 @@ const customizeReferenceRoutes: FastifyPluginAsyncTypebox = async (app) => {
         audio: reference.audio,
       });
       validateVoice(services.tts.get(reference.providerId), clone.voice_id);
+      // The clone took a while: the session may have ended meanwhile (then 404/409; the catalog entry stays usable).
+      await services.supervisor.requireSession(session.id);
       session.stored = { ...session.stored, tts_provider: reference.providerId, tts_voice: clone.voice_id, tts_model: clone.target_model };
       session.send({ type: 'CUSTOMIZE', ttsVoice: clone.voice_id, ttsProvider: reference.providerId });
       await services.supervisor.persistState(session);

@@ -153,7 +153,13 @@ const voiceRoutes: FastifyPluginAsyncTypebox = async (app) => {
       } catch {
         throw notFound('sample not found or expired');
       }
-      const { size } = await handle.stat();
+      let size: number;
+      try {
+        ({ size } = await handle.stat());
+      } catch (error) {
+        await handle.close();
+        throw error;
+      }
       reply.header('cache-control', 'no-store').header('content-length', size).type('audio/wav');
       return reply.send(handle.createReadStream() as never);
     },
