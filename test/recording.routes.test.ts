@@ -8,8 +8,8 @@ import { json, makeAvatarBundle, post, startTestApp, tempDir, type TestApp } fro
 import { extractAudio, extractFrames, probeMp4, speechOnsets } from './helpers/mp4.ts';
 
 const SAMPLE_RATE = 16_000;
-const W = 128;
-const H = 96;
+const W = 256; // mock timecode blocks are width/22 px: wide enough to survive H.264
+const H = 192;
 const FPS = 25;
 const FRAME_MS = 1000 / FPS;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
