@@ -1,7 +1,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { json, makeAvatarBundle, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
+import { json, makeAvatarBundle, rawRequest, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 
 describe('avatar catalog over SERVICE_AVATARS_DIR', () => {
   let t: TestApp;
@@ -73,12 +73,14 @@ describe('avatar catalog over SERVICE_AVATARS_DIR', () => {
     '%5C..%5Cwindows',
   ])('never reaches outside the catalog for id %s', async (id) => {
     for (const suffix of ['', '/preview']) {
-      const res = await fetch(`${t.baseUrl}/avatars/${id}${suffix}`);
+      const res = await rawRequest(t.baseUrl, 'GET', `/avatars/${id}${suffix}`);
       expect([400, 404]).toContain(res.status);
-      expect(await json(res)).toHaveProperty('detail');
+      expect(JSON.parse(res.body)).toHaveProperty('detail');
     }
-    const del = await fetch(`${t.baseUrl}/avatars/${id}`, { method: 'DELETE' });
+    const del = await rawRequest(t.baseUrl, 'DELETE', `/avatars/${id}`);
     expect([400, 404]).toContain(del.status);
+    // Nothing outside the catalog was touched.
+    expect((await json(await fetch(`${t.baseUrl}/avatars/good-rt`))).id).toBe('good-rt');
   });
 
   it('refuses to delete built-in and hidden avatars (403) and unknown ones (404), deletes custom ones', async () => {

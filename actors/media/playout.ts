@@ -66,7 +66,6 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   private timer: NodeJS.Timeout | null = null;
   private closed = false;
   private readonly rendered = new Map<number, Promise<I420Frame | null>>();
-  private renderAbort = new AbortController();
   /** Frames leave strictly in index order even when workers finish out of order. */
   private sendChain: Promise<void> = Promise.resolve();
   private roomWaiters: Array<() => void> = [];
@@ -158,7 +157,6 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-    this.renderAbort.abort();
     this.flush();
     this.removeAllListeners();
   }
@@ -295,8 +293,8 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
 
   private renderFrame(frameIdx: number): Promise<I420Frame | null> {
     const { turnId: _turnId, ...request } = this.requestFor(frameIdx);
-    const signal = this.renderAbort.signal;
-    return this.renderer.render([request], signal).then(
+    // No per-frame AbortSignal: frames are cheap and a shared signal would collect a listener per task.
+    return this.renderer.render([request]).then(
       (frames) => frames[0] ?? null,
       () => null,
     );

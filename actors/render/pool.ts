@@ -40,6 +40,8 @@ export class RenderPool {
       idleTimeout: 60_000,
       // Frames for the live clock must not queue behind offline batches forever.
       concurrentTasksPerWorker: 1,
+      // Tasks are async (sharp, tsx loader); blocking the worker in Atomics.wait between tasks stalls them.
+      atomics: 'disabled',
     });
   }
 

@@ -38,5 +38,16 @@ export default async function render(task: RenderTask) {
   const size = frames[0].data.length;
   const out = new Uint8Array(size * frames.length);
   frames.forEach((frame, i) => out.set(frame.data, i * size));
-  return Piscina.move({ buffer: out.buffer, width, height, count: frames.length } as never);
+  return Piscina.move(new FrameBatch({ buffer: out.buffer, width, height, count: frames.length }) as never);
+}
+
+/** Lets piscina transfer the pixel buffer instead of cloning it. */
+class FrameBatch {
+  constructor(private readonly value: { buffer: ArrayBuffer; width: number; height: number; count: number }) {}
+  get [Piscina.transferableSymbol]() {
+    return [this.value.buffer];
+  }
+  get [Piscina.valueSymbol]() {
+    return this.value;
+  }
 }

@@ -1,4 +1,5 @@
 import fs from 'node:fs/promises';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
@@ -105,5 +106,20 @@ export async function post(baseUrl: string, path: string, body?: unknown): Promi
     method: 'POST',
     headers: body === undefined ? {} : { 'content-type': 'application/json' },
     body: body === undefined ? undefined : JSON.stringify(body),
+  });
+}
+
+/** An HTTP request whose path is sent byte for byte (fetch would normalise `..` segments away). */
+export function rawRequest(baseUrl: string, method: string, rawPath: string): Promise<{ status: number; body: string }> {
+  const url = new URL(baseUrl);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: url.hostname, port: url.port, method, path: rawPath }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk) => (body += chunk));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', reject);
+    req.end();
   });
 }
