@@ -8,6 +8,7 @@ import servicesPlugin from './plugins/app/services.ts';
 import errorPlugin from './plugins/app/errors.ts';
 import healthRoutes from './routes/health.ts';
 import avatarRoutes from './routes/avatars.ts';
+import customAvatarRoutes from './routes/avatars-custom.ts';
 import sessionRoutes from './routes/sessions.ts';
 import interactionRoutes from './routes/interaction.ts';
 import webrtcRoutes from './routes/webrtc.ts';
@@ -23,7 +24,7 @@ import customizeReferenceRoutes from './routes/customize-reference.ts';
 import { AvatarManifest, AvatarSummary } from './schemas/avatars.ts';
 
 /** Route plugins, each encapsulated; later capabilities add theirs here. */
-const ROUTES = [healthRoutes, avatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, customizeRoutes, customizeReferenceRoutes, ttsRoutes, voiceRoutes, recordingRoutes, offlineRoutes, uiRoutes];
+const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, customizeRoutes, customizeReferenceRoutes, ttsRoutes, voiceRoutes, recordingRoutes, offlineRoutes, uiRoutes];
 
 export interface BuiltApp {
   app: FastifyInstance;

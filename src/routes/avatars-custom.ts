@@ -1,0 +1,64 @@
+import { Type } from '@sinclair/typebox';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { closeFaceDetector } from '../../actors/faces/detector.ts';
+import { MAX_AVATAR_NAME_LENGTH, MAX_PORTRAIT_BYTES, createCustomAvatar } from '../catalog/custom-avatar.ts';
+import { errors } from '../schemas/common.ts';
+import { badRequest } from '../errors.ts';
+import { readMultipart } from './multipart.ts';
+import { closedSignal } from './tts.ts';
+
+/** Documents the multipart body (validation happens while the parts stream in). */
+const CustomAvatarForm = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: MAX_AVATAR_NAME_LENGTH, description: 'Display name; its slug goes into the new id' }),
+    base_avatar_id: Type.String({ description: 'Existing avatar with model_type `lipsync`; its manifest (fps, size, sample rate, …) is copied' }),
+    image: Type.String({ format: 'binary', description: 'Portrait photo: JPEG, PNG or WebP (detected from the bytes), at most 10 MB' }),
+  },
+  { $id: 'CustomAvatarForm' },
+);
+
+/** Spec 4.2: custom avatar creation from a portrait photo. */
+const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const { catalog } = app.services;
+  app.addSchema(CustomAvatarForm);
+  app.addHook('onClose', async () => closeFaceDetector());
+
+  app.post('/avatars/custom', {
+    schema: {
+      tags: ['avatars'],
+      summary: 'Create a custom avatar from a portrait',
+      description:
+        'multipart/form-data (see CustomAvatarForm): `name`, `base_avatar_id`, `image`. The image is checked by its magic number ' +
+        '(JPEG, PNG, WebP), decoded under a pixel limit, turned upright by its EXIF orientation, converted to RGB and cover-cropped to ' +
+        "the base avatar's size, centred on the face. Face-landmark detection then fills `metadata.animation` (mouth and eye geometry " +
+        'in frame pixels); when no single clear face is found the avatar is still created, without `animation` (a still image). The ' +
+        'manifest is the base\'s with `id` (`custom-<slug>-<timestamp>`), `name`, `metadata.custom_avatar=true` and ' +
+        '`metadata.base_avatar_id`. The bundle appears atomically. 400: name/base/image missing, image empty, not JPEG/PNG/WebP, ' +
+        'undecodable or too many pixels, or base avatar not `lipsync`. 404: base avatar unknown. 413: image over 10 MB (refused while uploading).',
+      consumes: ['multipart/form-data'],
+      response: { 200: Type.Ref('AvatarSummary'), ...errors(400, 404, 413) },
+    },
+    handler: async (request, reply) => {
+      const form = await readMultipart(request, {
+        fileField: 'image',
+        maxFileBytes: MAX_PORTRAIT_BYTES,
+        tooLargeDetail: `image is larger than ${MAX_PORTRAIT_BYTES / (1024 * 1024)} MB`,
+      });
+      const name = form.fields.name;
+      const baseAvatarId = form.fields.base_avatar_id;
+      if (name === undefined || name.trim() === '') throw badRequest('name is required');
+      if (baseAvatarId === undefined || baseAvatarId === '') throw badRequest('base_avatar_id is required');
+      if (!form.file) throw badRequest('image file is required');
+      return createCustomAvatar({
+        catalog,
+        name,
+        baseAvatarId,
+        image: form.file.data,
+        signal: closedSignal(reply),
+        logger: request.log,
+      });
+    },
+  });
+};
+
+export default customAvatarRoutes;
