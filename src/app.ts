@@ -39,7 +39,8 @@ export async function buildApp(config: ServiceConfig, logger: Logger, overrides:
   const services = await createServices(config, logger, overrides);
   const app = Fastify({
     loggerInstance: logger,
-    disableRequestLogging: false,
+    // Sessions are terminated before the server closes; lingering keep-alive or SSE sockets must not hold shutdown.
+    forceCloseConnections: true,
     bodyLimit: 1024 * 1024,
     // Request ids in logs; paths with user input stay out of static messages.
     requestIdHeader: 'x-request-id',

@@ -36,6 +36,7 @@ describe('generated OpenAPI and documentation UIs', () => {
     expect(html).not.toMatch(/src="https?:/);
     const bundleJs = await fetch(`${t.baseUrl}/docs/static/swagger-ui-bundle.js`);
     expect(bundleJs.status).toBe(200);
+    expect((await bundleJs.text()).length).toBeGreaterThan(100_000);
     const redoc = await fetch(`${t.baseUrl}/redoc`);
     const redocHtml = await redoc.text();
     expect(redocHtml).toContain('/redoc/redoc.standalone.js');
