@@ -1,0 +1,59 @@
+import fs from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { chromium, type Browser } from 'playwright-core';
+import { startTestApp, type TestApp } from './helpers/app.ts';
+
+const CHROMIUM = '/usr/bin/chromium';
+const hasChromium = fs.existsSync(CHROMIUM);
+
+describe.skipIf(!hasChromium)('the demo page in headless Chromium', () => {
+  let t: TestApp;
+  let browser: Browser;
+
+  beforeAll(async () => {
+    t = await startTestApp();
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--autoplay-policy=no-user-gesture-required', '--disable-component-update', '--no-first-run'],
+    });
+  });
+  afterAll(async () => {
+    await browser?.close();
+    await t?.close();
+  });
+
+  it('starts a session, receives decoded video and audio over WebRTC, and speaks', async () => {
+    const page = await browser.newPage();
+    await page.goto(`${t.baseUrl}/`);
+    await page.waitForFunction(() => (document.getElementById('avatar') as HTMLSelectElement).options.length > 0);
+    await page.click('#start');
+    await page.waitForFunction(() => document.getElementById('state')!.textContent === 'running', null, { timeout: 20_000 });
+    await page.fill('#text', 'Hello from the browser test. The avatar should be talking now.');
+    await page.click('#speak');
+    await page.waitForFunction(() => document.getElementById('log')!.textContent!.includes('"stage":"first_audio"'), null, { timeout: 20_000 });
+    await page.waitForTimeout(1500);
+    const stats = await page.evaluate(async () => {
+      const pc = (window as unknown as { demo: { pc: RTCPeerConnection } }).demo.pc;
+      const report = await pc.getStats();
+      const out: Record<string, number> = { framesDecoded: 0, audioBytes: 0, frameWidth: 0, totalAudioEnergy: 0 };
+      report.forEach((s: any) => {
+        if (s.type === 'inbound-rtp' && s.kind === 'video') {
+          out.framesDecoded = s.framesDecoded ?? 0;
+          out.frameWidth = s.frameWidth ?? 0;
+        }
+        if (s.type === 'inbound-rtp' && s.kind === 'audio') {
+          out.audioBytes = s.bytesReceived ?? 0;
+          out.totalAudioEnergy = s.totalAudioEnergy ?? 0;
+        }
+      });
+      return out;
+    });
+    expect(stats.framesDecoded).toBeGreaterThan(25);
+    expect(stats.frameWidth).toBeGreaterThan(0);
+    expect(stats.audioBytes).toBeGreaterThan(1000);
+    expect(stats.totalAudioEnergy).toBeGreaterThan(0);
+    const log = await page.textContent('#log');
+    expect(log).toContain('status {"stage":"speaking"}');
+    await page.close();
+  });
+});
