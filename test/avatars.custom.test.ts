@@ -260,5 +260,16 @@ describe('a lipsync session on a custom avatar', () => {
     }
     expect(mouthDiff).toBeGreaterThan(8);
     expect(mouthDiff).toBeGreaterThan(controlDiff * 3);
+
+    // Deleting the avatar does not break the session that uses it (single render thread in tests).
+    expect(await json(await fetch(`${t.baseUrl}/avatars/${id}`, { method: 'DELETE' }))).toEqual({ deleted: true });
+    const afterDelete = peer.frames.length;
+    const again = sse.events.length;
+    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Still talking after my avatar was deleted.' })).status).toBe(200);
+    await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 30_000, 'status idle after delete', again);
+    expect(sse.events.slice(again).some((e) => e.type === 'error')).toBe(false);
+    const later = peer.frames.slice(afterDelete);
+    expect(later.length).toBeGreaterThan(20);
+    expect(Math.max(...later.map((f) => lumaDiff(idle, f, mouthBox)))).toBeGreaterThan(8);
   });
 });
