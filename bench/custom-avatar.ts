@@ -11,7 +11,7 @@ async function createOnce(app: TestApp, image: Buffer, name: string): Promise<nu
   const body = new FormData();
   body.append('name', name);
   body.append('base_avatar_id', 'astronaut');
-  body.append('image', new Blob([image], { type: 'image/png' }), 'portrait.png');
+  body.append('image', new Blob([new Uint8Array(image)], { type: 'image/png' }), 'portrait.png');
   const started = performance.now();
   const res = await fetch(`${app.baseUrl}/avatars/custom`, { method: 'POST', body });
   const elapsed = performance.now() - started;

@@ -23,7 +23,7 @@ function upload(baseUrl: string, form: Upload): Promise<Response> {
   const body = new FormData();
   if (form.name !== undefined) body.append('name', form.name);
   if (form.base_avatar_id !== undefined) body.append('base_avatar_id', form.base_avatar_id);
-  if (form.image) body.append('image', new Blob([form.image.bytes], { type: form.image.type ?? 'application/octet-stream' }), form.image.filename ?? 'portrait');
+  if (form.image) body.append('image', new Blob([new Uint8Array(form.image.bytes)], { type: form.image.type ?? 'application/octet-stream' }), form.image.filename ?? 'portrait');
   return fetch(`${baseUrl}/avatars/custom`, { method: 'POST', body });
 }
 
