@@ -9,6 +9,7 @@ import { ModelRegistry } from './models.ts';
 import { SessionSupervisor } from './sessions/supervisor.ts';
 import { RenderPool } from '../actors/render/pool.ts';
 import { createTtsRegistry, ttsConfigFromEnv, type TtsRegistry } from '../actors/tts/registry.ts';
+import { closeBuiltinEngines } from '../actors/tts/providers/builtin.ts';
 import { createOpenAiLlm } from '../actors/llm/providers/openai.ts';
 import { createOpenAiAsr } from '../actors/asr/providers/openai.ts';
 import type { LlmProvider } from '../actors/llm/types.ts';
@@ -100,6 +101,8 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     defaults: () => defaults.get(),
   });
   await supervisor.recover();
+  // Load the built-in speech engines now (in their worker) so the first speak does not pay for WASM compilation.
+  if (config.ttsDefaultProvider === 'builtin') tts.get('builtin');
   const recordings = new RecordingRegistry(config.dataDir, logger.child({ component: 'recording' }));
   const jobs = new OfflineJobQueue({
     dataDir: config.dataDir,
@@ -142,6 +145,7 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
       await recordings.close();
       uploads.close();
       await renderPool.close();
+      await closeBuiltinEngines();
       await store.close();
     },
   };

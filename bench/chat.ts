@@ -1,0 +1,44 @@
+import { json, post, startTestApp } from '../test/helpers/app.ts';
+import { ReceivingPeer } from '../test/helpers/peer.ts';
+import { SseClient } from '../test/helpers/sse.ts';
+import { startOpenAiUpstream } from '../test/fakes/openai-upstream.ts';
+import { summary } from './stats.ts';
+
+const TTFT_MS = 300;
+const RUNS = 8;
+const AUDIBLE_RMS = 300;
+
+/** chat → first audible sample with a loopback LLM of fixed time-to-first-token; reports the service's overhead beyond it. */
+export async function benchChat(): Promise<Record<string, ReturnType<typeof summary>>> {
+  const upstream = await startOpenAiUpstream({
+    chat: { replyTokens: ['Sure', '!', ' Here', ' is', ' a', ' short', ' answer', '.', ' And', ' more', ' text', '.'], firstTokenDelayMs: TTFT_MS, tokenDelayMs: 20 },
+  });
+  const t = await startTestApp({ env: { SERVICE_LLM_BASE_URL: upstream.baseUrl } });
+  const avatars = await json(await fetch(`${t.baseUrl}/avatars`));
+  const avatar = avatars.find((a: { model_type: string }) => a.model_type === 'rt') ?? avatars[0];
+  const { session_id } = await json(await post(t.baseUrl, '/sessions', { avatar_id: avatar.id, model: avatar.model_type === 'rt' ? 'rt' : 'mock' }));
+  const sse = await SseClient.open(`${t.baseUrl}/sessions/${session_id}/events`);
+  const peer = await ReceivingPeer.connect(t.baseUrl, session_id);
+  peer.keepFrames = false;
+  await post(t.baseUrl, `/sessions/${session_id}/start`);
+  await post(t.baseUrl, `/sessions/${session_id}/speak`, { text: 'Warm up.' });
+  await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 30_000, 'warm');
+  const overhead: number[] = [];
+  try {
+    for (let run = 0; run < RUNS; run++) {
+      const from = sse.events.length;
+      const sentAt = performance.now();
+      const res = await post(t.baseUrl, `/sessions/${session_id}/chat`, { prompt: 'Say something.' });
+      if (res.status !== 200) throw new Error(`chat failed: ${res.status} ${await res.text()}`);
+      await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, 15_000, 'audible');
+      overhead.push(peer.firstAudible(sentAt, AUDIBLE_RMS)!.at - sentAt - TTFT_MS);
+      await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 30_000, 'idle', from);
+    }
+  } finally {
+    peer.close();
+    sse.close();
+    await t.close();
+    await upstream.close();
+  }
+  return { chatOverheadBeyondTtftMs: summary(overhead) };
+}
