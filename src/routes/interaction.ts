@@ -62,7 +62,13 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const accepted = deferred<void>();
       session.stage.chatAccepted.set(turnId, accepted);
       session.send({ type: 'CHAT', turn: { id: turnId, mode: 'chat', text: request.body.prompt, ...tts } });
-      await accepted.promise;
+      try {
+        await accepted.promise;
+      } catch (error) {
+        // Interrupted (or the session ended) before the first token: the client's own doing, not a server fault.
+        if ((error as Error).name === 'AbortError') throw conflict('chat was interrupted before the language model answered');
+        throw error;
+      }
       reply.code(200).send(undefined as never);
     },
   });
