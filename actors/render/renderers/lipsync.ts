@@ -31,6 +31,7 @@ export class LipsyncRenderer implements Renderer {
   private box: MouthBox | null = null;
   private skin: Rgb = [200, 160, 140];
   private readonly patches = new Map<string, Uint8Array>();
+  private lipLines: LipLines | null = null;
 
   async prepare(avatar: AvatarSource): Promise<void> {
     this.width = avatar.manifest.width;
@@ -49,6 +50,7 @@ export class LipsyncRenderer implements Renderer {
         y1: clampInt(y + w * 1.1, 0, this.height),
       };
       this.skin = this.sample(x, y - w * 0.55, Math.max(2, w * 0.08));
+      this.lipLines = lipLinesOf(animation);
     }
   }
 
@@ -80,49 +82,69 @@ export class LipsyncRenderer implements Renderer {
     return patch;
   }
 
+  /**
+   * One mouth pose as a patch. The jaw opens at the inner lip line: rows above the upper inner lip stay,
+   * the lower lip and chin move down by a drop that is largest mid-mouth and zero at the corners (so the
+   * corners never tear), the band between the upper teeth and the lowered lip becomes a soft dark cavity,
+   * and the chin stretch fades out towards the bottom of the box.
+   */
   private buildPatch(open: number, wide: number, round: number): Uint8Array {
     const base = this.base!;
     const box = this.box!;
-    const a = this.animation!;
-    const { x: cx, y: cy } = a.mouth_center;
-    const w = a.mouth_width;
+    const lips = this.lipLines!;
+    const { x: cx, y: cy } = this.animation!.mouth_center;
+    const w = this.animation!.mouth_width;
     const bw = box.x1 - box.x0;
     const bh = box.y1 - box.y0;
     const patch = new Uint8Array(bw * bh * 4);
-    const drop = open * w * 0.32;
-    const halfWidth = (w / 2) * (1 + 0.15 * wide - 0.3 * round);
-    const squeeze = (round - wide * 0.5) * 0.12;
-    for (let py = 0; py < bh; py++) {
-      const y = box.y0 + py;
-      for (let px = 0; px < bw; px++) {
-        const x = box.x0 + px;
-        // Jaw: rows below the lip line move down; the move fades out sideways and towards the box bottom.
-        const side = Math.min(1, Math.abs(x - cx) / (w * 0.95));
-        const sideWeight = 0.5 + 0.5 * Math.cos(Math.PI * side);
-        const below = y > cy ? Math.min(1, (box.y1 - y) / Math.max(1, box.y1 - cy)) : 0;
-        const shift = y > cy - 1 ? drop * sideWeight * Math.min(1, 0.3 + below) : 0;
-        // Lip spread/rounding: pull the mouth corners horizontally towards or away from the centre.
-        const vertical = Math.max(0, 1 - Math.abs(y - cy) / (w * 0.35));
-        const sx = x + (x - cx) * squeeze * vertical * sideWeight;
-        const sy = y - shift;
+    const maxDrop = open * w * 0.24;
+    const halfSpan = Math.max(2, (lips.right - lips.left) / 2);
+    const mid = (lips.right + lips.left) / 2;
+    const squeeze = (round - wide * 0.5) * 0.14;
+    const cavityDark: Rgb = [48, 14, 20];
+    const cavityWarm: Rgb = [112, 42, 50];
+    for (let px = 0; px < bw; px++) {
+      const x = box.x0 + px;
+      const u = (x - mid) / halfSpan;
+      // Drop across the mouth: an ellipse profile between the corners, a wide cosine skirt for the chin.
+      const lipProfile = Math.abs(u) < 1 ? Math.sqrt(1 - u * u) : 0;
+      const skirt = Math.abs(u) < 2 ? 0.5 + 0.5 * Math.cos((Math.PI * Math.abs(u)) / 2) : 0;
+      const yU = lips.upperAt(x);
+      const yL = Math.max(yU, lips.lowerAt(x));
+      const teeth = (yL - yU) * 0.55;
+      const dLip = maxDrop * lipProfile;
+      for (let py = 0; py < bh; py++) {
+        const y = box.y0 + py;
         const o = (py * bw + px) * 4;
-        bilinear(base, this.width, this.height, sx, sy, patch, o);
+        // Rounding narrows and spreading widens the mouth near the lip line.
+        const nearLips = Math.max(0, 1 - Math.abs(y - cy) / (w * 0.4)) * skirt;
+        const sx = x - (x - cx) * squeeze * nearLips;
+        if (y < yU + teeth || maxDrop < 0.25) {
+          bilinear(base, this.width, this.height, sx, y, patch, o);
+        } else if (y < yL - (yL - yU - teeth) + dLip && dLip >= 0.25 && y < yU + teeth + dLip) {
+          // The opened cavity: darker in the middle, warmer towards the lips, with a soft top edge.
+          const depth = (y - (yU + teeth)) / Math.max(1, dLip);
+          const shade = mix(cavityWarm, cavityDark, Math.min(1, Math.sin(Math.PI * Math.min(1, depth)) * 1.4));
+          const edge = Math.min(1, (y - (yU + teeth)) / 1.5);
+          bilinear(base, this.width, this.height, sx, yU + teeth, patch, o);
+          for (let c = 0; c < 3; c++) patch[o + c] += (shade[c] - patch[o + c]) * edge;
+          patch[o + 3] = 255;
+        } else {
+          // Lower lip and chin: shifted down, the shift fading to zero at the bottom of the box.
+          const below = Math.max(0, y - yL);
+          const span = Math.max(1, box.y1 - yL);
+          const fade = Math.max(0, 1 - below / span);
+          const d = maxDrop * (lipProfile + (skirt - lipProfile) * Math.min(1, below / (w * 0.25))) * fade;
+          bilinear(base, this.width, this.height, sx, y - Math.max(d, 0), patch, o);
+        }
       }
-    }
-    const canvas = new Canvas(bw, bh, patch);
-    if (drop > 0.8) {
-      const mx = cx - box.x0;
-      const my = cy - box.y0 + drop * 0.45;
-      canvas.ellipse(mx, my, halfWidth * 0.9, drop * 0.55, [52, 18, 24], 0.95, 1.5);
-      if (open > 0.5) canvas.ellipse(mx, my - drop * 0.38, halfWidth * 0.62, drop * 0.14, [232, 228, 220], 0.85, 1.2);
     }
     // Feather the patch edge into the untouched face so no seam shows.
     for (let py = 0; py < bh; py++) {
       for (let px = 0; px < bw; px++) {
         const edge = Math.min(px, py, bw - 1 - px, bh - 1 - py);
         const alpha = Math.min(1, edge / Math.max(2, Math.min(bw, bh) * 0.12));
-        const o = (py * bw + px) * 4;
-        patch[o + 3] = Math.round(alpha * 255);
+        patch[(py * bw + px) * 4 + 3] = Math.round(alpha * 255);
       }
     }
     return patch;
@@ -197,3 +219,33 @@ function bilinear(src: Uint8Array, width: number, height: number, x: number, y: 
 
 const clamp01 = (v: number) => (v < 0 ? 0 : v > 1 ? 1 : v);
 const clampInt = (v: number, lo: number, hi: number) => Math.max(lo, Math.min(hi, Math.round(v)));
+
+interface LipLines {
+  left: number;
+  right: number;
+  upperAt(x: number): number;
+  lowerAt(x: number): number;
+}
+
+/** Upper and lower inner-lip curves (landmarks 60–64 and 64–67,60), or a flat line from the mouth centre. */
+function lipLinesOf(animation: MouthAnimation): LipLines {
+  const inner = animation.inner_lip;
+  const { x: cx, y: cy } = animation.mouth_center;
+  const half = animation.mouth_width / 2;
+  if (!Array.isArray(inner) || inner.length < 8) {
+    return { left: cx - half, right: cx + half, upperAt: () => cy - 1, lowerAt: () => cy + 1 };
+  }
+  const upper = inner.slice(0, 5).map((p) => ({ x: p.x, y: p.y })).sort((a, b) => a.x - b.x);
+  const lower = [inner[4], inner[5], inner[6], inner[7], inner[0]].map((p) => ({ x: p.x, y: p.y })).sort((a, b) => a.x - b.x);
+  const at = (points: Array<{ x: number; y: number }>) => (x: number) => {
+    if (x <= points[0].x) return points[0].y;
+    for (let i = 1; i < points.length; i++) {
+      if (x <= points[i].x) {
+        const t = (x - points[i - 1].x) / Math.max(1e-6, points[i].x - points[i - 1].x);
+        return points[i - 1].y + (points[i].y - points[i - 1].y) * t;
+      }
+    }
+    return points[points.length - 1].y;
+  };
+  return { left: upper[0].x, right: upper[upper.length - 1].x, upperAt: at(upper), lowerAt: at(lower) };
+}
