@@ -188,7 +188,7 @@ describe('POST /sessions/{id}/chat through an OpenAI-compatible language model',
     const used: Array<{ provider: TtsProviderId; voice: string | null }> = [];
     live.stage.tts = (id: TtsProviderId): TtsProvider => {
       const provider = realTts(id);
-      return { ...provider, synthesize: (request) => (used.push({ provider: id, voice: request.voice }), provider.synthesize(request)) };
+      return { ...provider, synthesize: (request) => (used.push({ provider: id, voice: request.voice ?? null }), provider.synthesize(request)) };
     };
     try {
       upstream.setScenario({ chat: { replyTokens: ['Hi.'] } });

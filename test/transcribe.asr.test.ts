@@ -1,0 +1,177 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
+import { AUDIBLE_RMS, labels, openSession, pcmBytes, postAudio, tone, wavBytes, type LiveSession } from './helpers/conversation.ts';
+import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstream.ts';
+
+/** Transcription + LLM + synthesis + real-time playout of a short reply. */
+const TURN_MS = 20_000;
+const INTERRUPT_SETTLE_MS = 1_500;
+
+describe('POST /sessions/{id}/transcribe through an OpenAI-compatible recognizer', () => {
+  let upstream: OpenAiUpstream;
+  let t: TestApp;
+  let s: LiveSession;
+  const transcribe = (audio: Buffer, fields: Record<string, string> = {}) =>
+    postAudio(t.baseUrl, `/sessions/${s.sessionId}/transcribe`, audio, fields);
+  const idleAfter = (from: number, timeout = TURN_MS) =>
+    s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', timeout, 'status idle', from);
+
+  beforeAll(async () => {
+    upstream = await startOpenAiUpstream({
+      transcription: { transcript: '  What is the weather like?  ' },
+      chat: { replyTokens: ['It', ' is', ' sunny', ' today', '.'] },
+    });
+    t = await startTestApp({ env: { SERVICE_LLM_BASE_URL: upstream.baseUrl, SERVICE_ASR_BASE_URL: upstream.baseUrl } });
+    s = await openSession(t);
+  });
+
+  afterAll(async () => {
+    s?.close();
+    await t?.close();
+    await upstream?.close();
+  });
+
+  it('raw PCM16 at 16 kHz → {transcript}; SSE listening then a final transcript; the upstream got the same samples as a 16 kHz WAV', async () => {
+    const pcm = tone(16_000, 800, 300);
+    const from = s.sse.events.length;
+    const before = upstream.requests.length;
+    const res = await transcribe(pcmBytes(pcm));
+    expect(res.status).toBe(200);
+    expect(await json(res)).toEqual({ transcript: 'What is the weather like?' });
+    await idleAfter(from, 5_000);
+
+    const kinds = labels(s.sse.events.slice(from));
+    expect(kinds).toEqual(['status:listening', 'transcript', 'status:idle']);
+    expect(s.sse.events.slice(from).find((e) => e.type === 'transcript')!.data).toEqual({ text: 'What is the weather like?', is_final: true });
+
+    const sent = upstream.requests.slice(before).find((r) => r.transcription)!.transcription!;
+    expect(sent.wav).toEqual({ sampleRate: 16_000, channels: 1, bitDepth: '16', samples: pcm.length });
+    expect(Array.from(sent.samples!)).toEqual(Array.from(pcm));
+    expect(sent.fields.model).toBeTruthy();
+    // No chat without trigger_chat.
+    expect(upstream.requests.slice(before).some((r) => r.chat)).toBe(false);
+  });
+
+  it('a 48 kHz WAV upload reaches the recognizer resampled to 16 kHz', async () => {
+    const before = upstream.requests.length;
+    const from = s.sse.events.length;
+    const res = await transcribe(wavBytes(tone(48_000, 600, 300), 48_000));
+    expect(res.status).toBe(200);
+    await idleAfter(from, 5_000);
+    const sent = upstream.requests.slice(before).find((r) => r.transcription)!.transcription!;
+    expect(sent.wav!.sampleRate).toBe(16_000);
+    expect(Math.abs(sent.wav!.samples - 9_600)).toBeLessThanOrEqual(2);
+  });
+
+  it('trigger_chat=true continues into the language model: transcript → thinking → llm → tts → frames → idle, audible', async () => {
+    const from = s.sse.events.length;
+    const before = upstream.requests.length;
+    const sentAt = performance.now();
+    const res = await transcribe(pcmBytes(tone(16_000, 500)), { trigger_chat: 'true' });
+    expect(res.status).toBe(200);
+    expect(await json(res)).toEqual({ transcript: 'What is the weather like?' });
+    await s.peer.until(() => s.peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, TURN_MS, 'audible reply');
+    await idleAfter(from);
+
+    const turn = s.sse.events.slice(from);
+    const kinds = labels(turn);
+    const first = (k: string) => kinds.indexOf(k);
+    expect(first('status:listening')).toBe(0);
+    expect(first('transcript')).toBeLessThan(first('status:thinking'));
+    expect(first('status:thinking')).toBeLessThan(first('llm'));
+    expect(first('llm')).toBeLessThan(first('tts:start'));
+    expect(first('tts:start')).toBeLessThan(first('tts:first_audio'));
+    expect(first('tts:first_audio')).toBeLessThan(first('frame'));
+    expect(kinds.lastIndexOf('frame')).toBeLessThan(kinds.lastIndexOf('status:idle'));
+    expect(kinds.at(-1)).toBe('status:idle');
+    // Exactly one idle: the transcription did not end the turn before the chat.
+    expect(kinds.filter((k) => k === 'status:idle')).toHaveLength(1);
+    expect(turn.filter((e) => e.type === 'llm').map((e) => e.data.delta).join('')).toBe('It is sunny today.');
+
+    const chat = upstream.requests.slice(before).find((r) => r.chat)!.chat!;
+    expect(chat.messages.at(-1)).toEqual({ role: 'user', content: 'What is the weather like?' });
+  });
+
+  it('an empty transcript with trigger_chat does not call the language model', async () => {
+    upstream.setScenario({ transcription: { transcript: '   ' } });
+    const from = s.sse.events.length;
+    const before = upstream.requests.length;
+    const res = await transcribe(pcmBytes(tone(16_000, 300)), { trigger_chat: 'true' });
+    expect(await json(res)).toEqual({ transcript: '' });
+    await idleAfter(from, 5_000);
+    expect(upstream.requests.slice(before).some((r) => r.chat)).toBe(false);
+    upstream.setScenario({ transcription: { transcript: 'What is the weather like?' } });
+  });
+
+  it('409 while busy and when interrupted; interrupt gives SSE interrupted then idle', async () => {
+    upstream.setScenario({ transcription: { delayMs: 3_000 } });
+    const from = s.sse.events.length;
+    const pending = transcribe(pcmBytes(tone(16_000, 300)));
+    await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'listening', 5_000, 'listening', from);
+    const overlap = await transcribe(pcmBytes(tone(16_000, 300)));
+    expect(overlap.status).toBe(409);
+    expect((await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, { text: 'no' })).status).toBe(409);
+    expect(await json(await post(t.baseUrl, `/sessions/${s.sessionId}/interrupt`))).toEqual({ interrupted: true });
+    const res = await pending;
+    expect(res.status).toBe(409);
+    expect((await json(res)).detail).toMatch(/interrupted/);
+    await idleAfter(from, INTERRUPT_SETTLE_MS);
+    const kinds = labels(s.sse.events.slice(from));
+    expect(kinds.indexOf('status:interrupted')).toBeLessThan(kinds.lastIndexOf('status:idle'));
+    expect(kinds).not.toContain('transcript');
+    upstream.setScenario({ transcription: { delayMs: 0 } });
+  });
+
+  it('401 from the recognizer → 502 with the upstream text; SSE error then idle', async () => {
+    upstream.setScenario({ requiredApiKey: 'sk-right' });
+    try {
+      const from = s.sse.events.length;
+      const res = await transcribe(pcmBytes(tone(16_000, 300)), { trigger_chat: 'true' });
+      expect(res.status).toBe(502);
+      expect((await json(res)).detail).toContain('Incorrect API key provided.');
+      await idleAfter(from, 5_000);
+      const kinds = labels(s.sse.events.slice(from));
+      expect(kinds.indexOf('error')).toBeGreaterThan(kinds.indexOf('status:listening'));
+      expect(kinds.indexOf('error')).toBeLessThan(kinds.lastIndexOf('status:idle'));
+      expect(s.sse.events.slice(from).find((e) => e.type === 'error')!.data.code).toBe('asr_upstream_error');
+    } finally {
+      upstream.setScenario({ requiredApiKey: null });
+    }
+  });
+
+  it('validates the upload: missing audio, odd byte count, bad trigger_chat → 400', async () => {
+    const noAudio = await fetch(`${t.baseUrl}/sessions/${s.sessionId}/transcribe`, { method: 'POST', body: new FormData() });
+    expect(noAudio.status).toBe(400);
+    expect(typeof (await json(noAudio)).detail).toBe('string');
+    const odd = await transcribe(Buffer.alloc(1001, 1));
+    expect(odd.status).toBe(400);
+    const badFlag = await transcribe(pcmBytes(tone(16_000, 100)), { trigger_chat: 'maybe' });
+    expect(badFlag.status).toBe(400);
+  });
+
+  it('409 before start', async () => {
+    const fresh = await openSession(t, { start: false });
+    try {
+      const res = await postAudio(t.baseUrl, `/sessions/${fresh.sessionId}/transcribe`, pcmBytes(tone(16_000, 100)));
+      expect(res.status).toBe(409);
+    } finally {
+      fresh.close();
+      await fetch(`${t.baseUrl}/sessions/${fresh.sessionId}`, { method: 'DELETE' });
+    }
+  });
+});
+
+describe('transcribe without a recognizer', () => {
+  it('answers 503 naming SERVICE_ASR_BASE_URL', async () => {
+    const t = await startTestApp();
+    const s = await openSession(t);
+    try {
+      const res = await postAudio(t.baseUrl, `/sessions/${s.sessionId}/transcribe`, pcmBytes(tone(16_000, 200)));
+      expect(res.status).toBe(503);
+      expect((await json(res)).detail).toContain('SERVICE_ASR_BASE_URL');
+    } finally {
+      s.close();
+      await t.close();
+    }
+  });
+});
