@@ -50,9 +50,9 @@ export function normalisePhones(raw: PhoneTiming[], durationMs: number): PhoneTi
 }
 
 /** Silence kept before speech: enough to sound natural, short enough not to delay the first word. */
-export const LEADING_SILENCE_KEEP_MS = 80;
+export const LEADING_SILENCE_KEEP_MS = 30;
 /** Silence kept after speech: this plus the next sentence's lead is the pause between sentences. */
-export const TRAILING_SILENCE_KEEP_MS = 250;
+export const TRAILING_SILENCE_KEEP_MS = 300;
 
 /**
  * Flite pads every utterance with ~200 ms of silence on each side; trimming the edge `pau` phones
