@@ -1,0 +1,105 @@
+import { spawn } from 'node:child_process';
+import net from 'node:net';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { Level } from 'level';
+import { json, makeAvatarBundle, post, startTestApp, tempDir } from './helpers/app.ts';
+
+const ROOT = path.resolve(import.meta.dirname, '..');
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const server = net.createServer().listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+describe('CORS from SERVICE_CORS_ORIGINS', () => {
+  it('allows listed origins only, on REST and on the SSE stream', async () => {
+    const avatarsDir = await tempDir();
+    await makeAvatarBundle(avatarsDir, 'card');
+    const t = await startTestApp({ avatarsDir, env: { SERVICE_CORS_ORIGINS: 'https://app.example' } });
+    try {
+      const allowed = await fetch(`${t.baseUrl}/healthz`, { headers: { origin: 'https://app.example' } });
+      expect(allowed.headers.get('access-control-allow-origin')).toBe('https://app.example');
+      const denied = await fetch(`${t.baseUrl}/healthz`, { headers: { origin: 'https://evil.example' } });
+      expect(denied.headers.get('access-control-allow-origin')).toBeNull();
+      const preflight = await fetch(`${t.baseUrl}/sessions`, {
+        method: 'OPTIONS',
+        headers: { origin: 'https://app.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' },
+      });
+      expect(preflight.status).toBeLessThan(300);
+      expect(preflight.headers.get('access-control-allow-origin')).toBe('https://app.example');
+      const { session_id } = await json(await post(t.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' }));
+      const controller = new AbortController();
+      const sse = await fetch(`${t.baseUrl}/sessions/${session_id}/events`, { headers: { origin: 'https://app.example' }, signal: controller.signal });
+      expect(sse.headers.get('access-control-allow-origin')).toBe('https://app.example');
+      controller.abort();
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('sends no CORS headers when no origin is configured', async () => {
+    const t = await startTestApp({ withRepoAvatars: false });
+    try {
+      const res = await fetch(`${t.baseUrl}/healthz`, { headers: { origin: 'https://app.example' } });
+      expect(res.headers.get('access-control-allow-origin')).toBeNull();
+    } finally {
+      await t.close();
+    }
+  });
+});
+
+describe('graceful shutdown of the service process', () => {
+  it('closes sessions and LevelDB on SIGTERM and exits 0; the data directory reopens cleanly', async () => {
+    const dataDir = await tempDir('shutdown-');
+    const avatarsDir = await tempDir('shutdown-avatars-');
+    await makeAvatarBundle(avatarsDir, 'card');
+    const port = await freePort();
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, SERVICE_PORT: String(port), SERVICE_DATA_DIR: dataDir, SERVICE_AVATARS_DIR: avatarsDir, SERVICE_LOG_LEVEL: 'info' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let logs = '';
+    child.stdout.on('data', (chunk) => (logs += chunk));
+    child.stderr.on('data', (chunk) => (logs += chunk));
+    const base = `http://127.0.0.1:${port}`;
+    const deadline = Date.now() + 30_000;
+    while (!logs.includes('service listening')) {
+      if (Date.now() > deadline) throw new Error(`service did not start: ${logs}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const { session_id } = await json(await post(base, '/sessions', { avatar_id: 'card', model: 'mock' }));
+    await post(base, `/sessions/${session_id}/start`);
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(logs).toContain('shutdown complete');
+    // No path or secret in the logs.
+    expect(logs).not.toContain(dataDir);
+    const db = new Level<string, any>(path.join(dataDir, 'db'), { valueEncoding: 'json' });
+    await db.open();
+    const stored = await db.sublevel<string, any>('sessions', { valueEncoding: 'json' }).get(session_id);
+    expect(stored.state).toBe('terminated');
+    expect(stored.terminated_reason).toBe('service shutting down');
+    await db.close();
+  });
+
+  it('refuses to start with an invalid configuration, one line per problem', async () => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, SERVICE_PORT: 'x', SERVICE_LOG_LEVEL: 'loud' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let err = '';
+    child.stderr.on('data', (chunk) => (err += chunk));
+    const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+    expect(code).toBe(78);
+    expect(err).toMatch(/SERVICE_PORT/);
+    expect(err).toMatch(/SERVICE_LOG_LEVEL/);
+  });
+});
