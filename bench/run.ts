@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { benchRealtime } from './realtime.ts';
 import { benchAvSync } from './av-sync.ts';
 import { benchServerSync } from './server-sync.ts';
+import { benchLeak } from './leak.ts';
 import { benchRenderers } from './renderers.ts';
 import { benchCapacity } from './capacity.ts';
 import { benchChat } from './chat.ts';
@@ -25,6 +26,7 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['chat', benchChat],
   ['custom_avatar', benchCustomAvatar],
   ['offline', () => benchOffline()],
+  ['session_churn', benchLeak],
   ['capacity_rt', () => benchCapacity('rt')],
   ['capacity_lipsync', () => benchCapacity('lipsync')],
 ];
