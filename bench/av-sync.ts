@@ -39,5 +39,5 @@ export async function benchAvSync(app?: TestApp): Promise<{ avOffsetMs: ReturnTy
   sse.close();
   await fetch(`${t.baseUrl}/sessions/${session_id}`, { method: 'DELETE' });
   if (!app) await t.close();
-  return { avOffsetMs: summary(offsets) };
+  return { avOffsetMs: summary(offsets), avAbsOffsetMs: summary(offsets.map(Math.abs)) };
 }

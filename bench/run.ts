@@ -11,6 +11,7 @@ import { benchRealtime } from './realtime.ts';
 import { benchAvSync } from './av-sync.ts';
 import { benchServerSync } from './server-sync.ts';
 import { benchLeak } from './leak.ts';
+import { benchBrowserSync } from './browser-sync.ts';
 import { benchRenderers } from './renderers.ts';
 import { benchCapacity } from './capacity.ts';
 import { benchChat } from './chat.ts';
@@ -23,6 +24,7 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['realtime', () => benchRealtime()],
   ['av_sync_sender', benchServerSync],
   ['av_sync_receiver', () => benchAvSync()],
+  ['av_sync_browser', benchBrowserSync],
   ['chat', benchChat],
   ['custom_avatar', benchCustomAvatar],
   ['offline', () => benchOffline()],

@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { isTtsProviderId, type TtsProviderId } from '../actors/tts/types.ts';
+import { DEFAULT_VIDEO_DELAY_MS } from '../actors/media/webrtc.ts';
 
 /**
  * Every `SERVICE_*` variable the service reads, validated once at start-up.
@@ -23,6 +24,7 @@ export interface ServiceConfig {
   iceServers: Array<{ urls: string | string[]; username?: string; credential?: string }>;
   tombstoneRetentionMs: number;
   renderThreads: number;
+  videoDelayMs: number;
   ttsPreviewMaxChars: number;
   /** Raw environment, for stage providers that read their own `SERVICE_TTS_<ID>_*` variables. */
   env: Record<string, string | undefined>;
@@ -132,6 +134,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     iceServers,
     tombstoneRetentionMs: integer('SERVICE_SESSION_TOMBSTONE_MS', 24 * 3600 * 1000, 0, 365 * 24 * 3600 * 1000),
     renderThreads: integer('SERVICE_RENDER_THREADS', 0, 0, 64),
+    videoDelayMs: integer('SERVICE_VIDEO_DELAY_MS', DEFAULT_VIDEO_DELAY_MS, 0, 1000),
     ttsPreviewMaxChars: integer('SERVICE_TTS_PREVIEW_MAX_CHARS', 1000, 1, 1000),
     env: { ...env },
   };

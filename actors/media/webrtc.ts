@@ -5,6 +5,14 @@ const { RTCPeerConnection, nonstandard } = wrtc;
 /** Non-trickle signaling: the answer must carry candidates, so wait for gathering — but never forever. */
 export const ICE_GATHER_TIMEOUT_MS = 3_000;
 
+/**
+ * How long video is held back behind audio on the wire. Measured on loopback (docs/performance.md): without it,
+ * frames reach both a wrtc receiver and Chromium ~140–155 ms before the audio they belong to, because the
+ * audio path (10 ms chunks → 20 ms Opus frames → jitter buffer) is that much longer and the receivers'
+ * lip-sync does not remove it. Configurable with SERVICE_VIDEO_DELAY_MS.
+ */
+export const DEFAULT_VIDEO_DELAY_MS = 120;
+
 export class MalformedSdpError extends Error {
   constructor(message: string) {
     super(message);
@@ -35,8 +43,13 @@ export class WebRtcOutput {
   private peer: InstanceType<typeof RTCPeerConnection> | null = null;
   private tracks: MediaStreamTrack[] = [];
   private closed = false;
+  private readonly pendingVideo = new Set<NodeJS.Timeout>();
 
-  constructor(private readonly iceServers: IceServer[] = []) {}
+  constructor(
+    private readonly iceServers: IceServer[] = [],
+    /** See `DEFAULT_VIDEO_DELAY_MS`. */
+    private readonly videoDelayMs = DEFAULT_VIDEO_DELAY_MS,
+  ) {}
 
   get connected(): boolean {
     return this.peer !== null && this.peer.connectionState === 'connected';
@@ -49,7 +62,17 @@ export class WebRtcOutput {
 
   pushVideo(frame: { width: number; height: number; data: Uint8Array }): void {
     if (this.closed || !this.peer) return;
-    this.videoSource.onFrame(frame);
+    if (this.videoDelayMs <= 0) {
+      this.videoSource.onFrame(frame);
+      return;
+    }
+    // Audio spends longer than video between the source and the listener (Opus framing, NetEq), and
+    // receivers do not take it back out; holding video this long lands both on the same instant.
+    const timer = setTimeout(() => {
+      this.pendingVideo.delete(timer);
+      if (!this.closed && this.peer) this.videoSource.onFrame(frame);
+    }, this.videoDelayMs);
+    this.pendingVideo.add(timer);
   }
 
   async answer(offerSdp: string, signal?: AbortSignal): Promise<{ sdp: string; type: 'answer' }> {
@@ -80,6 +103,8 @@ export class WebRtcOutput {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    for (const timer of this.pendingVideo) clearTimeout(timer);
+    this.pendingVideo.clear();
     this.closePeer();
   }
 

@@ -17,11 +17,12 @@ export class SessionMedia {
     private readonly renderer: FrameRenderer & { close(): void },
     sampleRate: number,
     iceServers: IceServer[],
+    videoDelayMs: number,
     events: SessionEventHub,
     private readonly logger: Logger,
   ) {
     this.playout = new PlayoutClock(renderer, sampleRate);
-    this.output = new WebRtcOutput(iceServers);
+    this.output = new WebRtcOutput(iceServers, videoDelayMs);
     this.playout.on('audio', (samples, rate) => this.output.pushAudio(samples, rate));
     this.playout.on('video', (frame) => this.output.pushVideo(frame));
     this.playout.on('frame', ({ frameIdx, ptsMs }) => events.publish('frame', { frame_idx: frameIdx, pts_ms: ptsMs }));

@@ -159,7 +159,7 @@ export class SessionSupervisor {
     };
     const logger = this.deps.logger.child({ sessionId });
     const events = new SessionEventHub();
-    const media = new SessionMedia(renderer, config.sampleRate, config.iceServers, events, logger);
+    const media = new SessionMedia(renderer, config.sampleRate, config.iceServers, config.videoDelayMs, events, logger);
     const stage: StageContext = {
       sessionId,
       sampleRate: config.sampleRate,

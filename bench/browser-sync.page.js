@@ -1,0 +1,79 @@
+// Runs in the page: WebRTC receive, audio onset detection, timecode reading of presented frames.
+// Plain JavaScript on purpose: the bench's TypeScript loader would inject helpers the page lacks.
+async function pageScript({ base, sessionId }) {
+  const bench = { frames: [], onsets: [] };
+  window.bench = bench;
+  const pc = new RTCPeerConnection();
+  pc.addTransceiver('video', { direction: 'recvonly' });
+  pc.addTransceiver('audio', { direction: 'recvonly' });
+  const stream = new MediaStream();
+  const video = document.createElement('video');
+  video.muted = true;
+  video.autoplay = true;
+  document.body.appendChild(video);
+  const canvas = document.createElement('canvas');
+  const ctx2d = canvas.getContext('2d', { willReadFrequently: true });
+  const audioCtx = new AudioContext();
+  let speaking = false;
+  pc.ontrack = (ev) => {
+    stream.addTrack(ev.track);
+    video.srcObject = stream;
+    if (ev.track.kind === 'audio') {
+      const source = audioCtx.createMediaStreamSource(new MediaStream([ev.track]));
+      const analyser = audioCtx.createAnalyser();
+      analyser.fftSize = 256;
+      source.connect(analyser);
+      const buf = new Float32Array(analyser.fftSize);
+      setInterval(() => {
+        analyser.getFloatTimeDomainData(buf);
+        let sum = 0;
+        for (const v of buf) sum += v * v;
+        const rms = Math.sqrt(sum / buf.length);
+        if (!speaking && rms > 0.01) {
+          speaking = true;
+          // The analyser window covers the last ~16 ms; its newest samples are "now" in the audio clock.
+          bench.onsets.push(performance.now());
+        }
+        if (speaking && rms < 0.002) speaking = false;
+      }, 2);
+    }
+  };
+  const onFrame = (now) => {
+    const w = video.videoWidth;
+    const h = video.videoHeight;
+    if (w && h) {
+      canvas.width = w;
+      canvas.height = h;
+      ctx2d.drawImage(video, 0, 0);
+      const block = Math.max(4, Math.floor(w / 22));
+      const px = ctx2d.getImageData(0, 0, w, block).data;
+      const luma = (col) => {
+        const x = col * block + Math.floor(block / 2);
+        const y = Math.floor(block / 2);
+        const o = (y * w + x) * 4;
+        return 0.299 * px[o] + 0.587 * px[o + 1] + 0.114 * px[o + 2];
+      };
+      const white = luma(0);
+      const black = luma(21);
+      if (white - black > 60) {
+        let idx = 0;
+        for (let bit = 0; bit < 20; bit++) idx = (idx << 1) | (luma(bit + 1) > (white + black) / 2 ? 1 : 0);
+        bench.frames.push({ idx, at: now });
+      }
+    }
+    video.requestVideoFrameCallback(onFrame);
+  };
+  video.requestVideoFrameCallback(onFrame);
+  await pc.setLocalDescription(await pc.createOffer());
+  await new Promise((resolve) => {
+    if (pc.iceGatheringState === 'complete') return resolve();
+    pc.onicegatheringstatechange = () => pc.iceGatheringState === 'complete' && resolve();
+    setTimeout(resolve, 2000);
+  });
+  const res = await fetch(`${base}/sessions/${sessionId}/webrtc/offer`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ sdp: pc.localDescription.sdp, type: 'offer' }),
+  });
+  await pc.setRemoteDescription(await res.json());
+}
