@@ -13,6 +13,12 @@ import type { Session } from '../sessions/session.ts';
 const BACKPRESSURE_POLL_MS = 20;
 /** After eos, the longest wait for the pipeline to flush before closing anyway (10 min of queued speech is absurd). */
 const EOS_FLUSH_LIMIT_MS = 600_000;
+/**
+ * Audio held by this stream beyond the playout queue before the socket stops reading. Small, because the
+ * playout already holds PLAYOUT_HIGH_WATER_MS and ws still delivers the rest of a socket read (≤ 64 KiB)
+ * after `pause()`.
+ */
+const STREAM_QUEUE_HIGH_WATER_MS = 200;
 /** Text frames are tiny control messages; anything larger is a client bug. */
 const MAX_CONTROL_MESSAGE_BYTES = 4096;
 
@@ -71,7 +77,9 @@ function fail(socket: WebSocket, code: string, message: string, closeCode: numbe
 /** One client stream. Each burst of audio after an idle pipeline becomes one turn of mode `audio_stream`. */
 class AudioStream {
   private inputRate: number;
-  private turn: { id: string; chunks: AsyncQueue<Int16Array> } | null = null;
+  private turn: { id: string; chunks: SampleQueue } | null = null;
+  /** Samples (at the session rate) accepted from the socket but still in the resampling chain. */
+  private inChainSamples = 0;
   private configured = false;
   private paused = false;
   private closed = false;
@@ -147,10 +155,18 @@ class AudioStream {
     if (raw.length === 0) return;
     const pcm = new Int16Array(raw.length / 2);
     for (let i = 0; i < pcm.length; i++) pcm[i] = raw.readInt16LE(i * 2);
+    // Counted now, not when the chain gets to it: ws emits every frame of one socket read synchronously,
+    // so a burst must already count against the high-water mark frame by frame.
+    const sessionRateSamples = Math.round((pcm.length * this.session.stage.sampleRate) / this.inputRate);
+    this.inChainSamples += sessionRateSamples;
     this.chain = this.chain.then(async () => {
-      if (this.closed) return;
-      const samples = this.inputRate === this.session.stage.sampleRate ? pcm : await resamplePcm16(pcm, this.inputRate, this.session.stage.sampleRate);
-      this.push(samples);
+      try {
+        if (this.closed) return;
+        const samples = this.inputRate === this.session.stage.sampleRate ? pcm : await resamplePcm16(pcm, this.inputRate, this.session.stage.sampleRate);
+        this.push(samples);
+      } finally {
+        this.inChainSamples -= sessionRateSamples;
+      }
     });
     this.applyBackPressure();
   }
@@ -160,7 +176,7 @@ class AudioStream {
       if (this.session.busy || this.session.state !== 'running') {
         return this.error('busy', 'another chat, speak or audio turn is in flight; interrupt it first');
       }
-      const turn = { id: randomUUID(), chunks: new AsyncQueue<Int16Array>() };
+      const turn = { id: randomUUID(), chunks: new SampleQueue() };
       this.turn = turn;
       this.session.stage.turnAudio.set(turn.id, { kind: 'stream', chunks: turn.chunks });
       this.session.send({ type: 'SPEAK_AUDIO', turn: { id: turn.id, mode: 'audio_stream' } });
@@ -185,14 +201,18 @@ class AudioStream {
       if (this.closed || !this.overHighWater()) {
         clearInterval(poll);
         this.paused = false;
-        if (!this.closed) this.socket.resume();
+        // Also after teardown: a paused socket never reads the peer's close frame or EOF, so a close
+        // handshake would hang until ws's 30 s timeout. Frames read after teardown are ignored.
+        this.socket.resume();
       }
     }, BACKPRESSURE_POLL_MS);
   }
 
+  /** Playout is full (the turn cannot hand over more) and this stream already holds a little extra. */
   private overHighWater(): boolean {
-    const queuedInStreamMs = this.turn ? (this.turn.chunks.size * 20) : 0;
-    return this.session.media.playout.queuedMs + queuedInStreamMs >= PLAYOUT_HIGH_WATER_MS;
+    const streamSamples = this.inChainSamples + (this.turn ? this.turn.chunks.samples : 0);
+    const streamMs = (streamSamples * 1000) / this.session.stage.sampleRate;
+    return streamMs >= STREAM_QUEUE_HIGH_WATER_MS && this.session.media.playout.queuedMs >= PLAYOUT_HIGH_WATER_MS - STREAM_QUEUE_HIGH_WATER_MS;
   }
 
   private error(code: string, message: string): void {
@@ -210,6 +230,26 @@ class AudioStream {
     this.closed = true;
     for (const off of this.unsubscribe.splice(0)) off();
     if (this.turn) this.turn.chunks.end();
+  }
+}
+
+/** The stream's queue, tracking how many samples wait in it (frames may be any size, so `size` is not time). */
+class SampleQueue extends AsyncQueue<Int16Array> {
+  samples = 0;
+
+  override push(item: Int16Array): void {
+    this.samples += item.length;
+    super.push(item);
+  }
+
+  override async *[Symbol.asyncIterator](): AsyncIterator<Int16Array> {
+    const inner = super[Symbol.asyncIterator]();
+    for (;;) {
+      const next = await inner.next();
+      if (next.done) return;
+      this.samples -= next.value.length;
+      yield next.value;
+    }
   }
 }
 

@@ -1,0 +1,252 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { post, startTestApp, type TestApp } from './helpers/app.ts';
+import { AUDIBLE_RMS, eventually, labels, openSession, pcmBytes, sleep, tone, waitForSilence, type LiveSession } from './helpers/conversation.ts';
+import { AudioStreamClient, framesOf, streamPcm, kernelQueuedBytes } from './helpers/ws-audio.ts';
+import { PLAYOUT_HIGH_WATER_MS } from '../actors/media/playout.ts';
+
+/** 20 ms at 16 kHz, the spec's recommended frame. */
+const FRAME_BYTES = 640;
+/** Socket-level answers (ack, error, close) come back within a round trip; slack for 2 shared cores. */
+const REPLY_MS = 3_000;
+/** Playout of the streamed audio plus receiver jitter buffer. */
+const TURN_MS = 15_000;
+/** The brief's bound: the high-water mark plus one in-flight frame and scheduling slack. */
+const QUEUED_BOUND_MS = 2_500;
+/**
+ * ws still emits every frame of a socket read it already took (libuv reads ≤ 64 KiB) after the server
+ * pauses it, so the stream's own queue may hold one read on top of its small (200 ms) high-water mark.
+ */
+const SOCKET_READ_BYTES = 64 * 1024;
+const streamQueueBoundMs = (inputRate: number) => (SOCKET_READ_BYTES / (inputRate * 2)) * 1000 + 200 + 100;
+
+describe('WebSocket /sessions/{id}/speak_audio_stream', () => {
+  let t: TestApp;
+  let s: LiveSession;
+  const clients: AudioStreamClient[] = [];
+  const connect = (sessionId = s.sessionId) => {
+    const client = AudioStreamClient.connect(t.baseUrl, sessionId);
+    clients.push(client);
+    return client;
+  };
+  const idleAfter = (from: number, timeout = TURN_MS) =>
+    s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', timeout, 'status idle', from);
+
+  beforeAll(async () => {
+    t = await startTestApp();
+    s = await openSession(t);
+  });
+
+  afterAll(async () => {
+    for (const client of clients) client.close();
+    s?.close();
+    await t?.close();
+  });
+
+  it('a session that is not started (or does not exist) gets an error message, then the close', async () => {
+    const fresh = await openSession(t, { start: false });
+    try {
+      const client = connect(fresh.sessionId);
+      const error = await client.waitMessage('error', REPLY_MS);
+      expect(error.code).toBe('session_not_started');
+      expect(typeof error.message).toBe('string');
+      const closed = await client.waitClosed(REPLY_MS);
+      expect(closed.at).toBeGreaterThanOrEqual(error.at);
+    } finally {
+      fresh.close();
+      await fetch(`${t.baseUrl}/sessions/${fresh.sessionId}`, { method: 'DELETE' });
+    }
+    const missing = connect('00000000-0000-4000-8000-000000000000');
+    expect((await missing.waitMessage('error', REPLY_MS)).code).toBe('session_not_found');
+    await missing.waitClosed(REPLY_MS);
+  });
+
+  it('config → ack; 20 ms PCM frames become audible speech; eos flushes everything, then the server closes', async () => {
+    const client = connect();
+    await client.waitOpen();
+    client.sendJson({ type: 'config', sample_rate: 16_000 });
+    await client.waitMessage('ack', REPLY_MS);
+
+    const from = s.sse.events.length;
+    const sentAt = performance.now();
+    const audioMs = 1_000;
+    await streamPcm(client, framesOf(pcmBytes(tone(16_000, audioMs)), FRAME_BYTES));
+    client.sendJson({ type: 'eos' });
+    await s.peer.until(() => s.peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, TURN_MS, 'audible stream');
+
+    const closed = await client.waitClosed(TURN_MS);
+    expect(closed.code).toBe(1000);
+    const idle = await idleAfter(from);
+    // Flushed first: the pipeline went idle (all audio played) before the server closed.
+    expect(idle.at).toBeLessThanOrEqual(closed.at + 50);
+    expect(client.messages.filter((m) => m.type === 'error')).toEqual([]);
+    const kinds = labels(s.sse.events.slice(from));
+    expect(kinds.indexOf('status:speaking')).toBeLessThan(kinds.indexOf('frame'));
+    expect(kinds.at(-1)).toBe('status:idle');
+    // All of it played, as one turn.
+    await sleep(300);
+    const audibleMs = s.peer.audio.filter((a) => a.at >= sentAt && a.rms > AUDIBLE_RMS).length * 10;
+    expect(Math.abs(audibleMs - audioMs)).toBeLessThanOrEqual(200);
+    expect(kinds.filter((k) => k === 'status:speaking')).toHaveLength(1);
+  });
+
+  it('config sample_rate 48000: 48 kHz frames are resampled and play for their real duration', async () => {
+    const client = connect();
+    await client.waitOpen();
+    client.sendJson({ type: 'config', sample_rate: 48_000 });
+    await client.waitMessage('ack', REPLY_MS);
+    const from = s.sse.events.length;
+    const sentAt = performance.now();
+    const audioMs = 800;
+    await streamPcm(client, framesOf(pcmBytes(tone(48_000, audioMs)), 1_920));
+    client.sendJson({ type: 'eos' });
+    expect((await client.waitClosed(TURN_MS)).code).toBe(1000);
+    await idleAfter(from);
+    await sleep(300);
+    const audibleMs = s.peer.audio.filter((a) => a.at >= sentAt && a.rms > AUDIBLE_RMS).length * 10;
+    expect(Math.abs(audibleMs - audioMs)).toBeLessThanOrEqual(200);
+  });
+
+  it('an interrupt message gives SSE interrupted then idle and silence at the receiver; the socket stays usable', async () => {
+    const client = connect();
+    await client.waitOpen();
+    const from = s.sse.events.length;
+    const sentAt = performance.now();
+    // 4 s of audio sent at real time; interrupt one second in.
+    const frames = framesOf(pcmBytes(tone(16_000, 4_000)), FRAME_BYTES);
+    const stop = new AbortController();
+    const sending = streamPcm(client, frames, { signal: stop.signal });
+    await s.peer.until(() => s.peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, TURN_MS, 'audible stream');
+    await sleep(500);
+    stop.abort();
+    await sending;
+    const interruptAt = performance.now();
+    client.sendJson({ type: 'interrupt' });
+    await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'interrupted', 1_500, 'interrupted', from);
+    const idle = await idleAfter(from, 1_500);
+    expect(idle.at - interruptAt).toBeLessThan(1_000);
+    await waitForSilence(s.peer, interruptAt, 3_000);
+    expect(client.closed).toBeNull();
+
+    // A new burst on the same socket is a new turn.
+    const again = s.sse.events.length;
+    const secondAt = performance.now();
+    await streamPcm(client, framesOf(pcmBytes(tone(16_000, 400)), FRAME_BYTES));
+    client.sendJson({ type: 'eos' });
+    expect((await client.waitClosed(TURN_MS)).code).toBe(1000);
+    await idleAfter(again);
+    expect(s.peer.firstAudible(secondAt, AUDIBLE_RMS)).toBeDefined();
+  });
+
+  it('an odd byte count gets an invalid_audio error, then the close', async () => {
+    const client = connect();
+    await client.waitOpen();
+    client.sendPcm(Buffer.alloc(641, 1));
+    const error = await client.waitMessage('error', REPLY_MS);
+    expect(error.code).toBe('invalid_audio');
+    const closed = await client.waitClosed(REPLY_MS);
+    expect(closed.code).toBe(1003);
+  });
+
+  it('malformed control messages get an error, then the close', async () => {
+    for (const [payload, code] of [
+      ['not json', 'invalid_message'],
+      [JSON.stringify({ type: 'config', sample_rate: 5 }), 'invalid_config'],
+      [JSON.stringify({ type: 'dance' }), 'invalid_message'],
+    ] as const) {
+      const client = connect();
+      await client.waitOpen();
+      client.socket.send(payload);
+      expect((await client.waitMessage('error', REPLY_MS)).code, payload).toBe(code);
+      await client.waitClosed(REPLY_MS);
+    }
+  });
+
+  it('audio while a speak is in flight gets a busy error', async () => {
+    const from = s.sse.events.length;
+    expect((await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, { text: 'I am busy speaking a sentence.' })).status).toBe(200);
+    const client = connect();
+    await client.waitOpen();
+    client.sendPcm(pcmBytes(tone(16_000, 20)));
+    expect((await client.waitMessage('error', REPLY_MS)).code).toBe('busy');
+    await client.waitClosed(REPLY_MS);
+    await idleAfter(from);
+  });
+
+  it('a client sending 10× faster than real time is slowed by flow control; server-side queued audio stays bounded; delete still closes it', async () => {
+    // Its own session, so the flood cannot leak into other scenarios.
+    const flood = await openSession(t);
+    const live = t.services.supervisor.liveSession(flood.sessionId)!;
+    const client = connect(flood.sessionId);
+    await client.waitOpen();
+    // 48 kHz input (1.9 MB for 20 s) also keeps the resampler busy under the flood.
+    const inputRate = 48_000;
+    client.sendJson({ type: 'config', sample_rate: inputRate });
+    await client.waitMessage('ack', REPLY_MS);
+    const audioMs = 20_000;
+    const frames = framesOf(pcmBytes(tone(inputRate, audioMs)), (inputRate / 1000) * 20 * 2);
+    const totalBytes = frames.length * frames[0].length;
+    const startedAt = performance.now();
+    // Every frame this client sends is 20 ms, so the stream's queue length is its duration.
+    const streamQueuedMs = () => {
+      let frameCount = 0;
+      for (const audio of live.stage.turnAudio.values()) if (audio.kind === 'stream') frameCount += audio.chunks.size;
+      return frameCount * 20;
+    };
+    const playedAt0 = live.media.playout.mediaMs;
+    let maxQueuedMs = 0;
+    let maxStreamQueuedMs = 0;
+    let maxBuffered = 0;
+    const sampler = setInterval(() => {
+      maxQueuedMs = Math.max(maxQueuedMs, live.media.playout.queuedMs);
+      maxStreamQueuedMs = Math.max(maxStreamQueuedMs, streamQueuedMs());
+      maxBuffered = Math.max(maxBuffered, client.socket.bufferedAmount);
+    }, 10);
+    try {
+      await streamPcm(client, frames, { speed: 10 });
+      const sendCallsDoneMs = performance.now() - startedAt;
+      // Keep watching for a while after the client handed everything to its socket.
+      await sleep(2_500);
+      const elapsedMs = performance.now() - startedAt;
+      // Everything the server has taken in so far: played, queued for playout, queued in the stream.
+      const consumedMs = live.media.playout.mediaMs - playedAt0 + live.media.playout.queuedMs + streamQueuedMs();
+      const stillInClient = client.socket.bufferedAmount;
+      const serverPort = Number(new URL(t.baseUrl).port);
+      const { unreadAtServer, unsentAtClient } = await kernelQueuedBytes(serverPort);
+      if (process.env.DEBUG_BACKPRESSURE) {
+        console.log({ sendCallsDoneMs, elapsedMs, consumedMs, maxQueuedMs, maxStreamQueuedMs, maxBuffered, stillInClient, unreadAtServer, unsentAtClient, totalBytes });
+      }
+      expect(sendCallsDoneMs).toBeLessThan(4_000);
+      // Bounded server memory: playout never holds much more than the high-water mark, the stream queue stays small.
+      expect(maxQueuedMs).toBeLessThanOrEqual(QUEUED_BOUND_MS);
+      expect(maxQueuedMs).toBeGreaterThanOrEqual(PLAYOUT_HIGH_WATER_MS - 200);
+      expect(maxStreamQueuedMs).toBeLessThanOrEqual(streamQueueBoundMs(inputRate));
+      // The server stopped reading: it has taken in about real time plus the buffers, far less than was sent.
+      expect(consumedMs).toBeLessThan(elapsedMs + QUEUED_BOUND_MS + streamQueueBoundMs(inputRate));
+      expect(consumedMs).toBeLessThan(audioMs / 2);
+      // …and the rest waits in TCP: the server's receive window closed, so what the client wrote sits in
+      // the kernel (server receive queue + client send queue). On loopback those buffers (MBs, autotuned)
+      // absorb all of it, so the client's own ws `bufferedAmount` stays 0; the kernel queues are the observable.
+      const notTakenIn = totalBytes - (consumedMs / 1000) * inputRate * 2;
+      expect(unreadAtServer + unsentAtClient + stillInClient).toBeGreaterThan(notTakenIn * 0.8);
+    } finally {
+      clearInterval(sampler);
+    }
+    // Deleting the session closes even a back-pressured socket promptly (no 30 s close-handshake wait).
+    const deleteAt = performance.now();
+    expect((await fetch(`${t.baseUrl}/sessions/${flood.sessionId}`, { method: 'DELETE' })).status).toBe(200);
+    const closed = await client.waitClosed(REPLY_MS);
+    expect(closed.code).toBe(1001);
+    expect(closed.at - deleteAt).toBeLessThan(REPLY_MS);
+    flood.close();
+  });
+
+  it('deleting the session closes the socket', async () => {
+    const client = connect();
+    await client.waitOpen();
+    client.sendJson({ type: 'config' });
+    await client.waitMessage('ack', REPLY_MS);
+    await fetch(`${t.baseUrl}/sessions/${s.sessionId}`, { method: 'DELETE' });
+    const closed = await client.waitClosed(REPLY_MS);
+    expect(closed.code).toBe(1001);
+  });
+});
