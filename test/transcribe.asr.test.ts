@@ -52,6 +52,39 @@ describe('POST /sessions/{id}/transcribe through an OpenAI-compatible recognizer
     expect(upstream.requests.slice(before).some((r) => r.chat)).toBe(false);
   });
 
+  it('long audio is cut at pauses by the VAD into pieces of at most 30 s, with partial transcripts', async () => {
+    // 3 × 20 s of speech-like sound separated by 1.5 s pauses: 63 s in all.
+    const rate = 16_000;
+    const parts: Int16Array[] = [];
+    for (let block = 0; block < 3; block++) {
+      parts.push(speechLike(rate, 20_000, block));
+      parts.push(new Int16Array((rate * 1500) / 1000));
+    }
+    const pcm = new Int16Array(parts.reduce((n, p) => n + p.length, 0));
+    let offset = 0;
+    for (const part of parts) {
+      pcm.set(part, offset);
+      offset += part.length;
+    }
+    const before = upstream.requests.length;
+    const from = s.sse.events.length;
+    const res = await transcribe(pcmBytes(pcm));
+    expect(res.status).toBe(200);
+    const { transcript } = await json(res);
+    await idleAfter(from, 10_000);
+    const pieces = upstream.requests.slice(before).filter((r) => r.transcription).map((r) => r.transcription!.wav!.samples / rate);
+    expect(pieces.length).toBeGreaterThanOrEqual(3);
+    for (const seconds of pieces) expect(seconds).toBeLessThanOrEqual(30);
+    // Silence between pieces is dropped, speech is kept.
+    const total = pieces.reduce((a, b) => a + b, 0);
+    expect(total).toBeGreaterThan(55);
+    expect(total).toBeLessThan(63);
+    expect(transcript).toBe(Array(pieces.length).fill('What is the weather like?').join(' '));
+    const transcripts = s.sse.events.slice(from).filter((e) => e.type === 'transcript');
+    expect(transcripts.filter((e) => !e.data.is_final)).toHaveLength(pieces.length);
+    expect(transcripts.at(-1)!.data).toEqual({ text: transcript, is_final: true });
+  });
+
   it('a 48 kHz WAV upload reaches the recognizer resampled to 16 kHz', async () => {
     const before = upstream.requests.length;
     const from = s.sse.events.length;
@@ -175,3 +208,16 @@ describe('transcribe without a recognizer', () => {
     }
   });
 });
+
+/** Voiced sound with syllable-rate bursts: what a VAD takes for speech, unlike a steady tone. */
+function speechLike(rate: number, ms: number, seed: number): Int16Array {
+  const pcm = new Int16Array(Math.round((rate * ms) / 1000));
+  for (let i = 0; i < pcm.length; i++) {
+    const t = i / rate;
+    const syllable = Math.max(0, Math.sin(2 * Math.PI * (3.5 + seed * 0.3) * t));
+    const pitch = 120 + 30 * Math.sin(2 * Math.PI * 0.7 * t);
+    const voiced = Math.sin(2 * Math.PI * pitch * t) + 0.6 * Math.sin(2 * Math.PI * 2 * pitch * t) + 0.4 * Math.sin(2 * Math.PI * 5 * pitch * t);
+    pcm[i] = Math.round(5000 * syllable * voiced);
+  }
+  return pcm;
+}

@@ -11,6 +11,7 @@ import { AsyncQueue, abortable, type Deferred } from './async-queue.ts';
 import type { SessionEventHub } from './event-hub.ts';
 import type { SessionMedia } from './media.ts';
 import { stageErrorOf } from './stage-errors.ts';
+import { splitForAsr } from '../../actors/audio/vad.ts';
 
 /** Audio handed to a turn that skips synthesis (speak_audio, the audio WebSocket). */
 export type TurnAudio = { kind: 'clip'; pcm: Int16Array } | { kind: 'stream'; chunks: AsyncQueue<Int16Array> };
@@ -139,8 +140,7 @@ export function createStageActors(ctx: StageContext) {
       const job = ctx.transcribeJobs.get(input.transcribeId);
       if (!job) throw new Error('transcription audio missing');
       try {
-        const { text } = await ctx.asr.transcribe({ pcm: job.pcm, sampleRate: job.sampleRate, signal });
-        const transcript = text.trim();
+        const transcript = await transcribeInPieces(ctx, job, signal);
         ctx.events.publish('transcript', { text: transcript, is_final: true });
         job.result.resolve(transcript);
         return { type: 'ASR.DONE', text: transcript };
@@ -154,6 +154,30 @@ export function createStageActors(ctx: StageContext) {
   );
 
   return { media, tts, llm, asr };
+}
+
+/**
+ * Whisper-style recognisers work on windows of about 30 s. Longer uploads are cut at pauses found by the
+ * VAD (silence between pieces is dropped, which also stops hallucinated text on long silence) and sent
+ * piece by piece, with a partial transcript event after each. Shorter ones go upstream untouched.
+ */
+export const ASR_SINGLE_REQUEST_MAX_MS = 30_000;
+
+async function transcribeInPieces(ctx: StageContext, job: TranscribeJob, signal: AbortSignal): Promise<string> {
+  const durationMs = (job.pcm.length / job.sampleRate) * 1000;
+  if (durationMs <= ASR_SINGLE_REQUEST_MAX_MS) {
+    const { text } = await ctx.asr.transcribe({ pcm: job.pcm, sampleRate: job.sampleRate, signal });
+    return text.trim();
+  }
+  const pieces = await splitForAsr(job.pcm, job.sampleRate, ASR_SINGLE_REQUEST_MAX_MS, { signal });
+  const texts: string[] = [];
+  for (const piece of pieces) {
+    signal.throwIfAborted();
+    const { text } = await ctx.asr.transcribe({ pcm: piece.pcm, sampleRate: job.sampleRate, signal });
+    if (text.trim()) texts.push(text.trim());
+    ctx.events.publish('transcript', { text: texts.join(' '), is_final: false });
+  }
+  return texts.join(' ');
 }
 
 async function synthesizeTurn(
