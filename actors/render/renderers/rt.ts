@@ -37,10 +37,36 @@ export class RtRenderer implements Renderer {
     // Offsets are quantised to whole pixels so the static layer can be cached per offset.
     const ox = Math.round(dx);
     const oy = Math.round(dy);
-    const canvas = new Canvas(this.width, this.height, new Uint8Array(this.staticLayer(ox, oy)));
+    const canvas = new Canvas(this.width, this.height, this.translatedStaticLayer(ox, oy));
     this.drawEyes(canvas, ox, oy, blinkAmount(request.frameIdx, this.fps, this.face.blinkEvery));
     this.drawMouth(canvas, ox, oy, request);
     return rgbaToI420(canvas.data, this.width, this.height);
+  }
+
+  /**
+   * The static layer moved by whole pixels: row copies of the one cached layer, uncovered edges repeating
+   * the nearest edge pixels (background at the sides, the neck at the bottom). Head motion therefore costs
+   * a copy, however many distinct offsets it visits.
+   */
+  private translatedStaticLayer(ox: number, oy: number): Uint8Array {
+    const layer = this.staticLayer(0, 0);
+    if (ox === 0 && oy === 0) return new Uint8Array(layer);
+    const { width, height } = this;
+    const out = new Uint8Array(layer.length);
+    const rowBytes = width * 4;
+    const dx = Math.max(-width + 1, Math.min(width - 1, ox));
+    for (let y = 0; y < height; y++) {
+      const srcRow = Math.max(0, Math.min(height - 1, y - oy)) * rowBytes;
+      const dstRow = y * rowBytes;
+      if (dx >= 0) {
+        out.set(layer.subarray(srcRow, srcRow + (width - dx) * 4), dstRow + dx * 4);
+        for (let x = 0; x < dx; x++) out.set(layer.subarray(srcRow, srcRow + 4), dstRow + x * 4);
+      } else {
+        out.set(layer.subarray(srcRow - dx * 4, srcRow + rowBytes), dstRow);
+        for (let x = width + dx; x < width; x++) out.set(layer.subarray(srcRow + rowBytes - 4, srcRow + rowBytes), dstRow + x * 4);
+      }
+    }
+    return out;
   }
 
   private staticLayer(ox: number, oy: number): Uint8Array {
