@@ -155,3 +155,44 @@ describe('sentence splitting properties', () => {
     );
   });
 });
+
+describe('EagerSentenceStream (first segment of a streamed reply)', () => {
+  it('lets a short first sentence go at once, then splits like splitSentences', async () => {
+    const { EagerSentenceStream, splitSentences } = await import('../actors/tts/sentences.ts');
+    const stream = new EagerSentenceStream();
+    const out: string[] = [];
+    for (const token of ['Sure', '!', ' Here', ' is', ' a', ' short', ' answer', '.', ' And', ' more', ' text', '.']) out.push(...stream.push(token));
+    expect(out[0]).toBe('Sure!');
+    out.push(...stream.flush());
+    expect(out).toEqual(['Sure!', ...splitSentences('Here is a short answer. And more text.')]);
+  });
+
+  it('cuts a long first clause at a comma, but not a short one, and not inside a number', async () => {
+    const { EagerSentenceStream } = await import('../actors/tts/sentences.ts');
+    const long = new EagerSentenceStream();
+    expect(long.push('Well, ')).toEqual([]);
+    expect(long.push('that is a very good question, ')).toEqual(['Well, that is a very good question,']);
+    const num = new EagerSentenceStream();
+    expect(num.push('It costs 3.5 euros. ')).toEqual(['It costs 3.5 euros.']);
+    const title = new EagerSentenceStream();
+    expect(title.push('Dr. Smith will see you now. ')).toEqual(['Dr. Smith will see you now.']);
+  });
+
+  it('loses no text for any chunking (property)', async () => {
+    const fc = (await import('fast-check')).default;
+    const { EagerSentenceStream } = await import('../actors/tts/sentences.ts');
+    fc.assert(
+      fc.property(fc.string({ maxLength: 300 }), fc.array(fc.nat(20), { maxLength: 30 }), (text, cuts) => {
+        const stream = new EagerSentenceStream();
+        const out: string[] = [];
+        let pos = 0;
+        for (const c of cuts) {
+          out.push(...stream.push(text.slice(pos, pos + c)));
+          pos += c;
+        }
+        out.push(...stream.push(text.slice(pos)), ...stream.flush());
+        expect(out.join('').replace(/\s+/g, '')).toBe(text.replace(/\s+/g, ''));
+      }),
+    );
+  });
+});

@@ -2,7 +2,7 @@ import { fromCallback } from 'xstate';
 import type { Logger } from 'pino';
 import type { StageInput, SessionEvent, TurnInfo } from '../../machines/session.machine.ts';
 import { buildMouthTimeline } from '../../actors/mouth/timeline.ts';
-import { SentenceStream } from '../../actors/tts/sentences.ts';
+import { EagerSentenceStream } from '../../actors/tts/sentences.ts';
 import { isTtsProviderId, type TtsProvider, type TtsProviderId } from '../../actors/tts/types.ts';
 import type { LlmProvider } from '../../actors/llm/types.ts';
 import type { AsrProvider } from '../../actors/asr/types.ts';
@@ -109,7 +109,7 @@ export function createStageActors(ctx: StageContext) {
     runStage(ctx, 'llm', sendBack, async (signal) => {
       const prompt = input.turn.text ?? '';
       const accepted = ctx.chatAccepted.get(input.turn.id);
-      const splitter = new SentenceStream();
+      const splitter = new EagerSentenceStream();
       let reply = '';
       try {
         ctx.history.systemPrompt = input.systemPrompt || null;
