@@ -56,4 +56,25 @@ describe.skipIf(!hasChromium)('the demo page in headless Chromium', () => {
     expect(log).toContain('status {"stage":"speaking"}');
     await page.close();
   });
+
+  it('renders Swagger UI at /docs and ReDoc at /redoc with every request to other hosts blocked', async () => {
+    const page = await browser.newPage();
+    const foreign: string[] = [];
+    await page.route('**/*', (route) => {
+      const url = new URL(route.request().url());
+      if (url.hostname !== '127.0.0.1' && url.protocol !== 'data:' && url.protocol !== 'blob:') {
+        foreign.push(url.href);
+        return route.abort();
+      }
+      return route.continue();
+    });
+    await page.goto(`${t.baseUrl}/docs/`);
+    await page.waitForSelector('.swagger-ui .opblock', { timeout: 20_000 });
+    expect(await page.locator('.swagger-ui .opblock').count()).toBeGreaterThan(20);
+    await page.goto(`${t.baseUrl}/redoc`);
+    await page.waitForSelector('h1', { timeout: 30_000 });
+    expect(await page.textContent('h1')).toContain('Avatar Conversation Service');
+    expect(foreign).toEqual([]);
+    await page.close();
+  });
 });

@@ -55,15 +55,21 @@ export default fp(async function externalPlugins(app: FastifyInstance, opts: { c
   });
   await app.register(swaggerUi, { routePrefix: '/docs', staticCSP: false, uiConfig: { deepLinking: true } });
 
-  const redocBundle = require.resolve('redoc/bundles/redoc.standalone.js');
+  // The bundle's footer logo points at a CDN; serve it with an inline image so /redoc needs no network.
+  const redocBundle = (await fs.readFile(require.resolve('redoc/bundles/redoc.standalone.js'), 'utf8')).replaceAll(
+    'https://cdn.redoc.ly/redoc/logo-mini.svg',
+    REDOC_LOGO_DATA_URI,
+  );
   app.get('/redoc', { schema: { hide: true } }, async (_req, reply) => {
     reply.type('text/html').send(REDOC_PAGE);
   });
   app.get('/redoc/redoc.standalone.js', { schema: { hide: true } }, async (_req, reply) => {
-    reply.type('application/javascript').header('cache-control', 'public, max-age=86400').send(await fs.readFile(redocBundle));
+    reply.type('application/javascript').header('cache-control', 'public, max-age=86400').send(redocBundle);
   });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 });
+
+const REDOC_LOGO_DATA_URI = "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' width='16' height='16'/%3E";
 
 const REDOC_PAGE = `<!doctype html>
 <html><head><meta charset="utf-8"><title>Avatar Conversation Service – API</title>
