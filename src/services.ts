@@ -12,6 +12,7 @@ import { createTtsRegistry, ttsConfigFromEnv, type TtsRegistry } from '../actors
 import { closeBuiltinEngines } from '../actors/tts/providers/builtin.ts';
 import { createOpenAiLlm } from '../actors/llm/providers/openai.ts';
 import { createOpenAiAsr } from '../actors/asr/providers/openai.ts';
+import { endpointFromServiceConfig } from '../actors/llm/openai-http.ts';
 import type { LlmProvider } from '../actors/llm/types.ts';
 import type { AsrProvider } from '../actors/asr/types.ts';
 import { DefaultsStore } from './store/defaults.ts';
@@ -70,12 +71,8 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
   const tts =
     overrides.tts ??
     createTtsRegistry(ttsConfig, { logger: logger.child({ component: 'tts' }), voiceLookup: catalogVoiceLookup(voices) });
-  const llm =
-    overrides.llm ??
-    createOpenAiLlm({ baseUrl: config.llm.baseUrl ?? undefined, apiKey: config.llm.apiKey ?? undefined, model: config.llm.model });
-  const asr =
-    overrides.asr ??
-    createOpenAiAsr({ baseUrl: config.asr.baseUrl ?? undefined, apiKey: config.asr.apiKey ?? undefined, model: config.asr.model });
+  const llm = overrides.llm ?? createOpenAiLlm(endpointFromServiceConfig(config.llm));
+  const asr = overrides.asr ?? createOpenAiAsr(endpointFromServiceConfig(config.asr));
 
   const supervisor = new SessionSupervisor({
     config,

@@ -3,10 +3,29 @@
  * per-phase deadlines layered on the caller's AbortSignal, and translating fetch failures into
  * the stage errors the HTTP layer maps (`UpstreamError` → 502, caller abort → AbortError).
  */
-import { UpstreamError } from '../tts/types.ts';
+import { UpstreamError, type ProviderStatus } from '../tts/types.ts';
 
 /** Upstream error bodies are echoed into 502 details; a runaway HTML page must not be. */
 const MAX_ERROR_TEXT_CHARS = 1_000;
+
+/** Where an OpenAI-compatible server lives; the LLM and ASR configs add their own timeouts. */
+export interface OpenAiEndpointConfig {
+  /** Includes the version segment, e.g. `http://127.0.0.1:11434/v1`. Unset → not configured. */
+  baseUrl?: string;
+  /** Sent as `Authorization: Bearer` only when set. */
+  apiKey?: string;
+  model?: string;
+}
+
+/** `src/config.ts` keeps unset variables as null; the clients treat them as absent. */
+export function endpointFromServiceConfig(config: { baseUrl: string | null; apiKey: string | null; model: string }): OpenAiEndpointConfig {
+  return { baseUrl: config.baseUrl ?? undefined, apiKey: config.apiKey ?? undefined, model: config.model };
+}
+
+/** Configured exactly when a base URL is set; `reason` names the variable to set. */
+export function endpointStatus(config: OpenAiEndpointConfig, reason: string): ProviderStatus {
+  return config.baseUrl ? { configured: true } : { configured: false, reason };
+}
 
 export function joinUrl(baseUrl: string, path: string): string {
   return `${baseUrl.replace(/\/+$/, '')}/${path.replace(/^\/+/, '')}`;

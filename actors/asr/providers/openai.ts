@@ -6,7 +6,15 @@
  */
 import { resamplePcm16 } from '../../audio/resample.ts';
 import { encodeWav } from '../../audio/wav.ts';
-import { RequestDeadline, abortError, authHeaders, joinUrl, upstreamErrorFromResponse } from '../../llm/openai-http.ts';
+import {
+  RequestDeadline,
+  abortError,
+  authHeaders,
+  endpointStatus,
+  joinUrl,
+  upstreamErrorFromResponse,
+  type OpenAiEndpointConfig,
+} from '../../llm/openai-http.ts';
 import { ProviderNotConfiguredError, UpstreamError, type ProviderStatus } from '../../tts/types.ts';
 import type { AsrProvider, TranscribeRequest, TranscribeResult } from '../types.ts';
 
@@ -24,23 +32,11 @@ export const DEFAULT_ASR_RESPONSE_TIMEOUT_MS = 120_000;
 /** Once the JSON reply has started, it is tiny: a gap this long means the connection is dead. */
 export const DEFAULT_ASR_IDLE_TIMEOUT_MS = 15_000;
 
-export interface OpenAiAsrConfig {
-  /** Includes the version segment, e.g. `http://127.0.0.1:8000/v1`. Unset → not configured. */
-  baseUrl?: string;
-  apiKey?: string;
-  model?: string;
+export interface OpenAiAsrConfig extends OpenAiEndpointConfig {
   /** From sending the upload to the response headers. */
   responseTimeoutMs?: number;
   /** Longest gap while reading the response body. */
   idleTimeoutMs?: number;
-}
-
-export function openAiAsrConfigFromEnv(env: NodeJS.ProcessEnv = process.env): OpenAiAsrConfig {
-  return {
-    baseUrl: env.SERVICE_ASR_BASE_URL || undefined,
-    apiKey: env.SERVICE_ASR_API_KEY || undefined,
-    model: env.SERVICE_ASR_MODEL || undefined,
-  };
 }
 
 export function createOpenAiAsr(config: OpenAiAsrConfig): AsrProvider {
@@ -53,7 +49,7 @@ class OpenAiTranscriptionProvider implements AsrProvider {
   constructor(private readonly config: OpenAiAsrConfig) {}
 
   status(): ProviderStatus {
-    return this.config.baseUrl ? { configured: true } : { configured: false, reason: ASR_NOT_CONFIGURED_REASON };
+    return endpointStatus(this.config, ASR_NOT_CONFIGURED_REASON);
   }
 
   async transcribe(request: TranscribeRequest): Promise<TranscribeResult> {

@@ -9,9 +9,11 @@ import {
   abortError,
   authHeaders,
   describeTransportError,
+  endpointStatus,
   extractErrorText,
   joinUrl,
   upstreamErrorFromResponse,
+  type OpenAiEndpointConfig,
 } from '../openai-http.ts';
 import { SseDataDecoder } from '../sse.ts';
 import type { ChatMessage, LlmProvider, LlmStreamRequest } from '../types.ts';
@@ -29,27 +31,13 @@ export const DEFAULT_IDLE_TIMEOUT_MS = 30_000;
 /** Sent when neither the request nor the configuration names a model; llama.cpp ignores the field. */
 export const FALLBACK_MODEL = 'default';
 
-export interface OpenAiLlmConfig {
-  /** Includes the version segment, e.g. `http://127.0.0.1:11434/v1`. Unset → not configured. */
-  baseUrl?: string;
-  /** Sent as `Authorization: Bearer` only when set. */
-  apiKey?: string;
-  model?: string;
+export interface OpenAiLlmConfig extends OpenAiEndpointConfig {
   /** From sending the request to the first content delta. */
   firstTokenTimeoutMs?: number;
   /** Longest silence between stream chunks once tokens flow (time the consumer holds a delta is excluded). */
   idleTimeoutMs?: number;
   maxTokens?: number;
   temperature?: number;
-}
-
-/** Reads the documented `SERVICE_LLM_*` variables; `src/config.ts` may build the config itself instead. */
-export function openAiLlmConfigFromEnv(env: NodeJS.ProcessEnv = process.env): OpenAiLlmConfig {
-  return {
-    baseUrl: env.SERVICE_LLM_BASE_URL || undefined,
-    apiKey: env.SERVICE_LLM_API_KEY || undefined,
-    model: env.SERVICE_LLM_MODEL || undefined,
-  };
 }
 
 export function createOpenAiLlm(config: OpenAiLlmConfig): LlmProvider {
@@ -72,7 +60,7 @@ class OpenAiChatProvider implements LlmProvider {
   }
 
   status(): ProviderStatus {
-    return this.config.baseUrl ? { configured: true } : { configured: false, reason: LLM_NOT_CONFIGURED_REASON };
+    return endpointStatus(this.config, LLM_NOT_CONFIGURED_REASON);
   }
 
   async *stream(request: LlmStreamRequest): AsyncGenerator<string> {
