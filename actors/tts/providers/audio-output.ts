@@ -6,7 +6,8 @@
 import { decodeAudioToPcm16, InvalidAudioError } from '../../audio/decode.ts';
 import { resamplePcm16 } from '../../audio/resample.ts';
 import { isWav } from '../../audio/wav.ts';
-import { UpstreamError, type TtsChunk } from '../types.ts';
+import { UpstreamError, type TtsChunk, type TtsRequest } from '../types.ts';
+import { sentencesOf } from './common.ts';
 
 /** A whole sentence of audio as one chunk at `targetRate`. Without `rawSampleRate` only containers are accepted. */
 export async function toChunk(bytes: Uint8Array, options: { targetRate: number; rawSampleRate?: number; sentenceIndex: number; provider: string }): Promise<TtsChunk> {
@@ -60,5 +61,27 @@ export async function* rawPcmStreamToChunks(
   if (gathered.length) {
     const pcm = await resamplePcm16(rawPcm16(Buffer.concat(gathered)), options.upstreamRate, options.targetRate);
     yield { pcm, sampleRate: options.targetRate, sentenceIndex: options.sentenceIndex };
+  }
+}
+
+/**
+ * The loop every raw-PCM streaming provider shares: one upstream call per sentence, the caller's
+ * signal re-checked before each so an interrupted turn never starts another request, and the
+ * answer re-chunked at the wanted rate.
+ */
+export async function* rawPcmBySentence(
+  request: TtsRequest,
+  options: { upstreamRate: number; provider: string },
+  audioOfSentence: (sentence: string) => Promise<AsyncIterable<Buffer>> | AsyncIterable<Buffer>,
+): AsyncGenerator<TtsChunk> {
+  const sentences = sentencesOf(request.text);
+  for (let index = 0; index < sentences.length; index++) {
+    request.signal.throwIfAborted();
+    yield* rawPcmStreamToChunks(await audioOfSentence(sentences[index]), {
+      upstreamRate: options.upstreamRate,
+      targetRate: request.sampleRate,
+      sentenceIndex: index,
+      provider: options.provider,
+    });
   }
 }

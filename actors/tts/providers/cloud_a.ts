@@ -10,8 +10,8 @@
  */
 import { fetchUpstream, streamBody, type FetchLike } from '../http.ts';
 import { UpstreamError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
-import { rawPcmStreamToChunks } from './audio-output.ts';
-import { assertConfigured, randomAlphanumeric, sentencesOf, statusFromRequired, type CloningProviderConfig } from './common.ts';
+import { rawPcmBySentence } from './audio-output.ts';
+import { assertConfigured, clonedVoiceModel, randomAlphanumeric, statusFromRequired, type CloningProviderConfig } from './common.ts';
 import { createDashscopeVoice, dashscopeBase } from './dashscope.ts';
 
 const ID = 'cloud_a' as const;
@@ -77,26 +77,17 @@ export function createCloudAProvider(config: CloningProviderConfig = {}): TtsPro
   async function* synthesize(request: TtsRequest): AsyncGenerator<TtsChunk> {
     assertConfigured(ID, status());
     const voice = request.voice || DEFAULT_VOICE;
-    let model = request.model;
-    if (!model && request.voice && config.voiceLookup) model = (await config.voiceLookup(ID, request.voice))?.targetModel;
-    const sentences = sentencesOf(request.text);
-    for (let index = 0; index < sentences.length; index++) {
-      request.signal.throwIfAborted();
+    const model = (await clonedVoiceModel(config, ID, request)) || DEFAULT_MODEL;
+    yield* rawPcmBySentence(request, { upstreamRate: QWEN_TTS_RATE, provider: ID }, async (sentence) => {
       const response = await fetchUpstream(fetchImpl, `${baseUrl}${GENERATION_PATH}`, {
         method: 'POST',
         headers: { authorization: `Bearer ${config.apiKey}`, 'content-type': 'application/json', 'X-DashScope-SSE': 'enable' },
-        body: JSON.stringify({ model: model || DEFAULT_MODEL, input: { text: sentences[index], voice } }),
+        body: JSON.stringify({ model, input: { text: sentence, voice } }),
         signal: request.signal,
         provider: ID,
       });
-      const events = sseJsonEvents<SseEvent>(streamBody(response, request.signal, ID), ID);
-      yield* rawPcmStreamToChunks(audioOfEvents(events, ID), {
-        upstreamRate: QWEN_TTS_RATE,
-        targetRate: request.sampleRate,
-        sentenceIndex: index,
-        provider: ID,
-      });
-    }
+      return audioOfEvents(sseJsonEvents<SseEvent>(streamBody(response, request.signal, ID), ID), ID);
+    });
   }
 
   async function clone(request: CloneRequest): Promise<CloneResult> {

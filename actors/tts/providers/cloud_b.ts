@@ -12,8 +12,8 @@ import { randomBytes } from 'node:crypto';
 import WebSocket from 'ws';
 import type { FetchLike } from '../http.ts';
 import { UpstreamError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
-import { rawPcmStreamToChunks } from './audio-output.ts';
-import { assertConfigured, randomAlphanumeric, sentencesOf, statusFromRequired, type CloningProviderConfig } from './common.ts';
+import { rawPcmBySentence } from './audio-output.ts';
+import { assertConfigured, clonedVoiceModel, randomAlphanumeric, statusFromRequired, type CloningProviderConfig } from './common.ts';
 import { createDashscopeVoice, dashscopeBase } from './dashscope.ts';
 
 const ID = 'cloud_b' as const;
@@ -138,23 +138,19 @@ export function createCloudBProvider(config: CloningProviderConfig = {}): TtsPro
   async function* synthesize(request: TtsRequest): AsyncGenerator<TtsChunk> {
     assertConfigured(ID, status());
     const voice = request.voice || DEFAULT_VOICE;
-    let model = request.model;
-    if (!model && request.voice && config.voiceLookup) model = (await config.voiceLookup(ID, request.voice))?.targetModel;
+    const model = (await clonedVoiceModel(config, ID, request)) || DEFAULT_MODEL;
     const upstreamRate = PCM_RATES.includes(request.sampleRate) ? request.sampleRate : FALLBACK_RATE;
-    const sentences = sentencesOf(request.text);
-    for (let index = 0; index < sentences.length; index++) {
-      request.signal.throwIfAborted();
-      const audio = runSentenceTask({
+    yield* rawPcmBySentence(request, { upstreamRate, provider: ID }, (sentence) =>
+      runSentenceTask({
         url: inferenceSocketUrl(baseUrl),
         apiKey: config.apiKey!,
-        model: model || DEFAULT_MODEL,
+        model,
         voice,
-        text: sentences[index],
+        text: sentence,
         rate: upstreamRate,
         signal: request.signal,
-      });
-      yield* rawPcmStreamToChunks(audio, { upstreamRate, targetRate: request.sampleRate, sentenceIndex: index, provider: ID });
-    }
+      }),
+    );
   }
 
   async function clone(request: CloneRequest): Promise<CloneResult> {

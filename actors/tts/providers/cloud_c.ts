@@ -5,8 +5,8 @@
  */
 import { fetchUpstream, streamBody, trimTrailingSlash } from '../http.ts';
 import { VoiceNotFoundError, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
-import { rawPcmStreamToChunks } from './audio-output.ts';
-import { assertConfigured, sentencesOf, statusFromRequired, type ProviderConfig } from './common.ts';
+import { rawPcmBySentence } from './audio-output.ts';
+import { assertConfigured, statusFromRequired, type ProviderConfig } from './common.ts';
 
 const ID = 'cloud_c' as const;
 export const CLOUD_C_DEFAULT_BASE_URL = 'https://api.elevenlabs.io';
@@ -36,23 +36,16 @@ export function createCloudCProvider(config: ProviderConfig = {}): TtsProvider {
     const voice = request.voice || DEFAULT_VOICE;
     const upstreamRate = PCM_RATES.includes(request.sampleRate) ? request.sampleRate : FALLBACK_RATE;
     const url = `${baseUrl}/v1/text-to-speech/${encodeURIComponent(voice)}/stream?output_format=pcm_${upstreamRate}`;
-    const sentences = sentencesOf(request.text);
-    for (let index = 0; index < sentences.length; index++) {
-      request.signal.throwIfAborted();
+    yield* rawPcmBySentence(request, { upstreamRate, provider: ID }, async (sentence) => {
       const response = await fetchUpstream(fetchImpl, url, {
         method: 'POST',
         headers: { 'xi-api-key': config.apiKey!, 'content-type': 'application/json', accept: 'audio/pcm' },
-        body: JSON.stringify({ text: sentences[index], model_id: request.model || DEFAULT_MODEL }),
+        body: JSON.stringify({ text: sentence, model_id: request.model || DEFAULT_MODEL }),
         signal: request.signal,
         provider: ID,
       });
-      yield* rawPcmStreamToChunks(streamBody(response, request.signal, ID), {
-        upstreamRate,
-        targetRate: request.sampleRate,
-        sentenceIndex: index,
-        provider: ID,
-      });
-    }
+      return streamBody(response, request.signal, ID);
+    });
   }
 
   return { id: ID, status, validateVoice, synthesize };

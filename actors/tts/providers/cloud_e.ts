@@ -6,8 +6,8 @@
  */
 import { fetchUpstream, streamBody, trimTrailingSlash } from '../http.ts';
 import { VoiceNotFoundError, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
-import { rawPcmStreamToChunks } from './audio-output.ts';
-import { assertConfigured, sentencesOf, statusFromRequired, type ProviderConfig } from './common.ts';
+import { rawPcmBySentence } from './audio-output.ts';
+import { assertConfigured, statusFromRequired, type ProviderConfig } from './common.ts';
 
 const ID = 'cloud_e' as const;
 const DEFAULT_VOICE = 'en-US-JennyNeural';
@@ -53,9 +53,7 @@ export function createCloudEProvider(config: ProviderConfig = {}): TtsProvider {
     const voice = request.voice || DEFAULT_VOICE;
     const upstreamRate = RAW_FORMATS[request.sampleRate] ? request.sampleRate : FALLBACK_RATE;
     const url = `${trimTrailingSlash(config.baseUrl!)}/cognitiveservices/v1`;
-    const sentences = sentencesOf(request.text);
-    for (let index = 0; index < sentences.length; index++) {
-      request.signal.throwIfAborted();
+    yield* rawPcmBySentence(request, { upstreamRate, provider: ID }, async (sentence) => {
       const response = await fetchUpstream(fetchImpl, url, {
         method: 'POST',
         headers: {
@@ -64,17 +62,12 @@ export function createCloudEProvider(config: ProviderConfig = {}): TtsProvider {
           'X-Microsoft-OutputFormat': RAW_FORMATS[upstreamRate],
           'User-Agent': 'avatar-conversation-service',
         },
-        body: ssmlFor(sentences[index], voice),
+        body: ssmlFor(sentence, voice),
         signal: request.signal,
         provider: ID,
       });
-      yield* rawPcmStreamToChunks(streamBody(response, request.signal, ID), {
-        upstreamRate,
-        targetRate: request.sampleRate,
-        sentenceIndex: index,
-        provider: ID,
-      });
-    }
+      return streamBody(response, request.signal, ID);
+    });
   }
 
   return { id: ID, status, validateVoice, synthesize };

@@ -1,6 +1,6 @@
 /** Small pieces every HTTP provider adapter shares: config variable names, the "not configured" rule, sentences. */
 import { splitSentences } from '../sentences.ts';
-import { ProviderNotConfiguredError, type ProviderStatus, type TtsProviderId } from '../types.ts';
+import { ProviderNotConfiguredError, type ProviderStatus, type TtsProviderId, type TtsRequest } from '../types.ts';
 import type { ProviderConfig } from '../http.ts';
 
 export type { ProviderConfig } from '../http.ts';
@@ -25,6 +25,16 @@ export type VoiceLookup = (provider: TtsProviderId, voiceId: string) => Promise<
 
 export interface CloningProviderConfig extends ProviderConfig {
   voiceLookup?: VoiceLookup;
+}
+
+/**
+ * The model to synthesise with when the request names none: a voice cloned on a cloud only works
+ * with the model it was enrolled for, which the catalog remembers. Undefined → provider default.
+ */
+export async function clonedVoiceModel(config: CloningProviderConfig, id: TtsProviderId, request: TtsRequest): Promise<string | undefined> {
+  if (request.model) return request.model;
+  if (!request.voice || !config.voiceLookup) return undefined;
+  return (await config.voiceLookup(id, request.voice))?.targetModel;
 }
 
 /** Status from the variables a provider needs; the reason names exactly what to set. */

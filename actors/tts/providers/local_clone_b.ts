@@ -9,11 +9,11 @@
  *  - cloning: the reference is written locally, then the server's `GET /docs` must answer.
  */
 import { readFile } from 'node:fs/promises';
-import { fetchUpstream, readBody, streamBody, trimTrailingSlash, type FetchLike } from '../http.ts';
-import { ProviderNotConfiguredError, VoiceNotFoundError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
-import { rawPcmStreamToChunks } from './audio-output.ts';
-import { assertConfigured, sentencesOf, statusFromRequired, type CloningProviderConfig } from './common.ts';
-import { existingReference, LOCAL_VOICE_ID_PATTERN, newLocalVoiceId, removeReference, writeReference } from './local-voices.ts';
+import { fetchUpstream, streamBody, trimTrailingSlash, type FetchLike } from '../http.ts';
+import { VoiceNotFoundError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { rawPcmBySentence } from './audio-output.ts';
+import { assertConfigured, statusFromRequired, type CloningProviderConfig } from './common.ts';
+import { LOCAL_VOICE_ID_PATTERN, requireReference, storeLocalClone } from './local-voices.ts';
 
 const ID = 'local_clone_b' as const;
 const DEFAULT_SPEAKER = '英文女';
@@ -36,38 +36,22 @@ export function createLocalCloneBProvider(config: CloningProviderConfig = {}): T
   async function* synthesize(request: TtsRequest): AsyncGenerator<TtsChunk> {
     assertConfigured(ID, status());
     validateVoice(request.voice);
-    let reference: Buffer | null = null;
-    if (request.voice && LOCAL_VOICE_ID_PATTERN.test(request.voice)) {
-      const file = await existingReference(config.voiceDir, ID, request.voice);
-      if (!file) throw new VoiceNotFoundError(`local_clone_b voice ${request.voice} has no reference sample in the voice directory`);
-      reference = await readFile(file);
-    }
-    const upstreamRate = cosyVoiceRate(request.model);
-    const sentences = sentencesOf(request.text);
-    for (let index = 0; index < sentences.length; index++) {
-      request.signal.throwIfAborted();
+    const reference =
+      request.voice && LOCAL_VOICE_ID_PATTERN.test(request.voice) ? await readFile(await requireReference(config.voiceDir, ID, request.voice)) : null;
+    const route = reference ? 'inference_cross_lingual' : 'inference_sft';
+    yield* rawPcmBySentence(request, { upstreamRate: cosyVoiceRate(request.model), provider: ID }, async (sentence) => {
       const form = new FormData();
-      form.set('tts_text', sentences[index]);
+      form.set('tts_text', sentence);
       if (reference) form.set('prompt_wav', new Blob([new Uint8Array(reference)], { type: 'audio/wav' }), 'prompt.wav');
       else form.set('spk_id', request.voice || DEFAULT_SPEAKER);
-      const route = reference ? 'inference_cross_lingual' : 'inference_sft';
       const response = await fetchUpstream(fetchImpl, `${base()}/${route}`, { method: 'POST', body: form, signal: request.signal, provider: ID });
-      yield* rawPcmStreamToChunks(streamBody(response, request.signal, ID), { upstreamRate, targetRate: request.sampleRate, sentenceIndex: index, provider: ID });
-    }
+      return streamBody(response, request.signal, ID);
+    });
   }
 
   async function clone(request: CloneRequest): Promise<CloneResult> {
     assertConfigured(ID, status());
-    if (!config.voiceDir) throw new ProviderNotConfiguredError('local_clone_b cloning needs a voice directory (SERVICE_TTS_VOICE_DIR)');
-    const voiceId = newLocalVoiceId();
-    await writeReference(config.voiceDir, ID, voiceId, request.wav24k);
-    try {
-      const response = await fetchUpstream(fetchImpl, `${base()}/docs`, { method: 'GET', signal: request.signal, provider: ID });
-      await readBody(response, request.signal, ID);
-    } catch (error) {
-      await removeReference(config.voiceDir, ID, voiceId);
-      throw error;
-    }
+    const voiceId = await storeLocalClone({ provider: ID, voiceDir: config.voiceDir, baseUrl: config.baseUrl!, probePath: '/docs', fetchImpl, request });
     return { voiceId, message: 'local_clone_b stored the reference sample; CosyVoice clones zero-shot at synthesis time' };
   }
 
