@@ -6,7 +6,8 @@
 import { randomBytes } from 'node:crypto';
 import { access, mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { TtsProviderId } from '../types.ts';
+import { fetchUpstream, readBody, trimTrailingSlash, type FetchLike } from '../http.ts';
+import { ProviderNotConfiguredError, VoiceNotFoundError, type CloneRequest, type TtsProviderId } from '../types.ts';
 
 /** Voice ids we generate: safe as file names, never able to climb out of the directory. */
 export const LOCAL_VOICE_ID_PATTERN = /^clone-[0-9a-f]{16}$/;
@@ -50,4 +51,38 @@ export async function existingReference(voiceDir: string | undefined, provider: 
   } catch {
     return null;
   }
+}
+
+/** The reference of a cloned voice the engine must be sent; a clone whose file is gone is a 400, not a 502. */
+export async function requireReference(voiceDir: string | undefined, provider: TtsProviderId, voice: string): Promise<string> {
+  const reference = await existingReference(voiceDir, provider, voice);
+  if (!reference) throw new VoiceNotFoundError(`${provider} voice ${voice} has no reference sample in the voice directory`);
+  return reference;
+}
+
+/**
+ * Zero-shot cloning for a local engine: the reference is stored, then `probePath` on the engine
+ * must answer, so a clone against a dead server fails (and leaves no file) instead of dangling.
+ */
+export async function storeLocalClone(options: {
+  provider: TtsProviderId;
+  voiceDir: string | undefined;
+  baseUrl: string;
+  probePath: string;
+  fetchImpl: FetchLike;
+  request: CloneRequest;
+}): Promise<string> {
+  const { provider, voiceDir, request } = options;
+  if (!voiceDir) throw new ProviderNotConfiguredError(`${provider} cloning needs a voice directory (SERVICE_TTS_VOICE_DIR)`);
+  const voiceId = newLocalVoiceId();
+  await writeReference(voiceDir, provider, voiceId, request.wav24k);
+  try {
+    const probe = `${trimTrailingSlash(options.baseUrl)}${options.probePath}`;
+    const response = await fetchUpstream(options.fetchImpl, probe, { method: 'GET', signal: request.signal, provider });
+    await readBody(response, request.signal, provider);
+  } catch (error) {
+    await removeReference(voiceDir, provider, voiceId);
+    throw error;
+  }
+  return voiceId;
 }

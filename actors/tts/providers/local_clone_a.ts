@@ -8,10 +8,10 @@
  *    `GET /speakers_list` must answer, so a clone against a dead server fails instead of dangling.
  */
 import { fetchUpstream, readBody, trimTrailingSlash, type FetchLike } from '../http.ts';
-import { ProviderNotConfiguredError, VoiceNotFoundError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { VoiceNotFoundError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
 import { toChunk } from './audio-output.ts';
 import { assertConfigured, sentencesOf, statusFromRequired, type CloningProviderConfig } from './common.ts';
-import { existingReference, LOCAL_VOICE_ID_PATTERN, newLocalVoiceId, removeReference, writeReference } from './local-voices.ts';
+import { LOCAL_VOICE_ID_PATTERN, requireReference, storeLocalClone } from './local-voices.ts';
 
 const ID = 'local_clone_a' as const;
 const DEFAULT_SPEAKER = 'female';
@@ -32,12 +32,7 @@ export function createLocalCloneAProvider(config: CloningProviderConfig = {}): T
 
   async function speakerFor(voice: string | null | undefined): Promise<string> {
     if (!voice) return DEFAULT_SPEAKER;
-    if (LOCAL_VOICE_ID_PATTERN.test(voice)) {
-      const reference = await existingReference(config.voiceDir, ID, voice);
-      if (!reference) throw new VoiceNotFoundError(`local_clone_a voice ${voice} has no reference sample in the voice directory`);
-      return reference;
-    }
-    return voice;
+    return LOCAL_VOICE_ID_PATTERN.test(voice) ? requireReference(config.voiceDir, ID, voice) : voice;
   }
 
   async function* synthesize(request: TtsRequest): AsyncGenerator<TtsChunk> {
@@ -62,16 +57,7 @@ export function createLocalCloneAProvider(config: CloningProviderConfig = {}): T
 
   async function clone(request: CloneRequest): Promise<CloneResult> {
     assertConfigured(ID, status());
-    if (!config.voiceDir) throw new ProviderNotConfiguredError('local_clone_a cloning needs a voice directory (SERVICE_TTS_VOICE_DIR)');
-    const voiceId = newLocalVoiceId();
-    await writeReference(config.voiceDir, ID, voiceId, request.wav24k);
-    try {
-      const response = await fetchUpstream(fetchImpl, `${base()}/speakers_list`, { method: 'GET', signal: request.signal, provider: ID });
-      await readBody(response, request.signal, ID);
-    } catch (error) {
-      await removeReference(config.voiceDir, ID, voiceId);
-      throw error;
-    }
+    const voiceId = await storeLocalClone({ provider: ID, voiceDir: config.voiceDir, baseUrl: config.baseUrl!, probePath: '/speakers_list', fetchImpl, request });
     return { voiceId, message: 'local_clone_a stored the reference sample; XTTS clones zero-shot at synthesis time' };
   }
 
