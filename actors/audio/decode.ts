@@ -5,7 +5,7 @@
  */
 import { MPEGDecoder } from 'mpg123-decoder';
 import { resamplePcm16 } from './resample.ts';
-import { InvalidAudioError, isWav, parseWav } from './wav.ts';
+import { InvalidAudioError, isWav, parseWav, pcm16FromLittleEndian } from './wav.ts';
 
 export { InvalidAudioError };
 
@@ -59,10 +59,7 @@ function parseRawPcm16(bytes: Uint8Array): Int16Array {
   if (bytes.length % 2 !== 0) {
     throw new InvalidAudioError(`raw PCM must be whole 16-bit samples; got an odd byte count (${bytes.length})`);
   }
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const pcm = new Int16Array(bytes.length / 2);
-  for (let i = 0; i < pcm.length; i++) pcm[i] = view.getInt16(i * 2, true);
-  return pcm;
+  return pcm16FromLittleEndian(bytes);
 }
 
 async function decodeMp3(bytes: Uint8Array): Promise<{ pcm: Int16Array; sampleRate: number }> {
@@ -93,7 +90,6 @@ function downmixFloatToPcm16(channels: Float32Array[], frames: number): Int16Arr
 // ---- MP3 detection -------------------------------------------------------------------------
 
 const ID3V2_HEADER_BYTES = 10;
-const ID3V2_FOOTER_FLAG = 0x10;
 
 function looksLikeMp3(bytes: Uint8Array): boolean {
   if (bytes.length >= ID3V2_HEADER_BYTES && bytes[0] === 0x49 && bytes[1] === 0x44 && bytes[2] === 0x33) return true;

@@ -22,6 +22,21 @@ const PCM16_HEADER_BYTES = 44;
 /** Beyond this, a "channel count" is a corrupt header rather than a real multichannel file. */
 const MAX_CHANNELS = 32;
 
+const HOST_IS_LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+/** Little-endian 16-bit samples as an Int16Array of its own; a trailing odd byte is ignored. */
+export function pcm16FromLittleEndian(bytes: Uint8Array): Int16Array {
+  const pcm = new Int16Array(bytes.byteLength >> 1);
+  if (HOST_IS_LITTLE_ENDIAN) {
+    // One copy instead of a per-sample loop: this runs on every streamed TTS and WebSocket chunk.
+    new Uint8Array(pcm.buffer).set(bytes.subarray(0, pcm.length * 2));
+    return pcm;
+  }
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  for (let i = 0; i < pcm.length; i++) pcm[i] = view.getInt16(i * 2, true);
+  return pcm;
+}
+
 export function isWav(bytes: Uint8Array): boolean {
   return bytes.length >= RIFF_HEADER_BYTES && ascii(bytes, 0, 4) === 'RIFF' && ascii(bytes, 8, 4) === 'WAVE';
 }

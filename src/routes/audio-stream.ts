@@ -7,6 +7,7 @@ import { HttpError } from '../errors.ts';
 import { AsyncQueue } from '../sessions/async-queue.ts';
 import { PLAYOUT_HIGH_WATER_MS } from '../../actors/media/playout.ts';
 import { resamplePcm16 } from '../../actors/audio/resample.ts';
+import { pcm16FromLittleEndian } from '../../actors/audio/wav.ts';
 import type { Session } from '../sessions/session.ts';
 
 /** How often a paused socket checks whether playout made room again. */
@@ -153,8 +154,7 @@ class AudioStream {
     if (this.eos) return this.error('invalid_message', 'audio after eos');
     if (raw.length % 2 !== 0) return this.error('invalid_audio', 'binary frames must hold whole 16-bit samples (even byte count)');
     if (raw.length === 0) return;
-    const pcm = new Int16Array(raw.length / 2);
-    for (let i = 0; i < pcm.length; i++) pcm[i] = raw.readInt16LE(i * 2);
+    const pcm = pcm16FromLittleEndian(raw);
     // Counted now, not when the chain gets to it: ws emits every frame of one socket read synchronously,
     // so a burst must already count against the high-water mark frame by frame.
     const sessionRateSamples = Math.round((pcm.length * this.session.stage.sampleRate) / this.inputRate);

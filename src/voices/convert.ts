@@ -7,7 +7,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { encodeWav } from '../../actors/audio/wav.ts';
+import { encodeWav, pcm16FromLittleEndian } from '../../actors/audio/wav.ts';
 
 export const CLONE_SAMPLE_RATE = 24_000;
 /** A 12 MB sample converts in well under a second; this only stops a wedged ffmpeg. */
@@ -83,10 +83,8 @@ function runFfmpeg(input: string, stdinData: Buffer | null, signal: AbortSignal)
     child.on('close', (code) => {
       const pcmBytes = Buffer.concat(output);
       if (code !== 0) return finish(new AudioConversionError(`audio cannot be converted to 24 kHz mono WAV: ${stderr.trim().slice(0, MAX_STDERR_CHARS) || `ffmpeg exit ${code}`}`));
-      const samples = Math.floor(pcmBytes.length / 2);
-      if (samples === 0) return finish(new AudioConversionError('audio cannot be converted to 24 kHz mono WAV: no audio samples'));
-      const pcm = new Int16Array(samples);
-      for (let i = 0; i < samples; i++) pcm[i] = pcmBytes.readInt16LE(i * 2);
+      const pcm = pcm16FromLittleEndian(pcmBytes);
+      if (pcm.length === 0) return finish(new AudioConversionError('audio cannot be converted to 24 kHz mono WAV: no audio samples'));
       finish(null, encodeWav(pcm, CLONE_SAMPLE_RATE));
     });
     if (stdinData) child.stdin!.end(stdinData);

@@ -1,4 +1,5 @@
 /** Minimal RIFF/WAVE reader for the 16-bit mono PCM files flite writes. */
+import { pcm16FromLittleEndian } from '../../audio/wav.ts';
 
 export function decodeWavPcm16(bytes: Buffer): { pcm: Int16Array; sampleRate: number } {
   if (bytes.toString('ascii', 0, 4) !== 'RIFF' || bytes.toString('ascii', 8, 12) !== 'WAVE') {
@@ -23,9 +24,7 @@ export function decodeWavPcm16(bytes: Buffer): { pcm: Int16Array; sampleRate: nu
       if (!sampleRate) throw new Error('WAV data chunk before fmt chunk');
       // Flite may leave a too-large size when it streams; never read past the file.
       const byteLength = Math.min(chunkSize, bytes.length - body) & ~1;
-      const pcm = new Int16Array(byteLength / 2);
-      for (let i = 0; i < pcm.length; i++) pcm[i] = bytes.readInt16LE(body + i * 2);
-      return { pcm, sampleRate };
+      return { pcm: pcm16FromLittleEndian(bytes.subarray(body, body + byteLength)), sampleRate };
     }
     offset = body + chunkSize + (chunkSize & 1);
   }

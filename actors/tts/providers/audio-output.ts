@@ -5,7 +5,7 @@
  */
 import { decodeAudioToPcm16, InvalidAudioError } from '../../audio/decode.ts';
 import { resamplePcm16 } from '../../audio/resample.ts';
-import { isWav } from '../../audio/wav.ts';
+import { isWav, pcm16FromLittleEndian } from '../../audio/wav.ts';
 import { UpstreamError, type TtsChunk, type TtsRequest } from '../types.ts';
 import { sentencesOf } from './common.ts';
 
@@ -24,14 +24,6 @@ export async function toChunk(bytes: Uint8Array, options: { targetRate: number; 
 }
 
 export { isWav };
-
-/** Raw little-endian PCM16 bytes (even length) as samples, copied so the buffer can be reused. */
-export function rawPcm16(bytes: Uint8Array): Int16Array {
-  const evenLength = bytes.byteLength - (bytes.byteLength % 2);
-  const copy = new Uint8Array(evenLength);
-  copy.set(bytes.subarray(0, evenLength));
-  return new Int16Array(copy.buffer);
-}
 
 /**
  * Re-chunks a raw PCM16 byte stream into whole samples. When the upstream rate equals the wanted
@@ -52,14 +44,14 @@ export async function* rawPcmStreamToChunks(
     if (whole === 0) continue;
     total += whole;
     if (options.upstreamRate === options.targetRate) {
-      yield { pcm: rawPcm16(bytes.subarray(0, whole)), sampleRate: options.targetRate, sentenceIndex: options.sentenceIndex };
+      yield { pcm: pcm16FromLittleEndian(bytes.subarray(0, whole)), sampleRate: options.targetRate, sentenceIndex: options.sentenceIndex };
     } else {
       gathered.push(Buffer.from(bytes.subarray(0, whole)));
     }
   }
   if (total === 0) throw new UpstreamError(`${options.provider}: upstream sent no audio`);
   if (gathered.length) {
-    const pcm = await resamplePcm16(rawPcm16(Buffer.concat(gathered)), options.upstreamRate, options.targetRate);
+    const pcm = await resamplePcm16(pcm16FromLittleEndian(Buffer.concat(gathered)), options.upstreamRate, options.targetRate);
     yield { pcm, sampleRate: options.targetRate, sentenceIndex: options.sentenceIndex };
   }
 }
