@@ -33,6 +33,11 @@ interface QueuedSegment {
   mouth: MouthSource;
 }
 
+interface RenderedFrame {
+  turnId: string | null;
+  frame: Promise<I420Frame | null>;
+}
+
 interface TurnClock {
   turnId: string;
   /** Media time (samples) of the turn's first sample, once it started playing. */
@@ -65,7 +70,8 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   private startedAt = 0;
   private timer: NodeJS.Timeout | null = null;
   private closed = false;
-  private readonly rendered = new Map<number, Promise<I420Frame | null>>();
+  /** Frames rendered ahead, with the turn whose audio they show (both follow from the queue at render time). */
+  private readonly rendered = new Map<number, RenderedFrame>();
   /** Frames leave strictly in index order even when workers finish out of order. */
   private sendChain: Promise<void> = Promise.resolve();
   private roomWaiters: Array<() => void> = [];
@@ -212,11 +218,10 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     // A frame whose presentation time falls inside the next audio chunk leaves together with it.
     while (this.framePtsSamples(this.frameIdx) < this.playedSamples + this.chunkSamples) {
       const idx = this.frameIdx++;
-      const pending = this.rendered.get(idx) ?? this.renderFrame(idx);
+      // Any change to the queue since this frame was rendered ahead dropped it, so its turn is still current.
+      const { turnId: frameTurn, frame: pending } = this.rendered.get(idx) ?? this.renderFrame(idx);
       this.rendered.delete(idx);
-      const request = this.requestFor(idx);
       const ptsMs = (this.framePtsSamples(idx) * 1000) / this.sampleRate;
-      const frameTurn = request.turnId;
       this.sendChain = this.sendChain.then(() => pending).then((frame) => {
         if (!frame || this.closed) return;
         const lateMs = this.mediaMs - ptsMs;
@@ -291,13 +296,14 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     return { frameIdx, ptsMs: (pts * 1000) / this.sampleRate, mouth: CLOSED_MOUTH, level: 0, speaking: false, turnId: null };
   }
 
-  private renderFrame(frameIdx: number): Promise<I420Frame | null> {
-    const { turnId: _turnId, ...request } = this.requestFor(frameIdx);
+  private renderFrame(frameIdx: number): RenderedFrame {
+    const { turnId, ...request } = this.requestFor(frameIdx);
     // No per-frame AbortSignal: frames are cheap and a shared signal would collect a listener per task.
-    return this.renderer.render([request]).then(
+    const frame = this.renderer.render([request]).then(
       (frames) => frames[0] ?? null,
       () => null,
     );
+    return { turnId, frame };
   }
 
   private renderAhead(): void {
