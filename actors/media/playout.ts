@@ -135,6 +135,8 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   /** Resolves when queued speech is below the high-water mark (or at once if it is). */
   waitForRoom(signal?: AbortSignal): Promise<void> {
     if (this.queuedMs < PLAYOUT_HIGH_WATER_MS || this.closed) return Promise.resolve();
+    // An already-aborted signal never fires 'abort': without this the producer would wait for room anyway.
+    if (signal?.aborted) return Promise.reject(signal.reason);
     return new Promise((resolve, reject) => {
       const onAbort = () => reject(signal!.reason);
       signal?.addEventListener('abort', onAbort, { once: true });
