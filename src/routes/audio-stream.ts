@@ -87,6 +87,8 @@ class AudioStream {
   private eos = false;
   /** Resampling is async; this chain keeps chunks in arrival order. */
   private chain: Promise<void> = Promise.resolve();
+  /** Closes the socket if the pipeline never flushes after eos; cleared on teardown so it does not hold the stream. */
+  private eosLimit: NodeJS.Timeout | undefined;
   private readonly unsubscribe: Array<() => void> = [];
 
   constructor(
@@ -136,11 +138,11 @@ class AudioStream {
       }
       case 'eos':
         this.eos = true;
-        this.chain = this.chain.then(() => {
+        this.inOrder(() => {
           if (this.turn) this.turn.chunks.end();
           else this.close(CLOSE_NORMAL, 'eos');
         });
-        setTimeout(() => this.close(CLOSE_NORMAL, 'eos'), EOS_FLUSH_LIMIT_MS).unref();
+        this.eosLimit ??= setTimeout(() => this.close(CLOSE_NORMAL, 'eos'), EOS_FLUSH_LIMIT_MS).unref();
         return;
       case 'interrupt':
         this.session.send({ type: 'INTERRUPT' });
@@ -159,7 +161,7 @@ class AudioStream {
     // so a burst must already count against the high-water mark frame by frame.
     const sessionRateSamples = Math.round((pcm.length * this.session.stage.sampleRate) / this.inputRate);
     this.inChainSamples += sessionRateSamples;
-    this.chain = this.chain.then(async () => {
+    this.inOrder(async () => {
       try {
         if (this.closed) return;
         const samples = this.inputRate === this.session.stage.sampleRate ? pcm : await resamplePcm16(pcm, this.inputRate, this.session.stage.sampleRate);
@@ -169,6 +171,11 @@ class AudioStream {
       }
     });
     this.applyBackPressure();
+  }
+
+  /** Runs `step` after every earlier frame's step. */
+  private inOrder(step: () => void | Promise<void>): void {
+    this.chain = this.chain.then(step);
   }
 
   private push(samples: Int16Array): void {
@@ -228,6 +235,7 @@ class AudioStream {
   private teardown(): void {
     if (this.closed) return;
     this.closed = true;
+    clearTimeout(this.eosLimit);
     for (const off of this.unsubscribe.splice(0)) off();
     if (this.turn) this.turn.chunks.end();
   }
