@@ -27,6 +27,7 @@ const CLOSE_NORMAL = 1000;
 const CLOSE_GOING_AWAY = 1001;
 const CLOSE_UNSUPPORTED = 1003;
 const CLOSE_POLICY = 1008;
+const CLOSE_INTERNAL_ERROR = 1011;
 
 /**
  * `WebSocket /sessions/{id}/speak_audio_stream` (spec 6.2): PCM in, avatar speech out over WebRTC.
@@ -173,9 +174,12 @@ class AudioStream {
     this.applyBackPressure();
   }
 
-  /** Runs `step` after every earlier frame's step. */
+  /**
+   * Runs `step` after every earlier frame's step. A failing step (e.g. the resampler's WASM failing to
+   * load) closes this stream rather than leaving an unhandled rejection that would end the process.
+   */
   private inOrder(step: () => void | Promise<void>): void {
-    this.chain = this.chain.then(step);
+    this.chain = this.chain.then(step).catch(() => this.close(CLOSE_INTERNAL_ERROR, 'internal error'));
   }
 
   private push(samples: Int16Array): void {
