@@ -84,7 +84,9 @@ export class Session {
     if (this.closed) return;
     this.closed = true;
     this.actor.send({ type: 'TERMINATE' });
-    await Promise.race([this.terminated, new Promise((resolve) => setTimeout(resolve, TERMINATE_WAIT_MS).unref())]);
+    let giveUp: NodeJS.Timeout | undefined;
+    await Promise.race([this.terminated, new Promise((resolve) => (giveUp = setTimeout(resolve, TERMINATE_WAIT_MS).unref()))]);
+    clearTimeout(giveUp);
     this.actor.stop();
     this.media.close();
     for (const job of this.stage.transcribeJobs.values()) job.result.reject(new Error('session terminated'));
