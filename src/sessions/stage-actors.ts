@@ -91,7 +91,7 @@ export function createStageActors(ctx: StageContext) {
         if (event.type === 'TEXT.SEGMENT' && event.text) segments.push(event.text);
         if (event.type === 'TEXT.END') segments.end();
       });
-      return runStage(ctx, 'tts', sendBack, async (signal) => {
+      const stop = runStage(ctx, 'tts', sendBack, async (signal) => {
         const turn = input.turn;
         if (turn.mode === 'audio' || turn.mode === 'audio_stream') {
           await playDirectAudio(ctx, turn, sendBack, signal);
@@ -102,6 +102,11 @@ export function createStageActors(ctx: StageContext) {
         await abortable(ctx.media.playout.whenDrained(turn.id), signal);
         return { type: 'TTS.DONE' };
       });
+      return () => {
+        stop();
+        // A turn stopped while waiting for its next LLM segment would otherwise wait forever.
+        segments.fail(new DOMException('stage stopped', 'AbortError'));
+      };
     },
   );
 
