@@ -1,53 +1,99 @@
+/**
+ * RGBA <-> I420 (BT.601 limited range) conversion in plain JS. Renderers convert once at prepare
+ * time and then work on cached I420 planes, so these run rarely on the hot path; the pure-JS version
+ * is used because it behaves identically in every worker (no native addon loading per thread).
+ */
 import type { I420Frame } from './types.ts';
 
-/** BT.601 studio-swing RGBA → I420; chroma from the 2×2 block average. Width and height must be even. */
-export function rgbaToI420(rgba: Uint8Array | Uint8ClampedArray, width: number, height: number, out?: Uint8Array): I420Frame {
-  const ySize = width * height;
-  const cSize = ySize / 4;
-  const data = out ?? new Uint8Array(ySize + 2 * cSize);
-  const cw = width / 2;
+export function i420Size(width: number, height: number): number {
+  return width * height + 2 * chromaWidth(width) * chromaHeight(height);
+}
+
+export function chromaWidth(width: number): number {
+  return (width + 1) >> 1;
+}
+
+export function chromaHeight(height: number): number {
+  return (height + 1) >> 1;
+}
+
+function clampByte(value: number): number {
+  return value < 0 ? 0 : value > 255 ? 255 : (value + 0.5) | 0;
+}
+
+/** Converts straight (non-premultiplied) RGBA to I420; alpha is ignored. */
+export function rgbaToI420(rgba: Uint8Array, width: number, height: number, out?: Uint8Array): I420Frame {
+  const data = out ?? new Uint8Array(i420Size(width, height));
+  const cw = chromaWidth(width);
+  const ch = chromaHeight(height);
+  const uOffset = width * height;
+  const vOffset = uOffset + cw * ch;
   for (let y = 0; y < height; y++) {
-    let p = y * width * 4;
-    let o = y * width;
-    for (let x = 0; x < width; x++, p += 4, o++) {
-      data[o] = (66 * rgba[p] + 129 * rgba[p + 1] + 25 * rgba[p + 2] + 128 + 4096) >> 8;
+    let src = y * width * 4;
+    let dst = y * width;
+    for (let x = 0; x < width; x++, src += 4, dst++) {
+      data[dst] = clampByte(16 + 0.2568 * rgba[src] + 0.5041 * rgba[src + 1] + 0.0979 * rgba[src + 2]);
     }
   }
-  for (let cy = 0; cy < height / 2; cy++) {
+  for (let cy = 0; cy < ch; cy++) {
+    const y0 = cy * 2;
+    const y1 = Math.min(y0 + 1, height - 1);
     for (let cx = 0; cx < cw; cx++) {
-      const p0 = (cy * 2 * width + cx * 2) * 4;
-      const p1 = p0 + width * 4;
-      const r = (rgba[p0] + rgba[p0 + 4] + rgba[p1] + rgba[p1 + 4]) >> 2;
-      const g = (rgba[p0 + 1] + rgba[p0 + 5] + rgba[p1 + 1] + rgba[p1 + 5]) >> 2;
-      const b = (rgba[p0 + 2] + rgba[p0 + 6] + rgba[p1 + 2] + rgba[p1 + 6]) >> 2;
-      const c = cy * cw + cx;
-      data[ySize + c] = (-38 * r - 74 * g + 112 * b + 128 + 32768) >> 8;
-      data[ySize + cSize + c] = (112 * r - 94 * g - 18 * b + 128 + 32768) >> 8;
+      const x0 = cx * 2;
+      const x1 = Math.min(x0 + 1, width - 1);
+      const a = (y0 * width + x0) * 4;
+      const b = (y0 * width + x1) * 4;
+      const c = (y1 * width + x0) * 4;
+      const d = (y1 * width + x1) * 4;
+      const r = (rgba[a] + rgba[b] + rgba[c] + rgba[d]) * 0.25;
+      const g = (rgba[a + 1] + rgba[b + 1] + rgba[c + 1] + rgba[d + 1]) * 0.25;
+      const bl = (rgba[a + 2] + rgba[b + 2] + rgba[c + 2] + rgba[d + 2]) * 0.25;
+      const i = cy * cw + cx;
+      data[uOffset + i] = clampByte(128 - 0.1482 * r - 0.291 * g + 0.4392 * bl);
+      data[vOffset + i] = clampByte(128 + 0.4392 * r - 0.3678 * g - 0.0714 * bl);
     }
   }
   return { width, height, data };
 }
 
-/** I420 → RGBA (tests and image dumps). */
+/** Converts I420 back to opaque RGBA (nearest chroma); used by tests and image dumps. */
 export function i420ToRgba(frame: I420Frame): Uint8Array {
   const { width, height, data } = frame;
-  const ySize = width * height;
-  const cSize = ySize / 4;
-  const out = new Uint8Array(ySize * 4);
+  const cw = chromaWidth(width);
+  const uOffset = width * height;
+  const vOffset = uOffset + cw * chromaHeight(height);
+  const rgba = new Uint8Array(width * height * 4);
   for (let y = 0; y < height; y++) {
     for (let x = 0; x < width; x++) {
-      const c = (y >> 1) * (width >> 1) + (x >> 1);
-      const Y = 1.164 * (data[y * width + x] - 16);
-      const U = data[ySize + c] - 128;
-      const V = data[ySize + cSize + c] - 128;
+      const c = (y >> 1) * cw + (x >> 1);
+      const yy = 1.164 * (data[y * width + x] - 16);
+      const u = data[uOffset + c] - 128;
+      const v = data[vOffset + c] - 128;
       const o = (y * width + x) * 4;
-      out[o] = clamp(Y + 1.596 * V);
-      out[o + 1] = clamp(Y - 0.392 * U - 0.813 * V);
-      out[o + 2] = clamp(Y + 2.017 * U);
-      out[o + 3] = 255;
+      rgba[o] = clampByte(yy + 1.596 * v);
+      rgba[o + 1] = clampByte(yy - 0.392 * u - 0.813 * v);
+      rgba[o + 2] = clampByte(yy + 2.017 * u);
+      rgba[o + 3] = 255;
     }
   }
-  return out;
+  return rgba;
 }
 
-const clamp = (v: number) => (v < 0 ? 0 : v > 255 ? 255 : Math.round(v));
+/** Plane views of an I420 buffer. */
+export function planes(frame: I420Frame): { y: Uint8Array; u: Uint8Array; v: Uint8Array; cw: number; ch: number } {
+  const { width, height, data } = frame;
+  const cw = chromaWidth(width);
+  const ch = chromaHeight(height);
+  const ySize = width * height;
+  return {
+    y: data.subarray(0, ySize),
+    u: data.subarray(ySize, ySize + cw * ch),
+    v: data.subarray(ySize + cw * ch, ySize + 2 * cw * ch),
+    cw,
+    ch,
+  };
+}
+
+export function cloneFrame(frame: I420Frame): I420Frame {
+  return { width: frame.width, height: frame.height, data: frame.data.slice() };
+}

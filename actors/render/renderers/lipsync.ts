@@ -1,251 +1,312 @@
-import { loadBaseRgba } from '../base-image.ts';
+/**
+ * Photo lip-sync renderer: animates the mouth of a still portrait from `metadata.animation`.
+ *
+ * Per pose (quantised to OPEN_STEPS x SHAPE_STEPS x SHAPE_STEPS) the mouth region is warped once —
+ * chin and lower lip dropped by `open`, lips spread by `wide` / narrowed by `round` — a dark inner
+ * mouth with a hint of upper teeth is painted into the gap, and the result is cached as an opaque
+ * I420 patch whose border equals the untouched photo (the warp field fades to zero there). Blinks
+ * (eyelid patches per closure step) and an idle sub-pixel head sway (patches per quantised offset)
+ * are cached the same way, so a frame is a copy of the base I420 plus one or two small patches.
+ * Without `animation` the renderer serves the still image.
+ */
+import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, Renderer } from '../types.ts';
 import { rgbaToI420 } from '../i420.ts';
-import { Canvas, mix, type Rgb } from '../raster.ts';
-import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, MouthPose, Renderer } from '../types.ts';
-import { blinkAmount } from './face-params.ts';
+import { loadBundleFrame, type RgbaImage } from '../image.ts';
+import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
+import { blinkClosure, oscillate, quantise, smoothstep } from '../idle-motion.ts';
 
-/** Pose quantisation of the mouth-patch cache: 8 openings × 3 spreads × 3 roundings = 72 patches at most. */
-const OPEN_STEPS = 8;
-const SHAPE_STEPS = 3;
-const BLINK_EVERY_S = 4.5;
+export const OPEN_STEPS = 8;
+export const SHAPE_STEPS = 3;
+const BLINK_STEPS = 4;
+/** Sway amplitude in px: visible as life, far below anything that looks like camera shake. */
+const SWAY_AMPLITUDE_X = 0.6;
+const SWAY_AMPLITUDE_Y = 0.4;
+const SWAY_STEP_PX = 0.2;
 
-interface MouthBox {
-  x0: number;
-  y0: number;
-  x1: number;
-  y1: number;
+/** Region geometry in units of mouth width, relative to the mouth centre. */
+const REGION = { left: -1.35, right: 1.35, top: -0.75, bottom: 1.7 };
+/** Maximum jaw drop as a fraction of mouth width. */
+const MAX_JAW_DROP = 0.34;
+
+interface Rgb {
+  r: number;
+  g: number;
+  b: number;
 }
 
-/**
- * `lipsync`: animates the mouth of a photo avatar from `metadata.animation`. The lower face below the lip
- * line is warped down with the jaw, a dark inner mouth (teeth at wide openings) opens between the lips,
- * and the patch is feathered back into the face. Patches are rendered once per quantised pose and cached,
- * so a frame costs a copy, a patch paste and the I420 conversion. Without `animation` it serves the still.
- */
+function sampleBilinear(image: RgbaImage, x: number, y: number, out: Rgb): void {
+  const maxX = image.width - 1;
+  const maxY = image.height - 1;
+  const cx = Math.min(maxX, Math.max(0, x));
+  const cy = Math.min(maxY, Math.max(0, y));
+  const x0 = Math.floor(cx);
+  const y0 = Math.floor(cy);
+  const x1 = Math.min(maxX, x0 + 1);
+  const y1 = Math.min(maxY, y0 + 1);
+  const fx = cx - x0;
+  const fy = cy - y0;
+  const d = image.data;
+  const a = (y0 * image.width + x0) * 4;
+  const b = (y0 * image.width + x1) * 4;
+  const c = (y1 * image.width + x0) * 4;
+  const e = (y1 * image.width + x1) * 4;
+  const w00 = (1 - fx) * (1 - fy);
+  const w10 = fx * (1 - fy);
+  const w01 = (1 - fx) * fy;
+  const w11 = fx * fy;
+  out.r = d[a] * w00 + d[b] * w10 + d[c] * w01 + d[e] * w11;
+  out.g = d[a + 1] * w00 + d[b + 1] * w10 + d[c + 1] * w01 + d[e + 1] * w11;
+  out.b = d[a + 2] * w00 + d[b + 2] * w10 + d[c + 2] * w01 + d[e + 2] * w11;
+}
+
+function mix(a: number, b: number, t: number): number {
+  return a + (b - a) * t;
+}
+
+interface Box {
+  x: number;
+  y: number;
+  width: number;
+  height: number;
+}
+
+function clampBox(x0: number, y0: number, x1: number, y1: number, width: number, height: number): Box {
+  const left = Math.max(0, Math.floor(x0 / 2) * 2);
+  const top = Math.max(0, Math.floor(y0 / 2) * 2);
+  const right = Math.min(width, Math.ceil(x1));
+  const bottom = Math.min(height, Math.ceil(y1));
+  return { x: left, y: top, width: Math.max(0, right - left), height: Math.max(0, bottom - top) };
+}
+
 export class LipsyncRenderer implements Renderer {
-  private base: Uint8Array | null = null;
-  private width = 0;
-  private height = 0;
-  private fps = 25;
+  private source: RgbaImage | null = null;
+  private base: I420Frame | null = null;
   private animation: MouthAnimation | null = null;
-  private box: MouthBox | null = null;
-  private skin: Rgb = [200, 160, 140];
-  private readonly patches = new Map<string, Uint8Array>();
-  private lipLines: LipLines | null = null;
+  private fps = 25;
+  private readonly mouthPatches = new Map<number, I420Patch>();
+  private readonly blinkPatches = new Map<number, I420Patch[]>();
+  private readonly swayPatches = new Map<number, I420Patch>();
 
   async prepare(avatar: AvatarSource): Promise<void> {
-    this.width = avatar.manifest.width;
-    this.height = avatar.manifest.height;
-    this.fps = avatar.manifest.fps;
-    this.base = await loadBaseRgba(avatar);
-    const animation = avatar.manifest.metadata.animation;
-    if (animation && animation.mouth_width > 2) {
-      this.animation = animation;
-      const { x, y } = animation.mouth_center;
-      const w = animation.mouth_width;
-      this.box = {
-        x0: clampInt(x - w * 0.95, 0, this.width),
-        x1: clampInt(x + w * 0.95, 0, this.width),
-        y0: clampInt(y - w * 0.45, 0, this.height),
-        y1: clampInt(y + w * 1.1, 0, this.height),
-      };
-      this.skin = this.sample(x, y - w * 0.55, Math.max(2, w * 0.08));
-      this.lipLines = lipLinesOf(animation);
-    }
+    this.source = await loadBundleFrame(avatar);
+    this.base = rgbaToI420(this.source.data, this.source.width, this.source.height);
+    this.fps = avatar.manifest.fps > 0 ? avatar.manifest.fps : 25;
+    this.animation = usableAnimation(avatar.manifest.metadata.animation, avatar.manifest.width, avatar.manifest.height);
+    this.mouthPatches.clear();
+    this.blinkPatches.clear();
+    this.swayPatches.clear();
+    if (!this.animation) return;
+    // Warm the cache for the poses speech hits most (jaw steps at neutral shape); the rest fill lazily.
+    for (let open = 1; open < OPEN_STEPS; open++) this.mouthPatch(open, 0, 0);
+    for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
   }
 
+  /** Whether the avatar has usable mouth animation (otherwise frames are the still image). */
   get animated(): boolean {
     return this.animation !== null;
   }
 
   render(request: FrameRequest): I420Frame {
-    if (!this.base) throw new Error('lipsync renderer not prepared');
-    const frame = new Uint8Array(this.base);
-    if (this.animation && this.box) {
-      this.paste(frame, this.patchFor(request.mouth));
-      const blink = blinkAmount(request.frameIdx, this.fps, BLINK_EVERY_S);
-      if (blink > 0) this.drawBlink(new Canvas(this.width, this.height, frame), blink);
+    if (!this.base) throw new Error('LipsyncRenderer.render called before prepare');
+    const frame: I420Frame = { width: this.base.width, height: this.base.height, data: this.base.data.slice() };
+    if (!this.animation) return frame;
+    const open = quantise(request.mouth.open, OPEN_STEPS);
+    const wide = quantise(request.mouth.wide, SHAPE_STEPS);
+    const round = quantise(request.mouth.round, SHAPE_STEPS);
+    if (open > 0 || wide > 0 || round > 0) {
+      blendPatch(frame, this.mouthPatch(open, wide, round));
+    } else if (!request.speaking) {
+      const swayX = Math.round((SWAY_AMPLITUDE_X * oscillate(request.frameIdx, this.fps, 5.3)) / SWAY_STEP_PX);
+      const swayY = Math.round((SWAY_AMPLITUDE_Y * oscillate(request.frameIdx, this.fps, 7.1, 0.3)) / SWAY_STEP_PX);
+      if (swayX !== 0 || swayY !== 0) blendPatch(frame, this.swayPatch(swayX, swayY));
     }
-    return rgbaToI420(frame, this.width, this.height);
+    const blink = Math.round(blinkClosure(request.frameIdx, this.fps) * (BLINK_STEPS - 1));
+    if (blink > 0) for (const patch of this.blinkPatch(blink)) blendPatch(frame, patch);
+    return frame;
   }
 
-  private patchFor(pose: MouthPose): Uint8Array {
-    const open = Math.round(clamp01(pose.open) * (OPEN_STEPS - 1));
-    const wide = Math.round(clamp01(pose.wide) * (SHAPE_STEPS - 1));
-    const round = Math.round(clamp01(pose.round) * (SHAPE_STEPS - 1));
-    const key = `${open}:${wide}:${round}`;
-    let patch = this.patches.get(key);
+  private mouthPatch(open: number, wide: number, round: number): I420Patch {
+    const key = (open * SHAPE_STEPS + wide) * SHAPE_STEPS + round;
+    let patch = this.mouthPatches.get(key);
     if (!patch) {
-      patch = this.buildPatch(open / (OPEN_STEPS - 1), wide / (SHAPE_STEPS - 1), round / (SHAPE_STEPS - 1));
-      this.patches.set(key, patch);
+      patch = this.buildMouthPatch(open / (OPEN_STEPS - 1), wide / (SHAPE_STEPS - 1), round / (SHAPE_STEPS - 1));
+      this.mouthPatches.set(key, patch);
     }
     return patch;
   }
 
-  /**
-   * One mouth pose as a patch. The jaw opens at the inner lip line: rows above the upper inner lip stay,
-   * the lower lip and chin move down by a drop that is largest mid-mouth and zero at the corners (so the
-   * corners never tear), the band between the upper teeth and the lowered lip becomes a soft dark cavity,
-   * and the chin stretch fades out towards the bottom of the box.
-   */
-  private buildPatch(open: number, wide: number, round: number): Uint8Array {
-    const base = this.base!;
-    const box = this.box!;
-    const lips = this.lipLines!;
-    const { x: cx, y: cy } = this.animation!.mouth_center;
-    const w = this.animation!.mouth_width;
-    const bw = box.x1 - box.x0;
-    const bh = box.y1 - box.y0;
-    const patch = new Uint8Array(bw * bh * 4);
-    const maxDrop = open * w * 0.24;
-    const halfSpan = Math.max(2, (lips.right - lips.left) / 2);
-    const mid = (lips.right + lips.left) / 2;
-    const squeeze = (round - wide * 0.5) * 0.14;
-    const cavityDark: Rgb = [48, 14, 20];
-    const cavityWarm: Rgb = [112, 42, 50];
-    for (let px = 0; px < bw; px++) {
-      const x = box.x0 + px;
-      const u = (x - mid) / halfSpan;
-      // Drop across the mouth: an ellipse profile between the corners, a wide cosine skirt for the chin.
-      const lipProfile = Math.abs(u) < 1 ? Math.sqrt(1 - u * u) : 0;
-      const skirt = Math.abs(u) < 2 ? 0.5 + 0.5 * Math.cos((Math.PI * Math.abs(u)) / 2) : 0;
-      const yU = lips.upperAt(x);
-      const yL = Math.max(yU, lips.lowerAt(x));
-      const teeth = (yL - yU) * 0.55;
-      const dLip = maxDrop * lipProfile;
-      for (let py = 0; py < bh; py++) {
-        const y = box.y0 + py;
-        const o = (py * bw + px) * 4;
-        // Rounding narrows and spreading widens the mouth near the lip line.
-        const nearLips = Math.max(0, 1 - Math.abs(y - cy) / (w * 0.4)) * skirt;
-        const sx = x - (x - cx) * squeeze * nearLips;
-        if (y < yU + teeth || maxDrop < 0.25) {
-          bilinear(base, this.width, this.height, sx, y, patch, o);
-        } else if (y < yL - (yL - yU - teeth) + dLip && dLip >= 0.25 && y < yU + teeth + dLip) {
-          // The opened cavity: darker in the middle, warmer towards the lips, with a soft top edge.
-          const depth = (y - (yU + teeth)) / Math.max(1, dLip);
-          const shade = mix(cavityWarm, cavityDark, Math.min(1, Math.sin(Math.PI * Math.min(1, depth)) * 1.4));
-          const edge = Math.min(1, (y - (yU + teeth)) / 1.5);
-          bilinear(base, this.width, this.height, sx, yU + teeth, patch, o);
-          for (let c = 0; c < 3; c++) patch[o + c] += (shade[c] - patch[o + c]) * edge;
-          patch[o + 3] = 255;
-        } else {
-          // Lower lip and chin: shifted down, the shift fading to zero at the bottom of the box.
-          const below = Math.max(0, y - yL);
-          const span = Math.max(1, box.y1 - yL);
-          const fade = Math.max(0, 1 - below / span);
-          const d = maxDrop * (lipProfile + (skirt - lipProfile) * Math.min(1, below / (w * 0.25))) * fade;
-          bilinear(base, this.width, this.height, sx, y - Math.max(d, 0), patch, o);
+  private buildMouthPatch(open: number, wide: number, round: number): I420Patch {
+    const src = this.source!;
+    const anim = this.animation!;
+    const { x: cx, y: cy } = anim.mouth_center;
+    const mw = anim.mouth_width;
+    const box = clampBox(cx + REGION.left * mw, cy + REGION.top * mw, cx + REGION.right * mw, cy + REGION.bottom * mw, src.width, src.height);
+    const out: RgbaImage = { width: src.width, height: src.height, data: new Uint8Array(src.data.length) };
+    const jawDrop = open * MAX_JAW_DROP * mw;
+    const upperLift = 0.12 * jawDrop;
+    const spread = 0.14 * wide - 0.2 * round;
+    // Inner-mouth opening (dest coordinates).
+    const openTop = cy - upperLift;
+    const openBottom = cy + 0.78 * jawDrop;
+    const openMid = (openTop + openBottom) / 2;
+    const halfHeight = (openBottom - openTop) / 2 + 0.2 * round * jawDrop;
+    const halfWidth = 0.5 * mw * 0.92 * (1 + spread - 0.25 * round);
+    const teethDepth = Math.min(0.11 * mw, halfHeight * 0.55) * smoothstep(0.3, 0.6, open);
+    const rgb: Rgb = { r: 0, g: 0, b: 0 };
+
+    for (let y = box.y; y < box.y + box.height; y++) {
+      for (let x = box.x; x < box.x + box.width; x++) {
+        const u = (x - cx) / mw;
+        const v = (y - cy) / mw;
+        // Horizontal window: flat over the mouth, fading out towards the cheeks.
+        const wx = 1 - smoothstep(0.45, 1.25, Math.abs(u));
+        // Jaw and lower lip move down as one block; upper lip rises a little. Inside the mouth width the
+        // lips part at the lip line (the gap is painted over below); beyond the corners the transition is
+        // spread out so the skin stretches instead of tearing.
+        const corner = smoothstep(0.3, 0.58, Math.abs(u));
+        const split = smoothstep(-0.02 - 0.35 * corner, 0.08 + 0.55 * corner, v);
+        const lower = split * (1 - smoothstep(1.0, 1.6, v));
+        const upper = (1 - split) * (1 - smoothstep(0.2, 0.65, -v));
+        const dy = wx * (jawDrop * lower - upperLift * upper);
+        const lipZone = (1 - smoothstep(0.25, 0.5, Math.abs(v))) * (1 - smoothstep(0.5, 0.9, Math.abs(u)));
+        const dx = (x - cx) * (1 - 1 / (1 + spread)) * lipZone;
+        sampleBilinear(src, x - dx, y - dy, rgb);
+        let { r, g, b } = rgb;
+
+        // Inner mouth: soft-edged lens between the lips (pointed at the corners), darker towards the throat.
+        if (jawDrop > 0.5 && halfHeight > 0.3) {
+          const nx = (x - cx) / halfWidth;
+          const profile = Math.abs(nx) < 1 ? Math.pow(1 - nx * nx, 0.7) : 0;
+          const edgePx = profile * halfHeight - Math.abs(y - openMid);
+          const alpha = profile > 0 ? Math.min(1, Math.max(0, edgePx / 1.2 + 0.5)) * (1 - smoothstep(0.9, 1, Math.abs(nx))) : 0;
+          if (alpha > 0) {
+            const depth = Math.min(1, Math.max(0, edgePx / (halfHeight + 0.01)));
+            let ir = mix(96, 40, depth);
+            let ig = mix(38, 12, depth);
+            let ib = mix(42, 16, depth);
+            // Upper teeth: light band hanging from the upper lip, only across the front of the mouth.
+            const teethBottom = openMid - profile * halfHeight + teethDepth;
+            if (teethDepth > 0.5 && y < teethBottom + 1 && Math.abs(nx) < 0.7) {
+              const t = Math.min(1, Math.max(0, teethBottom - y + 0.5)) * (1 - smoothstep(0.5, 0.7, Math.abs(nx)));
+              ir = mix(ir, 210, t);
+              ig = mix(ig, 202, t);
+              ib = mix(ib, 192, t);
+            }
+            r = mix(r, ir, alpha);
+            g = mix(g, ig, alpha);
+            b = mix(b, ib, alpha);
+          }
         }
+        const o = (y * src.width + x) * 4;
+        out.data[o] = r;
+        out.data[o + 1] = g;
+        out.data[o + 2] = b;
+        out.data[o + 3] = 255;
       }
     }
-    // Feather the patch edge into the untouched face so no seam shows.
-    for (let py = 0; py < bh; py++) {
-      for (let px = 0; px < bw; px++) {
-        const edge = Math.min(px, py, bw - 1 - px, bh - 1 - py);
-        const alpha = Math.min(1, edge / Math.max(2, Math.min(bw, bh) * 0.12));
-        patch[(py * bw + px) * 4 + 3] = Math.round(alpha * 255);
+    return patchFromRgba(out, box.x, box.y, box.width, box.height, true);
+  }
+
+  private blinkPatch(step: number): I420Patch[] {
+    let patches = this.blinkPatches.get(step);
+    if (!patches) {
+      const anim = this.animation!;
+      const closure = step / (BLINK_STEPS - 1);
+      patches = [anim.left_eye, anim.right_eye].map((eye) => this.buildEyelid(eye.x, eye.y, closure));
+      this.blinkPatches.set(step, patches);
+    }
+    return patches;
+  }
+
+  /** Upper eyelid lowered over the eye: skin taken from just above the eye, with a dark lash line at its edge. */
+  private buildEyelid(ex: number, ey: number, closure: number): I420Patch {
+    const src = this.source!;
+    const anim = this.animation!;
+    const eyeDistance = Math.hypot(anim.right_eye.x - anim.left_eye.x, anim.right_eye.y - anim.left_eye.y) || anim.mouth_width;
+    const halfWidth = 0.21 * eyeDistance;
+    const halfHeight = 0.1 * eyeDistance;
+    const box = clampBox(ex - halfWidth - 2, ey - 2 * halfHeight - 2, ex + halfWidth + 2, ey + 1.5 * halfHeight + 2, src.width, src.height);
+    const out: RgbaImage = { width: src.width, height: src.height, data: new Uint8Array(src.data.length) };
+    const travel = closure * 1.15 * halfHeight;
+    const rgb: Rgb = { r: 0, g: 0, b: 0 };
+    for (let y = box.y; y < box.y + box.height; y++) {
+      for (let x = box.x; x < box.x + box.width; x++) {
+        const nx = (x - ex) / halfWidth;
+        const ny = (y - ey) / (1.2 * halfHeight);
+        const inside = 1 - smoothstep(0.75, 1.0, Math.sqrt(nx * nx + ny * ny));
+        // The lid edge bows downward in the middle, like a real closing lid.
+        const lidEdge = ey - halfHeight + travel + 0.35 * halfHeight * closure * (1 - nx * nx);
+        const covered = Math.min(1, Math.max(0, lidEdge - y + 0.5));
+        const alpha = inside * covered;
+        if (alpha <= 0) continue;
+        // Lid skin: the lid just above the eye, stretched down with the closing lid.
+        // Skin above the eye is often a bright lid highlight: average it with the cheek just below.
+        sampleBilinear(src, x, ey - 1.4 * halfHeight - (lidEdge - y) * 0.2, rgb);
+        let r = rgb.r;
+        let g = rgb.g;
+        let b = rgb.b;
+        sampleBilinear(src, x, ey + 1.8 * halfHeight, rgb);
+        const shade = 0.5 * (0.92 - 0.06 * closure);
+        r = (r + rgb.r) * shade;
+        g = (g + rgb.g) * shade;
+        b = (b + rgb.b) * shade;
+        const lash = closure > 0.3 ? Math.max(0, 1 - Math.abs(y - lidEdge + 0.7) / 1.4) * (1 - smoothstep(0.65, 1.0, Math.abs(nx))) : 0;
+        r = mix(r, 50, lash * 0.85);
+        g = mix(g, 34, lash * 0.85);
+        b = mix(b, 28, lash * 0.85);
+        const o = (y * src.width + x) * 4;
+        out.data[o] = r;
+        out.data[o + 1] = g;
+        out.data[o + 2] = b;
+        out.data[o + 3] = Math.round(alpha * 255);
       }
+    }
+    return patchFromRgba(out, box.x, box.y, box.width, box.height);
+  }
+
+  private swayPatch(stepX: number, stepY: number): I420Patch {
+    const key = stepX * 1000 + stepY;
+    let patch = this.swayPatches.get(key);
+    if (!patch) {
+      patch = this.buildSway(stepX * SWAY_STEP_PX, stepY * SWAY_STEP_PX);
+      this.swayPatches.set(key, patch);
     }
     return patch;
   }
 
-  private paste(frame: Uint8Array, patch: Uint8Array): void {
-    const box = this.box!;
-    const bw = box.x1 - box.x0;
-    for (let py = 0; py < box.y1 - box.y0; py++) {
-      let o = ((box.y0 + py) * this.width + box.x0) * 4;
-      let p = py * bw * 4;
-      for (let px = 0; px < bw; px++, o += 4, p += 4) {
-        const alpha = patch[p + 3];
-        if (alpha === 255) {
-          frame[o] = patch[p];
-          frame[o + 1] = patch[p + 1];
-          frame[o + 2] = patch[p + 2];
-        } else if (alpha > 0) {
-          const t = alpha / 255;
-          frame[o] += (patch[p] - frame[o]) * t;
-          frame[o + 1] += (patch[p + 1] - frame[o + 1]) * t;
-          frame[o + 2] += (patch[p + 2] - frame[o + 2]) * t;
-        }
+  /** The head (face box grown to include hair) shifted by a sub-pixel offset, feathered to zero at the box edge. */
+  private buildSway(shiftX: number, shiftY: number): I420Patch {
+    const src = this.source!;
+    const face = this.animation!.face_box;
+    const centreX = face.x + face.width / 2;
+    const centreY = face.y + face.height * 0.4;
+    const radiusX = face.width * 0.95;
+    const radiusY = face.height * 0.95;
+    const box = clampBox(centreX - radiusX, centreY - radiusY, centreX + radiusX, centreY + radiusY, src.width, src.height);
+    const out: RgbaImage = { width: src.width, height: src.height, data: new Uint8Array(src.data.length) };
+    const rgb: Rgb = { r: 0, g: 0, b: 0 };
+    for (let y = box.y; y < box.y + box.height; y++) {
+      for (let x = box.x; x < box.x + box.width; x++) {
+        const nx = (x - centreX) / radiusX;
+        const ny = (y - centreY) / radiusY;
+        const weight = 1 - smoothstep(0.6, 1.0, Math.sqrt(nx * nx + ny * ny));
+        sampleBilinear(src, x - shiftX * weight, y - shiftY * weight, rgb);
+        const o = (y * src.width + x) * 4;
+        out.data[o] = rgb.r;
+        out.data[o + 1] = rgb.g;
+        out.data[o + 2] = rgb.b;
+        out.data[o + 3] = 255;
       }
     }
-  }
-
-  private drawBlink(canvas: Canvas, blink: number): void {
-    const a = this.animation!;
-    const eyeWidth = Math.max(6, Math.hypot(a.right_eye.x - a.left_eye.x, a.right_eye.y - a.left_eye.y) * 0.42);
-    for (const eye of [a.left_eye, a.right_eye]) {
-      const lid = this.sample(eye.x, eye.y - eyeWidth * 0.55, Math.max(1.5, eyeWidth * 0.1));
-      canvas.ellipse(eye.x, eye.y, eyeWidth * 0.55, eyeWidth * 0.32 * blink, lid, 0.95, 1.5);
-      canvas.ellipse(eye.x, eye.y + eyeWidth * 0.3 * blink * 0.9, eyeWidth * 0.5, Math.max(0.6, eyeWidth * 0.04), mix(lid, [0, 0, 0], 0.45), 0.8 * blink, 1);
-    }
-  }
-
-  private sample(x: number, y: number, radius: number): Rgb {
-    const base = this.base!;
-    let r = 0;
-    let g = 0;
-    let b = 0;
-    let n = 0;
-    for (let yy = Math.round(y - radius); yy <= Math.round(y + radius); yy++) {
-      for (let xx = Math.round(x - radius); xx <= Math.round(x + radius); xx++) {
-        if (xx < 0 || yy < 0 || xx >= this.width || yy >= this.height) continue;
-        const o = (yy * this.width + xx) * 4;
-        r += base[o];
-        g += base[o + 1];
-        b += base[o + 2];
-        n++;
-      }
-    }
-    return n ? [r / n, g / n, b / n] : this.skin;
+    return patchFromRgba(out, box.x, box.y, box.width, box.height, true);
   }
 }
 
-function bilinear(src: Uint8Array, width: number, height: number, x: number, y: number, out: Uint8Array, o: number): void {
-  const x0 = Math.max(0, Math.min(width - 1, Math.floor(x)));
-  const y0 = Math.max(0, Math.min(height - 1, Math.floor(y)));
-  const x1 = Math.min(width - 1, x0 + 1);
-  const y1 = Math.min(height - 1, y0 + 1);
-  const fx = Math.max(0, Math.min(1, x - x0));
-  const fy = Math.max(0, Math.min(1, y - y0));
-  for (let c = 0; c < 3; c++) {
-    const top = src[(y0 * width + x0) * 4 + c] * (1 - fx) + src[(y0 * width + x1) * 4 + c] * fx;
-    const bottom = src[(y1 * width + x0) * 4 + c] * (1 - fx) + src[(y1 * width + x1) * 4 + c] * fx;
-    out[o + c] = top * (1 - fy) + bottom * fy;
-  }
-  out[o + 3] = 255;
-}
-
-const clamp01 = (v: number) => (v < 0 ? 0 : v > 1 ? 1 : v);
-const clampInt = (v: number, lo: number, hi: number) => Math.max(lo, Math.min(hi, Math.round(v)));
-
-interface LipLines {
-  left: number;
-  right: number;
-  upperAt(x: number): number;
-  lowerAt(x: number): number;
-}
-
-/** Upper and lower inner-lip curves (landmarks 60–64 and 64–67,60), or a flat line from the mouth centre. */
-function lipLinesOf(animation: MouthAnimation): LipLines {
-  const inner = animation.inner_lip;
-  const { x: cx, y: cy } = animation.mouth_center;
-  const half = animation.mouth_width / 2;
-  if (!Array.isArray(inner) || inner.length < 8) {
-    return { left: cx - half, right: cx + half, upperAt: () => cy - 1, lowerAt: () => cy + 1 };
-  }
-  const upper = inner.slice(0, 5).map((p) => ({ x: p.x, y: p.y })).sort((a, b) => a.x - b.x);
-  const lower = [inner[4], inner[5], inner[6], inner[7], inner[0]].map((p) => ({ x: p.x, y: p.y })).sort((a, b) => a.x - b.x);
-  const at = (points: Array<{ x: number; y: number }>) => (x: number) => {
-    if (x <= points[0].x) return points[0].y;
-    for (let i = 1; i < points.length; i++) {
-      if (x <= points[i].x) {
-        const t = (x - points[i - 1].x) / Math.max(1e-6, points[i].x - points[i - 1].x);
-        return points[i - 1].y + (points[i].y - points[i - 1].y) * t;
-      }
-    }
-    return points[points.length - 1].y;
-  };
-  return { left: upper[0].x, right: upper[upper.length - 1].x, upperAt: at(upper), lowerAt: at(lower) };
+/** Animation is usable when the mouth lies inside the frame and has a plausible width. */
+function usableAnimation(animation: MouthAnimation | undefined, width: number, height: number): MouthAnimation | null {
+  if (!animation || !animation.mouth_center || !animation.left_eye || !animation.right_eye || !animation.face_box) return null;
+  const { x, y } = animation.mouth_center;
+  if (!(x > 0 && x < width && y > 0 && y < height)) return null;
+  if (!(animation.mouth_width > 4 && animation.mouth_width < width)) return null;
+  return animation;
 }
