@@ -1,3 +1,4 @@
+import path from 'node:path';
 import pino, { type Logger } from 'pino';
 
 /**
@@ -12,4 +13,16 @@ export function createLogger(level: string): Logger {
       censor: '[redacted]',
     },
   });
+}
+
+/**
+ * An error's text for a log field. Node's fs errors put absolute paths into `message`
+ * ("ENOENT: no such file or directory, open '/srv/data/…'"), and logs never carry filesystem
+ * paths, so those are reduced to their code, system call and file name.
+ */
+export function errorForLog(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const { code, syscall, path: filePath } = error as NodeJS.ErrnoException;
+  if (code && filePath) return `${code}: ${syscall ? `${syscall} ` : ''}${path.basename(filePath)}`;
+  return error.message;
 }

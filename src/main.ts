@@ -1,5 +1,5 @@
 import { ConfigError, loadConfig } from './config.ts';
-import { createLogger } from './logger.ts';
+import { createLogger, errorForLog } from './logger.ts';
 import { buildApp } from './app.ts';
 
 /** Upper bound on a graceful shutdown; past it the process exits anyway rather than hang a deploy. */
@@ -36,7 +36,7 @@ async function main(): Promise<void> {
       logger.info('shutdown complete');
       process.exit(0);
     } catch (error) {
-      logger.error({ err: (error as Error).message }, 'shutdown failed');
+      logger.error({ err: errorForLog(error) }, 'shutdown failed');
       process.exit(1);
     }
   };

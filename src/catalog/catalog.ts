@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import type { AvatarManifest, AvatarSource } from '../../actors/render/types.ts';
 import { validateManifest } from './manifest.ts';
 import { isValidAvatarId } from './slug.ts';
+import { errorForLog } from '../logger.ts';
 
 export interface AvatarSummary {
   id: string;
@@ -97,7 +98,7 @@ export class AvatarCatalog {
       await fs.access(path.join(bundleDir, 'frames', 'frame_00000.png'));
       return { id: manifest.id, dir: bundleDir, manifest, isCustom: manifest.metadata.custom_avatar === true };
     } catch (error) {
-      this.logger.warn({ bundle: dirName, reason: (error as Error).message }, 'invalid avatar bundle skipped');
+      this.logger.warn({ bundle: dirName, reason: errorForLog(error) }, 'invalid avatar bundle skipped');
       return null;
     }
   }

@@ -6,6 +6,7 @@ import type { TtsProvider } from '../../actors/tts/types.ts';
 import type { JobStore, StoredJob } from '../store/jobs.ts';
 import { resolveSegments, type PreparedSegment } from './offline-input.ts';
 import { renderOfflineMp4 } from './offline-render.ts';
+import { errorForLog } from '../logger.ts';
 
 /** Finished jobs (complete or failed) and their MP4 are removed this long after finishing. */
 export const BUNDLE_RETENTION_MS = 24 * 3600 * 1000;
@@ -153,7 +154,7 @@ export class OfflineJobQueue {
         await this.deps.store.delete(job.job_id);
       }
     } catch (error) {
-      this.deps.logger?.warn({ err: (error as Error).message }, 'offline bundle sweep failed');
+      this.deps.logger?.warn({ err: errorForLog(error) }, 'offline bundle sweep failed');
     }
   }
 
@@ -234,7 +235,7 @@ export class OfflineJobQueue {
       await this.settle(live, 'complete', null);
     } catch (error) {
       const message = signal.aborted ? String((signal.reason as Error)?.message ?? 'aborted') : (error as Error).message;
-      log?.warn({ jobId: live.job.job_id, err: message }, 'offline bundle failed');
+      log?.warn({ jobId: live.job.job_id, err: signal.aborted ? message : errorForLog(error) }, 'offline bundle failed');
       await fs.rm(this.partialPath(live.job.job_id), { force: true }).catch(() => undefined);
       await this.settle(live, 'failed', message);
     } finally {
@@ -262,7 +263,7 @@ export class OfflineJobQueue {
     try {
       await this.deps.store.put(live.job);
     } catch (storeError) {
-      this.deps.logger?.error({ jobId: live.job.job_id, err: (storeError as Error).message }, 'offline bundle state not persisted');
+      this.deps.logger?.error({ jobId: live.job.job_id, err: errorForLog(storeError) }, 'offline bundle state not persisted');
     }
     this.live.delete(live.job.job_id);
     for (const wake of this.settledWaiters.get(live.job.job_id) ?? []) wake();

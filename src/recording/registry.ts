@@ -1,6 +1,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { ClockRecorder, NoFramesError, type RecordableMedia } from './clock-recorder.ts';
+import { errorForLog } from '../logger.ts';
 
 export type RecordingState = 'idle' | 'recording' | 'complete';
 
@@ -179,7 +180,7 @@ export class RecordingRegistry {
       return { state: 'complete', artifact_url: this.artifactUrl(sessionId), duration_ms: durationMs };
     } catch (error) {
       await active.recorder.abort().catch(() => undefined);
-      this.logger?.error({ sessionId, err: (error as Error).message }, 'recording failed');
+      this.logger?.error({ sessionId, err: errorForLog(error) }, 'recording failed');
       if (error instanceof NoFramesError) throw error;
       throw new RecordingFailedError((error as Error).message);
     } finally {

@@ -17,6 +17,7 @@ import { SessionMedia } from './media.ts';
 import { Session } from './session.ts';
 import type { StageContext } from './stage-actors.ts';
 import { smoothForRt } from './smoothing.ts';
+import { errorForLog } from '../logger.ts';
 
 /** Conversation memory per session: enough for context, small enough for local models' windows. */
 export const HISTORY_MAX_TURNS = 12;
@@ -139,7 +140,7 @@ export class SessionSupervisor {
     try {
       renderer = await this.deps.render.open(avatar, input.model);
     } catch (error) {
-      this.deps.logger.error({ model: input.model, err: (error as Error).message }, 'renderer initialisation failed');
+      this.deps.logger.error({ model: input.model, err: errorForLog(error) }, 'renderer initialisation failed');
       throw badGateway(`rendering backend failed during initialization: ${(error as Error).message}`);
     }
 
@@ -255,7 +256,7 @@ export class SessionSupervisor {
         }
       }
     } catch (error) {
-      this.deps.logger.warn({ err: (error as Error).message }, 'tombstone sweep failed');
+      this.deps.logger.warn({ err: errorForLog(error) }, 'tombstone sweep failed');
     }
   }
 }
