@@ -8,6 +8,7 @@ import { UpstreamError, VoiceNotFoundError } from '../types.ts';
 import type { ProviderStatus, TtsChunk, TtsProvider, TtsRequest } from '../types.ts';
 import type { EngineAudio } from '../builtin/engine.ts';
 import { synthesizeSentenceInWorker, warmUpBuiltinEngines } from '../builtin/pool.ts';
+import type { TtsLogger } from '../http.ts';
 import {
   BUILTIN_DEFAULT_VOICE,
   BUILTIN_VOICE_TABLE,
@@ -25,15 +26,8 @@ export const BUILTIN_VOICES: ReadonlyArray<{
   engine: 'flite' | 'espeak';
 }> = BUILTIN_VOICE_TABLE;
 
-export interface BuiltinLogger {
-  info(object: object, message?: string): void;
-  warn(object: object, message?: string): void;
-  error(object: object, message?: string): void;
-  debug(object: object, message?: string): void;
-}
-
 export interface BuiltinProviderOptions {
-  logger?: BuiltinLogger;
+  logger?: TtsLogger;
   /** Load the engines in the background right away (default true): the WASM compile takes ~1 s. */
   warmUp?: boolean;
 }
