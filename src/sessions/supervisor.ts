@@ -185,7 +185,14 @@ export class SessionSupervisor {
     }
     this.live.set(sessionId, session);
     // An unrecoverable stage error terminates the machine by itself; keep the tombstone rules the same.
-    session.actor.on('session.terminated', () => setImmediate(() => void this.reap(sessionId, 'unrecoverable error')));
+    session.actor.on('session.terminated', () =>
+      setImmediate(() =>
+        // Nobody awaits this: a failing tombstone write must be logged, not left as an unhandled rejection.
+        this.reap(sessionId, 'unrecoverable error').catch((error: unknown) =>
+          logger.error({ err: errorForLog(error) }, 'terminated session not reaped'),
+        ),
+      ),
+    );
     logger.info({ avatarId: avatar.id, model: input.model, ttsProvider: providerId }, 'session created');
     return session;
   }
