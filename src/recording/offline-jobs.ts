@@ -194,10 +194,13 @@ export class OfflineJobQueue {
       const live = this.live.get(this.waiting.shift()!);
       if (!live) continue;
       this.running++;
-      void this.run(live).finally(() => {
-        this.running--;
-        this.pump();
-      });
+      this.run(live)
+        // run() settles the job itself; only releasing its renderer can still throw here.
+        .catch((error: unknown) => this.deps.logger?.warn({ err: errorForLog(error) }, 'offline renderer release failed'))
+        .finally(() => {
+          this.running--;
+          this.pump();
+        });
     }
   }
 
