@@ -8,7 +8,7 @@ export const MIN_FACE_SCORE = 0.5;
 /** The largest face must be this many times the area of the next one to count as the portrait's subject. */
 export const DOMINANCE_AREA_RATIO = 2;
 
-export const DETECTOR_NAME = 'face-api/ssd_mobilenetv1+face_landmark_68';
+export const DETECTOR_NAME = 'face-api/ssd_mobilenetv1+landmark68';
 
 // iBUG 68-point indices.
 const LEFT_EYE = range(36, 42);

@@ -4,13 +4,13 @@ import type { MouthDetection, RgbaImage } from './types.ts';
 import { transformAnimation } from './landmarks.ts';
 
 /** The upload is not a usable portrait (empty, wrong format, undecodable, too many pixels); callers answer 400. */
-export class PortraitError extends Error {
+export class InvalidImageError extends Error {
   constructor(message: string) {
     super(message);
-    this.name = 'PortraitError';
+    this.name = 'InvalidImageError';
   }
 }
-const badRequest = (message: string) => new PortraitError(message);
+const badRequest = (message: string) => new InvalidImageError(message);
 
 /** Spec 8: portrait uploads are at most 10 MB. */
 export const MAX_PORTRAIT_BYTES = 10 * 1024 * 1024;
@@ -54,7 +54,7 @@ interface UprightImage {
 /**
  * Turns an uploaded portrait into the bundle frame: checks the format from its bytes, decodes it under a
  * pixel limit, applies EXIF orientation, drops alpha, finds the face, and cover-crops to `target` centred on
- * the face (on the image centre without one). Invalid or undecodable images throw `PortraitError`.
+ * the face (on the image centre without one). Invalid or undecodable images throw `InvalidImageError`.
  */
 export async function preparePortrait(
   bytes: Buffer,

@@ -2,7 +2,7 @@ import type { MouthAnimation } from '../render/types.ts';
 
 /** An RGBA image (4 bytes per pixel, row-major) to search for a face. */
 export interface RgbaImage {
-  rgba: Uint8Array;
+  rgba: Uint8Array | Buffer;
   width: number;
   height: number;
 }

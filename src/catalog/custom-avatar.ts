@@ -1,23 +1,125 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import type { AvatarManifest, AvatarMetadata } from '../../actors/render/types.ts';
+import type { AvatarManifest, AvatarMetadata, MouthAnimation } from '../../actors/render/types.ts';
 import { detectMouth } from '../../actors/faces/detector.ts';
-import { PortraitError, preparePortrait, type Detector } from '../../actors/faces/portrait.ts';
+import { InvalidImageError, preparePortrait, type Detector } from '../../actors/faces/portrait.ts';
 import { HttpError, badRequest, notFound } from '../errors.ts';
+import { removeBundleDir } from './bundle-fs.ts';
 import type { AvatarCatalog, AvatarSummary } from './catalog.ts';
 import { isValidAvatarId } from './slug.ts';
 
-export { MAX_PORTRAIT_BYTES } from '../../actors/faces/portrait.ts';
+export { MAX_PORTRAIT_BYTES, MAX_PORTRAIT_PIXELS, InvalidImageError } from '../../actors/faces/portrait.ts';
 
 /** Display names longer than this are not names; they would also make unwieldy ids. */
 export const MAX_AVATAR_NAME_LENGTH = 100;
 /** The slug part of `custom-<slug>-<timestamp>`; the name keeps its full text. */
 const MAX_SLUG_LENGTH = 40;
+/** Prefix of bundles under construction; the catalog skips every directory starting with `.`. */
+const TEMP_DIR_PREFIX = '.tmp-';
+/**
+ * CJK characters a slug keeps: letters/digits of the Han, kana and Hangul scripts. The letter/digit condition
+ * drops CJK symbols and radicals (e.g. U+2E80), which the id rule `^[\p{L}\p{N}_-]+$` would not accept.
+ */
+const CJK_LETTER_OR_DIGIT = /^(?=[\p{L}\p{N}])[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}]$/u;
+/** Same-name uploads racing for one millisecond's id; more than this many at once is not a real workload. */
+const MAX_ID_ATTEMPTS = 100;
 
 interface LogLike {
   info(obj: object, msg: string): void;
   warn(obj: object, msg: string): void;
+  error?(obj: object, msg: string): void;
+  debug?(obj: object, msg: string): void;
+}
+
+export interface BuildCustomAvatarInput {
+  /** The avatars directory (`SERVICE_AVATARS_DIR`); the bundle is created directly inside it. */
+  avatarsDir: string;
+  /** The base avatar: its manifest (size, fps, sample rate, …) is copied. Must be `lipsync` (checked by callers). */
+  base: { dir: string; manifest: AvatarManifest };
+  name: string;
+  /** The uploaded bytes: JPEG, PNG or WebP, recognised by magic number. */
+  image: Buffer;
+  /** Clock for the id timestamp. */
+  now?: Date;
+  /** Face detector (`detectMouth`'s signature, options always passed); the real worker-thread detector unless a test injects another. */
+  detect?: Detector;
+  signal?: AbortSignal;
+  logger?: LogLike;
+}
+
+export interface BuiltCustomAvatar {
+  id: string;
+  manifest: AvatarManifest;
+  /** The final bundle directory. */
+  dir: string;
+  detection: { ok: boolean; reason?: string };
+}
+
+/**
+ * Spec 4.2 steps 2–5: turns a portrait into a new bundle `custom-<slug>-<timestamp>` next to the others.
+ * The image is sniffed (JPEG/PNG/WebP), decoded under a pixel limit, turned upright by EXIF, converted to RGB,
+ * searched for a face, and cover-cropped to the base's `width × height` centred on the face; the animation is
+ * moved into frame coordinates. The manifest is the base's with the new `id`/`name`, `metadata.custom_avatar`,
+ * `metadata.base_avatar_id` and — only when detection succeeded — `metadata.animation`.
+ *
+ * Atomic: everything is written and fsynced inside a `.tmp-*` directory, which is then renamed to the id; any
+ * failure or abort removes it. Throws `InvalidImageError` for unusable images (→ 400); a detection failure is
+ * not an error (the avatar is created without `animation`), but a detector that throws is.
+ */
+export async function buildCustomAvatar(input: BuildCustomAvatarInput): Promise<BuiltCustomAvatar> {
+  const { avatarsDir, base, signal } = input;
+  const name = input.name.trim();
+  signal?.throwIfAborted();
+  const tmpDir = path.join(avatarsDir, `${TEMP_DIR_PREFIX}${randomBytes(6).toString('hex')}`);
+  let moved = false;
+  try {
+    await fs.mkdir(path.join(tmpDir, 'frames'), { recursive: true });
+    const portrait = await preparePortrait(input.image, base.manifest, { detect: input.detect ?? detectMouth, signal });
+    if (!portrait.detection.ok) {
+      input.logger?.info({ reason: portrait.detection.reason, baseAvatarId: base.manifest.id }, 'custom avatar created without mouth animation');
+    }
+    signal?.throwIfAborted();
+
+    await writeDurably(path.join(tmpDir, 'frames', 'frame_00000.png'), portrait.png);
+    await writeDurably(path.join(tmpDir, 'preview.png'), portrait.png);
+    await fsyncDir(path.join(tmpDir, 'frames'));
+    const requestedMs = (input.now ?? new Date()).getTime();
+    let id = '';
+    let manifest: AvatarManifest | undefined;
+    // Another upload of the same name in the same millisecond may claim the id between our check and our
+    // rename; renaming onto its (non-empty) bundle then fails, and we take the next timestamp.
+    for (let attempt = 0; manifest === undefined; attempt++) {
+      id = await freeId(avatarsDir, name, requestedMs + attempt);
+      const candidate = customManifest(base.manifest, { id, name, animation: portrait.animation });
+      await writeDurably(path.join(tmpDir, 'manifest.json'), Buffer.from(JSON.stringify(candidate, null, 2) + '\n'));
+      await fsyncDir(tmpDir);
+      signal?.throwIfAborted();
+      try {
+        await fs.rename(tmpDir, path.join(avatarsDir, id));
+        manifest = candidate;
+      } catch (error) {
+        const code = (error as NodeJS.ErrnoException).code;
+        if ((code !== 'ENOTEMPTY' && code !== 'EEXIST') || attempt + 1 >= MAX_ID_ATTEMPTS) throw error;
+      }
+    }
+    moved = true;
+    const dir = path.join(avatarsDir, id);
+    await fsyncDir(avatarsDir);
+    const detection = portrait.detection.ok ? { ok: true } : { ok: false, reason: portrait.detection.reason };
+    return { id, manifest: manifest!, dir, detection };
+  } finally {
+    if (!moved) await fs.rm(tmpDir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Deletes a custom bundle so it never appears half-deleted: renamed to a hidden `.trash-*` directory in one
+ * step, then removed. Only `custom-*` ids are accepted, so a built-in can never be removed through here.
+ */
+export async function removeCustomAvatarDir(avatarsDir: string, id: string): Promise<void> {
+  if (!id.startsWith('custom-') || !isValidAvatarId(id)) throw new Error('not a custom avatar id');
+  await removeBundleDir(avatarsDir, id);
 }
 
 export interface CreateCustomAvatarInput {
@@ -27,21 +129,17 @@ export interface CreateCustomAvatarInput {
   image: Buffer;
   signal?: AbortSignal;
   logger?: LogLike;
-  /** Face detector; the real worker-thread detector unless a test injects another. */
   detect?: Detector;
   /** Clock for the id timestamp. */
   now?: () => number;
 }
 
 /**
- * Spec 4.2 `POST /avatars/custom`: loads the base (must be `lipsync`), turns the portrait into an RGB bundle
- * frame at the base's size, detects the mouth, and writes a new bundle `custom-<slug>-<timestamp>` whose
- * manifest is the base's with `id`, `name`, `metadata.custom_avatar`, `metadata.base_avatar_id` and (only on
- * detection success) `metadata.animation`. The bundle is built in a hidden `.tmp-*` directory and renamed
- * into place, so it appears whole or not at all; any failure or abort removes the temporary directory.
+ * The route's view of `buildCustomAvatar`: validates name and base (404 unknown, 400 not `lipsync`), maps
+ * `InvalidImageError` to 400, refreshes the catalog and answers the new AvatarSummary.
  */
 export async function createCustomAvatar(input: CreateCustomAvatarInput): Promise<AvatarSummary> {
-  const { catalog, signal } = input;
+  const { catalog } = input;
   const name = input.name.trim();
   if (name.length === 0) throw badRequest('name is required');
   if (name.length > MAX_AVATAR_NAME_LENGTH) throw badRequest(`name must be at most ${MAX_AVATAR_NAME_LENGTH} characters`);
@@ -49,45 +147,30 @@ export async function createCustomAvatar(input: CreateCustomAvatarInput): Promis
   const base = await catalog.get(input.baseAvatarId);
   if (!base) throw notFound('base avatar not found');
   if (base.manifest.model_type !== 'lipsync') throw badRequest('base avatar must have model_type lipsync');
-  signal?.throwIfAborted();
-
-  const tmpDir = path.join(catalog.dir, `.tmp-${randomBytes(6).toString('hex')}`);
-  let moved = false;
+  let built: BuiltCustomAvatar;
   try {
-    await fs.mkdir(path.join(tmpDir, 'frames'), { recursive: true });
-    let portrait;
-    try {
-      portrait = await preparePortrait(input.image, base.manifest, { detect: input.detect ?? detectMouth, signal });
-    } catch (error) {
-      if (error instanceof PortraitError) throw badRequest(error.message);
-      throw error;
-    }
-    if (!portrait.detection.ok) {
-      input.logger?.info({ reason: portrait.detection.reason, baseAvatarId: base.id }, 'custom avatar created without mouth animation');
-    }
-    signal?.throwIfAborted();
-
-    const id = await freeId(catalog.dir, name, (input.now ?? Date.now)());
-    const manifest = customManifest(base.manifest, { id, name, animation: portrait.animation });
-    await writeDurably(path.join(tmpDir, 'frames', 'frame_00000.png'), portrait.png);
-    await writeDurably(path.join(tmpDir, 'preview.png'), portrait.png);
-    await writeDurably(path.join(tmpDir, 'manifest.json'), Buffer.from(JSON.stringify(manifest, null, 2)));
-    await fsyncDir(path.join(tmpDir, 'frames'));
-    await fsyncDir(tmpDir);
-    signal?.throwIfAborted();
-    await fs.rename(tmpDir, path.join(catalog.dir, id));
-    moved = true;
-    await fsyncDir(catalog.dir);
-    catalog.invalidate();
-    input.logger?.info({ avatarId: id, animated: portrait.animation !== undefined }, 'custom avatar created');
-    return { id, name, model_type: manifest.model_type, width: manifest.width, height: manifest.height, is_custom: true };
-  } finally {
-    if (!moved) await fs.rm(tmpDir, { recursive: true, force: true });
+    built = await buildCustomAvatar({
+      avatarsDir: catalog.dir,
+      base: { dir: base.dir, manifest: base.manifest },
+      name,
+      image: input.image,
+      now: new Date((input.now ?? Date.now)()),
+      detect: input.detect,
+      signal: input.signal,
+      logger: input.logger,
+    });
+  } catch (error) {
+    if (error instanceof InvalidImageError) throw badRequest(error.message);
+    throw error;
   }
+  catalog.invalidate();
+  const { manifest } = built;
+  input.logger?.info({ avatarId: built.id, animated: manifest.metadata.animation !== undefined }, 'custom avatar created');
+  return { id: built.id, name, model_type: manifest.model_type, width: manifest.width, height: manifest.height, is_custom: true };
 }
 
 /** The base manifest with the new identity; inherited `animation` and `hidden` never carry over. */
-export function customManifest(base: AvatarManifest, custom: { id: string; name: string; animation?: AvatarManifest['metadata']['animation'] }): AvatarManifest {
+export function customManifest(base: AvatarManifest, custom: { id: string; name: string; animation?: MouthAnimation }): AvatarManifest {
   const { animation: _inheritedAnimation, hidden: _hidden, animated: _served, ...inherited } = base.metadata as AvatarMetadata & { animated?: unknown };
   return {
     ...base,
@@ -102,16 +185,20 @@ export function customManifest(base: AvatarManifest, custom: { id: string; name:
   };
 }
 
-/** `custom-<slug>-<timestamp>`; the slug keeps ASCII letters/digits and CJK, lower-cased, other runs become `-`. */
+/**
+ * `custom-<slug>-<timestamp>`. The slug keeps ASCII letters/digits, `_`, `-` and CJK, lower-cased (after NFKC,
+ * so full-width letters count); every other run becomes `-`; hyphens/underscores are trimmed from both ends;
+ * at most 40 characters; `avatar` when nothing is left.
+ */
 export function customAvatarId(name: string, timestampMs: number): string {
-  const slug =
-    name
-      .normalize('NFKC')
-      .toLowerCase()
-      .replace(/[^a-z0-9\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}]+/gu, '-')
-      .replace(/^-+|-+$/g, '')
-      .slice(0, MAX_SLUG_LENGTH)
-      .replace(/-+$/g, '') || 'avatar';
+  const collapsed = name
+    .normalize('NFKC')
+    .toLowerCase()
+    .replace(/[^a-z0-9_-]/gu, (char) => (CJK_LETTER_OR_DIGIT.test(char) ? char : '-'))
+    .replace(/-{2,}/g, '-')
+    .replace(/^[-_]+|[-_]+$/g, '');
+  // Array.from counts code points, so a cut never splits a surrogate pair (CJK extension B is astral).
+  const slug = Array.from(collapsed).slice(0, MAX_SLUG_LENGTH).join('').replace(/[-_]+$/g, '') || 'avatar';
   const id = `custom-${slug}-${timestampMs}`;
   if (!isValidAvatarId(id)) throw new HttpError(500, 'could not derive an avatar id');
   return id;
