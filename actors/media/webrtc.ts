@@ -20,6 +20,14 @@ export class MalformedSdpError extends Error {
   }
 }
 
+/** The offer lost its peer while being answered: the session closed, or a newer offer replaced it. */
+export class PeerGoneError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'PeerGoneError';
+  }
+}
+
 export interface IceServer {
   urls: string | string[];
   username?: string;
@@ -77,7 +85,7 @@ export class WebRtcOutput {
 
   async answer(offerSdp: string, signal?: AbortSignal): Promise<{ sdp: string; type: 'answer' }> {
     assertPlausibleSdp(offerSdp);
-    if (this.closed) throw new Error('media output closed');
+    if (this.closed) throw new PeerGoneError('media output closed');
     this.closePeer();
     const peer = new RTCPeerConnection({ iceServers: this.iceServers });
     this.peer = peer;
@@ -96,7 +104,7 @@ export class WebRtcOutput {
     const answer = await peer.createAnswer();
     await peer.setLocalDescription(answer);
     await waitForIceGathering(peer, signal);
-    if (this.peer !== peer) throw new Error('superseded by a newer offer');
+    if (this.peer !== peer) throw new PeerGoneError(this.closed ? 'media output closed' : 'superseded by a newer offer');
     return { sdp: peer.localDescription!.sdp, type: 'answer' };
   }
 

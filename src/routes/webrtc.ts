@@ -1,6 +1,8 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { SessionIdParams, errors } from '../schemas/common.ts';
+import { conflict } from '../errors.ts';
+import { PeerGoneError } from '../../actors/media/webrtc.ts';
 
 const SdpOffer = Type.Object(
   {
@@ -28,7 +30,14 @@ const webrtcRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     handler: async (request) => {
       const session = await supervisor.requireSession(request.params.session_id);
-      const answer = await session.media.output.answer(request.body.sdp);
+      let answer: { sdp: string; type: 'answer' };
+      try {
+        answer = await session.media.output.answer(request.body.sdp);
+      } catch (error) {
+        // Terminated or replaced while gathering candidates: a conflict with another request, not a server fault.
+        if (error instanceof PeerGoneError) throw conflict(error.message);
+        throw error;
+      }
       session.logger.info('webrtc peer connected');
       return answer;
     },
