@@ -30,6 +30,17 @@ export interface FrameRequest {
   level: number;
   /** True while speech audio is playing under this frame. */
   speaking: boolean;
+  /**
+   * Smoothed speech prosody up to this frame (see `actors/render/prosody.ts`); filled in by the render
+   * pool / inline batch so head motion (rt_head) stays continuous when frames are spread over workers.
+   */
+  prosody?: Prosody;
+}
+
+/** Level envelopes: `fast` follows syllables (~100 ms), `slow` follows phrases (~1 s); both 0..1. */
+export interface Prosody {
+  fast: number;
+  slow: number;
 }
 
 export interface I420Frame {

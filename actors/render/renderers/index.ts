@@ -1,10 +1,12 @@
+/** Renderer factory by model type. `lipsync_b` / `lipsync_c` have no local renderer (reported not_configured elsewhere). */
 import type { ModelType, Renderer } from '../types.ts';
-import { LipsyncRenderer } from './lipsync.ts';
 import { MockRenderer } from './mock.ts';
-import { RtHeadRenderer } from './rt-head.ts';
+import { LipsyncRenderer } from './lipsync.ts';
 import { RtRenderer } from './rt.ts';
+import { RtHeadRenderer } from './rt_head.ts';
 
-/** One renderer per model type; `lipsync_b`/`lipsync_c` need neural backends this release does not bundle. */
+export const RENDERABLE_MODEL_TYPES: readonly ModelType[] = ['mock', 'lipsync', 'rt', 'rt_head'];
+
 export function createRenderer(modelType: ModelType): Renderer {
   switch (modelType) {
     case 'mock':
@@ -16,6 +18,6 @@ export function createRenderer(modelType: ModelType): Renderer {
     case 'rt_head':
       return new RtHeadRenderer();
     default:
-      throw new Error(`model ${modelType} has no renderer in this release`);
+      throw new Error(`no renderer for model type ${modelType}`);
   }
 }

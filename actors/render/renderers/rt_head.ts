@@ -1,0 +1,40 @@
+/**
+ * `rt_head`: the drawn avatar of `rt` plus head motion. The head nods on speech emphasis (the
+ * syllable envelope rising above the phrase envelope) and tilts/bobs with phrase-level loudness;
+ * a small idle drift keeps it alive when silent. Prosody comes from `request.prosody` (filled by the
+ * pool / inline batch) or, for ad-hoc calls, from this renderer's own tracker.
+ */
+import type { FrameRequest } from '../types.ts';
+import { ProsodyTracker } from '../prosody.ts';
+import { oscillate } from '../idle-motion.ts';
+import { DrawnRenderer, type HeadMotion } from './drawn.ts';
+
+const DEG = Math.PI / 180;
+/** Limits chosen to read as natural conversational motion at 512 px: a few degrees, a few pixels. */
+const IDLE_TILT_DEG = 0.8;
+const IDLE_NOD_PX_AT_512 = 1.2;
+const SPEECH_TILT_DEG = 4;
+const SPEECH_BOB_PX_AT_512 = 3;
+const EMPHASIS_NOD_PX_AT_512 = 10;
+
+export class RtHeadRenderer extends DrawnRenderer {
+  protected readonly movesHead = true;
+  private tracker: ProsodyTracker | null = null;
+
+  protected override headMotion(request: FrameRequest): HeadMotion {
+    this.tracker ??= new ProsodyTracker(this.fps);
+    const prosody = request.prosody ?? this.tracker.push(request.frameIdx, request.level);
+    const scale = (this.geometry?.height ?? 512) / 512;
+    const { frameIdx } = request;
+    const emphasis = Math.min(1, Math.max(0, prosody.fast - prosody.slow) * 2.5);
+    const tilt =
+      IDLE_TILT_DEG * DEG * oscillate(frameIdx, this.fps, 6.3) +
+      SPEECH_TILT_DEG * DEG * prosody.slow * oscillate(frameIdx, this.fps, 2.3, 0.25);
+    const nod =
+      scale *
+      (IDLE_NOD_PX_AT_512 * oscillate(frameIdx, this.fps, 4.1, 0.1) +
+        SPEECH_BOB_PX_AT_512 * prosody.slow * oscillate(frameIdx, this.fps, 1.1) +
+        EMPHASIS_NOD_PX_AT_512 * emphasis);
+    return { tilt, nod };
+  }
+}
