@@ -1,11 +1,17 @@
-import fs from 'node:fs';
-import path from 'node:path';
-import os from 'node:os';
+/**
+ * Render pool: piscina worker threads running the renderers. `open()` binds an avatar + model type
+ * and returns a handle; `render()` sends frame requests to the workers (large batches are split
+ * across threads) and gets I420 frames back as transferred buffers.
+ */
+import { createHash } from 'node:crypto';
+import { stat } from 'node:fs/promises';
+import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
 import { Piscina } from 'piscina';
-import type { AvatarSource, FrameRequest, I420Frame, ModelType } from './types.ts';
-import type { RenderTask } from './worker.ts';
-
-const WORKER_BOOTSTRAP = new URL('./worker.mjs', import.meta.url);
+import type { AvatarSource, FrameRequest, I420Frame, ModelType, Renderer } from './types.ts';
+import type { RenderTask, RenderTaskResult } from './worker.ts';
+import { ProsodyTracker } from './prosody.ts';
+import { BUNDLE_FRAME_PATH } from './image.ts';
 
 export interface RenderHandle {
   readonly width: number;
@@ -15,80 +21,139 @@ export interface RenderHandle {
   close(): void;
 }
 
-interface RenderResult {
-  buffer: ArrayBuffer;
-  width: number;
-  height: number;
-  count: number;
+export interface RenderPoolOptions {
+  threads?: number;
 }
 
-/**
- * Renders frames in piscina worker threads so the event loop (WebRTC pacing, HTTP) never waits on pixels.
- * Each worker prepares an avatar once and keeps it; `open` warms one worker and fails fast on a broken bundle.
- */
+/** Below this many frames per thread, splitting a batch costs more in messaging than it gains. */
+const MIN_FRAMES_PER_SPLIT = 4;
+
+function abortError(signal: AbortSignal): Error {
+  return signal.reason instanceof Error ? signal.reason : new DOMException('render aborted', 'AbortError');
+}
+
+/** Identifies the avatar's content: manifest JSON plus the bundle frame's size and mtime. */
+async function contentStamp(avatar: AvatarSource): Promise<string> {
+  const hash = createHash('sha1').update(JSON.stringify(avatar.manifest));
+  try {
+    const info = await stat(join(avatar.dir, BUNDLE_FRAME_PATH));
+    hash.update(`${info.size}:${info.mtimeMs}`);
+  } catch {
+    // Drawn avatars may render without a bundle frame; the manifest alone identifies them.
+  }
+  return hash.digest('hex').slice(0, 16);
+}
+
 export class RenderPool {
-  private readonly pool: Piscina<RenderTask, RenderResult>;
+  private readonly piscina: Piscina;
+  private readonly threads: number;
   private closed = false;
 
-  constructor(opts: { threads?: number } = {}) {
-    const threads = Math.max(1, opts.threads ?? Math.max(1, os.availableParallelism() - 1));
-    this.pool = new Piscina<RenderTask, RenderResult>({
-      filename: WORKER_BOOTSTRAP.href,
-      minThreads: 1,
-      maxThreads: threads,
-      // Prepared avatars live in the workers; keep them warm while the service runs.
-      idleTimeout: 60_000,
-      // Frames for the live clock must not queue behind offline batches forever.
+  constructor(options: RenderPoolOptions = {}) {
+    this.threads = Math.max(1, options.threads ?? availableParallelism() - 1);
+    this.piscina = new Piscina({
+      filename: new URL('./worker-bootstrap.mjs', import.meta.url).href,
+      minThreads: this.threads,
+      maxThreads: this.threads,
+      // Renderers are CPU-bound; more than a couple of queued tasks per thread only adds latency.
       concurrentTasksPerWorker: 1,
-      // Tasks are async (sharp, tsx loader); blocking the worker in Atomics.wait between tasks stalls them.
-      atomics: 'disabled',
     });
   }
 
-  async open(avatar: AvatarSource, model: ModelType): Promise<RenderHandle> {
-    if (this.closed) throw new Error('render pool closed');
-    const key = `${avatar.id}@${avatar.manifest.version}:${model}:${bundleStamp(avatar.dir)}`;
-    const { width, height, fps } = avatar.manifest;
-    // Prepare once now so errors surface at session creation rather than on the first frame.
-    await this.pool.run({ key, avatar, model, requests: [] });
-    let handleClosed = false;
-    const run = async (requests: FrameRequest[], signal?: AbortSignal): Promise<I420Frame[]> => {
-      if (handleClosed || this.closed) throw new Error('render handle closed');
-      const result = await this.pool.run({ key, avatar, model, requests }, signal ? { signal } : {});
-      const frameSize = (result.width * result.height * 3) / 2;
-      const bytes = new Uint8Array(result.buffer);
-      return Array.from({ length: result.count }, (_, i) => ({
-        width: result.width,
-        height: result.height,
-        data: bytes.subarray(i * frameSize, (i + 1) * frameSize),
-      }));
-    };
-    return {
-      width,
-      height,
-      fps,
-      render: run,
-      close() {
-        handleClosed = true;
-      },
-    };
+  /** Worker threads currently alive (for tests and diagnostics). */
+  get workers(): readonly import('node:worker_threads').Worker[] {
+    return this.piscina.threads;
   }
 
-  get threads(): number {
-    return this.pool.threads.length;
+  async open(avatar: AvatarSource, modelType: ModelType, signal?: AbortSignal): Promise<RenderHandle> {
+    if (this.closed) throw new Error('render pool is closed');
+    const cacheKey = [avatar.id, avatar.manifest.version, modelType, await contentStamp(avatar)].join('|');
+    const prepare: RenderTask = { op: 'prepare', cacheKey, avatar, modelType, requests: [] };
+    // Fails fast on unknown model types or unreadable bundles, and warms one worker.
+    await this.run(prepare, signal);
+    return new PoolRenderHandle(this, avatar, modelType, cacheKey);
+  }
+
+  /** @internal used by handles */
+  async run(task: RenderTask, signal?: AbortSignal): Promise<RenderTaskResult> {
+    if (this.closed) throw new Error('render pool is closed');
+    if (signal?.aborted) throw abortError(signal);
+    // The signal is not handed to piscina: aborting a running task there kills the worker and its
+    // prepared avatars. Instead the caller stops waiting and the late result is dropped.
+    const result = this.piscina.run(task) as Promise<RenderTaskResult>;
+    if (!signal) return result;
+    return new Promise<RenderTaskResult>((resolve, reject) => {
+      const onAbort = () => reject(abortError(signal));
+      signal.addEventListener('abort', onAbort, { once: true });
+      result.then(
+        (value) => {
+          signal.removeEventListener('abort', onAbort);
+          resolve(value);
+        },
+        (error: unknown) => {
+          signal.removeEventListener('abort', onAbort);
+          reject(error);
+        },
+      );
+    });
+  }
+
+  get threadCount(): number {
+    return this.threads;
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    await this.pool.destroy();
+    await this.piscina.destroy();
   }
 }
 
-function bundleStamp(dir: string): number {
-  try {
-    return Math.round(fs.statSync(path.join(dir, 'manifest.json')).mtimeMs);
-  } catch {
-    return 0;
+class PoolRenderHandle implements RenderHandle {
+  readonly width: number;
+  readonly height: number;
+  readonly fps: number;
+  private readonly prosody: ProsodyTracker;
+  private closed = false;
+
+  constructor(
+    private readonly pool: RenderPool,
+    private readonly avatar: AvatarSource,
+    private readonly modelType: ModelType,
+    private readonly cacheKey: string,
+  ) {
+    this.width = avatar.manifest.width;
+    this.height = avatar.manifest.height;
+    this.fps = avatar.manifest.fps;
+    this.prosody = new ProsodyTracker(this.fps > 0 ? this.fps : 25);
   }
+
+  async render(requests: FrameRequest[], signal?: AbortSignal): Promise<I420Frame[]> {
+    if (this.closed) throw new Error('render handle is closed');
+    if (requests.length === 0) return [];
+    const annotated = this.prosody.annotate(requests);
+    const parts = Math.min(this.pool.threadCount, Math.floor(annotated.length / MIN_FRAMES_PER_SPLIT)) || 1;
+    const size = Math.ceil(annotated.length / parts);
+    const chunks: FrameRequest[][] = [];
+    for (let i = 0; i < annotated.length; i += size) chunks.push(annotated.slice(i, i + size));
+    const results = await Promise.all(
+      chunks.map((chunk) =>
+        this.pool.run({ op: 'render', cacheKey: this.cacheKey, avatar: this.avatar, modelType: this.modelType, requests: chunk }, signal),
+      ),
+    );
+    return results.flatMap((result) => result.frames);
+  }
+
+  close(): void {
+    this.closed = true;
+  }
+}
+
+/**
+ * Renders in the calling thread, e.g. for offline batches that already run inside a worker.
+ * Pass the same tracker across calls of one sequence so rt_head motion stays continuous.
+ */
+export function renderFramesInline(renderer: Renderer, requests: FrameRequest[], tracker?: ProsodyTracker, fps = 25): I420Frame[] {
+  const prosody = tracker ?? new ProsodyTracker(fps);
+  return prosody.annotate(requests).map((request) => renderer.render(request));
 }

@@ -1,53 +1,56 @@
-import { Piscina } from 'piscina';
+/**
+ * Piscina render worker. Prepared renderers are cached per worker thread keyed by
+ * (avatar id, manifest version, model type, content stamp); frames go back as transferred buffers.
+ */
+import { threadId } from 'node:worker_threads';
+import { move, transferableSymbol, valueSymbol } from 'piscina';
+import type { AvatarSource, FrameRequest, I420Frame, ModelType, Renderer } from './types.ts';
 import { createRenderer } from './renderers/index.ts';
-import type { AvatarSource, FrameRequest, ModelType, Renderer } from './types.ts';
+
+/** A handful of avatars per worker: enough for a few concurrent sessions without unbounded memory. */
+const MAX_CACHED_RENDERERS = 6;
 
 export interface RenderTask {
-  /** Identifies a prepared avatar: id, manifest version, model and bundle mtime. */
-  key: string;
+  op: 'prepare' | 'render';
+  cacheKey: string;
   avatar: AvatarSource;
-  model: ModelType;
+  modelType: ModelType;
   requests: FrameRequest[];
 }
 
-/** Prepared renderers kept per worker; a handful of avatars at most are live on one machine. */
-const MAX_PREPARED = 16;
-const prepared = new Map<string, Promise<Renderer>>();
+export interface RenderTaskResult {
+  threadId: number;
+  frames: I420Frame[];
+}
+
+const cache = new Map<string, Promise<Renderer>>();
 
 function rendererFor(task: RenderTask): Promise<Renderer> {
-  let renderer = prepared.get(task.key);
-  if (!renderer) {
-    renderer = (async () => {
-      const r = createRenderer(task.model);
-      await r.prepare(task.avatar);
-      return r;
-    })();
-    renderer.catch(() => prepared.delete(task.key));
-    if (prepared.size >= MAX_PREPARED) prepared.delete(prepared.keys().next().value!);
-    prepared.set(task.key, renderer);
+  let entry = cache.get(task.cacheKey);
+  if (entry) {
+    // Refresh LRU position.
+    cache.delete(task.cacheKey);
+    cache.set(task.cacheKey, entry);
+    return entry;
   }
-  return renderer;
+  entry = (async () => {
+    const renderer = createRenderer(task.modelType);
+    await renderer.prepare(task.avatar);
+    return renderer;
+  })();
+  entry.catch(() => cache.delete(task.cacheKey));
+  cache.set(task.cacheKey, entry);
+  while (cache.size > MAX_CACHED_RENDERERS) cache.delete(cache.keys().next().value as string);
+  return entry;
 }
 
-/** Renders a batch of frames; all frames go back in one transferred buffer (no copies). */
-export default async function render(task: RenderTask) {
+export default async function runRenderTask(task: RenderTask) {
   const renderer = await rendererFor(task);
-  if (task.requests.length === 0) return { buffer: new ArrayBuffer(0), width: 0, height: 0, count: 0 };
-  const frames = task.requests.map((request) => renderer.render(request));
-  const { width, height } = frames[0];
-  const size = frames[0].data.length;
-  const out = new Uint8Array(size * frames.length);
-  frames.forEach((frame, i) => out.set(frame.data, i * size));
-  return Piscina.move(new FrameBatch({ buffer: out.buffer, width, height, count: frames.length }) as never);
-}
-
-/** Lets piscina transfer the pixel buffer instead of cloning it. */
-class FrameBatch {
-  constructor(private readonly value: { buffer: ArrayBuffer; width: number; height: number; count: number }) {}
-  get [Piscina.transferableSymbol]() {
-    return [this.value.buffer];
-  }
-  get [Piscina.valueSymbol]() {
-    return this.value;
-  }
+  const frames = task.op === 'render' ? task.requests.map((request) => renderer.render(request)) : [];
+  const result: RenderTaskResult = { threadId, frames };
+  // A Transferable wrapper marked movable: every frame buffer goes back in the transfer list, uncopied.
+  return move({
+    [transferableSymbol]: frames.map((frame) => frame.data.buffer),
+    [valueSymbol]: result,
+  });
 }
