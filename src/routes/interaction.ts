@@ -110,7 +110,7 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const triggerChat = parseBooleanField(form.fields.trigger_chat, 'trigger_chat');
       if (triggerChat && !services.llm.status().configured) throw new HttpError(503, 'trigger_chat needs a language model: set SERVICE_LLM_BASE_URL');
       const pcm = await decodeUpload(form.data, session.stage.sampleRate, session.stage.sampleRate);
-      assertIdle(session);
+      assertReady(session);
       const id = randomUUID();
       const result = deferred<string>();
       session.stage.transcribeJobs.set(id, { pcm, sampleRate: session.stage.sampleRate, result });
@@ -146,7 +146,7 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
         const form = await readAudioForm(request);
         const rawRate = parseIntegerField(form.fields.sample_rate, 'sample_rate', 8000, 48000);
         const pcm = await decodeUpload(form.data, session.stage.sampleRate, rawRate);
-        assertIdle(session);
+        assertReady(session);
         const turnId = randomUUID();
         session.stage.turnAudio.set(turnId, { kind: 'clip', pcm });
         session.send({ type: 'SPEAK_AUDIO', turn: { id: turnId, mode: 'audio', smoothing } });
@@ -164,14 +164,19 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
 /** A started, non-paused, idle session, or the 404/409 the spec asks for. */
 export async function readySession(services: Services, sessionId: string): Promise<Session> {
   const session = await services.supervisor.requireSession(sessionId);
-  if (session.state === 'created') throw conflict('session is not started: call POST /sessions/{session_id}/start first');
-  if (session.state === 'paused') throw conflict('session is paused: call POST /sessions/{session_id}/resume first');
-  if (session.state !== 'running') throw conflict(`session is ${session.state}`);
-  assertIdle(session);
+  assertReady(session);
   return session;
 }
 
-function assertIdle(session: Session): void {
+/**
+ * Checked again right before the event is sent when the handler awaited in between (upload, decode):
+ * the session may have been paused, terminated or given another turn meanwhile, and the machine would
+ * silently drop the event, leaving the request waiting forever.
+ */
+function assertReady(session: Session): void {
+  if (session.state === 'created') throw conflict('session is not started: call POST /sessions/{session_id}/start first');
+  if (session.state === 'paused') throw conflict('session is paused: call POST /sessions/{session_id}/resume first');
+  if (session.state !== 'running') throw conflict(`session is ${session.state}`);
   if (session.busy) throw conflict('a previous chat, speak, audio or transcribe request is in flight; call interrupt first');
 }
 
