@@ -31,3 +31,34 @@ export class Store {
     await this.db.close();
   }
 }
+
+/** Records of one kind in their own JSON sublevel, keyed by a field of the record. */
+export class RecordStore<V> {
+  private readonly records;
+
+  constructor(
+    store: Store,
+    name: string,
+    private readonly keyOf: (record: V) => string,
+  ) {
+    this.records = store.sublevel<V>(name);
+  }
+
+  async get(key: string): Promise<V | undefined> {
+    return this.records.get(key);
+  }
+
+  async put(record: V): Promise<void> {
+    await this.records.put(this.keyOf(record), record);
+  }
+
+  async delete(key: string): Promise<void> {
+    await this.records.del(key);
+  }
+
+  async all(): Promise<V[]> {
+    const out: V[] = [];
+    for await (const value of this.records.values()) out.push(value);
+    return out;
+  }
+}

@@ -1,4 +1,4 @@
-import type { Store } from './db.ts';
+import { RecordStore, type Store } from './db.ts';
 
 export type JobStatus = 'pending' | 'running' | 'complete' | 'failed';
 
@@ -21,28 +21,8 @@ export interface StoredJob {
 }
 
 /** Offline bundle jobs in their own sublevel, so they survive restarts. */
-export class JobStore {
-  private readonly jobs;
-
+export class JobStore extends RecordStore<StoredJob> {
   constructor(store: Store) {
-    this.jobs = store.sublevel<StoredJob>('offline-jobs');
-  }
-
-  async get(jobId: string): Promise<StoredJob | undefined> {
-    return this.jobs.get(jobId);
-  }
-
-  async put(job: StoredJob): Promise<void> {
-    await this.jobs.put(job.job_id, job);
-  }
-
-  async delete(jobId: string): Promise<void> {
-    await this.jobs.del(jobId);
-  }
-
-  async all(): Promise<StoredJob[]> {
-    const out: StoredJob[] = [];
-    for await (const value of this.jobs.values()) out.push(value);
-    return out;
+    super(store, 'offline-jobs', (job) => job.job_id);
   }
 }

@@ -1,4 +1,4 @@
-import type { Store } from './db.ts';
+import { RecordStore, type Store } from './db.ts';
 import type { SessionState } from '../../machines/session.machine.ts';
 
 /** What is persisted per session: metadata only, never media. */
@@ -24,29 +24,9 @@ export interface StoredSession {
  * Live sessions and tombstones. A terminated session keeps only a tombstone (state `terminated`) for the
  * retention time so `start` and `webrtc/offer` can answer 409 instead of 404.
  */
-export class SessionStore {
-  private readonly sessions;
-
+export class SessionStore extends RecordStore<StoredSession> {
   constructor(store: Store) {
-    this.sessions = store.sublevel<StoredSession>('sessions');
-  }
-
-  async get(sessionId: string): Promise<StoredSession | undefined> {
-    return this.sessions.get(sessionId);
-  }
-
-  async put(session: StoredSession): Promise<void> {
-    await this.sessions.put(session.session_id, session);
-  }
-
-  async delete(sessionId: string): Promise<void> {
-    await this.sessions.del(sessionId);
-  }
-
-  async all(): Promise<StoredSession[]> {
-    const out: StoredSession[] = [];
-    for await (const value of this.sessions.values()) out.push(value);
-    return out;
+    super(store, 'sessions', (session) => session.session_id);
   }
 
   /** Turns a session into a tombstone: the stored session state is dropped, only identity and state remain. */
