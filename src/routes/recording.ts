@@ -101,8 +101,10 @@ const recordingRoutes: FastifyPluginAsyncTypebox = async (app) => {
       await supervisor.describe(request.params.session_id);
       const file = await recordings.artifactPath(request.params.session_id);
       if (!file) throw notFound('no finished recording for this session');
-      const { size } = await fs.stat(file);
-      reply.header('content-type', 'video/mp4').header('content-length', size);
+      // The retention sweep may remove it between the lookup and here: still a 404, not a 500.
+      const stat = await fs.stat(file).catch(() => null);
+      if (!stat) throw notFound('no finished recording for this session');
+      reply.header('content-type', 'video/mp4').header('content-length', stat.size);
       reply.header('content-disposition', `attachment; filename="recording-${request.params.session_id}.mp4"`);
       return reply.send(createReadStream(file) as never);
     },
