@@ -12,7 +12,7 @@ import { createCloudCProvider } from './providers/cloud_c.ts';
 import { createCloudDProvider } from './providers/cloud_d.ts';
 import { createCloudEProvider } from './providers/cloud_e.ts';
 import { createCloudFProvider } from './providers/cloud_f.ts';
-import type { CloningProviderConfig, VoiceLookup } from './providers/common.ts';
+import { envVarName, type CloningProviderConfig, type VoiceLookup } from './providers/common.ts';
 import { createCompatHttpProvider } from './providers/compat_http.ts';
 import { createLocalCloneAProvider } from './providers/local_clone_a.ts';
 import { createLocalCloneBProvider } from './providers/local_clone_b.ts';
@@ -115,10 +115,9 @@ const read = (env: NodeJS.ProcessEnv, name: string): string | undefined => {
 export function ttsConfigFromEnv(env: NodeJS.ProcessEnv, cwd = process.cwd()): TtsProvidersConfig {
   const providers: TtsProvidersConfig['providers'] = {};
   for (const id of REMOTE_TTS_PROVIDER_IDS) {
-    const prefix = `SERVICE_TTS_${id.toUpperCase()}_`;
     const endpoint: TtsEndpointConfig = {};
-    const baseUrl = read(env, `${prefix}BASE_URL`);
-    const apiKey = read(env, `${prefix}API_KEY`);
+    const baseUrl = read(env, envVarName(id, 'BASE_URL'));
+    const apiKey = read(env, envVarName(id, 'API_KEY'));
     if (baseUrl) endpoint.baseUrl = baseUrl;
     if (apiKey) endpoint.apiKey = apiKey;
     providers[id] = endpoint;
