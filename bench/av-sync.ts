@@ -13,7 +13,7 @@ const RUNS = 8;
  * offset is (arrival of that frame) − (arrival of the first audible audio), corrected by the frame's pts.
  * Positive: video late. Both media cross the same wrtc stack, so the figure includes jitter buffers.
  */
-export async function benchAvSync(app?: TestApp): Promise<{ avOffsetMs: ReturnType<typeof summary> }> {
+export async function benchAvSync(app?: TestApp): Promise<Record<string, ReturnType<typeof summary>>> {
   const t = app ?? (await startTestApp());
   const avatars = await json(await fetch(`${t.baseUrl}/avatars`));
   const avatar = avatars.find((a: { model_type: string }) => a.model_type === 'rt') ?? avatars[0];

@@ -45,19 +45,21 @@ async function pageScript({ base, sessionId }) {
       canvas.width = w;
       canvas.height = h;
       ctx2d.drawImage(video, 0, 0);
-      const block = Math.max(4, Math.floor(w / 22));
-      const px = ctx2d.getImageData(0, 0, w, block).data;
-      const luma = (col) => {
-        const x = col * block + Math.floor(block / 2);
-        const y = Math.floor(block / 2);
+      // Timecode layout of actors/render/timecode.ts: 3 rows of 32 blocks, sync word 0xa5c3, then the frame index.
+      const bw = Math.max(1, Math.floor(w / 32));
+      const bh = Math.max(8, bw >> 1);
+      const px = ctx2d.getImageData(0, 0, w, bh * 3).data;
+      const bit = (i) => {
+        const x = (i % 32) * bw + (bw >> 1);
+        const y = Math.floor(i / 32) * bh + (bh >> 1);
         const o = (y * w + x) * 4;
-        return 0.299 * px[o] + 0.587 * px[o + 1] + 0.114 * px[o + 2];
+        return 0.299 * px[o] + 0.587 * px[o + 1] + 0.114 * px[o + 2] > 125 ? 1 : 0;
       };
-      const white = luma(0);
-      const black = luma(21);
-      if (white - black > 60) {
+      let sync = 0;
+      for (let i = 0; i < 16; i++) sync = sync * 2 + bit(i);
+      if (sync === 0xa5c3) {
         let idx = 0;
-        for (let bit = 0; bit < 20; bit++) idx = (idx << 1) | (luma(bit + 1) > (white + black) / 2 ? 1 : 0);
+        for (let i = 16; i < 48; i++) idx = idx * 2 + bit(i);
         bench.frames.push({ idx, at: now });
       }
     }
