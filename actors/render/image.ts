@@ -22,7 +22,8 @@ export async function loadRgba(input: string | Buffer, width: number, height: nu
 
 /** The avatar's first bundle frame scaled (cover) to the manifest size. */
 export function loadBundleFrame(avatar: AvatarSource): Promise<RgbaImage> {
-  return loadRgba(join(avatar.dir, BUNDLE_FRAME_PATH), avatar.manifest.width, avatar.manifest.height);
+  const source = avatar.framePng ? Buffer.from(avatar.framePng) : join(avatar.dir, BUNDLE_FRAME_PATH);
+  return loadRgba(source, avatar.manifest.width, avatar.manifest.height);
 }
 
 /** Rasterises an SVG document (librsvg inside sharp) to RGBA at its own size. */

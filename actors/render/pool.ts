@@ -4,7 +4,7 @@
  * across threads) and gets I420 frames back as transferred buffers.
  */
 import { createHash } from 'node:crypto';
-import { stat } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { Piscina } from 'piscina';
@@ -65,8 +65,9 @@ export class RenderPool {
     return this.piscina.threads;
   }
 
-  async open(avatar: AvatarSource, modelType: ModelType, signal?: AbortSignal): Promise<RenderHandle> {
+  async open(source: AvatarSource, modelType: ModelType, signal?: AbortSignal): Promise<RenderHandle> {
     if (this.closed) throw new Error('render pool is closed');
+    const avatar: AvatarSource = { ...source, framePng: source.framePng ?? (await readShared(join(source.dir, BUNDLE_FRAME_PATH))) };
     const cacheKey = [avatar.id, avatar.manifest.version, modelType, await contentStamp(avatar)].join('|');
     const prepare: RenderTask = { op: 'prepare', cacheKey, avatar, modelType, requests: [] };
     // Fails fast on unknown model types or unreadable bundles, and warms one worker.
@@ -156,4 +157,12 @@ class PoolRenderHandle implements RenderHandle {
 export function renderFramesInline(renderer: Renderer, requests: FrameRequest[], tracker?: ProsodyTracker, fps = 25): I420Frame[] {
   const prosody = tracker ?? new ProsodyTracker(fps);
   return prosody.annotate(requests).map((request) => renderer.render(request));
+}
+
+/** Reads a file into shared memory: structured clone to workers then shares it instead of copying. */
+async function readShared(file: string): Promise<Uint8Array> {
+  const bytes = await readFile(file);
+  const shared = new Uint8Array(new SharedArrayBuffer(bytes.length));
+  shared.set(bytes);
+  return shared;
 }

@@ -55,6 +55,12 @@ export interface AvatarSource {
   id: string;
   dir: string;
   manifest: AvatarManifest;
+  /**
+   * The bundle's `frames/frame_00000.png`, read once when a session opens the avatar (shared memory, so
+   * handing it to every render task copies nothing). Workers prepare from it, so a session keeps
+   * rendering after its custom avatar's files are deleted, on any worker, however late it prepares.
+   */
+  framePng?: Uint8Array;
 }
 
 export interface AvatarManifest {
