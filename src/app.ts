@@ -16,6 +16,7 @@ import eventRoutes from './routes/events.ts';
 import uiRoutes from './routes/ui.ts';
 import audioStreamRoutes from './routes/audio-stream.ts';
 import customizeRoutes from './routes/customize.ts';
+import metricsRoutes from './routes/metrics.ts';
 import recordingRoutes from './routes/recording.ts';
 import offlineRoutes from './routes/offline.ts';
 import ttsRoutes from './routes/tts.ts';
@@ -24,7 +25,7 @@ import customizeReferenceRoutes from './routes/customize-reference.ts';
 import { AvatarManifest, AvatarSummary } from './schemas/avatars.ts';
 
 /** Route plugins, each encapsulated; later capabilities add theirs here. */
-const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, customizeRoutes, customizeReferenceRoutes, ttsRoutes, voiceRoutes, recordingRoutes, offlineRoutes, uiRoutes];
+const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, customizeRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, voiceRoutes, recordingRoutes, offlineRoutes, uiRoutes];
 
 export interface BuiltApp {
   app: FastifyInstance;

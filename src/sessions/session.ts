@@ -45,6 +45,8 @@ export class Session {
         systemPrompt: stored.llm_system_prompt ?? '',
       },
     });
+    events.listen((event) => stage.metrics.observe(event));
+    media.playout.on('turnStarted', (turnId) => stage.metrics.mark(turnId, 'first_sample_sent_ms'));
     this.actor.on('status', ({ stage: s, message }) => events.publish('status', message ? { stage: s, message } : { stage: s }));
     this.actor.on('error', ({ code, message }) => events.publish('error', { code, message }));
     this.terminated = new Promise((resolve) => {
@@ -76,6 +78,9 @@ export class Session {
   }
 
   send(event: SessionEvent): void {
+    if (event.type === 'SPEAK' || event.type === 'CHAT' || event.type === 'SPEAK_AUDIO') this.stage.metrics.beginTurn(event.turn.id, event.turn.mode);
+    if (event.type === 'TRANSCRIBE') this.stage.metrics.beginTurn(event.id, 'transcribe');
+    if (event.type === 'INTERRUPT') this.stage.metrics.interruptRequested();
     this.actor.send(event);
   }
 

@@ -11,6 +11,7 @@ import { AsyncQueue, abortable, type Deferred } from './async-queue.ts';
 import type { SessionEventHub } from './event-hub.ts';
 import type { SessionMedia } from './media.ts';
 import { stageErrorOf } from './stage-errors.ts';
+import type { SessionMetrics } from './metrics.ts';
 import { splitForAsr } from '../../actors/audio/vad.ts';
 
 /** Audio handed to a turn that skips synthesis (speak_audio, the audio WebSocket). */
@@ -37,6 +38,8 @@ export interface StageContext {
   transcribeJobs: Map<string, TranscribeJob>;
   /** Resolved once a chat's upstream accepted the request (first delta), or rejected with its error. */
   chatAccepted: Map<string, Deferred<void>>;
+  /** Per-turn latency bookkeeping (`GET /sessions/{id}/metrics`). */
+  metrics: SessionMetrics;
   /** Applies rt-family segmentation and smoothing to direct audio. */
   smoothAudio(pcm: Int16Array): Int16Array;
 }
@@ -122,6 +125,7 @@ export function createStageActors(ctx: StageContext) {
         for await (const delta of ctx.llm.stream({ messages, signal })) {
           accepted?.resolve();
           if (!delta) continue;
+          ctx.metrics.mark(input.turn.id, 'llm_first_token_ms');
           reply += delta;
           ctx.events.publish('llm', { delta });
           for (const sentence of splitter.push(delta)) sendBack({ type: 'LLM.SEGMENT', text: sentence });
@@ -221,6 +225,7 @@ async function synthesizeTurn(
       if (!firstAudio) {
         firstAudio = true;
         ctx.events.publish('tts', { stage: 'first_audio', ms_elapsed: elapsed(), sentence_index: sentenceIndex + lastIndex });
+        ctx.metrics.mark(turn.id, 'first_audio_queued_ms');
         sendBack({ type: 'TTS.FIRST_AUDIO' });
       }
       await ctx.media.playout.waitForRoom(signal);
@@ -243,6 +248,7 @@ async function playDirectAudio(ctx: StageContext, turn: TurnInfo, sendBack: Send
       const pcm = turn.smoothing ? ctx.smoothAudio(raw) : raw;
       if (first) {
         first = false;
+        ctx.metrics.mark(turn.id, 'first_audio_queued_ms');
         sendBack({ type: 'TTS.FIRST_AUDIO' });
       }
       await ctx.media.playout.waitForRoom(signal);

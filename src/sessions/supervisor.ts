@@ -17,6 +17,7 @@ import { SessionMedia } from './media.ts';
 import { Session } from './session.ts';
 import type { StageContext } from './stage-actors.ts';
 import { smoothForRt } from './smoothing.ts';
+import { SessionMetrics } from './metrics.ts';
 import { errorForLog } from '../logger.ts';
 
 /** Conversation memory per session: enough for context, small enough for local models' windows. */
@@ -174,6 +175,7 @@ export class SessionSupervisor {
       turnAudio: new Map(),
       transcribeJobs: new Map(),
       chatAccepted: new Map(),
+      metrics: new SessionMetrics(),
       smoothAudio: (pcm) => smoothForRt(pcm, config.sampleRate),
     };
     const session = new Session(stored, events, media, stage, logger);

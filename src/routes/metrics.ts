@@ -1,0 +1,80 @@
+import { Type } from '@sinclair/typebox';
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Nullable, SessionIdParams, errors } from '../schemas/common.ts';
+
+const TurnMetrics = Type.Object({
+  turn_id: Type.String(),
+  mode: Type.String({ description: 'speak, chat, audio, audio_stream or transcribe' }),
+  started_at: Type.String({ format: 'date-time' }),
+  llm_first_token_ms: Nullable(Type.Integer({ description: 'Request → first language-model token (chat)' })),
+  first_audio_queued_ms: Nullable(Type.Integer({ description: 'Request → first synthesised or uploaded audio queued for playout' })),
+  first_sample_sent_ms: Nullable(Type.Integer({ description: "Request → the turn's first sample handed to WebRTC" })),
+  duration_ms: Nullable(Type.Integer({ description: 'Request → back to idle; null while running' })),
+  outcome: Type.Union([Type.Literal('running'), Type.Literal('completed'), Type.Literal('interrupted'), Type.Literal('error')]),
+  interrupt_to_flush_ms: Nullable(Type.Integer({ description: 'Interrupt request → playout flushed (the next 10 ms chunk is silence)' })),
+});
+
+const SessionMetricsBody = Type.Object(
+  {
+    session_id: Type.String({ format: 'uuid' }),
+    state: Type.String(),
+    pipeline: Type.String(),
+    media: Type.Object({
+      fps: Type.Number(),
+      media_ms: Type.Integer({ description: 'Media clock: audio time handed to WebRTC since the session was created' }),
+      queued_speech_ms: Type.Integer({ description: 'Speech waiting in the playout queue' }),
+      frames_sent: Type.Integer(),
+      frames_late: Type.Integer({ description: 'Frames that left more than one frame period after their presentation time' }),
+      video_delay_ms: Type.Integer({ description: 'SERVICE_VIDEO_DELAY_MS: video held behind audio on the wire' }),
+      peer_connected: Type.Boolean(),
+      sse_consumers: Type.Integer(),
+    }),
+    summary: Type.Object({
+      first_sample_sent_ms_p50: Nullable(Type.Number()),
+      first_sample_sent_ms_p95: Nullable(Type.Number()),
+      llm_first_token_ms_p50: Nullable(Type.Number()),
+      interrupt_to_flush_ms_max: Nullable(Type.Number()),
+    }),
+    turns: Type.Array(TurnMetrics, { description: 'The last 50 turns, oldest first' }),
+  },
+  { $id: 'SessionMetrics' },
+);
+
+/** Latency and media health of a live session, so deployments can measure what their users get. */
+const metricsRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const { supervisor, config } = app.services;
+  app.get('/sessions/:session_id/metrics', {
+    schema: {
+      tags: ['sessions'],
+      summary: 'Session latency and media metrics',
+      description:
+        "Per turn: time to the language model's first token, to the first audio queued and to the first sample handed to WebRTC, " +
+        'duration, outcome and interrupt → flush time; plus the media clock, late frames and queued speech. ' +
+        'Times are measured inside the service; the network and the receiver add their own (see docs/performance.md).',
+      params: SessionIdParams,
+      response: { 200: SessionMetricsBody, ...errors(404, 409) },
+    },
+    handler: async (request) => {
+      const session = await supervisor.requireSession(request.params.session_id);
+      const playout = session.media.playout;
+      return {
+        session_id: session.id,
+        state: session.state,
+        pipeline: session.pipelineStage,
+        media: {
+          fps: playout.fps,
+          media_ms: Math.round(playout.mediaMs),
+          queued_speech_ms: Math.round(playout.queuedMs),
+          frames_sent: playout.sentFrames,
+          frames_late: playout.lateFrames,
+          video_delay_ms: config.videoDelayMs,
+          peer_connected: session.media.output.connected,
+          sse_consumers: session.events.subscriberCount,
+        },
+        ...session.stage.metrics.snapshot(),
+      };
+    },
+  });
+};
+
+export default metricsRoutes;
