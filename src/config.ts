@@ -19,6 +19,10 @@ export interface ServiceConfig {
   llm: { baseUrl: string | null; apiKey: string | null; model: string };
   asr: { baseUrl: string | null; apiKey: string | null; model: string };
   maxSessions: number;
+  /** Sessions created but not started, at most (POST /sessions answers 503 beyond). */
+  maxPendingSessions: number;
+  /** A created session not started within this is terminated. */
+  startTimeoutMs: number;
   logLevel: string;
   sampleRate: number;
   iceServers: Array<{ urls: string | string[]; username?: string; credential?: string }>;
@@ -129,6 +133,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       model: read('SERVICE_ASR_MODEL') ?? 'whisper-1',
     },
     maxSessions: integer('SERVICE_MAX_SESSIONS', 8, 1, 10_000),
+    maxPendingSessions: integer('SERVICE_MAX_PENDING_SESSIONS', 16, 1, 10_000),
+    startTimeoutMs: integer('SERVICE_START_TIMEOUT_MS', 600_000, 1_000, 24 * 3600 * 1000),
     logLevel,
     sampleRate: integer('SERVICE_SAMPLE_RATE', 16000, 8000, 48000),
     iceServers,

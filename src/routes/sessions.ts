@@ -16,9 +16,10 @@ const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Create a session',
       description:
         '400 when avatar_id does not exist, the model is not connected, the model cannot render that avatar, or tts_provider/tts_voice is unknown; ' +
-        '502 when the rendering backend or an upstream fails during initialization.',
+        '502 when the rendering backend or an upstream fails during initialization; 503 with Retry-After when ' +
+        'SERVICE_MAX_PENDING_SESSIONS sessions are waiting unstarted. A session not started within SERVICE_START_TIMEOUT_MS is terminated.',
       body: CreateSessionRequest,
-      response: { 200: CreateSessionResponse, ...errors(400, 502) },
+      response: { 200: CreateSessionResponse, ...errors(400, 502, 503) },
     },
     handler: async (request) => {
       const session = await supervisor.create(request.body);

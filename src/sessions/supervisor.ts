@@ -117,6 +117,12 @@ export class SessionSupervisor {
 
   async create(input: CreateSessionInput): Promise<Session> {
     const { catalog, models, config } = this.deps;
+    // Each created session holds a renderer and a media clock; unstarted ones must not pile up without bound.
+    if (this.liveCount - this.activeCount >= config.maxPendingSessions) {
+      throw new HttpError(503, `too many sessions created but not started (${config.maxPendingSessions}); start or delete some, or retry later`, {
+        'retry-after': '5',
+      });
+    }
     const avatar = await catalog.get(input.avatar_id);
     if (!avatar) throw badRequest(`avatar_id "${input.avatar_id}" does not exist`);
     if (!models.isModel(input.model)) throw badRequest(`model "${input.model}" is not in the model list`);
@@ -195,6 +201,15 @@ export class SessionSupervisor {
         ),
       ),
     );
+    // A session nobody starts is an abandoned one: release it after the documented time.
+    const startTimer = setTimeout(() => {
+      if (session.state !== 'created') return;
+      this.terminate(sessionId, 'not started in time').catch((error: unknown) =>
+        logger.error({ err: errorForLog(error) }, 'unstarted session not reaped'),
+      );
+    }, config.startTimeoutMs);
+    startTimer.unref();
+    session.actor.on('session.terminated', () => clearTimeout(startTimer));
     logger.info({ avatarId: avatar.id, model: input.model, ttsProvider: providerId }, 'session created');
     return session;
   }
