@@ -91,6 +91,7 @@ function listen(sessionId) {
     events.addEventListener(type, (ev) => {
       const data = JSON.parse(ev.data);
       if (type === 'status') $('stage').textContent = data.stage;
+      if (type === 'status' && data.stage === 'idle') showTurnMetrics(sessionId);
       if (type === 'tts' && data.stage === 'first_audio' && state.speakAt) {
         $('metrics').innerHTML = `<span>request → first audio: ${Math.round(performance.now() - state.speakAt)} ms</span><span>synthesis: ${data.ms_elapsed} ms</span>`;
       }
@@ -106,6 +107,22 @@ function listen(sessionId) {
     frames++;
     if (frames % 25 === 0) log(`frame ×25 (total ${frames})`);
   });
+}
+
+/** The service's own latency figures for the last turn (GET /sessions/{id}/metrics). */
+async function showTurnMetrics(sessionId) {
+  try {
+    const m = await api('GET', `/sessions/${sessionId}/metrics`);
+    const turn = m.turns.at(-1);
+    if (!turn) return;
+    const parts = [`server: first sample sent ${turn.first_sample_sent_ms ?? '–'} ms`];
+    if (turn.llm_first_token_ms !== null) parts.push(`LLM first token ${turn.llm_first_token_ms} ms`);
+    if (turn.interrupt_to_flush_ms !== null) parts.push(`interrupt → silence queued ${turn.interrupt_to_flush_ms} ms`);
+    parts.push(`late frames ${m.media.frames_late}/${m.media.frames_sent}`);
+    $('metrics').innerHTML += `<div>${parts.map((p) => `<span>${p}</span>`).join('')}</div>`;
+  } catch (error) {
+    log(`metrics: ${error.message}`);
+  }
 }
 
 async function speak(kind) {
