@@ -12,6 +12,7 @@ import type { AvatarSource, FrameRequest, I420Frame, ModelType, Renderer } from 
 import type { RenderTask, RenderTaskResult } from './worker.ts';
 import { ProsodyTracker } from './prosody.ts';
 import { BUNDLE_FRAME_PATH } from './image.ts';
+import { untilAborted } from '../abort.ts';
 
 export interface RenderHandle {
   readonly width: number;
@@ -83,20 +84,7 @@ export class RenderPool {
     // prepared avatars. Instead the caller stops waiting and the late result is dropped.
     const result = this.piscina.run(task) as Promise<RenderTaskResult>;
     if (!signal) return result;
-    return new Promise<RenderTaskResult>((resolve, reject) => {
-      const onAbort = () => reject(abortError(signal));
-      signal.addEventListener('abort', onAbort, { once: true });
-      result.then(
-        (value) => {
-          signal.removeEventListener('abort', onAbort);
-          resolve(value);
-        },
-        (error: unknown) => {
-          signal.removeEventListener('abort', onAbort);
-          reject(error);
-        },
-      );
-    });
+    return untilAborted(result, signal, abortError);
   }
 
   get threadCount(): number {

@@ -61,22 +61,3 @@ export function deferred<T>(): Deferred<T> {
   promise.catch(() => undefined);
   return { promise, resolve, reject };
 }
-
-/** Rejects with the signal's reason when it aborts; used to bound awaits inside stage actors. */
-export function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(
-      (value) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(value);
-      },
-      (error) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(error);
-      },
-    );
-  });
-}

@@ -7,7 +7,8 @@ import { isTtsProviderId, type TtsProvider, type TtsProviderId } from '../../act
 import type { LlmProvider } from '../../actors/llm/types.ts';
 import type { AsrProvider } from '../../actors/asr/types.ts';
 import type { ConversationHistory } from '../../actors/llm/history.ts';
-import { AsyncQueue, abortable, type Deferred } from './async-queue.ts';
+import { AsyncQueue, type Deferred } from './async-queue.ts';
+import { untilAborted } from '../../actors/abort.ts';
 import type { SessionEventHub } from './event-hub.ts';
 import type { SessionMedia } from './media.ts';
 import { stageErrorOf } from './stage-errors.ts';
@@ -102,7 +103,7 @@ export function createStageActors(ctx: StageContext) {
           await synthesizeTurn(ctx, input, segments, sendBack, signal);
         }
         ctx.media.playout.endTurn(turn.id);
-        await abortable(ctx.media.playout.whenDrained(turn.id), signal);
+        await untilAborted(ctx.media.playout.whenDrained(turn.id), signal);
         return { type: 'TTS.DONE' };
       });
       return () => {

@@ -9,6 +9,7 @@ import type { ProviderStatus, TtsChunk, TtsProvider, TtsRequest } from '../types
 import type { EngineAudio } from '../builtin/engine.ts';
 import { synthesizeSentenceInWorker, warmUpBuiltinEngines } from '../builtin/pool.ts';
 import type { TtsLogger } from '../http.ts';
+import { untilAborted } from '../../abort.ts';
 import {
   BUILTIN_DEFAULT_VOICE,
   BUILTIN_VOICE_TABLE,
@@ -43,25 +44,6 @@ function resolveVoice(voice: string | null | undefined): BuiltinVoice {
     );
   }
   return entry;
-}
-
-/** Resolves with `work`, or rejects as soon as the signal aborts (the work itself is left to finish). */
-function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
-  signal.throwIfAborted();
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = (): void => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    work.then(
-      (value) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(value);
-      },
-      (error: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(error);
-      },
-    );
-  });
 }
 
 export function createBuiltinProvider(options: BuiltinProviderOptions = {}): TtsProvider {
