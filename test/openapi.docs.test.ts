@@ -21,6 +21,8 @@ describe('generated OpenAPI and documentation UIs', () => {
       '/health', '/healthz', '/queue/status', '/models', '/avatars', '/avatars/{avatar_id}', '/avatars/{avatar_id}/preview',
       '/sessions', '/sessions/{session_id}', '/sessions/{session_id}/start', '/sessions/{session_id}/webrtc/offer',
       '/sessions/{session_id}/events', '/sessions/{session_id}/speak', '/sessions/{session_id}/interrupt',
+      '/sessions/{session_id}/speak_audio_stream', '/sessions/{session_id}/metrics', '/avatars/custom', '/tts/preview', '/voices/clone',
+      '/sessions/{session_id}/rt-offline-bundle/{job_id}/download', '/customize/reference',
     ]) {
       expect(paths).toContain(p);
     }
@@ -57,6 +59,12 @@ describe('generated OpenAPI and documentation UIs', () => {
     expect(models.find((m: { id: string }) => m.id === 'lipsync_b')).toMatchObject({ connected: false, status: 'not_configured' });
     const queue = await json(await fetch(`${t.baseUrl}/queue/status`));
     expect(queue).toEqual({ capacity: 8, active: 0, available: 8, created: 0 });
+  });
+
+  it('answers a plain GET on the audio WebSocket path with 426 {detail}', async () => {
+    const res = await fetch(`${t.baseUrl}/sessions/00000000-0000-4000-8000-000000000000/speak_audio_stream`);
+    expect(res.status).toBe(426);
+    expect(await json(res)).toHaveProperty('detail');
   });
 
   it('answers unknown routes with 404 {detail}', async () => {

@@ -37,23 +37,28 @@ const CLOSE_INTERNAL_ERROR = 1011;
 const audioStreamRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { supervisor } = app.services;
 
-  app.get(
-    '/sessions/:session_id/speak_audio_stream',
-    {
-      websocket: true,
-      schema: {
+  app.route({
+    method: 'GET',
+    url: '/sessions/:session_id/speak_audio_stream',
+    schema: {
       tags: ['interaction'],
       summary: 'Audio input WebSocket',
       description:
-        'Upgrade to a raw WebSocket. Client → server: binary 16-bit signed little-endian mono PCM at the session sample rate ' +
-        '(any whole number of samples per frame; 20 ms recommended), text {type:"config", sample_rate?} (answered {type:"ack"}), ' +
-        '{type:"eos"} (flush, then the server closes), {type:"interrupt"}. Server → client: {type:"ack"}, ' +
-        '{type:"error", code, message} before closing on an error. The session must be started. See docs/events.md for codes.',
+        'Upgrade to a raw WebSocket (no subprotocol). Client → server: binary 16-bit signed little-endian mono PCM at the session ' +
+        'sample rate (any whole number of samples per frame; 20 ms recommended), text {type:"config", sample_rate?} (answered ' +
+        '{type:"ack"}), {type:"eos"} (flush, then the server closes), {type:"interrupt"}. Server → client: {type:"ack"}, ' +
+        '{type:"error", code, message} before closing on an error. The session must be started. Audio and video go out on WebRTC, ' +
+        'status and frame timing on SSE. A plain GET without the upgrade answers 426. See docs/events.md for error codes.',
       params: SessionIdParams,
-      response: { 101: Type.Null({ description: 'Switching protocols' }) },
+      response: {
+        101: Type.Null({ description: 'Switching Protocols: the WebSocket is open' }),
+        426: Type.Ref('ErrorBody'),
       },
     },
-    async (socket: WebSocket, request) => {
+    handler: async (_request, reply) => {
+      reply.code(426).header('upgrade', 'websocket').send({ detail: 'this endpoint is a WebSocket: send an Upgrade request' });
+    },
+    wsHandler: async (socket: WebSocket, request) => {
       const { session_id: sessionId } = request.params as { session_id: string };
       let session: Session;
       try {
@@ -67,7 +72,7 @@ const audioStreamRoutes: FastifyPluginAsyncTypebox = async (app) => {
       }
       new AudioStream(socket, session).run();
     },
-  );
+  });
 };
 
 function fail(socket: WebSocket, code: string, message: string, closeCode: number): void {
