@@ -36,10 +36,12 @@ const BACKENDS: Record<ModelType, string> = {
   rt_head: 'cpu drawn-face renderer with prosody head motion',
 };
 
-/** Tracks model availability; a renderer that failed to initialise is reported `error` until it works again. */
+/**
+ * Model availability. The bundled renderers run in-process on CPU, so they are `connected` while the service
+ * runs; a bundle they cannot prepare fails that session's creation with 502 without taking the model down.
+ * `error` is reserved for external backends that fail their health check (none is bundled in this release).
+ */
 export class ModelRegistry {
-  private readonly failures = new Map<ModelType, string>();
-
   list(): ModelInfo[] {
     return MODEL_TYPES.map((id) => this.info(id));
   }
@@ -54,21 +56,11 @@ export class ModelRegistry {
         reason: `no ${id} backend is configured; it needs a neural lip-sync server, not bundled with this release`,
       };
     }
-    const failure = this.failures.get(id);
-    if (failure) return { ...base, connected: false, status: 'error', reason: failure };
     return { ...base, connected: true, status: 'connected', reason: 'renders on CPU in worker threads' };
   }
 
   isModel(id: string): id is ModelType {
     return (MODEL_TYPES as readonly string[]).includes(id);
-  }
-
-  markFailed(id: ModelType, reason: string): void {
-    this.failures.set(id, reason);
-  }
-
-  markHealthy(id: ModelType): void {
-    this.failures.delete(id);
   }
 
   canRender(model: ModelType, avatarModelType: ModelType): boolean {

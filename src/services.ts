@@ -79,18 +79,7 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     store: sessionStore,
     catalog,
     models,
-    render: {
-      open: async (avatar, model) => {
-        try {
-          const handle = await renderPool.open(avatar, model);
-          models.markHealthy(model);
-          return handle;
-        } catch (error) {
-          models.markFailed(model, `renderer failed to start: ${(error as Error).message}`);
-          throw error;
-        }
-      },
-    },
+    render: renderPool,
     tts: (id) => tts.get(id),
     llm,
     asr,

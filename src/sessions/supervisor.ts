@@ -148,7 +148,8 @@ export class SessionSupervisor {
       renderer = await this.deps.render.open(avatar, input.model);
     } catch (error) {
       this.deps.logger.error({ model: input.model, err: errorForLog(error) }, 'renderer initialisation failed');
-      throw badGateway(`rendering backend failed during initialization: ${(error as Error).message}`);
+      // The same path-free text as the log: a filesystem error must not show the server's paths to clients.
+      throw badGateway(`rendering backend failed during initialization: ${errorForLog(error)}`);
     }
 
     const sessionId = randomUUID();
