@@ -2,6 +2,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createOpenAiAsr } from '../actors/asr/providers/openai.ts';
 import { ProviderNotConfiguredError, UpstreamError } from '../actors/tts/types.ts';
 import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstream.ts';
+import { caught } from './helpers/caught.ts';
 
 function sine(frequencyHz: number, sampleRate: number, seconds: number): Int16Array {
   const pcm = new Int16Array(Math.round(sampleRate * seconds));
@@ -9,14 +10,6 @@ function sine(frequencyHz: number, sampleRate: number, seconds: number): Int16Ar
   return pcm;
 }
 
-async function caught(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  throw new Error('expected a rejection');
-}
 
 let upstream: OpenAiUpstream;
 beforeAll(async () => {

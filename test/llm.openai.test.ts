@@ -6,6 +6,7 @@ import { SseDataDecoder } from '../actors/llm/sse.ts';
 import type { ChatMessage } from '../actors/llm/types.ts';
 import { ProviderNotConfiguredError, UpstreamError } from '../actors/tts/types.ts';
 import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstream.ts';
+import { caught } from './helpers/caught.ts';
 
 /** How long a closed client may take to be seen as closed by the server (socket teardown is async). */
 const UPSTREAM_CLOSE_WAIT_MS = 1_000;
@@ -28,14 +29,6 @@ async function waitFor(condition: () => boolean, timeoutMs: number): Promise<num
   return performance.now() - started;
 }
 
-async function caught(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  throw new Error('expected a rejection');
-}
 
 let upstream: OpenAiUpstream;
 
