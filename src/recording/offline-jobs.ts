@@ -237,8 +237,9 @@ export class OfflineJobQueue {
       log?.info({ jobId: live.job.job_id, durationMs, wallMs: Math.round(wallMs) }, 'offline bundle complete');
       await this.settle(live, 'complete', null);
     } catch (error) {
-      const message = signal.aborted ? String((signal.reason as Error)?.message ?? 'aborted') : (error as Error).message;
-      log?.warn({ jobId: live.job.job_id, err: signal.aborted ? message : errorForLog(error) }, 'offline bundle failed');
+      // The error text is shown to clients (`error`, download 409): the path-free form, as in the logs.
+      const message = signal.aborted ? String((signal.reason as Error)?.message ?? 'aborted') : errorForLog(error);
+      log?.warn({ jobId: live.job.job_id, err: message }, 'offline bundle failed');
       await fs.rm(this.partialPath(live.job.job_id), { force: true }).catch(() => undefined);
       await this.settle(live, 'failed', message);
     } finally {
