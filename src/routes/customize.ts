@@ -1,9 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Nullable, SessionIdParams, errors } from '../schemas/common.ts';
-import { badRequest } from '../errors.ts';
-import { isTtsProviderId } from '../../actors/tts/types.ts';
-import { validateVoice } from '../sessions/supervisor.ts';
+import { requireTtsProvider, validateVoice } from '../sessions/supervisor.ts';
 import type { Services } from '../services.ts';
 
 const PersonaPatch = Type.Object(
@@ -79,11 +77,7 @@ const customizeRoutes: FastifyPluginAsyncTypebox = async (app) => {
 };
 
 function checkVoice(services: Services, providerId: string, voice: string | null | undefined): void {
-  if (!isTtsProviderId(providerId)) throw badRequest(`tts_provider "${providerId}" is unknown`);
-  const provider = services.tts.get(providerId);
-  const status = provider.status();
-  if (!status.configured) throw badRequest(`tts_provider "${providerId}" is not configured: ${status.reason ?? ''}`);
-  validateVoice(provider, voice);
+  validateVoice(requireTtsProvider((id) => services.tts.get(id), providerId), voice);
 }
 
 async function applyToSession(services: Services, sessionId: string, patch: Patch) {

@@ -4,10 +4,10 @@ import type { FastifyRequest } from 'fastify';
 import { SessionIdParams, errors, EmptyBody } from '../schemas/common.ts';
 import { AudioUploadForm, ChatRequest, InterruptResponse, SpeakRequest, TranscribeForm, TranscribeResponse } from '../schemas/interaction.ts';
 import { HttpError, badRequest, conflict } from '../errors.ts';
-import { isTtsProviderId, type TtsProviderId } from '../../actors/tts/types.ts';
+import type { TtsProviderId } from '../../actors/tts/types.ts';
 import { decodeAudioToPcm16, InvalidAudioError } from '../../actors/audio/decode.ts';
 import { deferred } from '../sessions/async-queue.ts';
-import { validateVoice } from '../sessions/supervisor.ts';
+import { requireTtsProvider, validateVoice } from '../sessions/supervisor.ts';
 import type { Session } from '../sessions/session.ts';
 import type { Services } from '../services.ts';
 import { readMultipart, parseBooleanField, parseIntegerField } from './multipart.ts';
@@ -187,14 +187,11 @@ export function resolveTtsOverrides(
   body: { voice?: string | null; tts_provider?: string | null; tts_model?: string | null },
 ): { voice: string | null; ttsProvider: TtsProviderId; ttsModel: string | null } {
   const providerId = body.tts_provider ?? session.stored.tts_provider;
-  if (!isTtsProviderId(providerId)) throw badRequest(`tts_provider "${providerId}" is unknown`);
-  const provider = services.tts.get(providerId);
-  const status = provider.status();
-  if (!status.configured) throw badRequest(`tts_provider "${providerId}" is not configured: ${status.reason ?? ''}`);
+  const provider = requireTtsProvider((id) => services.tts.get(id), providerId);
   // A voice belongs to its provider: switching provider without a voice uses that provider's default.
   const voice = body.voice ?? (body.tts_provider && body.tts_provider !== session.stored.tts_provider ? null : session.stored.tts_voice);
   validateVoice(provider, voice);
-  return { voice, ttsProvider: providerId, ttsModel: body.tts_model ?? session.stored.tts_model ?? null };
+  return { voice, ttsProvider: provider.id, ttsModel: body.tts_model ?? session.stored.tts_model ?? null };
 }
 
 async function readAudioForm(request: FastifyRequest): Promise<{ data: Buffer; fields: Record<string, string> }> {

@@ -2,10 +2,9 @@ import { createReadStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { isTtsProviderId } from '../../actors/tts/types.ts';
 import { SessionIdParams, errors } from '../schemas/common.ts';
 import { HttpError, badRequest, conflict, notFound } from '../errors.ts';
-import { validateVoice } from '../sessions/supervisor.ts';
+import { assertTtsProviderId, requireTtsProvider, validateVoice } from '../sessions/supervisor.ts';
 import { InvalidSegmentError, OFFLINE_LIMITS, OfflineBundleRequest, prepareSegments, segmentsOf } from '../recording/offline-input.ts';
 import { QueueFullError } from '../recording/offline-jobs.ts';
 import type { StoredJob } from '../store/jobs.ts';
@@ -68,14 +67,11 @@ const offlineRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const segments = segmentsOf(body);
       if (typeof segments === 'string') throw badRequest(segments);
       const providerId = body.tts_provider ?? session.tts_provider;
-      if (!isTtsProviderId(providerId)) throw badRequest(`tts_provider "${providerId}" is unknown`);
+      assertTtsProviderId(providerId);
       const needsTts = segments.some((segment) => 'text' in segment);
       const voice = body.voice !== undefined ? body.voice : body.tts_provider ? null : session.tts_voice;
       if (needsTts) {
-        const provider = tts.get(providerId);
-        const providerStatus = provider.status();
-        if (!providerStatus.configured) throw badRequest(`tts_provider "${providerId}" is not configured: ${providerStatus.reason ?? ''}`);
-        validateVoice(provider, voice);
+        validateVoice(requireTtsProvider((id) => tts.get(id), providerId), voice);
       }
       let prepared;
       try {

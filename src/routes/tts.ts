@@ -3,8 +3,8 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply } from 'fastify';
 import { errors, Nullable } from '../schemas/common.ts';
 import { badGateway, badRequest } from '../errors.ts';
-import { validateVoice } from '../sessions/supervisor.ts';
-import { isTtsProviderId, TTS_PROVIDER_IDS, type TtsProviderId } from '../../actors/tts/types.ts';
+import { requireTtsProvider, validateVoice } from '../sessions/supervisor.ts';
+import { TTS_PROVIDER_IDS, type TtsProviderId } from '../../actors/tts/types.ts';
 import { encodeWav } from '../../actors/audio/wav.ts';
 import { resamplePcm16 } from '../../actors/audio/resample.ts';
 import type { Services } from '../services.ts';
@@ -101,17 +101,14 @@ export async function resolvePreview(services: Services, body: PreviewBody): Pro
   const defaults = await services.defaults.get();
   const defaultProvider = defaults.ttsProvider ?? services.config.ttsDefaultProvider;
   const providerId = requestedProvider ?? defaultProvider;
-  if (!isTtsProviderId(providerId)) throw badRequest(`tts_provider "${providerId}" is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
-  const provider = services.tts.get(providerId);
-  const status = provider.status();
-  if (!status.configured) throw badRequest(`tts_provider "${providerId}" is not configured: ${status.reason ?? ''}`);
+  const provider = requireTtsProvider((id) => services.tts.get(id), providerId);
 
   // A default voice/model belongs to the default provider; another provider starts from its own defaults.
   const sameAsDefault = providerId === defaultProvider;
   const voice = body.voice ?? (sameAsDefault ? (defaults.ttsVoice !== undefined ? defaults.ttsVoice : services.config.ttsDefaultVoice) : null) ?? null;
   const model = requestedModel ?? (sameAsDefault ? (defaults.ttsModel ?? null) : null);
   validateVoice(provider, voice);
-  return { text, providerId, voice, model };
+  return { text, providerId: provider.id, voice, model };
 }
 
 function pickAlias(current: string | null | undefined, legacy: string | null | undefined, name: string, legacyName: string): string | null {

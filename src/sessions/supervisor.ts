@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { ModelType } from '../../actors/render/types.ts';
 import type { TtsProvider, TtsProviderId } from '../../actors/tts/types.ts';
-import { isTtsProviderId } from '../../actors/tts/types.ts';
+import { isTtsProviderId, TTS_PROVIDER_IDS } from '../../actors/tts/types.ts';
 import type { LlmProvider } from '../../actors/llm/types.ts';
 import type { AsrProvider } from '../../actors/asr/types.ts';
 import { ConversationHistory } from '../../actors/llm/history.ts';
@@ -136,10 +136,7 @@ export class SessionSupervisor {
     }
     const defaults = await this.deps.defaults();
     const providerId = input.tts_provider ?? defaults.ttsProvider ?? config.ttsDefaultProvider;
-    if (!isTtsProviderId(providerId)) throw badRequest(`tts_provider "${providerId}" is unknown`);
-    const provider = this.deps.tts(providerId);
-    const providerStatus = provider.status();
-    if (!providerStatus.configured) throw badRequest(`tts_provider "${providerId}" is not configured: ${providerStatus.reason ?? ''}`);
+    const provider = requireTtsProvider(this.deps.tts, providerId);
     const voice = input.tts_voice ?? (input.tts_provider ? null : (defaults.ttsVoice ?? config.ttsDefaultVoice));
     validateVoice(provider, voice);
 
@@ -284,6 +281,20 @@ export class SessionSupervisor {
       this.deps.logger.warn({ err: errorForLog(error) }, 'tombstone sweep failed');
     }
   }
+}
+
+/** A known provider id, or the 400 every route gives for an unknown one. */
+export function assertTtsProviderId(providerId: string): asserts providerId is TtsProviderId {
+  if (!isTtsProviderId(providerId)) throw badRequest(`tts_provider "${providerId}" is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
+}
+
+/** The provider for an id a client chose: unknown or not configured is a 400 naming what to set, never a silent fallback. */
+export function requireTtsProvider(lookup: (id: TtsProviderId) => TtsProvider, providerId: string): TtsProvider {
+  assertTtsProviderId(providerId);
+  const provider = lookup(providerId);
+  const status = provider.status();
+  if (!status.configured) throw badRequest(`tts_provider "${providerId}" is not configured: ${status.reason ?? ''}`);
+  return provider;
 }
 
 export function validateVoice(provider: TtsProvider, voice: string | null | undefined): void {
