@@ -2,6 +2,7 @@
  * Shared pieces of the conversation/audio-input end-to-end tests: a started session with a real wrtc
  * receiver and SSE client attached, tone generators, and SSE turn summaries.
  */
+import { expect } from 'vitest';
 import { json, post, type TestApp } from './app.ts';
 import { ReceivingPeer } from './peer.ts';
 import { SseClient, type SseEvent } from './sse.ts';
@@ -119,4 +120,17 @@ export async function eventually(predicate: () => boolean, timeoutMs: number, st
     await sleep(stepMs);
   }
   return true;
+}
+
+/**
+ * Spec 6.1 rule 1 on a turn's event labels (see `labels`): each stage of `chain` first appears before the
+ * next one does, the last frame precedes the final idle, and the turn ends with `status:idle`.
+ */
+export function expectCausalOrder(kinds: string[], chain: string[]): void {
+  for (let i = 1; i < chain.length; i++) {
+    expect(kinds.indexOf(chain[i - 1]), `${chain[i - 1]} present`).toBeGreaterThanOrEqual(0);
+    expect(kinds.indexOf(chain[i - 1]), `${chain[i - 1]} before ${chain[i]}`).toBeLessThan(kinds.indexOf(chain[i]));
+  }
+  expect(kinds.lastIndexOf('frame')).toBeLessThan(kinds.lastIndexOf('status:idle'));
+  expect(kinds.at(-1)).toBe('status:idle');
 }
