@@ -1,5 +1,6 @@
 // Runs in the page: WebRTC receive, audio onset detection, timecode reading of presented frames.
 // Plain JavaScript on purpose: the bench's TypeScript loader would inject helpers the page lacks.
+// eslint-disable-next-line @typescript-eslint/no-unused-vars -- read as source text and sent to the page
 async function pageScript({ base, sessionId }) {
   const bench = { frames: [], onsets: [] };
   window.bench = bench;

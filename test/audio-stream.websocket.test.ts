@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { post, startTestApp, type TestApp } from './helpers/app.ts';
-import { AUDIBLE_RMS, eventually, labels, openSession, pcmBytes, sleep, tone, waitForSilence, type LiveSession } from './helpers/conversation.ts';
+import { AUDIBLE_RMS, labels, openSession, pcmBytes, sleep, tone, waitForSilence, type LiveSession } from './helpers/conversation.ts';
 import { AudioStreamClient, framesOf, streamPcm, kernelQueuedBytes } from './helpers/ws-audio.ts';
 import { PLAYOUT_HIGH_WATER_MS } from '../actors/media/playout.ts';
 

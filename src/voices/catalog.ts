@@ -30,7 +30,6 @@ export interface VoiceEntryInternals {
 export type StoredVoiceEntry = VoiceEntry & VoiceEntryInternals;
 export type NewVoiceEntry = Omit<VoiceEntry, 'id'> & Partial<VoiceEntryInternals>;
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type VoiceCatalogDb = AbstractLevel<any, string, any>;
 
 const COUNTER_KEY = 'counter';

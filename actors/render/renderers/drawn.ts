@@ -122,7 +122,7 @@ export abstract class DrawnRenderer implements Renderer {
     this.mouthLayers.clear();
     this.eyelidLayers.clear();
 
-    const [background, head, atlas, ...bodies] = await Promise.all([
+    const [background, head, , ...bodies] = await Promise.all([
       rasteriseSvg(backgroundSvg(params, geometry)),
       rasteriseSvg(headSvg(params, geometry)),
       this.renderAtlas(params, geometry),
