@@ -3,7 +3,7 @@ import { closeFaceDetector } from '../actors/faces/detector.ts';
 import { startTestApp, type TestApp } from '../test/helpers/app.ts';
 import { round } from './stats.ts';
 
-const FIXTURE = '/work/shared/fixtures/portrait-astronaut.png';
+import { PORTRAIT_FIXTURE as FIXTURE } from '../test/helpers/fixtures.ts';
 /** Warm runs averaged; each costs ~1 s on the 2-core target, so a handful gives a stable figure. */
 const WARM_RUNS = 3;
 

@@ -16,7 +16,7 @@ import {
 } from '../src/catalog/custom-avatar.ts';
 import { isValidAvatarId } from '../src/catalog/slug.ts';
 
-const FIXTURE = '/work/shared/fixtures/portrait-astronaut.png';
+import { PORTRAIT_FIXTURE as FIXTURE } from './helpers/fixtures.ts';
 /** Where a person marks the astronaut's mouth in the 512×512 fixture. */
 const EXPECTED_MOUTH = { x: 222, y: 145 };
 const MOUTH_TOLERANCE_PX = 12;

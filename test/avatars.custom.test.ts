@@ -8,7 +8,7 @@ import { json, makeAvatarBundle, post, startTestApp, type TestApp } from './help
 import { ReceivingPeer, lumaDiff } from './helpers/peer.ts';
 import { SseClient } from './helpers/sse.ts';
 
-const FIXTURE = '/work/shared/fixtures/portrait-astronaut.png';
+import { PORTRAIT_FIXTURE as FIXTURE } from './helpers/fixtures.ts';
 const EXPECTED_MOUTH = { x: 222, y: 145 };
 const MOUTH_TOLERANCE_PX = 12;
 const TEN_MB = 10 * 1024 * 1024;

@@ -5,7 +5,7 @@ import { closeFaceDetector, detectMouth } from '../actors/faces/detector.ts';
 import { MIN_FACE_SCORE, toMouthDetection, transformAnimation } from '../actors/faces/landmarks.ts';
 import type { RawFace } from '../actors/faces/types.ts';
 
-const FIXTURE = '/work/shared/fixtures/portrait-astronaut.png';
+import { PORTRAIT_FIXTURE as FIXTURE } from './helpers/fixtures.ts';
 /** Where a person marks the astronaut's mouth in the 512×512 fixture. */
 const EXPECTED_MOUTH = { x: 222, y: 145 };
 const MOUTH_TOLERANCE_PX = 12;

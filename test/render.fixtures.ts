@@ -7,7 +7,9 @@ import type { AvatarManifest, AvatarSource, FrameRequest, I420Frame, ModelType, 
 import { CLOSED_MOUTH } from '../actors/render/types.ts';
 import { i420ToRgba } from '../actors/render/i420.ts';
 
-export const PORTRAIT = '/work/shared/fixtures/portrait-astronaut.png';
+import { PORTRAIT_FIXTURE } from './helpers/fixtures.ts';
+
+export const PORTRAIT = PORTRAIT_FIXTURE;
 
 function ellipse(cx: number, cy: number, rx: number, ry: number, count: number) {
   return Array.from({ length: count }, (_, i) => {

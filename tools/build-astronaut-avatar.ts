@@ -1,6 +1,6 @@
 /**
  * Builds the built-in `astronaut` lipsync avatar from the public-domain NASA portrait
- * (`/work/shared/fixtures/portrait-astronaut.png`, or the path given as the first argument): the photo as
+ * (`test/fixtures/portrait-astronaut.png`, or the path given as the first argument): the photo as
  * the RGB bundle frame and preview, and `metadata.animation` from the face-landmark detector.
  *
  *   npx tsx tools/build-astronaut-avatar.ts [portrait.png] [avatars-dir]
@@ -12,7 +12,7 @@ import { preparePortrait } from '../actors/faces/portrait.ts';
 import type { AvatarManifest } from '../actors/render/types.ts';
 import { validateManifest } from '../src/catalog/manifest.ts';
 
-const DEFAULT_PORTRAIT = '/work/shared/fixtures/portrait-astronaut.png';
+const DEFAULT_PORTRAIT = path.resolve(import.meta.dirname, '..', 'test', 'fixtures', 'portrait-astronaut.png');
 const DEFAULT_AVATARS_DIR = path.resolve(import.meta.dirname, '..', 'avatars');
 const SIZE = 512;
 
