@@ -1,0 +1,44 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+
+/** What a process holds, read from Linux `/proc/<pid>`: the figures a leak test compares. */
+export interface ProcessStats {
+  /** Entries of `/proc/<pid>/fd`: files, sockets, pipes, eventfds. */
+  openFds: number;
+  /** VmRSS of `/proc/<pid>/status`, in KiB. */
+  rssKiB: number;
+  /** Threads of `/proc/<pid>/status` (render workers, libuv pool, wrtc). */
+  threads: number;
+}
+
+export async function processStats(pid: number): Promise<ProcessStats> {
+  const [fds, status] = await Promise.all([fs.readdir(`/proc/${pid}/fd`), fs.readFile(`/proc/${pid}/status`, 'utf8')]);
+  const field = (name: string): number => {
+    const match = new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(status);
+    if (!match) throw new Error(`/proc/${pid}/status has no ${name}`);
+    return Number(match[1]);
+  };
+  return { openFds: fds.length, rssKiB: field('VmRSS'), threads: field('Threads') };
+}
+
+/** The fd targets of a process grouped by kind (`socket`, `pipe`, `anon_inode:[eventfd]`, or the file's directory), for a leak's diagnosis. */
+export async function fdKinds(pid: number): Promise<Record<string, number>> {
+  const kinds: Record<string, number> = {};
+  for (const fd of await fs.readdir(`/proc/${pid}/fd`)) {
+    let target: string;
+    try {
+      target = await fs.readlink(`/proc/${pid}/fd/${fd}`);
+    } catch {
+      continue; // closed between readdir and readlink
+    }
+    const kind = /^(socket|pipe):/.exec(target)?.[1] ?? (target.startsWith('/') ? `file ${path.basename(path.dirname(target))}/` : target);
+    kinds[kind] = (kinds[kind] ?? 0) + 1;
+  }
+  return kinds;
+}
+
+/** Every file and directory under `dir` (relative paths), e.g. a child's private TMPDIR. */
+export async function entriesUnder(dir: string): Promise<string[]> {
+  const entries = await fs.readdir(dir, { recursive: true });
+  return entries.map(String).sort();
+}
