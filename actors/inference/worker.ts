@@ -1,0 +1,78 @@
+/**
+ * Piscina inference worker: one onnxruntime `InferenceSession` per model per worker thread, created on the
+ * first batch for that model and kept for the worker's life; each task is one batched `run`. Results go
+ * back as transferred buffers.
+ */
+import { performance } from 'node:perf_hooks';
+import { workerData } from 'node:worker_threads';
+import * as ort from 'onnxruntime-node';
+import { move, transferableSymbol, valueSymbol } from 'piscina';
+import type { ExecutionProviderName } from './models.ts';
+import type { TensorArray, TensorData, TensorMap, TensorType } from './tensors.ts';
+
+export interface InferenceWorkerData {
+  /** onnxruntime intra-op threads per session; the pool already runs one worker per core. */
+  intraOpThreads: number;
+}
+
+export interface InferenceTask {
+  /** `load` only creates the session (warm-up); `run` runs one batch. */
+  op: 'load' | 'run';
+  modelKey: string;
+  file: string;
+  executionProviders: readonly ExecutionProviderName[];
+  /** Batched inputs plus the model's constants. */
+  inputs: TensorMap;
+  outputNames: readonly string[];
+}
+
+export interface InferenceTaskResult {
+  outputs: TensorMap;
+  /** Time inside `session.run`, excluding messaging and batching. */
+  runMs: number;
+}
+
+const { intraOpThreads } = workerData as InferenceWorkerData;
+const sessions = new Map<string, Promise<ort.InferenceSession>>();
+
+function sessionFor(task: InferenceTask): Promise<ort.InferenceSession> {
+  const cacheKey = `${task.modelKey}|${task.file}|${task.executionProviders.join(',')}`;
+  let session = sessions.get(cacheKey);
+  if (!session) {
+    session = ort.InferenceSession.create(task.file, {
+      executionProviders: [...task.executionProviders],
+      intraOpNumThreads: intraOpThreads,
+      interOpNumThreads: 1,
+      executionMode: 'sequential',
+      graphOptimizationLevel: 'all',
+    });
+    // A failed load (missing file, unavailable provider) must not poison later batches.
+    session.catch(() => sessions.delete(cacheKey));
+    sessions.set(cacheKey, session);
+  }
+  return session;
+}
+
+function toPlain(value: ort.Tensor): TensorData {
+  const type = value.type as TensorType;
+  // Copied into a buffer of our own: the transfer list may only hold plain, detachable ArrayBuffers.
+  const data = (value.data as TensorArray).slice();
+  return { type, data, dims: [...value.dims] };
+}
+
+export default async function runInferenceTask(task: InferenceTask) {
+  const session = await sessionFor(task);
+  if (task.op === 'load') return { outputs: {}, runMs: 0 } satisfies InferenceTaskResult;
+  const feeds: Record<string, ort.Tensor> = {};
+  for (const [name, input] of Object.entries(task.inputs)) feeds[name] = new ort.Tensor(input.type, input.data, input.dims);
+  const started = performance.now();
+  const results = await session.run(feeds, [...task.outputNames]);
+  const runMs = performance.now() - started;
+  const outputs: TensorMap = {};
+  for (const name of task.outputNames) outputs[name] = toPlain(results[name]);
+  const result: InferenceTaskResult = { outputs, runMs };
+  return move({
+    [transferableSymbol]: Object.values(outputs).map((output) => output.data.buffer),
+    [valueSymbol]: result,
+  });
+}
