@@ -23,6 +23,8 @@ export interface ServiceConfig {
   maxPendingSessions: number;
   /** A created session not started within this is terminated. */
   startTimeoutMs: number;
+  /** A started session without any consumer (SSE, WebRTC peer, audio WebSocket, recording, job, REST call) this long is terminated; 0 = never. */
+  orphanTimeoutMs: number;
   logLevel: string;
   sampleRate: number;
   iceServers: Array<{ urls: string | string[]; username?: string; credential?: string }>;
@@ -135,6 +137,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     maxSessions: integer('SERVICE_MAX_SESSIONS', 8, 1, 10_000),
     maxPendingSessions: integer('SERVICE_MAX_PENDING_SESSIONS', 16, 1, 10_000),
     startTimeoutMs: integer('SERVICE_START_TIMEOUT_MS', 600_000, 1_000, 24 * 3600 * 1000),
+    orphanTimeoutMs: integer('SERVICE_ORPHAN_TIMEOUT_S', 60, 0, 24 * 3600) * 1000,
     logLevel,
     sampleRate: integer('SERVICE_SAMPLE_RATE', 16000, 8000, 48000),
     iceServers,

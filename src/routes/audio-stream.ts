@@ -70,6 +70,7 @@ const audioStreamRoutes: FastifyPluginAsyncTypebox = async (app) => {
       if (session.state !== 'running') {
         return fail(socket, 'session_not_started', `session is ${session.state}; start it before streaming audio`, CLOSE_POLICY);
       }
+      if (socket.readyState === socket.OPEN) socket.once('close', session.consumers.hold('audio_ws'));
       new AudioStream(socket, session).run();
     },
   });

@@ -31,7 +31,12 @@ const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
       });
       res.flushHeaders();
       res.write(': connected\n\n');
-      session.events.attach(res, () => request.log.debug('sse consumer detached'));
+      // A subscriber keeps the session from being reaped as orphaned until its stream closes.
+      const release = session.consumers.hold('sse');
+      session.events.attach(res, () => {
+        release();
+        request.log.debug('sse consumer detached');
+      });
     },
   });
 };

@@ -40,9 +40,48 @@ const SessionMetricsBody = Type.Object(
   { $id: 'SessionMetrics' },
 );
 
+const ServiceMetricsBody = Type.Object(
+  {
+    sessions: Type.Object({
+      live: Type.Integer({ description: 'Sessions not terminated' }),
+      pending: Type.Integer({ description: 'Created but not started, plus creations in progress' }),
+      pending_capacity: Type.Integer({ description: 'SERVICE_MAX_PENDING_SESSIONS' }),
+      active: Type.Integer({ description: 'Running or paused' }),
+      capacity: Type.Integer({ description: 'SERVICE_MAX_SESSIONS' }),
+    }),
+    sessions_terminated_total: Type.Object(
+      {
+        orphaned: Type.Integer({ description: 'Started sessions without any consumer for SERVICE_ORPHAN_TIMEOUT_S' }),
+        not_started_in_time: Type.Integer({ description: 'Created sessions not started within SERVICE_START_TIMEOUT_MS' }),
+      },
+      { description: 'Sessions the service terminated by itself since it started' },
+    ),
+  },
+  { $id: 'ServiceMetrics' },
+);
+
 /** Latency and media health of a live session, so deployments can measure what their users get. */
 const metricsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { supervisor, config } = app.services;
+  app.get('/metrics', {
+    schema: {
+      tags: ['health'],
+      summary: 'Service-wide session counters',
+      description: 'Session slots in use and sessions the service ended by itself (orphaned, not started in time) since it started.',
+      response: { 200: ServiceMetricsBody },
+    },
+    handler: async () => ({
+      sessions: {
+        live: supervisor.liveCount,
+        pending: supervisor.pendingCount,
+        pending_capacity: supervisor.pendingCapacity,
+        active: supervisor.activeCount,
+        capacity: supervisor.capacity,
+      },
+      sessions_terminated_total: { ...supervisor.terminations },
+    }),
+  });
+
   app.get('/sessions/:session_id/metrics', {
     schema: {
       tags: ['sessions'],

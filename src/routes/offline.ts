@@ -90,6 +90,7 @@ const offlineRoutes: FastifyPluginAsyncTypebox = async (app) => {
           ttsModel: body.tts_model ?? null,
           segments: prepared,
         });
+        void jobs.whenSettled(job.job_id).then(supervisor.liveSession(session.session_id)?.consumers.hold('offline_job'));
         return { job_id: job.job_id, status: 'pending' as const };
       } catch (error) {
         if (error instanceof QueueFullError) throw new HttpError(503, error.message, { 'retry-after': '30' });

@@ -43,6 +43,7 @@ const recordingRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     handler: async (request) => {
       const session = await supervisor.requireSession(request.params.session_id);
+      session.consumers.watch('recording', () => recordings.isRecording(session.id));
       try {
         return await recordings.start(session.id, session.media, (finalise) => {
           session.actor.on('session.terminated', finalise);

@@ -16,8 +16,9 @@ const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Create a session',
       description:
         '400 when avatar_id does not exist, the model is not connected, the model cannot render that avatar, or tts_provider/tts_voice is unknown; ' +
-        '502 when the rendering backend or an upstream fails during initialization; 503 with Retry-After when ' +
-        'SERVICE_MAX_PENDING_SESSIONS sessions are waiting unstarted. A session not started within SERVICE_START_TIMEOUT_MS is terminated.',
+        '502 when the rendering backend or an upstream fails during initialization; 503 {detail} with Retry-After when ' +
+        'SERVICE_MAX_PENDING_SESSIONS sessions are waiting unstarted (creations in progress count too). A created session renders and ' +
+        'sends nothing until it is started; one not started within SERVICE_START_TIMEOUT_MS is terminated.',
       body: CreateSessionRequest,
       response: { 200: CreateSessionResponse, ...errors(400, 502, 503) },
     },
@@ -42,7 +43,11 @@ const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       tags: ['sessions'],
       summary: 'Start a session',
-      description: 'Once per session. 409 when already running, paused or terminated; 503 with Retry-After when SERVICE_MAX_SESSIONS sessions are active.',
+      description:
+        'Once per session; starts the media clock (frames and audio flow from here). 409 when already running, paused or terminated; ' +
+        '503 {detail} with Retry-After when SERVICE_MAX_SESSIONS sessions are active. A started session with no consumer (connected ' +
+        'WebRTC peer, SSE subscriber, audio WebSocket, recording, offline job, REST call) for SERVICE_ORPHAN_TIMEOUT_S is terminated ' +
+        '(reason `orphaned`).',
       params: SessionIdParams,
       response: { 200: StatusOnly('running'), ...errors(404, 409, 503) },
     },

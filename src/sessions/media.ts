@@ -6,7 +6,8 @@ import type { SessionEventHub } from './event-hub.ts';
 /**
  * A session's media: the playout clock feeding the WebRTC output, plus frame events for the SSE
  * stream. Recording taps the same clock (`playout.on('audio' | 'video')`), so a recording is exactly what
- * a viewer gets.
+ * a viewer gets. The clock stays still until `start()` (the session's start): a created session renders
+ * nothing and sends nothing, however many are waiting.
  */
 export class SessionMedia {
   readonly playout: PlayoutClock;
@@ -26,6 +27,11 @@ export class SessionMedia {
     this.playout.on('audio', (samples, rate) => this.output.pushAudio(samples, rate));
     this.playout.on('video', (frame) => this.output.pushVideo(frame));
     this.playout.on('frame', ({ frameIdx, ptsMs }) => events.publish('frame', { frame_idx: frameIdx, pts_ms: ptsMs }));
+  }
+
+  /** Starts the media clock (idempotent; a no-op once closed). */
+  start(): void {
+    if (this.closed) return;
     this.playout.start();
   }
 

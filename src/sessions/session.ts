@@ -14,6 +14,7 @@ import type { StoredSession } from '../store/sessions.ts';
 import { SessionEventHub } from './event-hub.ts';
 import type { SessionMedia } from './media.ts';
 import { createStageActors, type StageContext } from './stage-actors.ts';
+import { SessionConsumers } from './consumers.ts';
 
 /** Bound on how long `close` waits for the machine to reach `terminated` before giving up on it. */
 const TERMINATE_WAIT_MS = 2_000;
@@ -24,6 +25,8 @@ const TERMINATE_WAIT_MS = 2_000;
  */
 export class Session {
   readonly actor: SessionActor;
+  /** Who is using the session; a started session without any for `SERVICE_ORPHAN_TIMEOUT_S` is reaped. */
+  readonly consumers = new SessionConsumers();
   private closed = false;
   private readonly terminated: Promise<void>;
 
@@ -45,6 +48,8 @@ export class Session {
         systemPrompt: stored.llm_system_prompt ?? '',
       },
     });
+    // A peer counts while its connection is up: disconnected, failed or closed is a viewer gone.
+    this.consumers.watch('webrtc', () => media.output.connected);
     events.listen((event) => stage.metrics.observe(event));
     media.playout.on('turnStarted', (turnId) => stage.metrics.mark(turnId, 'first_sample_sent_ms'));
     this.actor.on('status', ({ stage: s, message }) => events.publish('status', message ? { stage: s, message } : { stage: s }));

@@ -25,6 +25,16 @@ export const HISTORY_MAX_TURNS = 12;
 export const HISTORY_MAX_CHARS = 12_000;
 /** How often expired tombstones are swept from LevelDB. */
 const TOMBSTONE_SWEEP_MS = 60_000;
+/** Retry-After of a full cap: a slot frees whenever a session starts, ends or expires, so a few seconds is a fair guess. */
+const CAPACITY_RETRY_AFTER_S = 5;
+/**
+ * Orphan checks run every quarter of SERVICE_ORPHAN_TIMEOUT_S (so a session is reaped at most 25 % late),
+ * but at least this often: a watched consumer (a peer connection) is only seen at a check.
+ */
+const ORPHAN_CHECK_MAX_MS = 5_000;
+/** Tombstone reasons the service counts (`GET /metrics`). */
+export const ORPHANED = 'orphaned';
+export const NOT_STARTED_IN_TIME = 'not started in time';
 
 export interface RenderOpener {
   open(avatar: CatalogEntry, model: ModelType): Promise<FrameRenderer & { close(): void }>;
@@ -53,14 +63,27 @@ export interface CreateSessionInput {
   lipsync_postprocess_mode?: string | null;
 }
 
+/** Sessions terminated since the service started, by the reasons it decides itself. */
+export interface TerminationCounters {
+  orphaned: number;
+  not_started_in_time: number;
+}
+
 /**
  * Owns every live session (one supervised actor each) and the tombstones of terminated ones.
- * Creation validates against the catalog and models; start enforces `SERVICE_MAX_SESSIONS`.
+ * Admission: `create` takes a pending slot (`SERVICE_MAX_PENDING_SESSIONS`) and `start` an active one
+ * (`SERVICE_MAX_SESSIONS`), each in one synchronous step before any `await`, so no interleaving of
+ * concurrent requests can exceed either cap. Started sessions nobody uses are reaped (`SERVICE_ORPHAN_TIMEOUT_S`).
  */
 export class SessionSupervisor {
   private readonly live = new Map<string, Session>();
+  /** `POST /sessions` calls past admission but not yet live: they hold pending slots. */
+  private creating = 0;
   private sweepTimer: NodeJS.Timeout | null = null;
+  /** Runs only while some session is started (a created session costs no timer but its start timeout). */
+  private orphanTimer: NodeJS.Timeout | null = null;
   private closed = false;
+  readonly terminations: TerminationCounters = { orphaned: 0, not_started_in_time: 0 };
 
   constructor(private readonly deps: SupervisorDeps) {}
 
@@ -90,6 +113,17 @@ export class SessionSupervisor {
     return this.live.size;
   }
 
+  /** Sessions created but not started, plus creations in flight: what SERVICE_MAX_PENDING_SESSIONS bounds. */
+  get pendingCount(): number {
+    let count = this.creating;
+    for (const session of this.live.values()) if (session.state === 'created') count++;
+    return count;
+  }
+
+  get pendingCapacity(): number {
+    return this.deps.config.maxPendingSessions;
+  }
+
   get capacity(): number {
     return this.deps.config.maxSessions;
   }
@@ -98,10 +132,13 @@ export class SessionSupervisor {
     return this.live.get(sessionId);
   }
 
-  /** A live session or 404; tombstones answer 409 through `requireLiveOrConflict`. */
+  /** A live session or 404; tombstones answer 409. Every REST call on a session passes here and counts as activity. */
   async requireSession(sessionId: string): Promise<Session> {
     const session = this.live.get(sessionId);
-    if (session) return session;
+    if (session) {
+      session.consumers.touch();
+      return session;
+    }
     const stored = await this.deps.store.get(sessionId);
     if (stored) throw conflict('session is terminated');
     throw notFound('session not found');
@@ -109,20 +146,42 @@ export class SessionSupervisor {
 
   async describe(sessionId: string): Promise<StoredSession & { pipeline: string }> {
     const session = this.live.get(sessionId);
-    if (session) return { ...session.stored, state: session.state, pipeline: session.pipelineStage };
+    if (session) {
+      session.consumers.touch();
+      return { ...session.stored, state: session.state, pipeline: session.pipelineStage };
+    }
     const stored = await this.deps.store.get(sessionId);
     if (!stored) throw notFound('session not found');
     return { ...stored, pipeline: 'idle' };
   }
 
   async create(input: CreateSessionInput): Promise<Session> {
-    const { catalog, models, config } = this.deps;
-    // Each created session holds a renderer and a media clock; unstarted ones must not pile up without bound.
-    if (this.liveCount - this.activeCount >= config.maxPendingSessions) {
+    const { config } = this.deps;
+    // Each created session holds a renderer; unstarted ones must not pile up without bound. The slot is
+    // taken here, before the first await, and handed over when the session goes live (or given back on failure).
+    if (this.closed) throw new HttpError(503, 'service is shutting down', { 'retry-after': String(CAPACITY_RETRY_AFTER_S) });
+    if (this.pendingCount >= config.maxPendingSessions) {
       throw new HttpError(503, `too many sessions created but not started (${config.maxPendingSessions}); start or delete some, or retry later`, {
-        'retry-after': '5',
+        'retry-after': String(CAPACITY_RETRY_AFTER_S),
       });
     }
+    this.creating++;
+    let reserved = true;
+    const release = () => {
+      if (!reserved) return;
+      reserved = false;
+      this.creating--;
+    };
+    try {
+      return await this.createReserved(input, release);
+    } finally {
+      release();
+    }
+  }
+
+  /** `create` past admission; calls `release` in the same synchronous step that makes the session live. */
+  private async createReserved(input: CreateSessionInput, release: () => void): Promise<Session> {
+    const { catalog, models, config } = this.deps;
     const avatar = await catalog.get(input.avatar_id);
     if (!avatar) throw badRequest(`avatar_id "${input.avatar_id}" does not exist`);
     if (!models.isModel(input.model)) throw badRequest(`model "${input.model}" is not in the model list`);
@@ -185,11 +244,14 @@ export class SessionSupervisor {
     const session = new Session(stored, events, media, stage, logger);
     try {
       await this.deps.store.put(stored);
+      // Shut down while this one was being set up: closeAll has already run, so nobody would close it.
+      if (this.closed) throw new HttpError(503, 'service is shutting down', { 'retry-after': String(CAPACITY_RETRY_AFTER_S) });
     } catch (error) {
       await session.close();
       throw error;
     }
     this.live.set(sessionId, session);
+    release();
     // An unrecoverable stage error terminates the machine by itself; keep the tombstone rules the same.
     session.actor.on('session.terminated', () =>
       setImmediate(() =>
@@ -201,8 +263,9 @@ export class SessionSupervisor {
     );
     // A session nobody starts is an abandoned one: release it after the documented time.
     const startTimer = setTimeout(() => {
-      if (session.state !== 'created') return;
-      this.terminate(sessionId, 'not started in time').catch((error: unknown) =>
+      if (session.state !== 'created' || !this.live.has(sessionId)) return;
+      this.terminations.not_started_in_time++;
+      this.terminate(sessionId, NOT_STARTED_IN_TIME).catch((error: unknown) =>
         logger.error({ err: errorForLog(error) }, 'unstarted session not reaped'),
       );
     }, config.startTimeoutMs);
@@ -214,15 +277,20 @@ export class SessionSupervisor {
 
   async start(sessionId: string): Promise<void> {
     const session = await this.requireSession(sessionId);
+    // From here to START is one synchronous step: the session counts as active the moment it passes the
+    // check, so concurrent starts of different sessions cannot together exceed SERVICE_MAX_SESSIONS.
     if (session.state !== 'created') throw conflict(`session is already ${session.state}`);
     if (this.activeCount >= this.deps.config.maxSessions) {
       throw new HttpError(503, `session capacity reached (${this.deps.config.maxSessions} active); retry later`, {
-        'retry-after': '5',
+        'retry-after': String(CAPACITY_RETRY_AFTER_S),
       });
     }
     session.send({ type: 'START' });
-    await this.persistState(session);
+    // Only now does the session cost anything: the media clock ticks and frames are rendered.
+    session.media.start();
+    this.watchForOrphans();
     session.logger.info('session started');
+    await this.persistState(session);
   }
 
   async pause(sessionId: string): Promise<void> {
@@ -266,7 +334,39 @@ export class SessionSupervisor {
     if (this.closed) return;
     this.closed = true;
     if (this.sweepTimer) clearInterval(this.sweepTimer);
+    if (this.orphanTimer) clearInterval(this.orphanTimer);
+    this.orphanTimer = null;
     await Promise.all([...this.live.keys()].map((id) => this.terminate(id, 'service shutting down')));
+  }
+
+  /** Starts the orphan check if it is enabled and not running; it stops itself when no session is started. */
+  private watchForOrphans(): void {
+    const timeoutMs = this.deps.config.orphanTimeoutMs;
+    if (timeoutMs <= 0 || this.orphanTimer || this.closed) return;
+    this.orphanTimer = setInterval(() => this.reapOrphans(), Math.min(ORPHAN_CHECK_MAX_MS, timeoutMs / 4));
+    this.orphanTimer.unref();
+  }
+
+  /** Terminates every started session that had no consumer for SERVICE_ORPHAN_TIMEOUT_S (a closed tab, a crashed client). */
+  private reapOrphans(): void {
+    const timeoutMs = this.deps.config.orphanTimeoutMs;
+    let started = 0;
+    for (const [sessionId, session] of this.live) {
+      if (session.state !== 'running' && session.state !== 'paused') continue;
+      started++;
+      const idleMs = session.consumers.idleMs();
+      if (idleMs < timeoutMs) continue;
+      this.terminations.orphaned++;
+      session.logger.info({ idleS: Math.round(idleMs / 1000), timeoutS: timeoutMs / 1000 }, 'session orphaned');
+      // terminate() removes it from `live` synchronously, so the next check cannot reap it twice.
+      this.terminate(sessionId, ORPHANED).catch((error: unknown) =>
+        session.logger.error({ err: errorForLog(error) }, 'orphaned session not reaped'),
+      );
+    }
+    if (started === 0 && this.orphanTimer) {
+      clearInterval(this.orphanTimer);
+      this.orphanTimer = null;
+    }
   }
 
   private async sweepTombstones(): Promise<void> {
