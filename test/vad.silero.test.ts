@@ -1,0 +1,214 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { detectSpeechSegments } from '../actors/audio/vad.ts';
+import { resamplePcm16 } from '../actors/audio/resample.ts';
+import { SILERO_VAD_MODEL } from '../actors/inference/models.ts';
+import { InferencePool } from '../actors/inference/pool.ts';
+import { DEFAULT_START_THRESHOLD, SILERO_FRAME_MS, SileroVadStream, type SileroVadOptions, type VadEvent } from '../actors/vad/silero.ts';
+import { frameAccuracy, loadVadFixture, spanAccuracy, whiteNoise, type TimeSpan } from './helpers/vad-fixture.ts';
+
+/** 20 ms chunks, as a WebSocket or WebRTC client delivers them. */
+const CHUNK_MS = 20;
+const fixture = loadVadFixture();
+const speechLabels = fixture.labels.segments.filter((segment) => segment.kind === 'speech');
+
+interface Analysis {
+  probabilities: number[];
+  events: VadEvent[];
+  turns: TimeSpan[];
+}
+
+async function analyse(pool: InferencePool, pcm: Int16Array, options: SileroVadOptions = {}): Promise<Analysis> {
+  const rate = options.sampleRate ?? 16_000;
+  const stream = new SileroVadStream(pool, options);
+  const probabilities: number[] = [];
+  const events: VadEvent[] = [];
+  const chunk = (rate * CHUNK_MS) / 1000;
+  for (let offset = 0; offset < pcm.length; offset += chunk) {
+    const result = await stream.push(pcm.subarray(offset, offset + chunk));
+    probabilities.push(...result.frames.map((frame) => frame.probability));
+    events.push(...result.events);
+  }
+  events.push(...(await stream.end()));
+  stream.close();
+  const turns = events.flatMap((event) => (event.type === 'speech_end' ? [{ startMs: event.startMs, endMs: event.ms }] : []));
+  return { probabilities, events, turns };
+}
+
+function percent(share: number): string {
+  return `${(share * 100).toFixed(1)} %`;
+}
+
+describe('Silero VAD v5 streaming detector', () => {
+  let pool: InferencePool;
+
+  beforeAll(async () => {
+    pool = new InferencePool();
+    await pool.warmUp(SILERO_VAD_MODEL);
+  });
+
+  afterAll(() => pool.close());
+
+  it('agrees with the labelled speech/silence timeline of the fixture on at least 90 % of frames', async () => {
+    const { probabilities, turns } = await analyse(pool, fixture.pcm);
+    expect(probabilities).toHaveLength(Math.floor(fixture.pcm.length / 512));
+    const byProbability = frameAccuracy(fixture.labels, SILERO_FRAME_MS, (frame) => probabilities[frame] >= DEFAULT_START_THRESHOLD);
+    const byTurns = spanAccuracy(fixture.labels, turns, SILERO_FRAME_MS);
+    console.log(`Silero v5 frame accuracy: probability ≥ 0.5 ${percent(byProbability)}, turns (hysteresis) ${percent(byTurns)}`);
+    expect(byProbability).toBeGreaterThanOrEqual(0.9);
+    expect(byTurns).toBeGreaterThanOrEqual(0.9);
+  });
+
+  it('measures the WebRTC VAD (fvad, actors/audio/vad.ts) on the same fixture for comparison', async () => {
+    const asUsed = await detectSpeechSegments(fixture.pcm, fixture.sampleRate);
+    const unpadded = await detectSpeechSegments(fixture.pcm, fixture.sampleRate, { paddingMs: 0 });
+    const asUsedAccuracy = spanAccuracy(fixture.labels, asUsed, SILERO_FRAME_MS);
+    const unpaddedAccuracy = spanAccuracy(fixture.labels, unpadded, SILERO_FRAME_MS);
+    console.log(`fvad frame accuracy: default options (150 ms padding) ${percent(asUsedAccuracy)}, without padding ${percent(unpaddedAccuracy)}`);
+    // Stationary noise under clean speech is fvad's home ground; it stays a reasonable detector here.
+    expect(asUsedAccuracy).toBeGreaterThanOrEqual(0.85);
+    expect(unpaddedAccuracy).toBeGreaterThanOrEqual(0.9);
+  });
+
+  it('makes each utterance its own turn when the end-of-turn silence is shorter than the pauses', async () => {
+    const { turns } = await analyse(pool, fixture.pcm, { minSilenceMs: 250 });
+    expect(turns).toHaveLength(speechLabels.length);
+    turns.forEach((turn, index) => {
+      expect(Math.abs(turn.startMs - speechLabels[index].startMs)).toBeLessThanOrEqual(150);
+      expect(Math.abs(turn.endMs - speechLabels[index].endMs)).toBeLessThanOrEqual(200);
+    });
+  });
+
+  it('keeps pauses shorter than the default 500 ms end-of-turn silence inside one turn', async () => {
+    const { turns } = await analyse(pool, fixture.pcm);
+    const pauses = fixture.labels.segments.filter((segment, index) => segment.kind === 'silence' && index > 0 && index < fixture.labels.segments.length - 1);
+    for (const pause of pauses) {
+      const bridged = turns.some((turn) => turn.startMs < pause.startMs && turn.endMs > pause.endMs);
+      if (pause.endMs - pause.startMs < 500) expect(bridged, `pause at ${pause.startMs} ms`).toBe(true);
+      if (pause.endMs - pause.startMs > 700) expect(bridged, `pause at ${pause.startMs} ms`).toBe(false);
+    }
+  });
+
+  it('finds no speech in digital silence or in white noise', async () => {
+    const threeSeconds = 3 * 16_000;
+    for (const [name, pcm] of [
+      ['silence', new Int16Array(threeSeconds)],
+      ['white noise at -30 dBFS', whiteNoise(threeSeconds, -30, 7)],
+      ['white noise at -15 dBFS', whiteNoise(threeSeconds, -15, 8)],
+    ] as const) {
+      const { events, probabilities } = await analyse(pool, pcm);
+      const fvad = await detectSpeechSegments(pcm, 16_000);
+      console.log(`${name}: Silero max probability ${Math.max(...probabilities).toFixed(2)}, fvad segments ${fvad.length}`);
+      expect(events, name).toEqual([]);
+    }
+  });
+
+  it('makes no turn of a 100 ms noise burst (cough-like) in silence', async () => {
+    const pcm = whiteNoise(2 * 16_000, -50, 3);
+    const burst = whiteNoise(1_600, -10, 4).map((sample, i) => Math.round(sample * Math.exp(-i / 600)));
+    pcm.set(burst, 16_000);
+    const { events } = await analyse(pool, pcm);
+    const fvad = await detectSpeechSegments(pcm, 16_000);
+    console.log(`100 ms noise burst: fvad segments ${fvad.length}`);
+    expect(events).toEqual([]);
+  });
+
+  it('makes no turn of 100 ms cut out of real speech: shorter than the minimum speech duration', async () => {
+    const peaks: number[] = [];
+    // Two cut points per utterance: 400 ms in gave the longest probability tails when measured.
+    for (const label of speechLabels.flatMap((speech) => [200, 400].map((offsetMs) => ({ ...speech, offsetMs })))) {
+      const pcm = whiteNoise(2 * 16_000, -50, 5);
+      const from = (label.startMs + label.offsetMs) * 16;
+      pcm.set(fixture.pcm.subarray(from, from + 1_600), 16_000);
+      const { events, probabilities } = await analyse(pool, pcm);
+      expect(events, `${label.text} +${label.offsetMs} ms`).toEqual([]);
+      peaks.push(Math.max(...probabilities));
+    }
+    // Most of these blips do look like speech to the model, so the duration rule is what rejects them.
+    expect(peaks.filter((peak) => peak >= DEFAULT_START_THRESHOLD).length).toBeGreaterThanOrEqual(speechLabels.length);
+  });
+
+  it('resamples 48 kHz input and reports positions in 48 kHz samples', async () => {
+    const pcm48 = await resamplePcm16(fixture.pcm, 16_000, 48_000);
+    const { probabilities, events } = await analyse(pool, pcm48, { sampleRate: 48_000 });
+    const accuracy = frameAccuracy(fixture.labels, SILERO_FRAME_MS, (frame) => probabilities[frame] >= DEFAULT_START_THRESHOLD);
+    console.log(`Silero v5 frame accuracy at 48 kHz input (resampled per 20 ms chunk): ${percent(accuracy)}`);
+    expect(accuracy).toBeGreaterThanOrEqual(0.9);
+    expect(events.length).toBeGreaterThan(0);
+    for (const event of events) expect(event.sample).toBe(Math.round((event.ms / 1000) * 48_000));
+  });
+
+  it('gives two streams batched together the same probabilities as each alone (state kept per stream)', async () => {
+    const half = fixture.pcm.length >> 1;
+    const first = fixture.pcm.subarray(0, half);
+    const second = fixture.pcm.subarray(half);
+    const firstAlone = await analyse(pool, first);
+    const secondAlone = await analyse(pool, second);
+    const before = pool.stats;
+    const [firstTogether, secondTogether] = await Promise.all([analyse(pool, first), analyse(pool, second)]);
+    const after = pool.stats;
+    // Most frames of the two streams shared a run.
+    expect(after.items - before.items).toBeGreaterThan(1.5 * (after.batches - before.batches));
+    expect(firstTogether.probabilities).toHaveLength(firstAlone.probabilities.length);
+    expect(secondTogether.probabilities).toHaveLength(secondAlone.probabilities.length);
+    firstAlone.probabilities.forEach((p, frame) => expect(firstTogether.probabilities[frame]).toBeCloseTo(p, 4));
+    secondAlone.probabilities.forEach((p, frame) => expect(secondTogether.probabilities[frame]).toBeCloseTo(p, 4));
+    expect(firstTogether.events).toEqual(firstAlone.events);
+    expect(secondTogether.events).toEqual(secondAlone.events);
+  });
+
+  it('measures the cost per 512-sample frame at batch 1 and batch 8', async () => {
+    const seconds = 5;
+    const audio = fixture.pcm.subarray(16_000, 16_000 * (1 + seconds));
+    const measure = async (streams: number) => {
+      const before = pool.stats;
+      const started = performance.now();
+      await Promise.all(
+        Array.from({ length: streams }, async () => {
+          const stream = new SileroVadStream(pool);
+          await stream.push(audio);
+          stream.close();
+        }),
+      );
+      const wallMs = performance.now() - started;
+      const after = pool.stats;
+      const frames = after.items - before.items;
+      const batches = after.batches - before.batches;
+      return { frames, meanBatch: frames / batches, runMsPerFrame: (after.runMs - before.runMs) / frames, runMsPerBatch: (after.runMs - before.runMs) / batches, wallMsPerFrame: wallMs / frames };
+    };
+    const single = await measure(1);
+    const eight = await measure(8);
+    for (const [label, figures] of [['batch 1', single], ['batch 8', eight]] as const) {
+      console.log(
+        `Silero ${label}: mean batch ${figures.meanBatch.toFixed(1)}, onnxruntime ${figures.runMsPerBatch.toFixed(3)} ms per run = ${figures.runMsPerFrame.toFixed(3)} ms per frame, ` +
+          `wall ${figures.wallMsPerFrame.toFixed(3)} ms per frame (incl. batching window and messaging)`,
+      );
+    }
+    expect(single.meanBatch).toBe(1);
+    expect(eight.meanBatch).toBeGreaterThan(4);
+    // Real time with room to spare: a frame is 32 ms of audio.
+    expect(single.wallMsPerFrame).toBeLessThan(SILERO_FRAME_MS);
+    expect(eight.runMsPerFrame).toBeLessThan(single.runMsPerFrame);
+  });
+
+  it('rejects a push aborted midway and carries on with positions aligned to the audio', async () => {
+    const stream = new SileroVadStream(pool);
+    const controller = new AbortController();
+    const oneSecond = fixture.pcm.subarray(16_000, 32_000);
+    const aborted = stream.push(oneSecond, controller.signal);
+    setTimeout(() => controller.abort(new Error('caller left')), 10);
+    await expect(aborted).rejects.toThrow('caller left');
+    const next = await stream.push(fixture.pcm.subarray(32_000, 48_000));
+    // The aborted second still counts on the timeline; analysis resumes at 1000 ms.
+    expect(next.frames[0].ms).toBe(1_000);
+    expect(next.frames).toHaveLength(31);
+    stream.close();
+  });
+
+  it('refuses audio once closed, and closes twice without harm', async () => {
+    const stream = new SileroVadStream(pool);
+    stream.close();
+    stream.close();
+    await expect(stream.push(new Int16Array(512))).rejects.toThrow(/closed/);
+    await expect(stream.end()).rejects.toThrow(/closed/);
+  });
+});
