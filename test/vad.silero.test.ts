@@ -4,6 +4,7 @@ import { resamplePcm16 } from '../actors/audio/resample.ts';
 import { SILERO_VAD_MODEL } from '../actors/inference/models.ts';
 import { InferencePool } from '../actors/inference/pool.ts';
 import { DEFAULT_START_THRESHOLD, SILERO_FRAME_MS, SileroVadStream, type SileroVadOptions, type VadEvent } from '../actors/vad/silero.ts';
+import { TurnTracker } from '../actors/vad/turns.ts';
 import { frameAccuracy, loadVadFixture, spanAccuracy, whiteNoise, type TimeSpan } from './helpers/vad-fixture.ts';
 
 /** 20 ms chunks, as a WebSocket or WebRTC client delivers them. */
@@ -210,5 +211,38 @@ describe('Silero VAD v5 streaming detector', () => {
     stream.close();
     await expect(stream.push(new Int16Array(512))).rejects.toThrow(/closed/);
     await expect(stream.end()).rejects.toThrow(/closed/);
+  });
+});
+
+describe('turn hysteresis', () => {
+  const FRAME = 512;
+  const thresholds = { startThreshold: 0.5, endThreshold: 0.35, minSpeechSamples: 4 * FRAME, minSilenceSamples: 3 * FRAME };
+
+  function feed(tracker: TurnTracker, probabilities: number[]) {
+    return probabilities.flatMap((probability, frame) => tracker.next(frame * FRAME, (frame + 1) * FRAME, probability));
+  }
+
+  it('starts a turn retroactively once speech has lasted the minimum, and ends it where the silence began', () => {
+    const events = feed(new TurnTracker(thresholds), [0.1, 0.6, 0.9, 0.4, 0.8, 0.9, 0.2, 0.1, 0.1, 0.1]);
+    expect(events).toEqual([
+      { type: 'speech_start', sample: 1 * FRAME },
+      { type: 'speech_end', sample: 6 * FRAME, startSample: 1 * FRAME },
+    ]);
+  });
+
+  it('drops a candidate that falls below the end threshold before the minimum speech duration', () => {
+    expect(feed(new TurnTracker(thresholds), [0.9, 0.9, 0.9, 0.3, 0.9, 0.9, 0.9, 0.1])).toEqual([]);
+  });
+
+  it('keeps a turn open through a dip that recovers above the start threshold', () => {
+    const tracker = new TurnTracker(thresholds);
+    const events = feed(tracker, [0.9, 0.9, 0.9, 0.9, 0.2, 0.2, 0.9, 0.9]);
+    expect(events).toEqual([{ type: 'speech_start', sample: 0 }]);
+    expect(tracker.speaking).toBe(true);
+    expect(tracker.finish(8 * FRAME)).toEqual([{ type: 'speech_end', sample: 8 * FRAME, startSample: 0 }]);
+  });
+
+  it('rejects an end threshold above the start threshold', () => {
+    expect(() => new TurnTracker({ ...thresholds, endThreshold: 0.6 })).toThrow(RangeError);
   });
 });

@@ -9,7 +9,7 @@ import { SILERO_VAD_MODEL } from '../inference/models.ts';
 import type { InferencePool } from '../inference/pool.ts';
 import { tensor, type TensorData } from '../inference/tensors.ts';
 import { pcm16ToFloat32, resamplePcm16 } from '../audio/resample.ts';
-import { TurnTracker } from './turns.ts';
+import { TurnTracker, type TurnEvent } from './turns.ts';
 
 export const SILERO_SAMPLE_RATE = 16_000;
 /** v5 accepts exactly 512 samples (32 ms) per frame at 16 kHz. */
@@ -169,7 +169,7 @@ export class SileroVadStream {
     return floats(outputs.output)[0];
   }
 
-  private toVadEvent(event: ReturnType<TurnTracker['next']>[number]): VadEvent {
+  private toVadEvent(event: TurnEvent): VadEvent {
     const at = (sample16k: number) => ({
       sample: Math.round((sample16k * this.inputRate) / SILERO_SAMPLE_RATE),
       ms: (sample16k / SILERO_SAMPLE_RATE) * 1000,
