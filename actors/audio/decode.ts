@@ -5,7 +5,7 @@
  */
 import { MPEGDecoder } from 'mpg123-decoder';
 import { resamplePcm16 } from './resample.ts';
-import { InvalidAudioError, isWav, parseWav, pcm16FromLittleEndian } from './wav.ts';
+import { InvalidAudioError, decodeWavSamples, isWav, pcm16FromLittleEndian, readWavHeader, type WavHeader } from './wav.ts';
 
 export { InvalidAudioError };
 
@@ -16,8 +16,36 @@ export interface DecodeOptions {
   targetRate: number;
   /** Rate of headerless raw PCM input (the session sample rate); default 16000 Hz. */
   rawSampleRate?: number;
+  /** Stricter acceptance for audio a client sent (`UPLOAD_AUDIO_RULES`); without it anything decodable is read. */
+  rules?: AudioRules;
   signal?: AbortSignal;
 }
+
+/** What an audio input must be, checked from its header (WAV), its frames (MP3) or the declared rate (raw PCM). */
+export interface AudioRules {
+  minSampleRate: number;
+  maxSampleRate: number;
+  maxChannels: number;
+  /** Integer PCM sample sizes a WAV may use. */
+  wavBitsPerSample: readonly number[];
+  /** Refuse a WAV whose data chunk claims more bytes than the file holds (a truncated upload). */
+  wholeDataChunk: boolean;
+}
+
+/**
+ * Audio a client uploads to the HTTP edge (transcribe, speak_audio, speak_rt_audio): 16-bit integer PCM
+ * (the spec's format), mono or stereo (downmixed), 8-48 kHz, which spans every rate the pipeline runs at.
+ * Anything else is refused with a 400 naming the field, rather than decoded into something the
+ * client did not mean. The decoder itself reads more (8/24/32-bit and float WAV, more channels,
+ * truncated data chunks) because upstream TTS servers send those.
+ */
+export const UPLOAD_AUDIO_RULES: AudioRules = {
+  minSampleRate: 8_000,
+  maxSampleRate: 48_000,
+  maxChannels: 2,
+  wavBitsPerSample: [16],
+  wholeDataChunk: true,
+};
 
 export interface DecodedAudio {
   pcm: Int16Array;
@@ -34,7 +62,7 @@ const MIN_TEXT_SNIFF_BYTES = 16;
 export async function decodeAudioToPcm16(bytes: Buffer | Uint8Array, options: DecodeOptions): Promise<DecodedAudio> {
   options.signal?.throwIfAborted();
   if (bytes.length === 0) throw new InvalidAudioError('audio is empty');
-  const { pcm, sampleRate, format } = await decodeAtSourceRate(bytes, options.rawSampleRate ?? DEFAULT_RAW_SAMPLE_RATE);
+  const { pcm, sampleRate, format } = await decodeAtSourceRate(bytes, options.rawSampleRate ?? DEFAULT_RAW_SAMPLE_RATE, options.rules);
   if (pcm.length === 0) throw new InvalidAudioError(`${format} audio contains no samples`);
   options.signal?.throwIfAborted();
   const resampled = await resamplePcm16(pcm, sampleRate, options.targetRate);
@@ -44,15 +72,44 @@ export async function decodeAudioToPcm16(bytes: Buffer | Uint8Array, options: De
 async function decodeAtSourceRate(
   bytes: Uint8Array,
   rawSampleRate: number,
+  rules: AudioRules | undefined,
 ): Promise<{ pcm: Int16Array; sampleRate: number; format: AudioFormat }> {
   if (isWav(bytes)) {
-    const wav = parseWav(bytes);
-    return { pcm: wav.pcm, sampleRate: wav.sampleRate, format: 'wav' };
+    const header = readWavHeader(bytes);
+    if (rules) checkWavHeader(header, rules);
+    return { pcm: decodeWavSamples(bytes, header), sampleRate: header.sampleRate, format: 'wav' };
   }
-  if (looksLikeMp3(bytes)) return { ...(await decodeMp3(bytes)), format: 'mp3' };
+  if (looksLikeMp3(bytes)) {
+    const mp3 = await decodeMp3(bytes);
+    if (rules) checkRateAndChannels('MP3', mp3.sampleRate, mp3.channels, rules);
+    return { pcm: mp3.pcm, sampleRate: mp3.sampleRate, format: 'mp3' };
+  }
   const unsupported = recognizeUnsupportedFormat(bytes);
   if (unsupported) throw new InvalidAudioError(`${unsupported} is not supported; send WAV, MP3 or raw 16-bit PCM`);
+  if (rules) checkRateAndChannels('raw PCM', rawSampleRate, 1, rules);
   return { pcm: parseRawPcm16(bytes), sampleRate: rawSampleRate, format: 'pcm' };
+}
+
+function checkWavHeader(header: WavHeader, rules: AudioRules): void {
+  if (header.encoding !== 'int' || !rules.wavBitsPerSample.includes(header.bitsPerSample)) {
+    const got = `${header.bitsPerSample}-bit ${header.encoding === 'int' ? 'integer' : 'float'}`;
+    throw new InvalidAudioError(`WAV must be ${rules.wavBitsPerSample.join('/')}-bit integer PCM; this one is ${got}`);
+  }
+  checkRateAndChannels('WAV', header.sampleRate, header.channels, rules);
+  if (rules.wholeDataChunk && !header.dataComplete) {
+    throw new InvalidAudioError(
+      `WAV data chunk declares ${header.declaredDataBytes} bytes but the file holds ${header.dataBytes}; the file is truncated`,
+    );
+  }
+}
+
+function checkRateAndChannels(format: string, sampleRate: number, channels: number, rules: AudioRules): void {
+  if (!Number.isInteger(sampleRate) || sampleRate < rules.minSampleRate || sampleRate > rules.maxSampleRate) {
+    throw new InvalidAudioError(`${format} sample rate ${sampleRate} Hz is outside ${rules.minSampleRate}-${rules.maxSampleRate} Hz`);
+  }
+  if (channels < 1 || channels > rules.maxChannels) {
+    throw new InvalidAudioError(`${format} has ${channels} channels; at most ${rules.maxChannels} are accepted`);
+  }
 }
 
 function parseRawPcm16(bytes: Uint8Array): Int16Array {
@@ -62,7 +119,7 @@ function parseRawPcm16(bytes: Uint8Array): Int16Array {
   return pcm16FromLittleEndian(bytes);
 }
 
-async function decodeMp3(bytes: Uint8Array): Promise<{ pcm: Int16Array; sampleRate: number }> {
+async function decodeMp3(bytes: Uint8Array): Promise<{ pcm: Int16Array; sampleRate: number; channels: number }> {
   const decoder = new MPEGDecoder();
   try {
     await decoder.ready;
@@ -70,7 +127,11 @@ async function decodeMp3(bytes: Uint8Array): Promise<{ pcm: Int16Array; sampleRa
     if (decoded.samplesDecoded === 0 || decoded.channelData.length === 0) {
       throw new InvalidAudioError('MP3 data could not be decoded');
     }
-    return { pcm: downmixFloatToPcm16(decoded.channelData, decoded.samplesDecoded), sampleRate: decoded.sampleRate };
+    return {
+      pcm: downmixFloatToPcm16(decoded.channelData, decoded.samplesDecoded),
+      sampleRate: decoded.sampleRate,
+      channels: decoded.channelData.length,
+    };
   } finally {
     decoder.free();
   }

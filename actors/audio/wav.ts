@@ -2,7 +2,8 @@
  * WAV encode (16-bit mono PCM) and a hand-written parser that accepts what real uploads contain:
  * 8/16/24/32-bit integer and 32/64-bit float samples, WAVE_FORMAT_EXTENSIBLE headers, extra chunks
  * (LIST, fact, bext…) in any order, odd-sized chunks with their pad byte, and streamed files whose
- * data size field is 0 or too large. Every channel count is downmixed to mono Int16.
+ * data size field is 0 or too large (`readWavHeader` reports the latter, so callers holding a client's
+ * upload to stricter rules can refuse it). Every channel count is downmixed to mono Int16.
  */
 
 /** Raised for bytes that cannot be turned into audio; the HTTP layer maps it to 400. */
@@ -69,6 +70,18 @@ interface WavFormat {
   blockAlign: number;
 }
 
+/** What a WAV file says about itself, read without decoding a sample. */
+export interface WavHeader extends WavFormat {
+  /** Where the samples start. */
+  dataOffset: number;
+  /** Bytes of samples that will be decoded: the declared size, or what the file holds when that is unknown. */
+  dataBytes: number;
+  /** The data chunk's size field as written. */
+  declaredDataBytes: number;
+  /** False when the size field promises more than the file holds (a truncated file). */
+  dataComplete: boolean;
+}
+
 export interface ParsedWav {
   /** Mono (downmixed) 16-bit samples. */
   pcm: Int16Array;
@@ -77,7 +90,24 @@ export interface ParsedWav {
   channels: number;
 }
 
+/**
+ * Sample rates the decoder reads. Below 4 kHz no recorder or TTS server writes speech, and converting
+ * from there to 48 kHz would pass libsamplerate's 1:256 ratio limit for rates near 1 Hz (a corrupt
+ * header); 192 kHz is the resampler's ceiling. What clients may upload is narrower (`UPLOAD_AUDIO_RULES`).
+ */
+export const MIN_WAV_SAMPLE_RATE = 4_000;
+export const MAX_WAV_SAMPLE_RATE = 192_000;
+
+/** Streamed recorders write 0 or 0xFFFFFFFF in the size field before they know the length. */
+const UNKNOWN_DATA_SIZES = new Set([0, 0xffffffff]);
+
 export function parseWav(bytes: Uint8Array): ParsedWav {
+  const header = readWavHeader(bytes);
+  return { pcm: decodeWavSamples(bytes, header), sampleRate: header.sampleRate, channels: header.channels };
+}
+
+/** Reads the RIFF chunks up to the data chunk; throws `InvalidAudioError` for anything that cannot be decoded. */
+export function readWavHeader(bytes: Uint8Array): WavHeader {
   if (!isWav(bytes)) throw new InvalidAudioError('not a RIFF/WAVE file');
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let format: WavFormat | undefined;
@@ -90,14 +120,25 @@ export function parseWav(bytes: Uint8Array): ParsedWav {
       format = parseFormat(view, bodyStart, Math.min(declaredSize, bytes.length - bodyStart));
     } else if (id === 'data') {
       if (!format) throw new InvalidAudioError('WAV data chunk comes before its fmt chunk');
-      // Streamed recorders write 0 or 0xFFFFFFFF before they know the length: take what is there.
       const available = bytes.length - bodyStart;
-      const size = declaredSize === 0 || declaredSize > available ? available : declaredSize;
-      return { pcm: decodeSamples(view, bodyStart, size, format), sampleRate: format.sampleRate, channels: format.channels };
+      const unknownLength = UNKNOWN_DATA_SIZES.has(declaredSize);
+      return {
+        ...format,
+        dataOffset: bodyStart,
+        dataBytes: unknownLength || declaredSize > available ? available : declaredSize,
+        declaredDataBytes: declaredSize,
+        dataComplete: unknownLength || declaredSize <= available,
+      };
     }
     offset = bodyStart + declaredSize + (declaredSize % 2);
   }
   throw new InvalidAudioError(format ? 'WAV file has no data chunk' : 'WAV file has no fmt chunk');
+}
+
+/** Decodes the samples `readWavHeader` located, downmixed to mono Int16. */
+export function decodeWavSamples(bytes: Uint8Array, header: WavHeader): Int16Array {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return decodeSamples(view, header.dataOffset, header.dataBytes, header);
 }
 
 function parseFormat(view: DataView, start: number, size: number): WavFormat {
@@ -113,7 +154,9 @@ function parseFormat(view: DataView, start: number, size: number): WavFormat {
     tag = view.getUint16(start + 24, true);
   }
   if (channels < 1 || channels > MAX_CHANNELS) throw new InvalidAudioError(`WAV channel count ${channels} is invalid`);
-  if (sampleRate < 1 || sampleRate > 384_000) throw new InvalidAudioError(`WAV sample rate ${sampleRate} is invalid`);
+  if (sampleRate < MIN_WAV_SAMPLE_RATE || sampleRate > MAX_WAV_SAMPLE_RATE) {
+    throw new InvalidAudioError(`WAV sample rate ${sampleRate} Hz is outside ${MIN_WAV_SAMPLE_RATE}-${MAX_WAV_SAMPLE_RATE} Hz`);
+  }
   const bytesPerSample = bitsPerSample / 8;
   if (tag === WAVE_FORMAT_PCM && ![8, 16, 24, 32].includes(bitsPerSample)) {
     throw new InvalidAudioError(`WAV integer PCM with ${bitsPerSample} bits per sample is not supported`);

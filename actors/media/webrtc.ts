@@ -34,16 +34,30 @@ export interface IceServer {
   credential?: string;
 }
 
+/**
+ * The answer has one audio and one video track; a browser offers two or three sections (audio, video,
+ * maybe data). Each further section costs libwebrtc a transceiver, so an offer with dozens is refused.
+ */
+export const MAX_MEDIA_SECTIONS = 16;
+
 /** Cheap structural checks before libwebrtc sees the text: it must be an SDP offer with media sections. */
 export function assertPlausibleSdp(sdp: string): void {
-  if (!sdp.startsWith('v=0')) throw new MalformedSdpError('SDP must start with "v=0"');
-  if (!/\r?\nm=(audio|video|application) /.test(sdp)) throw new MalformedSdpError('SDP has no media section');
   if (sdp.length > 64 * 1024) throw new MalformedSdpError('SDP is larger than 64 KiB');
+  if (!sdp.startsWith('v=0')) throw new MalformedSdpError('SDP must start with "v=0"');
+  const mediaSections = sdp.match(/\r?\nm=/g)?.length ?? 0;
+  if (!/\r?\nm=(audio|video|application) /.test(sdp)) throw new MalformedSdpError('SDP has no media section');
+  if (mediaSections > MAX_MEDIA_SECTIONS) throw new MalformedSdpError(`SDP has ${mediaSections} media sections; at most ${MAX_MEDIA_SECTIONS} are answered`);
 }
 
 /**
  * The session's outgoing media: one audio and one video source that live as long as the session, and
  * at most one peer connection at a time (a new offer replaces the previous peer).
+ *
+ * Offers are answered one at a time: libwebrtc calls on a peer that a concurrent offer just closed fail
+ * with InvalidStateError. The offer being answered always finishes (200, then a newer offer replaces
+ * its peer); an offer still waiting its turn when a newer one arrives is refused at once with
+ * `PeerGoneError` (409), since only the newest would survive anyway. So at most one offer runs and
+ * one waits, and the wait is bounded by one negotiation (`ICE_GATHER_TIMEOUT_MS` plus a few ms).
  */
 export class WebRtcOutput {
   private readonly audioSource = new nonstandard.RTCAudioSource();
@@ -52,6 +66,12 @@ export class WebRtcOutput {
   private tracks: MediaStreamTrack[] = [];
   private closed = false;
   private readonly pendingVideo = new Set<NodeJS.Timeout>();
+  /** Settles when the offer being answered is done (either way). */
+  private negotiation: Promise<unknown> = Promise.resolve();
+  /** Wakes the offer waiting its turn so it can give way to a newer one or to close(). */
+  private wakeWaitingOffer: (() => void) | null = null;
+  /** Ends an ICE-gathering wait at once when the output closes. */
+  private readonly closing = new AbortController();
 
   constructor(
     private readonly iceServers: IceServer[] = [],
@@ -83,37 +103,79 @@ export class WebRtcOutput {
     this.pendingVideo.add(timer);
   }
 
+  /**
+   * Answers an offer (non-trickle: the answer carries the candidates). `MalformedSdpError` when the text
+   * is not an SDP offer or libwebrtc rejects it (the current peer stays connected); `PeerGoneError` when
+   * the output closed or a newer offer superseded this one while it waited.
+   */
   async answer(offerSdp: string, signal?: AbortSignal): Promise<{ sdp: string; type: 'answer' }> {
     assertPlausibleSdp(offerSdp);
     if (this.closed) throw new PeerGoneError('media output closed');
-    this.closePeer();
-    const peer = new RTCPeerConnection({ iceServers: this.iceServers });
-    this.peer = peer;
-    const audioTrack = this.audioSource.createTrack();
-    const videoTrack = this.videoSource.createTrack();
-    this.tracks = [audioTrack, videoTrack];
-    const stream = new wrtc.MediaStream([audioTrack, videoTrack]);
-    peer.addTrack(audioTrack, stream);
-    peer.addTrack(videoTrack, stream);
-    try {
-      await peer.setRemoteDescription({ type: 'offer', sdp: offerSdp });
-    } catch (error) {
-      this.closePeer();
-      throw new MalformedSdpError(`SDP offer rejected: ${(error as Error).message}`);
-    }
-    const answer = await peer.createAnswer();
-    await peer.setLocalDescription(answer);
-    await waitForIceGathering(peer, signal);
-    if (this.peer !== peer) throw new PeerGoneError(this.closed ? 'media output closed' : 'superseded by a newer offer');
-    return { sdp: peer.localDescription!.sdp, type: 'answer' };
+    this.wakeWaitingOffer?.();
+    let superseded = false;
+    const wake = new Promise<void>((resolve) => {
+      this.wakeWaitingOffer = () => {
+        superseded = true;
+        resolve();
+      };
+    });
+    await Promise.race([this.negotiation, wake]);
+    if (this.closed) throw new PeerGoneError('media output closed');
+    if (superseded) throw new PeerGoneError('superseded by a newer offer');
+    this.wakeWaitingOffer = null;
+    if (signal?.aborted) throw new PeerGoneError('the client went away before its offer was answered');
+    const answer = this.negotiate(offerSdp, signal);
+    this.negotiation = answer.catch(() => undefined);
+    return answer;
   }
 
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    this.closing.abort();
+    this.wakeWaitingOffer?.();
     for (const timer of this.pendingVideo) clearTimeout(timer);
     this.pendingVideo.clear();
     this.closePeer();
+  }
+
+  /** One offer/answer exchange; the new peer replaces the current one only once the offer proved answerable. */
+  private async negotiate(offerSdp: string, signal?: AbortSignal): Promise<{ sdp: string; type: 'answer' }> {
+    const peer = new RTCPeerConnection({ iceServers: this.iceServers });
+    const audioTrack = this.audioSource.createTrack();
+    const videoTrack = this.videoSource.createTrack();
+    const tracks = [audioTrack, videoTrack];
+    const discard = () => {
+      for (const track of tracks) track.stop();
+      peer.close();
+    };
+    const stream = new wrtc.MediaStream(tracks);
+    peer.addTrack(audioTrack, stream);
+    peer.addTrack(videoTrack, stream);
+    try {
+      await peer.setRemoteDescription({ type: 'offer', sdp: offerSdp });
+    } catch (error) {
+      discard();
+      throw this.closed ? new PeerGoneError('media output closed') : new MalformedSdpError(`SDP offer rejected: ${(error as Error).message}`);
+    }
+    try {
+      await peer.setLocalDescription(await peer.createAnswer());
+    } catch (error) {
+      // The offer parsed but nothing in it can be answered (no codec, transport or direction we share).
+      discard();
+      throw this.closed ? new PeerGoneError('media output closed') : new MalformedSdpError(`SDP offer cannot be answered: ${(error as Error).message}`);
+    }
+    if (this.closed) {
+      discard();
+      throw new PeerGoneError('media output closed');
+    }
+    this.closePeer();
+    this.peer = peer;
+    this.tracks = tracks;
+    await waitForIceGathering(peer, signal ? AbortSignal.any([signal, this.closing.signal]) : this.closing.signal);
+    const local = peer.localDescription;
+    if (this.peer !== peer || !local) throw new PeerGoneError('media output closed');
+    return { sdp: local.sdp, type: 'answer' };
   }
 
   private closePeer(): void {
@@ -127,7 +189,7 @@ export class WebRtcOutput {
 }
 
 function waitForIceGathering(peer: InstanceType<typeof RTCPeerConnection>, signal?: AbortSignal): Promise<void> {
-  if (peer.iceGatheringState === 'complete') return Promise.resolve();
+  if (peer.iceGatheringState === 'complete' || signal?.aborted) return Promise.resolve();
   return new Promise((resolve) => {
     const done = () => {
       clearTimeout(timer);

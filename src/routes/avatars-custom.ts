@@ -33,7 +33,8 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         "the base avatar's size, centred on the face. Face-landmark detection then fills `metadata.animation` (mouth and eye geometry " +
         'in frame pixels); when no single clear face is found the avatar is still created, without `animation` (a still image). The ' +
         'manifest is the base\'s with `id` (`custom-<slug>-<timestamp>`), `name`, `metadata.custom_avatar=true` and ' +
-        '`metadata.base_avatar_id`. The bundle appears atomically. 400: name/base/image missing, image empty, not JPEG/PNG/WebP, ' +
+        '`metadata.base_avatar_id`. The bundle appears atomically. 400: malformed multipart body (no boundary, truncated, too many ' +
+        'fields or files), name/base/image missing, image empty, not JPEG/PNG/WebP, ' +
         'undecodable or too many pixels, or base avatar not `lipsync`. 404: base avatar unknown. 413: image over 10 MB (refused while uploading).',
       consumes: ['multipart/form-data'],
       response: { 200: Type.Ref('AvatarSummary'), ...errors(400, 404, 413) },

@@ -46,7 +46,8 @@ const DESCRIPTION =
   'multipart/form-data (see ReferenceForm): `audio` (required), `tts_provider`, `target_model`. Sets a reference audio for voice ' +
   'continuity: the sample is cloned with a clone-capable provider exactly like POST /voices/clone (a catalog entry labelled ' +
   '`reference <session_id|default>` is created), then the persona switches to that provider and the new voice_id. ' +
-  '400: provider cannot clone or is not configured, audio missing/under 256 B/over 12 MB/not convertible, cloud_a without target_model. ' +
+  '400: malformed multipart body (no boundary, truncated, too many fields or files), provider cannot clone or is not configured, ' +
+  'audio missing/under 256 B/over 12 MB/not convertible, cloud_a without target_model. ' +
   '502: the provider rejected the sample.';
 
 interface ReferenceRequest {

@@ -5,7 +5,7 @@ import { SessionIdParams, errors, EmptyBody } from '../schemas/common.ts';
 import { AudioUploadForm, ChatRequest, InterruptResponse, SpeakRequest, TranscribeForm, TranscribeResponse } from '../schemas/interaction.ts';
 import { HttpError, badRequest, conflict } from '../errors.ts';
 import type { TtsProviderId } from '../../actors/tts/types.ts';
-import { decodeAudioToPcm16, InvalidAudioError } from '../../actors/audio/decode.ts';
+import { decodeAudioToPcm16, InvalidAudioError, UPLOAD_AUDIO_RULES } from '../../actors/audio/decode.ts';
 import { deferred } from '../sessions/async-queue.ts';
 import { requireTtsProvider, validateVoice } from '../sessions/supervisor.ts';
 import type { Session } from '../sessions/session.ts';
@@ -14,6 +14,12 @@ import { readMultipart, parseBooleanField, parseIntegerField } from './multipart
 
 /** Direct audio uploads: ~13 minutes of 16 kHz PCM; bounded before buffering. */
 export const AUDIO_UPLOAD_MAX_BYTES = 25 * 1024 * 1024;
+
+/** The upload rules (`UPLOAD_AUDIO_RULES`) as the route descriptions state them. */
+const UPLOAD_AUDIO_RULE_TEXT =
+  `WAV must be ${UPLOAD_AUDIO_RULES.wavBitsPerSample.join('/')}-bit PCM, mono or stereo; every format must be ` +
+  `${UPLOAD_AUDIO_RULES.minSampleRate}-${UPLOAD_AUDIO_RULES.maxSampleRate} Hz (otherwise 400), as must \`sample_rate\`. ` +
+  'A malformed multipart body (no boundary, truncated, too many fields or files) → 400.';
 
 /** Conversational interaction (spec 4.4, 4.5): speak, chat, interrupt, transcribe and direct audio. */
 const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -96,7 +102,8 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Recognise speech',
       description:
         'multipart/form-data (see TranscribeForm): `audio` 16-bit signed mono PCM at the session sample rate (default 16000 Hz) or WAV, ' +
-        '`trigger_chat` boolean. Emits SSE status listening and transcript. 503 when no ASR is configured (SERVICE_ASR_BASE_URL); ' +
+        `\`trigger_chat\` boolean. ${UPLOAD_AUDIO_RULE_TEXT} ` +
+        'Emits SSE status listening and transcript. 503 when no ASR is configured (SERVICE_ASR_BASE_URL); ' +
         '409 when busy or when interrupted before finishing; 502 on upstream failure.',
       params: SessionIdParams,
       consumes: ['multipart/form-data'],
@@ -134,7 +141,7 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
         summary: smoothing ? 'Speak audio (rt family)' : 'Speak audio',
         description:
           'multipart/form-data (see AudioUploadForm): `audio` WAV, MP3 or raw PCM (format detected from the bytes), `sample_rate` for raw PCM ' +
-          '(default 16000). Skips TTS; the mouth follows the audio. ' +
+          `(default 16000). ${UPLOAD_AUDIO_RULE_TEXT} Skips TTS; the mouth follows the audio. ` +
           (smoothing ? 'Adds DC removal and edge smoothing; recommended for the rt model family. ' : '') +
           `Uploads over ${AUDIO_UPLOAD_MAX_BYTES / 1024 / 1024} MB → 413.`,
         params: SessionIdParams,
@@ -144,7 +151,7 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       handler: async (request, reply) => {
         const session = await readySession(services, request.params.session_id);
         const form = await readAudioForm(request);
-        const rawRate = parseIntegerField(form.fields.sample_rate, 'sample_rate', 8000, 48000);
+        const rawRate = parseIntegerField(form.fields.sample_rate, 'sample_rate', UPLOAD_AUDIO_RULES.minSampleRate, UPLOAD_AUDIO_RULES.maxSampleRate);
         const pcm = await decodeUpload(form.data, session.stage.sampleRate, rawRate);
         assertReady(session);
         const turnId = randomUUID();
@@ -207,7 +214,7 @@ async function readAudioForm(request: FastifyRequest): Promise<{ data: Buffer; f
 
 async function decodeUpload(data: Buffer, targetRate: number, rawSampleRate?: number): Promise<Int16Array> {
   try {
-    const decoded = await decodeAudioToPcm16(data, { targetRate, rawSampleRate });
+    const decoded = await decodeAudioToPcm16(data, { targetRate, rawSampleRate, rules: UPLOAD_AUDIO_RULES });
     if (decoded.pcm.length === 0) throw badRequest('audio contains no samples');
     return decoded.pcm;
   } catch (error) {

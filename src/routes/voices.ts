@@ -95,7 +95,8 @@ const voiceRoutes: FastifyPluginAsyncTypebox = async (app) => {
       description:
         'multipart/form-data (see CloneForm): provider, target_model, display_label, audio, optional prefix (cloud_b) and preferred_name ' +
         '(cloud_a). The sample is converted to 24 kHz mono WAV and handed to the provider; the catalog entry is written only after the ' +
-        'provider accepted. 400: unsupported or unconfigured provider, missing field, audio missing, under 256 B, over 12 MB (refused while ' +
+        'provider accepted. 400: malformed multipart body (no boundary, truncated, too many fields or files), unsupported or ' +
+        'unconfigured provider, missing field, audio missing, under 256 B, over 12 MB (refused while ' +
         'uploading) or not convertible. 502: the provider rejected the sample or failed (its text in `detail`). cloud_b downloads the ' +
         'sample from SERVICE_PUBLIC_BASE_URL/voice-uploads/{token}.',
       consumes: ['multipart/form-data'],

@@ -3,6 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { SessionIdParams, errors } from '../schemas/common.ts';
 import { conflict } from '../errors.ts';
 import { PeerGoneError } from '../../actors/media/webrtc.ts';
+import { closedSignal } from './tts.ts';
 
 const SdpOffer = Type.Object(
   {
@@ -23,18 +24,20 @@ const webrtcRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Exchange SDP',
       description:
         'Answers with one audio and one video track. Candidates are gathered before answering (non-trickle). ' +
-        'A new offer replaces the previous peer connection. 400 malformed SDP; 404 unknown session; 409 terminated.',
+        'A new offer replaces the previous peer connection. Offers on one session are answered one at a time: the one being ' +
+        'answered finishes (200), one that is still waiting when a newer offer arrives gets 409. 400 malformed SDP or one the ' +
+        'WebRTC stack rejects (the current peer stays connected); 404 unknown session; 409 terminated or superseded.',
       params: SessionIdParams,
       body: SdpOffer,
       response: { 200: SdpAnswer, ...errors(400, 404, 409) },
     },
-    handler: async (request) => {
+    handler: async (request, reply) => {
       const session = await supervisor.requireSession(request.params.session_id);
       let answer: { sdp: string; type: 'answer' };
       try {
-        answer = await session.media.output.answer(request.body.sdp);
+        answer = await session.media.output.answer(request.body.sdp, closedSignal(reply));
       } catch (error) {
-        // Terminated or replaced while gathering candidates: a conflict with another request, not a server fault.
+        // Terminated or superseded while waiting: a conflict with another request, not a server fault.
         if (error instanceof PeerGoneError) throw conflict(error.message);
         throw error;
       }

@@ -2,7 +2,7 @@ import fs from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import pino from 'pino';
+import pino, { type Logger } from 'pino';
 import sharp from 'sharp';
 import { buildApp, type BuiltApp } from '../../src/app.ts';
 import { loadConfig, type ServiceConfig } from '../../src/config.ts';
@@ -60,7 +60,15 @@ export async function copyRepoAvatars(target: string): Promise<void> {
  * pass `dataDir`/`avatarsDir` to reuse them across a restart.
  */
 export async function startTestApp(
-  options: { env?: Record<string, string>; dataDir?: string; avatarsDir?: string; withRepoAvatars?: boolean; overrides?: ServiceOverrides } = {},
+  options: {
+    env?: Record<string, string>;
+    dataDir?: string;
+    avatarsDir?: string;
+    withRepoAvatars?: boolean;
+    overrides?: ServiceOverrides;
+    /** The app's logger instead of a plain pino at TEST_LOG_LEVEL (e.g. `createLogger` writing to a capture stream). */
+    logger?: Logger;
+  } = {},
 ): Promise<TestApp> {
   const dataDir = options.dataDir ?? (await tempDir('avatar-data-'));
   let avatarsDir = options.avatarsDir;
@@ -76,7 +84,7 @@ export async function startTestApp(
     SERVICE_RENDER_THREADS: '1',
     ...options.env,
   });
-  const logger = pino({ level: config.logLevel });
+  const logger = options.logger ?? pino({ level: config.logLevel });
   const built = await buildApp(config, logger, options.overrides);
   await built.app.listen({ host: '127.0.0.1', port: 0 });
   const address = built.app.server.address();

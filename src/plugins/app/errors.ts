@@ -1,47 +1,69 @@
 import fp from 'fastify-plugin';
-import type { FastifyError, FastifyInstance } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { HttpError } from '../../errors.ts';
+import { scrubPaths, serializeErrorForLog } from '../../logger.ts';
 import { ProviderNotConfiguredError, UpstreamError, VoiceNotFoundError } from '../../../actors/tts/types.ts';
 import { MalformedSdpError } from '../../../actors/media/webrtc.ts';
 
 /**
  * One place that turns errors into `{detail}` answers (spec 7): 4xx with the reason, 502 with the
- * upstream text, 500 with a generic message while the exception is only logged.
+ * upstream text, 500 with a generic message while the exception is only logged. Every `detail` and
+ * every logged error passes through `scrubPaths`, whichever logger the app was built with, so no
+ * answer or log line carries a filesystem path.
  */
 export default fp(async function errorPlugin(app: FastifyInstance) {
   app.setErrorHandler((error: FastifyError | Error, request, reply) => {
+    closeIfBodyStalled(request, reply);
     if (error instanceof HttpError) {
-      reply.headers(error.headers).code(error.statusCode).send({ detail: error.detail });
+      sendDetail(reply.headers(error.headers), error.statusCode, error.detail);
       return;
     }
     if (error instanceof UpstreamError) {
       request.log.warn({ upstreamStatus: error.upstreamStatus }, 'upstream provider error');
-      reply.code(502).send({ detail: error.message });
+      sendDetail(reply, 502, error.message);
       return;
     }
     if (error instanceof VoiceNotFoundError || error instanceof ProviderNotConfiguredError || error instanceof MalformedSdpError) {
-      reply.code(400).send({ detail: error.message });
+      sendDetail(reply, 400, error.message);
       return;
     }
     const fastifyError = error as FastifyError;
     if (fastifyError.validation) {
-      reply.code(400).send({ detail: `${fastifyError.validationContext ?? 'request'} ${fastifyError.message}`.trim() });
+      sendDetail(reply, 400, `${fastifyError.validationContext ?? 'request'} ${fastifyError.message}`.trim());
       return;
     }
     const status = fastifyError.statusCode;
     if (status === 413 || fastifyError.code === 'FST_REQ_FILE_TOO_LARGE' || fastifyError.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-      reply.code(413).send({ detail: 'payload too large' });
+      sendDetail(reply, 413, 'payload too large');
       return;
     }
     if (typeof status === 'number' && status >= 400 && status < 500) {
-      reply.code(status).send({ detail: fastifyError.message });
+      sendDetail(reply, status, fastifyError.message);
       return;
     }
-    request.log.error({ err: error }, 'unhandled error');
-    reply.code(500).send({ detail: 'internal server error' });
+    request.log.error({ err: serializeErrorForLog(error) }, 'unhandled error');
+    sendDetail(reply, 500, 'internal server error');
   });
 
   app.setNotFoundHandler((request, reply) => {
+    // The client's own URL, echoed as sent: not a server path.
     reply.code(404).send({ detail: `route ${request.method} ${request.url.split('?')[0]} not found` });
   });
 });
+
+function sendDetail(reply: FastifyReply, status: number, detail: string): void {
+  reply.code(status).send({ detail: scrubPaths(detail) });
+}
+
+/**
+ * A body someone started reading and then paused (a parser that gave up half-way) is never read by
+ * Node again, so the next request on a keep-alive socket would wait behind it. Such an answer closes
+ * the connection and lets the rest of the body flow away meanwhile. Bodies nobody touched are drained
+ * by Node itself after the answer, and `readMultipart` drains its own before it throws.
+ */
+function closeIfBodyStalled(request: FastifyRequest, reply: FastifyReply): void {
+  const raw = request.raw;
+  if (raw.complete || raw.readableFlowing !== false) return;
+  reply.header('connection', 'close');
+  raw.resume();
+}

@@ -10,8 +10,23 @@ import type { FastifyInstance } from 'fastify';
 import type { ServiceConfig } from '../../config.ts';
 import { ErrorBody } from '../../schemas/common.ts';
 
-/** The largest upload any route accepts (clone audio, 12 MB); routes set tighter limits per file. */
+/** The default per-file bound (clone audio, 12 MB); each route passes its own limit to `readMultipart`. */
 export const MAX_UPLOAD_BYTES = 12 * 1024 * 1024;
+
+/**
+ * Shape bounds for every multipart form. The richest form (voice cloning) has six text fields and one
+ * file, so these leave room for clients that add a field or two while keeping the parts a form may
+ * buffer small: 16 fields of at most 64 KiB (a persona prompt fits) is 1 MiB of text at most.
+ */
+export const MULTIPART_LIMITS = {
+  fileSize: MAX_UPLOAD_BYTES,
+  files: 1,
+  fields: 16,
+  fieldSize: 64 * 1024,
+  parts: 20,
+  /** Header lines per part: a browser sends two (Content-Disposition, Content-Type). */
+  headerPairs: 16,
+} as const;
 
 const require = createRequire(import.meta.url);
 
@@ -23,7 +38,7 @@ export default fp(async function externalPlugins(app: FastifyInstance, opts: { c
     methods: ['GET', 'POST', 'DELETE', 'OPTIONS'],
   });
   await app.register(multipart, {
-    limits: { fileSize: MAX_UPLOAD_BYTES, files: 1, fields: 16, fieldSize: 64 * 1024, parts: 20 },
+    limits: { ...MULTIPART_LIMITS },
   });
   await app.register(websocket, { options: { maxPayload: 1024 * 1024 } });
 
