@@ -1,0 +1,244 @@
+/**
+ * The KServe v2 lip-sync client (actors/lipsync/kserve-client.ts) against a real loopback KServe/Triton-style
+ * server (test/fakes/kserve-server.ts) that runs the tiny Wav2Lip-shaped ONNX model in onnxruntime-node:
+ * both encodings, readiness, wrong signatures, pipelining, queue bound, timeouts, abort, dropped connections,
+ * a dead server and close().
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { KserveError, KserveLipsyncClient, type KserveClientOptions, type LipsyncBatch } from '../actors/lipsync/kserve-client.ts';
+import { FakeKserveServer, type FakeKserveOptions } from './fakes/kserve-server.ts';
+import { tinyLipsyncModel, tinyLipsyncReference, wrongSignatureModel } from './helpers/tiny-onnx.ts';
+
+const servers: FakeKserveServer[] = [];
+const clients: KserveLipsyncClient[] = [];
+afterEach(async () => {
+  for (const client of clients.splice(0)) client.close();
+  await Promise.all(servers.splice(0).map((server) => server.close()));
+});
+
+async function startServer(options: FakeKserveOptions = {}): Promise<FakeKserveServer> {
+  const server = await FakeKserveServer.start(options);
+  servers.push(server);
+  return server;
+}
+
+function clientFor(server: FakeKserveServer, options: Partial<KserveClientOptions> = {}): KserveLipsyncClient {
+  const client = new KserveLipsyncClient({ baseUrl: server.url, model: server.modelName, ...options });
+  clients.push(client);
+  return client;
+}
+
+const never = () => new AbortController().signal;
+
+/** `count` items: item i has mel level −4 + i (silence first, then louder) and a face gradient. */
+function batchOf(count: number, size: number): LipsyncBatch {
+  const mel = new Float32Array(count * 80 * 16);
+  for (let i = 0; i < count; i++) mel.fill(-4 + i, i * 1280, (i + 1) * 1280);
+  const face = new Float32Array(count * 6 * size * size);
+  for (let i = 0; i < face.length; i++) face[i] = (i % (size * size)) / (size * size);
+  return { count, mel, face };
+}
+
+function expectReferenceOutput(output: Float32Array, batch: LipsyncBatch, size: number): void {
+  const reference = tinyLipsyncReference(batch.mel, batch.face, batch.count, size);
+  expect(output).toHaveLength(reference.length);
+  let worst = 0;
+  for (let i = 0; i < output.length; i++) worst = Math.max(worst, Math.abs(output[i] - reference[i]));
+  expect(worst).toBeLessThan(1e-5);
+}
+
+async function rejectionOf(promise: Promise<unknown>): Promise<Error> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as Error;
+  }
+  throw new Error('expected the promise to reject');
+}
+
+describe('KServe v2 lip-sync client against a loopback server', () => {
+  it('connects, picks binary tensors when the server offers them, and gets the model function back', async () => {
+    const server = await startServer();
+    const client = clientFor(server);
+    const connection = await client.connect(never());
+    expect(connection).toMatchObject({
+      connected: true,
+      encoding: 'binary',
+      signature: { melInput: 'mel', faceInput: 'face', output: 'output', size: 96, fixedBatch: null },
+    });
+    const batch = batchOf(3, 96);
+    expectReferenceOutput(await client.infer(batch, never()), batch, 96);
+    expect(server.stats).toMatchObject({ inferBinary: 1, inferJson: 0, binaryAnswers: 1, batches: [3] });
+  });
+
+  it('falls back to JSON tensors when the server does not list the binary extension', async () => {
+    const server = await startServer({ advertiseBinary: false, model: tinyLipsyncModel({ size: 64, melName: 'audio', faceName: 'video_frames' }) });
+    const client = clientFor(server);
+    expect(await client.connect(never())).toMatchObject({ connected: true, encoding: 'json', signature: { melInput: 'audio', size: 64 } });
+    const batch = batchOf(2, 64);
+    expectReferenceOutput(await client.infer(batch, never()), batch, 64);
+    expect(server.stats).toMatchObject({ inferBinary: 0, inferJson: 1, binaryAnswers: 0 });
+  });
+
+  it('speaks JSON when told to, even to a server offering binary', async () => {
+    const server = await startServer();
+    const client = clientFor(server, { encoding: 'json' });
+    expect(await client.connect(never())).toMatchObject({ connected: true, encoding: 'json' });
+    const batch = batchOf(1, 96);
+    expectReferenceOutput(await client.infer(batch, never()), batch, 96);
+    expect(server.stats.inferJson).toBe(1);
+  });
+
+  it('stays unconnected while the server or the model is not ready, and connects once both are', async () => {
+    const server = await startServer();
+    const client = clientFor(server);
+    server.behaviour.ready = false;
+    expect(await client.ready(never())).toBe(false);
+    expect(await client.connect(never())).toEqual({ connected: false, problem: 'not_ready', reason: 'the server or the model is not ready' });
+    server.behaviour.ready = true;
+    server.behaviour.modelReady = false;
+    expect(await client.ready(never())).toBe(false);
+    server.behaviour.modelReady = true;
+    expect(await client.ready(never())).toBe(true);
+    expect(await client.connect(never())).toMatchObject({ connected: true });
+  });
+
+  it('refuses a served model whose signature does not fit, with the reason', async () => {
+    const server = await startServer({ model: wrongSignatureModel('mel_wrong_width') });
+    const client = clientFor(server);
+    const connection = await client.connect(never());
+    expect(connection).toMatchObject({ connected: false, problem: 'mel_input_missing' });
+    expect(!connection.connected && connection.reason).toContain('mel FP32 [?, 1, 80, 20]');
+    await expect(client.infer(batchOf(1, 96), never())).rejects.toThrow(/before connect/);
+  });
+
+  it('keeps several requests in flight, never more than maxInFlight', async () => {
+    const server = await startServer();
+    server.behaviour.inferDelayMs = 150;
+    const client = clientFor(server, { maxInFlight: 3 });
+    await client.connect(never());
+    const batches = Array.from({ length: 6 }, (_, i) => batchOf(1 + (i % 2), 96));
+    const started = performance.now();
+    const outputs = await Promise.all(batches.map((batch) => client.infer(batch, never())));
+    const elapsed = performance.now() - started;
+    outputs.forEach((output, i) => expectReferenceOutput(output, batches[i], 96));
+    // The server saw three at once (never more); two waves of 150 ms is the least it can take.
+    expect(server.stats.maxInFlight).toBe(3);
+    expect(elapsed).toBeGreaterThanOrEqual(290);
+    expect(client.inFlight).toBe(0);
+  });
+
+  it('rejects as busy beyond the bounded queue instead of waiting without end', async () => {
+    const server = await startServer();
+    server.behaviour.inferDelayMs = 200;
+    const client = clientFor(server, { maxInFlight: 1, maxQueued: 1 });
+    await client.connect(never());
+    const first = client.infer(batchOf(1, 96), never());
+    const second = client.infer(batchOf(1, 96), never());
+    const third = await rejectionOf(client.infer(batchOf(1, 96), never()));
+    expect(third).toBeInstanceOf(KserveError);
+    expect((third as KserveError).kind).toBe('busy');
+    await Promise.all([first, second]);
+    expect(server.stats.maxInFlight).toBe(1);
+  });
+
+  it('gives up on a slow inference after its deadline', async () => {
+    const server = await startServer();
+    const client = clientFor(server, { inferTimeoutMs: 200 });
+    await client.connect(never());
+    server.behaviour.inferDelayMs = 5_000;
+    const started = performance.now();
+    const error = await rejectionOf(client.infer(batchOf(1, 96), never()));
+    // Bounds leave room for a loaded machine; the server alone would take 5 s.
+    expect(performance.now() - started).toBeLessThan(2_500);
+    expect(error).toMatchObject({ name: 'KserveError', kind: 'timeout' });
+    expect(error.message).not.toContain(server.url);
+    expect(client.inFlight).toBe(0);
+  });
+
+  it('reports a server too slow to answer its health check as unreachable', async () => {
+    const server = await startServer();
+    server.behaviour.healthDelayMs = 5_000;
+    const client = clientFor(server, { metadataTimeoutMs: 200 });
+    const started = performance.now();
+    const connection = await client.connect(never());
+    expect(performance.now() - started).toBeLessThan(2_500);
+    expect(connection).toMatchObject({ connected: false, problem: 'unreachable' });
+    expect(!connection.connected && connection.reason).toMatch(/readiness: no answer within 200 ms/);
+  });
+
+  it('stops waiting as soon as the caller aborts, and the next request still works', async () => {
+    const server = await startServer();
+    const client = clientFor(server);
+    await client.connect(never());
+    server.behaviour.inferDelayMs = 5_000;
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(), 50);
+    const started = performance.now();
+    const error = await rejectionOf(client.infer(batchOf(1, 96), controller.signal));
+    expect(performance.now() - started).toBeLessThan(2_500);
+    expect(error.name).toBe('AbortError');
+    server.behaviour.inferDelayMs = 0;
+    const batch = batchOf(2, 96);
+    expectReferenceOutput(await client.infer(batch, never()), batch, 96);
+  });
+
+  it('reports a connection dropped before or in the middle of the answer as a transport error', async () => {
+    const server = await startServer();
+    const client = clientFor(server);
+    await client.connect(never());
+    for (const drop of ['before_response', 'mid_response'] as const) {
+      server.behaviour.drop = drop;
+      const error = await rejectionOf(client.infer(batchOf(1, 96), never()));
+      expect(error, drop).toMatchObject({ name: 'KserveError', kind: 'transport' });
+    }
+    server.behaviour.drop = 'none';
+    const batch = batchOf(1, 96);
+    expectReferenceOutput(await client.infer(batch, never()), batch, 96);
+  });
+
+  it("passes the server's own error text on for an HTTP failure", async () => {
+    const server = await startServer();
+    const client = clientFor(server);
+    await client.connect(never());
+    server.behaviour.inferFailStatus = 503;
+    const error = await rejectionOf(client.infer(batchOf(1, 96), never()));
+    expect(error).toMatchObject({ name: 'KserveError', kind: 'http', upstreamStatus: 503 });
+    expect(error.message).toBe('inference returned 503: inference failed on purpose');
+  });
+
+  it('finds a dead server unreachable, without naming its address', async () => {
+    const server = await startServer();
+    const client = clientFor(server);
+    await server.close();
+    const error = await rejectionOf(client.ready(never()));
+    expect(error).toMatchObject({ name: 'KserveError', kind: 'transport' });
+    expect(error.message).toMatch(/ECONNREFUSED/);
+    expect(error.message).not.toContain(server.url);
+    expect(await client.connect(never())).toMatchObject({ connected: false, problem: 'unreachable' });
+  });
+
+  it('close() aborts the request on the wire and the queued ones, and may be called twice', async () => {
+    const server = await startServer();
+    server.behaviour.inferDelayMs = 2_000;
+    const client = clientFor(server, { maxInFlight: 1 });
+    await client.connect(never());
+    const onWire = rejectionOf(client.infer(batchOf(1, 96), never()));
+    const queued = rejectionOf(client.infer(batchOf(1, 96), never()));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    client.close();
+    client.close();
+    expect(await onWire).toMatchObject({ kind: 'closed' });
+    expect(await queued).toMatchObject({ kind: 'closed' });
+    await expect(client.infer(batchOf(1, 96), never())).rejects.toMatchObject({ kind: 'closed' });
+  });
+
+  it('checks batch shapes before sending anything', async () => {
+    const server = await startServer({ model: tinyLipsyncModel({ batch: 1 }) });
+    const client = clientFor(server);
+    expect(await client.connect(never())).toMatchObject({ connected: true, signature: { fixedBatch: 1 } });
+    await expect(client.infer(batchOf(2, 96), never())).rejects.toThrow(/batches of exactly 1/);
+    await expect(client.infer({ ...batchOf(1, 96), face: new Float32Array(10) }, never())).rejects.toThrow(RangeError);
+    expect(server.stats.requests.filter((r) => r.startsWith('POST'))).toHaveLength(0);
+  });
+});
