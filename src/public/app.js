@@ -43,6 +43,8 @@ function setRunning(running) {
 }
 
 async function start() {
+  // Disabled until this attempt ends: a double click must not create (and leak) a second session.
+  $('start').disabled = true;
   try {
     const { session_id } = await api('POST', '/sessions', { avatar_id: $('avatar').value, model: $('model').value });
     state.sessionId = session_id;
@@ -67,7 +69,20 @@ async function start() {
     log(`session ${session_id} running`);
   } catch (error) {
     log(`error: ${error.message}`);
+    // A half-set-up session (created, offer or start failed) is ended rather than left to time out.
+    endSession();
+    setRunning(false);
   }
+}
+
+/** Ends the current session, if any. `keepalive` lets the request outlive the page (pagehide). */
+function endSession({ keepalive = false } = {}) {
+  const sessionId = state.sessionId;
+  state.sessionId = null;
+  state.events?.close();
+  state.pc?.close();
+  if (!sessionId) return Promise.resolve();
+  return fetch(`/sessions/${sessionId}`, { method: 'DELETE', keepalive }).catch((e) => log(`error: ${e.message}`));
 }
 
 function waitForIce(pc) {
@@ -97,6 +112,8 @@ function listen(sessionId) {
       }
       if (type === 'session.terminated') {
         events.close();
+        // Ended by the service (or another tab): nothing left to delete on pagehide.
+        if (state.sessionId === sessionId) state.sessionId = null;
         setRunning(false);
         $('state').textContent = 'terminated';
       }
@@ -142,8 +159,18 @@ $('speak').onclick = () => speak('speak');
 $('chat').onclick = () => speak('chat');
 $('interrupt').onclick = () => api('POST', `/sessions/${state.sessionId}/interrupt`).catch((e) => log(`error: ${e.message}`));
 $('stop').onclick = async () => {
-  await api('DELETE', `/sessions/${state.sessionId}`).catch((e) => log(`error: ${e.message}`));
-  state.pc?.close();
+  $('stop').disabled = true;
+  await endSession();
+  $('state').textContent = 'terminated';
   setRunning(false);
 };
+// Closing or leaving the tab ends the session at once, instead of leaving it to the orphan timeout.
+window.addEventListener('pagehide', () => void endSession({ keepalive: true }));
+window.addEventListener('pageshow', (event) => {
+  // Restored from the back/forward cache: the session was ended on pagehide.
+  if (event.persisted) {
+    $('state').textContent = 'none';
+    setRunning(false);
+  }
+});
 loadCatalog().catch((error) => log(`error: ${error.message}`));
