@@ -71,6 +71,16 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
     expect(server.stats).toMatchObject({ inferBinary: 1, inferJson: 0, binaryAnswers: 1, batches: [3] });
   });
 
+  it('reuses keep-alive connections for requests one after another', async () => {
+    const server = await startServer();
+    const client = clientFor(server);
+    await client.connect(never());
+    for (let i = 0; i < 4; i++) await client.infer(batchOf(1, 96), never());
+    expect(server.stats.requests).toHaveLength(4 + 4); // ready, model ready, server metadata, model metadata, 4 × infer
+    // undici may open a second socket while the first is being handed back; without keep-alive it would be 8.
+    expect(server.stats.connections).toBeLessThanOrEqual(2);
+  });
+
   it('falls back to JSON tensors when the server does not list the binary extension', async () => {
     const server = await startServer({ advertiseBinary: false, model: tinyLipsyncModel({ size: 64, melName: 'audio', faceName: 'video_frames' }) });
     const client = clientFor(server);

@@ -40,6 +40,8 @@ export interface FakeKserveBehaviour {
 
 export interface FakeKserveStats {
   requests: string[];
+  /** TCP connections accepted (keep-alive clients reuse them). */
+  connections: number;
   inferJson: number;
   inferBinary: number;
   /** Inference answers sent with binary output data. */
@@ -81,7 +83,7 @@ export class FakeKserveServer {
     inferFailStatus: null,
     drop: 'none',
   };
-  readonly stats: FakeKserveStats = { requests: [], inferJson: 0, inferBinary: 0, binaryAnswers: 0, inFlight: 0, maxInFlight: 0, batches: [] };
+  readonly stats: FakeKserveStats = { requests: [], connections: 0, inferJson: 0, inferBinary: 0, binaryAnswers: 0, inFlight: 0, maxInFlight: 0, batches: [] };
   private closed = false;
   private listeningUrl = '';
   /** Ends the scripted delays at close(), so no timer outlives the server. */
@@ -104,6 +106,7 @@ export class FakeKserveServer {
         else fake.sendJson(response, error instanceof BadRequest ? 400 : 500, { error: error instanceof Error ? error.message : String(error) });
       });
     });
+    server.on('connection', () => fake.stats.connections++);
     server.listen(0, '127.0.0.1');
     await once(server, 'listening');
     fake.listeningUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
