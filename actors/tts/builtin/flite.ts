@@ -3,6 +3,7 @@
  * sentence runs a fresh instance of the compiled module (a WASI program can only start once) that
  * writes a WAV file and prints `-psdur` phone end times to stdout, both into a private temp dir.
  * Compiling the 21 MB module is the slow part, so the compiled module is cached per process.
+ * Runs only inside a built-in engine process (`engine-process.ts`), whose supervisor owns the temp dir.
  */
 import { randomBytes } from 'node:crypto';
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
@@ -16,6 +17,9 @@ import { decodeWavPcm16 } from './wav.ts';
 
 /** Voices compiled into the flite binary (checked with `-lv`); kal is 8 kHz, the rest 16 kHz. */
 export const FLITE_VOICES = ['slt', 'rms', 'awb', 'kal16', 'kal'] as const;
+
+/** WASI numbers preopened directories from 3 upwards; flite gets exactly one, its working directory. */
+const WORK_DIR_WASI_FD = 3;
 
 let compiledModule: Promise<WebAssembly.Module> | undefined;
 let workDir: string | undefined;
@@ -31,10 +35,24 @@ export function loadFliteModule(): Promise<WebAssembly.Module> {
   return compiledModule;
 }
 
+/**
+ * Uses `directory` (made by the engine supervisor) as flite's working directory. This process removes it
+ * when it exits, as the supervisor does when the process dies, so neither end can leave it behind.
+ */
+export function useFliteWorkDir(directory: string): string {
+  if (!workDir) process.once('exit', removeWorkDir);
+  workDir = directory;
+  return directory;
+}
+
 function privateWorkDir(): string {
   // One directory per process, preopened as flite's cwd; it only ever holds our own output files.
-  workDir ??= mkdtempSync(path.join(tmpdir(), 'builtin-tts-flite-'));
-  return workDir;
+  return workDir ?? useFliteWorkDir(mkdtempSync(path.join(tmpdir(), 'builtin-tts-flite-')));
+}
+
+function removeWorkDir(): void {
+  if (workDir) rmSync(workDir, { recursive: true, force: true });
+  workDir = undefined;
 }
 
 /**
@@ -81,7 +99,14 @@ export async function synthesizeWithFlite(voice: string, text: string): Promise<
     const instance = await WebAssembly.instantiate(module, {
       wasi_snapshot_preview1: wasi.wasiImport,
     } as WebAssembly.Imports);
-    const exitCode = wasi.start(instance);
+    let exitCode: number;
+    try {
+      exitCode = wasi.start(instance);
+    } finally {
+      // node:wasi never closes a preopened directory itself (not even when the WASI object is collected):
+      // without this each sentence would leak one descriptor until the process runs out of them.
+      wasi.wasiImport.fd_close(WORK_DIR_WASI_FD);
+    }
     if (exitCode !== 0) throw new Error(`flite exited with code ${exitCode}`);
     const { pcm, sampleRate } = decodeWavPcm16(readFileSync(path.join(directory, wavName)));
     const durationMs = (pcm.length / sampleRate) * 1000;

@@ -1,44 +1,290 @@
 /**
- * The single worker thread that runs the built-in engines. One thread is enough: the engines are
- * serial by nature (eSpeak keeps one current voice), each thread would hold its own ~100 MB of
- * compiled WASM, and the machine has 2 cores shared with rendering.
+ * The supervised pool of built-in engine processes (engine-child.ts). It owns the decisions about them:
+ * how many run, which sentence goes where, what a crash costs (the sentence that was in the dead process,
+ * nothing else), when a dead engine is restarted, and when a worn engine is replaced. Why processes and
+ * not worker threads: docs/architecture.md, "Built-in TTS engines run in child processes".
  */
-import { Piscina } from 'piscina';
+import type { TtsLogger } from '../http.ts';
 import type { EngineAudio } from './engine.ts';
+import { EngineChild, EngineError, type EngineExit, type SentenceJob, type SentenceOutcome } from './engine-child.ts';
+import { pathFreeMessage } from './protocol.ts';
 import type { SentenceTask } from './synthesize-sentence.ts';
-import type { WorkerTask } from './worker.ts';
 
-const WORKER_BOOTSTRAP = new URL('./worker.mjs', import.meta.url);
+/**
+ * One engine process by default. The machine has 2 cores: one paces and renders sessions, so a second
+ * engine would only compete for the same core; one engine synthesises speech many times faster than it
+ * plays, and each process holds ~100 MB of compiled WASM. A second one buys availability during a restart
+ * (~1 s), which `processes: 2` offers where cores and memory allow.
+ */
+export const DEFAULT_ENGINE_PROCESSES = 1;
+/**
+ * Sentences waiting for an engine. A turn asks for at most two at a time (the next one to play and the one
+ * after it), so this holds 16 concurrent turns; beyond that speech would fall behind real time anyway.
+ */
+export const MAX_QUEUED_SENTENCES = 32;
+/**
+ * Sentences one process answers before it is replaced: bounds anything the engines leak (a WASM heap never
+ * shrinks) for ~1 s of CPU every few hundred sentences. The replacement starts first, so nobody waits for it.
+ */
+export const SENTENCES_PER_ENGINE_PROCESS = 500;
+/** Crashes within this window count towards the restart back-off; an engine that ran longer starts afresh. */
+export const CRASH_WINDOW_MS = 60_000;
+/** A first crash restarts at once; each further one in the window doubles the wait, starting here... */
+export const RESTART_BACKOFF_BASE_MS = 250;
+/** ...up to this: a crash loop costs at most one process start (~1 s of CPU) per 10 s. */
+export const RESTART_BACKOFF_MAX_MS = 10_000;
 
-let pool: Piscina<WorkerTask, EngineAudio | null> | undefined;
+const SHUT_DOWN = 'the builtin TTS engines are shut down';
 
-function enginePool(): Piscina<WorkerTask, EngineAudio | null> {
-  pool ??= new Piscina<WorkerTask, EngineAudio | null>({
-    filename: WORKER_BOOTSTRAP.href,
-    minThreads: 1,
-    maxThreads: 1,
-    // Keep the thread (and its compiled engines) for the life of the process.
-    idleTimeout: Number.POSITIVE_INFINITY,
-  });
-  return pool;
+export interface BuiltinEnginePoolOptions {
+  processes?: number;
+  sentencesPerProcess?: number;
+  maxQueued?: number;
+  logger?: TtsLogger;
 }
 
-export async function synthesizeSentenceInWorker(task: SentenceTask): Promise<EngineAudio> {
-  // No AbortSignal here on purpose: piscina aborts a running task by killing the thread, which
-  // would throw away the compiled engines. Callers stop waiting instead; the sentence finishes alone.
-  const result = await enginePool().run({ kind: 'sentence', ...task });
-  if (!result) throw new Error('builtin TTS worker returned no audio');
-  return result;
+/** What tests and diagnostics may see of one engine process. */
+export interface EngineProcessInfo {
+  pid: number | undefined;
+  ready: boolean;
+  busy: boolean;
+  sentences: number;
 }
 
-/** Loads both engines in the worker; call at start-up so the first request does not wait for it. */
-export async function warmUpBuiltinEngines(): Promise<void> {
-  await enginePool().run({ kind: 'warm-up' });
+/** Wait before the next start, given the crashes in the window including this one. */
+export function restartDelayMs(crashesInWindow: number): number {
+  if (crashesInWindow <= 1) return 0;
+  return Math.min(RESTART_BACKOFF_MAX_MS, RESTART_BACKOFF_BASE_MS * 2 ** (crashesInWindow - 2));
 }
 
-/** Stops the worker thread (graceful shutdown, tests). Safe to call more than once. */
+export class BuiltinEnginePool {
+  logger: TtsLogger | undefined;
+  private readonly processCount: number;
+  private readonly sentencesPerProcess: number;
+  private readonly maxQueued: number;
+  private readonly engines = new Set<EngineChild>();
+  private readonly queue: SentenceJob[] = [];
+  private readonly readyWaiters: Array<{ resolve(): void; reject(error: Error): void }> = [];
+  private crashTimes: number[] = [];
+  private restartTimer: NodeJS.Timeout | undefined;
+  private nextJobId = 1;
+  private closed = false;
+  /** No engine may outlive the service, even one that exits without closing the pool. */
+  private readonly killAllNow = (): void => {
+    for (const engine of this.engines) engine.killNow();
+  };
+
+  constructor(options: BuiltinEnginePoolOptions = {}) {
+    this.processCount = Math.max(1, options.processes ?? DEFAULT_ENGINE_PROCESSES);
+    this.sentencesPerProcess = Math.max(1, options.sentencesPerProcess ?? SENTENCES_PER_ENGINE_PROCESS);
+    this.maxQueued = Math.max(1, options.maxQueued ?? MAX_QUEUED_SENTENCES);
+    this.logger = options.logger;
+    process.on('exit', this.killAllNow);
+    this.replenish();
+  }
+
+  /**
+   * Synthesises one sentence in an engine process. Aborting `signal` rejects at once with its reason: a
+   * queued sentence never reaches an engine, a running one is left to finish there and its result dropped.
+   */
+  synthesize(task: SentenceTask, signal?: AbortSignal): Promise<EngineAudio> {
+    if (this.closed) return Promise.reject(new EngineError(SHUT_DOWN));
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    if (this.queue.length >= this.maxQueued) {
+      return Promise.reject(new EngineError(`the builtin TTS engine is overloaded: ${this.maxQueued} sentences are already waiting`));
+    }
+    return new Promise<EngineAudio>((resolve, reject) => {
+      let settled = false;
+      const onAbort = (): void => {
+        const queued = this.queue.indexOf(job);
+        if (queued >= 0) this.queue.splice(queued, 1);
+        job.settle({ error: signal!.reason });
+      };
+      const job: SentenceJob = {
+        id: this.nextJobId++,
+        task,
+        settle: (outcome: SentenceOutcome) => {
+          if (settled) return;
+          settled = true;
+          signal?.removeEventListener('abort', onAbort);
+          if ('audio' in outcome) resolve(outcome.audio);
+          else reject(outcome.error);
+        },
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.queue.push(job);
+      this.replenish();
+      this.dispatch();
+    });
+  }
+
+  /** Resolves once an engine has compiled both engines (start-up warm-up); rejects if it cannot start. */
+  warmUp(): Promise<void> {
+    if (this.closed) return Promise.reject(new EngineError(SHUT_DOWN));
+    if ([...this.engines].some((engine) => engine.ready)) return Promise.resolve();
+    this.replenish();
+    return new Promise((resolve, reject) => this.readyWaiters.push({ resolve, reject }));
+  }
+
+  processes(): EngineProcessInfo[] {
+    return [...this.engines]
+      .filter((engine) => engine.alive)
+      .map((engine) => ({ pid: engine.pid, ready: engine.ready, busy: engine.busy, sentences: engine.sentences }));
+  }
+
+  /** Rejects everything waiting, kills every engine process and waits until they are gone. Idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearTimeout(this.restartTimer);
+    const error = new EngineError(SHUT_DOWN);
+    for (const job of this.queue.splice(0)) job.settle({ error });
+    for (const waiter of this.readyWaiters.splice(0)) waiter.reject(error);
+    await Promise.all([...this.engines].map((engine) => engine.kill({ expected: true, reason: SHUT_DOWN })));
+    process.off('exit', this.killAllNow);
+  }
+
+  private isWornOut(engine: EngineChild): boolean {
+    return engine.sentences >= this.sentencesPerProcess;
+  }
+
+  /** Engines that count towards `processes`: alive, not leaving, not due for replacement. */
+  private freshEngineCount(): number {
+    return [...this.engines].filter((engine) => !engine.retiring && !this.isWornOut(engine)).length;
+  }
+
+  private replenish(): void {
+    if (this.closed || this.restartTimer) return;
+    while (this.freshEngineCount() < this.processCount) {
+      try {
+        this.engines.add(
+          new EngineChild({
+            ready: (engine) => this.onReady(engine),
+            idle: (engine) => this.onIdle(engine),
+            exit: (engine, exit) => this.onExit(engine, exit),
+          }),
+        );
+      } catch (error) {
+        // No process at all (temp dir or fork refused): treated like a crash at start, with back-off.
+        this.onStartFailure(`the engine could not be started: ${pathFreeMessage(error)}`);
+        return;
+      }
+    }
+  }
+
+  private dispatch(): void {
+    while (this.queue.length > 0) {
+      const engine = this.idleEngine();
+      if (!engine) return;
+      engine.run(this.queue.shift()!);
+    }
+  }
+
+  /** A ready, idle engine; a worn-out one only while its replacement is still starting. */
+  private idleEngine(): EngineChild | undefined {
+    let wornOut: EngineChild | undefined;
+    for (const engine of this.engines) {
+      if (!engine.ready || engine.busy || engine.retiring) continue;
+      if (!this.isWornOut(engine)) return engine;
+      wornOut ??= engine;
+    }
+    return wornOut;
+  }
+
+  private onReady(engine: EngineChild): void {
+    this.logger?.debug({ pid: engine.pid }, 'builtin TTS engine ready');
+    for (const waiter of this.readyWaiters.splice(0)) waiter.resolve();
+    // A replacement is up: the worn-out engines beyond the wanted count leave (after their current sentence).
+    let excess = [...this.engines].filter((other) => !other.retiring).length - this.processCount;
+    for (const other of this.engines) {
+      if (excess <= 0) break;
+      if (other.retiring || !this.isWornOut(other)) continue;
+      this.logger?.info({ pid: other.pid, sentences: other.sentences }, 'builtin TTS engine recycled');
+      other.retire();
+      excess -= 1;
+    }
+    this.dispatch();
+  }
+
+  private onIdle(engine: EngineChild): void {
+    if (this.isWornOut(engine)) this.replenish();
+    this.dispatch();
+  }
+
+  private onExit(engine: EngineChild, exit: EngineExit): void {
+    this.engines.delete(engine);
+    if (this.closed) return;
+    if (!exit.expected) {
+      this.logger?.warn(
+        { pid: engine.pid, exitCode: exit.exitCode, signal: exit.signal, duringStart: exit.duringStart, reason: exit.reason },
+        'builtin TTS engine died; restarting it',
+      );
+      if (exit.duringStart) this.onStartFailure(exit.reason);
+      else this.scheduleRestart();
+    }
+    this.replenish();
+    this.dispatch();
+  }
+
+  /**
+   * An engine that cannot start will likely fail again: whoever waits for one is told now instead of
+   * waiting through the back-off; later requests try again.
+   */
+  private onStartFailure(reason: string): void {
+    if (![...this.engines].some((engine) => engine.ready)) {
+      const error = new EngineError(reason);
+      for (const job of this.queue.splice(0)) job.settle({ error });
+      for (const waiter of this.readyWaiters.splice(0)) waiter.reject(error);
+    }
+    this.scheduleRestart();
+  }
+
+  private scheduleRestart(): void {
+    const now = Date.now();
+    this.crashTimes = [...this.crashTimes.filter((time) => now - time < CRASH_WINDOW_MS), now];
+    const delayMs = restartDelayMs(this.crashTimes.length);
+    if (delayMs === 0 || this.restartTimer) return;
+    this.logger?.warn({ delayMs, crashesInWindow: this.crashTimes.length }, 'builtin TTS engine restart delayed');
+    this.restartTimer = setTimeout(() => {
+      this.restartTimer = undefined;
+      this.replenish();
+      this.dispatch();
+    }, delayMs);
+  }
+}
+
+let shared: BuiltinEnginePool | undefined;
+let sharedLogger: TtsLogger | undefined;
+
+function sharedPool(): BuiltinEnginePool {
+  shared ??= new BuiltinEnginePool({ logger: sharedLogger });
+  return shared;
+}
+
+/** Where the shared pool logs engine starts, crashes and restarts. */
+export function useBuiltinEngineLogger(logger: TtsLogger | undefined): void {
+  sharedLogger = logger;
+  if (shared) shared.logger = logger;
+}
+
+/** One sentence through the service's shared engine pool (started on first use). */
+export function synthesizeSentenceInEngine(task: SentenceTask, signal?: AbortSignal): Promise<EngineAudio> {
+  return sharedPool().synthesize(task, signal);
+}
+
+/** Starts the shared engines; call at start-up so the first request does not wait for the WASM compile. */
+export function warmUpBuiltinEngines(): Promise<void> {
+  return sharedPool().warmUp();
+}
+
+/** The shared pool's engine processes (tests, diagnostics). */
+export function builtinEngineProcesses(): EngineProcessInfo[] {
+  return shared?.processes() ?? [];
+}
+
+/** Stops the shared engine processes (graceful shutdown, tests); the next use starts new ones. Idempotent. */
 export async function closeBuiltinEngines(): Promise<void> {
-  const closing = pool;
-  pool = undefined;
-  if (closing) await closing.destroy();
+  const closing = shared;
+  shared = undefined;
+  await closing?.close();
 }

@@ -1,13 +1,14 @@
 /**
  * The `builtin` provider: offline speech with no key, from flite (English) and eSpeak-NG (other
- * languages) running in a worker thread. Text is split into sentences; each sentence is yielded as
- * soon as it is synthesised while the next one is already being synthesised.
+ * languages) running in supervised child processes (actors/tts/builtin/pool.ts). Text is split into
+ * sentences; each sentence is yielded as soon as it is synthesised while the next one is already being
+ * synthesised.
  */
 import { splitSentences } from '../sentences.ts';
 import { UpstreamError, VoiceNotFoundError } from '../types.ts';
 import type { ProviderStatus, TtsChunk, TtsProvider, TtsRequest } from '../types.ts';
 import type { EngineAudio } from '../builtin/engine.ts';
-import { synthesizeSentenceInWorker, warmUpBuiltinEngines } from '../builtin/pool.ts';
+import { synthesizeSentenceInEngine, useBuiltinEngineLogger, warmUpBuiltinEngines } from '../builtin/pool.ts';
 import type { TtsLogger } from '../http.ts';
 import { untilAborted } from '../../abort.ts';
 import {
@@ -48,6 +49,7 @@ function resolveVoice(voice: string | null | undefined): BuiltinVoice {
 
 export function createBuiltinProvider(options: BuiltinProviderOptions = {}): TtsProvider {
   const { logger } = options;
+  if (logger) useBuiltinEngineLogger(logger);
   if (options.warmUp !== false) {
     warmUpBuiltinEngines().catch((error: unknown) =>
       logger?.warn({ err: error }, 'builtin TTS engine warm-up failed'),
@@ -62,12 +64,10 @@ export function createBuiltinProvider(options: BuiltinProviderOptions = {}): Tts
     const startedAt = performance.now();
 
     const start = (index: number): Promise<EngineAudio> => {
-      const work = synthesizeSentenceInWorker({
-        engine: voice.engine,
-        engineVoice: voice.engineVoice,
-        text: sentences[index],
-        sampleRate: request.sampleRate,
-      });
+      const work = synthesizeSentenceInEngine(
+        { engine: voice.engine, engineVoice: voice.engineVoice, text: sentences[index], sampleRate: request.sampleRate },
+        signal,
+      );
       // A prefetched sentence may never be awaited (abort, consumer stops early).
       work.catch(() => undefined);
       return work;
