@@ -22,6 +22,7 @@ import { catalogVoiceLookup } from './voices/clone.ts';
 import { JobStore } from './store/jobs.ts';
 import { RecordingRegistry } from './recording/registry.ts';
 import { OfflineJobQueue } from './recording/offline-jobs.ts';
+import { sweepStartupLeftovers } from './store/startup-sweep.ts';
 
 export interface Services {
   config: ServiceConfig;
@@ -65,9 +66,6 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
   ttsConfig.voiceDir = ttsConfig.voiceDir ?? path.join(config.dataDir, 'voices');
   const voices = new VoiceCatalog(store.sublevel('voices'));
   const uploads = new VoiceUploads({ dir: path.join(config.dataDir, 'voice-uploads') });
-  // Expired clone samples are swept at start and periodically, so a restart never resurrects one.
-  await uploads.sweep();
-  uploads.start();
   const tts =
     overrides.tts ??
     createTtsRegistry(ttsConfig, { logger: logger.child({ component: 'tts' }), voiceLookup: catalogVoiceLookup(voices) });
@@ -102,7 +100,10 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     tts: (id) => tts.get(id as never),
     logger: logger.child({ component: 'offline' }),
   });
-  await jobs.recover();
+  // Before listening: what a crash left (temp names, files no record points to) goes; unfinished jobs fail.
+  await sweepStartupLeftovers({ voices, voiceDir: ttsConfig.voiceDir, uploads, avatarsDir: config.avatarsDir, recordings, jobs }, logger.child({ component: 'sweep' }));
+  // Expired clone samples are swept periodically too, so a long-running service never keeps one.
+  uploads.start();
 
   let closed = false;
   return {

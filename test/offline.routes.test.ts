@@ -129,7 +129,7 @@ describe('offline bundle over HTTP', () => {
     await download(id, finished);
     const failed = await json(await get(`/sessions/${id}/rt-offline-bundle/${crashed}`));
     expect(failed).toMatchObject({ status: 'failed', progress: 0.5 });
-    expect(failed.error).toMatch(/restarted/);
+    expect(failed.error).toBe('interrupted by restart');
     expect((await get(`/sessions/${id}/rt-offline-bundle/${crashed}/download`)).status).toBe(409);
   }, 40_000);
 });

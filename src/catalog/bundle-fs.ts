@@ -4,12 +4,38 @@ import path from 'node:path';
 import { isValidAvatarId } from './slug.ts';
 
 /**
+ * Hidden directories a bundle passes through, which the catalog never lists (it skips every name starting
+ * with `.`): a bundle is built in `.tmp-*` and renamed to its id in one step (custom-avatar.ts), and deleted
+ * by a rename to `.trash-*` followed by the removal. A crash between the steps leaves one of them behind,
+ * never a half bundle under a real id; `sweepBundleLeftovers` removes them at start-up.
+ */
+export const BUILDING_DIR_PREFIX = '.tmp-';
+export const TRASH_DIR_PREFIX = '.trash-';
+
+/**
  * Removes a bundle so it never appears half-deleted: rename it to a hidden `.trash-*` directory (one
  * atomic step the catalog ignores), then delete that.
  */
 export async function removeBundleDir(avatarsDir: string, id: string): Promise<void> {
   if (!isValidAvatarId(id)) throw new Error('invalid avatar id');
-  const trash = path.join(avatarsDir, `.trash-${id}-${randomBytes(4).toString('hex')}`);
+  const trash = path.join(avatarsDir, `${TRASH_DIR_PREFIX}${id}-${randomBytes(4).toString('hex')}`);
   await fs.rename(path.join(avatarsDir, id), trash);
   await fs.rm(trash, { recursive: true, force: true });
+}
+
+/**
+ * Start-up sweep of the avatars directory: removes `.tmp-*` and `.trash-*` directories, which only an
+ * upload or a delete that a crash interrupted can leave (none is in progress before the service listens).
+ * Resolves with how many were removed.
+ */
+export async function sweepBundleLeftovers(avatarsDir: string): Promise<number> {
+  let dirents;
+  try {
+    dirents = await fs.readdir(avatarsDir, { withFileTypes: true });
+  } catch {
+    return 0;
+  }
+  const leftovers = dirents.filter((dirent) => dirent.isDirectory() && (dirent.name.startsWith(BUILDING_DIR_PREFIX) || dirent.name.startsWith(TRASH_DIR_PREFIX)));
+  await Promise.all(leftovers.map((dirent) => fs.rm(path.join(avatarsDir, dirent.name), { recursive: true, force: true })));
+  return leftovers.length;
 }

@@ -5,7 +5,7 @@ import type { AvatarManifest, AvatarMetadata, MouthAnimation } from '../../actor
 import { detectMouth } from '../../actors/faces/detector.ts';
 import { InvalidImageError, preparePortrait, type Detector } from '../../actors/faces/portrait.ts';
 import { HttpError, badRequest, notFound } from '../errors.ts';
-import { removeBundleDir } from './bundle-fs.ts';
+import { BUILDING_DIR_PREFIX, removeBundleDir } from './bundle-fs.ts';
 import type { AvatarCatalog, AvatarSummary } from './catalog.ts';
 import { isValidAvatarId } from './slug.ts';
 
@@ -15,8 +15,6 @@ export { MAX_PORTRAIT_BYTES, MAX_PORTRAIT_PIXELS, InvalidImageError } from '../.
 export const MAX_AVATAR_NAME_LENGTH = 100;
 /** The slug part of `custom-<slug>-<timestamp>`; the name keeps its full text. */
 const MAX_SLUG_LENGTH = 40;
-/** Prefix of bundles under construction; the catalog skips every directory starting with `.`. */
-const TEMP_DIR_PREFIX = '.tmp-';
 /**
  * CJK characters a slug keeps: letters/digits of the Han, kana and Hangul scripts. The letter/digit condition
  * drops CJK symbols and radicals (e.g. U+2E80), which the id rule `^[\p{L}\p{N}_-]+$` would not accept.
@@ -64,14 +62,15 @@ export interface BuiltCustomAvatar {
  * `metadata.base_avatar_id` and — only when detection succeeded — `metadata.animation`.
  *
  * Atomic: everything is written and fsynced inside a `.tmp-*` directory, which is then renamed to the id; any
- * failure or abort removes it. Throws `InvalidImageError` for unusable images (→ 400); a detection failure is
+ * failure or abort removes it, and one a crash left behind is removed at start-up (`sweepBundleLeftovers`).
+ * Throws `InvalidImageError` for unusable images (→ 400); a detection failure is
  * not an error (the avatar is created without `animation`), but a detector that throws is.
  */
 export async function buildCustomAvatar(input: BuildCustomAvatarInput): Promise<BuiltCustomAvatar> {
   const { avatarsDir, base, signal } = input;
   const name = input.name.trim();
   signal?.throwIfAborted();
-  const tmpDir = path.join(avatarsDir, `${TEMP_DIR_PREFIX}${randomBytes(6).toString('hex')}`);
+  const tmpDir = path.join(avatarsDir, `${BUILDING_DIR_PREFIX}${randomBytes(6).toString('hex')}`);
   let moved = false;
   try {
     await fs.mkdir(path.join(tmpDir, 'frames'), { recursive: true });

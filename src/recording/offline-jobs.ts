@@ -15,8 +15,15 @@ export const BUNDLE_CONCURRENCY = 1;
 /** Jobs waiting beyond the running ones; more is refused with 503 rather than queued for hours. */
 export const BUNDLE_MAX_QUEUED = 16;
 const SWEEP_EVERY_MS = 10 * 60 * 1000;
-/** Progress is persisted at most this often (it is served from memory while running). */
-const PERSIST_PROGRESS_EVERY_MS = 1_000;
+/**
+ * Progress is persisted at most this often. Clients are shown only persisted state, so this is also how
+ * stale a poll can be; a LevelDB put every half second is nothing next to rendering.
+ */
+const PERSIST_PROGRESS_EVERY_MS = 500;
+/** The `error` of a job that a restart (crash or shutdown) cut off: its input is not persisted, so it cannot resume. */
+export const INTERRUPTED_BY_RESTART = 'interrupted by restart';
+/** The finished artifact of a job; anything else in the bundles directory is a leftover after a restart. */
+const ARTIFACT_NAME = /^(.+)\.mp4$/;
 /** Share of progress for speech synthesis; the rest is frames. */
 const TTS_SHARE = 0.1;
 const RENDER_SHARE = 0.89;
@@ -53,7 +60,13 @@ export class QueueFullError extends Error {
 }
 
 interface Live {
+  /** The job as it runs, ahead of the store. */
   job: StoredJob;
+  /**
+   * The job as last persisted: what clients are shown. Never ahead of the store, so a restart (which
+   * continues from the store) can never show a poller an earlier status or a smaller progress.
+   */
+  visible: StoredJob;
   spec: OfflineJobSpec;
   abort: AbortController;
   lastPersist: number;
@@ -64,8 +77,10 @@ interface Live {
 /**
  * The offline bundle job queue: jobs persist in LevelDB, run `concurrency` at a time in submission order,
  * render to `<dataDir>/bundles/<job_id>.mp4` (names chosen here), and expire `retentionMs` after finishing.
- * After a restart, a job that had not finished is marked `failed` (its input is not persisted, so it
- * cannot be resumed) and finished jobs stay downloadable.
+ * After a restart, a job that had not finished is marked `failed` with `interrupted by restart` (its input
+ * is not persisted, so it cannot be resumed), keeping the progress it had persisted, which is the most any
+ * client was shown; finished jobs stay downloadable. The MP4 is renamed into place before the `complete`
+ * record is written, so the start-up sweep removes every file that no `complete` record points to.
  */
 export class OfflineJobQueue {
   private readonly live = new Map<string, Live>();
@@ -86,18 +101,34 @@ export class OfflineJobQueue {
     this.maxQueued = deps.maxQueued ?? BUNDLE_MAX_QUEUED;
   }
 
-  /** Marks jobs a previous process left unfinished as failed, sweeps expired ones and starts the sweeper. */
-  async recover(now = new Date()): Promise<void> {
+  /**
+   * Start-up: fails jobs a previous process left unfinished, removes every file in the bundles directory
+   * that is not the MP4 of a `complete` job (partial renders, an MP4 renamed just before a crash), sweeps
+   * expired jobs and starts the sweeper.
+   */
+  async recover(now = new Date()): Promise<{ interruptedJobs: number; filesRemoved: number }> {
     await fs.mkdir(this.dir, { recursive: true });
+    const complete = new Set<string>();
+    let interruptedJobs = 0;
     for (const job of await this.deps.store.all()) {
       if (job.status === 'pending' || job.status === 'running') {
-        await fs.rm(this.partialPath(job.job_id), { force: true });
-        await this.deps.store.put(this.finished(job, 'failed', 'service restarted before the job finished; submit it again', now));
+        await this.deps.store.put(this.finished(job, 'failed', INTERRUPTED_BY_RESTART, now));
+        interruptedJobs++;
+      } else if (job.status === 'complete') {
+        complete.add(job.job_id);
       }
+    }
+    let filesRemoved = 0;
+    for (const name of await fs.readdir(this.dir)) {
+      const artifact = ARTIFACT_NAME.exec(name);
+      if (artifact && complete.has(artifact[1])) continue;
+      await fs.rm(path.join(this.dir, name), { recursive: true, force: true });
+      filesRemoved++;
     }
     await this.sweep(now.getTime());
     this.sweepTimer = setInterval(() => void this.sweep(), SWEEP_EVERY_MS);
     this.sweepTimer.unref();
+    return { interruptedJobs, filesRemoved };
   }
 
   async submit(spec: OfflineJobSpec): Promise<StoredJob> {
@@ -114,18 +145,18 @@ export class OfflineJobQueue {
       updated_at: now,
     };
     await this.deps.store.put(job);
-    this.live.set(job.job_id, { job, spec, abort: new AbortController(), lastPersist: 0, persisting: Promise.resolve() });
+    this.live.set(job.job_id, { job, visible: job, spec, abort: new AbortController(), lastPersist: 0, persisting: Promise.resolve() });
     this.waiting.push(job.job_id);
     this.deps.logger?.info({ jobId: job.job_id, sessionId: spec.sessionId }, 'offline bundle queued');
     this.pump();
     return { ...job };
   }
 
-  /** The job as the client sees it: live state while queued or running, else the stored record. */
+  /** The job as the client sees it: its last persisted state (see `Live.visible`). */
   async get(jobId: string): Promise<StoredJob | undefined> {
     if (!JOB_ID_RE.test(jobId)) return undefined;
     const live = this.live.get(jobId);
-    if (live) return { ...live.job };
+    if (live) return { ...live.visible };
     return this.deps.store.get(jobId);
   }
 
@@ -158,17 +189,17 @@ export class OfflineJobQueue {
     }
   }
 
-  /** Aborts running jobs and fails queued ones, persisting both as failed. */
+  /** Aborts running jobs and fails queued ones, persisting both as failed: interrupted by the restart to come. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     if (this.sweepTimer) clearInterval(this.sweepTimer);
     this.waiting.length = 0;
     const settling = [...this.live.keys()].map((id) => this.whenSettled(id));
-    for (const live of this.live.values()) live.abort.abort(new Error('service shutting down'));
+    for (const live of this.live.values()) live.abort.abort(new Error(INTERRUPTED_BY_RESTART));
     // Queued jobs never start; fail them here. Running ones fail through their abort.
     for (const live of [...this.live.values()]) {
-      if (live.job.status === 'pending') await this.settle(live, 'failed', 'service shut down before the job started');
+      if (live.job.status === 'pending') await this.settle(live, 'failed', INTERRUPTED_BY_RESTART);
     }
     await Promise.all(settling);
   }
@@ -212,7 +243,7 @@ export class OfflineJobQueue {
     live.job = { ...live.job, status: 'running', started_at: new Date().toISOString(), updated_at: new Date().toISOString() };
     let renderer: (FrameRenderer & { close(): void | Promise<void> }) | null = null;
     try {
-      await this.deps.store.put(live.job);
+      await this.persist(live, live.job);
       const pieces = await resolveSegments(spec.segments, {
         tts: this.deps.tts(spec.ttsProvider),
         voice: spec.voice,
@@ -255,17 +286,26 @@ export class OfflineJobQueue {
     const now = performance.now();
     if (now - live.lastPersist >= PERSIST_PROGRESS_EVERY_MS) {
       live.lastPersist = now;
-      const snapshot = live.job;
-      live.persisting = live.persisting.then(() => this.deps.store.put(snapshot)).catch(() => undefined);
+      // A progress write that fails only leaves clients one step behind; the final state is persisted by settle().
+      this.persist(live, live.job).catch(() => undefined);
     }
+  }
+
+  /** Writes `snapshot` after every earlier write of the job and shows it to clients once it is stored. */
+  private persist(live: Live, snapshot: StoredJob): Promise<void> {
+    const written = live.persisting.then(async () => {
+      await this.deps.store.put(snapshot);
+      live.visible = snapshot;
+    });
+    live.persisting = written.catch(() => undefined);
+    return written;
   }
 
   private async settle(live: Live, status: 'complete' | 'failed', error: string | null): Promise<void> {
     if (!this.live.has(live.job.job_id)) return;
     live.job = this.finished(live.job, status, error);
-    await live.persisting;
     try {
-      await this.deps.store.put(live.job);
+      await this.persist(live, live.job);
     } catch (storeError) {
       this.deps.logger?.error({ jobId: live.job.job_id, err: errorForLog(storeError) }, 'offline bundle state not persisted');
     }

@@ -2,6 +2,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { ClockRecorder, NoFramesError, type RecordableMedia } from './clock-recorder.ts';
 import { errorForLog } from '../logger.ts';
+import { writeFileAtomic } from '../store/atomic-file.ts';
 
 export type RecordingState = 'idle' | 'recording' | 'complete';
 
@@ -100,7 +101,9 @@ export class RecordingRegistry {
     this.active.set(sessionId, placeholder);
     try {
       await fs.mkdir(dir, { recursive: true });
-      await Promise.all([ARTIFACT_FILE, PARTIAL_FILE, META_FILE].map((name) => fs.rm(path.join(dir, name), { force: true })));
+      // The record first: a crash in between leaves an artifact without one, which `recover()` removes.
+      await fs.rm(path.join(dir, META_FILE), { force: true });
+      await Promise.all([ARTIFACT_FILE, PARTIAL_FILE].map((name) => fs.rm(path.join(dir, name), { force: true })));
       const finaliseOnEnd = () => void this.stop(sessionId, 'session terminated').catch(() => undefined);
       placeholder.recorder = new ClockRecorder(media, path.join(dir, PARTIAL_FILE), () => void this.stop(sessionId, 'clock stopped').catch(() => undefined));
       whenSessionEnds?.(finaliseOnEnd);
@@ -147,6 +150,33 @@ export class RecordingRegistry {
     await Promise.all([...this.active.keys()].map((id) => this.finaliseSession(id, 'service shutting down')));
   }
 
+  /**
+   * Start-up sweep, before any recording can start: a session directory keeps only a finished recording
+   * (`recording.json` + `recording.mp4`). A recording the process died in (its `.partial.mp4`), an artifact
+   * whose record was never written, a record whose artifact is gone and half-written temporary files are
+   * removed. Resolves with how many files and directories went.
+   */
+  async recover(): Promise<number> {
+    let names: string[];
+    try {
+      names = await fs.readdir(this.root);
+    } catch {
+      return 0;
+    }
+    let removed = 0;
+    for (const name of names) {
+      if (!SESSION_ID_RE.test(name) || this.active.has(name)) continue;
+      const dir = path.join(this.root, name);
+      const files = await fs.readdir(dir).catch(() => [] as string[]);
+      const finished = (await this.readMeta(name)) !== null && files.includes(ARTIFACT_FILE);
+      const doomed = finished ? files.filter((file) => file !== ARTIFACT_FILE && file !== META_FILE) : files;
+      await Promise.all(doomed.map((file) => fs.rm(path.join(dir, file), { recursive: true, force: true })));
+      removed += doomed.length;
+      if (!finished) await fs.rm(dir, { recursive: true, force: true });
+    }
+    return removed;
+  }
+
   /** Removes finished recordings older than the retention time. */
   async sweep(now = Date.now()): Promise<void> {
     let names: string[];
@@ -175,7 +205,8 @@ export class RecordingRegistry {
       const durationMs = await active.recorder.stop();
       await fs.rename(path.join(dir, PARTIAL_FILE), path.join(dir, ARTIFACT_FILE));
       const meta: Meta = { duration_ms: durationMs, completed_at: new Date().toISOString(), ended_by: endedBy };
-      await fs.writeFile(path.join(dir, META_FILE), JSON.stringify(meta));
+      // The record last, in one step: a crash before it leaves an artifact without a record, never a record without its artifact.
+      await writeFileAtomic(path.join(dir, META_FILE), JSON.stringify(meta));
       this.logger?.info({ sessionId, durationMs, endedBy }, 'recording complete');
       return { state: 'complete', artifact_url: this.artifactUrl(sessionId), duration_ms: durationMs };
     } catch (error) {

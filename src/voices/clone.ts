@@ -1,7 +1,9 @@
 /**
  * `POST /voices/clone` at library level (spec 4.10): validate, convert the sample to 24 kHz mono WAV,
  * hand it to the provider the way that provider takes samples, and only after the provider accepted
- * write the catalog entry. Anything created on the way (upload, reference WAV) is removed on failure.
+ * write the catalog entry. Anything created on the way (upload, reference WAV) is removed on failure;
+ * what a crash leaves on the way has no catalog record and is removed at start-up (`sweep.ts`,
+ * `VoiceUploads.recover`).
  */
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
@@ -121,6 +123,8 @@ export async function cloneVoice(input: CloneVoiceInput): Promise<CloneResponse>
     if (providerId === 'local_clone_a' || providerId === 'local_clone_b') entry.reference_path = referencePathFor(input.voiceDir, providerId, result.voiceId);
     if (providerId === 'cloud_d') entry.reference_data_uri = `data:audio/wav;base64,${wav24k.toString('base64')}`;
     const stored = await input.catalog.create(entry);
+    // Recorded: the sample may now outlive a restart until it expires. A failed commit only shortens that.
+    if (uploadToken) await input.uploads.commit(uploadToken).catch(() => {});
     return {
       ok: true,
       entry_id: stored.id,

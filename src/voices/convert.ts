@@ -3,7 +3,7 @@
  * with the ffmpeg binary shipped by `@ffmpeg-installer/ffmpeg`, piping stdin → stdout.
  */
 import { spawn } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -14,6 +14,14 @@ export const CLONE_SAMPLE_RATE = 24_000;
 const FFMPEG_TIMEOUT_MS = 30_000;
 /** ffmpeg's complaint is kept short for the 400 detail. */
 const MAX_STDERR_CHARS = 400;
+/**
+ * Temp dirs of ISO-media conversions: `clone-sample-<pid>-XXXXXX` in the OS temp dir. The pid tells the
+ * start-up sweep whether the process that made one is gone (a crash skipped its `finally`).
+ */
+const TEMP_DIR_PREFIX = 'clone-sample-';
+const TEMP_DIR_NAME = /^clone-sample-(\d+)-[A-Za-z0-9]{6}$/;
+/** Conversions of this process in progress; the sweep never touches these. */
+const liveTempDirs = new Set<string>();
 
 const ffmpegPath = (createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg') as { path: string }).path;
 
@@ -38,14 +46,52 @@ export async function convertTo24kMonoWav(audio: Buffer, signal: AbortSignal): P
     return await runFfmpeg('pipe:0', audio, signal);
   } catch (error) {
     if (!(error instanceof AudioConversionError) || !isIsoMedia(audio)) throw error;
-    const dir = await mkdtemp(path.join(tmpdir(), 'clone-sample-'));
+    const dir = await mkdtemp(path.join(tmpdir(), `${TEMP_DIR_PREFIX}${process.pid}-`));
+    liveTempDirs.add(dir);
     try {
       const file = path.join(dir, 'sample.mp4');
       await writeFile(file, audio);
       return await runFfmpeg(file, null, signal);
     } finally {
       await rm(dir, { recursive: true, force: true });
+      liveTempDirs.delete(dir);
     }
+  }
+}
+
+/**
+ * Start-up sweep: removes conversion temp dirs whose process no longer runs, or that carry this process's
+ * own pid from an earlier life (a container restarts its service with the same pid) and are not in use.
+ * Resolves with how many were removed.
+ */
+export async function sweepConversionLeftovers(): Promise<number> {
+  const root = tmpdir();
+  let names: string[];
+  try {
+    names = await readdir(root);
+  } catch {
+    return 0;
+  }
+  let removed = 0;
+  for (const name of names) {
+    const match = TEMP_DIR_NAME.exec(name);
+    const dir = path.join(root, name);
+    if (!match || liveTempDirs.has(dir)) continue;
+    const pid = Number(match[1]);
+    if (pid !== process.pid && processRuns(pid)) continue;
+    await rm(dir, { recursive: true, force: true });
+    removed++;
+  }
+  return removed;
+}
+
+function processRuns(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    // EPERM: it runs, under another user.
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

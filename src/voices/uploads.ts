@@ -3,18 +3,24 @@
  * Each sample is one file `<token>.<expiresAtMs>.wav`: the expiry lives in the name, so it survives
  * restarts without a side index, and the file appears atomically (written to a temporary name, then
  * renamed) so a reader never sees half a sample.
+ *
+ * While its clone is in flight a sample is `<token>.<expiresAtMs>.pending.wav` (served all the same: the
+ * provider fetches it during the clone); `commit` drops the `.pending` once the catalog record exists. So a
+ * sample whose clone a crash cut short is recognisable by its name, and `recover()` removes it at start-up.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
+import { finalNameOf, writeFileAtomic } from '../store/atomic-file.ts';
 
 export const UPLOAD_TOKEN_PATTERN = /^[0-9a-f]{32}$/;
 /** Spec: the sample is removed about 300 s after upload — long enough for the provider to fetch it. */
 export const DEFAULT_UPLOAD_TTL_MS = 300_000;
 /** How often expired samples are deleted; expiry is also checked on every read, so this only frees disk. */
 const SWEEP_INTERVAL_MS = 30_000;
-const FILE_PATTERN = /^([0-9a-f]{32})\.(\d+)\.wav$/;
-const TEMPORARY_SUFFIX = '.tmp';
+/** `<token>.<expiresAtMs>.wav`, or `.pending.wav` while its clone is in flight. */
+const FILE_PATTERN = /^([0-9a-f]{32})\.(\d+)(\.pending)?\.wav$/;
+const PENDING_SUFFIX = '.pending.wav';
 
 export interface VoiceUploadsOptions {
   dir: string;
@@ -35,19 +41,21 @@ export class VoiceUploads {
     this.now = options.now ?? Date.now;
   }
 
+  /** Stores a sample as pending (served, but removed by `recover()` unless committed); returns its token. */
   async store(wav: Buffer): Promise<string> {
     await mkdir(this.dir, { recursive: true });
     const token = randomBytes(16).toString('hex');
-    const final = path.join(this.dir, `${token}.${this.now() + this.ttlMs}.wav`);
-    const temporary = `${final}${TEMPORARY_SUFFIX}`;
-    try {
-      await writeFile(temporary, wav);
-      await rename(temporary, final);
-    } catch (error) {
-      await rm(temporary, { force: true });
-      throw error;
-    }
+    await writeFileAtomic(path.join(this.dir, `${token}.${this.now() + this.ttlMs}${PENDING_SUFFIX}`), wav);
     return token;
+  }
+
+  /** The clone that uploaded the sample is in the catalog: the sample now lives until its expiry, restarts included. */
+  async commit(token: string): Promise<void> {
+    if (!UPLOAD_TOKEN_PATTERN.test(token)) return;
+    for (const file of await this.files()) {
+      if (file.token !== token || !file.pending) continue;
+      await rename(file.path, path.join(this.dir, `${token}.${file.expiresAt}.wav`));
+    }
   }
 
   /** Absolute path of a live sample; null when the token is malformed, unknown or expired. */
@@ -70,23 +78,40 @@ export class VoiceUploads {
     await Promise.all((await this.files()).filter((file) => file.token === token).map((file) => rm(file.path, { force: true })));
   }
 
-  /** Deletes every expired sample and leftovers of interrupted writes. */
-  async sweep(): Promise<void> {
+  /**
+   * Deletes every expired sample, and temporary files of writes that would have expired by now (a write in
+   * progress is younger than the TTL, so it is never touched). Resolves with how many files went.
+   */
+  async sweep(): Promise<number> {
+    const now = this.now();
+    return this.removeWhere((name) => {
+      const sample = FILE_PATTERN.exec(finalNameOf(name));
+      return sample !== null && Number(sample[2]) <= now;
+    });
+  }
+
+  /**
+   * Start-up sweep, before any clone can run: keeps only committed, unexpired samples. Pending samples (their
+   * clone never reached the catalog), half-written files and anything else in the directory go.
+   */
+  async recover(): Promise<number> {
+    const now = this.now();
+    return this.removeWhere((name) => {
+      const sample = FILE_PATTERN.exec(name);
+      return sample === null || sample[3] !== undefined || Number(sample[2]) <= now;
+    });
+  }
+
+  private async removeWhere(doomed: (name: string) => boolean): Promise<number> {
     let names: string[];
     try {
       names = await readdir(this.dir);
     } catch {
-      return;
+      return 0;
     }
-    const now = this.now();
-    await Promise.all(
-      names.map(async (name) => {
-        const match = FILE_PATTERN.exec(name);
-        const leftover = name.endsWith(TEMPORARY_SUFFIX) && FILE_PATTERN.test(name.slice(0, -TEMPORARY_SUFFIX.length))
-          && Number(FILE_PATTERN.exec(name.slice(0, -TEMPORARY_SUFFIX.length))![2]) <= now;
-        if ((match && Number(match[2]) <= now) || leftover) await rm(path.join(this.dir, name), { force: true });
-      }),
-    );
+    const victims = names.filter(doomed);
+    await Promise.all(victims.map((name) => rm(path.join(this.dir, name), { recursive: true, force: true })));
+    return victims.length;
   }
 
   /** Sweeps now (expired samples from before a restart) and then periodically, without keeping the process alive. */
@@ -104,7 +129,7 @@ export class VoiceUploads {
     this.timer = null;
   }
 
-  private async files(): Promise<Array<{ token: string; expiresAt: number; path: string }>> {
+  private async files(): Promise<Array<{ token: string; expiresAt: number; pending: boolean; path: string }>> {
     let names: string[];
     try {
       names = await readdir(this.dir);
@@ -113,7 +138,7 @@ export class VoiceUploads {
     }
     return names.flatMap((name) => {
       const match = FILE_PATTERN.exec(name);
-      return match ? [{ token: match[1], expiresAt: Number(match[2]), path: path.join(this.dir, name) }] : [];
+      return match ? [{ token: match[1], expiresAt: Number(match[2]), pending: match[3] !== undefined, path: path.join(this.dir, name) }] : [];
     });
   }
 }
