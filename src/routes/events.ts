@@ -22,6 +22,8 @@ const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const session = await supervisor.requireSession(request.params.session_id);
       reply.hijack();
       const res = reply.raw;
+      // Gone while the session was looked up: its 'close' has fired already, so it must not be attached (nor hold the session).
+      if (res.destroyed) return;
       res.writeHead(200, {
         'content-type': 'text/event-stream; charset=utf-8',
         'cache-control': 'no-cache, no-transform',

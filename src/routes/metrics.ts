@@ -21,7 +21,7 @@ const SessionMetricsBody = Type.Object(
     pipeline: Type.String(),
     media: Type.Object({
       fps: Type.Number(),
-      media_ms: Type.Integer({ description: 'Media clock: audio time handed to WebRTC since the session was created' }),
+      media_ms: Type.Integer({ description: 'Media clock: audio time handed to WebRTC since the session was started (0 before start)' }),
       queued_speech_ms: Type.Integer({ description: 'Speech waiting in the playout queue' }),
       frames_sent: Type.Integer(),
       frames_late: Type.Integer({ description: 'Frames that left more than one frame period after their presentation time' }),
