@@ -3,6 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Logger } from 'pino';
 import type { ServiceConfig } from './config.ts';
 import { createServices, type ServiceOverrides, type Services } from './services.ts';
+import { clientErrorHandler, frameworkErrors } from './framework-errors.ts';
 import externalPlugins from './plugins/external/index.ts';
 import servicesPlugin from './plugins/app/services.ts';
 import errorPlugin from './plugins/app/errors.ts';
@@ -46,6 +47,9 @@ export async function buildApp(config: ServiceConfig, logger: Logger, overrides:
     // Request ids in logs; paths with user input stay out of static messages.
     requestIdHeader: 'x-request-id',
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
+    // Refusals before routing (bad URL, over-long parameter, oversized headers) answer {detail} too.
+    frameworkErrors,
+    clientErrorHandler,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   await app.register(externalPlugins, { config });
