@@ -26,9 +26,15 @@ export class ReceivingPeer {
   private sinks: Array<{ stop(): void }> = [];
   keepFrames = true;
 
+  /** Rejects with `offer failed: <status> <body>` when the service refuses the offer (the local peer is closed then). */
   static async connect(baseUrl: string, sessionId: string): Promise<ReceivingPeer> {
     const peer = new ReceivingPeer();
-    await peer.negotiate(baseUrl, sessionId);
+    try {
+      await peer.negotiate(baseUrl, sessionId);
+    } catch (error) {
+      peer.close();
+      throw error;
+    }
     return peer;
   }
 

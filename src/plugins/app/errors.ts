@@ -29,7 +29,9 @@ export default fp(async function errorPlugin(app: FastifyInstance) {
     }
     const fastifyError = error as FastifyError;
     if (fastifyError.validation) {
-      sendDetail(reply, 400, `${fastifyError.validationContext ?? 'request'} ${fastifyError.message}`.trim());
+      // Fastify's message already names the part ("body/sdp must be string"); only add it when missing.
+      const context = fastifyError.validationContext ?? 'request';
+      sendDetail(reply, 400, fastifyError.message.startsWith(context) ? fastifyError.message : `${context} ${fastifyError.message}`);
       return;
     }
     const status = fastifyError.statusCode;
