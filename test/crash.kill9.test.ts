@@ -17,7 +17,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { encodeWav } from '../actors/audio/wav.ts';
 import { FFMPEG_PATH } from '../src/recording/encoder.ts';
-import { startXttsFake, tone, type FakeUpstream } from './fakes/tts-upstreams.ts';
+import { startDashscopeFake, startXttsFake, tone, type FakeUpstream } from './fakes/tts-upstreams.ts';
 import { PORTRAIT_FIXTURE } from './helpers/fixtures.ts';
 import { startServiceProcess, type ServiceProcess } from './helpers/service-process.ts';
 
@@ -153,11 +153,12 @@ async function m4aSample(dir: string): Promise<Buffer> {
   return fs.readFile(file);
 }
 
-function cloneForm(audio: Buffer, label: string, filename = 'sample.wav'): FormData {
+function cloneForm(audio: Buffer, label: string, filename = 'sample.wav', provider = 'local_clone_a'): FormData {
   const form = new FormData();
-  form.append('provider', 'local_clone_a');
-  form.append('target_model', 'en');
+  form.append('provider', provider);
+  form.append('target_model', provider === 'cloud_b' ? 'cosyvoice-v2' : 'en');
   form.append('display_label', label);
+  if (provider === 'cloud_b') form.append('prefix', 'crash');
   form.append('audio', new Blob([new Uint8Array(audio)]), filename);
   return form;
 }
@@ -168,25 +169,35 @@ describe('kill -9 during a voice clone', () => {
     await Promise.all(fakes.map((fake) => fake.close()));
   });
 
-  it('leaves no orphan reference WAV, temp WAV or conversion temp dir after a restart; finished clones survive', async () => {
-    const xtts = await startXttsFake();
-    fakes.push(xtts);
+  it('leaves no orphan reference WAV, clone sample, temp WAV or conversion temp dir after a restart; finished clones survive', async () => {
+    const [xtts, dashscope] = await Promise.all([startXttsFake(), startDashscopeFake({ apiKey: 'crash-key' })]);
+    fakes.push(xtts, dashscope);
     const dirs = await freshDirs();
-    const env = { SERVICE_TTS_LOCAL_CLONE_A_BASE_URL: xtts.url };
+    // cloud_b fetches its sample from the service (SERVICE_PUBLIC_BASE_URL defaults to the service's own port).
+    const env = { SERVICE_TTS_LOCAL_CLONE_A_BASE_URL: xtts.url, SERVICE_TTS_CLOUD_B_BASE_URL: dashscope.url, SERVICE_TTS_CLOUD_B_API_KEY: 'crash-key' };
     const wav = encodeWav(tone(16000, 1, 200), 16000);
     const m4a = await m4aSample(dirs.dataDir);
     const referenceDir = path.join(dirs.dataDir, 'voices', 'local_clone_a');
+    const uploadsDir = path.join(dirs.dataDir, 'voice-uploads');
 
     let service = await start(dirs, env);
     const kept = await fetch(`${service.baseUrl}/voices/clone`, { method: 'POST', body: cloneForm(wav, 'Kept') });
     expect(kept.status).toBe(200);
     const keptEntry = await kept.json();
+    const keptCloud = await fetch(`${service.baseUrl}/voices/clone`, { method: 'POST', body: cloneForm(wav, 'Kept cloud', 'k.wav', 'cloud_b') });
+    expect(keptCloud.status).toBe(200);
+    const keptCloudEntry = await keptCloud.json();
+    // The accepted clone's sample stays downloadable until it expires, restarts included.
+    const keptSamples = await listDir(uploadsDir);
+    expect(keptSamples).toHaveLength(1);
 
-    // The engine never answers its probe: the reference WAV is on disk, the catalog record not yet.
-    xtts.scenario = 'slow';
-    xtts.slowMs = 600_000;
+    // The engines never answer: the reference WAV (or the clone sample) is on disk, the catalog record not yet.
+    for (const fake of [xtts, dashscope]) {
+      fake.scenario = 'slow';
+      fake.slowMs = 600_000;
+    }
     type Report = Record<string, number>;
-    const moments: Array<{ what: string; audio: Buffer; filename: string; arm: () => () => Promise<boolean>; swept: (report: Report) => boolean }> = [
+    const moments: Array<{ what: string; audio: Buffer; filename: string; provider?: string; arm: () => () => Promise<boolean>; swept: (report: Report) => boolean }> = [
       {
         what: 'reference WAV written, catalog record not',
         audio: wav,
@@ -201,17 +212,26 @@ describe('kill -9 during a voice clone', () => {
         arm: () => async () => (await listDir(dirs.tmpDir)).some((name) => name.startsWith('clone-sample-')),
         swept: (report) => report.conversionDirs === 1,
       },
+      {
+        what: 'cloud_b sample stored, catalog record not',
+        audio: wav,
+        filename: 'b.wav',
+        provider: 'cloud_b',
+        arm: () => async () => (await listDir(uploadsDir)).some((name) => name.includes('.pending.')),
+        swept: (report) => report.uploadSamples === 1,
+      },
       { what: '30 ms after the request', audio: wav, filename: 'a.wav', arm: after(30), swept: () => true },
     ];
     for (const moment of moments) {
-      fireAndForget(fetch(`${service.baseUrl}/voices/clone`, { method: 'POST', body: cloneForm(moment.audio, 'Doomed', moment.filename) }));
+      fireAndForget(fetch(`${service.baseUrl}/voices/clone`, { method: 'POST', body: cloneForm(moment.audio, 'Doomed', moment.filename, moment.provider) }));
       await when(moment.arm(), moment.what);
       await service.kill();
       service = await start(dirs, env);
       expect(moment.swept(sweepReport(service)), `${moment.what}: ${JSON.stringify(sweepReport(service))}`).toBe(true);
       await expectConsistent(service, dirs);
       const { items } = await getJson(service.baseUrl, '/voices');
-      expect(items.map((entry: any) => entry.id), moment.what).toEqual([keptEntry.entry_id]);
+      expect(items.map((entry: any) => entry.id), moment.what).toEqual([keptEntry.entry_id, keptCloudEntry.entry_id]);
+      expect(await listDir(uploadsDir), moment.what).toEqual(keptSamples);
     }
     expect(await exists(path.join(referenceDir, `${keptEntry.voice_id}.wav`))).toBe(true);
     await service.stop();

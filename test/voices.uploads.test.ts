@@ -74,6 +74,24 @@ describe('VoiceUploads', () => {
     expect(await readdir(dir)).toEqual([]);
   });
 
+  it('recover() at start-up keeps committed unexpired samples only: pending (clone never recorded), half-written and expired ones go', async () => {
+    const dir = await tempDir();
+    const now = 1_000_000;
+    const uploads = new VoiceUploads({ dir, ttlMs: 300_000, now: () => now });
+    const committed = await uploads.store(SAMPLE);
+    await uploads.commit(committed);
+    const pending = await uploads.store(SAMPLE);
+    // Served while its clone runs: the provider downloads it before the catalog record exists.
+    expect(await uploads.path(pending)).not.toBeNull();
+    await writeFile(path.join(dir, `${'c'.repeat(32)}.${now + 1000}.wav.tmp-0123456789ab`), SAMPLE);
+    await writeFile(path.join(dir, `${'d'.repeat(32)}.${now - 1}.wav`), SAMPLE);
+    const restarted = new VoiceUploads({ dir, ttlMs: 300_000, now: () => now });
+    expect(await restarted.recover()).toBe(3);
+    expect(await restarted.path(committed)).not.toBeNull();
+    expect(await restarted.path(pending)).toBeNull();
+    expect(await readdir(dir)).toEqual([`${committed}.${now + 300_000}.wav`]);
+  });
+
   it('start() sweeps periodically on an unref’d timer; close() stops it', async () => {
     vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval', 'Date'] });
     const dir = await tempDir();
