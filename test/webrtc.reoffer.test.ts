@@ -16,7 +16,8 @@ describe('WebRTC signaling', () => {
     expect(answer.match(/^m=audio /gm)).toHaveLength(1);
     expect(answer.match(/^m=video /gm)).toHaveLength(1);
     expect(answer).toMatch(/a=candidate:.* 127\.0\.0\.1 |a=candidate:/);
-    // Media flows before start: the avatar idles on screen.
+    // The media clock starts at start (docs/api.md); from then on the avatar idles on screen.
+    expect((await post(t.baseUrl, `/sessions/${session_id}/start`)).status).toBe(200);
     await first.until(() => first.frames.length > 5, 10_000, 'first peer video');
     expect(first.frames.at(-1)!.width).toBe(512);
 
