@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../src/logger.ts';
+import { UNREAD_BODY_DRAIN_BYTES } from '../src/routes/multipart.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
 import { openSession, type LiveSession } from './helpers/conversation.ts';
 import { keepAliveExchange, type KeepAliveExchange, type RawRequest } from './helpers/raw-http.ts';
@@ -169,6 +170,25 @@ describe('multipart routes refuse malformed bodies at the edge', () => {
       }
     }, 120_000);
   }
+
+  it('a refusal with more than the drain bound still to come answers 400 with Connection: close, and fetch sees the 400', async () => {
+    const body = Buffer.concat([
+      ...Array.from({ length: 40 }, (_, i) => field(`extra_${i}`, 'v')),
+      file('audio', Buffer.alloc(UNREAD_BODY_DRAIN_BYTES + 4 * MB, 0x44)),
+      CLOSING,
+    ]);
+    const exchange = await keepAliveExchange(
+      t.baseUrl,
+      { method: 'POST', path: '/voices/clone', headers: { 'content-type': MULTIPART }, body },
+      { method: 'GET', path: '/health' },
+    );
+    expect(exchange.first.status).toBe(400);
+    expect(exchange.first.headers.connection).toBe('close');
+    expect(exchange.closedAfterFirst).toBe(true);
+    const viaFetch = await fetch(`${t.baseUrl}/voices/clone`, { method: 'POST', headers: { 'content-type': MULTIPART }, body });
+    expect(viaFetch.status).toBe(400);
+    expect((await viaFetch.json()).detail).toMatch(/too many fields/);
+  });
 
   it('a well-formed form still reaches the route (its own 400 for a missing field), with an epilogue after the closing boundary', async () => {
     const body = Buffer.concat([field('unrelated', 'x'), CLOSING, Buffer.from('epilogue text that parsers ignore\r\n')]);
