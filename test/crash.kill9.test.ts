@@ -87,9 +87,11 @@ interface Dirs {
   tmpDir: string;
 }
 
+const madeDirs: string[] = [];
 async function freshDirs(): Promise<Dirs> {
   const mk = (prefix: string) => fs.mkdtemp(path.join(os.tmpdir(), prefix));
   const [dataDir, avatarsDir, tmpDir] = await Promise.all([mk('kill9-data-'), mk('kill9-avatars-'), mk('kill9-tmp-')]);
+  madeDirs.push(dataDir, avatarsDir, tmpDir);
   const repoAvatars = path.resolve(import.meta.dirname, '..', 'avatars');
   await fs.cp(repoAvatars, avatarsDir, { recursive: true, filter: (src) => src === repoAvatars || !path.basename(src).startsWith('.') });
   return { dataDir, avatarsDir, tmpDir };
@@ -112,6 +114,7 @@ function sweepReport(service: ServiceProcess): Record<string, number> {
 
 afterAll(async () => {
   await Promise.all(running.map((service) => service.kill()));
+  await Promise.all(madeDirs.map((dir) => fs.rm(dir, { recursive: true, force: true })));
 });
 
 /**
