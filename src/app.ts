@@ -23,10 +23,11 @@ import offlineRoutes from './routes/offline.ts';
 import ttsRoutes from './routes/tts.ts';
 import voiceRoutes from './routes/voices.ts';
 import customizeReferenceRoutes from './routes/customize-reference.ts';
+import inspectRoutes from './routes/inspect.ts';
 import { AvatarManifest, AvatarSummary } from './schemas/avatars.ts';
 
 /** Route plugins, each encapsulated; later capabilities add theirs here. */
-const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, customizeRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, voiceRoutes, recordingRoutes, offlineRoutes, uiRoutes];
+const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, customizeRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, voiceRoutes, recordingRoutes, offlineRoutes, inspectRoutes, uiRoutes];
 
 export interface BuiltApp {
   app: FastifyInstance;

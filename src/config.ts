@@ -32,6 +32,8 @@ export interface ServiceConfig {
   renderThreads: number;
   videoDelayMs: number;
   ttsPreviewMaxChars: number;
+  /** The live state inspector (`/inspect`): shows user text, so on by default only on a loopback bind. */
+  inspector: boolean;
   /** Raw environment, for stage providers that read their own `SERVICE_TTS_<ID>_*` variables. */
   env: Record<string, string | undefined>;
 }
@@ -112,6 +114,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     }
   }
 
+  const inspectorRaw = (read('SERVICE_INSPECTOR') ?? (isLoopbackHost(host) ? 'on' : 'off')).toLowerCase();
+  if (inspectorRaw !== 'on' && inspectorRaw !== 'off') problems.push(`SERVICE_INSPECTOR must be on or off (got "${inspectorRaw}")`);
+  const inspector = inspectorRaw === 'on';
+
   const publicBaseUrl = url('SERVICE_PUBLIC_BASE_URL') ?? `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
 
   const config: ServiceConfig = {
@@ -145,8 +151,14 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     renderThreads: integer('SERVICE_RENDER_THREADS', 0, 0, 64),
     videoDelayMs: integer('SERVICE_VIDEO_DELAY_MS', DEFAULT_VIDEO_DELAY_MS, 0, 1000),
     ttsPreviewMaxChars: integer('SERVICE_TTS_PREVIEW_MAX_CHARS', 1000, 1, 1000),
+    inspector,
     env: { ...env },
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
+}
+
+/** True for a bind address only this machine can reach (the inspector's default depends on it). */
+export function isLoopbackHost(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/u.test(host);
 }

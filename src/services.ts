@@ -7,6 +7,7 @@ import { SessionStore } from './store/sessions.ts';
 import { AvatarCatalog } from './catalog/catalog.ts';
 import { ModelRegistry } from './models.ts';
 import { SessionSupervisor } from './sessions/supervisor.ts';
+import { InspectionHub } from './inspect/inspection-hub.ts';
 import { RenderPool } from '../actors/render/pool.ts';
 import { createTtsRegistry, ttsConfigFromEnv, type TtsRegistry } from '../actors/tts/registry.ts';
 import { closeBuiltinEngines } from '../actors/tts/providers/builtin.ts';
@@ -41,6 +42,8 @@ export interface Services {
   llm: LlmProvider;
   asr: AsrProvider;
   supervisor: SessionSupervisor;
+  /** The live state inspector's feed (`/inspect`); `enabled` follows SERVICE_INSPECTOR. */
+  inspection: InspectionHub;
   recordings: RecordingRegistry;
   jobs: OfflineJobQueue;
   close(): Promise<void>;
@@ -72,6 +75,7 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
   const llm = overrides.llm ?? createOpenAiLlm(endpointFromServiceConfig(config.llm));
   const asr = overrides.asr ?? createOpenAiAsr(endpointFromServiceConfig(config.asr));
 
+  const inspection = new InspectionHub(config.inspector);
   const supervisor = new SessionSupervisor({
     config,
     store: sessionStore,
@@ -83,6 +87,7 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     asr,
     logger,
     defaults: () => defaults.get(),
+    inspection,
   });
   await supervisor.recover();
   // Load the built-in speech engines now (in their worker) so the first speak does not pay for WASM compilation.
@@ -122,6 +127,7 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     llm,
     asr,
     supervisor,
+    inspection,
     recordings,
     jobs,
     async close() {
@@ -129,6 +135,7 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
       closed = true;
       await jobs.close();
       await supervisor.closeAll();
+      inspection.close();
       await recordings.close();
       uploads.close();
       await renderPool.close();

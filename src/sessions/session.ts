@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { createActor } from 'xstate';
+import { createActor, type InspectionEvent } from 'xstate';
 import {
   isBusy,
   pipelineStageOf,
@@ -36,9 +36,12 @@ export class Session {
     readonly media: SessionMedia,
     readonly stage: StageContext,
     readonly logger: Logger,
+    /** XState's inspection callback (the live inspector); undefined when the inspector is off. */
+    inspect?: (event: InspectionEvent) => void,
   ) {
     const machine = sessionMachine.provide({ actors: createStageActors(stage) });
     this.actor = createActor(machine, {
+      ...(inspect ? { inspect } : {}),
       input: {
         sessionId: stored.session_id,
         avatarId: stored.avatar_id,

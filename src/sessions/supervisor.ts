@@ -18,6 +18,7 @@ import { Session } from './session.ts';
 import type { StageContext } from './stage-actors.ts';
 import { smoothForRt } from './smoothing.ts';
 import { SessionMetrics } from './metrics.ts';
+import type { InspectionHub } from '../inspect/inspection-hub.ts';
 import { errorForLog } from '../logger.ts';
 
 /** Conversation memory per session: enough for context, small enough for local models' windows. */
@@ -52,6 +53,8 @@ export interface SupervisorDeps {
   logger: Logger;
   /** Service-wide persona defaults (customize endpoints without a session id). */
   defaults(): Promise<{ systemPrompt?: string; ttsProvider?: string; ttsVoice?: string | null }>;
+  /** The live state inspector's feed; sessions are created with its `inspect` callback when it is on. */
+  inspection?: InspectionHub;
 }
 
 export interface CreateSessionInput {
@@ -241,7 +244,7 @@ export class SessionSupervisor {
       metrics: new SessionMetrics(),
       smoothAudio: (pcm) => smoothForRt(pcm, config.sampleRate),
     };
-    const session = new Session(stored, events, media, stage, logger);
+    const session = new Session(stored, events, media, stage, logger, this.deps.inspection?.inspectorFor(sessionId));
     try {
       await this.deps.store.put(stored);
       // Shut down while this one was being set up: closeAll has already run, so nobody would close it.
@@ -316,6 +319,7 @@ export class SessionSupervisor {
     }
     this.live.delete(sessionId);
     await session.close();
+    this.deps.inspection?.ended(sessionId);
     await this.deps.store.put(this.deps.store.tombstoneOf(session.stored, this.deps.config.tombstoneRetentionMs, reason));
     session.logger.info({ reason }, 'session terminated');
   }
