@@ -37,7 +37,7 @@ export const VISEME_POSES: Readonly<Record<Viseme, MouthPose>> = {
   SS: { open: 0.12, wide: 0.55, round: 0 },
   nn: { open: 0.2, wide: 0.25, round: 0 },
   RR: { open: 0.25, wide: 0.05, round: 0.5 },
-  aa: { open: 0.9, wide: 0.3, round: 0 },
+  aa: { open: 1, wide: 0.3, round: 0 },
   E: { open: 0.55, wide: 0.6, round: 0 },
   I: { open: 0.3, wide: 0.85, round: 0 },
   O: { open: 0.6, wide: 0, round: 0.75 },

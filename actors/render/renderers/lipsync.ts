@@ -1,12 +1,14 @@
 /**
  * Photo lip-sync renderer: animates the mouth of a still portrait from `metadata.animation`.
  *
- * Per pose (quantised to OPEN_STEPS x SHAPE_STEPS x SHAPE_STEPS) the mouth region is warped once —
- * chin and lower lip dropped by `open`, lips spread by `wide` / narrowed by `round` — a dark inner
- * mouth with a hint of upper teeth is painted into the gap, and the result is cached as an opaque
- * I420 patch whose border equals the untouched photo (the warp field fades to zero there). Blinks
- * (eyelid patches per closure step) and an idle sub-pixel head sway (patches per quantised offset)
- * are cached the same way, so a frame is a copy of the base I420 plus one or two small patches.
+ * At prepare the photo's lips are closed (`photo-lips.ts`: a smile's teeth are covered), which is the
+ * rest face for silence and m/b/p. Per pose (quantised to OPEN_STEPS x SHAPE_STEPS x SHAPE_STEPS) the
+ * mouth region of the rest face is warped once — chin and lower lip dropped by `open`, lips spread by
+ * `wide` / narrowed by `round` — the opening between the lips is painted as the inside of a mouth (dark
+ * throat, upper teeth, a hint of tongue), and the result is cached as an opaque I420
+ * patch whose border equals the rest face (the warp field fades to zero there). Blinks (eyelid patches
+ * per closure step) and an idle sub-pixel head sway (patches per quantised offset) are cached the same
+ * way, so a frame is a copy of the base I420 plus one or two small patches.
  * Without `animation` the renderer serves the still image.
  */
 import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, Renderer } from '../types.ts';
@@ -14,6 +16,7 @@ import { rgbaToI420 } from '../i420.ts';
 import { loadBundleFrame, type RgbaImage } from '../image.ts';
 import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
 import { blinkClosure, oscillate, quantise, smoothstep } from '../idle-motion.ts';
+import { closeLips } from '../photo-lips.ts';
 
 export const OPEN_STEPS = 8;
 export const SHAPE_STEPS = 3;
@@ -25,8 +28,30 @@ const SWAY_STEP_PX = 0.2;
 
 /** Region geometry in units of mouth width, relative to the mouth centre. */
 const REGION = { left: -1.35, right: 1.35, top: -0.75, bottom: 1.7 };
-/** Maximum jaw drop as a fraction of mouth width. */
-const MAX_JAW_DROP = 0.34;
+/** Maximum jaw drop as a fraction of mouth width (a wide-open "ah" at conversational effort). */
+const MAX_JAW_DROP = 0.4;
+/** The upper lip rises by this fraction of the jaw drop. */
+const UPPER_LIFT = 0.18;
+/** Half width of the opening at a neutral shape (mouth widths), and how much `wide` / `round` change it. */
+const OPENING_HALF_WIDTH = 0.46;
+const WIDE_SPREAD = 0.18;
+const ROUND_NARROWING = 0.3;
+/** How far a fully rounded pose turns the smile lens into an ellipse. */
+const ROUND_LENS = 0.8;
+/** Visible height of the upper front teeth, mouth widths. */
+const UPPER_TEETH_MAX = 0.1;
+/** Tooth edges from the mouth centre (mouth widths) and how much light the gap between two teeth takes. */
+const TOOTH_BOUNDARIES = [0, 0.11, 0.2, 0.28];
+const TOOTH_GAP_SHADE = 0.12;
+/** Extent (squared, mouth widths) of the horizontal lip spread / narrowing around the mouth centre. */
+const LIP_ZONE_WIDTH = 0.36;
+const LIP_ZONE_HEIGHT = 0.12;
+/** Inside of the mouth: lit near the lips, dark towards the throat; tongue and teeth in shadow. */
+const MOUTH_EDGE: Rgb = { r: 92, g: 34, b: 38 };
+const MOUTH_DEEP: Rgb = { r: 24, g: 8, b: 10 };
+const TONGUE: Rgb = { r: 104, g: 40, b: 46 };
+const TONGUE_STRENGTH = 0.75;
+const TEETH: Rgb = { r: 236, g: 224, b: 206 };
 
 interface Rgb {
   r: number;
@@ -78,20 +103,99 @@ function clampBox(x0: number, y0: number, x1: number, y1: number, width: number,
   return { x: left, y: top, width: Math.max(0, right - left), height: Math.max(0, bottom - top) };
 }
 
+/** The opening of one pose, in pixels. */
+interface OpeningShape {
+  /** Half width of the opening; its edges are the mouth corners. */
+  halfWidth: number;
+  /** How far the lower lip drops and the upper lip lifts at the centre. */
+  lowerOpen: number;
+  upperOpen: number;
+  /** Horizontal lip spread (> 0) or narrowing (< 0), fraction of the lip width. */
+  spread: number;
+  /** 0: a lens hanging from the seam (a smile's "ah"); 1: an ellipse around the opening's middle ("oh"). */
+  roundness: number;
+  upperTeeth: number;
+  /** Teeth show within this fraction of the half width. */
+  teethReach: number;
+  tongue: number;
+}
+
+function openingShape(open: number, wide: number, round: number, mw: number): OpeningShape {
+  const jawDrop = open * MAX_JAW_DROP * mw;
+  const lowerOpen = jawDrop * (1 + 0.3 * round - 0.25 * wide);
+  const upperOpen = UPPER_LIFT * jawDrop * (1 + 0.5 * round);
+  const spread = WIDE_SPREAD * wide - ROUND_NARROWING * round;
+  // Teeth fill a good part of a small opening (f, s, t: teeth between parted lips) and a band of a wide one.
+  // Rounded lips push forward and hide more of them.
+  const teethFraction = mix(0.45, 0.3, smoothstep(0.15, 0.6, open)) * (1 - 0.4 * round);
+  const upperTeeth = Math.min(UPPER_TEETH_MAX * mw, (lowerOpen + upperOpen) * teethFraction);
+  return {
+    halfWidth: OPENING_HALF_WIDTH * mw * (1 + spread),
+    lowerOpen,
+    upperOpen,
+    spread,
+    roundness: ROUND_LENS * round,
+    upperTeeth,
+    teethReach: mix(0.85, 0.7, round),
+    tongue: TONGUE_STRENGTH * smoothstep(0.4, 0.8, open),
+  };
+}
+
+interface LensColumn {
+  top: number;
+  bottom: number;
+  /** Opening height here relative to the centre, 0..1. */
+  openness: number;
+  lateral: number;
+}
+
+/**
+ * The opening in one column, `nx` = offset from the mouth centre in half widths. The smile lens is full in the
+ * middle and pointed at the corners, hanging from the seam (the upper lip lifts little); the round lens is an
+ * ellipse around the middle of the opening, so its corners — and the lip line beside them, fading back to the
+ * seam — sit lower, as lips pushed together at the corners do.
+ */
+function lensAt(shape: OpeningShape, nx: number, seam: number): LensColumn {
+  const lateral = Math.abs(nx);
+  const pointed = lateral < 1 ? Math.pow(1 - Math.pow(lateral, 2.6), 0.6) : 0;
+  const elliptic = lateral < 1 ? Math.sqrt(1 - lateral * lateral) : 0;
+  const halfOpening = (shape.lowerOpen + shape.upperOpen) / 2;
+  const offset = (shape.lowerOpen - shape.upperOpen) / 2;
+  const centre = seam + offset * mix(pointed, 1 - smoothstep(0.9, 1.6, lateral), shape.roundness);
+  const openness = mix(pointed, elliptic, shape.roundness);
+  const half = halfOpening * openness;
+  return { top: centre - half, bottom: centre + half, openness, lateral };
+}
+
+/** Faint shadow lines between the front teeth (central gap, incisors, canines), as a brightness factor. */
+function toothGapShade(dx: number, mw: number): number {
+  let line = 0;
+  for (const boundary of TOOTH_BOUNDARIES) {
+    line = Math.max(line, 1 - Math.abs(Math.abs(dx) - boundary * mw) / 0.8);
+  }
+  return 1 - TOOTH_GAP_SHADE * line;
+}
+
 export class LipsyncRenderer implements Renderer {
   private source: RgbaImage | null = null;
   private base: I420Frame | null = null;
   private animation: MouthAnimation | null = null;
+  /** Seam between the closed lips of the rest face, y for a column x. */
+  private seamAt: (x: number) => number = () => 0;
   private fps = 25;
   private readonly mouthPatches = new Map<number, I420Patch>();
   private readonly blinkPatches = new Map<number, I420Patch[]>();
   private readonly swayPatches = new Map<number, I420Patch>();
 
   async prepare(avatar: AvatarSource): Promise<void> {
-    this.source = await loadBundleFrame(avatar);
-    this.base = rgbaToI420(this.source.data, this.source.width, this.source.height);
+    const photo = await loadBundleFrame(avatar);
     this.fps = avatar.manifest.fps > 0 ? avatar.manifest.fps : 25;
     this.animation = usableAnimation(avatar.manifest.metadata.animation, avatar.manifest.width, avatar.manifest.height);
+    // Everything (base frame, mouth poses, blinks, sway) starts from the rest face: the photo with closed lips.
+    const rest = this.animation ? closeLips(photo, this.animation) : null;
+    this.source = rest ? rest.image : photo;
+    this.seamAt = rest ? rest.seamAt : () => 0;
+    this.base = rgbaToI420(this.source.data, this.source.width, this.source.height);
     this.mouthPatches.clear();
     this.blinkPatches.clear();
     this.swayPatches.clear();
@@ -135,67 +239,82 @@ export class LipsyncRenderer implements Renderer {
     return patch;
   }
 
+  /**
+   * One mouth pose over the closed-lips rest image. Destination pixels map back to the rest image: above the
+   * opening the upper lip lifts, below it lower lip and chin drop (the lower lip's edge with the opening,
+   * the chin rigidly, both fading out towards the neck), lips spread or narrow horizontally. The opening
+   * between the lip edges is painted as the inside of the mouth: dark throat, upper teeth, a hint of tongue.
+   */
   private buildMouthPatch(open: number, wide: number, round: number): I420Patch {
     const src = this.source!;
+    const seamAt = this.seamAt;
     const anim = this.animation!;
     const { x: cx, y: cy } = anim.mouth_center;
     const mw = anim.mouth_width;
     const box = clampBox(cx + REGION.left * mw, cy + REGION.top * mw, cx + REGION.right * mw, cy + REGION.bottom * mw, src.width, src.height);
     const out: RgbaImage = { width: src.width, height: src.height, data: new Uint8Array(src.data.length) };
     const jawDrop = open * MAX_JAW_DROP * mw;
-    const upperLift = 0.12 * jawDrop;
-    const spread = 0.14 * wide - 0.2 * round;
-    // Inner-mouth opening (dest coordinates).
-    const openTop = cy - upperLift;
-    const openBottom = cy + 0.78 * jawDrop;
-    const openMid = (openTop + openBottom) / 2;
-    const halfHeight = (openBottom - openTop) / 2 + 0.2 * round * jawDrop;
-    const halfWidth = 0.5 * mw * 0.92 * (1 + spread - 0.25 * round);
-    const teethDepth = Math.min(0.11 * mw, halfHeight * 0.55) * smoothstep(0.3, 0.6, open);
+    const shape = openingShape(open, wide, round, mw);
     const rgb: Rgb = { r: 0, g: 0, b: 0 };
 
-    for (let y = box.y; y < box.y + box.height; y++) {
-      for (let x = box.x; x < box.x + box.width; x++) {
-        const u = (x - cx) / mw;
-        const v = (y - cy) / mw;
-        // Horizontal window: flat over the mouth, fading out towards the cheeks.
-        const wx = 1 - smoothstep(0.45, 1.25, Math.abs(u));
-        // Jaw and lower lip move down as one block; upper lip rises a little. Inside the mouth width the
-        // lips part at the lip line (the gap is painted over below); beyond the corners the transition is
-        // spread out so the skin stretches instead of tearing.
-        const corner = smoothstep(0.3, 0.58, Math.abs(u));
-        const split = smoothstep(-0.02 - 0.35 * corner, 0.08 + 0.55 * corner, v);
-        const lower = split * (1 - smoothstep(1.0, 1.6, v));
-        const upper = (1 - split) * (1 - smoothstep(0.2, 0.65, -v));
-        const dy = wx * (jawDrop * lower - upperLift * upper);
-        const lipZone = (1 - smoothstep(0.25, 0.5, Math.abs(v))) * (1 - smoothstep(0.5, 0.9, Math.abs(u)));
-        const dx = (x - cx) * (1 - 1 / (1 + spread)) * lipZone;
-        sampleBilinear(src, x - dx, y - dy, rgb);
+    for (let x = box.x; x < box.x + box.width; x++) {
+      const u = (x - cx) / mw;
+      const destSeam = seamAt(x);
+      const lens = lensAt(shape, (x - cx) / shape.halfWidth, destSeam);
+      // Horizontal window of the jaw: flat under the mouth, fading out towards the cheeks.
+      const jawWindow = 1 - smoothstep(0.45, 1.25, Math.abs(u));
+      const lipLift = destSeam - lens.top;
+      const lipDrop = lens.bottom - destSeam;
+      const lensMiddle = (lens.top + lens.bottom) / 2;
+      const toothGap = toothGapShade(x - cx, mw);
+      for (let y = box.y; y < box.y + box.height; y++) {
+        // Gaussian falloff: its slope stays gentle, so the cheeks beside narrowed lips are not smeared.
+        const v = (y - destSeam) / mw;
+        const lipZone = Math.exp(-(u * u) / LIP_ZONE_WIDTH - (v * v) / LIP_ZONE_HEIGHT) * (1 - smoothstep(1.0, 1.3, Math.abs(u)));
+        const sx = x - (x - cx) * (1 - 1 / (1 + shape.spread)) * lipZone;
+        const seam = seamAt(sx);
+        // Fixed-point iterations: the displacement depends on where in the rest image the pixel comes from.
+        let sy: number;
+        if (y < lensMiddle) {
+          sy = y + lipLift;
+          for (let k = 0; k < 2; k++) sy = y + lipLift * (1 - smoothstep(0.12, 0.55, (seam - sy) / mw));
+          sy = Math.min(sy, seam - 0.5);
+        } else {
+          sy = y - lipDrop;
+          for (let k = 0; k < 2; k++) {
+            const vs = (sy - seam) / mw;
+            sy = y - mix(lipDrop, jawDrop * jawWindow, smoothstep(0.05, 0.45, vs)) * (1 - smoothstep(1.0, 1.6, vs));
+          }
+          sy = Math.max(sy, seam + 0.5);
+        }
+        sampleBilinear(src, sx, sy, rgb);
         let { r, g, b } = rgb;
 
-        // Inner mouth: soft-edged lens between the lips (pointed at the corners), darker towards the throat.
-        if (jawDrop > 0.5 && halfHeight > 0.3) {
-          const nx = (x - cx) / halfWidth;
-          const profile = Math.abs(nx) < 1 ? Math.pow(1 - nx * nx, 0.7) : 0;
-          const edgePx = profile * halfHeight - Math.abs(y - openMid);
-          const alpha = profile > 0 ? Math.min(1, Math.max(0, edgePx / 1.2 + 0.5)) * (1 - smoothstep(0.9, 1, Math.abs(nx))) : 0;
-          if (alpha > 0) {
-            const depth = Math.min(1, Math.max(0, edgePx / (halfHeight + 0.01)));
-            let ir = mix(96, 40, depth);
-            let ig = mix(38, 12, depth);
-            let ib = mix(42, 16, depth);
-            // Upper teeth: light band hanging from the upper lip, only across the front of the mouth.
-            const teethBottom = openMid - profile * halfHeight + teethDepth;
-            if (teethDepth > 0.5 && y < teethBottom + 1 && Math.abs(nx) < 0.7) {
-              const t = Math.min(1, Math.max(0, teethBottom - y + 0.5)) * (1 - smoothstep(0.5, 0.7, Math.abs(nx)));
-              ir = mix(ir, 210, t);
-              ig = mix(ig, 202, t);
-              ib = mix(ib, 192, t);
-            }
-            r = mix(r, ir, alpha);
-            g = mix(g, ig, alpha);
-            b = mix(b, ib, alpha);
+        const height = lens.bottom - lens.top;
+        const edgePx = Math.min(y - lens.top, lens.bottom - y);
+        if (height > 0.3 && edgePx > -0.5) {
+          const alpha = Math.min(1, edgePx + 0.5);
+          const depth = smoothstep(0, 1, edgePx / Math.max(1.5, 0.5 * height)) * (1 - 0.5 * smoothstep(0.5, 1, lens.lateral));
+          let ir = mix(MOUTH_EDGE.r, MOUTH_DEEP.r, depth);
+          let ig = mix(MOUTH_EDGE.g, MOUTH_DEEP.g, depth);
+          let ib = mix(MOUTH_EDGE.b, MOUTH_DEEP.b, depth);
+          const tongueCover = shape.tongue * smoothstep(0.5, 0.95, (y - lens.top) / height) * (1 - smoothstep(0.35, 0.75, lens.lateral));
+          ir = mix(ir, TONGUE.r, tongueCover);
+          ig = mix(ig, TONGUE.g, tongueCover);
+          ib = mix(ib, TONGUE.b, tongueCover);
+          // Upper teeth hang from the upper lip, thin out towards the corners and fall into shadow there.
+          const teethBottom = lens.top + shape.upperTeeth * Math.pow(lens.openness, 0.35);
+          const teethCover = Math.min(1, Math.max(0, teethBottom - y + 0.5)) * (1 - smoothstep(shape.teethReach - 0.15, shape.teethReach, lens.lateral));
+          if (teethCover > 0) {
+            const underLip = 0.8 + 0.2 * Math.min(1, Math.max(0, (y - lens.top) / 1.5));
+            const shade = (1 - 0.55 * smoothstep(0.25, 0.8, lens.lateral)) * underLip * toothGap;
+            ir = mix(ir, TEETH.r * shade, teethCover);
+            ig = mix(ig, TEETH.g * shade, teethCover);
+            ib = mix(ib, TEETH.b * shade, teethCover);
           }
+          r = mix(r, ir, alpha);
+          g = mix(g, ig, alpha);
+          b = mix(b, ib, alpha);
         }
         const o = (y * src.width + x) * 4;
         out.data[o] = r;
