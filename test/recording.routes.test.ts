@@ -100,6 +100,11 @@ describe('recording over HTTP', () => {
     const id = await newSession(false);
     expect((await post(app.baseUrl, rec(id, '/stop'))).status).toBe(409);
     expect((await get(rec(id, '/artifact'))).status).toBe(404);
+    // Not started: nothing is rendered yet, so there is nothing to record.
+    const early = await post(app.baseUrl, rec(id, '/start'));
+    expect(early.status).toBe(409);
+    expect((await json(early)).detail).toMatch(/not started/u);
+    expect((await post(app.baseUrl, `/sessions/${id}/start`)).status).toBe(200);
     expect((await post(app.baseUrl, rec(id, '/start'))).status).toBe(200);
     expect((await post(app.baseUrl, rec(id, '/start'))).status).toBe(409);
     expect((await get(rec(id, '/artifact'))).status).toBe(404);

@@ -36,13 +36,16 @@ const recordingRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Start recording the session',
       description:
         'Records exactly what a WebRTC viewer receives (the session playout clock) into an MP4 (H.264 + AAC, the avatar size and fps), ' +
-        'streamed to disk. Allowed in any live state (idle frames are recorded too). A new start after `complete` discards the previous ' +
-        'artifact. 404 unknown session; 409 already recording or session terminated.',
+        'streamed to disk. Allowed while the session is running or paused (idle frames are recorded too). A new start after `complete` ' +
+        'discards the previous artifact. 404 unknown session; 409 already recording, session not started yet (its media clock runs from ' +
+        'start) or terminated.',
       params: SessionIdParams,
       response: { 200: statusRef, ...errors(404, 409) },
     },
     handler: async (request) => {
       const session = await supervisor.requireSession(request.params.session_id);
+      // Nothing is rendered before start (a created session costs nothing), so there would be nothing to record.
+      if (session.state === 'created') throw conflict('session is not started: start it before recording');
       session.consumers.watch('recording', () => recordings.isRecording(session.id));
       try {
         return await recordings.start(session.id, session.media, (finalise) => {
