@@ -63,7 +63,10 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
   const defaults = new DefaultsStore(store);
   const catalog = new AvatarCatalog(config.avatarsDir, logger.child({ component: 'catalog' }));
   const models = new ModelRegistry();
-  const renderPool = new RenderPool({ threads: config.renderThreads || Math.max(1, os.availableParallelism() - 1) });
+  const renderPool = new RenderPool({
+    threads: config.renderThreads || Math.max(1, os.availableParallelism() - 1),
+    logger: logger.child({ component: 'render' }),
+  });
   const ttsConfig = ttsConfigFromEnv(config.env as NodeJS.ProcessEnv, process.cwd());
   ttsConfig.publicBaseUrl = config.publicBaseUrl;
   ttsConfig.voiceDir = ttsConfig.voiceDir ?? path.join(config.dataDir, 'voices');
@@ -90,7 +93,7 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     inspection,
   });
   await supervisor.recover();
-  // Load the built-in speech engines now (in their worker) so the first speak does not pay for WASM compilation.
+  // Load the built-in speech engines now (in their engine process) so the first speak does not pay for WASM compilation.
   if (config.ttsDefaultProvider === 'builtin') tts.get('builtin');
   const recordings = new RecordingRegistry(config.dataDir, logger.child({ component: 'recording' }));
   const jobs = new OfflineJobQueue({

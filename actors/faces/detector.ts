@@ -23,7 +23,29 @@ function detectorPool(): Piscina<RgbaImage, MouthDetection> {
     // Detection is async (wasm backend init, model loading); Atomics.wait between tasks would stall it.
     atomics: 'disabled',
   });
-  return pool;
+  // A worker that dies mid-detection fails that detection (`reason: 'error'` below) and the next one starts a
+  // fresh thread. One that fails between tasks is re-emitted as 'error': unheard, it would crash the service,
+  // and nobody waits for it, so there is nothing more to do than keep it from doing that.
+  pool.on('error', () => undefined);
+  const current = pool;
+  // A worker that dies before it is ready (or is killed by an aborted detection) leaves the queued detections
+  // waiting for a thread piscina will only start on the next submission: with no thread left, they are stranded.
+  current.on('workerDestroy', () =>
+    setImmediate(() => {
+      if (current.threads.length > 0) return;
+      for (const waiting of waitingDetections) waiting.abort(STRANDED);
+    }),
+  );
+  return current;
+}
+
+/** Abort reason of a detection no thread will run; it is submitted again once (which starts a thread). */
+const STRANDED = new Error('the face detector worker exited before the detection ran');
+const waitingDetections = new Set<AbortController>();
+
+/** The detector's worker threads (none while idle past IDLE_TIMEOUT_MS); for tests and diagnostics. */
+export function faceDetectorWorkers(): readonly import('node:worker_threads').Worker[] {
+  return pool?.threads ?? [];
 }
 
 /**
@@ -32,16 +54,24 @@ function detectorPool(): Piscina<RgbaImage, MouthDetection> {
  * rejects with the signal's reason. Every other failure resolves as `{ok: false, reason: 'error'}`.
  */
 export async function detectMouth(image: RgbaImage, opts: { signal?: AbortSignal } = {}): Promise<MouthDetection> {
-  opts.signal?.throwIfAborted();
-  // Always a private copy: transferring the caller's own buffer would detach it under their feet, and the
-  // copy (4 bytes/pixel, ~1 ms for 1 Mpx) is nothing next to the detection itself.
-  const rgba = new Uint8Array(image.rgba);
-  const task = { rgba, width: image.width, height: image.height };
-  try {
-    return await detectorPool().run(Piscina.move(new TransferableImage(task) as never) as never, opts.signal ? { signal: opts.signal } : {});
-  } catch (error) {
-    if (opts.signal?.aborted) throw opts.signal.reason ?? error;
-    return { ok: false, reason: 'error', detail: (error as Error).message };
+  for (let attempt = 1; ; attempt++) {
+    opts.signal?.throwIfAborted();
+    // Always a private copy: transferring the caller's own buffer would detach it under their feet, and the
+    // copy (4 bytes/pixel, ~1 ms for 1 Mpx) is nothing next to the detection itself.
+    const rgba = new Uint8Array(image.rgba);
+    const task = { rgba, width: image.width, height: image.height };
+    const stranded = new AbortController();
+    waitingDetections.add(stranded);
+    try {
+      const signal = opts.signal ? AbortSignal.any([opts.signal, stranded.signal]) : stranded.signal;
+      return await detectorPool().run(Piscina.move(new TransferableImage(task) as never) as never, { signal });
+    } catch (error) {
+      if (opts.signal?.aborted) throw opts.signal.reason ?? error;
+      if (stranded.signal.aborted && attempt === 1) continue;
+      return { ok: false, reason: 'error', detail: stranded.signal.aborted ? STRANDED.message : (error as Error).message };
+    } finally {
+      waitingDetections.delete(stranded);
+    }
   }
 }
 

@@ -24,6 +24,8 @@ export interface RenderHandle {
 
 export interface RenderPoolOptions {
   threads?: number;
+  /** Where a worker failure outside any task is reported (nothing else waits for it). */
+  logger?: { error(obj: object, msg?: string): void };
 }
 
 /** Below this many frames per thread, splitting a batch costs more in messaging than it gains. */
@@ -59,6 +61,9 @@ export class RenderPool {
       // Renderers are CPU-bound; more than a couple of queued tasks per thread only adds latency.
       concurrentTasksPerWorker: 1,
     });
+    // A worker that dies mid-task rejects that task and piscina starts a replacement. One that fails between
+    // tasks is re-emitted here as 'error', and an 'error' nobody listens to would crash the whole service.
+    this.piscina.on('error', (error: unknown) => options.logger?.error({ err: error }, 'render worker failed between tasks'));
   }
 
   /** Worker threads currently alive (for tests and diagnostics). */
