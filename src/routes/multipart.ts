@@ -67,12 +67,12 @@ export async function readMultipart(
     }
     if (!closing.seen) throw malformed('the body ended before its closing boundary');
   } catch (error) {
+    request.raw.off('data', closing.scan);
     const refusal = error instanceof HttpError ? error : refusalFor(error, opts);
     if (!(error instanceof HttpError)) request.log.debug({ err: serializeErrorForLog(error) }, 'multipart body refused');
     throw await afterReleasingBody(request.raw, refusal);
-  } finally {
-    request.raw.off('data', closing.scan);
   }
+  request.raw.off('data', closing.scan);
   // busboy may finish at the closing boundary; an epilogue after it is dropped so the connection stays usable.
   if (!(await drainUnreadBody(request.raw))) {
     throw new HttpError(400, 'malformed multipart body: too much data after the closing boundary', { connection: 'close' });
