@@ -1,4 +1,4 @@
-import { ProviderNotConfiguredError, UpstreamError, VoiceNotFoundError } from '../../actors/tts/types.ts';
+import { ProviderNotConfiguredError, UpstreamError, VoiceNotFoundError } from '../tts/types.ts';
 
 /**
  * In-stream error codes (SSE `error` and WebSocket `error` messages). Documented in docs/events.md.

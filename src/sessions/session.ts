@@ -13,7 +13,7 @@ import {
 import type { StoredSession } from '../store/sessions.ts';
 import { SessionEventHub } from './event-hub.ts';
 import type { SessionMedia } from './media.ts';
-import { createStageActors, type StageContext } from './stage-actors.ts';
+import { createStageActors, type StageContext } from '../../actors/session/index.ts';
 import { SessionConsumers } from './consumers.ts';
 
 /** Bound on how long `close` waits for the machine to reach `terminated` before giving up on it. */

@@ -15,7 +15,7 @@ import { HttpError, badGateway, badRequest, conflict, notFound } from '../errors
 import { SessionEventHub } from './event-hub.ts';
 import { SessionMedia } from './media.ts';
 import { Session } from './session.ts';
-import type { StageContext } from './stage-actors.ts';
+import type { StageContext } from '../../actors/session/index.ts';
 import { smoothForRt } from './smoothing.ts';
 import { SessionMetrics } from './metrics.ts';
 import type { InspectionHub } from '../inspect/inspection-hub.ts';

@@ -1,0 +1,69 @@
+import type { Logger } from 'pino';
+import type { SessionEvent } from '../../machines/session.machine.ts';
+import type { TtsProvider, TtsProviderId } from '../tts/types.ts';
+import type { LlmProvider } from '../llm/types.ts';
+import type { AsrProvider } from '../asr/types.ts';
+import type { ConversationHistory } from '../llm/history.ts';
+import type { AsyncQueue, Deferred } from '../../src/sessions/async-queue.ts';
+import type { SessionEventHub } from '../../src/sessions/event-hub.ts';
+import type { SessionMedia } from '../../src/sessions/media.ts';
+import type { SessionMetrics } from '../../src/sessions/metrics.ts';
+import { stageErrorOf } from './stage-errors.ts';
+
+/** Audio handed to a turn that skips synthesis (speak_audio, the audio WebSocket). */
+export type TurnAudio = { kind: 'clip'; pcm: Int16Array } | { kind: 'stream'; chunks: AsyncQueue<Int16Array> };
+
+export interface TranscribeJob {
+  pcm: Int16Array;
+  sampleRate: number;
+  result: Deferred<string>;
+}
+
+/** What the stage actors of one session need; the session owns all of it. */
+export interface StageContext {
+  sessionId: string;
+  sampleRate: number;
+  logger: Logger;
+  events: SessionEventHub;
+  media: SessionMedia;
+  history: ConversationHistory;
+  tts(id: TtsProviderId): TtsProvider;
+  llm: LlmProvider;
+  asr: AsrProvider;
+  turnAudio: Map<string, TurnAudio>;
+  transcribeJobs: Map<string, TranscribeJob>;
+  /** Resolved once a chat's upstream accepted the request (first delta), or rejected with its error. */
+  chatAccepted: Map<string, Deferred<void>>;
+  /** Per-turn latency bookkeeping (`GET /sessions/{id}/metrics`). */
+  metrics: SessionMetrics;
+  /** Applies rt-family segmentation and smoothing to direct audio. */
+  smoothAudio(pcm: Int16Array): Int16Array;
+}
+
+export type SendBack = (event: SessionEvent) => void;
+
+function isAbort(error: unknown, signal: AbortSignal): boolean {
+  return signal.aborted || (error instanceof Error && error.name === 'AbortError');
+}
+
+/** Runs an async stage body; reports completion or a (non-abort) failure to the machine. */
+export function runStage(
+  ctx: StageContext,
+  stage: string,
+  sendBack: SendBack,
+  body: (signal: AbortSignal) => Promise<SessionEvent | null>,
+): () => void {
+  const controller = new AbortController();
+  body(controller.signal).then(
+    (done) => {
+      if (done && !controller.signal.aborted) sendBack(done);
+    },
+    (error) => {
+      if (isAbort(error, controller.signal)) return;
+      const { code, message, fatal } = stageErrorOf(stage, error);
+      ctx.logger.warn({ stage, code, err: message }, 'stage failed');
+      sendBack({ type: 'STAGE.ERROR', code, message, fatal });
+    },
+  );
+  return () => controller.abort(new DOMException('stage stopped', 'AbortError'));
+}

@@ -1,0 +1,114 @@
+import { fromCallback } from 'xstate';
+import type { StageInput, TurnInfo } from '../../machines/session.machine.ts';
+import { buildMouthTimeline } from '../mouth/timeline.ts';
+import { isTtsProviderId } from '../tts/types.ts';
+import { untilAborted } from '../abort.ts';
+import { AsyncQueue } from '../../src/sessions/async-queue.ts';
+import { runStage, type SendBack, type StageContext } from './stage.ts';
+
+/**
+ * The turn's speech: synthesises text segments (the speak text, or the LLM's sentences as they come) or
+ * plays the turn's direct audio, feeds the playout, reports TTS.FIRST_AUDIO and, once the turn's audio
+ * has played out, TTS.DONE.
+ */
+export function createTtsActor(ctx: StageContext) {
+  return fromCallback<{ type: string; text?: string }, StageInput & { voice: string | null; ttsProvider: string }>(
+    ({ input, receive, sendBack }) => {
+      const segments = new AsyncQueue<string>();
+      if (input.turn.mode === 'speak') {
+        segments.push(input.turn.text ?? '');
+        segments.end();
+      }
+      receive((event) => {
+        if (event.type === 'TEXT.SEGMENT' && event.text) segments.push(event.text);
+        if (event.type === 'TEXT.END') segments.end();
+      });
+      const stop = runStage(ctx, 'tts', sendBack, async (signal) => {
+        const turn = input.turn;
+        if (turn.mode === 'audio' || turn.mode === 'audio_stream') {
+          await playDirectAudio(ctx, turn, sendBack, signal);
+        } else {
+          await synthesizeTurn(ctx, input, segments, sendBack, signal);
+        }
+        ctx.media.playout.endTurn(turn.id);
+        await untilAborted(ctx.media.playout.whenDrained(turn.id), signal);
+        return { type: 'TTS.DONE' };
+      });
+      return () => {
+        stop();
+        // A turn stopped while waiting for its next LLM segment would otherwise wait forever.
+        segments.fail(new DOMException('stage stopped', 'AbortError'));
+      };
+    },
+  );
+}
+
+async function synthesizeTurn(
+  ctx: StageContext,
+  input: StageInput & { voice: string | null; ttsProvider: string },
+  segments: AsyncQueue<string>,
+  sendBack: SendBack,
+  signal: AbortSignal,
+): Promise<void> {
+  const { turn } = input;
+  const providerId = input.ttsProvider;
+  if (!isTtsProviderId(providerId)) throw new Error(`unknown tts provider ${providerId}`);
+  const provider = ctx.tts(providerId);
+  const startedAt = performance.now();
+  const elapsed = () => Math.round(performance.now() - startedAt);
+  let started = false;
+  let firstAudio = false;
+  let sentenceIndex = 0;
+  for await (const text of segments) {
+    if (signal.aborted) throw signal.reason;
+    if (!text.trim()) continue;
+    if (!started) {
+      started = true;
+      ctx.events.publish('tts', { stage: 'start', ms_elapsed: 0, sentence_index: sentenceIndex });
+    }
+    let lastIndex = 0;
+    for await (const chunk of provider.synthesize({
+      text,
+      voice: input.voice,
+      model: turn.ttsModel ?? null,
+      sampleRate: ctx.sampleRate,
+      signal,
+    })) {
+      if (signal.aborted) throw signal.reason;
+      lastIndex = chunk.sentenceIndex ?? 0;
+      if (!firstAudio) {
+        firstAudio = true;
+        ctx.events.publish('tts', { stage: 'first_audio', ms_elapsed: elapsed(), sentence_index: sentenceIndex + lastIndex });
+        ctx.metrics.mark(turn.id, 'first_audio_queued_ms');
+        sendBack({ type: 'TTS.FIRST_AUDIO' });
+      }
+      await ctx.media.playout.waitForRoom(signal);
+      ctx.media.playout.enqueue(turn.id, chunk.pcm, buildMouthTimeline(chunk));
+    }
+    sentenceIndex += lastIndex + 1;
+  }
+  if (started) ctx.events.publish('tts', { stage: 'complete', ms_elapsed: elapsed(), sentence_index: Math.max(0, sentenceIndex - 1) });
+}
+
+async function playDirectAudio(ctx: StageContext, turn: TurnInfo, sendBack: SendBack, signal: AbortSignal): Promise<void> {
+  const audio = ctx.turnAudio.get(turn.id);
+  if (!audio) throw new Error('turn audio missing');
+  try {
+    const chunks: AsyncIterable<Int16Array> | Iterable<Int16Array> = audio.kind === 'clip' ? [audio.pcm] : audio.chunks;
+    let first = true;
+    for await (const raw of chunks) {
+      if (signal.aborted) throw signal.reason;
+      if (raw.length === 0) continue;
+      const pcm = turn.smoothing ? ctx.smoothAudio(raw) : raw;
+      if (first) {
+        first = false;
+        ctx.metrics.mark(turn.id, 'first_audio_queued_ms');
+        sendBack({ type: 'TTS.FIRST_AUDIO' });
+      }
+      await ctx.media.playout.waitForRoom(signal);
+      ctx.media.playout.enqueue(turn.id, pcm, buildMouthTimeline({ pcm, sampleRate: ctx.sampleRate }));
+    }
+  } finally {
+    ctx.turnAudio.delete(turn.id);
+  }
+}
