@@ -1,14 +1,37 @@
-/** A small unbounded async queue: producers `push`, one consumer iterates until `end()` or `fail()`. */
+export interface AsyncQueueOptions<T> {
+  /** Size of one item in the unit `capacity` counts (samples for audio); 1 per item by default. */
+  weigh?: (item: T) => number;
+  /** Most weight held at once; `push` refuses an item that would exceed it. Unbounded by default. */
+  capacity?: number;
+}
+
+/**
+ * A small async queue: producers `push`, one consumer iterates until `end()` or `fail()`. With a
+ * `capacity` it is bounded: `push` refuses what does not fit and the producer decides what to drop.
+ */
 export class AsyncQueue<T> implements AsyncIterable<T> {
   private readonly items: T[] = [];
+  private readonly weigh: (item: T) => number;
+  private readonly capacity: number;
+  private held = 0;
   private waiter: (() => void) | null = null;
   private ended = false;
   private error: unknown = null;
 
-  push(item: T): void {
-    if (this.ended) return;
+  constructor(options: AsyncQueueOptions<T> = {}) {
+    this.weigh = options.weigh ?? (() => 1);
+    this.capacity = options.capacity ?? Infinity;
+  }
+
+  /** Queues `item`; false (and nothing queued) once ended or when it would exceed the capacity. */
+  push(item: T): boolean {
+    if (this.ended) return false;
+    const weight = this.weigh(item);
+    if (this.held + weight > this.capacity) return false;
     this.items.push(item);
+    this.held += weight;
     this.wake();
+    return true;
   }
 
   end(): void {
@@ -22,8 +45,19 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
     this.wake();
   }
 
+  /** Drops every item not taken by the consumer yet (an interrupt makes them stale). */
+  clear(): void {
+    this.items.length = 0;
+    this.held = 0;
+  }
+
   get size(): number {
     return this.items.length;
+  }
+
+  /** Total weight of the queued items (their count without `weigh`). */
+  get weight(): number {
+    return this.held;
   }
 
   private wake(): void {
@@ -35,7 +69,9 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
   async *[Symbol.asyncIterator](): AsyncIterator<T> {
     for (;;) {
       if (this.items.length > 0) {
-        yield this.items.shift()!;
+        const item = this.items.shift()!;
+        this.held -= this.weigh(item);
+        yield item;
         continue;
       }
       if (this.error) throw this.error;

@@ -41,6 +41,21 @@ export class AudioStreamClient {
     this.socket.send(bytes, { binary: true });
   }
 
+  /** A text frame sent as is (malformed control messages included). */
+  sendText(text: string): void {
+    this.socket.send(text, { binary: false });
+  }
+
+  errors(): ServerMessage[] {
+    return this.messages.filter((m) => m.type === 'error');
+  }
+
+  /** Waits for the `count`-th error message (1-based) and returns it. */
+  async waitErrorCount(count: number, timeoutMs: number): Promise<ServerMessage> {
+    await this.until(() => this.errors().length >= count, timeoutMs, `error message #${count}`);
+    return this.errors()[count - 1];
+  }
+
   async waitMessage(type: string, timeoutMs: number): Promise<ServerMessage> {
     await this.until(() => this.messages.some((m) => m.type === type), timeoutMs, `message ${type}`);
     return this.messages.find((m) => m.type === type)!;
@@ -118,4 +133,11 @@ export async function kernelQueuedBytes(port: number): Promise<{ unreadAtServer:
     }
   }
   return { unreadAtServer, unsentAtClient };
+}
+
+/** Audio the session's stream turns hold for the playout (the audio WebSocket's inbound queue), in ms. */
+export function streamQueuedMs(session: { stage: { sampleRate: number; turnAudio: Map<string, { kind: string; chunks?: { weight: number } }> } }): number {
+  let samples = 0;
+  for (const audio of session.stage.turnAudio.values()) if (audio.kind === 'stream' && audio.chunks) samples += audio.chunks.weight;
+  return (samples * 1000) / session.stage.sampleRate;
 }
