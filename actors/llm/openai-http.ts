@@ -7,6 +7,14 @@ import { UpstreamError, type ProviderStatus } from '../tts/types.ts';
 
 /** Upstream error bodies are echoed into 502 details; a runaway HTML page must not be. */
 const MAX_ERROR_TEXT_CHARS = 1_000;
+/** Of an error body only the start is kept (its text is cut to MAX_ERROR_TEXT_CHARS anyway); the rest is not read. */
+const MAX_ERROR_BODY_BYTES = 64 * 1024;
+/**
+ * A whole JSON reply (a transcript, a chat reply from a server that ignored `stream: true`): a 30 s
+ * transcript is well under 10 KiB and a long chat reply tens of KiB, so 1 MiB is generous; a larger
+ * body is a broken or hostile upstream and must not be buffered.
+ */
+export const MAX_JSON_REPLY_BYTES = 1024 * 1024;
 
 /** Where an OpenAI-compatible server lives; the LLM and ASR configs add their own timeouts. */
 export interface OpenAiEndpointConfig {
@@ -107,11 +115,48 @@ export function describeTransportError(error: unknown): string {
   return error.message;
 }
 
+/**
+ * Reads a response body as UTF-8 text, at most `maxBytes`: beyond it the body is cancelled (closing the
+ * upstream connection) and either the start is returned (`truncate`) or an `UpstreamError` thrown.
+ */
+export async function readBoundedText(
+  response: Response,
+  label: string,
+  maxBytes: number,
+  options: { truncate?: boolean } = {},
+): Promise<string> {
+  if (!response.body) return '';
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  let complete = false;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) {
+        complete = true;
+        break;
+      }
+      if (total + value.byteLength > maxBytes) {
+        if (!options.truncate) throw new UpstreamError(`${label} upstream sent a reply over ${maxBytes} bytes`);
+        chunks.push(value.subarray(0, maxBytes - total));
+        total = maxBytes;
+        break;
+      }
+      chunks.push(value);
+      total += value.byteLength;
+    }
+  } finally {
+    if (!complete) await reader.cancel().catch(() => undefined);
+  }
+  return Buffer.concat(chunks, total).toString('utf8');
+}
+
 /** Builds the 502-bound error from a non-2xx response, keeping the upstream's own explanation. */
 export async function upstreamErrorFromResponse(response: Response, label: string): Promise<UpstreamError> {
   let bodyText = '';
   try {
-    bodyText = await response.text();
+    bodyText = await readBoundedText(response, label, MAX_ERROR_BODY_BYTES, { truncate: true });
   } catch {
     // The status alone is still worth reporting when the body cannot be read.
   }

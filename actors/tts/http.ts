@@ -30,6 +30,14 @@ export const UPSTREAM_HEADERS_TIMEOUT_MS = 30_000;
 export const UPSTREAM_BODY_TIMEOUT_MS = 120_000;
 /** Upstream error bodies can be whole HTML pages; keep the part that fits into a 502 `detail`. */
 const MAX_UPSTREAM_ERROR_CHARS = 500;
+/** Of an error body only this much is read (its text is cut to MAX_UPSTREAM_ERROR_CHARS anyway). */
+const MAX_UPSTREAM_ERROR_BYTES = 64 * 1024;
+/**
+ * Largest response body of one upstream call (one sentence's audio, or a JSON answer carrying it in
+ * base64): 32 MiB is over 5 minutes of 48 kHz 16-bit PCM, far beyond any sentence. A larger body is a
+ * broken upstream; reading stops there instead of buffering it.
+ */
+export const MAX_UPSTREAM_BODY_BYTES = 32 * 1024 * 1024;
 
 export function trimTrailingSlash(url: string): string {
   return url.replace(/\/+$/, '');
@@ -77,16 +85,35 @@ export async function fetchUpstream(fetchImpl: FetchLike, url: string, options: 
 
 async function readErrorText(response: Response): Promise<string> {
   try {
-    const text = (await response.text()).trim();
+    const text = (await readErrorStart(response)).trim();
     return (text || response.statusText || 'no error text').slice(0, MAX_UPSTREAM_ERROR_CHARS);
   } catch {
     return response.statusText || 'no error text';
   }
 }
 
+/** The first MAX_UPSTREAM_ERROR_BYTES of an error body; the rest is cancelled unread. */
+async function readErrorStart(response: Response): Promise<string> {
+  if (!response.body) return '';
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  try {
+    while (total < MAX_UPSTREAM_ERROR_BYTES) {
+      const step = await reader.read();
+      if (step.done) break;
+      chunks.push(step.value);
+      total += step.value.byteLength;
+    }
+  } finally {
+    void reader.cancel().catch(() => {});
+  }
+  return Buffer.concat(chunks).subarray(0, MAX_UPSTREAM_ERROR_BYTES).toString('utf8');
+}
+
 /**
- * Reads the whole body within a bounded time. A connection cut before `Content-Length` bytes
- * arrived surfaces as `UpstreamError` (undici reports it as a terminated stream).
+ * Reads the whole body within a bounded time and size (`MAX_UPSTREAM_BODY_BYTES`). A connection cut
+ * before `Content-Length` bytes arrived surfaces as `UpstreamError` (undici reports it as a terminated stream).
  */
 export async function readBody(response: Response, signal: AbortSignal, provider: string, timeoutMs = UPSTREAM_BODY_TIMEOUT_MS): Promise<Buffer> {
   const chunks: Buffer[] = [];
@@ -94,11 +121,18 @@ export async function readBody(response: Response, signal: AbortSignal, provider
   return Buffer.concat(chunks);
 }
 
-/** Yields body chunks as they arrive, bounded in total time, honouring `signal`. */
-export async function* streamBody(response: Response, signal: AbortSignal, provider: string, timeoutMs = UPSTREAM_BODY_TIMEOUT_MS): AsyncGenerator<Buffer> {
+/** Yields body chunks as they arrive, bounded in total time and size, honouring `signal`. */
+export async function* streamBody(
+  response: Response,
+  signal: AbortSignal,
+  provider: string,
+  timeoutMs = UPSTREAM_BODY_TIMEOUT_MS,
+  maxBytes = MAX_UPSTREAM_BODY_BYTES,
+): AsyncGenerator<Buffer> {
   if (!response.body) return;
   const reader = response.body.getReader();
   const deadline = Date.now() + timeoutMs;
+  let received = 0;
   let timer: NodeJS.Timeout | undefined;
   const onAbort = () => void reader.cancel().catch(() => {});
   signal.addEventListener('abort', onAbort, { once: true });
@@ -127,6 +161,9 @@ export async function* streamBody(response: Response, signal: AbortSignal, provi
         finished = true;
         return;
       }
+      received += step.value.byteLength;
+      // The finally below cancels the body, which closes the upstream connection.
+      if (received > maxBytes) throw new UpstreamError(`${provider}: upstream response is over ${maxBytes} bytes`);
       if (step.value.byteLength > 0) yield Buffer.from(step.value.buffer, step.value.byteOffset, step.value.byteLength);
     }
   } finally {

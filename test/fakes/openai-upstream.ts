@@ -19,8 +19,15 @@ export interface ChatScenario {
   /** Answer with this status and an OpenAI-style error JSON instead of streaming. */
   failStatus?: number;
   failMessage?: string;
+  /** With `failStatus`: an error body of this many bytes (an HTML page gone wrong) instead of the JSON. */
+  failBodyBytes?: number;
   /** Destroy the socket after sending this many tokens (no finish chunk, no [DONE]). */
   disconnectAfterTokens?: number;
+  /**
+   * After the tokens, stream one SSE `data:` line of this many bytes with no line end in sight, written
+   * as the client reads it (never buffered here whole); stops when the client disconnects.
+   */
+  endlessLineBytes?: number;
 }
 
 export interface TranscriptionScenario {
@@ -28,6 +35,8 @@ export interface TranscriptionScenario {
   delayMs: number;
   failStatus?: number;
   failMessage?: string;
+  /** Answer 200 with a JSON body this many bytes long (the transcript padded), streamed as the client reads it. */
+  oversizedBodyBytes?: number;
 }
 
 export interface ScenarioPatch {
@@ -67,6 +76,8 @@ export interface OpenAiUpstream {
   setScenario(patch: ScenarioPatch): void;
   /** Chat streams whose connection has not closed yet. */
   openStreams(): number;
+  /** Bytes of `endlessLineBytes`/`oversizedBodyBytes` bodies written so far (what the client made the server send). */
+  oversizedBytesWritten(): number;
   close(): Promise<void>;
 }
 
@@ -79,6 +90,7 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
   let requiredApiKey: string | undefined;
   const requests: RecordedRequest[] = [];
   let openChatStreams = 0;
+  let oversizedWritten = 0;
 
   const setScenario = (patch: ScenarioPatch): void => {
     if (patch.chat) chat = { ...chat, ...patch.chat };
@@ -124,6 +136,12 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
   }
 
   async function streamChat(res: http.ServerResponse, scenario: ChatScenario, model: string): Promise<void> {
+    if (scenario.failStatus && scenario.failBodyBytes !== undefined) {
+      res.writeHead(scenario.failStatus, { 'content-type': 'text/html' });
+      res.write('<html><body>upstream exploded ');
+      if (await writePaced(res, scenario.failBodyBytes)) res.end('</body></html>');
+      return;
+    }
     if (scenario.failStatus) {
       sendError(res, scenario.failStatus, scenario.failMessage ?? 'The server had an error', 'server_error');
       return;
@@ -158,6 +176,11 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
       res.socket?.destroy();
       return;
     }
+    if (scenario.endlessLineBytes !== undefined) {
+      res.write('data: {"choices":[{"index":0,"delta":{"content":"');
+      if (!(await writePaced(res, scenario.endlessLineBytes))) return;
+      res.write('"},"finish_reason":null}]}\n\n');
+    }
     if (closed) return;
     res.write(chunk({}, 'stop'));
     res.end('data: [DONE]\n\n');
@@ -170,8 +193,31 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
       sendError(res, scenario.failStatus, scenario.failMessage ?? 'The server had an error', 'server_error');
       return;
     }
+    if (scenario.oversizedBodyBytes !== undefined) {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write(`{"text":${JSON.stringify(scenario.transcript)},"pad":"`);
+      if (await writePaced(res, scenario.oversizedBodyBytes)) res.end('"}');
+      return;
+    }
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(JSON.stringify({ text: scenario.transcript }));
+  }
+
+  /** Writes `total` bytes of 'x' in 64 KiB pieces, each after the client took the previous; false if it went away. */
+  async function writePaced(res: http.ServerResponse, total: number): Promise<boolean> {
+    const piece = Buffer.alloc(64 * 1024, 'x');
+    for (let sent = 0; sent < total; ) {
+      if (res.destroyed || res.writableEnded) return false;
+      const bytes = Math.min(piece.length, total - sent);
+      const flushed = res.write(bytes === piece.length ? piece : piece.subarray(0, bytes));
+      sent += bytes;
+      oversizedWritten += bytes;
+      if (!flushed) {
+        const outcome = await Promise.race([once(res, 'drain').then(() => 'drain'), once(res, 'close').then(() => 'close')]);
+        if (outcome === 'close') return false;
+      }
+    }
+    return !res.destroyed;
   }
 
   server.listen(0, '127.0.0.1');
@@ -183,6 +229,7 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
     requests,
     setScenario,
     openStreams: () => openChatStreams,
+    oversizedBytesWritten: () => oversizedWritten,
     close: async () => {
       if (!server.listening) return;
       server.closeAllConnections();

@@ -12,6 +12,8 @@ import {
   authHeaders,
   endpointStatus,
   joinUrl,
+  MAX_JSON_REPLY_BYTES,
+  readBoundedText,
   upstreamErrorFromResponse,
   type OpenAiEndpointConfig,
 } from '../../llm/openai-http.ts';
@@ -80,7 +82,8 @@ class OpenAiTranscriptionProvider implements AsrProvider {
       });
       if (!response.ok) throw await upstreamErrorFromResponse(response, LABEL);
       deadline.arm(this.config.idleTimeoutMs ?? DEFAULT_ASR_IDLE_TIMEOUT_MS, 'transcription body');
-      return { text: parseTranscript(await response.text(), response.headers.get('content-type') ?? '') };
+      const body = await readBoundedText(response, LABEL, MAX_JSON_REPLY_BYTES);
+      return { text: parseTranscript(body, response.headers.get('content-type') ?? '') };
     } catch (error) {
       throw deadline.translate(error, LABEL);
     } finally {

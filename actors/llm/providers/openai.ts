@@ -12,6 +12,8 @@ import {
   endpointStatus,
   extractErrorText,
   joinUrl,
+  MAX_JSON_REPLY_BYTES,
+  readBoundedText,
   upstreamErrorFromResponse,
   type OpenAiEndpointConfig,
 } from '../openai-http.ts';
@@ -114,7 +116,7 @@ class OpenAiChatProvider implements LlmProvider {
   private async *nonStreamingReply(response: Response, deadline: RequestDeadline): AsyncGenerator<string> {
     let parsed: StreamChunk;
     try {
-      parsed = (await response.json()) as StreamChunk;
+      parsed = JSON.parse(await readBoundedText(response, LABEL, MAX_JSON_REPLY_BYTES)) as StreamChunk;
     } catch (error) {
       throw deadline.translate(error instanceof SyntaxError ? malformed() : error, LABEL);
     }
@@ -124,13 +126,14 @@ class OpenAiChatProvider implements LlmProvider {
   }
 
   private async *streamedReply(response: Response, deadline: RequestDeadline): AsyncGenerator<string> {
-    const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
-    const decoder = new SseDataDecoder();
+    // Raw bytes: the decoder bounds each line and event (an endless line aborts the request at 1 MiB).
+    const reader = response.body!.getReader();
+    const decoder = new SseDataDecoder({ label: LABEL });
     let sawFirstToken = false;
     let sawFinishReason = false;
     try {
       for (;;) {
-        let result: ReadableStreamReadResult<string>;
+        let result: ReadableStreamReadResult<Uint8Array>;
         try {
           result = await reader.read();
         } catch (error) {

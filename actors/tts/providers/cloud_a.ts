@@ -8,6 +8,7 @@
  * A cloned voice only works with the model it was enrolled for, so without an explicit model the
  * catalog's target model is used.
  */
+import { sseDataPayloads } from '../../llm/sse.ts';
 import { fetchUpstream, streamBody, type FetchLike } from '../http.ts';
 import { UpstreamError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
 import { rawPcmBySentence } from './audio-output.ts';
@@ -30,31 +31,22 @@ interface SseEvent {
   message?: string;
 }
 
-/** Parses DashScope SSE frames (`data:` lines) into JSON events as they arrive. */
+/**
+ * Parses DashScope SSE events (one JSON `data:` line each) as they arrive, with the bounded, linear
+ * decoder the LLM client uses: an endless line aborts the request at 1 MiB instead of growing memory.
+ */
 export async function* sseJsonEvents<T>(body: AsyncIterable<Buffer>, provider: string): AsyncGenerator<T> {
-  let pending = '';
-  const decoder = new TextDecoder();
-  const parse = (line: string): T | undefined => {
-    if (!line.startsWith('data:')) return undefined;
-    const payload = line.slice(5).trim();
-    if (!payload) return undefined;
+  for await (const payload of sseDataPayloads(body, { label: provider })) {
+    const trimmed = payload.trim();
+    if (!trimmed) continue;
+    let event: T;
     try {
-      return JSON.parse(payload) as T;
+      event = JSON.parse(trimmed) as T;
     } catch {
-      throw new UpstreamError(`${provider}: malformed stream event: ${payload.slice(0, 200)}`);
+      throw new UpstreamError(`${provider}: malformed stream event: ${trimmed.slice(0, 200)}`);
     }
-  };
-  for await (const chunk of body) {
-    pending += decoder.decode(chunk, { stream: true });
-    let newline: number;
-    while ((newline = pending.indexOf('\n')) >= 0) {
-      const event = parse(pending.slice(0, newline).replace(/\r$/, ''));
-      pending = pending.slice(newline + 1);
-      if (event !== undefined) yield event;
-    }
+    yield event;
   }
-  const last = parse(pending.trim());
-  if (last !== undefined) yield last;
 }
 
 async function* audioOfEvents(events: AsyncIterable<SseEvent>, provider: string): AsyncGenerator<Buffer> {
