@@ -88,7 +88,7 @@ const audioStreamRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'bytes, or a binary frame with an odd byte count) is answered with an error and ignored: the socket stays open. Frames over 1 MiB ' +
         'close the socket (1009). Flow control: while 2 s of speech wait for playout the server stops reading (TCP back-pressure) for ' +
         `at most ${MAX_READ_PAUSE_MS} ms; audio beyond ${INBOUND_AUDIO_LIMIT_MS / 1000} s queued in the stream is dropped with one error ` +
-        '{code:"audio_overflow"} per overflow, so send at most real time. An interrupt (this message or POST /interrupt) drops the ' +
+        '{code:"audio_overflow"} per turn, so send at most real time. An interrupt (this message or POST /interrupt) drops the ' +
         'audio queued in the stream; closing the socket ends its turn (what is already queued for playout, ≤ 2 s, still plays). ' +
         'The session must be started. Audio and video go out on WebRTC, status and frame timing on SSE. A plain GET without the upgrade ' +
         'answers 426. See docs/events.md for error codes.',
