@@ -26,6 +26,9 @@ import customizeReferenceRoutes from './routes/customize-reference.ts';
 import inspectRoutes from './routes/inspect.ts';
 import { AvatarManifest, AvatarSummary } from './schemas/avatars.ts';
 
+/** Whole-request receive bound: 12 MB at ~100 kB/s fits; a stalled or trickling upload is cut off (408). */
+export const REQUEST_TIMEOUT_MS = 120_000;
+
 /** Route plugins, each encapsulated; later capabilities add theirs here. */
 const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, customizeRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, voiceRoutes, recordingRoutes, offlineRoutes, inspectRoutes, uiRoutes];
 
@@ -45,6 +48,8 @@ export async function buildApp(config: ServiceConfig, logger: Logger, overrides:
     // Sessions are terminated before the server closes; lingering keep-alive or SSE sockets must not hold shutdown.
     forceCloseConnections: true,
     bodyLimit: 1024 * 1024,
+    // A client trickling a body (the largest upload is 12 MB) must not hold a request open forever.
+    requestTimeout: REQUEST_TIMEOUT_MS,
     // Request ids in logs; paths with user input stay out of static messages.
     requestIdHeader: 'x-request-id',
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
