@@ -46,6 +46,10 @@ async function killBusyEngine(processes: () => Array<{ pid: number | undefined; 
   return victim;
 }
 
+function within<T>(work: Promise<T>, ms: number): Promise<T> {
+  return Promise.race([work, new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`still pending after ${ms} ms`)), ms).unref())]);
+}
+
 /** Runs a fixture script with plain node + tsx: none of the flags the test runner adds. */
 function runFixture(script: string, env: Record<string, string> = {}) {
   const child = spawn(process.execPath, ['--import', 'tsx', path.join(FIXTURES, script)], {
@@ -260,6 +264,24 @@ describe('BuiltinEnginePool', () => {
     for (const pid of pids) expect(processGone(pid)).toBe(true);
     expect(pool.processes()).toEqual([]);
     await expect(pool.synthesize(sentence('After close.'))).rejects.toThrow(/shut down/);
+  });
+
+  it('an engine that cannot start fails the waiting sentences at once, with a path-free error', async () => {
+    const originalTmpdir = process.env.TMPDIR;
+    // mkdtemp under a missing directory fails with an ENOENT that quotes the path.
+    process.env.TMPDIR = path.join(os.tmpdir(), 'isolation-missing', 'nested');
+    try {
+      const pool = new BuiltinEnginePool();
+      pools.push(pool);
+      const outcome = await within(pool.synthesize(sentence('Nobody will say this.')).catch((error: Error) => error), 5_000);
+      expect(outcome).toBeInstanceOf(Error);
+      expect((outcome as Error).message).toMatch(/could not be started: ENOENT/);
+      expect((outcome as Error).message).not.toContain('isolation-missing');
+      await expect(within(pool.warmUp(), 15_000)).rejects.toThrow(/could not be started/);
+    } finally {
+      if (originalTmpdir === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = originalTmpdir;
+    }
   });
 
   it('backs restarts off exponentially within bounds', () => {
