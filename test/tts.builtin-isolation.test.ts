@@ -295,8 +295,8 @@ describe('BuiltinEnginePool', () => {
 describe('engine processes and their parent', () => {
   it('exit when the service process is killed with SIGKILL, and remove their temp dir', async () => {
     const privateTmp = mkdtempSync(path.join(os.tmpdir(), 'isolation-orphan-'));
+    const parent = runFixture('builtin-engine-parent.ts', { TMPDIR: privateTmp });
     try {
-      const parent = runFixture('builtin-engine-parent.ts', { TMPDIR: privateTmp });
       expect(await eventually(() => parent.output().stdout.includes('\n'), 60_000, 20)).toBe(true);
       const { enginePids } = JSON.parse(parent.output().stdout.trim()) as { enginePids: number[] };
       expect(enginePids).toHaveLength(1);
@@ -308,6 +308,8 @@ describe('engine processes and their parent', () => {
       expect(await eventually(() => processGone(enginePids[0]), 10_000, 20)).toBe(true);
       expect(await eventually(() => workDirsIn(privateTmp).length === 0, 5_000, 20)).toBe(true);
     } finally {
+      // A failed assertion above must not leave the stand-in service (and so its engine) running.
+      if (parent.child.exitCode === null && parent.child.signalCode === null) parent.child.kill('SIGKILL');
       rmSync(privateTmp, { recursive: true, force: true });
     }
   }, 90_000);
