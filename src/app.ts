@@ -21,6 +21,7 @@ import metricsRoutes from './routes/metrics.ts';
 import recordingRoutes from './routes/recording.ts';
 import offlineRoutes from './routes/offline.ts';
 import ttsRoutes from './routes/tts.ts';
+import ttsVoiceRoutes from './routes/tts-voices.ts';
 import voiceRoutes from './routes/voices.ts';
 import customizeReferenceRoutes from './routes/customize-reference.ts';
 import inspectRoutes from './routes/inspect.ts';
@@ -30,7 +31,7 @@ import { AvatarManifest, AvatarSummary } from './schemas/avatars.ts';
 export const REQUEST_TIMEOUT_MS = 120_000;
 
 /** Route plugins, each encapsulated; later capabilities add theirs here. */
-const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, customizeRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, voiceRoutes, recordingRoutes, offlineRoutes, inspectRoutes, uiRoutes];
+const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, customizeRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, ttsVoiceRoutes, voiceRoutes, recordingRoutes, offlineRoutes, inspectRoutes, uiRoutes];
 
 export interface BuiltApp {
   app: FastifyInstance;

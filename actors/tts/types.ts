@@ -75,9 +75,27 @@ export interface CloneResult {
   message: string;
 }
 
+/** A stock voice as the provider's own voice-list endpoint describes it. */
+export interface ListedVoice {
+  /** What to pass as `voice`. */
+  id: string;
+  /** Display name (the id when the provider gives none). */
+  name: string;
+  /** BCP-47 tag as the provider gives it (`en-US`, `en`); null when unknown. */
+  language: string | null;
+  gender: 'female' | 'male' | 'neutral' | null;
+}
+
 export interface TtsProvider {
   readonly id: TtsProviderId;
+  /** The voice used when a request names none; null or absent: the provider has no stock voice. */
+  readonly defaultVoice?: string | null;
   status(): ProviderStatus;
+  /**
+   * Present only where the provider's protocol has a voice-list endpoint. Lists stock voices that
+   * `validateVoice` accepts; throws `UpstreamError` like synthesis, and the caller's abort as-is.
+   */
+  listVoices?(signal: AbortSignal): Promise<ListedVoice[]>;
   /** Throws `VoiceNotFoundError` for a voice the provider cannot use (becomes 400). */
   validateVoice?(voice: string | null | undefined): void;
   /** Streams audio sentence by sentence; honours `signal` between and inside chunks. */

@@ -179,11 +179,33 @@ export function startOpenAiSpeechFake(options: { apiKey?: string } = {}): Promis
   );
 }
 
-/** ElevenLabs `POST /v1/text-to-speech/{voice_id}[/stream]?output_format=pcm_<rate>` with `xi-api-key`. */
+/** What the voice-list fakes answer: a few real entries in each service's format, plus one the adapter must drop. */
+export const ELEVENLABS_VOICES = [
+  { voice_id: '21m00Tcm4TlvDq8ikWAM', name: 'Rachel', category: 'premade', labels: { accent: 'american', gender: 'female', age: 'young' }, verified_languages: [] },
+  { voice_id: 'TxGEqnHWrfWFTfGW9XjX', name: 'Josh', category: 'premade', labels: { gender: 'male' }, verified_languages: [{ language: 'en', locale: 'en-US', model_id: 'eleven_multilingual_v2' }] },
+  { voice_id: 'not-an-elevenlabs-id', name: 'Broken entry', labels: {} },
+];
+export const AZURE_VOICES = [
+  { Name: 'Microsoft Server Speech Text to Speech Voice (en-US, JennyNeural)', DisplayName: 'Jenny', LocalName: 'Jenny', ShortName: 'en-US-JennyNeural', Gender: 'Female', Locale: 'en-US', SampleRateHertz: '24000', VoiceType: 'Neural', Status: 'GA' },
+  { Name: 'Microsoft Server Speech Text to Speech Voice (de-DE, ConradNeural)', DisplayName: 'Conrad', LocalName: 'Conrad', ShortName: 'de-DE-ConradNeural', Gender: 'Male', Locale: 'de-DE', SampleRateHertz: '48000', VoiceType: 'Neural', Status: 'GA' },
+  { Name: 'Microsoft Server Speech Text to Speech Voice (en-US, Guy24kRUS)', DisplayName: 'Guy', ShortName: 'en-US-Guy24kRUS', Gender: 'Male', Locale: 'en-US', VoiceType: 'Standard' },
+];
+export const GOOGLE_VOICES = [
+  { languageCodes: ['en-US'], name: 'en-US-Neural2-F', ssmlGender: 'FEMALE', naturalSampleRateHertz: 24000 },
+  { languageCodes: ['cmn-CN'], name: 'cmn-CN-Wavenet-A', ssmlGender: 'FEMALE', naturalSampleRateHertz: 24000 },
+  { languageCodes: ['en-GB'], name: 'en-GB-Standard-B', ssmlGender: 'MALE', naturalSampleRateHertz: 24000 },
+  { languageCodes: ['en-US'], name: 'Kore', ssmlGender: 'FEMALE', naturalSampleRateHertz: 24000 },
+];
+
+/** ElevenLabs `POST /v1/text-to-speech/{voice_id}[/stream]?output_format=pcm_<rate>` with `xi-api-key`; `GET /v1/voices`. */
 export function startElevenLabsFake(options: { apiKey: string }): Promise<FakeUpstream> {
   const unauthorized = JSON.stringify({ detail: { status: 'invalid_api_key', message: 'Invalid API key' } });
   return startFake(
     (request, response, fake) => {
+      if (request.method === 'GET' && request.path === '/v1/voices') {
+        if (request.headers['xi-api-key'] !== options.apiKey) return send(response, 401, 'application/json', unauthorized);
+        return sendJson(response, 200, { voices: ELEVENLABS_VOICES });
+      }
       const match = /^\/v1\/text-to-speech\/([^/]+)(\/stream)?$/.exec(request.path);
       if (request.method !== 'POST' || !match) return sendJson(response, 404, { detail: 'Not Found' });
       if (request.headers['xi-api-key'] !== options.apiKey) return send(response, 401, 'application/json', unauthorized);
@@ -204,7 +226,7 @@ export function startElevenLabsFake(options: { apiKey: string }): Promise<FakeUp
   );
 }
 
-/** Azure Speech REST `POST /cognitiveservices/v1`: SSML, `Ocp-Apim-Subscription-Key`, raw PCM output formats. */
+/** Azure Speech REST `POST /cognitiveservices/v1`: SSML, `Ocp-Apim-Subscription-Key`, raw PCM output formats; `GET /cognitiveservices/voices/list`. */
 export function startAzureSpeechFake(options: { apiKey: string }): Promise<FakeUpstream> {
   const rates: Record<string, number> = {
     'raw-8khz-16bit-mono-pcm': 8000, 'raw-16khz-16bit-mono-pcm': 16000, 'raw-22050hz-16bit-mono-pcm': 22050,
@@ -212,10 +234,12 @@ export function startAzureSpeechFake(options: { apiKey: string }): Promise<FakeU
   };
   return startFake(
     (request, response, fake) => {
-      if (request.method !== 'POST' || request.path !== '/cognitiveservices/v1') return send(response, 404, 'text/plain', '');
+      const isVoiceList = request.method === 'GET' && request.path === '/cognitiveservices/voices/list';
+      if (!isVoiceList && (request.method !== 'POST' || request.path !== '/cognitiveservices/v1')) return send(response, 404, 'text/plain', '');
       if (request.headers['ocp-apim-subscription-key'] !== options.apiKey) {
         return send(response, 401, 'application/json', JSON.stringify({ error: { code: '401', message: 'Access denied due to invalid subscription key or wrong API endpoint.' } }));
       }
+      if (isVoiceList) return sendJson(response, 200, AZURE_VOICES);
       const ssml = request.body.toString('utf8');
       const rate = rates[String(request.headers['x-microsoft-outputformat'])];
       const valid = complainUnless(fake, String(request.headers['content-type']).startsWith('application/ssml+xml'), 'content-type is not SSML')
@@ -231,15 +255,17 @@ export function startAzureSpeechFake(options: { apiKey: string }): Promise<FakeU
   );
 }
 
-/** Google Cloud TTS `POST /v1/text:synthesize` with `X-Goog-Api-Key`; answers base64 LINEAR16 (WAV). */
+/** Google Cloud TTS `POST /v1/text:synthesize` with `X-Goog-Api-Key`; answers base64 LINEAR16 (WAV); `GET /v1/voices`. */
 export function startGoogleTtsFake(options: { apiKey: string }): Promise<FakeUpstream> {
   const googleError = (code: number, status: string, message: string) => JSON.stringify({ error: { code, message, status } });
   return startFake(
     (request, response, fake) => {
-      if (request.method !== 'POST' || request.path !== '/v1/text:synthesize') return send(response, 404, 'text/plain', 'Not Found');
+      const isVoiceList = request.method === 'GET' && request.path === '/v1/voices';
+      if (!isVoiceList && (request.method !== 'POST' || request.path !== '/v1/text:synthesize')) return send(response, 404, 'text/plain', 'Not Found');
       if (request.headers['x-goog-api-key'] !== options.apiKey) {
         return send(response, 400, 'application/json', googleError(400, 'INVALID_ARGUMENT', 'API key not valid. Please pass a valid API key.'));
       }
+      if (isVoiceList) return sendJson(response, 200, { voices: GOOGLE_VOICES });
       const body = request.json ?? {};
       const rate = body.audioConfig?.sampleRateHertz ?? 24000;
       const valid = complainUnless(fake, typeof body.input?.text === 'string', 'input.text missing')

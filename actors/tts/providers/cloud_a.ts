@@ -104,5 +104,5 @@ export function createCloudAProvider(config: CloningProviderConfig = {}): TtsPro
     return { voiceId, message: `cloud_a enrolled voice ${voiceId} for ${request.targetModel}` };
   }
 
-  return { id: ID, status, synthesize, clone };
+  return { id: ID, defaultVoice: DEFAULT_VOICE, status, synthesize, clone };
 }

@@ -29,6 +29,18 @@ export const CLOUD_B_PREFIX_PATTERN = /^[a-z0-9]{1,9}$/;
 const WS_HANDSHAKE_TIMEOUT_MS = 15_000;
 /** Whole sentence over the socket; long sentences take a few seconds at most on CosyVoice. */
 const WS_SENTENCE_TIMEOUT_MS = 60_000;
+/**
+ * CosyVoice sends audio frames of a few KiB and JSON events of a few hundred bytes; a larger message is a
+ * broken upstream (ws closes the socket with 1009 and the sentence fails) rather than ws's 100 MiB default.
+ */
+const MAX_SOCKET_MESSAGE_BYTES = 1024 * 1024;
+/**
+ * Audio received but not yet taken by the consumer, who waits for playout room: beyond this (~10 s at
+ * 48 kHz) the socket stops reading until half of it is taken, so TCP holds the rest, not this process.
+ */
+const MAX_QUEUED_AUDIO_BYTES = 1024 * 1024;
+/** Of an HTTP error answer to the upgrade only the start is kept for the error text. */
+const MAX_ERROR_BODY_BYTES = 64 * 1024;
 
 export function inferenceSocketUrl(baseUrl: string): string {
   return `${baseUrl.replace(/^http/, 'ws')}/api-ws/v1/inference/`;
@@ -50,11 +62,21 @@ async function* runSentenceTask(options: {
   const socket = new WebSocket(options.url, {
     headers: { authorization: `bearer ${options.apiKey}`, 'X-DashScope-DataInspection': 'enable' },
     handshakeTimeout: WS_HANDSHAKE_TIMEOUT_MS,
+    maxPayload: MAX_SOCKET_MESSAGE_BYTES,
   });
   const queue: SocketItem[] = [];
+  let queuedAudioBytes = 0;
+  let readingPaused = false;
   let wake: (() => void) | null = null;
   const push = (item: SocketItem) => {
     queue.push(item);
+    if (item.kind === 'audio') {
+      queuedAudioBytes += item.data.length;
+      if (queuedAudioBytes > MAX_QUEUED_AUDIO_BYTES && !readingPaused) {
+        readingPaused = true;
+        socket.pause();
+      }
+    }
     wake?.();
   };
   const header = (action: string) => ({ action, task_id: taskId, streaming: 'duplex' });
@@ -62,7 +84,12 @@ async function* runSentenceTask(options: {
 
   socket.on('unexpected-response', (_request, response) => {
     const chunks: Buffer[] = [];
-    response.on('data', (chunk: Buffer) => chunks.push(chunk));
+    let kept = 0;
+    response.on('data', (chunk: Buffer) => {
+      if (kept >= MAX_ERROR_BODY_BYTES) return;
+      chunks.push(chunk);
+      kept += chunk.length;
+    });
     response.on('end', () =>
       push({ kind: 'error', error: new UpstreamError(`${ID}: upstream returned ${response.statusCode}: ${Buffer.concat(chunks).toString('utf8').slice(0, 500)}`, response.statusCode) }),
     );
@@ -117,8 +144,14 @@ async function* runSentenceTask(options: {
         wake = null;
         continue;
       }
-      if (item.kind === 'audio') yield item.data;
-      else if (item.kind === 'done') return;
+      if (item.kind === 'audio') {
+        queuedAudioBytes -= item.data.length;
+        if (readingPaused && queuedAudioBytes <= MAX_QUEUED_AUDIO_BYTES / 2) {
+          readingPaused = false;
+          socket.resume();
+        }
+        yield item.data;
+      } else if (item.kind === 'done') return;
       else throw item.error;
     }
   } finally {
@@ -171,5 +204,5 @@ export function createCloudBProvider(config: CloningProviderConfig = {}): TtsPro
     return { voiceId, message: `cloud_b enrolled voice ${voiceId} for ${request.targetModel} from the uploaded sample` };
   }
 
-  return { id: ID, status, synthesize, clone };
+  return { id: ID, defaultVoice: DEFAULT_VOICE, status, synthesize, clone };
 }

@@ -75,5 +75,5 @@ export function createCloudDProvider(config: CloningProviderConfig = {}): TtsPro
     return { voiceId, message: `cloud_d stores the sample; it is sent to ${request.targetModel} with every synthesis` };
   }
 
-  return { id: ID, status, validateVoice, synthesize, clone };
+  return { id: ID, defaultVoice: null, status, validateVoice, synthesize, clone };
 }

@@ -4,10 +4,10 @@
  * Voices are Azure neural voice names, `<lang>-<region>-<name>Neural` (e.g. `en-US-JennyNeural`).
  * The base URL carries the region: `https://<region>.tts.speech.microsoft.com`.
  */
-import { fetchUpstream, streamBody, trimTrailingSlash } from '../http.ts';
-import { VoiceNotFoundError, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { fetchUpstream, readJson, streamBody, trimTrailingSlash } from '../http.ts';
+import { UpstreamError, VoiceNotFoundError, type ListedVoice, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
 import { rawPcmBySentence } from './audio-output.ts';
-import { assertConfigured, statusFromRequired, type ProviderConfig } from './common.ts';
+import { assertConfigured, genderOf, statusFromRequired, type ProviderConfig } from './common.ts';
 
 const ID = 'cloud_e' as const;
 const DEFAULT_VOICE = 'en-US-JennyNeural';
@@ -31,6 +31,14 @@ export function escapeXml(text: string): string {
 export function ssmlFor(text: string, voice: string): string {
   const lang = VOICE_PATTERN.exec(voice)?.[1] ?? 'en-US';
   return `<speak version='1.0' xmlns='http://www.w3.org/2001/10/synthesis' xml:lang='${lang}'><voice name='${escapeXml(voice)}'>${escapeXml(text)}</voice></speak>`;
+}
+
+/** One entry of `GET /cognitiveservices/voices/list` (only the fields used here). */
+interface AzureVoice {
+  ShortName?: unknown;
+  DisplayName?: unknown;
+  Locale?: unknown;
+  Gender?: unknown;
 }
 
 export function createCloudEProvider(config: ProviderConfig = {}): TtsProvider {
@@ -70,5 +78,26 @@ export function createCloudEProvider(config: ProviderConfig = {}): TtsProvider {
     });
   }
 
-  return { id: ID, status, validateVoice, synthesize };
+  /** `GET /cognitiveservices/voices/list` of the region: every voice it offers (neural ones usable here). */
+  async function listVoices(signal: AbortSignal): Promise<ListedVoice[]> {
+    assertConfigured(ID, status());
+    const response = await fetchUpstream(fetchImpl, `${trimTrailingSlash(config.baseUrl!)}/cognitiveservices/voices/list`, {
+      method: 'GET',
+      headers: { 'Ocp-Apim-Subscription-Key': config.apiKey!, 'User-Agent': 'avatar-conversation-service' },
+      signal,
+      provider: ID,
+    });
+    const answer = await readJson<AzureVoice[]>(response, signal, ID);
+    if (!Array.isArray(answer)) throw new UpstreamError(`${ID}: voice list answer is not an array`);
+    return answer
+      .filter((voice): voice is AzureVoice & { ShortName: string } => typeof voice.ShortName === 'string' && VOICE_PATTERN.test(voice.ShortName))
+      .map((voice) => ({
+        id: voice.ShortName,
+        name: typeof voice.DisplayName === 'string' && voice.DisplayName ? voice.DisplayName : voice.ShortName,
+        language: typeof voice.Locale === 'string' ? voice.Locale : VOICE_PATTERN.exec(voice.ShortName)![1],
+        gender: genderOf(voice.Gender),
+      }));
+  }
+
+  return { id: ID, defaultVoice: DEFAULT_VOICE, status, validateVoice, synthesize, listVoices };
 }

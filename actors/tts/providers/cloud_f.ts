@@ -5,15 +5,22 @@
  * the language code is taken from the name, `model` is ignored (Google selects it by voice).
  */
 import { fetchUpstream, readJson, trimTrailingSlash } from '../http.ts';
-import { UpstreamError, VoiceNotFoundError, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { UpstreamError, VoiceNotFoundError, type ListedVoice, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
 import { toChunk } from './audio-output.ts';
-import { assertConfigured, sentencesOf, statusFromRequired, type ProviderConfig } from './common.ts';
+import { assertConfigured, genderOf, sentencesOf, statusFromRequired, type ProviderConfig } from './common.ts';
 
 const ID = 'cloud_f' as const;
 export const CLOUD_F_DEFAULT_BASE_URL = 'https://texttospeech.googleapis.com';
 const DEFAULT_VOICE = 'en-US-Neural2-F';
 /** `en-US-Neural2-F`, `cmn-CN-Wavenet-A`, `en-US-Chirp3-HD-Aoede`. */
 const VOICE_PATTERN = /^([a-z]{2,3}-[A-Z]{2})-[A-Za-z0-9-]+$/;
+
+/** One entry of `GET /v1/voices` (only the fields used here). */
+interface GoogleVoice {
+  name?: unknown;
+  languageCodes?: unknown;
+  ssmlGender?: unknown;
+}
 
 export function createCloudFProvider(config: ProviderConfig = {}): TtsProvider {
   const fetchImpl = config.fetch ?? fetch;
@@ -52,5 +59,24 @@ export function createCloudFProvider(config: ProviderConfig = {}): TtsProvider {
     }
   }
 
-  return { id: ID, status, validateVoice, synthesize };
+  /** `GET /v1/voices`: every voice of the API; Google has no display names, so the voice name is shown. */
+  async function listVoices(signal: AbortSignal): Promise<ListedVoice[]> {
+    assertConfigured(ID, status());
+    const response = await fetchUpstream(fetchImpl, `${baseUrl}/v1/voices`, {
+      method: 'GET',
+      headers: { 'X-Goog-Api-Key': config.apiKey! },
+      signal,
+      provider: ID,
+    });
+    const answer = await readJson<{ voices?: GoogleVoice[] }>(response, signal, ID);
+    if (!Array.isArray(answer.voices)) throw new UpstreamError(`${ID}: voice list answer has no voices array`);
+    return answer.voices
+      .filter((voice): voice is GoogleVoice & { name: string } => typeof voice.name === 'string' && VOICE_PATTERN.test(voice.name))
+      .map((voice) => {
+        const codes = Array.isArray(voice.languageCodes) ? voice.languageCodes.filter((code): code is string => typeof code === 'string') : [];
+        return { id: voice.name, name: voice.name, language: codes[0] ?? VOICE_PATTERN.exec(voice.name)![1], gender: genderOf(voice.ssmlGender) };
+      });
+  }
+
+  return { id: ID, defaultVoice: DEFAULT_VOICE, status, validateVoice, synthesize, listVoices };
 }

@@ -1,6 +1,6 @@
 /** Small pieces every HTTP provider adapter shares: config variable names, the "not configured" rule, sentences. */
 import { splitSentences } from '../sentences.ts';
-import { ProviderNotConfiguredError, type ProviderStatus, type TtsProviderId, type TtsRequest } from '../types.ts';
+import { ProviderNotConfiguredError, type ListedVoice, type ProviderStatus, type TtsProviderId, type TtsRequest } from '../types.ts';
 import type { ProviderConfig } from '../http.ts';
 
 export type { ProviderConfig } from '../http.ts';
@@ -46,6 +46,12 @@ export function statusFromRequired(id: TtsProviderId, required: Array<{ value: s
 
 export function assertConfigured(id: TtsProviderId, status: ProviderStatus): void {
   if (!status.configured) throw new ProviderNotConfiguredError(`TTS provider ${id} is not configured: ${status.reason}`);
+}
+
+/** A voice list's gender field (`Female`, `FEMALE`, `female`, ...) in the service's spelling; null when absent or unspecified. */
+export function genderOf(value: unknown): ListedVoice['gender'] {
+  const lower = typeof value === 'string' ? value.trim().toLowerCase() : '';
+  return lower === 'female' || lower === 'male' || lower === 'neutral' ? lower : null;
 }
 
 /** Sentences to synthesise one by one; an empty text yields none rather than an upstream call. */

@@ -47,5 +47,5 @@ export function createCompatHttpProvider(config: ProviderConfig = {}): TtsProvid
     }
   }
 
-  return { id: ID, status, synthesize };
+  return { id: ID, defaultVoice: DEFAULT_VOICE, status, synthesize };
 }

@@ -7,8 +7,8 @@
  *  - cloning: zero-shot; the reference WAV is written to `<voiceDir>/local_clone_a/`, then the server's
  *    `GET /speakers_list` must answer, so a clone against a dead server fails instead of dangling.
  */
-import { fetchUpstream, readBody, trimTrailingSlash, type FetchLike } from '../http.ts';
-import { VoiceNotFoundError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { fetchUpstream, readBody, readJson, trimTrailingSlash, type FetchLike } from '../http.ts';
+import { UpstreamError, VoiceNotFoundError, type CloneRequest, type CloneResult, type ListedVoice, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
 import { toChunk } from './audio-output.ts';
 import { assertConfigured, sentencesOf, statusFromRequired, type CloningProviderConfig } from './common.ts';
 import { LOCAL_VOICE_ID_PATTERN, requireReference, storeLocalClone } from './local-voices.ts';
@@ -61,5 +61,16 @@ export function createLocalCloneAProvider(config: CloningProviderConfig = {}): T
     return { voiceId, message: 'local_clone_a stored the reference sample; XTTS clones zero-shot at synthesis time' };
   }
 
-  return { id: ID, status, validateVoice, synthesize, clone };
+  /** `GET /speakers_list`: names of the server's speaker folder (no language or gender is known for them). */
+  async function listVoices(signal: AbortSignal): Promise<ListedVoice[]> {
+    assertConfigured(ID, status());
+    const response = await fetchUpstream(fetchImpl, `${base()}/speakers_list`, { method: 'GET', headers: { accept: 'application/json' }, signal, provider: ID });
+    const answer = await readJson<unknown>(response, signal, ID);
+    if (!Array.isArray(answer)) throw new UpstreamError(`${ID}: speakers_list answer is not an array`);
+    return answer
+      .filter((name): name is string => typeof name === 'string' && SPEAKER_PATTERN.test(name) && !LOCAL_VOICE_ID_PATTERN.test(name))
+      .map((name) => ({ id: name, name, language: null, gender: null }));
+  }
+
+  return { id: ID, defaultVoice: DEFAULT_SPEAKER, status, validateVoice, synthesize, clone, listVoices };
 }

@@ -55,5 +55,5 @@ export function createLocalCloneBProvider(config: CloningProviderConfig = {}): T
     return { voiceId, message: 'local_clone_b stored the reference sample; CosyVoice clones zero-shot at synthesis time' };
   }
 
-  return { id: ID, status, validateVoice, synthesize, clone };
+  return { id: ID, defaultVoice: DEFAULT_SPEAKER, status, validateVoice, synthesize, clone };
 }
