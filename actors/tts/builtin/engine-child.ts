@@ -28,6 +28,8 @@ export const ENGINE_START_TIMEOUT_MS = 30_000;
  * for a loaded machine; an engine this late is stuck, not slow, and is killed.
  */
 export const SENTENCE_TIMEOUT_MS = 30_000;
+/** A retired engine exits as soon as its channel closes (milliseconds); one still there after this is stuck. */
+export const ENGINE_EXIT_GRACE_MS = 5_000;
 
 /** A built-in engine failure; the message is written for clients (no paths) and ends up in a 502 `detail`. */
 export class EngineError extends Error {
@@ -142,9 +144,9 @@ export class EngineChild {
 
   private end(why: { expected: boolean; reason: string }): void {
     this.endedBy ??= why;
-    // Closing the channel is the engine's signal to exit; SIGKILL follows if it does not within the start timeout.
+    // Closing the channel is the engine's signal to exit; SIGKILL follows if it does not.
     if (this.child.connected) this.child.disconnect();
-    this.timer = setTimeout(() => this.child.kill('SIGKILL'), ENGINE_START_TIMEOUT_MS).unref();
+    this.timer = setTimeout(() => this.child.kill('SIGKILL'), ENGINE_EXIT_GRACE_MS).unref();
   }
 
   private onMessage(message: EngineMessage): void {
