@@ -6,11 +6,12 @@ import { createOpenAiLlm } from '../actors/llm/providers/openai.ts';
 import { MAX_JSON_REPLY_BYTES } from '../actors/llm/openai-http.ts';
 import { createOpenAiAsr } from '../actors/asr/providers/openai.ts';
 import { createCloudAProvider } from '../actors/tts/providers/cloud_a.ts';
+import { createCloudBProvider } from '../actors/tts/providers/cloud_b.ts';
 import { createCompatHttpProvider } from '../actors/tts/providers/compat_http.ts';
 import { MAX_UPSTREAM_BODY_BYTES } from '../actors/tts/http.ts';
 import { UpstreamError } from '../actors/tts/types.ts';
 import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstream.ts';
-import { startOversizedUpstream } from './fakes/oversized-upstream.ts';
+import { startEndlessSocketUpstream, startOversizedUpstream } from './fakes/oversized-upstream.ts';
 import { caught } from './helpers/caught.ts';
 
 const MiB = 1024 * 1024;
@@ -191,6 +192,34 @@ describe('upstream streams are bounded: an oversized body aborts the request', (
       expect((error as Error).message).toMatch(/compat_http: upstream response is over 33554432 bytes/);
       expect(fake.bytesWritten()).toBeLessThan(MAX_UPSTREAM_BODY_BYTES + IN_FLIGHT_BYTES);
       expect(await eventually(() => fake.openResponses() === 0, ABORT_SEEN_MS)).toBe(true);
+    } finally {
+      await fake.close();
+    }
+  });
+
+  it('TTS cloud_b: a socket message over 1 MiB fails the sentence instead of being buffered', async () => {
+    const fake = await startEndlessSocketUpstream({ frameBytes: 2 * MiB, totalBytes: 2 * MiB });
+    try {
+      const provider = createCloudBProvider({ baseUrl: fake.url, apiKey: 'k' });
+      const error = await caught(collect(provider.synthesize({ text: 'Hello.', voice: null, model: null, sampleRate: 16_000, signal: AbortSignal.timeout(30_000) })));
+      expect(error).toBeInstanceOf(UpstreamError);
+      expect((error as Error).message).toMatch(/cloud_b: socket error: Max payload size exceeded/);
+    } finally {
+      await fake.close();
+    }
+  });
+
+  it('TTS cloud_b: while the consumer waits (playout full), the socket stops reading: the upstream cannot push 64 MiB into memory', async () => {
+    const fake = await startEndlessSocketUpstream({ frameBytes: 4096, totalBytes: 64 * MiB });
+    try {
+      const provider = createCloudBProvider({ baseUrl: fake.url, apiKey: 'k' });
+      const iterator = provider.synthesize({ text: 'Hello.', voice: null, model: null, sampleRate: 16_000, signal: AbortSignal.timeout(30_000) })[Symbol.asyncIterator]();
+      expect((await iterator.next()).done).toBe(false);
+      // The consumer holds the first chunk (as the playout does when full) while the upstream keeps sending.
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      const sentWhileWaiting = fake.bytesSent();
+      await iterator.return?.(undefined);
+      expect(sentWhileWaiting).toBeLessThan(IN_FLIGHT_BYTES);
     } finally {
       await fake.close();
     }

@@ -1,12 +1,13 @@
 /**
- * A real loopback HTTP server (node:http, port 0) that answers every request with a body far larger than
- * any sane upstream sends: one endless SSE line, or plain bytes. The body is written as the client reads
- * it (64 KiB at a time, waiting for `drain`), so it is never held here whole and `bytesWritten()` shows
- * how much the client made it send before giving up.
+ * Real loopback servers (port 0) that answer with far more than any sane upstream sends: an HTTP body
+ * (one endless SSE line, or plain bytes), or a CosyVoice-style WebSocket task streaming endless audio
+ * frames. Data is written as the client reads it (waiting for `drain` / a small `bufferedAmount`), so it
+ * is never held here whole and the byte counters show how much the client made the server send.
  */
 import { once } from 'node:events';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { WebSocketServer } from 'ws';
 
 export interface OversizedUpstreamOptions {
   status?: number;
@@ -55,6 +56,55 @@ export async function startOversizedUpstream(options: OversizedUpstreamOptions):
     bytesWritten: () => written,
     openResponses: () => open,
     close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+export interface EndlessSocketUpstream {
+  url: string;
+  /** Audio bytes handed to the socket so far. */
+  bytesSent(): number;
+  close(): Promise<void>;
+}
+
+/**
+ * Speaks the CosyVoice duplex task protocol (`run-task` → `task-started`, `finish-task` → audio frames →
+ * `task-finished`) with `totalBytes` of audio in frames of `frameBytes`, sent only while less than 256 KiB
+ * wait in the server's own send buffer: what the client does not read stays in TCP.
+ */
+export async function startEndlessSocketUpstream(options: { frameBytes: number; totalBytes: number }): Promise<EndlessSocketUpstream> {
+  let sent = 0;
+  const server = http.createServer();
+  const wss = new WebSocketServer({ server });
+  wss.on('connection', (socket) => {
+    socket.on('message', (data, isBinary) => {
+      if (isBinary) return;
+      const action = (JSON.parse(data.toString()) as { header?: { action?: string } }).header?.action;
+      if (action === 'run-task') socket.send(JSON.stringify({ header: { event: 'task-started' } }));
+      if (action !== 'finish-task') return;
+      void (async () => {
+        const frame = Buffer.alloc(options.frameBytes, 1);
+        for (let total = 0; total < options.totalBytes; total += frame.length) {
+          while (socket.readyState === socket.OPEN && socket.bufferedAmount > 256 * 1024) await new Promise((resolve) => setTimeout(resolve, 2));
+          if (socket.readyState !== socket.OPEN) return;
+          socket.send(frame, { binary: true });
+          sent += frame.length;
+        }
+        socket.send(JSON.stringify({ header: { event: 'task-finished' } }));
+      })();
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    bytesSent: () => sent,
+    close: async () => {
+      for (const client of wss.clients) client.terminate();
+      wss.close();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
