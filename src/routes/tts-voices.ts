@@ -31,7 +31,7 @@ const ttsVoiceRoutes: FastifyPluginAsyncTypebox = async (app) => {
         `${VOICE_LIST_TIMEOUT_MS / 1000} s bound and cached ${VOICE_LIST_CACHE_MS / 1000} s), and the cloned voices of the catalog. ` +
         'A provider whose list fails has `status: error` with the reason; the answer is still 200. `provider` filters to one ' +
         `provider id (${TTS_PROVIDER_IDS.join(', ')}); anything else → 400.`,
-      querystring: Type.Object({ provider: Type.Optional(Type.String({ description: 'Only this provider' })) }),
+      querystring: Type.Object({ provider: Type.Optional(Type.String({ maxLength: 64, description: 'Only this provider' })) }),
       response: { 200: TtsVoicesResponse, ...errors(400) },
     },
     handler: async (request, reply) => {
