@@ -1,6 +1,6 @@
 import path from 'node:path';
 import { isTtsProviderId, type TtsProviderId } from '../actors/tts/types.ts';
-import { DEFAULT_VIDEO_DELAY_MS } from '../actors/media/webrtc.ts';
+import { DEFAULT_VIDEO_DELAY_MS } from '../actors/media/playout.ts';
 
 /**
  * Every `SERVICE_*` variable the service reads, validated once at start-up.

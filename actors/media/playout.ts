@@ -1,5 +1,14 @@
+/**
+ * The session's media clock: the one owner of media timing. It decides when every audio chunk and video
+ * frame leaves, renders frames ahead, holds video behind audio for the wire, carries the head's prosody
+ * from frame to frame, and flushes all of it at once on barge-in. Frame times, mouth poses and prosody
+ * come from `FrameTimeline` (`./timeline.ts`), the same code offline rendering uses.
+ */
 import { EventEmitter } from 'node:events';
-import { CLOSED_MOUTH, type FrameRequest, type I420Frame, type MouthPose } from '../render/types.ts';
+import { CLOSED_MOUTH, type FrameRequest, type I420Frame } from '../render/types.ts';
+import { FrameTimeline, type MouthSource, type TimedFrameRequest } from './timeline.ts';
+
+export type { MouthSource } from './timeline.ts';
 
 /** WebRTC audio sources take exactly 10 ms of PCM per call. */
 export const AUDIO_CHUNK_MS = 10;
@@ -11,12 +20,18 @@ const RENDER_AHEAD_FRAMES = 2;
 export const PLAYOUT_HIGH_WATER_MS = 2_000;
 /** If the machine stalls longer than this (GC pause, suspended laptop), restart the timeline instead of bursting. */
 const MAX_CATCH_UP_MS = 500;
-
-export interface MouthSource {
-  durationMs: number;
-  poseAt(ms: number): MouthPose;
-  levelAt(ms: number): number;
-}
+/**
+ * How long video is held back behind audio on the wire. Measured on loopback (docs/performance.md): without it,
+ * frames reach both a wrtc receiver and Chromium ~140–155 ms before the audio they belong to, because the
+ * audio path (10 ms chunks → 20 ms Opus frames → jitter buffer) is that much longer and the receivers'
+ * lip-sync does not remove it. Configurable with SERVICE_VIDEO_DELAY_MS.
+ */
+export const DEFAULT_VIDEO_DELAY_MS = 120;
+/**
+ * Playback records of finished turns kept for `playbackOf` (what the listener heard, for the chat history
+ * after an interrupt). A turn is asked about right after it ends; a few cover any overlap.
+ */
+export const PLAYBACK_TURNS_KEPT = 8;
 
 export interface FrameRenderer {
   readonly width: number;
@@ -25,55 +40,115 @@ export interface FrameRenderer {
   render(requests: FrameRequest[], signal?: AbortSignal): Promise<I420Frame[]>;
 }
 
-interface QueuedSegment {
+export interface PlayoutOptions {
+  /**
+   * How long a frame is held after its presentation time before it goes to the WebRTC output (`videoOut`),
+   * so it reaches viewers with its audio (`DEFAULT_VIDEO_DELAY_MS`). Part of the clock's
+   * schedule: a flush replaces held speech frames with idle ones.
+   */
+  videoDelayMs?: number;
+}
+
+interface QueuedAudio {
   turnId: string;
   pcm: Int16Array;
   /** Next sample of `pcm` to play. */
   offset: number;
-  mouth: MouthSource;
 }
 
 interface RenderedFrame {
-  turnId: string | null;
+  request: TimedFrameRequest;
   frame: Promise<I420Frame | null>;
 }
 
-interface TurnClock {
+/** A frame past its presentation time, waiting for its moment on the wire. */
+interface OutgoingFrame {
+  frameIdx: number;
+  ptsMs: number;
+  /** Clock sample at which it goes to the output. */
+  dueSample: number;
+  request: TimedFrameRequest;
+  frame: Promise<I420Frame | null>;
+  /** Bumped when a flush replaces `frame`; delivery waits for the latest. */
+  version: number;
+  released: boolean;
+}
+
+/** A played segment of a turn's audio, in ms from the turn's first enqueued sample. */
+export interface PlayedSegment {
+  segment: number;
+  startMs: number;
+  endMs: number;
+}
+
+export interface TurnPlayback {
+  /** Audio of the turn handed to the clock. */
+  enqueuedMs: number;
+  /** Audio of the turn that left for WebRTC; what the listener heard, ~80 ms of network and jitter buffer aside. */
+  playedMs: number;
+  /** Tagged stretches of the turn's audio (e.g. one per synthesised sentence), in enqueue order. */
+  segments: PlayedSegment[];
+}
+
+interface TurnState {
   turnId: string;
-  /** Media time (samples) of the turn's first sample, once it started playing. */
+  /** Clock sample of the turn's first played sample. */
   startSample: number | null;
-  /** Samples of the turn enqueued but not yet played. */
+  /** Samples enqueued but not yet played. */
   pendingSamples: number;
+  enqueuedSamples: number;
+  playedSamples: number;
+  segments: Array<{ segment: number; start: number; end: number }>;
   ended: boolean;
+  settled: boolean;
   drained: Array<() => void>;
 }
 
 export interface PlayoutEvents {
+  /** A 10 ms chunk leaves for WebRTC (and taps). */
   audio: [samples: Int16Array, sampleRate: number, mediaMs: number];
+  /** A frame at its presentation time, with the audio chunk containing it (recording, sync measurements). */
   video: [frame: I420Frame, frameIdx: number, mediaMs: number];
+  /** A frame handed to the WebRTC output, `videoDelayMs` after its presentation time. */
+  videoOut: [frame: I420Frame, frameIdx: number, mediaMs: number];
+  /** A frame showing a turn's speech (SSE `frame`): pts relative to the turn's first sample. */
   frame: [info: { turnId: string; frameIdx: number; ptsMs: number }];
   turnStarted: [turnId: string];
   late: [lateMs: number];
+  /**
+   * The renderer failed a frame. With a listener the clock stops calling that renderer (frames are skipped:
+   * viewers keep the last one) until `useRenderer` gives it a new one; without one, failed frames are just skipped.
+   */
+  renderFailed: [error: unknown];
 }
 
 /**
- * One media clock per session. Audio leaves in 10 ms chunks and video frames leave when the clock
- * passes their presentation time, both from the same sample counter, so they cannot drift apart.
- * When nothing is queued the avatar keeps rendering idle frames (blink, breathing) and audio is silence.
+ * One media clock per session. Audio leaves in 10 ms chunks and video frames at their presentation time, both
+ * from the same sample counter, so they cannot drift apart. When nothing is queued the avatar keeps rendering
+ * idle frames (blink, breathing) and audio is silence.
  */
 export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   readonly chunkSamples: number;
-  private readonly queue: QueuedSegment[] = [];
-  private readonly turns = new Map<string, TurnClock>();
+  readonly fps: number;
+  private readonly timeline: FrameTimeline;
+  private readonly videoDelaySamples: number;
+  private readonly queue: QueuedAudio[] = [];
+  private readonly turns = new Map<string, TurnState>();
+  private renderer: FrameRenderer | null;
+  /** Tells a late failure of a replaced renderer from one of the current renderer. */
+  private rendererGeneration = 0;
   private playedSamples = 0;
   private frameIdx = 0;
   private startedAt = 0;
   private timer: NodeJS.Timeout | null = null;
   private closed = false;
-  /** Frames rendered ahead, with the turn whose audio they show (both follow from the queue at render time). */
+  /** Frames rendered ahead, by index, with the request they were rendered from. */
   private readonly rendered = new Map<number, RenderedFrame>();
+  /** Frames past their presentation time, in index order, until they are on the wire. */
+  private outgoing: OutgoingFrame[] = [];
   /** Frames leave strictly in index order even when workers finish out of order. */
   private sendChain: Promise<void> = Promise.resolve();
+  private wireChain: Promise<void> = Promise.resolve();
   private roomWaiters: Array<() => void> = [];
   private queuedSamples = 0;
   /** Frames that left later than one frame period after their presentation time. */
@@ -81,15 +156,16 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   sentFrames = 0;
 
   constructor(
-    private readonly renderer: FrameRenderer,
+    renderer: FrameRenderer,
     readonly sampleRate: number,
+    options: PlayoutOptions = {},
   ) {
     super();
+    this.renderer = renderer;
+    this.fps = renderer.fps;
     this.chunkSamples = (sampleRate * AUDIO_CHUNK_MS) / 1000;
-  }
-
-  get fps(): number {
-    return this.renderer.fps;
+    this.timeline = new FrameTimeline(sampleRate, renderer.fps);
+    this.videoDelaySamples = Math.max(0, Math.round(((options.videoDelayMs ?? 0) * sampleRate) / 1000));
   }
 
   get mediaMs(): number {
@@ -100,6 +176,15 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     return (this.queuedSamples * 1000) / this.sampleRate;
   }
 
+  get videoDelayMs(): number {
+    return (this.videoDelaySamples * 1000) / this.sampleRate;
+  }
+
+  /** False while the renderer is suspended after a failure (see `renderFailed`). */
+  get rendering(): boolean {
+    return this.renderer !== null;
+  }
+
   start(): void {
     if (this.timer || this.closed) return;
     this.startedAt = performance.now();
@@ -107,14 +192,24 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     this.timer = setInterval(() => this.tick(), TICK_MS);
   }
 
-  /** Queues speech for a turn; the mouth source is indexed in ms from the start of this PCM. */
-  enqueue(turnId: string, pcm: Int16Array, mouth: MouthSource): void {
-    if (this.closed || pcm.length === 0) return;
+  /**
+   * Queues speech for a turn; the mouth source is indexed in ms from the start of this PCM. `segment` tags the
+   * audio (e.g. the index of the sentence it speaks) for `playbackOf`. Returns where this audio starts within
+   * the turn's audio, in ms. Audio for a turn that ended or was flushed is dropped.
+   */
+  enqueue(turnId: string, pcm: Int16Array, mouth: MouthSource, segment?: number): number {
     const turn = this.turnOf(turnId);
+    const startMs = (turn.enqueuedSamples * 1000) / this.sampleRate;
+    if (this.closed || pcm.length === 0 || turn.ended) return startMs;
+    const span = this.timeline.append(pcm.length, mouth, turnId, this.playedSamples);
+    this.tagSegment(turn, segment ?? turn.segments.at(-1)?.segment ?? 0, pcm.length);
+    turn.enqueuedSamples += pcm.length;
     turn.pendingSamples += pcm.length;
     this.queuedSamples += pcm.length;
-    this.queue.push({ turnId, pcm, offset: 0, mouth });
-    this.invalidateRenderAhead();
+    this.queue.push({ turnId, pcm, offset: 0 });
+    // Frames rendered ahead before this audio arrived showed silence from its start on; earlier ones stand.
+    this.invalidateRenderedFrom(span.start);
+    return startMs;
   }
 
   /** Marks that no more audio will come for the turn; `whenDrained` resolves once it has all played. */
@@ -132,6 +227,24 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     });
   }
 
+  /** How much of a turn's audio has played (0 for a turn the clock does not know). */
+  playedMsOf(turnId: string): number {
+    const turn = this.turns.get(turnId);
+    return turn ? (turn.playedSamples * 1000) / this.sampleRate : 0;
+  }
+
+  /** What of a turn was enqueued and played, with its tagged segments; null for unknown or long-gone turns. */
+  playbackOf(turnId: string): TurnPlayback | null {
+    const turn = this.turns.get(turnId);
+    if (!turn) return null;
+    const ms = (samples: number) => (samples * 1000) / this.sampleRate;
+    return {
+      enqueuedMs: ms(turn.enqueuedSamples),
+      playedMs: ms(turn.playedSamples),
+      segments: turn.segments.map((s) => ({ segment: s.segment, startMs: ms(s.start), endMs: ms(s.end) })),
+    };
+  }
+
   /** Resolves when queued speech is below the high-water mark (or at once if it is). */
   waitForRoom(signal?: AbortSignal): Promise<void> {
     if (this.queuedMs < PLAYOUT_HIGH_WATER_MS || this.closed) return Promise.resolve();
@@ -147,17 +260,28 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     });
   }
 
-  /** Barge-in: drops all queued speech now; the next 10 ms chunk is silence and the next frame is idle. */
+  /**
+   * Barge-in: drops all queued speech now, and everything scheduled from it: the next 10 ms chunk is silence,
+   * the next frame is idle, and speech frames still held for the wire (`videoDelayMs`) are replaced by idle ones.
+   */
   flush(): void {
-    this.queue.length = 0;
-    this.queuedSamples = 0;
-    for (const turn of this.turns.values()) {
-      turn.pendingSamples = 0;
-      turn.ended = true;
-      this.settleTurn(turn);
+    if (this.closed) return;
+    this.dropQueuedAudio();
+    this.invalidateRenderedFrom(0);
+    for (const entry of this.outgoing) {
+      if (!entry.request.speaking) continue;
+      entry.request = { ...entry.request, mouth: CLOSED_MOUTH, level: 0, speaking: false, turnId: null };
+      entry.frame = this.renderRequest(entry.request);
+      entry.version++;
     }
-    this.invalidateRenderAhead();
-    this.releaseRoom();
+  }
+
+  /** Renders with `renderer` from the next frame on (a reopened renderer after a failure). */
+  useRenderer(renderer: FrameRenderer): void {
+    if (this.closed) return;
+    this.renderer = renderer;
+    this.rendererGeneration++;
+    this.invalidateRenderedFrom(0);
   }
 
   close(): void {
@@ -165,23 +289,65 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-    this.flush();
+    this.dropQueuedAudio();
+    this.rendered.clear();
+    this.outgoing = [];
+    this.renderer = null;
+    for (const resolve of this.roomWaiters.splice(0)) resolve();
     this.removeAllListeners();
   }
 
-  private turnOf(turnId: string): TurnClock {
+  private dropQueuedAudio(): void {
+    this.queue.length = 0;
+    this.queuedSamples = 0;
+    this.timeline.clear();
+    for (const turn of this.turns.values()) {
+      turn.pendingSamples = 0;
+      turn.ended = true;
+      this.settleTurn(turn);
+    }
+    this.releaseRoom();
+  }
+
+  private turnOf(turnId: string): TurnState {
     let turn = this.turns.get(turnId);
     if (!turn) {
-      turn = { turnId, startSample: null, pendingSamples: 0, ended: false, drained: [] };
+      turn = {
+        turnId,
+        startSample: null,
+        pendingSamples: 0,
+        enqueuedSamples: 0,
+        playedSamples: 0,
+        segments: [],
+        ended: false,
+        settled: false,
+        drained: [],
+      };
       this.turns.set(turnId, turn);
     }
     return turn;
   }
 
-  private settleTurn(turn: TurnClock): void {
+  private tagSegment(turn: TurnState, segment: number, samples: number): void {
+    const last = turn.segments.at(-1);
+    if (last && last.segment === segment) last.end += samples;
+    else turn.segments.push({ segment, start: turn.enqueuedSamples, end: turn.enqueuedSamples + samples });
+  }
+
+  private settleTurn(turn: TurnState): void {
     if (!turn.ended || turn.pendingSamples > 0) return;
     for (const resolve of turn.drained.splice(0)) resolve();
-    this.turns.delete(turn.turnId);
+    if (turn.settled) return;
+    turn.settled = true;
+    // Keep the playback of the last few settled turns; older ones go (Map order is insertion order).
+    let settled = 0;
+    for (const t of this.turns.values()) if (t.settled) settled++;
+    for (const [id, t] of this.turns) {
+      if (settled <= PLAYBACK_TURNS_KEPT) break;
+      if (!t.settled) continue;
+      this.turns.delete(id);
+      settled--;
+    }
   }
 
   private releaseRoom(): void {
@@ -189,11 +355,10 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     for (const resolve of this.roomWaiters.splice(0)) resolve();
   }
 
-  private invalidateRenderAhead(): void {
-    // Frames already rendered for future times assumed the old queue; render them again. In-flight
-    // renders are left to finish and be discarded: aborting could drop a frame already due.
-    for (const idx of [...this.rendered.keys()]) if (idx > this.frameIdx) this.rendered.delete(idx);
-    this.rendered.delete(this.frameIdx);
+  /** Drops frames rendered ahead whose presentation time is at or after `sample`: they assumed older audio. */
+  private invalidateRenderedFrom(sample: number): void {
+    // In-flight renders are left to finish and be discarded: aborting could drop a frame already due.
+    for (const idx of [...this.rendered.keys()]) if (this.timeline.frameStart(idx) >= sample) this.rendered.delete(idx);
   }
 
   private tick(): void {
@@ -206,46 +371,66 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
       dueSamples = this.playedSamples + this.chunkSamples;
     }
     while (this.playedSamples + this.chunkSamples <= dueSamples) {
-      this.maybeSendFrame();
+      this.takeDueFrames();
+      this.releaseDueVideo();
       this.sendAudioChunk();
     }
     this.renderAhead();
   }
 
-  private framePtsSamples(frameIdx: number): number {
-    return Math.round((frameIdx * this.sampleRate) / this.renderer.fps);
-  }
-
-  private maybeSendFrame(): void {
-    // A frame whose presentation time falls inside the next audio chunk leaves together with it.
-    while (this.framePtsSamples(this.frameIdx) < this.playedSamples + this.chunkSamples) {
+  /** A frame whose presentation time falls inside the next audio chunk leaves together with it. */
+  private takeDueFrames(): void {
+    while (this.timeline.frameStart(this.frameIdx) < this.playedSamples + this.chunkSamples) {
       const idx = this.frameIdx++;
-      // Any change to the queue since this frame was rendered ahead dropped it, so its turn is still current.
-      const { turnId: frameTurn, frame: pending } = this.rendered.get(idx) ?? this.renderFrame(idx);
+      // Any change to the audio under this frame since it was rendered ahead dropped it, so its request still holds.
+      const { request, frame } = this.rendered.get(idx) ?? this.renderFrame(idx);
       this.rendered.delete(idx);
-      const ptsMs = (this.framePtsSamples(idx) * 1000) / this.sampleRate;
-      this.sendChain = this.sendChain.then(() => pending).then((frame) => {
-        if (!frame || this.closed) return;
+      this.timeline.commit(request);
+      const ptsSamples = this.timeline.frameStart(idx);
+      const ptsMs = request.ptsMs;
+      this.outgoing.push({ frameIdx: idx, ptsMs, dueSample: ptsSamples + this.videoDelaySamples, request, frame, version: 0, released: false });
+      const frameTurn = request.turnId;
+      this.sendChain = this.sendChain.then(() => frame).then((rendered) => {
+        if (!rendered || this.closed) return;
         const lateMs = this.mediaMs - ptsMs;
-        if (lateMs > 1000 / this.renderer.fps) {
+        if (lateMs > 1000 / this.fps) {
           this.lateFrames++;
           this.emit('late', lateMs);
         }
         this.sentFrames++;
-        this.emit('video', frame, idx, ptsMs);
-        if (frameTurn) {
-          const turn = this.turns.get(frameTurn);
-          const start = turn?.startSample;
-          if (start !== null && start !== undefined) {
-            this.emit('frame', {
-              turnId: frameTurn,
-              frameIdx: idx,
-              ptsMs: Math.max(0, Math.round(ptsMs - (start * 1000) / this.sampleRate)),
-            });
-          }
+        this.emit('video', rendered, idx, ptsMs);
+        const start = frameTurn ? this.turns.get(frameTurn)?.startSample : null;
+        if (frameTurn && start !== null && start !== undefined) {
+          this.emit('frame', {
+            turnId: frameTurn,
+            frameIdx: idx,
+            ptsMs: Math.max(0, Math.round(ptsMs - (start * 1000) / this.sampleRate)),
+          });
         }
       });
     }
+  }
+
+  /** Hands frames whose wire time falls inside the next audio chunk to the output, in index order. */
+  private releaseDueVideo(): void {
+    for (const entry of this.outgoing) {
+      if (entry.dueSample >= this.playedSamples + this.chunkSamples) break;
+      if (entry.released) continue;
+      entry.released = true;
+      this.wireChain = this.wireChain.then(() => this.deliver(entry));
+    }
+  }
+
+  private async deliver(entry: OutgoingFrame): Promise<void> {
+    let frame: I420Frame | null;
+    let version: number;
+    do {
+      version = entry.version;
+      frame = await entry.frame;
+    } while (version !== entry.version);
+    const at = this.outgoing.indexOf(entry);
+    if (at >= 0) this.outgoing.splice(at, 1);
+    if (frame && !this.closed) this.emit('videoOut', frame, entry.frameIdx, entry.ptsMs);
   }
 
   private sendAudioChunk(): void {
@@ -263,6 +448,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
       seg.offset += take;
       filled += take;
       turn.pendingSamples -= take;
+      turn.playedSamples += take;
       this.queuedSamples -= take;
       if (seg.offset >= seg.pcm.length) {
         this.queue.shift();
@@ -271,41 +457,40 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     }
     const mediaMs = this.mediaMs;
     this.playedSamples += this.chunkSamples;
+    this.timeline.forgetBefore(this.playedSamples);
     this.emit('audio', out, this.sampleRate, mediaMs);
     this.releaseRoom();
   }
 
-  /** What the mouth does at a media sample: look into the queue, since it holds exactly the future audio. */
-  private requestFor(frameIdx: number): FrameRequest & { turnId: string | null } {
-    const pts = this.framePtsSamples(frameIdx);
-    let cursor = this.playedSamples;
-    for (const seg of this.queue) {
-      const remaining = seg.pcm.length - seg.offset;
-      if (pts < cursor + remaining) {
-        if (pts < cursor) break;
-        const ms = ((seg.offset + (pts - cursor)) * 1000) / this.sampleRate;
-        return {
-          frameIdx,
-          ptsMs: (pts * 1000) / this.sampleRate,
-          mouth: seg.mouth.poseAt(ms),
-          level: seg.mouth.levelAt(ms),
-          speaking: true,
-          turnId: seg.turnId,
-        };
-      }
-      cursor += remaining;
-    }
-    return { frameIdx, ptsMs: (pts * 1000) / this.sampleRate, mouth: CLOSED_MOUTH, level: 0, speaking: false, turnId: null };
+  private renderFrame(frameIdx: number): RenderedFrame {
+    const request = this.timeline.requestFor(frameIdx);
+    return { request, frame: this.renderRequest(request) };
   }
 
-  private renderFrame(frameIdx: number): RenderedFrame {
-    const { turnId, ...request } = this.requestFor(frameIdx);
-    // No per-frame AbortSignal: frames are cheap and a shared signal would collect a listener per task.
-    const frame = this.renderer.render([request]).then(
-      (frames) => frames[0] ?? null,
-      () => null,
-    );
-    return { turnId, frame };
+  private renderRequest(request: TimedFrameRequest): Promise<I420Frame | null> {
+    const renderer = this.renderer;
+    if (!renderer) return Promise.resolve(null);
+    const generation = this.rendererGeneration;
+    const { turnId: _turnId, ...frameRequest } = request;
+    const failed = (error: unknown) => {
+      this.rendererFailed(generation, error);
+      return null;
+    };
+    try {
+      // No per-frame AbortSignal: frames are cheap and a shared signal would collect a listener per task.
+      return renderer.render([frameRequest]).then((frames) => frames[0] ?? null, failed);
+    } catch (error) {
+      return Promise.resolve(failed(error));
+    }
+  }
+
+  private rendererFailed(generation: number, error: unknown): void {
+    if (this.closed || generation !== this.rendererGeneration) return;
+    if (this.listenerCount('renderFailed') === 0) return;
+    // Suspend this renderer: one report per failure, not one per frame rendered while it stays broken.
+    this.renderer = null;
+    this.rendererGeneration++;
+    this.emit('renderFailed', error);
   }
 
   private renderAhead(): void {

@@ -5,14 +5,6 @@ const { RTCPeerConnection, nonstandard } = wrtc;
 /** Non-trickle signaling: the answer must carry candidates, so wait for gathering — but never forever. */
 export const ICE_GATHER_TIMEOUT_MS = 3_000;
 
-/**
- * How long video is held back behind audio on the wire. Measured on loopback (docs/performance.md): without it,
- * frames reach both a wrtc receiver and Chromium ~140–155 ms before the audio they belong to, because the
- * audio path (10 ms chunks → 20 ms Opus frames → jitter buffer) is that much longer and the receivers'
- * lip-sync does not remove it. Configurable with SERVICE_VIDEO_DELAY_MS.
- */
-export const DEFAULT_VIDEO_DELAY_MS = 120;
-
 export class MalformedSdpError extends Error {
   constructor(message: string) {
     super(message);
@@ -65,7 +57,6 @@ export class WebRtcOutput {
   private peer: InstanceType<typeof RTCPeerConnection> | null = null;
   private tracks: MediaStreamTrack[] = [];
   private closed = false;
-  private readonly pendingVideo = new Set<NodeJS.Timeout>();
   /** Settles when the offer being answered is done (either way). */
   private negotiation: Promise<unknown> = Promise.resolve();
   /** Wakes the offer waiting its turn so it can give way to a newer one or to close(). */
@@ -73,11 +64,7 @@ export class WebRtcOutput {
   /** Ends an ICE-gathering wait at once when the output closes. */
   private readonly closing = new AbortController();
 
-  constructor(
-    private readonly iceServers: IceServer[] = [],
-    /** See `DEFAULT_VIDEO_DELAY_MS`. */
-    private readonly videoDelayMs = DEFAULT_VIDEO_DELAY_MS,
-  ) {}
+  constructor(private readonly iceServers: IceServer[] = []) {}
 
   get connected(): boolean {
     return this.peer !== null && this.peer.connectionState === 'connected';
@@ -88,19 +75,10 @@ export class WebRtcOutput {
     this.audioSource.onData({ samples, sampleRate, bitsPerSample: 16, channelCount: 1, numberOfFrames: samples.length });
   }
 
+  /** Sends a frame now. When frames go out is the media clock's decision (`actors/media/playout.ts`), video delay included. */
   pushVideo(frame: { width: number; height: number; data: Uint8Array }): void {
     if (this.closed || !this.peer) return;
-    if (this.videoDelayMs <= 0) {
-      this.videoSource.onFrame(frame);
-      return;
-    }
-    // Audio spends longer than video between the source and the listener (Opus framing, NetEq), and
-    // receivers do not take it back out; holding video this long lands both on the same instant.
-    const timer = setTimeout(() => {
-      this.pendingVideo.delete(timer);
-      if (!this.closed && this.peer) this.videoSource.onFrame(frame);
-    }, this.videoDelayMs);
-    this.pendingVideo.add(timer);
+    this.videoSource.onFrame(frame);
   }
 
   /**
@@ -134,8 +112,6 @@ export class WebRtcOutput {
     this.closed = true;
     this.closing.abort();
     this.wakeWaitingOffer?.();
-    for (const timer of this.pendingVideo) clearTimeout(timer);
-    this.pendingVideo.clear();
     this.closePeer();
   }
 

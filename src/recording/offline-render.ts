@@ -1,11 +1,12 @@
-import { CLOSED_MOUTH, type FrameRequest, type MouthPose } from '../../actors/render/types.ts';
+import type { FrameRequest } from '../../actors/render/types.ts';
 import type { FrameRenderer } from '../../actors/media/playout.ts';
+import { FrameTimeline, framesCovering, type MouthSource } from '../../actors/media/timeline.ts';
 import { Mp4Encoder } from './encoder.ts';
 
 /** One stretch of the offline timeline: speech with its mouth track, or a pause (`mouth` null). */
 export interface TimelinePiece {
   pcm: Int16Array;
-  mouth: { poseAt(ms: number): MouthPose; levelAt(ms: number): number } | null;
+  mouth: MouthSource | null;
 }
 
 export interface OfflineRenderOptions {
@@ -22,22 +23,14 @@ export interface OfflineRenderOptions {
 
 const DEFAULT_BATCH_FRAMES = 16;
 
-interface Span {
-  start: number;
-  end: number;
-  mouth: TimelinePiece['mouth'];
-}
-
-/** Total samples and where each piece sits, in samples from the start of the video. */
-export function layoutTimeline(pieces: TimelinePiece[]): { spans: Span[]; totalSamples: number } {
-  const spans: Span[] = [];
-  let cursor = 0;
-  for (const piece of pieces) {
-    if (piece.pcm.length === 0) continue;
-    spans.push({ start: cursor, end: cursor + piece.pcm.length, mouth: piece.mouth });
-    cursor += piece.pcm.length;
-  }
-  return { spans, totalSamples: cursor };
+/**
+ * The pieces laid end to end on the same frame timeline live playout uses (`actors/media/timeline.ts`):
+ * frame times, mouth poses and prosody come from the same code, so a bundle shows what a live session would.
+ */
+export function offlineTimeline(pieces: TimelinePiece[], sampleRate: number, fps: number): { timeline: FrameTimeline; totalSamples: number } {
+  const timeline = new FrameTimeline(sampleRate, fps);
+  for (const piece of pieces) timeline.append(piece.pcm.length, piece.mouth, null);
+  return { timeline, totalSamples: timeline.endSample };
 }
 
 /**
@@ -50,22 +43,20 @@ export function layoutTimeline(pieces: TimelinePiece[]): { spans: Span[]; totalS
 export async function renderOfflineMp4(options: OfflineRenderOptions): Promise<number> {
   const { renderer, sampleRate, pieces, outPath, signal } = options;
   const fps = renderer.fps;
-  const { spans, totalSamples } = layoutTimeline(pieces);
-  const frameCount = Math.max(1, Math.ceil((totalSamples * fps) / sampleRate));
-  const frameStart = (idx: number) => Math.round((idx * sampleRate) / fps);
+  const { timeline, totalSamples } = offlineTimeline(pieces, sampleRate, fps);
+  const frameCount = framesCovering(totalSamples, sampleRate, fps);
+  const frameStart = (idx: number) => timeline.frameStart(idx);
   const batch = Math.max(1, options.batchFrames ?? DEFAULT_BATCH_FRAMES);
 
-  const requestFor = (frameIdx: number): FrameRequest => {
-    const pts = frameStart(frameIdx);
-    const ptsMs = (pts * 1000) / sampleRate;
-    const span = spans.find((s) => pts >= s.start && pts < s.end);
-    if (!span?.mouth) return { frameIdx, ptsMs, mouth: CLOSED_MOUTH, level: 0, speaking: false };
-    const ms = ((pts - span.start) * 1000) / sampleRate;
-    return { frameIdx, ptsMs, mouth: span.mouth.poseAt(ms), level: span.mouth.levelAt(ms), speaking: true };
-  };
+  // Batches are built in frame order, and each frame is committed as it is built, as live playout commits a
+  // frame when it leaves: prosody runs on without a break across batches.
   const renderBatch = (from: number) => {
     const requests: FrameRequest[] = [];
-    for (let idx = from; idx < Math.min(frameCount, from + batch); idx++) requests.push(requestFor(idx));
+    for (let idx = from; idx < Math.min(frameCount, from + batch); idx++) {
+      const { turnId: _turnId, ...request } = timeline.requestFor(idx);
+      timeline.commit(request);
+      requests.push(request);
+    }
     return renderer.render(requests, signal);
   };
 

@@ -1,4 +1,5 @@
 import type { Writable } from 'node:stream';
+import type { SessionBus } from './session-bus.ts';
 
 /** Spec 6.1 rule 4: a consumer this far behind may be disconnected; others are unaffected. */
 export const SSE_MAX_LAG_MS = 5_000;
@@ -26,15 +27,23 @@ interface Subscriber {
 }
 
 /**
- * Fans a session's events out to any number of SSE consumers without back-pressure on the pipeline:
+ * Fans a session's spec events (6.1) out to any number of SSE consumers without back-pressure on the pipeline:
  * a slow consumer accumulates a backlog and is dropped once its oldest unsent event is older than
- * `SSE_MAX_LAG_MS`. Local listeners (tests, recording, the WebSocket) get every event synchronously.
+ * `SSE_MAX_LAG_MS`. Local listeners (tests, the WebSocket) get every event synchronously.
+ *
+ * The hub only writes what clients see. It subscribes to the session's bus (`session-bus.ts`) for the spec
+ * events; nothing inside the service follows the hub to learn what the machine did.
  */
 export class SessionEventHub {
   private readonly subscribers = new Set<Subscriber>();
   private readonly listeners = new Set<(event: SessionEventRecord) => void>();
   private keepalive: NodeJS.Timeout | null = null;
   private closed = false;
+  private readonly unsubscribe: () => void;
+
+  constructor(bus?: SessionBus) {
+    this.unsubscribe = bus?.on('spec', (record) => this.publish(record.type, record.data as never)) ?? (() => undefined);
+  }
 
   publish<K extends SessionEventType>(type: K, data: SessionEventMap[K]): void {
     if (this.closed) return;
@@ -80,6 +89,7 @@ export class SessionEventHub {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    this.unsubscribe();
     if (this.keepalive) clearInterval(this.keepalive);
     for (const sub of [...this.subscribers]) {
       if (sub.backlog.length === 0) sub.out.end();

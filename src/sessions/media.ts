@@ -1,37 +1,97 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { PlayoutClock, type FrameRenderer } from '../../actors/media/playout.ts';
+import { PlayoutClock, type FrameRenderer, type MouthSource, type TurnPlayback } from '../../actors/media/playout.ts';
 import { WebRtcOutput, type IceServer } from '../../actors/media/webrtc.ts';
-import type { SessionEventHub } from './event-hub.ts';
+import { RecoverableStageError, UnrecoverableStageError } from '../../actors/session/stage-errors.ts';
+import { errorForLog } from '../logger.ts';
+import type { SessionBus } from './session-bus.ts';
+
+/** Renderer failures within `RENDERER_FAILURE_WINDOW_MS` that end the session: a renderer this broken will not recover. */
+export const RENDERER_MAX_FAILURES = 3;
+export const RENDERER_FAILURE_WINDOW_MS = 60_000;
+/** Bound on reopening the renderer after a failure (a worker prepares the avatar in ~0.1–2 s); longer counts as another failure. */
+export const RENDERER_REOPEN_TIMEOUT_MS = 10_000;
+/** Pause before retrying a reopen that failed, so a broken backend is not hammered. */
+const RENDERER_REOPEN_RETRY_MS = 500;
+
+export type SessionRenderer = FrameRenderer & { close(): void | Promise<void> };
+/** Opens a fresh renderer for the session's avatar and model (the render pool's `open`). */
+export type RendererOpener = (signal: AbortSignal) => Promise<SessionRenderer>;
+
+/** One renderer failure: the session goes on with a reopened renderer. */
+export class RendererFailedError extends RecoverableStageError {
+  constructor(cause: unknown) {
+    super('render_failed', `renderer failed and was restarted: ${errorForLog(cause)}`, { cause });
+    this.name = 'RendererFailedError';
+  }
+}
+
+/** The renderer failed `RENDERER_MAX_FAILURES` times within a minute: the session cannot show its avatar. */
+export class RendererGaveUpError extends UnrecoverableStageError {
+  constructor(cause: unknown) {
+    super(
+      'render_failed_repeatedly',
+      `renderer failed ${RENDERER_MAX_FAILURES} times within ${RENDERER_FAILURE_WINDOW_MS / 1000} s: ${errorForLog(cause)}`,
+      { cause },
+    );
+    this.name = 'RendererGaveUpError';
+  }
+}
+
+export interface SessionMediaOptions {
+  renderer: SessionRenderer;
+  /** How to get a new renderer after one failed; without it a failure is fatal at once. */
+  reopenRenderer?: RendererOpener;
+  sampleRate: number;
+  iceServers: IceServer[];
+  /** SERVICE_VIDEO_DELAY_MS: video held behind audio on the wire, scheduled by the clock. */
+  videoDelayMs: number;
+  bus: SessionBus;
+  logger: Logger;
+}
 
 /**
- * A session's media: the playout clock feeding the WebRTC output, plus frame events for the SSE
- * stream. Recording taps the same clock (`playout.on('audio' | 'video')`), so a recording is exactly what
- * a viewer gets. The clock stays still until `start()` (the session's start): a created session renders
- * nothing and sends nothing, however many are waiting.
+ * A session's media: the media clock (`actors/media/playout.ts`, the one owner of timing) feeding the WebRTC
+ * output, and the renderer's lifecycle. Recording taps the same clock (`playout.on('audio' | 'video')`), so a
+ * recording is exactly what a viewer gets. The clock stays still until `start()` (the session's start): a
+ * created session renders nothing and sends nothing, however many are waiting.
+ *
+ * Renderer failures: the clock stops using a renderer that failed a frame and reports it; this class reopens it
+ * (the viewer sees the last frame meanwhile) and reports `media.failed` on the bus with a recoverable
+ * `RendererFailedError`, or — on the `RENDERER_MAX_FAILURES`th failure within `RENDERER_FAILURE_WINDOW_MS` —
+ * a fatal `RendererGaveUpError`. Closing is not done here but by the session's close cascade (`session-close.ts`).
  */
 export class SessionMedia {
   readonly playout: PlayoutClock;
   readonly output: WebRtcOutput;
-  private closed = false;
+  private renderer: SessionRenderer;
+  private readonly failures: number[] = [];
+  private reopening = false;
+  private gaveUp = false;
+  /** Aborts a reopen in progress when the session closes. */
+  private readonly closing = new AbortController();
+  private readonly bus: SessionBus;
+  private readonly logger: Logger;
+  private readonly reopenRenderer?: RendererOpener;
 
-  constructor(
-    private readonly renderer: FrameRenderer & { close(): void },
-    sampleRate: number,
-    iceServers: IceServer[],
-    videoDelayMs: number,
-    events: SessionEventHub,
-    private readonly logger: Logger,
-  ) {
-    this.playout = new PlayoutClock(renderer, sampleRate);
-    this.output = new WebRtcOutput(iceServers, videoDelayMs);
+  constructor(options: SessionMediaOptions) {
+    const { bus } = options;
+    this.bus = bus;
+    this.logger = options.logger;
+    this.renderer = options.renderer;
+    this.reopenRenderer = options.reopenRenderer;
+    this.playout = new PlayoutClock(options.renderer, options.sampleRate, { videoDelayMs: options.videoDelayMs });
+    this.output = new WebRtcOutput(options.iceServers);
     this.playout.on('audio', (samples, rate) => this.output.pushAudio(samples, rate));
-    this.playout.on('video', (frame) => this.output.pushVideo(frame));
-    this.playout.on('frame', ({ frameIdx, ptsMs }) => events.publish('frame', { frame_idx: frameIdx, pts_ms: ptsMs }));
+    this.playout.on('videoOut', (frame) => this.output.pushVideo(frame));
+    this.playout.on('frame', ({ frameIdx, ptsMs }) => bus.publish('frame', { frame_idx: frameIdx, pts_ms: ptsMs }));
+    this.playout.on('turnStarted', (turnId) => bus.emit('media.firstSample', { turnId }));
+    this.playout.on('renderFailed', (error) => this.rendererFailed(error));
   }
 
   /** Starts the media clock (idempotent; a no-op once closed). */
   start(): void {
-    if (this.closed) return;
+    if (this.closing.signal.aborted) return;
     this.playout.start();
   }
 
@@ -43,16 +103,93 @@ export class SessionMedia {
     return this.renderer.height;
   }
 
+  /** Barge-in: everything queued or scheduled goes (audio, frames rendered ahead, video held for the wire). */
   flush(): void {
     this.playout.flush();
+    this.bus.emit('media.flushed', {});
   }
 
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
+  /**
+   * Queues a turn's audio. `segment` tags it (e.g. the index of the text segment it speaks); the return value is
+   * where it starts in the turn's audio, ms. With `playedMsOf` this tells what of a turn the listener heard.
+   */
+  enqueue(turnId: string, pcm: Int16Array, mouth: MouthSource, segment?: number): number {
+    return this.playout.enqueue(turnId, pcm, mouth, segment);
+  }
+
+  /**
+   * Ms of a turn's audio that left for WebRTC: after an interrupt, what the listener heard (plus the ~80 ms already
+   * in the WebRTC path). Compare with the start ms `enqueue` returned for each text segment to trim a reply.
+   */
+  playedMsOf(turnId: string): number {
+    return this.playout.playedMsOf(turnId);
+  }
+
+  /** Enqueued and played ms of a turn with its tagged segments (the last `PLAYBACK_TURNS_KEPT` turns). */
+  playbackOf(turnId: string): TurnPlayback | null {
+    return this.playout.playbackOf(turnId);
+  }
+
+  /** Closes clock, WebRTC and renderer in that order (the media part of the session's close cascade). Idempotent. */
+  async close(): Promise<void> {
     this.playout.close();
     this.output.close();
-    this.renderer.close();
-    this.logger.debug({ lateFrames: this.playout.lateFrames, sentFrames: this.playout.sentFrames }, 'session media closed');
+    await this.releaseRenderer();
+  }
+
+  /** Step of the close cascade (after the clock and WebRTC): stops any reopen and releases the renderer. */
+  async releaseRenderer(): Promise<void> {
+    if (this.closing.signal.aborted) return;
+    this.closing.abort();
+    await this.renderer.close();
+  }
+
+  private rendererFailed(error: unknown): void {
+    if (this.closing.signal.aborted || this.gaveUp) return;
+    if (!this.countFailure(error)) return;
+    if (!this.reopening) void this.reopen();
+  }
+
+  /** Records a failure and reports it; false when it was one too many (the session is told it cannot go on). */
+  private countFailure(error: unknown): boolean {
+    const now = performance.now();
+    while (this.failures.length > 0 && now - this.failures[0] > RENDERER_FAILURE_WINDOW_MS) this.failures.shift();
+    this.failures.push(now);
+    if (this.failures.length >= RENDERER_MAX_FAILURES || !this.reopenRenderer) {
+      this.gaveUp = true;
+      this.logger.error({ err: errorForLog(error), failures: this.failures.length }, 'renderer failed repeatedly');
+      this.bus.emit('media.failed', { error: new RendererGaveUpError(error) });
+      return false;
+    }
+    this.logger.warn({ err: errorForLog(error), failures: this.failures.length }, 'renderer failed, reopening');
+    this.bus.emit('media.failed', { error: new RendererFailedError(error) });
+    return true;
+  }
+
+  /** Replaces the failed renderer; a reopen that fails counts as one more failure and is retried. */
+  private async reopen(): Promise<void> {
+    const open = this.reopenRenderer!;
+    this.reopening = true;
+    try {
+      await Promise.resolve(this.renderer.close()).catch(() => undefined);
+      while (!this.closing.signal.aborted && !this.gaveUp) {
+        try {
+          const renderer = await open(AbortSignal.any([this.closing.signal, AbortSignal.timeout(RENDERER_REOPEN_TIMEOUT_MS)]));
+          if (this.closing.signal.aborted) {
+            await renderer.close();
+            return;
+          }
+          this.renderer = renderer;
+          this.playout.useRenderer(renderer);
+          this.logger.info('renderer reopened');
+          return;
+        } catch (error) {
+          if (this.closing.signal.aborted || !this.countFailure(error)) return;
+          await sleep(RENDERER_REOPEN_RETRY_MS, undefined, { signal: this.closing.signal }).catch(() => undefined);
+        }
+      }
+    } finally {
+      this.reopening = false;
+    }
   }
 }

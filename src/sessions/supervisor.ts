@@ -13,6 +13,7 @@ import type { ModelRegistry } from '../models.ts';
 import type { SessionStore, StoredSession } from '../store/sessions.ts';
 import { HttpError, badGateway, badRequest, conflict, notFound } from '../errors.ts';
 import { SessionEventHub } from './event-hub.ts';
+import { SessionBus } from './session-bus.ts';
 import { SessionMedia } from './media.ts';
 import { Session } from './session.ts';
 import type { StageContext } from '../../actors/session/index.ts';
@@ -38,7 +39,7 @@ export const ORPHANED = 'orphaned';
 export const NOT_STARTED_IN_TIME = 'not started in time';
 
 export interface RenderOpener {
-  open(avatar: CatalogEntry, model: ModelType): Promise<FrameRenderer & { close(): void }>;
+  open(avatar: CatalogEntry, model: ModelType, signal?: AbortSignal): Promise<FrameRenderer & { close(): void }>;
 }
 
 export interface SupervisorDeps {
@@ -202,9 +203,10 @@ export class SessionSupervisor {
     const voice = input.tts_voice ?? (input.tts_provider ? null : (defaults.ttsVoice ?? config.ttsDefaultVoice));
     validateVoice(provider, voice);
 
+    const model = input.model;
     let renderer: FrameRenderer & { close(): void };
     try {
-      renderer = await this.deps.render.open(avatar, input.model);
+      renderer = await this.deps.render.open(avatar, model);
     } catch (error) {
       this.deps.logger.error({ model: input.model, err: errorForLog(error) }, 'renderer initialisation failed');
       // The same path-free text as the log: a filesystem error must not show the server's paths to clients.
@@ -226,8 +228,17 @@ export class SessionSupervisor {
       updated_at: now,
     };
     const logger = this.deps.logger.child({ sessionId });
-    const events = new SessionEventHub();
-    const media = new SessionMedia(renderer, config.sampleRate, config.iceServers, config.videoDelayMs, events, logger);
+    const bus = new SessionBus((error, event) => logger.error({ err: errorForLog(error), event }, 'session bus listener failed'));
+    const events = new SessionEventHub(bus);
+    const media = new SessionMedia({
+      renderer,
+      reopenRenderer: (signal) => this.deps.render.open(avatar, model, signal),
+      sampleRate: config.sampleRate,
+      iceServers: config.iceServers,
+      videoDelayMs: config.videoDelayMs,
+      bus,
+      logger,
+    });
     const stage: StageContext = {
       sessionId,
       sampleRate: config.sampleRate,

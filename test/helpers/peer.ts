@@ -28,9 +28,22 @@ export class ReceivingPeer {
 
   /** Rejects with `offer failed: <status> <body>` when the service refuses the offer (the local peer is closed then). */
   static async connect(baseUrl: string, sessionId: string): Promise<ReceivingPeer> {
+    return ReceivingPeer.connectWith(async (offer) => {
+      const res = await fetch(`${baseUrl}/sessions/${sessionId}/webrtc/offer`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(offer),
+      });
+      if (!res.ok) throw new Error(`offer failed: ${res.status} ${await res.text()}`);
+      return res.json();
+    });
+  }
+
+  /** Negotiates with any answerer, e.g. a `WebRtcOutput` in the test process (`(offer) => output.answer(offer.sdp)`). */
+  static async connectWith(answer: (offer: { sdp: string; type: 'offer' }) => Promise<{ sdp: string; type: 'answer' }>): Promise<ReceivingPeer> {
     const peer = new ReceivingPeer();
     try {
-      await peer.negotiate(baseUrl, sessionId);
+      await peer.negotiate(answer);
     } catch (error) {
       peer.close();
       throw error;
@@ -38,7 +51,7 @@ export class ReceivingPeer {
     return peer;
   }
 
-  private async negotiate(baseUrl: string, sessionId: string): Promise<void> {
+  private async negotiate(answerOffer: (offer: { sdp: string; type: 'offer' }) => Promise<{ sdp: string; type: 'answer' }>): Promise<void> {
     this.pc.addTransceiver('audio', { direction: 'recvonly' });
     this.pc.addTransceiver('video', { direction: 'recvonly' });
     this.pc.ontrack = (event: { track: MediaStreamTrack }) => {
@@ -74,13 +87,7 @@ export class ReceivingPeer {
         }
       };
     });
-    const res = await fetch(`${baseUrl}/sessions/${sessionId}/webrtc/offer`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ sdp: this.pc.localDescription!.sdp, type: 'offer' }),
-    });
-    if (!res.ok) throw new Error(`offer failed: ${res.status} ${await res.text()}`);
-    const answer = await res.json();
+    const answer = await answerOffer({ sdp: this.pc.localDescription!.sdp, type: 'offer' });
     await this.pc.setRemoteDescription(answer);
   }
 

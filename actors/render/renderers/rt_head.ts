@@ -1,11 +1,14 @@
 /**
  * `rt_head`: the drawn avatar of `rt` plus head motion. The head nods on speech emphasis (the
  * syllable envelope rising above the phrase envelope) and tilts/bobs with phrase-level loudness;
- * a small idle drift keeps it alive when silent. Prosody comes from `request.prosody` (filled by the
- * pool / inline batch) or, for ad-hoc calls, from this renderer's own tracker.
+ * a small idle drift keeps it alive when silent. Prosody comes from `request.prosody`: the session's media
+ * timeline (`actors/media/timeline.ts`) carries it from frame to frame, live and offline alike. The renderer
+ * keeps no prosody state of its own: one prepared renderer serves every session on its worker, so state here
+ * would mix sessions and restart whenever frames arrive out of order (render-ahead re-renders). A request
+ * without prosody moves like silence.
  */
 import type { FrameRequest } from '../types.ts';
-import { ProsodyTracker } from '../prosody.ts';
+import { SILENT_PROSODY } from '../prosody.ts';
 import { oscillate } from '../idle-motion.ts';
 import { DrawnRenderer, type HeadMotion } from './drawn.ts';
 
@@ -19,11 +22,9 @@ const EMPHASIS_NOD_PX_AT_512 = 10;
 
 export class RtHeadRenderer extends DrawnRenderer {
   protected readonly movesHead = true;
-  private tracker: ProsodyTracker | null = null;
 
   protected override headMotion(request: FrameRequest): HeadMotion {
-    this.tracker ??= new ProsodyTracker(this.fps);
-    const prosody = request.prosody ?? this.tracker.push(request.frameIdx, request.level);
+    const prosody = request.prosody ?? SILENT_PROSODY;
     const scale = (this.geometry?.height ?? 512) / 512;
     const { frameIdx } = request;
     const emphasis = Math.min(1, Math.max(0, prosody.fast - prosody.slow) * 2.5);

@@ -1,0 +1,139 @@
+/**
+ * The frame timeline: where each video frame sits on the audio sample counter, what the mouth does under
+ * it and the head's prosody carried from frame to frame. Live playout (`actors/media/playout.ts`) and
+ * offline MP4 rendering (`src/recording/offline-render.ts`) both build their frame requests here, so the
+ * same audio gives the same frames either way.
+ *
+ * Prosody is stepped from the last *committed* frame (one that left the clock, or was written) through
+ * every frame up to the one asked for. Asking again for a frame (a render-ahead re-render after more audio
+ * arrived) therefore gives the same continuous envelope instead of starting over.
+ */
+import { CLOSED_MOUTH, type FrameRequest, type MouthPose, type Prosody } from '../render/types.ts';
+import { SILENT_PROSODY, stepProsody } from '../render/prosody.ts';
+
+export interface MouthSource {
+  durationMs: number;
+  poseAt(ms: number): MouthPose;
+  levelAt(ms: number): number;
+}
+
+/** A stretch of audio on the timeline, in samples; `mouth` null is a pause (silence, mouth at rest). */
+export interface TimelineSpan {
+  start: number;
+  end: number;
+  turnId: string | null;
+  mouth: MouthSource | null;
+}
+
+/** A frame request plus the turn whose speech it shows (null while idle). */
+export type TimedFrameRequest = FrameRequest & { turnId: string | null };
+
+/**
+ * Frames further than this past the last committed one take their prosody from a fresh start a little
+ * before them: after ~3 s without speech both envelopes have decayed to nothing anyway, and a bound keeps a
+ * lookup cheap whatever the gap.
+ */
+const MAX_PROSODY_STEPS_SECONDS = 3;
+
+/** Presentation time of a frame, in samples of the audio timeline. */
+export function frameStartSample(frameIdx: number, sampleRate: number, fps: number): number {
+  return Math.round((frameIdx * sampleRate) / fps);
+}
+
+/** How many frames cover `samples` of audio (at least one). */
+export function framesCovering(samples: number, sampleRate: number, fps: number): number {
+  return Math.max(1, Math.ceil((samples * fps) / sampleRate));
+}
+
+export class FrameTimeline {
+  /** Ascending, non-overlapping. */
+  private spans: TimelineSpan[] = [];
+  private committedIdx = -1;
+  private committedProsody: Prosody = SILENT_PROSODY;
+
+  constructor(
+    readonly sampleRate: number,
+    readonly fps: number,
+  ) {}
+
+  /** Sample just past the last span (0 when empty). */
+  get endSample(): number {
+    return this.spans.at(-1)?.end ?? 0;
+  }
+
+  frameStart(frameIdx: number): number {
+    return frameStartSample(frameIdx, this.sampleRate, this.fps);
+  }
+
+  /** Places `samples` of audio right after the previous span, but not before `notBefore` (the live clock's position). */
+  append(samples: number, mouth: MouthSource | null, turnId: string | null, notBefore = 0): TimelineSpan {
+    const start = Math.max(this.endSample, notBefore);
+    const span = { start, end: start + samples, turnId, mouth };
+    if (samples > 0) this.spans.push(span);
+    return span;
+  }
+
+  /** Forgets audio that has played (spans ending at or before `sample`). */
+  forgetBefore(sample: number): void {
+    let drop = 0;
+    while (drop < this.spans.length && this.spans[drop].end <= sample) drop++;
+    if (drop > 0) this.spans.splice(0, drop);
+  }
+
+  /** Forgets all audio (barge-in); committed prosody stays, so the head settles rather than jumps. */
+  clear(): void {
+    this.spans = [];
+  }
+
+  /** What the frame shows: mouth and level of the audio at its presentation time, prosody up to it. */
+  requestFor(frameIdx: number): TimedFrameRequest {
+    const pts = this.frameStart(frameIdx);
+    const under = this.underFrame(frameIdx);
+    return { frameIdx, ptsMs: (pts * 1000) / this.sampleRate, ...under, prosody: this.prosodyAt(frameIdx) };
+  }
+
+  /** The frame left with this request; prosody of later frames continues from it. Frames commit in order. */
+  commit(request: FrameRequest): void {
+    if (request.frameIdx <= this.committedIdx) return;
+    this.committedIdx = request.frameIdx;
+    this.committedProsody = request.prosody ?? this.prosodyAt(request.frameIdx);
+  }
+
+  private underFrame(frameIdx: number): { mouth: MouthPose; level: number; speaking: boolean; turnId: string | null } {
+    const pts = this.frameStart(frameIdx);
+    const span = this.spanAt(pts);
+    if (!span?.mouth) return { mouth: CLOSED_MOUTH, level: 0, speaking: false, turnId: span?.turnId ?? null };
+    const ms = ((pts - span.start) * 1000) / this.sampleRate;
+    return { mouth: span.mouth.poseAt(ms), level: span.mouth.levelAt(ms), speaking: true, turnId: span.turnId };
+  }
+
+  private prosodyAt(frameIdx: number): Prosody {
+    if (frameIdx <= this.committedIdx) return this.committedProsody;
+    const maxSteps = Math.max(1, Math.round(this.fps * MAX_PROSODY_STEPS_SECONDS));
+    let idx = this.committedIdx;
+    let prosody = this.committedProsody;
+    if (frameIdx - idx > maxSteps) {
+      idx = frameIdx - maxSteps;
+      prosody = SILENT_PROSODY;
+    }
+    while (idx < frameIdx) {
+      idx++;
+      prosody = stepProsody(prosody, this.underFrame(idx).level, 1, this.fps);
+    }
+    return prosody;
+  }
+
+  /** The span holding timeline sample `sample`, by binary search. */
+  private spanAt(sample: number): TimelineSpan | undefined {
+    let lo = 0;
+    let hi = this.spans.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      const span = this.spans[mid];
+      if (sample < span.start) hi = mid - 1;
+      else if (sample >= span.end) lo = mid + 1;
+      else return span;
+    }
+    return undefined;
+  }
+}
