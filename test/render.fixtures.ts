@@ -77,8 +77,11 @@ export function lumaDiff(a: I420Frame, b: I420Frame, box: { x0: number; y0: numb
   return { inside: inside / insideCount, outside: outside / outsideCount };
 }
 
-export async function dumpPng(frame: I420Frame, path: string): Promise<void> {
+/** Writes a frame as a PNG into the system temp dir (for looking at a render by eye); returns its path. */
+export async function dumpPng(frame: I420Frame, fileName: string): Promise<string> {
+  const file = join(tmpdir(), fileName);
   await sharp(Buffer.from(i420ToRgba(frame)), { raw: { width: frame.width, height: frame.height, channels: 4 } })
     .png()
-    .toFile(path);
+    .toFile(file);
+  return file;
 }

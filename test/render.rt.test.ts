@@ -32,7 +32,7 @@ describe.each([
     const closed = at(0);
     const half = at(0.5);
     const open = at(1);
-    await dumpPng(open, `/tmp/render-${model}-open.png`);
+    await dumpPng(open, `render-${model}-open.png`);
     expect([closed.width, closed.height, closed.data.length]).toEqual([512, 512, (512 * 512 * 3) / 2]);
     const box = mouthBox(source);
     const change = lumaDiff(closed, open, box);
