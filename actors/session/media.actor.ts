@@ -1,7 +1,12 @@
 import { fromCallback } from 'xstate';
+import { stageErrorOf } from './stage-errors.ts';
 import type { StageContext } from './stage.ts';
 
-/** The session's media for the machine: FLUSH empties the playout; stopping the actor closes the media. */
+/**
+ * The session's media for the machine: FLUSH empties the playout; a renderer failure becomes STAGE.ERROR
+ * (recoverable while the media reopens the renderer, fatal once it gave up: spec 6.1 rule 5); stopping the
+ * actor closes the media.
+ */
 export function createMediaActor(ctx: StageContext) {
   return fromCallback<{ type: string }, { sessionId: string }>(({ receive, sendBack }) => {
     receive((event) => {
@@ -10,6 +15,13 @@ export function createMediaActor(ctx: StageContext) {
         sendBack({ type: 'MEDIA.FLUSHED' });
       }
     });
-    return () => ctx.media.close();
+    const stopWatching = ctx.media.onFailure((error) => {
+      const { code, message, fatal } = stageErrorOf('render', error);
+      sendBack({ type: 'STAGE.ERROR', code, message, fatal });
+    });
+    return () => {
+      stopWatching();
+      void ctx.media.close();
+    };
   });
 }

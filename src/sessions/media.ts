@@ -130,6 +130,11 @@ export class SessionMedia {
     return this.playout.playbackOf(turnId);
   }
 
+  /** Calls `listener` with each renderer failure (`media.failed`): recoverable or fatal, see `stage-errors.ts`. */
+  onFailure(listener: (error: Error) => void): () => void {
+    return this.bus.on('media.failed', ({ error }) => listener(error));
+  }
+
   /** Closes clock, WebRTC and renderer in that order (the media part of the session's close cascade). Idempotent. */
   async close(): Promise<void> {
     this.playout.close();
