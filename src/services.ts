@@ -6,7 +6,7 @@ import { Store } from './store/db.ts';
 import { SessionStore } from './store/sessions.ts';
 import { AvatarCatalog } from './catalog/catalog.ts';
 import { ModelRegistry } from './models.ts';
-import { SessionSupervisor } from './sessions/supervisor.ts';
+import { SessionSupervisor, type RenderOpener } from './sessions/supervisor.ts';
 import { InspectionHub } from './inspect/inspection-hub.ts';
 import { RenderPool } from '../actors/render/pool.ts';
 import { createTtsRegistry, ttsConfigFromEnv, type TtsRegistry } from '../actors/tts/registry.ts';
@@ -54,6 +54,8 @@ export interface ServiceOverrides {
   tts?: TtsRegistry;
   llm?: LlmProvider;
   asr?: AsrProvider;
+  /** Opens session renderers (default: the render pool); tests wrap the pool to make a renderer fail. */
+  render?: RenderOpener;
 }
 
 /** Builds every long-lived service object in dependency order; `close()` tears them down in reverse. */
@@ -84,7 +86,7 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     store: sessionStore,
     catalog,
     models,
-    render: renderPool,
+    render: overrides.render ?? renderPool,
     tts: (id) => tts.get(id),
     llm,
     asr,
