@@ -1,7 +1,15 @@
 /**
- * `npm run bench`: latency, A/V sync, renderer cost, capacity, chat overhead, custom-avatar creation and
- * offline rendering speed, measured on this machine. Prints the figures and writes them to
- * `bench/results/<timestamp>.json`; docs/performance.md records them with the machine they came from.
+ * `npm run bench`: latency, A/V sync, renderer cost, capacity, chat overhead, custom-avatar creation,
+ * offline rendering speed, server CPU per session-second and memory over many sessions, measured on this
+ * machine. Prints the figures, then a summary table of every target row (measured, target, met?), and
+ * writes all of it to `bench/results/<timestamp>.json`; docs/performance.md records them with the machine
+ * they came from.
+ *
+ *   npm run bench                        # every step except `profile`
+ *   npm run bench -- realtime chat       # only these steps (the summary shows the rows they measure)
+ *   npm run bench -- profile             # --cpu-prof profile: where a session-second goes
+ *   npm run bench -- stage_costs         # wrtc calls, VP8/Opus encoder threads and GC in isolation
+ *   BENCH_SERVICE_DIR=<checkout> npm run bench -- session_cpu   # the process steps against another checkout
  */
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -17,6 +25,12 @@ import { benchCapacity } from './capacity.ts';
 import { benchChat } from './chat.ts';
 import { benchOffline } from './offline.ts';
 import { benchCustomAvatar } from './custom-avatar.ts';
+import { benchSessionCpu } from './session-cpu.ts';
+import { benchSessionCycles } from './session-cycles.ts';
+import { benchProfile } from './profile.ts';
+import { benchStageCosts } from './stage-costs.ts';
+import { formatSummary, summarise } from './targets.ts';
+import { loadAverage } from './proc.ts';
 
 const only = new Set(process.argv.slice(2));
 const steps: Array<[string, () => Promise<unknown>]> = [
@@ -31,14 +45,22 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['session_churn', benchLeak],
   ['capacity_rt', () => benchCapacity('rt')],
   ['capacity_lipsync', () => benchCapacity('lipsync')],
+  ['session_cpu', benchSessionCpu],
+  ['session_cycles', () => benchSessionCycles()],
+  ['profile', benchProfile],
+  ['stage_costs', benchStageCosts],
 ];
+/** Steps that run only when named: diagnostics behind the figures (the profile repeats session_cpu's load under the sampler). */
+const OPT_IN = new Set(['profile', 'stage_costs']);
 
 const results: Record<string, unknown> = {
   machine: { cpus: os.cpus().length, cpu: os.cpus()[0]?.model, memory_gb: Math.round(os.totalmem() / 1e9), node: process.version, platform: `${os.platform()} ${os.arch()}` },
   date: new Date().toISOString(),
+  load_average_at_start: loadAverage(),
+  service_dir: process.env.BENCH_SERVICE_DIR ? 'BENCH_SERVICE_DIR' : 'this repository',
 };
 for (const [name, run] of steps) {
-  if (only.size > 0 && !only.has(name)) continue;
+  if (only.size > 0 ? !only.has(name) : OPT_IN.has(name)) continue;
   const started = performance.now();
   process.stdout.write(`${name} …\n`);
   try {
@@ -48,6 +70,11 @@ for (const [name, run] of steps) {
   }
   console.log(`${name} (${Math.round(performance.now() - started)} ms):`, JSON.stringify(results[name], null, 2));
 }
+results.load_average_at_end = loadAverage();
+const summary = summarise(results);
+results.summary = summary;
+console.log(`\nsummary (load average ${(results.load_average_at_start as number[]).join(' ')} at start, ${(results.load_average_at_end as number[]).join(' ')} at end; ${os.cpus().length} cores):\n`);
+console.log(formatSummary(summary));
 const dir = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results');
 await fs.mkdir(dir, { recursive: true });
 const file = path.join(dir, `${new Date().toISOString().replace(/[:.]/g, '-')}.json`);

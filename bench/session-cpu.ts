@@ -1,0 +1,104 @@
+/**
+ * Server CPU per session-second and late frames, the way a deployment pays for them: the service runs as
+ * its own process, N sessions each have a wrtc receiver on loopback (in this process, not counted), and
+ * the CPU of the service's process tree (the service and its TTS engine processes) is read from /proc
+ * over a window. Late frames come from the service's own metrics (`GET /sessions/{id}/metrics`).
+ *
+ * Rows: `rt` speaking, `rt` idle (started, nothing to say), `lipsync` (astronaut) speaking; each on a fresh
+ * service after one warm-up session, so every row starts from the same state. Also memory per active
+ * session (resident memory of the service tree with N sessions minus before them).
+ *
+ *   npm run bench -- session_cpu
+ *   BENCH_CPU_WINDOW_S=30 BENCH_SESSIONS=4 npm run bench -- session_cpu
+ */
+import { startBenchService } from './service.ts';
+import { SessionLoad, getJson, mean, round, warmUp, type SessionModel, type WindowResult } from './session-load.ts';
+import { loadAverage, sampleTree } from './proc.ts';
+
+const WINDOW_S = Number(process.env.BENCH_CPU_WINDOW_S ?? 20);
+/** A new session's first frames run on cold code and the speaking loops need a turn to get going. */
+const WARMUP_S = Number(process.env.BENCH_CPU_WARMUP_S ?? 5);
+const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 3);
+/** The service with no session at all, for its fixed cost (timers, HTTP server, engine processes). */
+const BASELINE_S = 5;
+
+export interface CpuRow {
+  key: string;
+  model: SessionModel;
+  speaking: boolean;
+}
+
+export const CPU_ROWS: CpuRow[] = [
+  { key: 'rt_speaking', model: 'rt', speaking: true },
+  { key: 'rt_idle', model: 'rt', speaking: false },
+  { key: 'lipsync_speaking', model: 'lipsync', speaking: true },
+];
+
+export interface CpuRowResult extends WindowResult {
+  model: SessionModel;
+  speaking: boolean;
+  /** The service tree with no session, before the row's sessions were created */
+  no_session_cpu_ms_per_s: number;
+  /** (tree RSS with N sessions − tree RSS before them) / N */
+  rss_mb_per_session: number;
+  /** Same, service process alone (without the TTS engine processes) */
+  service_rss_mb_per_session: number;
+  failed_speaks: number;
+}
+
+export async function measureCpuRow(row: CpuRow, sessions = SESSIONS, windowS = WINDOW_S): Promise<CpuRowResult> {
+  const service = await startBenchService();
+  const load = new SessionLoad(service.baseUrl, service.pid);
+  try {
+    await warmUp(service.baseUrl, service.pid, row.model);
+    await new Promise((r) => setTimeout(r, 1_000));
+    const baseline = [sampleTree(service.pid)];
+    for (let i = 0; i < BASELINE_S; i++) {
+      await new Promise((r) => setTimeout(r, 1000));
+      baseline.push(sampleTree(service.pid));
+    }
+    const idleStart = baseline[0];
+    const idleEnd = baseline[baseline.length - 1];
+    const baseTreeRss = mean(baseline.map((x) => x.treeRss));
+    const baseRootRss = mean(baseline.map((x) => x.rootRss));
+    await load.open(row.model, sessions);
+    if (row.speaking) load.startSpeaking();
+    const window = await load.measure(windowS * 1000, WARMUP_S * 1000);
+    const active = await getJson<{ sessions: { active: number } }>(service.baseUrl, '/metrics');
+    if (active.sessions.active !== sessions) throw new Error(`expected ${sessions} active sessions, the service reports ${active.sessions.active}`);
+    const result: CpuRowResult = {
+      model: row.model,
+      speaking: row.speaking,
+      ...window,
+      no_session_cpu_ms_per_s: round(((idleEnd.cpuMs - idleStart.cpuMs) * 1000) / (idleEnd.at - idleStart.at), 1),
+      rss_mb_per_session: round((window.tree_rss_mb * 1e6 - baseTreeRss) / sessions / 1e6, 1),
+      service_rss_mb_per_session: round((window.service_rss_mb * 1e6 - baseRootRss) / sessions / 1e6, 1),
+      failed_speaks: load.sessions.reduce((n, s) => n + s.failedSpeaks, 0),
+    };
+    console.log(
+      `  ${row.key}: ${result.cpu_ms_per_session_second} ms CPU per session-second, ${result.late_percent}% late, ` +
+        `${result.fps_per_session} fps/session, ${result.rss_mb_per_session} MB/session, load ${result.load_average.join(' ')}`,
+    );
+    return result;
+  } finally {
+    await load.close();
+    await service.stop();
+  }
+}
+
+export async function benchSessionCpu(): Promise<Record<string, unknown>> {
+  const out: Record<string, unknown> = { sessions: SESSIONS, window_s: WINDOW_S, load_average_before: loadAverage() };
+  for (const row of CPU_ROWS) {
+    try {
+      out[row.key] = await measureCpuRow(row);
+    } catch (error) {
+      out[row.key] = { error: (error as Error).message };
+    }
+  }
+  return out;
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  console.log(JSON.stringify(await benchSessionCpu(), null, 2));
+  process.exit(0);
+}

@@ -1,0 +1,108 @@
+/**
+ * The performance targets (docs/performance.md) and the summary table `npm run bench` prints at the end:
+ * one row per target with the figure measured in this run, the target and whether it is met. A row whose
+ * step did not run (or failed) shows "—" and met "n/a".
+ */
+import { GROWTH_TOLERANCE_MB_PER_1000 } from './session-cycles.ts';
+
+export interface SummaryRow {
+  row: string;
+  measured: number | null;
+  unit: string;
+  target: string;
+  met: boolean | null;
+  /** The step and field the figure comes from */
+  source: string;
+  /** Context printed beside the figure: p95, load average, cycles run */
+  note: string;
+}
+
+type Results = Record<string, unknown>;
+
+function pick(results: Results, pathParts: string[]): number | null {
+  let value: unknown = results;
+  for (const part of pathParts) {
+    if (value === null || typeof value !== 'object') return null;
+    value = (value as Record<string, unknown>)[part];
+  }
+  return typeof value === 'number' && Number.isFinite(value) ? value : null;
+}
+
+interface TargetSpec {
+  row: string;
+  path: string[];
+  unit: string;
+  target: string;
+  ok: (v: number, results: Results) => boolean;
+  note?: (results: Results) => string;
+}
+
+const loadNote = (row: string) => (results: Results) => {
+  const load = (results.session_cpu as Record<string, { load_average?: number[] }> | undefined)?.[row]?.load_average;
+  return load ? `load ${load.join(' ')}` : '';
+};
+const p95Note = (step: string, field: string) => (results: Results) => {
+  const p95 = pick(results, [step, field, 'p95']);
+  return p95 === null ? '' : `p95 ${p95} ms`;
+};
+
+const TARGETS: TargetSpec[] = [
+  { row: 'server CPU per session-second, rt, 3 speaking', path: ['session_cpu', 'rt_speaking', 'cpu_ms_per_session_second'], unit: 'ms', target: '≤ 160 ms', ok: (v) => v <= 160, note: loadNote('rt_speaking') },
+  { row: '  late frames, rt, 3 speaking', path: ['session_cpu', 'rt_speaking', 'late_percent'], unit: '%', target: '< 1 %', ok: (v) => v < 1 },
+  { row: 'server CPU per session-second, rt, 3 idle', path: ['session_cpu', 'rt_idle', 'cpu_ms_per_session_second'], unit: 'ms', target: '≤ 60 ms', ok: (v) => v <= 60, note: loadNote('rt_idle') },
+  { row: '  late frames, rt, 3 idle', path: ['session_cpu', 'rt_idle', 'late_percent'], unit: '%', target: '< 1 %', ok: (v) => v < 1 },
+  { row: 'server CPU per session-second, lipsync, 3 speaking', path: ['session_cpu', 'lipsync_speaking', 'cpu_ms_per_session_second'], unit: 'ms', target: '≤ 160 ms', ok: (v) => v <= 160, note: loadNote('lipsync_speaking') },
+  { row: '  late frames, lipsync, 3 speaking', path: ['session_cpu', 'lipsync_speaking', 'late_percent'], unit: '%', target: '< 1 %', ok: (v) => v < 1 },
+  { row: 'speak → first audible at a wrtc viewer, p50', path: ['realtime', 'speakToFirstAudibleMs', 'p50'], unit: 'ms', target: '≤ 100 ms', ok: (v) => v <= 100, note: p95Note('realtime', 'speakToFirstAudibleMs') },
+  { row: 'chat → first audible beyond the first token, p50', path: ['chat', 'chatOverheadBeyondTtftMs', 'p50'], unit: 'ms', target: '≤ 150 ms', ok: (v) => v <= 150, note: p95Note('chat', 'chatOverheadBeyondTtftMs') },
+  { row: 'offline MP4 512² 25 fps, rt', path: ['offline', 'offline_rt_x_realtime'], unit: '×', target: '≥ 15×', ok: (v) => v >= 15 },
+  { row: 'offline MP4 512² 25 fps, mock', path: ['offline', 'offline_mock_x_realtime'], unit: '×', target: '≥ 15×', ok: (v) => v >= 15 },
+  { row: 'offline MP4 512² 25 fps, lipsync', path: ['offline', 'offline_lipsync_x_realtime'], unit: '×', target: '≥ 10×', ok: (v) => v >= 10 },
+  { row: 'RSS per active session, rt (service tree)', path: ['session_cpu', 'rt_speaking', 'rss_mb_per_session'], unit: 'MB', target: '≤ 60 MB', ok: (v) => v <= 60 },
+  { row: 'RSS per active session, lipsync (service tree)', path: ['session_cpu', 'lipsync_speaking', 'rss_mb_per_session'], unit: 'MB', target: '≤ 60 MB', ok: (v) => v <= 60 },
+  {
+    row: 'RSS growth over create/start/speak/delete cycles',
+    path: ['session_cycles', 'rss_mb_slope_per_1000_cycles'],
+    unit: 'MB/1000 cycles',
+    target: `no growth: slope ≤ ${GROWTH_TOLERANCE_MB_PER_1000} MB/1000, 0 live sessions, ≤ 2 fds more`,
+    ok: (v, results) =>
+      v <= GROWTH_TOLERANCE_MB_PER_1000 &&
+      pick(results, ['session_cycles', 'live_sessions_after']) === 0 &&
+      (pick(results, ['session_cycles', 'fds_growth_after_warm']) ?? 0) <= 2,
+    note: (results) => {
+      const c = results.session_cycles as Record<string, number> | undefined;
+      return c && typeof c.cycles === 'number'
+        ? `${c.cycles} cycles, +${c.rss_mb_growth_after_warm} MB after cycle ${c.warm_at_cycles}, fds ${c.fds_growth_after_warm >= 0 ? '+' : ''}${c.fds_growth_after_warm}, ${c.live_sessions_after} live`
+        : '';
+    },
+  },
+];
+
+export function summarise(results: Results): SummaryRow[] {
+  return TARGETS.map((t) => {
+    const measured = pick(results, t.path);
+    return {
+      row: t.row,
+      measured,
+      unit: t.unit,
+      target: t.target,
+      met: measured === null ? null : t.ok(measured, results),
+      source: t.path.join('.'),
+      note: t.note?.(results) ?? '',
+    };
+  });
+}
+
+export function formatSummary(rows: SummaryRow[]): string {
+  const cells = rows.map((r) => [
+    r.row,
+    r.measured === null ? '—' : r.unit === '×' ? `${r.measured}×` : `${r.measured} ${r.unit}`,
+    r.target,
+    r.met === null ? 'n/a' : r.met ? 'yes' : 'NO',
+    r.note,
+  ]);
+  const header = ['row', 'measured', 'target', 'met?', 'note'];
+  const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i].length)));
+  const line = (c: string[]) => c.map((v, i) => v.padEnd(widths[i])).join(' | ');
+  return [line(header), widths.map((w) => '-'.repeat(w)).join('-|-'), ...cells.map(line)].join('\n');
+}
