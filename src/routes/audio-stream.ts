@@ -5,11 +5,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { SessionIdParams } from '../schemas/common.ts';
 import { HttpError } from '../errors.ts';
-import { AsyncQueue } from '../sessions/async-queue.ts';
-import { PLAYOUT_HIGH_WATER_MS } from '../../actors/media/playout.ts';
-import { resamplePcm16 } from '../../actors/audio/resample.ts';
-import { pcm16FromLittleEndian } from '../../actors/audio/wav.ts';
-import type { Session } from '../sessions/session.ts';
+import { AsyncQueue, PLAYOUT_HIGH_WATER_MS, pcm16FromLittleEndian, resamplePcm16, type Session } from '../sessions/index.ts';
 
 /** How often a paused socket checks whether playout made room again. */
 const BACKPRESSURE_POLL_MS = 20;
@@ -110,9 +106,8 @@ const audioStreamRoutes: FastifyPluginAsyncTypebox = async (app) => {
         const status = error instanceof HttpError ? error.statusCode : 500;
         return fail(socket, status === 404 ? 'session_not_found' : 'session_terminated', (error as Error).message, CLOSE_POLICY);
       }
-      if (session.state !== 'running') {
-        return fail(socket, 'session_not_started', `session is ${session.state}; start it before streaming audio`, CLOSE_POLICY);
-      }
+      const refusal = session.audioStreamRefusal;
+      if (refusal !== null) return fail(socket, 'session_not_started', refusal, CLOSE_POLICY);
       if (socket.readyState === socket.OPEN) socket.once('close', session.consumers.hold('audio_ws'));
       new AudioStream(socket, session).run();
     },
@@ -298,18 +293,18 @@ class AudioStream {
 
   private push(samples: Int16Array): void {
     if (!this.turn) {
-      if (this.session.busy || this.session.state !== 'running') {
-        if (!this.busyReported) sendError(this.socket, 'busy', 'another chat, speak or audio turn is in flight; interrupt it first');
-        this.busyReported = true;
-        return;
-      }
       const sessionRate = this.session.stage.sampleRate;
       // The admission check in onAudio keeps within the bound; the capacity is a backstop (plus 10 ms for resampler rounding).
       const capacity = Math.ceil((INBOUND_AUDIO_LIMIT_MS * sessionRate) / 1000) + sessionRate / 100;
       const turn: StreamTurn = { id: randomUUID(), chunks: new AsyncQueue<Int16Array>({ weigh: (pcm) => pcm.length, capacity }) };
+      // Each burst is a SPEAK_AUDIO turn the machine admits or refuses (busy, paused) like any other request.
+      const refusal = this.session.offer({ type: 'SPEAK_AUDIO', turn: { id: turn.id, mode: 'audio_stream', audio: { kind: 'stream', chunks: turn.chunks } } });
+      if (refusal !== null) {
+        if (!this.busyReported) sendError(this.socket, 'busy', refusal);
+        this.busyReported = true;
+        return;
+      }
       this.turn = turn;
-      this.session.stage.turnAudio.set(turn.id, { kind: 'stream', chunks: turn.chunks });
-      this.session.send({ type: 'SPEAK_AUDIO', turn: { id: turn.id, mode: 'audio_stream' } });
     }
     this.busyReported = false;
     if (!this.turn.chunks.push(samples)) this.onOverflow();

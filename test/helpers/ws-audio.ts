@@ -1,4 +1,6 @@
 import { WebSocket } from 'ws';
+import { AsyncQueue } from '../../src/sessions/async-queue.ts';
+import type { Session } from '../../src/sessions/session.ts';
 
 export interface ServerMessage {
   type: string;
@@ -135,9 +137,9 @@ export async function kernelQueuedBytes(port: number): Promise<{ unreadAtServer:
   return { unreadAtServer, unsentAtClient };
 }
 
-/** Audio the session's stream turns hold for the playout (the audio WebSocket's inbound queue), in ms. */
-export function streamQueuedMs(session: { stage: { sampleRate: number; turnAudio: Map<string, { kind: string; chunks?: { weight: number } }> } }): number {
-  let samples = 0;
-  for (const audio of session.stage.turnAudio.values()) if (audio.kind === 'stream' && audio.chunks) samples += audio.chunks.weight;
-  return (samples * 1000) / session.stage.sampleRate;
+/** Audio the session's stream turn holds for the playout (the audio WebSocket's inbound queue), in ms. */
+export function streamQueuedMs(session: Session): number {
+  const audio = session.actor.getSnapshot().context.turn?.audio;
+  if (audio?.kind !== 'stream' || !(audio.chunks instanceof AsyncQueue)) return 0;
+  return (audio.chunks.weight * 1000) / session.stage.sampleRate;
 }
