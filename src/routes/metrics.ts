@@ -9,8 +9,18 @@ const TurnMetrics = Type.Object({
   llm_first_token_ms: Nullable(Type.Integer({ description: 'Request → first language-model token (chat)' })),
   first_audio_queued_ms: Nullable(Type.Integer({ description: 'Request → first synthesised or uploaded audio queued for playout' })),
   first_sample_sent_ms: Nullable(Type.Integer({ description: "Request → the turn's first sample handed to WebRTC" })),
-  duration_ms: Nullable(Type.Integer({ description: 'Request → back to idle; null while running' })),
-  outcome: Type.Union([Type.Literal('running'), Type.Literal('completed'), Type.Literal('interrupted'), Type.Literal('error')]),
+  duration_ms: Nullable(Type.Integer({ description: 'Request → the turn ended; null while running' })),
+  outcome: Type.Union(
+    [
+      Type.Literal('running'),
+      Type.Literal('completed'),
+      Type.Literal('interrupted'),
+      Type.Literal('paused'),
+      Type.Literal('error'),
+      Type.Literal('terminated'),
+    ],
+    { description: 'How the session machine ended the turn: completed (its audio played out), interrupted, paused, error or terminated' },
+  ),
   interrupt_to_flush_ms: Nullable(Type.Integer({ description: 'Interrupt request → playout flushed (the next 10 ms chunk is silence)' })),
 });
 

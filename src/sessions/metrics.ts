@@ -1,4 +1,4 @@
-import type { SessionEventRecord } from './event-hub.ts';
+import type { SessionBus, TurnOutcome } from './session-bus.ts';
 
 /** Turns kept per session: enough to see a trend, bounded so a long session does not grow. */
 export const METRICS_MAX_TURNS = 50;
@@ -13,9 +13,10 @@ export interface TurnMetrics {
   first_audio_queued_ms: number | null;
   /** Request accepted → first sample of the turn handed to WebRTC: the service's share of time to first sound. */
   first_sample_sent_ms: number | null;
-  /** Request accepted → back to idle, or null while running. */
+  /** Request accepted → the turn ended (back to idle, interrupted, paused, failed), or null while running. */
   duration_ms: number | null;
-  outcome: 'running' | 'completed' | 'interrupted' | 'error';
+  /** How the machine ended the turn: `completed` only when its audio played out; a pause is `paused`. */
+  outcome: 'running' | TurnOutcome;
   /** Interrupt call → playout flushed (the next 10 ms audio chunk is silence). */
   interrupt_to_flush_ms: number | null;
 }
@@ -27,15 +28,26 @@ interface OpenTurn extends TurnMetrics {
 /**
  * Per-session latency bookkeeping, so a deployment can see its own figures (`GET /sessions/{id}/metrics`)
  * rather than trusting a benchmark: each turn's time to first token, first audio and first sample sent,
- * and how fast interrupts silenced the output.
+ * and how fast interrupts silenced the output. Turns start and end as the machine says (`follow(bus)`):
+ * what clients are told (a pause also says `status idle`) is not what decides.
  */
 export class SessionMetrics {
   private readonly turns: OpenTurn[] = [];
   private current: OpenTurn | null = null;
+  /** Set while the machine processes an INTERRUPT: the flush it causes happens in the same step. */
   private interruptAt: number | null = null;
 
+  /** Subscribes to the session bus: turn lifecycle, first sample sent, interrupt → flush. */
+  follow(bus: SessionBus): void {
+    bus.on('turn.started', ({ turnId, kind }) => this.beginTurn(turnId, kind));
+    bus.on('turn.finished', ({ turnId, outcome }) => this.finish(turnId, outcome));
+    bus.on('media.firstSample', ({ turnId }) => this.mark(turnId, 'first_sample_sent_ms'));
+    bus.on('received', ({ event }) => (this.interruptAt = event === 'INTERRUPT' ? performance.now() : null));
+    bus.on('media.flushed', () => this.flushed());
+  }
+
   beginTurn(turnId: string, mode: string, now = performance.now()): void {
-    this.finish('interrupted', now);
+    if (this.current) this.finish(this.current.turn_id, 'interrupted', now);
     const turn: OpenTurn = {
       t0: now,
       turn_id: turnId,
@@ -58,20 +70,38 @@ export class SessionMetrics {
     if (turn && turn[what] === null) turn[what] = Math.round(now - turn.t0);
   }
 
+  /** The playout was flushed; when an interrupt caused it, that interrupt's turn records how long it took. */
+  flushed(now = performance.now()): void {
+    if (this.interruptAt === null) return;
+    if (this.current) this.current.interrupt_to_flush_ms = Math.round(now - this.interruptAt);
+    this.interruptAt = null;
+  }
+
+  /** @deprecated transitional, until the session follows the bus (`follow`): an interrupt call. */
   interruptRequested(now = performance.now()): void {
     this.interruptAt = now;
   }
 
-  /** Follows the session's own events: status changes end turns; a flush after an interrupt is timed. */
-  observe(event: SessionEventRecord, now = performance.now()): void {
-    if (event.type === 'error') this.finish('error', now);
+  /** @deprecated transitional, until the session follows the bus (`follow`): ends turns on SSE events. */
+  observe(event: { type: string; data: unknown }, now = performance.now()): void {
+    const current = this.current;
+    if (!current) return;
+    if (event.type === 'error') this.finish(current.turn_id, 'error', now);
     if (event.type !== 'status') return;
-    if (event.data.stage === 'interrupted') {
-      if (this.current && this.interruptAt !== null) this.current.interrupt_to_flush_ms = Math.round(now - this.interruptAt);
-      this.finish('interrupted', now);
+    const stage = (event.data as { stage: string }).stage;
+    if (stage === 'interrupted') {
+      this.flushed(now);
+      this.finish(current.turn_id, 'interrupted', now);
     }
-    if (event.data.stage === 'idle') this.finish('completed', now);
-    this.interruptAt = null;
+    if (stage === 'idle') this.finish(current.turn_id, 'completed', now);
+  }
+
+  finish(turnId: string, outcome: TurnOutcome, now = performance.now()): void {
+    const turn = this.turns.findLast((t) => t.turn_id === turnId);
+    if (!turn || turn.outcome !== 'running') return;
+    turn.outcome = outcome;
+    turn.duration_ms = Math.round(now - turn.t0);
+    if (this.current === turn) this.current = null;
   }
 
   snapshot(): {
@@ -95,14 +125,6 @@ export class SessionMetrics {
         interrupt_to_flush_ms_max: pick('interrupt_to_flush_ms').length ? Math.max(...pick('interrupt_to_flush_ms')) : null,
       },
     };
-  }
-
-  private finish(outcome: TurnMetrics['outcome'], now: number): void {
-    const turn = this.current;
-    if (!turn || turn.outcome !== 'running') return;
-    turn.outcome = outcome;
-    turn.duration_ms = Math.round(now - turn.t0);
-    this.current = null;
   }
 }
 
