@@ -1,39 +1,74 @@
-import { assign, emit, fromCallback, raise, sendTo, setup, type ActorRefFrom, type SnapshotFrom } from 'xstate';
+import { assign, emit, fromCallback, raise, sendTo, setup, type ActorRefFrom, type EventObject, type SnapshotFrom } from 'xstate';
 
 /**
- * The session state machine. Pure: no I/O here. The real stage actors (media, asr, llm, tts) are
- * plugged in with `.provide()` by `src/sessions/runtime.ts`; the placeholders below do nothing so the
- * machine can be tested and walked on its own.
+ * The session state machine, and the one place that decides what a session accepts: a client's call is
+ * admitted exactly when `snapshot.can(event)` says so (`Session.admit`), and the 409's detail is
+ * `refusalDetail` of the same snapshot. Pure: no I/O here. The real child actors (media, asr, llm, tts,
+ * in `actors/session/`) are plugged in with `.provide()` by `src/sessions/session.ts`; the placeholders
+ * below do nothing so the machine can be tested and walked on its own.
  *
  * Top level: created → running ⇄ paused → terminated (final; absorbs everything).
  * `running` holds the pipeline: idle | listening | turn(thinking | speaking) | interrupted | error.
  * The media actor (renderer + playout + WebRTC) is invoked at the root because an avatar must stay on
  * screen (idle frames) in every non-terminated state; stage actors are invoked inside `running` only.
+ *
+ * Turn payloads (an uploaded clip, the audio WebSocket's queue, a transcription's PCM, the deferreds a
+ * waiting HTTP request settles on) ride on the events into the context and reach the stage actors through
+ * their `input`. The machine never looks inside them: no guard reads a payload, so what is admitted
+ * depends on the state alone.
  */
 
 export type TurnMode = 'speak' | 'chat' | 'audio' | 'audio_stream';
+
+/** Provider, voice and model a turn speaks with, as `src/sessions/persona.ts` resolved them; voice null: the provider's default. */
+export interface TtsSelection {
+  provider: string;
+  voice: string | null;
+  model: string | null;
+}
+
+/** Settles a request that waits on a stage actor (an HTTP handler's deferred). Opaque to the machine. */
+export interface Settle<T> {
+  resolve(value: T): void;
+  reject(error: unknown): void;
+}
+
+/** Audio a turn plays without synthesis: an uploaded clip, or the audio WebSocket's queue. Opaque to the machine. */
+export type DirectAudio = { kind: 'clip'; pcm: Int16Array } | { kind: 'stream'; chunks: AsyncIterable<Int16Array> };
 
 export interface TurnInfo {
   id: string;
   mode: TurnMode;
   /** speak: the text; chat: the prompt (or recognised text). */
   text?: string;
-  voice?: string | null;
-  ttsProvider?: string | null;
-  ttsModel?: string | null;
+  /** The turn's voice; absent: the session's (a chat the machine starts from a transcript). */
+  tts?: TtsSelection;
   /** audio: apply rt-family segmentation and smoothing. */
   smoothing?: boolean;
+  /** audio, audio_stream: what to play. */
+  audio?: DirectAudio;
+  /** chat: settled once the language model accepted the request (first delta), or rejected with why not. */
+  accepted?: Settle<void>;
+}
+
+/** A transcription request: the upload's PCM and the deferred its HTTP request waits on. */
+export interface TranscribeRequest {
+  id: string;
+  triggerChat: boolean;
+  pcm: Int16Array;
+  sampleRate: number;
+  result: Settle<string>;
 }
 
 export interface SessionContext {
   sessionId: string;
   avatarId: string;
   model: string;
-  ttsProvider: string;
-  ttsVoice: string | null;
+  /** The session's persona voice; a turn without its own selection speaks with it. */
+  tts: TtsSelection;
   systemPrompt: string;
   turn: TurnInfo | null;
-  transcribe: { id: string; triggerChat: boolean } | null;
+  transcribe: TranscribeRequest | null;
 }
 
 export type SessionInput = Omit<SessionContext, 'turn' | 'transcribe'>;
@@ -47,15 +82,29 @@ export type SessionEvent =
   | { type: 'SPEAK'; turn: TurnInfo }
   | { type: 'CHAT'; turn: TurnInfo }
   | { type: 'SPEAK_AUDIO'; turn: TurnInfo }
-  | { type: 'TRANSCRIBE'; id: string; triggerChat: boolean }
+  | { type: 'TRANSCRIBE'; request: TranscribeRequest }
   | { type: 'ASR.DONE'; text: string }
   | { type: 'LLM.SEGMENT'; text: string }
   | { type: 'LLM.DONE' }
   | { type: 'TTS.FIRST_AUDIO' }
+  /** A reply segment's audio is all queued for playout: its text and how long it plays. */
+  | { type: 'TTS.QUEUED'; text: string; durationMs: number }
   | { type: 'TTS.DONE' }
   | { type: 'MEDIA.FLUSHED' }
-  | { type: 'CUSTOMIZE'; systemPrompt?: string; ttsVoice?: string | null; ttsProvider?: string }
+  | { type: 'CUSTOMIZE'; systemPrompt?: string; tts?: TtsSelection }
   | { type: 'STAGE.ERROR'; code: string; message: string; fatal: boolean };
+
+/** What the llm actor hears from the machine while its chat turn lasts. */
+export type LlmActorEvent =
+  | { type: 'TTS.QUEUED'; text: string; durationMs: number }
+  /** Sent as the turn ends, before the actor is stopped: `completed` when its audio played to the end. */
+  | { type: 'TURN.END'; completed: boolean };
+
+/** What the media actor hears from the machine: empty the playout now (interrupt, pause, error). */
+export type MediaActorEvent = { type: 'FLUSH' };
+
+/** What the tts actor hears from the machine: the chat reply's segments as the llm produces them. */
+export type TtsActorEvent = { type: 'TEXT.SEGMENT'; text: string } | { type: 'TEXT.END' };
 
 export type SessionEmitted =
   | { type: 'status'; stage: PipelineStage; message?: string }
@@ -70,10 +119,16 @@ export type SessionState = (typeof SESSION_STATES)[number];
 /** Upper bound on waiting for the playout to confirm a flush; the spec promises idle within ~200 ms. */
 export const INTERRUPT_SETTLE_MS = 150;
 
-/** Inputs the stage actors receive; serialisable, the heavy data is looked up by turn id. */
+/** Inputs of the stage actors; the turn carries its payloads (audio, deferreds) as given by the event. */
 export interface StageInput {
   sessionId: string;
   turn: TurnInfo;
+}
+export type TtsInput = StageInput & { tts: TtsSelection };
+export type LlmInput = StageInput & { systemPrompt: string };
+export interface AsrInput {
+  sessionId: string;
+  request: TranscribeRequest;
 }
 
 export const sessionMachine = setup({
@@ -84,12 +139,10 @@ export const sessionMachine = setup({
     emitted: {} as SessionEmitted,
   },
   actors: {
-    media: fromCallback<{ type: string }, { sessionId: string }>(() => () => undefined),
-    asr: fromCallback<{ type: string }, { sessionId: string; transcribeId: string }>(() => () => undefined),
-    llm: fromCallback<{ type: string }, StageInput & { systemPrompt: string }>(() => () => undefined),
-    tts: fromCallback<{ type: string; text?: string }, StageInput & { voice: string | null; ttsProvider: string }>(
-      () => () => undefined,
-    ),
+    media: fromCallback<MediaActorEvent, { sessionId: string }>(() => () => undefined),
+    asr: fromCallback<EventObject, AsrInput>(() => () => undefined),
+    llm: fromCallback<LlmActorEvent, LlmInput>(() => () => undefined),
+    tts: fromCallback<TtsActorEvent, TtsInput>(() => () => undefined),
   },
   guards: {
     turnIsChat: ({ context }) => context.turn?.mode === 'chat',
@@ -125,8 +178,7 @@ export const sessionMachine = setup({
     CUSTOMIZE: {
       actions: assign(({ context, event }) => ({
         systemPrompt: event.systemPrompt ?? context.systemPrompt,
-        ttsVoice: event.ttsVoice !== undefined ? event.ttsVoice : context.ttsVoice,
-        ttsProvider: event.ttsProvider ?? context.ttsProvider,
+        tts: event.tts ?? context.tts,
       })),
     },
   },
@@ -156,10 +208,7 @@ export const sessionMachine = setup({
             SPEAK: { target: 'turn', actions: assign({ turn: ({ event }) => event.turn }) },
             CHAT: { target: 'turn', actions: assign({ turn: ({ event }) => event.turn }) },
             SPEAK_AUDIO: { target: 'turn', actions: assign({ turn: ({ event }) => event.turn }) },
-            TRANSCRIBE: {
-              target: 'listening',
-              actions: assign({ transcribe: ({ event }) => ({ id: event.id, triggerChat: event.triggerChat }) }),
-            },
+            TRANSCRIBE: { target: 'listening', actions: assign({ transcribe: ({ event }) => event.request }) },
           },
         },
         listening: {
@@ -167,7 +216,7 @@ export const sessionMachine = setup({
           invoke: {
             id: 'asr',
             src: 'asr',
-            input: ({ context }) => ({ sessionId: context.sessionId, transcribeId: context.transcribe!.id }),
+            input: ({ context }) => ({ sessionId: context.sessionId, request: context.transcribe! }),
           },
           on: {
             'ASR.DONE': [
@@ -188,12 +237,7 @@ export const sessionMachine = setup({
           invoke: {
             id: 'tts',
             src: 'tts',
-            input: ({ context }) => ({
-              sessionId: context.sessionId,
-              turn: context.turn!,
-              voice: context.turn!.voice ?? context.ttsVoice,
-              ttsProvider: context.turn!.ttsProvider ?? context.ttsProvider,
-            }),
+            input: ({ context }) => ({ sessionId: context.sessionId, turn: context.turn!, tts: context.turn!.tts ?? context.tts }),
           },
           on: {
             'TTS.DONE': { target: 'idle', actions: { type: 'emitStatus', params: { stage: 'idle' } } },
@@ -202,20 +246,30 @@ export const sessionMachine = setup({
             text: {
               initial: 'routing',
               states: {
-                routing: { always: [{ guard: 'turnIsChat', target: 'generating' }, { target: 'complete' }] },
-                generating: {
+                routing: { always: [{ guard: 'turnIsChat', target: 'chat' }, { target: 'complete' }] },
+                // The llm actor lives as long as the chat turn: it commits the history once it knows what was heard.
+                chat: {
+                  initial: 'generating',
                   invoke: {
                     id: 'llm',
                     src: 'llm',
-                    input: ({ context }) => ({
-                      sessionId: context.sessionId,
-                      turn: context.turn!,
-                      systemPrompt: context.systemPrompt,
-                    }),
+                    input: ({ context }) => ({ sessionId: context.sessionId, turn: context.turn!, systemPrompt: context.systemPrompt }),
                   },
+                  // Exit actions reach the child before it is stopped; only TTS.DONE ends a turn whose audio all played.
+                  exit: sendTo('llm', ({ event }) => ({ type: 'TURN.END' as const, completed: event.type === 'TTS.DONE' })),
                   on: {
-                    'LLM.SEGMENT': { actions: sendTo('tts', ({ event }) => ({ type: 'TEXT.SEGMENT', text: event.text })) },
-                    'LLM.DONE': { target: 'complete', actions: sendTo('tts', { type: 'TEXT.END' }) },
+                    'TTS.QUEUED': {
+                      actions: sendTo('llm', ({ event }) => ({ type: 'TTS.QUEUED' as const, text: event.text, durationMs: event.durationMs })),
+                    },
+                  },
+                  states: {
+                    generating: {
+                      on: {
+                        'LLM.SEGMENT': { actions: sendTo('tts', ({ event }) => ({ type: 'TEXT.SEGMENT' as const, text: event.text })) },
+                        'LLM.DONE': { target: 'generated', actions: sendTo('tts', { type: 'TEXT.END' as const }) },
+                      },
+                    },
+                    generated: {},
                   },
                 },
                 complete: { type: 'final' },
@@ -239,8 +293,8 @@ export const sessionMachine = setup({
           entry: ['flushMedia', { type: 'emitStatus', params: { stage: 'interrupted' } }, 'clearTurn'],
           on: {
             'MEDIA.FLUSHED': { target: 'idle', actions: { type: 'emitStatus', params: { stage: 'idle' } } },
-            // Not busy here, so routes accept new work; settle now and let idle take it rather than drop
-            // it (a dropped TRANSCRIBE would leave its request waiting forever).
+            // Not busy here, so new work is admitted; settle now and let idle take it rather than drop it
+            // (a dropped TRANSCRIBE would leave its request waiting forever).
             SPEAK: { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
             CHAT: { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
             SPEAK_AUDIO: { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
@@ -263,7 +317,7 @@ export const sessionMachine = setup({
       entry: 'emitTerminated',
       // A running actor stops at a final state, but the pure `transition()` (graph walks, replays) does
       // not: without this, the root's TERMINATE / fatal STAGE.ERROR / CUSTOMIZE would still fire here
-      // (emitting session.terminated again, changing context). Swallow everything.
+      // (emitting session.terminated again, changing context). Swallow everything; `can` is false for all.
       on: { '*': {} },
     },
   },
@@ -292,4 +346,58 @@ export function pipelineStageOf(snapshot: SessionSnapshot): PipelineStage {
 /** True while a chat, speak, speak_audio, stream or transcribe is in flight (spec 8 concurrency). */
 export function isBusy(snapshot: SessionSnapshot): boolean {
   return snapshot.matches({ running: 'turn' }) || snapshot.matches({ running: 'listening' });
+}
+
+/** The events a client's call becomes. Each is admitted exactly when `snapshot.can(event)` is true. */
+export type RequestEventType = 'START' | 'PAUSE' | 'RESUME' | 'SPEAK' | 'CHAT' | 'SPEAK_AUDIO' | 'TRANSCRIBE' | 'CUSTOMIZE';
+
+/**
+ * Whether a request of this type would be admitted now, asked before its payload exists (a route checks
+ * this before reading an upload). The same answer as `snapshot.can` with the full event, because no guard
+ * of these events reads a payload (the machine tests pin that).
+ */
+export function admitsRequest(snapshot: SessionSnapshot, type: RequestEventType): boolean {
+  return snapshot.can({ type } as SessionEvent);
+}
+
+/** What is in flight, in the words of the call that started it. */
+function workInFlight(snapshot: SessionSnapshot): string {
+  const { turn, transcribe } = snapshot.context;
+  if (transcribe || snapshot.matches({ running: 'listening' })) return 'transcribe';
+  switch (turn?.mode) {
+    case 'chat':
+      return 'chat';
+    case 'audio':
+      return 'speak_audio';
+    case 'audio_stream':
+      return 'audio stream';
+    default:
+      return 'speak';
+  }
+}
+
+/** The 409 detail for a request the machine refuses in this snapshot, derived from its state. */
+export function refusalDetail(snapshot: SessionSnapshot, type: RequestEventType): string {
+  const state = sessionStateOf(snapshot);
+  if (state === 'terminated') return 'session is terminated';
+  switch (type) {
+    case 'START':
+      return `session is already ${state}`;
+    case 'PAUSE':
+      return `session is ${state}, only a running session can be paused`;
+    case 'RESUME':
+      return `session is ${state}, only a paused session can be resumed`;
+    default:
+      if (state === 'created') return 'session is not started: call POST /sessions/{session_id}/start first';
+      if (state === 'paused') return 'session is paused: call POST /sessions/{session_id}/resume first';
+      return `a previous ${workInFlight(snapshot)} is in flight (call interrupt first)`;
+  }
+}
+
+/**
+ * Whether the audio WebSocket may connect: while the session runs, busy or not (each burst it carries is
+ * admitted on its own as SPEAK_AUDIO); otherwise the refusal detail.
+ */
+export function audioStreamRefusal(snapshot: SessionSnapshot): string | null {
+  return sessionStateOf(snapshot) === 'running' ? null : refusalDetail(snapshot, 'SPEAK_AUDIO');
 }

@@ -1,5 +1,7 @@
 import path from 'node:path';
-import { isTtsProviderId, type TtsProviderId } from '../actors/tts/types.ts';
+import { isTtsProviderId, TTS_PROVIDER_IDS, type TtsProviderId } from '../actors/tts/types.ts';
+import type { TtsEndpointConfig, TtsProvidersConfig } from '../actors/tts/registry.ts';
+import { envVarName } from '../actors/tts/providers/common.ts';
 import { DEFAULT_VIDEO_DELAY_MS } from '../actors/media/playout.ts';
 
 /**
@@ -15,6 +17,8 @@ export interface ServiceConfig {
   publicBaseUrl: string;
   ttsDefaultProvider: TtsProviderId;
   ttsDefaultVoice: string | null;
+  /** Every TTS provider's endpoint and key (`SERVICE_TTS_<ID>_BASE_URL` / `_API_KEY`), the voice dir and the public base URL. */
+  tts: TtsProvidersConfig;
   llmSystemPrompt: string;
   llm: { baseUrl: string | null; apiKey: string | null; model: string };
   asr: { baseUrl: string | null; apiKey: string | null; model: string };
@@ -34,8 +38,6 @@ export interface ServiceConfig {
   ttsPreviewMaxChars: number;
   /** The live state inspector (`/inspect`): shows user text, so on by default only on a loopback bind. */
   inspector: boolean;
-  /** Raw environment, for stage providers that read their own `SERVICE_TTS_<ID>_*` variables. */
-  env: Record<string, string | undefined>;
 }
 
 export class ConfigError extends Error {
@@ -119,16 +121,39 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const inspector = inspectorRaw === 'on';
 
   const publicBaseUrl = url('SERVICE_PUBLIC_BASE_URL') ?? `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+  const dataDir = path.resolve(cwd, read('SERVICE_DATA_DIR') ?? './data');
+
+  // One endpoint per remote TTS provider. cloud_b lives on cloud_a's platform (one account), so its key and
+  // base URL default to cloud_a's.
+  const ttsProviders: TtsProvidersConfig['providers'] = {};
+  for (const id of TTS_PROVIDER_IDS) {
+    if (id === 'builtin') continue;
+    const endpoint: TtsEndpointConfig = {};
+    const baseUrl = url(envVarName(id, 'BASE_URL'));
+    const apiKey = read(envVarName(id, 'API_KEY'));
+    if (baseUrl) endpoint.baseUrl = baseUrl;
+    if (apiKey) endpoint.apiKey = apiKey;
+    ttsProviders[id] = endpoint;
+  }
+  const cloudA = ttsProviders.cloud_a!;
+  const cloudB = ttsProviders.cloud_b!;
+  if (!cloudB.apiKey && cloudA.apiKey) cloudB.apiKey = cloudA.apiKey;
+  if (!cloudB.baseUrl && cloudA.baseUrl) cloudB.baseUrl = cloudA.baseUrl;
 
   const config: ServiceConfig = {
     host,
     port,
-    dataDir: path.resolve(cwd, read('SERVICE_DATA_DIR') ?? './data'),
+    dataDir,
     avatarsDir: path.resolve(cwd, read('SERVICE_AVATARS_DIR') ?? './avatars'),
     corsOrigins,
     publicBaseUrl,
     ttsDefaultProvider: (isTtsProviderId(provider) ? provider : 'builtin') as TtsProviderId,
     ttsDefaultVoice: read('SERVICE_TTS_DEFAULT_VOICE') ?? null,
+    tts: {
+      providers: ttsProviders,
+      voiceDir: path.resolve(cwd, read('SERVICE_TTS_VOICE_DIR') ?? path.join(dataDir, 'voices')),
+      publicBaseUrl,
+    },
     llmSystemPrompt: read('SERVICE_LLM_SYSTEM_PROMPT') ?? DEFAULT_SYSTEM_PROMPT,
     llm: {
       baseUrl: url('SERVICE_LLM_BASE_URL'),
@@ -152,7 +177,6 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     videoDelayMs: integer('SERVICE_VIDEO_DELAY_MS', DEFAULT_VIDEO_DELAY_MS, 0, 1000),
     ttsPreviewMaxChars: integer('SERVICE_TTS_PREVIEW_MAX_CHARS', 1000, 1, 1000),
     inspector,
-    env: { ...env },
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

@@ -9,7 +9,7 @@ import { ModelRegistry } from './models.ts';
 import { SessionSupervisor, type RenderOpener } from './sessions/supervisor.ts';
 import { InspectionHub } from './inspect/inspection-hub.ts';
 import { RenderPool } from '../actors/render/pool.ts';
-import { createTtsRegistry, ttsConfigFromEnv, type TtsRegistry } from '../actors/tts/registry.ts';
+import { createTtsRegistry, type TtsRegistry } from '../actors/tts/registry.ts';
 import { closeBuiltinEngines } from '../actors/tts/providers/builtin.ts';
 import { createOpenAiLlm } from '../actors/llm/providers/openai.ts';
 import { createOpenAiAsr } from '../actors/asr/providers/openai.ts';
@@ -69,9 +69,7 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     threads: config.renderThreads || Math.max(1, os.availableParallelism() - 1),
     logger: logger.child({ component: 'render' }),
   });
-  const ttsConfig = ttsConfigFromEnv(config.env as NodeJS.ProcessEnv, process.cwd());
-  ttsConfig.publicBaseUrl = config.publicBaseUrl;
-  ttsConfig.voiceDir = ttsConfig.voiceDir ?? path.join(config.dataDir, 'voices');
+  const ttsConfig = config.tts;
   const voices = new VoiceCatalog(store.sublevel('voices'));
   const uploads = new VoiceUploads({ dir: path.join(config.dataDir, 'voice-uploads') });
   const tts =

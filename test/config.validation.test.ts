@@ -38,6 +38,25 @@ describe('configuration from SERVICE_* variables', () => {
     }
   });
 
+  it('validates provider settings with the rest: a TTS base URL that is not http(s) is a start-up error naming its variable', () => {
+    let error: unknown;
+    try {
+      loadConfig({ SERVICE_TTS_COMPAT_HTTP_BASE_URL: 'tts.lan:8880', SERVICE_TTS_CLOUD_E_BASE_URL: 'ftp://speech.example.com' });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as ConfigError).problems).toEqual([
+      expect.stringMatching(/^SERVICE_TTS_CLOUD_E_BASE_URL must be an http\(s\) URL/),
+      expect.stringMatching(/^SERVICE_TTS_COMPAT_HTTP_BASE_URL must be an http\(s\) URL/),
+    ]);
+    const config = loadConfig({ SERVICE_TTS_COMPAT_HTTP_BASE_URL: 'http://127.0.0.1:8880/', SERVICE_TTS_COMPAT_HTTP_API_KEY: ' k ' }, '/srv/app');
+    expect(config.tts.providers.compat_http).toEqual({ baseUrl: 'http://127.0.0.1:8880', apiKey: 'k' });
+    expect(config.tts.voiceDir).toBe('/srv/app/data/voices');
+    // Nothing downstream reads the raw environment any more.
+    expect(config).not.toHaveProperty('env');
+  });
+
   it('accepts valid overrides', () => {
     const config = loadConfig({
       SERVICE_HOST: '0.0.0.0',

@@ -11,12 +11,14 @@ import {
 } from '../machines/session.machine.ts';
 import {
   REPRESENTATIVE_EVENTS,
+  STREAM_TURN,
   TEST_SESSION_INPUT,
   runPure,
   runViolations,
   sessionEventArbitrary,
   sessionEventsArbitrary,
   stepViolations,
+  transcribeRequest,
 } from './helpers/machine-events.ts';
 
 /** Enough random runs to visit every state many times while keeping the file well under a few seconds. */
@@ -96,9 +98,9 @@ describe('session machine: invariants over random event sequences (pure transiti
       [{ type: 'SPEAK', turn: { id: 'a', mode: 'speak', text: 'Hi.' } }],
       [{ type: 'CHAT', turn: { id: 'b', mode: 'chat', text: 'Hi?' } }],
       [{ type: 'CHAT', turn: { id: 'b', mode: 'chat', text: 'Hi?' } }, { type: 'TTS.FIRST_AUDIO' }],
-      [{ type: 'SPEAK_AUDIO', turn: { id: 'c', mode: 'audio_stream' } }],
-      [{ type: 'TRANSCRIBE', id: 'd', triggerChat: true }],
-      [{ type: 'TRANSCRIBE', id: 'd', triggerChat: true }, { type: 'ASR.DONE', text: 'hello' }],
+      [{ type: 'SPEAK_AUDIO', turn: STREAM_TURN }],
+      [{ type: 'TRANSCRIBE', request: transcribeRequest('d', true) }],
+      [{ type: 'TRANSCRIBE', request: transcribeRequest('d', true) }, { type: 'ASR.DONE', text: 'hello' }],
     );
     const harmless = fc.array(
       fc.constantFrom<SessionEvent>({ type: 'LLM.SEGMENT', text: 'x' }, { type: 'START' }, { type: 'INTERRUPT' }, { type: 'RESUME' }),
@@ -165,7 +167,7 @@ describe('session machine: invariants over random event sequences (pure transiti
       { type: 'START' },
       { type: 'SPEAK', turn: { id: 'a', mode: 'speak' } },
       { type: 'INTERRUPT' },
-      { type: 'TRANSCRIBE', id: 'b', triggerChat: false },
+      { type: 'TRANSCRIBE', request: transcribeRequest('b', false) },
     ];
     expect(runViolations(runPure(events, mutant)).some((v) => v.includes('transcribe dropped'))).toBe(true);
     expect(runViolations(runPure(events))).toEqual([]);

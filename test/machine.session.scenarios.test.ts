@@ -8,8 +8,9 @@ import {
   type SessionEvent,
   type SessionSnapshot,
   type StageInput,
+  type TtsInput,
 } from '../machines/session.machine.ts';
-import { TEST_SESSION_INPUT, createRecordingActors, type RecordingHooks } from './helpers/machine-events.ts';
+import { TEST_SESSION_INPUT, createRecordingActors, transcribeRequest, type RecordingHooks } from './helpers/machine-events.ts';
 
 /**
  * Scenario tests on a real actor: the stage actors are recording callback actors (provided with
@@ -28,7 +29,7 @@ const conversationalHooks: RecordingHooks = {
       for (const text of LLM_SEGMENTS) sendBack({ type: 'LLM.SEGMENT', text });
       sendBack({ type: 'LLM.DONE' });
     }
-    if (id === 'tts' && (input as StageInput).turn.mode !== 'chat') {
+    if (id === 'tts' && (input as TtsInput).turn.mode !== 'chat') {
       sendBack({ type: 'TTS.FIRST_AUDIO' });
       sendBack({ type: 'TTS.DONE' });
     }
@@ -64,19 +65,15 @@ function startSession(hooks: RecordingHooks = conversationalHooks) {
 const idle = (snapshot: SessionSnapshot) => snapshot.matches({ running: 'idle' });
 
 describe('session machine scenarios (real actor, recording stage actors)', () => {
-  it('speak turn: status speaking then idle, tts gets the turn and is stopped afterwards', async () => {
+  it('speak turn: status speaking then idle, tts gets the turn and its voice and is stopped afterwards', async () => {
     const session = startSession();
-    session.send({ type: 'SPEAK', turn: { id: 'speak-1', mode: 'speak', text: 'Hi!', voice: 'alice' } });
+    const voice = { provider: 'compat_http', voice: 'alice', model: null };
+    session.send({ type: 'SPEAK', turn: { id: 'speak-1', mode: 'speak', text: 'Hi!', tts: voice } });
     expect(session.actor.getSnapshot().matches({ running: { turn: { phase: 'preparing' } } })).toBe(true);
     await session.until(idle);
     expect(session.statuses()).toEqual(['speaking', 'idle']);
     const [tts] = session.recording.of('tts');
-    expect(tts.input).toEqual({
-      sessionId: TEST_SESSION_INPUT.sessionId,
-      turn: { id: 'speak-1', mode: 'speak', text: 'Hi!', voice: 'alice' },
-      voice: 'alice',
-      ttsProvider: TEST_SESSION_INPUT.ttsProvider,
-    });
+    expect(tts.input).toEqual({ sessionId: TEST_SESSION_INPUT.sessionId, turn: { id: 'speak-1', mode: 'speak', text: 'Hi!', tts: voice }, tts: voice });
     expect(tts.stopped).toBe(true);
     expect(session.recording.of('llm')).toEqual([]);
     expect(session.actor.getSnapshot().context.turn).toBeNull();
@@ -101,20 +98,25 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
 
   it('transcribe with triggerChat: listening, then a chat turn on the recognised text', async () => {
     const session = startSession();
-    session.send({ type: 'TRANSCRIBE', id: 'tr-1', triggerChat: true });
+    const request = transcribeRequest('tr-1', true);
+    session.send({ type: 'TRANSCRIBE', request });
     await session.until(idle);
     expect(session.statuses()).toEqual(['listening', 'thinking', 'speaking', 'idle']);
     const [asr] = session.recording.of('asr');
-    expect(asr.input).toEqual({ sessionId: TEST_SESSION_INPUT.sessionId, transcribeId: 'tr-1' });
+    // The upload and the deferred its request waits on reach the actor on its input, not through a side map.
+    expect(asr.input).toEqual({ sessionId: TEST_SESSION_INPUT.sessionId, request });
+    expect((asr.input as { request: unknown }).request).toBe(request);
     expect(asr.stopped).toBe(true);
     const [llm] = session.recording.of('llm');
     expect((llm.input as StageInput).turn).toEqual({ id: 'tr-1', mode: 'chat', text: 'what time is it' });
+    // A chat the machine starts from a transcript speaks with the session's persona.
+    expect((session.recording.of('tts')[0].input as TtsInput).tts).toEqual(TEST_SESSION_INPUT.tts);
     expect(session.recording.of('tts')[0].received.map((event) => event.type)).toEqual(['TEXT.SEGMENT', 'TEXT.SEGMENT', 'TEXT.END']);
   });
 
   it('transcribe without triggerChat: listening then idle, no turn started', async () => {
     const session = startSession();
-    session.send({ type: 'TRANSCRIBE', id: 'tr-2', triggerChat: false });
+    session.send({ type: 'TRANSCRIBE', request: transcribeRequest('tr-2', false) });
     await session.until(idle);
     expect(session.statuses()).toEqual(['listening', 'idle']);
     expect(session.recording.of('asr')[0].stopped).toBe(true);
@@ -224,7 +226,7 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
   it.each([
     ['SPEAK', { type: 'SPEAK', turn: { id: 'speak-8', mode: 'speak', text: 'Next.' } }, ['speaking', 'idle']],
     ['CHAT', { type: 'CHAT', turn: { id: 'chat-8', mode: 'chat', text: 'Next?' } }, ['thinking', 'speaking', 'idle']],
-    ['TRANSCRIBE', { type: 'TRANSCRIBE', id: 'tr-8', triggerChat: false }, ['listening', 'idle']],
+    ['TRANSCRIBE', { type: 'TRANSCRIBE', request: transcribeRequest('tr-8', false) }, ['listening', 'idle']],
   ] as Array<[string, SessionEvent, string[]]>)(
     'a %s sent right after INTERRUPT (not busy, flush not yet confirmed) is not lost',
     async (_, request, expectedStatuses) => {
@@ -244,13 +246,24 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
     },
   );
 
-  it('CUSTOMIZE changes the voice and system prompt used by the next turn', async () => {
+  it('CUSTOMIZE changes the persona (voice, system prompt) of following turns that bring no voice of their own', async () => {
     const session = startSession();
-    session.send({ type: 'CUSTOMIZE', systemPrompt: 'Be brief.', ttsVoice: 'bob', ttsProvider: 'espeak' });
+    const persona = { provider: 'compat_http', voice: 'bob', model: 'tts-1' };
+    session.send({ type: 'CUSTOMIZE', systemPrompt: 'Be brief.', tts: persona });
     session.send({ type: 'CHAT', turn: { id: 'chat-4', mode: 'chat', text: 'Hi' } });
     await session.until(idle);
     expect(session.recording.of('llm')[0].input).toMatchObject({ systemPrompt: 'Be brief.' });
-    expect(session.recording.of('tts')[0].input).toMatchObject({ voice: 'bob', ttsProvider: 'espeak' });
+    expect(session.recording.of('tts')[0].input).toMatchObject({ tts: persona });
+  });
+
+  it('a turn with its own voice speaks with it, whole: no field of the session persona fills in (the old voice_not_found)', async () => {
+    const session = startSession();
+    session.send({ type: 'CUSTOMIZE', tts: { provider: 'builtin', voice: 'en-US-GuyNeural', model: null } });
+    // What persona.ts resolves for a provider override without a voice: that provider's default (null).
+    const other = { provider: 'compat_http', voice: null, model: null };
+    session.send({ type: 'SPEAK', turn: { id: 'speak-9', mode: 'speak', text: 'Hi', tts: other } });
+    await session.until(idle);
+    expect((session.recording.of('tts')[0].input as TtsInput).tts).toEqual(other);
   });
 
   it('TERMINATE stops the media actor and emits session.terminated exactly once', () => {

@@ -1,13 +1,17 @@
-/** The provider registry: every id present, status and cloning flags, config read from `SERVICE_TTS_*`. */
+/** The provider registry: every id present, status and cloning flags, config read from `SERVICE_TTS_*` by `src/config.ts`. */
 import { describe, expect, it } from 'vitest';
-import { createTtsRegistry, ttsConfigFromEnv } from '../actors/tts/registry.ts';
+import { createTtsRegistry } from '../actors/tts/registry.ts';
+import { loadConfig } from '../src/config.ts';
 import { ProviderNotConfiguredError, TTS_PROVIDER_IDS, type TtsProvider } from '../actors/tts/types.ts';
 
 const builtinStub: TtsProvider = { id: 'builtin', status: () => ({ configured: true }), synthesize: async function* () {} };
 
-describe('ttsConfigFromEnv', () => {
+/** Provider settings as the service reads them: with every other SERVICE_* variable, in loadConfig. */
+const ttsConfigOf = (env: Record<string, string>) => loadConfig(env, '/ignored').tts;
+
+describe('provider settings in loadConfig', () => {
   it('reads base URL and key per provider id, the voice dir and the public base URL', () => {
-    const config = ttsConfigFromEnv(
+    const config = ttsConfigOf(
       {
         SERVICE_TTS_CLOUD_A_API_KEY: 'a-key',
         SERVICE_TTS_CLOUD_C_API_KEY: ' c-key ',
@@ -17,7 +21,6 @@ describe('ttsConfigFromEnv', () => {
         SERVICE_DATA_DIR: '/srv/data',
         SERVICE_PUBLIC_BASE_URL: 'https://avatar.example.com/',
       },
-      '/ignored',
     );
     expect(config.providers.cloud_a).toEqual({ apiKey: 'a-key' });
     // cloud_b is on cloud_a's platform: same account key unless set separately.
@@ -32,7 +35,7 @@ describe('ttsConfigFromEnv', () => {
 
 describe('createTtsRegistry', () => {
   it('lists every provider id with configured/reason/cloning, and never falls back', async () => {
-    const registry = createTtsRegistry(ttsConfigFromEnv({ SERVICE_TTS_CLOUD_C_API_KEY: 'k' }), { builtin: builtinStub });
+    const registry = createTtsRegistry(ttsConfigOf({ SERVICE_TTS_CLOUD_C_API_KEY: 'k' }), { builtin: builtinStub });
     const listing = registry.list();
     expect(listing.map((entry) => entry.id)).toEqual([...TTS_PROVIDER_IDS]);
     const byId = Object.fromEntries(listing.map((entry) => [entry.id, entry]));

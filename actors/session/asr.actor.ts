@@ -1,26 +1,32 @@
-import { fromCallback } from 'xstate';
+import { fromCallback, type EventObject } from 'xstate';
+import type { AsrInput, TranscribeRequest } from '../../machines/session.machine.ts';
 import { splitForAsr } from '../audio/vad.ts';
-import { runStage, type StageContext, type TranscribeJob } from './stage.ts';
+import { runStage, type StageContext } from './stage.ts';
 
-/** A transcription: the upload through the speech recogniser; SSE `transcript`, then ASR.DONE with the text. */
+/**
+ * A transcription: the upload (carried on the TRANSCRIBE event) through the speech recogniser; SSE
+ * `transcript`, the waiting request's result, then ASR.DONE with the text. Stopped early, the request is
+ * answered with an AbortError (the route's 409).
+ */
 export function createAsrActor(ctx: StageContext) {
-  return fromCallback<{ type: string }, { sessionId: string; transcribeId: string }>(({ input, sendBack }) =>
-    runStage(ctx, 'asr', sendBack, async (signal) => {
-      const job = ctx.transcribeJobs.get(input.transcribeId);
-      if (!job) throw new Error('transcription audio missing');
+  return fromCallback<EventObject, AsrInput>(({ input, sendBack }) => {
+    const { request } = input;
+    const stop = runStage(ctx, 'asr', sendBack, async (signal) => {
       try {
-        const transcript = await transcribeInPieces(ctx, job, signal);
+        const transcript = await transcribeInPieces(ctx, request, signal);
         ctx.events.publish('transcript', { text: transcript, is_final: true });
-        job.result.resolve(transcript);
+        request.result.resolve(transcript);
         return { type: 'ASR.DONE', text: transcript };
       } catch (error) {
-        job.result.reject(error);
+        request.result.reject(error);
         throw error;
-      } finally {
-        ctx.transcribeJobs.delete(input.transcribeId);
       }
-    }),
-  );
+    });
+    return () => {
+      stop();
+      request.result.reject(new DOMException('transcription stopped', 'AbortError'));
+    };
+  });
 }
 
 /**
@@ -30,17 +36,17 @@ export function createAsrActor(ctx: StageContext) {
  */
 export const ASR_SINGLE_REQUEST_MAX_MS = 30_000;
 
-async function transcribeInPieces(ctx: StageContext, job: TranscribeJob, signal: AbortSignal): Promise<string> {
-  const durationMs = (job.pcm.length / job.sampleRate) * 1000;
+async function transcribeInPieces(ctx: StageContext, request: TranscribeRequest, signal: AbortSignal): Promise<string> {
+  const durationMs = (request.pcm.length / request.sampleRate) * 1000;
   if (durationMs <= ASR_SINGLE_REQUEST_MAX_MS) {
-    const { text } = await ctx.asr.transcribe({ pcm: job.pcm, sampleRate: job.sampleRate, signal });
+    const { text } = await ctx.asr.transcribe({ pcm: request.pcm, sampleRate: request.sampleRate, signal });
     return text.trim();
   }
-  const pieces = await splitForAsr(job.pcm, job.sampleRate, ASR_SINGLE_REQUEST_MAX_MS, { signal });
+  const pieces = await splitForAsr(request.pcm, request.sampleRate, ASR_SINGLE_REQUEST_MAX_MS, { signal });
   const texts: string[] = [];
   for (const piece of pieces) {
     signal.throwIfAborted();
-    const { text } = await ctx.asr.transcribe({ pcm: piece.pcm, sampleRate: job.sampleRate, signal });
+    const { text } = await ctx.asr.transcribe({ pcm: piece.pcm, sampleRate: request.sampleRate, signal });
     if (text.trim()) texts.push(text.trim());
     ctx.events.publish('transcript', { text: texts.join(' '), is_final: false });
   }

@@ -4,7 +4,7 @@ import { createMediaActor } from './media.actor.ts';
 import type { StageContext } from './stage.ts';
 import { createTtsActor } from './tts.actor.ts';
 
-export type { StageContext, TranscribeJob, TurnAudio } from './stage.ts';
+export type { StageContext } from './stage.ts';
 
 /**
  * The real child actors of one session, by the names the machine's `setup({ actors })` gives them;

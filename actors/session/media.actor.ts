@@ -1,4 +1,5 @@
 import { fromCallback } from 'xstate';
+import type { MediaActorEvent } from '../../machines/session.machine.ts';
 import { stageErrorOf } from './stage-errors.ts';
 import type { StageContext } from './stage.ts';
 
@@ -8,7 +9,7 @@ import type { StageContext } from './stage.ts';
  * actor closes the media.
  */
 export function createMediaActor(ctx: StageContext) {
-  return fromCallback<{ type: string }, { sessionId: string }>(({ receive, sendBack }) => {
+  return fromCallback<MediaActorEvent, { sessionId: string }>(({ receive, sendBack }) => {
     receive((event) => {
       if (event.type === 'FLUSH') {
         ctx.media.flush();

@@ -4,20 +4,10 @@ import type { TtsProvider, TtsProviderId } from '../tts/types.ts';
 import type { LlmProvider } from '../llm/types.ts';
 import type { AsrProvider } from '../asr/types.ts';
 import type { ConversationHistory } from '../llm/history.ts';
-import type { AsyncQueue, Deferred } from '../../src/sessions/async-queue.ts';
 import type { SessionEventHub } from '../../src/sessions/event-hub.ts';
 import type { SessionMedia } from '../../src/sessions/media.ts';
 import type { SessionMetrics } from '../../src/sessions/metrics.ts';
 import { stageErrorOf } from './stage-errors.ts';
-
-/** Audio handed to a turn that skips synthesis (speak_audio, the audio WebSocket). */
-export type TurnAudio = { kind: 'clip'; pcm: Int16Array } | { kind: 'stream'; chunks: AsyncQueue<Int16Array> };
-
-export interface TranscribeJob {
-  pcm: Int16Array;
-  sampleRate: number;
-  result: Deferred<string>;
-}
 
 /** What the stage actors of one session need; the session owns all of it. */
 export interface StageContext {
@@ -30,10 +20,11 @@ export interface StageContext {
   tts(id: TtsProviderId): TtsProvider;
   llm: LlmProvider;
   asr: AsrProvider;
-  turnAudio: Map<string, TurnAudio>;
-  transcribeJobs: Map<string, TranscribeJob>;
-  /** Resolved once a chat's upstream accepted the request (first delta), or rejected with its error. */
-  chatAccepted: Map<string, Deferred<void>>;
+  /**
+   * Ms of a turn's audio that has been played to the listener, or null when the media cannot tell: what an
+   * interrupted chat reply keeps in the history (`heardReply`).
+   */
+  playedMsOf(turnId: string): number | null;
   /** Per-turn latency bookkeeping (`GET /sessions/{id}/metrics`). */
   metrics: SessionMetrics;
   /** Applies rt-family segmentation and smoothing to direct audio. */

@@ -1,5 +1,5 @@
 import { fromCallback } from 'xstate';
-import type { StageInput, TurnInfo } from '../../machines/session.machine.ts';
+import type { TtsActorEvent, TtsInput, TurnInfo } from '../../machines/session.machine.ts';
 import { buildMouthTimeline } from '../mouth/timeline.ts';
 import { isTtsProviderId } from '../tts/types.ts';
 import { untilAborted } from '../abort.ts';
@@ -12,7 +12,7 @@ import { runStage, type SendBack, type StageContext } from './stage.ts';
  * has played out, TTS.DONE.
  */
 export function createTtsActor(ctx: StageContext) {
-  return fromCallback<{ type: string; text?: string }, StageInput & { voice: string | null; ttsProvider: string }>(
+  return fromCallback<TtsActorEvent, TtsInput>(
     ({ input, receive, sendBack }) => {
       const segments = new AsyncQueue<string>();
       if (input.turn.mode === 'speak') {
@@ -45,13 +45,13 @@ export function createTtsActor(ctx: StageContext) {
 
 async function synthesizeTurn(
   ctx: StageContext,
-  input: StageInput & { voice: string | null; ttsProvider: string },
+  input: TtsInput,
   segments: AsyncQueue<string>,
   sendBack: SendBack,
   signal: AbortSignal,
 ): Promise<void> {
   const { turn } = input;
-  const providerId = input.ttsProvider;
+  const providerId = input.tts.provider;
   if (!isTtsProviderId(providerId)) throw new Error(`unknown tts provider ${providerId}`);
   const provider = ctx.tts(providerId);
   const startedAt = performance.now();
@@ -67,10 +67,11 @@ async function synthesizeTurn(
       ctx.events.publish('tts', { stage: 'start', ms_elapsed: 0, sentence_index: sentenceIndex });
     }
     let lastIndex = 0;
+    let segmentSamples = 0;
     for await (const chunk of provider.synthesize({
       text,
-      voice: input.voice,
-      model: turn.ttsModel ?? null,
+      voice: input.tts.voice,
+      model: input.tts.model,
       sampleRate: ctx.sampleRate,
       signal,
     })) {
@@ -84,31 +85,51 @@ async function synthesizeTurn(
       }
       await ctx.media.playout.waitForRoom(signal);
       ctx.media.playout.enqueue(turn.id, chunk.pcm, buildMouthTimeline(chunk));
+      segmentSamples += chunk.pcm.length;
     }
     sentenceIndex += lastIndex + 1;
+    // The llm actor keeps what the listener heard of a reply: it learns here how long each segment plays.
+    if (turn.mode === 'chat') sendBack({ type: 'TTS.QUEUED', text, durationMs: (segmentSamples * 1000) / ctx.sampleRate });
   }
   if (started) ctx.events.publish('tts', { stage: 'complete', ms_elapsed: elapsed(), sentence_index: Math.max(0, sentenceIndex - 1) });
 }
 
 async function playDirectAudio(ctx: StageContext, turn: TurnInfo, sendBack: SendBack, signal: AbortSignal): Promise<void> {
-  const audio = ctx.turnAudio.get(turn.id);
+  const audio = turn.audio;
   if (!audio) throw new Error('turn audio missing');
+  const chunks = audio.kind === 'clip' ? [audio.pcm] : audio.chunks;
+  let first = true;
+  for await (const raw of untilAbortedEach(chunks, signal)) {
+    if (raw.length === 0) continue;
+    const pcm = turn.smoothing ? ctx.smoothAudio(raw) : raw;
+    if (first) {
+      first = false;
+      ctx.metrics.mark(turn.id, 'first_audio_queued_ms');
+      sendBack({ type: 'TTS.FIRST_AUDIO' });
+    }
+    await ctx.media.playout.waitForRoom(signal);
+    ctx.media.playout.enqueue(turn.id, pcm, buildMouthTimeline({ pcm, sampleRate: ctx.sampleRate }));
+  }
+}
+
+/**
+ * Iterates `source` until `signal` aborts: a stream whose producer went quiet (a WebSocket client that
+ * stopped sending) must not keep a stopped turn waiting for its next chunk.
+ */
+async function* untilAbortedEach<T>(source: AsyncIterable<T> | Iterable<T>, signal: AbortSignal): AsyncGenerator<T> {
+  const iterator = Symbol.asyncIterator in source ? source[Symbol.asyncIterator]() : toAsync(source[Symbol.iterator]());
   try {
-    const chunks: AsyncIterable<Int16Array> | Iterable<Int16Array> = audio.kind === 'clip' ? [audio.pcm] : audio.chunks;
-    let first = true;
-    for await (const raw of chunks) {
-      if (signal.aborted) throw signal.reason;
-      if (raw.length === 0) continue;
-      const pcm = turn.smoothing ? ctx.smoothAudio(raw) : raw;
-      if (first) {
-        first = false;
-        ctx.metrics.mark(turn.id, 'first_audio_queued_ms');
-        sendBack({ type: 'TTS.FIRST_AUDIO' });
-      }
-      await ctx.media.playout.waitForRoom(signal);
-      ctx.media.playout.enqueue(turn.id, pcm, buildMouthTimeline({ pcm, sampleRate: ctx.sampleRate }));
+    for (;;) {
+      const next = await untilAborted(iterator.next(), signal);
+      if (next.done) return;
+      yield next.value;
     }
   } finally {
-    ctx.turnAudio.delete(turn.id);
+    // Only a finished or aborted iteration gets here; returning lets the source release what it holds.
+    void iterator.return?.();
   }
+}
+
+function toAsync<T>(iterator: Iterator<T>): AsyncIterator<T> {
+  return { next: async () => iterator.next() };
 }

@@ -3,7 +3,6 @@
  * are still registered (so `list()` can say which variable to set); using one throws
  * `ProviderNotConfiguredError` instead of quietly falling back to another provider.
  */
-import path from 'node:path';
 import type { FetchLike, TtsLogger } from './http.ts';
 import { createBuiltinProvider } from './providers/builtin.ts';
 import { createCloudAProvider } from './providers/cloud_a.ts';
@@ -12,7 +11,7 @@ import { createCloudCProvider } from './providers/cloud_c.ts';
 import { createCloudDProvider } from './providers/cloud_d.ts';
 import { createCloudEProvider } from './providers/cloud_e.ts';
 import { createCloudFProvider } from './providers/cloud_f.ts';
-import { envVarName, type CloningProviderConfig, type VoiceLookup } from './providers/common.ts';
+import type { CloningProviderConfig, VoiceLookup } from './providers/common.ts';
 import { createCompatHttpProvider } from './providers/compat_http.ts';
 import { createLocalCloneAProvider } from './providers/local_clone_a.ts';
 import { createLocalCloneBProvider } from './providers/local_clone_b.ts';
@@ -26,6 +25,7 @@ export interface TtsEndpointConfig {
   apiKey?: string;
 }
 
+/** Provider settings, read and validated with every other SERVICE_* variable in `src/config.ts`. */
 export interface TtsProvidersConfig {
   providers: Partial<Record<RemoteTtsProviderId, TtsEndpointConfig>>;
   /** Where reference WAVs of locally cloned voices live. */
@@ -100,34 +100,4 @@ export function createTtsRegistry(config: TtsProvidersConfig, deps: TtsRegistryD
       });
     },
   };
-}
-
-const read = (env: NodeJS.ProcessEnv, name: string): string | undefined => {
-  const value = env[name]?.trim();
-  return value ? value : undefined;
-};
-
-/**
- * Reads `SERVICE_TTS_<ID>_BASE_URL` / `SERVICE_TTS_<ID>_API_KEY` for every remote provider, plus
- * `SERVICE_TTS_VOICE_DIR` (default `<SERVICE_DATA_DIR>/voices`) and `SERVICE_PUBLIC_BASE_URL`.
- * cloud_b lives on cloud_a's platform (one account), so its key defaults to cloud_a's.
- */
-export function ttsConfigFromEnv(env: NodeJS.ProcessEnv, cwd = process.cwd()): TtsProvidersConfig {
-  const providers: TtsProvidersConfig['providers'] = {};
-  for (const id of REMOTE_TTS_PROVIDER_IDS) {
-    const endpoint: TtsEndpointConfig = {};
-    const baseUrl = read(env, envVarName(id, 'BASE_URL'));
-    const apiKey = read(env, envVarName(id, 'API_KEY'));
-    if (baseUrl) endpoint.baseUrl = baseUrl;
-    if (apiKey) endpoint.apiKey = apiKey;
-    providers[id] = endpoint;
-  }
-  const cloudA = providers.cloud_a!;
-  const cloudB = providers.cloud_b!;
-  if (!cloudB.apiKey && cloudA.apiKey) cloudB.apiKey = cloudA.apiKey;
-  if (!cloudB.baseUrl && cloudA.baseUrl) cloudB.baseUrl = cloudA.baseUrl;
-  const dataDir = path.resolve(cwd, read(env, 'SERVICE_DATA_DIR') ?? './data');
-  const voiceDir = path.resolve(cwd, read(env, 'SERVICE_TTS_VOICE_DIR') ?? path.join(dataDir, 'voices'));
-  const publicBaseUrl = (read(env, 'SERVICE_PUBLIC_BASE_URL') ?? `http://127.0.0.1:${read(env, 'SERVICE_PORT') ?? '8000'}`).replace(/\/+$/, '');
-  return { providers, voiceDir, publicBaseUrl };
 }

@@ -3,8 +3,15 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Nullable, SessionIdParams, errors } from '../schemas/common.ts';
 import { badRequest } from '../errors.ts';
-import { validateVoice } from '../sessions/supervisor.ts';
-import { CLOUD_D_DEFAULT_MODEL } from '../../actors/tts/providers/cloud_d.ts';
+import {
+  CLOUD_D_DEFAULT_MODEL,
+  defaultsPersona,
+  resolveTtsSelection,
+  selectTts,
+  sessionPersona,
+  type PersonaBase,
+  type TtsSelection,
+} from '../sessions/index.ts';
 import { CLONE_PROVIDERS, MIN_CLONE_AUDIO_BYTES, type CloneProviderId } from '../voices/clone.ts';
 import type { Services } from '../services.ts';
 import { readCloneForm, runClone } from './voices.ts';
@@ -73,19 +80,18 @@ const customizeReferenceRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     handler: async (request, reply) => {
       const session = await services.supervisor.requireSession(request.params.session_id);
-      const stored = session.stored;
-      const reference = await readReference(request, stored.tts_provider, stored.tts_model ?? null);
+      const reference = await readReference(request, sessionPersona(session.stored));
       const clone = await runClone(services, reply, {
         provider: reference.providerId,
         targetModel: reference.targetModel,
         displayLabel: `reference ${session.id}`,
         audio: reference.audio,
       });
-      validateVoice(services.tts.get(reference.providerId), clone.voice_id);
+      const tts = cloneSelection(services, sessionPersona(session.stored), reference, clone);
       // The clone took a while: the session may have ended meanwhile (then 404/409; the catalog entry stays usable).
       await services.supervisor.requireSession(session.id);
-      session.stored = { ...session.stored, tts_provider: reference.providerId, tts_voice: clone.voice_id, tts_model: clone.target_model };
-      session.send({ type: 'CUSTOMIZE', ttsVoice: clone.voice_id, ttsProvider: reference.providerId });
+      session.admit({ type: 'CUSTOMIZE', tts });
+      session.stored = { ...session.stored, tts_provider: tts.provider, tts_voice: tts.voice, tts_model: tts.model };
       await services.supervisor.persistState(session);
       return {
         system_prompt: session.stored.llm_system_prompt ?? null,
@@ -106,9 +112,7 @@ const customizeReferenceRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: ReferencePersona, ...errors(400, 502) },
     },
     handler: async (request, reply) => {
-      const current = await services.defaults.get();
-      const currentProvider = current.ttsProvider ?? services.config.ttsDefaultProvider;
-      const reference = await readReference(request, currentProvider, current.ttsModel ?? null);
+      const reference = await readReference(request, defaultsPersona(services.config, await services.defaults.get()));
       return applyDefaultReference(services, reply, reference);
     },
   });
@@ -121,8 +125,8 @@ async function applyDefaultReference(services: Services, reply: FastifyReply, re
     displayLabel: 'reference default',
     audio: reference.audio,
   });
-  validateVoice(services.tts.get(reference.providerId), clone.voice_id);
-  const next = await services.defaults.update({ ttsProvider: reference.providerId, ttsVoice: clone.voice_id, ttsModel: clone.target_model });
+  const tts = cloneSelection(services, defaultsPersona(services.config, await services.defaults.get()), reference, clone);
+  const next = await services.defaults.update({ ttsProvider: tts.provider, ttsVoice: tts.voice, ttsModel: tts.model });
   return {
     system_prompt: next.systemPrompt ?? services.config.llmSystemPrompt,
     tts_provider: next.ttsProvider ?? services.config.ttsDefaultProvider,
@@ -132,11 +136,16 @@ async function applyDefaultReference(services: Services, reply: FastifyReply, re
   };
 }
 
+/** The persona after a clone: its provider, the new voice and the model it was made for, checked like any selection. */
+function cloneSelection(services: Services, persona: PersonaBase, reference: ReferenceRequest, clone: { voice_id: string; target_model: string }): TtsSelection {
+  return resolveTtsSelection((id) => services.tts.get(id), persona, { provider: reference.providerId, voice: clone.voice_id, model: clone.target_model });
+}
+
 /** Reads the form and resolves provider and target model against the persona it will change. */
-async function readReference(request: FastifyRequest, currentProvider: string, currentModel: string | null): Promise<ReferenceRequest> {
+async function readReference(request: FastifyRequest, persona: PersonaBase): Promise<ReferenceRequest> {
   const form = await readCloneForm(request);
   const requested = form.fields.tts_provider?.trim() || null;
-  const providerId = requested ?? currentProvider;
+  const providerId = requested ?? persona.provider;
   if (!isCloneProvider(providerId)) {
     throw badRequest(
       requested
@@ -144,8 +153,9 @@ async function readReference(request: FastifyRequest, currentProvider: string, c
         : `the current tts_provider "${providerId}" cannot clone a reference; pass tts_provider (one of ${CLONE_PROVIDERS.join(', ')})`,
     );
   }
-  // The persona's model only carries over when the provider stays the same.
-  const targetModel = form.fields.target_model?.trim() || (providerId === currentProvider ? currentModel : null) || DEFAULT_TARGET_MODELS[providerId];
+  // The persona rule decides whether the current model carries over (only with the same provider); nothing is synthesised yet.
+  const personaModel = selectTts(persona, { provider: providerId }).model;
+  const targetModel = form.fields.target_model?.trim() || personaModel || DEFAULT_TARGET_MODELS[providerId];
   if (!targetModel) throw badRequest(`target_model is required for ${providerId}`);
   return { providerId, targetModel, audio: form.audio };
 }

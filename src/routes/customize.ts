@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Nullable, SessionIdParams, errors } from '../schemas/common.ts';
-import { requireTtsProvider, validateVoice } from '../sessions/supervisor.ts';
+import { defaultsPersona, resolveTtsSelection, sessionPersona, type TtsOverrides } from '../sessions/index.ts';
 import type { Services } from '../services.ts';
 
 const PersonaPatch = Type.Object(
@@ -76,26 +76,23 @@ const customizeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   });
 };
 
-function checkVoice(services: Services, providerId: string, voice: string | null | undefined): void {
-  validateVoice(requireTtsProvider((id) => services.tts.get(id), providerId), voice);
+/** A patch's voice fields as persona overrides: `tts_voice: null` asks for the provider's default voice. */
+function overridesOf(patch: Patch): TtsOverrides {
+  return {
+    ...(patch.tts_provider !== undefined ? { provider: patch.tts_provider } : {}),
+    ...(patch.tts_voice !== undefined ? { voice: patch.tts_voice } : {}),
+    ...(patch.tts_model !== undefined ? { model: patch.tts_model } : {}),
+  };
 }
 
 async function applyToSession(services: Services, sessionId: string, patch: Patch) {
   const session = await services.supervisor.requireSession(sessionId);
   const stored = session.stored;
-  const provider = patch.tts_provider ?? stored.tts_provider;
-  // A new provider without a voice starts from that provider's default voice.
-  const voice = patch.tts_voice !== undefined ? patch.tts_voice : patch.tts_provider && patch.tts_provider !== stored.tts_provider ? null : stored.tts_voice;
-  checkVoice(services, provider, voice);
+  const tts = resolveTtsSelection((id) => services.tts.get(id), sessionPersona(stored), overridesOf(patch));
   const systemPrompt = patch.system_prompt === undefined ? stored.llm_system_prompt : (patch.system_prompt ?? services.config.llmSystemPrompt);
-  session.stored = {
-    ...stored,
-    tts_provider: provider,
-    tts_voice: voice,
-    tts_model: patch.tts_model !== undefined ? patch.tts_model : (stored.tts_model ?? null),
-    llm_system_prompt: systemPrompt,
-  };
-  session.send({ type: 'CUSTOMIZE', systemPrompt: systemPrompt ?? '', ttsVoice: voice, ttsProvider: provider });
+  // The machine decides whether the session still takes changes (a terminated one does not: 409).
+  session.admit({ type: 'CUSTOMIZE', systemPrompt: systemPrompt ?? '', tts });
+  session.stored = { ...stored, tts_provider: tts.provider, tts_voice: tts.voice, tts_model: tts.model, llm_system_prompt: systemPrompt };
   await services.supervisor.persistState(session);
   return {
     system_prompt: session.stored.llm_system_prompt,
@@ -106,19 +103,17 @@ async function applyToSession(services: Services, sessionId: string, patch: Patc
 }
 
 async function applyToDefaults(services: Services, patch: Patch) {
-  const current = await services.defaults.get();
-  const provider = patch.tts_provider ?? current.ttsProvider ?? services.config.ttsDefaultProvider;
-  const voice = patch.tts_voice !== undefined ? patch.tts_voice : patch.tts_provider ? null : (current.ttsVoice ?? null);
-  checkVoice(services, provider, voice);
+  const { config } = services;
+  const tts = resolveTtsSelection((id) => services.tts.get(id), defaultsPersona(config, await services.defaults.get()), overridesOf(patch));
   const next = await services.defaults.update({
     ...(patch.system_prompt !== undefined ? { systemPrompt: patch.system_prompt ?? undefined } : {}),
-    ttsProvider: provider,
-    ttsVoice: voice,
-    ...(patch.tts_model !== undefined ? { ttsModel: patch.tts_model } : {}),
+    ttsProvider: tts.provider,
+    ttsVoice: tts.voice,
+    ttsModel: tts.model,
   });
   return {
-    system_prompt: next.systemPrompt ?? services.config.llmSystemPrompt,
-    tts_provider: next.ttsProvider ?? services.config.ttsDefaultProvider,
+    system_prompt: next.systemPrompt ?? config.llmSystemPrompt,
+    tts_provider: next.ttsProvider ?? config.ttsDefaultProvider,
     tts_voice: next.ttsVoice ?? null,
     tts_model: next.ttsModel ?? null,
   };

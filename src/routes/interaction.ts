@@ -4,11 +4,17 @@ import type { FastifyRequest } from 'fastify';
 import { SessionIdParams, errors, EmptyBody } from '../schemas/common.ts';
 import { AudioUploadForm, ChatRequest, InterruptResponse, SpeakRequest, TranscribeForm, TranscribeResponse } from '../schemas/interaction.ts';
 import { HttpError, badRequest, conflict } from '../errors.ts';
-import type { TtsProviderId } from '../../actors/tts/types.ts';
-import { decodeAudioToPcm16, InvalidAudioError, UPLOAD_AUDIO_RULES } from '../../actors/audio/decode.ts';
-import { deferred } from '../sessions/async-queue.ts';
-import { requireTtsProvider, validateVoice } from '../sessions/supervisor.ts';
-import type { Session } from '../sessions/session.ts';
+import {
+  decodeAudioToPcm16,
+  deferred,
+  InvalidAudioError,
+  requestOverrides,
+  resolveTtsSelection,
+  sessionPersona,
+  UPLOAD_AUDIO_RULES,
+  type Session,
+  type TtsSelection,
+} from '../sessions/index.ts';
 import type { Services } from '../services.ts';
 import { readMultipart, parseBooleanField, parseIntegerField } from './multipart.ts';
 
@@ -21,7 +27,11 @@ const UPLOAD_AUDIO_RULE_TEXT =
   `${UPLOAD_AUDIO_RULES.minSampleRate}-${UPLOAD_AUDIO_RULES.maxSampleRate} Hz (otherwise 400), as must \`sample_rate\`. ` +
   'A malformed multipart body (no boundary, truncated, too many fields or files) → 400.';
 
-/** Conversational interaction (spec 4.4, 4.5): speak, chat, interrupt, transcribe and direct audio. */
+/**
+ * Conversational interaction (spec 4.4, 4.5): speak, chat, interrupt, transcribe and direct audio. Each
+ * handler turns the request into a machine event (with its payload) and `session.admit`s it: whether the
+ * session takes it, and the 409 when not, is the machine's answer.
+ */
 const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { services } = app;
   const { supervisor } = services;
@@ -40,9 +50,9 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: EmptyBody, ...errors(400, 404, 409) },
     },
     handler: async (request, reply) => {
-      const session = await readySession(services, request.params.session_id);
-      const tts = resolveTtsOverrides(services, session, request.body);
-      session.send({ type: 'SPEAK', turn: { id: randomUUID(), mode: 'speak', text: request.body.text, ...tts } });
+      const session = await supervisor.requireSession(request.params.session_id);
+      const tts = turnVoice(services, session, request.body);
+      session.admit({ type: 'SPEAK', turn: { id: randomUUID(), mode: 'speak', text: request.body.text, tts } });
       reply.code(200).send(undefined as never);
     },
   });
@@ -60,14 +70,12 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: EmptyBody, ...errors(400, 404, 409, 502, 503) },
     },
     handler: async (request, reply) => {
-      const session = await readySession(services, request.params.session_id);
+      const session = await supervisor.requireSession(request.params.session_id);
+      const tts = turnVoice(services, session, request.body);
       const llmStatus = services.llm.status();
       if (!llmStatus.configured) throw new HttpError(503, `no language model is configured: ${llmStatus.reason ?? 'set SERVICE_LLM_BASE_URL'}`);
-      const tts = resolveTtsOverrides(services, session, request.body);
-      const turnId = randomUUID();
       const accepted = deferred<void>();
-      session.stage.chatAccepted.set(turnId, accepted);
-      session.send({ type: 'CHAT', turn: { id: turnId, mode: 'chat', text: request.body.prompt, ...tts } });
+      session.admit({ type: 'CHAT', turn: { id: randomUUID(), mode: 'chat', text: request.body.prompt, tts, accepted } });
       try {
         await accepted.promise;
       } catch (error) {
@@ -110,18 +118,18 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: TranscribeResponse, ...errors(400, 404, 409, 413, 502, 503) },
     },
     handler: async (request) => {
-      const session = await readySession(services, request.params.session_id);
+      const session = await supervisor.requireSession(request.params.session_id);
+      // Asked again (with the payload) once the upload is read; asking now spares reading it for nothing.
+      session.assertAdmits('TRANSCRIBE');
       const asrStatus = services.asr.status();
       if (!asrStatus.configured) throw new HttpError(503, `no speech recognizer is configured: ${asrStatus.reason ?? 'set SERVICE_ASR_BASE_URL'}`);
       const form = await readAudioForm(request);
       const triggerChat = parseBooleanField(form.fields.trigger_chat, 'trigger_chat');
       if (triggerChat && !services.llm.status().configured) throw new HttpError(503, 'trigger_chat needs a language model: set SERVICE_LLM_BASE_URL');
-      const pcm = await decodeUpload(form.data, session.stage.sampleRate, session.stage.sampleRate);
-      assertReady(session);
-      const id = randomUUID();
+      const sampleRate = services.config.sampleRate;
+      const pcm = await decodeUpload(form.data, sampleRate, sampleRate);
       const result = deferred<string>();
-      session.stage.transcribeJobs.set(id, { pcm, sampleRate: session.stage.sampleRate, result });
-      session.send({ type: 'TRANSCRIBE', id, triggerChat });
+      session.admit({ type: 'TRANSCRIBE', request: { id: randomUUID(), triggerChat, pcm, sampleRate, result } });
       try {
         return { transcript: await result.promise };
       } catch (error) {
@@ -149,14 +157,12 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
         response: { 200: EmptyBody, ...errors(400, 404, 409, 413) },
       },
       handler: async (request, reply) => {
-        const session = await readySession(services, request.params.session_id);
+        const session = await supervisor.requireSession(request.params.session_id);
+        session.assertAdmits('SPEAK_AUDIO');
         const form = await readAudioForm(request);
         const rawRate = parseIntegerField(form.fields.sample_rate, 'sample_rate', UPLOAD_AUDIO_RULES.minSampleRate, UPLOAD_AUDIO_RULES.maxSampleRate);
-        const pcm = await decodeUpload(form.data, session.stage.sampleRate, rawRate);
-        assertReady(session);
-        const turnId = randomUUID();
-        session.stage.turnAudio.set(turnId, { kind: 'clip', pcm });
-        session.send({ type: 'SPEAK_AUDIO', turn: { id: turnId, mode: 'audio', smoothing } });
+        const pcm = await decodeUpload(form.data, services.config.sampleRate, rawRate);
+        session.admit({ type: 'SPEAK_AUDIO', turn: { id: randomUUID(), mode: 'audio', smoothing, audio: { kind: 'clip', pcm } } });
         reply.code(200).send(undefined as never);
       },
     });
@@ -168,37 +174,13 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addSchema(TranscribeResponse);
 };
 
-/** A started, non-paused, idle session, or the 404/409 the spec asks for. */
-export async function readySession(services: Services, sessionId: string): Promise<Session> {
-  const session = await services.supervisor.requireSession(sessionId);
-  assertReady(session);
-  return session;
-}
-
-/**
- * Checked again right before the event is sent when the handler awaited in between (upload, decode):
- * the session may have been paused, terminated or given another turn meanwhile, and the machine would
- * silently drop the event, leaving the request waiting forever.
- */
-function assertReady(session: Session): void {
-  if (session.state === 'created') throw conflict('session is not started: call POST /sessions/{session_id}/start first');
-  if (session.state === 'paused') throw conflict('session is paused: call POST /sessions/{session_id}/resume first');
-  if (session.state !== 'running') throw conflict(`session is ${session.state}`);
-  if (session.busy) throw conflict('a previous chat, speak, audio or transcribe request is in flight; call interrupt first');
-}
-
-/** Per-request provider/voice/model overrides, validated now so a bad value is a 400 rather than a silent turn. */
-export function resolveTtsOverrides(
+/** The voice of one speak/chat request: its overrides on the session's persona (`persona.ts`), 400 when invalid. */
+function turnVoice(
   services: Services,
   session: Session,
   body: { voice?: string | null; tts_provider?: string | null; tts_model?: string | null },
-): { voice: string | null; ttsProvider: TtsProviderId; ttsModel: string | null } {
-  const providerId = body.tts_provider ?? session.stored.tts_provider;
-  const provider = requireTtsProvider((id) => services.tts.get(id), providerId);
-  // A voice belongs to its provider: switching provider without a voice uses that provider's default.
-  const voice = body.voice ?? (body.tts_provider && body.tts_provider !== session.stored.tts_provider ? null : session.stored.tts_voice);
-  validateVoice(provider, voice);
-  return { voice, ttsProvider: provider.id, ttsModel: body.tts_model ?? session.stored.tts_model ?? null };
+): TtsSelection {
+  return resolveTtsSelection((id) => services.tts.get(id), sessionPersona(session.stored), requestOverrides(body));
 }
 
 async function readAudioForm(request: FastifyRequest): Promise<{ data: Buffer; fields: Record<string, string> }> {

@@ -4,7 +4,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { SessionIdParams, errors } from '../schemas/common.ts';
 import { HttpError, badRequest, conflict, notFound } from '../errors.ts';
-import { assertTtsProviderId, requireTtsProvider, validateVoice } from '../sessions/supervisor.ts';
+import { requestOverrides, resolveTtsSelection, selectTts, sessionPersona } from '../sessions/index.ts';
 import { InvalidSegmentError, OFFLINE_LIMITS, OfflineBundleRequest, prepareSegments, segmentsOf } from '../recording/offline-input.ts';
 import { QueueFullError } from '../recording/offline-jobs.ts';
 import type { StoredJob } from '../store/jobs.ts';
@@ -66,13 +66,11 @@ const offlineRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const session = await supervisor.describe(request.params.session_id);
       const segments = segmentsOf(body);
       if (typeof segments === 'string') throw badRequest(segments);
-      const providerId = body.tts_provider ?? session.tts_provider;
-      assertTtsProviderId(providerId);
+      // The job's voice is the request's overrides on the session's persona; checked only if something is synthesised.
       const needsTts = segments.some((segment) => 'text' in segment);
-      const voice = body.voice !== undefined ? body.voice : body.tts_provider ? null : session.tts_voice;
-      if (needsTts) {
-        validateVoice(requireTtsProvider((id) => tts.get(id), providerId), voice);
-      }
+      const voice = needsTts
+        ? resolveTtsSelection((id) => tts.get(id), sessionPersona(session), requestOverrides(body))
+        : selectTts(sessionPersona(session), requestOverrides(body));
       let prepared;
       try {
         prepared = await prepareSegments(segments, config.sampleRate);
@@ -85,9 +83,9 @@ const offlineRoutes: FastifyPluginAsyncTypebox = async (app) => {
           sessionId: session.session_id,
           avatarId: session.avatar_id,
           model: session.model,
-          ttsProvider: providerId,
-          voice: voice ?? null,
-          ttsModel: body.tts_model ?? null,
+          ttsProvider: voice.provider,
+          voice: voice.voice,
+          ttsModel: voice.model,
           segments: prepared,
         });
         void jobs.whenSettled(job.job_id).then(supervisor.liveSession(session.session_id)?.consumers.hold('offline_job'));

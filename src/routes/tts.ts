@@ -3,10 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply } from 'fastify';
 import { errors, Nullable } from '../schemas/common.ts';
 import { badGateway, badRequest } from '../errors.ts';
-import { requireTtsProvider, validateVoice } from '../sessions/supervisor.ts';
-import { TTS_PROVIDER_IDS, type TtsProviderId } from '../../actors/tts/types.ts';
-import { encodeWav } from '../../actors/audio/wav.ts';
-import { resamplePcm16 } from '../../actors/audio/resample.ts';
+import { defaultsPersona, encodeWav, requestOverrides, resamplePcm16, resolveTtsSelection, TTS_PROVIDER_IDS, type TtsProviderId } from '../sessions/index.ts';
 import type { Services } from '../services.ts';
 
 /** Spec 8: the preview text limit; `SERVICE_TTS_PREVIEW_MAX_CHARS` may only lower it. */
@@ -87,7 +84,7 @@ interface ResolvedPreview {
   model: string | null;
 }
 
-/** Validates the request and fills provider/voice/model from the persona defaults and configuration. */
+/** Validates the request; provider/voice/model are its overrides on the service-wide persona (`persona.ts`). */
 export async function resolvePreview(services: Services, body: PreviewBody): Promise<ResolvedPreview> {
   const text = body.text;
   if (text.trim().length === 0) throw badRequest('text must not be empty');
@@ -96,19 +93,14 @@ export async function resolvePreview(services: Services, body: PreviewBody): Pro
   const length = [...text].length;
   if (length > limit) throw badRequest(`text is ${length} characters; the limit is ${limit}`);
 
-  const requestedProvider = pickAlias(body.tts_provider, body.provider, 'tts_provider', 'provider');
-  const requestedModel = pickAlias(body.tts_model, body.model, 'tts_model', 'model');
-  const defaults = await services.defaults.get();
-  const defaultProvider = defaults.ttsProvider ?? services.config.ttsDefaultProvider;
-  const providerId = requestedProvider ?? defaultProvider;
-  const provider = requireTtsProvider((id) => services.tts.get(id), providerId);
-
-  // A default voice/model belongs to the default provider; another provider starts from its own defaults.
-  const sameAsDefault = providerId === defaultProvider;
-  const voice = body.voice ?? (sameAsDefault ? (defaults.ttsVoice !== undefined ? defaults.ttsVoice : services.config.ttsDefaultVoice) : null) ?? null;
-  const model = requestedModel ?? (sameAsDefault ? (defaults.ttsModel ?? null) : null);
-  validateVoice(provider, voice);
-  return { text, providerId: provider.id, voice, model };
+  const overrides = requestOverrides({
+    tts_provider: pickAlias(body.tts_provider, body.provider, 'tts_provider', 'provider'),
+    voice: body.voice,
+    tts_model: pickAlias(body.tts_model, body.model, 'tts_model', 'model'),
+  });
+  const persona = defaultsPersona(services.config, await services.defaults.get());
+  const tts = resolveTtsSelection((id) => services.tts.get(id), persona, overrides);
+  return { text, providerId: tts.provider, voice: tts.voice, model: tts.model };
 }
 
 function pickAlias(current: string | null | undefined, legacy: string | null | undefined, name: string, legacyName: string): string | null {

@@ -1,15 +1,20 @@
 import type { Logger } from 'pino';
 import { createActor, type InspectionEvent } from 'xstate';
 import {
+  admitsRequest,
+  audioStreamRefusal,
   isBusy,
   pipelineStageOf,
+  refusalDetail,
   sessionMachine,
   sessionStateOf,
   type PipelineStage,
+  type RequestEventType,
   type SessionActor,
   type SessionEvent,
   type SessionState,
 } from '../../machines/session.machine.ts';
+import { conflict } from '../errors.ts';
 import type { StoredSession } from '../store/sessions.ts';
 import { SessionEventHub } from './event-hub.ts';
 import type { SessionMedia } from './media.ts';
@@ -46,8 +51,7 @@ export class Session {
         sessionId: stored.session_id,
         avatarId: stored.avatar_id,
         model: stored.model,
-        ttsProvider: stored.tts_provider,
-        ttsVoice: stored.tts_voice,
+        tts: { provider: stored.tts_provider, voice: stored.tts_voice, model: stored.tts_model ?? null },
         systemPrompt: stored.llm_system_prompt ?? '',
       },
     });
@@ -85,9 +89,39 @@ export class Session {
     return isBusy(this.actor.getSnapshot());
   }
 
+  /**
+   * A client's call as a machine event: sent when the machine accepts it in its current state
+   * (`snapshot.can`), otherwise the 409 whose detail the machine derives from that state. Synchronous, so
+   * nothing can change the state between the answer and the send.
+   */
+  admit(event: SessionEvent & { type: RequestEventType }): void {
+    const refusal = this.offer(event);
+    if (refusal !== null) throw conflict(refusal);
+  }
+
+  /** `admit` for callers that answer a refusal themselves (the audio WebSocket): the 409's detail, or null once sent. */
+  offer(event: SessionEvent & { type: RequestEventType }): string | null {
+    const snapshot = this.actor.getSnapshot();
+    if (!snapshot.can(event)) return refusalDetail(snapshot, event.type);
+    this.send(event);
+    return null;
+  }
+
+  /** Why the audio WebSocket may not connect now (the machine's answer), or null. */
+  get audioStreamRefusal(): string | null {
+    return audioStreamRefusal(this.actor.getSnapshot());
+  }
+
+  /** The 409 `admit` would give now, raised before a request's payload exists (before reading an upload). */
+  assertAdmits(type: RequestEventType): void {
+    const snapshot = this.actor.getSnapshot();
+    if (!admitsRequest(snapshot, type)) throw conflict(refusalDetail(snapshot, type));
+  }
+
+  /** Sends without asking: interrupts, termination, events the machine may ignore. */
   send(event: SessionEvent): void {
     if (event.type === 'SPEAK' || event.type === 'CHAT' || event.type === 'SPEAK_AUDIO') this.stage.metrics.beginTurn(event.turn.id, event.turn.mode);
-    if (event.type === 'TRANSCRIBE') this.stage.metrics.beginTurn(event.id, 'transcribe');
+    if (event.type === 'TRANSCRIBE') this.stage.metrics.beginTurn(event.request.id, 'transcribe');
     if (event.type === 'INTERRUPT') this.stage.metrics.interruptRequested();
     this.actor.send(event);
   }
@@ -102,8 +136,6 @@ export class Session {
     clearTimeout(giveUp);
     this.actor.stop();
     this.media.close();
-    for (const job of this.stage.transcribeJobs.values()) job.result.reject(new Error('session terminated'));
-    for (const audio of this.stage.turnAudio.values()) if (audio.kind === 'stream') audio.chunks.end();
     this.events.close();
   }
 }

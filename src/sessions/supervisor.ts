@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { ModelType } from '../../actors/render/types.ts';
 import type { TtsProvider, TtsProviderId } from '../../actors/tts/types.ts';
-import { isTtsProviderId, TTS_PROVIDER_IDS } from '../../actors/tts/types.ts';
 import type { LlmProvider } from '../../actors/llm/types.ts';
 import type { AsrProvider } from '../../actors/asr/types.ts';
 import { ConversationHistory } from '../../actors/llm/history.ts';
@@ -12,6 +11,7 @@ import type { AvatarCatalog, CatalogEntry } from '../catalog/catalog.ts';
 import type { ModelRegistry } from '../models.ts';
 import type { SessionStore, StoredSession } from '../store/sessions.ts';
 import { HttpError, badGateway, badRequest, conflict, notFound } from '../errors.ts';
+import { defaultsPersona, requestOverrides, resolveTtsSelection } from './persona.ts';
 import { SessionEventHub } from './event-hub.ts';
 import { SessionBus } from './session-bus.ts';
 import { SessionMedia } from './media.ts';
@@ -198,10 +198,7 @@ export class SessionSupervisor {
       );
     }
     const defaults = await this.deps.defaults();
-    const providerId = input.tts_provider ?? defaults.ttsProvider ?? config.ttsDefaultProvider;
-    const provider = requireTtsProvider(this.deps.tts, providerId);
-    const voice = input.tts_voice ?? (input.tts_provider ? null : (defaults.ttsVoice ?? config.ttsDefaultVoice));
-    validateVoice(provider, voice);
+    const tts = resolveTtsSelection(this.deps.tts, defaultsPersona(config, defaults), requestOverrides({ tts_provider: input.tts_provider, voice: input.tts_voice }));
 
     const model = input.model;
     let renderer: FrameRenderer & { close(): void };
@@ -219,8 +216,9 @@ export class SessionSupervisor {
       session_id: sessionId,
       avatar_id: avatar.id,
       model: input.model,
-      tts_provider: providerId,
-      tts_voice: voice ?? null,
+      tts_provider: tts.provider,
+      tts_voice: tts.voice,
+      tts_model: tts.model,
       llm_system_prompt: input.llm_system_prompt ?? defaults.systemPrompt ?? config.llmSystemPrompt,
       lipsync_postprocess_mode: input.lipsync_postprocess_mode ?? null,
       state: 'created',
@@ -249,9 +247,8 @@ export class SessionSupervisor {
       tts: this.deps.tts,
       llm: this.deps.llm,
       asr: this.deps.asr,
-      turnAudio: new Map(),
-      transcribeJobs: new Map(),
-      chatAccepted: new Map(),
+      // The media reports no playback position yet: an interrupted reply keeps all it streamed (`heardReply`).
+      playedMsOf: () => null,
       metrics: new SessionMetrics(),
       smoothAudio: (pcm) => smoothForRt(pcm, config.sampleRate),
     };
@@ -285,21 +282,22 @@ export class SessionSupervisor {
     }, config.startTimeoutMs);
     startTimer.unref();
     session.actor.on('session.terminated', () => clearTimeout(startTimer));
-    logger.info({ avatarId: avatar.id, model: input.model, ttsProvider: providerId }, 'session created');
+    logger.info({ avatarId: avatar.id, model: input.model, ttsProvider: tts.provider }, 'session created');
     return session;
   }
 
   async start(sessionId: string): Promise<void> {
     const session = await this.requireSession(sessionId);
     // From here to START is one synchronous step: the session counts as active the moment it passes the
-    // check, so concurrent starts of different sessions cannot together exceed SERVICE_MAX_SESSIONS.
-    if (session.state !== 'created') throw conflict(`session is already ${session.state}`);
+    // check, so concurrent starts of different sessions cannot together exceed SERVICE_MAX_SESSIONS. The
+    // machine answers first (a started session is a 409 even at capacity).
+    session.assertAdmits('START');
     if (this.activeCount >= this.deps.config.maxSessions) {
       throw new HttpError(503, `session capacity reached (${this.deps.config.maxSessions} active); retry later`, {
         'retry-after': String(CAPACITY_RETRY_AFTER_S),
       });
     }
-    session.send({ type: 'START' });
+    session.admit({ type: 'START' });
     // Only now does the session cost anything: the media clock ticks and frames are rendered.
     session.media.start();
     this.watchForOrphans();
@@ -309,15 +307,13 @@ export class SessionSupervisor {
 
   async pause(sessionId: string): Promise<void> {
     const session = await this.requireSession(sessionId);
-    if (session.state !== 'running') throw conflict(`session is ${session.state}, only a running session can be paused`);
-    session.send({ type: 'PAUSE' });
+    session.admit({ type: 'PAUSE' });
     await this.persistState(session);
   }
 
   async resume(sessionId: string): Promise<void> {
     const session = await this.requireSession(sessionId);
-    if (session.state !== 'paused') throw conflict(`session is ${session.state}, only a paused session can be resumed`);
-    session.send({ type: 'RESUME' });
+    session.admit({ type: 'RESUME' });
     await this.persistState(session);
   }
 
@@ -395,27 +391,5 @@ export class SessionSupervisor {
     } catch (error) {
       this.deps.logger.warn({ err: errorForLog(error) }, 'tombstone sweep failed');
     }
-  }
-}
-
-/** A known provider id, or the 400 every route gives for an unknown one. */
-export function assertTtsProviderId(providerId: string): asserts providerId is TtsProviderId {
-  if (!isTtsProviderId(providerId)) throw badRequest(`tts_provider "${providerId}" is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
-}
-
-/** The provider for an id a client chose: unknown or not configured is a 400 naming what to set, never a silent fallback. */
-export function requireTtsProvider(lookup: (id: TtsProviderId) => TtsProvider, providerId: string): TtsProvider {
-  assertTtsProviderId(providerId);
-  const provider = lookup(providerId);
-  const status = provider.status();
-  if (!status.configured) throw badRequest(`tts_provider "${providerId}" is not configured: ${status.reason ?? ''}`);
-  return provider;
-}
-
-export function validateVoice(provider: TtsProvider, voice: string | null | undefined): void {
-  try {
-    provider.validateVoice?.(voice);
-  } catch (error) {
-    throw badRequest((error as Error).message);
   }
 }

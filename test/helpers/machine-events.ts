@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { fromCallback, initialTransition, transition, type AnyStateMachine, type EventObject } from 'xstate';
+import { fromCallback, initialTransition, transition, type AnyStateMachine } from 'xstate';
 import {
   isBusy,
   pipelineStageOf,
@@ -9,6 +9,9 @@ import {
   type SessionEvent,
   type SessionInput,
   type SessionSnapshot,
+  type Settle,
+  type TranscribeRequest,
+  type TtsSelection,
   type TurnInfo,
 } from '../../machines/session.machine.ts';
 
@@ -22,8 +25,7 @@ export const TEST_SESSION_INPUT: SessionInput = {
   sessionId: '6f1c2a44-1b7e-4c1e-9d3a-2f1f0e6c9a10',
   avatarId: 'avatar-test',
   model: 'wav2lip',
-  ttsProvider: 'flite',
-  ttsVoice: null,
+  tts: { provider: 'builtin', voice: null, model: null },
   systemPrompt: 'You are a test assistant.',
 };
 
@@ -31,25 +33,47 @@ export const STAGE_CHILD_IDS = ['asr', 'llm', 'tts'] as const;
 export type StageChildId = (typeof STAGE_CHILD_IDS)[number];
 
 // ---------------------------------------------------------------------------------------------------
+// Payloads: opaque to the machine, so a few fixed instances stand for every real one (and keep the
+// context space of graph walks finite)
+// ---------------------------------------------------------------------------------------------------
+
+/** A settle target that remembers what it was given, as a route's deferred would. */
+export function recordingSettle<T>(): Settle<T> & { settled: Array<{ value?: T; error?: unknown }> } {
+  const settled: Array<{ value?: T; error?: unknown }> = [];
+  return { settled, resolve: (value) => settled.push({ value }), reject: (error) => settled.push({ error }) };
+}
+
+export const CLIP_AUDIO = { kind: 'clip', pcm: new Int16Array(160) } as const;
+export const STREAM_AUDIO = { kind: 'stream', chunks: [] as unknown as AsyncIterable<Int16Array> } as const;
+const CHAT_ACCEPTED = recordingSettle<void>();
+const TRANSCRIBE_RESULT = recordingSettle<string>();
+
+export function transcribeRequest(id: string, triggerChat: boolean): TranscribeRequest {
+  return { id, triggerChat, pcm: new Int16Array(320), sampleRate: 16_000, result: TRANSCRIBE_RESULT };
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Arbitraries
 // ---------------------------------------------------------------------------------------------------
 
 const idArbitrary = fc.constantFrom('t-1', 't-2', 't-3');
 const textArbitrary = fc.constantFrom('', '  ', 'Hello.', 'How are you today?', 'Bonjour à tous.');
+const selectionArbitrary: fc.Arbitrary<TtsSelection> = fc.record({
+  provider: fc.constantFrom('builtin', 'compat_http'),
+  voice: fc.constantFrom(null, 'alice'),
+  model: fc.constantFrom(null, 'tiny'),
+});
 
+/** Turns as routes build them: speak/chat with a resolved voice (a chat sometimes with a waiting request), audio with its payload. */
 export function turnArbitrary(mode: TurnInfo['mode']): fc.Arbitrary<TurnInfo> {
-  return fc.record(
-    {
-      id: idArbitrary,
-      mode: fc.constant(mode),
-      text: textArbitrary,
-      voice: fc.constantFrom(null, 'alice'),
-      ttsProvider: fc.constantFrom(null, 'espeak'),
-      ttsModel: fc.constantFrom(null, 'tiny'),
-      smoothing: fc.boolean(),
-    },
-    { requiredKeys: ['id', 'mode'] },
-  );
+  const common = { id: idArbitrary, mode: fc.constant(mode) };
+  if (mode === 'speak') return fc.record({ ...common, text: textArbitrary, tts: selectionArbitrary });
+  if (mode === 'chat') {
+    return fc.record({ ...common, text: textArbitrary, tts: selectionArbitrary, accepted: fc.constant<Settle<void>>(CHAT_ACCEPTED) }, {
+      requiredKeys: ['id', 'mode', 'text', 'tts'],
+    });
+  }
+  return fc.record({ ...common, smoothing: fc.boolean(), audio: fc.constant(mode === 'audio' ? CLIP_AUDIO : STREAM_AUDIO) });
 }
 
 const stageErrorArbitrary = (fatal: boolean): fc.Arbitrary<SessionEvent> =>
@@ -82,12 +106,13 @@ export const sessionEventArbitrary: fc.Arbitrary<SessionEvent> = fc.oneof(
   },
   {
     weight: 4,
-    arbitrary: fc.record({ type: fc.constant('TRANSCRIBE' as const), id: idArbitrary, triggerChat: fc.boolean() }),
+    arbitrary: fc.tuple(idArbitrary, fc.boolean()).map(([id, triggerChat]) => ({ type: 'TRANSCRIBE' as const, request: transcribeRequest(id, triggerChat) })),
   },
   { weight: 4, arbitrary: fc.record({ type: fc.constant('ASR.DONE' as const), text: textArbitrary }) },
   { weight: 4, arbitrary: fc.record({ type: fc.constant('LLM.SEGMENT' as const), text: textArbitrary }) },
   { weight: 3, arbitrary: fc.constant({ type: 'LLM.DONE' } as const) },
   { weight: 4, arbitrary: fc.constant({ type: 'TTS.FIRST_AUDIO' } as const) },
+  { weight: 2, arbitrary: fc.record({ type: fc.constant('TTS.QUEUED' as const), text: textArbitrary, durationMs: fc.constantFrom(0, 850) }) },
   { weight: 4, arbitrary: fc.constant({ type: 'TTS.DONE' } as const) },
   { weight: 6, arbitrary: fc.constant({ type: 'MEDIA.FLUSHED' } as const) },
   {
@@ -96,8 +121,7 @@ export const sessionEventArbitrary: fc.Arbitrary<SessionEvent> = fc.oneof(
       {
         type: fc.constant('CUSTOMIZE' as const),
         systemPrompt: fc.constantFrom('Be brief.', 'Be verbose.'),
-        ttsVoice: fc.constantFrom(null, 'bob'),
-        ttsProvider: fc.constantFrom('flite', 'espeak'),
+        tts: selectionArbitrary,
       },
       { requiredKeys: ['type'] },
     ),
@@ -122,9 +146,10 @@ export function sessionEventsArbitrary(maxLength = 40): fc.Arbitrary<SessionEven
 // Representative events for graph walks (fixed values keep the context space finite)
 // ---------------------------------------------------------------------------------------------------
 
-export const SPEAK_TURN: TurnInfo = { id: 'turn-speak', mode: 'speak', text: 'Hello there.' };
-export const CHAT_TURN: TurnInfo = { id: 'turn-chat', mode: 'chat', text: 'Tell me a joke.' };
-export const AUDIO_TURN: TurnInfo = { id: 'turn-audio', mode: 'audio', smoothing: true };
+export const SPEAK_TURN: TurnInfo = { id: 'turn-speak', mode: 'speak', text: 'Hello there.', tts: { provider: 'compat_http', voice: null, model: null } };
+export const CHAT_TURN: TurnInfo = { id: 'turn-chat', mode: 'chat', text: 'Tell me a joke.', accepted: CHAT_ACCEPTED };
+export const AUDIO_TURN: TurnInfo = { id: 'turn-audio', mode: 'audio', smoothing: true, audio: CLIP_AUDIO };
+export const STREAM_TURN: TurnInfo = { id: 'turn-stream', mode: 'audio_stream', audio: STREAM_AUDIO };
 
 export const REPRESENTATIVE_EVENTS: readonly SessionEvent[] = [
   { type: 'START' },
@@ -135,12 +160,13 @@ export const REPRESENTATIVE_EVENTS: readonly SessionEvent[] = [
   { type: 'SPEAK', turn: SPEAK_TURN },
   { type: 'CHAT', turn: CHAT_TURN },
   { type: 'SPEAK_AUDIO', turn: AUDIO_TURN },
-  { type: 'TRANSCRIBE', id: 'transcribe-chat', triggerChat: true },
-  { type: 'TRANSCRIBE', id: 'transcribe-only', triggerChat: false },
+  { type: 'TRANSCRIBE', request: transcribeRequest('transcribe-chat', true) },
+  { type: 'TRANSCRIBE', request: transcribeRequest('transcribe-only', false) },
   { type: 'ASR.DONE', text: 'What time is it?' },
   { type: 'LLM.SEGMENT', text: 'It is noon.' },
   { type: 'LLM.DONE' },
   { type: 'TTS.FIRST_AUDIO' },
+  { type: 'TTS.QUEUED', text: 'It is noon.', durationMs: 900 },
   { type: 'TTS.DONE' },
   { type: 'MEDIA.FLUSHED' },
   { type: 'STAGE.ERROR', code: 'tts_failed', message: 'provider returned 502', fatal: false },
@@ -267,8 +293,8 @@ export function snapshotViolations(snapshot: SessionSnapshot): string[] {
   if (children.has('tts') !== snapshot.matches({ running: 'turn' })) {
     violations.push(`tts child presence (${children.has('tts')}) disagrees with turn in ${where}`);
   }
-  if (children.has('llm') !== snapshot.matches({ running: { turn: { text: 'generating' } } })) {
-    violations.push(`llm child presence (${children.has('llm')}) disagrees with generating in ${where}`);
+  if (children.has('llm') !== snapshot.matches({ running: { turn: { text: 'chat' } } })) {
+    violations.push(`llm child presence (${children.has('llm')}) disagrees with a chat turn in ${where}`);
   }
   if ((pipelineStageOf(snapshot) !== 'idle' || isBusy(snapshot)) && top !== 'running') {
     violations.push(`pipeline stage ${pipelineStageOf(snapshot)} / busy outside running in ${where}`);
@@ -297,6 +323,12 @@ export function stepViolations(step: PureStep): string[] {
     fail(`children alive per actions [${[...step.aliveAfter]}] != snapshot children [${Object.keys(after.children ?? {})}]`);
   }
   if (step.aliveAfter.has('media') !== (after.status === 'active')) fail(`media alive=${step.aliveAfter.has('media')} with status ${after.status}`);
+
+  // The llm actor hears how its turn ended before it is stopped: completed only when the audio played out.
+  if (step.aliveBefore.has('llm') && !step.aliveAfter.has('llm')) {
+    const ends = sentToChildOf(step.actions, 'llm').filter((e) => e.type === 'TURN.END') as Array<{ type: string; completed?: boolean }>;
+    if (ends.length !== 1 || ends[0].completed !== (event.type === 'TTS.DONE')) fail(`llm stopped after TURN.END ${JSON.stringify(ends)}`);
+  }
 
   // terminated absorbs everything.
   if (before.status === 'done') {
@@ -399,7 +431,8 @@ export interface RecordingHooks {
 export function createRecordingActors(hooks: RecordingHooks = {}) {
   const records: ChildRecord[] = [];
   const recorder = (id: ChildId) =>
-    fromCallback<EventObject, any>(({ input, receive, sendBack }) => {
+    // Event type `any`: one recorder stands in for actors that each receive their own event union.
+    fromCallback<any, any>(({ input, receive, sendBack }) => {
       const record: ChildRecord = { id, input, received: [], stopped: false };
       records.push(record);
       const reply: SendBack = (event) => {

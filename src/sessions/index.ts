@@ -1,0 +1,24 @@
+/**
+ * The one import routes need for sessions and the stages behind them, so that a route never reaches into
+ * `actors/` or `machines/` itself: the session (its admission), the persona rule, request plumbing
+ * (deferreds, queues) and the stage pieces an HTTP edge converts with (upload decoding, WAV, TTS ids).
+ */
+export type { Session } from './session.ts';
+export { AsyncQueue, deferred, type Deferred } from './async-queue.ts';
+export {
+  defaultsPersona,
+  requestOverrides,
+  resolveTtsSelection,
+  selectTts,
+  sessionPersona,
+  type PersonaBase,
+  type TtsOverrides,
+  type TtsSelection,
+} from './persona.ts';
+export type { RequestEventType, SessionEvent, TurnInfo } from '../../machines/session.machine.ts';
+export { decodeAudioToPcm16, InvalidAudioError, UPLOAD_AUDIO_RULES } from '../../actors/audio/decode.ts';
+export { resamplePcm16 } from '../../actors/audio/resample.ts';
+export { encodeWav, pcm16FromLittleEndian } from '../../actors/audio/wav.ts';
+export { PLAYOUT_HIGH_WATER_MS } from '../../actors/media/playout.ts';
+export { TTS_PROVIDER_IDS, type TtsProviderId } from '../../actors/tts/types.ts';
+export { CLOUD_D_DEFAULT_MODEL } from '../../actors/tts/providers/cloud_d.ts';
