@@ -87,17 +87,20 @@ describe('POST /sessions/{id}/chat through an OpenAI-compatible language model',
     await idleAfter(from);
   });
 
-  it('interrupt during a slow stream aborts the upstream request and keeps the partial reply, marked interrupted', async () => {
+  it('interrupt during a slow stream aborts the upstream request; the history keeps what was heard, marked interrupted', async () => {
+    const spoken = 'Once upon a time there was a talking avatar.';
     upstream.setScenario({
-      chat: { replyTokens: Array.from({ length: 40 }, (_, i) => ` word${i}`), firstTokenDelayMs: 0, tokenDelayMs: 150 },
+      chat: { replyTokens: [spoken, ...Array.from({ length: 40 }, (_, i) => ` word${i}`)], firstTokenDelayMs: 0, tokenDelayMs: 150 },
     });
     const from = s.sse.events.length;
     const res = await chat({ prompt: 'Tell me a long story.' });
     expect(res.status).toBe(200);
     await s.sse.waitFor((e) => e.type === 'llm', 5_000, 'first delta', from);
     expect(upstream.openStreams()).toBe(1);
-    // Let a few more tokens arrive so the partial reply is more than one token.
-    await eventually(() => s.sse.events.slice(from).filter((e) => e.type === 'llm').length >= 3, 5_000);
+    // The first sentence is synthesised and starts playing; the words after it are streamed but never spoken.
+    await s.sse.waitFor((e) => e.type === 'tts' && e.data.stage === 'first_audio', TURN_MS, 'first audio', from);
+    await eventually(() => s.sse.events.slice(from).filter((e) => e.type === 'frame').length >= 5, 5_000);
+    await eventually(() => s.sse.events.slice(from).filter((e) => e.type === 'llm').length >= 4, 5_000);
 
     const interruptAt = performance.now();
     expect(await json(await post(t.baseUrl, `/sessions/${s.sessionId}/interrupt`))).toEqual({ interrupted: true });
@@ -111,10 +114,10 @@ describe('POST /sessions/{id}/chat through an OpenAI-compatible language model',
     const partial = heard.map((e) => e.data.delta).join('');
     await new Promise((r) => setTimeout(r, 400));
     expect(s.sse.events.slice(from).filter((e) => e.type === 'llm')).toHaveLength(heard.length);
-    expect(partial.length).toBeGreaterThan(0);
-    expect(partial.length).toBeLessThan(40 * 6);
+    expect(partial.startsWith(`${spoken} word0`)).toBe(true);
+    expect(partial.length).toBeLessThan(spoken.length + 40 * 7);
 
-    // The next request carries the interrupted reply in its history.
+    // The next request carries what the listener heard of the interrupted reply: the sentence that played, not the streamed words.
     upstream.setScenario({ chat: { replyTokens: ['Okay.'], tokenDelayMs: 0 } });
     const next = s.sse.events.length;
     const requestsBefore = upstream.requests.length;
@@ -123,7 +126,7 @@ describe('POST /sessions/{id}/chat through an OpenAI-compatible language model',
     const messages = upstream.requests.slice(requestsBefore).find((r) => r.chat)!.chat!.messages;
     expect(messages.at(-1)).toEqual({ role: 'user', content: 'Sorry, go on.' });
     expect(messages.at(-2)!.role).toBe('assistant');
-    expect(messages.at(-2)!.content).toBe(`${partial.trimStart()} [interrupted]`);
+    expect(messages.at(-2)!.content).toBe(`${spoken} [interrupted]`);
     expect(messages.at(-3)).toEqual({ role: 'user', content: 'Tell me a long story.' });
     await waitForSilence(s.peer, interruptAt, 3_000);
   });

@@ -5,13 +5,11 @@ export interface QueuedSegment {
 }
 
 /**
- * What the listener heard of a chat reply cut short, given how much of the turn's audio had played: the
- * text of every segment whose audio had started (one cut in the middle counts: the model should know it
- * began saying it). `playedMs` null means the media could not tell; then the whole reply streamed so far
- * is kept, since forgetting what was said misleads the model more than remembering a little too much.
+ * What the listener heard of a chat reply cut short: the text of every segment whose audio had started
+ * playing by `playedMs` (ms of the turn's audio played, as the media clock reports it). A segment cut in
+ * the middle counts, so the model knows it began saying it; text still waiting for synthesis was never heard.
  */
-export function heardReply(reply: string, queued: readonly QueuedSegment[], playedMs: number | null): string {
-  if (playedMs === null) return reply;
+export function heardReply(queued: readonly QueuedSegment[], playedMs: number): string {
   const heard: string[] = [];
   let startMs = 0;
   for (const segment of queued) {

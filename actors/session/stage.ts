@@ -20,11 +20,6 @@ export interface StageContext {
   tts(id: TtsProviderId): TtsProvider;
   llm: LlmProvider;
   asr: AsrProvider;
-  /**
-   * Ms of a turn's audio that has been played to the listener, or null when the media cannot tell: what an
-   * interrupted chat reply keeps in the history (`heardReply`).
-   */
-  playedMsOf(turnId: string): number | null;
   /** Per-turn latency bookkeeping (`GET /sessions/{id}/metrics`). */
   metrics: SessionMetrics;
   /** Applies rt-family segmentation and smoothing to direct audio. */

@@ -247,8 +247,6 @@ export class SessionSupervisor {
       tts: this.deps.tts,
       llm: this.deps.llm,
       asr: this.deps.asr,
-      // The media reports no playback position yet: an interrupted reply keeps all it streamed (`heardReply`).
-      playedMsOf: () => null,
       metrics: new SessionMetrics(),
       smoothAudio: (pcm) => smoothForRt(pcm, config.sampleRate),
     };
