@@ -21,6 +21,47 @@ export async function processStats(pid: number): Promise<ProcessStats> {
   return { openFds: fds.length, rssKiB: field('VmRSS'), threads: field('Threads') };
 }
 
+/** Every descendant of `pid` (children, grandchildren…), from the parent ids in `/proc/<n>/stat`. */
+export async function descendants(pid: number): Promise<number[]> {
+  const parentOf = new Map<number, number>();
+  for (const entry of await fs.readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = await fs.readFile(`/proc/${entry}/stat`, 'utf8');
+      // Field 4 (ppid) follows the parenthesised command name, which may itself hold spaces and parentheses.
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      parentOf.set(Number(entry), ppid);
+    } catch {
+      // exited meanwhile
+    }
+  }
+  const found: number[] = [];
+  let frontier = [pid];
+  while (frontier.length) {
+    const next = [...parentOf.entries()].filter(([, ppid]) => frontier.includes(ppid)).map(([child]) => child);
+    found.push(...next);
+    frontier = next;
+  }
+  return found;
+}
+
+/** The summed stats of the descendants of `pid` (e.g. the built-in TTS engine processes), and how many there are. */
+export async function descendantStats(pid: number): Promise<ProcessStats & { processes: number }> {
+  const total = { openFds: 0, rssKiB: 0, threads: 0, processes: 0 };
+  for (const child of await descendants(pid)) {
+    try {
+      const stats = await processStats(child);
+      total.openFds += stats.openFds;
+      total.rssKiB += stats.rssKiB;
+      total.threads += stats.threads;
+      total.processes++;
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return total;
+}
+
 /** The fd targets of a process grouped by kind (`socket`, `pipe`, `anon_inode:[eventfd]`, or the file's directory), for a leak's diagnosis. */
 export async function fdKinds(pid: number): Promise<Record<string, number>> {
   const kinds: Record<string, number> = {};
