@@ -1,6 +1,8 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { MODEL_TYPES } from '../../actors/render/types.ts';
+import { HealthReporter } from '../health/report.ts';
+import { PROBE_CACHE_MS, PROBE_TIMEOUT_MS } from '../health/probe-cache.ts';
 
 const ModelEntry = Type.Object(
   {
@@ -16,17 +18,26 @@ const ModelEntry = Type.Object(
   { $id: 'ModelEntry' },
 );
 
-const ComponentHealth = Type.Object({
-  status: Type.Union([Type.Literal('ok'), Type.Literal('degraded'), Type.Literal('not_configured'), Type.Literal('error')]),
-  detail: Type.Optional(Type.String()),
-});
+const ComponentHealth = Type.Object(
+  {
+    status: Type.Union([Type.Literal('ok'), Type.Literal('not_configured'), Type.Literal('error')], {
+      description: 'ok: usable; not_configured: not set up (reason names the variable to set); error: set up but failing',
+    }),
+    checked_at: Type.String({ format: 'date-time', description: `When this dependency was last checked (remote probes are cached for ${PROBE_CACHE_MS / 1000} s)` }),
+    reason: Type.Optional(Type.String({ description: 'Why it is not ok, and what to check' })),
+    detail: Type.Optional(Type.String({ description: 'Extra facts about a dependency that is ok' })),
+    latency_ms: Type.Optional(Type.Integer({ description: 'How long the probe took' })),
+  },
+);
 
 const HealthBody = Type.Object(
   {
-    status: Type.Union([Type.Literal('ok'), Type.Literal('degraded')]),
+    status: Type.Union([Type.Literal('ok'), Type.Literal('degraded')], { description: 'degraded when any component is in error' }),
     uptime_ms: Type.Integer(),
     sessions: Type.Object({ live: Type.Integer(), active: Type.Integer(), capacity: Type.Integer() }),
-    components: Type.Record(Type.String(), ComponentHealth),
+    components: Type.Record(Type.String(), ComponentHealth, {
+      description: 'storage, avatars, llm, asr, tts.<provider> for every TTS provider, renderer.<model> for every rendering model',
+    }),
   },
   { $id: 'HealthBody' },
 );
@@ -46,6 +57,8 @@ const startedAt = Date.now();
 /** Liveness, readiness detail, the model list and session capacity. */
 const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { services } = app;
+  const reporter = new HealthReporter(services);
+  app.addHook('onClose', async () => reporter.close());
 
   app.get('/healthz', {
     schema: { tags: ['health'], summary: 'Liveness probe', response: { 200: Type.Object({ status: Type.Literal('ok') }) } },
@@ -56,39 +69,21 @@ const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       tags: ['health'],
       summary: 'Component health',
-      description: 'Per-component detail: storage, avatar catalog, renderers, TTS, LLM and ASR. `degraded` when a required part fails.',
+      description:
+        'Every dependency as ok, not_configured or error, with when it was checked and why it is not ok. The LLM and ASR ' +
+        'servers are asked `GET {base}/models`, TTS servers with a configured base URL are checked for reachability; ' +
+        `those probes are bounded (${PROBE_TIMEOUT_MS / 1000} s) and cached (${PROBE_CACHE_MS / 1000} s). \`degraded\` when any dependency is in error. ` +
+        'For a cheap liveness check use `/healthz`.',
       response: { 200: HealthBody },
     },
     handler: async () => {
-      const components: Record<string, { status: 'ok' | 'degraded' | 'not_configured' | 'error'; detail?: string }> = {};
-      try {
-        await services.sessionStore.get('health-probe');
-        components.storage = { status: 'ok' };
-      } catch (error) {
-        components.storage = { status: 'error', detail: (error as Error).message };
-      }
-      const avatars = await services.catalog.list();
-      components.avatars = avatars.length > 0 ? { status: 'ok', detail: `${avatars.length} avatars` } : { status: 'degraded', detail: 'no avatars found' };
-      const models = services.models.list();
-      const failed = models.filter((m) => m.status === 'error');
-      components.renderers = failed.length
-        ? { status: 'degraded', detail: failed.map((m) => `${m.id}: ${m.reason}`).join('; ') }
-        : { status: 'ok', detail: `${models.filter((m) => m.connected).length} models connected` };
-      const defaultTts = services.tts.get(services.config.ttsDefaultProvider).status();
-      components.tts = defaultTts.configured
-        ? { status: 'ok', detail: `default provider ${services.config.ttsDefaultProvider}` }
-        : { status: 'error', detail: defaultTts.reason };
-      const llm = services.llm.status();
-      components.llm = llm.configured ? { status: 'ok' } : { status: 'not_configured', detail: llm.reason };
-      const asr = services.asr.status();
-      components.asr = asr.configured ? { status: 'ok' } : { status: 'not_configured', detail: asr.reason };
-      const degraded = Object.values(components).some((c) => c.status === 'error' || c.status === 'degraded');
+      const report = await reporter.report();
       const sup = services.supervisor;
       return {
-        status: degraded ? ('degraded' as const) : ('ok' as const),
+        status: report.status,
         uptime_ms: Date.now() - startedAt,
         sessions: { live: sup.liveCount, active: sup.activeCount, capacity: sup.capacity },
-        components,
+        components: report.components,
       };
     },
   });

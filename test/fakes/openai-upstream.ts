@@ -39,8 +39,17 @@ export interface TranscriptionScenario {
   oversizedBodyBytes?: number;
 }
 
+/** `GET /v1/models`, which `/health` uses as the server's probe. */
+export interface ModelListScenario {
+  /** Model ids listed in `{object: 'list', data: [{id}]}`. */
+  ids: string[];
+  /** Answer with this status and an OpenAI-style error JSON instead of the list. */
+  failStatus?: number;
+}
+
 export interface ScenarioPatch {
   chat?: Partial<ChatScenario>;
+  models?: Partial<ModelListScenario>;
   transcription?: Partial<TranscriptionScenario>;
   /** When set, requests without `Authorization: Bearer <key>` get OpenAI's 401 JSON. `null` clears it. */
   requiredApiKey?: string | null;
@@ -83,10 +92,12 @@ export interface OpenAiUpstream {
 
 const DEFAULT_CHAT: ChatScenario = { replyTokens: ['Hello', ' there', '!'], firstTokenDelayMs: 0, tokenDelayMs: 0 };
 const DEFAULT_TRANSCRIPTION: TranscriptionScenario = { transcript: 'hello world', delayMs: 0 };
+const DEFAULT_MODELS: ModelListScenario = { ids: ['llama3.2', 'whisper-1'] };
 
 export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<OpenAiUpstream> {
   let chat: ChatScenario = { ...DEFAULT_CHAT };
   let transcription: TranscriptionScenario = { ...DEFAULT_TRANSCRIPTION };
+  let models: ModelListScenario = { ...DEFAULT_MODELS };
   let requiredApiKey: string | undefined;
   const requests: RecordedRequest[] = [];
   let openChatStreams = 0;
@@ -95,6 +106,7 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
   const setScenario = (patch: ScenarioPatch): void => {
     if (patch.chat) chat = { ...chat, ...patch.chat };
     if (patch.transcription) transcription = { ...transcription, ...patch.transcription };
+    if (patch.models) models = { ...models, ...patch.models };
     if (patch.requiredApiKey !== undefined) requiredApiKey = patch.requiredApiKey ?? undefined;
   };
   setScenario(initial);
@@ -130,6 +142,15 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
     if (req.method === 'POST' && path === '/v1/audio/transcriptions') {
       recorded.transcription = await parseTranscriptionUpload(req, body);
       await answerTranscription(res, { ...transcription });
+      return;
+    }
+    if (req.method === 'GET' && path === '/v1/models') {
+      if (models.failStatus) {
+        sendError(res, models.failStatus, 'The server had an error', 'server_error');
+        return;
+      }
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ object: 'list', data: models.ids.map((id) => ({ id, object: 'model', owned_by: 'fake' })) }));
       return;
     }
     sendError(res, 404, `Unknown route ${req.method} ${path}`, 'invalid_request_error');
