@@ -30,6 +30,8 @@ export interface ServiceConfig {
   /** A started session without any consumer (SSE, WebRTC peer, audio WebSocket, recording, job, REST call) this long is terminated; 0 = never. */
   orphanTimeoutMs: number;
   logLevel: string;
+  /** `auto`: readable lines on a terminal, JSON lines otherwise (`src/main.ts` decides from stdout). */
+  logFormat: 'json' | 'pretty' | 'auto';
   sampleRate: number;
   iceServers: Array<{ urls: string | string[]; username?: string; credential?: string }>;
   tombstoneRetentionMs: number;
@@ -88,6 +90,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
 
   const logLevel = read('SERVICE_LOG_LEVEL') ?? 'info';
   if (!LOG_LEVELS.includes(logLevel)) problems.push(`SERVICE_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')} (got "${logLevel}")`);
+  const logFormat = read('SERVICE_LOG_FORMAT') ?? 'auto';
+  if (!isLogFormat(logFormat)) problems.push(`SERVICE_LOG_FORMAT must be json, pretty or auto (got "${logFormat}")`);
 
   const corsOrigins = (read('SERVICE_CORS_ORIGINS') ?? '')
     .split(',')
@@ -170,6 +174,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     startTimeoutMs: integer('SERVICE_START_TIMEOUT_MS', 600_000, 1_000, 24 * 3600 * 1000),
     orphanTimeoutMs: integer('SERVICE_ORPHAN_TIMEOUT_S', 60, 0, 24 * 3600) * 1000,
     logLevel,
+    logFormat: isLogFormat(logFormat) ? logFormat : 'auto',
     sampleRate: integer('SERVICE_SAMPLE_RATE', 16000, 8000, 48000),
     iceServers,
     tombstoneRetentionMs: integer('SERVICE_SESSION_TOMBSTONE_MS', 24 * 3600 * 1000, 0, 365 * 24 * 3600 * 1000),
@@ -180,6 +185,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
+}
+
+function isLogFormat(value: string): value is ServiceConfig['logFormat'] {
+  return value === 'json' || value === 'pretty' || value === 'auto';
 }
 
 /** True for a bind address only this machine can reach (the inspector's default depends on it). */

@@ -3,12 +3,16 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pino, { type DestinationStream, type Logger } from 'pino';
 
+/** `json`: one JSON object per line, for log collectors. `pretty`: one readable line per entry, for a person at a terminal. */
+export type LogFormat = 'json' | 'pretty';
+
 /**
  * The service logger: JSON lines, static messages with structured fields. Upstream keys and request
  * bodies are redacted wherever they might appear, and errors (under `err` or `error`, or passed as the
- * only argument) are serialised with every filesystem path reduced by `scrubPaths`.
+ * only argument) are serialised with every filesystem path reduced by `scrubPaths`. With `format:
+ * 'pretty'` the same lines are rewritten for a terminal (`prettyDestination`) before they are written.
  */
-export function createLogger(level: string, destination?: DestinationStream): Logger {
+export function createLogger(level: string, destination?: DestinationStream, format: LogFormat = 'json'): Logger {
   const options: pino.LoggerOptions = {
     level,
     redact: {
@@ -27,7 +31,68 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
       },
     },
   };
+  if (format === 'pretty') return pino(options, prettyDestination(destination ?? process.stdout, { color: shouldColor(destination) }));
   return destination ? pino(options, destination) : pino(options);
+}
+
+/** Colours only on a terminal, and never when the NO_COLOR convention (no-color.org) asks for none. */
+function shouldColor(destination: DestinationStream | undefined): boolean {
+  return destination === undefined && process.stdout.isTTY === true && !process.env.NO_COLOR;
+}
+
+const LEVEL_NAMES: Record<number, string> = { 10: 'TRACE', 20: 'DEBUG', 30: 'INFO', 40: 'WARN', 50: 'ERROR', 60: 'FATAL' };
+const LEVEL_COLORS: Record<number, string> = { 10: '90', 20: '36', 30: '32', 40: '33', 50: '31', 60: '35' };
+/** Fields every line has, shown in the line's head (time, level, message) or not at all (pid, hostname). */
+const HEAD_FIELDS = new Set(['level', 'time', 'msg', 'pid', 'hostname']);
+
+/**
+ * A destination that turns each pino JSON line into `12:04:05.123 INFO  service listening host=127.0.0.1 port=8000`.
+ * Fastify's request fields are shortened to what a person reads (`GET /health 200 4ms`); an error shows its
+ * type and message on the line and its (path-scrubbed) stack below. A line that is not JSON passes unchanged.
+ */
+export function prettyDestination(target: { write(text: string): unknown }, options: { color: boolean }): DestinationStream {
+  const paint = (code: string, text: string) => (options.color ? `\u001b[${code}m${text}\u001b[0m` : text);
+  return {
+    write(line: string) {
+      let entry: Record<string, unknown>;
+      try {
+        entry = JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        target.write(line);
+        return;
+      }
+      target.write(`${formatEntry(entry, paint)}\n`);
+    },
+  };
+}
+
+function formatEntry(entry: Record<string, unknown>, paint: (code: string, text: string) => string): string {
+  const level = typeof entry.level === 'number' ? entry.level : 30;
+  const time = new Date(typeof entry.time === 'number' ? entry.time : Date.now()).toTimeString().slice(0, 8);
+  const head = `${paint('2', time)} ${paint(LEVEL_COLORS[level] ?? '0', (LEVEL_NAMES[level] ?? String(level)).padEnd(5))} ${String(entry.msg ?? '')}`;
+  const fields: string[] = [];
+  let stack: string | undefined;
+  for (const [key, value] of Object.entries(entry)) {
+    if (HEAD_FIELDS.has(key) || value === undefined) continue;
+    if ((key === 'err' || key === 'error') && value && typeof value === 'object') {
+      const error = value as { type?: string; message?: string; stack?: string };
+      fields.push(`${key}=${JSON.stringify(`${error.type ?? 'Error'}: ${error.message ?? ''}`)}`);
+      stack = error.stack;
+    } else if (key === 'req' && value && typeof value === 'object') {
+      const request = value as { method?: string; url?: string };
+      fields.push(`${request.method ?? ''} ${request.url ?? ''}`.trim());
+    } else if (key === 'res' && value && typeof value === 'object') {
+      fields.push(String((value as { statusCode?: number }).statusCode ?? ''));
+    } else if (key === 'responseTime' && typeof value === 'number') {
+      fields.push(`${Math.round(value)}ms`);
+    } else {
+      fields.push(`${key}=${typeof value === 'string' && /^[\w.:/@+-]+$/u.test(value) ? value : JSON.stringify(value)}`);
+    }
+  }
+  const body = fields.length > 0 ? `${head} ${paint('2', fields.join(' '))}` : head;
+  if (!stack || level < 50) return body;
+  const frames = stack.split('\n').slice(1).map((frame) => `    ${frame.trim()}`);
+  return frames.length > 0 ? `${body}\n${paint('2', frames.join('\n'))}` : body;
 }
 
 /**
