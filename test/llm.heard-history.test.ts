@@ -8,7 +8,7 @@ import type { StageContext } from '../actors/session/stage.ts';
 import { ConversationHistory, INTERRUPTED_MARKER } from '../actors/llm/history.ts';
 import type { LlmProvider } from '../actors/llm/types.ts';
 import type { SessionMedia } from '../src/sessions/media.ts';
-import { SessionEventHub } from '../src/sessions/event-hub.ts';
+import { SessionBus } from '../src/sessions/session-bus.ts';
 import { SessionMetrics } from '../src/sessions/metrics.ts';
 import { TEST_SESSION_INPUT, createRecordingActors, recordingSettle } from './helpers/machine-events.ts';
 
@@ -46,7 +46,7 @@ function chatSession(llm: LlmProvider, playedMs: number) {
     sessionId: TEST_SESSION_INPUT.sessionId,
     sampleRate: 16_000,
     logger: pino({ level: 'silent' }),
-    events: new SessionEventHub(),
+    events: new SessionBus(),
     media: { playedMsOf: () => playedMs } as unknown as SessionMedia,
     history,
     tts: () => {

@@ -1,3 +1,5 @@
+import { Writable } from 'node:stream';
+import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { openSession, type LiveSession } from './helpers/conversation.ts';
@@ -50,4 +52,45 @@ describe('GET /sessions/{id}/metrics', () => {
     await fetch(`${t.baseUrl}/sessions/${session_id}`, { method: 'DELETE' });
     expect((await fetch(`${t.baseUrl}/sessions/${session_id}/metrics`)).status).toBe(409);
   });
+});
+
+describe('turns follow the session machine, not what SSE says', () => {
+  let t: TestApp;
+  let s: LiveSession;
+  const lines: Array<Record<string, unknown>> = [];
+  beforeAll(async () => {
+    const capture = new Writable({
+      write(chunk, _encoding, done) {
+        for (const line of String(chunk).split('\n')) if (line.trim()) lines.push(JSON.parse(line));
+        done();
+      },
+    });
+    t = await startTestApp({ logger: pino({ level: 'info' }, capture) });
+    s = await openSession(t);
+  });
+  afterAll(async () => {
+    s?.close();
+    await t?.close();
+  });
+
+  it('a pause mid-turn says status idle to clients but is no completed turn: outcome paused; turn started/finished are logged', async () => {
+    const from = s.sse.events.length;
+    await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, { text: 'This sentence is cut short by a pause, long before it could finish playing out loud.' });
+    await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'speaking', 20_000, 'speaking', from);
+    expect((await post(t.baseUrl, `/sessions/${s.sessionId}/pause`)).status).toBe(200);
+    // Clients see the turn end as idle (spec 3.2) …
+    await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 5_000, 'idle after pause', from);
+
+    const [turn] = (await json(await fetch(`${t.baseUrl}/sessions/${s.sessionId}/metrics`))).turns;
+    // … but the turn did not complete: its audio never played out.
+    expect(turn).toMatchObject({ mode: 'speak', outcome: 'paused' });
+    expect(turn.duration_ms).toBeGreaterThan(0);
+
+    const turnLogs = lines.filter((l) => l.msg === 'turn started' || l.msg === 'turn finished');
+    expect(turnLogs.map((l) => [l.msg, l.sessionId, l.turnId, l.kind, l.outcome])).toEqual([
+      ['turn started', s.sessionId, turn.turn_id, 'speak', undefined],
+      ['turn finished', s.sessionId, turn.turn_id, 'speak', 'paused'],
+    ]);
+    expect((await post(t.baseUrl, `/sessions/${s.sessionId}/resume`)).status).toBe(200);
+  }, 60_000);
 });

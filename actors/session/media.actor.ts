@@ -5,8 +5,7 @@ import type { StageContext } from './stage.ts';
 
 /**
  * The session's media for the machine: FLUSH empties the playout; a renderer failure becomes STAGE.ERROR
- * (recoverable while the media reopens the renderer, fatal once it gave up: spec 6.1 rule 5); stopping the
- * actor closes the media.
+ * (recoverable while the media reopens the renderer, fatal once it gave up: spec 6.1 rule 5).
  */
 export function createMediaActor(ctx: StageContext) {
   return fromCallback<MediaActorEvent, { sessionId: string }>(({ receive, sendBack }) => {
@@ -20,9 +19,7 @@ export function createMediaActor(ctx: StageContext) {
       const { code, message, fatal } = stageErrorOf('render', error);
       sendBack({ type: 'STAGE.ERROR', code, message, fatal });
     });
-    return () => {
-      stopWatching();
-      void ctx.media.close();
-    };
+    // Stopping does not close the media: the session's close cascade does (src/sessions/session-close.ts).
+    return stopWatching;
   });
 }

@@ -4,7 +4,7 @@ import type { TtsProvider, TtsProviderId } from '../tts/types.ts';
 import type { LlmProvider } from '../llm/types.ts';
 import type { AsrProvider } from '../asr/types.ts';
 import type { ConversationHistory } from '../llm/history.ts';
-import type { SessionEventHub } from '../../src/sessions/event-hub.ts';
+import type { SessionBus } from '../../src/sessions/session-bus.ts';
 import type { SessionMedia } from '../../src/sessions/media.ts';
 import type { SessionMetrics } from '../../src/sessions/metrics.ts';
 import { stageErrorOf } from './stage-errors.ts';
@@ -14,7 +14,8 @@ export interface StageContext {
   sessionId: string;
   sampleRate: number;
   logger: Logger;
-  events: SessionEventHub;
+  /** The session's bus: `publish` puts a spec event out for SSE clients (the hub subscribes). */
+  events: SessionBus;
   media: SessionMedia;
   history: ConversationHistory;
   tts(id: TtsProviderId): TtsProvider;

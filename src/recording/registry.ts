@@ -90,9 +90,10 @@ export class RecordingRegistry {
 
   /**
    * Starts recording `media`'s clock. `whenSessionEnds` is given a callback to run when the session
-   * terminates, so the file is finalised rather than lost.
+   * terminates (its close cascade, after the clock stopped), so the file is finalised rather than lost; the
+   * callback settles once the file is final (or failed).
    */
-  async start(sessionId: string, media: RecordableMedia, whenSessionEnds?: (finalise: () => void) => void): Promise<RecordingStatus> {
+  async start(sessionId: string, media: RecordableMedia, whenSessionEnds?: (finalise: () => Promise<void>) => void): Promise<RecordingStatus> {
     if (this.closed) throw new RecordingConflictError('service is shutting down');
     if (this.active.has(sessionId)) throw new RecordingConflictError('already recording; stop it first');
     const dir = this.dirOf(sessionId);
@@ -104,7 +105,8 @@ export class RecordingRegistry {
       // The record first: a crash in between leaves an artifact without one, which `recover()` removes.
       await fs.rm(path.join(dir, META_FILE), { force: true });
       await Promise.all([ARTIFACT_FILE, PARTIAL_FILE].map((name) => fs.rm(path.join(dir, name), { force: true })));
-      const finaliseOnEnd = () => void this.stop(sessionId, 'session terminated').catch(() => undefined);
+      const finaliseOnEnd = () =>
+        this.active.has(sessionId) ? this.stop(sessionId, 'session terminated').then(() => undefined, () => undefined) : Promise.resolve();
       placeholder.recorder = new ClockRecorder(media, path.join(dir, PARTIAL_FILE), () => void this.stop(sessionId, 'clock stopped').catch(() => undefined));
       whenSessionEnds?.(finaliseOnEnd);
     } catch (error) {

@@ -48,8 +48,9 @@ const recordingRoutes: FastifyPluginAsyncTypebox = async (app) => {
       if (session.state === 'created') throw conflict('session is not started: start it before recording');
       session.consumers.watch('recording', () => recordings.isRecording(session.id));
       try {
+        // Finalised by the session's close cascade, after the clock stopped and before SSE clients hear session.terminated.
         return await recordings.start(session.id, session.media, (finalise) => {
-          session.actor.on('session.terminated', finalise);
+          session.closer.addTap('recording', finalise);
         });
       } catch (error) {
         asHttp(error);

@@ -135,13 +135,6 @@ export class SessionMedia {
     return this.bus.on('media.failed', ({ error }) => listener(error));
   }
 
-  /** Closes clock, WebRTC and renderer in that order (the media part of the session's close cascade). Idempotent. */
-  async close(): Promise<void> {
-    this.playout.close();
-    this.output.close();
-    await this.releaseRenderer();
-  }
-
   /** Step of the close cascade (after the clock and WebRTC): stops any reopen and releases the renderer. */
   async releaseRenderer(): Promise<void> {
     if (this.closing.signal.aborted) return;

@@ -77,25 +77,6 @@ export class SessionMetrics {
     this.interruptAt = null;
   }
 
-  /** @deprecated transitional, until the session follows the bus (`follow`): an interrupt call. */
-  interruptRequested(now = performance.now()): void {
-    this.interruptAt = now;
-  }
-
-  /** @deprecated transitional, until the session follows the bus (`follow`): ends turns on SSE events. */
-  observe(event: { type: string; data: unknown }, now = performance.now()): void {
-    const current = this.current;
-    if (!current) return;
-    if (event.type === 'error') this.finish(current.turn_id, 'error', now);
-    if (event.type !== 'status') return;
-    const stage = (event.data as { stage: string }).stage;
-    if (stage === 'interrupted') {
-      this.flushed(now);
-      this.finish(current.turn_id, 'interrupted', now);
-    }
-    if (stage === 'idle') this.finish(current.turn_id, 'completed', now);
-  }
-
   finish(turnId: string, outcome: TurnOutcome, now = performance.now()): void {
     const turn = this.turns.findLast((t) => t.turn_id === turnId);
     if (!turn || turn.outcome !== 'running') return;

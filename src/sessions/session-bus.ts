@@ -1,3 +1,4 @@
+import type { Logger } from 'pino';
 import type { InspectionEvent } from 'xstate';
 import type { SessionEventMap, SessionEventRecord, SessionEventType } from './event-hub.ts';
 
@@ -121,15 +122,37 @@ export function machineFeed(bus: SessionBus): (event: InspectionEvent) => void {
       bus.emit('transition', { from: state, to, event });
       state = to;
     }
-    const next = turnOf(snapshot.context);
+    const ended = snapshot.status === 'done';
+    // The terminated state keeps its context as it was: a turn in it is over all the same.
+    const next = ended ? null : turnOf(snapshot.context);
     if (current && current.turnId !== next?.turnId) {
       const finished = current;
       current = null;
-      bus.emit('turn.finished', { ...finished, outcome: outcomeOf(event, snapshot.status === 'done') });
+      bus.emit('turn.finished', { ...finished, outcome: outcomeOf(event, ended) });
     }
     if (next && !current) {
       current = next;
       bus.emit('turn.started', next);
     }
   };
+}
+
+/**
+ * Turn logs from the bus: `turn started` and `turn finished` (kind, outcome, duration) on a child logger per
+ * turn, so every line carries `sessionId` (the session's logger) and `turnId`; machine transitions at debug.
+ */
+export function logTurns(bus: SessionBus, logger: Logger): void {
+  const open = new Map<string, { log: Logger; startedAt: number }>();
+  bus.on('turn.started', ({ turnId, kind }) => {
+    const log = logger.child({ turnId });
+    open.set(turnId, { log, startedAt: performance.now() });
+    log.info({ kind }, 'turn started');
+  });
+  bus.on('turn.finished', ({ turnId, kind, outcome }) => {
+    const turn = open.get(turnId);
+    open.delete(turnId);
+    const log = turn?.log ?? logger.child({ turnId });
+    log.info({ kind, outcome, durationMs: turn ? Math.round(performance.now() - turn.startedAt) : undefined }, 'turn finished');
+  });
+  bus.on('transition', ({ from, to, event }) => logger.debug({ from, to, event }, 'session transition'));
 }

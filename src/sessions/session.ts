@@ -16,8 +16,10 @@ import {
 } from '../../machines/session.machine.ts';
 import { conflict } from '../errors.ts';
 import type { StoredSession } from '../store/sessions.ts';
-import { SessionEventHub } from './event-hub.ts';
+import type { SessionEventHub } from './event-hub.ts';
 import type { SessionMedia } from './media.ts';
+import { SessionCloser } from './session-close.ts';
+import { logTurns, machineFeed, type SessionBus } from './session-bus.ts';
 import { createStageActors, type StageContext } from '../../actors/session/index.ts';
 import { SessionConsumers } from './consumers.ts';
 
@@ -25,18 +27,22 @@ import { SessionConsumers } from './consumers.ts';
 const TERMINATE_WAIT_MS = 2_000;
 
 /**
- * A live session: its supervised XState actor, its event hub and its media. Everything it owns is torn
- * down by `close()`, which is idempotent.
+ * A live session: its supervised XState actor, its internal bus, its SSE hub and its media. The machine's
+ * transitions and turn lifecycle go on the bus (`machineFeed`); the hub, metrics and turn logs follow the bus.
+ * Everything it owns is torn down by one close cascade (`session-close.ts`), started by `close()` or by the
+ * machine terminating itself (fatal error), whichever comes first.
  */
 export class Session {
   readonly actor: SessionActor;
   /** Who is using the session; a started session without any for `SERVICE_ORPHAN_TIMEOUT_S` is reaped. */
   readonly consumers = new SessionConsumers();
-  private closed = false;
+  /** The close cascade; taps of the media clock (recordings) register here to be finalised in order. */
+  readonly closer: SessionCloser;
   private readonly terminated: Promise<void>;
 
   constructor(
     public stored: StoredSession,
+    readonly bus: SessionBus,
     readonly events: SessionEventHub,
     readonly media: SessionMedia,
     readonly stage: StageContext,
@@ -44,9 +50,16 @@ export class Session {
     /** XState's inspection callback (the live inspector); undefined when the inspector is off. */
     inspect?: (event: InspectionEvent) => void,
   ) {
+    this.closer = new SessionCloser({ media, events, bus, logger });
+    stage.metrics.follow(bus);
+    logTurns(bus, logger);
+    const feed = machineFeed(bus);
     const machine = sessionMachine.provide({ actors: createStageActors(stage) });
     this.actor = createActor(machine, {
-      ...(inspect ? { inspect } : {}),
+      inspect: (event) => {
+        feed(event);
+        inspect?.(event);
+      },
       input: {
         sessionId: stored.session_id,
         avatarId: stored.avatar_id,
@@ -57,14 +70,13 @@ export class Session {
     });
     // A peer counts while its connection is up: disconnected, failed or closed is a viewer gone.
     this.consumers.watch('webrtc', () => media.output.connected);
-    events.listen((event) => stage.metrics.observe(event));
-    media.playout.on('turnStarted', (turnId) => stage.metrics.mark(turnId, 'first_sample_sent_ms'));
-    this.actor.on('status', ({ stage: s, message }) => events.publish('status', message ? { stage: s, message } : { stage: s }));
-    this.actor.on('error', ({ code, message }) => events.publish('error', { code, message }));
+    this.actor.on('status', ({ stage: s, message }) => bus.publish('status', message ? { stage: s, message } : { stage: s }));
+    this.actor.on('error', ({ code, message }) => bus.publish('error', { code, message }));
     this.terminated = new Promise((resolve) => {
       this.actor.on('session.terminated', () => {
-        events.publish('session.terminated', {});
         resolve();
+        // The cascade publishes `session.terminated` to clients as its last step.
+        void this.closer.close();
       });
     });
     this.actor.subscribe({
@@ -120,22 +132,21 @@ export class Session {
 
   /** Sends without asking: interrupts, termination, events the machine may ignore. */
   send(event: SessionEvent): void {
-    if (event.type === 'SPEAK' || event.type === 'CHAT' || event.type === 'SPEAK_AUDIO') this.stage.metrics.beginTurn(event.turn.id, event.turn.mode);
-    if (event.type === 'TRANSCRIBE') this.stage.metrics.beginTurn(event.request.id, 'transcribe');
-    if (event.type === 'INTERRUPT') this.stage.metrics.interruptRequested();
     this.actor.send(event);
   }
 
-  /** Terminates the machine (stopping every child, closing media), then ends the event streams. */
+  /**
+   * Terminates the machine (stopping every child) and runs the close cascade: clock → WebRTC → renderer →
+   * recording → events. Idempotent: every call, and the machine's own termination, share one cascade.
+   */
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    this.actor.send({ type: 'TERMINATE' });
-    let giveUp: NodeJS.Timeout | undefined;
-    await Promise.race([this.terminated, new Promise((resolve) => (giveUp = setTimeout(resolve, TERMINATE_WAIT_MS).unref()))]);
-    clearTimeout(giveUp);
-    this.actor.stop();
-    this.media.close();
-    this.events.close();
+    if (this.actor.getSnapshot().status === 'active') {
+      this.actor.send({ type: 'TERMINATE' });
+      let giveUp: NodeJS.Timeout | undefined;
+      await Promise.race([this.terminated, new Promise((resolve) => (giveUp = setTimeout(resolve, TERMINATE_WAIT_MS).unref()))]);
+      clearTimeout(giveUp);
+      this.actor.stop();
+    }
+    await this.closer.close();
   }
 }

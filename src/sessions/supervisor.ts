@@ -241,7 +241,7 @@ export class SessionSupervisor {
       sessionId,
       sampleRate: config.sampleRate,
       logger,
-      events,
+      events: bus,
       media,
       history: new ConversationHistory({ maxTurns: HISTORY_MAX_TURNS, maxChars: HISTORY_MAX_CHARS }),
       tts: this.deps.tts,
@@ -250,7 +250,7 @@ export class SessionSupervisor {
       metrics: new SessionMetrics(),
       smoothAudio: (pcm) => smoothForRt(pcm, config.sampleRate),
     };
-    const session = new Session(stored, events, media, stage, logger, this.deps.inspection?.inspectorFor(sessionId));
+    const session = new Session(stored, bus, events, media, stage, logger, this.deps.inspection?.inspectorFor(sessionId));
     try {
       await this.deps.store.put(stored);
       // Shut down while this one was being set up: closeAll has already run, so nobody would close it.

@@ -1,0 +1,113 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { createActor } from 'xstate';
+import { sessionMachine, type SessionEvent } from '../machines/session.machine.ts';
+import { SessionBus, machineFeed, type SessionBusEvents } from '../src/sessions/session-bus.ts';
+import { SessionEventHub } from '../src/sessions/event-hub.ts';
+import { SessionMetrics } from '../src/sessions/metrics.ts';
+import { SPEAK_TURN, TEST_SESSION_INPUT, createRecordingActors, transcribeRequest } from './helpers/machine-events.ts';
+
+/**
+ * The session bus fed by the real machine (stage actors are recorders): turn lifecycle and outcomes come
+ * from the event that ended the turn, never from what clients are told.
+ */
+
+const actors: Array<{ stop(): void }> = [];
+afterEach(() => {
+  for (const actor of actors.splice(0)) actor.stop();
+});
+
+function busSession() {
+  const bus = new SessionBus((error) => {
+    throw error;
+  });
+  const seen: Array<{ type: keyof SessionBusEvents; data: unknown }> = [];
+  for (const type of ['turn.started', 'turn.finished', 'transition', 'spec'] as const) bus.on(type, (data) => seen.push({ type, data }));
+  const recording = createRecordingActors({
+    onReceive(id, event, sendBack) {
+      if (id === 'media' && event.type === 'FLUSH') sendBack({ type: 'MEDIA.FLUSHED' });
+    },
+  });
+  const actor = createActor(sessionMachine.provide({ actors: recording.actors }), { input: TEST_SESSION_INPUT, inspect: machineFeed(bus) });
+  actors.push(actor);
+  actor.start();
+  actor.send({ type: 'START' });
+  const turns = () => seen.filter((e) => e.type === 'turn.started' || e.type === 'turn.finished').map((e) => ({ event: e.type, ...(e.data as object) }));
+  const send = (event: SessionEvent) => actor.send(event);
+  return { bus, seen, turns, send, actor };
+}
+
+const speak = (id: string): SessionEvent => ({ type: 'SPEAK', turn: { ...SPEAK_TURN, id } });
+
+describe('session bus fed by the machine', () => {
+  it('a turn finishes with the outcome of the event that ended it: completed, interrupted, paused, error, terminated', async () => {
+    const { send, turns } = busSession();
+    send(speak('a'));
+    send({ type: 'TTS.FIRST_AUDIO' });
+    send({ type: 'TTS.DONE' });
+    send(speak('b'));
+    send({ type: 'INTERRUPT' });
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    send(speak('c'));
+    send({ type: 'PAUSE' });
+    send({ type: 'RESUME' });
+    send(speak('d'));
+    send({ type: 'STAGE.ERROR', code: 'tts_failed', message: 'boom', fatal: false });
+    send(speak('e'));
+    send({ type: 'TERMINATE' });
+    expect(turns()).toEqual([
+      { event: 'turn.started', turnId: 'a', kind: 'speak' },
+      { event: 'turn.finished', turnId: 'a', kind: 'speak', outcome: 'completed' },
+      { event: 'turn.started', turnId: 'b', kind: 'speak' },
+      { event: 'turn.finished', turnId: 'b', kind: 'speak', outcome: 'interrupted' },
+      { event: 'turn.started', turnId: 'c', kind: 'speak' },
+      { event: 'turn.finished', turnId: 'c', kind: 'speak', outcome: 'paused' },
+      { event: 'turn.started', turnId: 'd', kind: 'speak' },
+      { event: 'turn.finished', turnId: 'd', kind: 'speak', outcome: 'error' },
+      { event: 'turn.started', turnId: 'e', kind: 'speak' },
+      { event: 'turn.finished', turnId: 'e', kind: 'speak', outcome: 'terminated' },
+    ]);
+  });
+
+  it('a transcription that goes on as a chat stays one turn', () => {
+    const { send, turns } = busSession();
+    send({ type: 'TRANSCRIBE', request: transcribeRequest('t-1', true) });
+    send({ type: 'ASR.DONE', text: 'What time is it?' });
+    expect(turns()).toEqual([{ event: 'turn.started', turnId: 't-1', kind: 'transcribe' }]);
+    send({ type: 'INTERRUPT' });
+    expect(turns().at(-1)).toEqual({ event: 'turn.finished', turnId: 't-1', kind: 'transcribe', outcome: 'interrupted' });
+  });
+
+  it('transitions name the leaf states and the event; spec events reach the SSE hub only through the bus', () => {
+    const { bus, seen, send } = busSession();
+    const hub = new SessionEventHub(bus);
+    const published: string[] = [];
+    hub.listen((event) => published.push(event.type));
+    send(speak('a'));
+    const transitions = seen.filter((e) => e.type === 'transition').map((e) => e.data);
+    expect(transitions[0]).toEqual({ from: '', to: 'created', event: 'xstate.init' });
+    expect(transitions).toContainEqual({ from: 'created', to: 'running.idle', event: 'START' });
+    expect(transitions.at(-1)).toMatchObject({ from: 'running.idle', event: 'SPEAK' });
+    expect((transitions.at(-1) as { to: string }).to).toMatch(/running\.turn\./);
+    bus.publish('tts', { stage: 'start', ms_elapsed: 0 });
+    expect(published).toEqual(['tts']);
+    hub.close();
+  });
+
+  it('metrics follow the bus: a pause is no completed turn, an interrupt times its flush', () => {
+    const { bus, send } = busSession();
+    const metrics = new SessionMetrics();
+    metrics.follow(bus);
+    send(speak('a'));
+    send({ type: 'PAUSE' });
+    send({ type: 'RESUME' });
+    send(speak('b'));
+    // The media actor's flush happens inside the interrupt's step (here: the recorder, so the bus is told directly).
+    bus.emit('received', { event: 'INTERRUPT' });
+    bus.emit('media.flushed', {});
+    send({ type: 'INTERRUPT' });
+    const [a, b] = metrics.snapshot().turns;
+    expect(a).toMatchObject({ turn_id: 'a', outcome: 'paused' });
+    expect(b).toMatchObject({ turn_id: 'b', outcome: 'interrupted' });
+    expect(b.interrupt_to_flush_ms).toBeGreaterThanOrEqual(0);
+  });
+});

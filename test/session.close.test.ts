@@ -1,0 +1,82 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RenderPool } from '../actors/render/pool.ts';
+import type { ModelType } from '../actors/render/types.ts';
+import type { CatalogEntry } from '../src/catalog/catalog.ts';
+import type { RenderOpener } from '../src/sessions/supervisor.ts';
+import { post, startTestApp, type TestApp } from './helpers/app.ts';
+import { openSession } from './helpers/conversation.ts';
+
+/** What happened when, across the parts a session closes. */
+const order: string[] = [];
+
+/** Real pool renderers whose release is noted in `order`. */
+class NotedRenderers implements RenderOpener {
+  constructor(private readonly pool: RenderPool) {}
+  async open(avatar: CatalogEntry, model: ModelType, signal?: AbortSignal) {
+    const handle = await this.pool.open(avatar, model, signal);
+    return {
+      width: handle.width,
+      height: handle.height,
+      fps: handle.fps,
+      render: handle.render.bind(handle),
+      close: () => {
+        order.push('renderer');
+        handle.close();
+      },
+    };
+  }
+}
+
+/** Replaces `target[method]` with a version that notes `label` first. */
+function note<T extends object, K extends keyof T>(target: T, method: K, label: string | ((...args: never[]) => string | null)): void {
+  const original = (target[method] as (...args: unknown[]) => unknown).bind(target);
+  (target as Record<K, unknown>)[method] = (...args: unknown[]) => {
+    const text = typeof label === 'string' ? label : label(...(args as never[]));
+    if (text) order.push(text);
+    return original(...args);
+  };
+}
+
+describe('one close cascade: clock → WebRTC → renderer → recording → events', () => {
+  const pool = new RenderPool({ threads: 1 });
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp({ overrides: { render: new NotedRenderers(pool) } });
+  });
+  afterAll(async () => {
+    await t?.close();
+    await pool.close();
+  });
+
+  it('closing twice (and DELETE twice at once) is safe, and every part closes once, in the stated order', async () => {
+    const s = await openSession(t);
+    const id = s.sessionId;
+    expect((await post(t.baseUrl, `/sessions/${id}/rt-recording/start`)).status).toBe(200);
+    await post(t.baseUrl, `/sessions/${id}/speak`, { text: 'Closing while I still speak.' });
+    await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'speaking', 20_000, 'speaking');
+
+    const session = t.services.supervisor.liveSession(id)!;
+    note(session.media.playout, 'close', 'clock');
+    note(session.media.output, 'close', 'webrtc');
+    note(t.services.recordings, 'stop', 'recording');
+    note(session.events, 'publish', (type: string) => (type === 'session.terminated' ? 'event session.terminated' : null));
+    note(session.events, 'close', 'streams ended');
+    order.length = 0;
+
+    const deletes = await Promise.all([fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' }), fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' })]);
+    expect(deletes.map((r) => r.status)).toEqual([200, 200]);
+    await session.close();
+    await session.close();
+    expect((await fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' })).status).toBe(200);
+
+    expect(order).toEqual(['clock', 'webrtc', 'renderer', 'recording', 'event session.terminated', 'streams ended']);
+    await expect.poll(() => s.sse.closed, { timeout: 5_000 }).toBe(true);
+    expect(s.sse.of('session.terminated')).toHaveLength(1);
+    expect(s.sse.events.at(-1)?.type).toBe('session.terminated');
+    // The recording was finalised from what the clock produced before it stopped.
+    const recording = await t.services.recordings.status(id);
+    expect(recording.state).toBe('complete');
+    expect(recording.duration_ms).toBeGreaterThan(0);
+    s.close();
+  }, 60_000);
+});
