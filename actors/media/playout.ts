@@ -399,7 +399,9 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
         }
         this.sentFrames++;
         this.emit('video', rendered, idx, ptsMs);
-        const start = frameTurn ? this.turns.get(frameTurn)?.startSample : null;
+        // Only while the turn plays: once its audio is out the turn is over for clients (status idle follows).
+        const turn = frameTurn ? this.turns.get(frameTurn) : undefined;
+        const start = turn && !turn.settled ? turn.startSample : null;
         if (frameTurn && start !== null && start !== undefined) {
           this.emit('frame', {
             turnId: frameTurn,
