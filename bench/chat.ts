@@ -7,6 +7,8 @@ import { summary } from './stats.ts';
 const TTFT_MS = 300;
 const RUNS = 8;
 const AUDIBLE_RMS = 300;
+/** 20 silent 10 ms buffers in a row at the receiver: the previous reply has finished playing. */
+const QUIET_BUFFERS = 20;
 
 /** chat → first audible sample with a loopback LLM of fixed time-to-first-token; reports the service's overhead beyond it. */
 export async function benchChat(): Promise<Record<string, ReturnType<typeof summary>>> {
@@ -26,6 +28,13 @@ export async function benchChat(): Promise<Record<string, ReturnType<typeof summ
   const overhead: number[] = [];
   try {
     for (let run = 0; run < RUNS; run++) {
+      // `status idle` comes when the last sample is handed to WebRTC; the receiver hears it ~100 ms later. Start
+      // only once the receiver has been silent for a while, or that tail counts as this run's first audible sample.
+      const quietSince = performance.now();
+      await peer.until(() => {
+        const recent = peer.audio.slice(-QUIET_BUFFERS);
+        return recent.length === QUIET_BUFFERS && recent[0].at > quietSince && recent.every((a) => a.rms < AUDIBLE_RMS);
+      }, 10_000, 'silence before the next chat');
       const from = sse.events.length;
       const sentAt = performance.now();
       const res = await post(t.baseUrl, `/sessions/${session_id}/chat`, { prompt: 'Say something.' });

@@ -39,9 +39,9 @@ export interface CpuRowResult extends WindowResult {
   speaking: boolean;
   /** The service tree with no session, before the row's sessions were created */
   no_session_cpu_ms_per_s: number;
-  /** (tree RSS with N sessions − tree RSS before them) / N */
+  /** (tree RSS with N sessions − tree RSS before them) / N; moves with the engine processes' own memory */
   rss_mb_per_session: number;
-  /** Same, service process alone (without the TTS engine processes) */
+  /** Same, service process alone: the target row (the TTS engine processes are shared and fixed in number) */
   service_rss_mb_per_session: number;
   failed_speaks: number;
 }

@@ -22,6 +22,9 @@ const CONCURRENCY = Number(process.env.BENCH_CYCLE_CONCURRENCY ?? 3);
 const PEER_EVERY = Number(process.env.BENCH_CYCLE_PEER_EVERY ?? 1);
 /** Readings every 100 cycles (every tenth of the run when it is shorter than 1000). */
 const SAMPLE_EVERY = Math.max(1, Math.min(100, Math.floor(CYCLES / 10)));
+/** After each batch: the last sessions' teardown (peer close, SSE end) finishes before the reading. */
+const SETTLE_MS = 1_000;
+const RSS_READINGS = 5;
 /** "No growth": what allocator and heap noise may move RSS by over 1000 cycles. */
 export const GROWTH_TOLERANCE_MB_PER_1000 = 10;
 
@@ -69,7 +72,14 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
   try {
     const avatar = await avatarFor(baseUrl, 'rt');
     const sample = async () => {
-      const tree = sampleTree(pid);
+      // RSS moves with the service's own GC; the median of a few readings half a second apart steadies it.
+      const readings = [];
+      for (let i = 0; i < RSS_READINGS; i++) {
+        if (i > 0) await new Promise((r) => setTimeout(r, 500));
+        readings.push(sampleTree(pid));
+      }
+      const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
+      const tree = { rootRss: median(readings.map((x) => x.rootRss)), treeRss: median(readings.map((x) => x.treeRss)) };
       const metrics = await getJson<{ sessions: { live: number } }>(baseUrl, '/metrics');
       const s: CycleSample = {
         cycles: done,
@@ -119,24 +129,28 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
         sse.close();
       }
     };
-    const worker = async () => {
-      for (;;) {
-        const index = next++;
-        if (index >= cycles) return;
-        try {
-          await lifecycle(index);
-        } catch (error) {
-          failures++;
-          lastError = (error as Error).message;
+    // Batches of SAMPLE_EVERY cycles, CONCURRENCY at a time; each reading is taken with no cycle in flight,
+    // after the last deletes and peer teardowns settled, so descriptors and threads compare exactly.
+    while (done < cycles) {
+      const batchEnd = Math.min(cycles, done + SAMPLE_EVERY);
+      const worker = async () => {
+        for (;;) {
+          const index = next++;
+          if (index >= batchEnd) return;
+          try {
+            await lifecycle(index);
+          } catch (error) {
+            failures++;
+            lastError = (error as Error).message;
+          }
+          done++;
         }
-        done++;
-        if (done % SAMPLE_EVERY === 0) await sample();
-      }
-    };
-    await Promise.all(Array.from({ length: CONCURRENCY }, worker));
-    // Let deletes and the last peers' teardown finish before the final reading.
-    await new Promise((r) => setTimeout(r, 2_000));
-    await sample();
+      };
+      await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+      next = batchEnd;
+      await new Promise((r) => setTimeout(r, SETTLE_MS));
+      await sample();
+    }
   } finally {
     await service.stop();
   }
