@@ -1,0 +1,67 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { PLAYBACK_TURNS_KEPT, PlayoutClock } from '../actors/media/playout.ts';
+import { TimecodeTestRenderer } from './helpers/timecode-renderer.ts';
+
+const SAMPLE_RATE = 16_000;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const pcm = (ms: number) => new Int16Array(Math.round((ms * SAMPLE_RATE) / 1000)).fill(4000);
+const mouth = (durationMs: number) => ({ durationMs, poseAt: () => ({ open: 0.5, wide: 0, round: 0 }), levelAt: () => 0.6 });
+
+const clocks: PlayoutClock[] = [];
+afterEach(() => {
+  for (const clock of clocks.splice(0)) clock.close();
+});
+
+describe('what of a turn was played (the chat history after an interrupt)', () => {
+  it('enqueue tells where each segment starts in its turn; playedMsOf says how much left for WebRTC, frozen by a flush', async () => {
+    const clock = new PlayoutClock(new TimecodeTestRenderer(64, 48, 25), SAMPLE_RATE);
+    clocks.push(clock);
+    let turnStartMs = -1;
+    clock.on('turnStarted', () => (turnStartMs = clock.mediaMs));
+    clock.start();
+    // Sentence 0 in two chunks, then sentences 1 and 2, as the tts actor queues them.
+    expect(clock.enqueue('turn-1', pcm(200), mouth(200), 0)).toBe(0);
+    expect(clock.enqueue('turn-1', pcm(100), mouth(100), 0)).toBe(200);
+    expect(clock.enqueue('turn-1', pcm(400), mouth(400), 1)).toBe(300);
+    expect(clock.enqueue('turn-1', pcm(500), mouth(500), 2)).toBe(700);
+    expect(clock.playedMsOf('turn-1')).toBe(0);
+
+    while (clock.playedMsOf('turn-1') < 450) await sleep(5);
+    clock.flush();
+    const played = clock.playedMsOf('turn-1');
+    // Everything played went out in 10 ms chunks since the turn's first sample.
+    expect(Math.abs(played - (clock.mediaMs - turnStartMs))).toBeLessThanOrEqual(10);
+    await sleep(100);
+    expect(clock.playedMsOf('turn-1')).toBe(played);
+
+    const playback = clock.playbackOf('turn-1')!;
+    expect(playback).toEqual({
+      enqueuedMs: 1200,
+      playedMs: played,
+      segments: [
+        { segment: 0, startMs: 0, endMs: 300 },
+        { segment: 1, startMs: 300, endMs: 700 },
+        { segment: 2, startMs: 700, endMs: 1200 },
+      ],
+    });
+    // What the listener heard: sentences 0 and the start of 1, not 2.
+    expect(playback.segments.filter((s) => s.startMs < playback.playedMs).map((s) => s.segment)).toEqual([0, 1]);
+    // Audio for a flushed turn is not queued again.
+    clock.enqueue('turn-1', pcm(100), mouth(100), 3);
+    expect(clock.queuedMs).toBe(0);
+  });
+
+  it(`keeps the playback of the last ${PLAYBACK_TURNS_KEPT} finished turns, not more`, async () => {
+    const clock = new PlayoutClock(new TimecodeTestRenderer(64, 48, 25), SAMPLE_RATE);
+    clocks.push(clock);
+    clock.start();
+    for (let i = 0; i <= PLAYBACK_TURNS_KEPT; i++) {
+      clock.enqueue(`t-${i}`, pcm(20), mouth(20));
+      clock.endTurn(`t-${i}`);
+      await clock.whenDrained(`t-${i}`);
+    }
+    expect(clock.playbackOf('t-0')).toBeNull();
+    expect(clock.playedMsOf(`t-${PLAYBACK_TURNS_KEPT}`)).toBe(20);
+    expect(clock.playbackOf('t-1')?.playedMs).toBe(20);
+  });
+});
