@@ -1,7 +1,11 @@
 import type { I420Frame } from '../../actors/render/types.ts';
 import { Mp4Encoder } from './encoder.ts';
 
-/** What a recording taps: the session's playout clock (the exact events a WebRTC viewer gets) and its frame size. */
+/**
+ * What a recording taps: the session's media clock and its frame size. It records the frames and audio chunks the
+ * clock sends, at their presentation time (`video`), so audio and video share one timeline in the file; the wire
+ * copy of a frame (`videoOut`) only leaves SERVICE_VIDEO_DELAY_MS later to meet its audio at the viewer.
+ */
 export interface RecordableClock {
   readonly fps: number;
   readonly sampleRate: number;

@@ -53,7 +53,7 @@ export interface SessionMediaOptions {
 /**
  * A session's media: the media clock (`actors/media/playout.ts`, the one owner of timing) feeding the WebRTC
  * output, and the renderer's lifecycle. Recording taps the same clock (`playout.on('audio' | 'video')`), so a
- * recording is exactly what a viewer gets. The clock stays still until `start()` (the session's start): a
+ * recording holds the audio and frames a viewer gets, on the clock's own timeline (without the wire's video delay). The clock stays still until `start()` (the session's start): a
  * created session renders nothing and sends nothing, however many are waiting.
  *
  * Renderer failures: the clock stops using a renderer that failed a frame and reports it; this class reopens it
