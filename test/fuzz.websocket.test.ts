@@ -19,7 +19,7 @@ import type { ServiceProcess } from './helpers/service-process.ts';
 /** Fixed: a CI failure replays exactly. */
 const SEED = 0x5eed_0602;
 /** Frame sequences (connections). */
-const SEQUENCES = 280;
+const SEQUENCES = 240;
 /** Session sample rate (the service default). */
 const SESSION_RATE = 16_000;
 /** Opening a socket on loopback takes milliseconds; 5 s means the upgrade hangs. */
