@@ -246,10 +246,10 @@ export const sessionMachine = setup({
             text: {
               initial: 'routing',
               states: {
-                routing: { always: [{ guard: 'turnIsChat', target: 'chat' }, { target: 'complete' }] },
-                // The llm actor lives as long as the chat turn: it commits the history once it knows what was heard.
-                chat: {
-                  initial: 'generating',
+                routing: { always: [{ guard: 'turnIsChat', target: 'generating' }, { target: 'complete' }] },
+                // The llm actor lives as long as the chat turn (its stream ends earlier, with LLM.DONE): it commits
+                // the history once it knows what was heard. The state stays flat so the chart stays drawable.
+                generating: {
                   invoke: {
                     id: 'llm',
                     src: 'llm',
@@ -258,18 +258,11 @@ export const sessionMachine = setup({
                   // Exit actions reach the child before it is stopped; only TTS.DONE ends a turn whose audio all played.
                   exit: sendTo('llm', ({ event }) => ({ type: 'TURN.END' as const, completed: event.type === 'TTS.DONE' })),
                   on: {
+                    'LLM.SEGMENT': { actions: sendTo('tts', ({ event }) => ({ type: 'TEXT.SEGMENT' as const, text: event.text })) },
+                    'LLM.DONE': { actions: sendTo('tts', { type: 'TEXT.END' as const }) },
                     'TTS.QUEUED': {
                       actions: sendTo('llm', ({ event }) => ({ type: 'TTS.QUEUED' as const, text: event.text, durationMs: event.durationMs })),
                     },
-                  },
-                  states: {
-                    generating: {
-                      on: {
-                        'LLM.SEGMENT': { actions: sendTo('tts', ({ event }) => ({ type: 'TEXT.SEGMENT' as const, text: event.text })) },
-                        'LLM.DONE': { target: 'generated', actions: sendTo('tts', { type: 'TEXT.END' as const }) },
-                      },
-                    },
-                    generated: {},
                   },
                 },
                 complete: { type: 'final' },

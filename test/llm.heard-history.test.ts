@@ -109,7 +109,7 @@ describe('chat history commit by the llm actor at the end of its turn', () => {
     const session = chatSession(scriptedLlm(REPLY), 0);
     session.send({ type: 'CHAT', turn: { id: 'c-1', mode: 'chat', text: 'Talk to me.', accepted: recordingSettle<void>() } });
     await queueSegments(session, 3);
-    await session.until((snapshot) => snapshot.matches({ running: { turn: { text: { chat: 'generated' } } } }));
+    await waitFor(session.actor, () => session.recording.of('tts')[0].received.some((event) => event.type === 'TEXT.END'), { timeout: WAIT_MS });
     // The llm finished long before the audio did: nothing is committed until the turn ends.
     expect(session.history.turns()).toEqual([]);
     session.send({ type: 'TTS.DONE' });
@@ -120,7 +120,7 @@ describe('chat history commit by the llm actor at the end of its turn', () => {
     const session = chatSession(scriptedLlm(REPLY), 1_500);
     session.send({ type: 'CHAT', turn: { id: 'c-2', mode: 'chat', text: 'Tell me three things.' } });
     const [first, second] = await queueSegments(session, 3);
-    await session.until((snapshot) => snapshot.matches({ running: { turn: { text: { chat: 'generated' } } } }));
+    await waitFor(session.actor, () => session.recording.of('tts')[0].received.some((event) => event.type === 'TEXT.END'), { timeout: WAIT_MS });
     session.send({ type: 'INTERRUPT' });
     expect(session.history.turns()).toEqual([{ user: 'Tell me three things.', assistant: `${first} ${second}`, interrupted: true }]);
     expect(session.history.messagesFor('Go on.').at(-2)).toEqual({ role: 'assistant', content: `First sentence. Second sentence.${INTERRUPTED_MARKER}` });

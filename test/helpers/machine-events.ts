@@ -293,7 +293,7 @@ export function snapshotViolations(snapshot: SessionSnapshot): string[] {
   if (children.has('tts') !== snapshot.matches({ running: 'turn' })) {
     violations.push(`tts child presence (${children.has('tts')}) disagrees with turn in ${where}`);
   }
-  if (children.has('llm') !== snapshot.matches({ running: { turn: { text: 'chat' } } })) {
+  if (children.has('llm') !== snapshot.matches({ running: { turn: { text: 'generating' } } })) {
     violations.push(`llm child presence (${children.has('llm')}) disagrees with a chat turn in ${where}`);
   }
   if ((pipelineStageOf(snapshot) !== 'idle' || isBusy(snapshot)) && top !== 'running') {
