@@ -17,6 +17,8 @@ import { startServiceProcess, type ServiceExit } from '../test/helpers/service-p
 
 const REPO_ROOT = path.resolve(import.meta.dirname, '..');
 const WATCHDOG = path.join(REPO_ROOT, 'test', 'helpers', 'parent-watchdog.mjs');
+/** SIGUSR2 → full GC in the service (`collectGarbage`), loaded through NODE_OPTIONS so every launch path has it. */
+const GC_ON_SIGNAL = path.join(REPO_ROOT, 'bench', 'gc-on-signal.mjs');
 /** Start-up takes ~2-5 s on 2 busy cores (tsx transpile, LevelDB, render pool); 60 s is a hang. */
 const READY_TIMEOUT_MS = 60_000;
 /** The service bounds its graceful shutdown at 10 s; a profiled one also writes its profiles then. */
@@ -25,6 +27,8 @@ const STOP_TIMEOUT_MS = 20_000;
 export interface BenchService {
   baseUrl: string;
   pid: number;
+  /** A full GC in the service's main thread, then a pause for it to finish (memory readings compare live data). */
+  collectGarbage(): Promise<void>;
   /** SIGTERM and wait for the graceful exit (the moment node writes `--cpu-prof` profiles). */
   stop(): Promise<ServiceExit>;
   logs(): string;
@@ -37,7 +41,12 @@ export interface BenchServiceOptions {
 }
 
 /** Defaults every bench service gets: quiet logs, a session limit above what any step opens. */
-const BENCH_ENV: Record<string, string> = { SERVICE_MAX_SESSIONS: '12', SERVICE_LOG_LEVEL: 'warn' };
+const BENCH_ENV: Record<string, string> = {
+  SERVICE_MAX_SESSIONS: '12',
+  SERVICE_LOG_LEVEL: 'warn',
+  // Also reaches the TTS engine processes (harmless there: a SIGUSR2 handler nobody signals).
+  NODE_OPTIONS: [process.env.NODE_OPTIONS, `--import=${GC_ON_SIGNAL}`].filter(Boolean).join(' '),
+};
 
 /**
  * Where the service is run from: this repository, or another checkout of it given by BENCH_SERVICE_DIR
@@ -56,9 +65,21 @@ export async function startBenchService(options: BenchServiceOptions = {}): Prom
       for (const dir of [service.dataDir, service.avatarsDir, service.tmpDir]) await fs.rm(dir, { recursive: true, force: true });
       return exit;
     };
-    return { baseUrl: service.baseUrl, pid: service.pid, stop, logs: () => service.logs() };
+    return { baseUrl: service.baseUrl, pid: service.pid, stop, logs: () => service.logs(), collectGarbage: () => collectGarbage(service.pid) };
   }
   return spawnWithFlags(options.nodeArgs ?? [], env);
+}
+
+/** Lets a GC that SIGUSR2 started finish (a full GC of the service's ~30-40 MB heap takes tens of ms). */
+const GC_SETTLE_MS = 300;
+
+async function collectGarbage(pid: number): Promise<void> {
+  try {
+    process.kill(pid, 'SIGUSR2');
+  } catch {
+    return;
+  }
+  await new Promise((r) => setTimeout(r, GC_SETTLE_MS));
 }
 
 async function freePort(): Promise<number> {
@@ -137,6 +158,7 @@ async function spawnWithFlags(nodeArgs: string[], env: Record<string, string>): 
     baseUrl,
     pid: child.pid!,
     logs: () => tail,
+    collectGarbage: () => collectGarbage(child.pid!),
     stop: () => {
       stopping ??= (async () => {
         if (status === null) {

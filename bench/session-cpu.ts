@@ -6,13 +6,14 @@
  *
  * Rows: `rt` speaking, `rt` idle (started, nothing to say), `lipsync` (astronaut) speaking; each on a fresh
  * service after one warm-up session, so every row starts from the same state. Also memory per active
- * session (resident memory of the service tree with N sessions minus before them).
+ * session: resident memory with N sessions minus before them, each read after a full GC in the service
+ * (SIGUSR2, bench/gc-on-signal.mjs) so floating garbage does not decide the figure.
  *
  *   npm run bench -- session_cpu
  *   BENCH_CPU_WINDOW_S=30 BENCH_SESSIONS=4 npm run bench -- session_cpu
  */
-import { startBenchService } from './service.ts';
-import { SessionLoad, getJson, mean, round, warmUp, type SessionModel, type WindowResult } from './session-load.ts';
+import { startBenchService, type BenchService } from './service.ts';
+import { SessionLoad, getJson, round, warmUp, type SessionModel, type WindowResult } from './session-load.ts';
 import { loadAverage, sampleTree } from './proc.ts';
 
 const WINDOW_S = Number(process.env.BENCH_CPU_WINDOW_S ?? 20);
@@ -39,11 +40,23 @@ export interface CpuRowResult extends WindowResult {
   speaking: boolean;
   /** The service tree with no session, before the row's sessions were created */
   no_session_cpu_ms_per_s: number;
-  /** (tree RSS with N sessions − tree RSS before them) / N; moves with the engine processes' own memory */
+  /** (tree RSS with N sessions − tree RSS before them) / N, each after a full GC in the service; moves with the engine processes' own memory */
   rss_mb_per_session: number;
   /** Same, service process alone: the target row (the TTS engine processes are shared and fixed in number) */
   service_rss_mb_per_session: number;
   failed_speaks: number;
+}
+
+/** Resident memory after a full GC in the service: the median of three readings a quarter second apart. */
+async function settledMemory(service: BenchService): Promise<{ rootRss: number; treeRss: number }> {
+  await service.collectGarbage();
+  const readings = [];
+  for (let i = 0; i < 3; i++) {
+    if (i > 0) await new Promise((r) => setTimeout(r, 250));
+    readings.push(sampleTree(service.pid));
+  }
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[1];
+  return { rootRss: median(readings.map((x) => x.rootRss)), treeRss: median(readings.map((x) => x.treeRss)) };
 }
 
 export async function measureCpuRow(row: CpuRow, sessions = SESSIONS, windowS = WINDOW_S): Promise<CpuRowResult> {
@@ -59,11 +72,12 @@ export async function measureCpuRow(row: CpuRow, sessions = SESSIONS, windowS = 
     }
     const idleStart = baseline[0];
     const idleEnd = baseline[baseline.length - 1];
-    const baseTreeRss = mean(baseline.map((x) => x.treeRss));
-    const baseRootRss = mean(baseline.map((x) => x.rootRss));
+    const before = await settledMemory(service);
     await load.open(row.model, sessions);
     if (row.speaking) load.startSpeaking();
     const window = await load.measure(windowS * 1000, WARMUP_S * 1000);
+    // Memory after the CPU window (a forced GC would count in it): sessions still live and speaking.
+    const during = await settledMemory(service);
     const active = await getJson<{ sessions: { active: number } }>(service.baseUrl, '/metrics');
     if (active.sessions.active !== sessions) throw new Error(`expected ${sessions} active sessions, the service reports ${active.sessions.active}`);
     const result: CpuRowResult = {
@@ -71,8 +85,8 @@ export async function measureCpuRow(row: CpuRow, sessions = SESSIONS, windowS = 
       speaking: row.speaking,
       ...window,
       no_session_cpu_ms_per_s: round(((idleEnd.cpuMs - idleStart.cpuMs) * 1000) / (idleEnd.at - idleStart.at), 1),
-      rss_mb_per_session: round((window.tree_rss_mb * 1e6 - baseTreeRss) / sessions / 1e6, 1),
-      service_rss_mb_per_session: round((window.service_rss_mb * 1e6 - baseRootRss) / sessions / 1e6, 1),
+      rss_mb_per_session: round((during.treeRss - before.treeRss) / sessions / 1e6, 1),
+      service_rss_mb_per_session: round((during.rootRss - before.rootRss) / sessions / 1e6, 1),
       failed_speaks: load.sessions.reduce((n, s) => n + s.failedSpeaks, 0),
     };
     console.log(

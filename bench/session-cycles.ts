@@ -1,8 +1,8 @@
 /**
  * Memory over many session lifetimes, on the service as its own process: BENCH_CYCLES (default 1000)
  * cycles of create → WebRTC receiver + SSE → start → speak a short sentence → back to idle → delete, a few
- * at a time (BENCH_CYCLE_CONCURRENCY, default 3). Every 100 cycles the service's resident memory (process
- * and tree), open descriptors, threads and live sessions are read. Growth is measured from the reading
+ * at a time (BENCH_CYCLE_CONCURRENCY, default 3). Every 100 cycles, with no cycle in flight and after a full
+ * GC in the service, its resident memory (process and tree), open descriptors, threads and live sessions are read. Growth is measured from the reading
  * after the first 100 cycles (code warm, pools at size) to the end, and as a least-squares slope over
  * all readings from there.
  *
@@ -72,7 +72,8 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
   try {
     const avatar = await avatarFor(baseUrl, 'rt');
     const sample = async () => {
-      // RSS moves with the service's own GC; the median of a few readings half a second apart steadies it.
+      // A full GC first (SIGUSR2), then the median of a few readings half a second apart.
+      await service.collectGarbage();
       const readings = [];
       for (let i = 0; i < RSS_READINGS; i++) {
         if (i > 0) await new Promise((r) => setTimeout(r, 500));
