@@ -37,6 +37,7 @@ interface TargetSpec {
   note?: (results: Results) => string;
 }
 
+const signed = (v: number) => `${v >= 0 ? '+' : ''}${v}`;
 const loadNote = (row: string) => (results: Results) => {
   const load = (results.session_cpu as Record<string, { load_average?: number[] }> | undefined)?.[row]?.load_average;
   return load ? `load ${load.join(' ')}` : '';
@@ -72,8 +73,8 @@ const TARGETS: TargetSpec[] = [
     note: (results) => {
       const c = results.session_cycles as Record<string, number> | undefined;
       return c && typeof c.cycles === 'number'
-        ? `${c.cycles} cycles: ${c.rss_mb_growth_second_half >= 0 ? '+' : ''}${c.rss_mb_growth_second_half} MB in the 2nd half, ` +
-          `+${c.rss_mb_growth_after_warm} MB after cycle ${c.warm_at_cycles}, fds ${c.fds_growth_after_warm >= 0 ? '+' : ''}${c.fds_growth_after_warm}, ${c.live_sessions_after} live`
+        ? `${c.cycles} cycles: ${signed(c.rss_mb_growth_second_half)} MB in the 2nd half, ` +
+          `${signed(c.rss_mb_growth_after_warm)} MB after cycle ${c.warm_at_cycles}, fds ${signed(c.fds_growth_after_warm)}, ${c.live_sessions_after} live`
         : '';
     },
   },
