@@ -39,7 +39,7 @@ function variablesRead(): { literal: Set<string>; provider: Set<string> } {
 
 /** `SERVICE_*` names in a text; templates such as `SERVICE_TTS_<ID>_BASE_URL` or `SERVICE_*` are not names. */
 function namesIn(text: string): string[] {
-  return [...text.matchAll(/SERVICE_[A-Z0-9_]*/gu)].map((match) => match[0]).filter((name) => !name.endsWith('_'));
+  return [...text.matchAll(/(?<![A-Z0-9_])SERVICE_[A-Z0-9_]*/gu)].map((match) => match[0]).filter((name) => !name.endsWith('_'));
 }
 
 describe('README numbers', () => {
