@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors } from '../schemas/common.ts';
 import { TtsVoice, TtsVoiceProvider, TtsVoicesResponse } from '../schemas/tts-voices.ts';
-import { badRequest } from '../errors.ts';
+import { badRequest, quoteClientValue } from '../errors.ts';
 import { isTtsProviderId, TTS_PROVIDER_IDS } from '../../actors/tts/types.ts';
 import { defaultVoiceSource, VOICE_LIST_CACHE_MS, VOICE_LIST_TIMEOUT_MS, VoiceDirectory } from '../voices/directory.ts';
 import { closedSignal } from './tts.ts';
@@ -36,7 +36,7 @@ const ttsVoiceRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     handler: async (request, reply) => {
       const { provider } = request.query;
-      if (provider !== undefined && !isTtsProviderId(provider)) throw badRequest(`provider "${provider}" is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
+      if (provider !== undefined && !isTtsProviderId(provider)) throw badRequest(`provider ${quoteClientValue(provider)} is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
       return { providers: await directory.list(provider ? { provider } : {}, closedSignal(reply)) };
     },
   });

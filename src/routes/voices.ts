@@ -3,7 +3,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errors, Nullable } from '../schemas/common.ts';
-import { HttpError, badGateway, badRequest, notFound } from '../errors.ts';
+import { HttpError, badGateway, badRequest, notFound, quoteClientValue } from '../errors.ts';
 import { isTtsProviderId, TTS_PROVIDER_IDS } from '../../actors/tts/types.ts';
 import { toPublicEntry } from '../voices/catalog.ts';
 import { CLONE_PROVIDERS, CloneValidationError, MAX_CLONE_AUDIO_BYTES, MIN_CLONE_AUDIO_BYTES, cloneVoice, deleteClonedVoice, type CloneResponse } from '../voices/clone.ts';
@@ -82,7 +82,7 @@ const voiceRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     handler: async (request) => {
       const { provider } = request.query;
-      if (provider !== undefined && !isTtsProviderId(provider)) throw badRequest(`provider "${provider}" is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
+      if (provider !== undefined && !isTtsProviderId(provider)) throw badRequest(`provider ${quoteClientValue(provider)} is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
       const entries = await services.voices.list(provider ? { provider } : {});
       return { items: entries.map(toPublicEntry) };
     },

@@ -1,6 +1,6 @@
 import { isTtsProviderId, TTS_PROVIDER_IDS, type TtsProvider, type TtsProviderId } from '../../actors/tts/types.ts';
 import type { ServiceConfig } from '../config.ts';
-import { badRequest } from '../errors.ts';
+import { badRequest, quoteClientValue } from '../errors.ts';
 import type { PersonaDefaults } from '../store/defaults.ts';
 import type { StoredSession } from '../store/sessions.ts';
 
@@ -62,7 +62,7 @@ export function resolveTtsSelection(providers: TtsLookup, base: PersonaBase, ove
  */
 export function selectTts(base: PersonaBase, overrides: TtsOverrides = {}): TtsSelection {
   const providerId = overrides.provider ?? base.provider;
-  if (!isTtsProviderId(providerId)) throw badRequest(`tts_provider "${providerId}" is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
+  if (!isTtsProviderId(providerId)) throw badRequest(`tts_provider ${quoteClientValue(providerId)} is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
   const sameProvider = providerId === base.provider;
   return {
     provider: providerId,
