@@ -55,6 +55,25 @@ async function download(id: string, jobId: string): Promise<string> {
   return file;
 }
 
+/** A short 16-bit mono WAV whose header claims `rate` Hz (the upload rules allow 8000-48000). */
+function wavAtRate(rate: number): string {
+  const data = Buffer.alloc(3200);
+  const header = Buffer.alloc(44);
+  header.write('RIFF', 0);
+  header.writeUInt32LE(36 + data.length, 4);
+  header.write('WAVEfmt ', 8);
+  header.writeUInt32LE(16, 16);
+  header.writeUInt16LE(1, 20);
+  header.writeUInt16LE(1, 22);
+  header.writeUInt32LE(rate, 24);
+  header.writeUInt32LE((rate * 2) >>> 0, 28);
+  header.writeUInt16LE(2, 32);
+  header.writeUInt16LE(16, 34);
+  header.write('data', 36);
+  header.writeUInt32LE(data.length, 40);
+  return Buffer.concat([header, data]).toString('base64');
+}
+
 describe('offline bundle over HTTP', () => {
   it('renders text through the session TTS into a non-silent MP4 at the avatar size and fps', async () => {
     const id = await newSession();
@@ -97,7 +116,7 @@ describe('offline bundle over HTTP', () => {
   it('answers 400 for bad bodies, 404 for unknown session/job, 409 until complete', async () => {
     const id = await newSession();
     const bundle = `/sessions/${id}/rt-offline-bundle`;
-    for (const body of [{}, { text: 'a', segments: [{ text: 'b' }] }, { text: '   ' }, { segments: [] }, { text: 'x'.repeat(5001) }, { segments: [{ audio_base64: Buffer.from('this is definitely plain text and not audio at all').toString('base64') }] }, { text: 'hi', tts_provider: 'nope' }]) {
+    for (const body of [{}, { text: 'a', segments: [{ text: 'b' }] }, { text: '   ' }, { segments: [] }, { text: 'x'.repeat(5001) }, { segments: [{ audio_base64: Buffer.from('this is definitely plain text and not audio at all').toString('base64') }] }, { text: 'hi', tts_provider: 'nope' }, { segments: [{ audio_base64: wavAtRate(1) }] }, { segments: [{ audio_base64: wavAtRate(2 ** 32 - 1) }] }, { segments: [{ audio_base64: wavAtRate(7999) }] }, { segments: [{ audio_base64: wavAtRate(48001) }] }]) {
       const res = await post(app.baseUrl, bundle, body);
       expect(res.status, JSON.stringify(body).slice(0, 80)).toBe(400);
       expect(typeof (await json(res)).detail).toBe('string');

@@ -1,6 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { buildMouthTimeline } from '../../actors/mouth/timeline.ts';
-import { decodeAudioToPcm16 } from '../../actors/audio/decode.ts';
+import { decodeAudioToPcm16, UPLOAD_AUDIO_RULES } from '../../actors/audio/decode.ts';
 import type { TtsProvider } from '../../actors/tts/types.ts';
 import type { TimelinePiece } from './offline-render.ts';
 
@@ -99,7 +99,8 @@ export async function prepareSegments(segments: OfflineSegment[], sampleRate: nu
     }
     try {
       const bytes = Buffer.from(segment.audio_base64, 'base64');
-      const { pcm } = await decodeAudioToPcm16(bytes, { targetRate: sampleRate, rawSampleRate: segment.sample_rate, signal });
+      // Client audio, like every upload: 16-bit WAV, 1-2 channels, 8-48 kHz (docs/api.md).
+      const { pcm } = await decodeAudioToPcm16(bytes, { targetRate: sampleRate, rawSampleRate: segment.sample_rate, rules: UPLOAD_AUDIO_RULES, signal });
       prepared.push({ kind: 'audio', pcm, pauseAfterMs });
     } catch (error) {
       if (signal?.aborted) throw error;
