@@ -101,7 +101,7 @@ describe('inference pool (piscina + onnxruntime-node, Silero VAD v5)', () => {
   });
 
   it('refuses new items once the queue is full', async () => {
-    const small = new InferencePool({ threads: 1, maxPendingItems: 4 });
+    const small = new InferencePool({ threads: 1, maxPendingItems: 4, batchWindowMs: 1_000 }); // a long window: nothing leaves before the fifth call, however slow a cold fork is
     try {
       const queued = [1, 2, 3, 4].map((seed) => small.infer(SILERO_VAD_MODEL, sileroItem(seed)));
       await expect(small.infer(SILERO_VAD_MODEL, sileroItem(5))).rejects.toBeInstanceOf(InferenceQueueFullError);
