@@ -10,10 +10,9 @@
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { startServiceProcess, type ServiceExit } from '../test/helpers/service-process.ts';
+import { freePort, startServiceProcess, type ServiceExit } from '../test/helpers/service-process.ts';
 
 const REPO_ROOT = path.resolve(import.meta.dirname, '..');
 const WATCHDOG = path.join(REPO_ROOT, 'test', 'helpers', 'parent-watchdog.mjs');
@@ -80,17 +79,6 @@ async function collectGarbage(pid: number): Promise<void> {
     return;
   }
   await new Promise((r) => setTimeout(r, GC_SETTLE_MS));
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 async function spawnWithFlags(nodeArgs: string[], env: Record<string, string>): Promise<BenchService> {

@@ -76,7 +76,8 @@ function installExitHandler(): void {
   });
 }
 
-async function freePort(): Promise<number> {
+/** A loopback port free right now (another process may still take it first: callers retry). */
+export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
     server.once('error', reject);
