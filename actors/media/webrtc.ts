@@ -5,6 +5,47 @@ const { RTCPeerConnection, nonstandard } = wrtc;
 /** Non-trickle signaling: the answer must carry candidates, so wait for gathering — but never forever. */
 export const ICE_GATHER_TIMEOUT_MS = 3_000;
 
+/**
+ * A frame identical to the last one sent is not sent again unless this long has passed. An idle drawn
+ * avatar changes only ~3 times a second (a breathing step, a blink), and VP8-encoding and packetising the
+ * same picture 25 times a second was most of an idle session's CPU (docs/performance.md). Viewers keep
+ * showing the last frame; the repeat is the floor that still reaches a viewer whose picture got lost (a
+ * keyframe request needs a frame to answer with) — 4 fps, far above any timeout of a receiver's
+ * video jitter buffer, and a fresh peer gets the next frame at once.
+ */
+export const UNCHANGED_FRAME_REPEAT_MS = 250;
+
+/**
+ * Decides whether a frame goes to the encoder: always when its pixels differ from the last frame sent, else
+ * only once `UNCHANGED_FRAME_REPEAT_MS` passed. Comparing 384 KiB (a 512² I420 frame) costs ~30 µs; the
+ * encode it saves costs ~2 ms.
+ */
+export class UnchangedFrameFilter {
+  private last: Uint8Array | null = null;
+  private lastAt = 0;
+  /** Frames not sent because they repeated the last one. */
+  skipped = 0;
+
+  constructor(private readonly repeatMs = UNCHANGED_FRAME_REPEAT_MS) {}
+
+  /** True when the frame should be sent (and is then remembered as the last one sent). */
+  admit(data: Uint8Array, now = performance.now()): boolean {
+    const last = this.last;
+    if (last && now - this.lastAt < this.repeatMs && (last === data || (last.length === data.length && Buffer.compare(last, data) === 0))) {
+      this.skipped++;
+      return false;
+    }
+    this.last = data;
+    this.lastAt = now;
+    return true;
+  }
+
+  /** The next frame goes out whatever it shows (a new peer, a connection that just came up). */
+  reset(): void {
+    this.last = null;
+  }
+}
+
 export class MalformedSdpError extends Error {
   constructor(message: string) {
     super(message);
@@ -54,6 +95,7 @@ export function assertPlausibleSdp(sdp: string): void {
 export class WebRtcOutput {
   private readonly audioSource = new nonstandard.RTCAudioSource();
   private readonly videoSource = new nonstandard.RTCVideoSource();
+  private readonly unchanged = new UnchangedFrameFilter();
   private peer: InstanceType<typeof RTCPeerConnection> | null = null;
   private tracks: MediaStreamTrack[] = [];
   private closed = false;
@@ -75,10 +117,19 @@ export class WebRtcOutput {
     this.audioSource.onData({ samples, sampleRate, bitsPerSample: 16, channelCount: 1, numberOfFrames: samples.length });
   }
 
-  /** Sends a frame now. When frames go out is the media clock's decision (`actors/media/playout.ts`), video delay included. */
+  /**
+   * Sends a frame now — unless it repeats the last one sent (`UnchangedFrameFilter`). When frames go out is the
+   * media clock's decision (`actors/media/playout.ts`), video delay included.
+   */
   pushVideo(frame: { width: number; height: number; data: Uint8Array }): void {
     if (this.closed || !this.peer) return;
+    if (!this.unchanged.admit(frame.data)) return;
     this.videoSource.onFrame(frame);
+  }
+
+  /** Frames not sent because they repeated the previous one (an idle avatar between breaths and blinks). */
+  get unchangedFramesSkipped(): number {
+    return this.unchanged.skipped;
   }
 
   /**
@@ -148,6 +199,11 @@ export class WebRtcOutput {
     this.closePeer();
     this.peer = peer;
     this.tracks = tracks;
+    // The new peer's first picture must not wait for the avatar to move; nor once it is connected.
+    this.unchanged.reset();
+    peer.addEventListener('connectionstatechange', () => {
+      if (this.peer === peer && peer.connectionState === 'connected') this.unchanged.reset();
+    });
     await waitForIceGathering(peer, signal ? AbortSignal.any([signal, this.closing.signal]) : this.closing.signal);
     const local = peer.localDescription;
     if (this.peer !== peer || !local) throw new PeerGoneError('media output closed');
