@@ -3,6 +3,7 @@ import { isTtsProviderId, TTS_PROVIDER_IDS, type TtsProviderId } from '../actors
 import type { TtsEndpointConfig, TtsProvidersConfig } from '../actors/tts/registry.ts';
 import { envVarName } from '../actors/tts/providers/common.ts';
 import { DEFAULT_VIDEO_DELAY_MS } from '../actors/media/playout.ts';
+import { DEFAULT_MIN_SILENCE_MS, DEFAULT_MIN_SPEECH_MS } from '../actors/vad/silero.ts';
 
 /**
  * Every `SERVICE_*` variable the service reads, validated once at start-up.
@@ -40,6 +41,31 @@ export interface ServiceConfig {
   ttsPreviewMaxChars: number;
   /** The live state inspector (`/inspect`): shows user text, so on by default only on a loopback bind. */
   inspector: boolean;
+  /** SERVICE_VAD_SILENCE_MS: silence that ends the user's turn in hands-free conversation (docs/voice-input.md). */
+  vadSilenceMs: number;
+  /** SERVICE_VAD_MIN_SPEECH_MS: shorter sounds are no turn (coughs, clicks); also the least speech that barges in. */
+  vadMinSpeechMs: number;
+  /** Neural lip-sync (docs/renderers.md): `lipsync_b` runs a local ONNX file, `lipsync_c` a model on a KServe v2 / Triton server. */
+  lipsync: {
+    /** SERVICE_LIPSYNC_B_MODEL: path of a Wav2Lip-family `.onnx` file; null = `lipsync_b` not configured. */
+    bModel: string | null;
+    /** SERVICE_LIPSYNC_C_URL: the inference server's base URL; null = `lipsync_c` not configured. */
+    cUrl: string | null;
+    /** SERVICE_LIPSYNC_C_MODEL: the model's name on that server. */
+    cModel: string;
+    /** SERVICE_ONNX_PROVIDER: onnxruntime execution provider for local models (`cuda` needs onnxruntime-node's GPU build). */
+    onnxProvider: 'cpu' | 'cuda';
+  };
+  /** Cluster mode (`SERVICE_REDIS_URL`); null = one node, LevelDB, nothing shared (docs/scaling.md). */
+  cluster: ClusterConfig | null;
+}
+
+export interface ClusterConfig {
+  redisUrl: string;
+  /** How other nodes reach this one (forwarded requests): `SERVICE_NODE_URL`, default `http://SERVICE_HOST:SERVICE_PORT`. */
+  nodeUrl: string;
+  /** A node whose heartbeat is older than this is lost: its sessions are terminated (`node_lost`). */
+  nodeTtlMs: number;
 }
 
 export class ConfigError extends Error {
@@ -124,6 +150,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (inspectorRaw !== 'on' && inspectorRaw !== 'off') problems.push(`SERVICE_INSPECTOR must be on or off (got "${inspectorRaw}")`);
   const inspector = inspectorRaw === 'on';
 
+  const onnxProvider = (read('SERVICE_ONNX_PROVIDER') ?? 'cpu').toLowerCase();
+  if (onnxProvider !== 'cpu' && onnxProvider !== 'cuda') problems.push(`SERVICE_ONNX_PROVIDER must be cpu or cuda (got "${onnxProvider}")`);
+  const lipsyncBModel = read('SERVICE_LIPSYNC_B_MODEL');
+
   const publicBaseUrl = url('SERVICE_PUBLIC_BASE_URL') ?? `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
   const dataDir = path.resolve(cwd, read('SERVICE_DATA_DIR') ?? './data');
 
@@ -182,9 +212,43 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     videoDelayMs: integer('SERVICE_VIDEO_DELAY_MS', DEFAULT_VIDEO_DELAY_MS, 0, 1000),
     ttsPreviewMaxChars: integer('SERVICE_TTS_PREVIEW_MAX_CHARS', 1000, 1, 1000),
     inspector,
+    vadSilenceMs: integer('SERVICE_VAD_SILENCE_MS', DEFAULT_MIN_SILENCE_MS, 100, 5_000),
+    vadMinSpeechMs: integer('SERVICE_VAD_MIN_SPEECH_MS', DEFAULT_MIN_SPEECH_MS, 64, 2_000),
+    lipsync: {
+      bModel: lipsyncBModel === undefined ? null : path.resolve(cwd, lipsyncBModel),
+      cUrl: url('SERVICE_LIPSYNC_C_URL'),
+      cModel: read('SERVICE_LIPSYNC_C_MODEL') ?? 'wav2lip',
+      onnxProvider: onnxProvider === 'cuda' ? 'cuda' : 'cpu',
+    },
+    cluster: clusterConfig(read, integer, url, problems, host, port),
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
+}
+
+/** `SERVICE_REDIS_URL` switches cluster mode on; without it the other cluster variables are not read. */
+function clusterConfig(
+  read: (name: string) => string | undefined,
+  integer: (name: string, fallback: number, min: number, max: number) => number,
+  url: (name: string) => string | null,
+  problems: string[],
+  host: string,
+  port: number,
+): ClusterConfig | null {
+  const redisUrl = read('SERVICE_REDIS_URL');
+  if (redisUrl === undefined) return null;
+  let valid = false;
+  try {
+    const protocol = new URL(redisUrl).protocol;
+    valid = protocol === 'redis:' || protocol === 'rediss:';
+  } catch {
+    valid = false;
+  }
+  // The URL may carry a password: never echoed.
+  if (!valid) problems.push('SERVICE_REDIS_URL must be a redis:// or rediss:// URL');
+  const nodeUrl = url('SERVICE_NODE_URL') ?? `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+  const nodeTtlMs = integer('SERVICE_NODE_TTL_S', 10, 2, 300) * 1000;
+  return valid ? { redisUrl, nodeUrl, nodeTtlMs } : null;
 }
 
 function isLogFormat(value: string): value is ServiceConfig['logFormat'] {

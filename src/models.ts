@@ -30,24 +30,60 @@ export const RENDERABLE_AVATARS: Record<ModelType, ModelType[]> = {
 const BACKENDS: Record<ModelType, string> = {
   mock: 'cpu test card with timecode',
   lipsync: 'cpu mouth-region warping of a photo',
-  lipsync_b: 'neural lip-sync backend (not bundled)',
-  lipsync_c: 'neural lip-sync backend (not bundled)',
+  lipsync_b: 'Wav2Lip-family ONNX model on onnxruntime-node (shared inference pool)',
+  lipsync_c: 'Wav2Lip-family model on a KServe v2 / Triton inference server',
   rt: 'cpu drawn-face renderer',
   rt_head: 'cpu drawn-face renderer with prosody head motion',
 };
 
+/** What a neural lip-sync model reports about itself (`actors/lipsync/local-model.ts`, `remote-model.ts`). */
+export interface NeuralModelSource {
+  readonly status: { state: 'not_configured' | 'checking' | 'connected' | 'error'; reason: string };
+  /** Re-checks a remote backend (cached by the source); absent for local files, checked once at start-up. */
+  refresh?(): Promise<unknown>;
+}
+
+export interface ModelRegistryOptions {
+  lipsync_b?: NeuralModelSource;
+  lipsync_c?: NeuralModelSource;
+}
+
 /**
  * Model availability. The bundled renderers run in-process on CPU, so they are `connected` while the service
  * runs; a bundle they cannot prepare fails that session's creation with 502 without taking the model down.
- * `error` is reserved for external backends that fail their health check (none is bundled in this release).
+ * The neural lip-sync models report their own state: `not_configured` without their variables, `error` with
+ * the reason (no file, wrong signature, server unreachable), `connected` once checked.
  */
 export class ModelRegistry {
+  constructor(private readonly neural: ModelRegistryOptions = {}) {}
+
+  /** Re-checks remote backends (each source caches its checks), before a `/models` answer. */
+  async refresh(): Promise<void> {
+    await Promise.all([this.neural.lipsync_b?.refresh?.(), this.neural.lipsync_c?.refresh?.()]);
+  }
+
+  /**
+   * Whether session creation may try this model. Connected models may; so may a configured remote backend
+   * whose last check failed: it is checked again while the session opens, and a failure there is a 502.
+   */
+  admits(id: ModelType): boolean {
+    const info = this.info(id);
+    if (info.connected) return true;
+    return id === 'lipsync_c' && info.status === 'error' && this.neural.lipsync_c?.refresh !== undefined;
+  }
+
   list(): ModelInfo[] {
     return MODEL_TYPES.map((id) => this.info(id));
   }
 
   info(id: ModelType): ModelInfo {
     const base = { id, renders: RENDERABLE_AVATARS[id], backend: BACKENDS[id] };
+    const source = id === 'lipsync_b' || id === 'lipsync_c' ? this.neural[id] : undefined;
+    if (source) {
+      const { state, reason } = source.status;
+      if (state === 'connected') return { ...base, connected: true, status: 'connected', reason };
+      return { ...base, connected: false, status: state === 'not_configured' ? 'not_configured' : 'error', reason };
+    }
     if (id === 'lipsync_b' || id === 'lipsync_c') {
       return {
         ...base,

@@ -9,6 +9,10 @@ import { ModelRegistry } from './models.ts';
 import { SessionSupervisor, type RenderOpener } from './sessions/supervisor.ts';
 import { InspectionHub } from './inspect/inspection-hub.ts';
 import { RenderPool } from '../actors/render/pool.ts';
+import { RendererRouter } from '../actors/render/router.ts';
+import { InferencePool } from '../actors/inference/pool.ts';
+import { LocalLipsyncModel } from '../actors/lipsync/local-model.ts';
+import { RemoteLipsyncModel } from '../actors/lipsync/remote-model.ts';
 import { createTtsRegistry, type TtsRegistry } from '../actors/tts/registry.ts';
 import { closeBuiltinEngines } from '../actors/tts/providers/builtin.ts';
 import { createOpenAiLlm } from '../actors/llm/providers/openai.ts';
@@ -24,18 +28,31 @@ import { JobStore } from './store/jobs.ts';
 import { RecordingRegistry } from './recording/registry.ts';
 import { OfflineJobQueue } from './recording/offline-jobs.ts';
 import { sweepStartupLeftovers } from './store/startup-sweep.ts';
+import type { SessionRecords } from './store/sessions.ts';
+import type { VoiceCatalogStore } from './voices/catalog.ts';
+import type { OfflineJobs } from './recording/offline-jobs.ts';
+import { openCluster, type ClusterNode } from './cluster/index.ts';
+import { ServiceMetrics } from './metrics/service-metrics.ts';
+import { SERVICE_VERSION } from './version.ts';
 
 export interface Services {
   config: ServiceConfig;
   logger: Logger;
   store: Store;
-  sessionStore: SessionStore;
-  defaults: DefaultsStore;
+  sessionStore: SessionRecords;
+  defaults: Pick<DefaultsStore, 'get' | 'update'>;
   catalog: AvatarCatalog;
   models: ModelRegistry;
   renderPool: RenderPool;
+  /**
+   * The shared ONNX inference pool (`actors/inference/pool.ts`), started on first use: the service only pays
+   * for its worker threads when a model needs them (`lipsync_b` at start-up when configured).
+   */
+  inference(): InferencePool;
+  /** Neural lip-sync models (`lipsync_b` local ONNX, `lipsync_c` KServe), for status and tests. */
+  lipsync: { b: LocalLipsyncModel; c: RemoteLipsyncModel };
   tts: TtsRegistry;
-  voices: VoiceCatalog;
+  voices: VoiceCatalogStore;
   uploads: VoiceUploads;
   /** Where reference audio of locally cloned voices lives. */
   voiceDir: string;
@@ -45,7 +62,11 @@ export interface Services {
   /** The live state inspector's feed (`/inspect`); `enabled` follows SERVICE_INSPECTOR. */
   inspection: InspectionHub;
   recordings: RecordingRegistry;
-  jobs: OfflineJobQueue;
+  jobs: OfflineJobs;
+  /** Cluster mode (SERVICE_REDIS_URL): this node's registry, directory and shared stores; null on one node. */
+  cluster: ClusterNode | null;
+  /** Prometheus metrics (`GET /metrics`). */
+  metrics: ServiceMetrics;
   close(): Promise<void>;
 }
 
@@ -60,17 +81,37 @@ export interface ServiceOverrides {
 
 /** Builds every long-lived service object in dependency order; `close()` tears them down in reverse. */
 export async function createServices(config: ServiceConfig, logger: Logger, overrides: ServiceOverrides = {}): Promise<Services> {
-  const store = await Store.open(config.dataDir);
-  const sessionStore = new SessionStore(store);
-  const defaults = new DefaultsStore(store);
+  // Cluster mode: sessions, voices, defaults and jobs live in Redis; the LevelDB is this node's own.
+  const cluster = await openCluster(config, logger);
+  const store = await Store.open(cluster ? cluster.nodeDataDir : config.dataDir);
+  const sessionStore = cluster ? cluster.directory : new SessionStore(store);
+  const defaults = cluster ? cluster.defaults : new DefaultsStore(store);
   const catalog = new AvatarCatalog(config.avatarsDir, logger.child({ component: 'catalog' }));
-  const models = new ModelRegistry();
   const renderPool = new RenderPool({
     threads: config.renderThreads || Math.max(1, os.availableParallelism() - 1),
     logger: logger.child({ component: 'render' }),
   });
+  let inferencePool: InferencePool | undefined;
+  const inference = (): InferencePool => (inferencePool ??= new InferencePool());
+  const lipsync = {
+    b: new LocalLipsyncModel({ file: config.lipsync.bModel, provider: config.lipsync.onnxProvider, pool: inference }),
+    c: new RemoteLipsyncModel({
+      baseUrl: config.lipsync.cUrl,
+      model: config.lipsync.cModel,
+      // A server failing mid-session hands the rest of the turn to the CPU photo renderer.
+      fallback: (avatar, signal) => renderPool.open(avatar, 'lipsync', signal),
+    }),
+  };
+  if (config.lipsync.bModel) {
+    const status = await lipsync.b.check();
+    const log = logger.child({ component: 'lipsync_b' });
+    if (status.state === 'connected') log.info({ provider: config.lipsync.onnxProvider }, 'lipsync_b model ready');
+    else log.warn({ reason: status.reason }, 'lipsync_b model not usable');
+  }
+  const models = new ModelRegistry({ lipsync_b: lipsync.b, lipsync_c: lipsync.c });
+  const renderers = new RendererRouter({ pool: renderPool, lipsyncB: lipsync.b, lipsyncC: lipsync.c });
   const ttsConfig = config.tts;
-  const voices = new VoiceCatalog(store.sublevel('voices'));
+  const voices = cluster ? cluster.voices : new VoiceCatalog(store.sublevel('voices'));
   const uploads = new VoiceUploads({ dir: path.join(config.dataDir, 'voice-uploads') });
   const tts =
     overrides.tts ??
@@ -79,39 +120,53 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
   const asr = overrides.asr ?? createOpenAiAsr(endpointFromServiceConfig(config.asr));
 
   const inspection = new InspectionHub(config.inspector);
+  const metrics = new ServiceMetrics({ version: SERVICE_VERSION });
   const supervisor = new SessionSupervisor({
     config,
     store: sessionStore,
     catalog,
     models,
-    render: overrides.render ?? renderPool,
+    render: overrides.render ?? renderers,
     tts: (id) => tts.get(id),
     llm,
     asr,
     logger,
     defaults: () => defaults.get(),
     inspection,
+    metrics,
+    inference,
+  });
+  metrics.readFrom({
+    sessionsByState: () => supervisor.sessionsByState(),
+    capacity: () => ({ active: supervisor.capacity, pending: supervisor.pendingCapacity }),
+    liveFrames: () => supervisor.liveFrames(),
+    pools: () => ({ render: renderPool.loadSnapshot }),
   });
   await supervisor.recover();
   // Load the built-in speech engines now (in their engine process) so the first speak does not pay for WASM compilation.
   if (config.ttsDefaultProvider === 'builtin') tts.get('builtin');
-  const recordings = new RecordingRegistry(config.dataDir, logger.child({ component: 'recording' }));
-  const jobs = new OfflineJobQueue({
+  const recordings = new RecordingRegistry(cluster ? cluster.nodeDataDir : config.dataDir, logger.child({ component: 'recording' }));
+  const jobDeps = {
     dataDir: config.dataDir,
-    store: new JobStore(store),
     sampleRate: config.sampleRate,
-    openRenderer: async (avatarId, model) => {
+    openRenderer: async (avatarId: string, model: string) => {
       const avatar = await catalog.get(avatarId);
       if (!avatar) throw new Error(`avatar "${avatarId}" no longer exists`);
       return renderPool.open(avatar, model as never);
     },
-    tts: (id) => tts.get(id as never),
+    tts: (id: string) => tts.get(id as never),
     logger: logger.child({ component: 'offline' }),
-  });
+  };
+  const jobs: OfflineJobs = cluster ? cluster.offlineQueue(jobDeps) : new OfflineJobQueue({ ...jobDeps, store: new JobStore(store) });
   // Before listening: what a crash left (temp names, files no record points to) goes; unfinished jobs fail.
-  await sweepStartupLeftovers({ voices, voiceDir: ttsConfig.voiceDir, uploads, avatarsDir: config.avatarsDir, recordings, jobs }, logger.child({ component: 'sweep' }));
+  await sweepStartupLeftovers(
+    { voices, voiceDir: ttsConfig.voiceDir, uploads, avatarsDir: config.avatarsDir, recordings, jobs, shared: cluster !== null },
+    logger.child({ component: 'sweep' }),
+  );
   // Expired clone samples are swept periodically too, so a long-running service never keeps one.
   uploads.start();
+  // Joins the cluster last: from here other nodes place sessions and forward requests to this one.
+  await cluster?.start(supervisor);
 
   let closed = false;
   return {
@@ -123,6 +178,8 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     catalog,
     models,
     renderPool,
+    inference,
+    lipsync,
     tts,
     voices,
     uploads,
@@ -133,15 +190,21 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     inspection,
     recordings,
     jobs,
+    cluster,
+    metrics,
     async close() {
       if (closed) return;
       closed = true;
+      cluster?.drain();
       await jobs.close();
       await supervisor.closeAll();
+      // After the sessions' tombstones are written: the node leaves the registry, then Redis is closed.
+      await cluster?.close();
       inspection.close();
       await recordings.close();
       uploads.close();
       await renderPool.close();
+      await inferencePool?.close();
       await closeBuiltinEngines();
       await store.close();
     },

@@ -11,7 +11,10 @@ import { Piscina } from 'piscina';
 import { INFERENCE_MODELS, type ModelDefinition } from './models.ts';
 import { concatAlongAxis, shapeSignature, splitAlongAxis, type TensorMap } from './tensors.ts';
 import { untilAborted } from '../abort.ts';
-import type { InferenceTask, InferenceTaskResult, InferenceWorkerData } from './worker.ts';
+import { PoolLoad, type PoolLoadSnapshot } from '../pool-load.ts';
+import type { InferenceTask, InferenceTaskResult, InferenceWorkerData, ModelDescription } from './worker.ts';
+
+export type { ModelDescription } from './worker.ts';
 
 /** One worker per core: each runs one batch at a time on one onnxruntime thread, so cores are never oversubscribed. */
 export const DEFAULT_INFERENCE_THREADS = availableParallelism();
@@ -80,7 +83,8 @@ function abortError(signal: AbortSignal): unknown {
 export class InferencePool {
   private readonly piscina: Piscina;
   private readonly threads: number;
-  private readonly models: Readonly<Record<string, ModelDefinition>>;
+  /** The built-in models plus any registered at run time (`register`). */
+  private readonly models: Record<string, ModelDefinition>;
   private readonly batchWindowMs: number;
   private readonly maxPendingItems: number;
   /** Waiting items by model + input shapes (only equal shapes stack), in arrival order within each group. */
@@ -89,13 +93,15 @@ export class InferencePool {
   private inFlight = 0;
   private timer: NodeJS.Timeout | undefined;
   private closing: Promise<void> | undefined;
+  private readonly load: PoolLoad;
   private readonly counters: InferenceStats = { items: 0, batches: 0, failedBatches: 0, largestBatch: 0, runMs: 0 };
 
   constructor(options: InferencePoolOptions = {}) {
     this.threads = Math.max(1, options.threads ?? DEFAULT_INFERENCE_THREADS);
-    this.models = options.models ?? INFERENCE_MODELS;
+    this.models = { ...(options.models ?? INFERENCE_MODELS) };
     this.batchWindowMs = options.batchWindowMs ?? BATCH_WINDOW_MS;
     this.maxPendingItems = options.maxPendingItems ?? MAX_PENDING_ITEMS;
+    this.load = new PoolLoad(this.threads);
     const workerData: InferenceWorkerData = { intraOpThreads: ONNX_INTRA_OP_THREADS };
     this.piscina = new Piscina({
       filename: new URL('./worker-bootstrap.mjs', import.meta.url).href,
@@ -114,6 +120,11 @@ export class InferencePool {
   /** Worker threads currently alive (for tests and diagnostics). */
   get workers(): readonly import('node:worker_threads').Worker[] {
     return this.piscina.threads;
+  }
+
+  /** Busy threads, items waiting to be batched and busy time (`avatar_pool_*` metrics). */
+  get loadSnapshot(): PoolLoadSnapshot {
+    return this.load.snapshot(this.pendingCount);
   }
 
   get stats(): Readonly<InferenceStats> {
@@ -162,6 +173,31 @@ export class InferencePool {
       this.pendingCount++;
       this.pump();
     });
+  }
+
+  /**
+   * Adds a model known only at run time (a user's lip-sync file from configuration). A key stays bound to its
+   * first definition: workers cache sessions by key and file.
+   */
+  register(modelKey: string, definition: ModelDefinition): void {
+    const known = this.models[modelKey];
+    if (known && known.file !== definition.file) throw new Error(`inference model ${modelKey} is already registered with another file`);
+    this.models[modelKey] = definition;
+  }
+
+  /**
+   * Loads the model in one worker and returns its declared inputs and outputs (onnxruntime's session metadata),
+   * so a caller can check a signature before the first batch. Rejects when the file cannot be loaded.
+   */
+  async describe(modelKey: string, signal?: AbortSignal): Promise<ModelDescription> {
+    const model = this.models[modelKey];
+    if (!model) throw new Error(`unknown inference model ${modelKey}`);
+    if (this.closing) throw new InferencePoolClosedError();
+    const task: InferenceTask = { op: 'describe', modelKey, file: model.file, executionProviders: model.executionProviders ?? ['cpu'], inputs: {}, outputNames: [] };
+    const result = this.piscina.run(task) as Promise<InferenceTaskResult>;
+    const { description } = await (signal ? untilAborted(result, signal, abortError) : result);
+    if (!description) throw new Error('inference worker returned no model description');
+    return description;
   }
 
   /**
@@ -283,6 +319,7 @@ export class InferencePool {
     // Only the freshly stacked buffers move to the worker; callers' arrays and shared constants stay put.
     const transferList = Object.keys(model.inputs).map((name) => inputs[name].data.buffer as ArrayBuffer);
     this.inFlight++;
+    const done = this.load.begin();
     this.counters.batches++;
     this.counters.items += batch.length;
     this.counters.largestBatch = Math.max(this.counters.largestBatch, batch.length);
@@ -307,6 +344,7 @@ export class InferencePool {
         },
       )
       .finally(() => {
+        done();
         this.inFlight--;
         this.pump();
       });

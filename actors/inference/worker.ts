@@ -16,8 +16,8 @@ export interface InferenceWorkerData {
 }
 
 export interface InferenceTask {
-  /** `load` only creates the session (warm-up); `run` runs one batch. */
-  op: 'load' | 'run';
+  /** `load` only creates the session (warm-up); `describe` also returns its declared tensors; `run` runs one batch. */
+  op: 'load' | 'describe' | 'run';
   modelKey: string;
   file: string;
   executionProviders: readonly ExecutionProviderName[];
@@ -30,6 +30,14 @@ export interface InferenceTaskResult {
   outputs: TensorMap;
   /** Time inside `session.run`, excluding messaging and batching. */
   runMs: number;
+  /** Only for `describe`. */
+  description?: ModelDescription;
+}
+
+/** A model's declared inputs and outputs, as onnxruntime reads them from the file. */
+export interface ModelDescription {
+  inputs: ort.InferenceSession.ValueMetadata[];
+  outputs: ort.InferenceSession.ValueMetadata[];
 }
 
 const { intraOpThreads } = workerData as InferenceWorkerData;
@@ -63,6 +71,11 @@ function toPlain(value: ort.Tensor): TensorData {
 export default async function runInferenceTask(task: InferenceTask) {
   const session = await sessionFor(task);
   if (task.op === 'load') return { outputs: {}, runMs: 0 } satisfies InferenceTaskResult;
+  if (task.op === 'describe') {
+    // Plain copies: the metadata objects are clonable, but only own enumerable data crosses the thread boundary.
+    const plain = (list: readonly ort.InferenceSession.ValueMetadata[]) => JSON.parse(JSON.stringify(list)) as ort.InferenceSession.ValueMetadata[];
+    return { outputs: {}, runMs: 0, description: { inputs: plain(session.inputMetadata), outputs: plain(session.outputMetadata) } } satisfies InferenceTaskResult;
+  }
   const feeds: Record<string, ort.Tensor> = {};
   for (const [name, input] of Object.entries(task.inputs)) feeds[name] = new ort.Tensor(input.type, input.data, input.dims);
   const started = performance.now();

@@ -99,6 +99,26 @@ export function slaneyMelFilterbank(sampleRate: number, nFft: number, bands: num
   return filters;
 }
 
+/**
+ * A streaming window: the frame's first column is centred on its presentation sample, so the window needs
+ * half an FFT (plus one sample for pre-emphasis) before it and 15 hops plus half an FFT after it.
+ */
+export const MEL_STREAM_LEAD_SAMPLES = WAV2LIP_MEL.nFft / 2 + 1;
+export const MEL_STREAM_WINDOW_SAMPLES = MEL_STREAM_LEAD_SAMPLES + (MEL_WINDOW_COLUMNS - 1) * WAV2LIP_MEL.hopLength + WAV2LIP_MEL.nFft / 2;
+
+/**
+ * The [1, 80, 16] window of a live stream for a frame whose presentation sample is `MEL_STREAM_LEAD_SAMPLES`
+ * into `samples` (16 kHz, floats in [−1, 1], `MEL_STREAM_WINDOW_SAMPLES` long; silence where nothing plays).
+ * Equal to `melWindowForFrame` of the whole clip's spectrogram wherever that window lies inside the clip
+ * (`test/lipsync.mel-stream.test.ts`).
+ */
+export function melWindowFromStream(samples: Float32Array, out = new Float32Array(WAV2LIP_MEL.bands * MEL_WINDOW_COLUMNS)): Float32Array {
+  if (samples.length !== MEL_STREAM_WINDOW_SAMPLES) throw new RangeError(`a stream window takes ${MEL_STREAM_WINDOW_SAMPLES} samples`);
+  sharedAnalyzer ??= new MelAnalyzer();
+  sharedAnalyzer.streamWindow(samples, out);
+  return out;
+}
+
 /** Shared by every call: the plan and tables only depend on the fixed recipe. */
 let sharedAnalyzer: MelAnalyzer | undefined;
 
@@ -117,6 +137,27 @@ class MelAnalyzer {
   private readonly spectrumRe = new Float64Array(WAV2LIP_MEL.nFft / 2 + 1);
   private readonly spectrumIm = new Float64Array(WAV2LIP_MEL.nFft / 2 + 1);
   private readonly magnitude = new Float64Array(WAV2LIP_MEL.nFft / 2 + 1);
+
+  /**
+   * The 16 columns centred at samples LEAD, LEAD + 200, …, LEAD + 3000 of `samples` (16 kHz floats in [−1, 1],
+   * `MEL_STREAM_WINDOW_SAMPLES` long): the same columns the whole-clip spectrogram has there, without padding,
+   * because the stream goes on past both ends. The first sample only feeds pre-emphasis.
+   */
+  streamWindow(samples: Float32Array, out: Float32Array): void {
+    const { nFft, hopLength, bands, preemphasis } = WAV2LIP_MEL;
+    for (let column = 0; column < MEL_WINDOW_COLUMNS; column++) {
+      const start = 1 + column * hopLength;
+      for (let n = 0; n < nFft; n++) this.frame[n] = (samples[start + n] - preemphasis * samples[start + n - 1]) * this.window[n];
+      this.fft.forward(this.frame, this.spectrumRe, this.spectrumIm);
+      for (let k = 0; k < this.magnitude.length; k++) this.magnitude[k] = Math.sqrt(this.spectrumRe[k] ** 2 + this.spectrumIm[k] ** 2);
+      for (let band = 0; band < bands; band++) {
+        const { firstBin, weights } = this.filters[band];
+        let energy = 0;
+        for (let i = 0; i < weights.length; i++) energy += weights[i] * this.magnitude[firstBin + i];
+        out[band * MEL_WINDOW_COLUMNS + column] = normalizedLevel(energy);
+      }
+    }
+  }
 
   analyze(pcm: Int16Array | Float32Array): MelSpectrogram {
     const { nFft, hopLength, bands } = WAV2LIP_MEL;

@@ -6,7 +6,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { CLOSED_MOUTH, type FrameRequest, type I420Frame } from '../render/types.ts';
-import { FrameTimeline, type MouthSource, type TimedFrameRequest } from './timeline.ts';
+import { FrameTimeline, type AudioWindow, type MouthSource, type TimedFrameRequest } from './timeline.ts';
 
 export type { MouthSource } from './timeline.ts';
 
@@ -16,6 +16,8 @@ export const AUDIO_CHUNK_MS = 10;
 const TICK_MS = 5;
 /** Frames rendered ahead of the clock: enough to hide worker latency, small enough that an interrupt shows within ~2 frames. */
 const RENDER_AHEAD_FRAMES = 2;
+/** Upper bound on a renderer's own render-ahead (`FrameRenderer.renderAhead`): 1 s of frames at 25 fps in flight per session. */
+const MAX_RENDER_AHEAD_FRAMES = 25;
 /** Above this much queued speech, `waitForRoom` blocks producers (WebSocket back-pressure, TTS pacing). */
 export const PLAYOUT_HIGH_WATER_MS = 2_000;
 /** If the machine stalls longer than this (GC pause, suspended laptop), restart the timeline instead of bursting. */
@@ -37,6 +39,13 @@ export interface FrameRenderer {
   readonly width: number;
   readonly height: number;
   readonly fps: number;
+  /** Audio this renderer needs around each frame (`FrameRequest.audio`); none by default. */
+  readonly audioWindow?: AudioWindow;
+  /**
+   * How far ahead of the clock this renderer wants its frames asked for, and in bursts of how many (asked in
+   * one tick, so a batching backend runs them together). Default `RENDER_AHEAD_FRAMES`, bursts of one.
+   */
+  readonly renderAhead?: { frames: number; burst: number };
   render(requests: FrameRequest[], signal?: AbortSignal): Promise<I420Frame[]>;
 }
 
@@ -135,6 +144,8 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   private readonly queue: QueuedAudio[] = [];
   private readonly turns = new Map<string, TurnState>();
   private renderer: FrameRenderer | null;
+  private renderAheadFrames = RENDER_AHEAD_FRAMES;
+  private renderAheadBurst = 1;
   /** Tells a late failure of a replaced renderer from one of the current renderer. */
   private rendererGeneration = 0;
   private playedSamples = 0;
@@ -165,6 +176,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     this.fps = renderer.fps;
     this.chunkSamples = (sampleRate * AUDIO_CHUNK_MS) / 1000;
     this.timeline = new FrameTimeline(sampleRate, renderer.fps);
+    this.adoptNeeds(renderer);
     this.videoDelaySamples = Math.max(0, Math.round(((options.videoDelayMs ?? 0) * sampleRate) / 1000));
   }
 
@@ -201,14 +213,15 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     const turn = this.turnOf(turnId);
     const startMs = (turn.enqueuedSamples * 1000) / this.sampleRate;
     if (this.closed || pcm.length === 0 || turn.ended) return startMs;
-    const span = this.timeline.append(pcm.length, mouth, turnId, this.playedSamples);
+    const span = this.timeline.append(pcm.length, mouth, turnId, this.playedSamples, pcm);
     this.tagSegment(turn, segment ?? turn.segments.at(-1)?.segment ?? 0, pcm.length);
     turn.enqueuedSamples += pcm.length;
     turn.pendingSamples += pcm.length;
     this.queuedSamples += pcm.length;
     this.queue.push({ turnId, pcm, offset: 0 });
-    // Frames rendered ahead before this audio arrived showed silence from its start on; earlier ones stand.
-    this.invalidateRenderedFrom(span.start);
+    // Frames rendered ahead before this audio arrived showed silence from its start on (or, for a renderer that
+    // reads audio after its frames, from that much earlier); earlier ones stand.
+    this.invalidateRenderedFrom(span.start - this.timeline.audioLagSamples);
     return startMs;
   }
 
@@ -280,8 +293,16 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   useRenderer(renderer: FrameRenderer): void {
     if (this.closed) return;
     this.renderer = renderer;
+    this.adoptNeeds(renderer);
     this.rendererGeneration++;
     this.invalidateRenderedFrom(0);
+  }
+
+  /** What the renderer asks of the clock: audio around its frames, how far ahead and in which bursts. */
+  private adoptNeeds(renderer: FrameRenderer): void {
+    this.timeline.setAudioWindow(renderer.audioWindow);
+    this.renderAheadFrames = Math.max(1, Math.min(MAX_RENDER_AHEAD_FRAMES, renderer.renderAhead?.frames ?? RENDER_AHEAD_FRAMES));
+    this.renderAheadBurst = Math.max(1, Math.min(this.renderAheadFrames, renderer.renderAhead?.burst ?? 1));
   }
 
   close(): void {
@@ -496,7 +517,14 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   }
 
   private renderAhead(): void {
-    for (let idx = this.frameIdx; idx < this.frameIdx + RENDER_AHEAD_FRAMES; idx++) {
+    const end = this.frameIdx + this.renderAheadFrames;
+    if (this.renderAheadBurst > 1) {
+      // A batching renderer gets its frames in bursts; the next frame due is asked for whatever the burst.
+      let missing = 0;
+      for (let idx = this.frameIdx; idx < end; idx++) if (!this.rendered.has(idx)) missing++;
+      if (missing < this.renderAheadBurst && this.rendered.has(this.frameIdx)) return;
+    }
+    for (let idx = this.frameIdx; idx < end; idx++) {
       if (!this.rendered.has(idx)) this.rendered.set(idx, this.renderFrame(idx));
     }
   }

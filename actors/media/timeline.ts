@@ -8,7 +8,7 @@
  * every frame up to the one asked for. Asking again for a frame (a render-ahead re-render after more audio
  * arrived) therefore gives the same continuous envelope instead of starting over.
  */
-import { CLOSED_MOUTH, type FrameRequest, type MouthPose, type Prosody } from '../render/types.ts';
+import { CLOSED_MOUTH, type FrameAudio, type FrameRequest, type MouthPose, type Prosody } from '../render/types.ts';
 import { SILENT_PROSODY, stepProsody } from '../render/prosody.ts';
 
 export interface MouthSource {
@@ -23,6 +23,14 @@ export interface TimelineSpan {
   end: number;
   turnId: string | null;
   mouth: MouthSource | null;
+  /** The audio itself, kept only while a renderer asks for audio around its frames (`setAudioWindow`). */
+  pcm?: Int16Array;
+}
+
+/** Audio a renderer wants around each frame's presentation time (neural lip-sync reads a mel window there). */
+export interface AudioWindow {
+  leadMs: number;
+  lagMs: number;
 }
 
 /** A frame request plus the turn whose speech it shows (null while idle). */
@@ -50,6 +58,8 @@ export class FrameTimeline {
   private spans: TimelineSpan[] = [];
   private committedIdx = -1;
   private committedProsody: Prosody = SILENT_PROSODY;
+  private audioLead = 0;
+  private audioLag = 0;
 
   constructor(
     readonly sampleRate: number,
@@ -65,10 +75,25 @@ export class FrameTimeline {
     return frameStartSample(frameIdx, this.sampleRate, this.fps);
   }
 
-  /** Places `samples` of audio right after the previous span, but not before `notBefore` (the live clock's position). */
-  append(samples: number, mouth: MouthSource | null, turnId: string | null, notBefore = 0): TimelineSpan {
+  /** Samples of audio after a frame's presentation time that its request carries (0 without an audio window). */
+  get audioLagSamples(): number {
+    return this.audioLag;
+  }
+
+  /** From now on requests carry the audio around their frame (null: none, the default). */
+  setAudioWindow(window: AudioWindow | null | undefined): void {
+    this.audioLead = window ? Math.ceil((window.leadMs * this.sampleRate) / 1000) : 0;
+    this.audioLag = window ? Math.ceil((window.lagMs * this.sampleRate) / 1000) : 0;
+  }
+
+  /**
+   * Places `samples` of audio right after the previous span, but not before `notBefore` (the live clock's position).
+   * `pcm` is the audio itself, for requests that carry audio.
+   */
+  append(samples: number, mouth: MouthSource | null, turnId: string | null, notBefore = 0, pcm?: Int16Array): TimelineSpan {
     const start = Math.max(this.endSample, notBefore);
-    const span = { start, end: start + samples, turnId, mouth };
+    const span: TimelineSpan = { start, end: start + samples, turnId, mouth };
+    if (pcm && pcm.length === samples) span.pcm = pcm;
     if (samples > 0) this.spans.push(span);
     return span;
   }
@@ -89,7 +114,29 @@ export class FrameTimeline {
   requestFor(frameIdx: number): TimedFrameRequest {
     const pts = this.frameStart(frameIdx);
     const under = this.underFrame(frameIdx);
-    return { frameIdx, ptsMs: (pts * 1000) / this.sampleRate, ...under, prosody: this.prosodyAt(frameIdx) };
+    const request: TimedFrameRequest = { frameIdx, ptsMs: (pts * 1000) / this.sampleRate, ...under, prosody: this.prosodyAt(frameIdx) };
+    if (this.audioLead + this.audioLag > 0) {
+      const audio = this.audioAround(pts);
+      if (audio) request.audio = audio;
+    }
+    return request;
+  }
+
+  /** The audio from `lead` before to `lag` after `pts`, zeros where nothing plays; undefined when no speech is in it. */
+  private audioAround(pts: number): FrameAudio | undefined {
+    const from = pts - this.audioLead;
+    const to = pts + this.audioLag;
+    let pcm: Int16Array | undefined;
+    for (const span of this.spans) {
+      if (span.end <= from) continue;
+      if (span.start >= to) break;
+      if (!span.pcm || !span.mouth) continue;
+      pcm ??= new Int16Array(to - from);
+      const a = Math.max(from, span.start);
+      const b = Math.min(to, span.end);
+      pcm.set(span.pcm.subarray(a - span.start, b - span.start), a - from);
+    }
+    return pcm ? { sampleRate: this.sampleRate, pcm, leadSamples: this.audioLead } : undefined;
   }
 
   /** The frame left with this request; prosody of later frames continues from it. Frames commit in order. */

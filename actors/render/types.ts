@@ -35,6 +35,18 @@ export interface FrameRequest {
    * pool / inline batch so head motion (rt_head) stays continuous when frames are spread over workers.
    */
   prosody?: Prosody;
+  /**
+   * The audio around this frame, only for renderers that ask for it (`FrameRenderer.audioWindow`, neural
+   * lip-sync) and only when speech plays somewhere in that window; silence where nothing plays.
+   */
+  audio?: FrameAudio;
+}
+
+/** Session audio around a frame: `pcm[leadSamples]` is the sample at the frame's presentation time. */
+export interface FrameAudio {
+  sampleRate: number;
+  pcm: Int16Array;
+  leadSamples: number;
 }
 
 /** Level envelopes: `fast` follows syllables (~100 ms), `slow` follows phrases (~1 s); both 0..1. */

@@ -108,7 +108,11 @@ const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
       description: 'One entry per model type. Session creation requires `connected=true`.',
       response: { 200: Type.Object({ models: Type.Array(ModelEntry) }) },
     },
-    handler: async () => ({ models: services.models.list() }),
+    handler: async () => {
+      // Remote backends (lipsync_c) are re-checked here, at most every few seconds (their own cache).
+      await services.models.refresh();
+      return { models: services.models.list() };
+    },
   });
 };
 

@@ -4,6 +4,7 @@ import { PlayoutClock, type FrameRenderer, type MouthSource, type TurnPlayback }
 import { WebRtcOutput, type IceServer } from '../../actors/media/webrtc.ts';
 import { RecoverableStageError, UnrecoverableStageError } from '../../actors/session/stage-errors.ts';
 import { errorForLog } from '../logger.ts';
+import { NeuralLipsyncRenderer } from '../../actors/lipsync/neural-renderer.ts';
 import type { SessionBus } from './session-bus.ts';
 
 /** Renderer failures within `RENDERER_FAILURE_WINDOW_MS` that end the session: a renderer this broken will not recover. */
@@ -73,6 +74,7 @@ export class SessionMedia {
   private readonly bus: SessionBus;
   private readonly logger: Logger;
   private readonly reopenRenderer?: RendererOpener;
+  private stopWatchingBackend: (() => void) | undefined;
 
   constructor(options: SessionMediaOptions) {
     const { bus } = options;
@@ -87,6 +89,32 @@ export class SessionMedia {
     this.playout.on('frame', ({ frameIdx, ptsMs }) => bus.publish('frame', { frame_idx: frameIdx, pts_ms: ptsMs }));
     this.playout.on('turnStarted', (turnId) => bus.emit('media.firstSample', { turnId }));
     this.playout.on('renderFailed', (error) => this.rendererFailed(error));
+    this.watchBackend(options.renderer);
+  }
+
+  /**
+   * A neural renderer with a fallback (lipsync_c) survives its backend failing: it tells us once, renders the
+   * rest of the turn on the CPU renderer and goes back to the backend when it answers again. Clients get an
+   * `error` event (the turn goes on; its `status idle` follows as usual).
+   */
+  private watchBackend(renderer: SessionRenderer): void {
+    this.stopWatchingBackend?.();
+    this.stopWatchingBackend = undefined;
+    if (!(renderer instanceof NeuralLipsyncRenderer)) return;
+    const onError = (error: unknown): void => {
+      this.logger.warn({ err: errorForLog(error) }, 'lip-sync backend failed, rendering on the CPU fallback');
+      this.bus.publish('error', {
+        code: 'render_backend_failed',
+        message: `lip-sync inference backend failed (${errorForLog(error)}); this turn goes on with the CPU lipsync renderer`,
+      });
+    };
+    const onRecovered = (): void => this.logger.info('lip-sync backend answers again');
+    renderer.on('backendError', onError);
+    renderer.on('backendRecovered', onRecovered);
+    this.stopWatchingBackend = () => {
+      renderer.off('backendError', onError);
+      renderer.off('backendRecovered', onRecovered);
+    };
   }
 
   /** Starts the media clock (idempotent; a no-op once closed). */
@@ -178,6 +206,7 @@ export class SessionMedia {
             return;
           }
           this.renderer = renderer;
+          this.watchBackend(renderer);
           this.playout.useRenderer(renderer);
           this.logger.info('renderer reopened');
           return;

@@ -9,7 +9,7 @@ import type { FrameRenderer } from '../../actors/media/playout.ts';
 import type { ServiceConfig } from '../config.ts';
 import type { AvatarCatalog, CatalogEntry } from '../catalog/catalog.ts';
 import type { ModelRegistry } from '../models.ts';
-import type { SessionStore, StoredSession } from '../store/sessions.ts';
+import type { SessionRecords, StoredSession } from '../store/sessions.ts';
 import { HttpError, badGateway, badRequest, conflict, notFound } from '../errors.ts';
 import { defaultsPersona, requestOverrides, resolveTtsSelection } from './persona.ts';
 import { SessionEventHub } from './event-hub.ts';
@@ -21,6 +21,8 @@ import { smoothForRt } from './smoothing.ts';
 import { SessionMetrics } from './metrics.ts';
 import type { InspectionHub } from '../inspect/inspection-hub.ts';
 import { errorForLog } from '../logger.ts';
+import type { ServiceMetrics } from '../metrics/service-metrics.ts';
+import type { InferencePool } from '../../actors/inference/pool.ts';
 
 /** Conversation memory per session: enough for context, small enough for local models' windows. */
 export const HISTORY_MAX_TURNS = 12;
@@ -44,7 +46,7 @@ export interface RenderOpener {
 
 export interface SupervisorDeps {
   config: ServiceConfig;
-  store: SessionStore;
+  store: SessionRecords;
   catalog: AvatarCatalog;
   models: ModelRegistry;
   render: RenderOpener;
@@ -56,6 +58,10 @@ export interface SupervisorDeps {
   defaults(): Promise<{ systemPrompt?: string; ttsProvider?: string; ttsVoice?: string | null }>;
   /** The live state inspector's feed; sessions are created with its `inspect` callback when it is on. */
   inspection?: InspectionHub;
+  /** Service-wide Prometheus metrics (`GET /metrics`); each session's turns and frames feed it. */
+  metrics?: ServiceMetrics;
+  /** The shared ONNX inference pool (voice activity detection); without it sessions have no voice input. */
+  inference?: () => InferencePool;
 }
 
 export interface CreateSessionInput {
@@ -132,6 +138,29 @@ export class SessionSupervisor {
     return this.deps.config.maxSessions;
   }
 
+  /** Live sessions by state, with `creating` for `POST /sessions` calls in progress (`avatar_sessions`). */
+  sessionsByState(): Record<string, number> {
+    const counts: Record<string, number> = { creating: this.creating };
+    for (const session of this.live.values()) counts[session.state] = (counts[session.state] ?? 0) + 1;
+    return counts;
+  }
+
+  /** Frames sent and late so far, and connected peers, over the live sessions (`avatar_frames_*`). */
+  liveFrames(): { sent: number; late: number; peers: number } {
+    const totals = { sent: 0, late: 0, peers: 0 };
+    for (const session of this.live.values()) {
+      totals.sent += session.media.playout.sentFrames;
+      totals.late += session.media.playout.lateFrames;
+      if (session.media.output.connected) totals.peers++;
+    }
+    return totals;
+  }
+
+  /** Ids of the sessions this process holds (cluster mode checks them against the directory). */
+  liveIds(): string[] {
+    return [...this.live.keys()];
+  }
+
   liveSession(sessionId: string): Session | undefined {
     return this.live.get(sessionId);
   }
@@ -190,7 +219,8 @@ export class SessionSupervisor {
     if (!avatar) throw badRequest(`avatar_id "${input.avatar_id}" does not exist`);
     if (!models.isModel(input.model)) throw badRequest(`model "${input.model}" is not in the model list`);
     const modelInfo = models.info(input.model);
-    if (!modelInfo.connected) throw badRequest(`model "${input.model}" is not connected: ${modelInfo.reason}`);
+    // A configured remote backend that failed its last check is tried again by the open below (502 if still down).
+    if (!models.admits(input.model)) throw badRequest(`model "${input.model}" is not connected: ${modelInfo.reason}`);
     if (!models.canRender(input.model, avatar.manifest.model_type)) {
       throw badRequest(
         `model "${input.model}" cannot render avatar "${avatar.id}" of model_type "${avatar.manifest.model_type}"; ` +
@@ -247,10 +277,13 @@ export class SessionSupervisor {
       tts: this.deps.tts,
       llm: this.deps.llm,
       asr: this.deps.asr,
-      metrics: new SessionMetrics(),
+      metrics: new SessionMetrics(this.deps.metrics?.turnObserver()),
       smoothAudio: (pcm) => smoothForRt(pcm, config.sampleRate),
     };
-    const session = new Session(stored, bus, events, media, stage, logger, this.deps.inspection?.inspectorFor(sessionId));
+    this.deps.metrics?.followSession(bus);
+    const inference = this.deps.inference;
+    const voice = inference && { pool: inference, asr: this.deps.asr, silenceMs: config.vadSilenceMs, minSpeechMs: config.vadMinSpeechMs };
+    const session = new Session(stored, bus, events, media, stage, logger, this.deps.inspection?.inspectorFor(sessionId), voice);
     try {
       await this.deps.store.put(stored);
       // Shut down while this one was being set up: closeAll has already run, so nobody would close it.
@@ -323,6 +356,8 @@ export class SessionSupervisor {
       throw notFound('session not found');
     }
     this.live.delete(sessionId);
+    // In the same step as leaving `live`: the service's frame counters never go backwards.
+    this.deps.metrics?.sessionEnded(reason, { sent: session.media.playout.sentFrames, late: session.media.playout.lateFrames });
     await session.close();
     this.deps.inspection?.ended(sessionId);
     await this.deps.store.put(this.deps.store.tombstoneOf(session.stored, this.deps.config.tombstoneRetentionMs, reason));

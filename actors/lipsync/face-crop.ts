@@ -1,0 +1,182 @@
+/**
+ * Per-avatar preparation for a Wav2Lip-family model, done once when a session opens the avatar, and the per-frame
+ * paste-back of the generated face.
+ *
+ * - Face box: the avatar's stored landmarks (`metadata.animation.face_box`, from face-api), extended downwards by
+ *   `CHIN_PAD` of its height (Wav2Lip pads its detector box by 10 px at the bottom so the chin is inside), made
+ *   square around its centre and snapped to even pixels (I420 chroma stays aligned).
+ * - Model input: the crop scaled to S×S, in BGR order (Wav2Lip reads frames with OpenCV), values in [0, 1]:
+ *   channels 0–2 the crop with its lower half zeroed, channels 3–5 the unmasked crop as reference.
+ * - Paste-back: the model's S×S output scaled back to the crop and blended with a feathered mask that is zero on the
+ *   upper half of the crop (eyes and above are never touched) and fades in below the midline and towards the sides
+ *   and bottom, so no seam shows. Only the lower half of the crop is converted to I420 per frame.
+ */
+import sharp from 'sharp';
+import { rgbaToI420 } from '../render/i420.ts';
+import { loadBundleFrame, type RgbaImage } from '../render/image.ts';
+import { blendPatch, patchFromRgba } from '../render/patch.ts';
+import type { AvatarSource, I420Frame } from '../render/types.ts';
+
+/** Wav2Lip's `pads = [0, 10, 0, 0]` at its usual 720p input: roughly a tenth of the face height below the chin. */
+const CHIN_PAD = 0.1;
+/** Width of the mask's fade, as a fraction of the crop side: wide enough to hide the seam, narrow enough to keep the mouth. */
+const FEATHER = 0.12;
+/** Without stored landmarks the face is assumed to fill this central fraction of a portrait's width. */
+const FALLBACK_FACE_FRACTION = 0.5;
+
+export interface FaceCrop {
+  /** Top-left of the square crop in avatar pixels (even). */
+  x: number;
+  y: number;
+  /** Side of the crop in avatar pixels (a multiple of 4). */
+  side: number;
+}
+
+export interface PreparedFace {
+  /** Model face size S. */
+  size: number;
+  width: number;
+  height: number;
+  /** The avatar frame as I420; every generated frame starts as a copy of it. */
+  base: I420Frame;
+  crop: FaceCrop;
+  /** [6, S, S]: masked face (BGR) then reference (BGR), in [0, 1]. */
+  faceInput: Float32Array;
+  /** The crop's lower half (rows side/2 … side−1), straight RGBA, alpha = the feathered mask. */
+  lowerHalf: RgbaImage;
+}
+
+function even(value: number): number {
+  return Math.round(value / 2) * 2;
+}
+
+/** The square crop around the stored face box, inside the frame. */
+export function faceCropOf(avatar: AvatarSource): FaceCrop {
+  const { width, height } = avatar.manifest;
+  const box = avatar.manifest.metadata.animation?.face_box;
+  let cx: number;
+  let cy: number;
+  let side: number;
+  if (box && box.width > 0 && box.height > 0) {
+    const padded = box.height * (1 + CHIN_PAD);
+    side = Math.max(box.width, padded);
+    cx = box.x + box.width / 2;
+    cy = box.y + padded / 2;
+  } else {
+    side = Math.min(width, height) * FALLBACK_FACE_FRACTION;
+    cx = width / 2;
+    cy = height / 2;
+  }
+  // A multiple of 4, so the pasted lower half also starts on an even row.
+  const maxSide = Math.floor(Math.min(width, height) / 4) * 4;
+  const s = Math.max(4, Math.min(maxSide, Math.round(side / 4) * 4));
+  const x = Math.max(0, Math.min(Math.floor((width - s) / 2) * 2, even(cx - s / 2)));
+  const y = Math.max(0, Math.min(Math.floor((height - s) / 2) * 2, even(cy - s / 2)));
+  return { x, y, side: s };
+}
+
+/** Alpha of the paste-back mask at crop pixel (u, v): 0 on the upper half, smooth ramps at the other edges. */
+function maskAlpha(u: number, v: number, side: number): number {
+  const feather = Math.max(1, side * FEATHER);
+  const ramp = (d: number): number => {
+    const t = Math.min(1, Math.max(0, d / feather));
+    return t * t * (3 - 2 * t);
+  };
+  const top = ramp(v - side / 2);
+  const sides = Math.min(ramp(u + 0.5), ramp(side - 0.5 - u));
+  const bottom = ramp(side - 0.5 - v);
+  return top * sides * bottom;
+}
+
+export async function prepareFace(avatar: AvatarSource, size: number): Promise<PreparedFace> {
+  if (!Number.isInteger(size) || size < 2) throw new RangeError('face size must be an integer ≥ 2');
+  const image = await loadBundleFrame(avatar);
+  const crop = faceCropOf(avatar);
+  const raw = { raw: { width: image.width, height: image.height, channels: 4 as const } };
+  const scaled = await sharp(Buffer.from(image.data.buffer, image.data.byteOffset, image.data.length), raw)
+    .extract({ left: crop.x, top: crop.y, width: crop.side, height: crop.side })
+    .resize(size, size, { kernel: 'cubic' })
+    .raw()
+    .toBuffer();
+  const plane = size * size;
+  const faceInput = new Float32Array(6 * plane);
+  for (let i = 0; i < plane; i++) {
+    const o = i * 4;
+    // BGR, as OpenCV hands frames to Wav2Lip.
+    faceInput[3 * plane + i] = scaled[o + 2] / 255;
+    faceInput[4 * plane + i] = scaled[o + 1] / 255;
+    faceInput[5 * plane + i] = scaled[o] / 255;
+  }
+  // The masked copy: upper half as the reference, lower half zero (Wav2Lip: img_masked[:, S//2:] = 0).
+  const upperRows = Math.floor(size / 2);
+  for (let c = 0; c < 3; c++) faceInput.set(faceInput.subarray((3 + c) * plane, (3 + c) * plane + upperRows * size), c * plane);
+
+  const half = crop.side / 2;
+  const lowerHalf: RgbaImage = { width: crop.side, height: half, data: new Uint8Array(crop.side * half * 4) };
+  for (let v = 0; v < half; v++) {
+    for (let u = 0; u < crop.side; u++) {
+      const src = ((crop.y + half + v) * image.width + crop.x + u) * 4;
+      const dst = (v * crop.side + u) * 4;
+      lowerHalf.data[dst] = image.data[src];
+      lowerHalf.data[dst + 1] = image.data[src + 1];
+      lowerHalf.data[dst + 2] = image.data[src + 2];
+      lowerHalf.data[dst + 3] = Math.round(255 * maskAlpha(u, half + v, crop.side));
+    }
+  }
+  return { size, width: image.width, height: image.height, base: rgbaToI420(image.data, image.width, image.height), crop, faceInput, lowerHalf };
+}
+
+/** A copy of the avatar frame (idle frames, and the start of every generated one). */
+export function baseFrame(face: PreparedFace): I420Frame {
+  return { width: face.base.width, height: face.base.height, data: face.base.data.slice() };
+}
+
+/**
+ * The frame with the model's output [3, S, S] (BGR, [0, 1]) pasted back: bilinear scaling to the crop, the
+ * feathered mask, only the lower half of the crop.
+ */
+export function composeFace(face: PreparedFace, output: Float32Array): I420Frame {
+  const { size, crop, lowerHalf } = face;
+  const plane = size * size;
+  if (output.length !== 3 * plane) throw new RangeError(`model output must hold 3 × ${size} × ${size} values`);
+  const half = crop.side / 2;
+  const patchImage: RgbaImage = { width: crop.side, height: half, data: new Uint8Array(lowerHalf.data.length) };
+  const scale = size / crop.side;
+  const maxIndex = size - 1;
+  for (let v = 0; v < half; v++) {
+    const sy = Math.min(maxIndex, Math.max(0, (half + v + 0.5) * scale - 0.5));
+    const y0 = Math.floor(sy);
+    const y1 = Math.min(maxIndex, y0 + 1);
+    const fy = sy - y0;
+    for (let u = 0; u < crop.side; u++) {
+      const o = (v * crop.side + u) * 4;
+      const alpha = lowerHalf.data[o + 3];
+      patchImage.data[o + 3] = alpha;
+      if (alpha === 0) continue;
+      const sx = Math.min(maxIndex, Math.max(0, (u + 0.5) * scale - 0.5));
+      const x0 = Math.floor(sx);
+      const x1 = Math.min(maxIndex, x0 + 1);
+      const fx = sx - x0;
+      const w00 = (1 - fx) * (1 - fy);
+      const w10 = fx * (1 - fy);
+      const w01 = (1 - fx) * fy;
+      const w11 = fx * fy;
+      const i00 = y0 * size + x0;
+      const i10 = y0 * size + x1;
+      const i01 = y1 * size + x0;
+      const i11 = y1 * size + x1;
+      // Output channel 0 is blue, 2 is red.
+      for (let c = 0; c < 3; c++) {
+        const p = output.subarray(c * plane, (c + 1) * plane);
+        const value = (p[i00] * w00 + p[i10] * w10 + p[i01] * w01 + p[i11] * w11) * 255;
+        patchImage.data[o + 2 - c] = value <= 0 ? 0 : value >= 255 ? 255 : value + 0.5;
+      }
+    }
+  }
+  const frame = baseFrame(face);
+  const patch = patchFromRgba(patchImage, 0, 0, crop.side, half);
+  patch.x = crop.x;
+  patch.y = crop.y + half;
+  blendPatch(frame, patch);
+  return frame;
+}

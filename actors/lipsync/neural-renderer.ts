@@ -1,0 +1,196 @@
+/**
+ * The session-side renderer of the neural lip-sync models (`lipsync_b` local ONNX, `lipsync_c` KServe): a
+ * `FrameRenderer` for the media clock that turns each frame's audio (`FrameRequest.audio`, asked for through
+ * `audioWindow`) into Wav2Lip's mel window, sends it with the avatar's prepared face tensor to an inference
+ * backend, and pastes the generated lower face back into the avatar frame (`face-crop.ts`).
+ *
+ * - Frames without speech in their window are the avatar frame itself, no inference.
+ * - The clock asks for frames `RENDER_AHEAD` ahead in bursts (`renderAhead`), so a burst's frames reach the
+ *   backend together and run as one batch (the inference pool also batches across sessions).
+ * - A flush (barge-in) drops the clock's audio and rendered-ahead frames; answers still in flight are discarded
+ *   by the clock, and the frames asked for next carry no audio: the face is back at rest at once.
+ * - With a `fallback` (lipsync_c), a backend failure does not fail the frame: the renderer reports it once
+ *   (`backendError`), renders speech with the fallback renderer (the CPU `lipsync` one) for the rest of the
+ *   turn, and tries the backend again (`recover`) once speech has stopped, at most every `RECOVER_INTERVAL_MS`.
+ *   Without one (lipsync_b), the failure goes to the clock like any renderer's (`renderFailed`).
+ */
+import { EventEmitter } from 'node:events';
+import type { FrameRenderer } from '../media/playout.ts';
+import type { FrameAudio, FrameRequest, I420Frame } from '../render/types.ts';
+import { baseFrame, composeFace, type PreparedFace } from './face-crop.ts';
+import { MEL_STREAM_LEAD_SAMPLES, MEL_STREAM_WINDOW_SAMPLES, WAV2LIP_MEL, melWindowFromStream } from './mel.ts';
+
+/**
+ * Frames asked for ahead of the clock: 320 ms at 25 fps. Covers a batch's inference plus messaging on a loaded
+ * CPU, and a KServe round trip; an interrupt still shows at once because a flush drops them all.
+ */
+export const NEURAL_RENDER_AHEAD_FRAMES = 8;
+/** Frames asked for together: a batch of 4 per session and burst, refilled when half the lead has played. */
+export const NEURAL_RENDER_BURST = 4;
+/** After a backend failure, the backend is tried again at most this often (and only between turns). */
+export const RECOVER_INTERVAL_MS = 2_000;
+
+/** One model run per frame: mel [1, 80, 16] and face [6, S, S] in, face [3, S, S] out. */
+export interface LipsyncInference {
+  readonly size: number;
+  infer(mel: Float32Array, face: Float32Array, signal: AbortSignal): Promise<Float32Array>;
+  /** Checks the backend is usable again after a failure (remote backends); resolves true when it is. */
+  recover?(signal: AbortSignal): Promise<boolean>;
+  close(): void;
+}
+
+/** The renderer that takes over speech frames while the backend is down. */
+export type FallbackRenderer = FrameRenderer & { close(): void | Promise<void> };
+
+export interface NeuralRendererOptions {
+  face: PreparedFace;
+  fps: number;
+  backend: LipsyncInference;
+  /** Opens the fallback on first need (or ahead: its promise is kept). */
+  fallback?: () => Promise<FallbackRenderer>;
+}
+
+export interface NeuralRendererEvents {
+  /** The backend failed; speech renders on the fallback until it recovers. */
+  backendError: [error: unknown];
+  /** The backend answered again after `backendError`. */
+  backendRecovered: [];
+}
+
+/**
+ * Converts the frame's session audio to the 16 kHz stream window the mel front end reads: sample for sample at
+ * 16 kHz, a box average over each output sample's span above it (a crude low-pass against aliasing), linear
+ * interpolation below it.
+ */
+export function streamWindowOf(audio: FrameAudio, out = new Float32Array(MEL_STREAM_WINDOW_SAMPLES)): Float32Array {
+  const { pcm, sampleRate, leadSamples } = audio;
+  const ratio = sampleRate / WAV2LIP_MEL.sampleRate;
+  const at = (i: number): number => (i >= 0 && i < pcm.length ? pcm[i] : 0);
+  for (let i = 0; i < out.length; i++) {
+    const position = leadSamples + (i - MEL_STREAM_LEAD_SAMPLES) * ratio;
+    if (ratio === 1) {
+      out[i] = at(position) / 32768;
+    } else if (ratio > 1) {
+      const from = Math.round(position - ratio / 2);
+      const to = Math.round(position + ratio / 2);
+      let sum = 0;
+      for (let k = from; k < to; k++) sum += at(k);
+      out[i] = sum / Math.max(1, to - from) / 32768;
+    } else {
+      const i0 = Math.floor(position);
+      const frac = position - i0;
+      out[i] = (at(i0) + (at(i0 + 1) - at(i0)) * frac) / 32768;
+    }
+  }
+  return out;
+}
+
+export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> implements FrameRenderer {
+  readonly width: number;
+  readonly height: number;
+  readonly fps: number;
+  readonly audioWindow = {
+    leadMs: (MEL_STREAM_LEAD_SAMPLES * 1000) / WAV2LIP_MEL.sampleRate,
+    lagMs: ((MEL_STREAM_WINDOW_SAMPLES - MEL_STREAM_LEAD_SAMPLES) * 1000) / WAV2LIP_MEL.sampleRate,
+  };
+  readonly renderAhead = { frames: NEURAL_RENDER_AHEAD_FRAMES, burst: NEURAL_RENDER_BURST };
+  private readonly face: PreparedFace;
+  private readonly backend: LipsyncInference;
+  private readonly openFallback?: () => Promise<FallbackRenderer>;
+  private fallback: Promise<FallbackRenderer> | undefined;
+  private degraded = false;
+  private recovering = false;
+  private lastRecoverAt = 0;
+  private readonly closing = new AbortController();
+  private closed = false;
+  /** Frames rendered through the backend, and through the fallback (tests, diagnostics). */
+  readonly counts = { neural: 0, fallback: 0, idle: 0 };
+
+  constructor(options: NeuralRendererOptions) {
+    super();
+    this.face = options.face;
+    this.width = options.face.width;
+    this.height = options.face.height;
+    this.fps = options.fps;
+    this.backend = options.backend;
+    this.openFallback = options.fallback;
+  }
+
+  /** True while speech renders on the fallback. */
+  get isDegraded(): boolean {
+    return this.degraded;
+  }
+
+  /** Opens the fallback now, so the first failure does not wait for it (best effort). */
+  prepareFallback(): void {
+    if (!this.openFallback || this.fallback || this.closed) return;
+    this.fallback = this.openFallback();
+    // A failed open is retried at the next need.
+    this.fallback.catch(() => (this.fallback = undefined));
+  }
+
+  render(requests: FrameRequest[], signal?: AbortSignal): Promise<I420Frame[]> {
+    if (this.closed) return Promise.reject(new Error('neural renderer is closed'));
+    return Promise.all(requests.map((request) => this.renderOne(request, signal)));
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.closing.abort();
+    this.backend.close();
+    const fallback = this.fallback;
+    this.fallback = undefined;
+    void fallback?.then((renderer) => renderer.close()).catch(() => undefined);
+    this.removeAllListeners();
+  }
+
+  private async renderOne(request: FrameRequest, signal?: AbortSignal): Promise<I420Frame> {
+    if (!request.audio) {
+      this.counts.idle++;
+      if (this.degraded) this.tryRecover();
+      return baseFrame(this.face);
+    }
+    if (this.degraded) return this.renderFallback(request, signal);
+    const mel = melWindowFromStream(streamWindowOf(request.audio));
+    const bounded = signal ? AbortSignal.any([signal, this.closing.signal]) : this.closing.signal;
+    try {
+      const output = await this.backend.infer(mel, this.face.faceInput, bounded);
+      this.counts.neural++;
+      return composeFace(this.face, output);
+    } catch (error) {
+      if (!this.openFallback || this.closed || bounded.aborted) throw error;
+      if (!this.degraded) {
+        this.degraded = true;
+        this.lastRecoverAt = performance.now();
+        this.emit('backendError', error);
+      }
+      return this.renderFallback(request, signal);
+    }
+  }
+
+  private async renderFallback(request: FrameRequest, signal?: AbortSignal): Promise<I420Frame> {
+    this.prepareFallback();
+    const fallback = await this.fallback!;
+    const { audio: _audio, ...plain } = request;
+    const [frame] = await fallback.render([plain], signal);
+    this.counts.fallback++;
+    return frame;
+  }
+
+  /** Between turns: asks the backend whether it is back, at most every `RECOVER_INTERVAL_MS`. */
+  private tryRecover(): void {
+    if (this.recovering || this.closed || performance.now() - this.lastRecoverAt < RECOVER_INTERVAL_MS) return;
+    this.recovering = true;
+    this.lastRecoverAt = performance.now();
+    const attempt = this.backend.recover ? this.backend.recover(this.closing.signal) : Promise.resolve(true);
+    attempt
+      .then((ok) => {
+        if (!ok || this.closed || !this.degraded) return;
+        this.degraded = false;
+        this.emit('backendRecovered');
+      })
+      .catch(() => undefined)
+      .finally(() => (this.recovering = false));
+  }
+}

@@ -1,0 +1,214 @@
+/**
+ * `lipsync_c`: a Wav2Lip-family model served by an inference engine speaking KServe v2 / Triton
+ * (`SERVICE_LIPSYNC_C_URL`, `SERVICE_LIPSYNC_C_MODEL`), through `kserve-client.ts`.
+ *
+ * - Status (`/models`): readiness + server and model metadata (`connect()`), cached for `STATUS_CACHE_MS` and
+ *   shared by concurrent askers; `connected` only when the model is ready and has the Wav2Lip signature.
+ * - `open(avatar)`: connects afresh (a backend down at session creation throws `UpstreamError` → 502), prepares the
+ *   face, and returns a `NeuralLipsyncRenderer` with the CPU `lipsync` renderer as fallback.
+ * - Frames: each session has its own client; frames asked for in one tick go as one batched request
+ *   (`BatchingKserveInference`), and up to `KSERVE_DEFAULT_MAX_IN_FLIGHT` requests are on the wire at once, so
+ *   the round trip hides behind the clock's render-ahead.
+ */
+import { UpstreamError } from '../tts/types.ts';
+import type { AvatarSource } from '../render/types.ts';
+import { KserveLipsyncClient, type KserveConnection } from './kserve-client.ts';
+import type { LipsyncSignature } from './model-signature.ts';
+import { NeuralLipsyncRenderer, type FallbackRenderer, type LipsyncInference } from './neural-renderer.ts';
+import { PreparedFaceCache } from './prepared-faces.ts';
+
+/** `/models` polls reuse a readiness check this long (a poller must not become one upstream request each time). */
+export const STATUS_CACHE_MS = 5_000;
+/**
+ * One live inference, queue wait included. A frame later than this is long past its presentation time, and a
+ * stalled server must hand the turn to the fallback quickly rather than freeze the face for the client's 10 s.
+ */
+export const LIVE_INFER_TIMEOUT_MS = 1_500;
+/** Frames in one request at most: a burst of the clock's render-ahead is 4; more would come only from catching up. */
+export const REMOTE_MAX_BATCH = 8;
+
+export type RemoteModelStatus =
+  | { state: 'not_configured'; reason: string }
+  | { state: 'connected'; reason: string }
+  | { state: 'error'; reason: string };
+
+export interface RemoteLipsyncModelOptions {
+  /** Null when SERVICE_LIPSYNC_C_URL is not set. */
+  baseUrl: string | null;
+  model: string;
+  /** Opens the CPU renderer that takes over when the server fails mid-session. */
+  fallback?: (avatar: AvatarSource, signal?: AbortSignal) => Promise<FallbackRenderer>;
+  statusCacheMs?: number;
+  inferTimeoutMs?: number;
+}
+
+export class RemoteLipsyncModel {
+  private current: RemoteModelStatus;
+  private checkedAt = -Infinity;
+  private inFlight: Promise<RemoteModelStatus> | undefined;
+  private readonly faces = new PreparedFaceCache();
+
+  constructor(private readonly options: RemoteLipsyncModelOptions) {
+    this.current = options.baseUrl
+      ? { state: 'error', reason: 'not checked yet' }
+      : { state: 'not_configured', reason: 'set SERVICE_LIPSYNC_C_URL (and SERVICE_LIPSYNC_C_MODEL) to a KServe v2 / Triton server to enable lipsync_c' };
+  }
+
+  get configured(): boolean {
+    return this.options.baseUrl !== null;
+  }
+
+  /** The last check's outcome (see `refresh`). */
+  get status(): RemoteModelStatus {
+    return this.current;
+  }
+
+  /** Re-checks readiness and metadata unless a check is younger than `STATUS_CACHE_MS`; never throws. */
+  refresh(signal?: AbortSignal): Promise<RemoteModelStatus> {
+    if (!this.options.baseUrl) return Promise.resolve(this.current);
+    if (performance.now() - this.checkedAt < (this.options.statusCacheMs ?? STATUS_CACHE_MS)) return Promise.resolve(this.current);
+    this.inFlight ??= (async () => {
+      const client = this.client();
+      try {
+        const connection = await client.connect(signal ?? AbortSignal.timeout(10_000));
+        this.current = statusOf(connection);
+      } catch {
+        this.current = { state: 'error', reason: 'the readiness check was aborted' };
+      } finally {
+        client.close();
+        this.checkedAt = performance.now();
+        this.inFlight = undefined;
+      }
+      return this.current;
+    })();
+    return this.inFlight;
+  }
+
+  /** A renderer for one session; throws `UpstreamError` when the server is not usable now. */
+  async open(avatar: AvatarSource, signal?: AbortSignal): Promise<NeuralLipsyncRenderer> {
+    if (!this.options.baseUrl) throw new Error('lipsync_c is not configured');
+    const client = this.client();
+    let connection: KserveConnection;
+    try {
+      connection = await client.connect(signal ?? AbortSignal.timeout(10_000));
+    } catch (error) {
+      client.close();
+      throw error;
+    }
+    this.current = statusOf(connection);
+    this.checkedAt = performance.now();
+    if (!connection.connected) {
+      client.close();
+      throw new UpstreamError(`lipsync_c inference server: ${connection.reason}`);
+    }
+    try {
+      const face = await this.faces.get(avatar, connection.signature.size);
+      const fallback = this.options.fallback;
+      const renderer = new NeuralLipsyncRenderer({
+        face,
+        fps: avatar.manifest.fps,
+        backend: new BatchingKserveInference(client, connection.signature),
+        fallback: fallback ? () => fallback(avatar) : undefined,
+      });
+      renderer.prepareFallback();
+      return renderer;
+    } catch (error) {
+      client.close();
+      throw error;
+    }
+  }
+
+  private client(): KserveLipsyncClient {
+    return new KserveLipsyncClient({ baseUrl: this.options.baseUrl!, model: this.options.model, inferTimeoutMs: this.options.inferTimeoutMs ?? LIVE_INFER_TIMEOUT_MS });
+  }
+}
+
+function statusOf(connection: KserveConnection): RemoteModelStatus {
+  if (connection.connected) {
+    return { state: 'connected', reason: `KServe v2 model with face size ${connection.signature.size}, ${connection.encoding} tensors` };
+  }
+  const why =
+    connection.problem === 'unreachable'
+      ? 'the inference server is unreachable'
+      : connection.problem === 'not_ready'
+        ? 'the inference server or the model is not ready'
+        : connection.problem === 'metadata'
+          ? 'the model metadata could not be read'
+          : 'the served model does not have the Wav2Lip signature';
+  return { state: 'error', reason: `${why}: ${connection.reason}` };
+}
+
+interface Waiting {
+  mel: Float32Array;
+  face: Float32Array;
+  resolve(output: Float32Array): void;
+  reject(error: unknown): void;
+  signal: AbortSignal;
+}
+
+/** Frames asked for in the same tick travel as one request; requests overlap on the wire (the client bounds them). */
+class BatchingKserveInference implements LipsyncInference {
+  readonly size: number;
+  private queue: Waiting[] = [];
+  private scheduled = false;
+
+  constructor(
+    private readonly client: KserveLipsyncClient,
+    private readonly signature: LipsyncSignature,
+  ) {
+    this.size = signature.size;
+  }
+
+  infer(mel: Float32Array, face: Float32Array, signal: AbortSignal): Promise<Float32Array> {
+    if (signal.aborted) return Promise.reject(signal.reason);
+    return new Promise((resolve, reject) => {
+      this.queue.push({ mel, face, resolve, reject, signal });
+      if (!this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => this.flush());
+      }
+    });
+  }
+
+  async recover(signal: AbortSignal): Promise<boolean> {
+    const connection = await this.client.connect(signal);
+    return connection.connected && connection.signature.size === this.size;
+  }
+
+  close(): void {
+    this.client.close();
+    for (const waiting of this.queue.splice(0)) waiting.reject(new Error('renderer closed'));
+  }
+
+  private flush(): void {
+    this.scheduled = false;
+    const live = this.queue.filter((waiting) => !waiting.signal.aborted);
+    this.queue = [];
+    const per = this.signature.fixedBatch ?? REMOTE_MAX_BATCH;
+    for (let i = 0; i < live.length; i += per) void this.send(live.slice(i, i + per));
+  }
+
+  private async send(items: Waiting[]): Promise<void> {
+    const { size, fixedBatch } = this.signature;
+    // A model exported with a fixed batch gets exactly that many rows; missing ones repeat the last item.
+    const count = fixedBatch ?? items.length;
+    const melSize = 80 * 16;
+    const faceSize = 6 * size * size;
+    const mel = new Float32Array(count * melSize);
+    const face = new Float32Array(count * faceSize);
+    for (let row = 0; row < count; row++) {
+      const item = items[Math.min(row, items.length - 1)];
+      mel.set(item.mel, row * melSize);
+      face.set(item.face, row * faceSize);
+    }
+    // Every frame of a session carries the renderer's own signal (closed session); the first one stands for all.
+    const signal = items[0].signal;
+    try {
+      const output = await this.client.infer({ count, mel, face }, signal);
+      const outSize = 3 * size * size;
+      items.forEach((item, row) => item.resolve(output.slice(row * outSize, (row + 1) * outSize)));
+    } catch (error) {
+      for (const item of items) item.reject(error);
+    }
+  }
+}
