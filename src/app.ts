@@ -16,6 +16,7 @@ import webrtcRoutes from './routes/webrtc.ts';
 import eventRoutes from './routes/events.ts';
 import uiRoutes from './routes/ui.ts';
 import audioStreamRoutes from './routes/audio-stream.ts';
+import listenRoutes from './routes/listen.ts';
 import customizeRoutes from './routes/customize.ts';
 import metricsRoutes from './routes/metrics.ts';
 import recordingRoutes from './routes/recording.ts';
@@ -26,12 +27,13 @@ import voiceRoutes from './routes/voices.ts';
 import customizeReferenceRoutes from './routes/customize-reference.ts';
 import inspectRoutes from './routes/inspect.ts';
 import { AvatarManifest, AvatarSummary } from './schemas/avatars.ts';
+import clusterRouting from './cluster/routing.ts';
 
 /** Whole-request receive bound: 12 MB at ~100 kB/s fits; a stalled or trickling upload is cut off (408). */
 export const REQUEST_TIMEOUT_MS = 120_000;
 
 /** Route plugins, each encapsulated; later capabilities add theirs here. */
-const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, customizeRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, ttsVoiceRoutes, voiceRoutes, recordingRoutes, offlineRoutes, inspectRoutes, uiRoutes];
+const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, listenRoutes, customizeRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, ttsVoiceRoutes, voiceRoutes, recordingRoutes, offlineRoutes, inspectRoutes, uiRoutes];
 
 export interface BuiltApp {
   app: FastifyInstance;
@@ -62,6 +64,8 @@ export async function buildApp(config: ServiceConfig, logger: Logger, overrides:
   await app.register(externalPlugins, { config });
   await app.register(servicesPlugin, { services });
   await app.register(errorPlugin);
+  // Cluster mode: requests for sessions other nodes own are forwarded before any route sees them.
+  if (services.cluster) await app.register(clusterRouting, { node: services.cluster });
   app.addSchema(AvatarSummary);
   app.addSchema(AvatarManifest);
   for (const routes of ROUTES) await app.register(routes);

@@ -52,6 +52,9 @@ export interface OfflineJobsDeps {
   maxQueued?: number;
 }
 
+/** What the routes and the service use of an offline queue: this one, or BullMQ's in cluster mode (src/cluster/offline-queue.ts). */
+export type OfflineJobs = Pick<OfflineJobQueue, 'submit' | 'get' | 'artifactPath' | 'whenSettled' | 'recover' | 'close' | 'sweep'>;
+
 export class QueueFullError extends Error {
   constructor(max: number) {
     super(`offline bundle queue is full (${max} waiting); retry later`);

@@ -20,6 +20,9 @@ export interface StoredSession {
   terminated_reason?: string;
 }
 
+/** What the supervisor needs of a session store: LevelDB here, the Redis directory in cluster mode (src/cluster/). */
+export type SessionRecords = Pick<SessionStore, 'get' | 'put' | 'delete' | 'all' | 'tombstoneOf'>;
+
 /**
  * Live sessions and tombstones. A terminated session keeps only a tombstone (state `terminated`) for the
  * retention time so `start` and `webrtc/offer` can answer 409 instead of 404.

@@ -6,9 +6,9 @@
 import type { Logger } from 'pino';
 import { errorForLog } from '../logger.ts';
 import { sweepBundleLeftovers } from '../catalog/bundle-fs.ts';
-import type { OfflineJobQueue } from '../recording/offline-jobs.ts';
+import type { OfflineJobs } from '../recording/offline-jobs.ts';
 import type { RecordingRegistry } from '../recording/registry.ts';
-import type { VoiceCatalog } from '../voices/catalog.ts';
+import type { VoiceCatalogStore as VoiceCatalog } from '../voices/catalog.ts';
 import { sweepConversionLeftovers } from '../voices/convert.ts';
 import { sweepVoiceFiles } from '../voices/sweep.ts';
 import type { VoiceUploads } from '../voices/uploads.ts';
@@ -19,7 +19,12 @@ export interface StartupSweepParts {
   uploads: VoiceUploads;
   avatarsDir: string;
   recordings: RecordingRegistry;
-  jobs: OfflineJobQueue;
+  jobs: Pick<OfflineJobs, 'recover'>;
+  /**
+   * Cluster mode: the data and avatars directories are shared with other nodes, whose uploads, clones and
+   * renders may be in progress, so the sweeps of shared files are skipped (leftovers only cost disk space).
+   */
+  shared?: boolean;
 }
 
 export interface StartupSweepReport {
@@ -49,9 +54,11 @@ export async function sweepStartupLeftovers(parts: StartupSweepParts, logger: Lo
     }
   };
   const [voiceFiles, uploadSamples, avatarDirs, conversionDirs, recordingFiles, jobs] = await Promise.all([
-    attempt('voice references', sweepVoiceFiles({ catalog: parts.voices, voiceDir: parts.voiceDir }), { orphanReferences: 0, temporaryFiles: 0 }),
-    attempt('clone samples', parts.uploads.recover(), 0),
-    attempt('avatar bundles', sweepBundleLeftovers(parts.avatarsDir), 0),
+    parts.shared
+      ? { orphanReferences: 0, temporaryFiles: 0 }
+      : attempt('voice references', sweepVoiceFiles({ catalog: parts.voices, voiceDir: parts.voiceDir }), { orphanReferences: 0, temporaryFiles: 0 }),
+    parts.shared ? 0 : attempt('clone samples', parts.uploads.recover(), 0),
+    parts.shared ? 0 : attempt('avatar bundles', sweepBundleLeftovers(parts.avatarsDir), 0),
     attempt('conversion temp dirs', sweepConversionLeftovers(), 0),
     attempt('recordings', parts.recordings.recover(), 0),
     attempt('offline jobs', parts.jobs.recover(), { interruptedJobs: 0, filesRemoved: 0 }),

@@ -57,6 +57,9 @@ function timestampSuffix(now: Date): string {
   return now.toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
 }
 
+/** What the rest of the service uses of a voice catalog: LevelDB here, Redis in cluster mode (src/cluster/voice-catalog.ts). */
+export type VoiceCatalogStore = Pick<VoiceCatalog, 'list' | 'get' | 'findByVoiceId' | 'resolveLabel' | 'create' | 'delete' | 'lastAllocatedId'>;
+
 export class VoiceCatalog {
   private queue: Promise<unknown> = Promise.resolve();
 

@@ -13,7 +13,7 @@ import { CLOUD_A_PREFERRED_NAME_PATTERN } from '../../actors/tts/providers/cloud
 import type { VoiceLookup } from '../../actors/tts/providers/common.ts';
 import { referencePathFor, removeReference } from '../../actors/tts/providers/local-voices.ts';
 import { ProviderNotConfiguredError, type TtsProviderId } from '../../actors/tts/types.ts';
-import type { VoiceCatalog, NewVoiceEntry } from './catalog.ts';
+import type { VoiceCatalogStore as VoiceCatalog, NewVoiceEntry } from './catalog.ts';
 import { AudioConversionError, convertTo24kMonoWav } from './convert.ts';
 import type { VoiceUploads } from './uploads.ts';
 

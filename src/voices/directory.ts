@@ -8,7 +8,7 @@ import { BUILTIN_DEFAULT_VOICE, BUILTIN_VOICE_TABLE } from '../../actors/tts/bui
 import { isAbortError } from '../../actors/tts/http.ts';
 import type { TtsRegistry } from '../../actors/tts/registry.ts';
 import { isTtsProviderId, TTS_PROVIDER_IDS, UpstreamError, type ListedVoice, type TtsProviderId } from '../../actors/tts/types.ts';
-import type { VoiceCatalog } from './catalog.ts';
+import type { VoiceCatalogStore as VoiceCatalog } from './catalog.ts';
 
 /** A voice picker waits on this: an upstream slower than 5 s is reported as an error instead of holding the page. */
 export const VOICE_LIST_TIMEOUT_MS = 5_000;

@@ -10,7 +10,7 @@
 import { readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { isTemporaryName, finalNameOf } from '../store/atomic-file.ts';
-import type { VoiceCatalog } from './catalog.ts';
+import type { VoiceCatalogStore as VoiceCatalog } from './catalog.ts';
 
 /** Providers whose clones are reference WAVs in the voice directory. */
 const PROVIDERS_WITH_REFERENCE_FILES = ['local_clone_a', 'local_clone_b'] as const;

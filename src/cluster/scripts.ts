@@ -1,0 +1,112 @@
+/**
+ * Every Redis key and Lua script of cluster mode (docs/scaling.md lists them with their sizes).
+ *
+ * Decisions that must hold across nodes are one script each, so Redis runs them atomically: placing a
+ * session (pick the least-loaded node with room and reserve the slot), publishing a node's load, and
+ * declaring a lost node's sessions terminated. Nothing here is read-then-write from a node.
+ * The scripts touch keys they compute (not only KEYS[]), so they need one Redis, not Redis Cluster.
+ */
+
+export const KEY_PREFIX = 'avs:';
+export const NODES_KEY = `${KEY_PREFIX}nodes`;
+export const nodeKey = (nodeId: string) => `${KEY_PREFIX}node:${nodeId}`;
+export const reservationsKey = (nodeId: string) => `${KEY_PREFIX}resv:${nodeId}`;
+export const sessionKey = (sessionId: string) => `${KEY_PREFIX}s:${sessionId}`;
+export const nodeSessionsKey = (nodeId: string) => `${KEY_PREFIX}ns:${nodeId}`;
+/** Pub/sub channel: `{node, sessions}` when a lost node's sessions were terminated. */
+export const LOST_CHANNEL = `${KEY_PREFIX}lost`;
+export const VOICE_COUNTER_KEY = `${KEY_PREFIX}voices:counter`;
+export const VOICES_KEY = `${KEY_PREFIX}voices`;
+export const DEFAULTS_KEY = `${KEY_PREFIX}defaults`;
+/** BullMQ's own key prefix (its keys are `avs-bull:offline:*`). */
+export const BULL_PREFIX = 'avs-bull';
+/** The reason a lost node's sessions are terminated with (GET /sessions/{id} `terminated_reason`). */
+export const NODE_LOST = 'node_lost';
+
+const NOW_MS = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
+
+/**
+ * Placement. ARGV: token, reservation ttl ms, only-this-node ('' = any). Among live nodes (their hash
+ * exists, so their heartbeat is fresh) that are not draining and whose created-but-unstarted sessions
+ * plus live reservations are below their pending cap, picks the one with the lowest
+ * (active + pending + reserved) / maxActive and adds the token to its reservations. Returns the node id,
+ * or false when no node has room.
+ */
+export const PLACE_LUA = `${NOW_MS}
+local ids
+if ARGV[3] ~= '' then ids = { ARGV[3] } else ids = redis.call('SMEMBERS', '${NODES_KEY}') end
+local best, bestScore = nil, nil
+for _, id in ipairs(ids) do
+  local v = redis.call('HMGET', '${KEY_PREFIX}node:' .. id, 'maxActive', 'maxPending', 'active', 'pending', 'draining')
+  if v[1] then
+    local resv = '${KEY_PREFIX}resv:' .. id
+    redis.call('ZREMRANGEBYSCORE', resv, '-inf', now)
+    local reserved = redis.call('ZCARD', resv)
+    local maxA, maxP, a, p = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
+    if v[5] ~= '1' and p + reserved < maxP then
+      local score = (a + p + reserved) / maxA
+      if best == nil or score < bestScore then best, bestScore = id, score end
+    end
+  end
+end
+if best == nil then return false end
+local key = '${KEY_PREFIX}resv:' .. best
+redis.call('ZADD', key, now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', key, ARGV[2])
+return best`;
+
+/**
+ * Heartbeat and load. ARGV: node id, ttl ms, url, maxActive, maxPending, active, pending, draining (0/1),
+ * then reservation tokens now counted in \`pending\` (removed in the same step, so a slot is never
+ * counted nowhere). Returns 1 when the node's hash still existed (0: first registration, or the node
+ * was silent past its TTL and may have been declared lost).
+ */
+export const HEARTBEAT_LUA = `local key = '${KEY_PREFIX}node:' .. ARGV[1]
+local existed = redis.call('EXISTS', key)
+redis.call('HSET', key, 'url', ARGV[3], 'maxActive', ARGV[4], 'maxPending', ARGV[5], 'active', ARGV[6], 'pending', ARGV[7], 'draining', ARGV[8])
+redis.call('PEXPIRE', key, ARGV[2])
+redis.call('SADD', '${NODES_KEY}', ARGV[1])
+for i = 9, #ARGV do redis.call('ZREM', '${KEY_PREFIX}resv:' .. ARGV[1], ARGV[i]) end
+return existed`;
+
+/**
+ * Node loss. ARGV: node id, tombstone retention ms (>= 1), now (ISO), expires_at (ISO). Only when the
+ * node's hash has expired: every live session it owned becomes a tombstone (reason node_lost), its
+ * index and reservations go, it leaves the node set and the session ids are published on the lost
+ * channel. Returns the session ids. Idempotent: a second run finds the index gone.
+ */
+export const REAP_LUA = `local id = ARGV[1]
+if redis.call('EXISTS', '${KEY_PREFIX}node:' .. id) == 1 then return {} end
+local set = '${KEY_PREFIX}ns:' .. id
+local sids = redis.call('SMEMBERS', set)
+local lost = {}
+for _, sid in ipairs(sids) do
+  local key = '${KEY_PREFIX}s:' .. sid
+  local raw = redis.call('GET', key)
+  if raw then
+    local rec = cjson.decode(raw)
+    if rec.state ~= 'terminated' then
+      local t = { session_id = rec.session_id, avatar_id = rec.avatar_id, model = rec.model,
+        tts_provider = rec.tts_provider, tts_voice = rec.tts_voice, llm_system_prompt = cjson.null,
+        lipsync_postprocess_mode = cjson.null, state = 'terminated', created_at = rec.created_at,
+        updated_at = ARGV[3], expires_at = ARGV[4], terminated_reason = '${NODE_LOST}', node = id }
+      redis.call('SET', key, cjson.encode(t), 'PX', ARGV[2])
+      table.insert(lost, sid)
+    end
+  end
+end
+redis.call('DEL', set, '${KEY_PREFIX}resv:' .. id)
+redis.call('SREM', '${NODES_KEY}', id)
+if #lost > 0 then redis.call('PUBLISH', '${LOST_CHANNEL}', cjson.encode({ node = id, sessions = lost })) end
+return lost`;
+
+/**
+ * Voice id allocation. ARGV: entry JSON without id (its display_label already de-duplicated). Increments
+ * the counter and stores the entry under the new id in one step; returns the id.
+ */
+export const VOICE_CREATE_LUA = `local id = redis.call('INCR', '${VOICE_COUNTER_KEY}')
+local entry = cjson.decode(ARGV[1])
+entry.id = id
+redis.call('HSET', '${VOICES_KEY}', tostring(id), cjson.encode(entry))
+return id`;
