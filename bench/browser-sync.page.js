@@ -32,14 +32,17 @@ async function pageScript({ base, sessionId }) {
         const rms = Math.sqrt(sum / buf.length);
         if (!speaking && rms > 0.01) {
           speaking = true;
-          // The analyser window covers the last ~16 ms; its newest samples are "now" in the audio clock.
-          bench.onsets.push(performance.now());
+          // The analyser's newest samples are what the graph renders "now"; the listener hears them after the
+          // context's output latency (device buffer), so that is added to get the audible onset.
+          const latencyS = (audioCtx.outputLatency || 0) + (audioCtx.baseLatency || 0);
+          bench.audioLatencyMs = latencyS * 1000;
+          bench.onsets.push(performance.now() + latencyS * 1000);
         }
         if (speaking && rms < 0.002) speaking = false;
       }, 2);
     }
   };
-  const onFrame = (now) => {
+  const onFrame = (now, metadata) => {
     const w = video.videoWidth;
     const h = video.videoHeight;
     if (w && h) {
@@ -61,7 +64,8 @@ async function pageScript({ base, sessionId }) {
       if (sync === 0xa5c3) {
         let idx = 0;
         for (let i = 16; i < 48; i++) idx = idx * 2 + bit(i);
-        bench.frames.push({ idx, at: now });
+        // expectedDisplayTime: when the compositor shows this frame (the callback itself runs up to a vsync earlier).
+        bench.frames.push({ idx, at: metadata && metadata.expectedDisplayTime ? metadata.expectedDisplayTime : now });
       }
     }
     video.requestVideoFrameCallback(onFrame);

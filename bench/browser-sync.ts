@@ -7,7 +7,8 @@ import { SseClient } from '../test/helpers/sse.ts';
 import { summary } from './stats.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
-const RUNS = 6;
+/** Speech onsets per run: each is one speak turn; 6 is the quick default, BENCH_AV_RUNS=20+ for a before/after comparison (p95 of 6 is just the max). */
+const RUNS = Math.max(1, Number(process.env.BENCH_AV_RUNS ?? 6));
 const PAGE_SCRIPT = fs.readFileSync(path.join(path.dirname(fileURLToPath(import.meta.url)), 'browser-sync.page.js'), 'utf8');
 
 /**
@@ -18,7 +19,9 @@ const PAGE_SCRIPT = fs.readFileSync(path.join(path.dirname(fileURLToPath(import.
  */
 export async function benchBrowserSync(): Promise<Record<string, unknown>> {
   if (!fs.existsSync(CHROMIUM)) return { skipped: 'chromium not installed' };
-  const t = await startTestApp();
+  // SERVICE_VIDEO_DELAY_MS from the bench's environment, so delays can be compared without editing code.
+  const delay = process.env.SERVICE_VIDEO_DELAY_MS;
+  const t = await startTestApp(delay ? { env: { SERVICE_VIDEO_DELAY_MS: delay } } : {});
   const browser = await chromium.launch({
     executablePath: CHROMIUM,
     args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--autoplay-policy=no-user-gesture-required'],
@@ -48,7 +51,8 @@ export async function benchBrowserSync(): Promise<Record<string, unknown>> {
       await new Promise((r) => setTimeout(r, 500));
     }
     sse.close();
-    return { browserAvOffsetMs: summary(offsets), browserAvAbsOffsetMs: summary(offsets.map(Math.abs)) };
+    const audioOutputLatencyMs = await page.evaluate('window.bench.audioLatencyMs');
+    return { browserAvOffsetMs: summary(offsets), browserAvAbsOffsetMs: summary(offsets.map(Math.abs)), audioOutputLatencyMs };
   } finally {
     await browser.close();
     await t.close();
