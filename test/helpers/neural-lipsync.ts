@@ -1,0 +1,67 @@
+/**
+ * What the neural lip-sync session tests look at on a wrtc peer: the mean luma of the avatar's mouth region (inside
+ * the model's pasted lower face) and of its eye region (above it, never pasted), per received frame, next to the
+ * audio the peer heard at the same time.
+ */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { faceCropOf } from '../../actors/lipsync/face-crop.ts';
+import type { AvatarSource } from '../../actors/render/types.ts';
+import type { ReceivedAudio, ReceivedFrame } from './peer.ts';
+
+export interface Region {
+  x0: number;
+  y0: number;
+  x1: number;
+  y1: number;
+}
+
+export function astronautSource(avatarsDir: string): AvatarSource {
+  const dir = path.join(avatarsDir, 'astronaut');
+  return { id: 'astronaut', dir, manifest: JSON.parse(readFileSync(path.join(dir, 'manifest.json'), 'utf8')) };
+}
+
+/** The mouth (lower middle of the face crop, where the tiny model's lift is fully blended) and the eyes (upper third). */
+export function faceRegions(avatar: AvatarSource): { mouth: Region; eyes: Region } {
+  const crop = faceCropOf(avatar);
+  const at = (fx0: number, fy0: number, fx1: number, fy1: number): Region => ({
+    x0: Math.round(crop.x + crop.side * fx0),
+    y0: Math.round(crop.y + crop.side * fy0),
+    x1: Math.round(crop.x + crop.side * fx1),
+    y1: Math.round(crop.y + crop.side * fy1),
+  });
+  return { mouth: at(0.3, 0.66, 0.7, 0.84), eyes: at(0.2, 0.2, 0.8, 0.42) };
+}
+
+export function regionLuma(frame: ReceivedFrame, region: Region): number {
+  let sum = 0;
+  for (let y = region.y0; y < region.y1; y++) for (let x = region.x0; x < region.x1; x++) sum += frame.data[y * frame.width + x];
+  return sum / ((region.x1 - region.x0) * (region.y1 - region.y0));
+}
+
+/** The receiver's audio RMS around a moment (mean over ±`halfMs`). */
+export function rmsAround(audio: readonly ReceivedAudio[], at: number, halfMs: number): number {
+  let sum = 0;
+  let n = 0;
+  for (const chunk of audio) {
+    if (chunk.at < at - halfMs || chunk.at > at + halfMs) continue;
+    sum += chunk.rms;
+    n++;
+  }
+  return n === 0 ? 0 : sum / n;
+}
+
+export function pearson(xs: readonly number[], ys: readonly number[]): number {
+  const n = xs.length;
+  const mx = xs.reduce((a, b) => a + b, 0) / n;
+  const my = ys.reduce((a, b) => a + b, 0) / n;
+  let sxy = 0;
+  let sxx = 0;
+  let syy = 0;
+  for (let i = 0; i < n; i++) {
+    sxy += (xs[i] - mx) * (ys[i] - my);
+    sxx += (xs[i] - mx) ** 2;
+    syy += (ys[i] - my) ** 2;
+  }
+  return sxx === 0 || syy === 0 ? 0 : sxy / Math.sqrt(sxx * syy);
+}

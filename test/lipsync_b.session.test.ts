@@ -1,0 +1,130 @@
+/**
+ * lipsync_b end to end: the service started with SERVICE_LIPSYNC_B_MODEL pointing at a tiny ONNX model of the
+ * Wav2Lip signature (its lower face brightens with the mel level), a session on the built-in photo avatar, a real
+ * wrtc peer. The peer sees the mouth region follow the audio energy while the eyes stay as they were, and an
+ * interrupt puts the face back at rest. A model with a wrong signature leaves lipsync_b not connected (400 on
+ * session creation) with the reason in /models.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
+import { ReceivingPeer } from './helpers/peer.ts';
+import { SseClient } from './helpers/sse.ts';
+import { tinyLipsyncModel, wrongSignatureModel, writeModelFile } from './helpers/tiny-onnx.ts';
+import { astronautSource, faceRegions, pearson, regionLuma, rmsAround, type Region } from './helpers/neural-lipsync.ts';
+
+const AUDIBLE_RMS = 300;
+
+describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar', () => {
+  let t: TestApp;
+  let model: { path: string; remove(): Promise<void> };
+  let peer: ReceivingPeer;
+  let sse: SseClient;
+  let sessionId: string;
+  let regions: { mouth: Region; eyes: Region };
+  let idleMouth: number;
+  let idleEyes: number;
+
+  beforeAll(async () => {
+    model = await writeModelFile(tinyLipsyncModel({ size: 96, melName: 'audio_sequences', faceName: 'face_sequences' }), 'wav2lip_96.onnx');
+    t = await startTestApp({ env: { SERVICE_LIPSYNC_B_MODEL: model.path } });
+    regions = faceRegions(astronautSource(t.avatarsDir));
+    const created = await post(t.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'lipsync_b' });
+    expect(created.status).toBe(200);
+    sessionId = (await json(created)).session_id;
+    sse = await SseClient.open(`${t.baseUrl}/sessions/${sessionId}/events`);
+    peer = await ReceivingPeer.connect(t.baseUrl, sessionId);
+    expect((await post(t.baseUrl, `/sessions/${sessionId}/start`)).status).toBe(200);
+    await peer.until(() => peer.frames.length >= 10, 20_000, 'idle video');
+    const idle = peer.frames.slice(-5);
+    idleMouth = idle.reduce((sum, frame) => sum + regionLuma(frame, regions.mouth), 0) / idle.length;
+    idleEyes = idle.reduce((sum, frame) => sum + regionLuma(frame, regions.eyes), 0) / idle.length;
+  }, 60_000);
+
+  afterAll(async () => {
+    peer?.close();
+    sse?.close();
+    await t?.close();
+    await model?.remove();
+  });
+
+  it('lists lipsync_b as connected with the face size it read from the model', async () => {
+    const { models } = await json(await fetch(`${t.baseUrl}/models`));
+    const entry = models.find((m: { id: string }) => m.id === 'lipsync_b');
+    expect(entry).toMatchObject({ connected: true, status: 'connected' });
+    expect(entry.reason).toContain('96');
+    expect(JSON.stringify(models)).not.toContain(model.path);
+  });
+
+  it('speaks: the mouth region brightens with the audio energy, the eyes stay as they were', async () => {
+    const from = sse.events.length;
+    const start = peer.frames.length;
+    const sentAt = performance.now();
+    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Hello there. I am a talking avatar, and my mouth follows my voice. Listen to me speak.' })).status).toBe(200);
+    await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, 20_000, 'audible audio');
+    await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle', from);
+    await new Promise((r) => setTimeout(r, 600));
+    const frames = peer.frames.slice(start);
+    const mouth = frames.map((frame) => regionLuma(frame, regions.mouth));
+    const eyes = frames.map((frame) => regionLuma(frame, regions.eyes));
+    // Each frame against what the peer heard around it (the mel window looks 200 ms ahead of its frame), in dB
+    // like the mel front end.
+    const energy = frames.map((frame) => Math.log10(1 + rmsAround(peer.audio, frame.at + 80, 120)));
+    const r = pearson(mouth, energy);
+    console.log(`lipsync_b: ${frames.length} frames, idle mouth ${idleMouth.toFixed(1)}, max ${Math.max(...mouth).toFixed(1)}, r(mouth, log audio rms) = ${r.toFixed(2)}, eyes Δmax ${Math.max(...eyes.map((e) => Math.abs(e - idleEyes))).toFixed(2)}`);
+    expect(Math.max(...mouth) - idleMouth).toBeGreaterThan(15);
+    expect(r).toBeGreaterThan(0.5);
+    for (const e of eyes) expect(Math.abs(e - idleEyes)).toBeLessThan(2.5);
+    expect(sse.events.slice(from).filter((e) => e.type === 'frame').length).toBeGreaterThan(20);
+    // After the turn the face is back at rest.
+    expect(Math.abs(mouth.at(-1)! - idleMouth)).toBeLessThan(3);
+  }, 90_000);
+
+  it('interrupt puts the face back at rest within a few frames', async () => {
+    const from = sse.events.length;
+    const sentAt = performance.now();
+    await post(t.baseUrl, `/sessions/${sessionId}/speak`, {
+      text: 'This is a long sentence that keeps going so that there is plenty of speech to interrupt. It continues with a second sentence. And a third one follows it.',
+    });
+    await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, 20_000, 'audible audio');
+    await peer.until(() => regionLuma(peer.frames.at(-1)!, regions.mouth) > idleMouth + 10, 10_000, 'bright mouth');
+    const interruptAt = performance.now();
+    expect(await json(await post(t.baseUrl, `/sessions/${sessionId}/interrupt`))).toEqual({ interrupted: true });
+    await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 5_000, 'status idle', from);
+    // Video delay (120 ms) + frames held for the wire + jitter buffer: at rest within 1 s, and it stays there.
+    await peer.until(() => {
+      const after = peer.frames.filter((frame) => frame.at > interruptAt);
+      for (let i = 0; i + 10 <= after.length; i++) if (after.slice(i, i + 10).every((frame) => Math.abs(regionLuma(frame, regions.mouth) - idleMouth) < 3)) return true;
+      return false;
+    }, 3_000, 'mouth at rest after interrupt');
+    const restAt = peer.frames.find((frame) => frame.at > interruptAt && Math.abs(regionLuma(frame, regions.mouth) - idleMouth) < 3)!.at;
+    console.log(`lipsync_b: mouth at rest ${(restAt - interruptAt).toFixed(0)} ms after the interrupt`);
+    expect(restAt - interruptAt).toBeLessThan(1_000);
+  }, 60_000);
+});
+
+describe('lipsync_b with a model of the wrong signature', () => {
+  let t: TestApp;
+  let model: { path: string; remove(): Promise<void> };
+
+  beforeAll(async () => {
+    model = await writeModelFile(wrongSignatureModel('mel_wrong_width'), 'wav2lip_bad.onnx');
+    t = await startTestApp({ env: { SERVICE_LIPSYNC_B_MODEL: model.path } });
+  }, 60_000);
+
+  afterAll(async () => {
+    await t?.close();
+    await model?.remove();
+  });
+
+  it('is not connected, /models says why (the declared tensors), and sessions on it are refused with 400', async () => {
+    const { models } = await json(await fetch(`${t.baseUrl}/models`));
+    const entry = models.find((m: { id: string }) => m.id === 'lipsync_b');
+    expect(entry).toMatchObject({ connected: false, status: 'error' });
+    expect(entry.reason).toMatch(/Wav2Lip signature/);
+    expect(entry.reason).toContain('[batch, 1, 80, 20]');
+    expect(entry.reason).not.toContain(model.path);
+    const created = await post(t.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'lipsync_b' });
+    expect(created.status).toBe(400);
+    expect((await json(created)).detail).toMatch(/not connected/);
+  });
+});
