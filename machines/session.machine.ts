@@ -58,6 +58,8 @@ export interface TranscribeRequest {
   pcm: Int16Array;
   sampleRate: number;
   result: Settle<string>;
+  /** `voice`: an utterance the voice input (VAD) cut from the microphone; absent: an uploaded clip. */
+  source?: 'voice';
 }
 
 export interface SessionContext {
@@ -83,6 +85,12 @@ export type SessionEvent =
   | { type: 'CHAT'; turn: TurnInfo }
   | { type: 'SPEAK_AUDIO'; turn: TurnInfo }
   | { type: 'TRANSCRIBE'; request: TranscribeRequest }
+  /** The voice input heard speech begin (hands-free conversation, `src/sessions/voice-input.ts`). */
+  | { type: 'VOICE.START' }
+  /** The user's turn ended: the utterance to recognise (and answer). */
+  | { type: 'VOICE.END'; request: TranscribeRequest }
+  /** The speech that began was not a turn after all (too long, the source went away). */
+  | { type: 'VOICE.CANCEL' }
   | { type: 'ASR.DONE'; text: string }
   | { type: 'LLM.SEGMENT'; text: string }
   | { type: 'LLM.DONE' }
@@ -208,11 +216,26 @@ export const sessionMachine = setup({
             SPEAK: { target: 'turn', actions: assign({ turn: ({ event }) => event.turn }) },
             CHAT: { target: 'turn', actions: assign({ turn: ({ event }) => event.turn }) },
             SPEAK_AUDIO: { target: 'turn', actions: assign({ turn: ({ event }) => event.turn }) },
-            TRANSCRIBE: { target: 'listening', actions: assign({ transcribe: ({ event }) => event.request }) },
+            TRANSCRIBE: {
+              target: 'listening',
+              actions: [assign({ transcribe: ({ event }) => event.request }), { type: 'emitStatus', params: { stage: 'listening' } }],
+            },
+            'VOICE.START': { target: 'hearing', actions: { type: 'emitStatus', params: { stage: 'listening' } } },
+          },
+        },
+        // The user is speaking (voice input): status `listening` until the end of their turn, when the
+        // utterance goes to recognition. Not busy: a client's request still goes ahead (dropping this turn).
+        hearing: {
+          on: {
+            'VOICE.END': { target: 'listening', actions: assign({ transcribe: ({ event }) => event.request }) },
+            'VOICE.CANCEL': { target: 'idle', actions: { type: 'emitStatus', params: { stage: 'idle' } } },
+            SPEAK: { target: 'idle', actions: 'replayEvent' },
+            CHAT: { target: 'idle', actions: 'replayEvent' },
+            SPEAK_AUDIO: { target: 'idle', actions: 'replayEvent' },
+            TRANSCRIBE: { target: 'idle', actions: 'replayEvent' },
           },
         },
         listening: {
-          entry: { type: 'emitStatus', params: { stage: 'listening' } },
           invoke: {
             id: 'asr',
             src: 'asr',
@@ -292,6 +315,8 @@ export const sessionMachine = setup({
             CHAT: { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
             SPEAK_AUDIO: { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
             TRANSCRIBE: { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
+            // Barge-in by voice: the interrupt, then the user's speech.
+            'VOICE.START': { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
           },
           after: { [INTERRUPT_SETTLE_MS]: { target: 'idle', actions: { type: 'emitStatus', params: { stage: 'idle' } } } },
         },
@@ -328,7 +353,7 @@ export function sessionStateOf(snapshot: SessionSnapshot): SessionState {
 
 /** The pipeline stage (spec 3.2) of a snapshot; `idle` outside `running`. */
 export function pipelineStageOf(snapshot: SessionSnapshot): PipelineStage {
-  if (snapshot.matches({ running: 'listening' })) return 'listening';
+  if (snapshot.matches({ running: 'listening' }) || snapshot.matches({ running: 'hearing' })) return 'listening';
   if (snapshot.matches({ running: { turn: { phase: 'thinking' } } })) return 'thinking';
   if (snapshot.matches({ running: 'turn' })) return 'speaking';
   if (snapshot.matches({ running: 'interrupted' })) return 'interrupted';

@@ -61,6 +61,18 @@ export class PeerGoneError extends Error {
   }
 }
 
+/**
+ * The client's microphone on the peer (hands-free conversation): an offer whose audio section is `sendrecv`
+ * gets a `sendrecv` answer, and what the client sends arrives here through an `RTCAudioSink` as mono 16-bit
+ * PCM at the decoder's rate (48 kHz for Opus), in 10 ms buffers. `opened` when a peer with a microphone
+ * becomes the session's peer; `closed` when that peer is replaced or closed.
+ */
+export interface MicrophoneListener {
+  opened(): void;
+  audio(samples: Int16Array, sampleRate: number): void;
+  closed(): void;
+}
+
 export interface IceServer {
   urls: string | string[];
   username?: string;
@@ -72,6 +84,39 @@ export interface IceServer {
  * maybe data). Each further section costs libwebrtc a transceiver, so an offer with dozens is refused.
  */
 export const MAX_MEDIA_SECTIONS = 16;
+
+/**
+ * Asks our Opus encoder for DTX (discontinuous transmission) by adding `usedtx=1` to the offer's Opus
+ * parameters before libwebrtc applies it: libwebrtc configures its send codec from the remote description,
+ * and `usedtx` is how a receiver says it accepts DTX (RFC 7587). An idle session sends silence; with DTX its
+ * Opus encoder takes the digital-silence path and sends one packet per 400 ms instead of 50 a second, and
+ * the RTP timestamps run on, so receivers keep their A/V sync (they play comfort noise in the gaps).
+ * Offers that already state `usedtx` keep their choice.
+ */
+export function withOpusDtx(sdp: string): string {
+  const eol = sdp.includes('\r\n') ? '\r\n' : '\n';
+  const lines = sdp.split(eol);
+  const opus = new Set<string>();
+  for (const line of lines) {
+    const m = /^a=rtpmap:(\d+) opus\/48000/i.exec(line);
+    if (m) opus.add(m[1]);
+  }
+  if (opus.size === 0) return sdp;
+  const withFmtp = new Set<string>();
+  const out = lines.map((line) => {
+    const m = /^a=fmtp:(\d+) (.*)$/.exec(line);
+    if (!m || !opus.has(m[1])) return line;
+    withFmtp.add(m[1]);
+    return /(^|;)\s*usedtx=/.test(m[2]) ? line : `${line};usedtx=1`;
+  });
+  // An Opus payload type without any fmtp line gets one right after its rtpmap.
+  return out
+    .flatMap((line) => {
+      const m = /^a=rtpmap:(\d+) opus\/48000/i.exec(line);
+      return m && !withFmtp.has(m[1]) ? [line, `a=fmtp:${m[1]} usedtx=1`] : [line];
+    })
+    .join(eol);
+}
 
 /** Cheap structural checks before libwebrtc sees the text: it must be an SDP offer with media sections. */
 export function assertPlausibleSdp(sdp: string): void {
@@ -105,11 +150,24 @@ export class WebRtcOutput {
   private wakeWaitingOffer: (() => void) | null = null;
   /** Ends an ICE-gathering wait at once when the output closes. */
   private readonly closing = new AbortController();
+  private micListener: MicrophoneListener | null = null;
+  /** The current peer's microphone sink, if its offer sent audio. */
+  private micSink: { stop(): void } | null = null;
 
   constructor(private readonly iceServers: IceServer[] = []) {}
 
   get connected(): boolean {
     return this.peer !== null && this.peer.connectionState === 'connected';
+  }
+
+  /** Who hears the client's microphone (one listener; the session's voice input). */
+  onMicrophone(listener: MicrophoneListener | null): void {
+    this.micListener = listener;
+  }
+
+  /** True while the current peer carries the client's microphone. */
+  get hasMicrophone(): boolean {
+    return this.micSink !== null;
   }
 
   pushAudio(samples: Int16Array, sampleRate: number): void {
@@ -179,8 +237,13 @@ export class WebRtcOutput {
     const stream = new wrtc.MediaStream(tracks);
     peer.addTrack(audioTrack, stream);
     peer.addTrack(videoTrack, stream);
+    // A `sendrecv` audio section: the client's microphone. It is listened to once this peer is the session's.
+    let microphone: MediaStreamTrack | null = null;
+    peer.ontrack = (event: { track: MediaStreamTrack }) => {
+      if (event.track.kind === 'audio') microphone = event.track;
+    };
     try {
-      await peer.setRemoteDescription({ type: 'offer', sdp: offerSdp });
+      await peer.setRemoteDescription({ type: 'offer', sdp: withOpusDtx(offerSdp) });
     } catch (error) {
       discard();
       throw this.closed ? new PeerGoneError('media output closed') : new MalformedSdpError(`SDP offer rejected: ${(error as Error).message}`);
@@ -199,6 +262,7 @@ export class WebRtcOutput {
     this.closePeer();
     this.peer = peer;
     this.tracks = tracks;
+    if (microphone) this.listenToMicrophone(microphone);
     // The new peer's first picture must not wait for the avatar to move; nor once it is connected.
     this.unchanged.reset();
     peer.addEventListener('connectionstatechange', () => {
@@ -210,7 +274,22 @@ export class WebRtcOutput {
     return { sdp: local.sdp, type: 'answer' };
   }
 
+  private listenToMicrophone(track: MediaStreamTrack): void {
+    const sink = new nonstandard.RTCAudioSink(track);
+    this.micSink = sink;
+    sink.ondata = (data: { samples: Int16Array; sampleRate: number; channelCount?: number }) => {
+      if (this.micSink !== sink) return;
+      this.micListener?.audio(downmix(data.samples, data.channelCount ?? 1), data.sampleRate);
+    };
+    this.micListener?.opened();
+  }
+
   private closePeer(): void {
+    if (this.micSink) {
+      this.micSink.stop();
+      this.micSink = null;
+      this.micListener?.closed();
+    }
     for (const track of this.tracks) track.stop();
     this.tracks = [];
     if (this.peer) {
@@ -218,6 +297,19 @@ export class WebRtcOutput {
       this.peer = null;
     }
   }
+}
+
+/** Interleaved multi-channel PCM to mono (average); mono passes through as is. */
+function downmix(samples: Int16Array, channels: number): Int16Array {
+  if (channels <= 1) return samples;
+  const frames = Math.floor(samples.length / channels);
+  const mono = new Int16Array(frames);
+  for (let i = 0; i < frames; i++) {
+    let sum = 0;
+    for (let c = 0; c < channels; c++) sum += samples[i * channels + c];
+    mono[i] = Math.round(sum / channels);
+  }
+  return mono;
 }
 
 function waitForIceGathering(peer: InstanceType<typeof RTCPeerConnection>, signal?: AbortSignal): Promise<void> {

@@ -14,6 +14,7 @@ export function createAsrActor(ctx: StageContext) {
     const stop = runStage(ctx, 'asr', sendBack, async (signal) => {
       try {
         const transcript = await transcribeInPieces(ctx, request, signal);
+        ctx.metrics.mark(request.id, 'transcript_ms');
         ctx.events.publish('transcript', { text: transcript, is_final: true });
         request.result.resolve(transcript);
         return { type: 'ASR.DONE', text: transcript };

@@ -43,10 +43,10 @@ export const MAX_CONTROL_MESSAGE_BYTES = 4096;
 /** Error messages to a client that does not read its socket are dropped beyond this much unsent data. */
 const MAX_UNSENT_BYTES = 64 * 1024;
 
-const CLOSE_NORMAL = 1000;
-const CLOSE_GOING_AWAY = 1001;
-const CLOSE_POLICY = 1008;
-const CLOSE_INTERNAL_ERROR = 1011;
+export const CLOSE_NORMAL = 1000;
+export const CLOSE_GOING_AWAY = 1001;
+export const CLOSE_POLICY = 1008;
+export const CLOSE_INTERNAL_ERROR = 1011;
 
 /** Spec 6.2's client control messages; anything else is answered with an error message and ignored. */
 const ConfigMessage = Type.Object(
@@ -59,8 +59,9 @@ const ConfigMessage = Type.Object(
 const EosMessage = Type.Object({ type: Type.Literal('eos') }, { additionalProperties: false });
 const InterruptMessage = Type.Object({ type: Type.Literal('interrupt') }, { additionalProperties: false });
 const ControlMessage = Type.Union([ConfigMessage, EosMessage, InterruptMessage]);
-type ControlMessage = Static<typeof ControlMessage>;
-const controlMessage = TypeCompiler.Compile(ControlMessage);
+export type ControlMessage = Static<typeof ControlMessage>;
+/** Spec 6.2's control messages, compiled; `/listen` reuses the same framing. */
+export const controlMessage = TypeCompiler.Compile(ControlMessage);
 
 /**
  * `WebSocket /sessions/{id}/speak_audio_stream` (spec 6.2): PCM in, avatar speech out over WebRTC.
@@ -114,12 +115,12 @@ const audioStreamRoutes: FastifyPluginAsyncTypebox = async (app) => {
   });
 };
 
-function sendError(socket: WebSocket, code: string, message: string): void {
+export function sendError(socket: WebSocket, code: string, message: string): void {
   if (socket.readyState !== socket.OPEN || socket.bufferedAmount > MAX_UNSENT_BYTES) return;
   socket.send(JSON.stringify({ type: 'error', code, message }));
 }
 
-function fail(socket: WebSocket, code: string, message: string, closeCode: number): void {
+export function fail(socket: WebSocket, code: string, message: string, closeCode: number): void {
   sendError(socket, code, message);
   if (socket.readyState === socket.OPEN) socket.close(closeCode, code);
 }
@@ -429,11 +430,11 @@ class AudioStream {
   }
 }
 
-function isObject(value: unknown): value is Record<string, unknown> {
+export function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-function toBuffer(data: unknown): Buffer {
+export function toBuffer(data: unknown): Buffer {
   if (Buffer.isBuffer(data)) return data;
   if (Array.isArray(data)) return Buffer.concat(data as Buffer[]);
   return Buffer.from(data as ArrayBuffer);

@@ -4,8 +4,9 @@ import { Nullable, SessionIdParams, errors } from '../schemas/common.ts';
 
 const TurnMetrics = Type.Object({
   turn_id: Type.String(),
-  mode: Type.String({ description: 'speak, chat, audio, audio_stream or transcribe' }),
+  mode: Type.String({ description: 'speak, chat, audio, audio_stream, transcribe or voice (hands-free: timed from the end of the user’s turn)' }),
   started_at: Type.String({ format: 'date-time' }),
+  transcript_ms: Nullable(Type.Integer({ description: 'Request (voice: end of turn) → final transcript (transcribe, voice)' })),
   llm_first_token_ms: Nullable(Type.Integer({ description: 'Request → first language-model token (chat)' })),
   first_audio_queued_ms: Nullable(Type.Integer({ description: 'Request → first synthesised or uploaded audio queued for playout' })),
   first_sample_sent_ms: Nullable(Type.Integer({ description: "Request → the turn's first sample handed to WebRTC" })),
@@ -70,26 +71,80 @@ const ServiceMetricsBody = Type.Object(
   { $id: 'ServiceMetrics' },
 );
 
+/** A few lines of what `GET /metrics` answers, for the OpenAPI document. */
+const PROMETHEUS_EXAMPLE = [
+  '# HELP avatar_sessions Live sessions by state: created (not started), running, paused, creating (POST /sessions in progress)',
+  '# TYPE avatar_sessions gauge',
+  'avatar_sessions{state="running"} 2',
+  '# HELP avatar_speak_first_audio_seconds POST /speak accepted → first audio sample handed to WebRTC',
+  '# TYPE avatar_speak_first_audio_seconds histogram',
+  'avatar_speak_first_audio_seconds_bucket{le="0.15"} 41',
+  'avatar_speak_first_audio_seconds_bucket{le="+Inf"} 42',
+  'avatar_speak_first_audio_seconds_sum 5.61',
+  'avatar_speak_first_audio_seconds_count 42',
+].join('\n');
+
+/**
+ * Whether an Accept header asks for JSON rather than the Prometheus text: `application/json` listed with a higher
+ * quality than anything text (`text/plain`, `application/openmetrics-text`, `text/*`, `*\/*`). Prometheus and curl
+ * (no header or `*\/*`) get the text format.
+ */
+export function prefersJson(accept: string | undefined): boolean {
+  if (!accept) return false;
+  let json = -1;
+  let text = -1;
+  for (const part of accept.split(',')) {
+    const [type = '', ...params] = part.trim().toLowerCase().split(';');
+    const qParam = params.map((param) => param.trim()).find((param) => param.startsWith('q='));
+    const q = qParam ? Number(qParam.slice(2)) : 1;
+    if (!Number.isFinite(q)) continue;
+    const mediaType = type.trim();
+    if (mediaType === 'application/json') json = Math.max(json, q);
+    else if (['text/plain', 'application/openmetrics-text', 'text/*', '*/*'].includes(mediaType)) text = Math.max(text, q);
+  }
+  return json > 0 && json > text;
+}
+
 /** Latency and media health of a live session, so deployments can measure what their users get. */
 const metricsRoutes: FastifyPluginAsyncTypebox = async (app) => {
-  const { supervisor, config } = app.services;
+  const { supervisor, config, metrics } = app.services;
   app.get('/metrics', {
     schema: {
       tags: ['health'],
-      summary: 'Service-wide session counters',
-      description: 'Session slots in use and sessions the service ended by itself (orphaned, not started in time) since it started.',
-      response: { 200: ServiceMetricsBody },
-    },
-    handler: async () => ({
-      sessions: {
-        live: supervisor.liveCount,
-        pending: supervisor.pendingCount,
-        pending_capacity: supervisor.pendingCapacity,
-        active: supervisor.activeCount,
-        capacity: supervisor.capacity,
+      summary: 'Prometheus metrics (JSON session counters with Accept: application/json)',
+      description:
+        'Prometheus text exposition format 0.0.4 (prom-client): sessions by state, turns by kind and outcome, latency histograms ' +
+        '(speak → first audio, chat first token, TTS first audio, end of speech → first audio, interrupt → silence), frames sent ' +
+        'and late, render/inference pool load, event-loop lag and the default process metrics, all prefixed `avatar_` ' +
+        '(docs/metrics.md). A client whose Accept header prefers `application/json` gets the service-wide session counters ' +
+        'as JSON instead: slots in use and sessions the service ended by itself.',
+      produces: ['text/plain', 'application/json'],
+      response: {
+        200: {
+          description: 'Prometheus text, or the JSON session counters',
+          content: {
+            'text/plain': { schema: Type.String({ example: PROMETHEUS_EXAMPLE }) },
+            'application/json': { schema: ServiceMetricsBody },
+          },
+        },
       },
-      sessions_terminated_total: { ...supervisor.terminations },
-    }),
+    },
+    handler: async (request, reply) => {
+      if (prefersJson(request.headers.accept)) {
+        return reply.type('application/json').send({
+          sessions: {
+            live: supervisor.liveCount,
+            pending: supervisor.pendingCount,
+            pending_capacity: supervisor.pendingCapacity,
+            active: supervisor.activeCount,
+            capacity: supervisor.capacity,
+          },
+          sessions_terminated_total: { ...supervisor.terminations },
+        });
+      }
+      const { contentType, body } = await metrics.render();
+      return reply.type(contentType).header('cache-control', 'no-store').send(body);
+    },
   });
 
   app.get('/sessions/:session_id/metrics', {

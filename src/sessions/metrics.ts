@@ -7,6 +7,11 @@ export interface TurnMetrics {
   turn_id: string;
   mode: string;
   started_at: string;
+  /**
+   * Request accepted → final transcript (transcribe and voice turns). A voice turn starts at its end of
+   * turn (the VAD's decision), so its figures read "end of speech → transcript / first token / first sample".
+   */
+  transcript_ms: number | null;
   /** Request accepted → first token from the language model (chat only). */
   llm_first_token_ms: number | null;
   /** Request accepted → first synthesised (or uploaded) audio queued for playout. */
@@ -19,6 +24,19 @@ export interface TurnMetrics {
   outcome: 'running' | TurnOutcome;
   /** Interrupt call → playout flushed (the next 10 ms audio chunk is silence). */
   interrupt_to_flush_ms: number | null;
+}
+
+/** The per-turn figures a turn can record once (first token, first audio queued, first sample sent). */
+export type TurnMark = 'transcript_ms' | 'llm_first_token_ms' | 'first_audio_queued_ms' | 'first_sample_sent_ms';
+
+/**
+ * Where a session's turn figures go besides its own list: the service-wide Prometheus histograms
+ * (`src/metrics/service-metrics.ts`), so both report the very same measurements.
+ */
+export interface TurnObserver {
+  marked(turn: { turn_id: string; mode: string }, what: TurnMark, ms: number): void;
+  finished(turn: { turn_id: string; mode: string }, outcome: TurnOutcome, durationMs: number): void;
+  interruptFlushed(turn: { turn_id: string; mode: string } | null, ms: number): void;
 }
 
 interface OpenTurn extends TurnMetrics {
@@ -37,6 +55,8 @@ export class SessionMetrics {
   /** Set while the machine processes an INTERRUPT: the flush it causes happens in the same step. */
   private interruptAt: number | null = null;
 
+  constructor(private readonly observer?: TurnObserver) {}
+
   /** Subscribes to the session bus: turn lifecycle, first sample sent, interrupt → flush. */
   follow(bus: SessionBus): void {
     bus.on('turn.started', ({ turnId, kind }) => this.beginTurn(turnId, kind));
@@ -53,6 +73,7 @@ export class SessionMetrics {
       turn_id: turnId,
       mode,
       started_at: new Date().toISOString(),
+      transcript_ms: null,
       llm_first_token_ms: null,
       first_audio_queued_ms: null,
       first_sample_sent_ms: null,
@@ -65,15 +86,18 @@ export class SessionMetrics {
     if (this.turns.length > METRICS_MAX_TURNS) this.turns.shift();
   }
 
-  mark(turnId: string, what: 'llm_first_token_ms' | 'first_audio_queued_ms' | 'first_sample_sent_ms', now = performance.now()): void {
+  mark(turnId: string, what: TurnMark, now = performance.now()): void {
     const turn = this.turns.findLast((t) => t.turn_id === turnId);
-    if (turn && turn[what] === null) turn[what] = Math.round(now - turn.t0);
+    if (!turn || turn[what] !== null) return;
+    turn[what] = Math.round(now - turn.t0);
+    this.observer?.marked(turn, what, now - turn.t0);
   }
 
   /** The playout was flushed; when an interrupt caused it, that interrupt's turn records how long it took. */
   flushed(now = performance.now()): void {
     if (this.interruptAt === null) return;
     if (this.current) this.current.interrupt_to_flush_ms = Math.round(now - this.interruptAt);
+    this.observer?.interruptFlushed(this.current, now - this.interruptAt);
     this.interruptAt = null;
   }
 
@@ -83,6 +107,7 @@ export class SessionMetrics {
     turn.outcome = outcome;
     turn.duration_ms = Math.round(now - turn.t0);
     if (this.current === turn) this.current = null;
+    this.observer?.finished(turn, outcome, now - turn.t0);
   }
 
   snapshot(): {

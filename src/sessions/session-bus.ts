@@ -3,7 +3,7 @@ import type { InspectionEvent } from 'xstate';
 import type { SessionEventMap, SessionEventRecord, SessionEventType } from './event-hub.ts';
 
 /** What a turn was started by: the machine's turn modes, or a transcription (which may go on as a chat). */
-export type TurnKind = 'speak' | 'chat' | 'audio' | 'audio_stream' | 'transcribe';
+export type TurnKind = 'speak' | 'chat' | 'audio' | 'audio_stream' | 'transcribe' | 'voice';
 /**
  * How a turn ended, from the event that ended it: its audio played out (`completed`), an interrupt, a
  * pause, a stage error, or the session ending.
@@ -17,12 +17,28 @@ export interface SessionBusEvents {
   received: { event: string };
   /** The machine moved; `from`/`to` are its active leaf states (`running.turn.phase.speaking`, …). */
   transition: { from: string; to: string; event: string };
-  'turn.started': { turnId: string; kind: TurnKind };
+  /** `ttsProvider`: the provider the turn speaks with (its own, else the session's). */
+  'turn.started': { turnId: string; kind: TurnKind; ttsProvider?: string };
   'turn.finished': { turnId: string; kind: TurnKind; outcome: TurnOutcome };
   /** The turn's first sample went to WebRTC. */
   'media.firstSample': { turnId: string };
   /** The media clock dropped everything queued and scheduled (barge-in, pause, error). */
   'media.flushed': Record<string, never>;
+  /** Voice input (`voice-input.ts`): the VAD heard speech start or end (`atMs` on the source's audio timeline). */
+  'voice.speech': { source: string; stage: 'start' | 'end'; atMs: number };
+  /** A user's turn ended and its utterance went to recognition (the turn `turnId`, kind `voice`). */
+  'voice.turn': { turnId: string; source: string; speechMs: number };
+  /** The recogniser answered a voice turn, `ms` after its end of turn. */
+  'voice.transcript': { turnId: string; ms: number };
+  /**
+   * A voice turn's latency figures, once its first sample went to WebRTC: from the end of turn (the VAD's
+   * decision) to the final transcript, the first LLM token and the first sample sent.
+   */
+  'voice.latency': { turnId: string; transcriptMs: number | null; firstTokenMs: number | null; firstSampleMs: number };
+  /** Speech while the avatar was busy interrupted it (barge-in by voice). */
+  'voice.bargeIn': { source: string };
+  /** A speech onset right after the avatar started speaking matched its own voice and was ignored. */
+  'voice.echoIgnored': { source: string };
   /** The renderer failed; the error says whether the session can go on (see `actors/session/stage-errors.ts`). */
   'media.failed': { error: Error };
 }
@@ -81,13 +97,14 @@ export function leafStates(value: unknown, prefix = ''): string {
 }
 
 interface MachineTurnView {
-  turn?: { id: string; mode: string } | null;
-  transcribe?: { id: string } | null;
+  turn?: { id: string; mode: string; tts?: { provider: string } | null } | null;
+  transcribe?: { id: string; source?: string } | null;
+  tts?: { provider: string };
 }
 
-function turnOf(context: MachineTurnView | undefined): { turnId: string; kind: TurnKind } | null {
-  if (context?.turn) return { turnId: context.turn.id, kind: context.turn.mode as TurnKind };
-  if (context?.transcribe) return { turnId: context.transcribe.id, kind: 'transcribe' };
+function turnOf(context: MachineTurnView | undefined): { turnId: string; kind: TurnKind; ttsProvider?: string } | null {
+  if (context?.turn) return { turnId: context.turn.id, kind: context.turn.mode as TurnKind, ttsProvider: context.turn.tts?.provider ?? context.tts?.provider };
+  if (context?.transcribe) return { turnId: context.transcribe.id, kind: context.transcribe.source === 'voice' ? 'voice' : 'transcribe', ttsProvider: context.tts?.provider };
   return null;
 }
 
@@ -107,7 +124,7 @@ function outcomeOf(event: string, terminated: boolean): TurnOutcome {
  */
 export function machineFeed(bus: SessionBus): (event: InspectionEvent) => void {
   let state = '';
-  let current: { turnId: string; kind: TurnKind } | null = null;
+  let current: { turnId: string; kind: TurnKind; ttsProvider?: string } | null = null;
   return (inspection) => {
     if (inspection.actorRef.sessionId !== inspection.rootId) return;
     if (inspection.type === '@xstate.event') {
@@ -128,7 +145,7 @@ export function machineFeed(bus: SessionBus): (event: InspectionEvent) => void {
     if (current && current.turnId !== next?.turnId) {
       const finished = current;
       current = null;
-      bus.emit('turn.finished', { ...finished, outcome: outcomeOf(event, ended) });
+      bus.emit('turn.finished', { turnId: finished.turnId, kind: finished.kind, outcome: outcomeOf(event, ended) });
     }
     if (next && !current) {
       current = next;

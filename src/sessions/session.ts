@@ -22,6 +22,10 @@ import { SessionCloser } from './session-close.ts';
 import { logTurns, machineFeed, type SessionBus } from './session-bus.ts';
 import { createStageActors, type StageContext } from '../../actors/session/index.ts';
 import { SessionConsumers } from './consumers.ts';
+import { VoiceInput, type VoiceInputOptions, type VoiceSource } from './voice-input.ts';
+
+/** What a session needs to listen hands-free (`voice-input.ts`); the rest comes from the session itself. */
+export type VoiceDeps = Omit<VoiceInputOptions, 'host' | 'playout' | 'bus' | 'logger'>;
 
 /** Bound on how long `close` waits for the machine to reach `terminated` before giving up on it. */
 const TERMINATE_WAIT_MS = 2_000;
@@ -39,6 +43,8 @@ export class Session {
   /** The close cascade; taps of the media clock (recordings) register here to be finalised in order. */
   readonly closer: SessionCloser;
   private readonly terminated: Promise<void>;
+  private voiceInput: VoiceInput | null = null;
+  private voiceClosed = false;
 
   constructor(
     public stored: StoredSession,
@@ -49,6 +55,8 @@ export class Session {
     readonly logger: Logger,
     /** XState's inspection callback (the live inspector); undefined when the inspector is off. */
     inspect?: (event: InspectionEvent) => void,
+    /** Hands-free conversation (VAD, recogniser, settings); without it the session has no voice input. */
+    private readonly voiceDeps?: VoiceDeps,
   ) {
     this.closer = new SessionCloser({ media, events, bus, logger });
     stage.metrics.follow(bus);
@@ -70,11 +78,27 @@ export class Session {
     });
     // A peer counts while its connection is up: disconnected, failed or closed is a viewer gone.
     this.consumers.watch('webrtc', () => media.output.connected);
+    // The browser's microphone on the peer feeds the voice input (hands-free conversation).
+    if (voiceDeps) {
+      let microphone: VoiceSource | null = null;
+      media.output.onMicrophone({
+        opened: () => {
+          microphone?.close();
+          microphone = this.voice?.attach('webrtc') ?? null;
+        },
+        audio: (samples, sampleRate) => microphone?.push(samples, sampleRate),
+        closed: () => {
+          microphone?.close();
+          microphone = null;
+        },
+      });
+    }
     this.actor.on('status', ({ stage: s, message }) => bus.publish('status', message ? { stage: s, message } : { stage: s }));
     this.actor.on('error', ({ code, message }) => bus.publish('error', { code, message }));
     this.terminated = new Promise((resolve) => {
       this.actor.on('session.terminated', () => {
         resolve();
+        this.closeVoice();
         // The cascade publishes `session.terminated` to clients as its last step.
         void this.closer.close();
       });
@@ -99,6 +123,46 @@ export class Session {
 
   get busy(): boolean {
     return isBusy(this.actor.getSnapshot());
+  }
+
+  /**
+   * The session's voice input (hands-free conversation), created on first use: microphone sources attach to
+   * it. Null when the session has none or is closing.
+   */
+  get voice(): VoiceInput | null {
+    if (this.voiceClosed || !this.voiceDeps) return null;
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- the host's getters read the live session
+    const session = this;
+    this.voiceInput ??= new VoiceInput({
+      ...this.voiceDeps,
+      host: {
+        offerVoice: (event) => {
+          if (!this.actor.getSnapshot().can(event)) return false;
+          this.send(event);
+          return true;
+        },
+        send: (event) => this.send(event),
+        get state() {
+          return session.state;
+        },
+        get pipelineStage() {
+          return session.pipelineStage;
+        },
+        get busy() {
+          return session.busy;
+        },
+      },
+      playout: this.media.playout,
+      bus: this.bus,
+      logger: this.logger,
+    });
+    return this.voiceInput;
+  }
+
+  private closeVoice(): void {
+    this.voiceClosed = true;
+    this.voiceInput?.close();
+    this.voiceInput = null;
   }
 
   /**
@@ -140,6 +204,7 @@ export class Session {
    * recording → events. Idempotent: every call, and the machine's own termination, share one cascade.
    */
   async close(): Promise<void> {
+    this.closeVoice();
     if (this.actor.getSnapshot().status === 'active') {
       this.actor.send({ type: 'TERMINATE' });
       let giveUp: NodeJS.Timeout | undefined;

@@ -25,6 +25,8 @@ export class ReceivingPeer {
   readonly frames: ReceivedFrame[] = [];
   private sinks: Array<{ stop(): void }> = [];
   keepFrames = true;
+  /** With a microphone (`connectWithMicrophone`): the track it sends, offered `sendrecv`. */
+  protected microphoneTrack: MediaStreamTrack | null = null;
 
   /** Rejects with `offer failed: <status> <body>` when the service refuses the offer (the local peer is closed then). */
   static async connect(baseUrl: string, sessionId: string): Promise<ReceivingPeer> {
@@ -51,8 +53,9 @@ export class ReceivingPeer {
     return peer;
   }
 
-  private async negotiate(answerOffer: (offer: { sdp: string; type: 'offer' }) => Promise<{ sdp: string; type: 'answer' }>): Promise<void> {
-    this.pc.addTransceiver('audio', { direction: 'recvonly' });
+  protected async negotiate(answerOffer: (offer: { sdp: string; type: 'offer' }) => Promise<{ sdp: string; type: 'answer' }>): Promise<void> {
+    if (this.microphoneTrack) this.pc.addTransceiver(this.microphoneTrack, { direction: 'sendrecv' });
+    else this.pc.addTransceiver('audio', { direction: 'recvonly' });
     this.pc.addTransceiver('video', { direction: 'recvonly' });
     this.pc.ontrack = (event: { track: MediaStreamTrack }) => {
       const track = event.track;
