@@ -13,6 +13,7 @@ import type { RenderTask, RenderTaskResult } from './worker.ts';
 import { ProsodyTracker } from './prosody.ts';
 import { BUNDLE_FRAME_PATH } from './image.ts';
 import { untilAborted } from '../abort.ts';
+import { SharedIdleFrames, idleLookKey } from './idle-frames.ts';
 
 export interface RenderHandle {
   readonly width: number;
@@ -50,6 +51,8 @@ async function contentStamp(avatar: AvatarSource): Promise<string> {
 export class RenderPool {
   private readonly piscina: Piscina;
   private readonly threads: number;
+  /** Idle frames rendered once per avatar and handed to every session showing it (`idle-frames.ts`). */
+  readonly idleFrames = new SharedIdleFrames();
   private closed = false;
 
   constructor(options: RenderPoolOptions = {}) {
@@ -125,7 +128,35 @@ class PoolRenderHandle implements RenderHandle {
   async render(requests: FrameRequest[], signal?: AbortSignal): Promise<I420Frame[]> {
     if (this.closed) throw new Error('render handle is closed');
     if (requests.length === 0) return [];
+    if (signal?.aborted) throw abortError(signal);
     const annotated = this.prosody.annotate(requests);
+    // Idle frames whose look was rendered before (by any session of this avatar) need no worker at all, and
+    // one look is rendered once per batch.
+    const frames: Array<I420Frame | undefined> = new Array(annotated.length);
+    const looks = annotated.map((request) => idleLookKey(this.modelType, request, this.fps));
+    const missing: number[] = [];
+    const firstOfLook = new Map<string, number>();
+    for (let i = 0; i < annotated.length; i++) {
+      const look = looks[i];
+      frames[i] = look === null ? undefined : this.pool.idleFrames.get(this.cacheKey, look);
+      if (frames[i]) continue;
+      if (look !== null && firstOfLook.has(look)) continue;
+      if (look !== null) firstOfLook.set(look, i);
+      missing.push(i);
+    }
+    if (missing.length > 0) {
+      const rendered = await this.renderOnWorkers(missing.length === annotated.length ? annotated : missing.map((i) => annotated[i]), signal);
+      missing.forEach((i, k) => {
+        frames[i] = rendered[k];
+        const look = looks[i];
+        if (look !== null && rendered[k]) this.pool.idleFrames.set(this.cacheKey, look, rendered[k]);
+      });
+    }
+    for (let i = 0; i < annotated.length; i++) if (!frames[i]) frames[i] = frames[firstOfLook.get(looks[i]!)!];
+    return frames as I420Frame[];
+  }
+
+  private async renderOnWorkers(annotated: FrameRequest[], signal?: AbortSignal): Promise<I420Frame[]> {
     const parts = Math.min(this.pool.threadCount, Math.floor(annotated.length / MIN_FRAMES_PER_SPLIT)) || 1;
     const size = Math.ceil(annotated.length / parts);
     const chunks: FrameRequest[][] = [];

@@ -80,6 +80,32 @@ function spriteAt(image: RgbaImage, left: number, top: number, frameWidth: numbe
   return canvas;
 }
 
+/** Breathing step (0..BREATH_STEPS-1) of a frame: a pure function of its index, like every idle motion. */
+export function breathStepAt(frameIdx: number, fps: number): number {
+  return quantise(0.5 + 0.5 * oscillate(frameIdx, fps, BREATH_PERIOD_SECONDS), BREATH_STEPS);
+}
+
+/** Eyelid step (0 = open .. BLINK_STEPS-1 = shut) of a frame. */
+export function blinkStepAt(frameIdx: number, fps: number): number {
+  return Math.round(blinkClosure(frameIdx, fps) * (BLINK_STEPS - 1));
+}
+
+/** Index of the mouth shape (quantised open × wide × round) a request shows. */
+export function drawnMouthKey(request: FrameRequest): number {
+  const open = quantise(request.mouth.open, OPEN_STEPS);
+  const wide = quantise(request.mouth.wide, SHAPE_STEPS);
+  const round = quantise(request.mouth.round, SHAPE_STEPS);
+  return open * SHAPE_STEPS * SHAPE_STEPS + wide * SHAPE_STEPS + round;
+}
+
+/**
+ * Everything an `rt` frame's pixels depend on: breathing step, mouth shape and eyelid step (rt keeps the
+ * head still, so nothing else). Two requests with the same key render the same frame.
+ */
+export function rtLookKey(request: FrameRequest, fps: number): string {
+  return `${breathStepAt(request.frameIdx, fps)}:${drawnMouthKey(request)}:${blinkStepAt(request.frameIdx, fps)}`;
+}
+
 export interface HeadMotion {
   /** Radians, positive = clockwise on screen. */
   tilt: number;
@@ -185,7 +211,7 @@ export abstract class DrawnRenderer implements Renderer {
   }
 
   private breathStep(frameIdx: number): number {
-    return quantise(0.5 + 0.5 * oscillate(frameIdx, this.fps, BREATH_PERIOD_SECONDS), BREATH_STEPS);
+    return breathStepAt(frameIdx, this.fps);
   }
 
   render(request: FrameRequest): I420Frame {
@@ -194,7 +220,7 @@ export abstract class DrawnRenderer implements Renderer {
     const base = this.bases[step];
     const frame: I420Frame = { width: base.width, height: base.height, data: base.data.slice() };
     const mouthKey = this.mouthKey(request);
-    const blink = Math.round(blinkClosure(request.frameIdx, this.fps) * (BLINK_STEPS - 1));
+    const blink = blinkStepAt(request.frameIdx, this.fps);
     if (!this.movesHead) {
       const lift = -this.headRise(step);
       blendPatch(frame, this.sprite(this.mouthPatches, mouthKey, () => this.mouthCells[mouthKey], this.mouthOrigin), 0, lift);
@@ -211,10 +237,7 @@ export abstract class DrawnRenderer implements Renderer {
   }
 
   private mouthKey(request: FrameRequest): number {
-    const open = quantise(request.mouth.open, OPEN_STEPS);
-    const wide = quantise(request.mouth.wide, SHAPE_STEPS);
-    const round = quantise(request.mouth.round, SHAPE_STEPS);
-    return open * SHAPE_STEPS * SHAPE_STEPS + wide * SHAPE_STEPS + round;
+    return drawnMouthKey(request);
   }
 
   private sprite(cache: Map<number, I420Patch>, key: number, cell: () => RgbaImage, origin: { x: number; y: number }): I420Patch {
