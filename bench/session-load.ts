@@ -38,7 +38,8 @@ async function postJson<T>(baseUrl: string, route: string, body?: unknown): Prom
 }
 
 export async function getJson<T>(baseUrl: string, route: string): Promise<T> {
-  const res = await fetch(`${baseUrl}${route}`);
+  // GET /metrics answers Prometheus text unless JSON is asked for.
+  const res = await fetch(`${baseUrl}${route}`, { headers: { accept: 'application/json' } });
   const text = await res.text();
   if (!res.ok) throw new Error(`GET ${route} → ${res.status} ${text}`);
   return JSON.parse(text) as T;

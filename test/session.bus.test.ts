@@ -31,7 +31,14 @@ function busSession() {
   actors.push(actor);
   actor.start();
   actor.send({ type: 'START' });
-  const turns = () => seen.filter((e) => e.type === 'turn.started' || e.type === 'turn.finished').map((e) => ({ event: e.type, ...(e.data as object) }));
+  // The TTS provider a turn speaks with is checked on its own below.
+  const turns = () =>
+    seen
+      .filter((e) => e.type === 'turn.started' || e.type === 'turn.finished')
+      .map((e) => {
+        const { ttsProvider: _provider, ...data } = e.data as { ttsProvider?: string };
+        return { event: e.type, ...data };
+      });
   const send = (event: SessionEvent) => actor.send(event);
   return { bus, seen, turns, send, actor };
 }
@@ -65,6 +72,20 @@ describe('session bus fed by the machine', () => {
       { event: 'turn.finished', turnId: 'd', kind: 'speak', outcome: 'error' },
       { event: 'turn.started', turnId: 'e', kind: 'speak' },
       { event: 'turn.finished', turnId: 'e', kind: 'speak', outcome: 'terminated' },
+    ]);
+  });
+
+  it("turn.started names the TTS provider the turn speaks with: its own, else the session's", () => {
+    const { send, seen } = busSession();
+    send({ type: 'SPEAK', turn: { ...SPEAK_TURN, id: 'own', tts: { provider: 'cloud_c', voice: null, model: null } } });
+    send({ type: 'TTS.FIRST_AUDIO' });
+    send({ type: 'TTS.DONE' });
+    const { tts: _own, ...withoutVoice } = SPEAK_TURN;
+    send({ type: 'SPEAK', turn: { ...withoutVoice, id: 'default' } });
+    const started = seen.filter((e) => e.type === 'turn.started').map((e) => e.data);
+    expect(started).toEqual([
+      { turnId: 'own', kind: 'speak', ttsProvider: 'cloud_c' },
+      { turnId: 'default', kind: 'speak', ttsProvider: TEST_SESSION_INPUT.tts.provider },
     ]);
   });
 

@@ -80,7 +80,7 @@ describe('orphaned sessions are reaped', () => {
     const logged = vi.spyOn(session.logger, 'info');
     const published: string[] = [];
     session.events.listen((event) => published.push(event.type));
-    const before = (await json(await fetch(`${t.baseUrl}/metrics`))).sessions_terminated_total.orphaned;
+    const before = (await json(await fetch(`${t.baseUrl}/metrics`, { headers: { accept: 'application/json' } }))).sessions_terminated_total.orphaned;
 
     const sse = await SseClient.open(`${t.baseUrl}/sessions/${id}/events`);
     await sleep(SURVIVES_MS);
@@ -104,7 +104,7 @@ describe('orphaned sessions are reaped', () => {
     const info = await json(await fetch(`${t.baseUrl}/sessions/${id}`));
     expect(info).toMatchObject({ state: 'terminated', terminated_reason: 'orphaned' });
     expect(t.services.supervisor.activeCount).toBe(0);
-    const metrics = await json(await fetch(`${t.baseUrl}/metrics`));
+    const metrics = await json(await fetch(`${t.baseUrl}/metrics`, { headers: { accept: 'application/json' } }));
     expect(metrics.sessions_terminated_total.orphaned).toBe(before + 1);
     expect(metrics.sessions).toMatchObject({ live: 0, active: 0, capacity: 2 });
   }, 40_000);

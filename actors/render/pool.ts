@@ -14,6 +14,7 @@ import { ProsodyTracker } from './prosody.ts';
 import { BUNDLE_FRAME_PATH } from './image.ts';
 import { untilAborted } from '../abort.ts';
 import { SharedIdleFrames, idleLookKey } from './idle-frames.ts';
+import { PoolLoad, type PoolLoadSnapshot } from '../pool-load.ts';
 
 export interface RenderHandle {
   readonly width: number;
@@ -53,10 +54,12 @@ export class RenderPool {
   private readonly threads: number;
   /** Idle frames rendered once per avatar and handed to every session showing it (`idle-frames.ts`). */
   readonly idleFrames = new SharedIdleFrames();
+  private readonly load: PoolLoad;
   private closed = false;
 
   constructor(options: RenderPoolOptions = {}) {
     this.threads = Math.max(1, options.threads ?? availableParallelism() - 1);
+    this.load = new PoolLoad(this.threads);
     this.piscina = new Piscina({
       filename: new URL('./worker-bootstrap.mjs', import.meta.url).href,
       minThreads: this.threads,
@@ -90,13 +93,20 @@ export class RenderPool {
     if (signal?.aborted) throw abortError(signal);
     // The signal is not handed to piscina: aborting a running task there kills the worker and its
     // prepared avatars. Instead the caller stops waiting and the late result is dropped.
+    const done = this.load.begin();
     const result = this.piscina.run(task) as Promise<RenderTaskResult>;
+    result.then(done, done);
     if (!signal) return result;
     return untilAborted(result, signal, abortError);
   }
 
   get threadCount(): number {
     return this.threads;
+  }
+
+  /** Busy threads, queued tasks and busy time (`avatar_pool_*` metrics); tasks past the thread count wait in piscina's queue. */
+  get loadSnapshot(): PoolLoadSnapshot {
+    return this.load.snapshot(0);
   }
 
   async close(): Promise<void> {

@@ -9,6 +9,7 @@ import fp from 'fastify-plugin';
 import type { FastifyInstance } from 'fastify';
 import type { ServiceConfig } from '../../config.ts';
 import { ErrorBody } from '../../schemas/common.ts';
+import { SERVICE_VERSION } from '../../version.ts';
 
 /** The default per-file bound (clone audio, 12 MB); each route passes its own limit to `readMultipart`. */
 export const MAX_UPLOAD_BYTES = 12 * 1024 * 1024;
@@ -48,7 +49,7 @@ export default fp(async function externalPlugins(app: FastifyInstance, opts: { c
       openapi: '3.0.3',
       info: {
         title: 'Avatar Conversation Service',
-        version: '0.1.0',
+        version: SERVICE_VERSION,
         description:
           'Talking-avatar sessions: REST, server-sent events (`GET /sessions/{session_id}/events`) and an audio WebSocket ' +
           '(`/sessions/{session_id}/speak_audio_stream`). Media flows over WebRTC. See docs/ in the repository.',
