@@ -1,0 +1,180 @@
+/**
+ * lipsync_c end to end against a loopback KServe v2 server (test/fakes/kserve-server.ts) running the same tiny
+ * Wav2Lip-shaped model: readiness and metadata make it connected; frames go as binary tensors when the server
+ * offers Triton's extension and as JSON otherwise, batched and pipelined; on a wrtc peer the mouth follows the
+ * audio energy. Killing the server mid-turn gives an `error` event, the turn finishes on the CPU lipsync renderer,
+ * and the session lives on; a server that is down when a session is created answers 502.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FakeKserveServer } from './fakes/kserve-server.ts';
+import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
+import { ReceivingPeer } from './helpers/peer.ts';
+import { SseClient } from './helpers/sse.ts';
+import { astronautSource, faceRegions, pearson, regionLuma, rmsAround, type Region } from './helpers/neural-lipsync.ts';
+
+const AUDIBLE_RMS = 300;
+const LONG_TEXT =
+  'This is a long sentence that keeps going so that there is plenty of speech to interrupt. It continues with a second sentence. And a third one follows it, still talking.';
+
+interface Live {
+  t: TestApp;
+  fake: FakeKserveServer;
+  peer: ReceivingPeer;
+  sse: SseClient;
+  sessionId: string;
+  regions: { mouth: Region; eyes: Region };
+  idleMouth: number;
+  idleEyes: number;
+}
+
+async function startLive(advertiseBinary: boolean): Promise<Live> {
+  const fake = await FakeKserveServer.start({ advertiseBinary, modelName: 'wav2lip_96' });
+  const t = await startTestApp({ env: { SERVICE_LIPSYNC_C_URL: fake.url, SERVICE_LIPSYNC_C_MODEL: 'wav2lip_96' } });
+  const regions = faceRegions(astronautSource(t.avatarsDir));
+  const created = await post(t.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'lipsync_c' });
+  expect(created.status).toBe(200);
+  const sessionId = (await json(created)).session_id;
+  const sse = await SseClient.open(`${t.baseUrl}/sessions/${sessionId}/events`);
+  const peer = await ReceivingPeer.connect(t.baseUrl, sessionId);
+  expect((await post(t.baseUrl, `/sessions/${sessionId}/start`)).status).toBe(200);
+  await peer.until(() => peer.frames.length >= 10, 20_000, 'idle video');
+  const idle = peer.frames.slice(-5);
+  const mean = (region: Region) => idle.reduce((sum, frame) => sum + regionLuma(frame, region), 0) / idle.length;
+  return { t, fake, peer, sse, sessionId, regions, idleMouth: mean(regions.mouth), idleEyes: mean(regions.eyes) };
+}
+
+async function stopLive(live: Live | undefined): Promise<void> {
+  live?.peer.close();
+  live?.sse.close();
+  await live?.t.close();
+  await live?.fake.close();
+}
+
+/** Speaks and returns, per frame received during the turn, the mouth and eye lumas and the log audio energy. */
+async function speakTurn(live: Live, text: string) {
+  const { t, peer, sse, sessionId, regions } = live;
+  const from = sse.events.length;
+  const start = peer.frames.length;
+  const sentAt = performance.now();
+  expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text })).status).toBe(200);
+  await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, 20_000, 'audible audio');
+  await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle', from);
+  await new Promise((r) => setTimeout(r, 400));
+  const frames = peer.frames.slice(start);
+  return {
+    mouth: frames.map((frame) => regionLuma(frame, regions.mouth)),
+    eyes: frames.map((frame) => regionLuma(frame, regions.eyes)),
+    energy: frames.map((frame) => Math.log10(1 + rmsAround(peer.audio, frame.at + 80, 120))),
+    events: sse.events.slice(from),
+  };
+}
+
+for (const advertiseBinary of [true, false]) {
+  const encoding = advertiseBinary ? 'binary' : 'JSON';
+  describe(`lipsync_c on a KServe v2 server speaking ${encoding} tensors`, () => {
+    let live: Live;
+    beforeAll(async () => {
+      live = await startLive(advertiseBinary);
+    }, 60_000);
+    afterAll(() => stopLive(live));
+
+    it('is connected in /models, and the mouth follows the audio energy with the eyes untouched', async () => {
+      const { models } = await json(await fetch(`${live.t.baseUrl}/models`));
+      const entry = models.find((m: { id: string }) => m.id === 'lipsync_c');
+      expect(entry).toMatchObject({ connected: true, status: 'connected' });
+      expect(entry.reason).toContain(advertiseBinary ? 'binary' : 'json');
+      expect(JSON.stringify(models)).not.toContain(live.fake.url);
+
+      const turn = await speakTurn(live, 'Hello there. I am a talking avatar on an inference server, and my mouth follows my voice.');
+      const r = pearson(turn.mouth, turn.energy);
+      const { stats } = live.fake;
+      console.log(
+        `lipsync_c ${encoding}: ${turn.mouth.length} frames, idle mouth ${live.idleMouth.toFixed(1)}, max ${Math.max(...turn.mouth).toFixed(1)}, r = ${r.toFixed(2)}; ` +
+          `requests json ${stats.inferJson} binary ${stats.inferBinary}, max in flight ${stats.maxInFlight}, batch sizes ${[...new Set(stats.batches)].join('/')}`,
+      );
+      expect(Math.max(...turn.mouth) - live.idleMouth).toBeGreaterThan(15);
+      expect(r).toBeGreaterThan(0.5);
+      for (const e of turn.eyes) expect(Math.abs(e - live.idleEyes)).toBeLessThan(2.5);
+      if (advertiseBinary) {
+        expect(stats.inferBinary).toBeGreaterThan(0);
+        expect(stats.inferJson).toBe(0);
+      } else {
+        expect(stats.inferJson).toBeGreaterThan(0);
+        expect(stats.inferBinary).toBe(0);
+      }
+      // Bursts of the render-ahead travel as batches.
+      expect(Math.max(...stats.batches)).toBeGreaterThan(1);
+      expect(turn.events.some((e) => e.type === 'error')).toBe(false);
+    }, 90_000);
+  });
+}
+
+describe('lipsync_c when the inference server dies mid-turn', () => {
+  let live: Live;
+  beforeAll(async () => {
+    live = await startLive(true);
+  }, 60_000);
+  afterAll(() => stopLive(live));
+
+  it('sends an error event, finishes the turn on the CPU lipsync renderer, and the session lives on', async () => {
+    const { t, peer, sse, sessionId, regions, fake } = live;
+    const from = sse.events.length;
+    const sentAt = performance.now();
+    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: LONG_TEXT })).status).toBe(200);
+    await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, 20_000, 'audible audio');
+    await peer.until(() => regionLuma(peer.frames.at(-1)!, regions.mouth) > live.idleMouth + 10, 10_000, 'neural mouth');
+    const killedAt = performance.now();
+    await fake.close();
+    const error = await sse.waitFor((e) => e.type === 'error', 10_000, 'error event', from);
+    expect(error.data.code).toBe('render_backend_failed');
+    expect(error.data.message).not.toContain(fake.url);
+    // The turn is not cut short: audio keeps playing after the error and the turn ends with status idle.
+    const errorIndex = sse.events.indexOf(error);
+    const statuses = sse.events.slice(from, errorIndex).filter((e) => e.type === 'status').map((e) => e.data.stage);
+    expect(statuses).not.toContain('idle');
+    await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle', errorIndex);
+    const afterKill = peer.frames.filter((frame) => frame.at > killedAt + 500);
+    const heardAfterKill = peer.audio.filter((a) => a.at > killedAt + 500 && a.rms > AUDIBLE_RMS).length;
+    expect(heardAfterKill).toBeGreaterThan(50);
+    // The CPU renderer opens a dark mouth: the mouth region now moves below the photo's level, never brightened.
+    const mouthAfter = afterKill.map((frame) => regionLuma(frame, regions.mouth));
+    console.log(`lipsync_c fallback: ${afterKill.length} frames after the kill, mouth luma ${Math.min(...mouthAfter).toFixed(1)}–${Math.max(...mouthAfter).toFixed(1)} (idle ${live.idleMouth.toFixed(1)})`);
+    expect(Math.min(...mouthAfter)).toBeLessThan(live.idleMouth - 5);
+    expect(Math.max(...mouthAfter)).toBeLessThan(live.idleMouth + 5);
+    const statusesAfter = sse.events.slice(errorIndex).filter((e) => e.type === 'status').map((e) => e.data.stage);
+    expect(statusesAfter).not.toContain('error');
+
+    // The session lives on: another turn plays (on the fallback while the server is away).
+    const state = await json(await fetch(`${t.baseUrl}/sessions/${sessionId}`));
+    expect(state.state).toBe('running');
+    const next = await speakTurn(live, 'I am still here.');
+    expect(next.events.some((e) => e.type === 'status' && e.data.stage === 'idle')).toBe(true);
+    expect(next.events.some((e) => e.type === 'session.terminated')).toBe(false);
+
+    // /models now says why lipsync_c is not connected, and a new session on it is a 502.
+    await new Promise((r) => setTimeout(r, 5_100));
+    const { models } = await json(await fetch(`${t.baseUrl}/models`));
+    const entry = models.find((m: { id: string }) => m.id === 'lipsync_c');
+    expect(entry).toMatchObject({ connected: false, status: 'error' });
+    expect(entry.reason).toMatch(/unreachable/);
+    expect(entry.reason).not.toContain(fake.url);
+    const created = await post(t.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'lipsync_c' });
+    expect(created.status).toBe(502);
+    expect((await json(created)).detail).not.toContain(fake.url);
+  }, 120_000);
+});
+
+describe('lipsync_c configuration', () => {
+  it('is not configured without SERVICE_LIPSYNC_C_URL, and says which variable to set', async () => {
+    const t = await startTestApp();
+    try {
+      const { models } = await json(await fetch(`${t.baseUrl}/models`));
+      const entry = models.find((m: { id: string }) => m.id === 'lipsync_c');
+      expect(entry).toMatchObject({ connected: false, status: 'not_configured' });
+      expect(entry.reason).toContain('SERVICE_LIPSYNC_C_URL');
+      expect((await post(t.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'lipsync_c' })).status).toBe(400);
+    } finally {
+      await t.close();
+    }
+  });
+});
