@@ -1,6 +1,6 @@
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
-import { UNCHANGED_FRAME_REPEAT_MS, UnchangedFrameFilter } from '../actors/media/webrtc.ts';
+import { UNCHANGED_FRAME_REPEAT_MS, UnchangedFrameFilter, withOpusDtx } from '../actors/media/webrtc.ts';
 import type { FrameRenderer } from '../actors/media/playout.ts';
 import type { FrameRequest, I420Frame } from '../actors/render/types.ts';
 import { SessionMedia } from '../src/sessions/media.ts';
@@ -95,4 +95,23 @@ describe('an idle avatar whose picture does not change', () => {
     const bright = received.filter((f) => f.data[0] > 170).length;
     expect(bright).toBeGreaterThanOrEqual(2);
   }, 30_000);
+});
+
+describe('withOpusDtx: the offer asks our Opus encoder for DTX (silence costs one packet per 400 ms)', () => {
+  const offer = (fmtp: string | null) =>
+    ['v=0', 'o=- 1 2 IN IP4 127.0.0.1', 's=-', 't=0 0', 'm=audio 9 UDP/TLS/RTP/SAVPF 111 0', 'a=rtpmap:111 opus/48000/2', ...(fmtp === null ? [] : [`a=fmtp:111 ${fmtp}`]), 'a=rtpmap:0 PCMU/8000', 'm=video 9 UDP/TLS/RTP/SAVPF 96', 'a=rtpmap:96 VP8/90000', 'a=fmtp:96 max-fs=12288', ''].join('\r\n');
+
+  it('adds usedtx=1 to the Opus fmtp line only, keeping line endings', () => {
+    const out = withOpusDtx(offer('minptime=10;useinbandfec=1'));
+    expect(out).toContain('a=fmtp:111 minptime=10;useinbandfec=1;usedtx=1\r\n');
+    expect(out).toContain('a=fmtp:96 max-fs=12288\r\n');
+    expect(out.split('\r\n')).toHaveLength(offer('minptime=10;useinbandfec=1').split('\r\n').length);
+  });
+
+  it('adds an fmtp line when Opus has none, and leaves an offer that states usedtx (or has no Opus) as it is', () => {
+    expect(withOpusDtx(offer(null))).toContain('a=rtpmap:111 opus/48000/2\r\na=fmtp:111 usedtx=1\r\n');
+    expect(withOpusDtx(offer('usedtx=0'))).toBe(offer('usedtx=0'));
+    const noOpus = offer('x=1').replace('opus/48000/2', 'ISAC/16000');
+    expect(withOpusDtx(noOpus)).toBe(noOpus);
+  });
 });
