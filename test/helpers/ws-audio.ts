@@ -25,6 +25,11 @@ export class AudioStreamClient {
     socket.on('error', () => undefined);
   }
 
+  /** Any WebSocket URL with the same framing (e.g. `/sessions/{id}/listen`). */
+  static connectTo(url: string): AudioStreamClient {
+    return new AudioStreamClient(new WebSocket(url));
+  }
+
   static connect(baseUrl: string, sessionId: string): AudioStreamClient {
     const url = `${baseUrl.replace(/^http/, 'ws')}/sessions/${sessionId}/speak_audio_stream`;
     return new AudioStreamClient(new WebSocket(url));
