@@ -33,6 +33,7 @@ import type { VoiceCatalogStore } from './voices/catalog.ts';
 import type { OfflineJobs } from './recording/offline-jobs.ts';
 import { openCluster, type ClusterNode } from './cluster/index.ts';
 import { ServiceMetrics } from './metrics/service-metrics.ts';
+import type { PoolLoadSnapshot } from '../actors/pool-load.ts';
 import { SERVICE_VERSION } from './version.ts';
 
 export interface Services {
@@ -140,7 +141,12 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     sessionsByState: () => supervisor.sessionsByState(),
     capacity: () => ({ active: supervisor.capacity, pending: supervisor.pendingCapacity }),
     liveFrames: () => supervisor.liveFrames(),
-    pools: () => ({ render: renderPool.loadSnapshot }),
+    // The inference pool exists once something used it (VAD, a neural lip-sync model).
+    pools: () => {
+      const pools: Record<string, PoolLoadSnapshot> = { render: renderPool.loadSnapshot };
+      if (inferencePool) pools.inference = inferencePool.loadSnapshot;
+      return pools;
+    },
   });
   await supervisor.recover();
   // Load the built-in speech engines now (in their engine process) so the first speak does not pay for WASM compilation.

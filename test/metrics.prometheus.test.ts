@@ -5,6 +5,9 @@ import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { openSession, type LiveSession } from './helpers/conversation.ts';
 import { parsePrometheusText, sampleValue, type MetricFamily } from './helpers/prometheus-text.ts';
 import { prefersJson } from '../src/routes/metrics.ts';
+import { ServiceMetrics } from '../src/metrics/service-metrics.ts';
+import { SessionBus } from '../src/sessions/session-bus.ts';
+import { SessionMetrics } from '../src/sessions/metrics.ts';
 
 describe('the strict Prometheus text parser (test helper) rejects what a scraper would', () => {
   const bad: Array<[string, string]> = [
@@ -33,6 +36,31 @@ describe('the strict Prometheus text parser (test helper) rejects what a scraper
     expect(families.get('h')).toMatchObject({ type: 'histogram', help: 'A histogram' });
     expect(sampleValue(families, 'h_count', { k: 'a"b' })).toBe(2);
     expect(sampleValue(families, 'g', { x: 'y' })).toBe(-Infinity);
+  });
+});
+
+describe('ServiceMetrics fed by a session bus (no service)', () => {
+  it('a hands-free turn is timed from the end of speech; a transcribe turn from its upload; TTS first audio by the turn provider', async () => {
+    const metrics = new ServiceMetrics({ version: 'test' });
+    const bus = new SessionBus();
+    metrics.followSession(bus);
+    const turns = new SessionMetrics(metrics.turnObserver());
+    turns.follow(bus);
+    bus.emit('turn.started', { turnId: 'v1', kind: 'voice', ttsProvider: 'cloud_c' });
+    bus.publish('tts', { stage: 'first_audio', ms_elapsed: 120 });
+    bus.emit('voice.latency', { turnId: 'v1', transcriptMs: 200, firstTokenMs: 350, firstSampleMs: 640 });
+    bus.emit('media.firstSample', { turnId: 'v1' });
+    bus.emit('turn.finished', { turnId: 'v1', kind: 'voice', outcome: 'completed' });
+    bus.emit('turn.started', { turnId: 't1', kind: 'transcribe' });
+    bus.emit('media.firstSample', { turnId: 't1' });
+    const families = parsePrometheusText((await metrics.render()).body);
+    expect(sampleValue(families, 'avatar_end_of_speech_first_audio_seconds_count', { kind: 'voice' })).toBe(1);
+    expect(sampleValue(families, 'avatar_end_of_speech_first_audio_seconds_sum', { kind: 'voice' })).toBeCloseTo(0.64);
+    expect(sampleValue(families, 'avatar_end_of_speech_first_audio_seconds_count', { kind: 'transcribe' })).toBe(1);
+    expect(sampleValue(families, 'avatar_tts_first_audio_seconds_sum', { provider: 'cloud_c' })).toBeCloseTo(0.12);
+    expect(sampleValue(families, 'avatar_turns_total', { kind: 'voice', outcome: 'completed' })).toBe(1);
+    expect(sampleValue(families, 'avatar_turn_first_audio_seconds_count', { kind: 'voice' })).toBe(1);
+    expect(sampleValue(families, 'avatar_speak_first_audio_seconds_count')).toBe(0);
   });
 });
 

@@ -18,8 +18,6 @@ export const LATENCY_BUCKETS_S = [0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1
  */
 const EVENT_LOOP_PRECISION_MS = 10;
 
-/** Turn kinds whose request comes after the user stopped speaking: their first audio is end of speech → first audio. */
-const TEXT_OR_CLIP_KINDS = new Set(['speak', 'chat', 'audio', 'audio_stream']);
 
 /** What `GET /metrics` reads at scrape time from the live service. */
 export interface MetricsSources {
@@ -112,7 +110,7 @@ export class ServiceMetrics {
       labelNames: ['reason'],
       registers,
     });
-    this.turnsStarted = new Counter({ name: `${p}turns_started_total`, help: 'Turns started, by kind (speak, chat, audio, audio_stream, transcribe)', labelNames: ['kind'], registers });
+    this.turnsStarted = new Counter({ name: `${p}turns_started_total`, help: 'Turns started, by kind (speak, chat, audio, audio_stream, transcribe, voice)', labelNames: ['kind'], registers });
     this.turns = new Counter({
       name: `${p}turns_total`,
       help: 'Turns finished, by kind and outcome (completed, interrupted, paused, error, terminated)',
@@ -127,7 +125,7 @@ export class ServiceMetrics {
     this.ttsFirstAudio = latency('tts_first_audio_seconds', 'Synthesis started → first audio chunk from the TTS provider, by provider', ['provider']);
     this.endOfSpeechFirstAudio = latency(
       'end_of_speech_first_audio_seconds',
-      "The user's speech ended (recognition request) → first audio sample of the answer handed to WebRTC, by turn kind",
+      "The user's speech ended → first audio sample of the answer handed to WebRTC: kind voice from the VAD's end of turn (hands-free), transcribe from the upload",
       ['kind'],
     );
     this.interruptToSilence = latency('interrupt_to_silence_seconds', 'Interrupt received → playout flushed (the next 10 ms audio chunk is silence)');
@@ -197,20 +195,23 @@ export class ServiceMetrics {
         if (what !== 'first_sample_sent_ms') return;
         this.turnFirstAudio.observe({ kind: turn.mode }, s);
         if (turn.mode === 'speak') this.speakFirstAudio.observe(s);
-        if (!TEXT_OR_CLIP_KINDS.has(turn.mode)) this.endOfSpeechFirstAudio.observe({ kind: turn.mode }, s);
+        // A recognition upload comes once the user stopped speaking: its turn's first audio is end of speech → first audio.
+        // Hands-free (`voice`) turns are timed from the VAD's end of turn instead (`voice.latency`, below).
+        if (turn.mode === 'transcribe') this.endOfSpeechFirstAudio.observe({ kind: turn.mode }, s);
       },
       finished: (turn, outcome: TurnOutcome) => this.turns.inc({ kind: turn.mode, outcome }),
       interruptFlushed: (_turn, ms) => this.interruptToSilence.observe(ms / 1000),
     };
   }
 
-  /** Follows a session's bus: turns started, SSE events by type, TTS first audio by provider. */
+  /** Follows a session's bus: turns started, SSE events by type, TTS first audio by provider, voice turns' end of speech → first audio. */
   followSession(bus: SessionBus): void {
     let provider = 'unknown';
     bus.on('turn.started', ({ kind, ttsProvider }) => {
       this.turnsStarted.inc({ kind });
       provider = ttsProvider ?? 'unknown';
     });
+    bus.on('voice.latency', ({ firstSampleMs }) => this.endOfSpeechFirstAudio.observe({ kind: 'voice' }, firstSampleMs / 1000));
     bus.on('spec', (record) => {
       this.sseEvents.inc({ event: record.type });
       if (record.type === 'tts' && record.data.stage === 'first_audio') this.ttsFirstAudio.observe({ provider }, record.data.ms_elapsed / 1000);
