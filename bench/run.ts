@@ -21,6 +21,7 @@ import { benchServerSync } from './server-sync.ts';
 import { benchLeak } from './leak.ts';
 import { benchBrowserSync } from './browser-sync.ts';
 import { benchRenderers } from './renderers.ts';
+import { benchNeuralLipsync } from './neural-lipsync.ts';
 import { benchCapacity } from './capacity.ts';
 import { benchChat } from './chat.ts';
 import { benchOffline } from './offline.ts';
@@ -29,12 +30,14 @@ import { benchSessionCpu } from './session-cpu.ts';
 import { benchSessionCycles } from './session-cycles.ts';
 import { benchProfile } from './profile.ts';
 import { benchStageCosts } from './stage-costs.ts';
+import { benchCluster } from './cluster.ts';
 import { formatSummary, summarise } from './targets.ts';
 import { loadAverage } from './proc.ts';
 
 const only = new Set(process.argv.slice(2));
 const steps: Array<[string, () => Promise<unknown>]> = [
   ['renderers', benchRenderers],
+  ['neural_lipsync', benchNeuralLipsync],
   ['realtime', () => benchRealtime()],
   ['av_sync_sender', benchServerSync],
   ['av_sync_receiver', () => benchAvSync()],
@@ -49,6 +52,7 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['session_cycles', () => benchSessionCycles()],
   ['profile', benchProfile],
   ['stage_costs', benchStageCosts],
+  ['cluster', benchCluster],
 ];
 /** Steps that run only when named: diagnostics behind the figures (the profile repeats session_cpu's load under the sampler). */
 const OPT_IN = new Set(['profile', 'stage_costs']);

@@ -61,6 +61,12 @@ const TARGETS: TargetSpec[] = [
   { row: 'offline MP4 512² 25 fps, lipsync', path: ['offline', 'offline_lipsync_x_realtime'], unit: '×', target: '≥ 10×', ok: (v) => v >= 10 },
   { row: 'RSS per active session, rt (service process)', path: ['session_cpu', 'rt_speaking', 'service_rss_mb_per_session'], unit: 'MB', target: '≤ 60 MB', ok: (v) => v <= 60 },
   { row: 'RSS per active session, lipsync (service process)', path: ['session_cpu', 'lipsync_speaking', 'service_rss_mb_per_session'], unit: 'MB', target: '≤ 60 MB', ok: (v) => v <= 60 },
+  // A user's real model adds its own run time per item to these; the rows measure what the service adds.
+  { row: 'neural lip-sync overhead per frame (mel + paste-back + pool), S 96', path: ['neural_lipsync', 'pipeline_overhead_ms_per_frame_s96'], unit: 'ms', target: '≤ 10 ms', ok: (v) => v <= 10 },
+  { row: 'inference pool, tiny lip-sync model S 96, batch 8', path: ['neural_lipsync', 's96_b8_frames_per_s'], unit: 'frames/s', target: '≥ 250 frames/s', ok: (v) => v >= 250, note: (results) => {
+    const latency = pick(results, ['neural_lipsync', 's96_b8_latency_ms']);
+    return latency === null ? '' : `batch latency ${latency} ms`;
+  } },
   {
     row: 'RSS growth over create/start/speak/delete cycles',
     path: ['session_cycles', 'rss_mb_slope_per_1000_cycles_second_half'],
@@ -76,6 +82,18 @@ const TARGETS: TargetSpec[] = [
         ? `${c.cycles} cycles: ${signed(c.rss_mb_growth_second_half)} MB in the 2nd half, ` +
           `${signed(c.rss_mb_growth_after_warm)} MB after cycle ${c.warm_at_cycles}, fds ${signed(c.fds_growth_after_warm)}, ${c.live_sessions_after} live`
         : '';
+    },
+  },
+  // Cluster mode (docs/scaling.md): one forwarding hop on loopback must stay far below a speak turn's latency.
+  {
+    row: 'cluster: forwarding overhead, one hop, p95',
+    path: ['cluster', 'forwarding', 'overhead_p95_ms'],
+    unit: 'ms',
+    target: '≤ 5 ms',
+    ok: (v) => v <= 5,
+    note: (results) => {
+      const f = (results.cluster as { forwarding?: Record<string, number> } | undefined)?.forwarding;
+      return f ? `p50 +${f.overhead_p50_ms} ms; direct p50 ${f.direct_p50_ms} ms, forwarded p50 ${f.forwarded_p50_ms} ms` : '';
     },
   },
 ];

@@ -54,6 +54,11 @@ export class LocalLipsyncModel {
     return this.current;
   }
 
+  /** The key frames go to the inference pool under (set by a successful `check`). */
+  get poolKey(): string {
+    return this.modelKey;
+  }
+
   /** Checks the file and its signature and registers it with the pool; never throws. */
   async check(signal?: AbortSignal): Promise<LocalModelStatus> {
     const { file, provider } = this.options;

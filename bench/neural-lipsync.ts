@@ -1,0 +1,108 @@
+/**
+ * Neural lip-sync cost on this machine, with the tiny Wav2Lip-shaped ONNX model of the tests (its own compute is
+ * a few element-wise ops, so these figures are the service's overhead; a real model adds its own run time, which
+ * `run_ms_per_item` shows for whatever model is measured):
+ *
+ * - the shared inference pool per batch size B: frames/s with every worker busy, and the latency a batch adds
+ *   (submit → last answer on an idle pool), both at S = 96 and S = 256 (the face tensor grows with S²);
+ * - the per-frame pipeline in the main thread: the mel window (16 kHz conversion + 16 FFT columns) and the
+ *   paste-back (scaling, feathered blend, I420 of the lower half of the crop).
+ */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { InferencePool } from '../actors/inference/pool.ts';
+import { LocalLipsyncModel } from '../actors/lipsync/local-model.ts';
+import { composeFace, prepareFace } from '../actors/lipsync/face-crop.ts';
+import { melWindowFromStream } from '../actors/lipsync/mel.ts';
+import { streamWindowOf } from '../actors/lipsync/neural-renderer.ts';
+import { tensor } from '../actors/inference/tensors.ts';
+import type { AvatarSource } from '../actors/render/types.ts';
+import { REPO_AVATARS } from '../test/helpers/app.ts';
+import { tinyLipsyncModel, writeModelFile } from '../test/helpers/tiny-onnx.ts';
+import { round } from './stats.ts';
+
+const BATCHES = [1, 2, 4, 8, 16];
+const ROUNDS = 30;
+const PIPELINE_FRAMES = 200;
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)];
+}
+
+async function poolFigures(size: number): Promise<Record<string, number>> {
+  const model = await writeModelFile(tinyLipsyncModel({ size }), `tiny_${size}.onnx`);
+  const pool = new InferencePool({ batchWindowMs: 1 });
+  const out: Record<string, number> = {};
+  try {
+    const local = new LocalLipsyncModel({ file: model.path, provider: 'cpu', pool: () => pool });
+    const status = await local.check();
+    if (status.state !== 'connected') throw new Error(status.reason);
+    const key = local.poolKey;
+    const mel = new Float32Array(80 * 16).fill(-1);
+    const face = new Float32Array(6 * size * size).fill(0.5);
+    const item = () => ({ mel: tensor('float32', mel, [1, 1, 80, 16]), face: tensor('float32', face, [1, 6, size, size]) });
+    const batch = (count: number) => Promise.all(Array.from({ length: count }, () => pool.infer(key, item())));
+    await pool.warmUp(key);
+    for (let i = 0; i < 5; i++) await batch(4);
+    for (const count of BATCHES) {
+      const latencies: number[] = [];
+      const runBefore = pool.stats.runMs;
+      for (let r = 0; r < ROUNDS; r++) {
+        const started = performance.now();
+        await batch(count);
+        latencies.push(performance.now() - started);
+      }
+      const runMs = (pool.stats.runMs - runBefore) / ROUNDS;
+      // Saturated: one loop per worker, each sending its next batch when the last came back.
+      const started = performance.now();
+      await Promise.all(Array.from({ length: pool.threadCount }, async () => {
+        for (let r = 0; r < ROUNDS; r++) await batch(count);
+      }));
+      const seconds = (performance.now() - started) / 1000;
+      out[`s${size}_b${count}_frames_per_s`] = round((count * ROUNDS * pool.threadCount) / seconds, 0);
+      out[`s${size}_b${count}_latency_ms`] = round(median(latencies), 2);
+      out[`s${size}_b${count}_run_ms_per_item`] = round(runMs / count, 3);
+    }
+  } finally {
+    await pool.close();
+    await model.remove();
+  }
+  return out;
+}
+
+async function pipelineFigures(): Promise<Record<string, number>> {
+  const dir = path.join(REPO_AVATARS, 'astronaut');
+  const avatar: AvatarSource = { id: 'astronaut', dir, manifest: JSON.parse(readFileSync(path.join(dir, 'manifest.json'), 'utf8')) };
+  const out: Record<string, number> = {};
+  let state = 1;
+  const pcm = Int16Array.from({ length: 4000 }, () => {
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+    return (state >> 20) - 2048;
+  });
+  for (const rate of [16_000, 48_000]) {
+    const audio = { sampleRate: rate, pcm: rate === 16_000 ? pcm : Int16Array.from({ length: 12_000 }, (_, i) => pcm[Math.floor(i / 3)]), leadSamples: rate === 16_000 ? 500 : 1500 };
+    for (let i = 0; i < 20; i++) melWindowFromStream(streamWindowOf(audio));
+    const started = performance.now();
+    for (let i = 0; i < PIPELINE_FRAMES; i++) melWindowFromStream(streamWindowOf(audio));
+    out[`mel_window_ms_per_frame_${rate / 1000}k`] = round((performance.now() - started) / PIPELINE_FRAMES, 3);
+  }
+  for (const size of [96, 256]) {
+    const face = await prepareFace(avatar, size);
+    const output = new Float32Array(3 * size * size).fill(0.6);
+    for (let i = 0; i < 20; i++) composeFace(face, output);
+    const started = performance.now();
+    for (let i = 0; i < PIPELINE_FRAMES; i++) composeFace(face, output);
+    out[`paste_back_ms_per_frame_s${size}`] = round((performance.now() - started) / PIPELINE_FRAMES, 3);
+    out.crop_side_px = face.crop.side;
+  }
+  return out;
+}
+
+export async function benchNeuralLipsync(): Promise<Record<string, number>> {
+  const out: Record<string, number> = { ...(await pipelineFigures()) };
+  Object.assign(out, await poolFigures(96), await poolFigures(256));
+  // Main-thread work per frame at 16 kHz and S = 96, plus what the pool adds to a lone frame beyond the model run.
+  out.pipeline_overhead_ms_per_frame_s96 = round(out['mel_window_ms_per_frame_16k'] + out.paste_back_ms_per_frame_s96 + out.s96_b1_latency_ms - out.s96_b1_run_ms_per_item, 2);
+  return out;
+}
