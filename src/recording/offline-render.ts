@@ -22,6 +22,17 @@ export interface OfflineRenderOptions {
 }
 
 const DEFAULT_BATCH_FRAMES = 16;
+/**
+ * Batches requested ahead of the one being written: the render workers keep rendering while the main
+ * thread hands frames to ffmpeg, and memory stays bounded (3 × 16 frames ≈ 18 MiB at 512²).
+ */
+const RENDER_AHEAD_BATCHES = 2;
+/**
+ * x264 preset for offline bundles: `ultrafast` encodes 512² avatar video ~3× faster than `veryfast` (the
+ * encoder was most of an offline job's wall time; docs/performance.md), for a larger file at the same CRF.
+ * Live recordings keep the encoder's default, which only has to keep up with real time.
+ */
+export const OFFLINE_X264_PRESET = 'ultrafast';
 
 /**
  * The pieces laid end to end on the same frame timeline live playout uses (`actors/media/timeline.ts`):
@@ -61,16 +72,26 @@ export async function renderOfflineMp4(options: OfflineRenderOptions): Promise<n
   };
 
   const audio = new AudioReader(pieces);
-  const encoder = new Mp4Encoder({ outPath, width: renderer.width, height: renderer.height, fps, sampleRate });
+  const encoder = new Mp4Encoder({ outPath, width: renderer.width, height: renderer.height, fps, sampleRate, preset: OFFLINE_X264_PRESET });
+  // Batches in flight, in frame order: the one to write next first.
+  const ahead: Array<Promise<Array<{ data: Uint8Array }>>> = [];
+  let requestedUpTo = 0;
+  const requestAhead = () => {
+    while (ahead.length <= RENDER_AHEAD_BATCHES && requestedUpTo < frameCount) {
+      const next = renderBatch(requestedUpTo);
+      // A rejected look-ahead is reported when awaited; this keeps it from counting as unhandled meanwhile.
+      next.catch(() => undefined);
+      ahead.push(next);
+      requestedUpTo = Math.min(frameCount, requestedUpTo + batch);
+    }
+  };
   try {
-    let next: Promise<unknown> | null = renderBatch(0);
+    requestAhead();
     for (let from = 0; from < frameCount; from += batch) {
       signal.throwIfAborted();
-      const frames = (await next) as Array<{ data: Uint8Array }>;
+      const frames = await ahead.shift()!;
       const upTo = Math.min(frameCount, from + batch);
-      next = upTo < frameCount ? renderBatch(upTo) : null;
-      // A rejected look-ahead is reported when awaited; this keeps it from counting as unhandled meanwhile.
-      (next as Promise<unknown> | null)?.catch(() => undefined);
+      requestAhead();
       if (frames.length !== upTo - from) throw new Error(`renderer returned ${frames.length} frames for ${upTo - from} requests`);
       for (let i = 0; i < frames.length; i++) {
         const idx = from + i;
