@@ -1,6 +1,6 @@
 // Demo client: creates a session, connects WebRTC, speaks, chats, interrupts and shows SSE events.
 const $ = (id) => document.getElementById(id);
-const state = { sessionId: null, pc: null, events: null, speakAt: 0 };
+const state = { sessionId: null, pc: null, events: null, speakAt: 0, mic: null };
 window.demo = state;
 
 function log(line) {
@@ -39,7 +39,8 @@ async function loadCatalog() {
 function setRunning(running) {
   $('start').disabled = running;
   $('stop').disabled = !running;
-  for (const id of ['speak', 'chat', 'interrupt']) $(id).disabled = !running;
+  for (const id of ['speak', 'chat', 'interrupt', 'talk']) $(id).disabled = !running;
+  if (!running) stopMicrophone();
 }
 
 async function start() {
@@ -50,19 +51,7 @@ async function start() {
     state.sessionId = session_id;
     $('state').textContent = 'created';
     listen(session_id);
-    const pc = new RTCPeerConnection();
-    state.pc = pc;
-    pc.addTransceiver('video', { direction: 'recvonly' });
-    pc.addTransceiver('audio', { direction: 'recvonly' });
-    const stream = new MediaStream();
-    pc.ontrack = (ev) => {
-      stream.addTrack(ev.track);
-      $('video').srcObject = stream;
-    };
-    await pc.setLocalDescription(await pc.createOffer());
-    await waitForIce(pc);
-    const answer = await api('POST', `/sessions/${session_id}/webrtc/offer`, { sdp: pc.localDescription.sdp, type: 'offer' });
-    await pc.setRemoteDescription(answer);
+    await connectPeer(session_id);
     await api('POST', `/sessions/${session_id}/start`);
     $('state').textContent = 'running';
     setRunning(true);
@@ -73,6 +62,60 @@ async function start() {
     endSession();
     setRunning(false);
   }
+}
+
+/**
+ * One WebRTC peer for the session; with `mic` its audio section is sendrecv and carries the microphone
+ * (hands-free conversation). A new offer replaces the session's previous peer, so talking reconnects.
+ */
+async function connectPeer(sessionId, mic = null) {
+  const pc = new RTCPeerConnection();
+  pc.addTransceiver('video', { direction: 'recvonly' });
+  if (mic) pc.addTransceiver(mic.getAudioTracks()[0], { direction: 'sendrecv', streams: [mic] });
+  else pc.addTransceiver('audio', { direction: 'recvonly' });
+  const stream = new MediaStream();
+  pc.ontrack = (ev) => {
+    stream.addTrack(ev.track);
+    $('video').srcObject = stream;
+  };
+  await pc.setLocalDescription(await pc.createOffer());
+  await waitForIce(pc);
+  const answer = await api('POST', `/sessions/${sessionId}/webrtc/offer`, { sdp: pc.localDescription.sdp, type: 'offer' });
+  await pc.setRemoteDescription(answer);
+  const previous = state.pc;
+  state.pc = pc;
+  previous?.close();
+}
+
+/** Talk: the microphone (echo-cancelled by the browser) goes to the avatar; pressing again mutes it. */
+async function toggleTalk() {
+  const button = $('talk');
+  if (state.mic) {
+    const track = state.mic.getAudioTracks()[0];
+    track.enabled = !track.enabled;
+    button.setAttribute('aria-pressed', String(track.enabled));
+    log(track.enabled ? 'microphone on' : 'microphone muted');
+    return;
+  }
+  button.disabled = true;
+  try {
+    const mic = await navigator.mediaDevices.getUserMedia({ audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true } });
+    state.mic = mic;
+    await connectPeer(state.sessionId, mic);
+    button.setAttribute('aria-pressed', 'true');
+    log('microphone on: talk to the avatar, talk over it to interrupt');
+  } catch (error) {
+    log(`error: ${error.message}`);
+    stopMicrophone();
+  } finally {
+    button.disabled = !state.sessionId;
+  }
+}
+
+function stopMicrophone() {
+  for (const track of state.mic?.getTracks() ?? []) track.stop();
+  state.mic = null;
+  $('talk').setAttribute('aria-pressed', 'false');
 }
 
 /** Ends the current session, if any. `keepalive` lets the request outlive the page (pagehide). */
@@ -157,6 +200,7 @@ async function speak(kind) {
 $('start').onclick = start;
 $('speak').onclick = () => speak('speak');
 $('chat').onclick = () => speak('chat');
+$('talk').onclick = () => void toggleTalk();
 $('interrupt').onclick = () => api('POST', `/sessions/${state.sessionId}/interrupt`).catch((e) => log(`error: ${e.message}`));
 $('stop').onclick = async () => {
   $('stop').disabled = true;
