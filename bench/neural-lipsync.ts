@@ -30,18 +30,21 @@ function median(values: number[]): number {
   return sorted[Math.floor(sorted.length / 2)];
 }
 
-async function poolFigures(size: number): Promise<Record<string, number>> {
-  const model = await writeModelFile(tinyLipsyncModel({ size }), `tiny_${size}.onnx`);
+/** `file`: a real model to measure instead of the tiny one (BENCH_LIPSYNC_MODEL); its S comes from the file. */
+async function poolFigures(tinySize: number, file?: string, prefix = ''): Promise<Record<string, number>> {
+  const model = file ? { path: file, remove: async () => undefined } : await writeModelFile(tinyLipsyncModel({ size: tinySize }), `tiny_${tinySize}.onnx`);
   const pool = new InferencePool({ batchWindowMs: 1 });
   const out: Record<string, number> = {};
   try {
     const local = new LocalLipsyncModel({ file: model.path, provider: 'cpu', pool: () => pool });
     const status = await local.check();
     if (status.state !== 'connected') throw new Error(status.reason);
+    const size = status.signature.size;
+    const { melInput, faceInput } = status.signature;
     const key = local.poolKey;
     const mel = new Float32Array(80 * 16).fill(-1);
     const face = new Float32Array(6 * size * size).fill(0.5);
-    const item = () => ({ mel: tensor('float32', mel, [1, 1, 80, 16]), face: tensor('float32', face, [1, 6, size, size]) });
+    const item = () => ({ [melInput]: tensor('float32', mel, [1, 1, 80, 16]), [faceInput]: tensor('float32', face, [1, 6, size, size]) });
     const batch = (count: number) => Promise.all(Array.from({ length: count }, () => pool.infer(key, item())));
     await pool.warmUp(key);
     for (let i = 0; i < 5; i++) await batch(4);
@@ -60,9 +63,9 @@ async function poolFigures(size: number): Promise<Record<string, number>> {
         for (let r = 0; r < ROUNDS; r++) await batch(count);
       }));
       const seconds = (performance.now() - started) / 1000;
-      out[`s${size}_b${count}_frames_per_s`] = round((count * ROUNDS * pool.threadCount) / seconds, 0);
-      out[`s${size}_b${count}_latency_ms`] = round(median(latencies), 2);
-      out[`s${size}_b${count}_run_ms_per_item`] = round(runMs / count, 3);
+      out[`${prefix}s${size}_b${count}_frames_per_s`] = round((count * ROUNDS * pool.threadCount) / seconds, 0);
+      out[`${prefix}s${size}_b${count}_latency_ms`] = round(median(latencies), 2);
+      out[`${prefix}s${size}_b${count}_run_ms_per_item`] = round(runMs / count, 3);
     }
   } finally {
     await pool.close();
@@ -102,6 +105,9 @@ async function pipelineFigures(): Promise<Record<string, number>> {
 export async function benchNeuralLipsync(): Promise<Record<string, number>> {
   const out: Record<string, number> = { ...(await pipelineFigures()) };
   Object.assign(out, await poolFigures(96), await poolFigures(256));
+  // A real model, when given: `BENCH_LIPSYNC_MODEL=<file.onnx> npm run bench -- neural_lipsync` adds model_* rows.
+  const real = process.env.BENCH_LIPSYNC_MODEL;
+  if (real) Object.assign(out, await poolFigures(0, real, 'model_'));
   // Main-thread work per frame at 16 kHz and S = 96, plus what the pool adds to a lone frame beyond the model run.
   out.pipeline_overhead_ms_per_frame_s96 = round(out['mel_window_ms_per_frame_16k'] + out.paste_back_ms_per_frame_s96 + out.s96_b1_latency_ms - out.s96_b1_run_ms_per_item, 2);
   return out;
