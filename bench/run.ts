@@ -24,6 +24,7 @@ import { benchRenderers } from './renderers.ts';
 import { benchNeuralLipsync } from './neural-lipsync.ts';
 import { benchCapacity } from './capacity.ts';
 import { benchChat } from './chat.ts';
+import { benchVoice } from './voice.ts';
 import { benchOffline } from './offline.ts';
 import { benchCustomAvatar } from './custom-avatar.ts';
 import { benchSessionCpu } from './session-cpu.ts';
@@ -43,6 +44,7 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['av_sync_receiver', () => benchAvSync()],
   ['av_sync_browser', benchBrowserSync],
   ['chat', benchChat],
+  ['voice', benchVoice],
   ['custom_avatar', benchCustomAvatar],
   ['offline', () => benchOffline()],
   ['session_churn', benchLeak],

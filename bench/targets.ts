@@ -56,6 +56,18 @@ const TARGETS: TargetSpec[] = [
   { row: '  late frames, lipsync, 3 speaking', path: ['session_cpu', 'lipsync_speaking', 'late_percent'], unit: '%', target: '< 1 %', ok: (v) => v < 1 },
   { row: 'speak → first audible at a wrtc viewer, p50', path: ['realtime', 'speakToFirstAudibleMs', 'p50'], unit: 'ms', target: '≤ 100 ms', ok: (v) => v <= 100, note: p95Note('realtime', 'speakToFirstAudibleMs') },
   { row: 'chat → first audible beyond the first token, p50', path: ['chat', 'chatOverheadBeyondTtftMs', 'p50'], unit: 'ms', target: '≤ 150 ms', ok: (v) => v <= 150, note: p95Note('chat', 'chatOverheadBeyondTtftMs') },
+  {
+    row: 'voice: end of turn → first audible beyond ASR + LLM time, p50',
+    path: ['voice', 'endOfTurnOverheadMs', 'p50'],
+    unit: 'ms',
+    target: '≤ 250 ms',
+    ok: (v) => v <= 250,
+    note: (results) => {
+      const p95 = pick(results, ['voice', 'endOfTurnOverheadMs', 'p95']);
+      const wait = pick(results, ['voice', 'userSpeechEndToEndOfTurnMs', 'p50']);
+      return [p95 === null ? '' : `p95 ${p95} ms`, wait === null ? '' : `end of speech → end of turn ${wait} ms`].filter(Boolean).join(', ');
+    },
+  },
   { row: 'offline MP4 512² 25 fps, rt', path: ['offline', 'offline_rt_x_realtime'], unit: '×', target: '≥ 15×', ok: (v) => v >= 15 },
   { row: 'offline MP4 512² 25 fps, mock', path: ['offline', 'offline_mock_x_realtime'], unit: '×', target: '≥ 15×', ok: (v) => v >= 15 },
   { row: 'offline MP4 512² 25 fps, lipsync', path: ['offline', 'offline_lipsync_x_realtime'], unit: '×', target: '≥ 10×', ok: (v) => v >= 10 },

@@ -4,6 +4,8 @@ import type { Logger } from 'pino';
 import type { ClusterConfig } from '../config.ts';
 import { errorForLog } from '../logger.ts';
 import {
+  BEATS_KEY,
+  EXPIRED_LUA,
   HEARTBEAT_LUA,
   LOST_CHANNEL,
   NODES_KEY,
@@ -43,6 +45,7 @@ type ClusterRedis = Redis & {
   avsHeartbeat(...args: Array<string | number>): Promise<number>;
   avsReap(nodeId: string, retentionMs: number, nowIso: string, expiresIso: string): Promise<string[]>;
   avsVoiceCreate(entryJson: string): Promise<number>;
+  avsExpired(): Promise<string[]>;
 };
 
 /** The node's id: derived from its URL, so a restarted node finds (and closes) the sessions it owned. */
@@ -62,6 +65,7 @@ export function connectRedis(url: string, options: { forBullmq?: boolean } = {})
   redis.defineCommand('avsHeartbeat', { numberOfKeys: 0, lua: HEARTBEAT_LUA });
   redis.defineCommand('avsReap', { numberOfKeys: 0, lua: REAP_LUA });
   redis.defineCommand('avsVoiceCreate', { numberOfKeys: 0, lua: VOICE_CREATE_LUA });
+  redis.defineCommand('avsExpired', { numberOfKeys: 0, lua: EXPIRED_LUA });
   return redis;
 }
 
@@ -209,10 +213,8 @@ export class NodeRegistry {
   private async tick(): Promise<void> {
     try {
       await this.publishNow();
-      for (const id of await this.deps.redis.smembers(NODES_KEY)) {
-        if (id === this.id) continue;
-        if ((await this.deps.redis.exists(nodeKey(id))) === 0) await this.reapIfLost(id);
-      }
+      // One range query per tick whatever the cluster size; usually empty.
+      for (const id of await this.deps.redis.avsExpired()) await this.reapIfLost(id);
     } catch (error) {
       this.deps.logger.warn({ err: errorForLog(error) }, 'cluster heartbeat failed');
     }
@@ -225,7 +227,7 @@ export class NodeRegistry {
     await this.chain;
     this.closed = true;
     try {
-      await this.deps.redis.multi().del(nodeKey(this.id)).srem(NODES_KEY, this.id).del(reservationsKey(this.id)).exec();
+      await this.deps.redis.multi().del(nodeKey(this.id)).srem(NODES_KEY, this.id).zrem(BEATS_KEY, this.id).del(reservationsKey(this.id)).exec();
     } catch (error) {
       this.deps.logger.warn({ err: errorForLog(error) }, 'node not deregistered');
     }

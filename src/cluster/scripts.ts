@@ -9,6 +9,8 @@
 
 export const KEY_PREFIX = 'avs:';
 export const NODES_KEY = `${KEY_PREFIX}nodes`;
+/** Sorted set node id → when its heartbeat expires (ms): finding lost nodes is one range query, not N lookups. */
+export const BEATS_KEY = `${KEY_PREFIX}beats`;
 export const nodeKey = (nodeId: string) => `${KEY_PREFIX}node:${nodeId}`;
 export const reservationsKey = (nodeId: string) => `${KEY_PREFIX}resv:${nodeId}`;
 export const sessionKey = (sessionId: string) => `${KEY_PREFIX}s:${sessionId}`;
@@ -62,11 +64,13 @@ return best`;
  * counted nowhere). Returns 1 when the node's hash still existed (0: first registration, or the node
  * was silent past its TTL and may have been declared lost).
  */
-export const HEARTBEAT_LUA = `local key = '${KEY_PREFIX}node:' .. ARGV[1]
+export const HEARTBEAT_LUA = `${NOW_MS}
+local key = '${KEY_PREFIX}node:' .. ARGV[1]
 local existed = redis.call('EXISTS', key)
 redis.call('HSET', key, 'url', ARGV[3], 'maxActive', ARGV[4], 'maxPending', ARGV[5], 'active', ARGV[6], 'pending', ARGV[7], 'draining', ARGV[8])
 redis.call('PEXPIRE', key, ARGV[2])
 redis.call('SADD', '${NODES_KEY}', ARGV[1])
+redis.call('ZADD', '${BEATS_KEY}', now + tonumber(ARGV[2]), ARGV[1])
 for i = 9, #ARGV do redis.call('ZREM', '${KEY_PREFIX}resv:' .. ARGV[1], ARGV[i]) end
 return existed`;
 
@@ -98,8 +102,13 @@ for _, sid in ipairs(sids) do
 end
 redis.call('DEL', set, '${KEY_PREFIX}resv:' .. id)
 redis.call('SREM', '${NODES_KEY}', id)
+redis.call('ZREM', '${BEATS_KEY}', id)
 if #lost > 0 then redis.call('PUBLISH', '${LOST_CHANNEL}', cjson.encode({ node = id, sessions = lost })) end
 return lost`;
+
+/** Nodes whose heartbeat has expired (by Redis's clock, so node clocks need not agree). */
+export const EXPIRED_LUA = `${NOW_MS}
+return redis.call('ZRANGEBYSCORE', '${BEATS_KEY}', '-inf', now)`;
 
 /**
  * Voice id allocation. ARGV: entry JSON without id (its display_label already de-duplicated). Increments
