@@ -49,10 +49,13 @@ export function normalisePhones(raw: PhoneTiming[], durationMs: number): PhoneTi
   }));
 }
 
-/** Silence kept before speech: enough to sound natural, short enough not to delay the first word. */
-export const LEADING_SILENCE_KEEP_MS = 30;
-/** Silence kept after speech: this plus the next sentence's lead is the pause between sentences. */
-export const TRAILING_SILENCE_KEEP_MS = 300;
+/**
+ * Silence kept before speech: enough for the first phone's onset not to click, and no more — every ms of it
+ * is a ms before the listener hears the first word (it was 30; docs/performance.md, first sound).
+ */
+export const LEADING_SILENCE_KEEP_MS = 5;
+/** Silence kept after speech: this plus the next sentence's lead (330 ms) is the pause between sentences. */
+export const TRAILING_SILENCE_KEEP_MS = 325;
 
 /**
  * Flite pads every utterance with ~200 ms of silence on each side; trimming the edge `pau` phones
