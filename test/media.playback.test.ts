@@ -24,7 +24,8 @@ describe('what of a turn was played (the chat history after an interrupt)', () =
     expect(clock.enqueue('turn-1', pcm(100), mouth(100), 0)).toBe(200);
     expect(clock.enqueue('turn-1', pcm(400), mouth(400), 1)).toBe(300);
     expect(clock.enqueue('turn-1', pcm(500), mouth(500), 2)).toBe(700);
-    expect(clock.playedMsOf('turn-1')).toBe(0);
+    // Speech after silence leaves at once: its first 10 ms chunk went out inside the first enqueue.
+    expect(clock.playedMsOf('turn-1')).toBeLessThanOrEqual(10);
 
     while (clock.playedMsOf('turn-1') < 450) await sleep(5);
     clock.flush();

@@ -218,10 +218,14 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     turn.enqueuedSamples += pcm.length;
     turn.pendingSamples += pcm.length;
     this.queuedSamples += pcm.length;
+    const startsOnSilence = this.queue.length === 0;
     this.queue.push({ turnId, pcm, offset: 0 });
     // Frames rendered ahead before this audio arrived showed silence from its start on (or, for a renderer that
     // reads audio after its frames, from that much earlier); earlier ones stand.
     this.invalidateRenderedFrom(span.start - this.timeline.audioLagSamples);
+    // Speech after silence: its first chunk is due already (the clock sends a chunk as its span begins), so it
+    // leaves now rather than at the next tick — up to TICK_MS off the time to first sound.
+    if (startsOnSilence && this.timer) this.tick();
     return startMs;
   }
 
@@ -385,7 +389,9 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   private tick(): void {
     if (this.closed) return;
     const elapsedMs = performance.now() - this.startedAt;
-    let dueSamples = Math.floor((elapsedMs * this.sampleRate) / 1000);
+    // A chunk leaves as its 10 ms span begins, not once it has passed: the same pace, one chunk sooner, so
+    // speech that arrives during silence goes out at once instead of waiting out the current chunk.
+    let dueSamples = Math.floor((elapsedMs * this.sampleRate) / 1000) + this.chunkSamples;
     if (dueSamples - this.playedSamples > (MAX_CATCH_UP_MS * this.sampleRate) / 1000) {
       // Stalled: re-anchor the clock rather than bursting audio the receiver would drop.
       this.startedAt = performance.now() - (this.playedSamples * 1000) / this.sampleRate;
