@@ -167,6 +167,18 @@ describe('EagerSentenceStream (first segment of a streamed reply)', () => {
     expect(out).toEqual(['Sure!', ...splitSentences('Here is a short answer. And more text.')]);
   });
 
+  it('lets "Sure!" go as soon as the "!" arrives, without waiting for the next token; a "." still waits for its space', async () => {
+    const { EagerSentenceStream } = await import('../actors/tts/sentences.ts');
+    const stream = new EagerSentenceStream();
+    expect(stream.push('Sure')).toEqual([]);
+    expect(stream.push('!')).toEqual(['Sure!']);
+    expect([...stream.push(' Here is a short answer.'), ...stream.flush()]).toEqual(['Here is a short answer.']);
+    const dotted = new EagerSentenceStream();
+    expect(dotted.push('Dr.')).toEqual([]);
+    expect(dotted.push('3.')).toEqual([]);
+    expect(dotted.push('!')).toEqual([]);
+  });
+
   it('cuts a long first clause at a comma, but not a short one, and not inside a number', async () => {
     const { EagerSentenceStream } = await import('../actors/tts/sentences.ts');
     const long = new EagerSentenceStream();

@@ -183,6 +183,8 @@ export function splitSentences(text: string): string[] {
 /** The first clause of a reply may be cut at a comma once it has this many characters. */
 const EAGER_CLAUSE_MIN_CHARS = 16;
 const EAGER_BOUNDARY = /([.!?…。！？]|[,;:，；：](?=\s))\s/gu;
+/** A head that ends, for now, in one of these is cut without waiting for the space after it. */
+const EAGER_END = /\p{L}[!?。！？]$/u;
 
 /**
  * A `SentenceStream` that lets the first segment of a reply go early: at its first sentence end (even a
@@ -207,8 +209,11 @@ export class EagerSentenceStream {
       const word = (/([\p{L}.]+)$/u.exec(before)?.[1] ?? '').toLowerCase();
       return !/\d$/.test(before) && word.length > 1 && !TITLE_ABBREVIATIONS.has(word) && !AMBIGUOUS_ABBREVIATIONS.has(word) && !word.includes('.');
     });
-    if (!match) return [];
-    const cut = match.index! + match[0].length;
+    // "Sure!" as the stream's last text: an exclamation or question mark ends the head at once — waiting for the
+    // next token's space would cost one token interval of the first sound. ("?!" or a closing quote that
+    // follows goes with the next segment and is not spoken.)
+    const cut = match ? match.index! + match[0].length : EAGER_END.test(this.head) ? this.head.length : -1;
+    if (cut < 0) return [];
     const first = this.head.slice(0, cut).trim();
     this.headDone = true;
     const tail = this.head.slice(cut);
