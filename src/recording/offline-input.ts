@@ -62,7 +62,20 @@ export const OfflineBundleRequest = Type.Object(
     tts_provider: Type.Optional(Type.Union([Type.String(), Type.Null()], { description: 'Overrides the session TTS provider' })),
     tts_model: Type.Optional(Type.Union([Type.String({ maxLength: 200 }), Type.Null()], { description: 'Provider-specific model' })),
   },
-  { $id: 'OfflineBundleRequest', additionalProperties: false, description: 'Exactly one of `text` or `segments`' },
+  {
+    $id: 'OfflineBundleRequest',
+    additionalProperties: false,
+    description: 'Exactly one of `text` or `segments`',
+    examples: [
+      {
+        segments: [
+          { text: 'Good morning, and welcome to the tour.', pause_after_ms: 400 },
+          { text: 'Our first stop is the observation deck.' },
+        ],
+        voice: 'en-US-JennyNeural',
+      },
+    ],
+  },
 );
 export type OfflineBundleRequest = Static<typeof OfflineBundleRequest>;
 export type OfflineSegment = Static<typeof TextSegment> | Static<typeof AudioSegment>;

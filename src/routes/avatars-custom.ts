@@ -5,13 +5,17 @@ import { MAX_AVATAR_NAME_LENGTH, MAX_PORTRAIT_BYTES, createCustomAvatar } from '
 import { errors } from '../schemas/common.ts';
 import { badRequest } from '../errors.ts';
 import { readMultipart } from './multipart.ts';
+import { multipartForm } from '../schemas/multipart-form.ts';
 import { closedSignal } from './tts.ts';
 
 /** Documents the multipart body (validation happens while the parts stream in). */
 const CustomAvatarForm = Type.Object(
   {
-    name: Type.String({ minLength: 1, maxLength: MAX_AVATAR_NAME_LENGTH, description: 'Display name; its slug goes into the new id' }),
-    base_avatar_id: Type.String({ description: 'Existing avatar with model_type `lipsync`; its manifest (fps, size, sample rate, …) is copied' }),
+    name: Type.String({ minLength: 1, maxLength: MAX_AVATAR_NAME_LENGTH, description: 'Display name; its slug goes into the new id', example: 'Ada' }),
+    base_avatar_id: Type.String({
+      description: 'Existing avatar with model_type `lipsync`; its manifest (fps, size, sample rate, …) is copied',
+      example: 'astronaut',
+    }),
     image: Type.String({ format: 'binary', description: 'Portrait photo: JPEG, PNG or WebP (detected from the bytes), at most 10 MB' }),
   },
   { $id: 'CustomAvatarForm' },
@@ -36,7 +40,7 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         '`metadata.base_avatar_id`. The bundle appears atomically. 400: malformed multipart body (no boundary, truncated, too many ' +
         'fields or files), name/base/image missing, image empty, not JPEG/PNG/WebP, ' +
         'undecodable or too many pixels, or base avatar not `lipsync`. 404: base avatar unknown. 413: image over 10 MB (refused while uploading).',
-      consumes: ['multipart/form-data'],
+      ...multipartForm(CustomAvatarForm),
       response: { 200: Type.Ref('AvatarSummary'), ...errors(400, 404, 413) },
     },
     handler: async (request, reply) => {

@@ -15,6 +15,7 @@ import {
 import { CLONE_PROVIDERS, MIN_CLONE_AUDIO_BYTES, type CloneProviderId } from '../voices/clone.ts';
 import type { Services } from '../services.ts';
 import { readCloneForm, runClone } from './voices.ts';
+import { multipartForm } from '../schemas/multipart-form.ts';
 
 /**
  * Target model a reference is cloned for when neither the request nor the persona names one. cloud_a has
@@ -32,8 +33,12 @@ const DEFAULT_TARGET_MODELS: Record<CloneProviderId, string | null> = {
 const ReferenceForm = Type.Object(
   {
     audio: Type.String({ format: 'binary', description: `Reference sample, ${MIN_CLONE_AUDIO_BYTES} B to 12 MB, any format ffmpeg converts to 24 kHz mono WAV` }),
-    tts_provider: Type.Optional(Type.String({ description: `Clone-capable provider: ${CLONE_PROVIDERS.join(', ')}; default the current one if it can clone` })),
-    target_model: Type.Optional(Type.String({ description: 'Model the clone is made for; default the current tts_model, else a per-provider default (cloud_a: required)' })),
+    tts_provider: Type.Optional(
+      Type.String({ description: `Clone-capable provider: ${CLONE_PROVIDERS.join(', ')}; default the current one if it can clone`, example: 'local_clone_a' }),
+    ),
+    target_model: Type.Optional(
+      Type.String({ description: 'Model the clone is made for; default the current tts_model, else a per-provider default (cloud_a: required)', example: 'en' }),
+    ),
   },
   { $id: 'ReferenceForm' },
 );
@@ -75,7 +80,7 @@ const customizeReferenceRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Set a reference voice for the session',
       description: `${DESCRIPTION} Applies from the next turn (a turn in flight keeps its voice). 404 unknown session.`,
       params: SessionIdParams,
-      consumes: ['multipart/form-data'],
+      ...multipartForm(ReferenceForm),
       response: { 200: ReferencePersona, ...errors(400, 404, 409, 502) },
     },
     handler: async (request, reply) => {
@@ -108,7 +113,7 @@ const customizeReferenceRoutes: FastifyPluginAsyncTypebox = async (app) => {
       tags: ['persona'],
       summary: 'Set a default reference voice',
       description: `${DESCRIPTION} Becomes the service-wide default provider/voice/model for sessions created afterwards; persisted.`,
-      consumes: ['multipart/form-data'],
+      ...multipartForm(ReferenceForm),
       response: { 200: ReferencePersona, ...errors(400, 502) },
     },
     handler: async (request, reply) => {

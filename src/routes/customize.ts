@@ -11,12 +11,17 @@ const PersonaPatch = Type.Object(
     tts_voice: Type.Optional(Nullable(Type.String({ maxLength: 256, description: 'Voice for following turns; null = provider default' }))),
     tts_model: Type.Optional(Nullable(Type.String({ maxLength: 128, description: 'Provider-specific model for following turns' }))),
   },
-  { $id: 'PersonaPatch', additionalProperties: false, minProperties: 1 },
+  {
+    $id: 'PersonaPatch',
+    additionalProperties: false,
+    minProperties: 1,
+    examples: [{ system_prompt: 'You are a patient maths tutor. Explain one step at a time.', tts_provider: 'builtin', tts_voice: 'en-GB-RyanNeural' }],
+  },
 );
 
 const PromptBody = Type.Object(
   { system_prompt: Type.String({ minLength: 1, maxLength: 20_000 }) },
-  { $id: 'PromptBody', additionalProperties: false },
+  { $id: 'PromptBody', additionalProperties: false, examples: [{ system_prompt: 'You are a museum guide. Keep every answer under thirty words.' }] },
 );
 
 const Persona = Type.Object(

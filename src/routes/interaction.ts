@@ -17,6 +17,7 @@ import {
 } from '../sessions/index.ts';
 import type { Services } from '../services.ts';
 import { readMultipart, parseBooleanField, parseIntegerField } from './multipart.ts';
+import { multipartForm } from '../schemas/multipart-form.ts';
 
 /** Direct audio uploads: ~13 minutes of 16 kHz PCM; bounded before buffering. */
 export const AUDIO_UPLOAD_MAX_BYTES = 25 * 1024 * 1024;
@@ -114,7 +115,7 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'Emits SSE status listening and transcript. 503 when no ASR is configured (SERVICE_ASR_BASE_URL); ' +
         '409 when busy or when interrupted before finishing; 502 on upstream failure.',
       params: SessionIdParams,
-      consumes: ['multipart/form-data'],
+      ...multipartForm(TranscribeForm),
       response: { 200: TranscribeResponse, ...errors(400, 404, 409, 413, 502, 503) },
     },
     handler: async (request) => {
@@ -153,7 +154,7 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
           (smoothing ? 'Adds DC removal and edge smoothing; recommended for the rt model family. ' : '') +
           `Uploads over ${AUDIO_UPLOAD_MAX_BYTES / 1024 / 1024} MB → 413.`,
         params: SessionIdParams,
-        consumes: ['multipart/form-data'],
+        ...multipartForm(AudioUploadForm),
         response: { 200: EmptyBody, ...errors(400, 404, 409, 413) },
       },
       handler: async (request, reply) => {

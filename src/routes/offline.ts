@@ -58,7 +58,7 @@ const offlineRoutes: FastifyPluginAsyncTypebox = async (app) => {
         `Jobs run one at a time; at most ${OFFLINE_LIMITS.segments} segments. ` +
         '400 invalid body, unknown provider/voice or undecodable audio; 404 unknown session; 503 queue full.',
       params: SessionIdParams,
-      body: Type.Ref('OfflineBundleRequest'),
+      body: OfflineBundleRequest,
       response: { 200: Type.Ref('OfflineJobSubmitted'), ...errors(400, 404, 503) },
     },
     handler: async (request) => {

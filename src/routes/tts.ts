@@ -34,7 +34,11 @@ export const TtsPreviewRequest = Type.Object(
     provider: Type.Optional(Nullable(Type.String({ description: 'Deprecated alias of tts_provider (earlier interface variant)' }))),
     model: Type.Optional(Nullable(Type.String({ maxLength: 128, description: 'Deprecated alias of tts_model (earlier interface variant)' }))),
   },
-  { $id: 'TtsPreviewRequest', additionalProperties: false },
+  {
+    $id: 'TtsPreviewRequest',
+    additionalProperties: false,
+    examples: [{ text: 'Hello! This is how I sound.', voice: 'en-GB-RyanNeural', tts_provider: 'builtin' }],
+  },
 );
 
 type PreviewBody = {

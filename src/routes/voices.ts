@@ -10,6 +10,7 @@ import { CLONE_PROVIDERS, CloneValidationError, MAX_CLONE_AUDIO_BYTES, MIN_CLONE
 import { UPLOAD_TOKEN_PATTERN } from '../voices/uploads.ts';
 import type { Services } from '../services.ts';
 import { readMultipart } from './multipart.ts';
+import { multipartForm } from '../schemas/multipart-form.ts';
 import { closedSignal } from './tts.ts';
 
 /**
@@ -49,9 +50,9 @@ export const CloneResponseSchema = Type.Object(
 /** Documents the multipart body (validation happens while the parts stream in). */
 const CloneForm = Type.Object(
   {
-    provider: Type.String({ description: CLONE_PROVIDERS.join(', ') }),
-    target_model: Type.String({ description: 'TTS model the clone is used with' }),
-    display_label: Type.String({ description: 'Human-readable label; on conflict a timestamp suffix is appended' }),
+    provider: Type.String({ description: CLONE_PROVIDERS.join(', '), example: 'local_clone_a' }),
+    target_model: Type.String({ description: 'TTS model the clone is used with', example: 'en' }),
+    display_label: Type.String({ description: 'Human-readable label; on conflict a timestamp suffix is appended', example: 'Narrator (warm)' }),
     audio: Type.String({ format: 'binary', description: `Sample, ${MIN_CLONE_AUDIO_BYTES} B to 12 MB, any format ffmpeg converts to 24 kHz mono WAV` }),
     prefix: Type.Optional(Type.String({ description: 'cloud_b only: 1-9 lower-case letters/digits; random when omitted' })),
     preferred_name: Type.Optional(Type.String({ description: 'cloud_a only: 1-16 letters/digits/_; random when omitted' })),
@@ -99,7 +100,7 @@ const voiceRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'unconfigured provider, missing field, audio missing, under 256 B, over 12 MB (refused while ' +
         'uploading) or not convertible. 502: the provider rejected the sample or failed (its text in `detail`). cloud_b downloads the ' +
         'sample from SERVICE_PUBLIC_BASE_URL/voice-uploads/{token}.',
-      consumes: ['multipart/form-data'],
+      ...multipartForm(CloneForm),
       response: { 200: CloneResponseSchema, ...errors(400, 502) },
     },
     handler: async (request, reply) => {

@@ -5,12 +5,49 @@ import { conflict } from '../errors.ts';
 import { PeerGoneError } from '../../actors/media/webrtc.ts';
 import { closedSignal } from './tts.ts';
 
+/** A browser's receive-only offer (audio Opus, video VP8), as `RTCPeerConnection.createOffer()` makes it; trimmed to one codec each. */
+const EXAMPLE_OFFER_SDP = [
+  'v=0',
+  'o=- 1679148735965140527 2 IN IP4 127.0.0.1',
+  's=-',
+  't=0 0',
+  'a=group:BUNDLE 0 1',
+  'a=msid-semantic: WMS',
+  'm=audio 9 UDP/TLS/RTP/SAVPF 111',
+  'c=IN IP4 0.0.0.0',
+  'a=rtcp:9 IN IP4 0.0.0.0',
+  'a=ice-ufrag:Nf8y',
+  'a=ice-pwd:Jk38WoO53/a/jRRw88c0NenT',
+  'a=ice-options:trickle',
+  'a=fingerprint:sha-256 A8:1D:E7:00:83:A1:94:DB:77:E7:B0:6F:28:D3:0A:1C:1F:20:56:C8:7F:22:86:CC:6F:1E:85:C9:82:E2:1C:F9',
+  'a=setup:actpass',
+  'a=mid:0',
+  'a=recvonly',
+  'a=rtcp-mux',
+  'a=rtpmap:111 opus/48000/2',
+  'a=fmtp:111 minptime=10;useinbandfec=1',
+  'm=video 9 UDP/TLS/RTP/SAVPF 96',
+  'c=IN IP4 0.0.0.0',
+  'a=rtcp:9 IN IP4 0.0.0.0',
+  'a=ice-ufrag:Nf8y',
+  'a=ice-pwd:Jk38WoO53/a/jRRw88c0NenT',
+  'a=ice-options:trickle',
+  'a=fingerprint:sha-256 A8:1D:E7:00:83:A1:94:DB:77:E7:B0:6F:28:D3:0A:1C:1F:20:56:C8:7F:22:86:CC:6F:1E:85:C9:82:E2:1C:F9',
+  'a=setup:actpass',
+  'a=mid:1',
+  'a=recvonly',
+  'a=rtcp-mux',
+  'a=rtcp-rsize',
+  'a=rtpmap:96 VP8/90000',
+  '',
+].join('\r\n');
+
 const SdpOffer = Type.Object(
   {
     sdp: Type.String({ minLength: 1, maxLength: 65536, description: 'SDP offer' }),
     type: Type.Literal('offer'),
   },
-  { $id: 'SdpOffer' },
+  { $id: 'SdpOffer', examples: [{ type: 'offer', sdp: EXAMPLE_OFFER_SDP }] },
 );
 const SdpAnswer = Type.Object({ sdp: Type.String(), type: Type.Literal('answer') }, { $id: 'SdpAnswer' });
 
@@ -24,6 +61,8 @@ const webrtcRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Exchange SDP',
       description:
         'Answers with one audio and one video track. Candidates are gathered before answering (non-trickle). ' +
+        'An audio section offered sendrecv carries the user’s microphone (hands-free conversation: voice activity detection, ' +
+        'turn-taking and barge-in, docs/voice-input.md); recvonly is answered as before. ' +
         'A new offer replaces the previous peer connection. Offers on one session are answered one at a time: the one being ' +
         'answered finishes (200), one that is still waiting when a newer offer arrives gets 409. 400 malformed SDP or one the ' +
         'WebRTC stack rejects (the current peer stays connected); 404 unknown session; 409 terminated or superseded.',

@@ -13,22 +13,29 @@ const overrides = {
 
 export const SpeakRequest = Type.Object(
   { text: Type.String({ minLength: 1, maxLength: SPEAK_MAX_CHARS, description: 'Text to speak; bypasses the language model' }), ...overrides },
-  { $id: 'SpeakRequest', additionalProperties: false },
+  {
+    $id: 'SpeakRequest',
+    additionalProperties: false,
+    examples: [{ text: 'Welcome aboard! Ask me anything about life on the space station.', voice: 'en-US-JennyNeural', tts_provider: 'builtin' }],
+  },
 );
 
 export const ChatRequest = Type.Object(
   { prompt: Type.String({ minLength: 1, maxLength: CHAT_MAX_CHARS, description: 'User prompt for the language model' }), ...overrides },
-  { $id: 'ChatRequest', additionalProperties: false },
+  { $id: 'ChatRequest', additionalProperties: false, examples: [{ prompt: 'How long does it take to fly to the Moon?' }] },
 );
 
-export const InterruptResponse = Type.Object({ interrupted: Type.Boolean() }, { $id: 'InterruptResponse' });
-export const TranscribeResponse = Type.Object({ transcript: Type.String() }, { $id: 'TranscribeResponse' });
+export const InterruptResponse = Type.Object({ interrupted: Type.Boolean() }, { $id: 'InterruptResponse', examples: [{ interrupted: true }] });
+export const TranscribeResponse = Type.Object(
+  { transcript: Type.String() },
+  { $id: 'TranscribeResponse', examples: [{ transcript: 'How long does it take to fly to the Moon?' }] },
+);
 
 /** Documents a multipart body in OpenAPI; the handler parses it with bounded streaming. */
 export const AudioUploadForm = Type.Object(
   {
     audio: Type.String({ format: 'binary', description: 'WAV, MP3 or raw 16-bit signed little-endian mono PCM (detected from the bytes)' }),
-    sample_rate: Type.Optional(Type.Integer({ minimum: 8000, maximum: 48000, description: 'Required for raw PCM; default 16000' })),
+    sample_rate: Type.Optional(Type.Integer({ minimum: 8000, maximum: 48000, description: 'Required for raw PCM; default 16000', example: 16000 })),
   },
   { $id: 'AudioUploadForm' },
 );
@@ -36,7 +43,7 @@ export const AudioUploadForm = Type.Object(
 export const TranscribeForm = Type.Object(
   {
     audio: Type.String({ format: 'binary', description: '16-bit signed mono PCM at the session sample rate (WAV also accepted)' }),
-    trigger_chat: Type.Optional(Type.Boolean({ description: 'Forward the recognized text to the language model' })),
+    trigger_chat: Type.Optional(Type.Boolean({ description: 'Forward the recognized text to the language model', example: false })),
   },
   { $id: 'TranscribeForm' },
 );

@@ -11,7 +11,19 @@ export const CreateSessionRequest = Type.Object(
     llm_system_prompt: Type.Optional(Nullable(Type.String({ maxLength: 20_000, description: 'Overrides SERVICE_LLM_SYSTEM_PROMPT' }))),
     lipsync_postprocess_mode: Type.Optional(Nullable(Type.String({ maxLength: 64, description: 'Post-processing flag for the lipsync model' }))),
   },
-  { $id: 'CreateSessionRequest', additionalProperties: false },
+  {
+    $id: 'CreateSessionRequest',
+    additionalProperties: false,
+    examples: [
+      {
+        avatar_id: 'astronaut',
+        model: 'lipsync',
+        tts_provider: 'builtin',
+        tts_voice: 'en-US-JennyNeural',
+        llm_system_prompt: 'You are Nova, a friendly astronaut. Answer in one or two short spoken sentences.',
+      },
+    ],
+  },
 );
 export type CreateSessionRequest = Static<typeof CreateSessionRequest>;
 
@@ -20,7 +32,7 @@ export const CreateSessionResponse = Type.Object(
     session_id: Type.String({ format: 'uuid' }),
     status: Type.Literal('created'),
   },
-  { $id: 'CreateSessionResponse' },
+  { $id: 'CreateSessionResponse', examples: [{ session_id: '3f0c9a52-6d1e-4c8b-9a57-2b1e8f4d7c10', status: 'created' }] },
 );
 
 export const SessionInfo = Type.Object(

@@ -10,6 +10,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ServiceConfig } from '../../config.ts';
 import { ErrorBody } from '../../schemas/common.ts';
 import { SERVICE_VERSION } from '../../version.ts';
+import { documentMultipartForms } from '../../schemas/multipart-form.ts';
 
 /** The default per-file bound (clone audio, 12 MB); each route passes its own limit to `readMultipart`. */
 export const MAX_UPLOAD_BYTES = 12 * 1024 * 1024;
@@ -68,6 +69,8 @@ export default fp(async function externalPlugins(app: FastifyInstance, opts: { c
       ],
     },
     refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
+    // Multipart routes document their form as the request body (never validated by Fastify: the handlers stream it).
+    transform: documentMultipartForms as never,
   });
   await app.register(swaggerUi, { routePrefix: '/docs', staticCSP: false, uiConfig: { deepLinking: true } });
 
