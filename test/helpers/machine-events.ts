@@ -52,6 +52,11 @@ export function transcribeRequest(id: string, triggerChat: boolean): TranscribeR
   return { id, triggerChat, pcm: new Int16Array(320), sampleRate: 16_000, result: TRANSCRIBE_RESULT };
 }
 
+/** An utterance the voice input cut from the microphone (hands-free), as `VOICE.END` carries it. */
+export function voiceRequest(id: string): TranscribeRequest {
+  return { ...transcribeRequest(id, true), source: 'voice' };
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Arbitraries
 // ---------------------------------------------------------------------------------------------------
@@ -108,6 +113,9 @@ export const sessionEventArbitrary: fc.Arbitrary<SessionEvent> = fc.oneof(
     weight: 4,
     arbitrary: fc.tuple(idArbitrary, fc.boolean()).map(([id, triggerChat]) => ({ type: 'TRANSCRIBE' as const, request: transcribeRequest(id, triggerChat) })),
   },
+  { weight: 3, arbitrary: fc.constant({ type: 'VOICE.START' } as const) },
+  { weight: 3, arbitrary: idArbitrary.map((id) => ({ type: 'VOICE.END' as const, request: voiceRequest(id) })) },
+  { weight: 1, arbitrary: fc.constant({ type: 'VOICE.CANCEL' } as const) },
   { weight: 4, arbitrary: fc.record({ type: fc.constant('ASR.DONE' as const), text: textArbitrary }) },
   { weight: 4, arbitrary: fc.record({ type: fc.constant('LLM.SEGMENT' as const), text: textArbitrary }) },
   { weight: 3, arbitrary: fc.constant({ type: 'LLM.DONE' } as const) },
@@ -162,6 +170,9 @@ export const REPRESENTATIVE_EVENTS: readonly SessionEvent[] = [
   { type: 'SPEAK_AUDIO', turn: AUDIO_TURN },
   { type: 'TRANSCRIBE', request: transcribeRequest('transcribe-chat', true) },
   { type: 'TRANSCRIBE', request: transcribeRequest('transcribe-only', false) },
+  { type: 'VOICE.START' },
+  { type: 'VOICE.END', request: voiceRequest('voice-turn') },
+  { type: 'VOICE.CANCEL' },
   { type: 'ASR.DONE', text: 'What time is it?' },
   { type: 'LLM.SEGMENT', text: 'It is noon.' },
   { type: 'LLM.DONE' },
