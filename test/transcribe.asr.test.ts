@@ -37,12 +37,12 @@ describe('POST /sessions/{id}/transcribe through an OpenAI-compatible recognizer
     const before = upstream.requests.length;
     const res = await transcribe(pcmBytes(pcm));
     expect(res.status).toBe(200);
-    expect(await json(res)).toEqual({ transcript: 'What is the weather like?' });
+    expect(await json(res)).toEqual({ transcript: 'What is the weather like?', turn_id: expect.any(String) });
     await idleAfter(from, 5_000);
 
     const kinds = labels(s.sse.events.slice(from));
     expect(kinds).toEqual(['status:listening', 'transcript', 'status:idle']);
-    expect(s.sse.events.slice(from).find((e) => e.type === 'transcript')!.data).toEqual({ text: 'What is the weather like?', is_final: true });
+    expect(s.sse.events.slice(from).find((e) => e.type === 'transcript')!.data).toEqual({ text: 'What is the weather like?', is_final: true, turn_id: expect.any(String) });
 
     const sent = upstream.requests.slice(before).find((r) => r.transcription)!.transcription!;
     expect(sent.wav).toEqual({ sampleRate: 16_000, channels: 1, bitDepth: '16', samples: pcm.length });
@@ -82,7 +82,7 @@ describe('POST /sessions/{id}/transcribe through an OpenAI-compatible recognizer
     expect(transcript).toBe(Array(pieces.length).fill('What is the weather like?').join(' '));
     const transcripts = s.sse.events.slice(from).filter((e) => e.type === 'transcript');
     expect(transcripts.filter((e) => !e.data.is_final)).toHaveLength(pieces.length);
-    expect(transcripts.at(-1)!.data).toEqual({ text: transcript, is_final: true });
+    expect(transcripts.at(-1)!.data).toEqual({ text: transcript, is_final: true, turn_id: expect.any(String) });
   });
 
   it('a 48 kHz WAV upload reaches the recognizer resampled to 16 kHz', async () => {
@@ -102,7 +102,7 @@ describe('POST /sessions/{id}/transcribe through an OpenAI-compatible recognizer
     const sentAt = performance.now();
     const res = await transcribe(pcmBytes(tone(16_000, 500)), { trigger_chat: 'true' });
     expect(res.status).toBe(200);
-    expect(await json(res)).toEqual({ transcript: 'What is the weather like?' });
+    expect(await json(res)).toEqual({ transcript: 'What is the weather like?', turn_id: expect.any(String) });
     await s.peer.until(() => s.peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, TURN_MS, 'audible reply');
     await idleAfter(from);
 
@@ -123,7 +123,7 @@ describe('POST /sessions/{id}/transcribe through an OpenAI-compatible recognizer
     const from = s.sse.events.length;
     const before = upstream.requests.length;
     const res = await transcribe(pcmBytes(tone(16_000, 300)), { trigger_chat: 'true' });
-    expect(await json(res)).toEqual({ transcript: '' });
+    expect(await json(res)).toEqual({ transcript: '', turn_id: expect.any(String) });
     await idleAfter(from, 5_000);
     expect(upstream.requests.slice(before).some((r) => r.chat)).toBe(false);
     upstream.setScenario({ transcription: { transcript: 'What is the weather like?' } });

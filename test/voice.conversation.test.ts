@@ -79,7 +79,7 @@ describe('hands-free conversation', () => {
       const listening = await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'listening', 10_000, 'status listening', from);
       await sent;
       const transcript = await sse.waitFor((e) => e.type === 'transcript', 10_000, 'transcript', from);
-      expect(transcript.data).toEqual({ text: 'What will the weather be like tomorrow?', is_final: true });
+      expect(transcript.data).toEqual({ text: 'What will the weather be like tomorrow?', is_final: true, turn_id: expect.any(String) });
       expect(transcript.at).toBeGreaterThan(listening.at);
       const speaking = await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'speaking', TURN_MS, 'status speaking', from);
       const kinds = labels(sse.events.slice(from));

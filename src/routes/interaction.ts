@@ -22,6 +22,19 @@ import { multipartForm } from '../schemas/multipart-form.ts';
 /** Direct audio uploads: ~13 minutes of 16 kHz PCM; bounded before buffering. */
 export const AUDIO_UPLOAD_MAX_BYTES = 25 * 1024 * 1024;
 
+/**
+ * The turn a speak/chat/audio request started: its id answers in this header (the body stays empty, spec 4.4/4.5)
+ * and appears as `turn_id` on the turn's SSE events, as `turnId` in the logs and in `GET /sessions/{id}/metrics`.
+ */
+export const TURN_ID_HEADER = 'x-turn-id';
+
+/** A 200 with an empty body and the turn id header, as documented in OpenAPI. */
+const TurnAccepted = {
+  ...EmptyBody,
+  description: 'Accepted; empty body. The `X-Turn-Id` header names the turn (also `turn_id` on its SSE events).',
+  headers: { [TURN_ID_HEADER]: { type: 'string', format: 'uuid', description: 'Id of the turn this request started' } },
+};
+
 /** The upload rules (`UPLOAD_AUDIO_RULES`) as the route descriptions state them. */
 const UPLOAD_AUDIO_RULE_TEXT =
   `WAV must be ${UPLOAD_AUDIO_RULES.wavBitsPerSample.join('/')}-bit PCM, mono or stereo; every format must be ` +
@@ -48,13 +61,14 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
         '409 while another chat/speak/audio/transcribe is in flight, when the session is not started, or paused.',
       params: SessionIdParams,
       body: SpeakRequest,
-      response: { 200: EmptyBody, ...errors(400, 404, 409) },
+      response: { 200: TurnAccepted, ...errors(400, 404, 409) },
     },
     handler: async (request, reply) => {
       const session = await supervisor.requireSession(request.params.session_id);
       const tts = turnVoice(services, session, request.body);
-      session.admit({ type: 'SPEAK', turn: { id: randomUUID(), mode: 'speak', text: request.body.text, tts } });
-      reply.code(200).send(undefined as never);
+      const turnId = randomUUID();
+      session.admit({ type: 'SPEAK', turn: { id: turnId, mode: 'speak', text: request.body.text, tts } });
+      reply.code(200).header(TURN_ID_HEADER, turnId).send(undefined as never);
     },
   });
 
@@ -68,7 +82,7 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
         '(set SERVICE_LLM_BASE_URL); 409 while a previous chat or speak is in flight (call interrupt first).',
       params: SessionIdParams,
       body: ChatRequest,
-      response: { 200: EmptyBody, ...errors(400, 404, 409, 502, 503) },
+      response: { 200: TurnAccepted, ...errors(400, 404, 409, 502, 503) },
     },
     handler: async (request, reply) => {
       const session = await supervisor.requireSession(request.params.session_id);
@@ -76,7 +90,8 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const llmStatus = services.llm.status();
       if (!llmStatus.configured) throw new HttpError(503, `no language model is configured: ${llmStatus.reason ?? 'set SERVICE_LLM_BASE_URL'}`);
       const accepted = deferred<void>();
-      session.admit({ type: 'CHAT', turn: { id: randomUUID(), mode: 'chat', text: request.body.prompt, tts, accepted } });
+      const turnId = randomUUID();
+      session.admit({ type: 'CHAT', turn: { id: turnId, mode: 'chat', text: request.body.prompt, tts, accepted } });
       try {
         await accepted.promise;
       } catch (error) {
@@ -84,7 +99,7 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
         if ((error as Error).name === 'AbortError') throw conflict('chat was interrupted before the language model answered');
         throw error;
       }
-      reply.code(200).send(undefined as never);
+      reply.code(200).header(TURN_ID_HEADER, turnId).send(undefined as never);
     },
   });
 
@@ -130,9 +145,10 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const sampleRate = services.config.sampleRate;
       const pcm = await decodeUpload(form.data, sampleRate, sampleRate);
       const result = deferred<string>();
-      session.admit({ type: 'TRANSCRIBE', request: { id: randomUUID(), triggerChat, pcm, sampleRate, result } });
+      const turnId = randomUUID();
+      session.admit({ type: 'TRANSCRIBE', request: { id: turnId, triggerChat, pcm, sampleRate, result } });
       try {
-        return { transcript: await result.promise };
+        return { transcript: await result.promise, turn_id: turnId };
       } catch (error) {
         if ((error as Error).name === 'AbortError') throw conflict('transcription was interrupted');
         throw error;
@@ -155,7 +171,7 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
           `Uploads over ${AUDIO_UPLOAD_MAX_BYTES / 1024 / 1024} MB → 413.`,
         params: SessionIdParams,
         ...multipartForm(AudioUploadForm),
-        response: { 200: EmptyBody, ...errors(400, 404, 409, 413) },
+        response: { 200: TurnAccepted, ...errors(400, 404, 409, 413) },
       },
       handler: async (request, reply) => {
         const session = await supervisor.requireSession(request.params.session_id);
@@ -163,8 +179,9 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
         const form = await readAudioForm(request);
         const rawRate = parseIntegerField(form.fields.sample_rate, 'sample_rate', UPLOAD_AUDIO_RULES.minSampleRate, UPLOAD_AUDIO_RULES.maxSampleRate);
         const pcm = await decodeUpload(form.data, services.config.sampleRate, rawRate);
-        session.admit({ type: 'SPEAK_AUDIO', turn: { id: randomUUID(), mode: 'audio', smoothing, audio: { kind: 'clip', pcm } } });
-        reply.code(200).send(undefined as never);
+        const turnId = randomUUID();
+        session.admit({ type: 'SPEAK_AUDIO', turn: { id: turnId, mode: 'audio', smoothing, audio: { kind: 'clip', pcm } } });
+        reply.code(200).header(TURN_ID_HEADER, turnId).send(undefined as never);
       },
     });
   }

@@ -27,8 +27,11 @@ export const ChatRequest = Type.Object(
 
 export const InterruptResponse = Type.Object({ interrupted: Type.Boolean() }, { $id: 'InterruptResponse', examples: [{ interrupted: true }] });
 export const TranscribeResponse = Type.Object(
-  { transcript: Type.String() },
-  { $id: 'TranscribeResponse', examples: [{ transcript: 'How long does it take to fly to the Moon?' }] },
+  {
+    transcript: Type.String(),
+    turn_id: Type.String({ format: 'uuid', description: 'The turn this recognition was (a chat it triggers keeps the id); also on its SSE events' }),
+  },
+  { $id: 'TranscribeResponse', examples: [{ transcript: 'How long does it take to fly to the Moon?', turn_id: '9b2f4c1e-7a3d-4e58-8f0b-6c2d1a9e3b47' }] },
 );
 
 /** Documents a multipart body in OpenAPI; the handler parses it with bounded streaming. */

@@ -11,12 +11,18 @@ export interface SessionEventMap {
   llm: { delta: string };
   tts: { stage: 'start' | 'first_audio' | 'complete'; ms_elapsed: number; sentence_index?: number };
   frame: { frame_idx: number; pts_ms: number };
-  status: { stage: string; message?: string };
+  /** `turn_id`: the machine's turn when it emitted the status (the hub adds it to the other turn events). */
+  status: { stage: string; message?: string; turn_id?: string };
   error: { code: string; message: string };
   'session.terminated': Record<string, never>;
 }
 export type SessionEventType = keyof SessionEventMap;
 export type SessionEventRecord = { [K in SessionEventType]: { type: K; data: SessionEventMap[K] } }[SessionEventType];
+
+/** Events that belong to a turn and carry its `turn_id`. */
+const TURN_EVENTS = new Set<SessionEventType>(['transcript', 'llm', 'tts', 'frame', 'status', 'error']);
+/** Status stages that close a turn after the machine ended it. */
+const CLOSING_STAGES = new Set(['interrupted', 'error', 'idle']);
 
 interface Subscriber {
   out: Writable;
@@ -41,8 +47,42 @@ export class SessionEventHub {
   private closed = false;
   private readonly unsubscribe: () => void;
 
+  /** The machine's current turn: its events carry `turn_id`. */
+  private turnId: string | null = null;
+  /** The turn that just ended: the status/error events that close it carry its id until the pipeline is idle again. */
+  private endedTurnId: string | null = null;
+
   constructor(bus?: SessionBus) {
-    this.unsubscribe = bus?.on('spec', (record) => this.publish(record.type, record.data as never)) ?? (() => undefined);
+    const offs = [
+      bus?.on('turn.started', ({ turnId }) => {
+        this.turnId = turnId;
+        this.endedTurnId = null;
+      }),
+      bus?.on('turn.finished', ({ turnId }) => {
+        if (this.turnId === turnId) this.turnId = null;
+        this.endedTurnId = turnId;
+      }),
+      bus?.on('spec', (record) => this.publish(record.type, this.withTurn(record) as never)),
+    ];
+    this.unsubscribe = () => offs.forEach((off) => off?.());
+  }
+
+  /**
+   * Adds `turn_id` (an extra field; spec 6.1 names the others) to the events of a turn, so a client can match SSE
+   * to the turn id its request answered with (`X-Turn-Id`), the logs (`turnId`) and `GET /sessions/{id}/metrics`.
+   */
+  private withTurn(record: SessionEventRecord): object {
+    if (!TURN_EVENTS.has(record.type)) return record.data;
+    if (record.type === 'status' && record.data.turn_id) {
+      if (record.data.stage === 'idle') this.endedTurnId = null;
+      return record.data;
+    }
+    if (this.turnId) return { ...record.data, turn_id: this.turnId };
+    const closing = record.type === 'error' || (record.type === 'status' && CLOSING_STAGES.has(record.data.stage));
+    if (!closing || !this.endedTurnId) return record.data;
+    const turnId = this.endedTurnId;
+    if (record.type === 'status' && record.data.stage === 'idle') this.endedTurnId = null;
+    return { ...record.data, turn_id: turnId };
   }
 
   publish<K extends SessionEventType>(type: K, data: SessionEventMap[K]): void {

@@ -93,7 +93,12 @@ export class Session {
         },
       });
     }
-    this.actor.on('status', ({ stage: s, message }) => bus.publish('status', message ? { stage: s, message } : { stage: s }));
+    // Emitted events are delivered once the transition is done: the snapshot already holds the turn a status opens.
+    this.actor.on('status', ({ stage: s, message }) => {
+      const { turn, transcribe } = this.actor.getSnapshot().context;
+      const turnId = turn?.id ?? transcribe?.id;
+      bus.publish('status', { stage: s, ...(message ? { message } : {}), ...(turnId ? { turn_id: turnId } : {}) });
+    });
     this.actor.on('error', ({ code, message }) => bus.publish('error', { code, message }));
     this.terminated = new Promise((resolve) => {
       this.actor.on('session.terminated', () => {

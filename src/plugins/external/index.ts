@@ -38,6 +38,8 @@ export default fp(async function externalPlugins(app: FastifyInstance, opts: { c
   await app.register(cors, {
     origin: config.corsOrigins.includes('*') ? true : config.corsOrigins.length > 0 ? config.corsOrigins : false,
     methods: ['GET', 'POST', 'DELETE', 'OPTIONS'],
+    // Cross-origin clients read the turn id a speak/chat/audio request answers with.
+    exposedHeaders: ['x-turn-id'],
   });
   await app.register(multipart, {
     limits: { ...MULTIPART_LIMITS },
