@@ -28,11 +28,12 @@ const DEFAULT_BATCH_FRAMES = 16;
  */
 const RENDER_AHEAD_BATCHES = 2;
 /**
- * x264 preset for offline bundles: `ultrafast` encodes 512² avatar video ~3× faster than `veryfast` (the
- * encoder was most of an offline job's wall time; docs/performance.md), for a larger file at the same CRF.
- * Live recordings keep the encoder's default, which only has to keep up with real time.
+ * x264 preset for offline bundles. Measured on the 2-core machine (docs/performance.md): `superfast` was the
+ * fastest end to end for every model (mock 21–23×, lipsync 24–27× real time, against 17–18× / 22–23× with
+ * `veryfast`); `ultrafast` encodes faster still but its larger stream made photo avatars slower overall
+ * (lipsync 17–18×). Live recordings keep the encoder's default, which only has to keep up with real time.
  */
-export const OFFLINE_X264_PRESET = 'ultrafast';
+export const OFFLINE_X264_PRESET = 'superfast';
 
 /**
  * The pieces laid end to end on the same frame timeline live playout uses (`actors/media/timeline.ts`):
