@@ -35,6 +35,9 @@ export async function benchOffline(existing?: TestApp): Promise<Record<string, n
   try {
     const avatars: Array<{ id: string; model_type: ModelType }> = await json(await fetch(`${app.baseUrl}/avatars`));
     const audio = speechLikePcmBase64(SPEECH_SECONDS);
+    // One uncounted 1 s job first: the service's first offline job pays for the first ffmpeg start and cold
+    // worker code, which made whichever model ran first (mock) look 30 % slower than when it runs later.
+    await warmUp(app.baseUrl, avatars, speechLikePcmBase64(1));
     for (const model of BENCH_MODELS) {
       const key = `offline_${model}_x_realtime`;
       const avatar = avatars.find((a) => a.model_type === model) ?? avatars.find((a) => RENDERABLE_AVATARS[model].includes(a.model_type));
@@ -65,6 +68,22 @@ export async function benchOffline(existing?: TestApp): Promise<Record<string, n
     if (!existing) await app.close();
   }
   return results;
+}
+
+async function warmUp(baseUrl: string, avatars: Array<{ id: string; model_type: ModelType }>, audio: string): Promise<void> {
+  const avatar = avatars.find((a) => a.model_type === 'rt') ?? avatars[0];
+  if (!avatar) return;
+  const created = await post(baseUrl, '/sessions', { avatar_id: avatar.id, model: avatar.model_type });
+  if (created.status !== 200) return;
+  const { session_id } = await json(created);
+  const { job_id } = await json(await post(baseUrl, `/sessions/${session_id}/rt-offline-bundle`, { segments: [{ audio_base64: audio, pause_after_ms: 0 }] }));
+  const started = performance.now();
+  let status = 'pending';
+  while ((status === 'pending' || status === 'running') && performance.now() - started < RUN_TIMEOUT_MS) {
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    status = (await json(await fetch(`${baseUrl}/sessions/${session_id}/rt-offline-bundle/${job_id}`))).status;
+  }
+  await fetch(`${baseUrl}/sessions/${session_id}`, { method: 'DELETE' });
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
