@@ -155,10 +155,11 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
   const jobDeps = {
     dataDir: config.dataDir,
     sampleRate: config.sampleRate,
-    openRenderer: async (avatarId: string, model: string) => {
+    // The same routing as live sessions, so jobs render with lipsync_b / lipsync_c too (docs/recording.md).
+    openRenderer: async (avatarId: string, model: string, signal?: AbortSignal) => {
       const avatar = await catalog.get(avatarId);
       if (!avatar) throw new Error(`avatar "${avatarId}" no longer exists`);
-      return renderPool.open(avatar, model as never);
+      return renderers.open(avatar, model as never, signal, 'offline');
     },
     tts: (id: string) => tts.get(id as never),
     logger: logger.child({ component: 'offline' }),

@@ -15,7 +15,7 @@
  * and follows the caller's AbortSignal; `close()` aborts whatever is still running. Error messages name the
  * endpoint kind, never the base URL (it may carry credentials or internal host names).
  */
-import { abortError, describeTransportError } from '../llm/openai-http.ts';
+import { abortError } from '../llm/openai-http.ts';
 import { UpstreamError } from '../tts/types.ts';
 import {
   inspectLipsyncModel,
@@ -276,9 +276,20 @@ export class KserveLipsyncClient {
         throw new KserveError('timeout', `${what}: no answer within ${ms} ms`);
       }
       if (error instanceof KserveError) throw error;
-      throw new KserveError('transport', `${what} request failed: ${describeTransportError(error)}`);
+      throw new KserveError('transport', `${what} request failed: ${transportErrorText(error)}`);
     }
   }
+}
+
+/**
+ * A transport failure in words that name no server: undici's cause (`connect ECONNREFUSED 10.0.0.5:8000`,
+ * `getaddrinfo ENOTFOUND triton-host`) carries the address, and these texts reach `/models`, job errors and 502s.
+ */
+function transportErrorText(error: unknown): string {
+  if (!(error instanceof Error)) return 'transport error';
+  const cause = error.cause;
+  const code = cause instanceof Error ? (cause as NodeJS.ErrnoException).code : undefined;
+  return code ? `${error.message} (${code})` : error.message;
 }
 
 interface Answer {

@@ -14,7 +14,7 @@
  *   turn, and tries the backend again (`recover`) once speech has stopped, at most every `RECOVER_INTERVAL_MS`.
  *   Without one (lipsync_b), the failure goes to the clock like any renderer's (`renderFailed`).
  */
-import { EventEmitter } from 'node:events';
+import { EventEmitter, setMaxListeners } from 'node:events';
 import type { FrameRenderer } from '../media/playout.ts';
 import type { FrameAudio, FrameRequest, I420Frame } from '../render/types.ts';
 import { baseFrame, composeFace, type PreparedFace } from './face-crop.ts';
@@ -27,6 +27,10 @@ import { MEL_STREAM_LEAD_SAMPLES, MEL_STREAM_WINDOW_SAMPLES, WAV2LIP_MEL, melWin
 export const NEURAL_RENDER_AHEAD_FRAMES = 8;
 /** Frames asked for together: a batch of 4 per session and burst, refilled when half the lead has played. */
 export const NEURAL_RENDER_BURST = 4;
+/** Frames of one renderer in flight at once: the clock's render-ahead (≤ 25) or an offline job's 3 batches of 16. */
+const MAX_FRAMES_IN_FLIGHT = 64;
+/** Listeners on a render call's signal beyond one per frame (the fallback's and the backend client's own). */
+const MAX_LISTENERS_SLACK = 8;
 /** After a backend failure, the backend is tried again at most this often (and only between turns). */
 export const RECOVER_INTERVAL_MS = 2_000;
 
@@ -114,6 +118,8 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
     this.fps = options.fps;
     this.backend = options.backend;
     this.openFallback = options.fallback;
+    // Without a caller's signal every frame in flight listens on this one: at most an offline job's 48 frames.
+    setMaxListeners(MAX_FRAMES_IN_FLIGHT, this.closing.signal);
   }
 
   /** True while speech renders on the fallback. */
@@ -131,7 +137,11 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
 
   render(requests: FrameRequest[], signal?: AbortSignal): Promise<I420Frame[]> {
     if (this.closed) return Promise.reject(new Error('neural renderer is closed'));
-    return Promise.all(requests.map((request) => this.renderOne(request, signal)));
+    // One combined signal per call (not per frame): an offline job asks for 16 frames at a time, and each frame's
+    // backend call listens on it once, so the listener count is bounded by the request count.
+    const bounded = signal ? AbortSignal.any([signal, this.closing.signal]) : this.closing.signal;
+    if (signal) setMaxListeners(requests.length + MAX_LISTENERS_SLACK, bounded);
+    return Promise.all(requests.map((request) => this.renderOne(request, bounded)));
   }
 
   close(): void {
@@ -145,15 +155,14 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
     this.removeAllListeners();
   }
 
-  private async renderOne(request: FrameRequest, signal?: AbortSignal): Promise<I420Frame> {
+  private async renderOne(request: FrameRequest, bounded: AbortSignal): Promise<I420Frame> {
     if (!request.audio) {
       this.counts.idle++;
       if (this.degraded) this.tryRecover();
       return baseFrame(this.face);
     }
-    if (this.degraded) return this.renderFallback(request, signal);
+    if (this.degraded) return this.renderFallback(request, bounded);
     const mel = melWindowFromStream(streamWindowOf(request.audio));
-    const bounded = signal ? AbortSignal.any([signal, this.closing.signal]) : this.closing.signal;
     try {
       const output = await this.backend.infer(mel, this.face.faceInput, bounded);
       this.counts.neural++;
@@ -165,7 +174,7 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
         this.lastRecoverAt = performance.now();
         this.emit('backendError', error);
       }
-      return this.renderFallback(request, signal);
+      return this.renderFallback(request, bounded);
     }
   }
 

@@ -24,6 +24,11 @@ export const STATUS_CACHE_MS = 5_000;
  * stalled server must hand the turn to the fallback quickly rather than freeze the face for the client's 10 s.
  */
 export const LIVE_INFER_TIMEOUT_MS = 1_500;
+/**
+ * One inference of an offline MP4 job, queue wait included: no presentation deadline, only a bound on how long a
+ * stalled server holds the job before its frames go to the fallback (a job asks for ~48 frames ahead, 6 requests).
+ */
+export const OFFLINE_INFER_TIMEOUT_MS = 10_000;
 /** Frames in one request at most: a burst of the clock's render-ahead is 4; more would come only from catching up. */
 export const REMOTE_MAX_BATCH = 8;
 
@@ -84,10 +89,13 @@ export class RemoteLipsyncModel {
     return this.inFlight;
   }
 
-  /** A renderer for one session; throws `UpstreamError` when the server is not usable now. */
-  async open(avatar: AvatarSource, signal?: AbortSignal): Promise<NeuralLipsyncRenderer> {
+  /**
+   * A renderer for one session or offline job; throws `UpstreamError` when the server is not usable now.
+   * `inferTimeoutMs` overrides the live deadline (offline jobs: `OFFLINE_INFER_TIMEOUT_MS`).
+   */
+  async open(avatar: AvatarSource, signal?: AbortSignal, options: { inferTimeoutMs?: number } = {}): Promise<NeuralLipsyncRenderer> {
     if (!this.options.baseUrl) throw new Error('lipsync_c is not configured');
-    const client = this.client();
+    const client = this.client(options.inferTimeoutMs);
     let connection: KserveConnection;
     try {
       connection = await client.connect(signal ?? AbortSignal.timeout(10_000));
@@ -118,8 +126,12 @@ export class RemoteLipsyncModel {
     }
   }
 
-  private client(): KserveLipsyncClient {
-    return new KserveLipsyncClient({ baseUrl: this.options.baseUrl!, model: this.options.model, inferTimeoutMs: this.options.inferTimeoutMs ?? LIVE_INFER_TIMEOUT_MS });
+  private client(inferTimeoutMs?: number): KserveLipsyncClient {
+    return new KserveLipsyncClient({
+      baseUrl: this.options.baseUrl!,
+      model: this.options.model,
+      inferTimeoutMs: inferTimeoutMs ?? this.options.inferTimeoutMs ?? LIVE_INFER_TIMEOUT_MS,
+    });
   }
 }
 

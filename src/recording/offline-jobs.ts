@@ -269,6 +269,9 @@ export class OfflineJobQueue {
       live.job.duration_ms = durationMs;
       const wallMs = performance.now() - started;
       log?.info({ jobId: live.job.job_id, durationMs, wallMs: Math.round(wallMs) }, 'offline bundle complete');
+      // lipsync_c: frames the inference server could not render went to the CPU lipsync renderer (docs/recording.md).
+      const fallbackFrames = fallbackFramesOf(renderer);
+      if (fallbackFrames > 0) log?.warn({ jobId: live.job.job_id, fallbackFrames }, 'offline bundle partly rendered on the fallback renderer');
       await this.settle(live, 'complete', null);
     } catch (error) {
       // The error text is shown to clients (`error`, download 409): the path-free form, as in the logs.
@@ -316,4 +319,10 @@ export class OfflineJobQueue {
     for (const wake of this.settledWaiters.get(live.job.job_id) ?? []) wake();
     this.settledWaiters.delete(live.job.job_id);
   }
+}
+
+/** Frames a renderer with a fallback (the neural lip-sync one) rendered on it; 0 for every other renderer. */
+function fallbackFramesOf(renderer: FrameRenderer): number {
+  const counts = (renderer as { counts?: { fallback?: unknown } }).counts;
+  return typeof counts?.fallback === 'number' ? counts.fallback : 0;
 }

@@ -1,6 +1,6 @@
 import type { FrameRequest } from '../../actors/render/types.ts';
 import type { FrameRenderer } from '../../actors/media/playout.ts';
-import { FrameTimeline, framesCovering, type MouthSource } from '../../actors/media/timeline.ts';
+import { FrameTimeline, framesCovering, type AudioWindow, type MouthSource } from '../../actors/media/timeline.ts';
 import { Mp4Encoder } from './encoder.ts';
 
 /** One stretch of the offline timeline: speech with its mouth track, or a pause (`mouth` null). */
@@ -39,9 +39,16 @@ export const OFFLINE_X264_PRESET = 'superfast';
  * The pieces laid end to end on the same frame timeline live playout uses (`actors/media/timeline.ts`):
  * frame times, mouth poses and prosody come from the same code, so a bundle shows what a live session would.
  */
-export function offlineTimeline(pieces: TimelinePiece[], sampleRate: number, fps: number): { timeline: FrameTimeline; totalSamples: number } {
+export function offlineTimeline(
+  pieces: TimelinePiece[],
+  sampleRate: number,
+  fps: number,
+  audioWindow?: AudioWindow,
+): { timeline: FrameTimeline; totalSamples: number } {
   const timeline = new FrameTimeline(sampleRate, fps);
-  for (const piece of pieces) timeline.append(piece.pcm.length, piece.mouth, null);
+  // Requests carry the audio around their frame when the renderer asks for it (neural lip-sync reads a mel window).
+  timeline.setAudioWindow(audioWindow);
+  for (const piece of pieces) timeline.append(piece.pcm.length, piece.mouth, null, 0, audioWindow ? piece.pcm : undefined);
   return { timeline, totalSamples: timeline.endSample };
 }
 
@@ -55,7 +62,7 @@ export function offlineTimeline(pieces: TimelinePiece[], sampleRate: number, fps
 export async function renderOfflineMp4(options: OfflineRenderOptions): Promise<number> {
   const { renderer, sampleRate, pieces, outPath, signal } = options;
   const fps = renderer.fps;
-  const { timeline, totalSamples } = offlineTimeline(pieces, sampleRate, fps);
+  const { timeline, totalSamples } = offlineTimeline(pieces, sampleRate, fps, renderer.audioWindow);
   const frameCount = framesCovering(totalSamples, sampleRate, fps);
   const frameStart = (idx: number) => timeline.frameStart(idx);
   const batch = Math.max(1, options.batchFrames ?? DEFAULT_BATCH_FRAMES);
