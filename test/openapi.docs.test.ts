@@ -21,7 +21,7 @@ describe('generated OpenAPI and documentation UIs', () => {
       '/health', '/healthz', '/queue/status', '/models', '/avatars', '/avatars/{avatar_id}', '/avatars/{avatar_id}/preview',
       '/sessions', '/sessions/{session_id}', '/sessions/{session_id}/start', '/sessions/{session_id}/webrtc/offer',
       '/sessions/{session_id}/events', '/sessions/{session_id}/speak', '/sessions/{session_id}/interrupt',
-      '/sessions/{session_id}/speak_audio_stream', '/sessions/{session_id}/metrics', '/avatars/custom', '/tts/preview', '/voices/clone',
+      '/sessions/{session_id}/speak_audio_stream', '/sessions/{session_id}/listen', '/sessions/{session_id}/metrics', '/avatars/custom', '/tts/preview', '/voices/clone',
       '/sessions/{session_id}/rt-offline-bundle/{job_id}/download', '/customize/reference',
     ]) {
       expect(paths).toContain(p);
@@ -64,6 +64,9 @@ describe('generated OpenAPI and documentation UIs', () => {
   it('answers a plain GET on the audio WebSocket path with 426 {detail}', async () => {
     const res = await fetch(`${t.baseUrl}/sessions/00000000-0000-4000-8000-000000000000/speak_audio_stream`);
     expect(res.status).toBe(426);
+    const listen = await fetch(`${t.baseUrl}/sessions/00000000-0000-4000-8000-000000000000/listen`);
+    expect(listen.status).toBe(426);
+    expect((await listen.json()).detail).toMatch(/WebSocket/);
     expect(await json(res)).toHaveProperty('detail');
   });
 

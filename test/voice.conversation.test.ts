@@ -4,6 +4,7 @@
  * (loopback OpenAI-compatible fake), answers it as a chat turn the receiver hears, and a second utterance
  * during the answer interrupts it.
  */
+import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { AUDIBLE_RMS, labels, pcmBytes, sleep, waitForSilence } from './helpers/conversation.ts';
@@ -180,8 +181,8 @@ describe('hands-free conversation', () => {
       const transcriptionsBefore = upstream.requests.filter((r) => r.transcription).length;
       const blip = concat(new Int16Array(16_000), fixture.pcm.slice((speech[0].startMs + 400) * 16, (speech[0].startMs + 520) * 16), new Int16Array(16_000));
       const audio = concat(new Int16Array(16_000 * 2), whiteNoise(16_000 * 2, -30, 11), whiteNoise(16_000 * 2, -15, 12), blip);
-      // Faster than real time: the detector works on the audio's own timeline.
-      await streamPcm(listen, framesOf(pcmBytes(audio), 640), { speed: 4 });
+      // Faster than real time (well within the detector’s pace): it works on the audio’s own timeline.
+      await streamPcm(listen, framesOf(pcmBytes(audio), 640), { speed: 2 });
       listen.sendJson({ type: 'eos' });
       expect((await listen.waitClosed(15_000)).code).toBe(1000);
       expect(listen.messages.filter((m) => m.type !== 'ack')).toEqual([]);
@@ -199,6 +200,41 @@ describe('hands-free conversation', () => {
       expect(listen.errors().map((e) => e.code)).toEqual(['invalid_message', 'invalid_message']);
       expect(listen.closed).toBeNull();
       listen.close();
+    });
+
+    it('random frames (odd-sized and huge binary, junk text, wrong JSON, early eos) never crash: the service and session live on', async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(
+            fc.oneof(
+              fc.uint8Array({ minLength: 0, maxLength: 3_000 }).map((bytes) => ({ binary: Buffer.from(bytes) })),
+              fc.string({ maxLength: 200 }).map((text) => ({ text })),
+              fc.jsonValue({ maxDepth: 2 }).map((value) => ({ text: JSON.stringify(value) })),
+              fc.constantFrom(
+                { text: '{"type":"config","sample_rate":8000}' },
+                { text: '{"type":"config","sample_rate":7}' },
+                { text: '{"type":"interrupt"}' },
+                { text: '{"type":"eos"}' },
+                { text: 'x'.repeat(5_000) },
+              ),
+            ),
+            { maxLength: 25 },
+          ),
+          async (frames) => {
+            const listen = await openListen(t.baseUrl, sessionId);
+            for (const frame of frames) {
+              if (listen.closed) break;
+              if ('binary' in frame) listen.sendPcm(frame.binary);
+              else listen.sendText(frame.text);
+            }
+            await sleep(20);
+            listen.close();
+          },
+        ),
+        { numRuns: 25 },
+      );
+      expect((await fetch(`${t.baseUrl}/healthz`)).status).toBe(200);
+      expect((await json(await fetch(`${t.baseUrl}/sessions/${sessionId}`))).state).toBe('running');
     });
 
     it('a new /listen socket replaces the previous one, which is told and closed', async () => {
@@ -221,7 +257,7 @@ describe('hands-free conversation', () => {
       const listen = await openListen(bare.baseUrl, sessionId);
       await listen.waitErrorCount(1, 5_000);
       const silence = new Int16Array(16_000 * 0.8);
-      await streamPcm(listen, framesOf(pcmBytes(concat(utterance(1), silence, utterance(2), silence, utterance(3), silence)), 640), { speed: 4 });
+      await streamPcm(listen, framesOf(pcmBytes(concat(utterance(1), silence, utterance(2), silence, utterance(3), silence)), 640), { speed: 2 });
       await sleep(500);
       const errors = listen.errors();
       expect(errors.map((e) => e.code)).toEqual(['asr_not_configured']);

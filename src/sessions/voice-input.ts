@@ -6,7 +6,7 @@ import type { InferencePool } from '../../actors/inference/pool.ts';
 import type { PlayoutClock } from '../../actors/media/playout.ts';
 import { StreamResampler } from '../../actors/audio/stream-resampler.ts';
 import { SILERO_SAMPLE_RATE, SileroVadStream, type VadEvent } from '../../actors/vad/silero.ts';
-import { Envelope, isEcho } from '../../actors/vad/echo-guard.ts';
+import { ECHO_POST_ONSET_MS, Envelope, isEcho, needsEchoCheck } from '../../actors/vad/echo-guard.ts';
 import { errorForLog } from '../logger.ts';
 import type { SessionBus } from './session-bus.ts';
 
@@ -174,6 +174,8 @@ interface OpenTurn {
   startSample: number;
   /** The machine took VOICE.START (hearing); false: the speech is reported but makes no turn. */
   accepted: boolean;
+  /** The barge-in decision waiting for ECHO_POST_ONSET_MS of audio after the onset. */
+  pending?: { timer: NodeJS.Timeout; decide(): void };
 }
 
 /** One microphone stream: resampled to 16 kHz, analysed by its own VAD state, cut into utterances. */
@@ -260,6 +262,7 @@ export class VoiceSource {
     this.closed = true;
     this.controller.abort(new DOMException('voice source closed', 'AbortError'));
     this.vad.close();
+    if (this.turn?.pending) clearTimeout(this.turn.pending.timer);
     if (this.turn?.accepted) this.input.options.host.offerVoice({ type: 'VOICE.CANCEL' });
     this.turn = null;
     this.chunks = [];
@@ -283,13 +286,23 @@ export class VoiceSource {
     const { host, bus } = this.input.options;
     this.notify({ type: 'speech_start' });
     bus.emit('voice.speech', { source: this.kind, stage: 'start', atMs: this.msOf(sample) });
-    this.turn = { startSample: sample, accepted: false };
+    const turn: OpenTurn = { startSample: sample, accepted: false };
+    this.turn = turn;
     if (!this.input.asrConfigured) return this.input.reportMissingAsr();
     if (host.state !== 'running') return;
-    if (host.busy) {
-      const now = performance.now();
-      const onsetAt = this.lastArrival - ((this.received - sample) * 1000) / SILERO_SAMPLE_RATE;
-      if (isEcho(this.mic, this.input.sent, onsetAt, now, this.input.avatarStartedAt)) {
+    if (!host.busy) {
+      turn.accepted = host.offerVoice({ type: 'VOICE.START' });
+      return;
+    }
+    // On the performance.now() clock, where the envelopes live.
+    const onsetAt = this.lastArrival - ((this.received - sample) * 1000) / SILERO_SAMPLE_RATE;
+    const decide = () => {
+      turn.pending = undefined;
+      if (this.closed || this.turn !== turn || !host.busy) {
+        if (!this.closed && this.turn === turn) turn.accepted = host.offerVoice({ type: 'VOICE.START' });
+        return;
+      }
+      if (isEcho(this.mic, this.input.sent, onsetAt, this.input.avatarStartedAt)) {
         this.log.info('speech onset ignored: it follows the avatar’s own voice');
         bus.emit('voice.echoIgnored', { source: this.kind });
         return;
@@ -298,13 +311,22 @@ export class VoiceSource {
       this.log.info({ pipeline: host.pipelineStage }, 'barge-in by voice');
       bus.emit('voice.bargeIn', { source: this.kind });
       host.send({ type: 'INTERRUPT' });
-    }
-    this.turn.accepted = host.offerVoice({ type: 'VOICE.START' });
+      turn.accepted = host.offerVoice({ type: 'VOICE.START' });
+    };
+    // Right after the avatar started speaking, the echo check needs the audio up to onset + ECHO_POST_ONSET_MS.
+    const waitMs = needsEchoCheck(onsetAt, this.input.avatarStartedAt) ? onsetAt + ECHO_POST_ONSET_MS - performance.now() : 0;
+    if (waitMs <= 0) return decide();
+    turn.pending = { timer: setTimeout(decide, waitMs), decide };
   }
 
   private onSpeechEnd(sample: number): void {
     const turn = this.turn;
     if (!turn) return;
+    if (turn.pending) {
+      // The audio ended (eos) before the echo check's span was in: decide on what there is.
+      clearTimeout(turn.pending.timer);
+      turn.pending.decide();
+    }
     this.turn = null;
     const { host, bus } = this.input.options;
     this.notify({ type: 'speech_end' });
