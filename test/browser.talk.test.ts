@@ -62,22 +62,22 @@ describe('talking to the avatar from the page at / (Chromium, fake microphone)',
     const context = await browser.newContext({ permissions: ['microphone'] });
     const page = await context.newPage();
     await page.goto(`${t.baseUrl}/`);
-    await page.waitForFunction(() => (document.getElementById('avatar') as HTMLSelectElement).options.length > 0);
+    await page.waitForFunction(() => (document.getElementById('model') as HTMLSelectElement).options.length > 0);
     await page.getByRole('button', { name: 'Start session' }).click();
     await page.waitForFunction(() => document.getElementById('state')!.textContent === 'running', null, { timeout: 20_000 });
     const talk = page.getByRole('button', { name: 'Talk' });
     await talk.click();
     await page.waitForFunction(() => document.getElementById('talk')!.getAttribute('aria-pressed') === 'true', null, { timeout: 10_000 });
 
-    const log = () => page.textContent('#log').then((text) => text ?? '');
-    await page.waitForFunction(() => document.getElementById('log')!.textContent!.includes('"stage":"listening"'), null, { timeout: 20_000 });
-    await page.waitForFunction(() => document.getElementById('log')!.textContent!.includes('transcript {"text":"Hello there, can you hear me clearly?"'), null, {
+    const log = () => page.textContent('#timeline').then((text) => text ?? '');
+    await page.waitForFunction(() => document.getElementById('timeline')!.textContent!.includes('avatar listening'), null, { timeout: 20_000 });
+    await page.waitForFunction(() => document.getElementById('timeline')!.textContent!.includes('you said: “Hello there, can you hear me clearly?”'), null, {
       timeout: 20_000,
     });
-    await page.waitForFunction(() => document.getElementById('log')!.textContent!.includes('"stage":"speaking"'), null, { timeout: 30_000 });
+    await page.waitForFunction(() => document.getElementById('timeline')!.textContent!.includes('avatar speaking'), null, { timeout: 30_000 });
     const text = await log();
-    expect(text).toContain('llm {"delta":" clearly"}');
-    expect(text.indexOf('"stage":"listening"')).toBeLessThan(text.indexOf('transcript {'));
+    await page.waitForFunction(() => document.getElementById('captions')!.textContent === 'Yes, I can hear you clearly.', null, { timeout: 20_000 });
+    expect(text.indexOf('avatar listening')).toBeLessThan(text.indexOf('you said:'));
 
     // The recogniser got the utterance the fake microphone played (≈ 1.9 s with the service's pre/post-roll).
     const upload = upstream.requests.find((r) => r.transcription)!.transcription!;

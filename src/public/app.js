@@ -1,12 +1,93 @@
-// Demo client: creates a session, connects WebRTC, speaks, chats, interrupts and shows SSE events.
+// The page at `/`: a plain ES module, no framework and no network assets. It drives the service's public API only:
+// avatars, models and voices to choose from; a session over WebRTC (with the microphone for hands-free Talk);
+// speak, chat, stop, pause/resume; captions and a readable timeline from SSE; portrait upload; recording and
+// offline rendering with downloads. Errors become dismissible banners that say what to do.
 const $ = (id) => document.getElementById(id);
-const state = { sessionId: null, pc: null, events: null, speakAt: 0, mic: null };
+
+/** Page state; `window.demo` exposes it to tests and the curious (`demo.pc`, `demo.sessionId`). */
+const state = {
+  sessionId: null,
+  pc: null,
+  events: null,
+  mic: null,
+  meter: null,
+  avatars: [],
+  models: [],
+  paused: false,
+  recording: false,
+  llmReady: false,
+  /** Captions per turn id: what the avatar says in that turn. */
+  captions: new Map(),
+  currentTurn: null,
+  lastAnswer: '',
+};
 window.demo = state;
 
-function log(line) {
-  const el = $('log');
-  el.textContent += `${new Date().toISOString().slice(11, 23)} ${line}\n`;
-  el.scrollTop = el.scrollHeight;
+/** How long the page waits for ICE candidates before sending its offer (non-trickle, like the service). */
+const ICE_GATHER_MS = 2_000;
+/** Offline render status is polled this often. */
+const RENDER_POLL_MS = 500;
+/** Timeline entries kept: a long conversation must not grow the page without bound. */
+const TIMELINE_MAX = 200;
+const BASE_AVATAR_TYPE = 'lipsync';
+const PREVIEW_TEXT = 'Hello! This is how I sound.';
+
+// ——— errors and the timeline ———
+
+/** A dismissible banner: what went wrong and what to do about it. */
+function banner(message) {
+  const box = document.createElement('div');
+  box.className = 'banner';
+  box.setAttribute('role', 'alert');
+  const text = document.createElement('p');
+  text.textContent = message;
+  const close = document.createElement('button');
+  close.type = 'button';
+  close.textContent = '×';
+  close.setAttribute('aria-label', 'Dismiss error');
+  close.onclick = () => box.remove();
+  box.append(text, close);
+  $('banners').append(box);
+}
+
+/** Turns an API failure into advice (a 409 from a busy avatar says to press Stop). */
+function explain(error) {
+  const { status, detail } = error;
+  if (status === 409 && /in flight|call interrupt/.test(detail ?? '')) return 'The avatar is still busy with the previous turn: press Stop to interrupt it, or wait until it finishes.';
+  if (status === 409 && /paused/.test(detail ?? '')) return 'The session is paused: press Resume first.';
+  if (status === 503 && /language model/.test(detail ?? '')) return 'Chat needs a language model: set SERVICE_LLM_BASE_URL (docs/llm-asr.md) and restart the service.';
+  if (status === 503 && /capacity/.test(detail ?? '')) return 'The service is at its session limit: end another session or try again in a few seconds.';
+  if (status === 502) return `An upstream service failed: ${detail}. Check its URL and key in the service configuration.`;
+  if (status === 413) return 'That file is too large: portraits up to 10 MB.';
+  if (status === undefined) return `The service did not answer (${error.message}): is it still running?`;
+  return detail ?? error.message;
+}
+
+function fail(error) {
+  banner(explain(error));
+  timeline(`error: ${error.detail ?? error.message}`);
+}
+
+function timeline(text, { latency = false } = {}) {
+  const item = document.createElement('li');
+  const time = document.createElement('time');
+  time.textContent = new Date().toLocaleTimeString();
+  const body = document.createElement('span');
+  body.textContent = text;
+  if (latency) body.className = 'latency';
+  item.append(time, body);
+  const list = $('timeline');
+  list.append(item);
+  while (list.children.length > TIMELINE_MAX) list.firstElementChild.remove();
+  list.scrollTop = list.scrollHeight;
+}
+
+class ApiError extends Error {
+  constructor(method, path, status, detail) {
+    super(`${method} ${path} → ${status}: ${detail}`);
+    this.status = status;
+    this.detail = detail;
+  }
 }
 
 async function api(method, path, body) {
@@ -16,50 +97,171 @@ async function api(method, path, body) {
     body: body ? JSON.stringify(body) : undefined,
   });
   const text = await res.text();
-  const data = text ? JSON.parse(text) : null;
-  if (!res.ok) throw new Error(`${method} ${path} → ${res.status}: ${data?.detail ?? text}`);
-  return data;
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = text;
+  }
+  if (!res.ok) throw new ApiError(method, path, res.status, data?.detail ?? text);
+  return { data, turnId: res.headers.get('x-turn-id') };
+}
+
+// ——— catalog: avatars, models, voices, what is configured ———
+
+function selectedAvatar() {
+  const id = document.querySelector('#avatars input:checked')?.value;
+  return state.avatars.find((a) => a.id === id);
+}
+
+function renderAvatars(selectId) {
+  const group = $('avatars');
+  group.replaceChildren();
+  for (const avatar of state.avatars) {
+    const label = document.createElement('label');
+    const input = document.createElement('input');
+    input.type = 'radio';
+    input.name = 'avatar';
+    input.value = avatar.id;
+    input.onchange = renderModels;
+    const img = document.createElement('img');
+    img.src = `/avatars/${encodeURIComponent(avatar.id)}/preview`;
+    img.alt = '';
+    img.loading = 'lazy';
+    const name = document.createElement('span');
+    name.textContent = avatar.name ?? avatar.id;
+    label.append(input, img, name);
+    group.append(label);
+  }
+  const inputs = [...group.querySelectorAll('input')];
+  const chosen = inputs.find((i) => i.value === selectId) ?? inputs.find((i) => state.avatars.find((a) => a.id === i.value)?.model_type === BASE_AVATAR_TYPE) ?? inputs[0];
+  if (chosen) chosen.checked = true;
+  renderModels();
+}
+
+/** Only models that can render the chosen avatar; those not connected are listed but disabled, with why. */
+function renderModels() {
+  const avatar = selectedAvatar();
+  const select = $('model');
+  select.replaceChildren();
+  const usable = state.models.filter((m) => avatar && m.renders.includes(avatar.model_type));
+  for (const model of usable) {
+    const option = new Option(model.connected ? model.id : `${model.id} (${model.status.replace('_', ' ')})`, model.id);
+    option.disabled = !model.connected;
+    select.append(option);
+  }
+  const preferred = usable.find((m) => m.connected && m.id === avatar?.model_type) ?? usable.find((m) => m.connected);
+  if (preferred) select.value = preferred.id;
+}
+
+async function loadAvatars(selectId) {
+  state.avatars = (await api('GET', '/avatars')).data;
+  renderAvatars(selectId ?? selectedAvatar()?.id);
 }
 
 async function loadCatalog() {
-  const [avatars, { models }] = await Promise.all([api('GET', '/avatars'), api('GET', '/models')]);
-  $('avatar').innerHTML = avatars.map((a) => `<option value="${a.id}" data-type="${a.model_type}">${a.name ?? a.id} (${a.model_type})</option>`).join('');
-  $('model').innerHTML = models
-    .map((m) => `<option value="${m.id}" ${m.connected ? '' : 'disabled'} data-renders="${m.renders.join(',')}">${m.id}${m.connected ? '' : ` – ${m.status}`}</option>`)
-    .join('');
-  const pickModel = () => {
-    const type = $('avatar').selectedOptions[0]?.dataset.type;
-    const preferred = [...$('model').options].find((o) => !o.disabled && o.value === type) ?? [...$('model').options].find((o) => !o.disabled && o.dataset.renders.split(',').includes(type));
-    if (preferred) $('model').value = preferred.value;
-  };
-  $('avatar').onchange = pickModel;
-  pickModel();
+  const [{ data: models }, { data: voices }, health] = await Promise.all([
+    api('GET', '/models'),
+    api('GET', '/tts/voices'),
+    api('GET', '/health').then((r) => r.data).catch(() => null),
+  ]);
+  state.models = models.models;
+  await loadAvatars();
+  const select = $('voice');
+  select.replaceChildren();
+  for (const provider of voices.providers.filter((p) => p.configured && p.voices.length > 0)) {
+    const group = document.createElement('optgroup');
+    group.label = provider.id;
+    for (const voice of provider.voices) {
+      const details = [voice.language, voice.gender, voice.source === 'clone' ? 'cloned' : null].filter(Boolean).join(', ');
+      const option = new Option(`${voice.name ?? voice.id}${details ? ` (${details})` : ''}`, `${provider.id}|${voice.id}`);
+      if (provider.is_default && voice.id === provider.default_voice) option.selected = true;
+      group.append(option);
+    }
+    select.append(group);
+  }
+  const llm = health?.components?.llm;
+  state.llmReady = llm?.status === 'ok';
+  if (!state.llmReady) {
+    $('chat-hint').textContent =
+      llm?.status === 'error'
+        ? `Chat is off: the language model does not answer (${llm.reason}).`
+        : 'Chat is off: no language model is configured. Set SERVICE_LLM_BASE_URL (see docs/llm-asr.md) and restart.';
+  }
+  const asr = health?.components?.asr;
+  if (asr && asr.status !== 'ok') $('talk-hint').textContent = 'Talk needs speech recognition: set SERVICE_ASR_BASE_URL (see docs/llm-asr.md) and restart.';
+  setRunning(false);
 }
 
+function voiceChoice() {
+  const [provider, voice] = ($('voice').value || '|').split('|');
+  return provider ? { tts_provider: provider, tts_voice: voice || null } : {};
+}
+
+async function previewVoice() {
+  const choice = voiceChoice();
+  const button = $('preview-voice');
+  button.disabled = true;
+  try {
+    const res = await fetch('/tts/preview', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ text: PREVIEW_TEXT, voice: choice.tts_voice, tts_provider: choice.tts_provider }),
+    });
+    if (!res.ok) throw new ApiError('POST', '/tts/preview', res.status, (await res.json().catch(() => ({}))).detail);
+    const audio = new Audio(URL.createObjectURL(await res.blob()));
+    $('preview-status').textContent = `Playing a preview of ${$('voice').selectedOptions[0]?.textContent ?? 'the voice'}`;
+    audio.onended = () => ($('preview-status').textContent = '');
+    await audio.play().catch(() => undefined);
+  } catch (error) {
+    fail(error);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// ——— the session ———
+
 function setRunning(running) {
-  $('start').disabled = running;
-  $('stop').disabled = !running;
-  for (const id of ['speak', 'chat', 'interrupt', 'talk']) $(id).disabled = !running;
-  if (!running) stopMicrophone();
+  const live = running && state.sessionId !== null;
+  $('start').disabled = live;
+  $('stop').disabled = !live;
+  for (const id of ['speak', 'interrupt', 'pause', 'record', 'talk']) $(id).disabled = !live;
+  $('chat').disabled = !live || !state.llmReady;
+  $('render').disabled = !live || !state.lastAnswer;
+  if (!live) {
+    stopMicrophone();
+    state.paused = false;
+    state.recording = false;
+    $('pause').textContent = 'Pause';
+    $('record').textContent = 'Start recording';
+  }
 }
 
 async function start() {
   // Disabled until this attempt ends: a double click must not create (and leak) a second session.
   $('start').disabled = true;
   try {
-    const { session_id } = await api('POST', '/sessions', { avatar_id: $('avatar').value, model: $('model').value });
-    state.sessionId = session_id;
+    const avatar = selectedAvatar();
+    const prompt = $('system-prompt').value.trim();
+    const { data } = await api('POST', '/sessions', {
+      avatar_id: avatar?.id,
+      model: $('model').value,
+      ...voiceChoice(),
+      ...(prompt ? { llm_system_prompt: prompt } : {}),
+    });
+    state.sessionId = data.session_id;
     $('state').textContent = 'created';
-    listen(session_id);
-    await connectPeer(session_id);
-    await api('POST', `/sessions/${session_id}/start`);
+    listen(data.session_id);
+    await connectPeer(data.session_id);
+    await api('POST', `/sessions/${data.session_id}/start`);
     $('state').textContent = 'running';
     setRunning(true);
-    log(`session ${session_id} running`);
+    timeline(`session started: ${avatar?.name ?? avatar?.id} with ${$('model').value}`);
   } catch (error) {
-    log(`error: ${error.message}`);
+    fail(error);
     // A half-set-up session (created, offer or start failed) is ended rather than left to time out.
-    endSession();
+    void endSession();
     setRunning(false);
   }
 }
@@ -80,11 +282,24 @@ async function connectPeer(sessionId, mic = null) {
   };
   await pc.setLocalDescription(await pc.createOffer());
   await waitForIce(pc);
-  const answer = await api('POST', `/sessions/${sessionId}/webrtc/offer`, { sdp: pc.localDescription.sdp, type: 'offer' });
+  const { data: answer } = await api('POST', `/sessions/${sessionId}/webrtc/offer`, { sdp: pc.localDescription.sdp, type: 'offer' });
   await pc.setRemoteDescription(answer);
   const previous = state.pc;
   state.pc = pc;
   previous?.close();
+}
+
+function waitForIce(pc) {
+  if (pc.iceGatheringState === 'complete') return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ICE_GATHER_MS);
+    pc.addEventListener('icegatheringstatechange', () => {
+      if (pc.iceGatheringState === 'complete') {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  });
 }
 
 /** Talk: the microphone (echo-cancelled by the browser) goes to the avatar; pressing again mutes it. */
@@ -94,7 +309,7 @@ async function toggleTalk() {
     const track = state.mic.getAudioTracks()[0];
     track.enabled = !track.enabled;
     button.setAttribute('aria-pressed', String(track.enabled));
-    log(track.enabled ? 'microphone on' : 'microphone muted');
+    timeline(track.enabled ? 'microphone on' : 'microphone muted');
     return;
   }
   button.disabled = true;
@@ -102,19 +317,43 @@ async function toggleTalk() {
     const mic = await navigator.mediaDevices.getUserMedia({ audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true } });
     state.mic = mic;
     await connectPeer(state.sessionId, mic);
+    watchMicLevel(mic);
     button.setAttribute('aria-pressed', 'true');
-    log('microphone on: talk to the avatar, talk over it to interrupt');
+    timeline('microphone on: talk to the avatar, talk over it to interrupt');
   } catch (error) {
-    log(`error: ${error.message}`);
+    if (error instanceof ApiError) fail(error);
+    else banner(`The microphone is not available (${error.message}): allow microphone access for this page and press Talk again.`);
     stopMicrophone();
   } finally {
     button.disabled = !state.sessionId;
   }
 }
 
+/** The live microphone level (RMS of the last analyser window) on the meter. */
+function watchMicLevel(mic) {
+  const context = new AudioContext();
+  const analyser = context.createAnalyser();
+  analyser.fftSize = 1024;
+  context.createMediaStreamSource(mic).connect(analyser);
+  const samples = new Float32Array(analyser.fftSize);
+  const timer = setInterval(() => {
+    analyser.getFloatTimeDomainData(samples);
+    let sum = 0;
+    for (const s of samples) sum += s * s;
+    $('mic-level').value = Math.min(1, Math.sqrt(sum / samples.length) * 4);
+  }, 100);
+  state.meter = { context, timer };
+}
+
 function stopMicrophone() {
   for (const track of state.mic?.getTracks() ?? []) track.stop();
   state.mic = null;
+  if (state.meter) {
+    clearInterval(state.meter.timer);
+    void state.meter.context.close();
+    state.meter = null;
+  }
+  $('mic-level').value = 0;
   $('talk').setAttribute('aria-pressed', 'false');
 }
 
@@ -125,89 +364,278 @@ function endSession({ keepalive = false } = {}) {
   state.events?.close();
   state.pc?.close();
   if (!sessionId) return Promise.resolve();
-  return fetch(`/sessions/${sessionId}`, { method: 'DELETE', keepalive }).catch((e) => log(`error: ${e.message}`));
+  return fetch(`/sessions/${sessionId}`, { method: 'DELETE', keepalive }).catch(() => undefined);
 }
 
-function waitForIce(pc) {
-  if (pc.iceGatheringState === 'complete') return Promise.resolve();
-  return new Promise((resolve) => {
-    const timer = setTimeout(resolve, 2000);
-    pc.addEventListener('icegatheringstatechange', () => {
-      if (pc.iceGatheringState === 'complete') {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-  });
+// ——— what the avatar does: SSE ———
+
+const STAGE_TEXT = { listening: 'listening', thinking: 'thinking', speaking: 'speaking', idle: 'idle', interrupted: 'interrupted', error: 'error' };
+
+function showStage(stage) {
+  $('stage').textContent = STAGE_TEXT[stage] ?? stage;
+  $('badge').dataset.stage = stage;
+}
+
+function caption(turnId, text, { append = false } = {}) {
+  const now = (append ? state.captions.get(turnId) ?? '' : '') + text;
+  state.captions.set(turnId, now);
+  if (state.captions.size > 20) state.captions.delete(state.captions.keys().next().value);
+  // Words arriving for a turn make it the one on screen: the avatar says them now.
+  state.currentTurn = turnId;
+  $('captions').textContent = now;
 }
 
 function listen(sessionId) {
   const events = new EventSource(`/sessions/${sessionId}/events`);
   state.events = events;
-  let frames = 0;
-  for (const type of ['transcript', 'llm', 'tts', 'status', 'error', 'session.terminated']) {
-    events.addEventListener(type, (ev) => {
-      const data = JSON.parse(ev.data);
-      if (type === 'status') $('stage').textContent = data.stage;
-      if (type === 'status' && data.stage === 'idle') showTurnMetrics(sessionId);
-      if (type === 'tts' && data.stage === 'first_audio' && state.speakAt) {
-        $('metrics').innerHTML = `<span>request → first audio: ${Math.round(performance.now() - state.speakAt)} ms</span><span>synthesis: ${data.ms_elapsed} ms</span>`;
-      }
-      if (type === 'session.terminated') {
-        events.close();
-        // Ended by the service (or another tab): nothing left to delete on pagehide.
-        if (state.sessionId === sessionId) state.sessionId = null;
-        setRunning(false);
-        $('state').textContent = 'terminated';
-      }
-      log(`${type} ${ev.data}`);
-    });
-  }
-  events.addEventListener('frame', () => {
-    frames++;
-    if (frames % 25 === 0) log(`frame ×25 (total ${frames})`);
+  const on = (type, handler) => events.addEventListener(type, (ev) => handler(JSON.parse(ev.data)));
+  on('status', (data) => {
+    showStage(data.stage);
+    if (data.turn_id && ['listening', 'thinking', 'speaking'].includes(data.stage) && data.turn_id !== state.currentTurn) {
+      state.currentTurn = data.turn_id;
+      $('captions').textContent = state.captions.get(data.turn_id) ?? '';
+    }
+    if (data.stage !== 'speaking' || data.turn_id) timeline(`avatar ${data.stage}${data.message ? ` (${data.message})` : ''}`);
+    if (data.stage === 'idle' && data.turn_id) void showTurnLatency(sessionId, data.turn_id);
+  });
+  on('transcript', (data) => {
+    if (data.is_final) timeline(`you said: “${data.text}”`);
+  });
+  on('llm', (data) => caption(data.turn_id, data.delta, { append: true }));
+  on('tts', (data) => {
+    if (data.stage === 'first_audio') timeline(`first audio synthesised after ${data.ms_elapsed} ms`);
+  });
+  on('error', (data) => {
+    banner(`${data.message} (${data.code})`);
+    timeline(`error ${data.code}: ${data.message}`);
+  });
+  on('session.terminated', () => {
+    events.close();
+    // Ended by the service (or another tab): nothing left to delete on pagehide.
+    if (state.sessionId === sessionId) state.sessionId = null;
+    setRunning(false);
+    $('state').textContent = 'terminated';
+    showStage('idle');
+    timeline('session ended');
   });
 }
 
-/** The service's own latency figures for the last turn (GET /sessions/{id}/metrics). */
-async function showTurnMetrics(sessionId) {
+/** The service's own figure for the turn (GET /sessions/{id}/metrics): end of speech or request → first audio. */
+async function showTurnLatency(sessionId, turnId) {
   try {
-    const m = await api('GET', `/sessions/${sessionId}/metrics`);
-    const turn = m.turns.at(-1);
-    if (!turn) return;
-    const parts = [`server: first sample sent ${turn.first_sample_sent_ms ?? '–'} ms`];
-    if (turn.llm_first_token_ms !== null) parts.push(`LLM first token ${turn.llm_first_token_ms} ms`);
-    if (turn.interrupt_to_flush_ms !== null) parts.push(`interrupt → silence queued ${turn.interrupt_to_flush_ms} ms`);
-    parts.push(`late frames ${m.media.frames_late}/${m.media.frames_sent}`);
-    $('metrics').innerHTML += `<div>${parts.map((p) => `<span>${p}</span>`).join('')}</div>`;
-  } catch (error) {
-    log(`metrics: ${error.message}`);
+    const { data } = await api('GET', `/sessions/${sessionId}/metrics`);
+    const turn = data.turns.find((t) => t.turn_id === turnId);
+    const answer = state.captions.get(turnId);
+    if (answer) {
+      state.lastAnswer = answer;
+      $('render').disabled = !state.sessionId;
+    }
+    if (!turn || turn.first_sample_sent_ms === null) return;
+    const from = turn.mode === 'voice' ? 'end of speech' : `${turn.mode} request`;
+    const parts = [`${from} → first audio ${turn.first_sample_sent_ms} ms`];
+    if (turn.llm_first_token_ms !== null) parts.push(`first LLM token ${turn.llm_first_token_ms} ms`);
+    if (turn.interrupt_to_flush_ms !== null) parts.push(`interrupt → silence ${turn.interrupt_to_flush_ms} ms`);
+    timeline(`turn ${turn.outcome}: ${parts.join(', ')}`, { latency: true });
+  } catch {
+    // The session may have ended meanwhile; the figure is a nicety.
   }
 }
 
-async function speak(kind) {
+// ——— conversation controls ———
+
+async function say(kind) {
   const text = $('text').value.trim();
-  if (!text) return;
-  state.speakAt = performance.now();
+  if (!text) {
+    banner('Type a message first.');
+    return;
+  }
   try {
-    if (kind === 'chat') await api('POST', `/sessions/${state.sessionId}/chat`, { prompt: text });
-    else await api('POST', `/sessions/${state.sessionId}/speak`, { text });
+    const { turnId } =
+      kind === 'chat'
+        ? await api('POST', `/sessions/${state.sessionId}/chat`, { prompt: text })
+        : await api('POST', `/sessions/${state.sessionId}/speak`, { text });
+    state.currentTurn = turnId;
+    if (kind === 'speak') caption(turnId, text);
+    else caption(turnId, '');
+    timeline(kind === 'chat' ? `you asked: “${text}”` : `speak: “${text}”`);
   } catch (error) {
-    log(`error: ${error.message}`);
+    fail(error);
   }
 }
+
+async function togglePause() {
+  const resume = state.paused;
+  try {
+    await api('POST', `/sessions/${state.sessionId}/${resume ? 'resume' : 'pause'}`);
+    state.paused = !resume;
+    $('pause').textContent = state.paused ? 'Resume' : 'Pause';
+    $('state').textContent = state.paused ? 'paused' : 'running';
+    timeline(state.paused ? 'session paused' : 'session resumed');
+  } catch (error) {
+    fail(error);
+  }
+}
+
+async function applyPrompt() {
+  const prompt = $('system-prompt').value.trim();
+  if (!state.sessionId || !prompt) return;
+  try {
+    await api('POST', `/sessions/${state.sessionId}/customize/prompt`, { system_prompt: prompt });
+    timeline('system prompt updated for the next turns');
+  } catch (error) {
+    fail(error);
+  }
+}
+
+async function applyVoice() {
+  if (!state.sessionId) return;
+  try {
+    await api('POST', `/sessions/${state.sessionId}/customize`, voiceChoice());
+    timeline(`voice: ${$('voice').selectedOptions[0]?.textContent}`);
+  } catch (error) {
+    fail(error);
+  }
+}
+
+// ——— recording and offline rendering ———
+
+async function toggleRecording() {
+  const button = $('record');
+  button.disabled = true;
+  try {
+    if (!state.recording) {
+      await api('POST', `/sessions/${state.sessionId}/rt-recording/start`);
+      state.recording = true;
+      button.textContent = 'Stop recording';
+      $('recording-link').hidden = true;
+      timeline('recording started');
+    } else {
+      const { data } = await api('POST', `/sessions/${state.sessionId}/rt-recording/stop`);
+      state.recording = false;
+      button.textContent = 'Start recording';
+      const link = $('recording-link');
+      link.href = data.artifact_url;
+      link.hidden = false;
+      timeline(`recording saved (${(data.duration_ms / 1000).toFixed(1)} s)`);
+    }
+  } catch (error) {
+    fail(error);
+  } finally {
+    button.disabled = !state.sessionId;
+  }
+}
+
+async function renderOffline() {
+  const text = state.lastAnswer;
+  if (!text) return;
+  const sessionId = state.sessionId;
+  const progress = $('render-progress');
+  const button = $('render');
+  button.disabled = true;
+  $('render-link').hidden = true;
+  progress.hidden = false;
+  progress.value = 0;
+  try {
+    const { data } = await api('POST', `/sessions/${sessionId}/rt-offline-bundle`, { text });
+    timeline('offline render queued');
+    for (;;) {
+      await new Promise((resolve) => setTimeout(resolve, RENDER_POLL_MS));
+      const { data: job } = await api('GET', `/sessions/${sessionId}/rt-offline-bundle/${data.job_id}`);
+      progress.value = job.progress;
+      if (job.status === 'failed') throw new ApiError('GET', 'offline job', 500, `the offline render failed: ${job.error}`);
+      if (job.status === 'complete') break;
+    }
+    const link = $('render-link');
+    link.href = `/sessions/${sessionId}/rt-offline-bundle/${data.job_id}/download`;
+    link.hidden = false;
+    timeline('offline render complete');
+  } catch (error) {
+    fail(error);
+  } finally {
+    button.disabled = !state.sessionId;
+  }
+}
+
+// ——— new avatar from a portrait ———
+
+function uploadPortrait(file) {
+  if (!file) return;
+  const base = state.avatars.find((a) => a.model_type === BASE_AVATAR_TYPE);
+  if (!base) {
+    banner('No photo avatar to base a portrait on: the avatars directory has no lipsync avatar.');
+    return;
+  }
+  const form = new FormData();
+  form.set('name', $('portrait-name').value.trim() || 'My avatar');
+  form.set('base_avatar_id', base.id);
+  form.set('image', file);
+  const progress = $('upload-progress');
+  progress.hidden = false;
+  progress.value = 0;
+  $('upload-status').textContent = `Uploading ${file.name}…`;
+  // XMLHttpRequest: fetch cannot report upload progress.
+  const request = new XMLHttpRequest();
+  request.open('POST', '/avatars/custom');
+  request.upload.onprogress = (ev) => {
+    if (ev.lengthComputable) progress.value = ev.loaded / ev.total;
+  };
+  request.onload = async () => {
+    let body = null;
+    try {
+      body = JSON.parse(request.responseText);
+    } catch {
+      // not JSON
+    }
+    if (request.status !== 200) {
+      progress.hidden = true;
+      $('upload-status').textContent = '';
+      fail(new ApiError('POST', '/avatars/custom', request.status, body?.detail ?? request.statusText));
+      return;
+    }
+    progress.value = 1;
+    $('upload-status').textContent = `New avatar “${body.name}” is ready: it is selected above.`;
+    timeline(`new avatar ${body.name} created`);
+    await loadAvatars(body.id).catch(fail);
+  };
+  request.onerror = () => fail(new Error('the upload did not reach the service'));
+  request.send(form);
+}
+
+// ——— wiring ———
 
 $('start').onclick = start;
-$('speak').onclick = () => speak('speak');
-$('chat').onclick = () => speak('chat');
+$('speak').onclick = () => void say('speak');
+$('chat').onclick = () => void say('chat');
 $('talk').onclick = () => void toggleTalk();
-$('interrupt').onclick = () => api('POST', `/sessions/${state.sessionId}/interrupt`).catch((e) => log(`error: ${e.message}`));
+$('pause').onclick = () => void togglePause();
+$('record').onclick = () => void toggleRecording();
+$('render').onclick = () => void renderOffline();
+$('preview-voice').onclick = () => void previewVoice();
+$('voice').onchange = () => void applyVoice();
+$('system-prompt').onchange = () => void applyPrompt();
+$('portrait-file').onchange = (ev) => uploadPortrait(ev.target.files[0]);
+$('interrupt').onclick = () =>
+  api('POST', `/sessions/${state.sessionId}/interrupt`)
+    .then(() => timeline('stopped'))
+    .catch(fail);
 $('stop').onclick = async () => {
   $('stop').disabled = true;
   await endSession();
   $('state').textContent = 'terminated';
+  showStage('idle');
   setRunning(false);
 };
+const zone = $('dropzone');
+zone.addEventListener('dragover', (ev) => {
+  ev.preventDefault();
+  zone.classList.add('over');
+});
+zone.addEventListener('dragleave', () => zone.classList.remove('over'));
+zone.addEventListener('drop', (ev) => {
+  ev.preventDefault();
+  zone.classList.remove('over');
+  uploadPortrait(ev.dataTransfer?.files?.[0]);
+});
 // Closing or leaving the tab ends the session at once, instead of leaving it to the orphan timeout.
 window.addEventListener('pagehide', () => void endSession({ keepalive: true }));
 window.addEventListener('pageshow', (event) => {
@@ -217,4 +645,4 @@ window.addEventListener('pageshow', (event) => {
     setRunning(false);
   }
 });
-loadCatalog().catch((error) => log(`error: ${error.message}`));
+loadCatalog().catch(fail);

@@ -5,10 +5,19 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 
 const PUBLIC_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'public');
 
-/** The demo page a newcomer sees after `npm start`. */
+const FAVICON_SVG =
+  '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 64 64"><rect x="4" y="4" width="56" height="46" rx="12" fill="#3b7ddd"/>' +
+  '<path d="M18 50 L14 62 L30 50 Z" fill="#3b7ddd"/><circle cx="24" cy="22" r="4" fill="#fff"/><circle cx="40" cy="22" r="4" fill="#fff"/>' +
+  '<ellipse cx="32" cy="36" rx="9" ry="6" fill="#1b2a41"/></svg>';
+
+/** The page a newcomer sees after `npm start`. */
 const uiRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/', { schema: { hide: true } }, async (_request, reply) => {
     reply.type('text/html; charset=utf-8').send(await fs.readFile(path.join(PUBLIC_DIR, 'index.html')));
+  });
+  // An inline SVG (a face in a speech bubble): browsers ask for /favicon.ico whatever the page links.
+  app.get('/favicon.ico', { schema: { hide: true } }, async (_request, reply) => {
+    reply.type('image/svg+xml').header('cache-control', 'public, max-age=86400').send(FAVICON_SVG);
   });
   app.get('/app.js', { schema: { hide: true } }, async (_request, reply) => {
     reply.type('application/javascript; charset=utf-8').send(await fs.readFile(path.join(PUBLIC_DIR, 'app.js')));

@@ -1,0 +1,277 @@
+/**
+ * The page at `/` in headless Chromium, driven only through accessible names (what a screen-reader or keyboard
+ * user reaches): avatar, model, voice + preview, system prompt, start, speak, chat, stop, pause/resume, captions,
+ * speak-while-speaking advice, record + download, offline render + download, portrait upload, Talk with a fake
+ * microphone, end; a 390 px phone viewport; Chat disabled with a hint when no language model is configured.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import sharp from 'sharp';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { startTestApp, tempDir, type TestApp } from './helpers/app.ts';
+import { wavBytes } from './helpers/conversation.ts';
+import { loadVadFixture } from './helpers/vad-fixture.ts';
+import { PORTRAIT_FIXTURE } from './helpers/fixtures.ts';
+import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstream.ts';
+
+const CHROMIUM = '/usr/bin/chromium';
+const REPLY = ['Yes', ', I', ' can', ' hear', ' you', ' clearly', '.'];
+const STEP_MS = 30_000;
+
+async function launch(args: string[] = []): Promise<Browser> {
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--autoplay-policy=no-user-gesture-required', ...args],
+  });
+}
+
+const timelineText = (page: Page) => page.getByRole('log', { name: 'Event timeline' }).innerText();
+const waitTimeline = (page: Page, needle: string | RegExp) =>
+  page.waitForFunction(
+    ([source, flags]) => new RegExp(source, flags).test(document.querySelector('[aria-label="Event timeline"]')!.textContent ?? ''),
+    typeof needle === 'string' ? [needle.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), ''] : [needle.source, needle.flags],
+    { timeout: STEP_MS },
+  );
+
+describe('the page at / driven by accessible names (Chromium)', () => {
+  let upstream: OpenAiUpstream;
+  let t: TestApp;
+  let browser: Browser;
+  let dir: string;
+  let page: Page;
+
+  beforeAll(async () => {
+    const fixture = loadVadFixture();
+    const first = fixture.labels.segments.find((segment) => segment.kind === 'speech')!;
+    const pcm = new Int16Array(16_000 * 12);
+    pcm.set(fixture.pcm.subarray((first.startMs - 100) * 16, (first.endMs + 100) * 16), 8_000);
+    dir = await tempDir('page-');
+    const wav = path.join(dir, 'mic.wav');
+    await fs.writeFile(wav, wavBytes(pcm, 16_000));
+    await fs.writeFile(path.join(dir, 'portrait.jpg'), await sharp(await fs.readFile(PORTRAIT_FIXTURE)).resize(320, 320).jpeg().toBuffer());
+    upstream = await startOpenAiUpstream({ transcription: { transcript: 'Hello there, can you hear me clearly?' }, chat: { replyTokens: REPLY } });
+    t = await startTestApp({ env: { SERVICE_LLM_BASE_URL: upstream.baseUrl, SERVICE_ASR_BASE_URL: upstream.baseUrl } });
+    browser = await launch(['--use-fake-ui-for-media-stream', '--use-fake-device-for-media-stream', `--use-file-for-fake-audio-capture=${wav}%noloop`]);
+    const context = await browser.newContext({ permissions: ['microphone'], acceptDownloads: true });
+    page = await context.newPage();
+    await page.goto(`${t.baseUrl}/`);
+  }, 60_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    await t?.close();
+    await upstream?.close();
+    if (dir) await fs.rm(dir, { recursive: true, force: true });
+  });
+
+  it('choose avatar, model (only those rendering it), voice with a preview, and a system prompt; start', async () => {
+    const avatar = page.getByRole('radio', { name: 'Demo (drawn, real-time)' });
+    await avatar.check();
+    await page.waitForFunction(() => document.querySelectorAll('#model option').length > 0 && document.querySelectorAll('#voice option').length > 0, null, { timeout: STEP_MS });
+    const model = page.getByLabel('Model', { exact: true });
+    const models = await model.locator('option').evaluateAll((options) => options.map((o) => (o as HTMLOptionElement).value));
+    // Exactly the models whose `renders` include the avatar's model type: lipsync models are not offered for it.
+    const all = (await (await fetch(`${t.baseUrl}/models`)).json()).models as Array<{ id: string; renders: string[] }>;
+    expect(models.sort()).toEqual(all.filter((m) => m.renders.includes('rt')).map((m) => m.id).sort());
+    expect(models).not.toContain('lipsync');
+    await page.getByRole('radio', { name: 'Astronaut' }).check();
+    expect(await model.locator('option').evaluateAll((options) => options.map((o) => (o as HTMLOptionElement).value))).toContain('lipsync');
+    await avatar.check();
+    await model.selectOption('rt');
+
+    const voice = page.getByLabel('Voice', { exact: true });
+    expect(await voice.locator('optgroup[label="builtin"] option').count()).toBeGreaterThan(5);
+    await voice.selectOption('builtin|en-GB-RyanNeural');
+    await page.getByRole('button', { name: 'Preview voice' }).click();
+    await page.waitForFunction(() => document.getElementById('preview-status')!.textContent!.startsWith('Playing a preview of'), null, { timeout: STEP_MS });
+
+    await page.getByLabel('System prompt').fill('You are a test avatar. Answer in one sentence.');
+    await page.getByRole('button', { name: 'Start session' }).click();
+    await page.waitForFunction(() => document.getElementById('state')!.textContent === 'running', null, { timeout: STEP_MS });
+    const sessionId = await page.evaluate(() => (window as unknown as { demo: { sessionId: string } }).demo.sessionId);
+    const info = await (await fetch(`${t.baseUrl}/sessions/${sessionId}`)).json();
+    expect(info).toMatchObject({ avatar_id: 'demo-rt', model: 'rt', tts_provider: 'builtin', tts_voice: 'en-GB-RyanNeural', llm_system_prompt: 'You are a test avatar. Answer in one sentence.' });
+  }, 90_000);
+
+  it('type and Speak: captions show the words, the avatar state shows speaking, the timeline the request → first audio latency', async () => {
+    await page.getByLabel('Message').fill('Hello from the page test.');
+    await page.getByRole('button', { name: 'Speak', exact: true }).click();
+    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'speaking', null, { timeout: STEP_MS });
+    expect(await page.getByRole('region', { name: 'Captions' }).innerText()).toBe('Hello from the page test.');
+    await waitTimeline(page, /speak request → first audio \d+ ms/);
+    const stats = await page.evaluate(async () => {
+      const report = await (window as unknown as { demo: { pc: RTCPeerConnection } }).demo.pc.getStats();
+      let frames = 0;
+      report.forEach((s: any) => {
+        if (s.type === 'inbound-rtp' && s.kind === 'video') frames = s.framesDecoded ?? 0;
+      });
+      return frames;
+    });
+    expect(stats).toBeGreaterThan(10);
+  }, 60_000);
+
+  it('Pause and Resume', async () => {
+    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'idle', null, { timeout: STEP_MS });
+    await page.getByRole('button', { name: 'Pause' }).click();
+    await page.getByRole('button', { name: 'Resume' }).waitFor({ timeout: STEP_MS });
+    expect(await page.textContent('#state')).toBe('paused');
+    await page.getByRole('button', { name: 'Resume' }).click();
+    await page.getByRole('button', { name: 'Pause' }).waitFor({ timeout: STEP_MS });
+    expect(await page.textContent('#state')).toBe('running');
+  }, 60_000);
+
+  it('Chat: the reply streams into the captions and the timeline shows the first LLM token', async () => {
+    await page.getByLabel('Message').fill('Can you hear me?');
+    await page.getByRole('button', { name: 'Chat' }).click();
+    await page.waitForFunction((reply) => document.getElementById('captions')!.textContent === reply, REPLY.join(''), { timeout: STEP_MS });
+    await waitTimeline(page, /chat request → first audio \d+ ms, first LLM token \d+ ms/);
+  }, 60_000);
+
+  it('Stop interrupts; Speak while speaking is a banner saying what to do, dismissed by its button', async () => {
+    await page.getByLabel('Message').fill('This is a long sentence that keeps the avatar busy for a while, so that the next request finds it speaking.');
+    await page.getByRole('button', { name: 'Speak', exact: true }).click();
+    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'speaking', null, { timeout: STEP_MS });
+    await page.getByRole('button', { name: 'Speak', exact: true }).click();
+    const alert = page.getByRole('alert');
+    await alert.waitFor({ timeout: STEP_MS });
+    expect(await alert.innerText()).toContain('press Stop to interrupt it');
+    await page.getByRole('button', { name: 'Dismiss error' }).click();
+    expect(await page.getByRole('alert').count()).toBe(0);
+    await page.getByRole('button', { name: 'Stop: interrupt the avatar' }).click();
+    await waitTimeline(page, 'avatar interrupted');
+    await waitTimeline(page, /interrupt → silence \d+ ms/);
+  }, 60_000);
+
+  it('Start recording, speak, Stop recording, then Download recording gives an MP4', async () => {
+    await page.getByRole('button', { name: 'Start recording' }).click();
+    await page.getByRole('button', { name: 'Stop recording' }).waitFor({ timeout: STEP_MS });
+    await page.getByLabel('Message').fill('Recorded words.');
+    await page.getByRole('button', { name: 'Speak', exact: true }).click();
+    await waitTimeline(page, /speak request → first audio \d+ ms[^]*speak request → first audio \d+ ms[^]*speak request → first audio/);
+    await page.getByRole('button', { name: 'Stop recording' }).click();
+    const link = page.getByRole('link', { name: 'Download recording' });
+    await link.waitFor({ timeout: STEP_MS });
+    const [download] = await Promise.all([page.waitForEvent('download'), link.click()]);
+    const file = await download.path();
+    const bytes = await fs.readFile(file!);
+    expect(bytes.length).toBeGreaterThan(1000);
+    expect(bytes.subarray(4, 8).toString('latin1')).toBe('ftyp');
+  }, 90_000);
+
+  it('Render last answer offline: a progress bar, then Download video gives an MP4', async () => {
+    await page.getByRole('button', { name: 'Render last answer offline' }).click();
+    expect(await page.getByRole('progressbar', { name: 'Offline render progress' }).isVisible()).toBe(true);
+    const link = page.getByRole('link', { name: 'Download video' });
+    await link.waitFor({ timeout: 60_000 });
+    expect(await page.getByRole('progressbar', { name: 'Offline render progress' }).getAttribute('value')).toBe('1');
+    const [download] = await Promise.all([page.waitForEvent('download'), link.click()]);
+    const bytes = await fs.readFile((await download.path())!);
+    expect(bytes.subarray(4, 8).toString('latin1')).toBe('ftyp');
+  }, 90_000);
+
+  it('Upload portrait: the new avatar appears among the avatars, selected, with upload progress at 100 %', async () => {
+    await page.getByLabel('Portrait name').fill('Page test portrait');
+    await page.getByLabel('Upload portrait').setInputFiles(path.join(dir, 'portrait.jpg'));
+    await page.getByRole('radio', { name: 'Page test portrait' }).waitFor({ state: 'attached', timeout: 60_000 });
+    expect(await page.getByRole('radio', { name: 'Page test portrait' }).isChecked()).toBe(true);
+    expect(await page.getByRole('progressbar', { name: 'Upload progress' }).getAttribute('value')).toBe('1');
+    expect(await page.getByRole('status').filter({ hasText: 'is ready' }).count()).toBe(1);
+  }, 90_000);
+
+  it('Talk: the fake microphone is heard (level meter moves), the avatar shows listening, the transcript and the reply', async () => {
+    const talk = page.getByRole('button', { name: 'Talk' });
+    await talk.click();
+    await page.waitForFunction(() => document.getElementById('talk')!.getAttribute('aria-pressed') === 'true', null, { timeout: STEP_MS });
+    await page.waitForFunction(() => (document.getElementById('mic-level') as HTMLMeterElement).value > 0.01, null, { timeout: STEP_MS });
+    await waitTimeline(page, 'avatar listening');
+    await waitTimeline(page, 'you said: “Hello there, can you hear me clearly?”');
+    await waitTimeline(page, /end of speech → first audio \d+ ms/);
+    expect(await page.getByRole('region', { name: 'Captions' }).innerText()).toBe(REPLY.join(''));
+    await talk.click();
+    expect(await talk.getAttribute('aria-pressed')).toBe('false');
+  }, 90_000);
+
+  it('End session', async () => {
+    await page.getByRole('button', { name: 'End session' }).click();
+    await page.waitForFunction(() => document.getElementById('state')!.textContent === 'terminated', null, { timeout: STEP_MS });
+    expect(await page.getByRole('button', { name: 'Start session' }).isEnabled()).toBe(true);
+    expect(await page.getByRole('button', { name: 'Speak', exact: true }).isDisabled()).toBe(true);
+    expect(t.services.supervisor.liveCount).toBe(0);
+    expect(await timelineText(page)).toContain('session started');
+  }, 30_000);
+});
+
+describe('the page on a 390 px phone, without a language model (Chromium)', () => {
+  let t: TestApp;
+  let browser: Browser;
+
+  beforeAll(async () => {
+    t = await startTestApp();
+    browser = await launch();
+  }, 60_000);
+  afterAll(async () => {
+    await browser?.close();
+    await t?.close();
+  });
+
+  it('fits 390 px wide, every control is named and reachable, Chat is disabled with a hint, no request leaves the host', async () => {
+    const context = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
+    const page = await context.newPage();
+    const foreign: string[] = [];
+    const failed: string[] = [];
+    page.on('request', (request) => {
+      if (new URL(request.url()).hostname !== '127.0.0.1' && !request.url().startsWith('data:') && !request.url().startsWith('blob:')) foreign.push(request.url());
+    });
+    page.on('response', (response) => {
+      if (response.status() >= 400) failed.push(`${response.status()} ${response.url()}`);
+    });
+    await page.goto(`${t.baseUrl}/`);
+    await page.getByRole('radio', { name: 'Astronaut' }).waitFor({ state: 'attached' });
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+
+    const names = [
+      ['button', 'Start session'], ['button', 'End session'], ['button', 'Preview voice'], ['button', 'Talk'], ['button', 'Speak'],
+      ['button', 'Chat'], ['button', 'Stop: interrupt the avatar'], ['button', 'Pause'], ['button', 'Start recording'],
+      ['button', 'Render last answer offline'], ['combobox', 'Model'], ['combobox', 'Voice'], ['textbox', 'System prompt'],
+      ['textbox', 'Message'], ['textbox', 'Portrait name'], ['meter', 'Microphone level'], ['region', 'Captions'], ['log', 'Event timeline'],
+    ] as const;
+    for (const [role, name] of names) {
+      const control = page.getByRole(role, { name, exact: true });
+      expect(await control.count(), `${role} "${name}"`).toBe(1);
+      const box = await control.boundingBox();
+      expect(box, `${role} "${name}" is laid out`).not.toBeNull();
+      expect(box!.x + box!.width, `${role} "${name}" fits`).toBeLessThanOrEqual(391);
+    }
+    expect(await page.getByLabel('Upload portrait').count()).toBe(1);
+    // Every interactive element has a name (label, aria-label or text).
+    const unnamed = await page.evaluate(() =>
+      [...document.querySelectorAll('button, select, textarea, input, a[href]')]
+        .filter((el) => {
+          const labelled = (el as HTMLInputElement).labels?.length || el.getAttribute('aria-label') || el.textContent!.trim();
+          return !labelled;
+        })
+        .map((el) => el.outerHTML.slice(0, 80)),
+    );
+    expect(unnamed).toEqual([]);
+
+    // Keyboard: Tab reaches Start session and Enter starts.
+    await page.getByLabel('Model', { exact: true }).selectOption('mock');
+    await page.getByLabel('System prompt').focus();
+    await page.keyboard.press('Tab');
+    expect(await page.evaluate(() => document.activeElement?.textContent)).toBe('Start session');
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => document.getElementById('state')!.textContent === 'running', null, { timeout: STEP_MS });
+    const chat = page.getByRole('button', { name: 'Chat' });
+    expect(await chat.isDisabled()).toBe(true);
+    expect(await page.textContent('#chat-hint')).toContain('SERVICE_LLM_BASE_URL');
+    expect(await page.getByRole('button', { name: 'Speak', exact: true }).isEnabled()).toBe(true);
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+    await page.getByRole('button', { name: 'End session' }).click();
+    const favicon = await fetch(`${t.baseUrl}/favicon.ico`);
+    expect(favicon.status).toBe(200);
+    expect(failed).toEqual([]);
+    expect(foreign).toEqual([]);
+    await context.close();
+  }, 90_000);
+});
