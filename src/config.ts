@@ -66,6 +66,16 @@ export interface ClusterConfig {
   nodeUrl: string;
   /** A node whose heartbeat is older than this is lost: its sessions are terminated (`node_lost`). */
   nodeTtlMs: number;
+  /**
+   * `SERVICE_NODE_SLOT`: the routing slot this node claims (its line in the balancer's map, docs/scaling.md);
+   * null = the lowest free slot. Session ids carry their owner's slot, so a sticky balancer finds the owner.
+   */
+  nodeSlot: number | null;
+  /**
+   * `SERVICE_CLUSTER_SECRET`: the key nodes sign their internal headers with; null = one random secret the
+   * first node creates in Redis (SET NX) and every node reads.
+   */
+  secret: string | null;
 }
 
 export class ConfigError extends Error {
@@ -248,7 +258,12 @@ function clusterConfig(
   if (!valid) problems.push('SERVICE_REDIS_URL must be a redis:// or rediss:// URL');
   const nodeUrl = url('SERVICE_NODE_URL') ?? `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
   const nodeTtlMs = integer('SERVICE_NODE_TTL_S', 10, 2, 300) * 1000;
-  return valid ? { redisUrl, nodeUrl, nodeTtlMs } : null;
+  // 4096 slots: three hex digits of a session id (src/cluster/slots.ts).
+  const nodeSlot = read('SERVICE_NODE_SLOT') === undefined ? null : integer('SERVICE_NODE_SLOT', 0, 0, 4095);
+  const secret = read('SERVICE_CLUSTER_SECRET') ?? null;
+  // Never echoed: it is a secret.
+  if (secret !== null && secret.length < 16) problems.push('SERVICE_CLUSTER_SECRET must be at least 16 characters');
+  return valid ? { redisUrl, nodeUrl, nodeTtlMs, nodeSlot, secret } : null;
 }
 
 function isLogFormat(value: string): value is ServiceConfig['logFormat'] {

@@ -32,6 +32,7 @@ import type { SessionRecords } from './store/sessions.ts';
 import type { VoiceCatalogStore } from './voices/catalog.ts';
 import type { OfflineJobs } from './recording/offline-jobs.ts';
 import { openCluster, type ClusterNode } from './cluster/index.ts';
+import { RedisAvatarCatalog } from './cluster/avatar-catalog.ts';
 import { ServiceMetrics } from './metrics/service-metrics.ts';
 import type { PoolLoadSnapshot } from '../actors/pool-load.ts';
 import { SERVICE_VERSION } from './version.ts';
@@ -87,7 +88,15 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
   const store = await Store.open(cluster ? cluster.nodeDataDir : config.dataDir);
   const sessionStore = cluster ? cluster.directory : new SessionStore(store);
   const defaults = cluster ? cluster.defaults : new DefaultsStore(store);
-  const catalog = new AvatarCatalog(config.avatarsDir, logger.child({ component: 'catalog' }));
+  // Cluster mode: the bundles stay on the shared directory, their entries live in Redis (every node sees a change at once).
+  const catalog = cluster
+    ? new RedisAvatarCatalog(config.avatarsDir, logger.child({ component: 'catalog' }), cluster.redis, cluster.nodeId)
+    : new AvatarCatalog(config.avatarsDir, logger.child({ component: 'catalog' }));
+  if (catalog instanceof RedisAvatarCatalog) {
+    await catalog.seed();
+    const orphans = await catalog.sweepOrphans().catch(() => 0);
+    if (orphans > 0) logger.info({ orphans }, 'custom avatar directories without a catalog entry removed');
+  }
   const renderPool = new RenderPool({
     threads: config.renderThreads || Math.max(1, os.availableParallelism() - 1),
     logger: logger.child({ component: 'render' }),
@@ -95,12 +104,14 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
   let inferencePool: InferencePool | undefined;
   const inference = (): InferencePool => (inferencePool ??= new InferencePool());
   const lipsync = {
-    b: new LocalLipsyncModel({ file: config.lipsync.bModel, provider: config.lipsync.onnxProvider, pool: inference }),
+    // Mel windows and paste-back run in the render workers, off the event loop the media clocks share.
+    b: new LocalLipsyncModel({ file: config.lipsync.bModel, provider: config.lipsync.onnxProvider, pool: inference, offload: renderPool }),
     c: new RemoteLipsyncModel({
       baseUrl: config.lipsync.cUrl,
       model: config.lipsync.cModel,
       // A server failing mid-session hands the rest of the turn to the CPU photo renderer.
       fallback: (avatar, signal) => renderPool.open(avatar, 'lipsync', signal),
+      offload: renderPool,
     }),
   };
   if (config.lipsync.bModel) {
@@ -136,7 +147,10 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     inspection,
     metrics,
     inference,
+    // Cluster mode: the id carries this node's routing slot, so a sticky balancer finds the owner.
+    ...(cluster ? { newSessionId: () => cluster.registry.newSessionId() } : {}),
   });
+  cluster?.attachMetrics(metrics.registry);
   metrics.readFrom({
     sessionsByState: () => supervisor.sessionsByState(),
     capacity: () => ({ active: supervisor.capacity, pending: supervisor.pendingCapacity }),
@@ -167,7 +181,7 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
   const jobs: OfflineJobs = cluster ? cluster.offlineQueue(jobDeps) : new OfflineJobQueue({ ...jobDeps, store: new JobStore(store) });
   // Before listening: what a crash left (temp names, files no record points to) goes; unfinished jobs fail.
   await sweepStartupLeftovers(
-    { voices, voiceDir: ttsConfig.voiceDir, uploads, avatarsDir: config.avatarsDir, recordings, jobs, shared: cluster !== null },
+    { voices, voiceDir: ttsConfig.voiceDir, uploads, avatarsDir: config.avatarsDir, recordings, jobs, shared: cluster !== null, avatarTag: cluster?.nodeId },
     logger.child({ component: 'sweep' }),
   );
   // Expired clone samples are swept periodically too, so a long-running service never keeps one.

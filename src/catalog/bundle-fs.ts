@@ -16,9 +16,9 @@ export const TRASH_DIR_PREFIX = '.trash-';
  * Removes a bundle so it never appears half-deleted: rename it to a hidden `.trash-*` directory (one
  * atomic step the catalog ignores), then delete that.
  */
-export async function removeBundleDir(avatarsDir: string, id: string): Promise<void> {
+export async function removeBundleDir(avatarsDir: string, id: string, tag?: string): Promise<void> {
   if (!isValidAvatarId(id)) throw new Error('invalid avatar id');
-  const trash = path.join(avatarsDir, `${TRASH_DIR_PREFIX}${id}-${randomBytes(4).toString('hex')}`);
+  const trash = path.join(avatarsDir, `${TRASH_DIR_PREFIX}${tag ? `${tag}-` : ''}${id}-${randomBytes(4).toString('hex')}`);
   await fs.rename(path.join(avatarsDir, id), trash);
   await fs.rm(trash, { recursive: true, force: true });
 }
@@ -26,16 +26,20 @@ export async function removeBundleDir(avatarsDir: string, id: string): Promise<v
 /**
  * Start-up sweep of the avatars directory: removes `.tmp-*` and `.trash-*` directories, which only an
  * upload or a delete that a crash interrupted can leave (none is in progress before the service listens).
- * Resolves with how many were removed.
+ * With `tag` (cluster mode: the directory is shared, other nodes' uploads may be in progress) only
+ * `.tmp-<tag>-*` and `.trash-<tag>-*`, this node's own. Resolves with how many were removed.
  */
-export async function sweepBundleLeftovers(avatarsDir: string): Promise<number> {
+export async function sweepBundleLeftovers(avatarsDir: string, tag?: string): Promise<number> {
   let dirents;
   try {
     dirents = await fs.readdir(avatarsDir, { withFileTypes: true });
   } catch {
     return 0;
   }
-  const leftovers = dirents.filter((dirent) => dirent.isDirectory() && (dirent.name.startsWith(BUILDING_DIR_PREFIX) || dirent.name.startsWith(TRASH_DIR_PREFIX)));
+  const mine = tag ? `${tag}-` : '';
+  const leftovers = dirents.filter(
+    (dirent) => dirent.isDirectory() && (dirent.name.startsWith(BUILDING_DIR_PREFIX + mine) || dirent.name.startsWith(TRASH_DIR_PREFIX + mine)),
+  );
   await Promise.all(leftovers.map((dirent) => fs.rm(path.join(avatarsDir, dirent.name), { recursive: true, force: true })));
   return leftovers.length;
 }

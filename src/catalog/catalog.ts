@@ -5,6 +5,7 @@ import type { AvatarManifest, AvatarSource } from '../../actors/render/types.ts'
 import { validateManifest } from './manifest.ts';
 import { isValidAvatarId } from './slug.ts';
 import { errorForLog } from '../logger.ts';
+import { removeBundleDir } from './bundle-fs.ts';
 
 export interface AvatarSummary {
   id: string;
@@ -26,16 +27,33 @@ const MAX_MANIFEST_BYTES = 1024 * 1024;
  * The avatar catalog over `SERVICE_AVATARS_DIR`. Each sub-directory is a bundle; an invalid bundle is
  * logged and skipped. Directories starting with `.` (in-progress or being deleted) are never listed.
  * The scan is cached and redone when the directory changes (create/delete invalidate it directly).
+ * This is the one-node backend: the directory is the catalog, and a bundle's rename into place is its
+ * commit. Cluster mode uses `RedisAvatarCatalog` (src/cluster/avatar-catalog.ts): same files, the
+ * entries in Redis, so every node sees a create or delete at once.
  */
 export class AvatarCatalog {
   private entries = new Map<string, CatalogEntry>();
   private scannedMtimeMs = -1;
   private scanning: Promise<void> | null = null;
 
+  /** Names this node's hidden build/trash directories (cluster mode), so its start-up sweep removes only its own. */
+  readonly tempTag: string | undefined = undefined;
+
   constructor(
     readonly dir: string,
-    private readonly logger: Logger,
+    protected readonly logger: Logger,
   ) {}
+
+  /** A bundle was renamed into place (custom-avatar.ts): it is listed from now on. */
+  async commitCreated(_id: string): Promise<void> {
+    this.invalidate();
+  }
+
+  /** Deletes a bundle: it leaves the listing first, then its files go (bundle-fs.ts). */
+  async remove(id: string): Promise<void> {
+    await removeBundleDir(this.dir, id, this.tempTag);
+    this.invalidate();
+  }
 
   async list(): Promise<AvatarSummary[]> {
     await this.refresh();
@@ -70,7 +88,7 @@ export class AvatarCatalog {
     await this.scanning;
   }
 
-  private async scan(mtimeMs: number): Promise<void> {
+  protected async scan(mtimeMs: number): Promise<void> {
     const next = new Map<string, CatalogEntry>();
     const dirents = await fs.readdir(this.dir, { withFileTypes: true });
     for (const dirent of dirents) {
@@ -88,7 +106,14 @@ export class AvatarCatalog {
     this.scannedMtimeMs = mtimeMs;
   }
 
-  private async load(bundleDir: string, dirName: string): Promise<CatalogEntry | null> {
+  /** Every valid bundle in the directory right now (cluster mode seeds its catalog from this). */
+  protected async scanDirectory(): Promise<Map<string, CatalogEntry>> {
+    const mtimeMs = (await fs.stat(this.dir)).mtimeMs;
+    await this.scan(mtimeMs);
+    return this.entries;
+  }
+
+  protected async load(bundleDir: string, dirName: string): Promise<CatalogEntry | null> {
     try {
       const manifestPath = path.join(bundleDir, 'manifest.json');
       const stat = await fs.stat(manifestPath);

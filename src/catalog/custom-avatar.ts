@@ -44,6 +44,8 @@ export interface BuildCustomAvatarInput {
   detect?: Detector;
   signal?: AbortSignal;
   logger?: LogLike;
+  /** Cluster mode: names the temp directory after this node (its start-up sweep removes only its own). */
+  tempTag?: string;
 }
 
 export interface BuiltCustomAvatar {
@@ -70,7 +72,7 @@ export async function buildCustomAvatar(input: BuildCustomAvatarInput): Promise<
   const { avatarsDir, base, signal } = input;
   const name = input.name.trim();
   signal?.throwIfAborted();
-  const tmpDir = path.join(avatarsDir, `${BUILDING_DIR_PREFIX}${randomBytes(6).toString('hex')}`);
+  const tmpDir = path.join(avatarsDir, `${BUILDING_DIR_PREFIX}${input.tempTag ? `${input.tempTag}-` : ''}${randomBytes(6).toString('hex')}`);
   let moved = false;
   try {
     await fs.mkdir(path.join(tmpDir, 'frames'), { recursive: true });
@@ -157,12 +159,14 @@ export async function createCustomAvatar(input: CreateCustomAvatarInput): Promis
       detect: input.detect,
       signal: input.signal,
       logger: input.logger,
+      tempTag: catalog.tempTag,
     });
   } catch (error) {
     if (error instanceof InvalidImageError) throw badRequest(error.message);
     throw error;
   }
-  catalog.invalidate();
+  // Files first, then the catalog entry: the entry is the commit every node sees.
+  await catalog.commitCreated(built.id);
   const { manifest } = built;
   input.logger?.info({ avatarId: built.id, animated: manifest.metadata.animation !== undefined }, 'custom avatar created');
   return { id: built.id, name, model_type: manifest.model_type, width: manifest.width, height: manifest.height, is_custom: true };

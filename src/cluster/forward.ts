@@ -17,7 +17,10 @@ export const FORWARD_RESPONSE_TIMEOUT_MS = 130_000;
 export const FORWARD_IDLE_TIMEOUT_MS = 2 * SSE_KEEPALIVE_MS;
 /** Open connections to one node at most (kept alive and reused); beyond it, requests wait for a free one. */
 export const FORWARD_MAX_SOCKETS_PER_NODE = 256;
-/** Marks a request as forwarded by a node (its id): the receiver serves it and never forwards it again. */
+/**
+ * Marks a request as forwarded by a node (its signature, src/cluster/internal-auth.ts): the receiver serves
+ * it and never forwards it again. Unsigned or forged, it is dropped and the request routed as a client's.
+ */
 export const FORWARDED_HEADER = 'x-avs-forwarded';
 /** The slot placement reserved on the receiving node for a forwarded `POST /sessions`. */
 export const RESERVATION_HEADER = 'x-avs-reservation';
@@ -26,9 +29,12 @@ const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'tra
 const httpAgent = new http.Agent({ keepAlive: true, maxSockets: FORWARD_MAX_SOCKETS_PER_NODE });
 const httpsAgent = new https.Agent({ keepAlive: true, maxSockets: FORWARD_MAX_SOCKETS_PER_NODE });
 
+/** Headers only nodes send: a client's copies are never passed on (the forwarding node sets its own). */
+const INTERNAL = new Set([FORWARDED_HEADER, RESERVATION_HEADER]);
+
 export interface ForwardOptions {
-  /** This node's id, sent in FORWARDED_HEADER. */
-  selfId: string;
+  /** Signs this request for the owner (FORWARDED_HEADER's value) given the reservation token it carries. */
+  sign(method: string, url: string, reservation?: string): string;
   /** A body already parsed by Fastify (re-sent as JSON); otherwise the raw request stream is piped. */
   body?: string;
   headers?: Record<string, string>;
@@ -50,13 +56,15 @@ export function forwardHttp(request: FastifyRequest, reply: FastifyReply, target
   const url = new URL(request.raw.url ?? '/', target);
   const headers: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(request.headers)) {
-    if (value === undefined || HOP_BY_HOP.has(name)) continue;
+    if (value === undefined || HOP_BY_HOP.has(name) || INTERNAL.has(name)) continue;
     headers[name] = value;
   }
-  headers[FORWARDED_HEADER] = options.selfId;
   const remote = request.socket.remoteAddress;
   if (remote) headers['x-forwarded-for'] = [request.headers['x-forwarded-for'], remote].filter(Boolean).join(', ');
   Object.assign(headers, options.headers ?? {});
+  const reservation = options.headers?.[RESERVATION_HEADER];
+  // Signed as the owner will see it (the URL as sent, after WHATWG parsing).
+  headers[FORWARDED_HEADER] = options.sign(request.method, url.pathname + url.search, reservation);
   if (options.body !== undefined) {
     headers['content-type'] = 'application/json';
     headers['content-length'] = String(Buffer.byteLength(options.body));
@@ -139,7 +147,7 @@ export function forwardHttp(request: FastifyRequest, reply: FastifyReply, target
  * and the two sockets are piped both ways. The owner's WebSocket route keeps its own bounds; here only
  * the connect is bounded, and either side closing closes both.
  */
-export function tunnelUpgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer, target: string, selfId: string): void {
+export function tunnelUpgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer, target: string, signature: string): void {
   const url = new URL(target);
   const port = Number(url.port || (url.protocol === 'https:' ? 443 : 80));
   const upstream: net.Socket =
@@ -160,10 +168,10 @@ export function tunnelUpgrade(req: http.IncomingMessage, socket: Duplex, head: B
     for (let i = 0; i < req.rawHeaders.length; i += 2) {
       const name = req.rawHeaders[i];
       const lower = name.toLowerCase();
-      if (lower === FORWARDED_HEADER) continue;
+      if (INTERNAL.has(lower)) continue;
       headText += `${name}: ${lower === 'host' ? url.host : req.rawHeaders[i + 1]}\r\n`;
     }
-    headText += `${FORWARDED_HEADER}: ${selfId}\r\n\r\n`;
+    headText += `${FORWARDED_HEADER}: ${signature}\r\n\r\n`;
     upstream.write(headText);
     if (head.length > 0) upstream.write(head);
     upstream.setKeepAlive(true);

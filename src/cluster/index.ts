@@ -9,6 +9,12 @@ import { RedisVoiceCatalog } from './voice-catalog.ts';
 import { RedisDefaultsStore } from './defaults.ts';
 import { ClusterOfflineQueue, OFFLINE_LOCK_MIN_MS, type ClusterOfflineDeps } from './offline-queue.ts';
 import { NODE_LOST } from './scripts.ts';
+import { clusterSecret } from './internal-auth.ts';
+import { Counter, type Registry } from 'prom-client';
+import { METRICS_PREFIX } from '../metrics/service-metrics.ts';
+
+/** What a node forwarded to an owner: plain HTTP (SSE included), WebSocket tunnels, placed creates. */
+export type ForwardKind = 'http' | 'websocket' | 'create';
 
 /** How often a client stream that lost its owner node re-reads the directory for the session's fate. */
 const FATE_POLL_MS = 500;
@@ -28,7 +34,12 @@ export class ClusterNode {
   readonly defaults: RedisDefaultsStore;
   /** This node's private directory under the shared data directory (its LevelDB and recordings). */
   readonly nodeDataDir: string;
-  private supervisor: SessionSupervisor | null = null;
+  supervisor: SessionSupervisor | null = null;
+  /** The key internal headers are signed with (src/cluster/internal-auth.ts); set by connect(). */
+  secret = '';
+  /** Requests this node forwarded, by kind (also `avatar_cluster_forwarded_requests_total` on /metrics). */
+  readonly forwarded: Record<ForwardKind, number> = { http: 0, websocket: 0, create: 0 };
+  private forwardCounter: Counter<'kind'> | null = null;
   private offline: ClusterOfflineQueue | null = null;
   private readonly fateWaiters = new Map<string, Set<() => void>>();
   private draining = false;
@@ -67,6 +78,29 @@ export class ClusterNode {
   /** Fails start-up (rather than serve without the cluster) when Redis cannot be reached. */
   async connect(): Promise<void> {
     await this.redis.ping();
+    this.secret = await clusterSecret(this.redis, this.cluster.secret);
+  }
+
+  /** Another node's private directory on the shared data directory (a lost node's recordings are read there). */
+  dataDirOf(nodeId: string): string {
+    // Ids come from Redis: only a node id's shape may become a path.
+    if (!/^[0-9a-f]{16}$/u.test(nodeId)) throw new Error('not a node id');
+    return path.join(this.config.dataDir, 'nodes', nodeId);
+  }
+
+  /** Adds the forwarding counter to the service's Prometheus registry. */
+  attachMetrics(registry: Registry): void {
+    this.forwardCounter = new Counter({
+      name: `${METRICS_PREFIX}cluster_forwarded_requests_total`,
+      help: 'Requests this node forwarded to the node owning their session (cluster mode), by kind: http (SSE included), websocket, create',
+      labelNames: ['kind'],
+      registers: [registry],
+    });
+  }
+
+  countForward(kind: ForwardKind): void {
+    this.forwarded[kind]++;
+    this.forwardCounter?.inc({ kind });
   }
 
   offlineQueue(deps: Omit<ClusterOfflineDeps, 'connection' | 'nodeId' | 'lockMs' | 'liveNodes'>): ClusterOfflineQueue {

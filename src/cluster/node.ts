@@ -11,10 +11,13 @@ import {
   NODES_KEY,
   PLACE_LUA,
   REAP_LUA,
+  SLOT_CLAIM_LUA,
+  SLOT_RELEASE_LUA,
   VOICE_CREATE_LUA,
   nodeKey,
   reservationsKey,
 } from './scripts.ts';
+import { SLOT_COUNT, sessionIdForSlot } from './slots.ts';
 
 /** A Redis command that takes longer than this fails (the request answers 503) instead of hanging a request. */
 export const REDIS_COMMAND_TIMEOUT_MS = 5_000;
@@ -42,7 +45,9 @@ export interface NodeInfo {
 
 type ClusterRedis = Redis & {
   avsPlace(token: string, ttlMs: number, only: string): Promise<string | null>;
-  avsHeartbeat(...args: Array<string | number>): Promise<number>;
+  avsHeartbeat(...args: Array<string | number>): Promise<[number, number]>;
+  avsSlotClaim(nodeId: string, ttlMs: number, wanted: string, count: number): Promise<number>;
+  avsSlotRelease(slot: number, nodeId: string): Promise<number>;
   avsReap(nodeId: string, retentionMs: number, nowIso: string, expiresIso: string): Promise<string[]>;
   avsVoiceCreate(entryJson: string): Promise<number>;
   avsExpired(): Promise<string[]>;
@@ -66,6 +71,8 @@ export function connectRedis(url: string, options: { forBullmq?: boolean } = {})
   redis.defineCommand('avsReap', { numberOfKeys: 0, lua: REAP_LUA });
   redis.defineCommand('avsVoiceCreate', { numberOfKeys: 0, lua: VOICE_CREATE_LUA });
   redis.defineCommand('avsExpired', { numberOfKeys: 0, lua: EXPIRED_LUA });
+  redis.defineCommand('avsSlotClaim', { numberOfKeys: 0, lua: SLOT_CLAIM_LUA });
+  redis.defineCommand('avsSlotRelease', { numberOfKeys: 0, lua: SLOT_RELEASE_LUA });
   return redis;
 }
 
@@ -101,6 +108,8 @@ export class NodeRegistry {
   private chain: Promise<void> = Promise.resolve();
   private publishQueued = false;
   private readonly urls = new Map<string, { url: string; at: number }>();
+  /** This node's routing slot (claimed at start): the first three hex digits of the session ids it creates. */
+  private slotNumber: number | null = null;
 
   constructor(private readonly deps: NodeRegistryDeps) {
     this.url = deps.config.nodeUrl;
@@ -111,8 +120,33 @@ export class NodeRegistry {
     return Math.floor(this.deps.config.nodeTtlMs / HEARTBEATS_PER_TTL);
   }
 
+  /** The routing slot this node holds; throws before start. */
+  get slot(): number {
+    if (this.slotNumber === null) throw new Error('node has no routing slot before start');
+    return this.slotNumber;
+  }
+
+  /** A new session id (UUID4) that carries this node's routing slot (src/cluster/slots.ts). */
+  newSessionId(): string {
+    return sessionIdForSlot(this.slot);
+  }
+
+  /**
+   * Claims the routing slot (SERVICE_NODE_SLOT, or the lowest free one) in one script, so two live nodes
+   * never hold the same slot. A wanted slot another live node holds fails start-up.
+   */
+  private async claimSlot(wanted: number | null): Promise<number> {
+    const slot = Number(await this.deps.redis.avsSlotClaim(this.id, this.deps.config.nodeTtlMs, wanted === null ? '' : String(wanted), SLOT_COUNT));
+    if (slot < 0) {
+      throw new Error(wanted === null ? 'every routing slot is held by a live node' : `routing slot ${wanted} (SERVICE_NODE_SLOT) is held by another live node`);
+    }
+    return slot;
+  }
+
   /** Registers the node, subscribes to loss announcements and starts the heartbeat. */
   async start(): Promise<void> {
+    this.slotNumber = await this.claimSlot(this.deps.config.nodeSlot);
+    this.deps.logger.info({ nodeId: this.id, slot: this.slotNumber }, 'routing slot claimed');
     this.subscriber = this.deps.redis.duplicate();
     this.subscriber.on('error', (error) => this.deps.logger.warn({ err: errorForLog(error) }, 'redis subscriber error'));
     await this.subscriber.subscribe(LOST_CHANNEL);
@@ -147,7 +181,7 @@ export class NodeRegistry {
       const load = this.deps.load();
       const tokens = this.consumed;
       this.consumed = [];
-      const existed = await this.deps.redis.avsHeartbeat(
+      const [existed, slotHeld] = await this.deps.redis.avsHeartbeat(
         this.id,
         this.deps.config.nodeTtlMs,
         this.url,
@@ -156,8 +190,15 @@ export class NodeRegistry {
         load.active,
         load.pending,
         load.draining ? 1 : 0,
+        this.slot,
         ...tokens,
       );
+      if (slotHeld === 0) {
+        // Silent past its TTL, another node took the slot: new sessions carry a free one (old ones are forwarded).
+        const previous = this.slot;
+        this.slotNumber = await this.claimSlot(null);
+        this.deps.logger.warn({ nodeId: this.id, previous, slot: this.slotNumber }, 'routing slot lost; another claimed');
+      }
       if (existed === 0 && this.registered) {
         this.deps.logger.warn({ nodeId: this.id }, 'node heartbeat had expired; its sessions may have been declared lost');
         this.deps.onSelfLost();
@@ -228,6 +269,7 @@ export class NodeRegistry {
     this.closed = true;
     try {
       await this.deps.redis.multi().del(nodeKey(this.id)).srem(NODES_KEY, this.id).zrem(BEATS_KEY, this.id).del(reservationsKey(this.id)).exec();
+      if (this.slotNumber !== null) await this.deps.redis.avsSlotRelease(this.slotNumber, this.id);
     } catch (error) {
       this.deps.logger.warn({ err: errorForLog(error) }, 'node not deregistered');
     }

@@ -2,20 +2,37 @@ import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import type http from 'node:http';
 import type { Duplex } from 'node:stream';
+import { createReadStream } from 'node:fs';
 import { HttpError } from '../errors.ts';
 import type { ClusterNode } from './index.ts';
 import { FORWARDED_HEADER, RESERVATION_HEADER, forwardHttp, tunnelUpgrade } from './forward.ts';
+import { signForward, verifyForward } from './internal-auth.ts';
+import { finishedRecording } from '../recording/registry.ts';
 
 /** `/sessions/<uuid>` and everything under it: what the session's owner node serves. */
 const SESSION_PATH = /^\/sessions\/([0-9a-fA-F-]{36})(?:\/|\?|$)/u;
 /** Offline job status and downloads: any node serves them (the queue and the shared bundles directory). */
 const OFFLINE_READ_PATH = /^\/sessions\/[0-9a-fA-F-]{36}\/rt-offline-bundle\/[^/?]+(?:\/download)?(?:\?|$)/u;
+/** A recording's status and download: the owner serves them even after the session ended (its files are there). */
+const RECORDING_READ_PATH = /^\/sessions\/[0-9a-fA-F-]{36}\/rt-recording(\/artifact)?(?:\?|$)/u;
 /** Retry-After of a full cluster, as of a full node. */
 const CAPACITY_RETRY_AFTER_S = 5;
 
 interface Target {
   nodeId: string;
   url: string;
+}
+
+/** Where a request goes: forwarded to a live owner, answered from a lost owner's files, or served here (null). */
+type Route = { forward: Target } | { lostOwner: string } | null;
+
+/** Drops the internal headers of a request that no node signed: it is routed as any client's request. */
+function authenticate(secret: string, method: string, url: string, headers: http.IncomingHttpHeaders): boolean {
+  if (headers[FORWARDED_HEADER] === undefined && headers[RESERVATION_HEADER] === undefined) return false;
+  if (verifyForward(secret, headers[FORWARDED_HEADER], method, url, headers[RESERVATION_HEADER])) return true;
+  delete headers[FORWARDED_HEADER];
+  delete headers[RESERVATION_HEADER];
+  return false;
 }
 
 /**
@@ -29,31 +46,53 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode }> = async (app, { 
   const registry = node.registry;
   const retryAfterS = Math.ceil(node.cluster.nodeTtlMs / 1000);
   const tokens = new WeakMap<FastifyRequest, string>();
+  /** Requests a node signed (FORWARDED_HEADER verified): served here, never forwarded again. */
+  const fromNodes = new WeakSet<FastifyRequest>();
+  const sign = (method: string, url: string, reservation?: string) => signForward(node.secret, registry.id, method, url, reservation);
 
-  /** The live owner of a session when it is another node; null when this node serves the request. */
-  async function remoteOwner(url: string, forwarded: boolean): Promise<Target | null> {
+  /** Where a `/sessions/{id}/…` request is served: its live owner when that is another node, else here. */
+  async function route(method: string, url: string, forwarded: boolean): Promise<Route> {
     if (forwarded) return null;
     const match = SESSION_PATH.exec(url);
     if (!match) return null;
     const record = await node.directory.lookup(match[1].toLowerCase());
-    if (!record || record.node === registry.id || record.state === 'terminated') return null;
+    if (!record || record.node === registry.id) return null;
+    // A recording outlives its session on the owner: its status and download follow the owner while it lives.
+    const recordingRead = method === 'GET' && RECORDING_READ_PATH.test(url);
+    if (record.state === 'terminated' && !recordingRead) return null;
     const ownerUrl = await registry.urlOf(record.node);
-    if (ownerUrl) return { nodeId: record.node, url: ownerUrl };
+    if (ownerUrl) return { forward: { nodeId: record.node, url: ownerUrl } };
     // Its heartbeat expired: its sessions become tombstones now, and this node answers from those.
     await registry.reapIfLost(record.node);
-    return null;
+    return recordingRead ? { lostOwner: record.node } : null;
   }
 
   app.addHook('onRequest', async (request, reply) => {
-    if (request.headers.upgrade) return; // WebSocket upgrades are routed before Fastify (below)
     const url = request.raw.url ?? '/';
+    if (authenticate(node.secret, request.method, url, request.raw.headers)) fromNodes.add(request);
+    if (request.headers.upgrade) return; // WebSocket upgrades are routed before Fastify (below)
     if (request.method === 'GET' && OFFLINE_READ_PATH.test(url)) return;
-    const target = await remoteOwner(url, request.headers[FORWARDED_HEADER] !== undefined);
-    if (!target) return;
-    const sse = request.method === 'GET' && /\/events(?:\?|$)/u.test(url);
+    const where = await route(request.method, url, fromNodes.has(request));
+    if (!where) return;
     const sessionId = SESSION_PATH.exec(url)![1].toLowerCase();
+    if ('lostOwner' in where) {
+      // The owner is gone; its recordings are on the shared data directory (docs/scaling.md).
+      await node.supervisor?.describe(sessionId);
+      const finished = await finishedRecording(node.dataDirOf(where.lostOwner), sessionId);
+      const artifactUrl = `/sessions/${sessionId}/rt-recording/artifact`;
+      if (!RECORDING_READ_PATH.exec(url)![1]) {
+        return reply.send({ state: finished ? 'complete' : 'idle', artifact_url: artifactUrl, duration_ms: finished?.durationMs ?? 0 });
+      }
+      if (!finished) throw new HttpError(404, 'no finished recording for this session');
+      reply.header('content-type', 'video/mp4').header('content-length', finished.size);
+      reply.header('content-disposition', `attachment; filename="recording-${sessionId}.mp4"`);
+      return reply.send(createReadStream(finished.file));
+    }
+    const target = where.forward;
+    const sse = request.method === 'GET' && /\/events(?:\?|$)/u.test(url);
+    node.countForward('http');
     await forwardHttp(request, reply, target.url, {
-      selfId: registry.id,
+      sign,
       retryAfterS,
       onUnreachable: () => void registry.reapIfLost(target.nodeId).catch(() => undefined),
       // The owner died under a client's event stream: the client is told the session ended once the
@@ -73,7 +112,7 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode }> = async (app, { 
   app.addHook('preHandler', async (request, reply) => {
     if (request.method !== 'POST' || request.routeOptions.url !== '/sessions') return;
     const reserved = request.headers[RESERVATION_HEADER];
-    if (request.headers[FORWARDED_HEADER] !== undefined && typeof reserved === 'string') {
+    if (fromNodes.has(request) && typeof reserved === 'string') {
       tokens.set(request, reserved);
       return;
     }
@@ -92,8 +131,9 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode }> = async (app, { 
       await registry.release(placed.nodeId, placed.token);
       throw new HttpError(503, 'the chosen node left the cluster; retry', { 'retry-after': '1' });
     }
+    node.countForward('create');
     await forwardHttp(request, reply, ownerUrl, {
-      selfId: registry.id,
+      sign,
       retryAfterS,
       body: JSON.stringify(request.body),
       headers: { [RESERVATION_HEADER]: placed.token },
@@ -115,11 +155,14 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode }> = async (app, { 
     server.removeAllListeners('upgrade');
     server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
       socket.pause();
-      remoteOwner(req.url ?? '/', req.headers[FORWARDED_HEADER] !== undefined)
+      const url = req.url ?? '/';
+      const forwarded = authenticate(node.secret, req.method ?? 'GET', url, req.headers);
+      route(req.method ?? 'GET', url, forwarded)
         .catch(() => null)
-        .then((target) => {
-          if (target) {
-            tunnelUpgrade(req, socket, head, target.url, registry.id);
+        .then((where) => {
+          if (where && 'forward' in where) {
+            node.countForward('websocket');
+            tunnelUpgrade(req, socket, head, where.forward.url, sign('GET', url));
             return;
           }
           socket.resume();

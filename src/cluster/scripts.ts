@@ -15,6 +15,12 @@ export const nodeKey = (nodeId: string) => `${KEY_PREFIX}node:${nodeId}`;
 export const reservationsKey = (nodeId: string) => `${KEY_PREFIX}resv:${nodeId}`;
 export const sessionKey = (sessionId: string) => `${KEY_PREFIX}s:${sessionId}`;
 export const nodeSessionsKey = (nodeId: string) => `${KEY_PREFIX}ns:${nodeId}`;
+/** Routing slot n → the live node holding it (src/cluster/slots.ts), with the node's TTL. */
+export const slotKey = (slot: number) => `${KEY_PREFIX}slot:${slot}`;
+/** The cluster secret internal headers are signed with (src/cluster/internal-auth.ts), created once (SET NX). */
+export const SECRET_KEY = `${KEY_PREFIX}secret`;
+/** Avatar catalog of cluster mode: hash avatar id → manifest JSON (src/cluster/avatar-catalog.ts). */
+export const AVATARS_KEY = `${KEY_PREFIX}avatars`;
 /** Pub/sub channel: `{node, sessions}` when a lost node's sessions were terminated. */
 export const LOST_CHANNEL = `${KEY_PREFIX}lost`;
 export const VOICE_COUNTER_KEY = `${KEY_PREFIX}voices:counter`;
@@ -60,19 +66,53 @@ return best`;
 
 /**
  * Heartbeat and load. ARGV: node id, ttl ms, url, maxActive, maxPending, active, pending, draining (0/1),
- * then reservation tokens now counted in \`pending\` (removed in the same step, so a slot is never
- * counted nowhere). Returns 1 when the node's hash still existed (0: first registration, or the node
- * was silent past its TTL and may have been declared lost).
+ * routing slot, then reservation tokens now counted in \`pending\` (removed in the same step, so a slot is
+ * never counted nowhere). The routing slot's key is renewed with the node's TTL when the node still
+ * holds it (or it is free). Returns { existed, slotHeld }: existed is 1 when the node's hash still
+ * existed (0: first registration, or the node was silent past its TTL and may have been declared lost);
+ * slotHeld is 0 when another node took the slot meanwhile.
  */
 export const HEARTBEAT_LUA = `${NOW_MS}
 local key = '${KEY_PREFIX}node:' .. ARGV[1]
 local existed = redis.call('EXISTS', key)
-redis.call('HSET', key, 'url', ARGV[3], 'maxActive', ARGV[4], 'maxPending', ARGV[5], 'active', ARGV[6], 'pending', ARGV[7], 'draining', ARGV[8])
+redis.call('HSET', key, 'url', ARGV[3], 'maxActive', ARGV[4], 'maxPending', ARGV[5], 'active', ARGV[6], 'pending', ARGV[7], 'draining', ARGV[8], 'slot', ARGV[9])
 redis.call('PEXPIRE', key, ARGV[2])
 redis.call('SADD', '${NODES_KEY}', ARGV[1])
 redis.call('ZADD', '${BEATS_KEY}', now + tonumber(ARGV[2]), ARGV[1])
-for i = 9, #ARGV do redis.call('ZREM', '${KEY_PREFIX}resv:' .. ARGV[1], ARGV[i]) end
-return existed`;
+for i = 10, #ARGV do redis.call('ZREM', '${KEY_PREFIX}resv:' .. ARGV[1], ARGV[i]) end
+local slotHeld = 1
+local skey = '${KEY_PREFIX}slot:' .. ARGV[9]
+local holder = redis.call('GET', skey)
+if holder == false or holder == ARGV[1] then redis.call('SET', skey, ARGV[1], 'PX', ARGV[2]) else slotHeld = 0 end
+return { existed, slotHeld }`;
+
+/**
+ * Routing slot claim. ARGV: node id, ttl ms, wanted slot ('' = the lowest free), slot count. A slot is
+ * free when its key is missing (its node's TTL passed) or already this node's. Returns the slot, or -1
+ * when the wanted one (or every one) is held by another live node.
+ */
+export const SLOT_CLAIM_LUA = `local function take(n)
+  local key = '${KEY_PREFIX}slot:' .. n
+  local holder = redis.call('GET', key)
+  if holder == false or holder == ARGV[1] then
+    redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+    return true
+  end
+  return false
+end
+if ARGV[3] ~= '' then
+  if take(tonumber(ARGV[3])) then return tonumber(ARGV[3]) end
+  return -1
+end
+for n = 0, tonumber(ARGV[4]) - 1 do
+  if take(n) then return n end
+end
+return -1`;
+
+/** Gives a slot back (graceful leave) when it is still this node's. ARGV: slot, node id. */
+export const SLOT_RELEASE_LUA = `local key = '${KEY_PREFIX}slot:' .. ARGV[1]
+if redis.call('GET', key) == ARGV[2] then redis.call('DEL', key) end
+return 1`;
 
 /**
  * Node loss. ARGV: node id, tombstone retention ms (>= 1), now (ISO), expires_at (ISO). Only when the

@@ -236,6 +236,24 @@ export class RecordingRegistry {
   }
 }
 
+/**
+ * A finished recording in another node's data directory (cluster mode: the recordings of a lost node,
+ * read from shared storage); null when there is none. Read only: that directory's sweeps are its node's.
+ */
+export async function finishedRecording(dataDir: string, sessionId: string): Promise<{ file: string; size: number; durationMs: number } | null> {
+  if (!SESSION_ID_RE.test(sessionId)) return null;
+  const dir = path.join(dataDir, 'recordings', sessionId.toLowerCase());
+  try {
+    const meta = JSON.parse(await fs.readFile(path.join(dir, META_FILE), 'utf8')) as Meta;
+    if (typeof meta.duration_ms !== 'number') return null;
+    const file = path.join(dir, ARTIFACT_FILE);
+    const stat = await fs.stat(file);
+    return { file, size: stat.size, durationMs: meta.duration_ms };
+  } catch {
+    return null;
+  }
+}
+
 export class RecordingFailedError extends Error {
   constructor(message: string) {
     super(message);

@@ -5,7 +5,6 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { AvatarIdParams, AvatarManifest, AvatarSummary } from '../schemas/avatars.ts';
 import { errors } from '../schemas/common.ts';
 import { forbidden, notFound } from '../errors.ts';
-import { removeBundleDir } from '../catalog/bundle-fs.ts';
 
 /** The avatar catalog: list, manifest, preview and deletion of custom avatars. */
 const avatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -73,8 +72,7 @@ const avatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const entry = await catalog.get(request.params.avatar_id);
       if (!entry) throw notFound('avatar not found');
       if (!entry.isCustom || entry.manifest.metadata.hidden === true) throw forbidden('only custom avatars can be deleted');
-      await removeBundleDir(catalog.dir, entry.id);
-      catalog.invalidate();
+      await catalog.remove(entry.id);
       request.log.info({ avatarId: entry.id }, 'custom avatar deleted');
       return { deleted: true };
     },

@@ -62,6 +62,8 @@ export interface SupervisorDeps {
   metrics?: ServiceMetrics;
   /** The shared ONNX inference pool (voice activity detection); without it sessions have no voice input. */
   inference?: () => InferencePool;
+  /** New session ids (UUID4); cluster mode's carry the node's routing slot (src/cluster/slots.ts). Default randomUUID. */
+  newSessionId?: () => string;
 }
 
 export interface CreateSessionInput {
@@ -240,7 +242,7 @@ export class SessionSupervisor {
       throw badGateway(`rendering backend failed during initialization: ${errorForLog(error)}`);
     }
 
-    const sessionId = randomUUID();
+    const sessionId = this.deps.newSessionId?.() ?? randomUUID();
     const now = new Date().toISOString();
     const stored: StoredSession = {
       session_id: sessionId,

@@ -25,6 +25,8 @@ export interface StartupSweepParts {
    * renders may be in progress, so the sweeps of shared files are skipped (leftovers only cost disk space).
    */
   shared?: boolean;
+  /** Cluster mode: this node's tag in hidden avatar build/trash directory names; only those are swept. */
+  avatarTag?: string;
 }
 
 export interface StartupSweepReport {
@@ -58,7 +60,7 @@ export async function sweepStartupLeftovers(parts: StartupSweepParts, logger: Lo
       ? { orphanReferences: 0, temporaryFiles: 0 }
       : attempt('voice references', sweepVoiceFiles({ catalog: parts.voices, voiceDir: parts.voiceDir }), { orphanReferences: 0, temporaryFiles: 0 }),
     parts.shared ? 0 : attempt('clone samples', parts.uploads.recover(), 0),
-    parts.shared ? 0 : attempt('avatar bundles', sweepBundleLeftovers(parts.avatarsDir), 0),
+    parts.shared && !parts.avatarTag ? 0 : attempt('avatar bundles', sweepBundleLeftovers(parts.avatarsDir, parts.shared ? parts.avatarTag : undefined), 0),
     attempt('conversion temp dirs', sweepConversionLeftovers(), 0),
     attempt('recordings', parts.recordings.recover(), 0),
     attempt('offline jobs', parts.jobs.recover(), { interruptedJobs: 0, filesRemoved: 0 }),
