@@ -5,8 +5,10 @@
  *
  * - the shared inference pool per batch size B: frames/s with every worker busy, and the latency a batch adds
  *   (submit → last answer on an idle pool), both at S = 96 and S = 256 (the face tensor grows with S²);
- * - the per-frame pipeline in the main thread: the mel window (16 kHz conversion + 16 FFT columns) and the
- *   paste-back (scaling, feathered blend, I420 of the lower half of the crop).
+ * - the per-frame pipeline: the mel window (16 kHz conversion + 16 FFT columns) and the paste-back (scaling,
+ *   feathered blend, I420 of the lower half of the crop);
+ * - live: N `lipsync_b` sessions speaking at once against N CPU `lipsync` ones — late frames and the service's
+ *   event-loop delay (`live_*` rows; `BENCH_SESSIONS`, `BENCH_LIPSYNC_WINDOW_S`).
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -20,6 +22,8 @@ import type { AvatarSource } from '../actors/render/types.ts';
 import { REPO_AVATARS } from '../test/helpers/app.ts';
 import { tinyLipsyncModel, writeModelFile } from '../test/helpers/tiny-onnx.ts';
 import { round } from './stats.ts';
+import { startBenchService } from './service.ts';
+import { SessionLoad, warmUp } from './session-load.ts';
 
 const BATCHES = [1, 2, 4, 8, 16];
 const ROUNDS = 30;
@@ -102,8 +106,65 @@ async function pipelineFigures(): Promise<Record<string, number>> {
   return out;
 }
 
+/** Sessions speaking at once in the live rows, as in `session_cpu`. */
+const LIVE_SESSIONS = Number(process.env.BENCH_SESSIONS ?? 3);
+const LIVE_WINDOW_S = Number(process.env.BENCH_LIPSYNC_WINDOW_S ?? 15);
+const LIVE_WARMUP_S = 5;
+
+/** `avatar_nodejs_eventloop_lag_*_seconds` from the service's Prometheus text, in ms. Reading it resets the monitor. */
+async function eventLoopLag(baseUrl: string): Promise<{ p50: number; p99: number; max: number; mean: number }> {
+  const text = await (await fetch(`${baseUrl}/metrics`)).text();
+  const read = (name: string) => {
+    const match = new RegExp(`^avatar_nodejs_eventloop_lag_${name}_seconds (\\S+)$`, 'm').exec(text);
+    return match ? round(Number(match[1]) * 1000, 2) : NaN;
+  };
+  return { p50: read('p50'), p99: read('p99'), max: read('max'), mean: read('mean') };
+}
+
+/**
+ * What the neural pipeline costs the real-time sessions: N sessions speaking continuously on a service process
+ * (wrtc receivers in this one), `lipsync_b` with the tiny S = 96 model against the CPU `lipsync` renderer on the
+ * same photo, each on a fresh service: late frames (the service's own count) and the service main thread's
+ * event-loop delay over the window (its Prometheus monitor, 10 ms sampling).
+ */
+export async function liveFigures(variants: ReadonlyArray<'lipsync' | 'lipsync_b'> = ['lipsync', 'lipsync_b']): Promise<Record<string, number>> {
+  const model = await writeModelFile(tinyLipsyncModel({ size: 96 }), 'tiny_live_96.onnx');
+  const out: Record<string, number> = {};
+  try {
+    for (const variant of variants) {
+      const service = await startBenchService({ env: variant === 'lipsync_b' ? { SERVICE_LIPSYNC_B_MODEL: model.path } : {} });
+      const load = new SessionLoad(service.baseUrl, service.pid);
+      try {
+        await warmUp(service.baseUrl, service.pid, variant);
+        await load.open(variant, LIVE_SESSIONS);
+        load.startSpeaking();
+        await new Promise((r) => setTimeout(r, LIVE_WARMUP_S * 1000));
+        await eventLoopLag(service.baseUrl);
+        const window = await load.measure(LIVE_WINDOW_S * 1000);
+        const lag = await eventLoopLag(service.baseUrl);
+        const key = `live_${variant}_${LIVE_SESSIONS}`;
+        out[`${key}_late_percent`] = window.late_percent;
+        out[`${key}_fps_per_session`] = window.fps_per_session;
+        out[`${key}_loop_delay_p50_ms`] = lag.p50;
+        out[`${key}_loop_delay_p99_ms`] = lag.p99;
+        out[`${key}_loop_delay_max_ms`] = lag.max;
+        out[`${key}_cpu_ms_per_session_second`] = window.cpu_ms_per_session_second;
+        out[`${key}_main_thread_cpu_ms_per_s`] = round((window.cpu_ms_by_thread['main (JS event loop)'] ?? NaN) / window.window_s, 0);
+        console.log(`  ${key}: ${JSON.stringify({ late: window.late_percent, fps: window.fps_per_session, lag, threads: window.cpu_ms_by_thread })}`);
+      } finally {
+        await load.close();
+        await service.stop();
+      }
+    }
+  } finally {
+    await model.remove();
+  }
+  return out;
+}
+
 export async function benchNeuralLipsync(): Promise<Record<string, number>> {
   const out: Record<string, number> = { ...(await pipelineFigures()) };
+  Object.assign(out, await liveFigures());
   Object.assign(out, await poolFigures(96), await poolFigures(256));
   // A real model, when given: `BENCH_LIPSYNC_MODEL=<file.onnx> npm run bench -- neural_lipsync` adds model_* rows.
   const real = process.env.BENCH_LIPSYNC_MODEL;

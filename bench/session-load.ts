@@ -15,7 +15,7 @@ const TURN_POLL_MS = 25;
 /** A turn that does not come back to idle within this long is abandoned (the loop speaks again). */
 const TURN_TIMEOUT_MS = 60_000;
 
-export type SessionModel = 'rt' | 'lipsync' | 'mock' | 'rt_head';
+export type SessionModel = 'rt' | 'lipsync' | 'mock' | 'rt_head' | 'lipsync_b';
 
 export interface AvatarInfo {
   id: string;
@@ -45,10 +45,11 @@ export async function getJson<T>(baseUrl: string, route: string): Promise<T> {
   return JSON.parse(text) as T;
 }
 
-/** The avatar a model renders in the benches: the built-in one of that model type (`astronaut` for lipsync). */
+/** The avatar a model renders in the benches: the built-in one of that model type (`astronaut` for lipsync and lipsync_b). */
 export async function avatarFor(baseUrl: string, model: SessionModel): Promise<AvatarInfo> {
   const avatars = await getJson<AvatarInfo[]>(baseUrl, '/avatars');
-  const preferred = model === 'lipsync' ? avatars.find((a) => a.id === 'astronaut') : undefined;
+  // lipsync_b renders photo avatars (model_type lipsync) once the service has a model (SERVICE_LIPSYNC_B_MODEL).
+  const preferred = model === 'lipsync' || model === 'lipsync_b' ? avatars.find((a) => a.id === 'astronaut') : undefined;
   const avatar = preferred ?? avatars.find((a) => a.model_type === model);
   if (!avatar) throw new Error(`no avatar of model type ${model}`);
   return avatar;

@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { InferencePool } from '../actors/inference/pool.ts';
+import { RenderPool } from '../actors/render/pool.ts';
 import { LocalLipsyncModel } from '../actors/lipsync/local-model.ts';
 import { faceCropOf } from '../actors/lipsync/face-crop.ts';
 import type { NeuralLipsyncRenderer } from '../actors/lipsync/neural-renderer.ts';
@@ -84,6 +85,47 @@ describe('lipsync_b renderer on the inference pool', () => {
     expect(after.items - before.items).toBe(8);
     expect(after.batches - before.batches).toBeLessThan(8);
     expect(after.largestBatch).toBeGreaterThan(1);
+  });
+});
+
+describe('lipsync_b renderer with its mel windows and paste-back in the render pool', () => {
+  let pool: InferencePool;
+  let renderPool: RenderPool;
+  let model: { path: string; remove(): Promise<void> };
+  let inline: NeuralLipsyncRenderer;
+  let offloaded: NeuralLipsyncRenderer;
+
+  beforeAll(async () => {
+    pool = new InferencePool({ batchWindowMs: 5 });
+    renderPool = new RenderPool({ threads: 2 });
+    model = await writeModelFile(tinyLipsyncModel({ size: 96 }), 'offload.onnx');
+    const plain = new LocalLipsyncModel({ file: model.path, provider: 'cpu', pool: () => pool });
+    const withWorkers = new LocalLipsyncModel({ file: model.path, provider: 'cpu', pool: () => pool, offload: renderPool });
+    expect((await plain.check()).state).toBe('connected');
+    expect((await withWorkers.check()).state).toBe('connected');
+    inline = await plain.open(astronaut);
+    offloaded = await withWorkers.open(astronaut);
+  });
+
+  afterAll(async () => {
+    inline?.close();
+    offloaded?.close();
+    await renderPool?.close();
+    await pool?.close();
+    await model?.remove();
+  });
+
+  it('renders the same frames, byte for byte, as the main-thread stages (idle, silence and speech mixed, in order)', async () => {
+    const amplitudes = [0.3, null, 0, 0.01, 0.1, null, 0.003, 0.2];
+    const asked = amplitudes.map((amplitude, i) => request(200 + i, amplitude));
+    const expected = await inline.render(asked);
+    const tasksBefore = renderPool.loadSnapshot.completed;
+    const got = await offloaded.render(asked);
+    expect(got).toHaveLength(expected.length);
+    got.forEach((frame, i) => expect(Buffer.compare(Buffer.from(frame.data), Buffer.from(expected[i].data)), `frame ${i}`).toBe(0));
+    expect(offloaded.counts).toEqual(inline.counts);
+    // One mel task and one paste-back task for the call.
+    expect(renderPool.loadSnapshot.completed - tasksBefore).toBe(2);
   });
 });
 

@@ -16,6 +16,8 @@ import { tensor } from '../inference/tensors.ts';
 import type { AvatarSource } from '../render/types.ts';
 import { inspectOnnxSession, type LipsyncSignature } from './model-signature.ts';
 import { NeuralLipsyncRenderer, type LipsyncInference } from './neural-renderer.ts';
+import { RenderPoolStages } from './neural-stages.ts';
+import type { RenderPool } from '../render/pool.ts';
 import { PreparedFaceCache } from './prepared-faces.ts';
 
 export const LIPSYNC_B_MODEL_KEY = 'lipsync_b';
@@ -37,6 +39,8 @@ export interface LocalLipsyncModelOptions {
   provider: ExecutionProviderName;
   /** The shared pool, started on first call (never, while no file is configured). */
   pool: () => InferencePool;
+  /** Runs the mel windows and the paste-back in these workers (`neural-stages.ts`); without it, in the main thread. */
+  offload?: RenderPool;
 }
 
 export class LocalLipsyncModel {
@@ -107,8 +111,9 @@ export class LocalLipsyncModel {
     const status = this.current;
     if (status.state !== 'connected') throw new Error(`lipsync_b is not connected: ${status.reason}`);
     const face = await this.faces.get(avatar, status.signature.size);
+    const stages = this.options.offload ? await RenderPoolStages.open(this.options.offload, avatar, status.signature.size, signal) : undefined;
     signal?.throwIfAborted();
-    return new NeuralLipsyncRenderer({ face, fps: avatar.manifest.fps, backend: new PoolInference(this.options.pool(), this.modelKey, status.signature) });
+    return new NeuralLipsyncRenderer({ face, fps: avatar.manifest.fps, backend: new PoolInference(this.options.pool(), this.modelKey, status.signature), stages });
   }
 }
 

@@ -16,9 +16,10 @@
  */
 import { EventEmitter, setMaxListeners } from 'node:events';
 import type { FrameRenderer } from '../media/playout.ts';
-import type { FrameAudio, FrameRequest, I420Frame } from '../render/types.ts';
-import { baseFrame, composeFace, type PreparedFace } from './face-crop.ts';
-import { MEL_STREAM_LEAD_SAMPLES, MEL_STREAM_WINDOW_SAMPLES, WAV2LIP_MEL, melWindowFromStream } from './mel.ts';
+import type { FrameRequest, I420Frame } from '../render/types.ts';
+import { baseFrame, type PreparedFace } from './face-crop.ts';
+import { MEL_STREAM_LEAD_SAMPLES, MEL_STREAM_WINDOW_SAMPLES, WAV2LIP_MEL } from './mel.ts';
+import { inlineStages, type NeuralStages } from './neural-stages.ts';
 
 /**
  * Frames asked for ahead of the clock: 320 ms at 25 fps. Covers a batch's inference plus messaging on a loaded
@@ -52,6 +53,8 @@ export interface NeuralRendererOptions {
   backend: LipsyncInference;
   /** Opens the fallback on first need (or ahead: its promise is kept). */
   fallback?: () => Promise<FallbackRenderer>;
+  /** Where the mel windows and the paste-back run (the service: the render pool's workers); default this thread. */
+  stages?: NeuralStages;
 }
 
 export interface NeuralRendererEvents {
@@ -61,33 +64,7 @@ export interface NeuralRendererEvents {
   backendRecovered: [];
 }
 
-/**
- * Converts the frame's session audio to the 16 kHz stream window the mel front end reads: sample for sample at
- * 16 kHz, a box average over each output sample's span above it (a crude low-pass against aliasing), linear
- * interpolation below it.
- */
-export function streamWindowOf(audio: FrameAudio, out = new Float32Array(MEL_STREAM_WINDOW_SAMPLES)): Float32Array {
-  const { pcm, sampleRate, leadSamples } = audio;
-  const ratio = sampleRate / WAV2LIP_MEL.sampleRate;
-  const at = (i: number): number => (i >= 0 && i < pcm.length ? pcm[i] : 0);
-  for (let i = 0; i < out.length; i++) {
-    const position = leadSamples + (i - MEL_STREAM_LEAD_SAMPLES) * ratio;
-    if (ratio === 1) {
-      out[i] = at(position) / 32768;
-    } else if (ratio > 1) {
-      const from = Math.round(position - ratio / 2);
-      const to = Math.round(position + ratio / 2);
-      let sum = 0;
-      for (let k = from; k < to; k++) sum += at(k);
-      out[i] = sum / Math.max(1, to - from) / 32768;
-    } else {
-      const i0 = Math.floor(position);
-      const frac = position - i0;
-      out[i] = (at(i0) + (at(i0 + 1) - at(i0)) * frac) / 32768;
-    }
-  }
-  return out;
-}
+export { streamWindowOf } from './neural-stages.ts';
 
 export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> implements FrameRenderer {
   readonly width: number;
@@ -100,6 +77,7 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
   readonly renderAhead = { frames: NEURAL_RENDER_AHEAD_FRAMES, burst: NEURAL_RENDER_BURST };
   private readonly face: PreparedFace;
   private readonly backend: LipsyncInference;
+  private readonly stages: NeuralStages;
   private readonly openFallback?: () => Promise<FallbackRenderer>;
   private fallback: Promise<FallbackRenderer> | undefined;
   private degraded = false;
@@ -117,6 +95,7 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
     this.height = options.face.height;
     this.fps = options.fps;
     this.backend = options.backend;
+    this.stages = options.stages ?? inlineStages(options.face);
     this.openFallback = options.fallback;
     // Without a caller's signal every frame in flight listens on this one: at most an offline job's 48 frames.
     setMaxListeners(MAX_FRAMES_IN_FLIGHT, this.closing.signal);
@@ -141,7 +120,7 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
     // backend call listens on it once, so the listener count is bounded by the request count.
     const bounded = signal ? AbortSignal.any([signal, this.closing.signal]) : this.closing.signal;
     if (signal) setMaxListeners(requests.length + MAX_LISTENERS_SLACK, bounded);
-    return Promise.all(requests.map((request) => this.renderOne(request, bounded)));
+    return this.renderBatch(requests, bounded);
   }
 
   close(): void {
@@ -155,27 +134,54 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
     this.removeAllListeners();
   }
 
-  private async renderOne(request: FrameRequest, bounded: AbortSignal): Promise<I420Frame> {
-    if (!request.audio) {
+  /**
+   * Frames without audio are the photo; the others go through the stages together: one mel task, one backend call
+   * per frame (the backend batches them), one paste-back task for every frame the backend answered. A frame the
+   * backend failed renders on the fallback (lipsync_c) or fails the call (lipsync_b).
+   */
+  private async renderBatch(requests: FrameRequest[], bounded: AbortSignal): Promise<I420Frame[]> {
+    const frames: Array<I420Frame | Promise<I420Frame>> = new Array(requests.length);
+    const speech: number[] = [];
+    requests.forEach((request, i) => {
+      if (request.audio) return void speech.push(i);
       this.counts.idle++;
-      if (this.degraded) this.tryRecover();
-      return baseFrame(this.face);
+      frames[i] = baseFrame(this.face);
+    });
+    if (this.degraded && speech.length < requests.length) this.tryRecover();
+    if (this.degraded) {
+      for (const i of speech) frames[i] = quiet(this.renderFallback(requests[i], bounded));
+      return Promise.all(frames);
     }
-    if (this.degraded) return this.renderFallback(request, bounded);
-    const mel = melWindowFromStream(streamWindowOf(request.audio));
-    try {
-      const output = await this.backend.infer(mel, this.face.faceInput, bounded);
-      this.counts.neural++;
-      return composeFace(this.face, output);
-    } catch (error) {
+    if (speech.length === 0) return frames as I420Frame[];
+    const mels = await this.stages.mel(
+      speech.map((i) => requests[i].audio!),
+      bounded,
+    );
+    const answers = await Promise.all(
+      mels.map((mel) => this.backend.infer(mel, this.face.faceInput, bounded).then((output) => ({ output }), (error: unknown) => ({ error }))),
+    );
+    const answered: number[] = [];
+    const outputs: Float32Array[] = [];
+    answers.forEach((answer, k) => {
+      const i = speech[k];
+      if ('output' in answer) {
+        answered.push(i);
+        outputs.push(answer.output);
+        return;
+      }
+      const { error } = answer;
       if (!this.openFallback || this.closed || bounded.aborted) throw error;
       if (!this.degraded) {
         this.degraded = true;
         this.lastRecoverAt = performance.now();
         this.emit('backendError', error);
       }
-      return this.renderFallback(request, bounded);
-    }
+      frames[i] = quiet(this.renderFallback(requests[i], bounded));
+    });
+    const composed = await this.stages.compose(outputs, bounded);
+    answered.forEach((i, k) => (frames[i] = composed[k]));
+    this.counts.neural += answered.length;
+    return Promise.all(frames);
   }
 
   private async renderFallback(request: FrameRequest, signal?: AbortSignal): Promise<I420Frame> {
@@ -202,4 +208,10 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
       .catch(() => undefined)
       .finally(() => (this.recovering = false));
   }
+}
+
+/** Marks a frame promise as handled (a later throw in the same call leaves it unawaited); awaiting it still rejects. */
+function quiet<T>(promise: Promise<T>): Promise<T> {
+  promise.catch(() => undefined);
+  return promise;
 }

@@ -16,6 +16,8 @@ import { KserveLipsyncClient, type KserveConnection } from './kserve-client.ts';
 import type { LipsyncSignature } from './model-signature.ts';
 import { NeuralLipsyncRenderer, type FallbackRenderer, type LipsyncInference } from './neural-renderer.ts';
 import { PreparedFaceCache } from './prepared-faces.ts';
+import { RenderPoolStages } from './neural-stages.ts';
+import type { RenderPool } from '../render/pool.ts';
 
 /** `/models` polls reuse a readiness check this long (a poller must not become one upstream request each time). */
 export const STATUS_CACHE_MS = 5_000;
@@ -45,6 +47,8 @@ export interface RemoteLipsyncModelOptions {
   fallback?: (avatar: AvatarSource, signal?: AbortSignal) => Promise<FallbackRenderer>;
   statusCacheMs?: number;
   inferTimeoutMs?: number;
+  /** Runs the mel windows and the paste-back in these workers (`neural-stages.ts`); without it, in the main thread. */
+  offload?: RenderPool;
 }
 
 export class RemoteLipsyncModel {
@@ -111,12 +115,14 @@ export class RemoteLipsyncModel {
     }
     try {
       const face = await this.faces.get(avatar, connection.signature.size);
+      const stages = this.options.offload ? await RenderPoolStages.open(this.options.offload, avatar, connection.signature.size, signal) : undefined;
       const fallback = this.options.fallback;
       const renderer = new NeuralLipsyncRenderer({
         face,
         fps: avatar.manifest.fps,
         backend: new BatchingKserveInference(client, connection.signature),
         fallback: fallback ? () => fallback(avatar) : undefined,
+        stages,
       });
       renderer.prepareFallback();
       return renderer;

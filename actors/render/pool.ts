@@ -88,13 +88,13 @@ export class RenderPool {
   }
 
   /** @internal used by handles */
-  async run(task: RenderTask, signal?: AbortSignal): Promise<RenderTaskResult> {
+  async run(task: RenderTask, signal?: AbortSignal, transferList?: ArrayBuffer[]): Promise<RenderTaskResult> {
     if (this.closed) throw new Error('render pool is closed');
     if (signal?.aborted) throw abortError(signal);
     // The signal is not handed to piscina: aborting a running task there kills the worker and its
     // prepared avatars. Instead the caller stops waiting and the late result is dropped.
     const done = this.load.begin();
-    const result = this.piscina.run(task) as Promise<RenderTaskResult>;
+    const result = (transferList?.length ? this.piscina.run(task, { transferList }) : this.piscina.run(task)) as Promise<RenderTaskResult>;
     result.then(done, done);
     if (!signal) return result;
     return untilAborted(result, signal, abortError);

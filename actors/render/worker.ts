@@ -6,21 +6,29 @@ import { threadId } from 'node:worker_threads';
 import { move, transferableSymbol, valueSymbol } from 'piscina';
 import type { AvatarSource, FrameRequest, I420Frame, ModelType, Renderer } from './types.ts';
 import { createRenderer } from './renderers/index.ts';
+import { runNeuralStage } from '../lipsync/neural-stages.ts';
 
 /** A handful of avatars per worker: enough for a few concurrent sessions without unbounded memory. */
 const MAX_CACHED_RENDERERS = 6;
 
 export interface RenderTask {
-  op: 'prepare' | 'render';
+  /** `neural_*`: the neural lip-sync renderer's CPU stages (`actors/lipsync/neural-stages.ts`), not a renderer. */
+  op: 'prepare' | 'render' | 'neural_prepare' | 'neural_mel' | 'neural_compose';
   cacheKey: string;
   avatar: AvatarSource;
   modelType: ModelType;
   requests: FrameRequest[];
+  /** `neural_*`: the model's face size S. */
+  faceSize?: number;
+  /** `neural_compose`: the model's outputs [3, S, S], one per frame. */
+  outputs?: Float32Array[];
 }
 
 export interface RenderTaskResult {
   threadId: number;
   frames: I420Frame[];
+  /** `neural_mel`: one mel window [1, 80, 16] per request. */
+  mels?: Float32Array[];
 }
 
 const cache = new Map<string, Promise<Renderer>>();
@@ -45,6 +53,11 @@ function rendererFor(task: RenderTask): Promise<Renderer> {
 }
 
 export default async function runRenderTask(task: RenderTask) {
+  if (task.op.startsWith('neural_')) {
+    const { frames, mels, transfer } = await runNeuralStage(task);
+    const neural: RenderTaskResult = { threadId, frames, mels };
+    return move({ [transferableSymbol]: transfer, [valueSymbol]: neural });
+  }
   const renderer = await rendererFor(task);
   const frames = task.op === 'render' ? task.requests.map((request) => renderer.render(request)) : [];
   const result: RenderTaskResult = { threadId, frames };
