@@ -42,6 +42,11 @@ export interface ForwardOptions {
   retryAfterS: number;
   /** The owner could not be reached before any byte of a response (the request was not served). */
   onUnreachable?(): void;
+  /**
+   * When the owner cannot be reached, answer nothing and resolve false, so the caller can try another node
+   * (only with `body`: a piped request stream cannot be sent twice).
+   */
+  retryUnreachable?: boolean;
   /** The response had started (e.g. an SSE stream) and the owner went away before ending it. */
   onLostMidStream?(res: http.ServerResponse): void;
 }
@@ -50,7 +55,7 @@ export interface ForwardOptions {
  * Forwards a request to the node that owns its session and streams the answer back (SSE included),
  * with bounded connect, answer and idle times. Hijacks the reply: nothing after this may send it.
  */
-export function forwardHttp(request: FastifyRequest, reply: FastifyReply, target: string, options: ForwardOptions): Promise<void> {
+export function forwardHttp(request: FastifyRequest, reply: FastifyReply, target: string, options: ForwardOptions): Promise<boolean> {
   reply.hijack();
   const res = reply.raw;
   const url = new URL(request.raw.url ?? '/', target);
@@ -70,15 +75,15 @@ export function forwardHttp(request: FastifyRequest, reply: FastifyReply, target
     headers['content-length'] = String(Buffer.byteLength(options.body));
   }
   const secure = url.protocol === 'https:';
-  return new Promise<void>((resolve) => {
+  return new Promise<boolean>((resolve) => {
     let settled = false;
     let started = false;
     let ended = false;
-    const done = () => {
+    const done = (answered = true) => {
       if (settled) return;
       settled = true;
       clearTimeout(connectTimer);
-      resolve();
+      resolve(answered);
     };
     const upstream = (secure ? https : http).request(url, {
       method: request.method,
@@ -123,6 +128,10 @@ export function forwardHttp(request: FastifyRequest, reply: FastifyReply, target
     upstream.on('error', () => {
       if (started) return; // the response's own close handler deals with it
       options.onUnreachable?.();
+      if (options.retryUnreachable && options.body !== undefined && !res.destroyed) {
+        done(false);
+        return;
+      }
       if (!res.headersSent && !res.destroyed) {
         const body = JSON.stringify({ detail: 'the node holding this session is unreachable; retry later' });
         res.writeHead(503, { 'content-type': 'application/json; charset=utf-8', 'retry-after': String(options.retryAfterS), 'content-length': Buffer.byteLength(body) });

@@ -44,7 +44,7 @@ export interface NodeInfo {
 }
 
 type ClusterRedis = Redis & {
-  avsPlace(token: string, ttlMs: number, only: string): Promise<string | null>;
+  avsPlace(token: string, ttlMs: number, only: string, skip: string): Promise<string | null>;
   avsHeartbeat(...args: Array<string | number>): Promise<[number, number]>;
   avsSlotClaim(nodeId: string, ttlMs: number, wanted: string, count: number): Promise<number>;
   avsSlotRelease(slot: number, nodeId: string): Promise<number>;
@@ -213,9 +213,9 @@ export class NodeRegistry {
    * Reserves a slot on the least-loaded node with room (or only on `onlyNode`); the token goes with the
    * forwarded request and is dropped by that node's next publication. null when no node has room.
    */
-  async place(onlyNode?: string): Promise<{ nodeId: string; token: string } | null> {
+  async place(onlyNode?: string, skip: string[] = []): Promise<{ nodeId: string; token: string } | null> {
     const token = randomUUID();
-    const nodeId = await this.deps.redis.avsPlace(token, RESERVATION_TTL_MS, onlyNode ?? '');
+    const nodeId = await this.deps.redis.avsPlace(token, RESERVATION_TTL_MS, onlyNode ?? '', skip.join(' '));
     return nodeId ? { nodeId, token } : null;
   }
 

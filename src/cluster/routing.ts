@@ -15,6 +15,11 @@ const SESSION_PATH = /^\/sessions\/([0-9a-fA-F-]{36})(?:\/|\?|$)/u;
 const OFFLINE_READ_PATH = /^\/sessions\/[0-9a-fA-F-]{36}\/rt-offline-bundle\/[^/?]+(?:\/download)?(?:\?|$)/u;
 /** A recording's status and download: the owner serves them even after the session ended (its files are there). */
 const RECORDING_READ_PATH = /^\/sessions\/[0-9a-fA-F-]{36}\/rt-recording(\/artifact)?(?:\?|$)/u;
+/**
+ * A create placed on a node that turns out unreachable (it died, its heartbeat has not expired yet) is
+ * placed again without it, this many times in all; then the client gets 503.
+ */
+const MAX_PLACEMENTS = 3;
 /** Retry-After of a full cluster, as of a full node. */
 const CAPACITY_RETRY_AFTER_S = 5;
 
@@ -23,8 +28,11 @@ interface Target {
   url: string;
 }
 
-/** Where a request goes: forwarded to a live owner, answered from a lost owner's files, or served here (null). */
-type Route = { forward: Target } | { lostOwner: string } | null;
+/**
+ * Where a request goes: forwarded to a live owner, answered from the owner's recording files on the shared
+ * data directory, or served here (null).
+ */
+type Route = { forward: Target } | { recordingOf: string } | null;
 
 /** Drops the internal headers of a request that no node signed: it is routed as any client's request. */
 function authenticate(secret: string, method: string, url: string, headers: http.IncomingHttpHeaders): boolean {
@@ -57,14 +65,18 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode }> = async (app, { 
     if (!match) return null;
     const record = await node.directory.lookup(match[1].toLowerCase());
     if (!record || record.node === registry.id) return null;
-    // A recording outlives its session on the owner: its status and download follow the owner while it lives.
+    // A recording outlives its session: once the session ended and the file is final on shared storage,
+    // any node serves it; until then (finalising) it follows its owner while the owner lives.
     const recordingRead = method === 'GET' && RECORDING_READ_PATH.test(url);
-    if (record.state === 'terminated' && !recordingRead) return null;
+    if (record.state === 'terminated') {
+      if (!recordingRead) return null;
+      if (await finishedRecording(node.dataDirOf(record.node), match[1].toLowerCase())) return { recordingOf: record.node };
+    }
     const ownerUrl = await registry.urlOf(record.node);
     if (ownerUrl) return { forward: { nodeId: record.node, url: ownerUrl } };
     // Its heartbeat expired: its sessions become tombstones now, and this node answers from those.
     await registry.reapIfLost(record.node);
-    return recordingRead ? { lostOwner: record.node } : null;
+    return recordingRead ? { recordingOf: record.node } : null;
   }
 
   app.addHook('onRequest', async (request, reply) => {
@@ -75,10 +87,10 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode }> = async (app, { 
     const where = await route(request.method, url, fromNodes.has(request));
     if (!where) return;
     const sessionId = SESSION_PATH.exec(url)![1].toLowerCase();
-    if ('lostOwner' in where) {
-      // The owner is gone; its recordings are on the shared data directory (docs/scaling.md).
+    if ('recordingOf' in where) {
+      // The session ended (or its owner is gone): its recording is read from the owner's directory on shared storage.
       await node.supervisor?.describe(sessionId);
-      const finished = await finishedRecording(node.dataDirOf(where.lostOwner), sessionId);
+      const finished = await finishedRecording(node.dataDirOf(where.recordingOf), sessionId);
       const artifactUrl = `/sessions/${sessionId}/rt-recording/artifact`;
       if (!RECORDING_READ_PATH.exec(url)![1]) {
         return reply.send({ state: finished ? 'complete' : 'idle', artifact_url: artifactUrl, duration_ms: finished?.durationMs ?? 0 });
@@ -116,30 +128,57 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode }> = async (app, { 
       tokens.set(request, reserved);
       return;
     }
-    const placed = await registry.place();
-    if (!placed) {
-      throw new HttpError(503, 'every node is at its limit of sessions created but not started; start or delete some, or retry later', {
-        'retry-after': String(CAPACITY_RETRY_AFTER_S),
-      });
+    const unreachable: string[] = [];
+    /** After a forward attempt the reply is hijacked: Fastify no longer answers it, so errors are written here. */
+    let hijacked = false;
+    const refuse = (detail: string, retryAfter: number) => {
+      if (!hijacked) throw new HttpError(503, detail, { 'retry-after': String(retryAfter) });
+      const body = JSON.stringify({ detail });
+      if (!reply.raw.headersSent && !reply.raw.destroyed) {
+        reply.raw.writeHead(503, { 'content-type': 'application/json; charset=utf-8', 'retry-after': String(retryAfter), 'content-length': Buffer.byteLength(body) });
+        reply.raw.end(body);
+      }
+      return reply;
+    };
+    for (let attempt = 1; ; attempt++) {
+      const placed = await registry.place(undefined, unreachable);
+      if (!placed) {
+        return refuse('every node is at its limit of sessions created but not started; start or delete some, or retry later', CAPACITY_RETRY_AFTER_S);
+      }
+      if (placed.nodeId === registry.id) {
+        if (hijacked) {
+          // Served here after all, but the reply is hijacked: the create goes through a signed loopback forward.
+          const answered = await forwardHttp(request, reply, registry.url, {
+            sign,
+            retryAfterS,
+            body: JSON.stringify(request.body),
+            headers: { [RESERVATION_HEADER]: placed.token },
+          });
+          if (answered) return reply;
+        }
+        tokens.set(request, placed.token);
+        return;
+      }
+      const ownerUrl = await registry.urlOf(placed.nodeId);
+      if (!ownerUrl) {
+        await registry.release(placed.nodeId, placed.token);
+        unreachable.push(placed.nodeId);
+      } else {
+        node.countForward('create');
+        hijacked = true;
+        const answered = await forwardHttp(request, reply, ownerUrl, {
+          sign,
+          retryAfterS,
+          body: JSON.stringify(request.body),
+          headers: { [RESERVATION_HEADER]: placed.token },
+          retryUnreachable: attempt < MAX_PLACEMENTS,
+          onUnreachable: () => void registry.release(placed.nodeId, placed.token).catch(() => undefined),
+        });
+        if (answered) return reply;
+        unreachable.push(placed.nodeId);
+      }
+      if (attempt >= MAX_PLACEMENTS) return refuse('the chosen nodes could not be reached; retry', 1);
     }
-    if (placed.nodeId === registry.id) {
-      tokens.set(request, placed.token);
-      return;
-    }
-    const ownerUrl = await registry.urlOf(placed.nodeId);
-    if (!ownerUrl) {
-      await registry.release(placed.nodeId, placed.token);
-      throw new HttpError(503, 'the chosen node left the cluster; retry', { 'retry-after': '1' });
-    }
-    node.countForward('create');
-    await forwardHttp(request, reply, ownerUrl, {
-      sign,
-      retryAfterS,
-      body: JSON.stringify(request.body),
-      headers: { [RESERVATION_HEADER]: placed.token },
-      onUnreachable: () => void registry.release(placed.nodeId, placed.token).catch(() => undefined),
-    });
-    return reply;
   });
 
   // Counts change with creates, starts and deletes: published at once, with the reservation now counted.

@@ -35,7 +35,8 @@ const NOW_MS = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
 
 /**
- * Placement. ARGV: token, reservation ttl ms, only-this-node ('' = any). Among live nodes (their hash
+ * Placement. ARGV: token, reservation ttl ms, only-this-node ('' = any), node ids to leave out (space
+ * separated: nodes the caller just found unreachable, whose heartbeat has not expired yet). Among live nodes (their hash
  * exists, so their heartbeat is fresh) that are not draining and whose created-but-unstarted sessions
  * plus live reservations are below their pending cap, picks the one with the lowest
  * (active + pending + reserved) / maxActive and adds the token to its reservations. Returns the node id,
@@ -44,10 +45,12 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
 export const PLACE_LUA = `${NOW_MS}
 local ids
 if ARGV[3] ~= '' then ids = { ARGV[3] } else ids = redis.call('SMEMBERS', '${NODES_KEY}') end
+local skip = {}
+for id in string.gmatch(ARGV[4] or '', '%S+') do skip[id] = true end
 local best, bestScore = nil, nil
 for _, id in ipairs(ids) do
   local v = redis.call('HMGET', '${KEY_PREFIX}node:' .. id, 'maxActive', 'maxPending', 'active', 'pending', 'draining')
-  if v[1] then
+  if v[1] and not skip[id] then
     local resv = '${KEY_PREFIX}resv:' .. id
     redis.call('ZREMRANGEBYSCORE', resv, '-inf', now)
     local reserved = redis.call('ZCARD', resv)

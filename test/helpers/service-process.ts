@@ -63,6 +63,8 @@ export interface StartServiceOptions {
   dataDir?: string;
   /** Use this avatars directory as is; a temp copy of the repository's `avatars/` otherwise. */
   avatarsDir?: string;
+  /** Listen on this port (e.g. to restart a cluster node under the same URL, hence the same node id); a free one otherwise. */
+  port?: number;
 }
 
 const liveChildren = new Set<ChildProcess>();
@@ -118,7 +120,7 @@ export async function startServiceProcess(options: StartServiceOptions = {}): Pr
   let lastError: Error | null = null;
   for (let attempt = 0; attempt < PORT_ATTEMPTS; attempt++) {
     try {
-      return await launch({ dataDir, avatarsDir, tmpDir, env: options.env ?? {} });
+      return await launch({ dataDir, avatarsDir, tmpDir, env: options.env ?? {}, port: options.port });
     } catch (error) {
       lastError = error as Error;
       if (!/EADDRINUSE/.test(lastError.message)) throw lastError;
@@ -127,9 +129,9 @@ export async function startServiceProcess(options: StartServiceOptions = {}): Pr
   throw lastError!;
 }
 
-async function launch(input: { dataDir: string; avatarsDir: string; tmpDir: string; env: Record<string, string> }): Promise<ServiceProcess> {
+async function launch(input: { dataDir: string; avatarsDir: string; tmpDir: string; env: Record<string, string>; port?: number }): Promise<ServiceProcess> {
   installExitHandler();
-  const port = await freePort();
+  const port = input.port ?? (await freePort());
   const baseUrl = `http://127.0.0.1:${port}`;
   const child = spawn(process.execPath, ['--no-turbo-fast-api-calls', '--import', 'tsx', '--import', WATCHDOG, 'src/main.ts'], {
     cwd: REPO_ROOT,
