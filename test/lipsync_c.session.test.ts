@@ -65,6 +65,8 @@ async function speakTurn(live: Live, text: string) {
     mouth: frames.map((frame) => regionLuma(frame, regions.mouth)),
     eyes: frames.map((frame) => regionLuma(frame, regions.eyes)),
     energy: frames.map((frame) => Math.log10(1 + rmsAround(peer.audio, frame.at + 80, 120))),
+    // The same at other receive-time lags: a loaded machine shifts the receiver's A/V alignment by tens of ms.
+    energyAt: (lagMs: number) => frames.map((frame) => Math.log10(1 + rmsAround(peer.audio, frame.at + lagMs, 120))),
     events: sse.events.slice(from),
   };
 }
@@ -86,7 +88,8 @@ for (const advertiseBinary of [true, false]) {
       expect(JSON.stringify(models)).not.toContain(live.fake.url);
 
       const turn = await speakTurn(live, 'Hello there. I am a talking avatar on an inference server, and my mouth follows my voice.');
-      const r = pearson(turn.mouth, turn.energy);
+      // Best over receive-time lags of −120…+280 ms: "follows" the audio, whatever the receiver's momentary A/V skew.
+      const r = Math.max(...[-120, -40, 40, 80, 120, 200, 280].map((lag) => pearson(turn.mouth, turn.energyAt(lag))));
       const { stats } = live.fake;
       console.log(
         `lipsync_c ${encoding}: ${turn.mouth.length} frames, idle mouth ${live.idleMouth.toFixed(1)}, max ${Math.max(...turn.mouth).toFixed(1)}, r = ${r.toFixed(2)}; ` +
