@@ -115,6 +115,31 @@ const audioStreamRoutes: FastifyPluginAsyncTypebox = async (app) => {
   });
 };
 
+/**
+ * A text frame of spec 6.2 as a control message, or undefined after telling the client what is wrong with it
+ * (shared by the speak_audio_stream and listen sockets, which take the same control messages).
+ */
+export function readControlMessage(socket: WebSocket, raw: Buffer): ControlMessage | undefined {
+  if (raw.length > MAX_CONTROL_MESSAGE_BYTES) {
+    sendError(socket, 'invalid_message', `control messages are at most ${MAX_CONTROL_MESSAGE_BYTES} bytes`);
+    return undefined;
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw.toString('utf8'));
+  } catch {
+    sendError(socket, 'invalid_message', 'text frames must be JSON control messages');
+    return undefined;
+  }
+  if (controlMessage.Check(parsed)) return parsed;
+  if (isObject(parsed) && parsed.type === 'config') {
+    sendError(socket, 'invalid_config', 'config takes only sample_rate, an integer between 8000 and 48000');
+  } else {
+    sendError(socket, 'invalid_message', 'expected {"type": "config" | "eos" | "interrupt"}');
+  }
+  return undefined;
+}
+
 export function sendError(socket: WebSocket, code: string, message: string): void {
   if (socket.readyState !== socket.OPEN || socket.bufferedAmount > MAX_UNSENT_BYTES) return;
   socket.send(JSON.stringify({ type: 'error', code, message }));
@@ -197,22 +222,8 @@ class AudioStream {
   }
 
   private onControl(raw: Buffer): void {
-    if (raw.length > MAX_CONTROL_MESSAGE_BYTES) {
-      return sendError(this.socket, 'invalid_message', `control messages are at most ${MAX_CONTROL_MESSAGE_BYTES} bytes`);
-    }
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(raw.toString('utf8'));
-    } catch {
-      return sendError(this.socket, 'invalid_message', 'text frames must be JSON control messages');
-    }
-    if (!controlMessage.Check(parsed)) {
-      if (isObject(parsed) && parsed.type === 'config') {
-        return sendError(this.socket, 'invalid_config', 'config takes only sample_rate, an integer between 8000 and 48000');
-      }
-      return sendError(this.socket, 'invalid_message', 'expected {"type": "config" | "eos" | "interrupt"}');
-    }
-    this.onControlMessage(parsed);
+    const message = readControlMessage(this.socket, raw);
+    if (message) this.onControlMessage(message);
   }
 
   private onControlMessage(message: ControlMessage): void {

@@ -10,10 +10,8 @@ import {
   CLOSE_INTERNAL_ERROR,
   CLOSE_NORMAL,
   CLOSE_POLICY,
-  MAX_CONTROL_MESSAGE_BYTES,
-  controlMessage,
   fail,
-  isObject,
+  readControlMessage,
   sendError,
   toBuffer,
   type ControlMessage,
@@ -136,22 +134,8 @@ class ListenStream {
   }
 
   private onControl(raw: Buffer): void {
-    if (raw.length > MAX_CONTROL_MESSAGE_BYTES) {
-      return sendError(this.socket, 'invalid_message', `control messages are at most ${MAX_CONTROL_MESSAGE_BYTES} bytes`);
-    }
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(raw.toString('utf8'));
-    } catch {
-      return sendError(this.socket, 'invalid_message', 'text frames must be JSON control messages');
-    }
-    if (!controlMessage.Check(parsed)) {
-      if (isObject(parsed) && parsed.type === 'config') {
-        return sendError(this.socket, 'invalid_config', 'config takes only sample_rate, an integer between 8000 and 48000');
-      }
-      return sendError(this.socket, 'invalid_message', 'expected {"type": "config" | "eos" | "interrupt"}');
-    }
-    this.onControlMessage(parsed);
+    const message = readControlMessage(this.socket, raw);
+    if (message) this.onControlMessage(message);
   }
 
   private onControlMessage(message: ControlMessage): void {
