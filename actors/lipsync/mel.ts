@@ -144,18 +144,23 @@ class MelAnalyzer {
    * because the stream goes on past both ends. The first sample only feeds pre-emphasis.
    */
   streamWindow(samples: Float32Array, out: Float32Array): void {
-    const { nFft, hopLength, bands, preemphasis } = WAV2LIP_MEL;
+    const { nFft, hopLength, preemphasis } = WAV2LIP_MEL;
     for (let column = 0; column < MEL_WINDOW_COLUMNS; column++) {
       const start = 1 + column * hopLength;
       for (let n = 0; n < nFft; n++) this.frame[n] = (samples[start + n] - preemphasis * samples[start + n - 1]) * this.window[n];
-      this.fft.forward(this.frame, this.spectrumRe, this.spectrumIm);
-      for (let k = 0; k < this.magnitude.length; k++) this.magnitude[k] = Math.sqrt(this.spectrumRe[k] ** 2 + this.spectrumIm[k] ** 2);
-      for (let band = 0; band < bands; band++) {
-        const { firstBin, weights } = this.filters[band];
-        let energy = 0;
-        for (let i = 0; i < weights.length; i++) energy += weights[i] * this.magnitude[firstBin + i];
-        out[band * MEL_WINDOW_COLUMNS + column] = normalizedLevel(energy);
-      }
+      this.melColumnOfFrame(out, column, MEL_WINDOW_COLUMNS);
+    }
+  }
+
+  /** The mel levels of the windowed samples in `frame`, written as column `column` of a band-major array of `columns` columns. */
+  private melColumnOfFrame(out: Float32Array, column: number, columns: number): void {
+    this.fft.forward(this.frame, this.spectrumRe, this.spectrumIm);
+    for (let k = 0; k < this.magnitude.length; k++) this.magnitude[k] = Math.sqrt(this.spectrumRe[k] ** 2 + this.spectrumIm[k] ** 2);
+    for (let band = 0; band < WAV2LIP_MEL.bands; band++) {
+      const { firstBin, weights } = this.filters[band];
+      let energy = 0;
+      for (let i = 0; i < weights.length; i++) energy += weights[i] * this.magnitude[firstBin + i];
+      out[band * columns + column] = normalizedLevel(energy);
     }
   }
 
@@ -167,14 +172,7 @@ class MelAnalyzer {
     for (let column = 0; column < columns; column++) {
       const start = column * hopLength;
       for (let n = 0; n < nFft; n++) this.frame[n] = padded[start + n] * this.window[n];
-      this.fft.forward(this.frame, this.spectrumRe, this.spectrumIm);
-      for (let k = 0; k < this.magnitude.length; k++) this.magnitude[k] = Math.sqrt(this.spectrumRe[k] ** 2 + this.spectrumIm[k] ** 2);
-      for (let band = 0; band < bands; band++) {
-        const { firstBin, weights } = this.filters[band];
-        let energy = 0;
-        for (let i = 0; i < weights.length; i++) energy += weights[i] * this.magnitude[firstBin + i];
-        data[band * columns + column] = normalizedLevel(energy);
-      }
+      this.melColumnOfFrame(data, column, columns);
     }
     return { bands, columns, data };
   }
