@@ -1,13 +1,8 @@
 import type { Redis } from 'ioredis';
-import type { NewVoiceEntry, StoredVoiceEntry, VoiceCatalogStore } from '../voices/catalog.ts';
+import { freeVoiceLabel, type NewVoiceEntry, type StoredVoiceEntry, type VoiceCatalogStore } from '../voices/catalog.ts';
 import { VOICES_KEY, VOICE_COUNTER_KEY } from './scripts.ts';
 
 type VoiceRedis = Redis & { avsVoiceCreate(entryJson: string): Promise<number> };
-
-/** `20250101-120000`: the suffix a conflicting label gets (as the LevelDB catalog). */
-function timestampSuffix(now: Date): string {
-  return now.toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
-}
 
 /**
  * The cloned-voice catalog of cluster mode: one Redis hash (`avs:voices`, id → entry JSON) and a counter.
@@ -39,13 +34,7 @@ export class RedisVoiceCatalog implements VoiceCatalogStore {
 
   async resolveLabel(label: string): Promise<string> {
     const taken = new Set((await this.list()).map((entry) => entry.display_label));
-    if (!taken.has(label)) return label;
-    const suffixed = `${label} (${timestampSuffix(this.now())})`;
-    if (!taken.has(suffixed)) return suffixed;
-    for (let attempt = 2; ; attempt++) {
-      const candidate = `${label} (${timestampSuffix(this.now())}-${attempt})`;
-      if (!taken.has(candidate)) return candidate;
-    }
+    return freeVoiceLabel(label, taken, () => this.now());
   }
 
   async create(entry: NewVoiceEntry): Promise<StoredVoiceEntry> {

@@ -57,6 +57,20 @@ function timestampSuffix(now: Date): string {
   return now.toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
 }
 
+/**
+ * The label as given, or with a timestamp suffix (and, within one second, a counter) when `taken` has it: the one
+ * labelling rule of both catalog backends (LevelDB here, Redis in cluster mode).
+ */
+export function freeVoiceLabel(label: string, taken: ReadonlySet<string>, now: () => Date): string {
+  if (!taken.has(label)) return label;
+  const suffixed = `${label} (${timestampSuffix(now())})`;
+  if (!taken.has(suffixed)) return suffixed;
+  for (let attempt = 2; ; attempt++) {
+    const candidate = `${label} (${timestampSuffix(now())}-${attempt})`;
+    if (!taken.has(candidate)) return candidate;
+  }
+}
+
 /** What the rest of the service uses of a voice catalog: LevelDB here, Redis in cluster mode (src/cluster/voice-catalog.ts). */
 export type VoiceCatalogStore = Pick<VoiceCatalog, 'list' | 'get' | 'findByVoiceId' | 'resolveLabel' | 'create' | 'delete' | 'lastAllocatedId'>;
 
@@ -93,13 +107,7 @@ export class VoiceCatalog {
   /** The label as given, or with a timestamp suffix (and, within one second, a counter) when taken. */
   async resolveLabel(label: string): Promise<string> {
     const taken = new Set((await this.list()).map((entry) => entry.display_label));
-    if (!taken.has(label)) return label;
-    const suffixed = `${label} (${timestampSuffix(this.now())})`;
-    if (!taken.has(suffixed)) return suffixed;
-    for (let attempt = 2; ; attempt++) {
-      const candidate = `${label} (${timestampSuffix(this.now())}-${attempt})`;
-      if (!taken.has(candidate)) return candidate;
-    }
+    return freeVoiceLabel(label, taken, () => this.now());
   }
 
   /** Allocates the next id and stores the entry (label de-duplicated) in one atomic batch. */
