@@ -6,6 +6,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler';
 import { SessionIdParams } from '../schemas/common.ts';
 import { HttpError } from '../errors.ts';
 import { AsyncQueue, PLAYOUT_HIGH_WATER_MS, pcm16FromLittleEndian, resamplePcm16, type Session } from '../sessions/index.ts';
+import type { SessionSupervisor } from '../sessions/supervisor.ts';
 
 /** How often a paused socket checks whether playout made room again. */
 const BACKPRESSURE_POLL_MS = 20;
@@ -100,20 +101,34 @@ const audioStreamRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     wsHandler: async (socket: WebSocket, request) => {
       const { session_id: sessionId } = request.params as { session_id: string };
-      let session: Session;
-      try {
-        session = await supervisor.requireSession(sessionId);
-      } catch (error) {
-        const status = error instanceof HttpError ? error.statusCode : 500;
-        return fail(socket, status === 404 ? 'session_not_found' : 'session_terminated', (error as Error).message, CLOSE_POLICY);
-      }
-      const refusal = session.audioStreamRefusal;
-      if (refusal !== null) return fail(socket, 'session_not_started', refusal, CLOSE_POLICY);
+      const session = await startedSessionFor(socket, supervisor, sessionId);
+      if (!session) return;
       if (socket.readyState === socket.OPEN) socket.once('close', session.consumers.hold('audio_ws'));
       new AudioStream(socket, session).run();
     },
   });
 };
+
+/**
+ * The started session an audio socket is for, or undefined after closing the socket with why (unknown, ended or
+ * not started): the admission both audio sockets (speak_audio_stream, listen) share.
+ */
+export async function startedSessionFor(socket: WebSocket, supervisor: SessionSupervisor, sessionId: string): Promise<Session | undefined> {
+  let session: Session;
+  try {
+    session = await supervisor.requireSession(sessionId);
+  } catch (error) {
+    const status = error instanceof HttpError ? error.statusCode : 500;
+    fail(socket, status === 404 ? 'session_not_found' : 'session_terminated', (error as Error).message, CLOSE_POLICY);
+    return undefined;
+  }
+  const refusal = session.audioStreamRefusal;
+  if (refusal !== null) {
+    fail(socket, 'session_not_started', refusal, CLOSE_POLICY);
+    return undefined;
+  }
+  return session;
+}
 
 /**
  * A text frame of spec 6.2 as a control message, or undefined after telling the client what is wrong with it

@@ -2,7 +2,6 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { WebSocket } from 'ws';
 import { Type } from '@sinclair/typebox';
 import { SessionIdParams } from '../schemas/common.ts';
-import { HttpError } from '../errors.ts';
 import { pcm16FromLittleEndian, type Session } from '../sessions/index.ts';
 import { MAX_VAD_BACKLOG_MS, type VoiceMessage, type VoiceSource } from '../sessions/voice-input.ts';
 import {
@@ -12,6 +11,7 @@ import {
   CLOSE_POLICY,
   fail,
   readControlMessage,
+  startedSessionFor,
   sendError,
   toBuffer,
   type ControlMessage,
@@ -62,15 +62,8 @@ const listenRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     wsHandler: async (socket: WebSocket, request) => {
       const { session_id: sessionId } = request.params as { session_id: string };
-      let session: Session;
-      try {
-        session = await supervisor.requireSession(sessionId);
-      } catch (error) {
-        const status = error instanceof HttpError ? error.statusCode : 500;
-        return fail(socket, status === 404 ? 'session_not_found' : 'session_terminated', (error as Error).message, CLOSE_POLICY);
-      }
-      const refusal = session.audioStreamRefusal;
-      if (refusal !== null) return fail(socket, 'session_not_started', refusal, CLOSE_POLICY);
+      const session = await startedSessionFor(socket, supervisor, sessionId);
+      if (!session) return;
       const voice = session.voice;
       if (!voice) return fail(socket, 'voice_input_unavailable', 'this session has no voice input', CLOSE_POLICY);
       if (socket.readyState !== socket.OPEN) return;
