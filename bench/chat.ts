@@ -16,15 +16,7 @@ export async function benchChat(): Promise<Record<string, ReturnType<typeof summ
     chat: { replyTokens: ['Sure', '!', ' Here', ' is', ' a', ' short', ' answer', '.', ' And', ' more', ' text', '.'], firstTokenDelayMs: TTFT_MS, tokenDelayMs: 20 },
   });
   const t = await startTestApp({ env: { SERVICE_LLM_BASE_URL: upstream.baseUrl } });
-  const avatars = await json(await fetch(`${t.baseUrl}/avatars`));
-  const avatar = avatars.find((a: { model_type: string }) => a.model_type === 'rt') ?? avatars[0];
-  const { session_id } = await json(await post(t.baseUrl, '/sessions', { avatar_id: avatar.id, model: avatar.model_type === 'rt' ? 'rt' : 'mock' }));
-  const sse = await SseClient.open(`${t.baseUrl}/sessions/${session_id}/events`);
-  const peer = await ReceivingPeer.connect(t.baseUrl, session_id);
-  peer.keepFrames = false;
-  await post(t.baseUrl, `/sessions/${session_id}/start`);
-  await post(t.baseUrl, `/sessions/${session_id}/speak`, { text: 'Warm up.' });
-  await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 30_000, 'warm');
+  const { session_id, sse, peer } = await openWarmSession(t.baseUrl);
   const overhead: number[] = [];
   try {
     for (let run = 0; run < RUNS; run++) {
@@ -50,4 +42,21 @@ export async function benchChat(): Promise<Record<string, ReturnType<typeof summ
     await upstream.close();
   }
   return { chatOverheadBeyondTtftMs: summary(overhead) };
+}
+
+/**
+ * A started `rt` session (or the first avatar's on `mock`) with SSE and a receiving wrtc peer, after one warm-up
+ * speak turn, so the measured turns do not pay for cold engines: the setup of the chat and voice steps.
+ */
+export async function openWarmSession(baseUrl: string): Promise<{ session_id: string; sse: SseClient; peer: ReceivingPeer }> {
+  const avatars = await json(await fetch(`${baseUrl}/avatars`));
+  const avatar = avatars.find((a: { model_type: string }) => a.model_type === 'rt') ?? avatars[0];
+  const { session_id } = await json(await post(baseUrl, '/sessions', { avatar_id: avatar.id, model: avatar.model_type === 'rt' ? 'rt' : 'mock' }));
+  const sse = await SseClient.open(`${baseUrl}/sessions/${session_id}/events`);
+  const peer = await ReceivingPeer.connect(baseUrl, session_id);
+  peer.keepFrames = false;
+  await post(baseUrl, `/sessions/${session_id}/start`);
+  await post(baseUrl, `/sessions/${session_id}/speak`, { text: 'Warm up.' });
+  await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 30_000, 'warm');
+  return { session_id, sse, peer };
 }

@@ -1,9 +1,8 @@
-import { json, post, startTestApp } from '../test/helpers/app.ts';
-import { ReceivingPeer } from '../test/helpers/peer.ts';
-import { SseClient } from '../test/helpers/sse.ts';
+import { json, startTestApp } from '../test/helpers/app.ts';
 import { AudioStreamClient, framesOf, streamPcm } from '../test/helpers/ws-audio.ts';
 import { loadVadFixture } from '../test/helpers/vad-fixture.ts';
 import { startOpenAiUpstream } from '../test/fakes/openai-upstream.ts';
+import { openWarmSession } from './chat.ts';
 import { summary } from './stats.ts';
 
 /** Loopback recogniser and language model with fixed delays, so the service's own share can be told apart. */
@@ -29,15 +28,7 @@ export async function benchVoice(): Promise<Record<string, unknown>> {
     chat: { replyTokens: ['Sure', '!', ' It', ' will', ' be', ' sunny', '.'], firstTokenDelayMs: TTFT_MS, tokenDelayMs: 20 },
   });
   const t = await startTestApp({ env: { SERVICE_LLM_BASE_URL: upstream.baseUrl, SERVICE_ASR_BASE_URL: upstream.baseUrl } });
-  const avatars = await json(await fetch(`${t.baseUrl}/avatars`));
-  const avatar = avatars.find((a: { model_type: string }) => a.model_type === 'rt') ?? avatars[0];
-  const { session_id } = await json(await post(t.baseUrl, '/sessions', { avatar_id: avatar.id, model: avatar.model_type === 'rt' ? 'rt' : 'mock' }));
-  const sse = await SseClient.open(`${t.baseUrl}/sessions/${session_id}/events`);
-  const peer = await ReceivingPeer.connect(t.baseUrl, session_id);
-  peer.keepFrames = false;
-  await post(t.baseUrl, `/sessions/${session_id}/start`);
-  await post(t.baseUrl, `/sessions/${session_id}/speak`, { text: 'Warm up.' });
-  await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 30_000, 'warm');
+  const { session_id, sse, peer } = await openWarmSession(t.baseUrl);
   const listen = AudioStreamClient.connectTo(`${t.baseUrl.replace(/^http/, 'ws')}/sessions/${session_id}/listen`);
   await listen.waitOpen();
   const endOfTurnOverhead: number[] = [];
