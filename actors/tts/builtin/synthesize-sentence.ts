@@ -2,7 +2,7 @@
 import { resamplePcm16 } from '../../audio/resample.ts';
 import { trimEdgeSilence, type EngineAudio, type EngineSentenceRequest } from './engine.ts';
 import { loadEspeak, synthesizeWithEspeak } from './espeak.ts';
-import { loadFliteModule, synthesizeWithFlite } from './flite.ts';
+import { synthesizeWithFlite, warmUpFlite } from './flite.ts';
 
 export interface SentenceTask extends EngineSentenceRequest {
   /** Sample rate the caller wants back. */
@@ -23,7 +23,7 @@ export async function synthesizeSentence(task: SentenceTask): Promise<EngineAudi
   };
 }
 
-/** Compiles both engines so the first real sentence does not pay for it. */
+/** Compiles both engines and instantiates flite's first instance, so the first real sentence pays for neither. */
 export async function warmUpEngines(): Promise<void> {
-  await Promise.all([loadFliteModule(), loadEspeak()]);
+  await Promise.all([warmUpFlite(), loadEspeak()]);
 }
