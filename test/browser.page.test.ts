@@ -111,22 +111,62 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     expect(stats).toBeGreaterThan(10);
   }, 60_000);
 
-  it('Pause and Resume', async () => {
+  it('Pause while a Speak turn is speaking cuts it; Resume; then Chat: the whole reply reaches the captions and the avatar returns to idle', async () => {
+    // The previous step's turn first plays out: a Speak while it still speaks would be a 409.
     await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'idle', null, { timeout: STEP_MS });
+    // Long enough that the turn is still speaking when Pause is pressed (several sentences of synthesis).
+    await page.getByLabel('Message').fill(
+      'This is a long announcement that keeps the avatar talking for many seconds. It goes on with a second sentence. ' +
+        'And a third one, so that the pause certainly cuts the turn in the middle of its speech.',
+    );
+    await page.getByRole('button', { name: 'Speak', exact: true }).click();
+    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'speaking', null, { timeout: STEP_MS });
     await page.getByRole('button', { name: 'Pause' }).click();
     await page.getByRole('button', { name: 'Resume' }).waitFor({ timeout: STEP_MS });
     expect(await page.textContent('#state')).toBe('paused');
+    // The pause ended the turn: the service says `status idle (paused)` and the page shows the avatar idle.
+    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'idle', null, { timeout: STEP_MS });
+    await waitTimeline(page, 'avatar idle (paused)');
+    // The paused turn is closed like any other: its latency line, with the outcome the service recorded.
+    await waitTimeline(page, /turn paused: speak request → first audio \d+ ms/);
     await page.getByRole('button', { name: 'Resume' }).click();
     await page.getByRole('button', { name: 'Pause' }).waitFor({ timeout: STEP_MS });
     expect(await page.textContent('#state')).toBe('running');
-  }, 60_000);
 
-  it('Chat: the reply streams into the captions and the timeline shows the first LLM token', async () => {
+    // The chat's HTTP answer and its SSE events travel on different connections, so the page can get the whole
+    // reply on SSE before the answer that names the turn; the page used to reset the turn's captions when that
+    // answer came, leaving them empty. Holding the answer until the page's EventSource has delivered the reply
+    // tests that order on every run instead of by chance.
+    await page.evaluate(() => {
+      const w = window as unknown as { demo: { events: EventSource }; chatDeltas: string };
+      w.chatDeltas = '';
+      w.demo.events.addEventListener('llm', (ev) => (w.chatDeltas += JSON.parse((ev as MessageEvent).data).delta));
+    });
+    let replyBeforeAnswer = false;
+    await page.route(
+      '**/chat',
+      async (route) => {
+        const response = await route.fetch();
+        try {
+          await page.waitForFunction((reply) => (window as unknown as { chatDeltas: string }).chatDeltas === reply, REPLY.join(''), { timeout: STEP_MS });
+          replyBeforeAnswer = true;
+        } finally {
+          await route.fulfill({ response });
+        }
+      },
+      { times: 1 },
+    );
     await page.getByLabel('Message').fill('Can you hear me?');
     await page.getByRole('button', { name: 'Chat' }).click();
+    await waitTimeline(page, 'you asked: “Can you hear me?”');
+    expect(replyBeforeAnswer).toBe(true);
+    await page.unrouteAll();
     await page.waitForFunction((reply) => document.getElementById('captions')!.textContent === reply, REPLY.join(''), { timeout: STEP_MS });
     await waitTimeline(page, /chat request → first audio \d+ ms, first LLM token \d+ ms/);
-  }, 60_000);
+    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'idle', null, { timeout: STEP_MS });
+    expect(await page.getByRole('region', { name: 'Captions' }).innerText()).toBe(REPLY.join(''));
+    expect(await page.getByRole('alert').count()).toBe(0);
+  }, 90_000);
 
   it('Stop interrupts; Speak while speaking is a banner saying what to do, dismissed by its button', async () => {
     await page.getByLabel('Message').fill('This is a long sentence that keeps the avatar busy for a while, so that the next request finds it speaking.');
@@ -146,9 +186,12 @@ describe('the page at / driven by accessible names (Chromium)', () => {
   it('Start recording, speak, Stop recording, then Download recording gives an MP4', async () => {
     await page.getByRole('button', { name: 'Start recording' }).click();
     await page.getByRole('button', { name: 'Stop recording' }).waitFor({ timeout: STEP_MS });
+    // Earlier turns already put latency lines on the timeline: wait for one more, the recorded turn's.
+    const latencyLines = async () => (await timelineText(page)).match(/speak request → first audio \d+ ms/g)?.length ?? 0;
+    const before = await latencyLines();
     await page.getByLabel('Message').fill('Recorded words.');
     await page.getByRole('button', { name: 'Speak', exact: true }).click();
-    await waitTimeline(page, /speak request → first audio \d+ ms[^]*speak request → first audio \d+ ms[^]*speak request → first audio/);
+    await expect.poll(latencyLines, { timeout: STEP_MS }).toBe(before + 1);
     await page.getByRole('button', { name: 'Stop recording' }).click();
     const link = page.getByRole('link', { name: 'Download recording' });
     await link.waitFor({ timeout: STEP_MS });

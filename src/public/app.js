@@ -29,6 +29,8 @@ const ICE_GATHER_MS = 2_000;
 const RENDER_POLL_MS = 500;
 /** Timeline entries kept: a long conversation must not grow the page without bound. */
 const TIMELINE_MAX = 200;
+/** Turns whose captions are kept (the one on screen and the last answer are among them): same reason. */
+const CAPTIONS_KEPT = 20;
 const BASE_AVATAR_TYPE = 'lipsync';
 const PREVIEW_TEXT = 'Hello! This is how I sound.';
 
@@ -376,19 +378,37 @@ function showStage(stage) {
   $('badge').dataset.stage = stage;
 }
 
-function caption(turnId, text, { append = false } = {}) {
-  const now = (append ? state.captions.get(turnId) ?? '' : '') + text;
-  state.captions.set(turnId, now);
-  if (state.captions.size > 20) state.captions.delete(state.captions.keys().next().value);
-  // Words arriving for a turn make it the one on screen: the avatar says them now.
+/** Makes `turnId` the turn on screen, showing `text` as its captions. */
+function showCaptions(turnId, text) {
+  state.captions.set(turnId, text);
+  if (state.captions.size > CAPTIONS_KEPT) state.captions.delete(state.captions.keys().next().value);
   state.currentTurn = turnId;
-  $('captions').textContent = now;
+  $('captions').textContent = text;
+}
+
+/** Words arriving for a turn (`llm` deltas) make it the one on screen: the avatar says them now. */
+function appendCaption(turnId, delta) {
+  showCaptions(turnId, (state.captions.get(turnId) ?? '') + delta);
+}
+
+/**
+ * The turn a request just started (its `X-Turn-Id`) goes on screen. Its SSE events travel on the event stream,
+ * not on the request's connection, so they may have arrived before this answer did: a chat's whole reply can be
+ * in its captions already. Those words are kept; `initial` only fills a turn that has none yet.
+ */
+function openTurn(turnId, initial) {
+  showCaptions(turnId, state.captions.get(turnId) || initial);
 }
 
 function listen(sessionId) {
   const events = new EventSource(`/sessions/${sessionId}/events`);
   state.events = events;
-  const on = (type, handler) => events.addEventListener(type, (ev) => handler(JSON.parse(ev.data)));
+  // Every service event carries JSON data. The EventSource's own `error` (connection lost; it reconnects by
+  // itself) shares a name with the service's `error` event but has no data: it is not an event of the session.
+  const on = (type, handler) =>
+    events.addEventListener(type, (ev) => {
+      if (typeof ev.data === 'string') handler(JSON.parse(ev.data));
+    });
   on('status', (data) => {
     showStage(data.stage);
     if (data.turn_id && ['listening', 'thinking', 'speaking'].includes(data.stage) && data.turn_id !== state.currentTurn) {
@@ -401,7 +421,7 @@ function listen(sessionId) {
   on('transcript', (data) => {
     if (data.is_final) timeline(`you said: “${data.text}”`);
   });
-  on('llm', (data) => caption(data.turn_id, data.delta, { append: true }));
+  on('llm', (data) => appendCaption(data.turn_id, data.delta));
   on('tts', (data) => {
     if (data.stage === 'first_audio') timeline(`first audio synthesised after ${data.ms_elapsed} ms`);
   });
@@ -454,9 +474,8 @@ async function say(kind) {
       kind === 'chat'
         ? await api('POST', `/sessions/${state.sessionId}/chat`, { prompt: text })
         : await api('POST', `/sessions/${state.sessionId}/speak`, { text });
-    state.currentTurn = turnId;
-    if (kind === 'speak') caption(turnId, text);
-    else caption(turnId, '');
+    // A speak turn says the text as written; a chat turn's captions are its reply, filled by `llm` events.
+    openTurn(turnId, kind === 'speak' ? text : '');
     timeline(kind === 'chat' ? `you asked: “${text}”` : `speak: “${text}”`);
   } catch (error) {
     fail(error);
