@@ -1,8 +1,8 @@
 /**
  * The page at `/` in headless Chromium, driven only through accessible names (what a screen-reader or keyboard
  * user reaches): avatar, model, voice + preview, system prompt, start, speak, chat, stop, pause/resume, captions,
- * speak-while-speaking advice, record + download, offline render + download, portrait upload, Talk with a fake
- * microphone, end; a 390 px phone viewport; Chat disabled with a hint when no language model is configured.
+ * speak-while-speaking advice, pause during a turn, record + download, offline render + download, portrait upload
+ * (file input and drag and drop), Talk with a fake microphone, end; a 390 px phone viewport; Chat disabled with a hint when no language model is configured.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -220,6 +220,48 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     expect(await page.getByRole('radio', { name: 'Page test portrait' }).isChecked()).toBe(true);
     expect(await page.getByRole('progressbar', { name: 'Upload progress' }).getAttribute('value')).toBe('1');
     expect(await page.getByRole('status').filter({ hasText: 'is ready' }).count()).toBe(1);
+  }, 90_000);
+
+  it('Drop a portrait on the drop zone: the new avatar appears, selected, with upload progress at 100 %; a non-image is refused with advice', async () => {
+    const zone = page.getByRole('region', { name: 'New avatar from a portrait' });
+    // A real DataTransfer holding a File, built in the page, as a drag from the desktop would carry it.
+    const carrying = (file: { base64: string; name: string; type: string }) =>
+      page.evaluateHandle(({ base64, name, type }) => {
+        const transfer = new DataTransfer();
+        transfer.items.add(new File([Uint8Array.from(atob(base64), (c) => c.charCodeAt(0))], name, { type }));
+        return transfer;
+      }, file);
+    // Each event as the browser dispatches it during a drag; `true` when the page cancelled it.
+    const drag = (type: 'dragenter' | 'dragover' | 'drop', transfer: Awaited<ReturnType<typeof carrying>>) =>
+      zone.evaluate(
+        (element, [eventType, dataTransfer]) => !element.dispatchEvent(new DragEvent(eventType, { bubbles: true, cancelable: true, dataTransfer })),
+        [type, transfer] as const,
+      );
+
+    const text = await carrying({ base64: Buffer.from('not a photo').toString('base64'), name: 'notes.txt', type: 'text/plain' });
+    expect(await drag('dragenter', text)).toBe(true);
+    expect(await drag('drop', text)).toBe(true);
+    const refusal = page.getByRole('alert');
+    await refusal.waitFor({ timeout: STEP_MS });
+    expect(await refusal.innerText()).toContain('drop a JPEG, PNG or WebP portrait');
+    await page.getByRole('button', { name: 'Dismiss error' }).click();
+
+    await page.getByLabel('Portrait name').fill('Dropped portrait');
+    const portrait = await carrying({ base64: (await fs.readFile(PORTRAIT_FIXTURE)).toString('base64'), name: path.basename(PORTRAIT_FIXTURE), type: 'image/png' });
+    // Cancelled dragenter/dragover make the zone a drop target (and highlight it); a cancelled drop keeps the
+    // browser from opening the file in place of the page.
+    expect(await drag('dragenter', portrait)).toBe(true);
+    expect(await drag('dragover', portrait)).toBe(true);
+    expect(await zone.getAttribute('class')).toContain('over');
+    expect(await drag('drop', portrait)).toBe(true);
+    expect(await zone.getAttribute('class')).not.toContain('over');
+    await page.getByRole('radio', { name: 'Dropped portrait' }).waitFor({ state: 'attached', timeout: 60_000 });
+    expect(await page.getByRole('radio', { name: 'Dropped portrait' }).isChecked()).toBe(true);
+    expect(await page.getByRole('progressbar', { name: 'Upload progress' }).getAttribute('value')).toBe('1');
+    expect(await page.getByRole('status').filter({ hasText: 'New avatar “Dropped portrait” is ready' }).count()).toBe(1);
+    const avatars = (await (await fetch(`${t.baseUrl}/avatars`)).json()) as Array<{ id: string; name: string }>;
+    expect(avatars.filter((avatar) => avatar.name === 'Dropped portrait')).toHaveLength(1);
+    expect(await page.getByRole('alert').count()).toBe(0);
   }, 90_000);
 
   it('Talk: the fake microphone is heard (level meter moves), the avatar shows listening, the transcript and the reply', async () => {

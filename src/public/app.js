@@ -33,6 +33,8 @@ const TIMELINE_MAX = 200;
 const CAPTIONS_KEPT = 20;
 const BASE_AVATAR_TYPE = 'lipsync';
 const PREVIEW_TEXT = 'Hello! This is how I sound.';
+/** Image types a portrait upload accepts (the file input's `accept` lists the same). */
+const PORTRAIT_TYPES = ['image/jpeg', 'image/png', 'image/webp'];
 
 // ——— errors and the timeline ———
 
@@ -644,16 +646,29 @@ $('stop').onclick = async () => {
   showStage('idle');
   setRunning(false);
 };
+// Drag and drop of a portrait; the file input in the zone is the keyboard alternative. Cancelling dragenter and
+// dragover is what makes the zone a drop target; cancelling drop keeps the browser from opening the file instead.
 const zone = $('dropzone');
-zone.addEventListener('dragover', (ev) => {
-  ev.preventDefault();
-  zone.classList.add('over');
+for (const type of ['dragenter', 'dragover']) {
+  zone.addEventListener(type, (ev) => {
+    ev.preventDefault();
+    zone.classList.add('over');
+  });
+}
+zone.addEventListener('dragleave', (ev) => {
+  // Leaving for one of the zone's own children is still over the zone.
+  if (!zone.contains(ev.relatedTarget)) zone.classList.remove('over');
 });
-zone.addEventListener('dragleave', () => zone.classList.remove('over'));
 zone.addEventListener('drop', (ev) => {
   ev.preventDefault();
   zone.classList.remove('over');
-  uploadPortrait(ev.dataTransfer?.files?.[0]);
+  const file = ev.dataTransfer?.files?.[0];
+  if (!file) return;
+  if (!PORTRAIT_TYPES.includes(file.type)) {
+    banner(`“${file.name}” is not a photo the service reads: drop a JPEG, PNG or WebP portrait.`);
+    return;
+  }
+  uploadPortrait(file);
 });
 // Closing or leaving the tab ends the session at once, instead of leaving it to the orphan timeout.
 window.addEventListener('pagehide', () => void endSession({ keepalive: true }));
