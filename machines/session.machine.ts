@@ -328,7 +328,8 @@ export const sessionMachine = setup({
     },
     paused: {
       entry: 'clearTurn',
-      on: { RESUME: 'running' },
+      // Every client watching SSE (another tab, a kiosk's operator console) learns the session runs again.
+      on: { RESUME: { target: 'running', actions: { type: 'emitStatus', params: { stage: 'idle', message: 'resumed' } } } },
     },
     terminated: {
       type: 'final',

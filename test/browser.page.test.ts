@@ -132,6 +132,16 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     await page.getByRole('button', { name: 'Resume' }).click();
     await page.getByRole('button', { name: 'Pause' }).waitFor({ timeout: STEP_MS });
     expect(await page.textContent('#state')).toBe('running');
+    // A pause and resume made by someone else through the API (an operator console) show on the page too:
+    // the service tells every SSE client `status idle (paused)` and `status idle (resumed)`.
+    const sessionId = await page.evaluate(() => (window as unknown as { demo: { sessionId: string } }).demo.sessionId);
+    expect((await fetch(`${t.baseUrl}/sessions/${sessionId}/pause`, { method: 'POST' })).status).toBe(200);
+    await page.getByRole('button', { name: 'Resume' }).waitFor({ timeout: STEP_MS });
+    expect(await page.textContent('#state')).toBe('paused');
+    expect((await fetch(`${t.baseUrl}/sessions/${sessionId}/resume`, { method: 'POST' })).status).toBe(200);
+    await page.getByRole('button', { name: 'Pause' }).waitFor({ timeout: STEP_MS });
+    expect(await page.textContent('#state')).toBe('running');
+    await waitTimeline(page, 'avatar idle (resumed)');
 
     // The chat's HTTP answer and its SSE events travel on different connections, so the page can get the whole
     // reply on SSE before the answer that names the turn; the page used to reset the turn's captions when that

@@ -148,6 +148,11 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
     expect(session.recording.of('tts')).toHaveLength(1);
     session.send({ type: 'RESUME' });
     expect(session.actor.getSnapshot().matches({ running: 'idle' })).toBe(true);
+    // Every SSE client hears both: the pause (it ended the turn) and the resume.
+    expect(session.emitted.filter((event) => event.type === 'status').slice(-2)).toEqual([
+      expect.objectContaining({ type: 'status', stage: 'idle', message: 'paused' }),
+      expect.objectContaining({ type: 'status', stage: 'idle', message: 'resumed' }),
+    ]);
     session.send({ type: 'SPEAK', turn: { id: 'speak-3', mode: 'speak', text: 'Back again.' } });
     expect(session.recording.of('tts')).toHaveLength(2);
   });

@@ -419,6 +419,7 @@ function listen(sessionId) {
     }
     if (data.stage !== 'speaking' || data.turn_id) timeline(`avatar ${data.stage}${data.message ? ` (${data.message})` : ''}`);
     if (data.stage === 'idle' && data.turn_id) void showTurnLatency(sessionId, data.turn_id);
+    if (data.stage === 'idle' && (data.message === 'paused' || data.message === 'resumed')) showPaused(data.message === 'paused');
   });
   on('transcript', (data) => {
     if (data.is_final) timeline(`you said: “${data.text}”`);
@@ -484,13 +485,18 @@ async function say(kind) {
   }
 }
 
+/** Pause and resume may come from this page or from anyone else using the API (the SSE `idle` says which). */
+function showPaused(paused) {
+  state.paused = paused;
+  $('pause').textContent = paused ? 'Resume' : 'Pause';
+  $('state').textContent = paused ? 'paused' : 'running';
+}
+
 async function togglePause() {
   const resume = state.paused;
   try {
     await api('POST', `/sessions/${state.sessionId}/${resume ? 'resume' : 'pause'}`);
-    state.paused = !resume;
-    $('pause').textContent = state.paused ? 'Resume' : 'Pause';
-    $('state').textContent = state.paused ? 'paused' : 'running';
+    showPaused(!resume);
     timeline(state.paused ? 'session paused' : 'session resumed');
   } catch (error) {
     fail(error);
