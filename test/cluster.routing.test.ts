@@ -4,16 +4,18 @@
  * documented balancer snippets, docs/scaling.md).
  *
  * - Sticky routing saves the hop: session ids carry their owner's slot; the documented nginx map applied
- *   to each URL (and, when Debian's nginx is installed, nginx itself running the documented config)
- *   reaches the owner with zero forwarded requests on every node (`avatar_cluster_forwarded_requests_total`).
+ *   to each URL, Debian's nginx and Debian's HAProxy running the documented configs (`.ci/run` installs
+ *   both), reach the owner with zero forwarded requests on every node (`avatar_cluster_forwarded_requests_total`).
  * - Internal headers cannot be forged: unsigned or wrongly signed ones are dropped, a node-signed one works.
  * - Avatars: the Redis catalog shows a create on another node at once, and a delete too.
  * - Recordings: downloadable through any node while the owner lives (forwarded), and from the shared data
- *   directory once the owner is lost.
+ *   directory once the owner is lost; one still being written when its node is killed answers a bounded
+ *   503 until the node is declared lost, then `idle` and a 404 that says why, from every node.
  * - Graceful shutdown (SIGTERM) during an offline job hands it back to the queue; another node completes it.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
@@ -21,6 +23,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { nodeIdOf } from '../src/cluster/node.ts';
 import { AVATARS_KEY, SECRET_KEY, sessionKey } from '../src/cluster/scripts.ts';
 import { signForward } from '../src/cluster/internal-auth.ts';
+import { FORWARD_CONNECT_TIMEOUT_MS } from '../src/cluster/forward.ts';
 import { slotOfSessionId } from '../src/cluster/slots.ts';
 import { PORTRAIT_FIXTURE } from './helpers/fixtures.ts';
 import { SseClient } from './helpers/sse.ts';
@@ -36,6 +39,15 @@ const UUID4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{
 const DOCS = path.join(import.meta.dirname, '..', 'docs', 'scaling.md');
 /** The node addresses of the documented snippets, in slot order. */
 const DOC_ADDRESSES = ['10.0.0.11:8000', '10.0.0.12:8000', '10.0.0.13:8000'];
+
+/** Debian's nginx binary (`nginx-light`); `.ci/run` installs the package when it is missing. */
+const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((file) => spawnSync(file, ['-v']).status === 0);
+/** Debian's HAProxy binary; `.ci/run` installs the package when it is missing. */
+const HAPROXY = ['/usr/sbin/haproxy', '/usr/bin/haproxy'].find((file) => spawnSync(file, ['-v']).status === 0);
+/** A stats-socket answer is local and immediate; this is a hang. */
+const HAPROXY_STATS_TIMEOUT_MS = 5_000;
+/** Creates sent through HAProxy: a multiple of the node count, so round-robin gives each node the same share. */
+const BALANCED_CREATES = 2 * NODE_COUNT;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -71,6 +83,14 @@ async function forwards(node: ServiceProcess): Promise<Record<'http' | 'websocke
   return { http: count('http'), websocket: count('websocket'), create: count('create') };
 }
 
+/** SIGKILL a balancer started by a test and wait until it is gone (its port is free again). */
+async function killAndWait(proc: ChildProcess): Promise<void> {
+  if (proc.exitCode !== null || proc.signalCode !== null) return;
+  const exited = new Promise((resolve) => proc.once('exit', resolve));
+  proc.kill('SIGKILL');
+  await exited;
+}
+
 /** The documented nginx snippet, and the balancer rule it encodes: path → upstream → its primary server. */
 async function documentedNginx(): Promise<{ text: string; route(pathname: string): string }> {
   const docs = await fs.readFile(DOCS, 'utf8');
@@ -95,6 +115,37 @@ async function documentedNginx(): Promise<{ text: string; route(pathname: string
       return primaries.get(upstream)!;
     },
   };
+}
+
+/** The documented HAProxy snippet (docs/scaling.md), as written. */
+async function documentedHaproxy(): Promise<string> {
+  const docs = await fs.readFile(DOCS, 'utf8');
+  return /```haproxy\n([\s\S]*?)```/u.exec(docs)![1];
+}
+
+/** `show stat` on HAProxy's stats socket: per backend, per server name, the requests it took and its status. */
+async function haproxyStats(socketPath: string): Promise<Map<string, Map<string, { requests: number; status: string }>>> {
+  const csv = await new Promise<string>((resolve, reject) => {
+    const socket = net.connect(socketPath);
+    let text = '';
+    socket.setTimeout(HAPROXY_STATS_TIMEOUT_MS, () => socket.destroy(new Error('HAProxy stats socket did not answer')));
+    socket.on('connect', () => socket.write('show stat\n'));
+    socket.on('data', (chunk) => (text += chunk.toString()));
+    socket.on('end', () => resolve(text));
+    socket.on('error', reject);
+  });
+  const [header, ...rows] = csv.trim().split('\n');
+  const columns = header.replace(/^# /u, '').split(',');
+  const at = (name: string) => columns.indexOf(name);
+  const stats = new Map<string, Map<string, { requests: number; status: string }>>();
+  for (const row of rows) {
+    const cells = row.split(',');
+    const [backend, server] = [cells[at('pxname')], cells[at('svname')]];
+    if (server === 'FRONTEND' || server === 'BACKEND') continue;
+    if (!stats.has(backend)) stats.set(backend, new Map());
+    stats.get(backend)!.set(server, { requests: Number(cells[at('req_tot')] || 0), status: cells[at('status')] });
+  }
+  return stats;
 }
 
 describe('cluster routing: slots, signed headers, shared avatars, recordings, graceful hand-over', () => {
@@ -209,8 +260,9 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     expect((await remove(owner.baseUrl, last)).status).toBe(200);
   }, 180_000);
 
-  const nginxBinary = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((file) => spawnSync(file, ['-v']).status === 0);
-  it.skipIf(!nginxBinary)('Debian nginx running the documented config sends every request of a session to its owner (zero hops)', async () => {
+  it('Debian nginx running the documented config sends every request of a session to its owner (zero hops)', async () => {
+    expect(NGINX, "no nginx binary: .ci/run installs Debian's nginx-light").toBeDefined();
+    const nginxBinary = NGINX!;
     const nginx = await documentedNginx();
     const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'nginx-cluster-'));
     const port = await freePort();
@@ -219,10 +271,11 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     const temp = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map((name) => `${name}_temp_path ${path.join(dir, name)};`).join('\n  ');
     await fs.writeFile(
       path.join(dir, 'nginx.conf'),
-      `worker_processes 1;\ndaemon off;\npid ${path.join(dir, 'nginx.pid')};\nerror_log ${path.join(dir, 'error.log')} warn;\n` +
+      // One process (no master and worker): the SIGKILL at the end leaves no orphaned worker holding the port.
+      `master_process off;\nworker_processes 1;\ndaemon off;\npid ${path.join(dir, 'nginx.pid')};\nerror_log ${path.join(dir, 'error.log')} warn;\n` +
         `events { worker_connections 256; }\nhttp {\n  access_log off;\n  ${temp}\n${config}\n}\n`,
     );
-    const proc: ChildProcess = spawn(nginxBinary!, ['-p', dir, '-e', path.join(dir, 'error.log'), '-c', path.join(dir, 'nginx.conf')], { stdio: 'ignore' });
+    const proc: ChildProcess = spawn(nginxBinary, ['-p', dir, '-e', path.join(dir, 'error.log'), '-c', path.join(dir, 'nginx.conf')], { stdio: 'ignore' });
     const base = `http://127.0.0.1:${port}`;
     try {
       await until(async () => (await fetch(`${base}/healthz`)).ok, 'nginx to answer', 10_000);
@@ -247,7 +300,129 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
       }
       expect(await hops()).toBe(before);
     } finally {
-      proc.kill('SIGKILL');
+      await killAndWait(proc);
+      await fs.rm(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
+
+  it('Debian HAProxy running the documented config: every request of a session reaches its owner (zero hops, never a backup), SSE streams, POST /sessions is balanced', async () => {
+    expect(HAPROXY, "no haproxy binary: .ci/run installs Debian's haproxy").toBeDefined();
+    const snippet = await documentedHaproxy();
+    // The documented TLS bind needs a certificate; the test binds plain HTTP. The rest is used as written.
+    const documentedBind = 'bind :443 ssl crt /etc/haproxy/avatar.pem';
+    expect(snippet).toContain(documentedBind);
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'haproxy-cluster-'));
+    const port = await freePort();
+    const statsSocket = path.join(dir, 'stats.sock');
+    let config = snippet.replace(documentedBind, `bind 127.0.0.1:${port}`);
+    DOC_ADDRESSES.forEach((address, slot) => (config = config.replaceAll(address, new URL(bySlot.get(slot)!.baseUrl).host)));
+    // Only a stats socket is added (a global section, no routing): it tells which server took each request.
+    const configFile = path.join(dir, 'haproxy.cfg');
+    await fs.writeFile(configFile, `global\n    stats socket ${statsSocket} mode 600 level user\n${config}`);
+
+    // What the documented text says: each server's node (by its address), which are backups, the default backend.
+    const slotOfServer = new Map<string, number>();
+    const backups = new Set<string>();
+    let backend = '';
+    for (const line of snippet.split('\n')) {
+      const header = /^backend\s+(\S+)/u.exec(line);
+      if (header) backend = header[1];
+      const server = /^\s*server\s+(\S+)\s+(\S+)(.*)$/u.exec(line);
+      if (!server) continue;
+      slotOfServer.set(server[1], DOC_ADDRESSES.indexOf(server[2]));
+      if (/\bbackup\b/u.test(server[3])) backups.add(`${backend}/${server[1]}`);
+    }
+    expect([...slotOfServer.values()].sort()).toEqual([0, 1, 2]);
+    const defaultBackend = /^\s*default_backend\s+(\S+)/mu.exec(snippet)![1];
+
+    const check = spawnSync(HAPROXY!, ['-c', '-f', configFile], { encoding: 'utf8' });
+    expect(check.status, check.stderr + check.stdout).toBe(0);
+    expect(`${check.stdout}${check.stderr}`).not.toMatch(/WARNING|ALERT/u);
+
+    let output = '';
+    const proc: ChildProcess = spawn(HAPROXY!, ['-db', '-f', configFile], { stdio: ['ignore', 'pipe', 'pipe'] });
+    proc.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    proc.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const base = `http://127.0.0.1:${port}`;
+    /** Requests taken by each `backend/server` since `from`. */
+    const taken = async (from: Map<string, number>) => {
+      const now = new Map<string, number>();
+      for (const [name, servers] of await haproxyStats(statsSocket)) {
+        for (const [server, { requests }] of servers) now.set(`${name}/${server}`, requests - (from.get(`${name}/${server}`) ?? 0));
+      }
+      return now;
+    };
+    try {
+      await until(
+        async () => [...(await haproxyStats(statsSocket)).values()].every((servers) => [...servers.values()].every((server) => server.status === 'UP')),
+        `HAProxy to see every node up (${output})`,
+        20_000,
+      );
+      const hopsBefore = await hops();
+      const start = await taken(new Map());
+
+      // POST /sessions goes to the default backend, round-robin: each node receives the same share.
+      const ids: string[] = [];
+      for (let i = 0; i < BALANCED_CREATES; i++) ids.push(await create(base));
+      const afterCreates = await taken(start);
+      for (const server of slotOfServer.keys()) expect(afterCreates.get(`${defaultBackend}/${server}`), server).toBe(BALANCED_CREATES / NODE_COUNT);
+
+      // Requests of each session: counted per owner, to compare with what the owner's server took.
+      const expected = new Map<number, number>();
+      const owned = async (id: string) => {
+        const slot = slotOf(await ownerOf(id));
+        expect(slotOfSessionId(id)).toBe(slot);
+        expected.set(slot, (expected.get(slot) ?? 0) + 1);
+      };
+      const slots = new Set<number>();
+      for (const id of ids) {
+        await owned(id);
+        slots.add(slotOf(await ownerOf(id)));
+        expect((await getJson(base, `/sessions/${id}`)).state).toBe('created');
+      }
+      expect(slots.size).toBeGreaterThan(1);
+
+      const id = ids[0];
+      await owned(id);
+      const sse = await SseClient.open(`${base}/sessions/${id}/events`);
+      try {
+        await owned(id);
+        expect((await post(base, `/sessions/${id}/start`)).status).toBe(200);
+        await owned(id);
+        expect((await post(base, `/sessions/${id}/speak`, { text: 'Through HAProxy.' })).status).toBe(200);
+        // Streamed, not buffered: the turn's events arrive while the stream stays open.
+        await sse.waitFor((e) => e.type === 'tts' && e.data.stage === 'first_audio', 60_000, 'first audio through HAProxy');
+        await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'the turn to end');
+        expect(sse.closed).toBe(false);
+        await owned(id);
+        const ws = AudioStreamClient.connect(base, id);
+        await ws.waitOpen(10_000);
+        ws.sendText('{not json');
+        await until(async () => ws.messages.length > 0 || ws.closed !== null, 'an answer over the WebSocket through HAProxy', 10_000);
+        ws.socket.close();
+        for (const other of ids) {
+          await owned(other);
+          expect((await remove(base, other)).status).toBe(200);
+        }
+        await sse.waitFor((e) => e.type === 'session.terminated', 10_000, 'session.terminated through HAProxy');
+      } finally {
+        sse.close();
+      }
+      expect(await hops()).toBe(hopsBefore);
+
+      // Every session request was taken by its owner's server, none by a backup.
+      const sessionRequests = await taken(afterCreates);
+      for (const [name, count] of sessionRequests) {
+        if (name.startsWith(`${defaultBackend}/`)) continue;
+        if (backups.has(name)) expect(count, name).toBe(0);
+      }
+      for (const [server, slot] of slotOfServer) {
+        const byOwner = [...sessionRequests].filter(([name]) => name.endsWith(`/${server}`) && !name.startsWith(`${defaultBackend}/`) && !backups.has(name));
+        expect(byOwner.reduce((sum, [, count]) => sum + count, 0), `requests taken by ${server} (slot ${slot})`).toBe(expected.get(slot) ?? 0);
+      }
+      for (const server of slotOfServer.keys()) expect(sessionRequests.get(`${defaultBackend}/${server}`), server).toBe(0);
+    } finally {
+      await killAndWait(proc);
       await fs.rm(dir, { recursive: true, force: true });
     }
   }, 120_000);
@@ -365,13 +540,68 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     expect(await getJson(other.baseUrl, `/sessions/${id}/rt-recording`)).toMatchObject({ state: 'complete', duration_ms: duration });
     expect((await forwards(other)).http).toBe(before);
 
+    // Two more sessions on the same owner (placed there with a node-signed reservation): one deleted without a
+    // recording, one recording when the owner dies.
+    const secret = (await client.get(SECRET_KEY))!;
+    const createOnOwner = async (token: string): Promise<string> => {
+      const placed = await post(owner.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'mock' }, {
+        'x-avs-forwarded': signForward(secret, 'test', 'POST', '/sessions', token),
+        'x-avs-reservation': token,
+      });
+      expect(placed.status).toBe(200);
+      const sessionId = (await placed.json()).session_id as string;
+      expect(await ownerOf(sessionId)).toBe(owner);
+      return sessionId;
+    };
+    const unrecordedId = await createOnOwner('test-reservation-unrecorded');
+    expect((await remove(other.baseUrl, unrecordedId)).status).toBe(200);
+    const recordingId = await createOnOwner('test-reservation-recording');
+    expect((await post(other.baseUrl, `/sessions/${recordingId}/start`)).status).toBe(200);
+    expect((await post(other.baseUrl, `/sessions/${recordingId}/rt-recording/start`)).status).toBe(200);
+    await until(async () => (await getJson(other.baseUrl, `/sessions/${recordingId}/rt-recording`)).duration_ms > 0, 'the recording to be under way', 10_000);
+    // The encoder opens its output once it has probed both inputs: the file being written is awaited.
+    const partial = path.join(dataDir, 'nodes', nodeIdOf(owner.baseUrl), 'recordings', recordingId, 'recording.partial.mp4');
+    await until(async () => (await fs.stat(partial)).size > 0, 'the recording file to be written on shared storage', 10_000);
+
     await owner.kill();
-    // The owner is lost: the file is read from its directory on the shared data directory.
+    // Until the owner's heartbeat expires it is still the owner: a bounded 503 with Retry-After, not a hang or a 5xx without a reason.
+    const askedAt = Date.now();
+    const early = await fetch(`${other.baseUrl}/sessions/${recordingId}/rt-recording`, { signal: AbortSignal.timeout(10_000) });
+    expect(Date.now() - askedAt).toBeLessThan(FORWARD_CONNECT_TIMEOUT_MS + 1_000);
+    expect(early.status).toBe(503);
+    expect(early.headers.get('retry-after')).toMatch(/^\d+$/u);
+    expect(typeof (await early.json()).detail).toBe('string');
+    // Once it is declared lost (within the TTL), every node answers: nothing is being recorded, and the artifact 404 says why.
+    for (const node of alive()) {
+      await until(async () => (await getJson(node.baseUrl, `/sessions/${recordingId}`)).state === 'terminated', 'the lost session to be terminated', 4 * NODE_TTL_S * 1000);
+      expect(await getJson(node.baseUrl, `/sessions/${recordingId}`)).toMatchObject({ state: 'terminated', terminated_reason: 'node_lost' });
+      expect(await getJson(node.baseUrl, `/sessions/${recordingId}/rt-recording`)).toMatchObject({ state: 'idle', duration_ms: 0 });
+      const artifact = await fetch(`${node.baseUrl}/sessions/${recordingId}/rt-recording/artifact`, { signal: AbortSignal.timeout(10_000) });
+      expect(artifact.status).toBe(404);
+      expect((await artifact.json()).detail).toMatch(/node was lost \(node_lost\).*cannot be finished/u);
+    }
+    // The owner is lost: the finished file is read from its directory on the shared data directory.
     for (const node of alive()) {
       expect(await getJson(node.baseUrl, `/sessions/${id}/rt-recording`)).toMatchObject({ state: 'complete', duration_ms: duration });
       expect(await download(node)).toBe(size);
     }
     expect((await getJson(other.baseUrl, `/sessions/${id}`)).state).toBe('terminated');
+    // A session its client deleted (never recorded) before its node was lost: a plain "no recording", not blamed
+    // on the loss. Such a tombstone still follows its owner while a node has the owner's URL cached (a third of
+    // the TTL): until then a 503 with Retry-After, so the answer is awaited within one TTL.
+    for (const node of alive()) {
+      const detail = await until(
+        async () => {
+          const artifact = await fetch(`${node.baseUrl}/sessions/${unrecordedId}/rt-recording/artifact`, { signal: AbortSignal.timeout(10_000) });
+          if (artifact.status === 503) return undefined;
+          expect(artifact.status).toBe(404);
+          return (await artifact.json()).detail as string;
+        },
+        'the artifact of a deleted session on the lost node to answer 404',
+        NODE_TTL_S * 1000,
+      );
+      expect(detail).toBe('no finished recording for this session');
+    }
   }, 120_000);
 
   it('SIGTERM during an offline job hands the job back to the queue and another node completes it; progress never goes backwards', async () => {

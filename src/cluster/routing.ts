@@ -8,6 +8,7 @@ import type { ClusterNode } from './index.ts';
 import { FORWARDED_HEADER, RESERVATION_HEADER, forwardHttp, tunnelUpgrade } from './forward.ts';
 import { signForward, verifyForward } from './internal-auth.ts';
 import { finishedRecording } from '../recording/registry.ts';
+import { NODE_LOST } from './scripts.ts';
 
 /** `/sessions/<uuid>` and everything under it: what the session's owner node serves. */
 const SESSION_PATH = /^\/sessions\/([0-9a-fA-F-]{36})(?:\/|\?|$)/u;
@@ -30,9 +31,15 @@ interface Target {
 
 /**
  * Where a request goes: forwarded to a live owner, answered from the owner's recording files on the shared
- * data directory, or served here (null).
+ * data directory (`lost`: the session ended because its owner was lost), or served here (null).
  */
-type Route = { forward: Target } | { recordingOf: string } | null;
+type Route = { forward: Target } | { recordingOf: string; lost: boolean } | null;
+
+/**
+ * The artifact's 404 for a session whose node was lost: a recording in progress there was written by that
+ * node's process alone, so nobody can finish it; the client is told so rather than just "no recording".
+ */
+const LOST_RECORDING_DETAIL = `no finished recording for this session: its node was lost (${NODE_LOST}), and a recording still in progress there cannot be finished`;
 
 /** Drops the internal headers of a request that no node signed: it is routed as any client's request. */
 function authenticate(secret: string, method: string, url: string, headers: http.IncomingHttpHeaders): boolean {
@@ -70,13 +77,16 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode }> = async (app, { 
     const recordingRead = method === 'GET' && RECORDING_READ_PATH.test(url);
     if (record.state === 'terminated') {
       if (!recordingRead) return null;
-      if (await finishedRecording(node.dataDirOf(record.node), match[1].toLowerCase())) return { recordingOf: record.node };
+      // Lost with its node: answered from shared storage, never forwarded (a URL cached here may still name
+      // the dead node). Should that node come back (a long pause), it finalises the file there itself.
+      if (record.terminated_reason === NODE_LOST) return { recordingOf: record.node, lost: true };
+      if (await finishedRecording(node.dataDirOf(record.node), match[1].toLowerCase())) return { recordingOf: record.node, lost: false };
     }
     const ownerUrl = await registry.urlOf(record.node);
     if (ownerUrl) return { forward: { nodeId: record.node, url: ownerUrl } };
-    // Its heartbeat expired: its sessions become tombstones now, and this node answers from those.
+    // Its heartbeat expired: its sessions become tombstones now (a live one as node_lost), and this node answers from those.
     await registry.reapIfLost(record.node);
-    return recordingRead ? { recordingOf: record.node } : null;
+    return recordingRead ? { recordingOf: record.node, lost: record.state !== 'terminated' } : null;
   }
 
   app.addHook('onRequest', async (request, reply) => {
@@ -95,7 +105,7 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode }> = async (app, { 
       if (!RECORDING_READ_PATH.exec(url)![1]) {
         return reply.send({ state: finished ? 'complete' : 'idle', artifact_url: artifactUrl, duration_ms: finished?.durationMs ?? 0 });
       }
-      if (!finished) throw new HttpError(404, 'no finished recording for this session');
+      if (!finished) throw new HttpError(404, where.lost ? LOST_RECORDING_DETAIL : 'no finished recording for this session');
       reply.header('content-type', 'video/mp4').header('content-length', finished.size);
       reply.header('content-disposition', `attachment; filename="recording-${sessionId}.mp4"`);
       return reply.send(createReadStream(finished.file));
