@@ -9,6 +9,7 @@
  * watchdog) mirrors the helper.
  */
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -26,8 +27,11 @@ const STOP_TIMEOUT_MS = 20_000;
 export interface BenchService {
   baseUrl: string;
   pid: number;
-  /** A full GC in the service's main thread, then a pause for it to finish (memory readings compare live data). */
-  collectGarbage(): Promise<void>;
+  /**
+   * A full GC in the service's main thread, then a pause for it to finish (memory readings compare live data).
+   * Resolves to the service's own memory figures taken right after that GC, or null if none arrived in time.
+   */
+  collectGarbage(): Promise<MemoryAfterGc | null>;
   /** SIGTERM and wait for the graceful exit (the moment node writes `--cpu-prof` profiles). */
   stop(): Promise<ServiceExit>;
   logs(): string;
@@ -39,20 +43,45 @@ export interface BenchServiceOptions {
   nodeArgs?: string[];
 }
 
-/** Defaults every bench service gets: quiet logs, a session limit above what any step opens. */
-const BENCH_ENV: Record<string, string> = {
-  SERVICE_MAX_SESSIONS: '12',
-  SERVICE_LOG_LEVEL: 'warn',
-  // Also reaches the TTS engine processes (harmless there: a SIGUSR2 handler nobody signals).
-  NODE_OPTIONS: [process.env.NODE_OPTIONS, `--import=${GC_ON_SIGNAL}`].filter(Boolean).join(' '),
-};
-
 /**
  * Where the service is run from: this repository, or another checkout of it given by BENCH_SERVICE_DIR
  * (e.g. an export of the landed commit, `git archive HEAD | tar -x -C <dir>` with a node_modules link, to
  * measure "before" figures while the working tree is mid-change).
  */
 export const SERVICE_ROOT = process.env.BENCH_SERVICE_DIR ? path.resolve(process.env.BENCH_SERVICE_DIR) : REPO_ROOT;
+
+/**
+ * The environment `npm start` gives the service: the leading `NAME=${NAME:-value}` (or `NAME=value`) assignments of
+ * the checkout's start script, such as the allocator setting MALLOC_MMAP_THRESHOLD_ (docs/performance.md, "RSS over
+ * 1000 cycles"). The bench launches node directly, so it applies them itself to measure the service as deployed; a
+ * value already in the bench's environment wins, as `:-` does. BENCH_START_SCRIPT_ENV=0 leaves them out (the
+ * allocator's defaults, for a before/after comparison).
+ */
+export function startScriptEnv(root = SERVICE_ROOT): Record<string, string> {
+  if (process.env.BENCH_START_SCRIPT_ENV === '0') return {};
+  let script = '';
+  try {
+    script = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts?: { start?: string } }).scripts?.start ?? '';
+  } catch {
+    return {};
+  }
+  const env: Record<string, string> = {};
+  const assignment = /^([A-Za-z_][A-Za-z0-9_]*)=(?:\$\{\1:-([^}\s]*)\}|([^\s$]*))\s+/;
+  for (let match = assignment.exec(script); match; match = assignment.exec(script)) {
+    env[match[1]] = process.env[match[1]] ?? match[2] ?? match[3];
+    script = script.slice(match[0].length);
+  }
+  return env;
+}
+
+/** Defaults every bench service gets: quiet logs, a session limit above what any step opens, `npm start`'s environment. */
+const BENCH_ENV: Record<string, string> = {
+  SERVICE_MAX_SESSIONS: '12',
+  SERVICE_LOG_LEVEL: 'warn',
+  // Also reaches the TTS engine processes (harmless there: a SIGUSR2 handler nobody signals).
+  NODE_OPTIONS: [process.env.NODE_OPTIONS, `--import=${GC_ON_SIGNAL}`].filter(Boolean).join(' '),
+  ...startScriptEnv(),
+};
 
 export async function startBenchService(options: BenchServiceOptions = {}): Promise<BenchService> {
   const env = { ...BENCH_ENV, ...options.env };
@@ -64,21 +93,72 @@ export async function startBenchService(options: BenchServiceOptions = {}): Prom
       for (const dir of [service.dataDir, service.avatarsDir, service.tmpDir]) await fs.rm(dir, { recursive: true, force: true });
       return exit;
     };
-    return { baseUrl: service.baseUrl, pid: service.pid, stop, logs: () => service.logs(), collectGarbage: () => collectGarbage(service.pid) };
+    const logs = () => service.logs();
+    return { baseUrl: service.baseUrl, pid: service.pid, stop, logs, collectGarbage: garbageCollector(service.pid, logs) };
   }
   return spawnWithFlags(options.nodeArgs ?? [], env);
 }
 
 /** Lets a GC that SIGUSR2 started finish (a full GC of the service's ~30-40 MB heap takes tens of ms). */
 const GC_SETTLE_MS = 300;
+/**
+ * The report comes ~1 s after the signal (GCs, then the workers' replies, bench/gc-on-signal.mjs); a busy event loop
+ * (sessions speaking, load 6+) may run the handler late. Past this the reading is dropped.
+ */
+const GC_REPORT_TIMEOUT_MS = 10_000;
+/** How often the output tail is checked for that report while waiting for it. */
+const GC_REPORT_POLL_MS = 50;
+/** The line bench/gc-on-signal.mjs writes to stderr after each forced GC. */
+const MEMORY_MARKER = '{"bench_memory_after_gc":';
 
-async function collectGarbage(pid: number): Promise<void> {
+/**
+ * `process.memoryUsage()` of the service's main thread right after a full GC, its libuv handles by type, and the
+ * V8 heap of each worker thread that answered (render, inference, face pools) after its own full GC.
+ */
+export interface MemoryAfterGc {
+  sequence: number;
+  rss: number;
+  heapTotal: number;
+  heapUsed: number;
+  external: number;
+  arrayBuffers: number;
+  resources: Record<string, number>;
+  workers: { threadId: number; heapUsed: number; heapTotal: number; external: number }[];
+}
+
+/** The newest memory line in the service's output tail, if any. */
+function lastMemoryReport(logs: string): MemoryAfterGc | null {
+  const at = logs.lastIndexOf(MEMORY_MARKER);
+  if (at < 0) return null;
+  const end = logs.indexOf('\n', at);
+  if (end < 0) return null; // still being written
   try {
-    process.kill(pid, 'SIGUSR2');
+    return (JSON.parse(logs.slice(at, end)) as { bench_memory_after_gc: MemoryAfterGc }).bench_memory_after_gc;
   } catch {
-    return;
+    return null;
   }
-  await new Promise((r) => setTimeout(r, GC_SETTLE_MS));
+}
+
+function garbageCollector(pid: number, logs: () => string): () => Promise<MemoryAfterGc | null> {
+  let lastSequence = 0;
+  return async () => {
+    try {
+      process.kill(pid, 'SIGUSR2');
+    } catch {
+      return null;
+    }
+    await new Promise((r) => setTimeout(r, GC_SETTLE_MS));
+    const deadline = Date.now() + GC_REPORT_TIMEOUT_MS;
+    for (;;) {
+      const report = lastMemoryReport(logs());
+      if (report && report.sequence > lastSequence) {
+        lastSequence = report.sequence;
+        return report;
+      }
+      if (Date.now() > deadline) return null;
+      await new Promise((r) => setTimeout(r, GC_REPORT_POLL_MS));
+    }
+  };
 }
 
 async function spawnWithFlags(nodeArgs: string[], env: Record<string, string>): Promise<BenchService> {
@@ -146,7 +226,7 @@ async function spawnWithFlags(nodeArgs: string[], env: Record<string, string>): 
     baseUrl,
     pid: child.pid!,
     logs: () => tail,
-    collectGarbage: () => collectGarbage(child.pid!),
+    collectGarbage: garbageCollector(child.pid!, () => tail),
     stop: () => {
       stopping ??= (async () => {
         if (status === null) {

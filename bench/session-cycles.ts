@@ -2,16 +2,22 @@
  * Memory over many session lifetimes, on the service as its own process: BENCH_CYCLES (default 1000)
  * cycles of create → WebRTC receiver + SSE → start → speak a short sentence → back to idle → delete, a few
  * at a time (BENCH_CYCLE_CONCURRENCY, default 3). Every 100 cycles, with no cycle in flight and after a full
- * GC in the service, its resident memory (process and tree), open descriptors, threads and live sessions are read.
- * Verdict on the second half of the run (see `cycleGrowth`); the climb since the first 100 cycles is reported too.
+ * GC in the service, its resident memory (process and tree), open descriptors, threads and live sessions are read,
+ * and the service's own figures right after that GC (V8 heap used, external, arrayBuffers, libuv handles; written
+ * by bench/gc-on-signal.mjs), so a climb in RSS can be told apart: JS or buffer retention moves heap/external,
+ * native or allocator growth moves RSS alone. Verdict on the second half of the run's RSS (see `cycleGrowth`);
+ * the climb since the first 100 cycles and the heap/external slopes are reported beside it.
  *
  *   npm run bench -- session_cycles
  *   BENCH_CYCLES=200 npm run bench -- session_cycles
+ *   BENCH_CYCLE_MALLOC_STATS=1 npm run bench -- session_cycles   (also glibc's own account, via gdb)
  */
+import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { promisify } from 'node:util';
 import { ReceivingPeer } from '../test/helpers/peer.ts';
 import { SseClient } from '../test/helpers/sse.ts';
-import { startBenchService } from './service.ts';
+import { startBenchService, startScriptEnv } from './service.ts';
 import { avatarFor, getJson, round } from './session-load.ts';
 import { loadAverage, openFds, sampleTree } from './proc.ts';
 
@@ -24,6 +30,18 @@ const SAMPLE_EVERY = Math.max(1, Math.min(100, Math.floor(CYCLES / 10)));
 /** After each batch: the last sessions' teardown (peer close, SSE end) finishes before the reading. */
 const SETTLE_MS = 1_000;
 const RSS_READINGS = 5;
+/** Between the RSS readings of one sample: long enough for a background thread's burst to show as an outlier. */
+const RSS_READING_GAP_MS = 500;
+/**
+ * Opt-in: after the RSS readings, gdb calls glibc's malloc_stats() in the service, which prints bytes the allocator
+ * holds from the system and bytes in use (all arenas and mmapped chunks). In-use climbing is a native leak;
+ * held-from-system climbing with in-use flat is the allocator keeping freed memory. Pauses the service briefly.
+ */
+const MALLOC_STATS = process.env.BENCH_CYCLE_MALLOC_STATS === '1';
+/** gdb attaches and calls in well under a second (--readnever skips node's debug info); more is a stuck attach. */
+const GDB_TIMEOUT_MS = 30_000;
+/** malloc_stats() has written to the service's stderr when gdb returns; the bench reads that pipe within this. */
+const MALLOC_STATS_SETTLE_MS = 300;
 /** "No growth": what allocator and heap noise may move RSS by over 1000 cycles. */
 export const GROWTH_TOLERANCE_MB_PER_1000 = 10;
 
@@ -34,6 +52,25 @@ export interface CycleSample {
   fds: number;
   threads: number;
   live_sessions: number;
+  /** V8 heap in use after the forced GC (live JS objects). */
+  heap_used_mb: number;
+  heap_total_mb: number;
+  /** Memory of C++ objects bound to JS (Buffers, ArrayBuffers, native wrappers), incl. array_buffers_mb. */
+  external_mb: number;
+  array_buffers_mb: number;
+  /** V8 heaps of the worker threads (render pool and the like) after their own full GC, summed. */
+  worker_heap_used_mb: number;
+  worker_heap_total_mb: number;
+  workers: number;
+  /** Live libuv handles and requests (sockets, timers, fs requests...), summed over types. */
+  handles: number;
+  /** Resident anonymous memory (heaps, stacks, malloc arenas) and file-backed pages (code of node and libraries). */
+  rss_anon_mb: number;
+  rss_file_mb: number;
+  /** With BENCH_CYCLE_MALLOC_STATS=1: glibc's bytes held from the system and in use, all arenas plus mmapped chunks. */
+  malloc_system_mb?: number;
+  malloc_in_use_mb?: number;
+  malloc_arenas?: number;
   elapsed_s: number;
 }
 
@@ -43,6 +80,49 @@ function threadsOf(pid: number): number {
   } catch {
     return NaN;
   }
+}
+
+/** RssAnon and RssFile of /proc/<pid>/status, in bytes. */
+function residentKinds(pid: number): { anon: number; file: number } {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const kb = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN) * 1024;
+    return { anon: kb('RssAnon'), file: kb('RssFile') };
+  } catch {
+    return { anon: NaN, file: NaN };
+  }
+}
+
+interface MallocTotals {
+  systemBytes: number;
+  inUseBytes: number;
+  arenas: number;
+}
+
+/** The last complete malloc_stats() report in `output` (arenas listed, then "Total (incl. mmap):"). */
+export function lastMallocStats(output: string): MallocTotals | null {
+  const totalAt = output.lastIndexOf('Total (incl. mmap):');
+  if (totalAt < 0) return null;
+  const total = /system bytes\s+=\s+(\d+)\s+in use bytes\s+=\s+(\d+)\s+max mmap regions/.exec(output.slice(totalAt));
+  if (!total) return null;
+  const before = output.slice(0, totalAt);
+  const reportStart = before.lastIndexOf('Arena 0:');
+  const arenas = reportStart < 0 ? NaN : (before.slice(reportStart).match(/^Arena \d+:/gm) ?? []).length;
+  return { systemBytes: Number(total[1]), inUseBytes: Number(total[2]), arenas };
+}
+
+async function mallocStatsOf(pid: number, logs: () => string): Promise<MallocTotals | null> {
+  try {
+    await promisify(execFile)('gdb', ['--readnever', '-nx', '-batch', '-p', String(pid), '-ex', 'call (void)malloc_stats()'], {
+      timeout: GDB_TIMEOUT_MS,
+    });
+  } catch (error) {
+    console.log(`  malloc_stats via gdb failed: ${(error as Error).message.split('\n')[0]}`);
+    return null;
+  }
+  // The call has returned, so the report is in the pipe; the bench's loop reads it within a few turns.
+  await new Promise((r) => setTimeout(r, MALLOC_STATS_SETTLE_MS));
+  return lastMallocStats(logs());
 }
 
 function slopePer1000(samples: CycleSample[], pick: (s: CycleSample) => number): number {
@@ -72,14 +152,17 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
     const avatar = await avatarFor(baseUrl, 'rt');
     const sample = async () => {
       // A full GC first (SIGUSR2), then the median of a few readings half a second apart.
-      await service.collectGarbage();
+      const afterGc = await service.collectGarbage();
       const readings = [];
+      const kinds = [];
       for (let i = 0; i < RSS_READINGS; i++) {
-        if (i > 0) await new Promise((r) => setTimeout(r, 500));
+        if (i > 0) await new Promise((r) => setTimeout(r, RSS_READING_GAP_MS));
         readings.push(sampleTree(pid));
+        kinds.push(residentKinds(pid));
       }
       const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
       const tree = { rootRss: median(readings.map((x) => x.rootRss)), treeRss: median(readings.map((x) => x.treeRss)) };
+      const malloc = MALLOC_STATS ? await mallocStatsOf(pid, service.logs) : null;
       const metrics = await getJson<{ sessions: { live: number } }>(baseUrl, '/metrics');
       const s: CycleSample = {
         cycles: done,
@@ -88,10 +171,31 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
         fds: openFds(pid),
         threads: threadsOf(pid),
         live_sessions: metrics.sessions.live,
+        heap_used_mb: afterGc ? round(afterGc.heapUsed / 1e6, 1) : NaN,
+        heap_total_mb: afterGc ? round(afterGc.heapTotal / 1e6, 1) : NaN,
+        external_mb: afterGc ? round(afterGc.external / 1e6, 1) : NaN,
+        array_buffers_mb: afterGc ? round(afterGc.arrayBuffers / 1e6, 1) : NaN,
+        worker_heap_used_mb: afterGc ? round(afterGc.workers.reduce((a, w) => a + w.heapUsed, 0) / 1e6, 1) : NaN,
+        worker_heap_total_mb: afterGc ? round(afterGc.workers.reduce((a, w) => a + w.heapTotal, 0) / 1e6, 1) : NaN,
+        workers: afterGc ? afterGc.workers.length : NaN,
+        handles: afterGc ? Object.values(afterGc.resources).reduce((a, b) => a + b, 0) : NaN,
+        rss_anon_mb: round(median(kinds.map((k) => k.anon)) / 1e6, 1),
+        rss_file_mb: round(median(kinds.map((k) => k.file)) / 1e6, 1),
+        ...(malloc && {
+          malloc_system_mb: round(malloc.systemBytes / 1e6, 1),
+          malloc_in_use_mb: round(malloc.inUseBytes / 1e6, 1),
+          malloc_arenas: malloc.arenas,
+        }),
         elapsed_s: round((performance.now() - started) / 1000, 1),
       };
       samples.push(s);
-      console.log(`  ${s.cycles} cycles: rss ${s.service_rss_mb} MB (tree ${s.tree_rss_mb} MB), ${s.fds} fds, ${s.threads} threads, ${s.live_sessions} live, ${s.elapsed_s} s`);
+      const mallocText = s.malloc_in_use_mb === undefined ? '' : `, malloc in use ${s.malloc_in_use_mb} of ${s.malloc_system_mb} MB (${s.malloc_arenas} arenas)`;
+      console.log(
+        `  ${s.cycles} cycles: rss ${s.service_rss_mb} MB (anon ${s.rss_anon_mb}, file ${s.rss_file_mb}; tree ${s.tree_rss_mb} MB)${mallocText}, heap used ${s.heap_used_mb} MB ` +
+          `(total ${s.heap_total_mb}), external ${s.external_mb} MB (arrayBuffers ${s.array_buffers_mb}), ` +
+          `${s.workers} workers' heap used ${s.worker_heap_used_mb} MB (total ${s.worker_heap_total_mb}), ${s.handles} handles, ` +
+          `${s.fds} fds, ${s.threads} threads, ${s.live_sessions} live, ${s.elapsed_s} s, load ${loadAverage()[0]}`,
+      );
     };
     await sample();
     let next = 0;
@@ -158,6 +262,9 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
     cycles: done,
     concurrency: CONCURRENCY,
     peer_every: PEER_EVERY,
+    // The glibc malloc settings the service ran with (from `npm start`'s script or the bench's own environment),
+    // so runs compare like for like.
+    service_malloc_env: Object.fromEntries(Object.entries({ ...process.env, ...startScriptEnv() }).filter(([name]) => name.startsWith('MALLOC_'))),
     failures,
     last_error: lastError || undefined,
     seconds: round((performance.now() - started) / 1000, 1),
@@ -176,13 +283,32 @@ export function cycleGrowth(samples: CycleSample[]): Record<string, number> {
   const last = samples[samples.length - 1];
   const warm = samples.find((s) => s.cycles > 0) ?? samples[0];
   const halfway = samples.find((s) => s.cycles >= last.cycles / 2) ?? warm;
+  const afterWarm = samples.filter((s) => s.cycles >= warm.cycles);
   const secondHalf = samples.filter((s) => s.cycles >= halfway.cycles);
+  // The same slopes for the service's own figures: if RSS climbs while these stay flat, nothing JS-visible is retained.
+  type Figure = 'heap_used_mb' | 'heap_total_mb' | 'worker_heap_used_mb' | 'worker_heap_total_mb' | 'external_mb' | 'array_buffers_mb';
+  type OtherFigure = 'handles' | 'rss_anon_mb' | 'rss_file_mb' | 'malloc_in_use_mb' | 'malloc_system_mb';
+  const slopes = (key: Figure | OtherFigure) => ({
+    [`${key}_growth_after_warm`]: round((last[key] ?? NaN) - (warm[key] ?? NaN), 1),
+    [`${key}_slope_per_1000_cycles`]: slopePer1000(afterWarm, (s) => s[key] ?? NaN),
+    [`${key}_slope_per_1000_cycles_second_half`]: slopePer1000(secondHalf, (s) => s[key] ?? NaN),
+  });
   return {
     rss_mb_growth_after_warm: round(last.service_rss_mb - warm.service_rss_mb, 1),
     tree_rss_mb_growth_after_warm: round(last.tree_rss_mb - warm.tree_rss_mb, 1),
-    rss_mb_slope_per_1000_cycles: slopePer1000(samples.filter((s) => s.cycles >= warm.cycles), (s) => s.service_rss_mb),
+    rss_mb_slope_per_1000_cycles: slopePer1000(afterWarm, (s) => s.service_rss_mb),
     rss_mb_growth_second_half: round(last.service_rss_mb - halfway.service_rss_mb, 1),
     rss_mb_slope_per_1000_cycles_second_half: slopePer1000(secondHalf, (s) => s.service_rss_mb),
+    ...slopes('heap_used_mb'),
+    ...slopes('heap_total_mb'),
+    ...slopes('worker_heap_used_mb'),
+    ...slopes('worker_heap_total_mb'),
+    ...slopes('external_mb'),
+    ...slopes('array_buffers_mb'),
+    ...slopes('handles'),
+    ...slopes('rss_anon_mb'),
+    ...slopes('rss_file_mb'),
+    ...(last.malloc_in_use_mb !== undefined && { ...slopes('malloc_in_use_mb'), ...slopes('malloc_system_mb') }),
     fds_growth_after_warm: last.fds - warm.fds,
     threads_growth_after_warm: last.threads - warm.threads,
     live_sessions_after: last.live_sessions,
