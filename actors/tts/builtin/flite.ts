@@ -92,8 +92,8 @@ interface ReadyFlite {
   readonly instance: WebAssembly.Instance;
   readonly traceFd: number;
   readonly tracePath: string;
-  /** Filled in by the sentence that takes this instance, read by flite at `_start`. */
-  args: string[];
+  /** `args` is filled in by the sentence that takes this instance and read by flite at `_start`. */
+  readonly late: { args: string[]; memory?: WebAssembly.Memory };
 }
 
 const WASI_SUCCESS = 0;
@@ -132,25 +132,11 @@ async function makeReadyFlite(): Promise<ReadyFlite> {
   const traceFd = openSync(tracePath, 'w+');
   try {
     const wasi = new WASI({ version: 'preview1', args: [], env: {}, preopens: { '.': directory }, stdout: traceFd, returnOnExit: true });
-    const late: { args: string[]; memory?: WebAssembly.Memory } = { args: [] };
-    const imports = {
-      ...wasi.wasiImport,
-      ...lateBoundArgs(() => late.args, () => late.memory!),
-    };
+    const late: ReadyFlite['late'] = { args: [] };
+    const imports = { ...wasi.wasiImport, ...lateBoundArgs(() => late.args, () => late.memory!) };
     const instance = await WebAssembly.instantiate(module, { wasi_snapshot_preview1: imports } as WebAssembly.Imports);
     late.memory = instance.exports.memory as WebAssembly.Memory;
-    const ready: ReadyFlite = {
-      wasi,
-      instance,
-      traceFd,
-      tracePath,
-      get args() {
-        return late.args;
-      },
-      set args(args: string[]) {
-        late.args = args;
-      },
-    };
+    const ready: ReadyFlite = { wasi, instance, traceFd, tracePath, late };
     return ready;
   } catch (error) {
     closeSync(traceFd);
@@ -200,7 +186,7 @@ export async function synthesizeWithFlite(voice: string, text: string): Promise<
   const wavName = `${randomBytes(8).toString('hex')}.wav`;
   try {
     // Spaces around the text stop flite reading it as an option ("-v") or as a file name.
-    flite.args = ['flite', '-psdur', '-voice', voice, ` ${text.replace(/\s+/gu, ' ')} `, wavName];
+    flite.late.args = ['flite', '-psdur', '-voice', voice, ` ${text.replace(/\s+/gu, ' ')} `, wavName];
     let exitCode: number;
     try {
       exitCode = flite.wasi.start(flite.instance);
