@@ -74,23 +74,27 @@ export interface CycleSample {
   elapsed_s: number;
 }
 
-function threadsOf(pid: number): number {
+/** Numeric fields of /proc/<pid>/status by name (`Threads`, `RssAnon` in kB, ...); NaN when the process or field is gone. */
+function statusFields<K extends string>(pid: number, names: readonly K[]): Record<K, number> {
+  let status = '';
   try {
-    return Number(/^Threads:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? NaN);
+    status = readFileSync(`/proc/${pid}/status`, 'utf8');
   } catch {
-    return NaN;
+    // Reported as NaN below, like a missing field.
   }
+  const fields = {} as Record<K, number>;
+  for (const name of names) fields[name] = Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(status)?.[1] ?? NaN);
+  return fields;
+}
+
+function threadsOf(pid: number): number {
+  return statusFields(pid, ['Threads']).Threads;
 }
 
 /** RssAnon and RssFile of /proc/<pid>/status, in bytes. */
 function residentKinds(pid: number): { anon: number; file: number } {
-  try {
-    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-    const kb = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN) * 1024;
-    return { anon: kb('RssAnon'), file: kb('RssFile') };
-  } catch {
-    return { anon: NaN, file: NaN };
-  }
+  const kb = statusFields(pid, ['RssAnon', 'RssFile']);
+  return { anon: kb.RssAnon * 1024, file: kb.RssFile * 1024 };
 }
 
 interface MallocTotals {
