@@ -79,4 +79,38 @@ describe('one close cascade: clock → WebRTC → renderer → recording → eve
     expect(recording.duration_ms).toBeGreaterThan(0);
     s.close();
   }, 60_000);
+
+  it('a session being torn down already reads as terminated, and a second DELETE answers once the tombstone is stored', async () => {
+    const s = await openSession(t);
+    const id = s.sessionId;
+    const session = t.services.supervisor.liveSession(id)!;
+    // Hold the close cascade open, as a slow encoder or peer would.
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const close = session.close.bind(session);
+    session.close = async () => {
+      await held;
+      await close();
+    };
+
+    const first = fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' });
+    await expect.poll(() => t.services.supervisor.liveSession(id), { timeout: 5_000 }).toBeUndefined();
+    const during = await (await fetch(`${t.baseUrl}/sessions/${id}`)).json();
+    expect(during).toMatchObject({ state: 'terminated', terminated_reason: 'deleted by client' });
+    expect((await post(t.baseUrl, `/sessions/${id}/speak`, { text: 'Too late.' })).status).toBe(409);
+
+    let secondAnswered = false;
+    const second = fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' }).then((r) => {
+      secondAnswered = true;
+      return r;
+    });
+    await new Promise((r) => setTimeout(r, 200));
+    expect(secondAnswered).toBe(false);
+    release();
+    expect((await first).status).toBe(200);
+    expect((await second).status).toBe(200);
+    // Now answered from the stored tombstone.
+    expect(await (await fetch(`${t.baseUrl}/sessions/${id}`)).json()).toMatchObject({ state: 'terminated', terminated_reason: 'deleted by client' });
+    s.close();
+  }, 30_000);
 });

@@ -89,6 +89,12 @@ export interface TerminationCounters {
  */
 export class SessionSupervisor {
   private readonly live = new Map<string, Session>();
+  /**
+   * Sessions being torn down: out of `live` (no new work reaches them) but their tombstone not yet
+   * stored. Reads answer from the tombstone here, so no client sees the last live state between a
+   * DELETE and its write; a second DELETE waits for the first.
+   */
+  private readonly closing = new Map<string, { tombstone: StoredSession; done: Promise<void> }>();
   /** `POST /sessions` calls past admission but not yet live: they hold pending slots. */
   private creating = 0;
   private sweepTimer: NodeJS.Timeout | null = null;
@@ -174,6 +180,7 @@ export class SessionSupervisor {
       session.consumers.touch();
       return session;
     }
+    if (this.closing.has(sessionId)) throw conflict('session is terminated');
     const stored = await this.deps.store.get(sessionId);
     if (stored) throw conflict('session is terminated');
     throw notFound('session not found');
@@ -185,7 +192,7 @@ export class SessionSupervisor {
       session.consumers.touch();
       return { ...session.stored, state: session.state, pipeline: session.pipelineStage };
     }
-    const stored = await this.deps.store.get(sessionId);
+    const stored = this.closing.get(sessionId)?.tombstone ?? (await this.deps.store.get(sessionId));
     if (!stored) throw notFound('session not found');
     return { ...stored, pipeline: 'idle' };
   }
@@ -354,16 +361,29 @@ export class SessionSupervisor {
   async terminate(sessionId: string, reason = 'deleted by client'): Promise<void> {
     const session = this.live.get(sessionId);
     if (!session) {
+      const closing = this.closing.get(sessionId);
+      if (closing) return closing.done;
       if (await this.deps.store.get(sessionId)) return;
       throw notFound('session not found');
     }
     this.live.delete(sessionId);
     // In the same step as leaving `live`: the service's frame counters never go backwards.
     this.deps.metrics?.sessionEnded(reason, { sent: session.media.playout.sentFrames, late: session.media.playout.lateFrames });
+    const tombstone = this.deps.store.tombstoneOf(session.stored, this.deps.config.tombstoneRetentionMs, reason);
+    const done = this.tearDown(session, tombstone);
+    this.closing.set(sessionId, { tombstone, done });
+    try {
+      await done;
+    } finally {
+      this.closing.delete(sessionId);
+    }
+  }
+
+  private async tearDown(session: Session, tombstone: StoredSession): Promise<void> {
     await session.close();
-    this.deps.inspection?.ended(sessionId);
-    await this.deps.store.put(this.deps.store.tombstoneOf(session.stored, this.deps.config.tombstoneRetentionMs, reason));
-    session.logger.info({ reason }, 'session terminated');
+    this.deps.inspection?.ended(session.id);
+    await this.deps.store.put(tombstone);
+    session.logger.info({ reason: tombstone.terminated_reason }, 'session terminated');
   }
 
   /** Called when a session's machine terminated on its own (unrecoverable error). */
@@ -372,6 +392,8 @@ export class SessionSupervisor {
   }
 
   async persistState(session: Session): Promise<void> {
+    // A session torn down meanwhile has its tombstone written; its last live state must not overwrite it.
+    if (this.live.get(session.id) !== session) return;
     session.stored = { ...session.stored, state: session.state, updated_at: new Date().toISOString() };
     await this.deps.store.put(session.stored);
   }
