@@ -6,6 +6,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { KserveError, KserveLipsyncClient, type KserveClientOptions, type LipsyncBatch } from '../actors/lipsync/kserve-client.ts';
+import { BatchingKserveInference, MAX_FRAMES_WAITING, REMOTE_MAX_BATCH } from '../actors/lipsync/remote-model.ts';
 import { FakeKserveServer, type FakeKserveOptions } from './fakes/kserve-server.ts';
 import { tinyLipsyncModel, tinyLipsyncReference, wrongSignatureModel } from './helpers/tiny-onnx.ts';
 
@@ -31,7 +32,7 @@ function clientFor(server: FakeKserveServer, options: Partial<KserveClientOption
 const never = () => new AbortController().signal;
 
 /** `count` items: item i has mel level −4 + i (silence first, then louder) and a face gradient. */
-function batchOf(count: number, size: number): LipsyncBatch {
+function batchOf(count: number, size: number): LipsyncBatch & { face: Float32Array } {
   const mel = new Float32Array(count * 80 * 16);
   for (let i = 0; i < count; i++) mel.fill(-4 + i, i * 1280, (i + 1) * 1280);
   const face = new Float32Array(count * 6 * size * size);
@@ -39,7 +40,7 @@ function batchOf(count: number, size: number): LipsyncBatch {
   return { count, mel, face };
 }
 
-function expectReferenceOutput(output: Float32Array, batch: LipsyncBatch, size: number): void {
+function expectReferenceOutput(output: Float32Array, batch: LipsyncBatch & { face: Float32Array }, size: number): void {
   const reference = tinyLipsyncReference(batch.mel, batch.face, batch.count, size);
   expect(output).toHaveLength(reference.length);
   let worst = 0;
@@ -90,6 +91,23 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
     expect(server.stats).toMatchObject({ inferBinary: 0, inferJson: 1, binaryAnswers: 0 });
   });
 
+  for (const encoding of ['json', 'binary'] as const) {
+    it(`sends a batch given as face rows, one row repeated as a session's frames repeat it, over ${encoding} tensors`, async () => {
+      const server = await startServer();
+      const client = clientFor(server, { encoding });
+      expect(await client.connect(never())).toMatchObject({ connected: true, encoding });
+      const row = batchOf(1, 96).face;
+      // Twice with the same row object: JSON encoding reuses the row's text, and must send the same values.
+      for (const count of [3, 2]) {
+        const whole = batchOf(count, 96);
+        const rows = Array.from({ length: count }, () => row);
+        const output = await client.infer({ count, mel: whole.mel, face: rows }, never());
+        expectReferenceOutput(output, { count, mel: whole.mel, face: whole.face }, 96);
+      }
+      expect(server.stats[encoding === 'json' ? 'inferJson' : 'inferBinary']).toBe(2);
+    });
+  }
+
   it('speaks JSON when told to, even to a server offering binary', async () => {
     const server = await startServer();
     const client = clientFor(server, { encoding: 'json' });
@@ -136,6 +154,56 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
     expect(server.stats.maxInFlight).toBe(3);
     expect(elapsed).toBeGreaterThanOrEqual(290);
     expect(client.inFlight).toBe(0);
+  });
+
+  it("a session's frames asked for while the server is slow wait and leave together: fewer, larger requests, never more than 2 at once", async () => {
+    const server = await startServer();
+    server.behaviour.inferDelayMs = 120;
+    const client = clientFor(server);
+    const connection = await client.connect(never());
+    if (!connection.connected) throw new Error('not connected');
+    const inference = new BatchingKserveInference(client, connection.signature);
+    const face = batchOf(1, 96).face;
+    // One frame every 20 ms (50 fps), as a clock catching up would ask: twice what 2 slots of 120 ms carry one by one.
+    const pending: Array<Promise<Float32Array>> = [];
+    const mels: Float32Array[] = [];
+    for (let i = 0; i < 30; i++) {
+      const mel = new Float32Array(1280).fill(-4 + (i % 5));
+      mels.push(mel);
+      pending.push(inference.infer(mel, face, never()));
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const outputs = await Promise.all(pending);
+    outputs.forEach((output, i) => expectReferenceOutput(output, { count: 1, mel: mels[i], face }, 96));
+    expect(server.stats.maxInFlight).toBeLessThanOrEqual(2);
+    expect(server.stats.batches.reduce((a, b) => a + b, 0)).toBe(30);
+    expect(Math.max(...server.stats.batches)).toBeGreaterThan(2);
+    expect(Math.max(...server.stats.batches)).toBeLessThanOrEqual(REMOTE_MAX_BATCH);
+    expect(server.stats.batches.length).toBeLessThan(20);
+    inference.close();
+  });
+
+  it('a backlog past MAX_FRAMES_WAITING frames is refused as busy at once, and the frames already taken still arrive', async () => {
+    const server = await startServer();
+    server.behaviour.inferDelayMs = 300;
+    const client = clientFor(server);
+    const connection = await client.connect(never());
+    if (!connection.connected) throw new Error('not connected');
+    const inference = new BatchingKserveInference(client, connection.signature);
+    const face = batchOf(1, 96).face;
+    const mel = new Float32Array(1280).fill(-1);
+    const ask = (count: number) => Array.from({ length: count }, () => inference.infer(mel, face, never()));
+    // Two requests of REMOTE_MAX_BATCH go out on the next turn of the event loop…
+    const sent = ask(2 * REMOTE_MAX_BATCH);
+    await new Promise((r) => setImmediate(r));
+    // …then MAX_FRAMES_WAITING frames wait for a slot, and the rest are refused.
+    const settled = await Promise.allSettled([...sent, ...ask(MAX_FRAMES_WAITING + 5)]);
+    const refused = settled.filter((r) => r.status === 'rejected');
+    expect(refused).toHaveLength(5);
+    for (const r of refused) expect((r as PromiseRejectedResult).reason).toMatchObject({ kind: 'busy' });
+    expect(settled.filter((r) => r.status === 'fulfilled')).toHaveLength(2 * REMOTE_MAX_BATCH + MAX_FRAMES_WAITING);
+    expect(server.stats.batches).toEqual([REMOTE_MAX_BATCH, REMOTE_MAX_BATCH, REMOTE_MAX_BATCH, REMOTE_MAX_BATCH]);
+    inference.close();
   });
 
   it('rejects as busy beyond the bounded queue instead of waiting without end', async () => {

@@ -1,12 +1,13 @@
 /**
- * lipsync_c end to end against a loopback KServe v2 server (test/fakes/kserve-server.ts) running the same tiny
+ * lipsync_c end to end against a loopback KServe v2 server (test/fakes/kserve-server.ts, in a process of its own as
+ * a real one is: test/fakes/kserve-server-process.ts) running the same tiny
  * Wav2Lip-shaped model: readiness and metadata make it connected; frames go as binary tensors when the server
  * offers Triton's extension and as JSON otherwise, batched and pipelined; on a wrtc peer the mouth follows the
  * audio energy. Killing the server mid-turn gives an `error` event, the turn finishes on the CPU lipsync renderer,
  * and the session lives on; a server that is down when a session is created answers 502.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FakeKserveServer } from './fakes/kserve-server.ts';
+import { KserveServerProcess } from './fakes/kserve-server-process.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { ReceivingPeer } from './helpers/peer.ts';
 import { SseClient } from './helpers/sse.ts';
@@ -18,7 +19,7 @@ const LONG_TEXT =
 
 interface Live {
   t: TestApp;
-  fake: FakeKserveServer;
+  fake: KserveServerProcess;
   peer: ReceivingPeer;
   sse: SseClient;
   sessionId: string;
@@ -28,7 +29,7 @@ interface Live {
 }
 
 async function startLive(advertiseBinary: boolean): Promise<Live> {
-  const fake = await FakeKserveServer.start({ advertiseBinary, modelName: 'wav2lip_96' });
+  const fake = await KserveServerProcess.start({ advertiseBinary, modelName: 'wav2lip_96' });
   const t = await startTestApp({ env: { SERVICE_LIPSYNC_C_URL: fake.url, SERVICE_LIPSYNC_C_MODEL: 'wav2lip_96' } });
   const regions = faceRegions(astronautSource(t.avatarsDir));
   const created = await post(t.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'lipsync_c' });
@@ -90,7 +91,13 @@ for (const advertiseBinary of [true, false]) {
       const turn = await speakTurn(live, 'Hello there. I am a talking avatar on an inference server, and my mouth follows my voice.');
       // Best over receive-time lags of −120…+280 ms: "follows" the audio, whatever the receiver's momentary A/V skew.
       const r = Math.max(...[-120, -40, 40, 80, 120, 200, 280].map((lag) => pearson(turn.mouth, turn.energyAt(lag))));
-      const { stats } = live.fake;
+      const stats = await live.fake.readStats();
+      const { media } = await json(await fetch(`${live.t.baseUrl}/sessions/${live.sessionId}/metrics`));
+      const counts = (live.t.services.supervisor.liveSession(live.sessionId)!.media as unknown as { renderer: { counts?: object } }).renderer.counts;
+      console.log(
+        `lipsync_c ${encoding}: service frames sent ${media.frames_sent}, late ${media.frames_late}; renderer ${JSON.stringify(counts)}; ` +
+          `errors ${JSON.stringify(turn.events.filter((e) => e.type === 'error').map((e) => e.data.message))}`,
+      );
       console.log(
         `lipsync_c ${encoding}: ${turn.mouth.length} frames, idle mouth ${live.idleMouth.toFixed(1)}, max ${Math.max(...turn.mouth).toFixed(1)}, r = ${r.toFixed(2)}; ` +
           `requests json ${stats.inferJson} binary ${stats.inferBinary}, max in flight ${stats.maxInFlight}, batch sizes ${[...new Set(stats.batches)].join('/')}`,

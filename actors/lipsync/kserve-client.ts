@@ -94,7 +94,11 @@ export interface KserveModelMetadata {
 export interface LipsyncBatch {
   count: number;
   mel: Float32Array;
-  face: Float32Array;
+  /**
+   * The faces as one tensor, or one row per item. Rows must not change once passed: a session sends its avatar's
+   * one prepared face with every frame, and JSON encoding writes the text of a row it has seen before only once.
+   */
+  face: Float32Array | readonly Float32Array[];
 }
 
 export type KserveConnection =
@@ -193,11 +197,14 @@ export class KserveLipsyncClient {
       throw new RangeError(`the model takes batches of exactly ${signature.fixedBatch}`);
     }
     if (batch.mel.length !== batch.count * 80 * 16) throw new RangeError('mel batch must hold count × 1 × 80 × 16 values');
-    if (batch.face.length !== batch.count * 6 * size * size) throw new RangeError(`face batch must hold count × 6 × ${size} × ${size} values`);
+    const faceRows = batch.face instanceof Float32Array ? [batch.face] : batch.face;
+    if (faceRows.reduce((sum, row) => sum + row.length, 0) !== batch.count * 6 * size * size) {
+      throw new RangeError(`face batch must hold count × 6 × ${size} × ${size} values`);
+    }
 
-    const inputs = [
-      { name: signature.melInput, shape: [batch.count, 1, 80, 16], data: batch.mel },
-      { name: signature.faceInput, shape: [batch.count, 6, size, size], data: batch.face },
+    const inputs: InputTensor[] = [
+      { name: signature.melInput, shape: [batch.count, 1, 80, 16], parts: [batch.mel] },
+      { name: signature.faceInput, shape: [batch.count, 6, size, size], parts: faceRows, stable: true },
     ];
     const outputFloats = batch.count * 3 * size * size;
     const deadline = AbortSignal.timeout(this.inferTimeoutMs);
@@ -302,7 +309,25 @@ interface Answer {
 interface InputTensor {
   name: string;
   shape: number[];
-  data: Float32Array;
+  /** The tensor's values, in order, in one or more pieces. */
+  parts: readonly Float32Array[];
+  /** The pieces never change (the avatar's prepared face): their JSON text is kept and reused. */
+  stable?: boolean;
+}
+
+/**
+ * JSON text of stable tensor pieces, by piece. A 96² face is ~1 MB of text and ~8 ms of main-thread work to write;
+ * a session sends the same face with every frame, 25 times a second. Weak: a closed renderer's face text goes with it.
+ */
+const stableJsonText = new WeakMap<Float32Array, string>();
+
+/** The values of `part` as JSON numbers separated by commas (no brackets). */
+function jsonValues(part: Float32Array, stable: boolean): string {
+  const kept = stable ? stableJsonText.get(part) : undefined;
+  if (kept !== undefined) return kept;
+  const text = JSON.stringify(Array.from(part)).slice(1, -1);
+  if (stable) stableJsonText.set(part, text);
+  return text;
 }
 
 async function readBounded(response: Response, maxBytes: number, what: string): Promise<Uint8Array> {
@@ -364,11 +389,13 @@ function parseModelMetadata(raw: unknown): KserveModelMetadata {
 }
 
 function jsonRequest(inputs: InputTensor[], output: string): { body: Uint8Array<ArrayBuffer>; headers: Record<string, string> } {
-  const request = {
-    inputs: inputs.map((input) => ({ name: input.name, shape: input.shape, datatype: LIPSYNC_DATATYPE, data: Array.from(input.data) })),
-    outputs: [{ name: output }],
-  };
-  return { body: Buffer.from(JSON.stringify(request)), headers: { 'content-type': 'application/json' } };
+  // Written by hand around the values' text so that a stable piece's text is reused, not rewritten per request.
+  const tensors = inputs.map((input) => {
+    const head = JSON.stringify({ name: input.name, shape: input.shape, datatype: LIPSYNC_DATATYPE }).slice(0, -1);
+    return `${head},"data":[${input.parts.map((part) => jsonValues(part, input.stable === true)).join(',')}]}`;
+  });
+  const text = `{"inputs":[${tensors.join(',')}],"outputs":${JSON.stringify([{ name: output }])}}`;
+  return { body: Buffer.from(text), headers: { 'content-type': 'application/json' } };
 }
 
 function binaryRequest(inputs: InputTensor[], output: string): { body: Uint8Array<ArrayBuffer>; headers: Record<string, string> } {
@@ -378,13 +405,13 @@ function binaryRequest(inputs: InputTensor[], output: string): { body: Uint8Arra
         name: input.name,
         shape: input.shape,
         datatype: LIPSYNC_DATATYPE,
-        parameters: { binary_data_size: input.data.byteLength },
+        parameters: { binary_data_size: input.parts.reduce((sum, part) => sum + part.byteLength, 0) },
       })),
       outputs: [{ name: output, parameters: { binary_data: true } }],
       parameters: { binary_data_output: true },
     }),
   );
-  const body = Buffer.concat([header, ...inputs.map((input) => littleEndianBytes(input.data))]);
+  const body = Buffer.concat([header, ...inputs.flatMap((input) => input.parts.map(littleEndianBytes))]);
   return { body, headers: { 'content-type': 'application/octet-stream', [HEADER_LENGTH_FIELD]: String(header.byteLength) } };
 }
 
@@ -424,7 +451,8 @@ function readOutput(answer: Answer, name: string, shape: number[]): Float32Array
       }
       return float32FromLittleEndian(answer.body.subarray(offset, offset + binarySize));
     }
-    const data = Array.isArray(output.data) ? (output.data.flat(Infinity) as unknown[]) : [];
+    // Triton answers flat; nested arrays are allowed by the protocol and flattened.
+    const data = Array.isArray(output.data) ? (output.data.some(Array.isArray) ? (output.data.flat(Infinity) as unknown[]) : output.data) : [];
     if (data.length !== expectedCount || !data.every((v) => typeof v === 'number')) {
       throw new KserveError('protocol', `inference: output ${name} carries ${data.length} values, expected ${expectedCount}`);
     }

@@ -12,9 +12,10 @@
  */
 import { UpstreamError } from '../tts/types.ts';
 import type { AvatarSource } from '../render/types.ts';
-import { KserveLipsyncClient, type KserveConnection } from './kserve-client.ts';
+import { KSERVE_DEFAULT_MAX_IN_FLIGHT, KserveError, KserveLipsyncClient, type KserveConnection } from './kserve-client.ts';
 import type { LipsyncSignature } from './model-signature.ts';
 import { NeuralLipsyncRenderer, type FallbackRenderer, type LipsyncInference } from './neural-renderer.ts';
+import { MEL_SILENCE, MEL_WINDOW_COLUMNS } from './mel.ts';
 import { PreparedFaceCache } from './prepared-faces.ts';
 import { RenderPoolStages } from './neural-stages.ts';
 import type { RenderPool } from '../render/pool.ts';
@@ -31,6 +32,12 @@ export const LIVE_INFER_TIMEOUT_MS = 1_500;
  * stalled server holds the job before its frames go to the fallback (a job asks for ~48 frames ahead, 6 requests).
  */
 export const OFFLINE_INFER_TIMEOUT_MS = 10_000;
+/**
+ * The warm-up inference at open may take this long; past it the session opens anyway (the first frames then meet
+ * the server cold, and real failures are reported by them). A cold server's first run (model load, JIT, our own
+ * JSON text of the face) is the slowest request of a session, and must not land on the first spoken frames.
+ */
+export const WARM_UP_TIMEOUT_MS = 3_000;
 /** Frames in one request at most: a burst of the clock's render-ahead is 4; more would come only from catching up. */
 export const REMOTE_MAX_BATCH = 8;
 
@@ -95,9 +102,14 @@ export class RemoteLipsyncModel {
 
   /**
    * A renderer for one session or offline job; throws `UpstreamError` when the server is not usable now.
-   * `inferTimeoutMs` overrides the live deadline (offline jobs: `OFFLINE_INFER_TIMEOUT_MS`).
+   * `inferTimeoutMs` overrides the live deadline (offline jobs: `OFFLINE_INFER_TIMEOUT_MS`); `warmUp: false` skips the
+   * warm-up inference (offline jobs have no first frame due at a wall-clock time).
    */
-  async open(avatar: AvatarSource, signal?: AbortSignal, options: { inferTimeoutMs?: number } = {}): Promise<NeuralLipsyncRenderer> {
+  async open(
+    avatar: AvatarSource,
+    signal?: AbortSignal,
+    options: { inferTimeoutMs?: number; warmUp?: boolean } = {},
+  ): Promise<NeuralLipsyncRenderer> {
     if (!this.options.baseUrl) throw new Error('lipsync_c is not configured');
     const client = this.client(options.inferTimeoutMs);
     let connection: KserveConnection;
@@ -117,10 +129,12 @@ export class RemoteLipsyncModel {
       const face = await this.faces.get(avatar, connection.signature.size);
       const stages = this.options.offload ? await RenderPoolStages.open(this.options.offload, avatar, connection.signature.size, signal) : undefined;
       const fallback = this.options.fallback;
+      const backend = new BatchingKserveInference(client, connection.signature);
+      if (options.warmUp !== false) await warmUp(backend, face.faceInput, signal);
       const renderer = new NeuralLipsyncRenderer({
         face,
         fps: avatar.manifest.fps,
-        backend: new BatchingKserveInference(client, connection.signature),
+        backend,
         fallback: fallback ? () => fallback(avatar) : undefined,
         stages,
       });
@@ -156,6 +170,13 @@ function statusOf(connection: KserveConnection): RemoteModelStatus {
   return { state: 'error', reason: `${why}: ${connection.reason}` };
 }
 
+/** One inference of the avatar's face on silence, before the session's first frame; its outcome is not the session's. */
+async function warmUp(backend: LipsyncInference, face: Float32Array, signal?: AbortSignal): Promise<void> {
+  const bounded = AbortSignal.any([AbortSignal.timeout(WARM_UP_TIMEOUT_MS), ...(signal ? [signal] : [])]);
+  await backend.infer(new Float32Array(80 * MEL_WINDOW_COLUMNS).fill(MEL_SILENCE), face, bounded).catch(() => undefined);
+  if (signal?.aborted) throw signal.reason;
+}
+
 interface Waiting {
   mel: Float32Array;
   face: Float32Array;
@@ -164,21 +185,38 @@ interface Waiting {
   signal: AbortSignal;
 }
 
-/** Frames asked for in the same tick travel as one request; requests overlap on the wire (the client bounds them). */
-class BatchingKserveInference implements LipsyncInference {
+/**
+ * Frames waiting for a request slot at most: two full requests (640 ms of video at 25 fps). A backlog beyond that
+ * means the server does not keep up with real time, and the frames are better rendered on the fallback.
+ */
+export const MAX_FRAMES_WAITING = 2 * REMOTE_MAX_BATCH;
+
+/**
+ * Frames asked for in the same tick travel as one request, at most `KSERVE_DEFAULT_MAX_IN_FLIGHT` requests at once.
+ * Frames asked for while every slot is busy wait here and leave together in the next free request, so a slow
+ * server (loaded, far away, cold) gets fewer, larger batches instead of a queue of single frames that overflows.
+ */
+export class BatchingKserveInference implements LipsyncInference {
   readonly size: number;
   private queue: Waiting[] = [];
   private scheduled = false;
+  private sending = 0;
 
   constructor(
     private readonly client: KserveLipsyncClient,
     private readonly signature: LipsyncSignature,
+    private readonly maxInFlight = KSERVE_DEFAULT_MAX_IN_FLIGHT,
   ) {
     this.size = signature.size;
   }
 
   infer(mel: Float32Array, face: Float32Array, signal: AbortSignal): Promise<Float32Array> {
     if (signal.aborted) return Promise.reject(signal.reason);
+    if (this.queue.length >= MAX_FRAMES_WAITING) {
+      return Promise.reject(
+        new KserveError('busy', `inference backlog full (${this.maxInFlight} requests in flight, ${MAX_FRAMES_WAITING} frames waiting)`),
+      );
+    }
     return new Promise((resolve, reject) => {
       this.queue.push({ mel, face, resolve, reject, signal });
       if (!this.scheduled) {
@@ -200,10 +238,16 @@ class BatchingKserveInference implements LipsyncInference {
 
   private flush(): void {
     this.scheduled = false;
-    const live = this.queue.filter((waiting) => !waiting.signal.aborted);
-    this.queue = [];
+    for (const waiting of this.queue) if (waiting.signal.aborted) waiting.reject(waiting.signal.reason);
+    this.queue = this.queue.filter((waiting) => !waiting.signal.aborted);
     const per = this.signature.fixedBatch ?? REMOTE_MAX_BATCH;
-    for (let i = 0; i < live.length; i += per) void this.send(live.slice(i, i + per));
+    while (this.sending < this.maxInFlight && this.queue.length > 0) {
+      this.sending++;
+      void this.send(this.queue.splice(0, per)).finally(() => {
+        this.sending--;
+        this.flush();
+      });
+    }
   }
 
   private async send(items: Waiting[]): Promise<void> {
@@ -211,13 +255,13 @@ class BatchingKserveInference implements LipsyncInference {
     // A model exported with a fixed batch gets exactly that many rows; missing ones repeat the last item.
     const count = fixedBatch ?? items.length;
     const melSize = 80 * 16;
-    const faceSize = 6 * size * size;
     const mel = new Float32Array(count * melSize);
-    const face = new Float32Array(count * faceSize);
+    // Rows, not one copied tensor: every item of a session carries the same prepared face, whose JSON text the client keeps.
+    const face: Float32Array[] = [];
     for (let row = 0; row < count; row++) {
       const item = items[Math.min(row, items.length - 1)];
       mel.set(item.mel, row * melSize);
-      face.set(item.face, row * faceSize);
+      face.push(item.face);
     }
     // Every frame of a session carries the renderer's own signal (closed session); the first one stands for all.
     const signal = items[0].signal;

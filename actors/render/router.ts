@@ -33,7 +33,7 @@ export class RendererRouter {
       // Read once now, like the render pool does: the session keeps rendering if a custom avatar's files go.
       const source: AvatarSource = { ...avatar, framePng: avatar.framePng ?? new Uint8Array(await readFile(join(avatar.dir, BUNDLE_FRAME_PATH))) };
       if (model === 'lipsync_b') return this.options.lipsyncB.open(source, signal);
-      return this.options.lipsyncC.open(source, signal, use === 'offline' ? { inferTimeoutMs: OFFLINE_INFER_TIMEOUT_MS } : {});
+      return this.options.lipsyncC.open(source, signal, use === 'offline' ? { inferTimeoutMs: OFFLINE_INFER_TIMEOUT_MS, warmUp: false } : {});
     }
     return this.options.pool.open(avatar, model, signal);
   }
