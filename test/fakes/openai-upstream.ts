@@ -8,6 +8,7 @@ import { once } from 'node:events';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import wavefile from 'wavefile';
+import { drainOrClose } from './drain-or-close.ts';
 
 export interface ChatScenario {
   /** Deltas sent in order, one SSE event each. */
@@ -233,10 +234,7 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
       const flushed = res.write(bytes === piece.length ? piece : piece.subarray(0, bytes));
       sent += bytes;
       oversizedWritten += bytes;
-      if (!flushed) {
-        const outcome = await Promise.race([once(res, 'drain').then(() => 'drain'), once(res, 'close').then(() => 'close')]);
-        if (outcome === 'close') return false;
-      }
+      if (!flushed && (await drainOrClose(res)) === 'close') return false;
     }
     return !res.destroyed;
   }

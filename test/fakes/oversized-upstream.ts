@@ -8,6 +8,7 @@ import { once } from 'node:events';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { WebSocketServer } from 'ws';
+import { drainOrClose } from './drain-or-close.ts';
 
 export interface OversizedUpstreamOptions {
   status?: number;
@@ -43,7 +44,7 @@ export async function startOversizedUpstream(options: OversizedUpstreamOptions):
         const flushed = res.write(bytes === piece.length ? piece : piece.subarray(0, bytes));
         sent += bytes;
         written += bytes;
-        if (!flushed && (await Promise.race([once(res, 'drain').then(() => 'drain'), once(res, 'close').then(() => 'close')])) === 'close') return;
+        if (!flushed && (await drainOrClose(res)) === 'close') return;
       }
       if (!res.destroyed) res.end();
     })();
