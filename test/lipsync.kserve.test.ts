@@ -6,7 +6,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { KserveError, KserveLipsyncClient, type KserveClientOptions, type LipsyncBatch } from '../actors/lipsync/kserve-client.ts';
-import { BatchingKserveInference, MAX_FRAMES_WAITING, REMOTE_MAX_BATCH } from '../actors/lipsync/remote-model.ts';
+import { BatchingKserveInference, MAX_FRAMES_WAITING, OFFLINE_MAX_FRAMES_WAITING, REMOTE_MAX_BATCH } from '../actors/lipsync/remote-model.ts';
 import { FakeKserveServer, type FakeKserveOptions } from './fakes/kserve-server.ts';
 import { tinyLipsyncModel, tinyLipsyncReference, wrongSignatureModel } from './helpers/tiny-onnx.ts';
 
@@ -164,13 +164,15 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
     if (!connection.connected) throw new Error('not connected');
     const inference = new BatchingKserveInference(client, connection.signature);
     const face = batchOf(1, 96).face;
+    // One signal for all, as a live renderer's frames share its own.
+    const signal = never();
     // One frame every 20 ms (50 fps), as a clock catching up would ask: twice what 2 slots of 120 ms carry one by one.
     const pending: Array<Promise<Float32Array>> = [];
     const mels: Float32Array[] = [];
     for (let i = 0; i < 30; i++) {
       const mel = new Float32Array(1280).fill(-4 + (i % 5));
       mels.push(mel);
-      pending.push(inference.infer(mel, face, never()));
+      pending.push(inference.infer(mel, face, signal));
       await new Promise((r) => setTimeout(r, 20));
     }
     const outputs = await Promise.all(pending);
@@ -192,7 +194,8 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
     const inference = new BatchingKserveInference(client, connection.signature);
     const face = batchOf(1, 96).face;
     const mel = new Float32Array(1280).fill(-1);
-    const ask = (count: number) => Array.from({ length: count }, () => inference.infer(mel, face, never()));
+    const signal = never();
+    const ask = (count: number) => Array.from({ length: count }, () => inference.infer(mel, face, signal));
     // Two requests of REMOTE_MAX_BATCH go out on the next turn of the event loop…
     const sent = ask(2 * REMOTE_MAX_BATCH);
     await new Promise((r) => setImmediate(r));
@@ -204,6 +207,60 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
     expect(settled.filter((r) => r.status === 'fulfilled')).toHaveLength(2 * REMOTE_MAX_BATCH + MAX_FRAMES_WAITING);
     expect(server.stats.batches).toEqual([REMOTE_MAX_BATCH, REMOTE_MAX_BATCH, REMOTE_MAX_BATCH, REMOTE_MAX_BATCH]);
     inference.close();
+  });
+
+  it("an offline job's three bursts of 16 frames all wait for a slow server (OFFLINE_MAX_FRAMES_WAITING), none refused", async () => {
+    const server = await startServer();
+    server.behaviour.inferDelayMs = 150;
+    const client = clientFor(server);
+    const connection = await client.connect(never());
+    if (!connection.connected) throw new Error('not connected');
+    const inference = new BatchingKserveInference(client, connection.signature, OFFLINE_MAX_FRAMES_WAITING);
+    const face = batchOf(1, 96).face;
+    const mel = new Float32Array(1280).fill(-2);
+    const bursts: Array<Promise<Float32Array[]>> = [];
+    for (let burst = 0; burst < 3; burst++) {
+      // Each burst is one render call with its own signal, as an offline job's are.
+      const signal = never();
+      bursts.push(Promise.all(Array.from({ length: 16 }, () => inference.infer(mel, face, signal))));
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    expect((await Promise.all(bursts)).flat()).toHaveLength(48);
+    expect(server.stats.batches.reduce((a, b) => a + b, 0)).toBe(48);
+    inference.close();
+  });
+
+  it("one caller's abort fails only its own frames: frames of another signal never share its request", async () => {
+    const server = await startServer();
+    server.behaviour.inferDelayMs = 200;
+    const client = clientFor(server);
+    const connection = await client.connect(never());
+    if (!connection.connected) throw new Error('not connected');
+    const inference = new BatchingKserveInference(client, connection.signature);
+    const face = batchOf(1, 96).face;
+    const mel = new Float32Array(1280).fill(-1);
+    const first = new AbortController();
+    const second = new AbortController();
+    // Asked for in the same tick, with different signals.
+    const a = inference.infer(mel, face, first.signal);
+    const b = inference.infer(mel, face, second.signal);
+    a.catch(() => undefined);
+    await new Promise((r) => setTimeout(r, 50));
+    first.abort();
+    await expect(a).rejects.toThrow();
+    expectReferenceOutput(await b, { count: 1, mel, face }, 96);
+    expect(server.stats.batches).toEqual([1, 1]);
+    inference.close();
+  });
+
+  it('a per-call timeout outlasts the client deadline (the warm-up of a cold server)', async () => {
+    const server = await startServer();
+    server.behaviour.inferDelayMs = 300;
+    const client = clientFor(server, { inferTimeoutMs: 100 });
+    await client.connect(never());
+    const batch = batchOf(1, 96);
+    expect(await rejectionOf(client.infer(batch, never()))).toMatchObject({ kind: 'timeout' });
+    expectReferenceOutput(await client.infer(batch, never(), 3_000), batch, 96);
   });
 
   it('rejects as busy beyond the bounded queue instead of waiting without end', async () => {

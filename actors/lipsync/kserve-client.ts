@@ -186,8 +186,11 @@ export class KserveLipsyncClient {
     }
   }
 
-  /** Runs one batch; resolves with the generated faces [count, 3, S, S] in [0, 1]. Requires `connect()`. */
-  async infer(batch: LipsyncBatch, signal: AbortSignal): Promise<Float32Array> {
+  /**
+   * Runs one batch; resolves with the generated faces [count, 3, S, S] in [0, 1]. Requires `connect()`. `timeoutMs`
+   * overrides the client's inference deadline for this call (a warm-up may take longer than a live frame).
+   */
+  async infer(batch: LipsyncBatch, signal: AbortSignal, timeoutMs = this.inferTimeoutMs): Promise<Float32Array> {
     const connection = this.connection;
     if (!connection) throw new Error('KServe lip-sync client used before connect() succeeded');
     const { signature, encoding } = connection;
@@ -204,10 +207,11 @@ export class KserveLipsyncClient {
 
     const inputs: InputTensor[] = [
       { name: signature.melInput, shape: [batch.count, 1, 80, 16], parts: [batch.mel] },
-      { name: signature.faceInput, shape: [batch.count, 6, size, size], parts: faceRows, stable: true },
+      // Only rows are stable: a caller passing one whole tensor may refill it for its next batch.
+      { name: signature.faceInput, shape: [batch.count, 6, size, size], parts: faceRows, stable: !(batch.face instanceof Float32Array) },
     ];
     const outputFloats = batch.count * 3 * size * size;
-    const deadline = AbortSignal.timeout(this.inferTimeoutMs);
+    const deadline = AbortSignal.timeout(timeoutMs);
     await this.acquireSlot(AbortSignal.any([signal, deadline]), signal);
     try {
       const { body, headers } = encoding === 'binary' ? binaryRequest(inputs, signature.output) : jsonRequest(inputs, signature.output);
@@ -392,7 +396,8 @@ function jsonRequest(inputs: InputTensor[], output: string): { body: Uint8Array<
   // Written by hand around the values' text so that a stable piece's text is reused, not rewritten per request.
   const tensors = inputs.map((input) => {
     const head = JSON.stringify({ name: input.name, shape: input.shape, datatype: LIPSYNC_DATATYPE }).slice(0, -1);
-    return `${head},"data":[${input.parts.map((part) => jsonValues(part, input.stable === true)).join(',')}]}`;
+    const values = input.parts.filter((part) => part.length > 0).map((part) => jsonValues(part, input.stable === true));
+    return `${head},"data":[${values.join(',')}]}`;
   });
   const text = `{"inputs":[${tensors.join(',')}],"outputs":${JSON.stringify([{ name: output }])}}`;
   return { body: Buffer.from(text), headers: { 'content-type': 'application/json' } };

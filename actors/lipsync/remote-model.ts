@@ -103,12 +103,13 @@ export class RemoteLipsyncModel {
   /**
    * A renderer for one session or offline job; throws `UpstreamError` when the server is not usable now.
    * `inferTimeoutMs` overrides the live deadline (offline jobs: `OFFLINE_INFER_TIMEOUT_MS`); `warmUp: false` skips the
-   * warm-up inference (offline jobs have no first frame due at a wall-clock time).
+   * warm-up inference (offline jobs have no first frame due at a wall-clock time); `maxFramesWaiting` overrides the
+   * live backlog bound (offline jobs: `OFFLINE_MAX_FRAMES_WAITING`).
    */
   async open(
     avatar: AvatarSource,
     signal?: AbortSignal,
-    options: { inferTimeoutMs?: number; warmUp?: boolean } = {},
+    options: { inferTimeoutMs?: number; warmUp?: boolean; maxFramesWaiting?: number } = {},
   ): Promise<NeuralLipsyncRenderer> {
     if (!this.options.baseUrl) throw new Error('lipsync_c is not configured');
     const client = this.client(options.inferTimeoutMs);
@@ -129,8 +130,8 @@ export class RemoteLipsyncModel {
       const face = await this.faces.get(avatar, connection.signature.size);
       const stages = this.options.offload ? await RenderPoolStages.open(this.options.offload, avatar, connection.signature.size, signal) : undefined;
       const fallback = this.options.fallback;
-      const backend = new BatchingKserveInference(client, connection.signature);
-      if (options.warmUp !== false) await warmUp(backend, face.faceInput, signal);
+      const backend = new BatchingKserveInference(client, connection.signature, options.maxFramesWaiting);
+      if (options.warmUp !== false) await warmUp(client, connection.signature, face.faceInput, signal);
       const renderer = new NeuralLipsyncRenderer({
         face,
         fps: avatar.manifest.fps,
@@ -171,9 +172,11 @@ function statusOf(connection: KserveConnection): RemoteModelStatus {
 }
 
 /** One inference of the avatar's face on silence, before the session's first frame; its outcome is not the session's. */
-async function warmUp(backend: LipsyncInference, face: Float32Array, signal?: AbortSignal): Promise<void> {
-  const bounded = AbortSignal.any([AbortSignal.timeout(WARM_UP_TIMEOUT_MS), ...(signal ? [signal] : [])]);
-  await backend.infer(new Float32Array(80 * MEL_WINDOW_COLUMNS).fill(MEL_SILENCE), face, bounded).catch(() => undefined);
+async function warmUp(client: KserveLipsyncClient, signature: LipsyncSignature, face: Float32Array, signal?: AbortSignal): Promise<void> {
+  const count = signature.fixedBatch ?? 1;
+  const mel = new Float32Array(count * 80 * MEL_WINDOW_COLUMNS).fill(MEL_SILENCE);
+  // Straight to the client with its own deadline: the live per-request deadline (1.5 s) would cut a cold start short.
+  await client.infer({ count, mel, face: Array.from({ length: count }, () => face) }, signal ?? new AbortController().signal, WARM_UP_TIMEOUT_MS).catch(() => undefined);
   if (signal?.aborted) throw signal.reason;
 }
 
@@ -190,6 +193,11 @@ interface Waiting {
  * means the server does not keep up with real time, and the frames are better rendered on the fallback.
  */
 export const MAX_FRAMES_WAITING = 2 * REMOTE_MAX_BATCH;
+/**
+ * The same bound for an offline job, which asks for 3 batches of 16 frames at once and has no presentation time:
+ * all of them may wait (each request is still bounded by `OFFLINE_INFER_TIMEOUT_MS`).
+ */
+export const OFFLINE_MAX_FRAMES_WAITING = 64;
 
 /**
  * Frames asked for in the same tick travel as one request, at most `KSERVE_DEFAULT_MAX_IN_FLIGHT` requests at once.
@@ -205,6 +213,7 @@ export class BatchingKserveInference implements LipsyncInference {
   constructor(
     private readonly client: KserveLipsyncClient,
     private readonly signature: LipsyncSignature,
+    private readonly maxFramesWaiting = MAX_FRAMES_WAITING,
     private readonly maxInFlight = KSERVE_DEFAULT_MAX_IN_FLIGHT,
   ) {
     this.size = signature.size;
@@ -212,9 +221,9 @@ export class BatchingKserveInference implements LipsyncInference {
 
   infer(mel: Float32Array, face: Float32Array, signal: AbortSignal): Promise<Float32Array> {
     if (signal.aborted) return Promise.reject(signal.reason);
-    if (this.queue.length >= MAX_FRAMES_WAITING) {
+    if (this.queue.length >= this.maxFramesWaiting) {
       return Promise.reject(
-        new KserveError('busy', `inference backlog full (${this.maxInFlight} requests in flight, ${MAX_FRAMES_WAITING} frames waiting)`),
+        new KserveError('busy', `inference backlog full (${this.maxInFlight} requests in flight, ${this.maxFramesWaiting} frames waiting)`),
       );
     }
     return new Promise((resolve, reject) => {
@@ -242,8 +251,15 @@ export class BatchingKserveInference implements LipsyncInference {
     this.queue = this.queue.filter((waiting) => !waiting.signal.aborted);
     const per = this.signature.fixedBatch ?? REMOTE_MAX_BATCH;
     while (this.sending < this.maxInFlight && this.queue.length > 0) {
+      // A request follows one AbortSignal (the first item's), so it carries only frames of that signal: one caller's
+      // abort must not fail another caller's frames.
+      const signal = this.queue[0].signal;
+      const items: Waiting[] = [];
+      const rest: Waiting[] = [];
+      for (const waiting of this.queue) (items.length < per && waiting.signal === signal ? items : rest).push(waiting);
+      this.queue = rest;
       this.sending++;
-      void this.send(this.queue.splice(0, per)).finally(() => {
+      void this.send(items).finally(() => {
         this.sending--;
         this.flush();
       });
@@ -263,7 +279,7 @@ export class BatchingKserveInference implements LipsyncInference {
       mel.set(item.mel, row * melSize);
       face.push(item.face);
     }
-    // Every frame of a session carries the renderer's own signal (closed session); the first one stands for all.
+    // Every item carries the same signal (`flush` groups them by it).
     const signal = items[0].signal;
     try {
       const output = await this.client.infer({ count, mel, face }, signal);

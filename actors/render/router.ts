@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { FrameRenderer } from '../media/playout.ts';
 import type { LocalLipsyncModel } from '../lipsync/local-model.ts';
-import { OFFLINE_INFER_TIMEOUT_MS, type RemoteLipsyncModel } from '../lipsync/remote-model.ts';
+import { OFFLINE_INFER_TIMEOUT_MS, OFFLINE_MAX_FRAMES_WAITING, type RemoteLipsyncModel } from '../lipsync/remote-model.ts';
 import { BUNDLE_FRAME_PATH } from './image.ts';
 import type { RenderPool } from './pool.ts';
 import type { AvatarSource, ModelType } from './types.ts';
@@ -33,7 +33,7 @@ export class RendererRouter {
       // Read once now, like the render pool does: the session keeps rendering if a custom avatar's files go.
       const source: AvatarSource = { ...avatar, framePng: avatar.framePng ?? new Uint8Array(await readFile(join(avatar.dir, BUNDLE_FRAME_PATH))) };
       if (model === 'lipsync_b') return this.options.lipsyncB.open(source, signal);
-      return this.options.lipsyncC.open(source, signal, use === 'offline' ? { inferTimeoutMs: OFFLINE_INFER_TIMEOUT_MS, warmUp: false } : {});
+      return this.options.lipsyncC.open(source, signal, use === 'offline' ? { inferTimeoutMs: OFFLINE_INFER_TIMEOUT_MS, warmUp: false, maxFramesWaiting: OFFLINE_MAX_FRAMES_WAITING } : {});
     }
     return this.options.pool.open(avatar, model, signal);
   }

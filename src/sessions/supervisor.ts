@@ -404,7 +404,9 @@ export class SessionSupervisor {
     if (this.sweepTimer) clearInterval(this.sweepTimer);
     if (this.orphanTimer) clearInterval(this.orphanTimer);
     this.orphanTimer = null;
-    await Promise.all([...this.live.keys()].map((id) => this.terminate(id, 'service shutting down')));
+    // Teardowns already under way (a DELETE just before shutdown) finish too: their tombstones need the store open.
+    const underway = [...this.closing.values()].map(({ done }) => done.catch(() => undefined));
+    await Promise.all([...[...this.live.keys()].map((id) => this.terminate(id, 'service shutting down')), ...underway]);
   }
 
   /** Starts the orphan check if it is enabled and not running; it stops itself when no session is started. */
