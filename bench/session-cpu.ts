@@ -15,6 +15,7 @@
 import { startBenchService, type BenchService } from './service.ts';
 import { SessionLoad, getJson, round, warmUp, type SessionModel, type WindowResult } from './session-load.ts';
 import { loadAverage, sampleTree } from './proc.ts';
+import { hostProbeMs } from './host-probe.ts';
 
 const WINDOW_S = Number(process.env.BENCH_CPU_WINDOW_S ?? 20);
 /** A new session's first frames run on cold code and the speaking loops need a turn to get going. */
@@ -102,6 +103,8 @@ export async function measureCpuRow(row: CpuRow, sessions = SESSIONS, windowS = 
 
 export async function benchSessionCpu(): Promise<Record<string, unknown>> {
   const out: Record<string, unknown> = { sessions: SESSIONS, window_s: WINDOW_S, load_average_before: loadAverage() };
+  // Before the rows, with nothing of ours running: how fast this host is today (bench/host-probe.ts).
+  out.host_probe_ms = hostProbeMs();
   for (const row of CPU_ROWS) {
     try {
       out[row.key] = await measureCpuRow(row);

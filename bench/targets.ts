@@ -40,7 +40,8 @@ interface TargetSpec {
 const signed = (v: number) => `${v >= 0 ? '+' : ''}${v}`;
 const loadNote = (row: string) => (results: Results) => {
   const load = (results.session_cpu as Record<string, { load_average?: number[] }> | undefined)?.[row]?.load_average;
-  return load ? `load ${load.join(' ')}` : '';
+  const probe = pick(results, ['session_cpu', 'host_probe_ms']);
+  return [load ? `load ${load.join(' ')}` : '', probe === null ? '' : `host probe ${probe} ms`].filter(Boolean).join(', ');
 };
 const p95Note = (step: string, field: string) => (results: Results) => {
   const p95 = pick(results, [step, field, 'p95']);
