@@ -29,6 +29,17 @@ function clientFor(server: FakeKserveServer, options: Partial<KserveClientOption
   return client;
 }
 
+/** A session's batching inference on a connected client, behind a server that takes `delayMs` per inference. */
+async function batchingBehind(delayMs: number, maxFramesWaiting?: number) {
+  const server = await startServer();
+  server.behaviour.inferDelayMs = delayMs;
+  const client = clientFor(server);
+  const connection = await client.connect(never());
+  if (!connection.connected) throw new Error('not connected');
+  const inference = new BatchingKserveInference(client, connection.signature, maxFramesWaiting);
+  return { server, inference, face: batchOf(1, 96).face };
+}
+
 const never = () => new AbortController().signal;
 
 /** `count` items: item i has mel level −4 + i (silence first, then louder) and a face gradient. */
@@ -157,13 +168,7 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
   });
 
   it("a session's frames asked for while the server is slow wait and leave together: fewer, larger requests, never more than 2 at once", async () => {
-    const server = await startServer();
-    server.behaviour.inferDelayMs = 120;
-    const client = clientFor(server);
-    const connection = await client.connect(never());
-    if (!connection.connected) throw new Error('not connected');
-    const inference = new BatchingKserveInference(client, connection.signature);
-    const face = batchOf(1, 96).face;
+    const { server, inference, face } = await batchingBehind(120);
     // One signal for all, as a live renderer's frames share its own.
     const signal = never();
     // One frame every 20 ms (50 fps), as a clock catching up would ask: twice what 2 slots of 120 ms carry one by one.
@@ -186,13 +191,7 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
   });
 
   it('a backlog past MAX_FRAMES_WAITING frames is refused as busy at once, and the frames already taken still arrive', async () => {
-    const server = await startServer();
-    server.behaviour.inferDelayMs = 300;
-    const client = clientFor(server);
-    const connection = await client.connect(never());
-    if (!connection.connected) throw new Error('not connected');
-    const inference = new BatchingKserveInference(client, connection.signature);
-    const face = batchOf(1, 96).face;
+    const { server, inference, face } = await batchingBehind(300);
     const mel = new Float32Array(1280).fill(-1);
     const signal = never();
     const ask = (count: number) => Array.from({ length: count }, () => inference.infer(mel, face, signal));
@@ -210,13 +209,7 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
   });
 
   it("an offline job's three bursts of 16 frames all wait for a slow server (OFFLINE_MAX_FRAMES_WAITING), none refused", async () => {
-    const server = await startServer();
-    server.behaviour.inferDelayMs = 150;
-    const client = clientFor(server);
-    const connection = await client.connect(never());
-    if (!connection.connected) throw new Error('not connected');
-    const inference = new BatchingKserveInference(client, connection.signature, OFFLINE_MAX_FRAMES_WAITING);
-    const face = batchOf(1, 96).face;
+    const { server, inference, face } = await batchingBehind(150, OFFLINE_MAX_FRAMES_WAITING);
     const mel = new Float32Array(1280).fill(-2);
     const bursts: Array<Promise<Float32Array[]>> = [];
     for (let burst = 0; burst < 3; burst++) {
@@ -231,13 +224,7 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
   });
 
   it("one caller's abort fails only its own frames: frames of another signal never share its request", async () => {
-    const server = await startServer();
-    server.behaviour.inferDelayMs = 200;
-    const client = clientFor(server);
-    const connection = await client.connect(never());
-    if (!connection.connected) throw new Error('not connected');
-    const inference = new BatchingKserveInference(client, connection.signature);
-    const face = batchOf(1, 96).face;
+    const { server, inference, face } = await batchingBehind(200);
     const mel = new Float32Array(1280).fill(-1);
     const first = new AbortController();
     const second = new AbortController();
