@@ -12,8 +12,8 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-function frameOf(fill: number, width = 64, height = 48): Uint8Array {
-  return new Uint8Array((width * height * 3) / 2).fill(fill);
+function frameOf(fill: number, width = 64, height = 48): I420Frame {
+  return { width, height, data: new Uint8Array((width * height * 3) / 2).fill(fill) };
 }
 
 describe('UnchangedFrameFilter: a frame repeating the last one sent is not encoded again', () => {
@@ -24,7 +24,7 @@ describe('UnchangedFrameFilter: a frame repeating the last one sent is not encod
     expect(filter.admit(a, 40)).toBe(false);
     expect(filter.admit(frameOf(10), 80)).toBe(false);
     const b = frameOf(10);
-    b[b.length - 1] = 11;
+    b.data[b.data.length - 1] = 11;
     expect(filter.admit(b, 120)).toBe(true);
     expect(filter.admit(frameOf(10), 160)).toBe(true);
     expect(filter.skipped).toBe(2);

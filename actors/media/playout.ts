@@ -6,6 +6,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { CLOSED_MOUTH, type FrameRequest, type I420Frame } from '../render/types.ts';
+import { releaseFrame, retainFrame } from '../render/frame-buffers.ts';
 import { FrameTimeline, type AudioWindow, type MouthSource, type TimedFrameRequest } from './timeline.ts';
 
 export type { MouthSource } from './timeline.ts';
@@ -288,6 +289,8 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     for (const entry of this.outgoing) {
       if (!entry.request.speaking) continue;
       entry.request = { ...entry.request, mouth: CLOSED_MOUTH, level: 0, speaking: false, turnId: null };
+      // The replaced frame will not reach the wire: its wire reference goes (its 'video' one is the send chain's).
+      void entry.frame.then(releaseFrame);
       entry.frame = this.renderRequest(entry.request);
       entry.version++;
     }
@@ -315,6 +318,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     this.dropQueuedAudio();
+    for (const entry of this.rendered.values()) void entry.frame.then(releaseFrame);
     this.rendered.clear();
     this.outgoing = [];
     this.renderer = null;
@@ -383,7 +387,11 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   /** Drops frames rendered ahead whose presentation time is at or after `sample`: they assumed older audio. */
   private invalidateRenderedFrom(sample: number): void {
     // In-flight renders are left to finish and be discarded: aborting could drop a frame already due.
-    for (const idx of [...this.rendered.keys()]) if (this.timeline.frameStart(idx) >= sample) this.rendered.delete(idx);
+    for (const [idx, entry] of [...this.rendered]) {
+      if (this.timeline.frameStart(idx) < sample) continue;
+      this.rendered.delete(idx);
+      void entry.frame.then(releaseFrame);
+    }
   }
 
   private tick(): void {
@@ -410,32 +418,48 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     while (this.timeline.frameStart(this.frameIdx) < this.playedSamples + this.chunkSamples) {
       const idx = this.frameIdx++;
       // Any change to the audio under this frame since it was rendered ahead dropped it, so its request still holds.
-      const { request, frame } = this.rendered.get(idx) ?? this.renderFrame(idx);
+      const { request, frame: renderedFrame } = this.rendered.get(idx) ?? this.renderFrame(idx);
       this.rendered.delete(idx);
+      // From here the frame has two readers, each releasing its reference when done (`frame-buffers.ts`): the
+      // 'video' emission below and the wire (`deliver`), `videoDelayMs` later.
+      const frame = renderedFrame.then((rendered) => {
+        if (rendered) retainFrame(rendered);
+        return rendered;
+      });
       this.timeline.commit(request);
       const ptsSamples = this.timeline.frameStart(idx);
       const ptsMs = request.ptsMs;
       this.outgoing.push({ frameIdx: idx, ptsMs, dueSample: ptsSamples + this.videoDelaySamples, request, frame, version: 0, released: false });
       const frameTurn = request.turnId;
       this.sendChain = this.sendChain.then(() => frame).then((rendered) => {
-        if (!rendered || this.closed) return;
-        const lateMs = this.mediaMs - ptsMs;
-        if (lateMs > 1000 / this.fps) {
-          this.lateFrames++;
-          this.emit('late', lateMs);
+        if (!rendered) return;
+        try {
+          this.sendFrame(rendered, idx, ptsMs, frameTurn);
+        } finally {
+          releaseFrame(rendered);
         }
-        this.sentFrames++;
-        this.emit('video', rendered, idx, ptsMs);
-        // Only while the turn plays: once its audio is out the turn is over for clients (status idle follows).
-        const turn = frameTurn ? this.turns.get(frameTurn) : undefined;
-        const start = turn && !turn.settled ? turn.startSample : null;
-        if (frameTurn && start !== null && start !== undefined) {
-          this.emit('frame', {
-            turnId: frameTurn,
-            frameIdx: idx,
-            ptsMs: Math.max(0, Math.round(ptsMs - (start * 1000) / this.sampleRate)),
-          });
-        }
+      });
+    }
+  }
+
+  /** A frame at its presentation time: late-frame accounting, the 'video' tap and the turn's SSE `frame`. */
+  private sendFrame(rendered: I420Frame, idx: number, ptsMs: number, frameTurn: string | null): void {
+    if (this.closed) return;
+    const lateMs = this.mediaMs - ptsMs;
+    if (lateMs > 1000 / this.fps) {
+      this.lateFrames++;
+      this.emit('late', lateMs);
+    }
+    this.sentFrames++;
+    this.emit('video', rendered, idx, ptsMs);
+    // Only while the turn plays: once its audio is out the turn is over for clients (status idle follows).
+    const turn = frameTurn ? this.turns.get(frameTurn) : undefined;
+    const start = turn && !turn.settled ? turn.startSample : null;
+    if (frameTurn && start !== null && start !== undefined) {
+      this.emit('frame', {
+        turnId: frameTurn,
+        frameIdx: idx,
+        ptsMs: Math.max(0, Math.round(ptsMs - (start * 1000) / this.sampleRate)),
       });
     }
   }
@@ -459,7 +483,11 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     } while (version !== entry.version);
     const at = this.outgoing.indexOf(entry);
     if (at >= 0) this.outgoing.splice(at, 1);
-    if (frame && !this.closed) this.emit('videoOut', frame, entry.frameIdx, entry.ptsMs);
+    try {
+      if (frame && !this.closed) this.emit('videoOut', frame, entry.frameIdx, entry.ptsMs);
+    } finally {
+      releaseFrame(frame);
+    }
   }
 
   private sendAudioChunk(): void {

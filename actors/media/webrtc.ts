@@ -1,4 +1,6 @@
 import wrtc from '@roamhq/wrtc';
+import type { I420Frame } from '../render/types.ts';
+import { releaseFrame, retainFrame } from '../render/frame-buffers.ts';
 
 const { RTCPeerConnection, nonstandard } = wrtc;
 
@@ -18,10 +20,11 @@ export const UNCHANGED_FRAME_REPEAT_MS = 250;
 /**
  * Decides whether a frame goes to the encoder: always when its pixels differ from the last frame sent, else
  * only once `UNCHANGED_FRAME_REPEAT_MS` passed. Comparing 384 KiB (a 512² I420 frame) costs ~30 µs; the
- * encode it saves costs ~2 ms.
+ * encode it saves costs ~2 ms. The last frame sent is held (a reference on a live frame's reused buffer,
+ * `frame-buffers.ts`) until the next one replaces it or `reset`.
  */
 export class UnchangedFrameFilter {
-  private last: Uint8Array | null = null;
+  private last: I420Frame | null = null;
   private lastAt = 0;
   /** Frames not sent because they repeated the last one. */
   skipped = 0;
@@ -29,19 +32,23 @@ export class UnchangedFrameFilter {
   constructor(private readonly repeatMs = UNCHANGED_FRAME_REPEAT_MS) {}
 
   /** True when the frame should be sent (and is then remembered as the last one sent). */
-  admit(data: Uint8Array, now = performance.now()): boolean {
-    const last = this.last;
+  admit(frame: I420Frame, now = performance.now()): boolean {
+    const last = this.last?.data;
+    const data = frame.data;
     if (last && now - this.lastAt < this.repeatMs && (last === data || (last.length === data.length && Buffer.compare(last, data) === 0))) {
       this.skipped++;
       return false;
     }
-    this.last = data;
+    retainFrame(frame);
+    releaseFrame(this.last);
+    this.last = frame;
     this.lastAt = now;
     return true;
   }
 
   /** The next frame goes out whatever it shows (a new peer, a connection that just came up). */
   reset(): void {
+    releaseFrame(this.last);
     this.last = null;
   }
 }
@@ -141,6 +148,7 @@ export class WebRtcOutput {
   private readonly audioSource = new nonstandard.RTCAudioSource();
   private readonly videoSource = new nonstandard.RTCVideoSource();
   private readonly unchanged = new UnchangedFrameFilter();
+  private plainFrame: Uint8Array | null = null;
   private peer: InstanceType<typeof RTCPeerConnection> | null = null;
   private tracks: MediaStreamTrack[] = [];
   private closed = false;
@@ -179,10 +187,20 @@ export class WebRtcOutput {
    * Sends a frame now — unless it repeats the last one sent (`UnchangedFrameFilter`). When frames go out is the
    * media clock's decision (`actors/media/playout.ts`), video delay included.
    */
-  pushVideo(frame: { width: number; height: number; data: Uint8Array }): void {
+  pushVideo(frame: I420Frame): void {
     if (this.closed || !this.peer) return;
-    if (!this.unchanged.admit(frame.data)) return;
-    this.videoSource.onFrame(frame);
+    if (!this.unchanged.admit(frame)) return;
+    this.videoSource.onFrame(frame.data.buffer instanceof SharedArrayBuffer ? this.unshared(frame) : frame);
+  }
+
+  /**
+   * wrtc refuses frames in shared memory (the render pool's reused buffers) and copies every frame it takes
+   * before returning, so one plain buffer per output, rewritten per frame, carries them (~20 µs at 512²).
+   */
+  private unshared(frame: I420Frame): I420Frame {
+    if (this.plainFrame?.length !== frame.data.length) this.plainFrame = new Uint8Array(frame.data.length);
+    this.plainFrame.set(frame.data);
+    return { width: frame.width, height: frame.height, data: this.plainFrame };
   }
 
   /** Frames not sent because they repeated the previous one (an idle avatar between breaths and blinks). */
@@ -222,6 +240,7 @@ export class WebRtcOutput {
     this.closing.abort();
     this.wakeWaitingOffer?.();
     this.closePeer();
+    this.unchanged.reset();
   }
 
   /** One offer/answer exchange; the new peer replaces the current one only once the offer proved answerable. */

@@ -1,7 +1,8 @@
 /**
  * Render pool: piscina worker threads running the renderers. `open()` binds an avatar + model type
  * and returns a handle; `render()` sends frame requests to the workers (large batches are split
- * across threads) and gets I420 frames back as transferred buffers.
+ * across threads) and gets I420 frames back: speech frames in reused shared buffers the caller releases
+ * (`frame-buffers.ts`), others as transferred buffers.
  */
 import { createHash } from 'node:crypto';
 import { readFile, stat } from 'node:fs/promises';
@@ -15,6 +16,8 @@ import { BUNDLE_FRAME_PATH } from './image.ts';
 import { untilAborted } from '../abort.ts';
 import { SharedIdleFrames, idleLookKey } from './idle-frames.ts';
 import { PoolLoad, type PoolLoadSnapshot } from '../pool-load.ts';
+import { FrameBufferPool } from './frame-buffers.ts';
+import { i420Size } from './i420.ts';
 
 export interface RenderHandle {
   readonly width: number;
@@ -54,6 +57,8 @@ export class RenderPool {
   private readonly threads: number;
   /** Idle frames rendered once per avatar and handed to every session showing it (`idle-frames.ts`). */
   readonly idleFrames = new SharedIdleFrames();
+  /** Buffers speech frames are rendered into and given back to once nothing reads them (`frame-buffers.ts`). */
+  readonly frameBuffers = new FrameBufferPool();
   private readonly load: PoolLoad;
   private closed = false;
 
@@ -121,6 +126,7 @@ class PoolRenderHandle implements RenderHandle {
   readonly height: number;
   readonly fps: number;
   private readonly prosody: ProsodyTracker;
+  private readonly frameBytes: number;
   private closed = false;
 
   constructor(
@@ -133,6 +139,7 @@ class PoolRenderHandle implements RenderHandle {
     this.height = avatar.manifest.height;
     this.fps = avatar.manifest.fps;
     this.prosody = new ProsodyTracker(this.fps > 0 ? this.fps : 25);
+    this.frameBytes = i420Size(this.width, this.height);
   }
 
   async render(requests: FrameRequest[], signal?: AbortSignal): Promise<I420Frame[]> {
@@ -155,9 +162,20 @@ class PoolRenderHandle implements RenderHandle {
       missing.push(i);
     }
     if (missing.length > 0) {
-      const rendered = await this.renderOnWorkers(missing.length === annotated.length ? annotated : missing.map((i) => annotated[i]), signal);
+      // Frames of no shared look are this caller's alone: they are rendered into reused buffers and handed out
+      // leased (the caller releases them); a shared idle frame is kept by the cache and never goes back.
+      const targets = missing.map((i) => (looks[i] === null ? this.pool.frameBuffers.take(this.frameBytes) : undefined));
+      const rendered = await this.renderOnWorkers(
+        missing.length === annotated.length ? annotated : missing.map((i) => annotated[i]),
+        targets,
+        signal,
+      );
       missing.forEach((i, k) => {
-        frames[i] = rendered[k];
+        const target = targets[k];
+        const frame = rendered[k];
+        // A frame in shared memory came back as a view of a clone of `target`: same bytes, another object.
+        const intoTarget = target && frame && frame.data.buffer instanceof SharedArrayBuffer;
+        frames[i] = intoTarget ? this.pool.frameBuffers.lease({ width: frame.width, height: frame.height, data: new Uint8Array(target) }, target) : frame;
         const look = looks[i];
         if (look !== null && rendered[k]) this.pool.idleFrames.set(this.cacheKey, look, rendered[k]);
       });
@@ -166,16 +184,16 @@ class PoolRenderHandle implements RenderHandle {
     return frames as I420Frame[];
   }
 
-  private async renderOnWorkers(annotated: FrameRequest[], signal?: AbortSignal): Promise<I420Frame[]> {
+  private async renderOnWorkers(annotated: FrameRequest[], targets: Array<SharedArrayBuffer | undefined>, signal?: AbortSignal): Promise<I420Frame[]> {
     const parts = Math.min(this.pool.threadCount, Math.floor(annotated.length / MIN_FRAMES_PER_SPLIT)) || 1;
     const size = Math.ceil(annotated.length / parts);
-    const chunks: FrameRequest[][] = [];
-    for (let i = 0; i < annotated.length; i += size) chunks.push(annotated.slice(i, i + size));
-    const results = await Promise.all(
-      chunks.map((chunk) =>
-        this.pool.run({ op: 'render', cacheKey: this.cacheKey, avatar: this.avatar, modelType: this.modelType, requests: chunk }, signal),
-      ),
-    );
+    const tasks: RenderTask[] = [];
+    for (let i = 0; i < annotated.length; i += size) {
+      const { cacheKey, avatar, modelType } = this;
+      tasks.push({ op: 'render', cacheKey, avatar, modelType, requests: annotated.slice(i, i + size), targets: targets.slice(i, i + size) });
+    }
+    // A failed or abandoned task's buffers are not given back: its worker may still be writing into them.
+    const results = await Promise.all(tasks.map((task) => this.pool.run(task, signal)));
     return results.flatMap((result) => result.frames);
   }
 

@@ -121,5 +121,9 @@ export interface MouthAnimation {
 export interface Renderer {
   /** Loads and pre-computes everything per avatar (cached mouth regions etc.). */
   prepare(avatar: AvatarSource): Promise<void>;
-  render(request: FrameRequest): I420Frame;
+  /**
+   * One frame. With `target` (a live session's reused buffer, `frame-buffers.ts`) the frame is written into it
+   * when it fits; without one, or when it does not fit, into a new buffer.
+   */
+  render(request: FrameRequest, target?: SharedArrayBuffer): I420Frame;
 }

@@ -22,6 +22,8 @@ export interface RenderTask {
   faceSize?: number;
   /** `neural_compose`: the model's outputs [3, S, S], one per frame. */
   outputs?: Float32Array[];
+  /** `render`: a reused buffer per request to render into (`frame-buffers.ts`); none where a fresh one is wanted. */
+  targets?: Array<SharedArrayBuffer | undefined>;
 }
 
 export interface RenderTaskResult {
@@ -59,11 +61,12 @@ export default async function runRenderTask(task: RenderTask) {
     return move({ [transferableSymbol]: transfer, [valueSymbol]: neural });
   }
   const renderer = await rendererFor(task);
-  const frames = task.op === 'render' ? task.requests.map((request) => renderer.render(request)) : [];
+  const frames = task.op === 'render' ? task.requests.map((request, i) => renderer.render(request, task.targets?.[i])) : [];
   const result: RenderTaskResult = { threadId, frames };
-  // A Transferable wrapper marked movable: every frame buffer goes back in the transfer list, uncopied.
+  // A Transferable wrapper marked movable: every fresh frame buffer goes back in the transfer list, uncopied;
+  // frames rendered into the task's shared buffers need nothing moved.
   return move({
-    [transferableSymbol]: frames.map((frame) => frame.data.buffer),
+    [transferableSymbol]: frames.map((frame) => frame.data.buffer).filter((buffer) => buffer instanceof ArrayBuffer),
     [valueSymbol]: result,
   });
 }

@@ -1,5 +1,6 @@
 import type { I420Frame } from '../../actors/render/types.ts';
 import { Mp4Encoder } from './encoder.ts';
+import { isPooledFrame } from '../../actors/render/frame-buffers.ts';
 
 /**
  * What a recording taps: the session's media clock and its frame size. It records the frames and audio chunks the
@@ -180,7 +181,10 @@ export class ClockRecorder {
       for (const wake of this.firstFrameWaiters.splice(0)) wake();
     }
     if (frameIdx <= this.lastIdx) return; // already covered by a repeated frame
-    const data = frame.width === this.media.width && frame.height === this.media.height ? frame.data : this.lastFrame;
+    // A live frame's buffer is reused once the clock is done with it (`frame-buffers.ts`), while the recorder keeps
+    // this one as its last frame and on the encoder's pipe: keep a copy.
+    const fits = frame.width === this.media.width && frame.height === this.media.height;
+    const data = fits ? (isPooledFrame(frame) ? frame.data.slice() : frame.data) : this.lastFrame;
     if (!data) return;
     // Frames the clock dropped (failed renders) were never shown; the viewer kept the previous one.
     while (this.lastIdx < frameIdx - 1 && this.lastFrame) {

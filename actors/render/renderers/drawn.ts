@@ -4,6 +4,7 @@
  * quantised pose) and eyelids (per blink step). A frame is then a copy of a cached base plus small
  * blends — or, for rt_head, one rotated/shifted composite of the head layer.
  */
+import { frameFromBase } from '../frame-buffers.ts';
 import type { AvatarSource, FrameRequest, I420Frame, Renderer } from '../types.ts';
 import { rgbaToI420 } from '../i420.ts';
 import { rasteriseSvg, type RgbaImage } from '../image.ts';
@@ -214,11 +215,11 @@ export abstract class DrawnRenderer implements Renderer {
     return breathStepAt(frameIdx, this.fps);
   }
 
-  render(request: FrameRequest): I420Frame {
+  render(request: FrameRequest, target?: SharedArrayBuffer): I420Frame {
     if (!this.geometry || this.bases.length === 0) throw new Error('drawn renderer used before prepare');
     const step = this.breathStep(request.frameIdx);
     const base = this.bases[step];
-    const frame: I420Frame = { width: base.width, height: base.height, data: base.data.slice() };
+    const frame = frameFromBase(base, target);
     const mouthKey = this.mouthKey(request);
     const blink = blinkStepAt(request.frameIdx, this.fps);
     if (!this.movesHead) {

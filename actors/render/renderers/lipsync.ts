@@ -11,6 +11,7 @@
  * way, so a frame is a copy of the base I420 plus one or two small patches.
  * Without `animation` the renderer serves the still image.
  */
+import { frameFromBase } from '../frame-buffers.ts';
 import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, Renderer } from '../types.ts';
 import { rgbaToI420 } from '../i420.ts';
 import { loadBundleFrame, type RgbaImage } from '../image.ts';
@@ -210,9 +211,9 @@ export class LipsyncRenderer implements Renderer {
     return this.animation !== null;
   }
 
-  render(request: FrameRequest): I420Frame {
+  render(request: FrameRequest, target?: SharedArrayBuffer): I420Frame {
     if (!this.base) throw new Error('LipsyncRenderer.render called before prepare');
-    const frame: I420Frame = { width: this.base.width, height: this.base.height, data: this.base.data.slice() };
+    const frame = frameFromBase(this.base, target);
     if (!this.animation) return frame;
     const open = quantise(request.mouth.open, OPEN_STEPS);
     const wide = quantise(request.mouth.wide, SHAPE_STEPS);

@@ -3,6 +3,7 @@
  * index, pts, an audio level bar, a mouth-open bar and a machine-readable timecode strip
  * (`../timecode.ts`) that survives lossy video coding.
  */
+import { frameFromBase } from '../frame-buffers.ts';
 import type { AvatarSource, FrameRequest, I420Frame, Renderer } from '../types.ts';
 import { rgbaToI420 } from '../i420.ts';
 import { loadBundleFrame } from '../image.ts';
@@ -21,9 +22,9 @@ export class MockRenderer implements Renderer {
     this.base = rgbaToI420(image.data, image.width, image.height);
   }
 
-  render(request: FrameRequest): I420Frame {
+  render(request: FrameRequest, target?: SharedArrayBuffer): I420Frame {
     if (!this.base) throw new Error('MockRenderer.render called before prepare');
-    const frame: I420Frame = { width: this.base.width, height: this.base.height, data: this.base.data.slice() };
+    const frame = frameFromBase(this.base, target);
     const { width, height } = frame;
     encodeTimecode(frame, request.frameIdx, request.ptsMs);
 

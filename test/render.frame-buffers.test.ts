@@ -1,0 +1,141 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import pino from 'pino';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { FrameBufferPool, MAX_FREE_FRAME_BUFFERS, isPooledFrame, releaseFrame, retainFrame } from '../actors/render/frame-buffers.ts';
+import { RenderPool } from '../actors/render/pool.ts';
+import { decodeTimecode } from '../actors/render/timecode.ts';
+import type { AvatarManifest, AvatarSource, I420Frame } from '../actors/render/types.ts';
+import { SessionMedia } from '../src/sessions/media.ts';
+import { SessionBus } from '../src/sessions/session-bus.ts';
+import { ReceivingPeer } from './helpers/peer.ts';
+import { request } from './render.fixtures.ts';
+
+const SAMPLE_RATE = 16_000;
+
+async function avatar(id: string): Promise<AvatarSource> {
+  const dir = path.join(import.meta.dirname, '..', 'avatars', id);
+  const manifest: AvatarManifest = JSON.parse(await fs.readFile(path.join(dir, 'manifest.json'), 'utf8'));
+  return { id, dir, manifest };
+}
+
+function tone(ms: number, hz = 300): Int16Array {
+  const pcm = new Int16Array(Math.round((ms * SAMPLE_RATE) / 1000));
+  for (let i = 0; i < pcm.length; i++) pcm[i] = Math.round(9000 * Math.sin((2 * Math.PI * hz * i) / SAMPLE_RATE));
+  return pcm;
+}
+const talking = (durationMs: number) => ({ durationMs, poseAt: () => ({ open: 0.7, wide: 0.2, round: 0 }), levelAt: () => 0.6 });
+
+function plainFrame(bytes: number): I420Frame {
+  return { width: 4, height: 4, data: new Uint8Array(bytes) };
+}
+
+describe('frame buffer pool: a buffer goes back only when its last reader lets go', () => {
+  it('reuses a buffer after the one reference is released, not before', () => {
+    const pool = new FrameBufferPool();
+    const first = pool.take(24);
+    const frame = pool.lease(plainFrame(24), first);
+    expect(pool.take(24)).not.toBe(first);
+    releaseFrame(frame);
+    expect(pool.take(24)).toBe(first);
+    expect([pool.allocated, pool.reused]).toEqual([2, 1]);
+  });
+
+  it('with two readers, the buffer returns after both release, and a late retain is refused', () => {
+    const pool = new FrameBufferPool();
+    const buffer = pool.take(24);
+    const frame = pool.lease(plainFrame(24), buffer);
+    retainFrame(frame);
+    releaseFrame(frame);
+    expect(pool.freeCount).toBe(0);
+    releaseFrame(frame);
+    expect(pool.freeCount).toBe(1);
+    // A second release by a holder that already let go changes nothing.
+    releaseFrame(frame);
+    expect(pool.freeCount).toBe(1);
+    expect(() => retainFrame(frame)).toThrow(/already released/);
+  });
+
+  it('keeps at most the bound of free buffers per size; plain frames are not pooled', () => {
+    const pool = new FrameBufferPool(3);
+    const frames = Array.from({ length: 5 }, () => pool.lease(plainFrame(8), pool.take(8)));
+    for (const frame of frames) releaseFrame(frame);
+    expect(pool.freeCount).toBe(3);
+    const plain = plainFrame(8);
+    expect(isPooledFrame(plain)).toBe(false);
+    retainFrame(plain);
+    releaseFrame(plain);
+    expect(MAX_FREE_FRAME_BUFFERS).toBeGreaterThanOrEqual(24);
+  });
+});
+
+describe('render pool: speech frames are rendered into reused buffers', () => {
+  const pool = new RenderPool({ threads: 2 });
+  afterAll(() => pool.close());
+
+  it('frames of no shared look come back leased, in shared memory, identical to fresh ones', async () => {
+    const handle = await pool.open(await avatar('demo-rt'), 'mock');
+    const frames = await handle.render(Array.from({ length: 8 }, (_, i) => request(500 + i, { speaking: true })));
+    expect(frames.every(isPooledFrame)).toBe(true);
+    expect(frames.every((frame) => frame.data.buffer instanceof SharedArrayBuffer)).toBe(true);
+    expect(frames.map((frame) => decodeTimecode(frame)?.frameIdx)).toEqual([500, 501, 502, 503, 504, 505, 506, 507]);
+    for (const frame of frames) releaseFrame(frame);
+    const allocated = pool.frameBuffers.allocated;
+    const again = await handle.render(Array.from({ length: 8 }, (_, i) => request(600 + i, { speaking: true })));
+    // The eight released buffers carried the next eight frames, each with its own pixels.
+    expect(pool.frameBuffers.allocated).toBe(allocated);
+    expect(again.map((frame) => decodeTimecode(frame)?.frameIdx)).toEqual([600, 601, 602, 603, 604, 605, 606, 607]);
+  });
+
+  it('shared idle frames (rt looks) are never leased: the cache keeps them', async () => {
+    const handle = await pool.open(await avatar('demo-rt'), 'rt');
+    const [idle] = await handle.render([request(3)]);
+    expect(isPooledFrame(idle)).toBe(false);
+    const [speech] = await handle.render([request(4, { speaking: true, mouth: { open: 0.6, wide: 0, round: 0 } })]);
+    expect(isPooledFrame(speech)).toBe(true);
+    releaseFrame(speech);
+  });
+});
+
+describe('a live session reuses its frame buffers and the viewer still sees every frame as rendered', () => {
+  const pool = new RenderPool({ threads: 1 });
+  const cleanups: Array<() => unknown> = [];
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  });
+  afterAll(() => pool.close());
+
+  it('3 s of speech through a wrtc peer: timecodes arrive in order and a handful of buffers carry all frames', async () => {
+    const renderer = await pool.open(await avatar('demo-rt'), 'mock');
+    const media = new SessionMedia({
+      renderer,
+      sampleRate: SAMPLE_RATE,
+      iceServers: [],
+      videoDelayMs: 120,
+      bus: new SessionBus(),
+      logger: pino({ level: 'silent' }),
+    });
+    cleanups.push(() => media.playout.close(), () => media.output.close());
+    const peer = await ReceivingPeer.connectWith((offer) => media.output.answer(offer.sdp));
+    cleanups.push(() => peer.close());
+    media.start();
+    await peer.until(() => peer.frames.length >= 5, 10_000, 'first frames at the receiver');
+
+    const before = { allocated: pool.frameBuffers.allocated, reused: pool.frameBuffers.reused };
+    const firstReceived = peer.frames.length;
+    media.enqueue('turn-1', tone(3_000), talking(3_000));
+    await new Promise((resolve) => setTimeout(resolve, 3_300));
+
+    const rendered = pool.frameBuffers.allocated - before.allocated + pool.frameBuffers.reused - before.reused;
+    expect(rendered).toBeGreaterThan(60);
+    // Two rendered ahead, ~3 held for the video delay, the filter's last one: a handful, not one per frame.
+    expect(pool.frameBuffers.allocated - before.allocated).toBeLessThanOrEqual(12);
+    const indices = peer.frames
+      .slice(firstReceived)
+      .map((frame) => decodeTimecode(frame)?.frameIdx)
+      .filter((idx): idx is number => idx !== undefined);
+    expect(indices.length).toBeGreaterThan(50);
+    // A buffer reused too early would show a later frame's timecode before an earlier one, or repeat one.
+    for (let i = 1; i < indices.length; i++) expect(indices[i]).toBeGreaterThan(indices[i - 1]);
+  }, 30_000);
+});
