@@ -74,7 +74,7 @@ describe('render pool: speech frames are rendered into reused buffers', () => {
   afterAll(() => pool.close());
 
   it('frames of no shared look come back leased, in shared memory, identical to fresh ones', async () => {
-    const handle = await pool.open(await avatar('demo-rt'), 'mock');
+    const handle = await pool.open(await avatar('demo-rt'), 'mock', undefined, { reuseFrameBuffers: true });
     const frames = await handle.render(Array.from({ length: 8 }, (_, i) => request(500 + i, { speaking: true })));
     expect(frames.every(isPooledFrame)).toBe(true);
     expect(frames.every((frame) => frame.data.buffer instanceof SharedArrayBuffer)).toBe(true);
@@ -88,12 +88,19 @@ describe('render pool: speech frames are rendered into reused buffers', () => {
   });
 
   it('shared idle frames (rt looks) are never leased: the cache keeps them', async () => {
-    const handle = await pool.open(await avatar('demo-rt'), 'rt');
+    const handle = await pool.open(await avatar('demo-rt'), 'rt', undefined, { reuseFrameBuffers: true });
     const [idle] = await handle.render([request(3)]);
     expect(isPooledFrame(idle)).toBe(false);
     const [speech] = await handle.render([request(4, { speaking: true, mouth: { open: 0.6, wide: 0, round: 0 } })]);
     expect(isPooledFrame(speech)).toBe(true);
     releaseFrame(speech);
+  });
+
+  it('without the option (offline jobs, fallbacks) frames are plain: nobody has to release them', async () => {
+    const handle = await pool.open(await avatar('demo-rt'), 'mock');
+    const frames = await handle.render([request(7, { speaking: true }), request(8, { speaking: true })]);
+    expect(frames.some(isPooledFrame)).toBe(false);
+    expect(frames.every((frame) => frame.data.buffer instanceof ArrayBuffer)).toBe(true);
   });
 });
 
@@ -106,7 +113,7 @@ describe('a live session reuses its frame buffers and the viewer still sees ever
   afterAll(() => pool.close());
 
   it('3 s of speech through a wrtc peer: timecodes arrive in order and a handful of buffers carry all frames', async () => {
-    const renderer = await pool.open(await avatar('demo-rt'), 'mock');
+    const renderer = await pool.open(await avatar('demo-rt'), 'mock', undefined, { reuseFrameBuffers: true });
     const media = new SessionMedia({
       renderer,
       sampleRate: SAMPLE_RATE,

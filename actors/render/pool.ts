@@ -82,14 +82,20 @@ export class RenderPool {
     return this.piscina.threads;
   }
 
-  async open(source: AvatarSource, modelType: ModelType, signal?: AbortSignal): Promise<RenderHandle> {
+  /**
+   * `reuseFrameBuffers`: speech frames come back leased from `frameBuffers`, for a caller that releases every
+   * frame it is done with (the live media clock). Off for anyone else (offline jobs, fallbacks, tests): shared
+   * memory is invisible to V8's heap accounting, so frames nobody releases at an offline job's pace would pile
+   * up until some unrelated collection.
+   */
+  async open(source: AvatarSource, modelType: ModelType, signal?: AbortSignal, options: { reuseFrameBuffers?: boolean } = {}): Promise<RenderHandle> {
     if (this.closed) throw new Error('render pool is closed');
     const avatar: AvatarSource = { ...source, framePng: source.framePng ?? (await readShared(join(source.dir, BUNDLE_FRAME_PATH))) };
     const cacheKey = [avatar.id, avatar.manifest.version, modelType, await contentStamp(avatar)].join('|');
     const prepare: RenderTask = { op: 'prepare', cacheKey, avatar, modelType, requests: [] };
     // Fails fast on unknown model types or unreadable bundles, and warms one worker.
     await this.run(prepare, signal);
-    return new PoolRenderHandle(this, avatar, modelType, cacheKey);
+    return new PoolRenderHandle(this, avatar, modelType, cacheKey, options.reuseFrameBuffers ?? false);
   }
 
   /** @internal used by handles */
@@ -134,6 +140,7 @@ class PoolRenderHandle implements RenderHandle {
     private readonly avatar: AvatarSource,
     private readonly modelType: ModelType,
     private readonly cacheKey: string,
+    private readonly reuseFrameBuffers: boolean,
   ) {
     this.width = avatar.manifest.width;
     this.height = avatar.manifest.height;
@@ -164,7 +171,8 @@ class PoolRenderHandle implements RenderHandle {
     if (missing.length > 0) {
       // Frames of no shared look are this caller's alone: they are rendered into reused buffers and handed out
       // leased (the caller releases them); a shared idle frame is kept by the cache and never goes back.
-      const targets = missing.map((i) => (looks[i] === null ? this.pool.frameBuffers.take(this.frameBytes) : undefined));
+      const reuse = this.reuseFrameBuffers;
+      const targets = missing.map((i) => (reuse && looks[i] === null ? this.pool.frameBuffers.take(this.frameBytes) : undefined));
       const rendered = await this.renderOnWorkers(
         missing.length === annotated.length ? annotated : missing.map((i) => annotated[i]),
         targets,

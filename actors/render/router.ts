@@ -35,6 +35,7 @@ export class RendererRouter {
       if (model === 'lipsync_b') return this.options.lipsyncB.open(source, signal);
       return this.options.lipsyncC.open(source, signal, use === 'offline' ? { inferTimeoutMs: OFFLINE_INFER_TIMEOUT_MS, warmUp: false, maxFramesWaiting: OFFLINE_MAX_FRAMES_WAITING } : {});
     }
-    return this.options.pool.open(avatar, model, signal);
+    // A live session's clock releases every frame it is done with, so its frames may reuse buffers.
+    return this.options.pool.open(avatar, model, signal, { reuseFrameBuffers: use === 'live' });
   }
 }
