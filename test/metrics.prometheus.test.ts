@@ -119,6 +119,8 @@ describe('GET /metrics (Prometheus text from prom-client)', () => {
       avatar_interrupt_to_silence_seconds: 'histogram',
       avatar_frames_sent_total: 'counter',
       avatar_frames_late_total: 'counter',
+      avatar_frame_buffers_outstanding: 'gauge',
+      avatar_frame_buffers_free: 'gauge',
       avatar_pool_threads: 'gauge',
       avatar_pool_busy_threads: 'gauge',
       avatar_pool_utilization: 'gauge',

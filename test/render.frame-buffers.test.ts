@@ -2,7 +2,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { FrameBufferPool, MAX_FREE_FRAME_BUFFERS, isPooledFrame, releaseFrame, retainFrame } from '../actors/render/frame-buffers.ts';
+import { FrameBufferPool, MAX_FRAME_BUFFERS, isPooledFrame, releaseFrame, retainFrame } from '../actors/render/frame-buffers.ts';
 import { RenderPool } from '../actors/render/pool.ts';
 import { decodeTimecode } from '../actors/render/timecode.ts';
 import type { AvatarManifest, AvatarSource, I420Frame } from '../actors/render/types.ts';
@@ -37,8 +37,9 @@ describe('frame buffer pool: a buffer goes back only when its last reader lets g
     const frame = pool.lease(plainFrame(24), first);
     expect(pool.take(24)).not.toBe(first);
     releaseFrame(frame);
+    expect(pool.outstanding).toBe(1);
     expect(pool.take(24)).toBe(first);
-    expect([pool.allocated, pool.reused]).toEqual([2, 1]);
+    expect([pool.allocated, pool.reused, pool.outstanding]).toEqual([2, 1, 2]);
   });
 
   it('with two readers, the buffer returns after both release, and a late retain is refused', () => {
@@ -56,16 +57,32 @@ describe('frame buffer pool: a buffer goes back only when its last reader lets g
     expect(() => retainFrame(frame)).toThrow(/already released/);
   });
 
-  it('keeps at most the bound of free buffers per size; plain frames are not pooled', () => {
-    const pool = new FrameBufferPool(3);
+  it('keeps every buffer it made for the next frame; plain frames are not pooled', () => {
+    const pool = new FrameBufferPool();
     const frames = Array.from({ length: 5 }, () => pool.lease(plainFrame(8), pool.take(8)));
     for (const frame of frames) releaseFrame(frame);
-    expect(pool.freeCount).toBe(3);
+    expect([pool.freeCount, pool.outstanding]).toEqual([5, 0]);
+    for (let i = 0; i < 5; i++) pool.take(8);
+    expect([pool.allocated, pool.reused, pool.freeCount]).toEqual([5, 5, 0]);
     const plain = plainFrame(8);
     expect(isPooledFrame(plain)).toBe(false);
     retainFrame(plain);
     releaseFrame(plain);
-    expect(MAX_FREE_FRAME_BUFFERS).toBeGreaterThanOrEqual(24);
+  });
+
+  it('makes at most its bound of buffers, lent and free together; a free one of the size can always be lent', () => {
+    const pool = new FrameBufferPool(2);
+    pool.take(8);
+    expect(pool.canLend(8)).toBe(true);
+    const second = pool.take(8);
+    expect(pool.canLend(8)).toBe(false);
+    pool.give(second);
+    expect(pool.canLend(8)).toBe(true);
+    // A free buffer of another size does not make room for this one.
+    expect(pool.canLend(16)).toBe(false);
+    pool.abandon(pool.take(8));
+    expect(pool.canLend(16)).toBe(true);
+    expect(MAX_FRAME_BUFFERS).toBeGreaterThanOrEqual(128);
   });
 });
 
@@ -144,5 +161,14 @@ describe('a live session reuses its frame buffers and the viewer still sees ever
     expect(indices.length).toBeGreaterThan(50);
     // A buffer reused too early would show a later frame's timecode before an earlier one, or repeat one.
     for (let i = 1; i < indices.length; i++) expect(indices[i]).toBeGreaterThan(indices[i - 1]);
+
+    // Closing mid-speech gives every buffer back: rendered ahead, held for the wire, the filter's last frame.
+    media.enqueue('turn-2', tone(2_000), talking(2_000));
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(pool.frameBuffers.outstanding).toBeGreaterThan(0);
+    media.playout.close();
+    media.output.close();
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(pool.frameBuffers.outstanding).toBe(0);
   }, 30_000);
 });

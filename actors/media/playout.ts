@@ -318,8 +318,11 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     this.dropQueuedAudio();
+    // Every frame still held goes back now (reused buffers are shared memory, which the garbage collector does
+    // not count: one left to it can wait long). Frames already on their way to the wire release in `deliver`.
     for (const entry of this.rendered.values()) void entry.frame.then(releaseFrame);
     this.rendered.clear();
+    for (const entry of this.outgoing) if (!entry.released) void entry.frame.then(releaseFrame);
     this.outgoing = [];
     this.renderer = null;
     for (const resolve of this.roomWaiters.splice(0)) resolve();

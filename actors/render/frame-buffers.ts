@@ -9,19 +9,22 @@
  * Ownership is a reference count on the frame (`FrameLease`): the render pool hands the frame out holding
  * one reference; whoever keeps the frame beyond the call that gave it to them takes another (`retainFrame`)
  * and drops it when done (`releaseFrame`). The buffer goes back to the free list when the count reaches
- * zero, and only then may a worker write into it again. A holder that forgets to release costs one reuse
- * (the buffer is collected as garbage like before); releasing what one does not hold would show another
+ * zero, and only then may a worker write into it again. A holder that forgets to release loses the buffer to
+ * the garbage collector, which does not count shared memory, so it may linger (`outstanding` shows it); releasing what one does not hold would show another
  * frame's pixels, so only the clock and the WebRTC output's unchanged-frame filter hold pooled frames, and
  * every other consumer copies what it keeps (the recorder) or keeps nothing (events, metrics).
  */
 import type { I420Frame } from './types.ts';
 
 /**
- * Free buffers kept per frame size. A live session holds ~6–8 frames at once (2 rendered ahead, ~3 held for
- * the video delay, the filter's last one); this covers a dozen sessions of one size, and past it a released
- * buffer is left to the garbage collector, so an idle service keeps at most this many (~18 MiB at 512²).
+ * Buffers a pool makes at most, lent and free together; past it frames are rendered into fresh buffers again.
+ * A dozen live sessions hold ~100 (each ~6–8: 2 rendered ahead, ~3 held for the video delay, the filter's last
+ * one). A buffer, once made, is kept for the next frame rather than dropped: shared memory is invisible to V8's
+ * heap accounting, so a dropped one lingers until some unrelated full collection (measured: +41 MiB of RSS over
+ * `test/leak.cycles.test.ts`'s 200 cycles with a free list of 16, −8 MiB keeping them all). So a pool holds its
+ * high-water mark of concurrent frames, at most this many (96 MiB at 512²).
  */
-export const MAX_FREE_FRAME_BUFFERS = 48;
+export const MAX_FRAME_BUFFERS = 256;
 
 /** A pooled frame's reference count and the buffer it returns. */
 export class FrameLease {
@@ -70,15 +73,28 @@ export function isPooledFrame(frame: I420Frame): boolean {
 /** Free shared buffers by byte size (main thread; workers only write into what a task hands them). */
 export class FrameBufferPool {
   private readonly free = new Map<number, SharedArrayBuffer[]>();
+  private freeTotal = 0;
   /** Buffers handed out that came from the free list, and ones newly allocated (metrics, tests). */
   reused = 0;
   allocated = 0;
+  /**
+   * Buffers taken and not given back: frames being rendered or read. Returning to 0 when sessions close is how
+   * the tests and `avatar_frame_buffers_outstanding` show that no holder forgets one.
+   */
+  outstanding = 0;
 
-  constructor(private readonly maxFreePerSize = MAX_FREE_FRAME_BUFFERS) {}
+  constructor(private readonly maxBuffers = MAX_FRAME_BUFFERS) {}
+
+  /** Whether a buffer of this size can be lent: a free one, or room to make one (`MAX_FRAME_BUFFERS`). */
+  canLend(bytes: number): boolean {
+    return (this.free.get(bytes)?.length ?? 0) > 0 || this.outstanding + this.freeTotal < this.maxBuffers;
+  }
 
   take(bytes: number): SharedArrayBuffer {
+    this.outstanding++;
     const buffer = this.free.get(bytes)?.pop();
     if (buffer) {
+      this.freeTotal--;
       this.reused++;
       return buffer;
     }
@@ -87,9 +103,16 @@ export class FrameBufferPool {
   }
 
   give(buffer: SharedArrayBuffer): void {
+    this.outstanding--;
     let list = this.free.get(buffer.byteLength);
     if (!list) this.free.set(buffer.byteLength, (list = []));
-    if (list.length < this.maxFreePerSize) list.push(buffer);
+    list.push(buffer);
+    this.freeTotal++;
+  }
+
+  /** A buffer that will never come back (its render failed or was abandoned; a worker may still write into it). */
+  abandon(_buffer: SharedArrayBuffer): void {
+    this.outstanding--;
   }
 
   /** A frame rendered into `buffer`, holding the one reference its receiver owns. */
@@ -98,9 +121,7 @@ export class FrameBufferPool {
   }
 
   get freeCount(): number {
-    let count = 0;
-    for (const list of this.free.values()) count += list.length;
-    return count;
+    return this.freeTotal;
   }
 }
 

@@ -171,19 +171,25 @@ class PoolRenderHandle implements RenderHandle {
     if (missing.length > 0) {
       // Frames of no shared look are this caller's alone: they are rendered into reused buffers and handed out
       // leased (the caller releases them); a shared idle frame is kept by the cache and never goes back.
-      const reuse = this.reuseFrameBuffers;
-      const targets = missing.map((i) => (reuse && looks[i] === null ? this.pool.frameBuffers.take(this.frameBytes) : undefined));
-      const rendered = await this.renderOnWorkers(
-        missing.length === annotated.length ? annotated : missing.map((i) => annotated[i]),
-        targets,
-        signal,
-      );
+      const buffers = this.pool.frameBuffers;
+      const targets = missing.map((i) => (this.reuseFrameBuffers && looks[i] === null && buffers.canLend(this.frameBytes) ? buffers.take(this.frameBytes) : undefined));
+      let rendered: I420Frame[];
+      try {
+        rendered = await this.renderOnWorkers(missing.length === annotated.length ? annotated : missing.map((i) => annotated[i]), targets, signal);
+      } catch (error) {
+        for (const target of targets) if (target) this.pool.frameBuffers.abandon(target);
+        throw error;
+      }
       missing.forEach((i, k) => {
         const target = targets[k];
         const frame = rendered[k];
         // A frame in shared memory came back as a view of a clone of `target`: same bytes, another object.
         const intoTarget = target && frame && frame.data.buffer instanceof SharedArrayBuffer;
-        frames[i] = intoTarget ? this.pool.frameBuffers.lease({ width: frame.width, height: frame.height, data: new Uint8Array(target) }, target) : frame;
+        if (intoTarget) frames[i] = this.pool.frameBuffers.lease({ width: frame.width, height: frame.height, data: new Uint8Array(target) }, target);
+        else {
+          if (target) this.pool.frameBuffers.abandon(target);
+          frames[i] = frame;
+        }
         const look = looks[i];
         if (look !== null && rendered[k]) this.pool.idleFrames.set(this.cacheKey, look, rendered[k]);
       });

@@ -27,6 +27,8 @@ export interface MetricsSources {
   /** Frames of the live sessions so far (sessions that ended are added when they end). */
   liveFrames(): { sent: number; late: number; peers: number };
   pools(): Record<string, PoolLoadSnapshot>;
+  /** The render pool's reused frame buffers (`actors/render/frame-buffers.ts`). */
+  frameBuffers?(): { outstanding: number; free: number };
 }
 
 /** A session's frame counters, read when it ends so the service totals never go backwards. */
@@ -160,6 +162,22 @@ export class ServiceMetrics {
           for (const [pool, load] of pools()) this.set({ pool }, value(load));
         },
       });
+    new Gauge({
+      name: `${p}frame_buffers_outstanding`,
+      help: 'Reused frame buffers being rendered into or read now; back at its resting level when no session speaks (a rising floor is a holder that forgets to release)',
+      registers,
+      collect() {
+        this.set(sources()?.frameBuffers?.().outstanding ?? 0);
+      },
+    });
+    new Gauge({
+      name: `${p}frame_buffers_free`,
+      help: 'Reused frame buffers kept for the next frames (with those lent, at most MAX_FRAME_BUFFERS)',
+      registers,
+      collect() {
+        this.set(sources()?.frameBuffers?.().free ?? 0);
+      },
+    });
     poolGauge('pool_threads', 'Worker threads of a pool (render, inference)', (l) => l.threads);
     poolGauge('pool_busy_threads', 'Worker threads running a task now', (l) => l.busy);
     poolGauge('pool_utilization', 'Busy threads / threads now (use rate(avatar_pool_busy_seconds_total) / threads for a window)', (l) => l.busy / l.threads);
