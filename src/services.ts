@@ -161,7 +161,10 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
       if (inferencePool) pools.inference = inferencePool.loadSnapshot;
       return pools;
     },
-    frameBuffers: () => ({ outstanding: renderPool.frameBuffers.outstanding, free: renderPool.frameBuffers.freeCount }),
+    frameBuffers: () => {
+      const buffers = renderPool.frameBuffers;
+      return { outstanding: buffers.outstanding, free: buffers.freeCount, overReleases: buffers.overReleases };
+    },
   });
   await supervisor.recover();
   // Load the built-in speech engines now (in their engine process) so the first speak does not pay for WASM compilation.

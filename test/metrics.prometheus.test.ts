@@ -121,6 +121,7 @@ describe('GET /metrics (Prometheus text from prom-client)', () => {
       avatar_frames_late_total: 'counter',
       avatar_frame_buffers_outstanding: 'gauge',
       avatar_frame_buffers_free: 'gauge',
+      avatar_frame_buffers_over_released_total: 'counter',
       avatar_pool_threads: 'gauge',
       avatar_pool_busy_threads: 'gauge',
       avatar_pool_utilization: 'gauge',

@@ -3,9 +3,10 @@ import path from 'node:path';
 import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { FrameBufferPool, MAX_FRAME_BUFFERS, isPooledFrame, releaseFrame, retainFrame } from '../actors/render/frame-buffers.ts';
+import { PlayoutClock, type FrameRenderer } from '../actors/media/playout.ts';
 import { RenderPool } from '../actors/render/pool.ts';
 import { decodeTimecode } from '../actors/render/timecode.ts';
-import type { AvatarManifest, AvatarSource, I420Frame } from '../actors/render/types.ts';
+import type { AvatarManifest, AvatarSource, FrameRequest, I420Frame } from '../actors/render/types.ts';
 import { SessionMedia } from '../src/sessions/media.ts';
 import { SessionBus } from '../src/sessions/session-bus.ts';
 import { ReceivingPeer } from './helpers/peer.ts';
@@ -51,9 +52,9 @@ describe('frame buffer pool: a buffer goes back only when its last reader lets g
     expect(pool.freeCount).toBe(0);
     releaseFrame(frame);
     expect(pool.freeCount).toBe(1);
-    // A second release by a holder that already let go changes nothing.
+    // A second release by a holder that already let go changes nothing, and is counted as the bug it is.
     releaseFrame(frame);
-    expect(pool.freeCount).toBe(1);
+    expect([pool.freeCount, pool.overReleases]).toEqual([1, 1]);
     expect(() => retainFrame(frame)).toThrow(/already released/);
   });
 
@@ -70,19 +71,30 @@ describe('frame buffer pool: a buffer goes back only when its last reader lets g
     releaseFrame(plain);
   });
 
-  it('makes at most its bound of buffers, lent and free together; a free one of the size can always be lent', () => {
+  it('makes at most its bound of buffers, lent and free together; an abandoned one makes room again', () => {
     const pool = new FrameBufferPool(2);
     pool.take(8);
     expect(pool.canLend(8)).toBe(true);
     const second = pool.take(8);
     expect(pool.canLend(8)).toBe(false);
-    pool.give(second);
-    expect(pool.canLend(8)).toBe(true);
-    // A free buffer of another size does not make room for this one.
     expect(pool.canLend(16)).toBe(false);
-    pool.abandon(pool.take(8));
-    expect(pool.canLend(16)).toBe(true);
+    pool.abandon(second);
+    expect([pool.outstanding, pool.canLend(16)]).toEqual([1, true]);
     expect(MAX_FRAME_BUFFERS).toBeGreaterThanOrEqual(128);
+  });
+
+  it('at its bound, drops a free buffer of another size for a new one (an avatar of another size took over)', () => {
+    const pool = new FrameBufferPool(2);
+    pool.give(pool.take(8));
+    pool.give(pool.take(8));
+    const [a, b] = [pool.take(8), pool.take(8)];
+    pool.give(a);
+    pool.give(b);
+    expect([pool.freeCount, pool.canLend(16)]).toEqual([2, true]);
+    pool.take(16);
+    expect([pool.freeCount, pool.outstanding, pool.canLend(16)]).toEqual([1, 1, true]);
+    pool.take(16);
+    expect([pool.freeCount, pool.outstanding, pool.canLend(16)]).toEqual([0, 2, false]);
   });
 });
 
@@ -171,4 +183,45 @@ describe('a live session reuses its frame buffers and the viewer still sees ever
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(pool.frameBuffers.outstanding).toBe(0);
   }, 30_000);
+});
+
+/** Leases every frame from its own pool and stamps the frame index into the first byte. */
+class LeasingRenderer implements FrameRenderer {
+  readonly width = 16;
+  readonly height = 16;
+  readonly fps = 25;
+  readonly buffers = new FrameBufferPool();
+
+  async render(requests: FrameRequest[]): Promise<I420Frame[]> {
+    return requests.map((request) => {
+      const buffer = this.buffers.take(384);
+      const data = new Uint8Array(buffer);
+      data[0] = request.frameIdx % 256;
+      return this.buffers.lease({ width: this.width, height: this.height, data }, buffer);
+    });
+  }
+}
+
+describe('the media clock and leased frames', () => {
+  it('a throwing video tap is reported, video goes on, every frame shows its own pixels and every buffer comes back', async () => {
+    const renderer = new LeasingRenderer();
+    const clock = new PlayoutClock(renderer, SAMPLE_RATE, { videoDelayMs: 80 });
+    const failures: unknown[] = [];
+    clock.on('tapFailed', (error) => failures.push(error));
+    let taps = 0;
+    clock.on('video', () => {
+      if (++taps === 3) throw new Error('a broken tap');
+    });
+    const wire: Array<{ idx: number; stamp: number }> = [];
+    clock.on('videoOut', (frame, idx) => wire.push({ idx, stamp: frame.data[0] }));
+    clock.start();
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect(failures).toHaveLength(1);
+    expect(wire.length).toBeGreaterThan(8);
+    for (const { idx, stamp } of wire) expect(stamp).toBe(idx % 256);
+    expect(renderer.buffers.reused).toBeGreaterThan(0);
+    clock.close();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect([renderer.buffers.outstanding, renderer.buffers.overReleases]).toEqual([0, 0]);
+  });
 });

@@ -130,6 +130,11 @@ export interface PlayoutEvents {
    * viewers keep the last one) until `useRenderer` gives it a new one; without one, failed frames are just skipped.
    */
   renderFailed: [error: unknown];
+  /**
+   * A 'video' or 'videoOut' listener threw. The frame chains go on without it (a rejected chain would stop
+   * video for good and keep every later frame's buffer), and the frame's references are released as usual.
+   */
+  tapFailed: [error: unknown];
 }
 
 /**
@@ -434,14 +439,17 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
       const ptsMs = request.ptsMs;
       this.outgoing.push({ frameIdx: idx, ptsMs, dueSample: ptsSamples + this.videoDelaySamples, request, frame, version: 0, released: false });
       const frameTurn = request.turnId;
-      this.sendChain = this.sendChain.then(() => frame).then((rendered) => {
-        if (!rendered) return;
-        try {
-          this.sendFrame(rendered, idx, ptsMs, frameTurn);
-        } finally {
-          releaseFrame(rendered);
-        }
-      });
+      this.sendChain = this.sendChain
+        .then(() => frame)
+        .then((rendered) => {
+          if (!rendered) return;
+          try {
+            this.sendFrame(rendered, idx, ptsMs, frameTurn);
+          } finally {
+            releaseFrame(rendered);
+          }
+        })
+        .catch((error: unknown) => this.tapFailed(error));
     }
   }
 
@@ -473,7 +481,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
       if (entry.dueSample >= this.playedSamples + this.chunkSamples) break;
       if (entry.released) continue;
       entry.released = true;
-      this.wireChain = this.wireChain.then(() => this.deliver(entry));
+      this.wireChain = this.wireChain.then(() => this.deliver(entry)).catch((error: unknown) => this.tapFailed(error));
     }
   }
 
@@ -542,6 +550,10 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     } catch (error) {
       return Promise.resolve(failed(error));
     }
+  }
+
+  private tapFailed(error: unknown): void {
+    if (!this.closed && this.listenerCount('tapFailed') > 0) this.emit('tapFailed', error);
   }
 
   private rendererFailed(generation: number, error: unknown): void {

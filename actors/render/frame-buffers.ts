@@ -1,6 +1,6 @@
 /**
- * Reused frame buffers for live rendering. A speaking session used to get every frame back from its render
- * worker in a fresh transferred 384 KiB `ArrayBuffer` (75 a second for three sessions); V8 counts such
+ * Reused frame buffers for live rendering. A live session used to get every rendered frame back from its render
+ * worker in a fresh transferred 384 KiB `ArrayBuffer` (75 a second for three speaking sessions); V8 counts such
  * buffers as external memory and answers their growth with full mark-compacts, the largest single item of a
  * speaking session-second (docs/performance.md). Render tasks now carry `SharedArrayBuffer`s taken from a
  * free list here; the worker renders into them and the clock gives them back once nothing reads the frame.
@@ -10,9 +10,11 @@
  * one reference; whoever keeps the frame beyond the call that gave it to them takes another (`retainFrame`)
  * and drops it when done (`releaseFrame`). The buffer goes back to the free list when the count reaches
  * zero, and only then may a worker write into it again. A holder that forgets to release loses the buffer to
- * the garbage collector, which does not count shared memory, so it may linger (`outstanding` shows it); releasing what one does not hold would show another
- * frame's pixels, so only the clock and the WebRTC output's unchanged-frame filter hold pooled frames, and
- * every other consumer copies what it keeps (the recorder) or keeps nothing (events, metrics).
+ * the garbage collector, which does not count shared memory, so it may linger (`outstanding` shows it).
+ * Releasing what one does not hold would show another frame's pixels, so only the clock and the WebRTC
+ * output's unchanged-frame filter hold pooled frames, and every other consumer copies what it keeps (the
+ * recorder) or keeps nothing (events, metrics). Every rendered frame of a live session is leased (speech, and
+ * the idle frames of models without shared idle looks); the shared idle frames of `idle-frames.ts` never are.
  */
 import type { I420Frame } from './types.ts';
 
@@ -46,7 +48,11 @@ export class FrameLease {
   }
 
   release(): void {
-    if (this.refs <= 0) return;
+    if (this.refs <= 0) {
+      // A holder released twice, or someone who held nothing: harmless only because the count stopped at zero.
+      this.pool.overReleases++;
+      return;
+    }
     this.refs--;
     if (this.refs === 0) this.pool.give(this.buffer);
   }
@@ -82,12 +88,17 @@ export class FrameBufferPool {
    * the tests and `avatar_frame_buffers_outstanding` show that no holder forgets one.
    */
   outstanding = 0;
+  /** Releases of a frame already given back: each one is a holder's bug (`avatar_frame_buffers_over_released_total`). */
+  overReleases = 0;
 
   constructor(private readonly maxBuffers = MAX_FRAME_BUFFERS) {}
 
-  /** Whether a buffer of this size can be lent: a free one, or room to make one (`MAX_FRAME_BUFFERS`). */
+  /**
+   * Whether a buffer of this size can be lent: a free one, room to make one (`MAX_FRAME_BUFFERS`), or a free one
+   * of another size to drop for it (an avatar of another size replaced the one the buffers were made for).
+   */
   canLend(bytes: number): boolean {
-    return (this.free.get(bytes)?.length ?? 0) > 0 || this.outstanding + this.freeTotal < this.maxBuffers;
+    return (this.free.get(bytes)?.length ?? 0) > 0 || this.outstanding + this.freeTotal < this.maxBuffers || this.freeTotal > 0;
   }
 
   take(bytes: number): SharedArrayBuffer {
@@ -98,8 +109,18 @@ export class FrameBufferPool {
       this.reused++;
       return buffer;
     }
+    if (this.outstanding - 1 + this.freeTotal >= this.maxBuffers) this.dropOneOfAnotherSize(bytes);
     this.allocated++;
     return new SharedArrayBuffer(bytes);
+  }
+
+  private dropOneOfAnotherSize(bytes: number): void {
+    for (const [size, list] of this.free) {
+      if (size === bytes || list.length === 0) continue;
+      list.pop();
+      this.freeTotal--;
+      return;
+    }
   }
 
   give(buffer: SharedArrayBuffer): void {

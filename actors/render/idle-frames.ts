@@ -6,8 +6,8 @@
  * render pool answers requests whose look is known from here without a worker, with the very same frame
  * object each time, which also lets the WebRTC output recognise a repeat by identity.
  *
- * Frames handed out from here are shared: nobody may write into them (no consumer does: WebRTC and the
- * recorder copy, the clock only passes them on).
+ * Frames handed out from here are shared: nobody may write into them (no consumer does: WebRTC copies, the
+ * recorder only reads, the clock only passes them on). They are never leased (`frame-buffers.ts`).
  */
 import { rtLookKey } from './renderers/drawn.ts';
 import { CLOSED_MOUTH, type FrameRequest, type I420Frame, type ModelType } from './types.ts';

@@ -1,8 +1,8 @@
 /**
  * Render pool: piscina worker threads running the renderers. `open()` binds an avatar + model type
  * and returns a handle; `render()` sends frame requests to the workers (large batches are split
- * across threads) and gets I420 frames back: speech frames in reused shared buffers the caller releases
- * (`frame-buffers.ts`), others as transferred buffers.
+ * across threads) and gets I420 frames back: for a live session, frames of no shared idle look in reused
+ * shared buffers the caller releases (`frame-buffers.ts`); others as transferred buffers.
  */
 import { createHash } from 'node:crypto';
 import { readFile, stat } from 'node:fs/promises';

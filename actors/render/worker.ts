@@ -1,6 +1,7 @@
 /**
  * Piscina render worker. Prepared renderers are cached per worker thread keyed by
- * (avatar id, manifest version, model type, content stamp); frames go back as transferred buffers.
+ * (avatar id, manifest version, model type, content stamp); frames are written into the task's shared buffers
+ * when it brings them (`frame-buffers.ts`), else go back as transferred buffers.
  */
 import { threadId } from 'node:worker_threads';
 import { move, transferableSymbol, valueSymbol } from 'piscina';

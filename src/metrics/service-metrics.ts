@@ -28,7 +28,7 @@ export interface MetricsSources {
   liveFrames(): { sent: number; late: number; peers: number };
   pools(): Record<string, PoolLoadSnapshot>;
   /** The render pool's reused frame buffers (`actors/render/frame-buffers.ts`). */
-  frameBuffers?(): { outstanding: number; free: number };
+  frameBuffers?(): { outstanding: number; free: number; overReleases: number };
 }
 
 /** A session's frame counters, read when it ends so the service totals never go backwards. */
@@ -164,7 +164,7 @@ export class ServiceMetrics {
       });
     new Gauge({
       name: `${p}frame_buffers_outstanding`,
-      help: 'Reused frame buffers being rendered into or read now; back at its resting level when no session speaks (a rising floor is a holder that forgets to release)',
+      help: 'Reused frame buffers being rendered into or read now: ~6-8 per live session with rendered frames, 0 with none live (a rising floor is a holder that forgets to release)',
       registers,
       collect() {
         this.set(sources()?.frameBuffers?.().outstanding ?? 0);
@@ -176,6 +176,15 @@ export class ServiceMetrics {
       registers,
       collect() {
         this.set(sources()?.frameBuffers?.().free ?? 0);
+      },
+    });
+    new Counter({
+      name: `${p}frame_buffers_over_released_total`,
+      help: 'Releases of a frame buffer already given back: a holder bug (0 in a healthy service)',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(sources()?.frameBuffers?.().overReleases ?? 0);
       },
     });
     poolGauge('pool_threads', 'Worker threads of a pool (render, inference)', (l) => l.threads);

@@ -89,6 +89,7 @@ export class SessionMedia {
     this.playout.on('frame', ({ frameIdx, ptsMs }) => bus.publish('frame', { frame_idx: frameIdx, pts_ms: ptsMs }));
     this.playout.on('turnStarted', (turnId) => bus.emit('media.firstSample', { turnId }));
     this.playout.on('renderFailed', (error) => this.rendererFailed(error));
+    this.playout.on('tapFailed', (error) => this.logger.error({ err: errorForLog(error) }, 'media tap failed; the clock goes on'));
     this.watchBackend(options.renderer);
   }
 
