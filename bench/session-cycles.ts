@@ -52,6 +52,9 @@ export interface CycleSample {
   fds: number;
   threads: number;
   live_sessions: number;
+  /** The render pool's reused frame buffers (`avatar_frame_buffers_*`): lent now, and kept free (their sum is what it made). */
+  frame_buffers_outstanding: number;
+  frame_buffers_free: number;
   /** V8 heap in use after the forced GC (live JS objects). */
   heap_used_mb: number;
   heap_total_mb: number;
@@ -168,6 +171,8 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
       const tree = { rootRss: median(readings.map((x) => x.rootRss)), treeRss: median(readings.map((x) => x.treeRss)) };
       const malloc = MALLOC_STATS ? await mallocStatsOf(pid, service.logs) : null;
       const metrics = await getJson<{ sessions: { live: number } }>(baseUrl, '/metrics');
+      const prometheus = await (await fetch(`${baseUrl}/metrics`)).text();
+      const gauge = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(prometheus)?.[1] ?? NaN);
       const s: CycleSample = {
         cycles: done,
         service_rss_mb: round(tree.rootRss / 1e6, 1),
@@ -175,6 +180,8 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
         fds: openFds(pid),
         threads: threadsOf(pid),
         live_sessions: metrics.sessions.live,
+        frame_buffers_outstanding: gauge('avatar_frame_buffers_outstanding'),
+        frame_buffers_free: gauge('avatar_frame_buffers_free'),
         heap_used_mb: afterGc ? round(afterGc.heapUsed / 1e6, 1) : NaN,
         heap_total_mb: afterGc ? round(afterGc.heapTotal / 1e6, 1) : NaN,
         external_mb: afterGc ? round(afterGc.external / 1e6, 1) : NaN,
@@ -198,7 +205,7 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
         `  ${s.cycles} cycles: rss ${s.service_rss_mb} MB (anon ${s.rss_anon_mb}, file ${s.rss_file_mb}; tree ${s.tree_rss_mb} MB)${mallocText}, heap used ${s.heap_used_mb} MB ` +
           `(total ${s.heap_total_mb}), external ${s.external_mb} MB (arrayBuffers ${s.array_buffers_mb}), ` +
           `${s.workers} workers' heap used ${s.worker_heap_used_mb} MB (total ${s.worker_heap_total_mb}), ${s.handles} handles, ` +
-          `${s.fds} fds, ${s.threads} threads, ${s.live_sessions} live, ${s.elapsed_s} s, load ${loadAverage()[0]}`,
+          `${s.fds} fds, ${s.threads} threads, ${s.live_sessions} live, frame buffers ${s.frame_buffers_outstanding} lent + ${s.frame_buffers_free} free, ${s.elapsed_s} s, load ${loadAverage()[0]}`,
       );
     };
     await sample();

@@ -115,7 +115,10 @@ interface TurnState {
 }
 
 export interface PlayoutEvents {
-  /** A 10 ms chunk leaves for WebRTC (and taps). */
+  /**
+   * A 10 ms chunk leaves for WebRTC (and taps). `samples` is rewritten for the next chunk: copy what you keep
+   * (wrtc, the recorder and the echo guard all do).
+   */
   audio: [samples: Int16Array, sampleRate: number, mediaMs: number];
   /** A frame at its presentation time, with the audio chunk containing it (recording, sync measurements). */
   video: [frame: I420Frame, frameIdx: number, mediaMs: number];
@@ -165,6 +168,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   private outgoing: OutgoingFrame[] = [];
   /** Frames leave strictly in index order even when workers finish out of order. */
   private sendChain: Promise<void> = Promise.resolve();
+  private readonly audioChunk: Int16Array;
   private wireChain: Promise<void> = Promise.resolve();
   private roomWaiters: Array<() => void> = [];
   private queuedSamples = 0;
@@ -181,6 +185,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     this.renderer = renderer;
     this.fps = renderer.fps;
     this.chunkSamples = (sampleRate * AUDIO_CHUNK_MS) / 1000;
+    this.audioChunk = new Int16Array(this.chunkSamples);
     this.timeline = new FrameTimeline(sampleRate, renderer.fps);
     this.adoptNeeds(renderer);
     this.videoDelaySamples = Math.max(0, Math.round(((options.videoDelayMs ?? 0) * sampleRate) / 1000));
@@ -502,7 +507,9 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   }
 
   private sendAudioChunk(): void {
-    const out = new Int16Array(this.chunkSamples);
+    // One buffer for every chunk: 100 fresh 960-byte buffers a second per session were garbage for nothing.
+    const out = this.audioChunk;
+    out.fill(0);
     let filled = 0;
     while (filled < out.length && this.queue.length > 0) {
       const seg = this.queue[0];

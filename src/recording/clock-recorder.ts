@@ -156,7 +156,7 @@ export class ClockRecorder {
     this.lastAudioAt = performance.now();
     const start = this.toSamples(mediaMs);
     this.firstAudioSample ??= start;
-    // The clock reuses nothing, but copy anyway: the chunk may be held until its video arrives.
+    // Copy: the clock rewrites its chunk buffer for the next chunk, and this one may be held until its video arrives.
     this.pendingAudio.push({ start, pcm: samples.slice() });
     if (this.origin === null) return;
     const lagSamples = start + samples.length - this.videoEndSample();
