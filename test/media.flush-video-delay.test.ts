@@ -1,9 +1,6 @@
-import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
-import { SessionMedia } from '../src/sessions/media.ts';
-import { SessionBus } from '../src/sessions/session-bus.ts';
-import { ReceivingPeer } from './helpers/peer.ts';
 import { TimecodeTestRenderer, decodeTestTimecode } from './helpers/timecode-renderer.ts';
+import { startMediaWithPeer } from './helpers/media-peer.ts';
 
 const SAMPLE_RATE = 16_000;
 const FPS = 25;
@@ -28,18 +25,7 @@ afterEach(async () => {
 describe('flush while video is held for the wire (SERVICE_VIDEO_DELAY_MS)', () => {
   it('no speech frame reaches a wrtc receiver after the flush: frames held for the delay are replaced by idle ones', async () => {
     const renderer = new TimecodeTestRenderer(128, 96, FPS);
-    const media = new SessionMedia({
-      renderer,
-      sampleRate: SAMPLE_RATE,
-      iceServers: [],
-      videoDelayMs: VIDEO_DELAY_MS,
-      bus: new SessionBus(),
-      logger: pino({ level: 'silent' }),
-    });
-    cleanups.push(() => media.playout.close(), () => media.output.close());
-    const peer = await ReceivingPeer.connectWith((offer) => media.output.answer(offer.sdp));
-    cleanups.push(() => peer.close());
-    media.start();
+    const { media, peer } = await startMediaWithPeer({ renderer, sampleRate: SAMPLE_RATE, videoDelayMs: VIDEO_DELAY_MS }, cleanups);
     await peer.until(() => peer.frames.length >= 5, 10_000, 'idle frames at the receiver');
 
     media.enqueue('turn-1', tone(3_000), openMouth(3_000));

@@ -1,11 +1,8 @@
-import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { UNCHANGED_FRAME_REPEAT_MS, UnchangedFrameFilter, withOpusDtx } from '../actors/media/webrtc.ts';
 import type { FrameRenderer } from '../actors/media/playout.ts';
 import type { FrameRequest, I420Frame } from '../actors/render/types.ts';
-import { SessionMedia } from '../src/sessions/media.ts';
-import { SessionBus } from '../src/sessions/session-bus.ts';
-import { ReceivingPeer } from './helpers/peer.ts';
+import { startMediaWithPeer } from './helpers/media-peer.ts';
 
 const cleanups: Array<() => unknown> = [];
 afterEach(async () => {
@@ -66,18 +63,7 @@ class MostlyStillRenderer implements FrameRenderer {
 describe('an idle avatar whose picture does not change', () => {
   it('reaches a wrtc receiver at the repeat floor plus its changes, not at 25 fps, and every change arrives', async () => {
     const renderer = new MostlyStillRenderer(128, 96);
-    const media = new SessionMedia({
-      renderer: Object.assign(renderer, { close: () => undefined }),
-      sampleRate: 16_000,
-      iceServers: [],
-      videoDelayMs: 0,
-      bus: new SessionBus(),
-      logger: pino({ level: 'silent' }),
-    });
-    cleanups.push(() => media.playout.close(), () => media.output.close());
-    const peer = await ReceivingPeer.connectWith((offer) => media.output.answer(offer.sdp));
-    cleanups.push(() => peer.close());
-    media.start();
+    const { media, peer } = await startMediaWithPeer({ renderer: Object.assign(renderer, { close: () => undefined }), sampleRate: 16_000, videoDelayMs: 0 }, cleanups);
     await peer.until(() => peer.frames.length >= 3, 10_000, 'first frames at the receiver');
     const from = media.playout.sentFrames;
     const fromReceived = peer.frames.length;

@@ -1,16 +1,13 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import pino from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { FrameBufferPool, MAX_FRAME_BUFFERS, isPooledFrame, releaseFrame, retainFrame } from '../actors/render/frame-buffers.ts';
 import { PlayoutClock, type FrameRenderer } from '../actors/media/playout.ts';
 import { RenderPool } from '../actors/render/pool.ts';
 import { decodeTimecode } from '../actors/render/timecode.ts';
 import type { AvatarManifest, AvatarSource, FrameRequest, I420Frame } from '../actors/render/types.ts';
-import { SessionMedia } from '../src/sessions/media.ts';
-import { SessionBus } from '../src/sessions/session-bus.ts';
-import { ReceivingPeer } from './helpers/peer.ts';
 import { request } from './render.fixtures.ts';
+import { startMediaWithPeer } from './helpers/media-peer.ts';
 
 const SAMPLE_RATE = 16_000;
 
@@ -143,18 +140,7 @@ describe('a live session reuses its frame buffers and the viewer still sees ever
 
   it('3 s of speech through a wrtc peer: timecodes arrive in order and a handful of buffers carry all frames', async () => {
     const renderer = await pool.open(await avatar('demo-rt'), 'mock', undefined, { reuseFrameBuffers: true });
-    const media = new SessionMedia({
-      renderer,
-      sampleRate: SAMPLE_RATE,
-      iceServers: [],
-      videoDelayMs: 120,
-      bus: new SessionBus(),
-      logger: pino({ level: 'silent' }),
-    });
-    cleanups.push(() => media.playout.close(), () => media.output.close());
-    const peer = await ReceivingPeer.connectWith((offer) => media.output.answer(offer.sdp));
-    cleanups.push(() => peer.close());
-    media.start();
+    const { media, peer } = await startMediaWithPeer({ renderer, sampleRate: SAMPLE_RATE, videoDelayMs: 120 }, cleanups);
     await peer.until(() => peer.frames.length >= 5, 10_000, 'first frames at the receiver');
 
     const before = { allocated: pool.frameBuffers.allocated, reused: pool.frameBuffers.reused };

@@ -162,29 +162,31 @@ export class ServiceMetrics {
           for (const [pool, load] of pools()) this.set({ pool }, value(load));
         },
       });
-    new Gauge({
-      name: `${p}frame_buffers_outstanding`,
-      help: 'Reused frame buffers being rendered into or read now: ~6-8 per live session with rendered frames, 0 with none live (a rising floor is a holder that forgets to release)',
-      registers,
-      collect() {
-        this.set(sources()?.frameBuffers?.().outstanding ?? 0);
-      },
-    });
-    new Gauge({
-      name: `${p}frame_buffers_free`,
-      help: 'Reused frame buffers kept for the next frames (with those lent, at most MAX_FRAME_BUFFERS)',
-      registers,
-      collect() {
-        this.set(sources()?.frameBuffers?.().free ?? 0);
-      },
-    });
+    const frameBuffers = () => sources()?.frameBuffers?.() ?? { outstanding: 0, free: 0, overReleases: 0 };
+    for (const [name, help, value] of [
+      [
+        'frame_buffers_outstanding',
+        'Reused frame buffers being rendered into or read now: ~6-8 per live session with rendered frames, 0 with none live (a rising floor is a holder that forgets to release)',
+        () => frameBuffers().outstanding,
+      ],
+      ['frame_buffers_free', 'Reused frame buffers kept for the next frames (with those lent, at most MAX_FRAME_BUFFERS)', () => frameBuffers().free],
+    ] as const) {
+      new Gauge({
+        name: `${p}${name}`,
+        help,
+        registers,
+        collect() {
+          this.set(value());
+        },
+      });
+    }
     new Counter({
       name: `${p}frame_buffers_over_released_total`,
       help: 'Releases of a frame buffer already given back: a holder bug (0 in a healthy service)',
       registers,
       collect() {
         this.reset();
-        this.inc(sources()?.frameBuffers?.().overReleases ?? 0);
+        this.inc(frameBuffers().overReleases);
       },
     });
     poolGauge('pool_threads', 'Worker threads of a pool (render, inference)', (l) => l.threads);
