@@ -177,7 +177,7 @@ class PoolRenderHandle implements RenderHandle {
       try {
         rendered = await this.renderOnWorkers(missing.length === annotated.length ? annotated : missing.map((i) => annotated[i]), targets, signal);
       } catch (error) {
-        for (const target of targets) if (target) this.pool.frameBuffers.abandon(target);
+        for (const target of targets) if (target) buffers.abandon(target);
         throw error;
       }
       missing.forEach((i, k) => {
@@ -185,9 +185,10 @@ class PoolRenderHandle implements RenderHandle {
         const frame = rendered[k];
         // A frame in shared memory came back as a view of a clone of `target`: same bytes, another object.
         const intoTarget = target && frame && frame.data.buffer instanceof SharedArrayBuffer;
-        if (intoTarget) frames[i] = this.pool.frameBuffers.lease({ width: frame.width, height: frame.height, data: new Uint8Array(target) }, target);
-        else {
-          if (target) this.pool.frameBuffers.abandon(target);
+        if (intoTarget) {
+          frames[i] = buffers.lease({ width: frame.width, height: frame.height, data: new Uint8Array(target) }, target);
+        } else {
+          if (target) buffers.abandon(target);
           frames[i] = frame;
         }
         const look = looks[i];
