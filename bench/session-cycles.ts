@@ -17,6 +17,7 @@ import { readFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { ReceivingPeer } from '../test/helpers/peer.ts';
 import { SseClient } from '../test/helpers/sse.ts';
+import { parsePrometheusText, sampleValue } from '../test/helpers/prometheus-text.ts';
 import { startBenchService, startScriptEnv } from './service.ts';
 import { avatarFor, getJson, round } from './session-load.ts';
 import { loadAverage, openFds, sampleTree } from './proc.ts';
@@ -171,8 +172,8 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
       const tree = { rootRss: median(readings.map((x) => x.rootRss)), treeRss: median(readings.map((x) => x.treeRss)) };
       const malloc = MALLOC_STATS ? await mallocStatsOf(pid, service.logs) : null;
       const metrics = await getJson<{ sessions: { live: number } }>(baseUrl, '/metrics');
-      const prometheus = await (await fetch(`${baseUrl}/metrics`)).text();
-      const gauge = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(prometheus)?.[1] ?? NaN);
+      const prometheus = parsePrometheusText(await (await fetch(`${baseUrl}/metrics`)).text());
+      const gauge = (name: string) => sampleValue(prometheus, name) ?? NaN;
       const s: CycleSample = {
         cycles: done,
         service_rss_mb: round(tree.rootRss / 1e6, 1),

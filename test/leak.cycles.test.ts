@@ -8,6 +8,7 @@
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SseClient } from './helpers/sse.ts';
+import { parsePrometheusText, sampleValue } from './helpers/prometheus-text.ts';
 import { startServiceProcess, type ServiceProcess } from './helpers/service-process.ts';
 import { descendantStats, entriesUnder, fdKinds, processStats, type ProcessStats } from './helpers/process-stats.ts';
 
@@ -155,8 +156,8 @@ describe('resources after 200 session cycles and 200 previews', () => {
     const kindsAfter = await fdKinds(service.pid);
     // Reused frame buffers live in shared memory the garbage collector does not count: every one lent to a
     // session must have come back when it closed (`actors/render/frame-buffers.ts`).
-    const metricsText = await (await fetch(`${baseUrl}/metrics`)).text();
-    const frameBuffersOutstanding = Number(/^avatar_frame_buffers_outstanding (\S+)$/m.exec(metricsText)?.[1]);
+    const metrics = parsePrometheusText(await (await fetch(`${baseUrl}/metrics`)).text());
+    const frameBuffersOutstanding = sampleValue(metrics, 'avatar_frame_buffers_outstanding');
 
     const figures = {
       cycles: CYCLES,

@@ -71,12 +71,12 @@ describe('frame buffer pool: a buffer goes back only when its last reader lets g
   it('makes at most its bound of buffers, lent and free together; an abandoned one makes room again', () => {
     const pool = new FrameBufferPool(2);
     pool.take(8);
-    expect(pool.canLend(8)).toBe(true);
+    expect(pool.canLend()).toBe(true);
     const second = pool.take(8);
-    expect(pool.canLend(8)).toBe(false);
-    expect(pool.canLend(16)).toBe(false);
+    expect(pool.canLend()).toBe(false);
+    expect(pool.canLend()).toBe(false);
     pool.abandon(second);
-    expect([pool.outstanding, pool.canLend(16)]).toEqual([1, true]);
+    expect([pool.outstanding, pool.canLend()]).toEqual([1, true]);
     expect(MAX_FRAME_BUFFERS).toBeGreaterThanOrEqual(128);
   });
 
@@ -87,11 +87,11 @@ describe('frame buffer pool: a buffer goes back only when its last reader lets g
     const [a, b] = [pool.take(8), pool.take(8)];
     pool.give(a);
     pool.give(b);
-    expect([pool.freeCount, pool.canLend(16)]).toEqual([2, true]);
+    expect([pool.freeCount, pool.canLend()]).toEqual([2, true]);
     pool.take(16);
-    expect([pool.freeCount, pool.outstanding, pool.canLend(16)]).toEqual([1, 1, true]);
+    expect([pool.freeCount, pool.outstanding, pool.canLend()]).toEqual([1, 1, true]);
     pool.take(16);
-    expect([pool.freeCount, pool.outstanding, pool.canLend(16)]).toEqual([0, 2, false]);
+    expect([pool.freeCount, pool.outstanding, pool.canLend()]).toEqual([0, 2, false]);
   });
 });
 

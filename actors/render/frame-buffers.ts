@@ -37,10 +37,6 @@ export class FrameLease {
     private readonly buffer: SharedArrayBuffer,
   ) {}
 
-  get references(): number {
-    return this.refs;
-  }
-
   retain(): void {
     // A frame already given back must not be revived: its buffer may hold another frame by now.
     if (this.refs <= 0) throw new Error('retained a frame buffer that was already released');
@@ -94,11 +90,11 @@ export class FrameBufferPool {
   constructor(private readonly maxBuffers = MAX_FRAME_BUFFERS) {}
 
   /**
-   * Whether a buffer of this size can be lent: a free one, room to make one (`MAX_FRAME_BUFFERS`), or a free one
-   * of another size to drop for it (an avatar of another size replaced the one the buffers were made for).
+   * Whether a buffer can be lent: a free one (of the size asked for, or of another size to drop for it when an
+   * avatar of another size took over), or room to make one (`MAX_FRAME_BUFFERS`).
    */
-  canLend(bytes: number): boolean {
-    return (this.free.get(bytes)?.length ?? 0) > 0 || this.outstanding + this.freeTotal < this.maxBuffers || this.freeTotal > 0;
+  canLend(): boolean {
+    return this.freeTotal > 0 || this.outstanding < this.maxBuffers;
   }
 
   take(bytes: number): SharedArrayBuffer {

@@ -57,7 +57,7 @@ export class RenderPool {
   private readonly threads: number;
   /** Idle frames rendered once per avatar and handed to every session showing it (`idle-frames.ts`). */
   readonly idleFrames = new SharedIdleFrames();
-  /** Buffers speech frames are rendered into and given back to once nothing reads them (`frame-buffers.ts`). */
+  /** Buffers live frames are rendered into and given back to once nothing reads them (`frame-buffers.ts`). */
   readonly frameBuffers = new FrameBufferPool();
   private readonly load: PoolLoad;
   private closed = false;
@@ -83,7 +83,7 @@ export class RenderPool {
   }
 
   /**
-   * `reuseFrameBuffers`: speech frames come back leased from `frameBuffers`, for a caller that releases every
+   * `reuseFrameBuffers`: frames of no shared idle look come back leased from `frameBuffers`, for a caller that releases every
    * frame it is done with (the live media clock). Off for anyone else (offline jobs, fallbacks, tests): shared
    * memory is invisible to V8's heap accounting, so frames nobody releases at an offline job's pace would pile
    * up until some unrelated collection.
@@ -172,7 +172,7 @@ class PoolRenderHandle implements RenderHandle {
       // Frames of no shared look are this caller's alone: they are rendered into reused buffers and handed out
       // leased (the caller releases them); a shared idle frame is kept by the cache and never goes back.
       const buffers = this.pool.frameBuffers;
-      const targets = missing.map((i) => (this.reuseFrameBuffers && looks[i] === null && buffers.canLend(this.frameBytes) ? buffers.take(this.frameBytes) : undefined));
+      const targets = missing.map((i) => (this.reuseFrameBuffers && looks[i] === null && buffers.canLend() ? buffers.take(this.frameBytes) : undefined));
       let rendered: I420Frame[];
       try {
         rendered = await this.renderOnWorkers(missing.length === annotated.length ? annotated : missing.map((i) => annotated[i]), targets, signal);
