@@ -2,7 +2,7 @@
 // garbage collection in the main thread and in every worker thread (render, inference and face pools load this
 // preload too), so resident-memory readings compare heaps without floating garbage.
 // Then it writes one line to stderr, `{"bench_memory_after_gc":{…}}`: the main thread's memoryUsage() (V8 heap
-// used/total, external, arrayBuffers, rss), its live libuv handles by type, and each worker's heap, so a bench can
+// used/total, external, arrayBuffers, rss), V8's committed size per space and resident heap size, its live libuv handles by type, and each worker's heap, so a bench can
 // tell a JS or buffer leak (heap/external climb) from native or allocator growth (only RSS climbs).
 // Plain .mjs; the service itself does not use SIGUSR2 or this channel.
 import v8 from 'node:v8';
@@ -53,7 +53,19 @@ if (isMainThread) {
     channel.onmessage = null;
     const resources = {};
     for (const type of process.getActiveResourcesInfo()) resources[type] = (resources[type] ?? 0) + 1;
-    const reading = { sequence: ++sequence, ...process.memoryUsage(), resources, workers };
+    const heap = v8.getHeapStatistics();
+    // Committed size of each V8 space: new space grows and shrinks with the allocation rate, so a change in
+    // heapTotal can be told apart from old-space growth.
+    const spaces = Object.fromEntries(v8.getHeapSpaceStatistics().map((space) => [space.space_name, space.space_size]));
+    const reading = {
+      sequence: ++sequence,
+      ...process.memoryUsage(),
+      heapPhysical: heap.total_physical_size,
+      mallocedByV8: heap.malloced_memory,
+      spaces,
+      resources,
+      workers,
+    };
     process.stderr.write(`${JSON.stringify({ [MARKER]: reading })}\n`);
   });
 } else {

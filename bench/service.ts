@@ -122,6 +122,11 @@ export interface MemoryAfterGc {
   heapUsed: number;
   external: number;
   arrayBuffers: number;
+  /** V8's heap pages that are resident (total_physical_size), and what V8 itself holds from malloc (zones, tables). */
+  heapPhysical: number;
+  mallocedByV8: number;
+  /** Committed bytes per V8 space (`new_space`, `old_space`, `code_space`, `large_object_space`, ...). */
+  spaces: Record<string, number>;
   resources: Record<string, number>;
   workers: { threadId: number; heapUsed: number; heapTotal: number; external: number }[];
 }

@@ -11,6 +11,7 @@
  *   npm run bench -- session_cycles
  *   BENCH_CYCLES=200 npm run bench -- session_cycles
  *   BENCH_CYCLE_MALLOC_STATS=1 npm run bench -- session_cycles   (also glibc's own account, via gdb)
+ *   BENCH_CYCLE_SMAPS=1 npm run bench -- session_cycles          (also which mappings grew, from /proc/<pid>/smaps)
  */
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -21,6 +22,7 @@ import { parsePrometheusText, sampleValue } from '../test/helpers/prometheus-tex
 import { startBenchService, startScriptEnv } from './service.ts';
 import { avatarFor, getJson, round } from './session-load.ts';
 import { loadAverage, openFds, sampleTree } from './proc.ts';
+import { type Mapping, mappingsThatGrew, readSmaps, smapsGrowth } from './smaps.ts';
 
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 1000);
 const CONCURRENCY = Number(process.env.BENCH_CYCLE_CONCURRENCY ?? 3);
@@ -39,10 +41,32 @@ const RSS_READING_GAP_MS = 500;
  * held-from-system climbing with in-use flat is the allocator keeping freed memory. Pauses the service briefly.
  */
 const MALLOC_STATS = process.env.BENCH_CYCLE_MALLOC_STATS === '1';
+/** Opt-in: the service's smaps at every reading; the result says which kinds of mapping grew, per half of the run. */
+const SMAPS = process.env.BENCH_CYCLE_SMAPS === '1';
 /** gdb attaches and calls in well under a second (--readnever skips node's debug info); more is a stuck attach. */
 const GDB_TIMEOUT_MS = 30_000;
 /** malloc_stats() has written to the service's stderr when gdb returns; the bench reads that pipe within this. */
 const MALLOC_STATS_SETTLE_MS = 300;
+/** The key under which Node's bundled undici keeps the dispatcher that the global `fetch` uses. */
+const GLOBAL_DISPATCHER = Symbol.for('undici.globalDispatcher.1');
+/** The service closes a socket within milliseconds of the client's FIN; this leaves room on a loaded machine. */
+const CONNECTIONS_CLOSE_MS = 200;
+
+/**
+ * Closes the bench's idle keep-alive connections to the service and starts a fresh connection pool, so the fd count
+ * at a reading does not depend on how many connections the client happens to keep open (it varied by ±2 between
+ * readings, which the "≤ 2 fds more" criterion cannot tell from a leak). Node's `fetch` has no public call for this;
+ * the dispatcher's own class makes the new pool, so no second copy of undici is needed.
+ */
+async function closeClientConnections(): Promise<void> {
+  const holder = globalThis as Record<symbol, { close(): Promise<void>; constructor: new () => unknown } | undefined>;
+  const dispatcher = holder[GLOBAL_DISPATCHER];
+  if (!dispatcher) return;
+  holder[GLOBAL_DISPATCHER] = new dispatcher.constructor() as typeof dispatcher;
+  await dispatcher.close();
+  await new Promise((r) => setTimeout(r, CONNECTIONS_CLOSE_MS));
+}
+
 /** "No growth": what allocator and heap noise may move RSS by over 1000 cycles. */
 export const GROWTH_TOLERANCE_MB_PER_1000 = 10;
 
@@ -59,6 +83,12 @@ export interface CycleSample {
   /** V8 heap in use after the forced GC (live JS objects). */
   heap_used_mb: number;
   heap_total_mb: number;
+  /** Of heap_total_mb: committed new space (young generation; grows with the allocation rate) and old space. */
+  new_space_mb: number;
+  old_space_mb: number;
+  /** V8's heap pages that are resident, and what V8 holds from malloc itself. */
+  heap_physical_mb: number;
+  v8_malloced_mb: number;
   /** Memory of C++ objects bound to JS (Buffers, ArrayBuffers, native wrappers), incl. array_buffers_mb. */
   external_mb: number;
   array_buffers_mb: number;
@@ -71,6 +101,12 @@ export interface CycleSample {
   /** Resident anonymous memory (heaps, stacks, malloc arenas) and file-backed pages (code of node and libraries). */
   rss_anon_mb: number;
   rss_file_mb: number;
+  /**
+   * Anonymous RSS that is not a V8 heap (rss_anon_mb minus the main thread's resident heap and the workers' heaps):
+   * malloc's arenas and mmapped blocks, thread stacks, V8's pooled pages and code outside the heap. Splits an RSS
+   * climb into "the JS heap grew" and "native memory grew".
+   */
+  outside_v8_mb: number;
   /** With BENCH_CYCLE_MALLOC_STATS=1: glibc's bytes held from the system and in use, all arenas plus mmapped chunks. */
   malloc_system_mb?: number;
   malloc_in_use_mb?: number;
@@ -153,13 +189,16 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
   const { baseUrl, pid } = service;
   const started = performance.now();
   const samples: CycleSample[] = [];
+  const smaps = new Map<number, Mapping[]>();
   let done = 0;
   let failures = 0;
   let lastError = '';
   try {
     const avatar = await avatarFor(baseUrl, 'rt');
     const sample = async () => {
-      // A full GC first (SIGUSR2), then the median of a few readings half a second apart.
+      // No idle client connection in the fd count, then a full GC (SIGUSR2), then the median of a few readings
+      // half a second apart.
+      await closeClientConnections();
       const afterGc = await service.collectGarbage();
       const readings = [];
       const kinds = [];
@@ -170,6 +209,7 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
       }
       const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
       const tree = { rootRss: median(readings.map((x) => x.rootRss)), treeRss: median(readings.map((x) => x.treeRss)) };
+      if (SMAPS) smaps.set(done, readSmaps(pid));
       const malloc = MALLOC_STATS ? await mallocStatsOf(pid, service.logs) : null;
       const metrics = await getJson<{ sessions: { live: number } }>(baseUrl, '/metrics');
       const prometheus = parsePrometheusText(await (await fetch(`${baseUrl}/metrics`)).text());
@@ -185,6 +225,10 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
         frame_buffers_free: gauge('avatar_frame_buffers_free'),
         heap_used_mb: afterGc ? round(afterGc.heapUsed / 1e6, 1) : NaN,
         heap_total_mb: afterGc ? round(afterGc.heapTotal / 1e6, 1) : NaN,
+        new_space_mb: round((afterGc?.spaces?.new_space ?? NaN) / 1e6, 1),
+        old_space_mb: round((afterGc?.spaces?.old_space ?? NaN) / 1e6, 1),
+        heap_physical_mb: round((afterGc?.heapPhysical ?? NaN) / 1e6, 1),
+        v8_malloced_mb: round((afterGc?.mallocedByV8 ?? NaN) / 1e6, 1),
         external_mb: afterGc ? round(afterGc.external / 1e6, 1) : NaN,
         array_buffers_mb: afterGc ? round(afterGc.arrayBuffers / 1e6, 1) : NaN,
         worker_heap_used_mb: afterGc ? round(afterGc.workers.reduce((a, w) => a + w.heapUsed, 0) / 1e6, 1) : NaN,
@@ -193,6 +237,9 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
         handles: afterGc ? Object.values(afterGc.resources).reduce((a, b) => a + b, 0) : NaN,
         rss_anon_mb: round(median(kinds.map((k) => k.anon)) / 1e6, 1),
         rss_file_mb: round(median(kinds.map((k) => k.file)) / 1e6, 1),
+        outside_v8_mb: afterGc
+          ? round((median(kinds.map((k) => k.anon)) - afterGc.heapPhysical - afterGc.workers.reduce((a, w) => a + w.heapTotal, 0)) / 1e6, 1)
+          : NaN,
         ...(malloc && {
           malloc_system_mb: round(malloc.systemBytes / 1e6, 1),
           malloc_in_use_mb: round(malloc.inUseBytes / 1e6, 1),
@@ -204,9 +251,9 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
       const mallocText = s.malloc_in_use_mb === undefined ? '' : `, malloc in use ${s.malloc_in_use_mb} of ${s.malloc_system_mb} MB (${s.malloc_arenas} arenas)`;
       console.log(
         `  ${s.cycles} cycles: rss ${s.service_rss_mb} MB (anon ${s.rss_anon_mb}, file ${s.rss_file_mb}; tree ${s.tree_rss_mb} MB)${mallocText}, heap used ${s.heap_used_mb} MB ` +
-          `(total ${s.heap_total_mb}), external ${s.external_mb} MB (arrayBuffers ${s.array_buffers_mb}), ` +
+          `(total ${s.heap_total_mb}: new ${s.new_space_mb}, old ${s.old_space_mb}; resident ${s.heap_physical_mb}; V8 malloc ${s.v8_malloced_mb}), external ${s.external_mb} MB (arrayBuffers ${s.array_buffers_mb}), ` +
           `${s.workers} workers' heap used ${s.worker_heap_used_mb} MB (total ${s.worker_heap_total_mb}), ${s.handles} handles, ` +
-          `${s.fds} fds, ${s.threads} threads, ${s.live_sessions} live, frame buffers ${s.frame_buffers_outstanding} lent + ${s.frame_buffers_free} free, ${s.elapsed_s} s, load ${loadAverage()[0]}`,
+          `outside V8 ${s.outside_v8_mb} MB, ${s.fds} fds, ${s.threads} threads, ${s.live_sessions} live, frame buffers ${s.frame_buffers_outstanding} lent + ${s.frame_buffers_free} free, ${s.elapsed_s} s, load ${loadAverage()[0]}`,
       );
     };
     await sample();
@@ -281,9 +328,24 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
     last_error: lastError || undefined,
     seconds: round((performance.now() - started) / 1000, 1),
     ...cycleGrowth(samples),
+    ...(SMAPS && smapsReport(samples, smaps)),
     load_average: loadAverage(),
     samples,
   };
+}
+
+/** Which kinds of mapping grew from the first reading after warm-up to halfway, and from halfway to the last. */
+function smapsReport(samples: CycleSample[], smaps: Map<number, Mapping[]>): Record<string, unknown> {
+  const { warm_at_cycles: warm, halfway_at_cycles: halfway } = cycleGrowth(samples);
+  const last = samples[samples.length - 1].cycles;
+  const at = (cycles: number) => smaps.get(cycles) ?? [];
+  const report = {
+    smaps_first_half: smapsGrowth(at(warm), at(halfway)),
+    smaps_second_half: smapsGrowth(at(halfway), at(last)),
+    smaps_mappings_grown_second_half: mappingsThatGrew(at(halfway), at(last)),
+  };
+  console.log('  smaps, second half:', JSON.stringify(report.smaps_second_half), JSON.stringify(report.smaps_mappings_grown_second_half));
+  return report;
 }
 
 /**
@@ -298,8 +360,8 @@ export function cycleGrowth(samples: CycleSample[]): Record<string, number> {
   const afterWarm = samples.filter((s) => s.cycles >= warm.cycles);
   const secondHalf = samples.filter((s) => s.cycles >= halfway.cycles);
   // The same slopes for the service's own figures: if RSS climbs while these stay flat, nothing JS-visible is retained.
-  type Figure = 'heap_used_mb' | 'heap_total_mb' | 'worker_heap_used_mb' | 'worker_heap_total_mb' | 'external_mb' | 'array_buffers_mb';
-  type OtherFigure = 'handles' | 'rss_anon_mb' | 'rss_file_mb' | 'malloc_in_use_mb' | 'malloc_system_mb';
+  type Figure = 'heap_used_mb' | 'heap_total_mb' | 'new_space_mb' | 'old_space_mb' | 'heap_physical_mb' | 'v8_malloced_mb' | 'worker_heap_used_mb' | 'worker_heap_total_mb' | 'external_mb' | 'array_buffers_mb';
+  type OtherFigure = 'handles' | 'rss_anon_mb' | 'rss_file_mb' | 'outside_v8_mb' | 'malloc_in_use_mb' | 'malloc_system_mb';
   const slopes = (key: Figure | OtherFigure) => ({
     [`${key}_growth_after_warm`]: round((last[key] ?? NaN) - (warm[key] ?? NaN), 1),
     [`${key}_slope_per_1000_cycles`]: slopePer1000(afterWarm, (s) => s[key] ?? NaN),
@@ -313,6 +375,10 @@ export function cycleGrowth(samples: CycleSample[]): Record<string, number> {
     rss_mb_slope_per_1000_cycles_second_half: slopePer1000(secondHalf, (s) => s.service_rss_mb),
     ...slopes('heap_used_mb'),
     ...slopes('heap_total_mb'),
+    ...slopes('new_space_mb'),
+    ...slopes('old_space_mb'),
+    ...slopes('heap_physical_mb'),
+    ...slopes('v8_malloced_mb'),
     ...slopes('worker_heap_used_mb'),
     ...slopes('worker_heap_total_mb'),
     ...slopes('external_mb'),
@@ -320,6 +386,7 @@ export function cycleGrowth(samples: CycleSample[]): Record<string, number> {
     ...slopes('handles'),
     ...slopes('rss_anon_mb'),
     ...slopes('rss_file_mb'),
+    ...slopes('outside_v8_mb'),
     ...(last.malloc_in_use_mb !== undefined && { ...slopes('malloc_in_use_mb'), ...slopes('malloc_system_mb') }),
     fds_growth_after_warm: last.fds - warm.fds,
     threads_growth_after_warm: last.threads - warm.threads,

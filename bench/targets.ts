@@ -96,7 +96,8 @@ const TARGETS: TargetSpec[] = [
     note: (results) => {
       const c = results.session_cycles as Record<string, number> | undefined;
       return c && typeof c.cycles === 'number'
-        ? `${c.cycles} cycles: ${signed(c.rss_mb_growth_second_half)} MB in the 2nd half, ` +
+        ? `${c.cycles} cycles: ${signed(c.rss_mb_growth_second_half)} MB in the 2nd half ` +
+          `(slopes: V8 heap resident ${signed(c.heap_physical_mb_slope_per_1000_cycles_second_half)}, outside V8 ${signed(c.outside_v8_mb_slope_per_1000_cycles_second_half)}), ` +
           `${signed(c.rss_mb_growth_after_warm)} MB after cycle ${c.warm_at_cycles} (JS heap ${signed(c.heap_used_mb_growth_after_warm)}, ` +
           `external ${signed(c.external_mb_growth_after_warm)}), fds ${signed(c.fds_growth_after_warm)}, ${c.live_sessions_after} live`
         : '';
