@@ -4,10 +4,12 @@
  * malloc_stats() report; and the allocator setting `npm start` gives the service, which the bench applies too.
  */
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { startScriptEnv, type MemoryAfterGc } from '../bench/service.ts';
 import { lastMallocStats } from '../bench/session-cycles.ts';
+import { mappingsThatGrew, parseSmaps, readSmaps, smapsGrowth } from '../bench/smaps.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
 const GC_ON_SIGNAL = path.join(ROOT, 'bench', 'gc-on-signal.mjs');
@@ -53,6 +55,12 @@ describe('bench memory readings', () => {
     expect(report.sequence).toBe(1);
     for (const key of ['rss', 'heapUsed', 'heapTotal', 'external', 'arrayBuffers'] as const) expect(report[key]).toBeGreaterThan(0);
     expect(report.heapUsed).toBeLessThanOrEqual(report.heapTotal);
+    // V8's own split: committed spaces add up to the heap total; the resident part cannot exceed it.
+    expect(report.spaces.new_space).toBeGreaterThan(0);
+    expect(report.spaces.old_space).toBeGreaterThan(0);
+    expect(Object.values(report.spaces).reduce((a, b) => a + b, 0)).toBe(report.heapTotal);
+    expect(report.heapPhysical).toBeGreaterThan(0);
+    expect(report.heapPhysical).toBeLessThanOrEqual(report.heapTotal);
     expect(report.workers).toHaveLength(1);
     // The worker keeps ~100k small objects alive: its heap, not the main thread's, holds them.
     expect(report.workers[0].heapUsed).toBeGreaterThan(10e6);
@@ -75,6 +83,27 @@ describe('bench memory readings', () => {
     // A report cut off before its totals end is not read as one.
     expect(lastMallocStats('Arena 0:\nsystem bytes = 1\nin use bytes = 1\nTotal (incl. mmap):\nsystem bytes     =   5')).toBeNull();
     expect(lastMallocStats('no report')).toBeNull();
+  });
+
+  it('places RSS growth in the kinds of mapping and the mappings that grew, from two smaps readings', () => {
+    const entry = (start: number, sizeKb: number, name: string, rssKb: number) =>
+      `${start.toString(16)}-${(start + sizeKb * 1024).toString(16)} rw-p 00000000 00:00 0 ${name}\nSize: ${sizeKb} kB\nRss: ${rssKb} kB\nAnonymous: ${rssKb} kB\n`;
+    const v8Page = 0x10000000;
+    const arena = 0x7f0000000000;
+    const before = parseSmaps(entry(v8Page, 256, '', 8) + entry(arena, 4096, '', 1000) + entry(0x400000, 7612, '/usr/bin/node', 7000));
+    const after = parseSmaps(
+      entry(v8Page, 256, '', 256) + entry(v8Page + 0x40000, 256, '', 256) + entry(arena, 4096, '', 1000) + entry(0x400000, 7612, '/usr/bin/node', 7000),
+    );
+    expect(before[2]).toMatchObject({ name: '/usr/bin/node', rssKb: 7000, anonKb: 7000 });
+    // One 256 KiB page became resident and another appeared; the arena and the binary did not move.
+    expect(smapsGrowth(before, after)).toEqual([{ kind: 'anon rw-p 256K', mappings: [1, 2], rss_kb: [8, 512], rss_delta_kb: 504 }]);
+    expect(mappingsThatGrew(before, after)).toEqual([{ start: v8Page.toString(16), size_kb: 256, kind: 'anon rw-p 256K', rss_kb: [8, 256] }]);
+    // The real file of this process parses, and its resident total matches what the kernel reports.
+    const own = readSmaps(process.pid);
+    const status = /^VmRSS:\s+(\d+)/m.exec(readFileSync('/proc/self/status', 'utf8'));
+    const total = own.reduce((a, m) => a + m.rssKb, 0);
+    expect(own.length).toBeGreaterThan(10);
+    expect(Math.abs(total - Number(status![1]))).toBeLessThan(Number(status![1]) * 0.1);
   });
 
   it('`npm start` fixes glibc\'s mmap threshold, and the bench runs its service with the same setting', () => {
