@@ -2,8 +2,9 @@
 // garbage collection in the main thread and in every worker thread (render, inference and face pools load this
 // preload too), so resident-memory readings compare heaps without floating garbage.
 // Then it writes one line to stderr, `{"bench_memory_after_gc":{…}}`: the main thread's memoryUsage() (V8 heap
-// used/total, external, arrayBuffers, rss), V8's committed size per space and resident heap size, its live libuv handles by type, and each worker's heap, so a bench can
-// tell a JS or buffer leak (heap/external climb) from native or allocator growth (only RSS climbs).
+// used/total, external, arrayBuffers, rss), V8's committed size per space and its resident heap size, its live libuv
+// handles by type, and each worker's heap, so a bench can tell a JS or buffer leak (heap/external climb) from native
+// or allocator growth (only RSS climbs).
 // Plain .mjs; the service itself does not use SIGUSR2 or this channel.
 import v8 from 'node:v8';
 import vm from 'node:vm';
