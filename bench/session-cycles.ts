@@ -209,6 +209,7 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
       }
       const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
       const tree = { rootRss: median(readings.map((x) => x.rootRss)), treeRss: median(readings.map((x) => x.treeRss)) };
+      const anon = median(kinds.map((k) => k.anon));
       if (SMAPS) smaps.set(done, readSmaps(pid));
       const malloc = MALLOC_STATS ? await mallocStatsOf(pid, service.logs) : null;
       const metrics = await getJson<{ sessions: { live: number } }>(baseUrl, '/metrics');
@@ -235,11 +236,9 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
         worker_heap_total_mb: afterGc ? round(afterGc.workers.reduce((a, w) => a + w.heapTotal, 0) / 1e6, 1) : NaN,
         workers: afterGc ? afterGc.workers.length : NaN,
         handles: afterGc ? Object.values(afterGc.resources).reduce((a, b) => a + b, 0) : NaN,
-        rss_anon_mb: round(median(kinds.map((k) => k.anon)) / 1e6, 1),
+        rss_anon_mb: round(anon / 1e6, 1),
         rss_file_mb: round(median(kinds.map((k) => k.file)) / 1e6, 1),
-        outside_v8_mb: afterGc
-          ? round((median(kinds.map((k) => k.anon)) - afterGc.heapPhysical - afterGc.workers.reduce((a, w) => a + w.heapTotal, 0)) / 1e6, 1)
-          : NaN,
+        outside_v8_mb: afterGc ? round((anon - afterGc.heapPhysical - afterGc.workers.reduce((a, w) => a + w.heapTotal, 0)) / 1e6, 1) : NaN,
         ...(malloc && {
           malloc_system_mb: round(malloc.systemBytes / 1e6, 1),
           malloc_in_use_mb: round(malloc.inUseBytes / 1e6, 1),

@@ -1,6 +1,6 @@
 /**
  * Where a process's resident memory lives, from `/proc/<pid>/smaps` (Linux): one entry per mapping with its
- * resident and anonymous kilobytes, and a diff of two readings that says which kinds of mapping grew. Used by
+ * resident kilobytes, and a diff of two readings that says which kinds of mapping grew. Used by
  * the cycles bench (BENCH_CYCLE_SMAPS=1) to find RSS growth that neither V8's heap nor malloc's arenas account for.
  */
 import { readFileSync } from 'node:fs';
@@ -12,7 +12,6 @@ export interface Mapping {
   /** File path, `[heap]`, `[stack]`, or '' for an anonymous mapping. */
   name: string;
   rssKb: number;
-  anonKb: number;
 }
 
 /** The mappings of `pid`, or [] when the process is gone. */
@@ -32,15 +31,12 @@ export function parseSmaps(text: string): Mapping[] {
   for (const line of text.split('\n')) {
     const header = /^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$/.exec(line);
     if (header) {
-      current = { start: parseInt(header[1], 16), end: parseInt(header[2], 16), perms: header[3], name: header[4].trim(), rssKb: 0, anonKb: 0 };
+      current = { start: parseInt(header[1], 16), end: parseInt(header[2], 16), perms: header[3], name: header[4].trim(), rssKb: 0 };
       out.push(current);
       continue;
     }
-    const field = /^(Rss|Anonymous):\s+(\d+) kB/.exec(line);
-    if (field && current) {
-      if (field[1] === 'Rss') current.rssKb = Number(field[2]);
-      else current.anonKb = Number(field[2]);
-    }
+    const rss = /^Rss:\s+(\d+) kB/.exec(line);
+    if (rss && current) current.rssKb = Number(rss[1]);
   }
   return out;
 }
@@ -62,19 +58,15 @@ export function mappingKind(m: Mapping): string {
 export interface KindTotals {
   mappings: number;
   rssKb: number;
-  anonKb: number;
-  sizeKb: number;
 }
 
 export function totalsByKind(mappings: Mapping[]): Map<string, KindTotals> {
   const out = new Map<string, KindTotals>();
   for (const m of mappings) {
     const kind = mappingKind(m);
-    const t = out.get(kind) ?? { mappings: 0, rssKb: 0, anonKb: 0, sizeKb: 0 };
+    const t = out.get(kind) ?? { mappings: 0, rssKb: 0 };
     t.mappings++;
     t.rssKb += m.rssKb;
-    t.anonKb += m.anonKb;
-    t.sizeKb += (m.end - m.start) / 1024;
     out.set(kind, t);
   }
   return out;

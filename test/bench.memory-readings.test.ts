@@ -94,7 +94,7 @@ describe('bench memory readings', () => {
     const after = parseSmaps(
       entry(v8Page, 256, '', 256) + entry(v8Page + 0x40000, 256, '', 256) + entry(arena, 4096, '', 1000) + entry(0x400000, 7612, '/usr/bin/node', 7000),
     );
-    expect(before[2]).toMatchObject({ name: '/usr/bin/node', rssKb: 7000, anonKb: 7000 });
+    expect(before[2]).toMatchObject({ name: '/usr/bin/node', perms: 'rw-p', rssKb: 7000 });
     // One 256 KiB page became resident and another appeared; the arena and the binary did not move.
     expect(smapsGrowth(before, after)).toEqual([{ kind: 'anon rw-p 256K', mappings: [1, 2], rss_kb: [8, 512], rss_delta_kb: 504 }]);
     expect(mappingsThatGrew(before, after)).toEqual([{ start: v8Page.toString(16), size_kb: 256, kind: 'anon rw-p 256K', rss_kb: [8, 256] }]);
