@@ -210,6 +210,7 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
       const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
       const tree = { rootRss: median(readings.map((x) => x.rootRss)), treeRss: median(readings.map((x) => x.treeRss)) };
       const anon = median(kinds.map((k) => k.anon));
+      const workersHeapTotal = afterGc ? afterGc.workers.reduce((a, w) => a + w.heapTotal, 0) : NaN;
       if (SMAPS) smaps.set(done, readSmaps(pid));
       const malloc = MALLOC_STATS ? await mallocStatsOf(pid, service.logs) : null;
       const metrics = await getJson<{ sessions: { live: number } }>(baseUrl, '/metrics');
@@ -233,12 +234,12 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
         external_mb: afterGc ? round(afterGc.external / 1e6, 1) : NaN,
         array_buffers_mb: afterGc ? round(afterGc.arrayBuffers / 1e6, 1) : NaN,
         worker_heap_used_mb: afterGc ? round(afterGc.workers.reduce((a, w) => a + w.heapUsed, 0) / 1e6, 1) : NaN,
-        worker_heap_total_mb: afterGc ? round(afterGc.workers.reduce((a, w) => a + w.heapTotal, 0) / 1e6, 1) : NaN,
+        worker_heap_total_mb: round(workersHeapTotal / 1e6, 1),
         workers: afterGc ? afterGc.workers.length : NaN,
         handles: afterGc ? Object.values(afterGc.resources).reduce((a, b) => a + b, 0) : NaN,
         rss_anon_mb: round(anon / 1e6, 1),
         rss_file_mb: round(median(kinds.map((k) => k.file)) / 1e6, 1),
-        outside_v8_mb: afterGc ? round((anon - afterGc.heapPhysical - afterGc.workers.reduce((a, w) => a + w.heapTotal, 0)) / 1e6, 1) : NaN,
+        outside_v8_mb: round((anon - (afterGc?.heapPhysical ?? NaN) - workersHeapTotal) / 1e6, 1),
         ...(malloc && {
           malloc_system_mb: round(malloc.systemBytes / 1e6, 1),
           malloc_in_use_mb: round(malloc.inUseBytes / 1e6, 1),
