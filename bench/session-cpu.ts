@@ -16,6 +16,7 @@ import { startBenchService, type BenchService } from './service.ts';
 import { SessionLoad, getJson, round, warmUp, type SessionModel, type WindowResult } from './session-load.ts';
 import { loadAverage, sampleTree } from './proc.ts';
 import { hostProbeMs } from './host-probe.ts';
+import { floorRatio, measureTransportFloor } from './transport-floor.ts';
 
 const WINDOW_S = Number(process.env.BENCH_CPU_WINDOW_S ?? 20);
 /** A new session's first frames run on cold code and the speaking loops need a turn to get going. */
@@ -46,6 +47,8 @@ export interface CpuRowResult extends WindowResult {
   /** Same, service process alone: the target row (the TTS engine processes are shared and fixed in number) */
   service_rss_mb_per_session: number;
   failed_speaks: number;
+  /** cpu_ms_per_session_second over the transport floor measured in the same run (bench/transport-floor.ts) */
+  cpu_ratio_to_transport_floor?: number | null;
 }
 
 /** Resident memory after a full GC in the service: the median of three readings a quarter second apart. */
@@ -105,9 +108,15 @@ export async function benchSessionCpu(): Promise<Record<string, unknown>> {
   const out: Record<string, unknown> = { sessions: SESSIONS, window_s: WINDOW_S, load_average_before: loadAverage() };
   // Before the rows, with nothing of ours running: how fast this host is today (bench/host-probe.ts).
   out.host_probe_ms = hostProbeMs();
+  // The same media sent by bare wrtc senders, nothing else: each row is also read as a multiple of it, which
+  // compares across days on a VM whose speed moves up to 2×.
+  const floor = await measureTransportFloor(SESSIONS).catch((error: Error) => ({ error: error.message }));
+  out.transport_floor = floor;
   for (const row of CPU_ROWS) {
     try {
-      out[row.key] = await measureCpuRow(row);
+      const result = await measureCpuRow(row);
+      result.cpu_ratio_to_transport_floor = 'error' in floor ? null : floorRatio(result.cpu_ms_per_session_second, floor);
+      out[row.key] = result;
     } catch (error) {
       out[row.key] = { error: (error as Error).message };
     }

@@ -17,14 +17,11 @@
 import wrtc from '@roamhq/wrtc';
 import { threadCpu, threadCpuDelta } from './proc.ts';
 import { round } from './stats.ts';
+import { FPS, HEIGHT, I420_BYTES, WIDTH, frameAt, toneChunk } from './synthetic-media.ts';
 
 const { RTCPeerConnection, nonstandard } = wrtc;
 
 const SECONDS = Number(process.env.BENCH_STAGE_SECONDS ?? 6);
-const WIDTH = 512;
-const HEIGHT = 512;
-const FPS = 25;
-const I420_BYTES = (WIDTH * HEIGHT * 3) / 2;
 /** Receiver-side threads: decoding and rendering happen in this process too, but are not the sender's cost. */
 const RECEIVER_THREADS = /Decod|IncomingVideo|AudioDevice|TestAudio|receive/i;
 
@@ -93,20 +90,6 @@ async function connectPair(videoKbps?: number): Promise<PeerPair> {
   };
 }
 
-/** A frame that changes every time (moving gradient), so the encoder has real work like a talking face. */
-function frameAt(i: number, reuse?: Uint8Array): Uint8Array {
-  const data = reuse ?? new Uint8Array(I420_BYTES);
-  const shift = i * 3;
-  for (let y = 0; y < HEIGHT; y += 2) {
-    const row = y * WIDTH;
-    const v = (y + shift) & 0xff;
-    for (let x = 0; x < WIDTH; x += 64) data.fill(v ^ x, row + x, row + x + 64);
-    data.copyWithin(row + WIDTH, row, row + WIDTH);
-  }
-  data.fill(128, WIDTH * HEIGHT);
-  return data;
-}
-
 interface FeedResult {
   videoKbps: number;
   onDataUsPerCall: number;
@@ -118,9 +101,8 @@ interface FeedResult {
 
 async function feed(pair: PeerPair, opts: { audioRate: number; video: boolean; freshBuffers: boolean }): Promise<FeedResult> {
   const pid = process.pid;
-  const samples = opts.audioRate / 100;
-  const pcm = new Int16Array(samples);
-  for (let i = 0; i < samples; i++) pcm[i] = Math.round(3000 * Math.sin((2 * Math.PI * 220 * i) / opts.audioRate));
+  const pcm = toneChunk(opts.audioRate);
+  const samples = pcm.length;
   const pool = [new Uint8Array(I420_BYTES), new Uint8Array(I420_BYTES), new Uint8Array(I420_BYTES)];
   let onDataUs = 0;
   let onDataCalls = 0;

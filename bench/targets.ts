@@ -41,7 +41,10 @@ const signed = (v: number) => `${v >= 0 ? '+' : ''}${v}`;
 const loadNote = (row: string) => (results: Results) => {
   const load = (results.session_cpu as Record<string, { load_average?: number[] }> | undefined)?.[row]?.load_average;
   const probe = pick(results, ['session_cpu', 'host_probe_ms']);
-  return [load ? `load ${load.join(' ')}` : '', probe === null ? '' : `host probe ${probe} ms`].filter(Boolean).join(', ');
+  const ratio = pick(results, ['session_cpu', row, 'cpu_ratio_to_transport_floor']);
+  return [ratio === null ? '' : `${ratio}× the transport floor`, load ? `load ${load.join(' ')}` : '', probe === null ? '' : `host probe ${probe} ms`]
+    .filter(Boolean)
+    .join(', ');
 };
 const p95Note = (step: string, field: string) => (results: Results) => {
   const p95 = pick(results, [step, field, 'p95']);
@@ -49,6 +52,8 @@ const p95Note = (step: string, field: string) => (results: Results) => {
 };
 
 const TARGETS: TargetSpec[] = [
+  // What this host charges for sending the same media with bare wrtc senders: every CPU row's note reads it as a ratio.
+  { row: 'transport floor: bare wrtc sender CPU per stream-second, 3 streams', path: ['session_cpu', 'transport_floor', 'cpu_ms_per_stream_second'], unit: 'ms', target: 'reference', ok: () => true },
   { row: 'server CPU per session-second, rt, 3 speaking', path: ['session_cpu', 'rt_speaking', 'cpu_ms_per_session_second'], unit: 'ms', target: '≤ 160 ms', ok: (v) => v <= 160, note: loadNote('rt_speaking') },
   { row: '  late frames, rt, 3 speaking', path: ['session_cpu', 'rt_speaking', 'late_percent'], unit: '%', target: '< 1 %', ok: (v) => v < 1 },
   { row: 'server CPU per session-second, rt, 3 idle', path: ['session_cpu', 'rt_idle', 'cpu_ms_per_session_second'], unit: 'ms', target: '≤ 60 ms', ok: (v) => v <= 60, note: loadNote('rt_idle') },
