@@ -32,6 +32,7 @@ import { benchSessionCycles } from './session-cycles.ts';
 import { benchProfile } from './profile.ts';
 import { benchStageCosts } from './stage-costs.ts';
 import { benchCluster } from './cluster.ts';
+import { benchHostile } from './hostile.ts';
 import { formatSummary, summarise } from './targets.ts';
 import { loadAverage } from './proc.ts';
 
@@ -55,6 +56,7 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['profile', benchProfile],
   ['stage_costs', benchStageCosts],
   ['cluster', benchCluster],
+  ['hostile', benchHostile],
 ];
 /** Steps that run only when named: diagnostics behind the figures (the profile repeats session_cpu's load under the sampler). */
 const OPT_IN = new Set(['profile', 'stage_costs']);

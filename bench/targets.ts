@@ -60,6 +60,30 @@ const TARGETS: TargetSpec[] = [
   { row: '  late frames, rt, 3 idle', path: ['session_cpu', 'rt_idle', 'late_percent'], unit: '%', target: '< 1 %', ok: (v) => v < 1 },
   { row: 'server CPU per session-second, lipsync, 3 speaking', path: ['session_cpu', 'lipsync_speaking', 'cpu_ms_per_session_second'], unit: 'ms', target: '≤ 160 ms', ok: (v) => v <= 160, note: loadNote('lipsync_speaking') },
   { row: '  late frames, lipsync, 3 speaking', path: ['session_cpu', 'lipsync_speaking', 'late_percent'], unit: '%', target: '< 1 %', ok: (v) => v < 1 },
+  // Issue 25's hostile-load row: what a few small nasty requests cost everyone else (bench/hostile.ts).
+  ...(['mp3', 'png', 'preview'] as const).map((attack) => ({
+    row: `/healthz p99 under the ${attack} attack`,
+    path: ['hostile', attack, 'healthz_p99_ms'],
+    unit: 'ms',
+    target: '≤ 50 ms',
+    ok: (v: number) => v <= 50,
+    note: (results: Results) => {
+      const unloaded = pick(results, ['hostile', 'unloaded', 'healthz_p99_ms']);
+      return unloaded === null ? '' : `unloaded ${unloaded} ms`;
+    },
+  })),
+  {
+    row: "live first audio under 20 concurrent previews, × unloaded",
+    path: ['hostile', 'preview_first_audio_ratio'],
+    unit: '×',
+    target: '≤ 2×',
+    ok: (v) => v <= 2,
+    note: (results) => {
+      const unloaded = pick(results, ['hostile', 'unloaded', 'first_audio_ms_p50']);
+      const loaded = pick(results, ['hostile', 'preview', 'first_audio_ms_p50']);
+      return unloaded === null || loaded === null ? '' : `p50 ${loaded} vs ${unloaded} ms`;
+    },
+  },
   { row: 'speak → first audible at a wrtc viewer, p50', path: ['realtime', 'speakToFirstAudibleMs', 'p50'], unit: 'ms', target: '≤ 100 ms', ok: (v) => v <= 100, note: p95Note('realtime', 'speakToFirstAudibleMs') },
   { row: 'chat → first audible beyond the first token, p50', path: ['chat', 'chatOverheadBeyondTtftMs', 'p50'], unit: 'ms', target: '≤ 150 ms', ok: (v) => v <= 150, note: p95Note('chat', 'chatOverheadBeyondTtftMs') },
   {
