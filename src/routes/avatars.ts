@@ -72,7 +72,8 @@ const avatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const entry = await catalog.get(request.params.avatar_id);
       if (!entry) throw notFound('avatar not found');
       if (!entry.isCustom || entry.manifest.metadata.hidden === true) throw forbidden('only custom avatars can be deleted');
-      await catalog.remove(entry.id);
+      // A concurrent DELETE of the same avatar may have removed it since the lookup: that one answers 200, this one 404.
+      if (!(await catalog.remove(entry.id))) throw notFound('avatar not found');
       request.log.info({ avatarId: entry.id }, 'custom avatar deleted');
       return { deleted: true };
     },

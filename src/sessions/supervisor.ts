@@ -244,6 +244,8 @@ export class SessionSupervisor {
     try {
       renderer = await this.deps.render.open(avatar, model);
     } catch (error) {
+      // The avatar's DELETE won the race for its files: the client named an avatar that no longer exists.
+      if (!(await catalog.get(avatar.id))) throw badRequest(`avatar_id "${input.avatar_id}" does not exist`);
       this.deps.logger.error({ model: input.model, err: errorForLog(error) }, 'renderer initialisation failed');
       // The same path-free text as the log: a filesystem error must not show the server's paths to clients.
       throw badGateway(`rendering backend failed during initialization: ${errorForLog(error)}`);
