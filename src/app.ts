@@ -3,7 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Logger } from 'pino';
 import type { ServiceConfig } from './config.ts';
 import { createServices, type ServiceOverrides, type Services } from './services.ts';
-import { clientErrorHandler, frameworkErrors } from './framework-errors.ts';
+import { clientErrorHandler, expectationFailed, frameworkErrors } from './framework-errors.ts';
 import externalPlugins from './plugins/external/index.ts';
 import servicesPlugin from './plugins/app/services.ts';
 import errorPlugin from './plugins/app/errors.ts';
@@ -60,6 +60,8 @@ export async function buildApp(config: ServiceConfig, logger: Logger, overrides:
     frameworkErrors,
     clientErrorHandler,
   }).withTypeProvider<TypeBoxTypeProvider>();
+  // An unknown `Expect` is refused by Node before Fastify sees the request; this gives that 417 its {detail}.
+  app.server.on('checkExpectation', expectationFailed);
 
   await app.register(externalPlugins, { config });
   await app.register(servicesPlugin, { services });
