@@ -64,7 +64,8 @@ const avatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Delete a custom avatar',
       description:
         'Only avatars created through POST /avatars/custom can be deleted (403 for built-in and hidden ones). ' +
-        'Sessions already using the avatar keep working until they end: their renderer loaded it at creation.',
+        'Sessions already using the avatar keep working until they end: their renderer loaded it at creation. ' +
+        'Of concurrent DELETEs of one avatar exactly one answers 200, the others 404.',
       params: AvatarIdParams,
       response: { 200: Type.Object({ deleted: Type.Boolean() }), ...errors(403, 404) },
     },

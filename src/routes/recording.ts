@@ -38,7 +38,7 @@ const recordingRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'Records exactly what a WebRTC viewer receives (the session playout clock) into an MP4 (H.264 + AAC, the avatar size and fps), ' +
         'streamed to disk. Allowed while the session is running or paused (idle frames are recorded too). A new start after `complete` ' +
         'discards the previous artifact. 404 unknown session; 409 already recording, session not started yet (its media clock runs from ' +
-        'start) or terminated.',
+        'start), or terminated or being deleted (a DELETE racing the start wins: the start answers 409 and nothing is recorded).',
       params: SessionIdParams,
       response: { 200: statusRef, ...errors(404, 409) },
     },

@@ -171,7 +171,12 @@ export function exchangeOnce(
       finishIfDone();
     });
     socket.on('error', (error) => settle(() => reject(error)));
-    socket.on('close', () => settle(() => reject(new Error(sent ? 'the server closed the connection without a complete answer' : 'the server closed the connection while the request was being sent'))));
+    const closedEarly = () => new Error(sent ? 'the server closed the connection without a complete answer' : 'the server closed the connection while the request was being sent');
+    // The server's FIN: an answer already in is kept while the rest of the request goes out; none is a refusal.
+    socket.on('end', () => {
+      if (!response) settle(() => reject(closedEarly()));
+    });
+    socket.on('close', () => settle(() => reject(closedEarly())));
     const sendFrom = (offset: number) => {
       if (settled) return;
       socket.write(bytes.subarray(offset, offset + chunkBytes), (error) => {
