@@ -18,7 +18,7 @@ beforeAll(async () => {
   await makeAvatarBundle(avatarsDir, 'race-mock', { model_type: 'mock', width: 128, height: 96 });
   // Generous caps: the races, not the admission limits, are under test here.
   app = await startTestApp({ avatarsDir, env: { SERVICE_MAX_PENDING_SESSIONS: '200', SERVICE_MAX_SESSIONS: '50' } });
-}, 30_000);
+}, 60_000);
 afterAll(() => app?.close());
 
 const del = (p: string) => fetch(`${app.baseUrl}${p}`, { method: 'DELETE' });
