@@ -1,9 +1,10 @@
+import type { Server } from 'node:http';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Logger } from 'pino';
 import type { ServiceConfig } from './config.ts';
 import { createServices, type ServiceOverrides, type Services } from './services.ts';
-import { clientErrorHandler, frameworkErrors } from './framework-errors.ts';
+import { clientErrorHandler, expectationFailed, frameworkErrors } from './framework-errors.ts';
 import externalPlugins from './plugins/external/index.ts';
 import servicesPlugin from './plugins/app/services.ts';
 import errorPlugin from './plugins/app/errors.ts';
@@ -31,6 +32,30 @@ import clusterRouting from './cluster/routing.ts';
 
 /** Whole-request receive bound: 12 MB at ~100 kB/s fits; a stalled or trickling upload is cut off (408). */
 export const REQUEST_TIMEOUT_MS = 120_000;
+/**
+ * A request's head (request line and headers) must be in within this from the first byte of the connection or of
+ * the request (Node's `headersTimeout`), else 408 and the connection closes: this is what ends a connection that
+ * never sends anything. Real clients send their head at once; Node's default (60 s) let 1,100 idle sockets hold
+ * every file descriptor. Long-lived streams are untouched: an SSE response and an upgraded WebSocket had their
+ * head long ago.
+ */
+export const HEADERS_TIMEOUT_MS = 10_000;
+/**
+ * An idle keep-alive connection between two requests closes after this (Fastify's default, 72 s, kept idle
+ * sockets seven times longer). A proxy that pools connections to the service must drop idle ones sooner
+ * (docs/configuration.md). An SSE stream is a response in progress and a WebSocket an upgraded socket: neither is idle keep-alive.
+ */
+export const KEEP_ALIVE_TIMEOUT_MS = 10_000;
+/** How often Node checks connections against HEADERS_TIMEOUT_MS and REQUEST_TIMEOUT_MS (its default, 30 s, fires them up to 30 s late). */
+export const CONNECTIONS_CHECK_INTERVAL_MS = 1_000;
+/**
+ * No inactivity timeout on a socket (Fastify's `connectionTimeout`, off): an SSE stream (a comment every 15 s)
+ * or an audio WebSocket may carry nothing for longer, and both end with their session (orphan reaping). Idle
+ * sockets that never send a request are bounded by HEADERS_TIMEOUT_MS, trickled bodies by REQUEST_TIMEOUT_MS.
+ */
+export const SOCKET_INACTIVITY_TIMEOUT_MS = 0;
+/** Connections refused at the cap are logged at most this often (with how many), not one line each during a flood. */
+const DROPPED_CONNECTIONS_LOG_EVERY_MS = 10_000;
 
 /** Route plugins, each encapsulated; later capabilities add theirs here. */
 const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, listenRoutes, customizeRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, ttsVoiceRoutes, voiceRoutes, recordingRoutes, offlineRoutes, inspectRoutes, uiRoutes];
@@ -53,6 +78,9 @@ export async function buildApp(config: ServiceConfig, logger: Logger, overrides:
     bodyLimit: 1024 * 1024,
     // A client trickling a body (the largest upload is 12 MB) must not hold a request open forever.
     requestTimeout: REQUEST_TIMEOUT_MS,
+    keepAliveTimeout: KEEP_ALIVE_TIMEOUT_MS,
+    connectionTimeout: SOCKET_INACTIVITY_TIMEOUT_MS,
+    http: { headersTimeout: HEADERS_TIMEOUT_MS, connectionsCheckingInterval: CONNECTIONS_CHECK_INTERVAL_MS },
     // Request ids in logs; paths with user input stay out of static messages.
     requestIdHeader: 'x-request-id',
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
@@ -60,6 +88,9 @@ export async function buildApp(config: ServiceConfig, logger: Logger, overrides:
     frameworkErrors,
     clientErrorHandler,
   }).withTypeProvider<TypeBoxTypeProvider>();
+  // An unknown `Expect` is refused by Node before Fastify sees the request; this gives that 417 its {detail}.
+  app.server.on('checkExpectation', expectationFailed);
+  capConnections(app.server, config.maxConnections, logger);
 
   await app.register(externalPlugins, { config });
   await app.register(servicesPlugin, { services });
@@ -75,4 +106,28 @@ export async function buildApp(config: ServiceConfig, logger: Logger, overrides:
   });
   await app.ready();
   return { app: app as unknown as FastifyInstance, services };
+}
+
+/**
+ * SERVICE_MAX_CONNECTIONS: past it the kernel's next connection is closed at once (Node's `maxConnections`), so
+ * idle sockets cannot take the descriptors that requests in progress need to open files. Refusals are logged in
+ * batches. A descriptor shortage while accepting (EMFILE at `accept`) is logged, never a crash.
+ */
+function capConnections(server: Server, maxConnections: number, logger: Logger): void {
+  server.maxConnections = maxConnections;
+  let dropped = 0;
+  let lastLogAt = -Infinity;
+  server.on('drop', () => {
+    dropped++;
+    const now = performance.now();
+    if (now - lastLogAt < DROPPED_CONNECTIONS_LOG_EVERY_MS) return;
+    lastLogAt = now;
+    logger.warn({ maxConnections, dropped }, 'connections refused: connection cap reached');
+    dropped = 0;
+  });
+  server.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.syscall === 'accept') logger.warn({ code: error.code }, 'connection not accepted');
+    // A failing listen is Fastify's to report (its own listener rejects `listen`); anything later is logged here.
+    else if (server.listening) logger.error({ code: error.code }, 'server error');
+  });
 }

@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import path from 'node:path';
 import { isTtsProviderId, TTS_PROVIDER_IDS, type TtsProviderId } from '../actors/tts/types.ts';
 import type { TtsEndpointConfig, TtsProvidersConfig } from '../actors/tts/registry.ts';
@@ -24,6 +25,12 @@ export interface ServiceConfig {
   llm: { baseUrl: string | null; apiKey: string | null; model: string };
   asr: { baseUrl: string | null; apiKey: string | null; model: string };
   maxSessions: number;
+  /**
+   * SERVICE_MAX_CONNECTIONS: open client connections (HTTP, SSE, WebSocket) at once; the kernel's next one is
+   * closed at once. Default: a share of the open-files limit (`defaultMaxConnections`), so connections alone can
+   * never use up the descriptors that files, pipes, workers and peers need.
+   */
+  maxConnections: number;
   /** Sessions created but not started, at most (POST /sessions answers 503 beyond). */
   maxPendingSessions: number;
   /** A created session not started within this is terminated. */
@@ -210,6 +217,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       model: read('SERVICE_ASR_MODEL') ?? 'whisper-1',
     },
     maxSessions: integer('SERVICE_MAX_SESSIONS', 8, 1, 10_000),
+    maxConnections: integer('SERVICE_MAX_CONNECTIONS', defaultMaxConnections(openFilesLimit()), 1, 1_000_000),
     maxPendingSessions: integer('SERVICE_MAX_PENDING_SESSIONS', 16, 1, 10_000),
     startTimeoutMs: integer('SERVICE_START_TIMEOUT_MS', 600_000, 1_000, 24 * 3600 * 1000),
     orphanTimeoutMs: integer('SERVICE_ORPHAN_TIMEOUT_S', 60, 0, 24 * 3600) * 1000,
@@ -264,6 +272,36 @@ function clusterConfig(
   // Never echoed: it is a secret.
   if (secret !== null && secret.length < 16) problems.push('SERVICE_CLUSTER_SECRET must be at least 16 characters');
   return valid ? { redisUrl, nodeUrl, nodeTtlMs, nodeSlot, secret } : null;
+}
+
+/**
+ * The share of the process's open-files limit client connections may take by default. The rest is headroom for
+ * what the service opens itself: LevelDB's tables, uploads and recordings, ffmpeg's pipes, worker threads, the
+ * WebRTC peers' UDP sockets. A service at the cap still opens a file, so an upload never fails with EMFILE.
+ */
+export const CONNECTIONS_SHARE_OF_OPEN_FILES = 0.5;
+/** Assumed when the limit cannot be read (no /proc): the usual soft default of `ulimit -n`. */
+export const ASSUMED_OPEN_FILES_LIMIT = 1024;
+/** Where Linux states this process's limits, `ulimit -n` among them ("Max open files  <soft>  <hard>  files"). */
+const PROC_LIMITS = '/proc/self/limits';
+
+/** The soft open-files limit (`ulimit -n`), or `ASSUMED_OPEN_FILES_LIMIT` where it cannot be read or is unlimited. */
+export function openFilesLimit(limitsText?: string): number {
+  let text = limitsText;
+  if (text === undefined) {
+    try {
+      text = fs.readFileSync(PROC_LIMITS, 'utf8');
+    } catch {
+      return ASSUMED_OPEN_FILES_LIMIT;
+    }
+  }
+  const soft = /^Max open files\s+(\d+)/mu.exec(text)?.[1];
+  return soft === undefined ? ASSUMED_OPEN_FILES_LIMIT : Number(soft);
+}
+
+/** SERVICE_MAX_CONNECTIONS's default for an open-files limit: `CONNECTIONS_SHARE_OF_OPEN_FILES` of it, at least 1. */
+export function defaultMaxConnections(openFiles: number): number {
+  return Math.max(1, Math.floor(openFiles * CONNECTIONS_SHARE_OF_OPEN_FILES));
 }
 
 function isLogFormat(value: string): value is ServiceConfig['logFormat'] {

@@ -56,7 +56,7 @@ async function main(): Promise<void> {
     throw new StartupFailure(sentence);
   }
   const address = app.server.address() as AddressInfo;
-  logger.info({ host: address.address, port: address.port }, 'service listening');
+  logger.info({ host: address.address, port: address.port, maxConnections: config.maxConnections }, 'service listening');
   process.stdout.write(`${readyLine(address)}\n`);
 }
 

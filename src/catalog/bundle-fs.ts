@@ -14,13 +14,20 @@ export const TRASH_DIR_PREFIX = '.trash-';
 
 /**
  * Removes a bundle so it never appears half-deleted: rename it to a hidden `.trash-*` directory (one
- * atomic step the catalog ignores), then delete that.
+ * atomic step the catalog ignores), then delete that. Resolves false when there was no bundle to rename:
+ * someone else's delete took it first, which is the caller's "not found", not a failure.
  */
-export async function removeBundleDir(avatarsDir: string, id: string, tag?: string): Promise<void> {
+export async function removeBundleDir(avatarsDir: string, id: string, tag?: string): Promise<boolean> {
   if (!isValidAvatarId(id)) throw new Error('invalid avatar id');
   const trash = path.join(avatarsDir, `${TRASH_DIR_PREFIX}${tag ? `${tag}-` : ''}${id}-${randomBytes(4).toString('hex')}`);
-  await fs.rename(path.join(avatarsDir, id), trash);
+  try {
+    await fs.rename(path.join(avatarsDir, id), trash);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return false;
+    throw error;
+  }
   await fs.rm(trash, { recursive: true, force: true });
+  return true;
 }
 
 /**

@@ -35,6 +35,8 @@ export class AvatarCatalog {
   private entries = new Map<string, CatalogEntry>();
   private scannedMtimeMs = -1;
   private scanning: Promise<void> | null = null;
+  /** The delete in progress per avatar id: a second delete of the same id waits for it (then finds nothing). */
+  private readonly removing = new Map<string, Promise<boolean>>();
 
   /** Names this node's hidden build/trash directories (cluster mode), so its start-up sweep removes only its own. */
   readonly tempTag: string | undefined = undefined;
@@ -49,10 +51,27 @@ export class AvatarCatalog {
     this.invalidate();
   }
 
-  /** Deletes a bundle: it leaves the listing first, then its files go (bundle-fs.ts). */
-  async remove(id: string): Promise<void> {
-    await removeBundleDir(this.dir, id, this.tempTag);
+  /**
+   * Deletes a bundle: it leaves the listing first, then its files go (bundle-fs.ts). Concurrent deletes of
+   * one id run one after the other, so exactly one resolves true and the others false (the route's 404),
+   * whatever their interleaving.
+   */
+  async remove(id: string): Promise<boolean> {
+    const before = this.removing.get(id);
+    const mine = (before ? before.catch(() => false) : Promise.resolve(false)).then(() => this.removeNow(id));
+    this.removing.set(id, mine);
+    try {
+      return await mine;
+    } finally {
+      if (this.removing.get(id) === mine) this.removing.delete(id);
+    }
+  }
+
+  /** One delete, with no other delete of this id running: false when the bundle was already gone. */
+  protected async removeNow(id: string): Promise<boolean> {
+    const removed = await removeBundleDir(this.dir, id, this.tempTag);
     this.invalidate();
+    return removed;
   }
 
   async list(): Promise<AvatarSummary[]> {

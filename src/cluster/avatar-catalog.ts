@@ -99,10 +99,12 @@ export class RedisAvatarCatalog extends AvatarCatalog {
     await this.redis.hset(AVATARS_KEY, id, JSON.stringify(manifest));
   }
 
-  override async remove(id: string): Promise<void> {
+  /** The entry's removal is the commit: of deletes racing on any nodes, only the one whose HDEL removed it goes on. */
+  protected override async removeNow(id: string): Promise<boolean> {
     if (!isValidAvatarId(id)) throw new Error('invalid avatar id');
-    await this.redis.hdel(AVATARS_KEY, id);
+    if ((await this.redis.hdel(AVATARS_KEY, id)) === 0) return false;
     await removeBundleDir(this.dir, id, this.tempTag);
+    return true;
   }
 
   override async refresh(): Promise<void> {

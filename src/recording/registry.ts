@@ -38,9 +38,11 @@ export class RecordingConflictError extends Error {
 }
 
 interface Active {
-  state: 'recording';
-  recorder: ClockRecorder;
+  /** Null while `start` prepares the directory: the slot is claimed, nothing is recorded yet. */
+  recorder: ClockRecorder | null;
   stopping: Promise<RecordingStatus> | null;
+  /** The session ended while `start` was still preparing: the start answers 409 instead of recording a closed clock. */
+  cancelled: boolean;
 }
 
 interface Meta {
@@ -91,37 +93,58 @@ export class RecordingRegistry {
   /**
    * Starts recording `media`'s clock. `whenSessionEnds` is given a callback to run when the session
    * terminates (its close cascade, after the clock stopped), so the file is finalised rather than lost; the
-   * callback settles once the file is final (or failed).
+   * callback settles once the file is final (or failed). It is called before the first await, in the same
+   * step that claims the slot, and may throw (a session that is ending refuses it): then nothing starts.
+   * A session that ends while the start is still preparing cancels it (`RecordingConflictError`).
    */
   async start(sessionId: string, media: RecordableMedia, whenSessionEnds?: (finalise: () => Promise<void>) => void): Promise<RecordingStatus> {
     if (this.closed) throw new RecordingConflictError('service is shutting down');
     if (this.active.has(sessionId)) throw new RecordingConflictError('already recording; stop it first');
     const dir = this.dirOf(sessionId);
-    // Claim the slot before any await so two concurrent starts cannot both pass the check.
-    const placeholder = { state: 'recording', recorder: null, stopping: null } as unknown as Active;
-    this.active.set(sessionId, placeholder);
+    // Claim the slot and attach to the session before any await: two concurrent starts cannot both pass the
+    // check, and a session that ends from here on finalises or cancels this recording.
+    const claim: Active = { recorder: null, stopping: null, cancelled: false };
+    this.active.set(sessionId, claim);
+    const release = () => {
+      if (this.active.get(sessionId) === claim) this.active.delete(sessionId);
+    };
     try {
+      whenSessionEnds?.(() => this.endWithSession(sessionId, claim));
       await fs.mkdir(dir, { recursive: true });
+      // Checked before the previous artifact goes: a refused start leaves it in place.
+      if (claim.cancelled) throw new RecordingConflictError('session is terminated');
       // The record first: a crash in between leaves an artifact without one, which `recover()` removes.
       await fs.rm(path.join(dir, META_FILE), { force: true });
       await Promise.all([ARTIFACT_FILE, PARTIAL_FILE].map((name) => fs.rm(path.join(dir, name), { force: true })));
-      const finaliseOnEnd = () =>
-        this.active.has(sessionId) ? this.stop(sessionId, 'session terminated').then(() => undefined, () => undefined) : Promise.resolve();
-      placeholder.recorder = new ClockRecorder(media, path.join(dir, PARTIAL_FILE), () => void this.stop(sessionId, 'clock stopped').catch(() => undefined));
-      whenSessionEnds?.(finaliseOnEnd);
+      if (claim.cancelled) throw new RecordingConflictError('session is terminated');
+      claim.recorder = new ClockRecorder(media, path.join(dir, PARTIAL_FILE), () => void this.stop(sessionId, 'clock stopped').catch(() => undefined));
     } catch (error) {
-      this.active.delete(sessionId);
+      release();
       throw error;
     }
     this.logger?.info({ sessionId }, 'recording started');
     return { state: 'recording', artifact_url: this.artifactUrl(sessionId), duration_ms: 0 };
   }
 
+  /** The session of `claim` ended: a recording finalises; a start still preparing is cancelled and its slot freed. */
+  private endWithSession(sessionId: string, claim: Active): Promise<void> {
+    if (this.active.get(sessionId) !== claim) return Promise.resolve();
+    if (!claim.recorder) {
+      claim.cancelled = true;
+      this.active.delete(sessionId);
+      return Promise.resolve();
+    }
+    return this.stop(sessionId, 'session terminated').then(
+      () => undefined,
+      () => undefined,
+    );
+  }
+
   /** Ends the recording and finalises the artifact. Throws `RecordingConflictError` when not recording. */
   async stop(sessionId: string, endedBy = 'stop'): Promise<RecordingStatus> {
     const active = this.active.get(sessionId);
     if (!active || !active.recorder) throw new RecordingConflictError('not recording');
-    active.stopping ??= this.finalise(sessionId, active, endedBy);
+    active.stopping ??= this.finalise(sessionId, active.recorder, endedBy);
     return active.stopping;
   }
 
@@ -201,10 +224,10 @@ export class RecordingRegistry {
     }
   }
 
-  private async finalise(sessionId: string, active: Active, endedBy: string): Promise<RecordingStatus> {
+  private async finalise(sessionId: string, recorder: ClockRecorder, endedBy: string): Promise<RecordingStatus> {
     const dir = this.dirOf(sessionId);
     try {
-      const durationMs = await active.recorder.stop();
+      const durationMs = await recorder.stop();
       await fs.rename(path.join(dir, PARTIAL_FILE), path.join(dir, ARTIFACT_FILE));
       const meta: Meta = { duration_ms: durationMs, completed_at: new Date().toISOString(), ended_by: endedBy };
       // The record last, in one step: a crash before it leaves an artifact without a record, never a record without its artifact.
@@ -212,7 +235,7 @@ export class RecordingRegistry {
       this.logger?.info({ sessionId, durationMs, endedBy }, 'recording complete');
       return { state: 'complete', artifact_url: this.artifactUrl(sessionId), duration_ms: durationMs };
     } catch (error) {
-      await active.recorder.abort().catch(() => undefined);
+      await recorder.abort().catch(() => undefined);
       this.logger?.error({ sessionId, err: errorForLog(error) }, 'recording failed');
       if (error instanceof NoFramesError) throw error;
       throw new RecordingFailedError((error as Error).message);

@@ -64,7 +64,8 @@ const avatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Delete a custom avatar',
       description:
         'Only avatars created through POST /avatars/custom can be deleted (403 for built-in and hidden ones). ' +
-        'Sessions already using the avatar keep working until they end: their renderer loaded it at creation.',
+        'Sessions already using the avatar keep working until they end: their renderer loaded it at creation. ' +
+        'Of concurrent DELETEs of one avatar exactly one answers 200, the others 404.',
       params: AvatarIdParams,
       response: { 200: Type.Object({ deleted: Type.Boolean() }), ...errors(403, 404) },
     },
@@ -72,7 +73,8 @@ const avatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const entry = await catalog.get(request.params.avatar_id);
       if (!entry) throw notFound('avatar not found');
       if (!entry.isCustom || entry.manifest.metadata.hidden === true) throw forbidden('only custom avatars can be deleted');
-      await catalog.remove(entry.id);
+      // A concurrent DELETE of the same avatar may have removed it since the lookup: that one answers 200, this one 404.
+      if (!(await catalog.remove(entry.id))) throw notFound('avatar not found');
       request.log.info({ avatarId: entry.id }, 'custom avatar deleted');
       return { deleted: true };
     },

@@ -38,20 +38,20 @@ const recordingRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'Records exactly what a WebRTC viewer receives (the session playout clock) into an MP4 (H.264 + AAC, the avatar size and fps), ' +
         'streamed to disk. Allowed while the session is running or paused (idle frames are recorded too). A new start after `complete` ' +
         'discards the previous artifact. 404 unknown session; 409 already recording, session not started yet (its media clock runs from ' +
-        'start) or terminated.',
+        'start), or terminated or being deleted (a DELETE racing the start wins: the start answers 409 and nothing is recorded).',
       params: SessionIdParams,
       response: { 200: statusRef, ...errors(404, 409) },
     },
     handler: async (request) => {
       const session = await supervisor.requireSession(request.params.session_id);
-      // Nothing is rendered before start (a created session costs nothing), so there would be nothing to record.
-      if (session.state === 'created') throw conflict('session is not started: start it before recording');
-      session.consumers.watch('recording', () => recordings.isRecording(session.id));
       try {
-        // Finalised by the session's close cascade, after the clock stopped and before SSE clients hear session.terminated.
-        return await recordings.start(session.id, session.media, (finalise) => {
-          session.closer.addTap('recording', finalise);
+        // The session admits the recording (409 before start, or once it is ending) in the step that attaches it to its
+        // close cascade, which finalises it after the clock stopped and before SSE clients hear session.terminated.
+        const status = await recordings.start(session.id, session.media, (finalise) => {
+          session.admitTap('recording', finalise);
         });
+        session.consumers.watch('recording', () => recordings.isRecording(session.id));
+        return status;
       } catch (error) {
         asHttp(error);
       }

@@ -45,6 +45,8 @@ export class Session {
   private readonly terminated: Promise<void>;
   private voiceInput: VoiceInput | null = null;
   private voiceClosed = false;
+  /** Set the moment the session starts to end (`close()`, or the machine terminating itself): nothing new attaches after. */
+  private ending = false;
 
   constructor(
     public stored: StoredSession,
@@ -102,6 +104,7 @@ export class Session {
     this.actor.on('error', ({ code, message }) => bus.publish('error', { code, message }));
     this.terminated = new Promise((resolve) => {
       this.actor.on('session.terminated', () => {
+        this.ending = true;
         resolve();
         this.closeVoice();
         // The cascade publishes `session.terminated` to clients as its last step.
@@ -199,6 +202,18 @@ export class Session {
     if (!admitsRequest(snapshot, type)) throw conflict(refusalDetail(snapshot, type));
   }
 
+  /**
+   * Admission of a tap of the media clock (a recording): attached to the close cascade, which finalises it,
+   * in the same synchronous step as the check. 409 when there is nothing to record yet (created: the clock runs
+   * from start) or the session is ending or terminated (its cascade may have passed the taps' step already, so
+   * nothing would ever finalise it). Returns the tap's removal.
+   */
+  admitTap(name: string, finalise: () => Promise<unknown>): () => void {
+    if (this.ending || this.closer.closing || this.state === 'terminated') throw conflict('session is terminated');
+    if (this.state === 'created') throw conflict('session is not started: start it before recording');
+    return this.closer.addTap(name, finalise);
+  }
+
   /** Sends without asking: interrupts, termination, events the machine may ignore. */
   send(event: SessionEvent): void {
     this.actor.send(event);
@@ -209,6 +224,7 @@ export class Session {
    * recording → events. Idempotent: every call, and the machine's own termination, share one cascade.
    */
   async close(): Promise<void> {
+    this.ending = true;
     this.closeVoice();
     if (this.actor.getSnapshot().status === 'active') {
       this.actor.send({ type: 'TERMINATE' });

@@ -10,7 +10,7 @@ import type { ServiceConfig } from '../config.ts';
 import type { AvatarCatalog, CatalogEntry } from '../catalog/catalog.ts';
 import type { ModelRegistry } from '../models.ts';
 import type { SessionRecords, StoredSession } from '../store/sessions.ts';
-import { HttpError, badGateway, badRequest, conflict, notFound } from '../errors.ts';
+import { HttpError, badGateway, badRequest, conflict, isOutOfFileDescriptors, notFound, outOfFileDescriptors } from '../errors.ts';
 import { defaultsPersona, requestOverrides, resolveTtsSelection } from './persona.ts';
 import { SessionEventHub } from './event-hub.ts';
 import { SessionBus } from './session-bus.ts';
@@ -244,6 +244,10 @@ export class SessionSupervisor {
     try {
       renderer = await this.deps.render.open(avatar, model);
     } catch (error) {
+      // The avatar's DELETE won the race for its files: the client named an avatar that no longer exists.
+      if (!(await catalog.get(avatar.id))) throw badRequest(`avatar_id "${input.avatar_id}" does not exist`);
+      // Out of descriptors is the service overloaded, not the backend failing: 503, retry later.
+      if (isOutOfFileDescriptors(error)) throw outOfFileDescriptors();
       this.deps.logger.error({ model: input.model, err: errorForLog(error) }, 'renderer initialisation failed');
       // The same path-free text as the log: a filesystem error must not show the server's paths to clients.
       throw badGateway(`rendering backend failed during initialization: ${errorForLog(error)}`);

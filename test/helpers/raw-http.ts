@@ -132,3 +132,63 @@ function parseResponse(bytes: Buffer): { response: RawResponse; consumed: number
   if (bytes.length < bodyStart + length) return null;
   return { response: { status, headers, body: bytes.subarray(bodyStart, bodyStart + length).toString('utf8') }, consumed: bodyStart + length };
 }
+
+/**
+ * One request over a fresh socket, sent byte for byte (headers of any size) in `chunkBytes` pieces a
+ * `chunkGapMs` apart, as a client on a real link sends a large head, and the answer read until it is complete.
+ * Like curl, the client must be able to send its whole request: rejects when the connection is reset while
+ * sending, closed before a whole answer arrived, or after `timeoutMs`.
+ */
+export function exchangeOnce(
+  baseUrl: string,
+  request: RawRequest,
+  options: { timeoutMs?: number; chunkBytes?: number; chunkGapMs?: number } = {},
+): Promise<RawResponse> {
+  const { timeoutMs = 10_000, chunkBytes = 16 * 1024, chunkGapMs = 5 } = options;
+  const { hostname, port } = new URL(baseUrl);
+  const bytes = serialize({ ...request, headers: { connection: 'close', ...request.headers } });
+  return new Promise((resolve, reject) => {
+    // Half-open: a server may answer and send its FIN before the whole request is out, and the client goes on sending.
+    const socket = net.connect({ port: Number(port), host: hostname, allowHalfOpen: true });
+    let buffered = Buffer.alloc(0);
+    let response: RawResponse | null = null;
+    let sent = false;
+    let settled = false;
+    const settle = (outcome: () => void) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      socket.destroy();
+      outcome();
+    };
+    const timer = setTimeout(() => settle(() => reject(new Error(`no answer to ${request.method} within ${timeoutMs} ms`))), timeoutMs);
+    const finishIfDone = () => {
+      if (sent && response) settle(() => resolve(response!));
+    };
+    socket.on('data', (chunk: Buffer) => {
+      buffered = Buffer.concat([buffered, chunk]);
+      response ??= parseResponse(buffered)?.response ?? null;
+      finishIfDone();
+    });
+    socket.on('error', (error) => settle(() => reject(error)));
+    const closedEarly = () => new Error(sent ? 'the server closed the connection without a complete answer' : 'the server closed the connection while the request was being sent');
+    // The server's FIN: an answer already in is kept while the rest of the request goes out; none is a refusal.
+    socket.on('end', () => {
+      if (!response) settle(() => reject(closedEarly()));
+    });
+    socket.on('close', () => settle(() => reject(closedEarly())));
+    const sendFrom = (offset: number) => {
+      if (settled) return;
+      socket.write(bytes.subarray(offset, offset + chunkBytes), (error) => {
+        if (error) return settle(() => reject(error));
+        if (offset + chunkBytes >= bytes.length) {
+          sent = true;
+          finishIfDone();
+          return;
+        }
+        setTimeout(() => sendFrom(offset + chunkBytes), chunkGapMs);
+      });
+    };
+    socket.once('connect', () => sendFrom(0));
+  });
+}

@@ -1,13 +1,14 @@
 import fp from 'fastify-plugin';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { HttpError } from '../../errors.ts';
+import { HttpError, isOutOfFileDescriptors, outOfFileDescriptors } from '../../errors.ts';
 import { scrubPaths, serializeErrorForLog } from '../../logger.ts';
 import { ProviderNotConfiguredError, UpstreamError, VoiceNotFoundError } from '../../../actors/tts/types.ts';
 import { MalformedSdpError } from '../../../actors/media/webrtc.ts';
 
 /**
  * One place that turns errors into `{detail}` answers (spec 7): 4xx with the reason, 502 with the
- * upstream text, 500 with a generic message while the exception is only logged. Every `detail` and
+ * upstream text, 503 with Retry-After when the process ran out of file descriptors (EMFILE/ENFILE, wherever
+ * they come from), 500 with a generic message while the exception is only logged. Every `detail` and
  * every logged error passes through `scrubPaths`, whichever logger the app was built with, so no
  * answer or log line carries a filesystem path.
  */
@@ -16,6 +17,14 @@ export default fp(async function errorPlugin(app: FastifyInstance) {
     closeIfBodyStalled(request, reply);
     if (error instanceof HttpError) {
       sendDetail(reply.headers(error.headers), error.statusCode, error.detail);
+      return;
+    }
+    // After HttpError: a deliberate answer may quote client text, which must not turn into a 503.
+    if (isOutOfFileDescriptors(error)) {
+      // Overload, not a defect: logged without the error's text (it may name a file).
+      request.log.warn({ code: (error as NodeJS.ErrnoException).code }, 'out of file descriptors');
+      const refusal = outOfFileDescriptors();
+      sendDetail(reply.headers(refusal.headers), refusal.statusCode, refusal.detail);
       return;
     }
     if (error instanceof UpstreamError) {

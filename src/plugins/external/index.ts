@@ -55,7 +55,11 @@ export default fp(async function externalPlugins(app: FastifyInstance, opts: { c
         version: SERVICE_VERSION,
         description:
           'Talking-avatar sessions: REST, server-sent events (`GET /sessions/{session_id}/events`) and an audio WebSocket ' +
-          '(`/sessions/{session_id}/speak_audio_stream`). Media flows over WebRTC. See docs/ in the repository.',
+          '(`/sessions/{session_id}/speak_audio_stream`). Media flows over WebRTC. See docs/ in the repository.\n\n' +
+          'Every route may also answer, with `{detail}`: 431 (request line or headers over 16 KiB), 417 (an `Expect` other than ' +
+          '`100-continue`), 408 (headers not in within 10 s, or the whole request within 120 s) and 503 with `Retry-After` (the ' +
+          'service is draining for shutdown, or out of file descriptors). Connections past `SERVICE_MAX_CONNECTIONS` are closed ' +
+          'unanswered (docs/configuration.md, "Connection limits").',
       },
       tags: [
         { name: 'health', description: 'Health, models and queue' },
