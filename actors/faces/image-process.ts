@@ -1,5 +1,5 @@
 /**
- * A portrait image process, forked by `image-jobs.ts` for one upload: sharp (libvips) decodes, resizes and
+ * A portrait image process, forked by `image-jobs.ts`, serving one upload at a time: sharp (libvips) decodes, resizes and
  * encodes here, on this process's own libuv threads, so a slow image never holds the threads the service
  * answers requests (and reads files) with, and the service can end it at once with SIGKILL at a deadline,
  * an abort or shutdown. It answers `decode` with the upright size and a small RGBA copy to search for a
@@ -12,7 +12,7 @@ import type { CropRect, ImageReply, ImageRequest } from './image-protocol.ts';
 const VIPS_THREADS = 1;
 
 sharp.concurrency(VIPS_THREADS);
-// One image per process: libvips' operation cache would only hold memory until exit.
+// Every upload is a different image: libvips' operation cache would only hold memory.
 sharp.cache(false);
 
 interface UprightImage {
@@ -38,6 +38,7 @@ process.on('message', (request: ImageRequest) => {
 
 async function answer(request: ImageRequest): Promise<ImageReply> {
   if (request.type === 'decode') {
+    upright = undefined;
     try {
       upright = await decodeUpright(Buffer.from(request.image.buffer, request.image.byteOffset, request.image.byteLength), request.maxPixels);
     } catch {
@@ -46,8 +47,13 @@ async function answer(request: ImageRequest): Promise<ImageReply> {
     return { type: 'decoded', width: upright.width, height: upright.height, detection: await detectionCopy(upright, request.detectionMaxSide) };
   }
   if (!upright) return { type: 'failed', message: 'crop before decode' };
-  return { type: 'cropped', png: await cropToFrame(upright, request.crop, request.target) };
+  const png = await cropToFrame(upright, request.crop, request.target);
+  // The upload is done: its pixels (up to 150 MB) are not kept while this process waits for the next one.
+  upright = undefined;
+  return { type: 'cropped', png };
 }
+
+send({ type: 'ready' });
 
 /** EXIF orientation applied, alpha flattened onto white, sRGB, 3 channels. */
 async function decodeUpright(bytes: Buffer, maxPixels: number): Promise<UprightImage> {

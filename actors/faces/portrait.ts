@@ -88,14 +88,15 @@ export async function preparePortrait(
 export async function checkPortraitHeader(bytes: Buffer): Promise<void> {
   let size: { width?: number; height?: number };
   try {
-    size = await sharp(bytes).metadata();
+    // No pixel limit of sharp's own here (it would refuse with its default of 268 MP before ours): ours follow.
+    size = await sharp(bytes, { limitInputPixels: false }).metadata();
   } catch {
     throw badRequest('image could not be decoded');
   }
   const { width, height } = size;
   if (!width || !height) throw badRequest('image could not be decoded');
-  if (Math.max(width, height) > MAX_PORTRAIT_SIDE) throw badRequest(`image is larger than ${MAX_PORTRAIT_SIDE} px on a side`);
   if (width * height > MAX_PORTRAIT_PIXELS) throw badRequest(`image is larger than ${MAX_PORTRAIT_PIXELS / 1e6} megapixels`);
+  if (Math.max(width, height) > MAX_PORTRAIT_SIDE) throw badRequest(`image is larger than ${MAX_PORTRAIT_SIDE} px on a side`);
 }
 
 /** The reply of the expected type; `invalid` is the upload's fault (400), anything else a fault of ours. */
