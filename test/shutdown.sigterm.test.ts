@@ -6,8 +6,10 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import sharp from 'sharp';
 import { afterAll, describe, expect, it } from 'vitest';
 import { encodeWav } from '../actors/audio/wav.ts';
+import { blackPng } from './helpers/hostile-images.ts';
 import { startXttsFake, tone, type FakeUpstream } from './fakes/tts-upstreams.ts';
 import { SseClient } from './helpers/sse.ts';
 import { startServiceProcess, type ServiceProcess } from './helpers/service-process.ts';
@@ -56,6 +58,26 @@ async function slowXtts(): Promise<FakeUpstream> {
   xtts.slowMs = 600_000;
   fakes.push(xtts);
   return xtts;
+}
+
+/** The service's portrait image processes (actors/faces/image-jobs.ts), from /proc: children running image-process.mjs. */
+async function imageProcessesOf(pid: number): Promise<number[]> {
+  const tasks = await fs.readdir(`/proc/${pid}/task`).catch(() => [] as string[]);
+  const children = await Promise.all(tasks.map((tid) => fs.readFile(`/proc/${pid}/task/${tid}/children`, 'utf8').catch(() => '')));
+  const pids = children.join(' ').split(/\s+/).filter(Boolean).map(Number);
+  const commands = await Promise.all(pids.map((child) => fs.readFile(`/proc/${child}/cmdline`, 'utf8').catch(() => '')));
+  return pids.filter((_, i) => commands[i].includes('image-process'));
+}
+
+function uploadPortrait(base: string, image: Buffer): Promise<unknown> {
+  const form = new FormData();
+  form.append('name', 'Portrait');
+  form.append('base_avatar_id', 'astronaut');
+  form.append('image', new Blob([new Uint8Array(image)]), 'portrait');
+  return fetch(`${base}/avatars/custom`, { method: 'POST', body: form }).then(
+    (res) => res.body?.cancel(),
+    () => undefined,
+  );
 }
 
 describe('SIGTERM', () => {
@@ -111,6 +133,27 @@ describe('SIGTERM', () => {
     expect(await fs.readdir(path.join(service.dataDir, 'bundles'))).toEqual([]);
     expect(await fs.readdir(path.join(service.dataDir, 'voices', 'local_clone_a')).catch(() => [])).toEqual([]);
     expect(await again.stop()).toEqual({ code: 0, signal: null });
+  }, 120_000);
+
+  it('exits within 10 s while portraits are being decoded (a legal 49 MP JPEG and a 1×49,000,000 PNG); no image process outlives it', async () => {
+    const service = await startServiceProcess();
+    services.push(service);
+    const legal = await sharp({ create: { width: 7000, height: 7000, channels: 3, background: '#c8a08c' } }).jpeg().toBuffer();
+    const uploads = [uploadPortrait(service.baseUrl, blackPng(1, 49_000_000)), uploadPortrait(service.baseUrl, legal)];
+    // The legal one is decoding once its image process exists; before the fix there was none (the decode ran on
+    // the service's own threads), so this waits a few seconds and signals while both are still decoding.
+    let imageProcesses: number[] = [];
+    for (let waited = 0; imageProcesses.length === 0 && waited < 5_000; waited += 20) {
+      await sleep(20);
+      imageProcesses = await imageProcessesOf(service.pid);
+    }
+    const signalledAt = performance.now();
+    process.kill(service.pid, 'SIGTERM');
+    const exit = await service.exited;
+    expect(performance.now() - signalledAt).toBeLessThan(SHUTDOWN_BOUND_MS);
+    expect(exit).toEqual({ code: 0, signal: null });
+    await Promise.all(uploads);
+    for (const pid of imageProcesses) await expect.poll(() => fs.access(`/proc/${pid}`).then(() => 'alive', () => 'gone'), { timeout: 5_000 }).toBe('gone');
   }, 120_000);
 
   it('exits at once on a second signal while draining', async () => {

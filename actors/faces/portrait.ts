@@ -2,6 +2,8 @@ import sharp from 'sharp';
 import type { MouthAnimation } from '../render/types.ts';
 import type { MouthDetection, RgbaImage } from './types.ts';
 import { transformAnimation } from './landmarks.ts';
+import { withImageProcess } from './image-jobs.ts';
+import type { ImageReply } from './image-protocol.ts';
 
 /** The upload is not a usable portrait (empty, wrong format, undecodable, too many pixels); callers answer 400. */
 export class InvalidImageError extends Error {
@@ -19,6 +21,12 @@ export const MAX_PORTRAIT_BYTES = 10 * 1024 * 1024;
  * refuses larger inputs from the header, before allocating pixels.
  */
 export const MAX_PORTRAIT_PIXELS = 50_000_000;
+/**
+ * Longest side a portrait may have. The pixel limit alone lets through 49,000,000×1 (libvips then needs
+ * ~1 GB for it) and 1×49,000,000 (a minute of CPU); no camera or portrait is longer than 16384 px on a side.
+ * Checked from the header, like the pixel limit, before anything is decoded.
+ */
+export const MAX_PORTRAIT_SIDE = 16_384;
 /** Detection runs on a copy no longer than this on its long side: faces stay far above the detector's minimum size. */
 export const DETECTION_MAX_SIDE = 1024;
 
@@ -44,69 +52,70 @@ export interface PreparedPortrait {
   animation?: MouthAnimation;
 }
 
-/** An upright RGB image decoded from the upload, with EXIF orientation applied. */
-interface UprightImage {
-  rgb: Buffer;
-  width: number;
-  height: number;
-}
-
 /**
- * Turns an uploaded portrait into the bundle frame: checks the format from its bytes, decodes it under a
- * pixel limit, applies EXIF orientation, drops alpha, finds the face, and cover-crops to `target` centred on
- * the face (on the image centre without one). Invalid or undecodable images throw `InvalidImageError`.
+ * Turns an uploaded portrait into the bundle frame: checks the format from its bytes and the size from its
+ * header, then (in an image process, `image-jobs.ts`) decodes it, applies EXIF orientation and drops alpha;
+ * finds the face in a small copy, and cover-crops to `target` centred on the face (on the image centre without
+ * one). Invalid or undecodable images throw `InvalidImageError`; a full queue throws `ImageJobsBusyError`.
  */
 export async function preparePortrait(
   bytes: Buffer,
   target: { width: number; height: number },
-  opts: { detect: Detector; signal?: AbortSignal },
+  opts: { detect: Detector; signal?: AbortSignal; stepDeadlineMs?: number },
 ): Promise<PreparedPortrait> {
   if (bytes.length === 0) throw badRequest('image is empty');
   if (!sniffPortraitFormat(bytes)) throw badRequest('image must be JPEG, PNG or WebP');
-  const upright = await decodeUpright(bytes);
-  opts.signal?.throwIfAborted();
-  const detection = await detectOn(upright, opts.detect, opts.signal);
-  opts.signal?.throwIfAborted();
-  const crop = coverCrop(upright, target, detection.ok ? faceCentre(detection.animation) : null);
-  const png = await sharp(upright.rgb, { raw: { width: upright.width, height: upright.height, channels: 3 } })
-    .extract({ left: crop.left, top: crop.top, width: crop.width, height: crop.height })
-    .resize(target.width, target.height, { fit: 'fill' })
-    .png()
-    .toBuffer();
-  if (!detection.ok) return { png, detection };
-  const scale = target.width / crop.width;
-  return { png, detection, animation: transformAnimation(detection.animation, crop.left, crop.top, scale) };
+  await checkPortraitHeader(bytes);
+  return withImageProcess(async (images) => {
+    const decoded = expectReply(await images.request({ type: 'decode', image: bytes, maxPixels: MAX_PORTRAIT_PIXELS, detectionMaxSide: DETECTION_MAX_SIDE }), 'decoded');
+    opts.signal?.throwIfAborted();
+    const detection = await detectOn(decoded, opts.detect, opts.signal);
+    opts.signal?.throwIfAborted();
+    const crop = coverCrop(decoded, target, detection.ok ? faceCentre(detection.animation) : null);
+    const { png } = expectReply(await images.request({ type: 'crop', crop, target }), 'cropped');
+    const frame = Buffer.from(png.buffer, png.byteOffset, png.byteLength);
+    if (!detection.ok) return { png: frame, detection };
+    const scale = target.width / crop.width;
+    return { png: frame, detection, animation: transformAnimation(detection.animation, crop.left, crop.top, scale) };
+  }, opts);
 }
 
-async function decodeUpright(bytes: Buffer): Promise<UprightImage> {
+/**
+ * Refuses a portrait whose header declares more than `MAX_PORTRAIT_PIXELS` or a side over `MAX_PORTRAIT_SIDE`.
+ * Reads only the header (sharp metadata: well under a millisecond for any 10 MB upload), so an image built to
+ * be expensive is refused before any of its pixels is decoded.
+ */
+export async function checkPortraitHeader(bytes: Buffer): Promise<void> {
+  let size: { width?: number; height?: number };
   try {
-    const { data, info } = await sharp(bytes, { limitInputPixels: MAX_PORTRAIT_PIXELS, failOn: 'error' })
-      .rotate()
-      .flatten({ background: { r: 255, g: 255, b: 255 } })
-      .toColourspace('srgb')
-      .removeAlpha()
-      .raw()
-      .toBuffer({ resolveWithObject: true });
-    if (info.channels !== 3) throw new Error('unexpected channel count');
-    return { rgb: data, width: info.width, height: info.height };
-  } catch (error) {
-    const message = (error as Error).message ?? '';
-    if (/pixel limit/i.test(message)) throw badRequest(`image is larger than ${MAX_PORTRAIT_PIXELS / 1e6} megapixels`);
+    // No pixel limit of sharp's own here (it would refuse with its default of 268 MP before ours): ours follow.
+    size = await sharp(bytes, { limitInputPixels: false }).metadata();
+  } catch {
     throw badRequest('image could not be decoded');
   }
+  const { width, height } = size;
+  if (!width || !height) throw badRequest('image could not be decoded');
+  if (width * height > MAX_PORTRAIT_PIXELS) throw badRequest(`image is larger than ${MAX_PORTRAIT_PIXELS / 1e6} megapixels`);
+  if (Math.max(width, height) > MAX_PORTRAIT_SIDE) throw badRequest(`image is larger than ${MAX_PORTRAIT_SIDE} px on a side`);
 }
 
-/** Runs the detector on a bounded-size RGBA copy and maps the result back to full-image coordinates. */
-async function detectOn(image: UprightImage, detect: Detector, signal?: AbortSignal): Promise<MouthDetection> {
-  const scale = Math.min(1, DETECTION_MAX_SIDE / Math.max(image.width, image.height));
-  const width = Math.max(1, Math.round(image.width * scale));
-  const height = Math.max(1, Math.round(image.height * scale));
-  let pipeline = sharp(image.rgb, { raw: { width: image.width, height: image.height, channels: 3 } });
-  if (scale < 1) pipeline = pipeline.resize(width, height, { fit: 'fill' });
-  const rgba = await pipeline.ensureAlpha().raw().toBuffer();
-  const detection = await detect({ rgba: new Uint8Array(rgba.buffer, rgba.byteOffset, rgba.byteLength), width, height }, { signal });
-  if (!detection.ok || scale === 1) return detection;
-  return { ok: true, animation: transformAnimation(detection.animation, 0, 0, image.width / width) };
+/** The reply of the expected type; `invalid` is the upload's fault (400), anything else a fault of ours. */
+function expectReply<T extends ImageReply['type']>(reply: ImageReply, type: T): Extract<ImageReply, { type: T }> {
+  if (reply.type === type) return reply as Extract<ImageReply, { type: T }>;
+  if (reply.type === 'invalid') throw badRequest(reply.message);
+  throw new Error(reply.type === 'failed' ? `image process failed: ${reply.message}` : `image process answered ${reply.type}`);
+}
+
+/** Runs the detector on the image process's bounded-size copy and maps the result back to full-image coordinates. */
+async function detectOn(
+  image: Extract<ImageReply, { type: 'decoded' }>,
+  detect: Detector,
+  signal?: AbortSignal,
+): Promise<MouthDetection> {
+  const copy: RgbaImage = image.detection;
+  const detection = await detect(copy, { signal });
+  if (!detection.ok || copy.width === image.width) return detection;
+  return { ok: true, animation: transformAnimation(detection.animation, 0, 0, image.width / copy.width) };
 }
 
 function faceCentre(a: MouthAnimation): { x: number; y: number } {

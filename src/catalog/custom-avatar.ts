@@ -4,12 +4,13 @@ import path from 'node:path';
 import type { AvatarManifest, AvatarMetadata, MouthAnimation } from '../../actors/render/types.ts';
 import { detectMouth } from '../../actors/faces/detector.ts';
 import { InvalidImageError, preparePortrait, type Detector } from '../../actors/faces/portrait.ts';
+import { IMAGE_JOBS_RETRY_AFTER_S, ImageJobFailedError, ImageJobsBusyError } from '../../actors/faces/image-jobs.ts';
 import { HttpError, badRequest, notFound } from '../errors.ts';
 import { BUILDING_DIR_PREFIX, removeBundleDir } from './bundle-fs.ts';
 import type { AvatarCatalog, AvatarSummary } from './catalog.ts';
 import { isValidAvatarId } from './slug.ts';
 
-export { MAX_PORTRAIT_BYTES, MAX_PORTRAIT_PIXELS, InvalidImageError } from '../../actors/faces/portrait.ts';
+export { MAX_PORTRAIT_BYTES, MAX_PORTRAIT_PIXELS, MAX_PORTRAIT_SIDE, InvalidImageError } from '../../actors/faces/portrait.ts';
 
 /** Display names longer than this are not names; they would also make unwieldy ids. */
 export const MAX_AVATAR_NAME_LENGTH = 100;
@@ -65,6 +66,7 @@ export interface BuiltCustomAvatar {
  *
  * Atomic: everything is written and fsynced inside a `.tmp-*` directory, which is then renamed to the id; any
  * failure or abort removes it, and one a crash left behind is removed at start-up (`sweepBundleLeftovers`).
+ * The pixels are decoded in an image process (`actors/faces/image-jobs.ts`), never on the service's threads.
  * Throws `InvalidImageError` for unusable images (→ 400); a detection failure is
  * not an error (the avatar is created without `animation`), but a detector that throws is.
  */
@@ -137,7 +139,8 @@ export interface CreateCustomAvatarInput {
 
 /**
  * The route's view of `buildCustomAvatar`: validates name and base (404 unknown, 400 not `lipsync`), maps
- * `InvalidImageError` to 400, refreshes the catalog and answers the new AvatarSummary.
+ * `InvalidImageError` and `ImageJobFailedError` (too slow, or killed the image process) to 400 and
+ * `ImageJobsBusyError` to 503 + Retry-After, refreshes the catalog and answers the new AvatarSummary.
  */
 export async function createCustomAvatar(input: CreateCustomAvatarInput): Promise<AvatarSummary> {
   const { catalog } = input;
@@ -162,7 +165,8 @@ export async function createCustomAvatar(input: CreateCustomAvatarInput): Promis
       tempTag: catalog.tempTag,
     });
   } catch (error) {
-    if (error instanceof InvalidImageError) throw badRequest(error.message);
+    if (error instanceof InvalidImageError || error instanceof ImageJobFailedError) throw badRequest(error.message);
+    if (error instanceof ImageJobsBusyError) throw new HttpError(503, error.message, { 'retry-after': String(IMAGE_JOBS_RETRY_AFTER_S) });
     throw error;
   }
   // Files first, then the catalog entry: the entry is the commit every node sees.

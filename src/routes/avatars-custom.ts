@@ -1,7 +1,8 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { closeFaceDetector } from '../../actors/faces/detector.ts';
-import { MAX_AVATAR_NAME_LENGTH, MAX_PORTRAIT_BYTES, createCustomAvatar } from '../catalog/custom-avatar.ts';
+import { IMAGE_STEP_DEADLINE_MS, closeImageJobs } from '../../actors/faces/image-jobs.ts';
+import { MAX_AVATAR_NAME_LENGTH, MAX_PORTRAIT_BYTES, MAX_PORTRAIT_PIXELS, MAX_PORTRAIT_SIDE, createCustomAvatar } from '../catalog/custom-avatar.ts';
 import { errors } from '../schemas/common.ts';
 import { badRequest } from '../errors.ts';
 import { readMultipart } from './multipart.ts';
@@ -16,7 +17,10 @@ const CustomAvatarForm = Type.Object(
       description: 'Existing avatar with model_type `lipsync`; its manifest (fps, size, sample rate, …) is copied',
       example: 'astronaut',
     }),
-    image: Type.String({ format: 'binary', description: 'Portrait photo: JPEG, PNG or WebP (detected from the bytes), at most 10 MB' }),
+    image: Type.String({
+      format: 'binary',
+      description: `Portrait photo: JPEG, PNG or WebP (detected from the bytes), at most 10 MB, ${MAX_PORTRAIT_PIXELS / 1e6} megapixels and ${MAX_PORTRAIT_SIDE} px on a side`,
+    }),
   },
   { $id: 'CustomAvatarForm' },
 );
@@ -25,7 +29,10 @@ const CustomAvatarForm = Type.Object(
 const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { catalog } = app.services;
   app.addSchema(CustomAvatarForm);
-  app.addHook('onClose', async () => closeFaceDetector());
+  app.addHook('onClose', async () => {
+    closeImageJobs();
+    await closeFaceDetector();
+  });
 
   app.post('/avatars/custom', {
     schema: {
@@ -33,15 +40,18 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Create a custom avatar from a portrait',
       description:
         'multipart/form-data (see CustomAvatarForm): `name`, `base_avatar_id`, `image`. The image is checked by its magic number ' +
-        '(JPEG, PNG, WebP), decoded under a pixel limit, turned upright by its EXIF orientation, converted to RGB and cover-cropped to ' +
+        `(JPEG, PNG, WebP) and its size from its header (at most ${MAX_PORTRAIT_PIXELS / 1e6} megapixels and ${MAX_PORTRAIT_SIDE} px on a side, ` +
+        'refused before any pixel is decoded); it is then decoded in a separate image process (one upload at a time, each step ' +
+        `within ${IMAGE_STEP_DEADLINE_MS / 1000} s), turned upright by its EXIF orientation, converted to RGB and cover-cropped to ` +
         "the base avatar's size, centred on the face. Face-landmark detection then fills `metadata.animation` (mouth and eye geometry " +
         'in frame pixels); when no single clear face is found the avatar is still created, without `animation` (a still image). The ' +
         'manifest is the base\'s with `id` (`custom-<slug>-<timestamp>`), `name`, `metadata.custom_avatar=true` and ' +
         '`metadata.base_avatar_id`. The bundle appears atomically. 400: malformed multipart body (no boundary, truncated, too many ' +
         'fields or files), name/base/image missing, image empty, not JPEG/PNG/WebP, ' +
-        'undecodable or too many pixels, or base avatar not `lipsync`. 404: base avatar unknown. 413: image over 10 MB (refused while uploading).',
+        'undecodable, too many pixels or too long a side, too slow to decode, or base avatar not `lipsync`. 404: base avatar unknown. ' +
+        '413: image over 10 MB (refused while uploading). 503 {detail} with Retry-After: too many uploads are already being decoded.',
       ...multipartForm(CustomAvatarForm),
-      response: { 200: Type.Ref('AvatarSummary'), ...errors(400, 404, 413) },
+      response: { 200: Type.Ref('AvatarSummary'), ...errors(400, 404, 413, 503) },
     },
     handler: async (request, reply) => {
       const form = await readMultipart(request, {
