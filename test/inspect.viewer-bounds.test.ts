@@ -150,6 +150,11 @@ describe('GET /inspect/events over real sockets', () => {
     }
   });
 
+  it('documents the 503 in OpenAPI', async () => {
+    const doc = await (await fetch(`${t.baseUrl}/openapi.json`)).json();
+    expect(Object.keys(doc.paths['/inspect/events'].get.responses)).toContain('503');
+  });
+
   it('closes the connection of a viewer that never reads once its backlog passes the bound', async () => {
     expect(await eventually(() => t.services.inspection.viewerCount === 0, 5_000)).toBe(true);
     const server = t.app.server;

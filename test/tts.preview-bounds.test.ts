@@ -57,7 +57,8 @@ describe('a flood of long previews', () => {
     await warmUpBuiltinEngines();
   });
   afterEach(async () => {
-    flood?.abort();
+    if (!flood || flood.signal.aborted) return;
+    flood.abort();
     // The aborted previews leave their slots; the line is open again once a short preview is answered.
     expect(await shortPreviewAnswered(t.baseUrl, 60_000)).toBe(true);
   }, 90_000);
@@ -80,6 +81,11 @@ describe('a flood of long previews', () => {
     await sleep(300);
     expect(calls.filter((call) => call.answered)).toHaveLength(1);
   }, 60_000);
+
+  it('documents the 503 in OpenAPI', async () => {
+    const doc = await json(await fetch(`${t.baseUrl}/openapi.json`));
+    expect(Object.keys(doc.paths['/tts/preview'].post.responses)).toContain('503');
+  });
 
   it('lets a live speak reach first_audio while the preview engine is busy, from its own engine process', async () => {
     flood = new AbortController();
