@@ -30,7 +30,9 @@ async function readInspection(url: string, done: (records: InspectionRecord[]) =
       while ((end = buffer.indexOf('\n\n')) >= 0) {
         const message = buffer.slice(0, end);
         buffer = buffer.slice(end + 2);
-        if (message.startsWith('data: ')) records.push(JSON.parse(message.slice(6)));
+        // Each record is an `id: <seq>` line and a `data: <json>` line; comments (`: keepalive`) carry neither.
+        const data = message.split('\n').find((line) => line.startsWith('data: '));
+        if (data) records.push(JSON.parse(data.slice(6)));
       }
       if (done(records)) break;
     }

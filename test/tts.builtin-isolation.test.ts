@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeBuiltinEngines, createBuiltinProvider, warmUpBuiltinEngines } from '../actors/tts/providers/builtin.ts';
-import { BuiltinEnginePool, builtinEngineProcesses, restartDelayMs, RESTART_BACKOFF_MAX_MS } from '../actors/tts/builtin/pool.ts';
+import { BuiltinEnginePool, builtinEngineProcesses, builtinPreviewEngineProcesses, restartDelayMs, RESTART_BACKOFF_MAX_MS } from '../actors/tts/builtin/pool.ts';
 import { pathFreeMessage } from '../actors/tts/builtin/protocol.ts';
 import type { SentenceTask } from '../actors/tts/builtin/synthesize-sentence.ts';
 import { eventually, labels, openSession, sleep } from './helpers/conversation.ts';
@@ -98,7 +98,8 @@ describe('an engine process killed mid-sentence', () => {
 
   it('fails that preview with 502 and a path-free detail; the next preview is 200 from a new engine', async () => {
     const pending = post(t.baseUrl, '/tts/preview', { text: LONG_TEXT, tts_provider: 'builtin' });
-    const killed = await killBusyEngine(builtinEngineProcesses);
+    // Previews run in the preview engine, apart from the live one (test/tts.preview-bounds.test.ts).
+    const killed = await killBusyEngine(builtinPreviewEngineProcesses);
     const res = await pending;
     expect(res.status).toBe(502);
     const { detail } = await json(res);
@@ -109,7 +110,7 @@ describe('an engine process killed mid-sentence', () => {
     const next = await post(t.baseUrl, '/tts/preview', { text: 'Hello again.', tts_provider: 'builtin' });
     expect(next.status).toBe(200);
     expect((await next.arrayBuffer()).byteLength).toBeGreaterThan(16_000);
-    expect(builtinEngineProcesses().map((engine) => engine.pid)).not.toContain(killed);
+    expect(builtinPreviewEngineProcesses().map((engine) => engine.pid)).not.toContain(killed);
     expect(processGone(killed)).toBe(true);
   });
 

@@ -50,6 +50,11 @@ export interface TtsRequest {
   /** Sample rate the caller wants; providers resample when their engine differs. */
   sampleRate: number;
   signal: AbortSignal;
+  /**
+   * `preview`: a one-off preview that must never delay a live turn; providers with local engines run it apart
+   * from live sentences (builtin: its own, lower-priority engine process). Default `live`.
+   */
+  priority?: 'live' | 'preview';
 }
 
 export interface ProviderStatus {

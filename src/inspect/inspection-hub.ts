@@ -1,5 +1,7 @@
 import type { Writable } from 'node:stream';
 import type { InspectionEvent } from 'xstate';
+import { SSE_KEEPALIVE_MS, SSE_MAX_LAG_MS } from '../sessions/event-hub.ts';
+import { SseFanout } from '../sessions/sse-fanout.ts';
 
 /**
  * The live state inspector's feed. Each session actor is created with `inspect: hub.inspectorFor(id)`;
@@ -13,8 +15,21 @@ import type { InspectionEvent } from 'xstate';
 export const INSPECT_HISTORY_PER_SESSION = 300;
 /** Payload summaries are cut here: the inspector shows what happened, not whole transcripts. */
 export const INSPECT_PAYLOAD_MAX_CHARS = 160;
-/** A viewer whose socket has this much unsent data is dropped rather than buffered without bound. */
+/**
+ * A viewer with this much unsent data is disconnected (its socket destroyed) rather than buffered without
+ * bound: ~3000 records, ten sessions' worth of history, far more than a viewer that reads ever falls behind.
+ */
 export const INSPECT_MAX_BACKLOG_BYTES = 1024 * 1024;
+/**
+ * Viewers at once. The inspector is a developer's page (one stream per open tab); this many bound what viewers
+ * can hold (each at most INSPECT_MAX_BACKLOG_BYTES) to a few MB. 200 non-reading viewers once held +160 MB.
+ */
+export const INSPECT_MAX_VIEWERS = 8;
+/**
+ * A viewer that was sent no record for this long is ended: an abandoned tab stops holding a socket. A page
+ * still open reconnects (EventSource does) and is sent only the records it has not seen (`Last-Event-ID`).
+ */
+export const INSPECT_VIEWER_IDLE_MS = 10 * 60_000;
 /** Sessions ended this long ago leave the hub (their records with them). */
 export const INSPECT_TERMINATED_RETENTION_MS = 60_000;
 
@@ -48,12 +63,6 @@ export interface InspectedSession {
   terminated_at: number | null;
 }
 
-interface Viewer {
-  out: Writable;
-  sessionId: string | null;
-  closed: boolean;
-}
-
 interface ActorLike {
   id: string;
   sessionId: string;
@@ -81,11 +90,21 @@ function summarise(event: Record<string, unknown>): string | undefined {
   return text.length > INSPECT_PAYLOAD_MAX_CHARS ? `${text.slice(0, INSPECT_PAYLOAD_MAX_CHARS - 1)}…` : text;
 }
 
+/** One record as an SSE message; its `id` lets a reconnecting viewer skip what it already has. */
+function message(record: InspectionRecord): string {
+  return `id: ${record.seq}\ndata: ${JSON.stringify(record)}\n\n`;
+}
+
 export class InspectionHub {
   private seq = 0;
   private readonly history = new Map<string, InspectionRecord[]>();
   private readonly sessions = new Map<string, InspectedSession>();
-  private readonly viewers = new Set<Viewer>();
+  private readonly viewers = new SseFanout<string | null>({
+    maxLagMs: SSE_MAX_LAG_MS,
+    maxBacklogBytes: INSPECT_MAX_BACKLOG_BYTES,
+    keepaliveMs: SSE_KEEPALIVE_MS,
+    idleMs: INSPECT_VIEWER_IDLE_MS,
+  });
   private closed = false;
 
   constructor(readonly enabled: boolean) {}
@@ -102,9 +121,22 @@ export class InspectionHub {
     return [...this.sessions.values()].sort((a, b) => b.updated_at - a.updated_at);
   }
 
+  /** The buffered records (one session's, or the newest of all sessions as much as one session keeps). */
   recent(sessionId: string | null): InspectionRecord[] {
     if (sessionId) return this.history.get(sessionId) ?? [];
-    return [...this.history.values()].flat().sort((a, b) => a.seq - b.seq);
+    return [...this.history.values()]
+      .flat()
+      .sort((a, b) => a.seq - b.seq)
+      .slice(-INSPECT_HISTORY_PER_SESSION);
+  }
+
+  /** Viewers streaming now; `attach` refuses more than INSPECT_MAX_VIEWERS. */
+  get viewerCount(): number {
+    return this.viewers.size;
+  }
+
+  get full(): boolean {
+    return this.viewers.size >= INSPECT_MAX_VIEWERS;
   }
 
   /** Marks the session ended (its actor is gone); it stays listed for a while so a viewer sees the end. */
@@ -113,28 +145,24 @@ export class InspectionHub {
     if (session && session.terminated_at === null) session.terminated_at = Date.now();
   }
 
-  /** Streams records (optionally one session's) as SSE `data:` lines, starting with what is buffered. */
-  attach(out: Writable, sessionId: string | null): void {
+  /**
+   * Streams records (optionally one session's) as SSE `id:`/`data:` messages, starting with what is buffered
+   * after `afterSeq` (a reconnecting EventSource's Last-Event-ID). The caller checks `full` first.
+   */
+  attach(out: Writable, sessionId: string | null, afterSeq = 0): void {
     if (this.closed) {
       out.end();
       return;
     }
-    const viewer: Viewer = { out, sessionId, closed: false };
-    this.viewers.add(viewer);
-    const detach = () => {
-      viewer.closed = true;
-      this.viewers.delete(viewer);
-    };
-    out.on('close', detach);
-    out.on('error', detach);
-    for (const record of this.recent(sessionId)) this.write(viewer, record);
+    const viewer = this.viewers.attach(out, sessionId);
+    if (!viewer) return;
+    for (const record of this.recent(sessionId)) if (record.seq > afterSeq) this.viewers.send(viewer, message(record));
   }
 
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    for (const viewer of this.viewers) viewer.out.end();
-    this.viewers.clear();
+    this.viewers.close();
   }
 
   private observe(sessionId: string, event: InspectionEvent): void {
@@ -177,19 +205,7 @@ export class InspectionHub {
     if (!list) this.history.set(sessionId, (list = []));
     list.push(record);
     if (list.length > INSPECT_HISTORY_PER_SESSION) list.splice(0, list.length - INSPECT_HISTORY_PER_SESSION);
-    for (const viewer of this.viewers) if (viewer.sessionId === null || viewer.sessionId === sessionId) this.write(viewer, record);
-  }
-
-  private write(viewer: Viewer, record: InspectionRecord): void {
-    if (viewer.closed) return;
-    const stream = viewer.out as Writable & { writableLength: number };
-    if (stream.writableLength > INSPECT_MAX_BACKLOG_BYTES) {
-      viewer.closed = true;
-      this.viewers.delete(viewer);
-      viewer.out.end();
-      return;
-    }
-    viewer.out.write(`data: ${JSON.stringify(record)}\n\n`);
+    this.viewers.publish(message(record), (filter) => filter === null || filter === sessionId);
   }
 
   private forgetEnded(): void {

@@ -6,11 +6,17 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { sessionMachine } from '../../machines/session.machine.ts';
 import { machineToMermaid } from '../inspect/state-chart.ts';
-import { notFound } from '../errors.ts';
+import { HttpError, notFound } from '../errors.ts';
+import { errors } from '../schemas/common.ts';
+import { INSPECT_MAX_BACKLOG_BYTES, INSPECT_MAX_VIEWERS, INSPECT_VIEWER_IDLE_MS } from '../inspect/inspection-hub.ts';
+import { SSE_MAX_LAG_MS } from '../sessions/event-hub.ts';
 
 const PUBLIC_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'public');
 /** mermaid's self-contained browser bundle: served from node_modules, so the inspector works offline. */
 const MERMAID_BUNDLE = createRequire(import.meta.url).resolve('mermaid/dist/mermaid.min.js');
+/** Retry-After when every viewer slot is taken: a slot frees when a tab closes, so soon or not at all. */
+const VIEWERS_FULL_RETRY_AFTER_S = 30;
+
 /** The chart never changes while the process runs: generated once from the machine definition. */
 const SESSION_CHART = machineToMermaid(sessionMachine);
 
@@ -77,19 +83,33 @@ const inspectRoutes: FastifyPluginAsyncTypebox = async (app) => {
       description:
         'text/event-stream of XState inspection records as JSON `data:` lines: {seq, at, session_id, type ' +
         '(@xstate.actor | @xstate.event | @xstate.snapshot), actor, source?, event?, payload?, value?, status?, children?}. ' +
-        'Buffered records are replayed first. Optional `session_id` filters one session.',
+        'Buffered records are replayed first (each message\'s `id` is its seq: a reconnect with `Last-Event-ID` gets only newer ones). ' +
+        `Optional \`session_id\` filters one session. At most ${INSPECT_MAX_VIEWERS} viewers at once: past that 503 {detail} with Retry-After. ` +
+        `A viewer that stops reading is disconnected once it is ${SSE_MAX_LAG_MS / 1000} s or ${INSPECT_MAX_BACKLOG_BYTES / 1024} KiB behind, ` +
+        `and a stream that was sent no record for ${INSPECT_VIEWER_IDLE_MS / 60_000} minutes is ended (EventSource reconnects).`,
       querystring: Type.Object({ session_id: Type.Optional(Type.String({ maxLength: 64 })) }),
       produces: ['text/event-stream'],
-      response: { 200: Type.String({ description: 'text/event-stream' }) },
+      response: { 200: Type.String({ description: 'text/event-stream' }), ...errors(503) },
     },
     handler: async (request, reply) => {
+      if (inspection.full) {
+        throw new HttpError(503, `the inspector already streams to ${INSPECT_MAX_VIEWERS} viewers; close one and try again`, {
+          'retry-after': String(VIEWERS_FULL_RETRY_AFTER_S),
+        });
+      }
       reply.hijack();
       const res = reply.raw;
       res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache, no-transform', 'x-accel-buffering': 'no' });
       res.write(': inspector\n\n');
-      inspection.attach(res, request.query.session_id ?? null);
+      inspection.attach(res, request.query.session_id ?? null, lastEventSeq(request.headers['last-event-id']));
     },
   });
 };
+
+/** A reconnecting EventSource's Last-Event-ID: the seq of the last record it got (anything else: replay all). */
+function lastEventSeq(header: string | string[] | undefined): number {
+  const value = Array.isArray(header) ? header[0] : header;
+  return value && /^\d{1,15}$/u.test(value) ? Number(value) : 0;
+}
 
 export default inspectRoutes;

@@ -5,6 +5,7 @@ import { errors, Nullable } from '../schemas/common.ts';
 import { badGateway, badRequest } from '../errors.ts';
 import { defaultsPersona, encodeWav, requestOverrides, resamplePcm16, resolveTtsSelection, TTS_PROVIDER_IDS, type TtsProviderId } from '../sessions/index.ts';
 import type { Services } from '../services.ts';
+import { MAX_RUNNING_PREVIEWS, MAX_WAITING_PREVIEWS, PREVIEW_RETRY_AFTER_S, PreviewQueue, previewsBusy } from '../tts/preview-queue.ts';
 
 /** Spec 8: the preview text limit; `SERVICE_TTS_PREVIEW_MAX_CHARS` may only lower it. */
 export const PREVIEW_TEXT_HARD_LIMIT = 1000;
@@ -54,6 +55,7 @@ type PreviewBody = {
 const ttsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { services } = app;
   app.addSchema(TtsPreviewRequest);
+  const previews = new PreviewQueue();
 
   app.post('/tts/preview', {
     schema: {
@@ -63,18 +65,27 @@ const ttsRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'Synthesises `text` with the chosen provider/voice/model and answers `audio/wav`: 16-bit PCM, mono, at the session sample rate ' +
         '(SERVICE_SAMPLE_RATE, default 16000 Hz), all sentences concatenated. 400: text empty (or only whitespace) or over the limit, ' +
         'tts_provider unknown or not configured, voice unknown. 502: the upstream provider failed (its text in `detail`) or the preview ' +
-        `did not finish within ${PREVIEW_TIMEOUT_MS / 1000} s. Voice/model default to the persona defaults when the provider is the default one.`,
+        `did not finish within ${PREVIEW_TIMEOUT_MS / 1000} s. 503 {detail} with Retry-After (${PREVIEW_RETRY_AFTER_S} s): ` +
+        `${MAX_RUNNING_PREVIEWS} previews synthesise at once and ${MAX_WAITING_PREVIEWS} more may wait; the next is refused ` +
+        '(a waiting preview that cannot start within the preview time limit gets 503 too). Previews never delay live sessions: the builtin ' +
+        'provider runs them in an engine process of their own. Voice/model default to the persona defaults when the provider is the default one.',
       body: TtsPreviewRequest,
       produces: ['audio/wav'],
       response: {
         200: Type.String({ format: 'binary', description: '16-bit PCM mono WAV at the session sample rate' }),
-        ...errors(400, 502),
+        ...errors(400, 502, 503),
       },
     },
     handler: async (request, reply) => {
       const resolved = await resolvePreview(services, request.body);
       const signal = AbortSignal.any([closedSignal(reply), AbortSignal.timeout(PREVIEW_TIMEOUT_MS)]);
-      const pcm = await synthesizeAll(services, resolved, signal);
+      const release = await waitForSlot(previews, signal);
+      let pcm: Int16Array;
+      try {
+        pcm = await synthesizeAll(services, resolved, signal);
+      } finally {
+        release();
+      }
       reply.header('cache-control', 'no-store').type('audio/wav').send(encodeWav(pcm, services.config.sampleRate) as never);
       return reply;
     },
@@ -112,6 +123,16 @@ function pickAlias(current: string | null | undefined, legacy: string | null | u
   return current ?? legacy ?? null;
 }
 
+/** A slot among the running previews; a wait that outlasts the preview time limit is the line being busy (503). */
+async function waitForSlot(previews: PreviewQueue, signal: AbortSignal): Promise<() => void> {
+  try {
+    return await previews.acquire(signal);
+  } catch (error) {
+    if (signal.aborted && (signal.reason as Error | undefined)?.name === 'TimeoutError') throw previewsBusy();
+    throw error;
+  }
+}
+
 /** Runs the provider to the end and concatenates every chunk at the service sample rate. */
 async function synthesizeAll(services: Services, preview: ResolvedPreview, signal: AbortSignal): Promise<Int16Array> {
   const sampleRate = services.config.sampleRate;
@@ -119,7 +140,9 @@ async function synthesizeAll(services: Services, preview: ResolvedPreview, signa
   const parts: Int16Array[] = [];
   let total = 0;
   try {
-    const stream = services.tts.get(preview.providerId).synthesize({ text: preview.text, voice: preview.voice, model: preview.model, sampleRate, signal });
+    const stream = services.tts
+      .get(preview.providerId)
+      .synthesize({ text: preview.text, voice: preview.voice, model: preview.model, sampleRate, signal, priority: 'preview' });
     for await (const chunk of stream) {
       signal.throwIfAborted();
       // Adapters promise the requested rate; resampling here keeps the WAV header truthful if one does not.

@@ -1,10 +1,16 @@
 import type { Writable } from 'node:stream';
 import type { SessionBus } from './session-bus.ts';
+import { SseFanout } from './sse-fanout.ts';
 
 /** Spec 6.1 rule 4: a consumer this far behind may be disconnected; others are unaffected. */
 export const SSE_MAX_LAG_MS = 5_000;
 /** Keeps idle proxies from closing the stream; comments are ignored by EventSource. */
 export const SSE_KEEPALIVE_MS = 15_000;
+/**
+ * Unsent bytes a session stream may hold. Five seconds of a session's events (frames at 25 fps, LLM deltas,
+ * transcripts) are a few KB; a consumer this far behind is not catching up, whatever its lag says.
+ */
+export const SSE_MAX_BACKLOG_BYTES = 1024 * 1024;
 
 export interface SessionEventMap {
   transcript: { text: string; is_final: boolean };
@@ -24,14 +30,6 @@ const TURN_EVENTS = new Set<SessionEventType>(['transcript', 'llm', 'tts', 'fram
 /** Status stages that close a turn after the machine ended it. */
 const CLOSING_STAGES = new Set(['interrupted', 'error', 'idle']);
 
-interface Subscriber {
-  out: Writable;
-  /** Chunks the socket has not accepted yet, with the time they were produced. */
-  backlog: Array<{ at: number; chunk: string }>;
-  closed: boolean;
-  onClose: () => void;
-}
-
 /**
  * Fans a session's spec events (6.1) out to any number of SSE consumers without back-pressure on the pipeline:
  * a slow consumer accumulates a backlog and is dropped once its oldest unsent event is older than
@@ -41,9 +39,8 @@ interface Subscriber {
  * events; nothing inside the service follows the hub to learn what the machine did.
  */
 export class SessionEventHub {
-  private readonly subscribers = new Set<Subscriber>();
+  private readonly streams = new SseFanout({ maxLagMs: SSE_MAX_LAG_MS, maxBacklogBytes: SSE_MAX_BACKLOG_BYTES, keepaliveMs: SSE_KEEPALIVE_MS });
   private readonly listeners = new Set<(event: SessionEventRecord) => void>();
-  private keepalive: NodeJS.Timeout | null = null;
   private closed = false;
   private readonly unsubscribe: () => void;
 
@@ -89,9 +86,7 @@ export class SessionEventHub {
     if (this.closed) return;
     const record = { type, data } as SessionEventRecord;
     for (const listener of this.listeners) listener(record);
-    const chunk = `event: ${type}\ndata: ${JSON.stringify(data)}\n\n`;
-    const now = Date.now();
-    for (const sub of this.subscribers) this.write(sub, chunk, now);
+    this.streams.publish(`event: ${type}\ndata: ${JSON.stringify(data)}\n\n`);
   }
 
   /** Synchronous in-process listener; returns the unsubscribe function. */
@@ -102,27 +97,11 @@ export class SessionEventHub {
 
   /** Attaches an SSE response stream; `onClose` runs once when it is dropped or the hub closes. */
   attach(out: Writable, onClose: () => void): void {
-    if (this.closed) {
-      out.end();
-      onClose();
-      return;
-    }
-    const sub: Subscriber = { out, backlog: [], closed: false, onClose };
-    this.subscribers.add(sub);
-    out.on('drain', () => this.flush(sub));
-    out.on('close', () => this.drop(sub));
-    out.on('error', () => this.drop(sub));
-    if (!this.keepalive) {
-      this.keepalive = setInterval(() => {
-        const now = Date.now();
-        for (const s of this.subscribers) this.write(s, ': keepalive\n\n', now);
-      }, SSE_KEEPALIVE_MS);
-      this.keepalive.unref();
-    }
+    this.streams.attach(out, undefined, onClose);
   }
 
   get subscriberCount(): number {
-    return this.subscribers.size;
+    return this.streams.size;
   }
 
   /** Ends every stream (after `session.terminated` was published). Idempotent. */
@@ -130,44 +109,7 @@ export class SessionEventHub {
     if (this.closed) return;
     this.closed = true;
     this.unsubscribe();
-    if (this.keepalive) clearInterval(this.keepalive);
-    for (const sub of [...this.subscribers]) {
-      if (sub.backlog.length === 0) sub.out.end();
-      else sub.out.once('drain', () => sub.out.end());
-      this.drop(sub, false);
-    }
+    this.streams.close();
     this.listeners.clear();
-  }
-
-  private write(sub: Subscriber, chunk: string, now: number): void {
-    if (sub.closed) return;
-    if (sub.backlog.length > 0) {
-      if (now - sub.backlog[0].at > SSE_MAX_LAG_MS) {
-        sub.out.destroy();
-        this.drop(sub);
-        return;
-      }
-      sub.backlog.push({ at: now, chunk });
-      return;
-    }
-    if (!sub.out.write(chunk)) sub.backlog.push({ at: now, chunk: '' });
-  }
-
-  private flush(sub: Subscriber): void {
-    while (sub.backlog.length > 0 && !sub.closed) {
-      const next = sub.backlog.shift()!;
-      if (next.chunk && !sub.out.write(next.chunk)) {
-        sub.backlog.unshift({ at: next.at, chunk: '' });
-        return;
-      }
-    }
-  }
-
-  private drop(sub: Subscriber, destroy = false): void {
-    if (sub.closed) return;
-    sub.closed = true;
-    this.subscribers.delete(sub);
-    if (destroy) sub.out.destroy();
-    sub.onClose();
   }
 }

@@ -4,6 +4,7 @@
  * nothing else), when a dead engine is restarted, and when a worn engine is replaced. Why processes and
  * not worker threads: docs/architecture.md, "Built-in TTS engines run in child processes".
  */
+import { setPriority } from 'node:os';
 import type { TtsLogger } from '../http.ts';
 import type { EngineAudio } from './engine.ts';
 import { EngineChild, EngineError, type EngineExit, type SentenceJob, type SentenceOutcome } from './engine-child.ts';
@@ -34,12 +35,36 @@ export const RESTART_BACKOFF_BASE_MS = 250;
 /** ...up to this: a crash loop costs at most one process start (~1 s of CPU) per 10 s. */
 export const RESTART_BACKOFF_MAX_MS = 10_000;
 
+/**
+ * Previews (`POST /tts/preview`) run in an engine process of their own, never in the live one: a live turn's
+ * sentence must not wait behind preview sentences (20 long previews once pushed a live first_audio from ~40 ms
+ * to ~2.7 s). One process, because the previews admitted at once are few (src/tts/preview-queue.ts).
+ */
+export const PREVIEW_ENGINE_PROCESSES = 1;
+/**
+ * Preview sentences waiting for the preview engine: each running preview asks for at most two at a time
+ * (the next one and the one after it), so this holds far more previews than are let run at once.
+ */
+export const MAX_QUEUED_PREVIEW_SENTENCES = 8;
+/**
+ * The preview engine's CPU niceness. It shares the cores with the live engine and the session pacing; at 10 it
+ * gets ~10% of a contended core against them (it still finishes, only slower) and all of an idle one.
+ */
+export const PREVIEW_ENGINE_NICENESS = 10;
+/** The preview engine holds ~100 MB of compiled WASM: after this long without a preview it is stopped. */
+export const PREVIEW_ENGINE_IDLE_MS = 60_000;
+
 const SHUT_DOWN = 'the builtin TTS engines are shut down';
+
+/** Whose sentence it is: a live session's turn, or a preview that must never delay one. */
+export type SentencePriority = 'live' | 'preview';
 
 export interface BuiltinEnginePoolOptions {
   processes?: number;
   sentencesPerProcess?: number;
   maxQueued?: number;
+  /** CPU niceness of the engine processes (0: the service's own). */
+  niceness?: number;
   logger?: TtsLogger;
 }
 
@@ -62,6 +87,7 @@ export class BuiltinEnginePool {
   private readonly processCount: number;
   private readonly sentencesPerProcess: number;
   private readonly maxQueued: number;
+  private readonly niceness: number;
   private readonly engines = new Set<EngineChild>();
   private readonly queue: SentenceJob[] = [];
   private readonly readyWaiters: Array<{ resolve(): void; reject(error: Error): void }> = [];
@@ -78,6 +104,7 @@ export class BuiltinEnginePool {
     this.processCount = Math.max(1, options.processes ?? DEFAULT_ENGINE_PROCESSES);
     this.sentencesPerProcess = Math.max(1, options.sentencesPerProcess ?? SENTENCES_PER_ENGINE_PROCESS);
     this.maxQueued = Math.max(1, options.maxQueued ?? MAX_QUEUED_SENTENCES);
+    this.niceness = options.niceness ?? 0;
     this.logger = options.logger;
     process.on('exit', this.killAllNow);
     this.replenish();
@@ -157,18 +184,28 @@ export class BuiltinEnginePool {
     if (this.closed || this.restartTimer) return;
     while (this.freshEngineCount() < this.processCount) {
       try {
-        this.engines.add(
-          new EngineChild({
-            ready: (engine) => this.onReady(engine),
-            idle: (engine) => this.onIdle(engine),
-            exit: (engine, exit) => this.onExit(engine, exit),
-          }),
-        );
+        const engine = new EngineChild({
+          ready: (started) => this.onReady(started),
+          idle: (idle) => this.onIdle(idle),
+          exit: (exited, exit) => this.onExit(exited, exit),
+        });
+        this.engines.add(engine);
+        this.lowerPriority(engine);
       } catch (error) {
         // No process at all (temp dir or fork refused): treated like a crash at start, with back-off.
         this.onStartFailure(`the engine could not be started: ${pathFreeMessage(error)}`);
         return;
       }
+    }
+  }
+
+  /** A refused niceness (a platform without it) only costs the preference, never the engine. */
+  private lowerPriority(engine: EngineChild): void {
+    if (this.niceness === 0 || engine.pid === undefined) return;
+    try {
+      setPriority(engine.pid, this.niceness);
+    } catch (error) {
+      this.logger?.warn({ pid: engine.pid, err: error }, 'builtin TTS engine priority not lowered');
     }
   }
 
@@ -254,6 +291,9 @@ export class BuiltinEnginePool {
 }
 
 let shared: BuiltinEnginePool | undefined;
+let sharedPreview: BuiltinEnginePool | undefined;
+let previewSentencesInFlight = 0;
+let previewIdleTimer: NodeJS.Timeout | undefined;
 let sharedLogger: TtsLogger | undefined;
 
 function sharedPool(): BuiltinEnginePool {
@@ -261,30 +301,72 @@ function sharedPool(): BuiltinEnginePool {
   return shared;
 }
 
-/** Where the shared pool logs engine starts, crashes and restarts. */
+function sharedPreviewPool(): BuiltinEnginePool {
+  clearTimeout(previewIdleTimer);
+  previewIdleTimer = undefined;
+  sharedPreview ??= new BuiltinEnginePool({
+    processes: PREVIEW_ENGINE_PROCESSES,
+    maxQueued: MAX_QUEUED_PREVIEW_SENTENCES,
+    niceness: PREVIEW_ENGINE_NICENESS,
+    logger: sharedLogger,
+  });
+  return sharedPreview;
+}
+
+/** Stops the preview engine once no preview has used it for PREVIEW_ENGINE_IDLE_MS. */
+function previewSentenceSettled(): void {
+  previewSentencesInFlight -= 1;
+  if (previewSentencesInFlight > 0 || !sharedPreview) return;
+  clearTimeout(previewIdleTimer);
+  previewIdleTimer = setTimeout(() => {
+    previewIdleTimer = undefined;
+    const idle = sharedPreview;
+    sharedPreview = undefined;
+    void idle?.close();
+  }, PREVIEW_ENGINE_IDLE_MS);
+  previewIdleTimer.unref();
+}
+
+/** Where the shared pools log engine starts, crashes and restarts. */
 export function useBuiltinEngineLogger(logger: TtsLogger | undefined): void {
   sharedLogger = logger;
   if (shared) shared.logger = logger;
+  if (sharedPreview) sharedPreview.logger = logger;
 }
 
-/** One sentence through the service's shared engine pool (started on first use). */
-export function synthesizeSentenceInEngine(task: SentenceTask, signal?: AbortSignal): Promise<EngineAudio> {
-  return sharedPool().synthesize(task, signal);
+/**
+ * One sentence through the service's shared engines (started on first use): live sentences in the live pool,
+ * preview sentences in the preview engine, so no live sentence ever queues behind a preview.
+ */
+export function synthesizeSentenceInEngine(task: SentenceTask, signal?: AbortSignal, priority: SentencePriority = 'live'): Promise<EngineAudio> {
+  if (priority === 'live') return sharedPool().synthesize(task, signal);
+  previewSentencesInFlight += 1;
+  const work = sharedPreviewPool().synthesize(task, signal);
+  work.then(previewSentenceSettled, previewSentenceSettled);
+  return work;
 }
 
-/** Starts the shared engines; call at start-up so the first request does not wait for the WASM compile. */
+/** Starts the shared live engines; call at start-up so the first request does not wait for the WASM compile. */
 export function warmUpBuiltinEngines(): Promise<void> {
   return sharedPool().warmUp();
 }
 
-/** The shared pool's engine processes (tests, diagnostics). */
+/** The shared live pool's engine processes (health, tests, diagnostics). */
 export function builtinEngineProcesses(): EngineProcessInfo[] {
   return shared?.processes() ?? [];
 }
 
-/** Stops the shared engine processes (graceful shutdown, tests); the next use starts new ones. Idempotent. */
+/** The preview engine's processes, if one runs (tests, diagnostics). */
+export function builtinPreviewEngineProcesses(): EngineProcessInfo[] {
+  return sharedPreview?.processes() ?? [];
+}
+
+/** Stops every shared engine process (graceful shutdown, tests); the next use starts new ones. Idempotent. */
 export async function closeBuiltinEngines(): Promise<void> {
-  const closing = shared;
+  const closing = [shared, sharedPreview];
   shared = undefined;
-  await closing?.close();
+  sharedPreview = undefined;
+  clearTimeout(previewIdleTimer);
+  previewIdleTimer = undefined;
+  await Promise.all(closing.map((pool) => pool?.close()));
 }

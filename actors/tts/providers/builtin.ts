@@ -67,6 +67,7 @@ export function createBuiltinProvider(options: BuiltinProviderOptions = {}): Tts
       const work = synthesizeSentenceInEngine(
         { engine: voice.engine, engineVoice: voice.engineVoice, text: sentences[index], sampleRate: request.sampleRate },
         signal,
+        request.priority ?? 'live',
       );
       // A prefetched sentence may never be awaited (abort, consumer stops early).
       work.catch(() => undefined);

@@ -1,0 +1,145 @@
+/**
+ * Issue 25 row 6: 20 concurrent 1000-character previews once pushed a live session's first_audio from ~40 ms to
+ * ~2.7 s. Previews are now bounded (a few run, a bounded line waits, the rest get 503 + Retry-After) and the
+ * built-in engine runs them in a process of their own, so a live sentence never queues behind preview sentences.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { builtinEngineProcesses, builtinPreviewEngineProcesses, closeBuiltinEngines, warmUpBuiltinEngines } from '../actors/tts/builtin/pool.ts';
+import { createBuiltinProvider } from '../actors/tts/providers/builtin.ts';
+import type { TtsRequest } from '../actors/tts/types.ts';
+import { MAX_RUNNING_PREVIEWS, MAX_WAITING_PREVIEWS, PREVIEW_RETRY_AFTER_S } from '../src/tts/preview-queue.ts';
+import { eventually, openSession, sleep } from './helpers/conversation.ts';
+import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
+
+/** Five sentences of 0.7–2 s of engine time each (spelled-out letters), just under the 1000-character limit. */
+const LONG_PREVIEW = Array.from({ length: 5 }, () => `${'x'.repeat(190)}.`).join(' ');
+
+interface PreviewCall {
+  response: Promise<Response>;
+  answered: boolean;
+}
+
+/** Sends `count` long builtin previews at once; each call records when its answer arrived. */
+function sendPreviews(baseUrl: string, count: number, signal: AbortSignal): PreviewCall[] {
+  return Array.from({ length: count }, () => {
+    const call: PreviewCall = {
+      response: fetch(`${baseUrl}/tts/preview`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ text: LONG_PREVIEW, tts_provider: 'builtin' }),
+        signal,
+      }),
+      answered: false,
+    };
+    call.response.then(
+      () => (call.answered = true),
+      () => undefined,
+    );
+    return call;
+  });
+}
+
+async function shortPreviewAnswered(baseUrl: string, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if ((await post(baseUrl, '/tts/preview', { text: 'Hi there.', tts_provider: 'builtin' })).status === 200) return true;
+    await sleep(200);
+  }
+  return false;
+}
+
+describe('a flood of long previews', () => {
+  let t: TestApp;
+  let flood: AbortController;
+
+  beforeAll(async () => {
+    t = await startTestApp();
+    await warmUpBuiltinEngines();
+  });
+  afterEach(async () => {
+    if (!flood || flood.signal.aborted) return;
+    flood.abort();
+    // The aborted previews leave their slots; the line is open again once a short preview is answered.
+    expect(await shortPreviewAnswered(t.baseUrl, 60_000)).toBe(true);
+  }, 90_000);
+  afterAll(async () => {
+    await t?.close();
+    await closeBuiltinEngines();
+  });
+
+  it('admits the running and waiting previews and answers the next one 503 {detail} with Retry-After at once', async () => {
+    flood = new AbortController();
+    const admitted = MAX_RUNNING_PREVIEWS + MAX_WAITING_PREVIEWS;
+    expect(admitted).toBe(20);
+    const calls = sendPreviews(t.baseUrl, admitted + 1, flood.signal);
+    // Each admitted preview takes seconds of synthesis; the refused one is answered without any.
+    const first = await Promise.race(calls.map((call) => call.response));
+    expect(first.status).toBe(503);
+    expect(first.headers.get('retry-after')).toBe(String(PREVIEW_RETRY_AFTER_S));
+    expect((await json(first)).detail).toMatch(/previews are already running or waiting/);
+    // Only that one was answered: the others are all still running or waiting.
+    await sleep(300);
+    expect(calls.filter((call) => call.answered)).toHaveLength(1);
+  }, 60_000);
+
+  it('documents the 503 in OpenAPI', async () => {
+    const doc = await json(await fetch(`${t.baseUrl}/openapi.json`));
+    expect(Object.keys(doc.paths['/tts/preview'].post.responses)).toContain('503');
+  });
+
+  it('lets a live speak reach first_audio while the preview engine is busy, from its own engine process', async () => {
+    flood = new AbortController();
+    const calls = sendPreviews(t.baseUrl, MAX_RUNNING_PREVIEWS + MAX_WAITING_PREVIEWS, flood.signal);
+    expect(await eventually(() => builtinPreviewEngineProcesses().some((engine) => engine.busy), 30_000, 5)).toBe(true);
+    const previewPids = builtinPreviewEngineProcesses().map((engine) => engine.pid);
+
+    const live = await openSession(t);
+    try {
+      const from = live.sse.events.length;
+      expect((await post(t.baseUrl, `/sessions/${live.sessionId}/speak`, { text: 'Hello there, how are you?' })).status).toBe(200);
+      await live.sse.waitFor((e) => e.type === 'tts' && e.data.stage === 'first_audio', 30_000, 'live first audio', from);
+      // The live sentence ran in the live engine, while the preview flood still occupies the preview engine.
+      const liveEngines = builtinEngineProcesses();
+      expect(liveEngines.length).toBeGreaterThan(0);
+      for (const engine of liveEngines) expect(previewPids).not.toContain(engine.pid);
+      expect(builtinPreviewEngineProcesses().some((engine) => engine.busy)).toBe(true);
+      // The live turn did not wait for the flood: most of it is still running or waiting.
+      expect(calls.filter((call) => call.answered).length).toBeLessThanOrEqual(MAX_RUNNING_PREVIEWS);
+    } finally {
+      live.close();
+    }
+  }, 90_000);
+});
+
+describe('the builtin provider with previews queued', () => {
+  afterAll(closeBuiltinEngines);
+
+  it('finishes a live sentence before the preview sentences queued ahead of it', async () => {
+    const provider = createBuiltinProvider({ warmUp: false });
+    await warmUpBuiltinEngines();
+    const controller = new AbortController();
+    const request = (text: string, priority: TtsRequest['priority']): TtsRequest => ({ text, voice: null, sampleRate: 16_000, signal: controller.signal, priority });
+    // Four previews, each with its first sentence queued before the live one: a single first-come queue would
+    // make the live sentence wait for all four (seconds each).
+    const previewStreams = 4;
+    let previewChunks = 0;
+    const previews = Array.from({ length: previewStreams }, async () => {
+      for await (const _chunk of provider.synthesize(request(LONG_PREVIEW, 'preview'))) previewChunks += 1;
+    });
+    for (const preview of previews) preview.catch(() => undefined);
+    try {
+      expect(await eventually(() => builtinPreviewEngineProcesses().some((engine) => engine.busy), 30_000, 5)).toBe(true);
+      let previewChunksBeforeLive = -1;
+      for await (const chunk of provider.synthesize(request('Hello there.', 'live'))) {
+        expect(chunk.pcm.length).toBeGreaterThan(0);
+        previewChunksBeforeLive = previewChunks;
+        break;
+      }
+      // At most the preview sentence already running when the live one arrived may finish first.
+      expect(previewChunksBeforeLive).toBeGreaterThanOrEqual(0);
+      expect(previewChunksBeforeLive).toBeLessThanOrEqual(1);
+    } finally {
+      controller.abort();
+    }
+  }, 90_000);
+});
