@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import { closeFaceDetector } from '../actors/faces/detector.ts';
 import { loadConfig } from '../src/config.ts';
+import { RequestOriginGuard } from '../src/security/request-origin.ts';
 import { PORTRAIT_FIXTURE } from './helpers/fixtures.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 
@@ -170,6 +171,46 @@ describe('SERVICE_ALLOWED_HOSTS', () => {
     expect(loadConfig({ SERVICE_ALLOWED_HOSTS: 'a.example, .b.example, 10.0.0.5, [::1], *' }).allowedHosts).toEqual(['a.example', '.b.example', '10.0.0.5', '[::1]', '*']);
     expect(() => loadConfig({ SERVICE_ALLOWED_HOSTS: 'https://a.example' })).toThrow(/SERVICE_ALLOWED_HOSTS/u);
     expect(() => loadConfig({ SERVICE_ALLOWED_HOSTS: 'a.example:8000' })).toThrow(/SERVICE_ALLOWED_HOSTS/u);
+  });
+});
+
+describe('the guard\'s decision for deployments the app tests above do not start', () => {
+  const guardFor = (env: Record<string, string>) => new RequestOriginGuard(loadConfig(env));
+
+  it('on a wildcard bind accepts any IP literal as Host but no unlisted name', () => {
+    const guard = guardFor({ SERVICE_HOST: '0.0.0.0' });
+    expect(guard.refusal('GET', { host: '192.168.1.20:8000' })).toBeNull();
+    expect(guard.refusal('GET', { host: '[fd00::5]:8000' })).toBeNull();
+    expect(guard.refusal('GET', { host: 'avatar-svc:8000' })).toMatch(/Host/u);
+    expect(guardFor({ SERVICE_HOST: '127.0.0.1' }).refusal('GET', { host: '192.168.1.20:8000' })).toMatch(/Host/u);
+  });
+
+  it('behind a TLS proxy: the public origin is the service\'s own, whether the proxy passes Host or not', () => {
+    const guard = guardFor({ SERVICE_HOST: '0.0.0.0', SERVICE_PUBLIC_BASE_URL: 'https://avatar.example.com' });
+    const origin = 'https://avatar.example.com';
+    expect(guard.refusal('POST', { host: 'avatar.example.com', origin })).toBeNull();
+    expect(guard.refusal('POST', { host: '127.0.0.1:8000', origin })).toBeNull();
+    expect(guard.refusal('POST', { host: 'avatar.example.com', origin: 'https://avatar.example.com.evil.example' })).toMatch(/Origin/u);
+  });
+
+  it('refuses the opaque origin `null` (sandboxed frames, file:// pages) and a port that is not the request\'s', () => {
+    const guard = guardFor({});
+    expect(guard.refusal('DELETE', { host: '127.0.0.1:8000', origin: 'null' })).toMatch(/Origin/u);
+    expect(guard.refusal('POST', { host: '127.0.0.1:8000', origin: 'http://127.0.0.1:3000' })).toMatch(/Origin/u);
+    expect(guard.refusal('POST', { host: '127.0.0.1:8000', origin: 'http://127.0.0.1:8000' })).toBeNull();
+  });
+
+  it('in cluster mode accepts the node URL as Host and leaves the Origin of a node-signed forward to the node the client reached', () => {
+    const guard = guardFor({ SERVICE_REDIS_URL: 'redis://127.0.0.1:6379', SERVICE_NODE_URL: 'http://node-b.internal:8000' });
+    const forwarded = { host: 'node-b.internal:8000', origin: 'https://talk.example.com' };
+    expect(guard.refusal('POST', forwarded, true)).toBeNull();
+    expect(guard.refusal('POST', forwarded, false)).toMatch(/Origin/u);
+  });
+
+  it('with SERVICE_CORS_ORIGINS=* lets every origin in, but still checks Host', () => {
+    const guard = guardFor({ SERVICE_CORS_ORIGINS: '*' });
+    expect(guard.refusal('POST', { host: 'localhost:8000', origin: 'https://anything.example' })).toBeNull();
+    expect(guard.refusal('POST', { host: 'evil.example', origin: 'https://anything.example' })).toMatch(/Host/u);
   });
 });
 
