@@ -1,12 +1,12 @@
 import fs from 'node:fs/promises';
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { WebSocket } from 'ws';
 import { closeFaceDetector } from '../actors/faces/detector.ts';
 import { loadConfig } from '../src/config.ts';
 import { RequestOriginGuard } from '../src/security/request-origin.ts';
 import { PORTRAIT_FIXTURE } from './helpers/fixtures.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
+import { upgrade } from './helpers/ws-upgrade.ts';
 
 const FOREIGN = 'https://evil.example';
 const LISTED = 'https://app.example';
@@ -23,24 +23,6 @@ function uploadAvatar(baseUrl: string, image: Buffer, headers: Record<string, st
 async function customAvatarIds(t: TestApp): Promise<string[]> {
   const avatars = (await json(await fetch(`${t.baseUrl}/avatars`))) as Array<{ id: string; is_custom?: boolean }>;
   return avatars.filter((a) => a.id.startsWith('custom-')).map((a) => a.id);
-}
-
-/** Opens a real WebSocket with the given Origin: `open`, or the status and body the server refused it with. */
-function upgrade(url: string, origin?: string): Promise<{ opened: true } | { opened: false; status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const socket = new WebSocket(url, origin === undefined ? {} : { origin });
-    socket.on('open', () => {
-      socket.close();
-      resolve({ opened: true });
-    });
-    socket.on('unexpected-response', (_req, res: http.IncomingMessage) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk) => (body += chunk));
-      res.on('end', () => resolve({ opened: false, status: res.statusCode ?? 0, body }));
-    });
-    socket.on('error', reject);
-  });
 }
 
 /** A GET sent byte for byte with a chosen Host header (fetch always sends the URL's host). */
