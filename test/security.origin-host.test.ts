@@ -10,6 +10,8 @@ import { upgrade } from './helpers/ws-upgrade.ts';
 
 const FOREIGN = 'https://evil.example';
 const LISTED = 'https://app.example';
+/** A real custom avatar build (face detection, frame synthesis) on a loaded, half-speed machine: minutes, not the suite's 60 s. */
+const AVATAR_BUILD_TIMEOUT_MS = 180_000;
 
 /** A browser's multipart form POST: no preflight, so only the service itself can refuse it. */
 function uploadAvatar(baseUrl: string, image: Buffer, headers: Record<string, string>): Promise<Response> {
@@ -85,7 +87,7 @@ describe('a web page of another origin cannot drive the service', () => {
     expect(await customAvatarIds(t)).toEqual([id]);
     const deleted = await fetch(`${t.baseUrl}/avatars/${id}`, { method: 'DELETE', headers: { origin: LISTED } });
     expect(deleted.status).toBe(200);
-  });
+  }, AVATAR_BUILD_TIMEOUT_MS);
 
   it('lets the service\'s own page (same origin) and clients without Origin create and end sessions', async () => {
     const ownOrigin = new URL(t.baseUrl).origin;
