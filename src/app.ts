@@ -8,6 +8,8 @@ import { clientErrorHandler, expectationFailed, frameworkErrors } from './framew
 import externalPlugins from './plugins/external/index.ts';
 import servicesPlugin from './plugins/app/services.ts';
 import errorPlugin from './plugins/app/errors.ts';
+import requestGuardPlugin from './plugins/app/request-guard.ts';
+import { RequestOriginGuard } from './security/request-origin.ts';
 import healthRoutes from './routes/health.ts';
 import avatarRoutes from './routes/avatars.ts';
 import customAvatarRoutes from './routes/avatars-custom.ts';
@@ -28,7 +30,7 @@ import voiceRoutes from './routes/voices.ts';
 import customizeReferenceRoutes from './routes/customize-reference.ts';
 import inspectRoutes from './routes/inspect.ts';
 import { AvatarManifest, AvatarSummary } from './schemas/avatars.ts';
-import clusterRouting from './cluster/routing.ts';
+import clusterRouting, { signedByNode } from './cluster/routing.ts';
 
 /** Whole-request receive bound: 12 MB at ~100 kB/s fits; a stalled or trickling upload is cut off (408). */
 export const REQUEST_TIMEOUT_MS = 120_000;
@@ -92,11 +94,18 @@ export async function buildApp(config: ServiceConfig, logger: Logger, overrides:
   app.server.on('checkExpectation', expectationFailed);
   capConnections(app.server, config.maxConnections, logger);
 
-  await app.register(externalPlugins, { config });
+  // Host and Origin are judged before anything else (docs/security.md), also before a request is forwarded.
+  const guard = new RequestOriginGuard(config);
+  const cluster = services.cluster;
+  await app.register(externalPlugins, { config, guard });
   await app.register(servicesPlugin, { services });
   await app.register(errorPlugin);
+  await app.register(requestGuardPlugin, {
+    guard,
+    isFromNode: (method, url, headers) => cluster !== null && signedByNode(cluster.secret, method, url, headers),
+  });
   // Cluster mode: requests for sessions other nodes own are forwarded before any route sees them.
-  if (services.cluster) await app.register(clusterRouting, { node: services.cluster });
+  if (cluster) await app.register(clusterRouting, { node: cluster, guard });
   app.addSchema(AvatarSummary);
   app.addSchema(AvatarManifest);
   for (const routes of ROUTES) await app.register(routes);

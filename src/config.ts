@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { isTtsProviderId, TTS_PROVIDER_IDS, type TtsProviderId } from '../actors/tts/types.ts';
 import type { TtsEndpointConfig, TtsProvidersConfig } from '../actors/tts/registry.ts';
@@ -15,7 +16,13 @@ export interface ServiceConfig {
   port: number;
   dataDir: string;
   avatarsDir: string;
+  /** SERVICE_CORS_ORIGINS: origins (scheme://host[:port]) whose pages may call the service, or `*`. */
   corsOrigins: string[];
+  /**
+   * SERVICE_ALLOWED_HOSTS: Host header names answered besides the bind address, `localhost`, the public base
+   * URL's and the node URL's host (docs/security.md); `.example.com` = that domain and its subdomains, `*` = any.
+   */
+  allowedHosts: string[];
   publicBaseUrl: string;
   ttsDefaultProvider: TtsProviderId;
   ttsDefaultVoice: string | null;
@@ -46,7 +53,7 @@ export interface ServiceConfig {
   renderThreads: number;
   videoDelayMs: number;
   ttsPreviewMaxChars: number;
-  /** The live state inspector (`/inspect`): shows user text, so on by default only on a loopback bind. */
+  /** The live state inspector (`/inspect`): shows user text and session ids, so off unless SERVICE_INSPECTOR=on. */
   inspector: boolean;
   /** SERVICE_VAD_SILENCE_MS: silence that ends the user's turn in hands-free conversation (docs/voice-input.md). */
   vadSilenceMs: number;
@@ -148,6 +155,15 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       problems.push(`SERVICE_CORS_ORIGINS entries must be origins like https://example.com or * (got "${origin}")`);
     }
   }
+  const allowedHosts = (read('SERVICE_ALLOWED_HOSTS') ?? '')
+    .split(',')
+    .map((name) => name.trim().toLowerCase())
+    .filter(Boolean);
+  for (const name of allowedHosts) {
+    if (!isAllowedHostEntry(name)) {
+      problems.push(`SERVICE_ALLOWED_HOSTS entries must be host names or IP addresses without scheme or port (app.example.com, .example.com, 10.0.0.5) or * (got "${name}")`);
+    }
+  }
 
   let iceServers: ServiceConfig['iceServers'] = [];
   const iceRaw = read('SERVICE_ICE_SERVERS');
@@ -163,7 +179,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     }
   }
 
-  const inspectorRaw = (read('SERVICE_INSPECTOR') ?? (isLoopbackHost(host) ? 'on' : 'off')).toLowerCase();
+  // Off on every bind: on a loopback bind, any web page the user opens is a neighbour too (docs/security.md).
+  const inspectorRaw = (read('SERVICE_INSPECTOR') ?? 'off').toLowerCase();
   if (inspectorRaw !== 'on' && inspectorRaw !== 'off') problems.push(`SERVICE_INSPECTOR must be on or off (got "${inspectorRaw}")`);
   const inspector = inspectorRaw === 'on';
 
@@ -197,6 +214,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     dataDir,
     avatarsDir: path.resolve(cwd, read('SERVICE_AVATARS_DIR') ?? './avatars'),
     corsOrigins,
+    allowedHosts,
     publicBaseUrl,
     ttsDefaultProvider: (isTtsProviderId(provider) ? provider : 'builtin') as TtsProviderId,
     ttsDefaultVoice: read('SERVICE_TTS_DEFAULT_VOICE') ?? null,
@@ -308,7 +326,9 @@ function isLogFormat(value: string): value is ServiceConfig['logFormat'] {
   return value === 'json' || value === 'pretty' || value === 'auto';
 }
 
-/** True for a bind address only this machine can reach (the inspector's default depends on it). */
-export function isLoopbackHost(host: string): boolean {
-  return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/u.test(host);
+/** A host name (labels of letters, digits, `-`, `_`), optionally with a leading `.` for its subdomains, an IP address, or `*`. */
+function isAllowedHostEntry(name: string): boolean {
+  if (name === '*') return true;
+  if (net.isIP(name.replace(/^\[(.*)\]$/u, '$1')) !== 0) return true;
+  return /^\.?(?=.{1,253}$)[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*\.?$/u.test(name);
 }

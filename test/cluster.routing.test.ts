@@ -28,6 +28,7 @@ import { slotOfSessionId } from '../src/cluster/slots.ts';
 import { PORTRAIT_FIXTURE } from './helpers/fixtures.ts';
 import { SseClient } from './helpers/sse.ts';
 import { AudioStreamClient } from './helpers/ws-audio.ts';
+import { upgrade } from './helpers/ws-upgrade.ts';
 import { startRedis, type RedisProcess } from './helpers/redis-server.ts';
 import { freePort, startServiceProcess, type ServiceProcess } from './helpers/service-process.ts';
 import { tone } from './helpers/conversation.ts';
@@ -478,6 +479,25 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     expect(await ownerOf(placed)).not.toBe(target);
     for (const sid of [...mine, placed]) expect((await remove(target.baseUrl, sid)).status).toBe(200);
   }, 120_000);
+
+  it('a foreign page is refused on the node it reached, before any hop; the page of that node\'s own origin is forwarded and tunnelled to the owner', async () => {
+    const id = await create(nodes[0].baseUrl);
+    const owner = await ownerOf(id);
+    const other = alive().find((node) => node !== owner)!;
+    expect((await post(owner.baseUrl, `/sessions/${id}/start`)).status).toBe(200);
+    const before = await forwards(other);
+    const foreign = { origin: 'https://evil.example' };
+    expect((await post(other.baseUrl, `/sessions/${id}/interrupt`, undefined, foreign)).status).toBe(403);
+    const wsUrl = `${other.baseUrl.replace(/^http/u, 'ws')}/sessions/${id}/speak_audio_stream`;
+    expect(await upgrade(wsUrl, foreign.origin)).toMatchObject({ opened: false, status: 403 });
+    expect(await forwards(other)).toEqual(before);
+    // Its own origin (by Host) on the node it reached; the owner sees another Host but the node's signature.
+    const own = new URL(other.baseUrl).origin;
+    expect((await post(other.baseUrl, `/sessions/${id}/interrupt`, undefined, { origin: own })).status).toBe(200);
+    expect(await upgrade(wsUrl, own)).toEqual({ opened: true });
+    expect(await forwards(other)).toMatchObject({ http: before.http + 1, websocket: before.websocket + 1 });
+    expect((await remove(owner.baseUrl, id)).status).toBe(200);
+  });
 
   it('an avatar created on A is listed on C at once, and deleted on B it is gone on A at once', async () => {
     const [a, b, c] = nodes;

@@ -45,11 +45,12 @@ async function readInspection(url: string, done: (records: InspectionRecord[]) =
   return records;
 }
 
-describe('the live state inspector is on by default only on a loopback bind', () => {
-  it('follows SERVICE_HOST unless SERVICE_INSPECTOR says otherwise', () => {
-    expect(loadConfig({ SERVICE_HOST: '127.0.0.1' }).inspector).toBe(true);
-    expect(loadConfig({ SERVICE_HOST: '::1' }).inspector).toBe(true);
+describe('the live state inspector is off unless SERVICE_INSPECTOR=on, on every bind', () => {
+  it('follows SERVICE_INSPECTOR only', () => {
+    expect(loadConfig({ SERVICE_HOST: '127.0.0.1' }).inspector).toBe(false);
+    expect(loadConfig({ SERVICE_HOST: '::1' }).inspector).toBe(false);
     expect(loadConfig({ SERVICE_HOST: '0.0.0.0' }).inspector).toBe(false);
+    expect(loadConfig({ SERVICE_HOST: '127.0.0.1', SERVICE_INSPECTOR: 'on' }).inspector).toBe(true);
     expect(loadConfig({ SERVICE_HOST: '0.0.0.0', SERVICE_INSPECTOR: 'on' }).inspector).toBe(true);
     expect(loadConfig({ SERVICE_HOST: '127.0.0.1', SERVICE_INSPECTOR: 'off' }).inspector).toBe(false);
     expect(() => loadConfig({ SERVICE_INSPECTOR: 'maybe' })).toThrow(/SERVICE_INSPECTOR must be on or off/u);
@@ -75,7 +76,7 @@ describe('the live state inspector is on by default only on a loopback bind', ()
 describe('inspection records of a live session', () => {
   let t: TestApp;
   beforeAll(async () => {
-    t = await startTestApp();
+    t = await startTestApp({ env: { SERVICE_INSPECTOR: 'on' } });
   });
   afterAll(async () => {
     await t?.close();
@@ -126,7 +127,7 @@ describe.skipIf(!hasChromium)('the inspector page in headless Chromium, offline'
   let t: TestApp;
   let browser: Browser;
   beforeAll(async () => {
-    t = await startTestApp();
+    t = await startTestApp({ env: { SERVICE_INSPECTOR: 'on' } });
     browser = await chromium.launch({
       executablePath: CHROMIUM,
       args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],

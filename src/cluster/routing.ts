@@ -9,6 +9,7 @@ import { FORWARDED_HEADER, RESERVATION_HEADER, forwardHttp, tunnelUpgrade } from
 import { signForward, verifyForward } from './internal-auth.ts';
 import { finishedRecording } from '../recording/registry.ts';
 import { NODE_LOST } from './scripts.ts';
+import type { RequestOriginGuard } from '../security/request-origin.ts';
 
 /** `/sessions/<uuid>` and everything under it: what the session's owner node serves. */
 const SESSION_PATH = /^\/sessions\/([0-9a-fA-F-]{36})(?:\/|\?|$)/u;
@@ -41,10 +42,15 @@ type Route = { forward: Target } | { recordingOf: string; lost: boolean } | null
  */
 const LOST_RECORDING_DETAIL = `no finished recording for this session: its node was lost (${NODE_LOST}), and a recording still in progress there cannot be finished`;
 
+/** True when a node signed this request (FORWARDED_HEADER verified against the cluster secret). */
+export function signedByNode(secret: string, method: string, url: string, headers: http.IncomingHttpHeaders): boolean {
+  return verifyForward(secret, headers[FORWARDED_HEADER], method, url, headers[RESERVATION_HEADER]);
+}
+
 /** Drops the internal headers of a request that no node signed: it is routed as any client's request. */
 function authenticate(secret: string, method: string, url: string, headers: http.IncomingHttpHeaders): boolean {
   if (headers[FORWARDED_HEADER] === undefined && headers[RESERVATION_HEADER] === undefined) return false;
-  if (verifyForward(secret, headers[FORWARDED_HEADER], method, url, headers[RESERVATION_HEADER])) return true;
+  if (signedByNode(secret, method, url, headers)) return true;
   delete headers[FORWARDED_HEADER];
   delete headers[RESERVATION_HEADER];
   return false;
@@ -57,7 +63,7 @@ function authenticate(secret: string, method: string, url: string, headers: http
  * `POST /sessions` is placed by the placement script on the least-loaded node with room and forwarded
  * there with the reservation. A forwarded request (FORWARDED_HEADER) is always served where it lands.
  */
-const clusterRouting: FastifyPluginAsync<{ node: ClusterNode }> = async (app, { node }) => {
+const clusterRouting: FastifyPluginAsync<{ node: ClusterNode; guard: RequestOriginGuard }> = async (app, { node, guard }) => {
   const registry = node.registry;
   const retryAfterS = Math.ceil(node.cluster.nodeTtlMs / 1000);
   const tokens = new WeakMap<FastifyRequest, string>();
@@ -206,6 +212,12 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode }> = async (app, { 
       socket.pause();
       const url = req.url ?? '/';
       const forwarded = authenticate(node.secret, req.method ?? 'GET', url, req.headers);
+      // A foreign page's upgrade is refused here, before it could be tunnelled to another node.
+      const refusal = guard.refusal(req.method ?? 'GET', req.headers, forwarded);
+      if (refusal !== null) {
+        refuseUpgrade(socket, refusal);
+        return;
+      }
       route(req.method ?? 'GET', url, forwarded)
         .catch(() => null)
         .then((where) => {
@@ -220,5 +232,12 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode }> = async (app, { 
     });
   });
 };
+
+/** Answers an upgrade that never reaches Fastify with 403 `{detail}` and closes the socket. */
+function refuseUpgrade(socket: Duplex, detail: string): void {
+  const body = JSON.stringify({ detail });
+  socket.resume();
+  socket.end(`HTTP/1.1 403 Forbidden\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+}
 
 export default fp(clusterRouting, { name: 'cluster-routing' });

@@ -6,10 +6,11 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { sessionMachine } from '../../machines/session.machine.ts';
 import { machineToMermaid } from '../inspect/state-chart.ts';
-import { HttpError, notFound } from '../errors.ts';
+import { HttpError, forbidden, notFound } from '../errors.ts';
 import { errors } from '../schemas/common.ts';
 import { INSPECT_MAX_BACKLOG_BYTES, INSPECT_MAX_VIEWERS, INSPECT_VIEWER_IDLE_MS } from '../inspect/inspection-hub.ts';
 import { SSE_MAX_LAG_MS } from '../sessions/event-hub.ts';
+import { isLoopbackPeer } from '../security/loopback-peer.ts';
 
 const PUBLIC_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'public');
 /** mermaid's self-contained browser bundle: served from node_modules, so the inspector works offline. */
@@ -23,13 +24,18 @@ const SESSION_CHART = machineToMermaid(sessionMachine);
 /**
  * The live state inspector (development tooling): a page that lists live sessions and, for one, draws the
  * session machine with its current state, the actor tree and an event log, fed by XState's `inspect` option.
- * Payloads carry user text, so every route answers 404 unless the inspector is enabled (SERVICE_INSPECTOR).
+ * Payloads carry user text and session ids (enough to speak into or end someone's session), so every route
+ * answers 404 unless the inspector is enabled (SERVICE_INSPECTOR=on), and 403 to any peer but this machine
+ * itself (a proxy's forwarded request included): reach it over an SSH tunnel (docs/security.md).
  */
 const inspectRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { inspection } = app.services;
 
-  app.addHook('onRequest', async () => {
+  app.addHook('onRequest', async (request) => {
     if (!inspection.enabled) throw notFound('the inspector is off (SERVICE_INSPECTOR=on enables it)');
+    if (!isLoopbackPeer(request.socket.remoteAddress, request.headers)) {
+      throw forbidden('the inspector answers only requests from this machine, not through a proxy (docs/security.md)');
+    }
   });
 
   app.get('/inspect', { schema: { hide: true } }, async (_request, reply) => {
@@ -47,7 +53,8 @@ const inspectRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       tags: ['inspector'],
       summary: 'Session state chart (mermaid)',
-      description: 'The session machine drawn from its definition as mermaid stateDiagram-v2 text. 404 when the inspector is off.',
+      description:
+        'The session machine drawn from its definition as mermaid stateDiagram-v2 text. 404 when the inspector is off, 403 to a peer that is not loopback.',
       response: { 200: Type.Object({ id: Type.String(), mermaid: Type.String() }) },
     },
     handler: async () => ({ id: sessionMachine.id, mermaid: SESSION_CHART }),
@@ -57,7 +64,9 @@ const inspectRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       tags: ['inspector'],
       summary: 'Sessions the inspector sees',
-      description: 'Live sessions (and those ended in the last minute) with their state value and child actors.',
+      description:
+        'Live sessions (and those ended in the last minute) with their state value and child actors. 404 when the inspector is off, ' +
+        '403 to a peer that is not loopback (or a request a proxy forwarded).',
       response: {
         200: Type.Object({
           sessions: Type.Array(

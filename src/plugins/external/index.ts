@@ -8,6 +8,7 @@ import websocket from '@fastify/websocket';
 import fp from 'fastify-plugin';
 import type { FastifyInstance } from 'fastify';
 import type { ServiceConfig } from '../../config.ts';
+import type { RequestOriginGuard } from '../../security/request-origin.ts';
 import { ErrorBody } from '../../schemas/common.ts';
 import { SERVICE_VERSION } from '../../version.ts';
 import { documentMultipartForms } from '../../schemas/multipart-form.ts';
@@ -33,10 +34,12 @@ export const MULTIPART_LIMITS = {
 const require = createRequire(import.meta.url);
 
 /** Third-party plugins: CORS, multipart, websocket and the OpenAPI document with its two UIs, all offline. */
-export default fp(async function externalPlugins(app: FastifyInstance, opts: { config: ServiceConfig }) {
-  const { config } = opts;
+export default fp(async function externalPlugins(app: FastifyInstance, opts: { config: ServiceConfig; guard: RequestOriginGuard }) {
+  const { config, guard } = opts;
   await app.register(cors, {
-    origin: config.corsOrigins.includes('*') ? true : config.corsOrigins.length > 0 ? config.corsOrigins : false,
+    // SERVICE_CORS_ORIGINS as the origin guard reads it (one owner): a page it lists may read the answers.
+    // A foreign page's state-changing request is refused by the guard (src/plugins/app/request-guard.ts).
+    origin: config.corsOrigins.length > 0 ? (origin, done) => done(null, origin !== undefined && guard.listsOrigin(origin)) : false,
     methods: ['GET', 'POST', 'DELETE', 'OPTIONS'],
     // Cross-origin clients read the turn id a speak/chat/audio request answers with.
     exposedHeaders: ['x-turn-id'],
