@@ -18,7 +18,27 @@ export interface DecodeOptions {
   rawSampleRate?: number;
   /** Stricter acceptance for audio a client sent (`UPLOAD_AUDIO_RULES`); without it anything decodable is read. */
   rules?: AudioRules;
+  /**
+   * Longest audio, once decoded, that is read; anything longer throws `AudioTooLongError` as soon as that is
+   * known (from the header of WAV and raw PCM, the Xing/Info frame count or the running decode of MP3), so
+   * no more PCM than this is ever held. Unbounded without it (upstream TTS answers, bounded by their sentence).
+   */
+  maxDurationMs?: number;
   signal?: AbortSignal;
+}
+
+/** Audio that decodes to more than `DecodeOptions.maxDurationMs`: the bytes were small, what they decode to is not. */
+export class AudioTooLongError extends Error {
+  constructor(readonly maxDurationMs: number) {
+    super(`audio decodes to more than ${describeDuration(maxDurationMs)}`);
+    this.name = 'AudioTooLongError';
+  }
+}
+
+/** `10 min`, `90 s`, `1.5 s`: how limits read in error details. */
+export function describeDuration(ms: number): string {
+  if (ms >= 60_000 && ms % 60_000 === 0) return `${ms / 60_000} min`;
+  return `${Number((ms / 1000).toFixed(3))} s`;
 }
 
 /** What an audio input must be, checked from its header (WAV), its frames (MP3) or the declared rate (raw PCM). */
@@ -62,7 +82,7 @@ const MIN_TEXT_SNIFF_BYTES = 16;
 export async function decodeAudioToPcm16(bytes: Buffer | Uint8Array, options: DecodeOptions): Promise<DecodedAudio> {
   options.signal?.throwIfAborted();
   if (bytes.length === 0) throw new InvalidAudioError('audio is empty');
-  const { pcm, sampleRate, format } = await decodeAtSourceRate(bytes, options.rawSampleRate ?? DEFAULT_RAW_SAMPLE_RATE, options.rules);
+  const { pcm, sampleRate, format } = await decodeAtSourceRate(bytes, options.rawSampleRate ?? DEFAULT_RAW_SAMPLE_RATE, options);
   if (pcm.length === 0) throw new InvalidAudioError(`${format} audio contains no samples`);
   options.signal?.throwIfAborted();
   const resampled = await resamplePcm16(pcm, sampleRate, options.targetRate);
@@ -72,22 +92,35 @@ export async function decodeAudioToPcm16(bytes: Buffer | Uint8Array, options: De
 async function decodeAtSourceRate(
   bytes: Uint8Array,
   rawSampleRate: number,
-  rules: AudioRules | undefined,
+  { rules, maxDurationMs }: DecodeOptions,
 ): Promise<{ pcm: Int16Array; sampleRate: number; format: AudioFormat }> {
   if (isWav(bytes)) {
     const header = readWavHeader(bytes);
     if (rules) checkWavHeader(header, rules);
+    checkDuration(Math.floor(header.dataBytes / Math.max(1, header.blockAlign)), header.sampleRate, maxDurationMs);
     return { pcm: decodeWavSamples(bytes, header), sampleRate: header.sampleRate, format: 'wav' };
   }
   if (looksLikeMp3(bytes)) {
-    const mp3 = await decodeMp3(bytes);
+    const declared = mp3DeclaredDuration(bytes);
+    if (declared) checkDuration(declared.samples, declared.sampleRate, maxDurationMs);
+    const mp3 = await decodeMp3(bytes, maxDurationMs);
     if (rules) checkRateAndChannels('MP3', mp3.sampleRate, mp3.channels, rules);
     return { pcm: mp3.pcm, sampleRate: mp3.sampleRate, format: 'mp3' };
   }
   const unsupported = recognizeUnsupportedFormat(bytes);
   if (unsupported) throw new InvalidAudioError(`${unsupported} is not supported; send WAV, MP3 or raw 16-bit PCM`);
   if (rules) checkRateAndChannels('raw PCM', rawSampleRate, 1, rules);
+  checkDuration(Math.floor(bytes.length / 2), rawSampleRate, maxDurationMs);
   return { pcm: parseRawPcm16(bytes), sampleRate: rawSampleRate, format: 'pcm' };
+}
+
+/** Throws `AudioTooLongError` when `frames` at `sampleRate` last longer than the limit. */
+function checkDuration(frames: number, sampleRate: number, maxDurationMs: number | undefined): void {
+  if (maxDurationMs !== undefined && frames > maxFramesAt(sampleRate, maxDurationMs)) throw new AudioTooLongError(maxDurationMs);
+}
+
+function maxFramesAt(sampleRate: number, maxDurationMs: number): number {
+  return Math.floor((maxDurationMs * sampleRate) / 1000);
 }
 
 function checkWavHeader(header: WavHeader, rules: AudioRules): void {
@@ -119,22 +152,47 @@ function parseRawPcm16(bytes: Uint8Array): Int16Array {
   return pcm16FromLittleEndian(bytes);
 }
 
-async function decodeMp3(bytes: Uint8Array): Promise<{ pcm: Int16Array; sampleRate: number; channels: number }> {
+/**
+ * MP3 bytes fed to the decoder per step. The decoder keeps its state between steps, so the cut points do not
+ * matter; the step bounds how far the decode can run past the duration limit before it stops: at the lowest
+ * bitrate (8 kb/s) 64 KiB is ~65 s of audio, ~25 MB of float samples at 48 kHz stereo, freed at once.
+ */
+const MP3_FEED_BYTES = 64 * 1024;
+
+/** Decodes step by step, downmixing each step, and stops as soon as the audio passes `maxDurationMs`. */
+async function decodeMp3(bytes: Uint8Array, maxDurationMs: number | undefined): Promise<{ pcm: Int16Array; sampleRate: number; channels: number }> {
   const decoder = new MPEGDecoder();
   try {
     await decoder.ready;
-    const decoded = decoder.decode(bytes);
-    if (decoded.samplesDecoded === 0 || decoded.channelData.length === 0) {
-      throw new InvalidAudioError('MP3 data could not be decoded');
+    const pieces: Int16Array[] = [];
+    let frames = 0;
+    let sampleRate = 0;
+    let channels = 0;
+    for (let offset = 0; offset < bytes.length; offset += MP3_FEED_BYTES) {
+      const decoded = decoder.decode(bytes.subarray(offset, offset + MP3_FEED_BYTES));
+      if (decoded.samplesDecoded === 0 || decoded.channelData.length === 0) continue;
+      if (sampleRate === 0) [sampleRate, channels] = [decoded.sampleRate, decoded.channelData.length];
+      if (decoded.sampleRate !== sampleRate) throw new InvalidAudioError('MP3 changes its sample rate part-way');
+      frames += decoded.samplesDecoded;
+      checkDuration(frames, sampleRate, maxDurationMs);
+      pieces.push(downmixFloatToPcm16(decoded.channelData, decoded.samplesDecoded));
     }
-    return {
-      pcm: downmixFloatToPcm16(decoded.channelData, decoded.samplesDecoded),
-      sampleRate: decoded.sampleRate,
-      channels: decoded.channelData.length,
-    };
+    if (frames === 0) throw new InvalidAudioError('MP3 data could not be decoded');
+    return { pcm: concatPcm(pieces, frames), sampleRate, channels };
   } finally {
     decoder.free();
   }
+}
+
+function concatPcm(pieces: Int16Array[], frames: number): Int16Array {
+  if (pieces.length === 1) return pieces[0];
+  const pcm = new Int16Array(frames);
+  let at = 0;
+  for (const piece of pieces) {
+    pcm.set(piece, at);
+    at += piece.length;
+  }
+  return pcm;
 }
 
 function downmixFloatToPcm16(channels: Float32Array[], frames: number): Int16Array {
@@ -197,6 +255,46 @@ export function mpegFrameLength(bytes: Uint8Array, offset: number): number | und
   if (layerNumber === 1) return (Math.floor((12 * bitrate) / sampleRate) + padding) * 4;
   const samplesPerFrameOver8 = layerNumber === 3 && !isVersion1 ? 72 : 144;
   return Math.floor((samplesPerFrameOver8 * bitrate) / sampleRate) + padding;
+}
+
+const XING_HAS_FRAME_COUNT = 1;
+
+/**
+ * The duration an MP3 declares in its Xing/Info (or VBRI) header, which encoders such as LAME write into the
+ * first frame: its frame count times the samples per frame. Undefined without one; an MP3 may lie here, and
+ * then the running decode's bound still holds, so this only refuses early what is declared too long.
+ */
+export function mp3DeclaredDuration(bytes: Uint8Array): { samples: number; sampleRate: number } | undefined {
+  const start = afterId3v2(bytes);
+  if (mpegFrameLength(bytes, start) === undefined) return undefined;
+  const b1 = bytes[start + 1];
+  const version = (b1 >> 3) & 3;
+  const layerNumber = 4 - ((b1 >> 1) & 3);
+  const isVersion1 = version === 3;
+  const mono = bytes[start + 3] >> 6 === 3;
+  const sampleRate = SAMPLE_RATES[version][(bytes[start + 2] >> 2) & 3];
+  const samplesPerFrame = layerNumber === 1 ? 384 : layerNumber === 2 || isVersion1 ? 1152 : 576;
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const sideInfoBytes = isVersion1 ? (mono ? 17 : 32) : mono ? 9 : 17;
+  const xing = start + 4 + sideInfoBytes;
+  const tag = xing + 12 <= bytes.length ? String.fromCharCode(...bytes.subarray(xing, xing + 4)) : '';
+  if ((tag === 'Xing' || tag === 'Info') && view.getUint32(xing + 4) & XING_HAS_FRAME_COUNT) {
+    return { samples: view.getUint32(xing + 8) * samplesPerFrame, sampleRate };
+  }
+  // VBRI (Fraunhofer) sits 32 bytes after the frame header; its frame count is at offset 14.
+  const vbri = start + 4 + 32;
+  if (vbri + 18 <= bytes.length && String.fromCharCode(...bytes.subarray(vbri, vbri + 4)) === 'VBRI') {
+    return { samples: view.getUint32(vbri + 14) * samplesPerFrame, sampleRate };
+  }
+  return undefined;
+}
+
+/** Offset of the first byte after a leading ID3v2 tag (its size is four 7-bit bytes, plus a footer when flagged). */
+function afterId3v2(bytes: Uint8Array): number {
+  if (bytes.length < ID3V2_HEADER_BYTES || bytes[0] !== 0x49 || bytes[1] !== 0x44 || bytes[2] !== 0x33) return 0;
+  const size = ((bytes[6] & 0x7f) << 21) | ((bytes[7] & 0x7f) << 14) | ((bytes[8] & 0x7f) << 7) | (bytes[9] & 0x7f);
+  const footer = bytes[5] & 0x10 ? ID3V2_HEADER_BYTES : 0;
+  return ID3V2_HEADER_BYTES + size + footer;
 }
 
 // ---- recognizable non-audio or unsupported inputs ---------------------------------------------

@@ -1,6 +1,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { buildMouthTimeline } from '../../actors/mouth/timeline.ts';
-import { decodeAudioToPcm16, UPLOAD_AUDIO_RULES } from '../../actors/audio/decode.ts';
+import { AudioTooLongError, describeDuration, InvalidAudioError, UPLOAD_AUDIO_RULES } from '../../actors/audio/decode.ts';
+import { decodeAudioOffThread } from '../../actors/audio/decode-pool.ts';
 import type { TtsProvider } from '../../actors/tts/types.ts';
 import type { TimelinePiece } from './offline-render.ts';
 
@@ -14,6 +15,11 @@ export const OFFLINE_LIMITS = {
   pauseMs: 10_000,
   /** Request body limit of the route: the base64 audio plus JSON overhead. */
   bodyBytes: 12 * 1024 * 1024,
+  /**
+   * Decoded audio of one job: its audio segments and the pauses after them (text is bounded by its characters).
+   * Bytes do not bound this: 6 MB of 8 kb/s MP3 is 100 minutes; 30 min holds ~58 MB of 16 kHz PCM per queued job.
+   */
+  audioMs: 30 * 60_000,
 } as const;
 
 /** Silence after each segment unless the segment says otherwise, so sentences of separate segments do not run together. */
@@ -87,6 +93,14 @@ export class InvalidSegmentError extends Error {
   }
 }
 
+/** The job's audio segments decode to more than `OFFLINE_LIMITS.audioMs` (a 413). */
+export class SegmentsTooLongError extends Error {
+  constructor(index: number) {
+    super(`segments[${index}]: the job's audio decodes to more than ${describeDuration(OFFLINE_LIMITS.audioMs)} (segments and pauses together)`);
+    this.name = 'SegmentsTooLongError';
+  }
+}
+
 /** The request as a list of segments, or an error message for the 400. */
 export function segmentsOf(body: OfflineBundleRequest): OfflineSegment[] | string {
   if ((body.text === undefined) === (body.segments === undefined)) return 'give exactly one of `text` or `segments`';
@@ -101,24 +115,39 @@ export function segmentsOf(body: OfflineBundleRequest): OfflineSegment[] | strin
 /** A segment ready for the job: audio already decoded (so bad audio is a 400 at submit), text still to synthesize. */
 export type PreparedSegment = { kind: 'text'; text: string; pauseAfterMs: number } | { kind: 'audio'; pcm: Int16Array; pauseAfterMs: number };
 
-/** Decodes audio segments at the job sample rate; throws `InvalidSegmentError` for audio that cannot be decoded. */
+/**
+ * Decodes audio segments at the job sample rate, off the event loop, within the job's `OFFLINE_LIMITS.audioMs`
+ * (each segment gets what the earlier ones and their pauses left). Throws `InvalidSegmentError` for audio that
+ * cannot be decoded, `SegmentsTooLongError` past the bound; a busy decoder's error passes through.
+ */
 export async function prepareSegments(segments: OfflineSegment[], sampleRate: number, signal?: AbortSignal): Promise<PreparedSegment[]> {
   const prepared: PreparedSegment[] = [];
+  let audioMs = 0;
   for (const [i, segment] of segments.entries()) {
     const pauseAfterMs = segment.pause_after_ms ?? DEFAULT_PAUSE_AFTER_MS;
     if ('text' in segment) {
       prepared.push({ kind: 'text', text: segment.text, pauseAfterMs });
       continue;
     }
+    let pcm: Int16Array;
     try {
       const bytes = Buffer.from(segment.audio_base64, 'base64');
       // Client audio, like every upload: 16-bit WAV, 1-2 channels, 8-48 kHz (docs/api.md).
-      const { pcm } = await decodeAudioToPcm16(bytes, { targetRate: sampleRate, rawSampleRate: segment.sample_rate, rules: UPLOAD_AUDIO_RULES, signal });
-      prepared.push({ kind: 'audio', pcm, pauseAfterMs });
+      ({ pcm } = await decodeAudioOffThread(bytes, {
+        targetRate: sampleRate,
+        rawSampleRate: segment.sample_rate,
+        rules: UPLOAD_AUDIO_RULES,
+        maxDurationMs: Math.max(0, OFFLINE_LIMITS.audioMs - audioMs),
+        signal,
+      }));
     } catch (error) {
       if (signal?.aborted) throw error;
-      throw new InvalidSegmentError(`segments[${i}]: ${(error as Error).message}`);
+      if (error instanceof AudioTooLongError) throw new SegmentsTooLongError(i);
+      if (error instanceof InvalidAudioError) throw new InvalidSegmentError(`segments[${i}]: ${error.message}`);
+      throw error;
     }
+    audioMs += (pcm.length * 1000) / sampleRate + pauseAfterMs;
+    prepared.push({ kind: 'audio', pcm, pauseAfterMs });
   }
   return prepared;
 }

@@ -6,15 +6,17 @@ import { badRequest } from '../errors.ts';
 import {
   CLOUD_D_DEFAULT_MODEL,
   defaultsPersona,
+  describeDuration,
   resolveTtsSelection,
   selectTts,
   sessionPersona,
   type PersonaBase,
   type TtsSelection,
 } from '../sessions/index.ts';
-import { CLONE_PROVIDERS, MIN_CLONE_AUDIO_BYTES, type CloneProviderId } from '../voices/clone.ts';
+import { CLONE_PROVIDERS, type CloneProviderId } from '../voices/clone.ts';
+import { MAX_CLONE_SAMPLE_MS } from '../voices/convert.ts';
 import type { Services } from '../services.ts';
-import { readCloneForm, runClone } from './voices.ts';
+import { CLONE_SAMPLE_BOUNDS_TEXT, readCloneForm, runClone } from './voices.ts';
 import { multipartForm } from '../schemas/multipart-form.ts';
 
 /**
@@ -32,7 +34,7 @@ const DEFAULT_TARGET_MODELS: Record<CloneProviderId, string | null> = {
 
 const ReferenceForm = Type.Object(
   {
-    audio: Type.String({ format: 'binary', description: `Reference sample, ${MIN_CLONE_AUDIO_BYTES} B to 12 MB, any format ffmpeg converts to 24 kHz mono WAV` }),
+    audio: Type.String({ format: 'binary', description: `Reference sample, ${CLONE_SAMPLE_BOUNDS_TEXT}, any format ffmpeg converts to 24 kHz mono WAV` }),
     tts_provider: Type.Optional(
       Type.String({ description: `Clone-capable provider: ${CLONE_PROVIDERS.join(', ')}; default the current one if it can clone`, example: 'local_clone_a' }),
     ),
@@ -59,8 +61,8 @@ const DESCRIPTION =
   'continuity: the sample is cloned with a clone-capable provider exactly like POST /voices/clone (a catalog entry labelled ' +
   '`reference <session_id|default>` is created), then the persona switches to that provider and the new voice_id. ' +
   '400: malformed multipart body (no boundary, truncated, too many fields or files), provider cannot clone or is not configured, ' +
-  'audio missing/under 256 B/over 12 MB/not convertible, cloud_a without target_model. ' +
-  '502: the provider rejected the sample.';
+  `audio missing/under 256 B/over 12 MB/decoding to more than ${describeDuration(MAX_CLONE_SAMPLE_MS)}/not convertible, cloud_a without ` +
+  'target_model. 502: the provider rejected the sample. 503 (Retry-After): too many uploads in progress, refused before the body is read.';
 
 interface ReferenceRequest {
   providerId: CloneProviderId;
@@ -81,11 +83,11 @@ const customizeReferenceRoutes: FastifyPluginAsyncTypebox = async (app) => {
       description: `${DESCRIPTION} Applies from the next turn (a turn in flight keeps its voice). 404 unknown session.`,
       params: SessionIdParams,
       ...multipartForm(ReferenceForm),
-      response: { 200: ReferencePersona, ...errors(400, 404, 409, 502) },
+      response: { 200: ReferencePersona, ...errors(400, 404, 409, 502, 503) },
     },
     handler: async (request, reply) => {
       const session = await services.supervisor.requireSession(request.params.session_id);
-      const reference = await readReference(request, sessionPersona(session.stored));
+      const reference = await readReference(services, request, reply, sessionPersona(session.stored));
       const clone = await runClone(services, reply, {
         provider: reference.providerId,
         targetModel: reference.targetModel,
@@ -114,10 +116,10 @@ const customizeReferenceRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Set a default reference voice',
       description: `${DESCRIPTION} Becomes the service-wide default provider/voice/model for sessions created afterwards; persisted.`,
       ...multipartForm(ReferenceForm),
-      response: { 200: ReferencePersona, ...errors(400, 502) },
+      response: { 200: ReferencePersona, ...errors(400, 502, 503) },
     },
     handler: async (request, reply) => {
-      const reference = await readReference(request, defaultsPersona(services.config, await services.defaults.get()));
+      const reference = await readReference(services, request, reply, defaultsPersona(services.config, await services.defaults.get()));
       return applyDefaultReference(services, reply, reference);
     },
   });
@@ -147,8 +149,8 @@ function cloneSelection(services: Services, persona: PersonaBase, reference: Ref
 }
 
 /** Reads the form and resolves provider and target model against the persona it will change. */
-async function readReference(request: FastifyRequest, persona: PersonaBase): Promise<ReferenceRequest> {
-  const form = await readCloneForm(request);
+async function readReference(services: Services, request: FastifyRequest, reply: FastifyReply, persona: PersonaBase): Promise<ReferenceRequest> {
+  const form = await readCloneForm(services, request, reply);
   const requested = form.fields.tts_provider?.trim() || null;
   const providerId = requested ?? persona.provider;
   if (!isCloneProvider(providerId)) {

@@ -1,13 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { SessionIdParams, errors, EmptyBody } from '../schemas/common.ts';
 import { AudioUploadForm, ChatRequest, InterruptResponse, SpeakRequest, TranscribeForm, TranscribeResponse } from '../schemas/interaction.ts';
 import { HttpError, badRequest, conflict } from '../errors.ts';
 import {
-  decodeAudioToPcm16,
+  closeAudioDecoder,
   deferred,
-  InvalidAudioError,
+  describeDuration,
   requestOverrides,
   resolveTtsSelection,
   sessionPersona,
@@ -18,9 +18,18 @@ import {
 import type { Services } from '../services.ts';
 import { readMultipart, parseBooleanField, parseIntegerField } from './multipart.ts';
 import { multipartForm } from '../schemas/multipart-form.ts';
+import { closedSignal } from './tts.ts';
+import { decodeClientAudio, uploadAdmission, type UploadAdmission } from './audio-uploads.ts';
 
 /** Direct audio uploads: ~13 minutes of 16 kHz PCM; bounded before buffering. */
 export const AUDIO_UPLOAD_MAX_BYTES = 25 * 1024 * 1024;
+/**
+ * Longest speak_audio / speak_rt_audio clip once decoded: one turn is a reply, not a programme. Bytes do not
+ * bound this: 3.6 MB of 8 kb/s MP3 is an hour (~115 MB of 16 kHz PCM, far more at its source rate).
+ */
+export const TURN_AUDIO_MAX_MS = 10 * 60_000;
+/** Longest transcribe upload once decoded: an utterance to recognise, with room for a long dictation. */
+export const TRANSCRIBE_AUDIO_MAX_MS = 10 * 60_000;
 
 /**
  * The turn a speak/chat/audio request started: its id answers in this header (the body stays empty, spec 4.4/4.5)
@@ -39,7 +48,9 @@ const TurnAccepted = {
 const UPLOAD_AUDIO_RULE_TEXT =
   `WAV must be ${UPLOAD_AUDIO_RULES.wavBitsPerSample.join('/')}-bit PCM, mono or stereo; every format must be ` +
   `${UPLOAD_AUDIO_RULES.minSampleRate}-${UPLOAD_AUDIO_RULES.maxSampleRate} Hz (otherwise 400), as must \`sample_rate\`. ` +
-  'A malformed multipart body (no boundary, truncated, too many fields or files) → 400.';
+  'A malformed multipart body (no boundary, truncated, too many fields or files) → 400. ' +
+  `409 without reading the upload while the session is busy or another upload to it is being received; 503 (Retry-After) ` +
+  'while the service reads too many uploads at once.';
 
 /**
  * Conversational interaction (spec 4.4, 4.5): speak, chat, interrupt, transcribe and direct audio. Each
@@ -49,8 +60,10 @@ const UPLOAD_AUDIO_RULE_TEXT =
 const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { services } = app;
   const { supervisor } = services;
+  const admission = uploadAdmission(services);
   app.addSchema(SpeakRequest);
   app.addSchema(ChatRequest);
+  app.addHook('onClose', async () => closeAudioDecoder());
 
   app.post('/sessions/:session_id/speak', {
     schema: {
@@ -127,23 +140,30 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       description:
         'multipart/form-data (see TranscribeForm): `audio` 16-bit signed mono PCM at the session sample rate (default 16000 Hz) or WAV, ' +
         `\`trigger_chat\` boolean. ${UPLOAD_AUDIO_RULE_TEXT} ` +
+        `Audio over ${AUDIO_UPLOAD_MAX_BYTES / 1024 / 1024} MB or decoding to more than ${describeDuration(TRANSCRIBE_AUDIO_MAX_MS)} → 413. ` +
         'Emits SSE status listening and transcript. 503 when no ASR is configured (SERVICE_ASR_BASE_URL); ' +
         '409 when busy or when interrupted before finishing; 502 on upstream failure.',
       params: SessionIdParams,
       ...multipartForm(TranscribeForm),
       response: { 200: TranscribeResponse, ...errors(400, 404, 409, 413, 502, 503) },
     },
-    handler: async (request) => {
+    handler: async (request, reply) => {
       const session = await supervisor.requireSession(request.params.session_id);
       // Asked again (with the payload) once the upload is read; asking now spares reading it for nothing.
       session.assertAdmits('TRANSCRIBE');
       const asrStatus = services.asr.status();
       if (!asrStatus.configured) throw new HttpError(503, `no speech recognizer is configured: ${asrStatus.reason ?? 'set SERVICE_ASR_BASE_URL'}`);
+      admitUpload(admission, session, reply);
       const form = await readAudioForm(request);
       const triggerChat = parseBooleanField(form.fields.trigger_chat, 'trigger_chat');
       if (triggerChat && !services.llm.status().configured) throw new HttpError(503, 'trigger_chat needs a language model: set SERVICE_LLM_BASE_URL');
       const sampleRate = services.config.sampleRate;
-      const pcm = await decodeUpload(form.data, sampleRate, sampleRate);
+      const pcm = await decodeClientAudio(form.data, {
+        targetRate: sampleRate,
+        rawSampleRate: sampleRate,
+        maxDurationMs: TRANSCRIBE_AUDIO_MAX_MS,
+        signal: closedSignal(reply),
+      });
       const result = deferred<string>();
       const turnId = randomUUID();
       session.admit({ type: 'TRANSCRIBE', request: { id: turnId, triggerChat, pcm, sampleRate, result } });
@@ -168,17 +188,23 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
           'multipart/form-data (see AudioUploadForm): `audio` WAV, MP3 or raw PCM (format detected from the bytes), `sample_rate` for raw PCM ' +
           `(default 16000). ${UPLOAD_AUDIO_RULE_TEXT} Skips TTS; the mouth follows the audio. ` +
           (smoothing ? 'Adds DC removal and edge smoothing; recommended for the rt model family. ' : '') +
-          `Uploads over ${AUDIO_UPLOAD_MAX_BYTES / 1024 / 1024} MB → 413.`,
+          `Uploads over ${AUDIO_UPLOAD_MAX_BYTES / 1024 / 1024} MB, or decoding to more than ${describeDuration(TURN_AUDIO_MAX_MS)} of audio, → 413.`,
         params: SessionIdParams,
         ...multipartForm(AudioUploadForm),
-        response: { 200: TurnAccepted, ...errors(400, 404, 409, 413) },
+        response: { 200: TurnAccepted, ...errors(400, 404, 409, 413, 503) },
       },
       handler: async (request, reply) => {
         const session = await supervisor.requireSession(request.params.session_id);
         session.assertAdmits('SPEAK_AUDIO');
+        admitUpload(admission, session, reply);
         const form = await readAudioForm(request);
         const rawRate = parseIntegerField(form.fields.sample_rate, 'sample_rate', UPLOAD_AUDIO_RULES.minSampleRate, UPLOAD_AUDIO_RULES.maxSampleRate);
-        const pcm = await decodeUpload(form.data, services.config.sampleRate, rawRate);
+        const pcm = await decodeClientAudio(form.data, {
+          targetRate: services.config.sampleRate,
+          rawSampleRate: rawRate,
+          maxDurationMs: TURN_AUDIO_MAX_MS,
+          signal: closedSignal(reply),
+        });
         const turnId = randomUUID();
         session.admit({ type: 'SPEAK_AUDIO', turn: { id: turnId, mode: 'audio', smoothing, audio: { kind: 'clip', pcm } } });
         reply.code(200).header(TURN_ID_HEADER, turnId).send(undefined as never);
@@ -212,15 +238,13 @@ async function readAudioForm(request: FastifyRequest): Promise<{ data: Buffer; f
   return { data: form.file.data, fields: form.fields };
 }
 
-async function decodeUpload(data: Buffer, targetRate: number, rawSampleRate?: number): Promise<Int16Array> {
-  try {
-    const decoded = await decodeAudioToPcm16(data, { targetRate, rawSampleRate, rules: UPLOAD_AUDIO_RULES });
-    if (decoded.pcm.length === 0) throw badRequest('audio contains no samples');
-    return decoded.pcm;
-  } catch (error) {
-    if (error instanceof InvalidAudioError) throw badRequest(`invalid audio: ${error.message}`);
-    throw error;
-  }
+/**
+ * Admission of a session's audio upload before its body is read: the session's one upload slot (409 while
+ * another is received), then a service-wide slot (503). The machine was asked first (`assertAdmits`).
+ */
+function admitUpload(admission: UploadAdmission, session: Session, reply: FastifyReply): void {
+  admission.reserveSession(session.id, reply);
+  admission.admitUpload(reply);
 }
 
 export default interactionRoutes;

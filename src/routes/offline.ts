@@ -4,8 +4,10 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { SessionIdParams, errors } from '../schemas/common.ts';
 import { HttpError, badRequest, conflict, notFound } from '../errors.ts';
-import { requestOverrides, resolveTtsSelection, selectTts, sessionPersona } from '../sessions/index.ts';
-import { InvalidSegmentError, OFFLINE_LIMITS, OfflineBundleRequest, prepareSegments, segmentsOf } from '../recording/offline-input.ts';
+import { AudioDecoderBusyError, closeAudioDecoder, describeDuration, requestOverrides, resolveTtsSelection, selectTts, sessionPersona } from '../sessions/index.ts';
+import { InvalidSegmentError, OFFLINE_LIMITS, OfflineBundleRequest, prepareSegments, SegmentsTooLongError, segmentsOf } from '../recording/offline-input.ts';
+import { AUDIO_UPLOADS_RETRY_AFTER_S, uploadAdmission } from './audio-uploads.ts';
+import { closedSignal } from './tts.ts';
 import { QueueFullError } from '../recording/offline-jobs.ts';
 import type { StoredJob } from '../store/jobs.ts';
 
@@ -39,6 +41,8 @@ const offlineRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addSchema(OfflineBundleRequest);
   app.addSchema(OfflineJobSubmitted);
   app.addSchema(OfflineJobStatus);
+  const admission = uploadAdmission(app.services);
+  app.addHook('onClose', async () => closeAudioDecoder());
 
   /** A job of this session, or 404 (an unknown id and another session's job look the same). */
   async function jobOf(sessionId: string, jobId: string): Promise<StoredJob> {
@@ -49,19 +53,24 @@ const offlineRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.post('/sessions/:session_id/rt-offline-bundle', {
     bodyLimit: OFFLINE_LIMITS.bodyBytes,
+    // A service-wide upload slot before the (up to 12 MB) body is read and parsed; 503 past the cap.
+    onRequest: async (_request, reply) => admission.admitUpload(reply),
     schema: {
       tags: ['offline'],
       summary: 'Submit an offline MP4 rendering job',
       description:
         'Renders the given speech with the session avatar, model and voice to an MP4 (H.264 + AAC) in the background, faster than real time. ' +
         'Give `text` or `segments` (text through TTS, or base64 audio). Works for live and terminated (tombstoned) sessions. ' +
-        `Jobs run one at a time; at most ${OFFLINE_LIMITS.segments} segments. ` +
-        '400 invalid body, unknown provider/voice or undecodable audio; 404 unknown session; 503 queue full.',
+        `Jobs run one at a time; at most ${OFFLINE_LIMITS.segments} segments, whose audio (with its pauses) may decode to at most ` +
+        `${describeDuration(OFFLINE_LIMITS.audioMs)}. ` +
+        '400 invalid body, unknown provider/voice or undecodable audio; 404 unknown session; 413 body over ' +
+        `${OFFLINE_LIMITS.bodyBytes / 1024 / 1024} MB or audio decoding past its bound; ` +
+        '503 (Retry-After) queue full or too many uploads in progress.',
       params: SessionIdParams,
       body: OfflineBundleRequest,
-      response: { 200: Type.Ref('OfflineJobSubmitted'), ...errors(400, 404, 503) },
+      response: { 200: Type.Ref('OfflineJobSubmitted'), ...errors(400, 404, 413, 503) },
     },
-    handler: async (request) => {
+    handler: async (request, reply) => {
       const body = request.body as OfflineBundleRequest;
       const session = await supervisor.describe(request.params.session_id);
       const segments = segmentsOf(body);
@@ -73,9 +82,11 @@ const offlineRoutes: FastifyPluginAsyncTypebox = async (app) => {
         : selectTts(sessionPersona(session), requestOverrides(body));
       let prepared;
       try {
-        prepared = await prepareSegments(segments, config.sampleRate);
+        prepared = await prepareSegments(segments, config.sampleRate, closedSignal(reply));
       } catch (error) {
         if (error instanceof InvalidSegmentError) throw badRequest(error.message);
+        if (error instanceof SegmentsTooLongError) throw new HttpError(413, error.message);
+        if (error instanceof AudioDecoderBusyError) throw new HttpError(503, error.message, { 'retry-after': String(AUDIO_UPLOADS_RETRY_AFTER_S) });
         throw error;
       }
       try {

@@ -12,6 +12,12 @@ import type { Services } from '../services.ts';
 import { readMultipart } from './multipart.ts';
 import { multipartForm } from '../schemas/multipart-form.ts';
 import { closedSignal } from './tts.ts';
+import { uploadAdmission } from './audio-uploads.ts';
+import { MAX_CLONE_SAMPLE_MS } from '../voices/convert.ts';
+import { describeDuration } from '../sessions/index.ts';
+
+/** How the sample bounds read in the clone and reference route descriptions. */
+export const CLONE_SAMPLE_BOUNDS_TEXT = `${MIN_CLONE_AUDIO_BYTES} B to 12 MB, decoding to at most ${describeDuration(MAX_CLONE_SAMPLE_MS)} of audio`;
 
 /**
  * Whole-clone bound: ffmpeg conversion (30 s bound) plus one provider enrolment (adapters bound it to
@@ -53,7 +59,7 @@ const CloneForm = Type.Object(
     provider: Type.String({ description: CLONE_PROVIDERS.join(', '), example: 'local_clone_a' }),
     target_model: Type.String({ description: 'TTS model the clone is used with', example: 'en' }),
     display_label: Type.String({ description: 'Human-readable label; on conflict a timestamp suffix is appended', example: 'Narrator (warm)' }),
-    audio: Type.String({ format: 'binary', description: `Sample, ${MIN_CLONE_AUDIO_BYTES} B to 12 MB, any format ffmpeg converts to 24 kHz mono WAV` }),
+    audio: Type.String({ format: 'binary', description: `Sample, ${CLONE_SAMPLE_BOUNDS_TEXT}, any format ffmpeg converts to 24 kHz mono WAV` }),
     prefix: Type.Optional(Type.String({ description: 'cloud_b only: 1-9 lower-case letters/digits; random when omitted' })),
     preferred_name: Type.Optional(Type.String({ description: 'cloud_a only: 1-16 letters/digits/_; random when omitted' })),
   },
@@ -98,13 +104,14 @@ const voiceRoutes: FastifyPluginAsyncTypebox = async (app) => {
         '(cloud_a). The sample is converted to 24 kHz mono WAV and handed to the provider; the catalog entry is written only after the ' +
         'provider accepted. 400: malformed multipart body (no boundary, truncated, too many fields or files), unsupported or ' +
         'unconfigured provider, missing field, audio missing, under 256 B, over 12 MB (refused while ' +
-        'uploading) or not convertible. 502: the provider rejected the sample or failed (its text in `detail`). cloud_b downloads the ' +
-        'sample from SERVICE_PUBLIC_BASE_URL/voice-uploads/{token}.',
+        `uploading), decoding to more than ${describeDuration(MAX_CLONE_SAMPLE_MS)} (refused while converting) or not convertible. ` +
+        '502: the provider rejected the sample or failed (its text in `detail`). 503 (Retry-After): too many uploads in progress, ' +
+        'refused before the body is read. cloud_b downloads the sample from SERVICE_PUBLIC_BASE_URL/voice-uploads/{token}.',
       ...multipartForm(CloneForm),
-      response: { 200: CloneResponseSchema, ...errors(400, 502) },
+      response: { 200: CloneResponseSchema, ...errors(400, 502, 503) },
     },
     handler: async (request, reply) => {
-      const form = await readCloneForm(request);
+      const form = await readCloneForm(services, request, reply);
       return runClone(services, reply, {
         provider: form.fields.provider ?? '',
         targetModel: form.fields.target_model ?? '',
@@ -174,10 +181,12 @@ export interface CloneFormData {
 }
 
 /**
- * Reads a clone upload: `audio` is refused while streaming once it passes 12 MB (400 here, as spec 7 asks
- * for the clone route), so an oversized sample is never buffered whole.
+ * Reads a clone upload once a service-wide upload slot is free (503 otherwise, before the body is read): `audio`
+ * is refused while streaming once it passes 12 MB (400 here, as spec 7 asks for the clone route), so an oversized
+ * sample is never buffered whole.
  */
-export async function readCloneForm(request: FastifyRequest): Promise<CloneFormData> {
+export async function readCloneForm(services: Services, request: FastifyRequest, reply: FastifyReply): Promise<CloneFormData> {
+  uploadAdmission(services).admitUpload(reply);
   let form;
   try {
     form = await readMultipart(request, { fileField: 'audio', maxFileBytes: MAX_CLONE_AUDIO_BYTES, tooLargeDetail: 'audio is over 12 MB' });

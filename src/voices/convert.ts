@@ -7,9 +7,18 @@ import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { describeDuration } from '../../actors/audio/decode.ts';
 import { encodeWav, pcm16FromLittleEndian } from '../../actors/audio/wav.ts';
 
 export const CLONE_SAMPLE_RATE = 24_000;
+/**
+ * Longest clone or reference sample once decoded. Providers enrol a voice from seconds to a few minutes of speech,
+ * but the spec's 12 MB must stay a byte bound for ordinary files: any 12 MB 16-bit WAV of 8 kHz or more (at most
+ * 13.1 min) fits under this. The 12 MB alone let an 8 kb/s MP3 hold 3.5 hours (~600 MB of 24 kHz PCM); ffmpeg is
+ * stopped as soon as its output passes this, so no more than ~43 MB of samples is ever held.
+ */
+export const MAX_CLONE_SAMPLE_MS = 15 * 60_000;
+const MAX_CLONE_PCM_BYTES = (MAX_CLONE_SAMPLE_MS / 1000) * CLONE_SAMPLE_RATE * 2;
 /** A 12 MB sample converts in well under a second; this only stops a wedged ffmpeg. */
 const FFMPEG_TIMEOUT_MS = 30_000;
 /** ffmpeg's complaint is kept short for the 400 detail. */
@@ -119,7 +128,15 @@ function runFfmpeg(input: string, stdinData: Buffer | null, signal: AbortSignal)
     const onAbort = () => finish(signal.reason instanceof Error ? signal.reason : new DOMException('aborted', 'AbortError'));
     signal.addEventListener('abort', onAbort, { once: true });
 
-    child.stdout!.on('data', (chunk: Buffer) => output.push(chunk));
+    let outputBytes = 0;
+    child.stdout!.on('data', (chunk: Buffer) => {
+      outputBytes += chunk.length;
+      if (outputBytes > MAX_CLONE_PCM_BYTES) {
+        finish(new AudioConversionError(`audio decodes to more than ${describeDuration(MAX_CLONE_SAMPLE_MS)}; send a shorter sample`));
+        return;
+      }
+      output.push(chunk);
+    });
     child.stderr!.on('data', (chunk: Buffer) => {
       if (stderr.length < MAX_STDERR_CHARS) stderr += chunk.toString('utf8');
     });
