@@ -7,6 +7,8 @@
  * and the session lives on; a server that is down when a session is created answers 502.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { NEURAL_RENDER_AHEAD_FRAMES } from '../actors/lipsync/neural-renderer.ts';
+import { DEFAULT_VIDEO_DELAY_MS } from '../actors/media/playout.ts';
 import { KserveServerProcess } from './fakes/kserve-server-process.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { ReceivingPeer } from './helpers/peer.ts';
@@ -28,8 +30,8 @@ interface Live {
   idleEyes: number;
 }
 
-async function startLive(advertiseBinary: boolean): Promise<Live> {
-  const fake = await KserveServerProcess.start({ advertiseBinary, modelName: 'wav2lip_96' });
+async function startLive(advertiseBinary: boolean, faceSize = 96): Promise<Live> {
+  const fake = await KserveServerProcess.start({ advertiseBinary, modelName: 'wav2lip_96', faceSize });
   const t = await startTestApp({ env: { SERVICE_LIPSYNC_C_URL: fake.url, SERVICE_LIPSYNC_C_MODEL: 'wav2lip_96' } });
   const regions = faceRegions(astronautSource(t.avatarsDir));
   const created = await post(t.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'lipsync_c' });
@@ -72,12 +74,23 @@ async function speakTurn(live: Live, text: string) {
   };
 }
 
+/**
+ * JSON tensors run a smaller face. At S = 96 a batch of 8 frames is ~8.6 MB of JSON text for the fake to parse (the
+ * face goes with every frame) and ~4.3 MB of answer for the service to parse, in JavaScript, on the same two cores:
+ * measured on the shared machine under load, ~0.9 s and ~0.2 s per batch, so the fake answered fewer than 25 frames
+ * a second, the backlog passed MAX_FRAMES_WAITING and the turn went to the CPU renderer (r 0.14). That is the
+ * design's answer to a server that does not keep up, which this test does not examine (lipsync.kserve.test.ts
+ * does); a real engine parses natively on its own host. At S = 48 the text is a quarter as long; the protocol,
+ * batching and pipelining under test are the same.
+ */
+const JSON_FACE_SIZE = 48;
+
 for (const advertiseBinary of [true, false]) {
   const encoding = advertiseBinary ? 'binary' : 'JSON';
   describe(`lipsync_c on a KServe v2 server speaking ${encoding} tensors`, () => {
     let live: Live;
     beforeAll(async () => {
-      live = await startLive(advertiseBinary);
+      live = await startLive(advertiseBinary, advertiseBinary ? 96 : JSON_FACE_SIZE);
     }, 60_000);
     afterAll(() => stopLive(live));
 
@@ -143,14 +156,23 @@ describe('lipsync_c when the inference server dies mid-turn', () => {
     const statuses = sse.events.slice(from, errorIndex).filter((e) => e.type === 'status').map((e) => e.data.stage);
     expect(statuses).not.toContain('idle');
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle', errorIndex);
-    const afterKill = peer.frames.filter((frame) => frame.at > killedAt + 500);
     const heardAfterKill = peer.audio.filter((a) => a.at > killedAt + 500 && a.rms > AUDIBLE_RMS).length;
     expect(heardAfterKill).toBeGreaterThan(50);
-    // The CPU renderer opens a dark mouth: the mouth region now moves below the photo's level, never brightened.
-    const mouthAfter = afterKill.map((frame) => regionLuma(frame, regions.mouth));
-    console.log(`lipsync_c fallback: ${afterKill.length} frames after the kill, mouth luma ${Math.min(...mouthAfter).toFixed(1)}–${Math.max(...mouthAfter).toFixed(1)} (idle ${live.idleMouth.toFixed(1)})`);
-    expect(Math.min(...mouthAfter)).toBeLessThan(live.idleMouth - 5);
-    expect(Math.max(...mouthAfter)).toBeLessThan(live.idleMouth + 5);
+    // Frames rendered before the server died still show the model's bright mouth; every frame rendered after the
+    // failure comes from the CPU renderer, which opens a dark mouth, for the rest of the turn. Told apart by order,
+    // not by arrival time: how long the frames already rendered take to reach a receiver is not promised, and a
+    // slow host stretches it (on a VM half as fast, a frame received 500 ms after the kill was still one of them).
+    const mouthAfterKill = peer.frames.filter((frame) => frame.at > killedAt).map((frame) => regionLuma(frame, regions.mouth));
+    const firstFallback = mouthAfterKill.findIndex((mouth) => mouth < live.idleMouth - 5);
+    console.log(
+      `lipsync_c fallback: ${mouthAfterKill.length} frames after the kill, the first dark one ${firstFallback}th, mouth luma from it ` +
+        `${Math.min(...mouthAfterKill.slice(firstFallback)).toFixed(1)}–${Math.max(...mouthAfterKill.slice(firstFallback)).toFixed(1)} (idle ${live.idleMouth.toFixed(1)})`,
+    );
+    expect(firstFallback).toBeGreaterThanOrEqual(0);
+    expect(Math.max(...mouthAfterKill.slice(firstFallback))).toBeLessThan(live.idleMouth + 5);
+    // The model's frames still to come were already rendered: the renderer's render-ahead and the video held behind
+    // the audio, plus as many again for frames the clock sends late and the receiver's own lag on a loaded host.
+    expect(firstFallback).toBeLessThanOrEqual(2 * (NEURAL_RENDER_AHEAD_FRAMES + Math.ceil(DEFAULT_VIDEO_DELAY_MS / 40)));
     const statusesAfter = sse.events.slice(errorIndex).filter((e) => e.type === 'status').map((e) => e.data.stage);
     expect(statusesAfter).not.toContain('error');
 
