@@ -16,7 +16,11 @@ import { SseClient } from './helpers/sse.ts';
 import { astronautSource, faceRegions, pearson, regionLuma, rmsAround, type Region } from './helpers/neural-lipsync.ts';
 
 const AUDIBLE_RMS = 300;
-/** Mouth luma this far below the photo's is the CPU renderer's open mouth, never the model's. */
+/**
+ * Mouth luma this far below the photo's is the CPU renderer's open mouth, never the model's: on silence the model
+ * returns the photo through a contrast curve a few levels darker, and a loaded encoder blurs a few more; the CPU
+ * renderer's open mouth goes 25–70 below.
+ */
 const CLEARLY_DARKER = 15;
 const LONG_TEXT =
   'This is a long sentence that keeps going so that there is plenty of speech to interrupt. It continues with a second sentence. And a third one follows it, still talking.';
@@ -32,8 +36,8 @@ interface Live {
   idleEyes: number;
 }
 
-async function startLive(advertiseBinary: boolean, faceSize = 96): Promise<Live> {
-  const fake = await KserveServerProcess.start({ advertiseBinary, modelName: 'wav2lip_96', faceSize });
+async function startLive(advertiseBinary: boolean): Promise<Live> {
+  const fake = await KserveServerProcess.start({ advertiseBinary, modelName: 'wav2lip_96' });
   const t = await startTestApp({ env: { SERVICE_LIPSYNC_C_URL: fake.url, SERVICE_LIPSYNC_C_MODEL: 'wav2lip_96' } });
   const regions = faceRegions(astronautSource(t.avatarsDir));
   const created = await post(t.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'lipsync_c' });
@@ -76,23 +80,12 @@ async function speakTurn(live: Live, text: string) {
   };
 }
 
-/**
- * JSON tensors run a smaller face. At S = 96 a batch of 8 frames is ~8.6 MB of JSON text for the fake to parse (the
- * face goes with every frame) and ~4.3 MB of answer for the service to parse, in JavaScript, on the same two cores:
- * measured on the shared machine under load, ~0.9 s and ~0.2 s per batch, so the fake answered fewer than 25 frames
- * a second, the backlog passed MAX_FRAMES_WAITING and the turn went to the CPU renderer (r 0.14). That is the
- * design's answer to a server that does not keep up, which this test does not examine (lipsync.kserve.test.ts
- * does); a real engine parses natively on its own host. At S = 48 the text is a quarter as long; the protocol,
- * batching and pipelining under test are the same.
- */
-const JSON_FACE_SIZE = 48;
-
 for (const advertiseBinary of [true, false]) {
   const encoding = advertiseBinary ? 'binary' : 'JSON';
   describe(`lipsync_c on a KServe v2 server speaking ${encoding} tensors`, () => {
     let live: Live;
     beforeAll(async () => {
-      live = await startLive(advertiseBinary, advertiseBinary ? 96 : JSON_FACE_SIZE);
+      live = await startLive(advertiseBinary);
     }, 60_000);
     afterAll(() => stopLive(live));
 
@@ -160,20 +153,20 @@ describe('lipsync_c when the inference server dies mid-turn', () => {
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle', errorIndex);
     const heardAfterKill = peer.audio.filter((a) => a.at > killedAt + 500 && a.rms > AUDIBLE_RMS).length;
     expect(heardAfterKill).toBeGreaterThan(50);
-    // Frames rendered before the server died still show the model's mouth; every frame rendered after the failure
-    // comes from the CPU renderer, which opens a dark mouth, for the rest of the turn. Told apart by order, not by
-    // arrival time: how long the frames already rendered take to reach a receiver is not promised, and a slow host
-    // stretches it (on a VM half as fast, a frame received 500 ms after the kill was still one of them).
+    // Frames rendered before the server died still show the model's mouth; frames rendered after the failure come
+    // from the CPU renderer, which opens a dark mouth, for the rest of the turn. Counted in frames, not timed: how
+    // long the frames already rendered take to reach a receiver is not promised, and a slow host stretches it (on a
+    // VM half as fast, a frame received 500 ms after the kill was still one of them). Nor are they strictly first:
+    // with two requests in flight, one answered just before the kill and one cut by it interleave (seen under load:
+    // +30 −9 +30 +32 −9 +35 −17 +36 −17 −43 …).
     const mouthAfterKill = peer.frames.filter((frame) => frame.at > killedAt).map((frame) => regionLuma(frame, regions.mouth) - live.idleMouth);
-    // The model never darkens the mouth this far (on silence it returns the photo through a contrast curve, a few
-    // levels below it; a loaded encoder's blur adds a few more); the CPU renderer's open mouth goes 25–70 below.
-    const firstFallback = mouthAfterKill.findIndex((delta) => delta < -CLEARLY_DARKER);
     console.log(`lipsync_c fallback: mouth over idle in the ${mouthAfterKill.length} frames after the kill: ${mouthAfterKill.map((d) => d.toFixed(0)).join(' ')}`);
-    expect(firstFallback).toBeGreaterThanOrEqual(0);
-    expect(Math.max(...mouthAfterKill.slice(firstFallback))).toBeLessThan(5);
     // The model's frames still to come were already rendered: the renderer's render-ahead and the video held behind
     // the audio, plus as many again for frames the clock sends late and the receiver's own lag on a loaded host.
-    expect(firstFallback).toBeLessThanOrEqual(2 * (NEURAL_RENDER_AHEAD_FRAMES + Math.ceil(DEFAULT_VIDEO_DELAY_MS / 40)));
+    const alreadyRendered = 2 * (NEURAL_RENDER_AHEAD_FRAMES + Math.ceil(DEFAULT_VIDEO_DELAY_MS / 40));
+    expect(mouthAfterKill.length).toBeGreaterThan(alreadyRendered);
+    expect(Math.min(...mouthAfterKill)).toBeLessThan(-CLEARLY_DARKER);
+    expect(Math.max(...mouthAfterKill.slice(alreadyRendered))).toBeLessThan(5);
     const statusesAfter = sse.events.slice(errorIndex).filter((e) => e.type === 'status').map((e) => e.data.stage);
     expect(statusesAfter).not.toContain('error');
 

@@ -18,14 +18,8 @@ import { tinyLipsyncModel } from '../helpers/tiny-onnx.ts';
 const MAX_BODY_BYTES = 64 << 20;
 
 export interface FakeKserveOptions {
-  /** ONNX bytes to serve (default: the tiny lip-sync model at S = `faceSize`). */
+  /** ONNX bytes to serve (default: the tiny lip-sync model at S = 96). */
   model?: Uint8Array;
-  /**
-   * Face size S of the default tiny model (default 96). JSON tensors cost this fake ~1.1 MB of text to parse per
-   * frame at S = 96 (the face is sent with every frame), which a JavaScript server sharing a slow host's cores with
-   * the service cannot parse at 25 frames a second; a smaller S keeps the same protocol within its reach.
-   */
-  faceSize?: number;
   modelName?: string;
   /** List `binary_tensor_data` in `GET /v2` (default true). Binary requests are understood either way. */
   advertiseBinary?: boolean;
@@ -103,7 +97,7 @@ export class FakeKserveServer {
   ) {}
 
   static async start(options: FakeKserveOptions = {}): Promise<FakeKserveServer> {
-    const session = await ort.InferenceSession.create(options.model ?? tinyLipsyncModel({ size: options.faceSize }));
+    const session = await ort.InferenceSession.create(options.model ?? tinyLipsyncModel());
     const server = http.createServer();
     const fake = new FakeKserveServer(server, session, options.modelName ?? 'wav2lip', options.advertiseBinary ?? true);
     server.on('request', (request, response) => {
