@@ -7,6 +7,8 @@
  * and the session lives on; a server that is down when a session is created answers 502.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { NEURAL_RENDER_AHEAD_FRAMES } from '../actors/lipsync/neural-renderer.ts';
+import { DEFAULT_VIDEO_DELAY_MS } from '../actors/media/playout.ts';
 import { KserveServerProcess } from './fakes/kserve-server-process.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { ReceivingPeer } from './helpers/peer.ts';
@@ -14,6 +16,12 @@ import { SseClient } from './helpers/sse.ts';
 import { astronautSource, faceRegions, pearson, regionLuma, rmsAround, type Region } from './helpers/neural-lipsync.ts';
 
 const AUDIBLE_RMS = 300;
+/**
+ * Mouth luma this far below the photo's is the CPU renderer's open mouth, never the model's: on silence the model
+ * returns the photo through a contrast curve a few levels darker, and a loaded encoder blurs a few more; the CPU
+ * renderer's open mouth goes 25–70 below.
+ */
+const CLEARLY_DARKER = 15;
 const LONG_TEXT =
   'This is a long sentence that keeps going so that there is plenty of speech to interrupt. It continues with a second sentence. And a third one follows it, still talking.';
 
@@ -143,14 +151,22 @@ describe('lipsync_c when the inference server dies mid-turn', () => {
     const statuses = sse.events.slice(from, errorIndex).filter((e) => e.type === 'status').map((e) => e.data.stage);
     expect(statuses).not.toContain('idle');
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle', errorIndex);
-    const afterKill = peer.frames.filter((frame) => frame.at > killedAt + 500);
     const heardAfterKill = peer.audio.filter((a) => a.at > killedAt + 500 && a.rms > AUDIBLE_RMS).length;
     expect(heardAfterKill).toBeGreaterThan(50);
-    // The CPU renderer opens a dark mouth: the mouth region now moves below the photo's level, never brightened.
-    const mouthAfter = afterKill.map((frame) => regionLuma(frame, regions.mouth));
-    console.log(`lipsync_c fallback: ${afterKill.length} frames after the kill, mouth luma ${Math.min(...mouthAfter).toFixed(1)}–${Math.max(...mouthAfter).toFixed(1)} (idle ${live.idleMouth.toFixed(1)})`);
-    expect(Math.min(...mouthAfter)).toBeLessThan(live.idleMouth - 5);
-    expect(Math.max(...mouthAfter)).toBeLessThan(live.idleMouth + 5);
+    // Frames rendered before the server died still show the model's mouth; frames rendered after the failure come
+    // from the CPU renderer, which opens a dark mouth, for the rest of the turn. Counted in frames, not timed: how
+    // long the frames already rendered take to reach a receiver is not promised, and a slow host stretches it (on a
+    // VM half as fast, a frame received 500 ms after the kill was still one of them). Nor are they strictly first:
+    // with two requests in flight, one answered just before the kill and one cut by it interleave (seen under load:
+    // +30 −9 +30 +32 −9 +35 −17 +36 −17 −43 …).
+    const mouthAfterKill = peer.frames.filter((frame) => frame.at > killedAt).map((frame) => regionLuma(frame, regions.mouth) - live.idleMouth);
+    console.log(`lipsync_c fallback: mouth over idle in the ${mouthAfterKill.length} frames after the kill: ${mouthAfterKill.map((d) => d.toFixed(0)).join(' ')}`);
+    // The model's frames still to come were already rendered: the renderer's render-ahead and the video held behind
+    // the audio, plus as many again for frames the clock sends late and the receiver's own lag on a loaded host.
+    const alreadyRendered = 2 * (NEURAL_RENDER_AHEAD_FRAMES + Math.ceil(DEFAULT_VIDEO_DELAY_MS / 40));
+    expect(mouthAfterKill.length).toBeGreaterThan(alreadyRendered);
+    expect(Math.min(...mouthAfterKill)).toBeLessThan(-CLEARLY_DARKER);
+    expect(Math.max(...mouthAfterKill.slice(alreadyRendered))).toBeLessThan(5);
     const statusesAfter = sse.events.slice(errorIndex).filter((e) => e.type === 'status').map((e) => e.data.stage);
     expect(statusesAfter).not.toContain('error');
 
