@@ -4,7 +4,6 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Nullable, SessionIdParams, errors } from '../schemas/common.ts';
 import { badRequest } from '../errors.ts';
 import {
-  CLOUD_D_DEFAULT_MODEL,
   defaultsPersona,
   resolveTtsSelection,
   selectTts,
@@ -16,19 +15,6 @@ import { CLONE_PROVIDERS, MIN_CLONE_AUDIO_BYTES, type CloneProviderId } from '..
 import type { Services } from '../services.ts';
 import { readCloneForm, runClone } from './voices.ts';
 import { multipartForm } from '../schemas/multipart-form.ts';
-
-/**
- * Target model a reference is cloned for when neither the request nor the persona names one. cloud_a has
- * none: DashScope binds a Qwen clone to one of its voice-cloning models, which the client must choose.
- */
-const DEFAULT_TARGET_MODELS: Record<CloneProviderId, string | null> = {
-  cloud_a: null,
-  cloud_b: 'cosyvoice-v2',
-  cloud_d: CLOUD_D_DEFAULT_MODEL,
-  // XTTS carries the language in the model field.
-  local_clone_a: 'en',
-  local_clone_b: 'CosyVoice2-0.5B',
-};
 
 const ReferenceForm = Type.Object(
   {
@@ -85,7 +71,7 @@ const customizeReferenceRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     handler: async (request, reply) => {
       const session = await services.supervisor.requireSession(request.params.session_id);
-      const reference = await readReference(request, sessionPersona(session.stored));
+      const reference = await readReference(services, request, sessionPersona(session.stored));
       const clone = await runClone(services, reply, {
         provider: reference.providerId,
         targetModel: reference.targetModel,
@@ -117,7 +103,7 @@ const customizeReferenceRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: ReferencePersona, ...errors(400, 502) },
     },
     handler: async (request, reply) => {
-      const reference = await readReference(request, defaultsPersona(services.config, await services.defaults.get()));
+      const reference = await readReference(services, request, defaultsPersona(services.config, await services.defaults.get()));
       return applyDefaultReference(services, reply, reference);
     },
   });
@@ -147,7 +133,7 @@ function cloneSelection(services: Services, persona: PersonaBase, reference: Ref
 }
 
 /** Reads the form and resolves provider and target model against the persona it will change. */
-async function readReference(request: FastifyRequest, persona: PersonaBase): Promise<ReferenceRequest> {
+async function readReference(services: Services, request: FastifyRequest, persona: PersonaBase): Promise<ReferenceRequest> {
   const form = await readCloneForm(request);
   const requested = form.fields.tts_provider?.trim() || null;
   const providerId = requested ?? persona.provider;
@@ -160,7 +146,7 @@ async function readReference(request: FastifyRequest, persona: PersonaBase): Pro
   }
   // The persona rule decides whether the current model carries over (only with the same provider); nothing is synthesised yet.
   const personaModel = selectTts(persona, { provider: providerId }).model;
-  const targetModel = form.fields.target_model?.trim() || personaModel || DEFAULT_TARGET_MODELS[providerId];
+  const targetModel = form.fields.target_model?.trim() || personaModel || services.tts.get(providerId).defaultCloneModel;
   if (!targetModel) throw badRequest(`target_model is required for ${providerId}`);
   return { providerId, targetModel, audio: form.audio };
 }

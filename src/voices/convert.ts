@@ -8,6 +8,7 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { encodeWav, pcm16FromLittleEndian } from '../../actors/audio/wav.ts';
+import { abortReasonAsError } from '../../actors/upstream/abort.ts';
 
 export const CLONE_SAMPLE_RATE = 24_000;
 /** A 12 MB sample converts in well under a second; this only stops a wedged ffmpeg. */
@@ -116,7 +117,7 @@ function runFfmpeg(input: string, stdinData: Buffer | null, signal: AbortSignal)
       else resolve(value!);
     };
     const timer = setTimeout(() => finish(new AudioConversionError(`audio conversion took longer than ${FFMPEG_TIMEOUT_MS} ms`)), FFMPEG_TIMEOUT_MS);
-    const onAbort = () => finish(signal.reason instanceof Error ? signal.reason : new DOMException('aborted', 'AbortError'));
+    const onAbort = () => finish(abortReasonAsError(signal));
     signal.addEventListener('abort', onAbort, { once: true });
 
     child.stdout!.on('data', (chunk: Buffer) => output.push(chunk));

@@ -4,7 +4,7 @@
  * nothing else), when a dead engine is restarted, and when a worn engine is replaced. Why processes and
  * not worker threads: docs/architecture.md, "Built-in TTS engines run in child processes".
  */
-import type { TtsLogger } from '../http.ts';
+import type { TtsLogger } from '../types.ts';
 import type { EngineAudio } from './engine.ts';
 import { EngineChild, EngineError, type EngineExit, type SentenceJob, type SentenceOutcome } from './engine-child.ts';
 import { pathFreeMessage } from './protocol.ts';
