@@ -1,4 +1,5 @@
 import { assign, emit, fromCallback, raise, sendTo, setup, type ActorRefFrom, type EventObject, type SnapshotFrom } from 'xstate';
+import type { TtsSelection } from '../actors/tts/types.ts';
 
 /**
  * The session state machine, and the one place that decides what a session accepts: a client's call is
@@ -19,13 +20,6 @@ import { assign, emit, fromCallback, raise, sendTo, setup, type ActorRefFrom, ty
  */
 
 export type TurnMode = 'speak' | 'chat' | 'audio' | 'audio_stream';
-
-/** Provider, voice and model a turn speaks with, as `src/sessions/persona.ts` resolved them; voice null: the provider's default. */
-export interface TtsSelection {
-  provider: string;
-  voice: string | null;
-  model: string | null;
-}
 
 /** Settles a request that waits on a stage actor (an HTTP handler's deferred). Opaque to the machine. */
 export interface Settle<T> {

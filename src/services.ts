@@ -17,7 +17,7 @@ import { createTtsRegistry, type TtsRegistry } from '../actors/tts/registry.ts';
 import { closeBuiltinEngines } from '../actors/tts/providers/builtin.ts';
 import { createOpenAiLlm } from '../actors/llm/providers/openai.ts';
 import { createOpenAiAsr } from '../actors/asr/providers/openai.ts';
-import { endpointFromServiceConfig } from '../actors/llm/openai-http.ts';
+import { endpointFromServiceConfig } from '../actors/upstream/http.ts';
 import type { LlmProvider } from '../actors/llm/types.ts';
 import type { AsrProvider } from '../actors/asr/types.ts';
 import { DefaultsStore } from './store/defaults.ts';

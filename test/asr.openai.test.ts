@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createOpenAiAsr } from '../actors/asr/providers/openai.ts';
-import { ProviderNotConfiguredError, UpstreamError } from '../actors/tts/types.ts';
+import { ProviderNotConfiguredError, UpstreamError } from '../actors/upstream/errors.ts';
 import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstream.ts';
 import { caught } from './helpers/caught.ts';
 

@@ -2,9 +2,9 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { ConversationHistory, INTERRUPTED_MARKER } from '../actors/llm/history.ts';
 import { createOpenAiLlm } from '../actors/llm/providers/openai.ts';
-import { SseDataDecoder } from '../actors/llm/sse.ts';
+import { SseDataDecoder } from '../actors/upstream/sse.ts';
 import type { ChatMessage } from '../actors/llm/types.ts';
-import { ProviderNotConfiguredError, UpstreamError } from '../actors/tts/types.ts';
+import { ProviderNotConfiguredError, UpstreamError } from '../actors/upstream/errors.ts';
 import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstream.ts';
 import { caught } from './helpers/caught.ts';
 

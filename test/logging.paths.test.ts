@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HttpError } from '../src/errors.ts';
 import { createLogger, errorForLog, scrubPaths } from '../src/logger.ts';
 import errorPlugin from '../src/plugins/app/errors.ts';
-import { UpstreamError } from '../actors/tts/types.ts';
+import { UpstreamError } from '../actors/upstream/errors.ts';
 
 const REPOSITORY_ROOT = path.resolve(import.meta.dirname, '..');
 

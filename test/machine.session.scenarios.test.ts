@@ -11,6 +11,7 @@ import {
   type TtsInput,
 } from '../machines/session.machine.ts';
 import { TEST_SESSION_INPUT, createRecordingActors, transcribeRequest, type RecordingHooks } from './helpers/machine-events.ts';
+import type { TtsSelection } from '../actors/tts/types.ts';
 
 /**
  * Scenario tests on a real actor: the stage actors are recording callback actors (provided with
@@ -67,7 +68,7 @@ const idle = (snapshot: SessionSnapshot) => snapshot.matches({ running: 'idle' }
 describe('session machine scenarios (real actor, recording stage actors)', () => {
   it('speak turn: status speaking then idle, tts gets the turn and its voice and is stopped afterwards', async () => {
     const session = startSession();
-    const voice = { provider: 'compat_http', voice: 'alice', model: null };
+    const voice: TtsSelection = { provider: 'compat_http', voice: 'alice', model: null };
     session.send({ type: 'SPEAK', turn: { id: 'speak-1', mode: 'speak', text: 'Hi!', tts: voice } });
     expect(session.actor.getSnapshot().matches({ running: { turn: { phase: 'preparing' } } })).toBe(true);
     await session.until(idle);
@@ -253,7 +254,7 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
 
   it('CUSTOMIZE changes the persona (voice, system prompt) of following turns that bring no voice of their own', async () => {
     const session = startSession();
-    const persona = { provider: 'compat_http', voice: 'bob', model: 'tts-1' };
+    const persona: TtsSelection = { provider: 'compat_http', voice: 'bob', model: 'tts-1' };
     session.send({ type: 'CUSTOMIZE', systemPrompt: 'Be brief.', tts: persona });
     session.send({ type: 'CHAT', turn: { id: 'chat-4', mode: 'chat', text: 'Hi' } });
     await session.until(idle);
@@ -265,7 +266,7 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
     const session = startSession();
     session.send({ type: 'CUSTOMIZE', tts: { provider: 'builtin', voice: 'en-US-GuyNeural', model: null } });
     // What persona.ts resolves for a provider override without a voice: that provider's default (null).
-    const other = { provider: 'compat_http', voice: null, model: null };
+    const other: TtsSelection = { provider: 'compat_http', voice: null, model: null };
     session.send({ type: 'SPEAK', turn: { id: 'speak-9', mode: 'speak', text: 'Hi', tts: other } });
     await session.until(idle);
     expect((session.recording.of('tts')[0].input as TtsInput).tts).toEqual(other);

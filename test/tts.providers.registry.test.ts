@@ -2,7 +2,8 @@
 import { describe, expect, it } from 'vitest';
 import { createTtsRegistry } from '../actors/tts/registry.ts';
 import { loadConfig } from '../src/config.ts';
-import { ProviderNotConfiguredError, TTS_PROVIDER_IDS, type TtsProvider } from '../actors/tts/types.ts';
+import { TTS_PROVIDER_IDS, type TtsProvider } from '../actors/tts/types.ts';
+import { ProviderNotConfiguredError } from '../actors/upstream/errors.ts';
 
 const builtinStub: TtsProvider = { id: 'builtin', status: () => ({ configured: true }), synthesize: async function* () {} };
 

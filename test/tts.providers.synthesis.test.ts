@@ -15,7 +15,8 @@ import type { CloningProviderConfig } from '../actors/tts/providers/common.ts';
 import { createCompatHttpProvider } from '../actors/tts/providers/compat_http.ts';
 import { createLocalCloneAProvider } from '../actors/tts/providers/local_clone_a.ts';
 import { createLocalCloneBProvider } from '../actors/tts/providers/local_clone_b.ts';
-import { ProviderNotConfiguredError, UpstreamError, type TtsChunk, type TtsProvider, type TtsProviderId } from '../actors/tts/types.ts';
+import type { TtsChunk, TtsProvider, TtsProviderId } from '../actors/tts/types.ts';
+import { ProviderNotConfiguredError, UpstreamError } from '../actors/upstream/errors.ts';
 import {
   startAzureSpeechFake, startCosyVoiceServerFake, startDashscopeFake, startElevenLabsFake, startFalFake,
   startGoogleTtsFake, startOpenAiSpeechFake, startXttsFake, TONE_HZ, TONE_SECONDS, tone, type FakeUpstream,

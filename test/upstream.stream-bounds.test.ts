@@ -1,15 +1,14 @@
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { MAX_SSE_EVENT_BYTES, MAX_SSE_LINE_BYTES, SseDataDecoder, SseTooLargeError } from '../actors/llm/sse.ts';
+import { MAX_SSE_EVENT_BYTES, MAX_SSE_LINE_BYTES, SseDataDecoder, SseTooLargeError } from '../actors/upstream/sse.ts';
 import { createOpenAiLlm } from '../actors/llm/providers/openai.ts';
-import { MAX_JSON_REPLY_BYTES } from '../actors/llm/openai-http.ts';
+import { MAX_JSON_REPLY_BYTES, MAX_UPSTREAM_BODY_BYTES } from '../actors/upstream/http.ts';
 import { createOpenAiAsr } from '../actors/asr/providers/openai.ts';
 import { createCloudAProvider } from '../actors/tts/providers/cloud_a.ts';
 import { createCloudBProvider } from '../actors/tts/providers/cloud_b.ts';
 import { createCompatHttpProvider } from '../actors/tts/providers/compat_http.ts';
-import { MAX_UPSTREAM_BODY_BYTES } from '../actors/tts/http.ts';
-import { UpstreamError } from '../actors/tts/types.ts';
+import { UpstreamError } from '../actors/upstream/errors.ts';
 import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstream.ts';
 import { startEndlessSocketUpstream, startOversizedUpstream } from './fakes/oversized-upstream.ts';
 import { caught } from './helpers/caught.ts';

@@ -2,7 +2,7 @@
  * The speech-recognition stage interface: one utterance of mono 16-bit PCM in, its text out.
  * Long recordings are split at pauses first (`actors/audio/vad.ts` `splitForAsr`).
  */
-import type { ProviderStatus } from '../tts/types.ts';
+import type { ProviderStatus } from '../upstream/errors.ts';
 
 export interface TranscribeRequest {
   pcm: Int16Array;

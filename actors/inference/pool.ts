@@ -10,7 +10,7 @@ import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
 import { INFERENCE_MODELS, type ModelDefinition } from './models.ts';
 import { concatAlongAxis, shapeSignature, splitAlongAxis, type TensorMap } from './tensors.ts';
-import { untilAborted } from '../abort.ts';
+import { abortReason, untilAborted } from '../upstream/abort.ts';
 import { PoolLoad, type PoolLoadSnapshot } from '../pool-load.ts';
 import type { InferenceTask, InferenceTaskResult, InferenceWorkerData, ModelDescription } from './worker.ts';
 
@@ -76,9 +76,7 @@ interface PendingItem {
   detach(): void;
 }
 
-function abortError(signal: AbortSignal): unknown {
-  return signal.reason ?? new DOMException('inference aborted', 'AbortError');
-}
+const inferenceAborted = (signal: AbortSignal): unknown => abortReason(signal, 'inference aborted');
 
 export class InferencePool {
   private readonly piscina: Piscina;
@@ -138,7 +136,7 @@ export class InferencePool {
    */
   infer(modelKey: string, item: TensorMap, signal?: AbortSignal): Promise<TensorMap> {
     if (this.closing) return Promise.reject(new InferencePoolClosedError());
-    if (signal?.aborted) return Promise.reject(abortError(signal));
+    if (signal?.aborted) return Promise.reject(inferenceAborted(signal));
     const model = this.models[modelKey];
     if (!model) return Promise.reject(new Error(`unknown inference model ${modelKey}`));
     if (this.pendingCount >= this.maxPendingItems) return Promise.reject(new InferenceQueueFullError());
@@ -154,7 +152,7 @@ export class InferencePool {
         if (pending.settled) return;
         pending.settled = true;
         this.removePending(groupKey, pending);
-        reject(abortError(signal!));
+        reject(inferenceAborted(signal!));
       };
       const pending: PendingItem = {
         modelKey,
@@ -195,7 +193,7 @@ export class InferencePool {
     if (this.closing) throw new InferencePoolClosedError();
     const task: InferenceTask = { op: 'describe', modelKey, file: model.file, executionProviders: model.executionProviders ?? ['cpu'], inputs: {}, outputNames: [] };
     const result = this.piscina.run(task) as Promise<InferenceTaskResult>;
-    const { description } = await (signal ? untilAborted(result, signal, abortError) : result);
+    const { description } = await (signal ? untilAborted(result, signal, inferenceAborted) : result);
     if (!description) throw new Error('inference worker returned no model description');
     return description;
   }
@@ -211,7 +209,7 @@ export class InferencePool {
     const task: InferenceTask = { op: 'load', modelKey, file: model.file, executionProviders: model.executionProviders ?? ['cpu'], inputs: {}, outputNames: [] };
     // The signal is not handed to piscina: aborting a task there kills its worker and every model it loaded.
     const loads = Promise.all(Array.from({ length: this.threads }, () => this.piscina.run(task)));
-    await (signal ? untilAborted(loads, signal, abortError) : loads);
+    await (signal ? untilAborted(loads, signal, inferenceAborted) : loads);
   }
 
   /** Rejects waiting items, stops the workers (a batch in flight rejects its items); safe to call twice. */

@@ -15,8 +15,8 @@
  * and follows the caller's AbortSignal; `close()` aborts whatever is still running. Error messages name the
  * endpoint kind, never the base URL (it may carry credentials or internal host names).
  */
-import { abortError } from '../llm/openai-http.ts';
-import { UpstreamError } from '../tts/types.ts';
+import { abortError } from '../upstream/abort.ts';
+import { UpstreamError } from '../upstream/errors.ts';
 import {
   inspectLipsyncModel,
   LIPSYNC_DATATYPE,

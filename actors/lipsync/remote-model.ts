@@ -10,7 +10,7 @@
  *   (`BatchingKserveInference`), and up to `KSERVE_DEFAULT_MAX_IN_FLIGHT` requests are on the wire at once, so
  *   the round trip hides behind the clock's render-ahead.
  */
-import { UpstreamError } from '../tts/types.ts';
+import { UpstreamError } from '../upstream/errors.ts';
 import type { AvatarSource } from '../render/types.ts';
 import { KSERVE_DEFAULT_MAX_IN_FLIGHT, KserveError, KserveLipsyncClient, type KserveConnection } from './kserve-client.ts';
 import type { LipsyncSignature } from './model-signature.ts';

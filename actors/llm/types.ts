@@ -3,7 +3,7 @@
  * first sentence; the caller's AbortSignal (interrupt, session end) stops generation and closes the
  * upstream connection.
  */
-import type { ProviderStatus } from '../tts/types.ts';
+import type { ProviderStatus } from '../upstream/errors.ts';
 
 export interface ChatMessage {
   role: 'system' | 'user' | 'assistant';

@@ -13,7 +13,7 @@ import type { AvatarSource, FrameRequest, I420Frame, ModelType, Renderer } from 
 import type { RenderTask, RenderTaskResult } from './worker.ts';
 import { ProsodyTracker } from './prosody.ts';
 import { BUNDLE_FRAME_PATH } from './image.ts';
-import { untilAborted } from '../abort.ts';
+import { abortReasonAsError, untilAborted } from '../upstream/abort.ts';
 import { SharedIdleFrames, idleLookKey } from './idle-frames.ts';
 import { PoolLoad, type PoolLoadSnapshot } from '../pool-load.ts';
 import { FrameBufferPool } from './frame-buffers.ts';
@@ -36,9 +36,7 @@ export interface RenderPoolOptions {
 /** Below this many frames per thread, splitting a batch costs more in messaging than it gains. */
 const MIN_FRAMES_PER_SPLIT = 4;
 
-function abortError(signal: AbortSignal): Error {
-  return signal.reason instanceof Error ? signal.reason : new DOMException('render aborted', 'AbortError');
-}
+const renderAborted = (signal: AbortSignal): Error => abortReasonAsError(signal, 'render aborted');
 
 /** Identifies the avatar's content: manifest JSON plus the bundle frame's size and mtime. */
 async function contentStamp(avatar: AvatarSource): Promise<string> {
@@ -101,14 +99,14 @@ export class RenderPool {
   /** @internal used by handles */
   async run(task: RenderTask, signal?: AbortSignal, transferList?: ArrayBuffer[]): Promise<RenderTaskResult> {
     if (this.closed) throw new Error('render pool is closed');
-    if (signal?.aborted) throw abortError(signal);
+    if (signal?.aborted) throw renderAborted(signal);
     // The signal is not handed to piscina: aborting a running task there kills the worker and its
     // prepared avatars. Instead the caller stops waiting and the late result is dropped.
     const done = this.load.begin();
     const result = (transferList?.length ? this.piscina.run(task, { transferList }) : this.piscina.run(task)) as Promise<RenderTaskResult>;
     result.then(done, done);
     if (!signal) return result;
-    return untilAborted(result, signal, abortError);
+    return untilAborted(result, signal, renderAborted);
   }
 
   get threadCount(): number {
@@ -152,7 +150,7 @@ class PoolRenderHandle implements RenderHandle {
   async render(requests: FrameRequest[], signal?: AbortSignal): Promise<I420Frame[]> {
     if (this.closed) throw new Error('render handle is closed');
     if (requests.length === 0) return [];
-    if (signal?.aborted) throw abortError(signal);
+    if (signal?.aborted) throw renderAborted(signal);
     const annotated = this.prosody.annotate(requests);
     // Idle frames whose look was rendered before (by any session of this avatar) need no worker at all, and
     // one look is rendered once per batch.

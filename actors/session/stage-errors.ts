@@ -1,4 +1,5 @@
-import { ProviderNotConfiguredError, UpstreamError, VoiceNotFoundError } from '../tts/types.ts';
+import { VoiceNotFoundError } from '../tts/types.ts';
+import { ProviderNotConfiguredError, UpstreamError } from '../upstream/errors.ts';
 
 /**
  * Classification of stage errors: what the session does about a failure (spec 6.1 rule 5).

@@ -3,6 +3,7 @@ import type { SessionEvent } from '../../machines/session.machine.ts';
 import type { TtsProvider, TtsProviderId } from '../tts/types.ts';
 import type { LlmProvider } from '../llm/types.ts';
 import type { AsrProvider } from '../asr/types.ts';
+import { isAbortError } from '../upstream/abort.ts';
 import type { ConversationHistory } from '../llm/history.ts';
 import type { SessionBus } from '../../src/sessions/session-bus.ts';
 import type { SessionMedia } from '../../src/sessions/media.ts';
@@ -29,10 +30,6 @@ export interface StageContext {
 
 export type SendBack = (event: SessionEvent) => void;
 
-function isAbort(error: unknown, signal: AbortSignal): boolean {
-  return signal.aborted || (error instanceof Error && error.name === 'AbortError');
-}
-
 /** Runs an async stage body; reports completion or a (non-abort) failure to the machine. */
 export function runStage(
   ctx: StageContext,
@@ -46,7 +43,7 @@ export function runStage(
       if (done && !controller.signal.aborted) sendBack(done);
     },
     (error) => {
-      if (isAbort(error, controller.signal)) return;
+      if (controller.signal.aborted || isAbortError(error, { includeTimeout: false })) return;
       const { code, message, fatal } = stageErrorOf(stage, error);
       ctx.logger.warn({ stage, code, err: message }, 'stage failed');
       sendBack({ type: 'STAGE.ERROR', code, message, fatal });

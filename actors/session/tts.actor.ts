@@ -2,7 +2,7 @@ import { fromCallback } from 'xstate';
 import type { TtsActorEvent, TtsInput, TurnInfo } from '../../machines/session.machine.ts';
 import { buildMouthTimeline } from '../mouth/timeline.ts';
 import { isTtsProviderId } from '../tts/types.ts';
-import { untilAborted } from '../abort.ts';
+import { untilAborted } from '../upstream/abort.ts';
 import { AsyncQueue } from '../../src/sessions/async-queue.ts';
 import { runStage, type SendBack, type StageContext } from './stage.ts';
 

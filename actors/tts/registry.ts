@@ -3,7 +3,7 @@
  * are still registered (so `list()` can say which variable to set); using one throws
  * `ProviderNotConfiguredError` instead of quietly falling back to another provider.
  */
-import type { FetchLike, TtsLogger } from './http.ts';
+import type { FetchLike } from '../upstream/http.ts';
 import { createBuiltinProvider } from './providers/builtin.ts';
 import { createCloudAProvider } from './providers/cloud_a.ts';
 import { createCloudBProvider } from './providers/cloud_b.ts';
@@ -15,7 +15,7 @@ import type { CloningProviderConfig, VoiceLookup } from './providers/common.ts';
 import { createCompatHttpProvider } from './providers/compat_http.ts';
 import { createLocalCloneAProvider } from './providers/local_clone_a.ts';
 import { createLocalCloneBProvider } from './providers/local_clone_b.ts';
-import { TTS_PROVIDER_IDS, type TtsProvider, type TtsProviderId } from './types.ts';
+import { TTS_PROVIDER_IDS, type TtsLogger, type TtsProvider, type TtsProviderId } from './types.ts';
 
 export type RemoteTtsProviderId = Exclude<TtsProviderId, 'builtin'>;
 export const REMOTE_TTS_PROVIDER_IDS = TTS_PROVIDER_IDS.filter((id): id is RemoteTtsProviderId => id !== 'builtin');

@@ -3,6 +3,7 @@
  * `actors/tts/providers/<id>.ts`) implements `TtsProvider`; the session pipeline, `/tts/preview`
  * and the offline renderer only ever talk to this interface.
  */
+import type { ProviderStatus } from '../upstream/errors.ts';
 
 /** Provider identifiers exactly as the interface specification names them. */
 export const TTS_PROVIDER_IDS = [
@@ -21,6 +22,21 @@ export type TtsProviderId = (typeof TTS_PROVIDER_IDS)[number];
 
 export function isTtsProviderId(value: unknown): value is TtsProviderId {
   return typeof value === 'string' && (TTS_PROVIDER_IDS as readonly string[]).includes(value);
+}
+
+/** What speaks: voice null is the provider's default voice, model null the provider's default model. */
+export interface TtsSelection {
+  provider: TtsProviderId;
+  voice: string | null;
+  model: string | null;
+}
+
+/** The logger a provider (and the built-in engine's pool) reports to; pino satisfies it. */
+export interface TtsLogger {
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+  debug(obj: object, msg?: string): void;
 }
 
 /** One phone (or word) with its time span, relative to the start of the chunk it came with. */
@@ -55,12 +71,6 @@ export interface TtsRequest {
    * from live sentences (builtin: its own, lower-priority engine process). Default `live`.
    */
   priority?: 'live' | 'preview';
-}
-
-export interface ProviderStatus {
-  configured: boolean;
-  /** Human reason when not configured (which variable to set). */
-  reason?: string;
 }
 
 export interface CloneRequest {
@@ -107,6 +117,11 @@ export interface TtsProvider {
   synthesize(request: TtsRequest): AsyncIterable<TtsChunk>;
   /** Present only on providers that support cloning. */
   clone?(request: CloneRequest): Promise<CloneResult>;
+  /**
+   * Cloning providers only: the model a clone is made for when neither the request nor the persona names
+   * one; null: there is no sensible default and the client must choose.
+   */
+  readonly defaultCloneModel?: string | null;
 }
 
 /** Thrown for an unknown voice of a known provider: a client error (400). */
@@ -114,24 +129,5 @@ export class VoiceNotFoundError extends Error {
   constructor(message: string) {
     super(message);
     this.name = 'VoiceNotFoundError';
-  }
-}
-
-/** Thrown when the upstream provider fails or rejects (becomes 502 with the upstream text). */
-export class UpstreamError extends Error {
-  constructor(
-    message: string,
-    readonly upstreamStatus?: number,
-  ) {
-    super(message);
-    this.name = 'UpstreamError';
-  }
-}
-
-/** Thrown when a provider is used without its configuration (becomes 400/503 with the variable to set). */
-export class ProviderNotConfiguredError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'ProviderNotConfiguredError';
   }
 }

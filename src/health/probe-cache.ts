@@ -4,7 +4,7 @@
  * probes: a result is kept for `PROBE_CACHE_MS`, and requests arriving while a probe runs wait for that
  * same probe. Every probe is cut off at `PROBE_TIMEOUT_MS`, even one that ignores its signal.
  */
-import { untilAborted } from '../../actors/abort.ts';
+import { untilAborted } from '../../actors/upstream/abort.ts';
 
 /**
  * How long a probe result is reused. Long enough that frequent health polling costs an upstream at most

@@ -4,7 +4,7 @@
  * reason names what failed and what to check, and never carries the base URL, the API key or an
  * upstream's own error text (which can echo a key back).
  */
-import { authHeaders, joinUrl, readBoundedText } from '../../actors/llm/openai-http.ts';
+import { authHeaders, joinUrl, readBoundedText } from '../../actors/upstream/http.ts';
 import type { ProbeOutcome } from './probe-cache.ts';
 
 /**

@@ -6,7 +6,8 @@
  */
 import { builtinEngineProcesses } from '../../actors/tts/builtin/pool.ts';
 import { envVarName } from '../../actors/tts/providers/common.ts';
-import { TTS_PROVIDER_IDS, type ProviderStatus, type TtsProviderId } from '../../actors/tts/types.ts';
+import { TTS_PROVIDER_IDS, type TtsProviderId } from '../../actors/tts/types.ts';
+import type { ProviderStatus } from '../../actors/upstream/errors.ts';
 import type { ModelInfo } from '../models.ts';
 import { errorForLog } from '../logger.ts';
 import type { Services } from '../services.ts';

@@ -4,7 +4,6 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Nullable, SessionIdParams, errors } from '../schemas/common.ts';
 import { badRequest } from '../errors.ts';
 import {
-  CLOUD_D_DEFAULT_MODEL,
   defaultsPersona,
   describeDuration,
   resolveTtsSelection,
@@ -18,19 +17,6 @@ import { MAX_CLONE_SAMPLE_MS } from '../voices/convert.ts';
 import type { Services } from '../services.ts';
 import { CLONE_SAMPLE_BOUNDS_TEXT, readCloneForm, runClone } from './voices.ts';
 import { multipartForm } from '../schemas/multipart-form.ts';
-
-/**
- * Target model a reference is cloned for when neither the request nor the persona names one. cloud_a has
- * none: DashScope binds a Qwen clone to one of its voice-cloning models, which the client must choose.
- */
-const DEFAULT_TARGET_MODELS: Record<CloneProviderId, string | null> = {
-  cloud_a: null,
-  cloud_b: 'cosyvoice-v2',
-  cloud_d: CLOUD_D_DEFAULT_MODEL,
-  // XTTS carries the language in the model field.
-  local_clone_a: 'en',
-  local_clone_b: 'CosyVoice2-0.5B',
-};
 
 const ReferenceForm = Type.Object(
   {
@@ -162,7 +148,7 @@ async function readReference(services: Services, request: FastifyRequest, reply:
   }
   // The persona rule decides whether the current model carries over (only with the same provider); nothing is synthesised yet.
   const personaModel = selectTts(persona, { provider: providerId }).model;
-  const targetModel = form.fields.target_model?.trim() || personaModel || DEFAULT_TARGET_MODELS[providerId];
+  const targetModel = form.fields.target_model?.trim() || personaModel || services.tts.get(providerId).defaultCloneModel;
   if (!targetModel) throw badRequest(`target_model is required for ${providerId}`);
   return { providerId, targetModel, audio: form.audio };
 }

@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply } from 'fastify';
 import { errors, Nullable } from '../schemas/common.ts';
 import { badGateway, badRequest } from '../errors.ts';
-import { defaultsPersona, encodeWav, requestOverrides, resamplePcm16, resolveTtsSelection, TTS_PROVIDER_IDS, type TtsProviderId } from '../sessions/index.ts';
+import { defaultsPersona, encodeWav, isAbortError, requestOverrides, resamplePcm16, resolveTtsSelection, TTS_PROVIDER_IDS, type TtsProviderId } from '../sessions/index.ts';
 import type { Services } from '../services.ts';
 import { MAX_RUNNING_PREVIEWS, MAX_WAITING_PREVIEWS, PREVIEW_RETRY_AFTER_S, PreviewQueue, previewsBusy } from '../tts/preview-queue.ts';
 
@@ -152,7 +152,7 @@ async function synthesizeAll(services: Services, preview: ResolvedPreview, signa
       parts.push(pcm);
     }
   } catch (error) {
-    if (signal.aborted && isAbort(error)) {
+    if (signal.aborted && isAbortError(error)) {
       const reason = signal.reason as Error | undefined;
       if (reason?.name === 'TimeoutError') throw badGateway(`tts_provider "${preview.providerId}" did not finish the preview within ${PREVIEW_TIMEOUT_MS / 1000} s`);
     }
@@ -166,11 +166,6 @@ async function synthesizeAll(services: Services, preview: ResolvedPreview, signa
     offset += part.length;
   }
   return out;
-}
-
-function isAbort(error: unknown): boolean {
-  const name = (error as Error | undefined)?.name;
-  return name === 'AbortError' || name === 'TimeoutError';
 }
 
 /**

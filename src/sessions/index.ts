@@ -13,7 +13,6 @@ export {
   sessionPersona,
   type PersonaBase,
   type TtsOverrides,
-  type TtsSelection,
 } from './persona.ts';
 export type { RequestEventType, SessionEvent, TurnInfo } from '../../machines/session.machine.ts';
 export { AudioTooLongError, describeDuration, InvalidAudioError, UPLOAD_AUDIO_RULES } from '../../actors/audio/decode.ts';
@@ -21,5 +20,5 @@ export { AudioDecoderBusyError, closeAudioDecoder, decodeAudioOffThread } from '
 export { resamplePcm16 } from '../../actors/audio/resample.ts';
 export { encodeWav, pcm16FromLittleEndian } from '../../actors/audio/wav.ts';
 export { PLAYOUT_HIGH_WATER_MS } from '../../actors/media/playout.ts';
-export { TTS_PROVIDER_IDS, type TtsProviderId } from '../../actors/tts/types.ts';
-export { CLOUD_D_DEFAULT_MODEL } from '../../actors/tts/providers/cloud_d.ts';
+export { TTS_PROVIDER_IDS, type TtsProviderId, type TtsSelection } from '../../actors/tts/types.ts';
+export { isAbortError } from '../../actors/upstream/abort.ts';

@@ -1,4 +1,4 @@
-import { isTtsProviderId, TTS_PROVIDER_IDS, type TtsProvider, type TtsProviderId } from '../../actors/tts/types.ts';
+import { isTtsProviderId, TTS_PROVIDER_IDS, type TtsProvider, type TtsProviderId, type TtsSelection } from '../../actors/tts/types.ts';
 import type { ServiceConfig } from '../config.ts';
 import { badRequest, quoteClientValue } from '../errors.ts';
 import type { PersonaDefaults } from '../store/defaults.ts';
@@ -16,13 +16,6 @@ import type { StoredSession } from '../store/sessions.ts';
  *   which is the 400 telling the client to name one.
  * - An unknown provider, one not configured, or a voice the provider rejects is a 400.
  */
-
-/** What speaks: voice null is the provider's default voice, model null the provider's default model. */
-export interface TtsSelection {
-  provider: TtsProviderId;
-  voice: string | null;
-  model: string | null;
-}
 
 /** What a request asks to change. Absent (undefined) keeps the base's choice; voice or model null asks for the provider's default. */
 export interface TtsOverrides {

@@ -1,12 +1,14 @@
 import { RecordStore, type Store } from './db.ts';
 import type { SessionState } from '../../machines/session.machine.ts';
+import type { TtsProviderId } from '../../actors/tts/types.ts';
 
 /** What is persisted per session: metadata only, never media. */
 export interface StoredSession {
   session_id: string;
   avatar_id: string;
   model: string;
-  tts_provider: string;
+  /** Written only from a resolved selection (`resolveTtsSelection`), so always a known provider. */
+  tts_provider: TtsProviderId;
   tts_voice: string | null;
   /** Provider-specific model used when a request names none (set through customize). */
   tts_model?: string | null;

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describeDuration } from '../../actors/audio/decode.ts';
 import { encodeWav, pcm16FromLittleEndian } from '../../actors/audio/wav.ts';
+import { abortReasonAsError } from '../../actors/upstream/abort.ts';
 
 export const CLONE_SAMPLE_RATE = 24_000;
 /**
@@ -125,7 +126,7 @@ function runFfmpeg(input: string, stdinData: Buffer | null, signal: AbortSignal)
       else resolve(value!);
     };
     const timer = setTimeout(() => finish(new AudioConversionError(`audio conversion took longer than ${FFMPEG_TIMEOUT_MS} ms`)), FFMPEG_TIMEOUT_MS);
-    const onAbort = () => finish(signal.reason instanceof Error ? signal.reason : new DOMException('aborted', 'AbortError'));
+    const onAbort = () => finish(abortReasonAsError(signal));
     signal.addEventListener('abort', onAbort, { once: true });
 
     let outputBytes = 0;

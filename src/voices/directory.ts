@@ -5,9 +5,10 @@
  * with `status: 'error'` and its reason; the others are unaffected.
  */
 import { BUILTIN_DEFAULT_VOICE, BUILTIN_VOICE_TABLE } from '../../actors/tts/builtin/voices.ts';
-import { isAbortError } from '../../actors/tts/http.ts';
+import { isAbortError, untilAborted } from '../../actors/upstream/abort.ts';
 import type { TtsRegistry } from '../../actors/tts/registry.ts';
-import { isTtsProviderId, TTS_PROVIDER_IDS, UpstreamError, type ListedVoice, type TtsProviderId } from '../../actors/tts/types.ts';
+import { isTtsProviderId, TTS_PROVIDER_IDS, type ListedVoice, type TtsProviderId } from '../../actors/tts/types.ts';
+import { UpstreamError } from '../../actors/upstream/errors.ts';
 import type { VoiceCatalogStore as VoiceCatalog } from './catalog.ts';
 
 /** A voice picker waits on this: an upstream slower than 5 s is reported as an error instead of holding the page. */
@@ -74,16 +75,6 @@ const BUILTIN_VOICES: readonly DirectoryVoice[] = BUILTIN_VOICE_TABLE.map((entry
 
 const byLanguageThenName = (a: ListedVoice, b: ListedVoice): number =>
   (a.language ?? '\uffff').localeCompare(b.language ?? '\uffff') || a.name.localeCompare(b.name) || a.id.localeCompare(b.id);
-
-/** Resolves with `promise`, or rejects with the signal's reason once it aborts (the work itself goes on). */
-function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  signal.throwIfAborted();
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
-  });
-}
 
 export class VoiceDirectory {
   private readonly listings = new Map<TtsProviderId, { expiresAt: number; listing: Promise<Listing> }>();

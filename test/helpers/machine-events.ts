@@ -11,9 +11,9 @@ import {
   type SessionSnapshot,
   type Settle,
   type TranscribeRequest,
-  type TtsSelection,
   type TurnInfo,
 } from '../../machines/session.machine.ts';
+import type { TtsSelection } from '../../actors/tts/types.ts';
 
 /**
  * Shared material for the session machine tests: fast-check arbitraries for `SessionEvent`, a fixed

@@ -6,9 +6,10 @@
  */
 import { resamplePcm16 } from '../../audio/resample.ts';
 import { encodeWav } from '../../audio/wav.ts';
+import { abortError } from '../../upstream/abort.ts';
+import { ProviderNotConfiguredError, UpstreamError, type ProviderStatus } from '../../upstream/errors.ts';
 import {
   RequestDeadline,
-  abortError,
   authHeaders,
   endpointStatus,
   joinUrl,
@@ -16,8 +17,7 @@ import {
   readBoundedText,
   upstreamErrorFromResponse,
   type OpenAiEndpointConfig,
-} from '../../llm/openai-http.ts';
-import { ProviderNotConfiguredError, UpstreamError, type ProviderStatus } from '../../tts/types.ts';
+} from '../../upstream/http.ts';
 import type { AsrProvider, TranscribeRequest, TranscribeResult } from '../types.ts';
 
 const LABEL = 'ASR';

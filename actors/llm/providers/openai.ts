@@ -3,10 +3,10 @@
  * llama.cpp server, vLLM, LocalAI, LM Studio, OpenAI itself. Deltas are yielded as they arrive;
  * the caller's AbortSignal (or breaking out of the loop) closes the upstream connection.
  */
-import { ProviderNotConfiguredError, UpstreamError, type ProviderStatus } from '../../tts/types.ts';
+import { abortError } from '../../upstream/abort.ts';
+import { ProviderNotConfiguredError, UpstreamError, type ProviderStatus } from '../../upstream/errors.ts';
 import {
   RequestDeadline,
-  abortError,
   authHeaders,
   describeTransportError,
   endpointStatus,
@@ -16,8 +16,8 @@ import {
   readBoundedText,
   upstreamErrorFromResponse,
   type OpenAiEndpointConfig,
-} from '../openai-http.ts';
-import { SseDataDecoder } from '../sse.ts';
+} from '../../upstream/http.ts';
+import { SseDataDecoder } from '../../upstream/sse.ts';
 import type { ChatMessage, LlmProvider, LlmStreamRequest } from '../types.ts';
 
 const LABEL = 'LLM';

@@ -5,7 +5,7 @@
  * not worker threads: docs/architecture.md, "Built-in TTS engines run in child processes".
  */
 import { setPriority } from 'node:os';
-import type { TtsLogger } from '../http.ts';
+import type { TtsLogger } from '../types.ts';
 import type { EngineAudio } from './engine.ts';
 import { EngineChild, EngineError, type EngineExit, type SentenceJob, type SentenceOutcome } from './engine-child.ts';
 import { pathFreeMessage } from './protocol.ts';

@@ -6,7 +6,8 @@
 import { decodeAudioToPcm16, InvalidAudioError } from '../../audio/decode.ts';
 import { resamplePcm16 } from '../../audio/resample.ts';
 import { isWav, pcm16FromLittleEndian } from '../../audio/wav.ts';
-import { UpstreamError, type TtsChunk, type TtsRequest } from '../types.ts';
+import type { TtsChunk, TtsRequest } from '../types.ts';
+import { UpstreamError } from '../../upstream/errors.ts';
 import { sentencesOf } from './common.ts';
 
 /** A whole sentence of audio as one chunk at `targetRate`. Without `rawSampleRate` only containers are accepted. */

@@ -5,12 +5,12 @@
  * synthesised.
  */
 import { splitSentences } from '../sentences.ts';
-import { UpstreamError, VoiceNotFoundError } from '../types.ts';
-import type { ProviderStatus, TtsChunk, TtsProvider, TtsRequest } from '../types.ts';
+import { VoiceNotFoundError } from '../types.ts';
+import type { TtsChunk, TtsLogger, TtsProvider, TtsRequest } from '../types.ts';
+import { UpstreamError, type ProviderStatus } from '../../upstream/errors.ts';
 import type { EngineAudio } from '../builtin/engine.ts';
 import { synthesizeSentenceInEngine, useBuiltinEngineLogger, warmUpBuiltinEngines } from '../builtin/pool.ts';
-import type { TtsLogger } from '../http.ts';
-import { untilAborted } from '../../abort.ts';
+import { untilAborted } from '../../upstream/abort.ts';
 import {
   BUILTIN_DEFAULT_VOICE,
   BUILTIN_VOICE_TABLE,

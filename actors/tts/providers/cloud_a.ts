@@ -8,9 +8,10 @@
  * A cloned voice only works with the model it was enrolled for, so without an explicit model the
  * catalog's target model is used.
  */
-import { sseDataPayloads } from '../../llm/sse.ts';
-import { fetchUpstream, streamBody, type FetchLike } from '../http.ts';
-import { UpstreamError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { sseDataPayloads } from '../../upstream/sse.ts';
+import { fetchUpstream, streamBody, type FetchLike } from '../../upstream/http.ts';
+import type { CloneRequest, CloneResult, TtsChunk, TtsProvider, TtsRequest } from '../types.ts';
+import { UpstreamError } from '../../upstream/errors.ts';
 import { rawPcmBySentence } from './audio-output.ts';
 import { assertConfigured, clonedVoiceModel, randomAlphanumeric, statusFromRequired, type CloningProviderConfig } from './common.ts';
 import { createDashscopeVoice, dashscopeBase } from './dashscope.ts';
@@ -104,5 +105,6 @@ export function createCloudAProvider(config: CloningProviderConfig = {}): TtsPro
     return { voiceId, message: `cloud_a enrolled voice ${voiceId} for ${request.targetModel}` };
   }
 
-  return { id: ID, defaultVoice: DEFAULT_VOICE, status, synthesize, clone };
+  // No default clone model: DashScope binds a Qwen clone to one of its voice-cloning models, which the client must choose.
+  return { id: ID, defaultVoice: DEFAULT_VOICE, defaultCloneModel: null, status, synthesize, clone };
 }

@@ -10,8 +10,10 @@
  */
 import { randomBytes } from 'node:crypto';
 import WebSocket from 'ws';
-import type { FetchLike } from '../http.ts';
-import { UpstreamError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { abortReason } from '../../upstream/abort.ts';
+import type { FetchLike } from '../../upstream/http.ts';
+import type { CloneRequest, CloneResult, TtsChunk, TtsProvider, TtsRequest } from '../types.ts';
+import { UpstreamError } from '../../upstream/errors.ts';
 import { rawPcmBySentence } from './audio-output.ts';
 import { assertConfigured, clonedVoiceModel, randomAlphanumeric, statusFromRequired, type CloningProviderConfig } from './common.ts';
 import { createDashscopeVoice, dashscopeBase } from './dashscope.ts';
@@ -46,7 +48,7 @@ export function inferenceSocketUrl(baseUrl: string): string {
   return `${baseUrl.replace(/^http/, 'ws')}/api-ws/v1/inference/`;
 }
 
-type SocketItem = { kind: 'audio'; data: Buffer } | { kind: 'done' } | { kind: 'error'; error: Error };
+type SocketItem = { kind: 'audio'; data: Buffer } | { kind: 'done' } | { kind: 'error'; error: unknown };
 
 /** Runs one CosyVoice task for one sentence and yields its audio frames as they arrive. */
 async function* runSentenceTask(options: {
@@ -133,7 +135,7 @@ async function* runSentenceTask(options: {
     () => push({ kind: 'error', error: new UpstreamError(`${ID}: sentence not finished within ${WS_SENTENCE_TIMEOUT_MS} ms`) }),
     WS_SENTENCE_TIMEOUT_MS,
   );
-  const onAbort = () => push({ kind: 'error', error: options.signal.reason ?? new DOMException('aborted', 'AbortError') });
+  const onAbort = () => push({ kind: 'error', error: abortReason(options.signal) });
   options.signal.addEventListener('abort', onAbort, { once: true });
   try {
     options.signal.throwIfAborted();
@@ -204,5 +206,5 @@ export function createCloudBProvider(config: CloningProviderConfig = {}): TtsPro
     return { voiceId, message: `cloud_b enrolled voice ${voiceId} for ${request.targetModel} from the uploaded sample` };
   }
 
-  return { id: ID, defaultVoice: DEFAULT_VOICE, status, synthesize, clone };
+  return { id: ID, defaultVoice: DEFAULT_VOICE, defaultCloneModel: DEFAULT_MODEL, status, synthesize, clone };
 }

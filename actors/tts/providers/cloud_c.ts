@@ -3,8 +3,9 @@
  * with the `xi-api-key` header. Voices are ElevenLabs voice_ids; cloning happens in the ElevenLabs
  * console, outside this service. Raw PCM streams straight through when ElevenLabs offers the wanted rate.
  */
-import { fetchUpstream, readJson, streamBody, trimTrailingSlash } from '../http.ts';
-import { UpstreamError, VoiceNotFoundError, type ListedVoice, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { fetchUpstream, readJson, streamBody, trimTrailingSlash } from '../../upstream/http.ts';
+import { VoiceNotFoundError, type ListedVoice, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { UpstreamError } from '../../upstream/errors.ts';
 import { rawPcmBySentence } from './audio-output.ts';
 import { assertConfigured, genderOf, statusFromRequired, type ProviderConfig } from './common.ts';
 

@@ -6,14 +6,15 @@
  * fal answers `{audio_url: {url}}`; the WAV is then downloaded from that URL.
  */
 import { randomBytes } from 'node:crypto';
-import { fetchUpstream, readBody, readJson, trimTrailingSlash, type FetchLike } from '../http.ts';
-import { UpstreamError, VoiceNotFoundError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { fetchUpstream, readBody, readJson, trimTrailingSlash, type FetchLike } from '../../upstream/http.ts';
+import { VoiceNotFoundError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { UpstreamError } from '../../upstream/errors.ts';
 import { toChunk } from './audio-output.ts';
 import { assertConfigured, sentencesOf, statusFromRequired, type CloningProviderConfig } from './common.ts';
 
 const ID = 'cloud_d' as const;
 export const CLOUD_D_DEFAULT_BASE_URL = 'https://fal.run';
-export const CLOUD_D_DEFAULT_MODEL = 'fal-ai/f5-tts';
+const CLOUD_D_DEFAULT_MODEL = 'fal-ai/f5-tts';
 /** fal app ids: `owner/app` or `owner/app/sub-path`. */
 const MODEL_PATTERN = /^[a-z0-9-]+\/[a-z0-9._-]+(\/[a-z0-9._-]+)*$/;
 const VOICE_ID_PREFIX = 'cloud_d-';
@@ -75,5 +76,5 @@ export function createCloudDProvider(config: CloningProviderConfig = {}): TtsPro
     return { voiceId, message: `cloud_d stores the sample; it is sent to ${request.targetModel} with every synthesis` };
   }
 
-  return { id: ID, defaultVoice: null, status, validateVoice, synthesize, clone };
+  return { id: ID, defaultVoice: null, defaultCloneModel: CLOUD_D_DEFAULT_MODEL, status, validateVoice, synthesize, clone };
 }

@@ -4,8 +4,9 @@
  * Voices are Azure neural voice names, `<lang>-<region>-<name>Neural` (e.g. `en-US-JennyNeural`).
  * The base URL carries the region: `https://<region>.tts.speech.microsoft.com`.
  */
-import { fetchUpstream, readJson, streamBody, trimTrailingSlash } from '../http.ts';
-import { UpstreamError, VoiceNotFoundError, type ListedVoice, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { fetchUpstream, readJson, streamBody, trimTrailingSlash } from '../../upstream/http.ts';
+import { VoiceNotFoundError, type ListedVoice, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { UpstreamError } from '../../upstream/errors.ts';
 import { rawPcmBySentence } from './audio-output.ts';
 import { assertConfigured, genderOf, statusFromRequired, type ProviderConfig } from './common.ts';
 

@@ -4,8 +4,9 @@
  * base64 `audioContent` (a WAV file). Voices are Google voice names (`en-US-Neural2-F`);
  * the language code is taken from the name, `model` is ignored (Google selects it by voice).
  */
-import { fetchUpstream, readJson, trimTrailingSlash } from '../http.ts';
-import { UpstreamError, VoiceNotFoundError, type ListedVoice, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { fetchUpstream, readJson, trimTrailingSlash } from '../../upstream/http.ts';
+import { VoiceNotFoundError, type ListedVoice, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { UpstreamError } from '../../upstream/errors.ts';
 import { toChunk } from './audio-output.ts';
 import { assertConfigured, genderOf, sentencesOf, statusFromRequired, type ProviderConfig } from './common.ts';
 

@@ -1,9 +1,18 @@
 /** Small pieces every HTTP provider adapter shares: config variable names, the "not configured" rule, sentences. */
 import { splitSentences } from '../sentences.ts';
-import { ProviderNotConfiguredError, type ListedVoice, type ProviderStatus, type TtsProviderId, type TtsRequest } from '../types.ts';
-import type { ProviderConfig } from '../http.ts';
+import { ProviderNotConfiguredError, type ProviderStatus } from '../../upstream/errors.ts';
+import type { FetchLike } from '../../upstream/http.ts';
+import type { ListedVoice, TtsLogger, TtsProviderId, TtsRequest } from '../types.ts';
 
-export type { ProviderConfig } from '../http.ts';
+/** Per-provider configuration injected by the registry (never read from the environment here). */
+export interface ProviderConfig {
+  baseUrl?: string;
+  apiKey?: string;
+  /** Directory where local cloning engines find reference WAVs. */
+  voiceDir?: string;
+  fetch?: FetchLike;
+  logger?: TtsLogger;
+}
 
 /** `SERVICE_TTS_CLOUD_A_API_KEY` and friends: the id upper-cased. */
 export function envVarName(id: TtsProviderId, suffix: 'BASE_URL' | 'API_KEY'): string {

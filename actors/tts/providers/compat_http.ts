@@ -3,7 +3,7 @@
  * (OpenAI itself, Kokoro-FastAPI, openedai-speech, LocalAI, vLLM-omni, ...). We ask for
  * `response_format: "wav"` because WAV is self-describing: servers differ in the rate of raw `pcm`.
  */
-import { fetchUpstream, readBody, trimTrailingSlash } from '../http.ts';
+import { fetchUpstream, readBody, trimTrailingSlash } from '../../upstream/http.ts';
 import type { TtsChunk, TtsProvider, TtsRequest } from '../types.ts';
 import { toChunk } from './audio-output.ts';
 import { assertConfigured, sentencesOf, statusFromRequired, type ProviderConfig } from './common.ts';

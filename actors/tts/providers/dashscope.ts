@@ -3,8 +3,9 @@
  * (CosyVoice): the platform base URL, bearer auth, the voice customization endpoint both clone
  * through, and error texts from DashScope's `{code, message}` bodies.
  */
-import { fetchUpstream, readJson, trimTrailingSlash, type FetchLike } from '../http.ts';
-import { UpstreamError, type TtsProviderId } from '../types.ts';
+import { fetchUpstream, readJson, trimTrailingSlash, type FetchLike } from '../../upstream/http.ts';
+import type { TtsProviderId } from '../types.ts';
+import { UpstreamError } from '../../upstream/errors.ts';
 
 export const DASHSCOPE_DEFAULT_BASE_URL = 'https://dashscope.aliyuncs.com';
 export const CUSTOMIZATION_PATH = '/api/v1/services/audio/tts/customization';

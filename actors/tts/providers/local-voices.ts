@@ -6,8 +6,9 @@
 import { randomBytes } from 'node:crypto';
 import { access, mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { fetchUpstream, readBody, trimTrailingSlash, type FetchLike } from '../http.ts';
-import { ProviderNotConfiguredError, VoiceNotFoundError, type CloneRequest, type TtsProviderId } from '../types.ts';
+import { fetchUpstream, readBody, trimTrailingSlash, type FetchLike } from '../../upstream/http.ts';
+import { VoiceNotFoundError, type CloneRequest, type TtsProviderId } from '../types.ts';
+import { ProviderNotConfiguredError } from '../../upstream/errors.ts';
 
 /** Voice ids we generate: safe as file names, never able to climb out of the directory. */
 export const LOCAL_VOICE_ID_PATTERN = /^clone-[0-9a-f]{16}$/;

@@ -7,8 +7,9 @@
  *  - cloning: zero-shot; the reference WAV is written to `<voiceDir>/local_clone_a/`, then the server's
  *    `GET /speakers_list` must answer, so a clone against a dead server fails instead of dangling.
  */
-import { fetchUpstream, readBody, readJson, trimTrailingSlash, type FetchLike } from '../http.ts';
-import { UpstreamError, VoiceNotFoundError, type CloneRequest, type CloneResult, type ListedVoice, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { fetchUpstream, readBody, readJson, trimTrailingSlash, type FetchLike } from '../../upstream/http.ts';
+import { VoiceNotFoundError, type CloneRequest, type CloneResult, type ListedVoice, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import { UpstreamError } from '../../upstream/errors.ts';
 import { toChunk } from './audio-output.ts';
 import { assertConfigured, sentencesOf, statusFromRequired, type CloningProviderConfig } from './common.ts';
 import { LOCAL_VOICE_ID_PATTERN, requireReference, storeLocalClone } from './local-voices.ts';
@@ -72,5 +73,6 @@ export function createLocalCloneAProvider(config: CloningProviderConfig = {}): T
       .map((name) => ({ id: name, name, language: null, gender: null }));
   }
 
-  return { id: ID, defaultVoice: DEFAULT_SPEAKER, status, validateVoice, synthesize, clone, listVoices };
+  // XTTS carries the language in the model field: a clone is made for the default language.
+  return { id: ID, defaultVoice: DEFAULT_SPEAKER, defaultCloneModel: DEFAULT_LANGUAGE, status, validateVoice, synthesize, clone, listVoices };
 }

@@ -9,7 +9,7 @@
  *  - cloning: the reference is written locally, then the server's `GET /docs` must answer.
  */
 import { readFile } from 'node:fs/promises';
-import { fetchUpstream, streamBody, trimTrailingSlash, type FetchLike } from '../http.ts';
+import { fetchUpstream, streamBody, trimTrailingSlash, type FetchLike } from '../../upstream/http.ts';
 import { VoiceNotFoundError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
 import { rawPcmBySentence } from './audio-output.ts';
 import { assertConfigured, statusFromRequired, type CloningProviderConfig } from './common.ts';
@@ -17,6 +17,8 @@ import { LOCAL_VOICE_ID_PATTERN, requireReference, storeLocalClone } from './loc
 
 const ID = 'local_clone_b' as const;
 const DEFAULT_SPEAKER = '英文女';
+/** The CosyVoice2 model a clone is recorded for when none is named (synthesis without a model assumes CosyVoice2 too). */
+const DEFAULT_CLONE_MODEL = 'CosyVoice2-0.5B';
 const COSYVOICE2_RATE = 24000;
 const COSYVOICE1_RATE = 22050;
 
@@ -55,5 +57,5 @@ export function createLocalCloneBProvider(config: CloningProviderConfig = {}): T
     return { voiceId, message: 'local_clone_b stored the reference sample; CosyVoice clones zero-shot at synthesis time' };
   }
 
-  return { id: ID, defaultVoice: DEFAULT_SPEAKER, status, validateVoice, synthesize, clone };
+  return { id: ID, defaultVoice: DEFAULT_SPEAKER, defaultCloneModel: DEFAULT_CLONE_MODEL, status, validateVoice, synthesize, clone };
 }

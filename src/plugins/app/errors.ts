@@ -2,7 +2,8 @@ import fp from 'fastify-plugin';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { HttpError, isOutOfFileDescriptors, outOfFileDescriptors } from '../../errors.ts';
 import { scrubPaths, serializeErrorForLog } from '../../logger.ts';
-import { ProviderNotConfiguredError, UpstreamError, VoiceNotFoundError } from '../../../actors/tts/types.ts';
+import { VoiceNotFoundError } from '../../../actors/tts/types.ts';
+import { ProviderNotConfiguredError, UpstreamError } from '../../../actors/upstream/errors.ts';
 import { MalformedSdpError } from '../../../actors/media/webrtc.ts';
 
 /**

@@ -8,7 +8,7 @@
  * its bound throws `SseTooLargeError` at once, so a server streaming one endless line costs at most the
  * bound in memory and never blocks the event loop on ever-longer rescans.
  */
-import { UpstreamError } from '../tts/types.ts';
+import { UpstreamError } from './errors.ts';
 
 /**
  * Longest line and longest event (its data lines together) accepted from an upstream. A chat-completions
