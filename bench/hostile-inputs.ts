@@ -1,7 +1,6 @@
 /**
- * Small inputs that once bought the service a lot (issue "nothing small may cost a lot"), made on the spot:
- * an MP3 whose few megabytes decode to an hour of audio, and a PNG of a few kilobytes whose one side is
- * tens of millions of pixels long.
+ * An MP3 whose few megabytes decode to an hour of audio (issue "nothing small may cost a lot"), made on the
+ * spot; its image twin, a tiny PNG tens of millions of pixels long, is `blackPng` in test/helpers/hostile-images.ts.
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs/promises';
@@ -9,7 +8,6 @@ import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import zlib from 'node:zlib';
 
 const FFMPEG = (createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg') as { path: string }).path;
 
@@ -26,30 +24,4 @@ export async function lowBitrateMp3(seconds: number): Promise<Buffer> {
   } finally {
     await fs.rm(dir, { recursive: true, force: true });
   }
-}
-
-function pngChunk(type: string, data: Buffer): Buffer {
-  const length = Buffer.alloc(4);
-  length.writeUInt32BE(data.length);
-  const body = Buffer.concat([Buffer.from(type, 'latin1'), data]);
-  const crc = Buffer.alloc(4);
-  crc.writeUInt32BE(zlib.crc32(body));
-  return Buffer.concat([length, body, crc]);
-}
-
-/** A valid grey 8-bit PNG of `width`×`height`, all black: rows compress to almost nothing, whatever the shape. */
-export function extremePng(width: number, height: number): Buffer {
-  const header = Buffer.alloc(13);
-  header.writeUInt32BE(width, 0);
-  header.writeUInt32BE(height, 4);
-  header[8] = 8; // bit depth
-  header[9] = 0; // greyscale
-  // Each row: a filter byte and `width` zero samples.
-  const raw = Buffer.alloc((width + 1) * height);
-  return Buffer.concat([
-    Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
-    pngChunk('IHDR', header),
-    pngChunk('IDAT', zlib.deflateSync(raw, { level: 9 })),
-    pngChunk('IEND', Buffer.alloc(0)),
-  ]);
 }

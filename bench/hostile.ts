@@ -13,7 +13,8 @@
  */
 import { startBenchService } from './service.ts';
 import { SessionLoad, getJson } from './session-load.ts';
-import { extremePng, lowBitrateMp3 } from './hostile-inputs.ts';
+import { lowBitrateMp3 } from './hostile-inputs.ts';
+import { blackPng } from '../test/helpers/hostile-images.ts';
 import { loadAverage } from './proc.ts';
 import { percentile, round } from './stats.ts';
 
@@ -153,7 +154,7 @@ function multipart(field: string, file: Buffer, filename: string, type: string, 
 }
 
 export async function benchHostile(): Promise<Record<string, unknown>> {
-  const [mp3, png] = await Promise.all([lowBitrateMp3(MP3_SECONDS), Promise.resolve(extremePng(PNG_SHAPE.width, PNG_SHAPE.height))]);
+  const [mp3, png] = await Promise.all([lowBitrateMp3(MP3_SECONDS), Promise.resolve(blackPng(PNG_SHAPE.width, PNG_SHAPE.height))]);
   const service = await startBenchService();
   const live = new SessionLoad(service.baseUrl, service.pid);
   const target = new SessionLoad(service.baseUrl, service.pid);
