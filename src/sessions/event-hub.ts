@@ -1,4 +1,5 @@
 import type { Writable } from 'node:stream';
+import type { StageEventMap } from '../../actors/stage/ports.ts';
 import type { SessionBus } from './session-bus.ts';
 
 /** Spec 6.1 rule 4: a consumer this far behind may be disconnected; others are unaffected. */
@@ -6,10 +7,8 @@ export const SSE_MAX_LAG_MS = 5_000;
 /** Keeps idle proxies from closing the stream; comments are ignored by EventSource. */
 export const SSE_KEEPALIVE_MS = 15_000;
 
-export interface SessionEventMap {
-  transcript: { text: string; is_final: boolean };
-  llm: { delta: string };
-  tts: { stage: 'start' | 'first_audio' | 'complete'; ms_elapsed: number; sentence_index?: number };
+/** The spec events (6.1): those the stage actors publish (`StageEventMap`) and the session's own. */
+export interface SessionEventMap extends StageEventMap {
   frame: { frame_idx: number; pts_ms: number };
   /** `turn_id`: the machine's turn when it emitted the status (the hub adds it to the other turn events). */
   status: { stage: string; message?: string; turn_id?: string };
