@@ -1,11 +1,11 @@
-import { assign, emit, fromCallback, raise, sendTo, setup, type ActorRefFrom, type EventObject, type SnapshotFrom } from 'xstate';
+import { assign, emit, enqueueActions, fromCallback, raise, sendTo, setup, type ActorRefFrom, type EventObject, type SnapshotFrom } from 'xstate';
 import type { TtsSelection } from '../actors/tts/types.ts';
 
 /**
  * The session state machine, and the one place that decides what a session accepts: a client's call is
  * admitted exactly when `snapshot.can(event)` says so (`Session.admit`), and the 409's detail is
  * `refusalDetail` of the same snapshot. Pure: no I/O here. The real child actors (media, asr, llm, tts,
- * in `actors/session/`) are plugged in with `.provide()` by `src/sessions/session.ts`; the placeholders
+ * in `actors/<stage>/<stage>.actor.ts`) are plugged in with `.provide()` by `src/sessions/session.ts`; the placeholders
  * below do nothing so the machine can be tested and walked on its own.
  *
  * Top level: created → running ⇄ paused → terminated (final; absorbs everything).
@@ -17,9 +17,21 @@ import type { TtsSelection } from '../actors/tts/types.ts';
  * waiting HTTP request settles on) ride on the events into the context and reach the stage actors through
  * their `input`. The machine never looks inside them: no guard reads a payload, so what is admitted
  * depends on the state alone.
+ *
+ * Turns: the machine emits `turn.started` when a turn or transcription enters its context and `turn.finished` when
+ * it leaves (or the session terminates with it), with the outcome told by the event that ended it; the session
+ * relays both to its bus (metrics, turn logs, the SSE hub's `turn_id`), as it relays `status`.
  */
 
 export type TurnMode = 'speak' | 'chat' | 'audio' | 'audio_stream';
+
+/** What a turn was started by: the machine's turn modes, or a transcription (which may go on as a chat). */
+export type TurnKind = TurnMode | 'transcribe' | 'voice';
+/**
+ * How a turn ended, from the event that ended it: its audio played out (`completed`), an interrupt, a
+ * pause, a stage error, or the session ending.
+ */
+export type TurnOutcome = 'completed' | 'interrupted' | 'paused' | 'error' | 'terminated';
 
 /** Settles a request that waits on a stage actor (an HTTP handler's deferred). Opaque to the machine. */
 export interface Settle<T> {
@@ -65,9 +77,11 @@ export interface SessionContext {
   systemPrompt: string;
   turn: TurnInfo | null;
   transcribe: TranscribeRequest | null;
+  /** The turn is a chat the machine started from a transcript: the transcription's kind (it stays that one turn). */
+  chatFrom: 'transcribe' | 'voice' | null;
 }
 
-export type SessionInput = Omit<SessionContext, 'turn' | 'transcribe'>;
+export type SessionInput = Omit<SessionContext, 'turn' | 'transcribe' | 'chatFrom'>;
 
 export type SessionEvent =
   | { type: 'START' }
@@ -111,7 +125,10 @@ export type TtsActorEvent = { type: 'TEXT.SEGMENT'; text: string } | { type: 'TE
 export type SessionEmitted =
   | { type: 'status'; stage: PipelineStage; message?: string }
   | { type: 'error'; code: string; message: string }
-  | { type: 'session.terminated' };
+  | { type: 'session.terminated' }
+  /** `ttsProvider`: the provider the turn speaks with (its own, else the session's). */
+  | { type: 'turn.started'; turnId: string; kind: TurnKind; ttsProvider: string }
+  | { type: 'turn.finished'; turnId: string; kind: TurnKind; outcome: TurnOutcome };
 
 export const PIPELINE_STAGES = ['listening', 'thinking', 'speaking', 'idle', 'interrupted', 'error'] as const;
 export type PipelineStage = (typeof PIPELINE_STAGES)[number];
@@ -131,6 +148,36 @@ export type LlmInput = StageInput & { systemPrompt: string };
 export interface AsrInput {
   sessionId: string;
   request: TranscribeRequest;
+}
+
+/** The turn in the context (a turn, else a transcription): its id, kind and the TTS provider it speaks with. */
+function currentTurn(context: SessionContext): { turnId: string; kind: TurnKind; ttsProvider: string } | null {
+  const { turn, transcribe, tts } = context;
+  if (turn) return { turnId: turn.id, kind: context.chatFrom ?? turn.mode, ttsProvider: turn.tts?.provider ?? tts.provider };
+  if (transcribe) return { turnId: transcribe.id, kind: transcribe.source === 'voice' ? 'voice' : 'transcribe', ttsProvider: tts.provider };
+  return null;
+}
+
+/** `turn.finished` for the turn in the context, ended by `event`; null without a turn. */
+function finishedTurn(context: SessionContext, event: SessionEvent): Extract<SessionEmitted, { type: 'turn.finished' }> | null {
+  const ended = currentTurn(context);
+  return ended && { type: 'turn.finished', turnId: ended.turnId, kind: ended.kind, outcome: turnOutcomeOf(event) };
+}
+
+/** How the event that ends a turn ends it (a pause is not a completed turn). */
+function turnOutcomeOf(event: SessionEvent): TurnOutcome {
+  switch (event.type) {
+    case 'INTERRUPT':
+      return 'interrupted';
+    case 'PAUSE':
+      return 'paused';
+    case 'STAGE.ERROR':
+      return 'error';
+    case 'TERMINATE':
+      return 'terminated';
+    default:
+      return 'completed';
+  }
 }
 
 export const sessionMachine = setup({
@@ -164,14 +211,28 @@ export const sessionMachine = setup({
       message: event.type === 'STAGE.ERROR' ? event.message : 'internal error',
     })),
     emitTerminated: emit({ type: 'session.terminated' as const }),
+    /** After the turn or transcription went into the context. */
+    emitTurnStarted: enqueueActions(({ context, enqueue }) => {
+      const started = currentTurn(context);
+      if (started) enqueue.emit({ type: 'turn.started', ...started });
+    }),
+    /** The turn in the context (if any) is over; the context keeps it (the terminated state does not clear it). */
+    emitTurnFinished: enqueueActions(({ context, event, enqueue }) => {
+      const finished = finishedTurn(context, event);
+      if (finished) enqueue.emit(finished);
+    }),
     flushMedia: sendTo('media', { type: 'FLUSH' }),
-    clearTurn: assign({ turn: null, transcribe: null }),
+    clearTurn: enqueueActions(({ context, event, enqueue }) => {
+      const finished = finishedTurn(context, event);
+      if (finished) enqueue.emit(finished);
+      enqueue.assign({ turn: null, transcribe: null, chatFrom: null });
+    }),
     replayEvent: raise(({ event }) => event),
   },
 }).createMachine({
   id: 'session',
   initial: 'created',
-  context: ({ input }) => ({ ...input, turn: null, transcribe: null }),
+  context: ({ input }) => ({ ...input, turn: null, transcribe: null, chatFrom: null }),
   invoke: { id: 'media', src: 'media', input: ({ context }) => ({ sessionId: context.sessionId }) },
   on: {
     TERMINATE: { target: '.terminated' },
@@ -207,12 +268,16 @@ export const sessionMachine = setup({
         idle: {
           entry: [{ type: 'clearTurn' }],
           on: {
-            SPEAK: { target: 'turn', actions: assign({ turn: ({ event }) => event.turn }) },
-            CHAT: { target: 'turn', actions: assign({ turn: ({ event }) => event.turn }) },
-            SPEAK_AUDIO: { target: 'turn', actions: assign({ turn: ({ event }) => event.turn }) },
+            SPEAK: { target: 'turn', actions: [assign({ turn: ({ event }) => event.turn }), 'emitTurnStarted'] },
+            CHAT: { target: 'turn', actions: [assign({ turn: ({ event }) => event.turn }), 'emitTurnStarted'] },
+            SPEAK_AUDIO: { target: 'turn', actions: [assign({ turn: ({ event }) => event.turn }), 'emitTurnStarted'] },
             TRANSCRIBE: {
               target: 'listening',
-              actions: [assign({ transcribe: ({ event }) => event.request }), { type: 'emitStatus', params: { stage: 'listening' } }],
+              actions: [
+                assign({ transcribe: ({ event }) => event.request }),
+                'emitTurnStarted',
+                { type: 'emitStatus', params: { stage: 'listening' } },
+              ],
             },
             'VOICE.START': { target: 'hearing', actions: { type: 'emitStatus', params: { stage: 'listening' } } },
           },
@@ -221,7 +286,7 @@ export const sessionMachine = setup({
         // utterance goes to recognition. Not busy: a client's request still goes ahead (dropping this turn).
         hearing: {
           on: {
-            'VOICE.END': { target: 'listening', actions: assign({ transcribe: ({ event }) => event.request }) },
+            'VOICE.END': { target: 'listening', actions: [assign({ transcribe: ({ event }) => event.request }), 'emitTurnStarted'] },
             'VOICE.CANCEL': { target: 'idle', actions: { type: 'emitStatus', params: { stage: 'idle' } } },
             SPEAK: { target: 'idle', actions: 'replayEvent' },
             CHAT: { target: 'idle', actions: 'replayEvent' },
@@ -242,6 +307,7 @@ export const sessionMachine = setup({
                 target: 'turn',
                 actions: assign({
                   turn: ({ context, event }) => ({ id: context.transcribe!.id, mode: 'chat' as const, text: event.text }),
+                  chatFrom: ({ context }) => (context.transcribe!.source === 'voice' ? 'voice' : 'transcribe'),
                   transcribe: null,
                 }),
               },
@@ -327,7 +393,7 @@ export const sessionMachine = setup({
     },
     terminated: {
       type: 'final',
-      entry: 'emitTerminated',
+      entry: ['emitTurnFinished', 'emitTerminated'],
       // A running actor stops at a final state, but the pure `transition()` (graph walks, replays) does
       // not: without this, the root's TERMINATE / fatal STAGE.ERROR / CUSTOMIZE would still fire here
       // (emitting session.terminated again, changing context). Swallow everything; `can` is false for all.

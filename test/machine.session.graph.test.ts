@@ -10,6 +10,7 @@ import {
   runPure,
   runViolations,
   snapshotViolations,
+  isClientEmitted,
 } from './helpers/machine-events.ts';
 
 /**
@@ -48,7 +49,9 @@ function replayOnActor(events: readonly SessionEvent[]): Replay {
   const recording = createRecordingActors();
   const actor = createActor(sessionMachine.provide({ actors: recording.actors }), { input: TEST_SESSION_INPUT });
   const emitted: SessionEmitted[] = [];
-  actor.on('*', (event) => emitted.push(event as SessionEmitted));
+  actor.on('*', (event) => {
+    if (isClientEmitted(event)) emitted.push(event);
+  });
   actor.start();
   const replay: Replay = { snapshots: [], emittedPerStep: [], alivePerStep: [], actor, recording };
   for (const event of events) {

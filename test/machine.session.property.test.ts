@@ -19,6 +19,7 @@ import {
   sessionEventsArbitrary,
   stepViolations,
   transcribeRequest,
+  isClientEmitted,
 } from './helpers/machine-events.ts';
 
 /** Enough random runs to visit every state many times while keeping the file well under a few seconds. */
@@ -190,7 +191,9 @@ describe('session machine: pure transition() agrees with a real actor', () => {
         const run = runPure(events);
         const actor = createActor(sessionMachine, { input: TEST_SESSION_INPUT });
         const emitted: SessionEmitted[] = [];
-        actor.on('*', (event) => emitted.push(event as SessionEmitted));
+        actor.on('*', (event) => {
+          if (isClientEmitted(event)) emitted.push(event);
+        });
         actor.start();
         try {
           for (const step of run.steps) {

@@ -10,7 +10,7 @@ import {
   type StageInput,
   type TtsInput,
 } from '../machines/session.machine.ts';
-import { TEST_SESSION_INPUT, createRecordingActors, transcribeRequest, type RecordingHooks } from './helpers/machine-events.ts';
+import { TEST_SESSION_INPUT, createRecordingActors, isClientEmitted, transcribeRequest, type RecordingHooks } from './helpers/machine-events.ts';
 import type { TtsSelection } from '../actors/tts/types.ts';
 
 /**
@@ -52,7 +52,9 @@ function startSession(hooks: RecordingHooks = conversationalHooks) {
   const recording = createRecordingActors(hooks);
   const actor = createActor(sessionMachine.provide({ actors: recording.actors }), { input: TEST_SESSION_INPUT });
   const emitted: SessionEmitted[] = [];
-  actor.on('*', (event) => emitted.push(event as SessionEmitted));
+  actor.on('*', (event) => {
+    if (isClientEmitted(event)) emitted.push(event);
+  });
   actor.start();
   started.push(actor);
   actor.send({ type: 'START' });

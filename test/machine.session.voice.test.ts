@@ -6,7 +6,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createActor, waitFor } from 'xstate';
 import { isBusy, pipelineStageOf, sessionMachine, type SessionEmitted, type SessionSnapshot } from '../machines/session.machine.ts';
-import { TEST_SESSION_INPUT, createRecordingActors, voiceRequest, type RecordingHooks } from './helpers/machine-events.ts';
+import { TEST_SESSION_INPUT, createRecordingActors, isClientEmitted, voiceRequest, type RecordingHooks } from './helpers/machine-events.ts';
 
 const WAIT_MS = 1_000;
 
@@ -33,7 +33,9 @@ function startSession() {
   const recording = createRecordingActors(hooks);
   const actor = createActor(sessionMachine.provide({ actors: recording.actors }), { input: TEST_SESSION_INPUT });
   const emitted: SessionEmitted[] = [];
-  actor.on('*', (event) => emitted.push(event as SessionEmitted));
+  actor.on('*', (event) => {
+    if (isClientEmitted(event)) emitted.push(event);
+  });
   actor.start();
   started.push(actor);
   actor.send({ type: 'START' });

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createActor } from 'xstate';
 import { sessionMachine, type SessionEvent } from '../machines/session.machine.ts';
-import { SessionBus, machineFeed, type SessionBusEvents } from '../src/sessions/session-bus.ts';
+import { SessionBus, machineTrace, relayTurns, type SessionBusEvents } from '../src/sessions/session-bus.ts';
 import { SessionEventHub } from '../src/sessions/event-hub.ts';
 import { SessionMetrics } from '../src/sessions/metrics.ts';
 import { SPEAK_TURN, TEST_SESSION_INPUT, createRecordingActors, transcribeRequest } from './helpers/machine-events.ts';
@@ -27,7 +27,8 @@ function busSession() {
       if (id === 'media' && event.type === 'FLUSH') sendBack({ type: 'MEDIA.FLUSHED' });
     },
   });
-  const actor = createActor(sessionMachine.provide({ actors: recording.actors }), { input: TEST_SESSION_INPUT, inspect: machineFeed(bus) });
+  const actor = createActor(sessionMachine.provide({ actors: recording.actors }), { input: TEST_SESSION_INPUT, inspect: machineTrace(bus) });
+  relayTurns(actor, bus);
   actors.push(actor);
   actor.start();
   actor.send({ type: 'START' });

@@ -1,4 +1,5 @@
 import type { Writable } from 'node:stream';
+import type { StageEventMap } from '../../actors/stage/ports.ts';
 import type { SessionBus } from './session-bus.ts';
 import { SseFanout } from './sse-fanout.ts';
 
@@ -12,10 +13,8 @@ export const SSE_KEEPALIVE_MS = 15_000;
  */
 export const SSE_MAX_BACKLOG_BYTES = 1024 * 1024;
 
-export interface SessionEventMap {
-  transcript: { text: string; is_final: boolean };
-  llm: { delta: string };
-  tts: { stage: 'start' | 'first_audio' | 'complete'; ms_elapsed: number; sentence_index?: number };
+/** The spec events (6.1): those the stage actors publish (`StageEventMap`) and the session's own. */
+export interface SessionEventMap extends StageEventMap {
   frame: { frame_idx: number; pts_ms: number };
   /** `turn_id`: the machine's turn when it emitted the status (the hub adds it to the other turn events). */
   status: { stage: string; message?: string; turn_id?: string };

@@ -2,7 +2,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { PlayoutClock, type FrameRenderer, type MouthSource, type TurnPlayback } from '../../actors/media/playout.ts';
 import { WebRtcOutput, type IceServer } from '../../actors/media/webrtc.ts';
-import { RecoverableStageError, UnrecoverableStageError } from '../../actors/session/stage-errors.ts';
+import { RecoverableStageError, UnrecoverableStageError } from '../../actors/stage/errors.ts';
+import type { StageMedia } from '../../actors/stage/ports.ts';
 import { errorForLog } from '../logger.ts';
 import { NeuralLipsyncRenderer } from '../../actors/lipsync/neural-renderer.ts';
 import type { SessionBus } from './session-bus.ts';
@@ -62,7 +63,7 @@ export interface SessionMediaOptions {
  * `RendererFailedError`, or — on the `RENDERER_MAX_FAILURES`th failure within `RENDERER_FAILURE_WINDOW_MS` —
  * a fatal `RendererGaveUpError`. Closing is not done here but by the session's close cascade (`session-close.ts`).
  */
-export class SessionMedia {
+export class SessionMedia implements StageMedia {
   readonly playout: PlayoutClock;
   readonly output: WebRtcOutput;
   private renderer: SessionRenderer;
@@ -159,7 +160,7 @@ export class SessionMedia {
     return this.playout.playbackOf(turnId);
   }
 
-  /** Calls `listener` with each renderer failure (`media.failed`): recoverable or fatal, see `stage-errors.ts`. */
+  /** Calls `listener` with each renderer failure (`media.failed`): recoverable or fatal, see `actors/stage/errors.ts`. */
   onFailure(listener: (error: Error) => void): () => void {
     return this.bus.on('media.failed', ({ error }) => listener(error));
   }

@@ -1,4 +1,7 @@
+import type { StageMetrics, TurnMark } from '../../actors/stage/ports.ts';
 import type { SessionBus, TurnOutcome } from './session-bus.ts';
+
+export type { TurnMark };
 
 /** Turns kept per session: enough to see a trend, bounded so a long session does not grow. */
 export const METRICS_MAX_TURNS = 50;
@@ -26,9 +29,6 @@ export interface TurnMetrics {
   interrupt_to_flush_ms: number | null;
 }
 
-/** The per-turn figures a turn can record once (first token, first audio queued, first sample sent). */
-export type TurnMark = 'transcript_ms' | 'llm_first_token_ms' | 'first_audio_queued_ms' | 'first_sample_sent_ms';
-
 /**
  * Where a session's turn figures go besides its own list: the service-wide Prometheus histograms
  * (`src/metrics/service-metrics.ts`), so both report the very same measurements.
@@ -49,7 +49,7 @@ interface OpenTurn extends TurnMetrics {
  * and how fast interrupts silenced the output. Turns start and end as the machine says (`follow(bus)`):
  * what clients are told (a pause also says `status idle`) is not what decides.
  */
-export class SessionMetrics {
+export class SessionMetrics implements StageMetrics {
   private readonly turns: OpenTurn[] = [];
   private current: OpenTurn | null = null;
   /** Set while the machine processes an INTERRUPT: the flush it causes happens in the same step. */

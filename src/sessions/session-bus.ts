@@ -1,14 +1,10 @@
 import type { Logger } from 'pino';
 import type { InspectionEvent } from 'xstate';
+import type { StageBus } from '../../actors/stage/ports.ts';
+import type { SessionActor, TurnKind, TurnOutcome } from '../../machines/session.machine.ts';
 import type { SessionEventMap, SessionEventRecord, SessionEventType } from './event-hub.ts';
 
-/** What a turn was started by: the machine's turn modes, or a transcription (which may go on as a chat). */
-export type TurnKind = 'speak' | 'chat' | 'audio' | 'audio_stream' | 'transcribe' | 'voice';
-/**
- * How a turn ended, from the event that ended it: its audio played out (`completed`), an interrupt, a
- * pause, a stage error, or the session ending.
- */
-export type TurnOutcome = 'completed' | 'interrupted' | 'paused' | 'error' | 'terminated';
+export type { TurnKind, TurnOutcome };
 
 export interface SessionBusEvents {
   /** A spec event (6.1) for SSE consumers; the hub subscribes and writes it out. */
@@ -17,7 +13,7 @@ export interface SessionBusEvents {
   received: { event: string };
   /** The machine moved; `from`/`to` are its active leaf states (`running.turn.phase.speaking`, …). */
   transition: { from: string; to: string; event: string };
-  /** `ttsProvider`: the provider the turn speaks with (its own, else the session's). */
+  /** From the machine (`relayTurns`). `ttsProvider`: the provider the turn speaks with (its own, else the session's). */
   'turn.started': { turnId: string; kind: TurnKind; ttsProvider?: string };
   'turn.finished': { turnId: string; kind: TurnKind; outcome: TurnOutcome };
   /** The turn's first sample went to WebRTC. */
@@ -39,7 +35,7 @@ export interface SessionBusEvents {
   'voice.bargeIn': { source: string };
   /** A speech onset right after the avatar started speaking matched its own voice and was ignored. */
   'voice.echoIgnored': { source: string };
-  /** The renderer failed; the error says whether the session can go on (see `actors/session/stage-errors.ts`). */
+  /** The renderer failed; the error says whether the session can go on (see `actors/stage/errors.ts`). */
   'media.failed': { error: Error };
 }
 export type SessionBusEvent = keyof SessionBusEvents;
@@ -51,7 +47,7 @@ type Listener<K extends SessionBusEvent> = (data: SessionBusEvents[K]) => void;
  * so none has to infer the machine's state from what another one publishes. Synchronous; a listener that
  * throws is reported to `onListenerError` and does not stop the others.
  */
-export class SessionBus {
+export class SessionBus implements StageBus {
   private readonly listeners = new Map<SessionBusEvent, Set<Listener<never>>>();
   private closed = false;
 
@@ -96,35 +92,34 @@ export function leafStates(value: unknown, prefix = ''): string {
     .join('+');
 }
 
-interface MachineTurnView {
-  turn?: { id: string; mode: string; tts?: { provider: string } | null } | null;
-  transcribe?: { id: string; source?: string } | null;
-  tts?: { provider: string };
-}
-
-function turnOf(context: MachineTurnView | undefined): { turnId: string; kind: TurnKind; ttsProvider?: string } | null {
-  if (context?.turn) return { turnId: context.turn.id, kind: context.turn.mode as TurnKind, ttsProvider: context.turn.tts?.provider ?? context.tts?.provider };
-  if (context?.transcribe) return { turnId: context.transcribe.id, kind: context.transcribe.source === 'voice' ? 'voice' : 'transcribe', ttsProvider: context.tts?.provider };
-  return null;
-}
-
-function outcomeOf(event: string, terminated: boolean): TurnOutcome {
-  if (event === 'INTERRUPT') return 'interrupted';
-  if (event === 'PAUSE') return 'paused';
-  if (event === 'STAGE.ERROR') return 'error';
-  if (terminated || event === 'TERMINATE') return 'terminated';
-  return 'completed';
+/**
+ * Relays the turn lifecycle the machine emits (`turn.started`, `turn.finished`: a turn is its `turn` or `transcribe`
+ * context entry; a transcription that goes on as a chat stays one turn) to the bus. Each is delivered once the
+ * machine's step is done, after what else the step did (statuses, the flush), so subscribers see a turn end after
+ * the events that closed it.
+ */
+export function relayTurns(actor: SessionActor, bus: SessionBus): void {
+  const pending: Array<() => void> = [];
+  actor.on('turn.started', ({ type: _type, ...started }) => pending.push(() => bus.emit('turn.started', started)));
+  actor.on('turn.finished', ({ type: _type, ...finished }) => pending.push(() => bus.emit('turn.finished', finished)));
+  // Observers hear of a step after its emitted events and sends were delivered.
+  actor.subscribe({
+    next: () => {
+      for (const deliver of pending.splice(0)) deliver();
+    },
+    // The session logs a crashed actor; what its last step left undelivered goes with it.
+    error: () => {
+      pending.length = 0;
+    },
+  });
 }
 
 /**
- * An XState `inspect` callback feeding the bus from the session's root actor: each event it receives, each
- * transition, and turns starting and finishing. A turn is the machine's `turn` or `transcribe` context entry; it
- * finishes when that entry goes, with the outcome told by the event that removed it (a pause is not a completed turn).
- * A transcription that goes on as a chat keeps its id and stays one turn.
+ * An XState `inspect` callback tracing the session's root actor on the bus: each event it receives and each
+ * transition (the turn log's debug lines; the interrupt → flush timing). Turns come from the machine (`relayTurns`).
  */
-export function machineFeed(bus: SessionBus): (event: InspectionEvent) => void {
+export function machineTrace(bus: SessionBus): (event: InspectionEvent) => void {
   let state = '';
-  let current: { turnId: string; kind: TurnKind; ttsProvider?: string } | null = null;
   return (inspection) => {
     if (inspection.actorRef.sessionId !== inspection.rootId) return;
     if (inspection.type === '@xstate.event') {
@@ -132,24 +127,11 @@ export function machineFeed(bus: SessionBus): (event: InspectionEvent) => void {
       return;
     }
     if (inspection.type !== '@xstate.snapshot') return;
-    const snapshot = inspection.snapshot as { value?: unknown; status?: string; context?: MachineTurnView };
-    const event = inspection.event.type;
+    const snapshot = inspection.snapshot as { value?: unknown };
     const to = leafStates(snapshot.value);
     if (to !== state) {
-      bus.emit('transition', { from: state, to, event });
+      bus.emit('transition', { from: state, to, event: inspection.event.type });
       state = to;
-    }
-    const ended = snapshot.status === 'done';
-    // The terminated state keeps its context as it was: a turn in it is over all the same.
-    const next = ended ? null : turnOf(snapshot.context);
-    if (current && current.turnId !== next?.turnId) {
-      const finished = current;
-      current = null;
-      bus.emit('turn.finished', { turnId: finished.turnId, kind: finished.kind, outcome: outcomeOf(event, ended) });
-    }
-    if (next && !current) {
-      current = next;
-      bus.emit('turn.started', next);
     }
   };
 }

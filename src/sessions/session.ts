@@ -18,21 +18,25 @@ import { conflict } from '../errors.ts';
 import type { StoredSession } from '../store/sessions.ts';
 import type { SessionEventHub } from './event-hub.ts';
 import type { SessionMedia } from './media.ts';
+import type { SessionMetrics } from './metrics.ts';
 import { SessionCloser } from './session-close.ts';
-import { logTurns, machineFeed, type SessionBus } from './session-bus.ts';
-import { createStageActors, type StageContext } from '../../actors/session/index.ts';
+import { logTurns, machineTrace, relayTurns, type SessionBus } from './session-bus.ts';
+import { createStageActors, type StageContext } from '../../actors/stage/index.ts';
 import { SessionConsumers } from './consumers.ts';
 import { VoiceInput, type VoiceInputOptions, type VoiceSource } from './voice-input.ts';
 
 /** What a session needs to listen hands-free (`voice-input.ts`); the rest comes from the session itself. */
 export type VoiceDeps = Omit<VoiceInputOptions, 'host' | 'playout' | 'bus' | 'logger'>;
 
+/** The stage actors' context as a session fills it: the ports are the session's own bus, media and metrics. */
+export type SessionStage = StageContext & { events: SessionBus; media: SessionMedia; metrics: SessionMetrics };
+
 /** Bound on how long `close` waits for the machine to reach `terminated` before giving up on it. */
 const TERMINATE_WAIT_MS = 2_000;
 
 /**
- * A live session: its supervised XState actor, its internal bus, its SSE hub and its media. The machine's
- * transitions and turn lifecycle go on the bus (`machineFeed`); the hub, metrics and turn logs follow the bus.
+ * A live session: its supervised XState actor, its internal bus, its SSE hub and its media. The turn lifecycle the
+ * machine emits (`relayTurns`) and its trace (`machineTrace`) go on the bus; the hub, metrics and turn logs follow the bus.
  * Everything it owns is torn down by one close cascade (`session-close.ts`), started by `close()` or by the
  * machine terminating itself (fatal error), whichever comes first.
  */
@@ -53,7 +57,7 @@ export class Session {
     readonly bus: SessionBus,
     readonly events: SessionEventHub,
     readonly media: SessionMedia,
-    readonly stage: StageContext,
+    readonly stage: SessionStage,
     readonly logger: Logger,
     /** XState's inspection callback (the live inspector); undefined when the inspector is off. */
     inspect?: (event: InspectionEvent) => void,
@@ -63,11 +67,11 @@ export class Session {
     this.closer = new SessionCloser({ media, events, bus, logger });
     stage.metrics.follow(bus);
     logTurns(bus, logger);
-    const feed = machineFeed(bus);
+    const trace = machineTrace(bus);
     const machine = sessionMachine.provide({ actors: createStageActors(stage) });
     this.actor = createActor(machine, {
       inspect: (event) => {
-        feed(event);
+        trace(event);
         inspect?.(event);
       },
       input: {
@@ -102,6 +106,7 @@ export class Session {
       bus.publish('status', { stage: s, ...(message ? { message } : {}), ...(turnId ? { turn_id: turnId } : {}) });
     });
     this.actor.on('error', ({ code, message }) => bus.publish('error', { code, message }));
+    relayTurns(this.actor, bus);
     this.terminated = new Promise((resolve) => {
       this.actor.on('session.terminated', () => {
         this.ending = true;

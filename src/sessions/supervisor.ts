@@ -15,8 +15,7 @@ import { defaultsPersona, requestOverrides, resolveTtsSelection } from './person
 import { SessionEventHub } from './event-hub.ts';
 import { SessionBus } from './session-bus.ts';
 import { SessionMedia } from './media.ts';
-import { Session } from './session.ts';
-import type { StageContext } from '../../actors/session/index.ts';
+import { Session, type SessionStage } from './session.ts';
 import { smoothForRt } from './smoothing.ts';
 import { SessionMetrics } from './metrics.ts';
 import type { InspectionHub } from '../inspect/inspection-hub.ts';
@@ -280,7 +279,7 @@ export class SessionSupervisor {
       bus,
       logger,
     });
-    const stage: StageContext = {
+    const stage: SessionStage = {
       sessionId,
       sampleRate: config.sampleRate,
       logger,

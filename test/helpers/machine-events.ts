@@ -198,10 +198,28 @@ function paramsOf(action: ExecutableActionView): Record<string, unknown> {
   return (action.params ?? {}) as Record<string, unknown>;
 }
 
-export function emittedOf(actions: readonly unknown[]): SessionEmitted[] {
+/** The turn lifecycle the machine emits for the session's bus (metrics, turn logs), beside what it tells clients. */
+export type TurnLifecycleEmitted = Extract<SessionEmitted, { type: 'turn.started' | 'turn.finished' }>;
+export type ClientEmitted = Exclude<SessionEmitted, TurnLifecycleEmitted>;
+
+/** What the machine emits for clients (`status`, `error`, `session.terminated`): what these tests specify as `emitted`. */
+export function isClientEmitted(event: { type: string }): event is ClientEmitted {
+  return event.type !== 'turn.started' && event.type !== 'turn.finished';
+}
+
+function allEmittedOf(actions: readonly unknown[]): SessionEmitted[] {
   return (actions as ExecutableActionView[])
     .filter((action) => action.type === 'xstate.emit')
     .map((action) => paramsOf(action).event as SessionEmitted);
+}
+
+export function emittedOf(actions: readonly unknown[]): ClientEmitted[] {
+  return allEmittedOf(actions).filter(isClientEmitted);
+}
+
+/** The turn lifecycle events (`turn.started`, `turn.finished`) a step emitted, in order. */
+export function turnEventsOf(actions: readonly unknown[]): TurnLifecycleEmitted[] {
+  return allEmittedOf(actions).filter((event): event is TurnLifecycleEmitted => !isClientEmitted(event));
 }
 
 /** Events sent to a child by id (`sendTo`), in order. */
@@ -237,7 +255,8 @@ export interface PureStep {
   before: SessionSnapshot;
   after: SessionSnapshot;
   actions: readonly unknown[];
-  emitted: SessionEmitted[];
+  emitted: ClientEmitted[];
+  turns: TurnLifecycleEmitted[];
   /** Children alive per the spawn/stop actions, before and after this step. */
   aliveBefore: ReadonlySet<string>;
   aliveAfter: ReadonlySet<string>;
@@ -265,11 +284,11 @@ export function runPure(
   for (const event of events) {
     const [next, actions] = transition(machine, snapshot, event) as [SessionSnapshot, unknown[]];
     const aliveAfter = applyChildLifecycle(alive, actions);
-    steps.push({ event, before: snapshot, after: next, actions, emitted: emittedOf(actions), aliveBefore: alive, aliveAfter });
+    steps.push({ event, before: snapshot, after: next, actions, emitted: emittedOf(actions), turns: turnEventsOf(actions), aliveBefore: alive, aliveAfter });
     snapshot = next;
     alive = aliveAfter;
   }
-  return { initial, initialEmitted: emittedOf(initialActions), initialAlive, steps, final: snapshot };
+  return { initial, initialEmitted: allEmittedOf(initialActions), initialAlive, steps, final: snapshot };
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -403,6 +422,18 @@ export function stepViolations(step: PureStep): string[] {
   if (statuses.length > 0 && statuses[statuses.length - 1].stage !== announced) {
     fail(`last status ${statuses[statuses.length - 1].stage} but stage is ${announced}`);
   }
+
+  // A turn is the context's `turn` or `transcribe` entry: it starts when one with a new id appears and finishes when it
+  // goes (or the session terminates with it); a transcription that goes on as a chat keeps its id and stays one turn.
+  const turnIdOf = (snapshot: SessionSnapshot) =>
+    snapshot.status === 'done' ? null : (snapshot.context.turn?.id ?? snapshot.context.transcribe?.id ?? null);
+  const [turnBefore, turnAfter] = [turnIdOf(before), turnIdOf(after)];
+  const expectedTurns = [
+    ...(turnBefore !== null && turnBefore !== turnAfter ? [`turn.finished ${turnBefore}`] : []),
+    ...(turnAfter !== null && turnAfter !== turnBefore ? [`turn.started ${turnAfter}`] : []),
+  ];
+  const turns = step.turns.map((item) => `${item.type} ${item.turnId}`);
+  if (JSON.stringify(turns) !== JSON.stringify(expectedTurns)) fail(`turn events ${JSON.stringify(turns)}, expected ${JSON.stringify(expectedTurns)}`);
   return violations;
 }
 

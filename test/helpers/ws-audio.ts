@@ -1,5 +1,5 @@
 import { WebSocket } from 'ws';
-import { AsyncQueue } from '../../src/sessions/async-queue.ts';
+import { AsyncQueue } from '../../actors/async-queue.ts';
 import type { Session } from '../../src/sessions/session.ts';
 
 export interface ServerMessage {

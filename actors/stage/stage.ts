@@ -5,10 +5,8 @@ import type { LlmProvider } from '../llm/types.ts';
 import type { AsrProvider } from '../asr/types.ts';
 import { isAbortError } from '../upstream/abort.ts';
 import type { ConversationHistory } from '../llm/history.ts';
-import type { SessionBus } from '../../src/sessions/session-bus.ts';
-import type { SessionMedia } from '../../src/sessions/media.ts';
-import type { SessionMetrics } from '../../src/sessions/metrics.ts';
-import { stageErrorOf } from './stage-errors.ts';
+import type { StageBus, StageMedia, StageMetrics } from './ports.ts';
+import { stageErrorOf } from './errors.ts';
 
 /** What the stage actors of one session need; the session owns all of it. */
 export interface StageContext {
@@ -16,14 +14,14 @@ export interface StageContext {
   sampleRate: number;
   logger: Logger;
   /** The session's bus: `publish` puts a spec event out for SSE clients (the hub subscribes). */
-  events: SessionBus;
-  media: SessionMedia;
+  events: StageBus;
+  media: StageMedia;
   history: ConversationHistory;
   tts(id: TtsProviderId): TtsProvider;
   llm: LlmProvider;
   asr: AsrProvider;
   /** Per-turn latency bookkeeping (`GET /sessions/{id}/metrics`). */
-  metrics: SessionMetrics;
+  metrics: StageMetrics;
   /** Applies rt-family segmentation and smoothing to direct audio. */
   smoothAudio(pcm: Int16Array): Int16Array;
 }

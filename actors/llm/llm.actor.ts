@@ -2,7 +2,7 @@ import { fromCallback } from 'xstate';
 import type { LlmActorEvent, LlmInput } from '../../machines/session.machine.ts';
 import { EagerSentenceStream } from '../tts/sentences.ts';
 import { heardReply, type QueuedSegment } from './heard.ts';
-import { runStage, type StageContext } from './stage.ts';
+import { runStage, type StageContext } from '../stage/stage.ts';
 
 /**
  * A chat turn's language model: streams deltas (SSE `llm`), cuts sentences into LLM.SEGMENT, and lives as

@@ -1,8 +1,8 @@
-import { createAsrActor } from './asr.actor.ts';
-import { createLlmActor } from './llm.actor.ts';
-import { createMediaActor } from './media.actor.ts';
+import { createAsrActor } from '../asr/asr.actor.ts';
+import { createLlmActor } from '../llm/llm.actor.ts';
+import { createMediaActor } from '../media/media.actor.ts';
 import type { StageContext } from './stage.ts';
-import { createTtsActor } from './tts.actor.ts';
+import { createTtsActor } from '../tts/tts.actor.ts';
 
 export type { StageContext } from './stage.ts';
 
