@@ -2,6 +2,7 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 import globals from 'globals';
+import { LAYER_RULES } from './tools/layer-rules.js';
 
 export default tseslint.config(
   { ignores: ['node_modules/**', 'data/**', '.tmp/**', 'bench/results/**', 'avatars/**'] },
@@ -16,4 +17,6 @@ export default tseslint.config(
       'no-constant-condition': ['error', { checkLoops: false }],
     },
   },
+  // The layers point down only: src → actors → machines (docs/architecture.md, "Layers"). A crossing fails lint.
+  ...LAYER_RULES,
 );

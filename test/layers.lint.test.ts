@@ -1,0 +1,61 @@
+import path from 'node:path';
+import { ESLint } from 'eslint';
+import { describe, expect, it } from 'vitest';
+
+/**
+ * The layer rule (tools/layer-rules.js, applied by eslint.config.js): src → actors → machines, routes through
+ * src/ only. Each case lints a small source text as if it stood at a path of the tree, with the project's own
+ * configuration, so the test fails when the rule stops catching a crossing — and when it starts refusing an
+ * import the layering allows.
+ */
+const ROOT = path.resolve(import.meta.dirname, '..');
+const eslint = new ESLint({ cwd: ROOT });
+
+async function layerErrors(file: string, code: string): Promise<string[]> {
+  const [result] = await eslint.lintText(code, { filePath: path.join(ROOT, file) });
+  return result.messages.filter((m) => m.ruleId?.endsWith('no-restricted-imports')).map((m) => m.message);
+}
+
+describe('imports point down only (src → actors → machines)', () => {
+  it('an actor importing the service (src/) fails lint', async () => {
+    const errors = await layerErrors('actors/tts/example.ts', "import { SessionBus } from '../../src/sessions/session-bus.ts';\nexport const x = SessionBus;\n");
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatch(/never import src/);
+  });
+
+  it('an actor importing a type from src/ fails lint too (ports are declared in actors/)', async () => {
+    const errors = await layerErrors('actors/media/example.ts', "import type { SessionMedia } from '../../src/sessions/media.ts';\nexport type X = SessionMedia;\n");
+    expect(errors).toHaveLength(1);
+  });
+
+  it('an actor importing another actor or a machine passes', async () => {
+    const code = "import { untilAborted } from '../upstream/abort.ts';\nimport { sessionMachine } from '../../machines/session.machine.ts';\nexport const x = [untilAborted, sessionMachine];\n";
+    expect(await layerErrors('actors/tts/example.ts', code)).toEqual([]);
+  });
+
+  it('a machine importing a value from anywhere but xstate fails lint', async () => {
+    const fromActors = await layerErrors('machines/example.ts', "import { isTtsProviderId } from '../actors/tts/types.ts';\nexport const x = isTtsProviderId;\n");
+    expect(fromActors).toHaveLength(1);
+    expect(fromActors[0]).toMatch(/pure/);
+    const fromNode = await layerErrors('machines/example.ts', "import fs from 'node:fs';\nexport const x = fs;\n");
+    expect(fromNode).toHaveLength(1);
+    const fromSrc = await layerErrors('machines/example.ts', "import type { Services } from '../src/services.ts';\nexport type X = Services;\n");
+    expect(fromSrc.length).toBeGreaterThanOrEqual(1);
+  });
+
+  it('a machine importing xstate and stage types passes', async () => {
+    const code = "import { setup } from 'xstate';\nimport type { TtsSelection } from '../actors/tts/types.ts';\nexport const x = setup;\nexport type Y = TtsSelection;\n";
+    expect(await layerErrors('machines/example.ts', code)).toEqual([]);
+  });
+
+  it('a route importing actors/ or machines/ directly fails lint; through src/sessions it passes', async () => {
+    expect(await layerErrors('src/routes/example.ts', "import { MODEL_TYPES } from '../../actors/render/types.ts';\nexport const x = MODEL_TYPES;\n")).toHaveLength(1);
+    expect(await layerErrors('src/routes/example.ts', "import { sessionMachine } from '../../machines/session.machine.ts';\nexport const x = sessionMachine;\n")).toHaveLength(1);
+    expect(await layerErrors('src/routes/example.ts', "import { SessionSupervisor } from '../sessions/index.ts';\nexport const x = SessionSupervisor;\n")).toEqual([]);
+  });
+
+  it('the service (src/ outside routes) may import actors and machines', async () => {
+    const code = "import { sessionMachine } from '../../machines/session.machine.ts';\nimport { untilAborted } from '../../actors/upstream/abort.ts';\nexport const x = [sessionMachine, untilAborted];\n";
+    expect(await layerErrors('src/sessions/example.ts', code)).toEqual([]);
+  });
+});
