@@ -8,6 +8,7 @@ import { builtinEngineProcesses, builtinPreviewEngineProcesses, closeBuiltinEngi
 import { createBuiltinProvider } from '../actors/tts/providers/builtin.ts';
 import type { TtsRequest } from '../actors/tts/types.ts';
 import { MAX_RUNNING_PREVIEWS, MAX_WAITING_PREVIEWS, PREVIEW_RETRY_AFTER_S } from '../src/tts/preview-queue.ts';
+import { PREVIEW_MAX_WAIT_MS } from '../src/routes/tts.ts';
 import { eventually, openSession, sleep } from './helpers/conversation.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 
@@ -17,6 +18,8 @@ const LONG_PREVIEW = Array.from({ length: 5 }, () => `${'x'.repeat(190)}.`).join
 interface PreviewCall {
   response: Promise<Response>;
   answered: boolean;
+  /** The answer's status once it arrived */
+  status?: number;
 }
 
 /** Sends `count` long builtin previews at once; each call records when its answer arrived. */
@@ -32,7 +35,10 @@ function sendPreviews(baseUrl: string, count: number, signal: AbortSignal): Prev
       answered: false,
     };
     call.response.then(
-      () => (call.answered = true),
+      (res) => {
+        call.answered = true;
+        call.status = res.status;
+      },
       () => undefined,
     );
     return call;
@@ -82,6 +88,16 @@ describe('a flood of long previews', () => {
     expect(calls.filter((call) => call.answered)).toHaveLength(1);
   }, 60_000);
 
+  it('tells a preview still waiting after PREVIEW_MAX_WAIT_MS that the line is busy (503 {detail}, Retry-After)', async () => {
+    flood = new AbortController();
+    const calls = sendPreviews(t.baseUrl, MAX_RUNNING_PREVIEWS + MAX_WAITING_PREVIEWS, flood.signal);
+    // 20 long previews on one preview engine take minutes; the waiting ones are answered once their wait runs out.
+    expect(await eventually(() => calls.some((call) => call.status === 503), PREVIEW_MAX_WAIT_MS + 30_000, 100)).toBe(true);
+    const refused = await calls.find((call) => call.status === 503)!.response;
+    expect(refused.headers.get('retry-after')).toBe(String(PREVIEW_RETRY_AFTER_S));
+    expect((await json(refused)).detail).toMatch(/previews are already running or waiting/);
+  }, 90_000);
+
   it('documents the 503 in OpenAPI', async () => {
     const doc = await json(await fetch(`${t.baseUrl}/openapi.json`));
     expect(Object.keys(doc.paths['/tts/preview'].post.responses)).toContain('503');
@@ -103,8 +119,9 @@ describe('a flood of long previews', () => {
       expect(liveEngines.length).toBeGreaterThan(0);
       for (const engine of liveEngines) expect(previewPids).not.toContain(engine.pid);
       expect(builtinPreviewEngineProcesses().some((engine) => engine.busy)).toBe(true);
-      // The live turn did not wait for the flood: most of it is still running or waiting.
-      expect(calls.filter((call) => call.answered).length).toBeLessThanOrEqual(MAX_RUNNING_PREVIEWS);
+      // The live turn did not wait for the flood: most of it is still running or waiting, or was told the line is
+      // busy (PREVIEW_MAX_WAIT_MS) — at most the running ones were synthesised.
+      expect(calls.filter((call) => call.status === 200).length).toBeLessThanOrEqual(MAX_RUNNING_PREVIEWS);
     } finally {
       live.close();
     }

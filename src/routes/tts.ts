@@ -51,6 +51,13 @@ type PreviewBody = {
   model?: string | null;
 };
 
+/**
+ * Longest a preview waits in line for a running slot before it is told the line is busy (503 + Retry-After): a
+ * client (a page previewing voices) gets an answer it can act on within seconds rather than holding its request
+ * open behind a backlog for the whole preview time limit.
+ */
+export const PREVIEW_MAX_WAIT_MS = 10_000;
+
 /** `POST /tts/preview` (spec 4.9): one-off synthesis without a session, answered as one WAV. */
 const ttsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { services } = app;
@@ -67,7 +74,7 @@ const ttsRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'tts_provider unknown or not configured, voice unknown. 502: the upstream provider failed (its text in `detail`) or the preview ' +
         `did not finish within ${PREVIEW_TIMEOUT_MS / 1000} s. 503 {detail} with Retry-After (${PREVIEW_RETRY_AFTER_S} s): ` +
         `${MAX_RUNNING_PREVIEWS} previews synthesise at once and ${MAX_WAITING_PREVIEWS} more may wait; the next is refused ` +
-        '(a waiting preview that cannot start within the preview time limit gets 503 too). Previews never delay live sessions: the builtin ' +
+        `(a preview that cannot start within ${PREVIEW_MAX_WAIT_MS / 1000} s gets 503 too). Previews never delay live sessions: the builtin ` +
         'provider runs them in an engine process of their own. Voice/model default to the persona defaults when the provider is the default one.',
       body: TtsPreviewRequest,
       produces: ['audio/wav'],
@@ -123,12 +130,13 @@ function pickAlias(current: string | null | undefined, legacy: string | null | u
   return current ?? legacy ?? null;
 }
 
-/** A slot among the running previews; a wait that outlasts the preview time limit is the line being busy (503). */
+/** A slot among the running previews; a wait past `PREVIEW_MAX_WAIT_MS` (or the preview time limit) is the line being busy (503). */
 async function waitForSlot(previews: PreviewQueue, signal: AbortSignal): Promise<() => void> {
+  const waiting = AbortSignal.any([signal, AbortSignal.timeout(PREVIEW_MAX_WAIT_MS)]);
   try {
-    return await previews.acquire(signal);
+    return await previews.acquire(waiting);
   } catch (error) {
-    if (signal.aborted && (signal.reason as Error | undefined)?.name === 'TimeoutError') throw previewsBusy();
+    if (waiting.aborted && (waiting.reason as Error | undefined)?.name === 'TimeoutError') throw previewsBusy();
     throw error;
   }
 }
