@@ -1,7 +1,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { createActor } from 'xstate';
-import { sessionMachine, type SessionEvent } from '../machines/session.machine.ts';
-import { SessionBus, machineTrace, relayTurns, type SessionBusEvents } from '../src/sessions/session-bus.ts';
+import pino from 'pino';
+import { createActor, fromCallback, type InspectionEvent } from 'xstate';
+import { sessionMachine, type MediaActorEvent, type SessionEvent } from '../machines/session.machine.ts';
+import { SessionBus, logTurns, machineTrace, relayTurns, sessionInspect, type SessionBusEvents } from '../src/sessions/session-bus.ts';
 import { SessionEventHub } from '../src/sessions/event-hub.ts';
 import { SessionMetrics } from '../src/sessions/metrics.ts';
 import { SPEAK_TURN, TEST_SESSION_INPUT, createRecordingActors, transcribeRequest } from './helpers/machine-events.ts';
@@ -22,12 +23,19 @@ function busSession() {
   });
   const seen: Array<{ type: keyof SessionBusEvents; data: unknown }> = [];
   for (const type of ['turn.started', 'turn.finished', 'transition', 'spec'] as const) bus.on(type, (data) => seen.push({ type, data }));
-  const recording = createRecordingActors({
-    onReceive(id, event, sendBack) {
-      if (id === 'media' && event.type === 'FLUSH') sendBack({ type: 'MEDIA.FLUSHED' });
-    },
+  const recording = createRecordingActors();
+  // As the real media actor: the flush happens inside the machine's step and tells the bus, then the machine hears of it.
+  const media = fromCallback<MediaActorEvent, { sessionId: string }>(({ receive, sendBack }) => {
+    // Its one event is FLUSH.
+    receive(() => {
+      bus.emit('media.flushed', {});
+      sendBack({ type: 'MEDIA.FLUSHED' });
+    });
   });
-  const actor = createActor(sessionMachine.provide({ actors: recording.actors }), { input: TEST_SESSION_INPUT, inspect: machineTrace(bus) });
+  const actor = createActor(sessionMachine.provide({ actors: { ...recording.actors, media } }), {
+    input: TEST_SESSION_INPUT,
+    inspect: machineTrace(bus),
+  });
   relayTurns(actor, bus);
   actors.push(actor);
   actor.start();
@@ -123,13 +131,53 @@ describe('session bus fed by the machine', () => {
     send({ type: 'PAUSE' });
     send({ type: 'RESUME' });
     send(speak('b'));
-    // The media actor's flush happens inside the interrupt's step (here: the recorder, so the bus is told directly).
-    bus.emit('received', { event: 'INTERRUPT' });
-    bus.emit('media.flushed', {});
-    send({ type: 'INTERRUPT' });
+    // As `Session.send` sends an INTERRUPT: the media actor's flush happens inside the interrupt's step.
+    metrics.timeInterrupt(() => send({ type: 'INTERRUPT' }));
     const [a, b] = metrics.snapshot().turns;
     expect(a).toMatchObject({ turn_id: 'a', outcome: 'paused' });
     expect(b).toMatchObject({ turn_id: 'b', outcome: 'interrupted' });
     expect(b.interrupt_to_flush_ms).toBeGreaterThanOrEqual(0);
+  });
+
+  it('an interrupt the machine ignores times nothing, and a later flush (a pause) is not taken for its flush', () => {
+    const { bus, send } = busSession();
+    const metrics = new SessionMetrics();
+    metrics.follow(bus);
+    let flushes = 0;
+    bus.on('media.flushed', () => flushes++);
+    metrics.timeInterrupt(() => send({ type: 'INTERRUPT' }));
+    send(speak('a'));
+    send({ type: 'PAUSE' });
+    expect(flushes).toBe(1);
+    expect(metrics.snapshot().turns).toEqual([expect.objectContaining({ turn_id: 'a', outcome: 'paused', interrupt_to_flush_ms: null })]);
+  });
+
+  it('XState inspection is attached only for the live inspector or, at debug, the transition trace', () => {
+    const bus = new SessionBus();
+    const inspector = (_event: InspectionEvent) => undefined;
+    expect(sessionInspect(bus, pino({ level: 'info' }))).toBeUndefined();
+    expect(sessionInspect(bus, pino({ level: 'info' }), inspector)).toBe(inspector);
+    expect(sessionInspect(bus, pino({ level: 'debug', enabled: false }))).toBeUndefined();
+    const traced = sessionInspect(bus, pino({ level: 'debug' }), inspector);
+    expect(traced).toBeTypeOf('function');
+    expect(traced).not.toBe(inspector);
+  });
+
+  it('at debug, a session logs its transitions (the trace goes through inspection, as a debugging aid)', () => {
+    const lines: Array<{ msg: string; from?: string; to?: string; event?: string }> = [];
+    const logger = pino({ level: 'debug' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const bus = new SessionBus();
+    logTurns(bus, logger);
+    const actor = createActor(sessionMachine.provide({ actors: createRecordingActors().actors }), {
+      input: TEST_SESSION_INPUT,
+      inspect: sessionInspect(bus, logger),
+    });
+    actors.push(actor);
+    actor.start();
+    actor.send({ type: 'START' });
+    expect(lines.filter((line) => line.msg === 'session transition').map(({ from, to, event }) => ({ from, to, event }))).toEqual([
+      { from: '', to: 'created', event: 'xstate.init' },
+      { from: 'created', to: 'running.idle', event: 'START' },
+    ]);
   });
 });

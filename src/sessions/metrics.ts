@@ -52,17 +52,16 @@ interface OpenTurn extends TurnMetrics {
 export class SessionMetrics implements StageMetrics {
   private readonly turns: OpenTurn[] = [];
   private current: OpenTurn | null = null;
-  /** Set while the machine processes an INTERRUPT: the flush it causes happens in the same step. */
+  /** Set while the session sends an INTERRUPT (`timeInterrupt`): the flush it causes happens in the same step. */
   private interruptAt: number | null = null;
 
   constructor(private readonly observer?: TurnObserver) {}
 
-  /** Subscribes to the session bus: turn lifecycle, first sample sent, interrupt → flush. */
+  /** Subscribes to the session bus: turn lifecycle, first sample sent, the flush an interrupt times. */
   follow(bus: SessionBus): void {
     bus.on('turn.started', ({ turnId, kind }) => this.beginTurn(turnId, kind));
     bus.on('turn.finished', ({ turnId, outcome }) => this.finish(turnId, outcome));
     bus.on('media.firstSample', ({ turnId }) => this.mark(turnId, 'first_sample_sent_ms'));
-    bus.on('received', ({ event }) => (this.interruptAt = event === 'INTERRUPT' ? performance.now() : null));
     bus.on('media.flushed', () => this.flushed());
   }
 
@@ -91,6 +90,20 @@ export class SessionMetrics implements StageMetrics {
     if (!turn || turn[what] !== null) return;
     turn[what] = Math.round(now - turn.t0);
     this.observer?.marked(turn, what, now - turn.t0);
+  }
+
+  /**
+   * Sends an INTERRUPT (`send`) timing its flush: the machine processes the event synchronously and its media actor
+   * flushes the playout in that same step, so `flushed` sees interrupt call → flush. A flush outside it (a pause, a
+   * stage error) or an interrupt the machine ignores records nothing.
+   */
+  timeInterrupt(send: () => void): void {
+    this.interruptAt = performance.now();
+    try {
+      send();
+    } finally {
+      this.interruptAt = null;
+    }
   }
 
   /** The playout was flushed; when an interrupt caused it, that interrupt's turn records how long it took. */

@@ -9,9 +9,10 @@ export type { TurnKind, TurnOutcome };
 export interface SessionBusEvents {
   /** A spec event (6.1) for SSE consumers; the hub subscribes and writes it out. */
   spec: SessionEventRecord;
-  /** The machine received an event (before it is processed). */
-  received: { event: string };
-  /** The machine moved; `from`/`to` are its active leaf states (`running.turn.phase.speaking`, …). */
+  /**
+   * The machine moved; `from`/`to` are its active leaf states (`running.turn.phase.speaking`, …). A debugging aid:
+   * only emitted while the session's logger is at debug (`sessionInspect`), and nothing but the debug log follows it.
+   */
   transition: { from: string; to: string; event: string };
   /** From the machine (`relayTurns`). `ttsProvider`: the provider the turn speaks with (its own, else the session's). */
   'turn.started': { turnId: string; kind: TurnKind; ttsProvider?: string };
@@ -115,18 +116,14 @@ export function relayTurns(actor: SessionActor, bus: SessionBus): void {
 }
 
 /**
- * An XState `inspect` callback tracing the session's root actor on the bus: each event it receives and each
- * transition (the turn log's debug lines; the interrupt → flush timing). Turns come from the machine (`relayTurns`).
+ * An XState `inspect` callback tracing the session's root actor's transitions on the bus (the turn log's
+ * `session transition` debug lines). A debugging aid, attached only at debug (`sessionInspect`): turns come from the
+ * machine (`relayTurns`), the interrupt → flush timing from the session's send (`SessionMetrics.timeInterrupt`).
  */
 export function machineTrace(bus: SessionBus): (event: InspectionEvent) => void {
   let state = '';
   return (inspection) => {
-    if (inspection.actorRef.sessionId !== inspection.rootId) return;
-    if (inspection.type === '@xstate.event') {
-      bus.emit('received', { event: inspection.event.type });
-      return;
-    }
-    if (inspection.type !== '@xstate.snapshot') return;
+    if (inspection.actorRef.sessionId !== inspection.rootId || inspection.type !== '@xstate.snapshot') return;
     const snapshot = inspection.snapshot as { value?: unknown };
     const to = leafStates(snapshot.value);
     if (to !== state) {
@@ -137,8 +134,27 @@ export function machineTrace(bus: SessionBus): (event: InspectionEvent) => void 
 }
 
 /**
+ * XState's `inspect` option for a session actor: the live inspector's callback (SERVICE_INSPECTOR=on) and, while the
+ * session's logger is at debug, the transition trace (`machineTrace`). Undefined when neither is wanted, so no
+ * inspection is attached at all: nothing the service does depends on it.
+ */
+export function sessionInspect(
+  bus: SessionBus,
+  logger: Logger,
+  inspector?: (event: InspectionEvent) => void,
+): ((event: InspectionEvent) => void) | undefined {
+  const trace = logger.isLevelEnabled('debug') ? machineTrace(bus) : undefined;
+  if (!trace || !inspector) return trace ?? inspector;
+  return (event) => {
+    trace(event);
+    inspector(event);
+  };
+}
+
+/**
  * Turn logs from the bus: `turn started` and `turn finished` (kind, outcome, duration) on a child logger per
- * turn, so every line carries `sessionId` (the session's logger) and `turnId`; machine transitions at debug.
+ * turn, so every line carries `sessionId` (the session's logger) and `turnId`; machine transitions at debug
+ * (traced only while debug is on, `sessionInspect`).
  */
 export function logTurns(bus: SessionBus, logger: Logger): void {
   const open = new Map<string, { log: Logger; startedAt: number }>();

@@ -20,7 +20,7 @@ import type { SessionEventHub } from './event-hub.ts';
 import type { SessionMedia } from './media.ts';
 import type { SessionMetrics } from './metrics.ts';
 import { SessionCloser } from './session-close.ts';
-import { logTurns, machineTrace, relayTurns, type SessionBus } from './session-bus.ts';
+import { logTurns, relayTurns, sessionInspect, type SessionBus } from './session-bus.ts';
 import { createStageActors, type StageContext } from '../../actors/stage/index.ts';
 import { SessionConsumers } from './consumers.ts';
 import { VoiceInput, type VoiceInputOptions, type VoiceSource } from './voice-input.ts';
@@ -36,7 +36,8 @@ const TERMINATE_WAIT_MS = 2_000;
 
 /**
  * A live session: its supervised XState actor, its internal bus, its SSE hub and its media. The turn lifecycle the
- * machine emits (`relayTurns`) and its trace (`machineTrace`) go on the bus; the hub, metrics and turn logs follow the bus.
+ * machine emits (`relayTurns`) goes on the bus; the hub, metrics and turn logs follow the bus. XState's inspection is
+ * attached only for the live inspector and, at debug, the transition trace (`sessionInspect`).
  * Everything it owns is torn down by one close cascade (`session-close.ts`), started by `close()` or by the
  * machine terminating itself (fatal error), whichever comes first.
  */
@@ -67,13 +68,9 @@ export class Session {
     this.closer = new SessionCloser({ media, events, bus, logger });
     stage.metrics.follow(bus);
     logTurns(bus, logger);
-    const trace = machineTrace(bus);
     const machine = sessionMachine.provide({ actors: createStageActors(stage) });
     this.actor = createActor(machine, {
-      inspect: (event) => {
-        trace(event);
-        inspect?.(event);
-      },
+      inspect: sessionInspect(bus, logger, inspect),
       input: {
         sessionId: stored.session_id,
         avatarId: stored.avatar_id,
@@ -219,9 +216,10 @@ export class Session {
     return this.closer.addTap(name, finalise);
   }
 
-  /** Sends without asking: interrupts, termination, events the machine may ignore. */
+  /** Sends without asking: interrupts (timed to their flush), termination, events the machine may ignore. */
   send(event: SessionEvent): void {
-    this.actor.send(event);
+    if (event.type === 'INTERRUPT') this.stage.metrics.timeInterrupt(() => this.actor.send(event));
+    else this.actor.send(event);
   }
 
   /**
