@@ -6,6 +6,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { KserveError, KserveLipsyncClient, type KserveClientOptions, type LipsyncBatch } from '../actors/lipsync/kserve-client.ts';
+import { BackendOverloadedError } from '../actors/lipsync/neural-renderer.ts';
 import { BatchingKserveInference, MAX_FRAMES_WAITING, OFFLINE_MAX_FRAMES_WAITING, REMOTE_MAX_BATCH } from '../actors/lipsync/remote-model.ts';
 import { FakeKserveServer, type FakeKserveOptions } from './fakes/kserve-server.ts';
 import { tinyLipsyncModel, tinyLipsyncReference, wrongSignatureModel } from './helpers/tiny-onnx.ts';
@@ -190,7 +191,7 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
     inference.close();
   });
 
-  it('a backlog past MAX_FRAMES_WAITING frames is refused as busy at once, and the frames already taken still arrive', async () => {
+  it('a backlog past MAX_FRAMES_WAITING frames is refused as overload at once, and the frames already taken still arrive', async () => {
     const { server, inference, face } = await batchingBehind(300);
     const mel = new Float32Array(1280).fill(-1);
     const signal = never();
@@ -202,7 +203,7 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
     const settled = await Promise.allSettled([...sent, ...ask(MAX_FRAMES_WAITING + 5)]);
     const refused = settled.filter((r) => r.status === 'rejected');
     expect(refused).toHaveLength(5);
-    for (const r of refused) expect((r as PromiseRejectedResult).reason).toMatchObject({ kind: 'busy' });
+    for (const r of refused) expect((r as PromiseRejectedResult).reason).toBeInstanceOf(BackendOverloadedError);
     expect(settled.filter((r) => r.status === 'fulfilled')).toHaveLength(2 * REMOTE_MAX_BATCH + MAX_FRAMES_WAITING);
     expect(server.stats.batches).toEqual([REMOTE_MAX_BATCH, REMOTE_MAX_BATCH, REMOTE_MAX_BATCH, REMOTE_MAX_BATCH]);
     inference.close();

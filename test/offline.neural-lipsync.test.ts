@@ -9,6 +9,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RENDER_SHARE, TTS_SHARE } from '../src/recording/offline-jobs.ts';
 import { FakeKserveServer } from './fakes/kserve-server.ts';
 import { json, post, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import { extractAudio, extractFrames, probeMp4, rms } from './helpers/mp4.ts';
@@ -192,7 +193,9 @@ describe('offline bundle on lipsync_c (KServe v2)', () => {
       // arriving does not mean the fifth was answered, and which frames the one still in flight carries depends
       // on the order the render workers finish their mel windows (on a slow host it carried frames 16–23, which
       // then failed and rendered on the fallback). A written frame was rendered and can no longer change.
-      if (killedAtProgress < 0 && status.progress * frameCount > Math.max(...neural)) {
+      // Progress counts speech synthesis first (up to TTS_SHARE): the frames' part starts after it.
+      const written = ((status.progress - TTS_SHARE) / RENDER_SHARE) * frameCount;
+      if (killedAtProgress < 0 && written > Math.max(...neural)) {
         killedAtProgress = status.progress;
         await fake.close();
       }

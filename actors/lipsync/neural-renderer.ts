@@ -13,6 +13,9 @@
  *   (`backendError`), renders speech with the fallback renderer (the CPU `lipsync` one) for the rest of the
  *   turn, and tries the backend again (`recover`) once speech has stopped, at most every `RECOVER_INTERVAL_MS`.
  *   Without one (lipsync_b), the failure goes to the clock like any renderer's (`renderFailed`).
+ * - A backend that works but cannot take a frame now (`BackendOverloadedError`: its bounded backlog is full, or a
+ *   loaded host read its answer too late) costs that frame only: it renders on the fallback, the turn stays on the
+ *   backend, and the next frames try the backend again (`backendOverloaded` once per streak, no `backendError`).
  */
 import { EventEmitter, setMaxListeners } from 'node:events';
 import type { FrameRenderer } from '../media/playout.ts';
@@ -44,6 +47,17 @@ export interface LipsyncInference {
   close(): void;
 }
 
+/**
+ * The backend is up but cannot serve this frame in time (overload, not failure): the frame renders on the fallback
+ * and the turn stays on the backend. Every other backend error means the backend is failing.
+ */
+export class BackendOverloadedError extends Error {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = 'BackendOverloadedError';
+  }
+}
+
 /** The renderer that takes over speech frames while the backend is down. */
 export type FallbackRenderer = FrameRenderer & { close(): void | Promise<void> };
 
@@ -62,6 +76,8 @@ export interface NeuralRendererEvents {
   backendError: [error: unknown];
   /** The backend answered again after `backendError`. */
   backendRecovered: [];
+  /** The backend could not take some frames (`BackendOverloadedError`); they render on the fallback. Once per streak. */
+  backendOverloaded: [error: BackendOverloadedError];
 }
 
 export { streamWindowOf } from './neural-stages.ts';
@@ -81,12 +97,17 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
   private readonly openFallback?: () => Promise<FallbackRenderer>;
   private fallback: Promise<FallbackRenderer> | undefined;
   private degraded = false;
+  /** Since the last frame the backend answered, some frame went to the fallback for overload (one event per streak). */
+  private overloaded = false;
   private recovering = false;
   private lastRecoverAt = 0;
   private readonly closing = new AbortController();
   private closed = false;
-  /** Frames rendered through the backend, and through the fallback (tests, diagnostics). */
-  readonly counts = { neural: 0, fallback: 0, idle: 0 };
+  /**
+   * Frames rendered through the backend, through the fallback (all of them), and of those the ones the backend was
+   * too loaded to take (tests, diagnostics).
+   */
+  readonly counts = { neural: 0, fallback: 0, overloaded: 0, idle: 0 };
 
   constructor(options: NeuralRendererOptions) {
     super();
@@ -171,13 +192,20 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
       }
       const { error } = answer;
       if (!this.openFallback || this.closed || bounded.aborted) throw error;
-      if (!this.degraded) {
+      if (error instanceof BackendOverloadedError) {
+        this.counts.overloaded++;
+        if (!this.overloaded) {
+          this.overloaded = true;
+          this.emit('backendOverloaded', error);
+        }
+      } else if (!this.degraded) {
         this.degraded = true;
         this.lastRecoverAt = performance.now();
         this.emit('backendError', error);
       }
       frames[i] = quiet(this.renderFallback(requests[i], bounded));
     });
+    if (answered.length > 0) this.overloaded = false;
     const composed = await this.stages.compose(outputs, bounded);
     answered.forEach((i, k) => (frames[i] = composed[k]));
     this.counts.neural += answered.length;

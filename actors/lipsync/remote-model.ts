@@ -14,7 +14,7 @@ import { UpstreamError } from '../upstream/errors.ts';
 import type { AvatarSource } from '../render/types.ts';
 import { KSERVE_DEFAULT_MAX_IN_FLIGHT, KserveError, KserveLipsyncClient, type KserveConnection } from './kserve-client.ts';
 import type { LipsyncSignature } from './model-signature.ts';
-import { NeuralLipsyncRenderer, type FallbackRenderer, type LipsyncInference } from './neural-renderer.ts';
+import { BackendOverloadedError, NeuralLipsyncRenderer, type FallbackRenderer, type LipsyncInference } from './neural-renderer.ts';
 import { MEL_SILENCE, MEL_WINDOW_COLUMNS } from './mel.ts';
 import { PreparedFaceCache } from './prepared-faces.ts';
 import { RenderPoolStages } from './neural-stages.ts';
@@ -189,10 +189,18 @@ interface Waiting {
 }
 
 /**
- * Frames waiting for a request slot at most: two full requests (640 ms of video at 25 fps). A backlog beyond that
- * means the server does not keep up with real time, and the frames are better rendered on the fallback.
+ * Frames waiting for a request slot at most: two full requests (640 ms of video at 25 fps). A frame asked for
+ * beyond that would be shown later still, so it is rendered on the fallback instead (that frame only: the backlog
+ * also fills when a loaded host reads its answers late, while the server itself keeps up).
  */
 export const MAX_FRAMES_WAITING = 2 * REMOTE_MAX_BATCH;
+/**
+ * Requests timed out in a row, with no answer between them, that mean the server is stalled rather than slow to be
+ * read: more than the `KSERVE_DEFAULT_MAX_IN_FLIGHT` requests that time out together when the host itself is
+ * loaded, so the next one, sent after them, must time out too. Fewer cost their frames only (overload); this many
+ * hand the turn to the fallback (~2 × the deadline after the server stopped answering).
+ */
+export const MAX_TIMEOUTS_IN_A_ROW = KSERVE_DEFAULT_MAX_IN_FLIGHT + 1;
 /**
  * The same bound for an offline job, which asks for 3 batches of 16 frames at once and has no presentation time:
  * all of them may wait (each request is still bounded by `OFFLINE_INFER_TIMEOUT_MS`).
@@ -203,12 +211,15 @@ export const OFFLINE_MAX_FRAMES_WAITING = 64;
  * Frames asked for in the same tick travel as one request, at most `KSERVE_DEFAULT_MAX_IN_FLIGHT` requests at once.
  * Frames asked for while every slot is busy wait here and leave together in the next free request, so a slow
  * server (loaded, far away, cold) gets fewer, larger batches instead of a queue of single frames that overflows.
+ * Overload costs single frames (`BackendOverloadedError`): a frame past `MAX_FRAMES_WAITING`, and the frames of a
+ * request that timed out while fewer than `MAX_TIMEOUTS_IN_A_ROW` did. Every other failure is the server's.
  */
 export class BatchingKserveInference implements LipsyncInference {
   readonly size: number;
   private queue: Waiting[] = [];
   private scheduled = false;
   private sending = 0;
+  private timeoutsInARow = 0;
 
   constructor(
     private readonly client: KserveLipsyncClient,
@@ -223,7 +234,7 @@ export class BatchingKserveInference implements LipsyncInference {
     if (signal.aborted) return Promise.reject(signal.reason);
     if (this.queue.length >= this.maxFramesWaiting) {
       return Promise.reject(
-        new KserveError('busy', `inference backlog full (${this.maxInFlight} requests in flight, ${this.maxFramesWaiting} frames waiting)`),
+        new BackendOverloadedError(`inference backlog full (${this.maxInFlight} requests in flight, ${this.maxFramesWaiting} frames waiting)`),
       );
     }
     return new Promise((resolve, reject) => {
@@ -283,10 +294,19 @@ export class BatchingKserveInference implements LipsyncInference {
     const signal = items[0].signal;
     try {
       const output = await this.client.infer({ count, mel, face }, signal);
+      this.timeoutsInARow = 0;
       const outSize = 3 * size * size;
       items.forEach((item, row) => item.resolve(output.slice(row * outSize, (row + 1) * outSize)));
     } catch (error) {
-      for (const item of items) item.reject(error);
+      const reason = this.overloadOrFailure(error, signal);
+      for (const item of items) item.reject(reason);
     }
+  }
+
+  /** A timeout is overload until `MAX_TIMEOUTS_IN_A_ROW` of them say the server is stalled; the rest is failure. */
+  private overloadOrFailure(error: unknown, signal: AbortSignal): unknown {
+    if (signal.aborted || !(error instanceof KserveError) || error.kind !== 'timeout') return error;
+    if (++this.timeoutsInARow >= MAX_TIMEOUTS_IN_A_ROW) return error;
+    return new BackendOverloadedError(error.message, { cause: error });
   }
 }

@@ -24,9 +24,9 @@ const PERSIST_PROGRESS_EVERY_MS = 500;
 export const INTERRUPTED_BY_RESTART = 'interrupted by restart';
 /** The finished artifact of a job; anything else in the bundles directory is a leftover after a restart. */
 const ARTIFACT_NAME = /^(.+)\.mp4$/;
-/** Share of progress for speech synthesis; the rest is frames. */
-const TTS_SHARE = 0.1;
-const RENDER_SHARE = 0.89;
+/** Share of progress for speech synthesis; the rest is frames (docs/recording.md). */
+export const TTS_SHARE = 0.1;
+export const RENDER_SHARE = 0.89;
 const JOB_ID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 export interface OfflineJobSpec {

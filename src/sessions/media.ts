@@ -97,7 +97,8 @@ export class SessionMedia implements StageMedia {
   /**
    * A neural renderer with a fallback (lipsync_c) survives its backend failing: it tells us once, renders the
    * rest of the turn on the CPU renderer and goes back to the backend when it answers again. Clients get an
-   * `error` event (the turn goes on; its `status idle` follows as usual).
+   * `error` event (the turn goes on; its `status idle` follows as usual). An overloaded backend costs single frames
+   * (rendered on the CPU renderer, the turn stays on the backend): only logged, clients see nothing failing.
    */
   private watchBackend(renderer: SessionRenderer): void {
     this.stopWatchingBackend?.();
@@ -111,11 +112,15 @@ export class SessionMedia implements StageMedia {
       });
     };
     const onRecovered = (): void => this.logger.info('lip-sync backend answers again');
+    const onOverloaded = (error: unknown): void =>
+      this.logger.warn({ err: errorForLog(error) }, 'lip-sync backend overloaded, some frames render on the CPU fallback');
     renderer.on('backendError', onError);
     renderer.on('backendRecovered', onRecovered);
+    renderer.on('backendOverloaded', onOverloaded);
     this.stopWatchingBackend = () => {
       renderer.off('backendError', onError);
       renderer.off('backendRecovered', onRecovered);
+      renderer.off('backendOverloaded', onOverloaded);
     };
   }
 
