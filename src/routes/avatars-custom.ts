@@ -5,9 +5,9 @@ import { IMAGE_STEP_DEADLINE_MS, closeImageJobs } from '../../actors/faces/image
 import { MAX_AVATAR_NAME_LENGTH, MAX_PORTRAIT_BYTES, MAX_PORTRAIT_PIXELS, MAX_PORTRAIT_SIDE, createCustomAvatar } from '../catalog/custom-avatar.ts';
 import { errors } from '../schemas/common.ts';
 import { badRequest } from '../errors.ts';
-import { readMultipart } from './multipart.ts';
+import { readMultipart } from '../http/multipart.ts';
 import { multipartForm } from '../schemas/multipart-form.ts';
-import { closedSignal } from './tts.ts';
+import { closedSignal } from '../http/closed-signal.ts';
 
 /** Documents the multipart body (validation happens while the parts stream in). */
 const CustomAvatarForm = Type.Object(

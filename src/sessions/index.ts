@@ -4,6 +4,7 @@
  * (deferreds, queues) and the stage pieces an HTTP edge converts with (upload decoding, WAV, TTS ids).
  */
 export type { Session } from './session.ts';
+export type { SessionEventRecord } from './event-hub.ts';
 export { AsyncQueue, deferred, type Deferred } from '../../actors/async-queue.ts';
 export {
   defaultsPersona,
