@@ -4,7 +4,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errors, Nullable } from '../schemas/common.ts';
 import { HttpError, badGateway, badRequest, notFound, quoteClientValue } from '../errors.ts';
-import { isTtsProviderId, TTS_PROVIDER_IDS } from '../../actors/tts/types.ts';
+import { isTtsProviderId, TTS_PROVIDER_IDS } from '../sessions/index.ts';
 import { toPublicEntry } from '../voices/catalog.ts';
 import { CLONE_PROVIDERS, CloneValidationError, MAX_CLONE_AUDIO_BYTES, MIN_CLONE_AUDIO_BYTES, cloneVoice, deleteClonedVoice, type CloneResponse } from '../voices/clone.ts';
 import { UPLOAD_TOKEN_PATTERN } from '../voices/uploads.ts';

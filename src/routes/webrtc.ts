@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { SessionIdParams, errors } from '../schemas/common.ts';
 import { conflict } from '../errors.ts';
-import { PeerGoneError } from '../../actors/media/webrtc.ts';
+import { PeerGoneError } from '../sessions/index.ts';
 import { closedSignal } from '../http/closed-signal.ts';
 
 /** A browser's receive-only offer (audio Opus, video VP8), as `RTCPeerConnection.createOffer()` makes it; trimmed to one codec each. */
