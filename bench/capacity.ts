@@ -67,5 +67,5 @@ export async function benchCapacity(model = 'rt'): Promise<Record<string, number
 
 function statsOf(t: Awaited<ReturnType<typeof startTestApp>>, id: string): { sent: number; late: number } {
   const session = t.services.supervisor.liveSession(id);
-  return { sent: session?.media.playout.sentFrames ?? 0, late: session?.media.playout.lateFrames ?? 0 };
+  return session?.frameCounts ?? { sent: 0, late: 0 };
 }

@@ -2,6 +2,7 @@ import { json, post, startTestApp } from '../test/helpers/app.ts';
 import { ReceivingPeer } from '../test/helpers/peer.ts';
 import { SseClient } from '../test/helpers/sse.ts';
 import { summary } from './stats.ts';
+import { sessionParts } from '../src/sessions/session.ts';
 
 /**
  * A/V offset at the sender: for every video frame handed to WebRTC during speech, how far the media clock
@@ -17,7 +18,7 @@ export async function benchServerSync(): Promise<Record<string, ReturnType<typeo
   const peer = await ReceivingPeer.connect(t.baseUrl, session_id);
   peer.keepFrames = false;
   await post(t.baseUrl, `/sessions/${session_id}/start`);
-  const playout = t.services.supervisor.liveSession(session_id)!.media.playout;
+  const playout = sessionParts(t.services.supervisor.liveSession(session_id)!).media.playout;
   const offsets: number[] = [];
   playout.on('video', (_frame, _idx, ptsMs) => offsets.push(playout.mediaMs - ptsMs));
   const longText = Array.from({ length: 6 }, (_, i) => `Sentence ${i + 1} of a long answer that keeps the avatar talking for a while.`).join(' ');

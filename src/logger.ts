@@ -158,7 +158,7 @@ function buildAbsolutePathPattern(): RegExp | null {
 
 /**
  * Removes filesystem paths from text bound for a log line or a response: a path inside the repository
- * becomes relative to it (`src/routes/multipart.ts`), any other path (data, avatars, temp dirs) its
+ * becomes relative to it (`src/http/multipart.ts`), any other path (data, avatars, temp dirs) its
  * last segment (`manifest.json`).
  */
 export function scrubPaths(text: string): string {

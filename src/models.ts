@@ -1,5 +1,7 @@
 import { MODEL_TYPES, type ModelType } from '../actors/render/types.ts';
 
+export { MODEL_TYPES };
+
 export type ModelStatus = 'connected' | 'not_configured' | 'error';
 
 export interface ModelInfo {

@@ -2,8 +2,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { post, startTestApp, type TestApp } from './helpers/app.ts';
 import { AUDIBLE_RMS, labels, openSession, pcmBytes, sleep, tone, waitForSilence, type LiveSession } from './helpers/conversation.ts';
 import { AudioStreamClient, framesOf, streamPcm, streamQueuedMs } from './helpers/ws-audio.ts';
-import { INBOUND_AUDIO_LIMIT_MS, MAX_CONTROL_MESSAGE_BYTES } from '../src/routes/audio-stream.ts';
+import { INBOUND_AUDIO_LIMIT_MS, MAX_CONTROL_MESSAGE_BYTES } from '../src/ws/audio-stream.ts';
 import { PLAYOUT_HIGH_WATER_MS } from '../actors/media/playout.ts';
+import { sessionParts } from '../src/sessions/session.ts';
 
 /** 20 ms at 16 kHz, the spec's recommended frame. */
 const FRAME_BYTES = 640;
@@ -126,7 +127,7 @@ describe('audio WebSocket: every message validated, inbound audio bounded', () =
     let maxPlayoutMs = 0;
     const sampler = setInterval(() => {
       maxStreamQueuedMs = Math.max(maxStreamQueuedMs, streamQueuedMs(live));
-      maxPlayoutMs = Math.max(maxPlayoutMs, live.media.playout.queuedMs);
+      maxPlayoutMs = Math.max(maxPlayoutMs, sessionParts(live).media.playout.queuedMs);
     }, 5);
     try {
       const from = s.sse.events.length;

@@ -3,7 +3,8 @@ import { post, startTestApp, type TestApp } from './helpers/app.ts';
 import { AUDIBLE_RMS, labels, openSession, pcmBytes, sleep, tone, waitForSilence, type LiveSession } from './helpers/conversation.ts';
 import { AudioStreamClient, framesOf, streamPcm, kernelQueuedBytes, streamQueuedMs } from './helpers/ws-audio.ts';
 import { PLAYOUT_HIGH_WATER_MS } from '../actors/media/playout.ts';
-import { INBOUND_AUDIO_LIMIT_MS } from '../src/routes/audio-stream.ts';
+import { INBOUND_AUDIO_LIMIT_MS } from '../src/ws/audio-stream.ts';
+import { sessionParts } from '../src/sessions/session.ts';
 
 /** 20 ms at 16 kHz, the spec's recommended frame. */
 const FRAME_BYTES = 640;
@@ -200,12 +201,12 @@ describe('WebSocket /sessions/{id}/speak_audio_stream', () => {
     const frames = framesOf(pcmBytes(tone(inputRate, audioMs)), (inputRate / 1000) * 20 * 2);
     const serverPort = Number(new URL(t.baseUrl).port);
     const startedAt = performance.now();
-    const playedAt0 = live.media.playout.mediaMs;
+    const playedAt0 = sessionParts(live).media.playout.mediaMs;
     let maxQueuedMs = 0;
     let maxStreamQueuedMs = 0;
     let maxKernelQueued = 0;
     const sampler = setInterval(() => {
-      maxQueuedMs = Math.max(maxQueuedMs, live.media.playout.queuedMs);
+      maxQueuedMs = Math.max(maxQueuedMs, sessionParts(live).media.playout.queuedMs);
       maxStreamQueuedMs = Math.max(maxStreamQueuedMs, streamQueuedMs(live));
     }, 10);
     let sampling = true;
@@ -225,7 +226,7 @@ describe('WebSocket /sessions/{id}/speak_audio_stream', () => {
       await kernelSampler;
       const elapsedMs = performance.now() - startedAt;
       // Everything the server kept: played, queued for playout, queued in the stream.
-      const consumedMs = live.media.playout.mediaMs - playedAt0 + live.media.playout.queuedMs + streamQueuedMs(live);
+      const consumedMs = sessionParts(live).media.playout.mediaMs - playedAt0 + sessionParts(live).media.playout.queuedMs + streamQueuedMs(live);
       const { unreadAtServer, unsentAtClient } = await kernelQueuedBytes(serverPort);
       if (process.env.DEBUG_BACKPRESSURE) {
         console.log({ sendCallsDoneMs, elapsedMs, consumedMs, maxQueuedMs, maxStreamQueuedMs, maxKernelQueued, unreadAtServer, unsentAtClient });

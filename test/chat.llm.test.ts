@@ -3,6 +3,7 @@ import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { AUDIBLE_RMS, eventually, expectCausalOrder, labels, openSession, waitForSilence, type LiveSession } from './helpers/conversation.ts';
 import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstream.ts';
 import type { TtsProvider, TtsProviderId } from '../actors/tts/types.ts';
+import { sessionParts } from '../src/sessions/session.ts';
 
 /** A whole chat turn: LLM stream + builtin synthesis + real-time playout of a sentence or two. */
 const TURN_MS = 20_000;
@@ -180,9 +181,9 @@ describe('POST /sessions/{id}/chat through an OpenAI-compatible language model',
 
   it('per-request voice and tts_provider overrides apply to that request only; unknown values are 400', async () => {
     const live = t.services.supervisor.liveSession(s.sessionId)!;
-    const realTts = live.stage.tts;
+    const realTts = sessionParts(live).stage.tts;
     const used: Array<{ provider: TtsProviderId; voice: string | null }> = [];
-    live.stage.tts = (id: TtsProviderId): TtsProvider => {
+    sessionParts(live).stage.tts = (id: TtsProviderId): TtsProvider => {
       const provider = realTts(id);
       return { ...provider, synthesize: (request) => (used.push({ provider: id, voice: request.voice ?? null }), provider.synthesize(request)) };
     };
@@ -196,10 +197,10 @@ describe('POST /sessions/{id}/chat through an OpenAI-compatible language model',
       from = s.sse.events.length;
       expect((await chat({ prompt: 'b' })).status).toBe(200);
       await idleAfter(from);
-      expect(used.at(-1)!.voice).toBe(live.stored.tts_voice);
+      expect(used.at(-1)!.voice).toBe(live.record.tts_voice);
       expect(used.at(-1)!.voice).not.toBe('en-US-GuyNeural');
     } finally {
-      live.stage.tts = realTts;
+      sessionParts(live).stage.tts = realTts;
     }
 
     const unknownProvider = await chat({ prompt: 'c', tts_provider: 'no_such_provider' });

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { refusalDetail, type RequestEventType } from '../machines/session.machine.ts';
 import { makeAvatarBundle, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import { tone, wavBytes } from './helpers/conversation.ts';
+import { sessionParts } from '../src/sessions/session.ts';
 
 /**
  * Every 409 a session route gives is the machine's answer: the request is refused exactly when the
@@ -60,11 +61,11 @@ describe('409s answered from the machine (fastify.inject)', () => {
   async function expectRefusals(id: string, refused: string[]): Promise<void> {
     const session = t.services.supervisor.liveSession(id)!;
     for (const [path, type, body] of CALLS.filter(([path]) => refused.includes(path))) {
-      const before = session.actor.getSnapshot();
+      const before = sessionParts(session).actor.getSnapshot();
       const res = await request('POST', `/sessions/${id}/${path}`, body);
       expect(res.status, path).toBe(409);
       expect(res.body.detail, path).toBe(refusalDetail(before, type));
-      expect(session.actor.getSnapshot().value, path).toEqual(before.value);
+      expect(sessionParts(session).actor.getSnapshot().value, path).toEqual(before.value);
     }
   }
 

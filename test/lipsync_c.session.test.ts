@@ -14,6 +14,7 @@ import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { ReceivingPeer } from './helpers/peer.ts';
 import { SseClient } from './helpers/sse.ts';
 import { astronautSource, faceRegions, pearson, regionLuma, rmsAround, type Region } from './helpers/neural-lipsync.ts';
+import { sessionParts } from '../src/sessions/session.ts';
 
 const AUDIBLE_RMS = 300;
 /**
@@ -101,7 +102,7 @@ for (const advertiseBinary of [true, false]) {
       const r = Math.max(...[-120, -40, 40, 80, 120, 200, 280].map((lag) => pearson(turn.mouth, turn.energyAt(lag))));
       const stats = await live.fake.readStats();
       const { media } = await json(await fetch(`${live.t.baseUrl}/sessions/${live.sessionId}/metrics`));
-      const counts = (live.t.services.supervisor.liveSession(live.sessionId)!.media as unknown as { renderer: { counts?: object } }).renderer.counts;
+      const counts = (sessionParts(live.t.services.supervisor.liveSession(live.sessionId)!).media as unknown as { renderer: { counts?: object } }).renderer.counts;
       console.log(
         `lipsync_c ${encoding}: service frames sent ${media.frames_sent}, late ${media.frames_late}; renderer ${JSON.stringify(counts)}; ` +
           `errors ${JSON.stringify(turn.events.filter((e) => e.type === 'error').map((e) => e.data.message))}`,

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../src/logger.ts';
-import { UNREAD_BODY_DRAIN_BYTES } from '../src/routes/multipart.ts';
+import { UNREAD_BODY_DRAIN_BYTES } from '../src/http/multipart.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
 import { openSession, type LiveSession } from './helpers/conversation.ts';
 import { keepAliveExchange, type KeepAliveExchange, type RawRequest } from './helpers/raw-http.ts';

@@ -4,6 +4,7 @@ import { HttpError } from '../src/errors.ts';
 import { VoiceNotFoundError, type TtsProvider, type TtsProviderId } from '../actors/tts/types.ts';
 import { makeAvatarBundle, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import { startElevenLabsFake, type FakeUpstream } from './fakes/tts-upstreams.ts';
+import { sessionParts } from '../src/sessions/session.ts';
 
 /**
  * The one persona/voice rule (`src/sessions/persona.ts`): on its own with stand-in providers, then through
@@ -126,7 +127,7 @@ describe('the persona rule through the routes', () => {
     const id = await startedSession({ tts_voice: 'en-US-GuyNeural' });
     const session = t.services.supervisor.liveSession(id)!;
     const events: Array<{ type: string; data: Record<string, unknown> }> = [];
-    session.events.listen((event) => events.push(event as never));
+    sessionParts(session).events.listen((event) => events.push(event as never));
     const requestsBefore = eleven.requests.length;
 
     const res = await inject('POST', `/sessions/${id}/speak`, { text: 'Hello from another provider.', tts_provider: 'cloud_c' });

@@ -6,6 +6,7 @@ import { encodeWav } from '../actors/audio/wav.ts';
 import { decodeTimecode } from '../actors/render/timecode.ts';
 import { json, makeAvatarBundle, post, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import { extractAudio, extractFrames, probeMp4, speechOnsets } from './helpers/mp4.ts';
+import { sessionParts } from '../src/sessions/session.ts';
 
 const SAMPLE_RATE = 16_000;
 const W = 256; // mock timecode blocks are width/22 px: wide enough to survive H.264
@@ -46,7 +47,7 @@ describe('recording over HTTP', () => {
     expect(started.status).toBe(200);
     expect((await json(started)).state).toBe('recording');
 
-    const playout = app.services.supervisor.liveSession(id)!.media.playout;
+    const playout = sessionParts(app.services.supervisor.liveSession(id)!).media.playout;
     let turnStartMs = NaN;
     playout.once('turnStarted', () => (turnStartMs = playout.mediaMs));
     await sleep(300);

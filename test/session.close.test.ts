@@ -5,6 +5,7 @@ import type { CatalogEntry } from '../src/catalog/catalog.ts';
 import type { RenderOpener } from '../src/sessions/supervisor.ts';
 import { post, startTestApp, type TestApp } from './helpers/app.ts';
 import { openSession } from './helpers/conversation.ts';
+import { sessionParts } from '../src/sessions/session.ts';
 
 /** What happened when, across the parts a session closes. */
 const order: string[] = [];
@@ -56,11 +57,11 @@ describe('one close cascade: clock → WebRTC → renderer → recording → eve
     await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'speaking', 20_000, 'speaking');
 
     const session = t.services.supervisor.liveSession(id)!;
-    note(session.media.playout, 'close', 'clock');
-    note(session.media.output, 'close', 'webrtc');
+    note(sessionParts(session).media.playout, 'close', 'clock');
+    note(sessionParts(session).media.output, 'close', 'webrtc');
     note(t.services.recordings, 'stop', 'recording');
-    note(session.events, 'publish', (type: string) => (type === 'session.terminated' ? 'event session.terminated' : null));
-    note(session.events, 'close', 'streams ended');
+    note(sessionParts(session).events, 'publish', (type: string) => (type === 'session.terminated' ? 'event session.terminated' : null));
+    note(sessionParts(session).events, 'close', 'streams ended');
     order.length = 0;
 
     const deletes = await Promise.all([fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' }), fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' })]);

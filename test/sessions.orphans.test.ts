@@ -7,6 +7,7 @@ import { json, makeAvatarBundle, post, startTestApp, tempDir, type TestApp } fro
 import { ReceivingPeer } from './helpers/peer.ts';
 import { SseClient } from './helpers/sse.ts';
 import { AudioStreamClient } from './helpers/ws-audio.ts';
+import { sessionParts } from '../src/sessions/session.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** SERVICE_ORPHAN_TIMEOUT_S of the test app: checks run every 250 ms. */
@@ -77,9 +78,9 @@ describe('orphaned sessions are reaped', () => {
   it('keeps a session while SSE or a WebRTC peer is there; once both are gone it is terminated as orphaned and frees its slot', async () => {
     const id = await startedSession();
     const session = t.services.supervisor.liveSession(id)!;
-    const logged = vi.spyOn(session.logger, 'info');
+    const logged = vi.spyOn(sessionParts(session).logger, 'info');
     const published: string[] = [];
-    session.events.listen((event) => published.push(event.type));
+    sessionParts(session).events.listen((event) => published.push(event.type));
     const before = (await json(await fetch(`${t.baseUrl}/metrics`, { headers: { accept: 'application/json' } }))).sessions_terminated_total.orphaned;
 
     const sse = await SseClient.open(`${t.baseUrl}/sessions/${id}/events`);
@@ -87,9 +88,9 @@ describe('orphaned sessions are reaped', () => {
     expect(isLive(id), 'the SSE subscriber alone keeps it').toBe(true);
 
     const peer = await ReceivingPeer.connect(t.baseUrl, id);
-    await peer.until(() => session.media.output.connected && peer.frames.length > 0, 10_000, 'peer connected and receiving');
+    await peer.until(() => sessionParts(session).media.output.connected && peer.frames.length > 0, 10_000, 'peer connected and receiving');
     sse.close();
-    await expect.poll(() => session.events.subscriberCount, { timeout: 5_000 }).toBe(0);
+    await expect.poll(() => sessionParts(session).events.subscriberCount, { timeout: 5_000 }).toBe(0);
     await sleep(SURVIVES_MS);
     expect(isLive(id), 'the connected peer alone keeps it').toBe(true);
 
@@ -99,7 +100,7 @@ describe('orphaned sessions are reaped', () => {
     expect(published).toContain('session.terminated');
     const orphanedLog = logged.mock.calls.find(([, message]) => message === 'session orphaned');
     expect(orphanedLog?.[0]).toMatchObject({ idleS: expect.any(Number) });
-    expect(session.logger.bindings()).toMatchObject({ sessionId: id });
+    expect(sessionParts(session).logger.bindings()).toMatchObject({ sessionId: id });
 
     const info = await json(await fetch(`${t.baseUrl}/sessions/${id}`));
     expect(info).toMatchObject({ state: 'terminated', terminated_reason: 'orphaned' });
@@ -149,14 +150,14 @@ describe('orphaned sessions are reaped', () => {
   it('an offline job holds the session until it settles', async () => {
     const id = await startedSession();
     const session = t.services.supervisor.liveSession(id)!;
-    const hold = vi.spyOn(session.consumers, 'hold');
+    const hold = vi.spyOn(sessionParts(session).consumers, 'hold');
     const res = await post(t.baseUrl, `/sessions/${id}/rt-offline-bundle`, { text: 'A short offline line.' });
     expect(res.status).toBe(200);
     const { job_id } = await json(res);
     expect(hold).toHaveBeenCalledWith('offline_job');
     await t.services.jobs.whenSettled(job_id);
     await sleep(0);
-    expect(session.consumers.present()).not.toContain('offline_job');
+    expect(sessionParts(session).consumers.present()).not.toContain('offline_job');
     await fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' });
   }, 30_000);
 

@@ -30,8 +30,8 @@ export function createTtsActor(ctx: StageContext) {
         } else {
           await synthesizeTurn(ctx, input, segments, sendBack, signal);
         }
-        ctx.media.playout.endTurn(turn.id);
-        await untilAborted(ctx.media.playout.whenDrained(turn.id), signal);
+        ctx.media.endTurn(turn.id);
+        await untilAborted(ctx.media.whenDrained(turn.id), signal);
         return { type: 'TTS.DONE' };
       });
       return () => {
@@ -83,8 +83,8 @@ async function synthesizeTurn(
         ctx.metrics.mark(turn.id, 'first_audio_queued_ms');
         sendBack({ type: 'TTS.FIRST_AUDIO' });
       }
-      await ctx.media.playout.waitForRoom(signal);
-      ctx.media.playout.enqueue(turn.id, chunk.pcm, buildMouthTimeline(chunk));
+      await ctx.media.waitForRoom(signal);
+      ctx.media.enqueue(turn.id, chunk.pcm, buildMouthTimeline(chunk));
       segmentSamples += chunk.pcm.length;
     }
     sentenceIndex += lastIndex + 1;
@@ -107,8 +107,8 @@ async function playDirectAudio(ctx: StageContext, turn: TurnInfo, sendBack: Send
       ctx.metrics.mark(turn.id, 'first_audio_queued_ms');
       sendBack({ type: 'TTS.FIRST_AUDIO' });
     }
-    await ctx.media.playout.waitForRoom(signal);
-    ctx.media.playout.enqueue(turn.id, pcm, buildMouthTimeline({ pcm, sampleRate: ctx.sampleRate }));
+    await ctx.media.waitForRoom(signal);
+    ctx.media.enqueue(turn.id, pcm, buildMouthTimeline({ pcm, sampleRate: ctx.sampleRate }));
   }
 }
 

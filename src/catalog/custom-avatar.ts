@@ -2,15 +2,22 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { AvatarManifest, AvatarMetadata, MouthAnimation } from '../../actors/render/types.ts';
-import { detectMouth } from '../../actors/faces/detector.ts';
+import { closeFaceDetector, detectMouth } from '../../actors/faces/detector.ts';
 import { InvalidImageError, preparePortrait, type Detector } from '../../actors/faces/portrait.ts';
-import { IMAGE_JOBS_RETRY_AFTER_S, ImageJobFailedError, ImageJobsBusyError } from '../../actors/faces/image-jobs.ts';
+import { IMAGE_JOBS_RETRY_AFTER_S, ImageJobFailedError, ImageJobsBusyError, closeImageJobs } from '../../actors/faces/image-jobs.ts';
 import { HttpError, badRequest, notFound } from '../errors.ts';
 import { BUILDING_DIR_PREFIX, removeBundleDir } from './bundle-fs.ts';
 import type { AvatarCatalog, AvatarSummary } from './catalog.ts';
 import { isValidAvatarId } from './slug.ts';
 
 export { MAX_PORTRAIT_BYTES, MAX_PORTRAIT_PIXELS, MAX_PORTRAIT_SIDE, InvalidImageError } from '../../actors/faces/portrait.ts';
+export { IMAGE_STEP_DEADLINE_MS } from '../../actors/faces/image-jobs.ts';
+
+/** Stops the image process and the face detector custom avatars are prepared with (the service closing). */
+export async function closeImageWorkers(): Promise<void> {
+  closeImageJobs();
+  await closeFaceDetector();
+}
 
 /** Display names longer than this are not names; they would also make unwieldy ids. */
 export const MAX_AVATAR_NAME_LENGTH = 100;

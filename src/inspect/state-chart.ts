@@ -1,4 +1,5 @@
 import type { AnyStateMachine } from 'xstate';
+import { sessionMachine } from '../../machines/session.machine.ts';
 
 /**
  * Draws a machine's definition as a mermaid `stateDiagram-v2`. Generated from the machine itself (its
@@ -125,4 +126,12 @@ export function activeChartIds(machineId: string, value: unknown): string[] {
   };
   walk(machineId, value);
   return ids;
+}
+
+let sessionChart: { id: string; mermaid: string } | undefined;
+
+/** The session machine's id and chart (drawn once): what the inspector serves. */
+export function sessionStateChart(): { id: string; mermaid: string } {
+  sessionChart ??= { id: sessionMachine.id, mermaid: machineToMermaid(sessionMachine) };
+  return sessionChart;
 }

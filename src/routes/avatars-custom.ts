@@ -1,13 +1,19 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { closeFaceDetector } from '../../actors/faces/detector.ts';
-import { IMAGE_STEP_DEADLINE_MS, closeImageJobs } from '../../actors/faces/image-jobs.ts';
-import { MAX_AVATAR_NAME_LENGTH, MAX_PORTRAIT_BYTES, MAX_PORTRAIT_PIXELS, MAX_PORTRAIT_SIDE, createCustomAvatar } from '../catalog/custom-avatar.ts';
+import {
+  IMAGE_STEP_DEADLINE_MS,
+  MAX_AVATAR_NAME_LENGTH,
+  MAX_PORTRAIT_BYTES,
+  MAX_PORTRAIT_PIXELS,
+  MAX_PORTRAIT_SIDE,
+  closeImageWorkers,
+  createCustomAvatar,
+} from '../catalog/custom-avatar.ts';
 import { errors } from '../schemas/common.ts';
 import { badRequest } from '../errors.ts';
-import { readMultipart } from './multipart.ts';
+import { readMultipart } from '../http/multipart.ts';
 import { multipartForm } from '../schemas/multipart-form.ts';
-import { closedSignal } from './tts.ts';
+import { closedSignal } from '../http/closed-signal.ts';
 
 /** Documents the multipart body (validation happens while the parts stream in). */
 const CustomAvatarForm = Type.Object(
@@ -29,10 +35,7 @@ const CustomAvatarForm = Type.Object(
 const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { catalog } = app.services;
   app.addSchema(CustomAvatarForm);
-  app.addHook('onClose', async () => {
-    closeImageJobs();
-    await closeFaceDetector();
-  });
+  app.addHook('onClose', closeImageWorkers);
 
   app.post('/avatars/custom', {
     schema: {

@@ -8,7 +8,6 @@ import {
   describeDuration,
   resolveTtsSelection,
   selectTts,
-  sessionPersona,
   type PersonaBase,
   type TtsSelection,
 } from '../sessions/index.ts';
@@ -73,24 +72,24 @@ const customizeReferenceRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     handler: async (request, reply) => {
       const session = await services.supervisor.requireSession(request.params.session_id);
-      const reference = await readReference(services, request, reply, sessionPersona(session.stored));
+      const reference = await readReference(services, request, reply, session.persona);
       const clone = await runClone(services, reply, {
         provider: reference.providerId,
         targetModel: reference.targetModel,
         displayLabel: `reference ${session.id}`,
         audio: reference.audio,
       });
-      const tts = cloneSelection(services, sessionPersona(session.stored), reference, clone);
+      const tts = cloneSelection(services, session.persona, reference, clone);
       // The clone took a while: the session may have ended meanwhile (then 404/409; the catalog entry stays usable).
       await services.supervisor.requireSession(session.id);
-      session.admit({ type: 'CUSTOMIZE', tts });
-      session.stored = { ...session.stored, tts_provider: tts.provider, tts_voice: tts.voice, tts_model: tts.model };
+      session.customize({ tts });
       await services.supervisor.persistState(session);
+      const persona = session.persona;
       return {
-        system_prompt: session.stored.llm_system_prompt ?? null,
-        tts_provider: session.stored.tts_provider,
-        tts_voice: session.stored.tts_voice ?? null,
-        tts_model: session.stored.tts_model ?? null,
+        system_prompt: session.systemPrompt ?? null,
+        tts_provider: persona.provider,
+        tts_voice: persona.voice ?? null,
+        tts_model: persona.model ?? null,
         entry_id: clone.entry_id,
       };
     },

@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Nullable, SessionIdParams, errors } from '../schemas/common.ts';
-import { defaultsPersona, resolveTtsSelection, sessionPersona, type TtsOverrides } from '../sessions/index.ts';
+import { defaultsPersona, resolveTtsSelection, type TtsOverrides } from '../sessions/index.ts';
 import type { Services } from '../services.ts';
 
 const PersonaPatch = Type.Object(
@@ -92,18 +92,17 @@ function overridesOf(patch: Patch): TtsOverrides {
 
 async function applyToSession(services: Services, sessionId: string, patch: Patch) {
   const session = await services.supervisor.requireSession(sessionId);
-  const stored = session.stored;
-  const tts = resolveTtsSelection((id) => services.tts.get(id), sessionPersona(stored), overridesOf(patch));
-  const systemPrompt = patch.system_prompt === undefined ? stored.llm_system_prompt : (patch.system_prompt ?? services.config.llmSystemPrompt);
+  const tts = resolveTtsSelection((id) => services.tts.get(id), session.persona, overridesOf(patch));
+  const systemPrompt = patch.system_prompt === undefined ? session.systemPrompt : (patch.system_prompt ?? services.config.llmSystemPrompt);
   // The machine decides whether the session still takes changes (a terminated one does not: 409).
-  session.admit({ type: 'CUSTOMIZE', systemPrompt: systemPrompt ?? '', tts });
-  session.stored = { ...stored, tts_provider: tts.provider, tts_voice: tts.voice, tts_model: tts.model, llm_system_prompt: systemPrompt };
+  session.customize({ tts, systemPrompt });
   await services.supervisor.persistState(session);
+  const persona = session.persona;
   return {
-    system_prompt: session.stored.llm_system_prompt,
-    tts_provider: session.stored.tts_provider,
-    tts_voice: session.stored.tts_voice,
-    tts_model: session.stored.tts_model ?? null,
+    system_prompt: session.systemPrompt,
+    tts_provider: persona.provider,
+    tts_voice: persona.voice,
+    tts_model: persona.model ?? null,
   };
 }
 

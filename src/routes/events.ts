@@ -34,11 +34,7 @@ const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
       res.flushHeaders();
       res.write(': connected\n\n');
       // A subscriber keeps the session from being reaped as orphaned until its stream closes.
-      const release = session.consumers.hold('sse');
-      session.events.attach(res, () => {
-        release();
-        request.log.debug('sse consumer detached');
-      });
+      session.attachEvents(res, () => request.log.debug('sse consumer detached'));
     },
   });
 };

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { MODEL_TYPES } from '../../actors/render/types.ts';
+import { MODEL_TYPES } from '../models.ts';
 import { HealthReporter } from '../health/report.ts';
 import { PROBE_CACHE_MS, PROBE_TIMEOUT_MS } from '../health/probe-cache.ts';
 

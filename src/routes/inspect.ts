@@ -4,8 +4,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { sessionMachine } from '../../machines/session.machine.ts';
-import { machineToMermaid } from '../inspect/state-chart.ts';
+import { sessionStateChart } from '../inspect/state-chart.ts';
 import { HttpError, forbidden, notFound } from '../errors.ts';
 import { errors } from '../schemas/common.ts';
 import { INSPECT_MAX_BACKLOG_BYTES, INSPECT_MAX_VIEWERS, INSPECT_VIEWER_IDLE_MS } from '../inspect/inspection-hub.ts';
@@ -19,7 +18,7 @@ const MERMAID_BUNDLE = createRequire(import.meta.url).resolve('mermaid/dist/merm
 const VIEWERS_FULL_RETRY_AFTER_S = 30;
 
 /** The chart never changes while the process runs: generated once from the machine definition. */
-const SESSION_CHART = machineToMermaid(sessionMachine);
+const SESSION_CHART = sessionStateChart();
 
 /**
  * The live state inspector (development tooling): a page that lists live sessions and, for one, draws the
@@ -57,7 +56,7 @@ const inspectRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'The session machine drawn from its definition as mermaid stateDiagram-v2 text. 404 when the inspector is off, 403 to a peer that is not loopback.',
       response: { 200: Type.Object({ id: Type.String(), mermaid: Type.String() }) },
     },
-    handler: async () => ({ id: sessionMachine.id, mermaid: SESSION_CHART }),
+    handler: async () => SESSION_CHART,
   });
 
   app.get('/inspect/sessions', {

@@ -10,15 +10,14 @@ import {
   describeDuration,
   requestOverrides,
   resolveTtsSelection,
-  sessionPersona,
   UPLOAD_AUDIO_RULES,
   type Session,
   type TtsSelection,
 } from '../sessions/index.ts';
 import type { Services } from '../services.ts';
-import { readMultipart, parseBooleanField, parseIntegerField } from './multipart.ts';
+import { readMultipart, parseBooleanField, parseIntegerField } from '../http/multipart.ts';
 import { multipartForm } from '../schemas/multipart-form.ts';
-import { closedSignal } from './tts.ts';
+import { closedSignal } from '../http/closed-signal.ts';
 import { decodeClientAudio, uploadAdmission, type UploadAdmission } from './audio-uploads.ts';
 
 /** Direct audio uploads: ~13 minutes of 16 kHz PCM; bounded before buffering. */
@@ -224,7 +223,7 @@ function turnVoice(
   session: Session,
   body: { voice?: string | null; tts_provider?: string | null; tts_model?: string | null },
 ): TtsSelection {
-  return resolveTtsSelection((id) => services.tts.get(id), sessionPersona(session.stored), requestOverrides(body));
+  return resolveTtsSelection((id) => services.tts.get(id), session.persona, requestOverrides(body));
 }
 
 async function readAudioForm(request: FastifyRequest): Promise<{ data: Buffer; fields: Record<string, string> }> {

@@ -160,22 +160,22 @@ const metricsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     handler: async (request) => {
       const session = await supervisor.requireSession(request.params.session_id);
-      const playout = session.media.playout;
+      const media = session.mediaFigures();
       return {
         session_id: session.id,
         state: session.state,
         pipeline: session.pipelineStage,
         media: {
-          fps: playout.fps,
-          media_ms: Math.round(playout.mediaMs),
-          queued_speech_ms: Math.round(playout.queuedMs),
-          frames_sent: playout.sentFrames,
-          frames_late: playout.lateFrames,
+          fps: media.fps,
+          media_ms: Math.round(media.mediaMs),
+          queued_speech_ms: Math.round(media.queuedSpeechMs),
+          frames_sent: media.sentFrames,
+          frames_late: media.lateFrames,
           video_delay_ms: config.videoDelayMs,
-          peer_connected: session.media.output.connected,
-          sse_consumers: session.events.subscriberCount,
+          peer_connected: media.peerConnected,
+          sse_consumers: media.sseConsumers,
         },
-        ...session.stage.metrics.snapshot(),
+        ...session.metricsSnapshot(),
       };
     },
   });

@@ -7,7 +7,7 @@ import { HttpError, badRequest, conflict, notFound } from '../errors.ts';
 import { AudioDecoderBusyError, closeAudioDecoder, describeDuration, requestOverrides, resolveTtsSelection, selectTts, sessionPersona } from '../sessions/index.ts';
 import { InvalidSegmentError, OFFLINE_LIMITS, OfflineBundleRequest, prepareSegments, SegmentsTooLongError, segmentsOf } from '../recording/offline-input.ts';
 import { AUDIO_UPLOADS_RETRY_AFTER_S, uploadAdmission } from './audio-uploads.ts';
-import { closedSignal } from './tts.ts';
+import { closedSignal } from '../http/closed-signal.ts';
 import { QueueFullError } from '../recording/offline-jobs.ts';
 import type { StoredJob } from '../store/jobs.ts';
 
@@ -99,7 +99,7 @@ const offlineRoutes: FastifyPluginAsyncTypebox = async (app) => {
           ttsModel: voice.model,
           segments: prepared,
         });
-        void jobs.whenSettled(job.job_id).then(supervisor.liveSession(session.session_id)?.consumers.hold('offline_job'));
+        void jobs.whenSettled(job.job_id).then(supervisor.liveSession(session.session_id)?.holdConsumer('offline_job'));
         return { job_id: job.job_id, status: 'pending' as const };
       } catch (error) {
         if (error instanceof QueueFullError) throw new HttpError(503, error.message, { 'retry-after': '30' });

@@ -47,11 +47,7 @@ const recordingRoutes: FastifyPluginAsyncTypebox = async (app) => {
       try {
         // The session admits the recording (409 before start, or once it is ending) in the step that attaches it to its
         // close cascade, which finalises it after the clock stopped and before SSE clients hear session.terminated.
-        const status = await recordings.start(session.id, session.media, (finalise) => {
-          session.admitTap('recording', finalise);
-        });
-        session.consumers.watch('recording', () => recordings.isRecording(session.id));
-        return status;
+        return await session.startRecording(recordings);
       } catch (error) {
         asHttp(error);
       }

@@ -3,9 +3,9 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors } from '../schemas/common.ts';
 import { TtsVoice, TtsVoiceProvider, TtsVoicesResponse } from '../schemas/tts-voices.ts';
 import { badRequest, quoteClientValue } from '../errors.ts';
-import { isTtsProviderId, TTS_PROVIDER_IDS } from '../../actors/tts/types.ts';
+import { isTtsProviderId, TTS_PROVIDER_IDS } from '../sessions/index.ts';
 import { defaultVoiceSource, VOICE_LIST_CACHE_MS, VOICE_LIST_TIMEOUT_MS, VoiceDirectory } from '../voices/directory.ts';
-import { closedSignal } from './tts.ts';
+import { closedSignal } from '../http/closed-signal.ts';
 
 /** `GET /tts/voices`: what every TTS provider can speak, for a voice picker (the clone catalog stays at GET /voices). */
 const ttsVoiceRoutes: FastifyPluginAsyncTypebox = async (app) => {

@@ -1,10 +1,10 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { FastifyReply } from 'fastify';
 import { errors, Nullable } from '../schemas/common.ts';
 import { badGateway, badRequest } from '../errors.ts';
 import { defaultsPersona, encodeWav, isAbortError, requestOverrides, resamplePcm16, resolveTtsSelection, TTS_PROVIDER_IDS, type TtsProviderId } from '../sessions/index.ts';
 import type { Services } from '../services.ts';
+import { closedSignal } from '../http/closed-signal.ts';
 import { MAX_RUNNING_PREVIEWS, MAX_WAITING_PREVIEWS, PREVIEW_RETRY_AFTER_S, PreviewQueue, previewsBusy } from '../tts/preview-queue.ts';
 
 /** Spec 8: the preview text limit; `SERVICE_TTS_PREVIEW_MAX_CHARS` may only lower it. */
@@ -174,19 +174,6 @@ async function synthesizeAll(services: Services, preview: ResolvedPreview, signa
     offset += part.length;
   }
   return out;
-}
-
-/**
- * Aborts when the client goes away before the answer is written: the response's `close` fires on a dropped
- * connection too, and `writableFinished` tells that apart from a normal end.
- */
-export function closedSignal(reply: FastifyReply): AbortSignal {
-  const controller = new AbortController();
-  const response = reply.raw;
-  response.once('close', () => {
-    if (!response.writableFinished) controller.abort(new DOMException('client closed the request', 'AbortError'));
-  });
-  return controller.signal;
 }
 
 export default ttsRoutes;

@@ -2,8 +2,8 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { SessionIdParams, errors } from '../schemas/common.ts';
 import { conflict } from '../errors.ts';
-import { PeerGoneError } from '../../actors/media/webrtc.ts';
-import { closedSignal } from './tts.ts';
+import { PeerGoneError } from '../sessions/index.ts';
+import { closedSignal } from '../http/closed-signal.ts';
 
 /** A browser's receive-only offer (audio Opus, video VP8), as `RTCPeerConnection.createOffer()` makes it; trimmed to one codec each. */
 const EXAMPLE_OFFER_SDP = [
@@ -74,13 +74,12 @@ const webrtcRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const session = await supervisor.requireSession(request.params.session_id);
       let answer: { sdp: string; type: 'answer' };
       try {
-        answer = await session.media.output.answer(request.body.sdp, closedSignal(reply));
+        answer = await session.answerOffer(request.body.sdp, closedSignal(reply));
       } catch (error) {
         // Terminated or superseded while waiting: a conflict with another request, not a server fault.
         if (error instanceof PeerGoneError) throw conflict(error.message);
         throw error;
       }
-      session.logger.info('webrtc peer connected');
       return answer;
     },
   });

@@ -3,7 +3,7 @@ import { Type, type TSchema } from '@sinclair/typebox';
 /**
  * Route-schema key for a multipart form: the OpenAPI document shows it as the route's `multipart/form-data`
  * request body (`documentMultipartForms`), while Fastify never validates it: the handler streams the parts with
- * per-file bounds (`src/routes/multipart.ts`) and answers 400/413 itself. The form schema stays the single source
+ * per-file bounds (`src/http/multipart.ts`) and answers 400/413 itself. The form schema stays the single source
  * of the field names, types and required set, and `test/openapi.request-bodies.test.ts` holds each route to it.
  */
 export const MULTIPART_FORM = 'x-multipart-form';

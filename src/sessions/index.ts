@@ -4,6 +4,7 @@
  * (deferreds, queues) and the stage pieces an HTTP edge converts with (upload decoding, WAV, TTS ids).
  */
 export type { Session } from './session.ts';
+export type { SessionEventRecord } from './event-hub.ts';
 export { AsyncQueue, deferred, type Deferred } from '../../actors/async-queue.ts';
 export {
   defaultsPersona,
@@ -20,5 +21,6 @@ export { AudioDecoderBusyError, closeAudioDecoder, decodeAudioOffThread } from '
 export { resamplePcm16 } from '../../actors/audio/resample.ts';
 export { encodeWav, pcm16FromLittleEndian } from '../../actors/audio/wav.ts';
 export { PLAYOUT_HIGH_WATER_MS } from '../../actors/media/playout.ts';
-export { TTS_PROVIDER_IDS, type TtsProviderId, type TtsSelection } from '../../actors/tts/types.ts';
+export { PeerGoneError } from '../../actors/media/webrtc.ts';
+export { isTtsProviderId, TTS_PROVIDER_IDS, type TtsProviderId, type TtsSelection } from '../../actors/tts/types.ts';
 export { isAbortError } from '../../actors/upstream/abort.ts';

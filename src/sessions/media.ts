@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { PlayoutClock, type FrameRenderer, type MouthSource, type TurnPlayback } from '../../actors/media/playout.ts';
+import { PlayoutClock, type FrameRenderer, type MouthSource } from '../../actors/media/playout.ts';
 import { WebRtcOutput, type IceServer } from '../../actors/media/webrtc.ts';
 import { RecoverableStageError, UnrecoverableStageError } from '../../actors/stage/errors.ts';
 import type { StageMedia } from '../../actors/stage/ports.ts';
@@ -152,6 +152,26 @@ export class SessionMedia implements StageMedia {
     return this.playout.enqueue(turnId, pcm, mouth, segment);
   }
 
+  /** Resolves once the playout queue is below its high-water mark (back-pressure for whoever feeds it). */
+  waitForRoom(signal?: AbortSignal): Promise<void> {
+    return this.playout.waitForRoom(signal);
+  }
+
+  /** No more audio comes for this turn: its end plays out after what is queued. */
+  endTurn(turnId: string): void {
+    this.playout.endTurn(turnId);
+  }
+
+  /** Resolves once everything queued for the turn has been played. */
+  whenDrained(turnId: string): Promise<void> {
+    return this.playout.whenDrained(turnId);
+  }
+
+  /** Ms of speech queued for playout and not yet played. */
+  get queuedMs(): number {
+    return this.playout.queuedMs;
+  }
+
   /**
    * Ms of a turn's audio that left for WebRTC: after an interrupt, what the listener heard (plus the ~80 ms already
    * in the WebRTC path). Compare with the start ms `enqueue` returned for each text segment to trim a reply.
@@ -160,9 +180,9 @@ export class SessionMedia implements StageMedia {
     return this.playout.playedMsOf(turnId);
   }
 
-  /** Enqueued and played ms of a turn with its tagged segments (the last `PLAYBACK_TURNS_KEPT` turns). */
-  playbackOf(turnId: string): TurnPlayback | null {
-    return this.playout.playbackOf(turnId);
+  /** Answers a viewer's WebRTC offer: its peer replaces the previous one (`PeerGoneError` when superseded or closed). */
+  answer(offerSdp: string, signal?: AbortSignal): Promise<{ sdp: string; type: 'answer' }> {
+    return this.output.answer(offerSdp, signal);
   }
 
   /** Calls `listener` with each renderer failure (`media.failed`): recoverable or fatal, see `actors/stage/errors.ts`. */

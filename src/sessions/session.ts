@@ -14,15 +14,19 @@ import {
   type SessionEvent,
   type SessionState,
 } from '../../machines/session.machine.ts';
+import type { Writable } from 'node:stream';
 import { conflict } from '../errors.ts';
+import type { RecordingRegistry, RecordingStatus } from '../recording/registry.ts';
 import type { StoredSession } from '../store/sessions.ts';
-import type { SessionEventHub } from './event-hub.ts';
+import type { SessionEventHub, SessionEventRecord } from './event-hub.ts';
 import type { SessionMedia } from './media.ts';
 import type { SessionMetrics } from './metrics.ts';
 import { SessionCloser } from './session-close.ts';
 import { logTurns, relayTurns, sessionInspect, type SessionBus } from './session-bus.ts';
 import { createStageActors, type StageContext } from '../../actors/stage/index.ts';
-import { SessionConsumers } from './consumers.ts';
+import { SessionConsumers, type ConsumerKind } from './consumers.ts';
+import { sessionPersona, type PersonaBase } from './persona.ts';
+import type { TtsSelection } from '../../actors/tts/types.ts';
 import { VoiceInput, type VoiceInputOptions, type VoiceSource } from './voice-input.ts';
 
 /** What a session needs to listen hands-free (`voice-input.ts`); the rest comes from the session itself. */
@@ -30,6 +34,47 @@ export type VoiceDeps = Omit<VoiceInputOptions, 'host' | 'playout' | 'bus' | 'lo
 
 /** The stage actors' context as a session fills it: the ports are the session's own bus, media and metrics. */
 export type SessionStage = StageContext & { events: SessionBus; media: SessionMedia; metrics: SessionMetrics };
+
+/**
+ * A session's parts, for the modules of `src/sessions/` that assemble and supervise it (and for tests that watch
+ * them); not exported by the barrel. Routes and sockets use the session's verbs instead.
+ */
+export interface SessionParts {
+  readonly actor: SessionActor;
+  /** Who is using the session; a started session without any for `SERVICE_ORPHAN_TIMEOUT_S` is reaped. */
+  readonly consumers: SessionConsumers;
+  /** The close cascade; taps of the media clock (recordings) register here to be finalised in order. */
+  readonly closer: SessionCloser;
+  readonly bus: SessionBus;
+  readonly events: SessionEventHub;
+  readonly media: SessionMedia;
+  readonly stage: SessionStage;
+  readonly logger: Logger;
+}
+
+/** The figures of a session's media clock and outputs (`GET /sessions/{id}/metrics`, `GET /metrics`). */
+export interface SessionMediaFigures {
+  fps: number;
+  mediaMs: number;
+  queuedSpeechMs: number;
+  sentFrames: number;
+  lateFrames: number;
+  peerConnected: boolean;
+  sseConsumers: number;
+}
+
+/** A persona change the machine admits (`CUSTOMIZE`): the voice, and the system prompt when it changes too. */
+export interface PersonaChange {
+  tts: TtsSelection;
+  systemPrompt?: string | null;
+}
+
+let partsOf: (session: Session) => SessionParts;
+
+/** The parts of `session` (module-internal to `src/sessions/`, see `SessionParts`). */
+export function sessionParts(session: Session): SessionParts {
+  return partsOf(session);
+}
 
 /** Bound on how long `close` waits for the machine to reach `terminated` before giving up on it. */
 const TERMINATE_WAIT_MS = 2_000;
@@ -42,11 +87,22 @@ const TERMINATE_WAIT_MS = 2_000;
  * machine terminating itself (fatal error), whichever comes first.
  */
 export class Session {
-  readonly actor: SessionActor;
-  /** Who is using the session; a started session without any for `SERVICE_ORPHAN_TIMEOUT_S` is reaped. */
-  readonly consumers = new SessionConsumers();
-  /** The close cascade; taps of the media clock (recordings) register here to be finalised in order. */
-  readonly closer: SessionCloser;
+  static {
+    partsOf = (session) => ({
+      actor: session.actor,
+      consumers: session.consumers,
+      closer: session.closer,
+      bus: session.bus,
+      events: session.events,
+      media: session.media,
+      stage: session.stage,
+      logger: session.logger,
+    });
+  }
+
+  private readonly actor: SessionActor;
+  private readonly consumers = new SessionConsumers();
+  private readonly closer: SessionCloser;
   private readonly terminated: Promise<void>;
   private voiceInput: VoiceInput | null = null;
   private voiceClosed = false;
@@ -54,12 +110,13 @@ export class Session {
   private ending = false;
 
   constructor(
-    public stored: StoredSession,
-    readonly bus: SessionBus,
-    readonly events: SessionEventHub,
-    readonly media: SessionMedia,
-    readonly stage: SessionStage,
-    readonly logger: Logger,
+    /** The session's stored record: read through `record`, `persona`, `systemPrompt`; changed by the verbs. */
+    private stored: StoredSession,
+    private readonly bus: SessionBus,
+    private readonly events: SessionEventHub,
+    private readonly media: SessionMedia,
+    private readonly stage: SessionStage,
+    private readonly logger: Logger,
     /** XState's inspection callback (the live inspector); undefined when the inspector is off. */
     inspect?: (event: InspectionEvent) => void,
     /** Hands-free conversation (VAD, recogniser, settings); without it the session has no voice input. */
@@ -133,6 +190,143 @@ export class Session {
 
   get busy(): boolean {
     return isBusy(this.actor.getSnapshot());
+  }
+
+  /** The session's stored record as it is now (the store holds it as of the last `recordState`). */
+  get record(): Readonly<StoredSession> {
+    return this.stored;
+  }
+
+  /** The session's voice, what request overrides apply to (`persona.ts`). */
+  get persona(): PersonaBase {
+    return sessionPersona(this.stored);
+  }
+
+  get systemPrompt(): string | null {
+    return this.stored.llm_system_prompt;
+  }
+
+  /** The session's logger: its lines carry the session id (the sockets working on it log through it). */
+  get log(): Logger {
+    return this.logger;
+  }
+
+  /** The session's audio sample rate (its media clock, its TTS and the audio sockets' default input rate). */
+  get sampleRate(): number {
+    return this.stage.sampleRate;
+  }
+
+  /** Ms of speech queued for playout: the audio socket's back-pressure reads it. */
+  get queuedSpeechMs(): number {
+    return this.media.queuedMs;
+  }
+
+  /** Frames sent and late so far on the media clock. */
+  get frameCounts(): { sent: number; late: number } {
+    return { sent: this.media.playout.sentFrames, late: this.media.playout.lateFrames };
+  }
+
+  /** A WebRTC peer is connected (a viewer). */
+  get peerConnected(): boolean {
+    return this.media.output.connected;
+  }
+
+  /** The media clock's and outputs' figures now. */
+  mediaFigures(): SessionMediaFigures {
+    const { playout } = this.media;
+    return {
+      fps: playout.fps,
+      mediaMs: playout.mediaMs,
+      queuedSpeechMs: this.media.queuedMs,
+      sentFrames: playout.sentFrames,
+      lateFrames: playout.lateFrames,
+      peerConnected: this.media.output.connected,
+      sseConsumers: this.events.subscriberCount,
+    };
+  }
+
+  /** Per-turn latency figures and their summary (`metrics.ts`). */
+  metricsSnapshot(): ReturnType<SessionMetrics['snapshot']> {
+    return this.stage.metrics.snapshot();
+  }
+
+  /**
+   * Starts the session: the machine admits `START` (the 409 `admit` gives otherwise), then the media clock ticks and
+   * frames are rendered: only now does the session cost anything.
+   */
+  start(): void {
+    this.admit({ type: 'START' });
+    this.media.start();
+    this.logger.info('session started');
+  }
+
+  /**
+   * A persona change: sent as `CUSTOMIZE` when the machine admits it (409 otherwise, e.g. terminated), then kept in
+   * the session's record (persisted by the supervisor's `persistState`). Applies from the next turn.
+   */
+  customize(change: PersonaChange): void {
+    const { tts, systemPrompt } = change;
+    this.admit({ type: 'CUSTOMIZE', tts, ...(systemPrompt !== undefined ? { systemPrompt: systemPrompt ?? '' } : {}) });
+    this.stored = {
+      ...this.stored,
+      tts_provider: tts.provider,
+      tts_voice: tts.voice,
+      tts_model: tts.model,
+      ...(systemPrompt !== undefined ? { llm_system_prompt: systemPrompt } : {}),
+    };
+  }
+
+  /** Writes the machine's state into the session's record and returns the record to store. */
+  recordState(): StoredSession {
+    this.stored = { ...this.stored, state: this.state, updated_at: new Date().toISOString() };
+    return this.stored;
+  }
+
+  /** Answers a WebRTC offer (a new peer replaces the previous one; `PeerGoneError` when superseded or terminated). */
+  async answerOffer(sdp: string, signal: AbortSignal): Promise<{ sdp: string; type: 'answer' }> {
+    const answer = await this.media.output.answer(sdp, signal);
+    this.logger.info('webrtc peer connected');
+    return answer;
+  }
+
+  /**
+   * Streams the session's events (SSE) to `out` until it closes; the stream counts as a consumer meanwhile.
+   * `onClose` runs once when it is detached.
+   */
+  attachEvents(out: Writable, onClose: () => void): void {
+    const release = this.consumers.hold('sse');
+    this.events.attach(out, () => {
+      release();
+      onClose();
+    });
+  }
+
+  /** Calls `listener` with each event the session publishes; returns the unsubscribe. */
+  onEvent(listener: (event: SessionEventRecord) => void): () => void {
+    return this.events.listen(listener);
+  }
+
+  /** Marks a consumer present until the returned (idempotent) release is called. */
+  holdConsumer(kind: ConsumerKind): () => void {
+    return this.consumers.hold(kind);
+  }
+
+  /** Counts no REST call as activity but a consumer present while `isPresent` says so (one per kind). */
+  watchConsumer(kind: ConsumerKind, isPresent: () => boolean): void {
+    this.consumers.watch(kind, isPresent);
+  }
+
+  /**
+   * Records the session's media clock with `recordings`: the session admits the recording (409 before start, or once
+   * it is ending) in the step that attaches it to its close cascade, which finalises it after the clock stopped and
+   * before SSE clients hear session.terminated. A running recording counts as a consumer.
+   */
+  async startRecording(recordings: RecordingRegistry): Promise<RecordingStatus> {
+    const status = await recordings.start(this.id, this.media, (finalise) => {
+      this.admitTap('recording', finalise);
+    });
+    this.consumers.watch('recording', () => recordings.isRecording(this.id));
+    return status;
   }
 
   /**

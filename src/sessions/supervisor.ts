@@ -15,7 +15,7 @@ import { defaultsPersona, requestOverrides, resolveTtsSelection } from './person
 import { SessionEventHub } from './event-hub.ts';
 import { SessionBus } from './session-bus.ts';
 import { SessionMedia } from './media.ts';
-import { Session, type SessionStage } from './session.ts';
+import { Session, sessionParts, type SessionStage } from './session.ts';
 import { smoothForRt } from './smoothing.ts';
 import { SessionMetrics } from './metrics.ts';
 import type { InspectionHub } from '../inspect/inspection-hub.ts';
@@ -156,9 +156,10 @@ export class SessionSupervisor {
   liveFrames(): { sent: number; late: number; peers: number } {
     const totals = { sent: 0, late: 0, peers: 0 };
     for (const session of this.live.values()) {
-      totals.sent += session.media.playout.sentFrames;
-      totals.late += session.media.playout.lateFrames;
-      if (session.media.output.connected) totals.peers++;
+      const frames = session.frameCounts;
+      totals.sent += frames.sent;
+      totals.late += frames.late;
+      if (session.peerConnected) totals.peers++;
     }
     return totals;
   }
@@ -176,7 +177,7 @@ export class SessionSupervisor {
   async requireSession(sessionId: string): Promise<Session> {
     const session = this.live.get(sessionId);
     if (session) {
-      session.consumers.touch();
+      sessionParts(session).consumers.touch();
       return session;
     }
     if (this.closing.has(sessionId)) throw conflict('session is terminated');
@@ -188,8 +189,8 @@ export class SessionSupervisor {
   async describe(sessionId: string): Promise<StoredSession & { pipeline: string }> {
     const session = this.live.get(sessionId);
     if (session) {
-      session.consumers.touch();
-      return { ...session.stored, state: session.state, pipeline: session.pipelineStage };
+      sessionParts(session).consumers.touch();
+      return { ...session.record, state: session.state, pipeline: session.pipelineStage };
     }
     const stored = this.closing.get(sessionId)?.tombstone ?? (await this.deps.store.get(sessionId));
     if (!stored) throw notFound('session not found');
@@ -307,7 +308,8 @@ export class SessionSupervisor {
     this.live.set(sessionId, session);
     release();
     // An unrecoverable stage error terminates the machine by itself; keep the tombstone rules the same.
-    session.actor.on('session.terminated', () =>
+    const { actor } = sessionParts(session);
+    actor.on('session.terminated', () =>
       setImmediate(() =>
         // Nobody awaits this: a failing tombstone write must be logged, not left as an unhandled rejection.
         this.reap(sessionId, 'unrecoverable error').catch((error: unknown) =>
@@ -324,7 +326,7 @@ export class SessionSupervisor {
       );
     }, config.startTimeoutMs);
     startTimer.unref();
-    session.actor.on('session.terminated', () => clearTimeout(startTimer));
+    actor.on('session.terminated', () => clearTimeout(startTimer));
     logger.info({ avatarId: avatar.id, model: input.model, ttsProvider: tts.provider }, 'session created');
     return session;
   }
@@ -340,11 +342,8 @@ export class SessionSupervisor {
         'retry-after': String(CAPACITY_RETRY_AFTER_S),
       });
     }
-    session.admit({ type: 'START' });
-    // Only now does the session cost anything: the media clock ticks and frames are rendered.
-    session.media.start();
+    session.start();
     this.watchForOrphans();
-    session.logger.info('session started');
     await this.persistState(session);
   }
 
@@ -371,8 +370,8 @@ export class SessionSupervisor {
     }
     this.live.delete(sessionId);
     // In the same step as leaving `live`: the service's frame counters never go backwards.
-    this.deps.metrics?.sessionEnded(reason, { sent: session.media.playout.sentFrames, late: session.media.playout.lateFrames });
-    const tombstone = this.deps.store.tombstoneOf(session.stored, this.deps.config.tombstoneRetentionMs, reason);
+    this.deps.metrics?.sessionEnded(reason, session.frameCounts);
+    const tombstone = this.deps.store.tombstoneOf(session.record, this.deps.config.tombstoneRetentionMs, reason);
     const done = this.tearDown(session, tombstone);
     this.closing.set(sessionId, { tombstone, done });
     try {
@@ -386,7 +385,7 @@ export class SessionSupervisor {
     await session.close();
     this.deps.inspection?.ended(session.id);
     await this.deps.store.put(tombstone);
-    session.logger.info({ reason: tombstone.terminated_reason }, 'session terminated');
+    sessionParts(session).logger.info({ reason: tombstone.terminated_reason }, 'session terminated');
   }
 
   /** Called when a session's machine terminated on its own (unrecoverable error). */
@@ -397,8 +396,7 @@ export class SessionSupervisor {
   async persistState(session: Session): Promise<void> {
     // A session torn down meanwhile has its tombstone written; its last live state must not overwrite it.
     if (this.live.get(session.id) !== session) return;
-    session.stored = { ...session.stored, state: session.state, updated_at: new Date().toISOString() };
-    await this.deps.store.put(session.stored);
+    await this.deps.store.put(session.recordState());
   }
 
   async closeAll(): Promise<void> {
@@ -427,13 +425,14 @@ export class SessionSupervisor {
     for (const [sessionId, session] of this.live) {
       if (session.state !== 'running' && session.state !== 'paused') continue;
       started++;
-      const idleMs = session.consumers.idleMs();
+      const { consumers, logger } = sessionParts(session);
+      const idleMs = consumers.idleMs();
       if (idleMs < timeoutMs) continue;
       this.terminations.orphaned++;
-      session.logger.info({ idleS: Math.round(idleMs / 1000), timeoutS: timeoutMs / 1000 }, 'session orphaned');
+      logger.info({ idleS: Math.round(idleMs / 1000), timeoutS: timeoutMs / 1000 }, 'session orphaned');
       // terminate() removes it from `live` synchronously, so the next check cannot reap it twice.
       this.terminate(sessionId, ORPHANED).catch((error: unknown) =>
-        session.logger.error({ err: errorForLog(error) }, 'orphaned session not reaped'),
+        logger.error({ err: errorForLog(error) }, 'orphaned session not reaped'),
       );
     }
     if (started === 0 && this.orphanTimer) {

@@ -1,6 +1,7 @@
 import { WebSocket } from 'ws';
 import { AsyncQueue } from '../../actors/async-queue.ts';
 import type { Session } from '../../src/sessions/session.ts';
+import { sessionParts } from '../../src/sessions/session.ts';
 
 export interface ServerMessage {
   type: string;
@@ -144,7 +145,7 @@ export async function kernelQueuedBytes(port: number): Promise<{ unreadAtServer:
 
 /** Audio the session's stream turn holds for the playout (the audio WebSocket's inbound queue), in ms. */
 export function streamQueuedMs(session: Session): number {
-  const audio = session.actor.getSnapshot().context.turn?.audio;
+  const audio = sessionParts(session).actor.getSnapshot().context.turn?.audio;
   if (audio?.kind !== 'stream' || !(audio.chunks instanceof AsyncQueue)) return 0;
-  return (audio.chunks.weight * 1000) / session.stage.sampleRate;
+  return (audio.chunks.weight * 1000) / sessionParts(session).stage.sampleRate;
 }
