@@ -21,7 +21,7 @@ import { ProviderNotConfiguredError, UpstreamError } from '../../../actors/upstr
 import { MalformedSdpError } from '../../../actors/media/webrtc.ts';
 
 /** The HTTP status of every domain error (`src/domain-errors.ts`): the one place the domain meets HTTP. */
-const DOMAIN_STATUSES: ReadonlyArray<readonly [abstract new (...args: never[]) => DomainError, number]> = [
+export const DOMAIN_STATUSES: ReadonlyArray<readonly [abstract new (...args: never[]) => DomainError, number]> = [
   [InvalidInput, 400],
   [InvalidSelection, 400],
   [AvatarNotFound, 404],
