@@ -1,4 +1,7 @@
-/** An error that maps to an HTTP status with a client-safe `detail`. */
+/**
+ * An error that maps to an HTTP status with a client-safe `detail`: the HTTP edge's own refusals (a malformed
+ * body, a missing field). The domain throws `DomainError`s (`src/domain-errors.ts`) instead.
+ */
 export class HttpError extends Error {
   constructor(
     readonly statusCode: number,
@@ -23,27 +26,3 @@ export const ECHO_MAX_CHARS = 64;
 export function quoteClientValue(value: string): string {
   return JSON.stringify(value.length > ECHO_MAX_CHARS ? `${value.slice(0, ECHO_MAX_CHARS)}…` : value);
 }
-
-/** Retry-After of a descriptor shortage: idle connections time out within seconds (HEADERS_TIMEOUT_MS, KEEP_ALIVE_TIMEOUT_MS). */
-export const OUT_OF_FILES_RETRY_AFTER_S = 5;
-/** How deep `isOutOfFileDescriptors` follows `cause`: wrappers add a level or two, never more. */
-const CAUSE_DEPTH = 5;
-/** A process (EMFILE) or the system (ENFILE) out of file descriptors, as a code or, across a worker, in the message. */
-const OUT_OF_FILES_TEXT = /\bE[MN]FILE\b/u;
-
-/**
- * Whether an error, or one it wraps (`cause`), is a shortage of file descriptors: the service is overloaded,
- * the request was fine, so it answers 503 with Retry-After (`outOfFileDescriptors`), never 500 or 502.
- */
-export function isOutOfFileDescriptors(error: unknown): boolean {
-  for (let current = error, depth = 0; current instanceof Error && depth < CAUSE_DEPTH; current = current.cause, depth++) {
-    const code = (current as NodeJS.ErrnoException).code;
-    if (code === 'EMFILE' || code === 'ENFILE' || OUT_OF_FILES_TEXT.test(current.message)) return true;
-  }
-  return false;
-}
-
-export const outOfFileDescriptors = () =>
-  new HttpError(503, 'the service has too many files and connections open right now; retry later', {
-    'retry-after': String(OUT_OF_FILES_RETRY_AFTER_S),
-  });

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveTtsSelection, selectTts, type TtsLookup } from '../src/sessions/persona.ts';
-import { HttpError } from '../src/errors.ts';
+import { DomainError } from '../src/domain-errors.ts';
+import { httpErrorOf } from '../src/plugins/app/errors.ts';
 import { VoiceNotFoundError, type TtsProvider, type TtsProviderId } from '../actors/tts/types.ts';
 import { makeAvatarBundle, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import { startElevenLabsFake, type FakeUpstream } from './fakes/tts-upstreams.ts';
@@ -38,8 +39,9 @@ function refusal(run: () => unknown): { status: number; detail: string } | null 
     run();
     return null;
   } catch (error) {
-    if (!(error instanceof HttpError)) throw error;
-    return { status: error.statusCode, detail: error.detail };
+    if (!(error instanceof DomainError)) throw error;
+    const answer = httpErrorOf(error);
+    return { status: answer.statusCode, detail: answer.detail };
   }
 }
 

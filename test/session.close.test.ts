@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RenderPool } from '../actors/render/pool.ts';
 import type { ModelType } from '../actors/render/types.ts';
 import type { CatalogEntry } from '../src/catalog/catalog.ts';
-import type { RenderOpener } from '../src/sessions/supervisor.ts';
+import type { RenderOpener } from '../src/sessions/session-factory.ts';
 import { post, startTestApp, type TestApp } from './helpers/app.ts';
 import { openSession } from './helpers/conversation.ts';
 import { sessionParts } from '../src/sessions/session.ts';

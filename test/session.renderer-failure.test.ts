@@ -3,7 +3,7 @@ import { RenderPool } from '../actors/render/pool.ts';
 import type { FrameRequest, I420Frame, ModelType } from '../actors/render/types.ts';
 import type { CatalogEntry } from '../src/catalog/catalog.ts';
 import { RENDERER_MAX_FAILURES } from '../src/sessions/media.ts';
-import type { RenderOpener } from '../src/sessions/supervisor.ts';
+import type { RenderOpener } from '../src/sessions/session-factory.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { labels, openSession, type LiveSession } from './helpers/conversation.ts';
 

@@ -5,7 +5,7 @@ import type { AvatarManifest, AvatarMetadata, MouthAnimation } from '../../actor
 import { closeFaceDetector, detectMouth } from '../../actors/faces/detector.ts';
 import { InvalidImageError, preparePortrait, type Detector } from '../../actors/faces/portrait.ts';
 import { IMAGE_JOBS_RETRY_AFTER_S, ImageJobFailedError, ImageJobsBusyError, closeImageJobs } from '../../actors/faces/image-jobs.ts';
-import { HttpError, badRequest, notFound } from '../errors.ts';
+import { AtCapacity, AvatarNotFound, InvalidInput, InvalidSelection, ServiceFault } from '../domain-errors.ts';
 import { BUILDING_DIR_PREFIX, removeBundleDir } from './bundle-fs.ts';
 import type { AvatarCatalog, AvatarSummary } from './catalog.ts';
 import { isValidAvatarId } from './slug.ts';
@@ -145,19 +145,20 @@ export interface CreateCustomAvatarInput {
 }
 
 /**
- * The route's view of `buildCustomAvatar`: validates name and base (404 unknown, 400 not `lipsync`), maps
- * `InvalidImageError` and `ImageJobFailedError` (too slow, or killed the image process) to 400 and
- * `ImageJobsBusyError` to 503 + Retry-After, refreshes the catalog and answers the new AvatarSummary.
+ * The route's view of `buildCustomAvatar`: validates name and base (`AvatarNotFound` unknown,
+ * `InvalidSelection` not `lipsync`), turns `InvalidImageError` and `ImageJobFailedError` (too slow, or killed
+ * the image process) into `InvalidInput` and `ImageJobsBusyError` into `AtCapacity` (503 + Retry-After),
+ * refreshes the catalog and answers the new AvatarSummary.
  */
 export async function createCustomAvatar(input: CreateCustomAvatarInput): Promise<AvatarSummary> {
   const { catalog } = input;
   const name = input.name.trim();
-  if (name.length === 0) throw badRequest('name is required');
-  if (name.length > MAX_AVATAR_NAME_LENGTH) throw badRequest(`name must be at most ${MAX_AVATAR_NAME_LENGTH} characters`);
-  if (input.baseAvatarId.length === 0) throw badRequest('base_avatar_id is required');
+  if (name.length === 0) throw new InvalidInput('name is required');
+  if (name.length > MAX_AVATAR_NAME_LENGTH) throw new InvalidInput(`name must be at most ${MAX_AVATAR_NAME_LENGTH} characters`);
+  if (input.baseAvatarId.length === 0) throw new InvalidInput('base_avatar_id is required');
   const base = await catalog.get(input.baseAvatarId);
-  if (!base) throw notFound('base avatar not found');
-  if (base.manifest.model_type !== 'lipsync') throw badRequest('base avatar must have model_type lipsync');
+  if (!base) throw new AvatarNotFound('base avatar not found');
+  if (base.manifest.model_type !== 'lipsync') throw new InvalidSelection('base avatar must have model_type lipsync');
   let built: BuiltCustomAvatar;
   try {
     built = await buildCustomAvatar({
@@ -172,8 +173,8 @@ export async function createCustomAvatar(input: CreateCustomAvatarInput): Promis
       tempTag: catalog.tempTag,
     });
   } catch (error) {
-    if (error instanceof InvalidImageError || error instanceof ImageJobFailedError) throw badRequest(error.message);
-    if (error instanceof ImageJobsBusyError) throw new HttpError(503, error.message, { 'retry-after': String(IMAGE_JOBS_RETRY_AFTER_S) });
+    if (error instanceof InvalidImageError || error instanceof ImageJobFailedError) throw new InvalidInput(error.message);
+    if (error instanceof ImageJobsBusyError) throw new AtCapacity(error.message, IMAGE_JOBS_RETRY_AFTER_S);
     throw error;
   }
   // Files first, then the catalog entry: the entry is the commit every node sees.
@@ -214,7 +215,7 @@ export function customAvatarId(name: string, timestampMs: number): string {
   // Array.from counts code points, so a cut never splits a surrogate pair (CJK extension B is astral).
   const slug = Array.from(collapsed).slice(0, MAX_SLUG_LENGTH).join('').replace(/[-_]+$/g, '') || 'avatar';
   const id = `custom-${slug}-${timestampMs}`;
-  if (!isValidAvatarId(id)) throw new HttpError(500, 'could not derive an avatar id');
+  if (!isValidAvatarId(id)) throw new ServiceFault('could not derive an avatar id');
   return id;
 }
 

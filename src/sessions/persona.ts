@@ -1,13 +1,14 @@
 import { isTtsProviderId, TTS_PROVIDER_IDS, type TtsProvider, type TtsProviderId, type TtsSelection } from '../../actors/tts/types.ts';
 import type { ServiceConfig } from '../config.ts';
-import { badRequest, quoteClientValue } from '../errors.ts';
+import { InvalidSelection } from '../domain-errors.ts';
+import { quoteClientValue } from '../errors.ts';
 import type { PersonaDefaults } from '../store/defaults.ts';
 import type { StoredSession } from '../store/sessions.ts';
 
 /**
  * The one persona/voice rule. Every path that picks what speaks — session creation, speak, chat,
  * `/tts/preview`, customize (session and service-wide), the reference clone, offline jobs — resolves its
- * provider, voice and model here, so they all agree and all refuse the same way (400 `{detail}`).
+ * provider, voice and model here, so they all agree and all refuse the same way (`InvalidSelection`: 400 `{detail}`).
  *
  * - A voice and a model belong to their provider. Naming another provider without a voice gives that
  *   provider's default voice (and its default model); the base's voice never crosses to another provider.
@@ -39,12 +40,12 @@ export function resolveTtsSelection(providers: TtsLookup, base: PersonaBase, ove
   const providerId = selection.provider;
   const provider = providers(providerId);
   const status = provider.status();
-  if (!status.configured) throw badRequest(`tts_provider "${providerId}" is not configured: ${status.reason ?? ''}`);
+  if (!status.configured) throw new InvalidSelection(`tts_provider "${providerId}" is not configured: ${status.reason ?? ''}`);
   try {
     provider.validateVoice?.(selection.voice);
   } catch (error) {
     const reason = (error as Error).message;
-    throw badRequest(selection.voice === null ? `tts_provider "${providerId}" has no default voice; pass a voice (${reason})` : reason);
+    throw new InvalidSelection(selection.voice === null ? `tts_provider "${providerId}" has no default voice; pass a voice (${reason})` : reason);
   }
   return selection;
 }
@@ -55,7 +56,7 @@ export function resolveTtsSelection(providers: TtsLookup, base: PersonaBase, ove
  */
 export function selectTts(base: PersonaBase, overrides: TtsOverrides = {}): TtsSelection {
   const providerId = overrides.provider ?? base.provider;
-  if (!isTtsProviderId(providerId)) throw badRequest(`tts_provider ${quoteClientValue(providerId)} is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
+  if (!isTtsProviderId(providerId)) throw new InvalidSelection(`tts_provider ${quoteClientValue(providerId)} is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
   const sameProvider = providerId === base.provider;
   return {
     provider: providerId,

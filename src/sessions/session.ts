@@ -15,7 +15,7 @@ import {
   type SessionState,
 } from '../../machines/session.machine.ts';
 import type { Writable } from 'node:stream';
-import { conflict } from '../errors.ts';
+import { NotAdmitted, SessionTerminated } from '../domain-errors.ts';
 import type { RecordingRegistry, RecordingStatus } from '../recording/registry.ts';
 import type { StoredSession } from '../store/sessions.ts';
 import type { SessionEventHub, SessionEventRecord } from './event-hub.ts';
@@ -371,15 +371,15 @@ export class Session {
 
   /**
    * A client's call as a machine event: sent when the machine accepts it in its current state
-   * (`snapshot.can`), otherwise the 409 whose detail the machine derives from that state. Synchronous, so
+   * (`snapshot.can`), otherwise `NotAdmitted` (409) with the detail the machine derives from that state. Synchronous, so
    * nothing can change the state between the answer and the send.
    */
   admit(event: SessionEvent & { type: RequestEventType }): void {
     const refusal = this.offer(event);
-    if (refusal !== null) throw conflict(refusal);
+    if (refusal !== null) throw new NotAdmitted(refusal);
   }
 
-  /** `admit` for callers that answer a refusal themselves (the audio WebSocket): the 409's detail, or null once sent. */
+  /** `admit` for callers that answer a refusal themselves (the audio WebSocket): the refusal's detail, or null once sent. */
   offer(event: SessionEvent & { type: RequestEventType }): string | null {
     const snapshot = this.actor.getSnapshot();
     if (!snapshot.can(event)) return refusalDetail(snapshot, event.type);
@@ -392,21 +392,21 @@ export class Session {
     return audioStreamRefusal(this.actor.getSnapshot());
   }
 
-  /** The 409 `admit` would give now, raised before a request's payload exists (before reading an upload). */
+  /** The refusal `admit` would give now, raised before a request's payload exists (before reading an upload). */
   assertAdmits(type: RequestEventType): void {
     const snapshot = this.actor.getSnapshot();
-    if (!admitsRequest(snapshot, type)) throw conflict(refusalDetail(snapshot, type));
+    if (!admitsRequest(snapshot, type)) throw new NotAdmitted(refusalDetail(snapshot, type));
   }
 
   /**
    * Admission of a tap of the media clock (a recording): attached to the close cascade, which finalises it,
-   * in the same synchronous step as the check. 409 when there is nothing to record yet (created: the clock runs
-   * from start) or the session is ending or terminated (its cascade may have passed the taps' step already, so
-   * nothing would ever finalise it). Returns the tap's removal.
+   * in the same synchronous step as the check. `NotAdmitted` when there is nothing to record yet (created: the
+   * clock runs from start), `SessionTerminated` when the session is ending or terminated (its cascade may have
+   * passed the taps' step already, so nothing would ever finalise it). Returns the tap's removal.
    */
   admitTap(name: string, finalise: () => Promise<unknown>): () => void {
-    if (this.ending || this.closer.closing || this.state === 'terminated') throw conflict('session is terminated');
-    if (this.state === 'created') throw conflict('session is not started: start it before recording');
+    if (this.ending || this.closer.closing || this.state === 'terminated') throw new SessionTerminated();
+    if (this.state === 'created') throw new NotAdmitted('session is not started: start it before recording');
     return this.closer.addTap(name, finalise);
   }
 

@@ -1,31 +1,9 @@
-import { randomUUID } from 'node:crypto';
-import type { Logger } from 'pino';
-import type { ModelType } from '../../actors/render/types.ts';
-import type { TtsProvider, TtsProviderId } from '../../actors/tts/types.ts';
-import type { LlmProvider } from '../../actors/llm/types.ts';
-import type { AsrProvider } from '../../actors/asr/types.ts';
-import { ConversationHistory } from '../../actors/llm/history.ts';
-import type { FrameRenderer } from '../../actors/media/playout.ts';
-import type { ServiceConfig } from '../config.ts';
-import type { AvatarCatalog, CatalogEntry } from '../catalog/catalog.ts';
-import type { ModelRegistry } from '../models.ts';
 import type { SessionRecords, StoredSession } from '../store/sessions.ts';
-import { HttpError, badGateway, badRequest, conflict, isOutOfFileDescriptors, notFound, outOfFileDescriptors } from '../errors.ts';
-import { defaultsPersona, requestOverrides, resolveTtsSelection } from './persona.ts';
-import { SessionEventHub } from './event-hub.ts';
-import { SessionBus } from './session-bus.ts';
-import { SessionMedia } from './media.ts';
-import { Session, sessionParts, type SessionStage } from './session.ts';
-import { smoothForRt } from './smoothing.ts';
-import { SessionMetrics } from './metrics.ts';
-import type { InspectionHub } from '../inspect/inspection-hub.ts';
+import { AtCapacity, SessionNotFound, SessionTerminated } from '../domain-errors.ts';
+import { SessionFactory, type CreateSessionInput, type SessionFactoryDeps } from './session-factory.ts';
+import { sessionParts, type Session } from './session.ts';
 import { errorForLog } from '../logger.ts';
-import type { ServiceMetrics } from '../metrics/service-metrics.ts';
-import type { InferencePool } from '../../actors/inference/pool.ts';
 
-/** Conversation memory per session: enough for context, small enough for local models' windows. */
-export const HISTORY_MAX_TURNS = 12;
-export const HISTORY_MAX_CHARS = 12_000;
 /** How often expired tombstones are swept from LevelDB. */
 const TOMBSTONE_SWEEP_MS = 60_000;
 /** Retry-After of a full cap: a slot frees whenever a session starts, ends or expires, so a few seconds is a fair guess. */
@@ -39,39 +17,12 @@ const ORPHAN_CHECK_MAX_MS = 5_000;
 export const ORPHANED = 'orphaned';
 export const NOT_STARTED_IN_TIME = 'not started in time';
 
-export interface RenderOpener {
-  open(avatar: CatalogEntry, model: ModelType, signal?: AbortSignal): Promise<FrameRenderer & { close(): void }>;
-}
+/** A service shutting down refuses like a full one: the client retries, and reaches the restarted service or another node. */
+const shuttingDown = () => new AtCapacity('service is shutting down', CAPACITY_RETRY_AFTER_S);
 
-export interface SupervisorDeps {
-  config: ServiceConfig;
+/** The factory's parts plus where sessions and tombstones are stored. */
+export interface SupervisorDeps extends SessionFactoryDeps {
   store: SessionRecords;
-  catalog: AvatarCatalog;
-  models: ModelRegistry;
-  render: RenderOpener;
-  tts(id: TtsProviderId): TtsProvider;
-  llm: LlmProvider;
-  asr: AsrProvider;
-  logger: Logger;
-  /** Service-wide persona defaults (customize endpoints without a session id). */
-  defaults(): Promise<{ systemPrompt?: string; ttsProvider?: string; ttsVoice?: string | null }>;
-  /** The live state inspector's feed; sessions are created with its `inspect` callback when it is on. */
-  inspection?: InspectionHub;
-  /** Service-wide Prometheus metrics (`GET /metrics`); each session's turns and frames feed it. */
-  metrics?: ServiceMetrics;
-  /** The shared ONNX inference pool (voice activity detection); without it sessions have no voice input. */
-  inference?: () => InferencePool;
-  /** New session ids (UUID4); cluster mode's carry the node's routing slot (src/cluster/slots.ts). Default randomUUID. */
-  newSessionId?: () => string;
-}
-
-export interface CreateSessionInput {
-  avatar_id: string;
-  model: string;
-  tts_provider?: string | null;
-  tts_voice?: string | null;
-  llm_system_prompt?: string | null;
-  lipsync_postprocess_mode?: string | null;
 }
 
 /** Sessions terminated since the service started, by the reasons it decides itself. */
@@ -102,7 +53,12 @@ export class SessionSupervisor {
   private closed = false;
   readonly terminations: TerminationCounters = { orphaned: 0, not_started_in_time: 0 };
 
-  constructor(private readonly deps: SupervisorDeps) {}
+  /** Builds each session's parts; the supervisor admits, stores, supervises and reaps what it builds. */
+  private readonly factory: SessionFactory;
+
+  constructor(private readonly deps: SupervisorDeps) {
+    this.factory = new SessionFactory(deps);
+  }
 
   /** After a restart, sessions that were live are reported terminated (their media is gone), not lost. */
   async recover(): Promise<void> {
@@ -173,17 +129,17 @@ export class SessionSupervisor {
     return this.live.get(sessionId);
   }
 
-  /** A live session or 404; tombstones answer 409. Every REST call on a session passes here and counts as activity. */
+  /** A live session, else `SessionNotFound`; tombstones are `SessionTerminated`. Every REST call on a session passes here and counts as activity. */
   async requireSession(sessionId: string): Promise<Session> {
     const session = this.live.get(sessionId);
     if (session) {
       sessionParts(session).consumers.touch();
       return session;
     }
-    if (this.closing.has(sessionId)) throw conflict('session is terminated');
+    if (this.closing.has(sessionId)) throw new SessionTerminated();
     const stored = await this.deps.store.get(sessionId);
-    if (stored) throw conflict('session is terminated');
-    throw notFound('session not found');
+    if (stored) throw new SessionTerminated();
+    throw new SessionNotFound();
   }
 
   async describe(sessionId: string): Promise<StoredSession & { pipeline: string }> {
@@ -193,7 +149,7 @@ export class SessionSupervisor {
       return { ...session.record, state: session.state, pipeline: session.pipelineStage };
     }
     const stored = this.closing.get(sessionId)?.tombstone ?? (await this.deps.store.get(sessionId));
-    if (!stored) throw notFound('session not found');
+    if (!stored) throw new SessionNotFound();
     return { ...stored, pipeline: 'idle' };
   }
 
@@ -201,11 +157,12 @@ export class SessionSupervisor {
     const { config } = this.deps;
     // Each created session holds a renderer; unstarted ones must not pile up without bound. The slot is
     // taken here, before the first await, and handed over when the session goes live (or given back on failure).
-    if (this.closed) throw new HttpError(503, 'service is shutting down', { 'retry-after': String(CAPACITY_RETRY_AFTER_S) });
+    if (this.closed) throw shuttingDown();
     if (this.pendingCount >= config.maxPendingSessions) {
-      throw new HttpError(503, `too many sessions created but not started (${config.maxPendingSessions}); start or delete some, or retry later`, {
-        'retry-after': String(CAPACITY_RETRY_AFTER_S),
-      });
+      throw new AtCapacity(
+        `too many sessions created but not started (${config.maxPendingSessions}); start or delete some, or retry later`,
+        CAPACITY_RETRY_AFTER_S,
+      );
     }
     this.creating++;
     let reserved = true;
@@ -223,84 +180,14 @@ export class SessionSupervisor {
 
   /** `create` past admission; calls `release` in the same synchronous step that makes the session live. */
   private async createReserved(input: CreateSessionInput, release: () => void): Promise<Session> {
-    const { catalog, models, config } = this.deps;
-    const avatar = await catalog.get(input.avatar_id);
-    if (!avatar) throw badRequest(`avatar_id "${input.avatar_id}" does not exist`);
-    if (!models.isModel(input.model)) throw badRequest(`model "${input.model}" is not in the model list`);
-    const modelInfo = models.info(input.model);
-    // A configured remote backend that failed its last check is tried again by the open below (502 if still down).
-    if (!models.admits(input.model)) throw badRequest(`model "${input.model}" is not connected: ${modelInfo.reason}`);
-    if (!models.canRender(input.model, avatar.manifest.model_type)) {
-      throw badRequest(
-        `model "${input.model}" cannot render avatar "${avatar.id}" of model_type "${avatar.manifest.model_type}"; ` +
-          `it renders ${modelInfo.renders.join(', ')}`,
-      );
-    }
-    const defaults = await this.deps.defaults();
-    const tts = resolveTtsSelection(this.deps.tts, defaultsPersona(config, defaults), requestOverrides({ tts_provider: input.tts_provider, voice: input.tts_voice }));
-
-    const model = input.model;
-    let renderer: FrameRenderer & { close(): void };
-    try {
-      renderer = await this.deps.render.open(avatar, model);
-    } catch (error) {
-      // The avatar's DELETE won the race for its files: the client named an avatar that no longer exists.
-      if (!(await catalog.get(avatar.id))) throw badRequest(`avatar_id "${input.avatar_id}" does not exist`);
-      // Out of descriptors is the service overloaded, not the backend failing: 503, retry later.
-      if (isOutOfFileDescriptors(error)) throw outOfFileDescriptors();
-      this.deps.logger.error({ model: input.model, err: errorForLog(error) }, 'renderer initialisation failed');
-      // The same path-free text as the log: a filesystem error must not show the server's paths to clients.
-      throw badGateway(`rendering backend failed during initialization: ${errorForLog(error)}`);
-    }
-
-    const sessionId = this.deps.newSessionId?.() ?? randomUUID();
-    const now = new Date().toISOString();
-    const stored: StoredSession = {
-      session_id: sessionId,
-      avatar_id: avatar.id,
-      model: input.model,
-      tts_provider: tts.provider,
-      tts_voice: tts.voice,
-      tts_model: tts.model,
-      llm_system_prompt: input.llm_system_prompt ?? defaults.systemPrompt ?? config.llmSystemPrompt,
-      lipsync_postprocess_mode: input.lipsync_postprocess_mode ?? null,
-      state: 'created',
-      created_at: now,
-      updated_at: now,
-    };
-    const logger = this.deps.logger.child({ sessionId });
-    const bus = new SessionBus((error, event) => logger.error({ err: errorForLog(error), event }, 'session bus listener failed'));
-    const events = new SessionEventHub(bus);
-    const media = new SessionMedia({
-      renderer,
-      reopenRenderer: (signal) => this.deps.render.open(avatar, model, signal),
-      sampleRate: config.sampleRate,
-      iceServers: config.iceServers,
-      videoDelayMs: config.videoDelayMs,
-      bus,
-      logger,
-    });
-    const stage: SessionStage = {
-      sessionId,
-      sampleRate: config.sampleRate,
-      logger,
-      events: bus,
-      media,
-      history: new ConversationHistory({ maxTurns: HISTORY_MAX_TURNS, maxChars: HISTORY_MAX_CHARS }),
-      tts: this.deps.tts,
-      llm: this.deps.llm,
-      asr: this.deps.asr,
-      metrics: new SessionMetrics(this.deps.metrics?.turnObserver()),
-      smoothAudio: (pcm) => smoothForRt(pcm, config.sampleRate),
-    };
-    this.deps.metrics?.followSession(bus);
-    const inference = this.deps.inference;
-    const voice = inference && { pool: inference, asr: this.deps.asr, silenceMs: config.vadSilenceMs, minSpeechMs: config.vadMinSpeechMs };
-    const session = new Session(stored, bus, events, media, stage, logger, this.deps.inspection?.inspectorFor(sessionId), voice);
+    const { config } = this.deps;
+    const session = await this.factory.assemble(input);
+    const { id: sessionId, record: stored } = session;
+    const { logger, actor } = sessionParts(session);
     try {
       await this.deps.store.put(stored);
       // Shut down while this one was being set up: closeAll has already run, so nobody would close it.
-      if (this.closed) throw new HttpError(503, 'service is shutting down', { 'retry-after': String(CAPACITY_RETRY_AFTER_S) });
+      if (this.closed) throw shuttingDown();
     } catch (error) {
       await session.close();
       throw error;
@@ -308,7 +195,6 @@ export class SessionSupervisor {
     this.live.set(sessionId, session);
     release();
     // An unrecoverable stage error terminates the machine by itself; keep the tombstone rules the same.
-    const { actor } = sessionParts(session);
     actor.on('session.terminated', () =>
       setImmediate(() =>
         // Nobody awaits this: a failing tombstone write must be logged, not left as an unhandled rejection.
@@ -327,7 +213,7 @@ export class SessionSupervisor {
     }, config.startTimeoutMs);
     startTimer.unref();
     actor.on('session.terminated', () => clearTimeout(startTimer));
-    logger.info({ avatarId: avatar.id, model: input.model, ttsProvider: tts.provider }, 'session created');
+    logger.info({ avatarId: stored.avatar_id, model: stored.model, ttsProvider: stored.tts_provider }, 'session created');
     return session;
   }
 
@@ -338,9 +224,7 @@ export class SessionSupervisor {
     // machine answers first (a started session is a 409 even at capacity).
     session.assertAdmits('START');
     if (this.activeCount >= this.deps.config.maxSessions) {
-      throw new HttpError(503, `session capacity reached (${this.deps.config.maxSessions} active); retry later`, {
-        'retry-after': String(CAPACITY_RETRY_AFTER_S),
-      });
+      throw new AtCapacity(`session capacity reached (${this.deps.config.maxSessions} active); retry later`, CAPACITY_RETRY_AFTER_S);
     }
     session.start();
     this.watchForOrphans();
@@ -366,7 +250,7 @@ export class SessionSupervisor {
       const closing = this.closing.get(sessionId);
       if (closing) return closing.done;
       if (await this.deps.store.get(sessionId)) return;
-      throw notFound('session not found');
+      throw new SessionNotFound();
     }
     this.live.delete(sessionId);
     // In the same step as leaving `live`: the service's frame counters never go backwards.

@@ -4,7 +4,7 @@
  * tooling, not conversation: they wait for each other here, and the built-in engine runs them apart from live
  * turns (actors/tts/builtin/pool.ts), so a flood of them never delays a live session's speech.
  */
-import { HttpError } from '../errors.ts';
+import { AtCapacity } from '../domain-errors.ts';
 
 /**
  * Previews synthesising at once. Two keep the built-in preview engine busy (each asks for its next sentence
@@ -20,12 +20,8 @@ export const MAX_WAITING_PREVIEWS = 18;
 /** Retry-After of a full line: a 1000-character preview takes a few seconds, so a slot frees within this. */
 export const PREVIEW_RETRY_AFTER_S = 5;
 
-export function previewsBusy(): HttpError {
-  return new HttpError(
-    503,
-    `${MAX_RUNNING_PREVIEWS + MAX_WAITING_PREVIEWS} previews are already running or waiting; try again shortly`,
-    { 'retry-after': String(PREVIEW_RETRY_AFTER_S) },
-  );
+export function previewsBusy(): AtCapacity {
+  return new AtCapacity(`${MAX_RUNNING_PREVIEWS + MAX_WAITING_PREVIEWS} previews are already running or waiting; try again shortly`, PREVIEW_RETRY_AFTER_S);
 }
 
 interface Waiter {

@@ -1,7 +1,7 @@
 import type { WebSocket } from 'ws';
 import { Type, type Static } from '@sinclair/typebox';
 import { TypeCompiler } from '@sinclair/typebox/compiler';
-import { HttpError } from '../errors.ts';
+import { SessionNotFound } from '../domain-errors.ts';
 import type { Session, SessionEventRecord } from '../sessions/index.ts';
 import type { SessionSupervisor } from '../sessions/supervisor.ts';
 
@@ -39,8 +39,7 @@ export async function startedSessionFor(socket: WebSocket, supervisor: SessionSu
   try {
     session = await supervisor.requireSession(sessionId);
   } catch (error) {
-    const status = error instanceof HttpError ? error.statusCode : 500;
-    fail(socket, status === 404 ? 'session_not_found' : 'session_terminated', (error as Error).message, CLOSE_POLICY);
+    fail(socket, webSocketCodeOf(error), (error as Error).message, CLOSE_POLICY);
     return undefined;
   }
   const refusal = session.audioStreamRefusal;
@@ -49,6 +48,15 @@ export async function startedSessionFor(socket: WebSocket, supervisor: SessionSu
     return undefined;
   }
   return session;
+}
+
+/**
+ * The WebSocket error code (docs/events.md) of a session an audio socket cannot have: the WebSocket side of the
+ * domain errors (`src/domain-errors.ts`), as the error plugin is their HTTP side. An unknown session is
+ * `session_not_found`; a terminated one, and anything else that keeps the session out of reach, `session_terminated`.
+ */
+function webSocketCodeOf(error: unknown): 'session_not_found' | 'session_terminated' {
+  return error instanceof SessionNotFound ? 'session_not_found' : 'session_terminated';
 }
 
 /**

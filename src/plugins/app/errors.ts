@@ -1,31 +1,65 @@
 import fp from 'fastify-plugin';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { HttpError, isOutOfFileDescriptors, outOfFileDescriptors } from '../../errors.ts';
+import { HttpError } from '../../errors.ts';
+import {
+  AtCapacity,
+  AvatarNotFound,
+  BackendFailed,
+  DomainError,
+  InvalidInput,
+  InvalidSelection,
+  NotAdmitted,
+  ServiceFault,
+  SessionNotFound,
+  SessionTerminated,
+  isOutOfFileDescriptors,
+  outOfFileDescriptors,
+} from '../../domain-errors.ts';
 import { scrubPaths, serializeErrorForLog } from '../../logger.ts';
 import { VoiceNotFoundError } from '../../../actors/tts/types.ts';
 import { ProviderNotConfiguredError, UpstreamError } from '../../../actors/upstream/errors.ts';
 import { MalformedSdpError } from '../../../actors/media/webrtc.ts';
 
+/** The HTTP status of every domain error (`src/domain-errors.ts`): the one place the domain meets HTTP. */
+export const DOMAIN_STATUSES: ReadonlyArray<readonly [abstract new (...args: never[]) => DomainError, number]> = [
+  [InvalidInput, 400],
+  [InvalidSelection, 400],
+  [AvatarNotFound, 404],
+  [SessionNotFound, 404],
+  [NotAdmitted, 409],
+  [SessionTerminated, 409],
+  [ServiceFault, 500],
+  [BackendFailed, 502],
+  [AtCapacity, 503],
+];
+
+/** The HTTP answer of a domain error: its status, its detail, and Retry-After when it says when to retry. */
+export function httpErrorOf(error: DomainError): HttpError {
+  const status = DOMAIN_STATUSES.find(([kind]) => error instanceof kind)?.[1] ?? 500;
+  return new HttpError(status, error.detail, error instanceof AtCapacity ? { 'retry-after': String(error.retryAfterS) } : {});
+}
+
 /**
- * One place that turns errors into `{detail}` answers (spec 7): 4xx with the reason, 502 with the
- * upstream text, 503 with Retry-After when the process ran out of file descriptors (EMFILE/ENFILE, wherever
- * they come from), 500 with a generic message while the exception is only logged. Every `detail` and
- * every logged error passes through `scrubPaths`, whichever logger the app was built with, so no
- * answer or log line carries a filesystem path.
+ * One place that turns errors into `{detail}` answers (spec 7): domain errors by `DOMAIN_STATUSES`, 4xx with
+ * the reason, 502 with the upstream text, 503 with Retry-After when the process ran out of file descriptors
+ * (EMFILE/ENFILE, wherever they come from), 500 with a generic message while the exception is only logged.
+ * Every `detail` and every logged error passes through `scrubPaths`, whichever logger the app was built with,
+ * so no answer or log line carries a filesystem path.
  */
 export default fp(async function errorPlugin(app: FastifyInstance) {
   app.setErrorHandler((error: FastifyError | Error, request, reply) => {
     closeIfBodyStalled(request, reply);
-    if (error instanceof HttpError) {
-      sendDetail(reply.headers(error.headers), error.statusCode, error.detail);
+    const refusal = error instanceof DomainError ? httpErrorOf(error) : error;
+    if (refusal instanceof HttpError) {
+      sendDetail(reply.headers(refusal.headers), refusal.statusCode, refusal.detail);
       return;
     }
-    // After HttpError: a deliberate answer may quote client text, which must not turn into a 503.
+    // After the deliberate answers: one may quote client text, which must not turn into a 503.
     if (isOutOfFileDescriptors(error)) {
       // Overload, not a defect: logged without the error's text (it may name a file).
       request.log.warn({ code: (error as NodeJS.ErrnoException).code }, 'out of file descriptors');
-      const refusal = outOfFileDescriptors();
-      sendDetail(reply.headers(refusal.headers), refusal.statusCode, refusal.detail);
+      const overload = httpErrorOf(outOfFileDescriptors());
+      sendDetail(reply.headers(overload.headers), overload.statusCode, overload.detail);
       return;
     }
     if (error instanceof UpstreamError) {

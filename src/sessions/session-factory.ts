@@ -1,0 +1,150 @@
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { ModelType } from '../../actors/render/types.ts';
+import type { TtsProvider, TtsProviderId } from '../../actors/tts/types.ts';
+import type { LlmProvider } from '../../actors/llm/types.ts';
+import type { AsrProvider } from '../../actors/asr/types.ts';
+import { ConversationHistory } from '../../actors/llm/history.ts';
+import type { FrameRenderer } from '../../actors/media/playout.ts';
+import type { InferencePool } from '../../actors/inference/pool.ts';
+import type { ServiceConfig } from '../config.ts';
+import type { AvatarCatalog, CatalogEntry } from '../catalog/catalog.ts';
+import type { ModelRegistry } from '../models.ts';
+import type { StoredSession } from '../store/sessions.ts';
+import { BackendFailed, InvalidSelection, isOutOfFileDescriptors, outOfFileDescriptors } from '../domain-errors.ts';
+import type { InspectionHub } from '../inspect/inspection-hub.ts';
+import { errorForLog } from '../logger.ts';
+import type { ServiceMetrics } from '../metrics/service-metrics.ts';
+import { defaultsPersona, requestOverrides, resolveTtsSelection } from './persona.ts';
+import { SessionEventHub } from './event-hub.ts';
+import { SessionBus } from './session-bus.ts';
+import { SessionMedia } from './media.ts';
+import { SessionMetrics } from './metrics.ts';
+import { Session, type SessionStage } from './session.ts';
+import { smoothForRt } from './smoothing.ts';
+
+/** Conversation memory per session: enough for context, small enough for local models' windows. */
+export const HISTORY_MAX_TURNS = 12;
+export const HISTORY_MAX_CHARS = 12_000;
+
+export interface RenderOpener {
+  open(avatar: CatalogEntry, model: ModelType, signal?: AbortSignal): Promise<FrameRenderer & { close(): void }>;
+}
+
+/** What assembling a session takes: the engines its stages drive and the service parts it reports to. */
+export interface SessionFactoryDeps {
+  config: ServiceConfig;
+  catalog: AvatarCatalog;
+  models: ModelRegistry;
+  render: RenderOpener;
+  tts(id: TtsProviderId): TtsProvider;
+  llm: LlmProvider;
+  asr: AsrProvider;
+  logger: Logger;
+  /** Service-wide persona defaults (customize endpoints without a session id). */
+  defaults(): Promise<{ systemPrompt?: string; ttsProvider?: string; ttsVoice?: string | null }>;
+  /** The live state inspector's feed; sessions are created with its `inspect` callback when it is on. */
+  inspection?: InspectionHub;
+  /** Service-wide Prometheus metrics (`GET /metrics`); each session's turns and frames feed it. */
+  metrics?: ServiceMetrics;
+  /** The shared ONNX inference pool (voice activity detection); without it sessions have no voice input. */
+  inference?: () => InferencePool;
+  /** New session ids (UUID4); cluster mode's carry the node's routing slot (src/cluster/slots.ts). Default randomUUID. */
+  newSessionId?: () => string;
+}
+
+export interface CreateSessionInput {
+  avatar_id: string;
+  model: string;
+  tts_provider?: string | null;
+  tts_voice?: string | null;
+  llm_system_prompt?: string | null;
+  lipsync_postprocess_mode?: string | null;
+}
+
+/**
+ * Builds a session from a `POST /sessions` request: checks what it picks (avatar, model, persona:
+ * `InvalidSelection`), opens its renderer, and wires its parts — record, bus, SSE hub, media, stage context,
+ * metrics, voice input — into one `Session`. It decides nothing about admission: the supervisor has taken the
+ * pending slot before asking, and stores and supervises what comes back (or closes it).
+ */
+export class SessionFactory {
+  constructor(private readonly deps: SessionFactoryDeps) {}
+
+  async assemble(input: CreateSessionInput): Promise<Session> {
+    const { catalog, models, config } = this.deps;
+    const avatar = await catalog.get(input.avatar_id);
+    if (!avatar) throw new InvalidSelection(`avatar_id "${input.avatar_id}" does not exist`);
+    if (!models.isModel(input.model)) throw new InvalidSelection(`model "${input.model}" is not in the model list`);
+    const modelInfo = models.info(input.model);
+    // A configured remote backend that failed its last check is tried again by the open below (502 if still down).
+    if (!models.admits(input.model)) throw new InvalidSelection(`model "${input.model}" is not connected: ${modelInfo.reason}`);
+    if (!models.canRender(input.model, avatar.manifest.model_type)) {
+      throw new InvalidSelection(
+        `model "${input.model}" cannot render avatar "${avatar.id}" of model_type "${avatar.manifest.model_type}"; ` +
+          `it renders ${modelInfo.renders.join(', ')}`,
+      );
+    }
+    const defaults = await this.deps.defaults();
+    const tts = resolveTtsSelection(this.deps.tts, defaultsPersona(config, defaults), requestOverrides({ tts_provider: input.tts_provider, voice: input.tts_voice }));
+
+    const model = input.model;
+    let renderer: FrameRenderer & { close(): void };
+    try {
+      renderer = await this.deps.render.open(avatar, model);
+    } catch (error) {
+      // The avatar's DELETE won the race for its files: the client named an avatar that no longer exists.
+      if (!(await catalog.get(avatar.id))) throw new InvalidSelection(`avatar_id "${input.avatar_id}" does not exist`);
+      // Out of descriptors is the service overloaded, not the backend failing: 503, retry later.
+      if (isOutOfFileDescriptors(error)) throw outOfFileDescriptors();
+      this.deps.logger.error({ model: input.model, err: errorForLog(error) }, 'renderer initialisation failed');
+      // The same path-free text as the log: a filesystem error must not show the server's paths to clients.
+      throw new BackendFailed(`rendering backend failed during initialization: ${errorForLog(error)}`);
+    }
+
+    const sessionId = this.deps.newSessionId?.() ?? randomUUID();
+    const now = new Date().toISOString();
+    const stored: StoredSession = {
+      session_id: sessionId,
+      avatar_id: avatar.id,
+      model: input.model,
+      tts_provider: tts.provider,
+      tts_voice: tts.voice,
+      tts_model: tts.model,
+      llm_system_prompt: input.llm_system_prompt ?? defaults.systemPrompt ?? config.llmSystemPrompt,
+      lipsync_postprocess_mode: input.lipsync_postprocess_mode ?? null,
+      state: 'created',
+      created_at: now,
+      updated_at: now,
+    };
+    const logger = this.deps.logger.child({ sessionId });
+    const bus = new SessionBus((error, event) => logger.error({ err: errorForLog(error), event }, 'session bus listener failed'));
+    const events = new SessionEventHub(bus);
+    const media = new SessionMedia({
+      renderer,
+      reopenRenderer: (signal) => this.deps.render.open(avatar, model, signal),
+      sampleRate: config.sampleRate,
+      iceServers: config.iceServers,
+      videoDelayMs: config.videoDelayMs,
+      bus,
+      logger,
+    });
+    const stage: SessionStage = {
+      sessionId,
+      sampleRate: config.sampleRate,
+      logger,
+      events: bus,
+      media,
+      history: new ConversationHistory({ maxTurns: HISTORY_MAX_TURNS, maxChars: HISTORY_MAX_CHARS }),
+      tts: this.deps.tts,
+      llm: this.deps.llm,
+      asr: this.deps.asr,
+      metrics: new SessionMetrics(this.deps.metrics?.turnObserver()),
+      smoothAudio: (pcm) => smoothForRt(pcm, config.sampleRate),
+    };
+    this.deps.metrics?.followSession(bus);
+    const inference = this.deps.inference;
+    const voice = inference && { pool: inference, asr: this.deps.asr, silenceMs: config.vadSilenceMs, minSpeechMs: config.vadMinSpeechMs };
+    return new Session(stored, bus, events, media, stage, logger, this.deps.inspection?.inspectorFor(sessionId), voice);
+  }
+}
