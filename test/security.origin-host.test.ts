@@ -1,11 +1,10 @@
 import fs from 'node:fs/promises';
-import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeFaceDetector } from '../actors/faces/detector.ts';
 import { loadConfig } from '../src/config.ts';
 import { RequestOriginGuard } from '../src/security/request-origin.ts';
 import { PORTRAIT_FIXTURE } from './helpers/fixtures.ts';
-import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
+import { json, post, rawRequest, startTestApp, type TestApp } from './helpers/app.ts';
 import { upgrade } from './helpers/ws-upgrade.ts';
 
 const FOREIGN = 'https://evil.example';
@@ -25,21 +24,6 @@ function uploadAvatar(baseUrl: string, image: Buffer, headers: Record<string, st
 async function customAvatarIds(t: TestApp): Promise<string[]> {
   const avatars = (await json(await fetch(`${t.baseUrl}/avatars`))) as Array<{ id: string; is_custom?: boolean }>;
   return avatars.filter((a) => a.id.startsWith('custom-')).map((a) => a.id);
-}
-
-/** A GET sent byte for byte with a chosen Host header (fetch always sends the URL's host). */
-function getWithHost(baseUrl: string, path: string, host: string): Promise<{ status: number; body: string }> {
-  const url = new URL(baseUrl);
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: url.hostname, port: url.port, path, headers: { host } }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk) => (body += chunk));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
 }
 
 async function startedSession(t: TestApp): Promise<string> {
@@ -119,14 +103,14 @@ describe('a web page of another origin cannot drive the service', () => {
   });
 
   it('refuses a request whose Host names another site (DNS rebinding) with 403 {detail}, whatever the method', async () => {
-    const rebound = await getWithHost(t.baseUrl, '/healthz', `evil.example:${new URL(t.baseUrl).port}`);
+    const rebound = await rawRequest(t.baseUrl, 'GET', '/healthz', { host: `evil.example:${new URL(t.baseUrl).port}` });
     expect(rebound.status).toBe(403);
     expect(JSON.parse(rebound.body).detail).toMatch(/Host/u);
-    expect((await getWithHost(t.baseUrl, '/avatars', 'evil.example')).status).toBe(403);
+    expect((await rawRequest(t.baseUrl, 'GET', '/avatars', { host: 'evil.example' })).status).toBe(403);
     // The names of this service pass: the bind address and localhost in any port form.
-    expect((await getWithHost(t.baseUrl, '/healthz', `localhost:${new URL(t.baseUrl).port}`)).status).toBe(200);
-    expect((await getWithHost(t.baseUrl, '/healthz', 'localhost')).status).toBe(200);
-    expect((await getWithHost(t.baseUrl, '/healthz', new URL(t.baseUrl).host)).status).toBe(200);
+    expect((await rawRequest(t.baseUrl, 'GET', '/healthz', { host: `localhost:${new URL(t.baseUrl).port}` })).status).toBe(200);
+    expect((await rawRequest(t.baseUrl, 'GET', '/healthz', { host: 'localhost' })).status).toBe(200);
+    expect((await rawRequest(t.baseUrl, 'GET', '/healthz', { host: new URL(t.baseUrl).host })).status).toBe(200);
   });
 
   it('documents the 403 on every route in OpenAPI', async () => {
@@ -140,9 +124,9 @@ describe('SERVICE_ALLOWED_HOSTS', () => {
   it('adds Host names the service answers to; other names stay refused', async () => {
     const t = await startTestApp({ withRepoAvatars: false, env: { SERVICE_ALLOWED_HOSTS: 'avatar.internal, .example.org' } });
     try {
-      expect((await getWithHost(t.baseUrl, '/healthz', 'avatar.internal:8000')).status).toBe(200);
-      expect((await getWithHost(t.baseUrl, '/healthz', 'talk.example.org')).status).toBe(200);
-      expect((await getWithHost(t.baseUrl, '/healthz', 'example.org.evil.example')).status).toBe(403);
+      expect((await rawRequest(t.baseUrl, 'GET', '/healthz', { host: 'avatar.internal:8000' })).status).toBe(200);
+      expect((await rawRequest(t.baseUrl, 'GET', '/healthz', { host: 'talk.example.org' })).status).toBe(200);
+      expect((await rawRequest(t.baseUrl, 'GET', '/healthz', { host: 'example.org.evil.example' })).status).toBe(403);
       // The rebinding page's Origin is its own name: refused even though the Host is allowed.
       const res = await fetch(`${t.baseUrl}/sessions`, { method: 'POST', headers: { origin: 'http://avatar.internal.evil.example' } });
       expect(res.status).toBe(403);

@@ -257,7 +257,9 @@ describe('hands-free conversation', () => {
       const listen = await openListen(bare.baseUrl, sessionId);
       await listen.waitErrorCount(1, 5_000);
       const silence = new Int16Array(16_000 * 0.8);
-      await streamPcm(listen, framesOf(pcmBytes(concat(utterance(1), silence, utterance(2), silence, utterance(3), silence)), 640), { speed: 2 });
+      // Real time, as /listen asks of clients: at twice real time a host slower than the development VM leaves the
+      // detector 2 s behind, and the service rightly adds audio_overflow, which is not what this test is about.
+      await streamPcm(listen, framesOf(pcmBytes(concat(utterance(1), silence, utterance(2), silence, utterance(3), silence)), 640), { speed: 1 });
       await sleep(500);
       const errors = listen.errors();
       expect(errors.map((e) => e.code)).toEqual(['asr_not_configured']);

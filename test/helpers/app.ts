@@ -117,11 +117,14 @@ export async function post(baseUrl: string, path: string, body?: unknown): Promi
   });
 }
 
-/** An HTTP request whose path is sent byte for byte (fetch would normalise `..` segments away). */
-export function rawRequest(baseUrl: string, method: string, rawPath: string): Promise<{ status: number; body: string }> {
+/**
+ * An HTTP request whose path is sent byte for byte (fetch would normalise `..` segments away), with any headers
+ * fetch would not let through as given (a foreign Host).
+ */
+export function rawRequest(baseUrl: string, method: string, rawPath: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
   const url = new URL(baseUrl);
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: url.hostname, port: url.port, method, path: rawPath }, (res) => {
+    const req = http.request({ host: url.hostname, port: url.port, method, path: rawPath, headers }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (chunk) => (body += chunk));
