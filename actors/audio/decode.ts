@@ -184,7 +184,8 @@ async function decodeMp3(bytes: Uint8Array, maxDurationMs: number | undefined): 
   }
 }
 
-function concatPcm(pieces: Int16Array[], frames: number): Int16Array {
+/** The pieces one after another (`frames` = their total length); a single piece is returned as it is. */
+export function concatPcm(pieces: readonly Int16Array[], frames: number): Int16Array {
   if (pieces.length === 1) return pieces[0];
   const pcm = new Int16Array(frames);
   let at = 0;

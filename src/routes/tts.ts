@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors, Nullable } from '../schemas/common.ts';
 import { badGateway, badRequest } from '../errors.ts';
-import { defaultsPersona, encodeWav, isAbortError, requestOverrides, resamplePcm16, resolveTtsSelection, TTS_PROVIDER_IDS, type TtsProviderId } from '../sessions/index.ts';
+import { concatPcm, defaultsPersona, encodeWav, isAbortError, requestOverrides, resamplePcm16, resolveTtsSelection, TTS_PROVIDER_IDS, type TtsProviderId } from '../sessions/index.ts';
 import type { Services } from '../services.ts';
 import { closedSignal } from '../http/closed-signal.ts';
 import { MAX_RUNNING_PREVIEWS, MAX_WAITING_PREVIEWS, PREVIEW_RETRY_AFTER_S, PreviewQueue, previewsBusy } from '../tts/preview-queue.ts';
@@ -167,13 +167,7 @@ async function synthesizeAll(services: Services, preview: ResolvedPreview, signa
     throw error;
   }
   if (total === 0) throw badGateway(`tts_provider "${preview.providerId}" returned no audio`);
-  const out = new Int16Array(total);
-  let offset = 0;
-  for (const part of parts) {
-    out.set(part, offset);
-    offset += part.length;
-  }
-  return out;
+  return concatPcm(parts, total);
 }
 
 export default ttsRoutes;

@@ -16,7 +16,7 @@ export {
   type TtsOverrides,
 } from './persona.ts';
 export type { RequestEventType, SessionEvent, TurnInfo } from '../../machines/session.machine.ts';
-export { AudioTooLongError, describeDuration, InvalidAudioError, UPLOAD_AUDIO_RULES } from '../../actors/audio/decode.ts';
+export { AudioTooLongError, concatPcm, describeDuration, InvalidAudioError, UPLOAD_AUDIO_RULES } from '../../actors/audio/decode.ts';
 export { AudioDecoderBusyError, closeAudioDecoder, decodeAudioOffThread } from '../../actors/audio/decode-pool.ts';
 export { resamplePcm16 } from '../../actors/audio/resample.ts';
 export { encodeWav, pcm16FromLittleEndian } from '../../actors/audio/wav.ts';
