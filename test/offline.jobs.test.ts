@@ -125,7 +125,11 @@ describe('offline bundle jobs', () => {
       expect(b.status).not.toBe('failed');
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
-    expect([...new Set(seen.map((job) => job.status))]).toEqual(['running', 'complete']);
+    // On a slow host the first read can come before the queue picked the first job up: a leading
+    // 'pending' is allowed, but the statuses only ever move forward and pass through 'running'.
+    const firstStatuses = [...new Set(seen.map((job) => job.status))];
+    expect(firstStatuses.filter((status) => status !== 'pending')).toEqual(['running', 'complete']);
+    expect(firstStatuses.indexOf('pending')).toBeLessThanOrEqual(0);
     expect(secondSeen.has('pending')).toBe(true);
     expect(secondSeen.has('running')).toBe(true);
     for (let i = 1; i < seen.length; i++) expect(seen[i].progress).toBeGreaterThanOrEqual(seen[i - 1].progress);
