@@ -21,6 +21,7 @@ import uiRoutes from './routes/ui.ts';
 import audioStreamRoutes from './routes/audio-stream.ts';
 import listenRoutes from './routes/listen.ts';
 import customizeRoutes from './routes/customize.ts';
+import toolRoutes from './routes/tools.ts';
 import metricsRoutes from './routes/metrics.ts';
 import recordingRoutes from './routes/recording.ts';
 import offlineRoutes from './routes/offline.ts';
@@ -60,7 +61,7 @@ export const SOCKET_INACTIVITY_TIMEOUT_MS = 0;
 const DROPPED_CONNECTIONS_LOG_EVERY_MS = 10_000;
 
 /** Route plugins, each encapsulated; later capabilities add theirs here. */
-const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, listenRoutes, customizeRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, ttsVoiceRoutes, voiceRoutes, recordingRoutes, offlineRoutes, inspectRoutes, uiRoutes];
+const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, listenRoutes, customizeRoutes, toolRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, ttsVoiceRoutes, voiceRoutes, recordingRoutes, offlineRoutes, inspectRoutes, uiRoutes];
 
 export interface BuiltApp {
   app: FastifyInstance;

@@ -6,6 +6,7 @@ import type { TtsEndpointConfig, TtsProvidersConfig } from '../actors/tts/regist
 import { envVarName } from '../actors/tts/providers/common.ts';
 import { DEFAULT_VIDEO_DELAY_MS } from '../actors/media/playout.ts';
 import { DEFAULT_MIN_SILENCE_MS, DEFAULT_MIN_SPEECH_MS } from '../actors/vad/silero.ts';
+import { isWebhookSecret } from '../actors/upstream/webhook-signing.ts';
 
 /**
  * Every `SERVICE_*` variable the service reads, validated once at start-up.
@@ -30,6 +31,15 @@ export interface ServiceConfig {
   tts: TtsProvidersConfig;
   llmSystemPrompt: string;
   llm: { baseUrl: string | null; apiKey: string | null; model: string };
+  /**
+   * SERVICE_WEBHOOK_ALLOWED_HOSTS: the hosts a per-session callback URL (a webhook tool) may name; empty = none. The
+   * service has no authentication, so an open callback URL would let anyone make it call anywhere (docs/security.md).
+   */
+  webhookAllowedHosts: string[];
+  /** SERVICE_WEBHOOK_SECRET: the Standard Webhooks secret (`whsec_…`) requests to customers' endpoints are signed with; null = unsigned. */
+  webhookSecret: string | null;
+  /** SERVICE_TOOL_FILLER_TEXT: a short sentence said once per turn while tools run longer than ~1 s; null = silence. */
+  toolFillerText: string | null;
   asr: { baseUrl: string | null; apiKey: string | null; model: string };
   maxSessions: number;
   /**
@@ -99,6 +109,8 @@ export class ConfigError extends Error {
   }
 }
 
+/** The tool filler is one short sentence said while the user waits; a paragraph would outlast the tool. */
+const MAX_TOOL_FILLER_CHARS = 200;
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 const DEFAULT_SYSTEM_PROMPT =
   'You are a friendly talking avatar. Answer in short spoken sentences without markdown, lists or emoji.';
@@ -165,6 +177,22 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     }
   }
 
+  const webhookAllowedHosts = (read('SERVICE_WEBHOOK_ALLOWED_HOSTS') ?? '')
+    .split(',')
+    .map((name) => name.trim().toLowerCase())
+    .filter(Boolean);
+  for (const name of webhookAllowedHosts) {
+    if (name === '*' || !isAllowedHostEntry(name)) {
+      problems.push(`SERVICE_WEBHOOK_ALLOWED_HOSTS entries must be host names or IP addresses without scheme or port (hooks.example.com, .example.com, 10.0.0.5) (got "${name}")`);
+    }
+  }
+  const webhookSecret = read('SERVICE_WEBHOOK_SECRET') ?? null;
+  // Never echoed: it is a secret.
+  if (webhookSecret !== null && !isWebhookSecret(webhookSecret)) problems.push('SERVICE_WEBHOOK_SECRET must be whsec_ followed by a base64 key of at least 16 bytes');
+
+  const toolFillerText = read('SERVICE_TOOL_FILLER_TEXT') ?? null;
+  if (toolFillerText !== null && toolFillerText.length > MAX_TOOL_FILLER_CHARS) problems.push(`SERVICE_TOOL_FILLER_TEXT must be at most ${MAX_TOOL_FILLER_CHARS} characters`);
+
   let iceServers: ServiceConfig['iceServers'] = [];
   const iceRaw = read('SERVICE_ICE_SERVERS');
   if (iceRaw !== undefined) {
@@ -229,6 +257,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       apiKey: read('SERVICE_LLM_API_KEY') ?? null,
       model: read('SERVICE_LLM_MODEL') ?? 'llama3.2',
     },
+    webhookAllowedHosts,
+    webhookSecret,
+    toolFillerText,
     asr: {
       baseUrl: url('SERVICE_ASR_BASE_URL'),
       apiKey: read('SERVICE_ASR_API_KEY') ?? null,

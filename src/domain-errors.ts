@@ -54,6 +54,16 @@ export class InvalidInput extends DomainError {}
 /** The avatar a request is about (not one it picks for a session, which is `InvalidSelection`) does not exist. */
 export class AvatarNotFound extends DomainError {}
 
+/** A tool result names a call the session never made (or one forgotten long ago). */
+export class ToolCallNotFound extends DomainError {
+  constructor() {
+    super('no tool call with this call_id in this session');
+  }
+}
+
+/** A tool result came too late: the call's deadline passed, it was answered already, or its turn was interrupted. */
+export class ToolCallClosed extends DomainError {}
+
 /** A backend the service depends on (a renderer) failed; `detail` is its path-free error text. */
 export class BackendFailed extends DomainError {}
 

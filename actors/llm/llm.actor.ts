@@ -2,13 +2,26 @@ import { fromCallback } from 'xstate';
 import type { LlmActorEvent, LlmInput } from '../../machines/session.machine.ts';
 import { EagerSentenceStream } from '../tts/sentences.ts';
 import { heardReply, type QueuedSegment } from './heard.ts';
+import { runToolRound } from './tool-round.ts';
+import type { ChatMessage, LlmToolCall } from './types.ts';
 import { runStage, type StageContext } from '../stage/stage.ts';
+
+/**
+ * Rounds of tool calls one chat turn may make: ask, run the calls, ask again. Two or three are normal (look
+ * something up, then act on it); a model still calling tools after this is looping, and every round costs the user
+ * waiting time. Past it the model is asked once more without tools, so the turn ends with words.
+ */
+export const MAX_TOOL_ROUNDS_PER_TURN = 4;
 
 /**
  * A chat turn's language model: streams deltas (SSE `llm`), cuts sentences into LLM.SEGMENT, and lives as
  * long as the turn so that it commits the history once the turn ends (TURN.END, sent by the machine before
  * it stops this actor): the whole reply when its audio played to the end, otherwise what the listener
  * heard, marked interrupted.
+ *
+ * With tools (`ctx.tools`), a round the model answers with tool calls is followed by another: the assistant
+ * message with its calls and one `tool` message per call go on the request (`tool-round.ts` runs the calls), text
+ * before and after is spoken as it streams. The history keeps the user's prompt and the spoken reply only.
  */
 export function createLlmActor(ctx: StageContext) {
   return fromCallback<LlmActorEvent, LlmInput>(({ input, receive, sendBack }) => {
@@ -31,19 +44,39 @@ export function createLlmActor(ctx: StageContext) {
     });
     const stop = runStage(ctx, 'llm', sendBack, async (signal) => {
       const splitter = new EagerSentenceStream();
+      const speak = (sentences: string[]) => sentences.forEach((text) => sendBack({ type: 'LLM.SEGMENT', text }));
       try {
         ctx.history.systemPrompt = input.systemPrompt || null;
-        const messages = ctx.history.messagesFor(prompt);
-        for await (const delta of ctx.llm.stream({ messages, signal })) {
+        const messages: ChatMessage[] = ctx.history.messagesFor(prompt);
+        const tools = ctx.tools?.definitions() ?? [];
+        let fillerSaid = false;
+        for (let round = 0; ; round++) {
+          let calls: LlmToolCall[] = [];
+          let roundText = '';
+          const offered = tools.length > 0 && round < MAX_TOOL_ROUNDS_PER_TURN ? tools : undefined;
+          for await (const delta of ctx.llm.stream({ messages, signal, tools: offered, onToolCalls: (made) => (calls = made) })) {
+            turn.accepted?.resolve();
+            if (!delta) continue;
+            ctx.metrics.mark(turn.id, 'llm_first_token_ms');
+            reply += delta;
+            roundText += delta;
+            ctx.events.publish('llm', { delta });
+            speak(splitter.push(delta));
+          }
           turn.accepted?.resolve();
-          if (!delta) continue;
-          ctx.metrics.mark(turn.id, 'llm_first_token_ms');
-          reply += delta;
-          ctx.events.publish('llm', { delta });
-          for (const sentence of splitter.push(delta)) sendBack({ type: 'LLM.SEGMENT', text: sentence });
+          if (calls.length === 0 || !ctx.tools) break;
+          // What the model said before calling is spoken while the tools run.
+          speak(splitter.flush());
+          if (reply && !/\s$/u.test(reply)) reply += ' ';
+          messages.push({ role: 'assistant', content: roundText, tool_calls: calls });
+          const outputs = await runToolRound(ctx.tools, turn.id, calls, signal, () => {
+            if (fillerSaid || !ctx.tools?.fillerText) return;
+            fillerSaid = true;
+            sendBack({ type: 'LLM.SEGMENT', text: ctx.tools.fillerText });
+          });
+          calls.forEach((call, index) => messages.push({ role: 'tool', tool_call_id: call.id, content: outputs[index] }));
         }
-        turn.accepted?.resolve();
-        for (const sentence of splitter.flush()) sendBack({ type: 'LLM.SEGMENT', text: sentence });
+        speak(splitter.flush());
         return { type: 'LLM.DONE' };
       } catch (error) {
         if (!signal.aborted) failed = true;

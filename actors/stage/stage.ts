@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { SessionEvent } from '../../machines/session.machine.ts';
 import type { TtsProvider, TtsProviderId } from '../tts/types.ts';
-import type { LlmProvider } from '../llm/types.ts';
+import type { LlmProvider, ToolRunner } from '../llm/types.ts';
 import type { AsrProvider } from '../asr/types.ts';
 import { isAbortError } from '../upstream/abort.ts';
 import type { ConversationHistory } from '../llm/history.ts';
@@ -19,6 +19,8 @@ export interface StageContext {
   history: ConversationHistory;
   tts(id: TtsProviderId): TtsProvider;
   llm: LlmProvider;
+  /** The session's tools (function calling in chat turns); absent: the model is offered none. */
+  tools?: ToolRunner;
   asr: AsrProvider;
   /** Per-turn latency bookkeeping (`GET /sessions/{id}/metrics`). */
   metrics: StageMetrics;

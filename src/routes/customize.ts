@@ -1,8 +1,9 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Nullable, SessionIdParams, errors } from '../schemas/common.ts';
-import { defaultsPersona, resolveTtsSelection, type TtsOverrides } from '../sessions/index.ts';
+import { defaultsPersona, resolveTtsSelection, type SessionToolDefinition, type TtsOverrides } from '../sessions/index.ts';
 import type { Services } from '../services.ts';
+import { ToolList } from '../schemas/tools.ts';
 
 const PersonaPatch = Type.Object(
   {
@@ -16,6 +17,22 @@ const PersonaPatch = Type.Object(
     additionalProperties: false,
     minProperties: 1,
     examples: [{ system_prompt: 'You are a patient maths tutor. Explain one step at a time.', tts_provider: 'builtin', tts_voice: 'en-GB-RyanNeural' }],
+  },
+);
+
+/** A session's persona patch: the service-wide one plus the session's tools, which only a session has. */
+const SessionPersonaPatch = Type.Object(
+  { ...PersonaPatch.properties, tools: Type.Optional(ToolList) },
+  {
+    $id: 'SessionPersonaPatch',
+    additionalProperties: false,
+    minProperties: 1,
+    examples: [
+      {
+        system_prompt: 'You are a hotel concierge. Use your tools to check availability.',
+        tools: [{ type: 'function', function: { name: 'check_rooms', parameters: { type: 'object', properties: { night: { type: 'string' } } } } }],
+      },
+    ],
   },
 );
 
@@ -35,6 +52,7 @@ const Persona = Type.Object(
 );
 
 type Patch = { system_prompt?: string | null; tts_provider?: string; tts_voice?: string | null; tts_model?: string | null };
+type SessionPatch = Patch & { tools?: SessionToolDefinition[] };
 
 /**
  * Persona customisation. With a session id the change applies to that session's following turns (a turn
@@ -44,10 +62,11 @@ type Patch = { system_prompt?: string | null; tts_provider?: string; tts_voice?:
 const customizeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { services } = app;
   app.addSchema(PersonaPatch);
+  app.addSchema(SessionPersonaPatch);
   app.addSchema(PromptBody);
   app.addSchema(Persona);
 
-  const sessionSchema = (summary: string, description: string, body: typeof PersonaPatch | typeof PromptBody) => ({
+  const sessionSchema = (summary: string, description: string, body: typeof SessionPersonaPatch | typeof PromptBody) => ({
     tags: ['persona'],
     summary,
     description,
@@ -64,7 +83,12 @@ const customizeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   });
 
   app.post('/sessions/:session_id/customize', {
-    schema: sessionSchema('Replace persona attributes', 'Any of system_prompt, tts_provider, tts_voice, tts_model; validated like session creation.', PersonaPatch),
+    schema: sessionSchema(
+      'Replace persona attributes',
+      'Any of system_prompt, tts_provider, tts_voice, tts_model, tools (replaces the session\'s tools; [] removes them); validated like session creation. ' +
+        'Applies from the next turn.',
+      SessionPersonaPatch,
+    ),
     handler: async (request) => applyToSession(services, request.params.session_id, request.body),
   });
   app.post('/sessions/:session_id/customize/prompt', {
@@ -90,12 +114,12 @@ function overridesOf(patch: Patch): TtsOverrides {
   };
 }
 
-async function applyToSession(services: Services, sessionId: string, patch: Patch) {
+async function applyToSession(services: Services, sessionId: string, patch: SessionPatch) {
   const session = await services.supervisor.requireSession(sessionId);
   const tts = resolveTtsSelection((id) => services.tts.get(id), session.persona, overridesOf(patch));
   const systemPrompt = patch.system_prompt === undefined ? session.systemPrompt : (patch.system_prompt ?? services.config.llmSystemPrompt);
   // The machine decides whether the session still takes changes (a terminated one does not: 409).
-  session.customize({ tts, systemPrompt });
+  session.customize({ tts, systemPrompt, ...(patch.tools !== undefined ? { tools: patch.tools } : {}) });
   await services.supervisor.persistState(session);
   const persona = session.persona;
   return {

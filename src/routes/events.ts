@@ -12,7 +12,8 @@ const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Session event stream',
       description:
         'text/event-stream. Events: transcript {text, is_final}, llm {delta}, tts {stage, ms_elapsed, sentence_index?}, ' +
-        'frame {frame_idx, pts_ms}, status {stage, message?}, error {code, message}, session.terminated {}. ' +
+        'frame {frame_idx, pts_ms}, status {stage, message?}, error {code, message}, session.terminated {}, ' +
+        'tool_call {turn_id, call_id, name, arguments} (every tool call of a chat turn; schema ToolCallEvent). ' +
         'A consumer more than ~5 s behind is disconnected. See docs/events.md.',
       params: SessionIdParams,
       produces: ['text/event-stream'],

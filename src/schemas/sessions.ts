@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { Nullable } from './common.ts';
+import { ToolList } from './tools.ts';
 import { PIPELINE_STAGES, SESSION_STATES } from '../../machines/session.machine.ts';
 
 export const CreateSessionRequest = Type.Object(
@@ -10,6 +11,7 @@ export const CreateSessionRequest = Type.Object(
     tts_voice: Type.Optional(Nullable(Type.String({ maxLength: 256, description: 'Overrides the default voice; format depends on provider' }))),
     llm_system_prompt: Type.Optional(Nullable(Type.String({ maxLength: 20_000, description: 'Overrides SERVICE_LLM_SYSTEM_PROMPT' }))),
     lipsync_postprocess_mode: Type.Optional(Nullable(Type.String({ maxLength: 64, description: 'Post-processing flag for the lipsync model' }))),
+    tools: Type.Optional(ToolList),
   },
   {
     $id: 'CreateSessionRequest',

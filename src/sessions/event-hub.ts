@@ -20,6 +20,8 @@ export interface SessionEventMap extends StageEventMap {
   status: { stage: string; message?: string; turn_id?: string };
   error: { code: string; message: string };
   'session.terminated': Record<string, never>;
+  /** A tool call of a chat turn (`tools.ts`): a client tool's client answers it on `POST /sessions/{id}/tool_results`. */
+  tool_call: { turn_id: string; call_id: string; name: string; arguments: Record<string, unknown> };
 }
 export type SessionEventType = keyof SessionEventMap;
 export type SessionEventRecord = { [K in SessionEventType]: { type: K; data: SessionEventMap[K] } }[SessionEventType];

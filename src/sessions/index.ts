@@ -5,6 +5,7 @@
  */
 export type { Session } from './session.ts';
 export type { SessionEventRecord } from './event-hub.ts';
+export type { SessionToolDefinition } from './tools.ts';
 export { AsyncQueue, deferred, type Deferred } from '../../actors/async-queue.ts';
 export {
   defaultsPersona,

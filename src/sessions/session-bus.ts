@@ -36,6 +36,11 @@ export interface SessionBusEvents {
   'voice.bargeIn': { source: string };
   /** A speech onset right after the avatar started speaking matched its own voice and was ignored. */
   'voice.echoIgnored': { source: string };
+  /**
+   * A tool call settled (`tools.ts`): `ok` when the tool answered (a webhook's JSON, a client's `tool_results`), false
+   * when it failed, timed out or was cancelled by an interrupt. Its start is the spec event `tool_call`.
+   */
+  'tool.result': { turnId: string; callId: string; name: string; ok: boolean };
   /** The renderer failed; the error says whether the session can go on (see `actors/stage/errors.ts`). */
   'media.failed': { error: Error };
 }

@@ -22,6 +22,8 @@ import { SessionMedia } from './media.ts';
 import { SessionMetrics } from './metrics.ts';
 import { Session, type SessionStage } from './session.ts';
 import { smoothForRt } from './smoothing.ts';
+import { checkToolDefinitions, SessionTools, type SessionToolDefinition, type ToolWebhookPolicy } from './tools.ts';
+import { WebhookSigner } from '../../actors/upstream/webhook-signing.ts';
 
 /** Conversation memory per session: enough for context, small enough for local models' windows. */
 export const HISTORY_MAX_TURNS = 12;
@@ -60,6 +62,8 @@ export interface CreateSessionInput {
   tts_voice?: string | null;
   llm_system_prompt?: string | null;
   lipsync_postprocess_mode?: string | null;
+  /** Functions the model may call in chat turns (`tools.ts`). */
+  tools?: SessionToolDefinition[];
 }
 
 /**
@@ -69,7 +73,13 @@ export interface CreateSessionInput {
  * pending slot before asking, and stores and supervises what comes back (or closes it).
  */
 export class SessionFactory {
-  constructor(private readonly deps: SessionFactoryDeps) {}
+  /** Where webhook tools may point and how their requests are signed: the same for every session. */
+  private readonly toolPolicy: ToolWebhookPolicy;
+
+  constructor(private readonly deps: SessionFactoryDeps) {
+    const { webhookAllowedHosts, webhookSecret } = deps.config;
+    this.toolPolicy = { allowedHosts: webhookAllowedHosts, signer: webhookSecret ? new WebhookSigner(webhookSecret) : null };
+  }
 
   async assemble(input: CreateSessionInput): Promise<Session> {
     const { catalog, models, config } = this.deps;
@@ -87,6 +97,7 @@ export class SessionFactory {
     }
     const defaults = await this.deps.defaults();
     const tts = resolveTtsSelection(this.deps.tts, defaultsPersona(config, defaults), requestOverrides({ tts_provider: input.tts_provider, voice: input.tts_voice }));
+    const tools = checkToolDefinitions(input.tools ?? [], this.toolPolicy);
 
     const model = input.model;
     let renderer: FrameRenderer & { close(): void };
@@ -138,6 +149,7 @@ export class SessionFactory {
       history: new ConversationHistory({ maxTurns: HISTORY_MAX_TURNS, maxChars: HISTORY_MAX_CHARS }),
       tts: this.deps.tts,
       llm: this.deps.llm,
+      tools: new SessionTools({ sessionId, bus, logger, policy: this.toolPolicy, fillerText: config.toolFillerText, definitions: tools }),
       asr: this.deps.asr,
       metrics: new SessionMetrics(this.deps.metrics?.turnObserver()),
       smoothAudio: (pcm) => smoothForRt(pcm, config.sampleRate),

@@ -28,12 +28,13 @@ import { SessionConsumers, type ConsumerKind } from './consumers.ts';
 import { sessionPersona, type PersonaBase } from './persona.ts';
 import type { TtsSelection } from '../../actors/tts/types.ts';
 import { VoiceInput, type VoiceInputOptions, type VoiceSource } from './voice-input.ts';
+import type { SessionToolDefinition, SessionTools } from './tools.ts';
 
 /** What a session needs to listen hands-free (`voice-input.ts`); the rest comes from the session itself. */
 export type VoiceDeps = Omit<VoiceInputOptions, 'host' | 'playout' | 'bus' | 'logger'>;
 
 /** The stage actors' context as a session fills it: the ports are the session's own bus, media and metrics. */
-export type SessionStage = StageContext & { events: SessionBus; media: SessionMedia; metrics: SessionMetrics };
+export type SessionStage = StageContext & { events: SessionBus; media: SessionMedia; metrics: SessionMetrics; tools: SessionTools };
 
 /**
  * A session's parts, for the modules of `src/sessions/` that assemble and supervise it (and for tests that watch
@@ -63,10 +64,12 @@ export interface SessionMediaFigures {
   sseConsumers: number;
 }
 
-/** A persona change the machine admits (`CUSTOMIZE`): the voice, and the system prompt when it changes too. */
+/** A persona change the machine admits (`CUSTOMIZE`): the voice, and the system prompt and tools when they change too. */
 export interface PersonaChange {
   tts: TtsSelection;
   systemPrompt?: string | null;
+  /** Replaces the session's tools (`[]` removes them all). */
+  tools?: SessionToolDefinition[];
 }
 
 let partsOf: (session: Session) => SessionParts;
@@ -266,7 +269,10 @@ export class Session {
    */
   customize(change: PersonaChange): void {
     const { tts, systemPrompt } = change;
+    // Checked before the machine is asked, so a bad definition changes nothing (400).
+    const tools = change.tools && this.stage.tools.check(change.tools);
     this.admit({ type: 'CUSTOMIZE', tts, ...(systemPrompt !== undefined ? { systemPrompt: systemPrompt ?? '' } : {}) });
+    if (tools) this.stage.tools.replace(tools);
     this.stored = {
       ...this.stored,
       tts_provider: tts.provider,
@@ -274,6 +280,20 @@ export class Session {
       tts_model: tts.model,
       ...(systemPrompt !== undefined ? { llm_system_prompt: systemPrompt } : {}),
     };
+  }
+
+  /** The session's tools as the client defined them (create or customize). */
+  get tools(): readonly SessionToolDefinition[] {
+    return this.stage.tools.list;
+  }
+
+  /**
+   * A client's answer to a client tool call (`POST /sessions/{id}/tool_results`); 404 (`ToolCallNotFound`) for a call
+   * the session never made, 409 (`ToolCallClosed`) for one past its deadline, answered, or cut by an interrupt.
+   */
+  answerToolCall(callId: string, output: unknown): void {
+    if (this.ending || this.state === 'terminated') throw new SessionTerminated();
+    this.stage.tools.answer(callId, output);
   }
 
   /** Writes the machine's state into the session's record and returns the record to store. */

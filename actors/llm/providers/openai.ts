@@ -18,6 +18,7 @@ import {
   type OpenAiEndpointConfig,
 } from '../../upstream/http.ts';
 import { SseDataDecoder } from '../../upstream/sse.ts';
+import { ToolCallAssembler } from '../tool-calls.ts';
 import type { ChatMessage, LlmProvider, LlmStreamRequest } from '../types.ts';
 
 const LABEL = 'LLM';
@@ -47,7 +48,11 @@ export function createOpenAiLlm(config: OpenAiLlmConfig): LlmProvider {
 }
 
 interface StreamChunk {
-  choices?: Array<{ delta?: { content?: unknown }; message?: { content?: unknown }; finish_reason?: unknown }>;
+  choices?: Array<{
+    delta?: { content?: unknown; tool_calls?: unknown };
+    message?: { content?: unknown; tool_calls?: unknown };
+    finish_reason?: unknown;
+  }>;
   error?: unknown;
 }
 
@@ -72,26 +77,31 @@ class OpenAiChatProvider implements LlmProvider {
 
     const deadline = new RequestDeadline(request.signal);
     deadline.arm(this.firstTokenTimeoutMs, 'first token');
+    const toolCalls = new ToolCallAssembler(LABEL);
     try {
       const response = await this.post(baseUrl, request, deadline);
       const contentType = response.headers.get('content-type') ?? '';
       if (!contentType.includes('text/event-stream') && contentType.includes('json')) {
         // A server that ignored `stream: true` still answers usefully: one delta with the whole reply.
-        yield* this.nonStreamingReply(response, deadline);
-        return;
+        yield* this.nonStreamingReply(response, deadline, toolCalls);
+      } else {
+        yield* this.streamedReply(response, deadline, toolCalls);
       }
-      yield* this.streamedReply(response, deadline);
     } finally {
       deadline.dispose();
     }
+    // Only a reply that completed hands its calls on: a cut one never runs half a call.
+    const calls = toolCalls.finish();
+    if (calls.length > 0 && request.tools?.length) request.onToolCalls?.(calls);
   }
 
   private async post(baseUrl: string, request: LlmStreamRequest, deadline: RequestDeadline): Promise<Response> {
     const body: Record<string, unknown> = {
       model: request.model ?? this.config.model ?? FALLBACK_MODEL,
-      messages: request.messages.map((message: ChatMessage) => ({ role: message.role, content: message.content })),
+      messages: request.messages.map(wireMessage),
       stream: true,
     };
+    if (request.tools?.length) body.tools = request.tools;
     if (this.config.maxTokens !== undefined) body.max_tokens = this.config.maxTokens;
     if (this.config.temperature !== undefined) body.temperature = this.config.temperature;
     try {
@@ -113,7 +123,7 @@ class OpenAiChatProvider implements LlmProvider {
     }
   }
 
-  private async *nonStreamingReply(response: Response, deadline: RequestDeadline): AsyncGenerator<string> {
+  private async *nonStreamingReply(response: Response, deadline: RequestDeadline, toolCalls: ToolCallAssembler): AsyncGenerator<string> {
     let parsed: StreamChunk;
     try {
       parsed = JSON.parse(await readBoundedText(response, LABEL, MAX_JSON_REPLY_BYTES)) as StreamChunk;
@@ -121,11 +131,12 @@ class OpenAiChatProvider implements LlmProvider {
       throw deadline.translate(error instanceof SyntaxError ? malformed() : error, LABEL);
     }
     throwIfErrorPayload(parsed);
+    toolCalls.push(parsed.choices?.[0]?.message?.tool_calls);
     const content = parsed.choices?.[0]?.message?.content;
     if (typeof content === 'string' && content.length > 0) yield content;
   }
 
-  private async *streamedReply(response: Response, deadline: RequestDeadline): AsyncGenerator<string> {
+  private async *streamedReply(response: Response, deadline: RequestDeadline, toolCalls: ToolCallAssembler): AsyncGenerator<string> {
     // Raw bytes: the decoder bounds each line and event (an endless line aborts the request at 1 MiB).
     const reader = response.body!.getReader();
     const decoder = new SseDataDecoder({ label: LABEL });
@@ -149,6 +160,11 @@ class OpenAiChatProvider implements LlmProvider {
           throwIfErrorPayload(chunk);
           const choice = chunk.choices?.[0];
           if (choice?.finish_reason) sawFinishReason = true;
+          if (choice?.delta?.tool_calls !== undefined) {
+            toolCalls.push(choice.delta.tool_calls);
+            // A call's fragments are the model answering: from here on the idle deadline applies.
+            if (toolCalls.size > 0) sawFirstToken = true;
+          }
           const content = choice?.delta?.content;
           if (typeof content === 'string' && content.length > 0) {
             sawFirstToken = true;
@@ -171,6 +187,19 @@ class OpenAiChatProvider implements LlmProvider {
       });
     }
   }
+}
+
+/** A message as chat-completions takes it: an assistant's text is null when it only calls tools (some servers refuse ''). */
+function wireMessage(message: ChatMessage): Record<string, unknown> {
+  if (message.role === 'tool') return { role: 'tool', tool_call_id: message.tool_call_id, content: message.content };
+  if (message.role === 'assistant' && message.tool_calls?.length) {
+    return {
+      role: 'assistant',
+      content: message.content || null,
+      tool_calls: message.tool_calls.map((call) => ({ id: call.id, type: 'function', function: { name: call.name, arguments: call.arguments } })),
+    };
+  }
+  return { role: message.role, content: message.content };
 }
 
 function parseChunk(payload: string): StreamChunk {

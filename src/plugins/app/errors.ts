@@ -12,6 +12,8 @@ import {
   ServiceFault,
   SessionNotFound,
   SessionTerminated,
+  ToolCallClosed,
+  ToolCallNotFound,
   isOutOfFileDescriptors,
   outOfFileDescriptors,
 } from '../../domain-errors.ts';
@@ -26,7 +28,9 @@ export const DOMAIN_STATUSES: ReadonlyArray<readonly [abstract new (...args: nev
   [InvalidSelection, 400],
   [AvatarNotFound, 404],
   [SessionNotFound, 404],
+  [ToolCallNotFound, 404],
   [NotAdmitted, 409],
+  [ToolCallClosed, 409],
   [SessionTerminated, 409],
   [ServiceFault, 500],
   [BackendFailed, 502],

@@ -72,6 +72,7 @@ export default fp(async function externalPlugins(app: FastifyInstance, opts: { c
         { name: 'persona', description: 'Persona customisation' },
         { name: 'webrtc', description: 'WebRTC signaling' },
         { name: 'events', description: 'Server-sent events' },
+        { name: 'tools', description: 'Tool calling: client tools answer here (docs/integration.md)' },
         { name: 'tts', description: 'Speech preview' },
         { name: 'voices', description: 'Cloned voice catalog' },
         { name: 'recording', description: 'Recording and offline rendering' },
