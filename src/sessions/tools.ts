@@ -71,6 +71,8 @@ export interface SessionToolsOptions {
   fillerText: string | null;
   definitions?: readonly SessionToolDefinition[];
   fetch?: typeof fetch;
+  /** A client call's deadline; default `CLIENT_TOOL_TIMEOUT_MS`. */
+  clientDeadlineMs?: number;
 }
 
 interface PendingClientCall {
@@ -133,9 +135,11 @@ export class SessionTools implements ToolRunner {
   /** Client calls no longer waiting, and why, oldest first (bounded by `MAX_CLOSED_CALLS_REMEMBERED`). */
   private readonly closed = new Map<string, string>();
   private readonly fetchImpl: typeof fetch;
+  private readonly clientDeadlineMs: number;
 
   constructor(private readonly options: SessionToolsOptions) {
     this.fillerText = options.fillerText;
+    this.clientDeadlineMs = options.clientDeadlineMs ?? CLIENT_TOOL_TIMEOUT_MS;
     this.tools = checkToolDefinitions(options.definitions ?? [], options.policy);
     this.fetchImpl = options.fetch ?? fetch;
   }
@@ -203,9 +207,9 @@ export class SessionTools implements ToolRunner {
         this.closeCall(callId, why);
       };
       const timer = setTimeout(() => {
-        finish(`its ${CLIENT_TOOL_TIMEOUT_MS} ms deadline passed`);
-        resolve({ ok: false, output: toolErrorOutput(`the client did not answer within ${CLIENT_TOOL_TIMEOUT_MS / 1000} s`) });
-      }, CLIENT_TOOL_TIMEOUT_MS);
+        finish(`its ${this.clientDeadlineMs} ms deadline passed`);
+        resolve({ ok: false, output: toolErrorOutput(`the client did not answer within ${this.clientDeadlineMs} ms`) });
+      }, this.clientDeadlineMs);
       const onAbort = () => {
         finish('its turn was interrupted');
         reject(abortError(signal));

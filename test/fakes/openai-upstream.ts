@@ -10,7 +10,33 @@ import type { AddressInfo } from 'node:net';
 import wavefile from 'wavefile';
 import { drainOrClose } from './drain-or-close.ts';
 
+/** A tool call the fake model makes: streamed as OpenAI does, the arguments cut into small fragments. */
+export interface FakeToolCall {
+  id: string;
+  name: string;
+  /** The argument text as the model writes it (normally JSON). */
+  arguments: string;
+}
+
+/** The fake model's answer to one chat request: text (possibly built from the request), then tool calls. */
+export interface ScriptedChatReply {
+  tokens?: string[] | ((messages: RecordedChatMessage[]) => string[]);
+  toolCalls?: FakeToolCall[];
+}
+
+export interface RecordedChatMessage {
+  role: string;
+  content: string | null;
+  tool_call_id?: string;
+  tool_calls?: Array<{ id: string; type: string; function: { name: string; arguments: string } }>;
+}
+
 export interface ChatScenario {
+  /**
+   * Answers to the next chat requests, one each, taken in order; once used up, requests get `replyTokens`. Tool calls
+   * are streamed interleaved (parallel calls), each call's arguments in fragments, ending with finish_reason tool_calls.
+   */
+  scripted?: ScriptedChatReply[];
   /** Deltas sent in order, one SSE event each. */
   replyTokens: string[];
   /** Delay after the response headers before the first token (headers go out at once, as real servers do). */
@@ -68,7 +94,7 @@ export interface RecordedRequest {
   path: string;
   headers: http.IncomingHttpHeaders;
   /** Parsed JSON body of a chat-completions request. */
-  chat?: { model: unknown; stream: unknown; messages: Array<{ role: string; content: string }>; body: Record<string, unknown> };
+  chat?: { model: unknown; stream: unknown; messages: RecordedChatMessage[]; body: Record<string, unknown> };
   /** Parsed multipart body of a transcription request; `wav` is parsed with the independent `wavefile` package. */
   transcription?: {
     fields: Record<string, string>;
@@ -134,10 +160,12 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
       recorded.chat = {
         model: parsed.model,
         stream: parsed.stream,
-        messages: parsed.messages as Array<{ role: string; content: string }>,
+        messages: parsed.messages as RecordedChatMessage[],
         body: parsed,
       };
-      await streamChat(res, { ...chat }, String(parsed.model));
+      const scripted = chat.scripted?.length ? chat.scripted.shift() : undefined;
+      if (scripted) await streamScripted(res, scripted, recorded.chat.messages, String(parsed.model), { ...chat });
+      else await streamChat(res, { ...chat }, String(parsed.model));
       return;
     }
     if (req.method === 'POST' && path === '/v1/audio/transcriptions') {
@@ -205,6 +233,47 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
     }
     if (closed) return;
     res.write(chunk({}, 'stop'));
+    res.end('data: [DONE]\n\n');
+  }
+
+  async function streamScripted(
+    res: http.ServerResponse,
+    reply: ScriptedChatReply,
+    messages: RecordedChatMessage[],
+    model: string,
+    scenario: ChatScenario,
+  ): Promise<void> {
+    openChatStreams++;
+    let closed = false;
+    res.on('close', () => {
+      closed = true;
+      openChatStreams--;
+    });
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    res.flushHeaders();
+    const chunk = (delta: Record<string, unknown>, finishReason: string | null) =>
+      `data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', model, choices: [{ index: 0, delta, finish_reason: finishReason }] })}\n\n`;
+    res.write(chunk({ role: 'assistant', content: '' }, null));
+    const tokens = typeof reply.tokens === 'function' ? reply.tokens(messages) : (reply.tokens ?? []);
+    for (const token of tokens) {
+      await delay(scenario.tokenDelayMs);
+      if (closed) return;
+      res.write(chunk({ content: token }, null));
+    }
+    const calls = reply.toolCalls ?? [];
+    // The first fragment of each call names it; the arguments follow in 4-character pieces, the calls interleaved.
+    calls.forEach((call, index) => {
+      res.write(chunk({ tool_calls: [{ index, id: call.id, type: 'function', function: { name: call.name, arguments: '' } }] }, null));
+    });
+    const pieces = calls.map((call) => call.arguments.match(/[\s\S]{1,4}/gu) ?? []);
+    for (let step = 0; pieces.some((list) => step < list.length); step++) {
+      await delay(scenario.tokenDelayMs);
+      if (closed) return;
+      pieces.forEach((list, index) => {
+        if (step < list.length) res.write(chunk({ tool_calls: [{ index, function: { arguments: list[step] } }] }, null));
+      });
+    }
+    res.write(chunk({}, calls.length > 0 ? 'tool_calls' : 'stop'));
     res.end('data: [DONE]\n\n');
   }
 
