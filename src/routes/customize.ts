@@ -30,7 +30,7 @@ const SessionPersonaPatch = Type.Object(
     examples: [
       {
         system_prompt: 'You are a hotel concierge. Use your tools to check availability.',
-        tools: [{ type: 'function', function: { name: 'check_rooms', parameters: { type: 'object', properties: { night: { type: 'string' } } } } }],
+        tools: [{ type: 'function', function: { name: 'check_rooms', parameters: { type: 'object', properties: { guests: { type: 'integer' } } } } }],
       },
     ],
   },
