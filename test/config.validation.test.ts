@@ -74,3 +74,33 @@ describe('configuration from SERVICE_* variables', () => {
     expect(config.iceServers).toEqual([{ urls: 'stun:stun.example.com:3478' }]);
   });
 });
+
+describe('tool calling settings', () => {
+  it('default to no callback hosts, no signing and no filler', () => {
+    const config = loadConfig({}, '/srv/app');
+    expect(config.webhookAllowedHosts).toEqual([]);
+    expect(config.webhookSecret).toBeNull();
+    expect(config.toolFillerText).toBeNull();
+  });
+
+  it('take hosts, a whsec_ secret and a short filler; refuse `*`, URLs, a malformed secret (never echoed) and a long filler', () => {
+    const secret = `whsec_${Buffer.alloc(24, 7).toString('base64')}`;
+    const config = loadConfig({ SERVICE_WEBHOOK_ALLOWED_HOSTS: 'Hooks.Example.com, .example.net,10.0.0.5', SERVICE_WEBHOOK_SECRET: secret, SERVICE_TOOL_FILLER_TEXT: 'One moment.' });
+    expect(config.webhookAllowedHosts).toEqual(['hooks.example.com', '.example.net', '10.0.0.5']);
+    expect(config.webhookSecret).toBe(secret);
+    expect(config.toolFillerText).toBe('One moment.');
+
+    let error: unknown;
+    try {
+      loadConfig({ SERVICE_WEBHOOK_ALLOWED_HOSTS: '*,https://hooks.example.com', SERVICE_WEBHOOK_SECRET: 'hunter2-not-a-secret', SERVICE_TOOL_FILLER_TEXT: 'x'.repeat(201) });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    const problems = (error as ConfigError).problems;
+    expect(problems.filter((p) => p.startsWith('SERVICE_WEBHOOK_ALLOWED_HOSTS'))).toHaveLength(2);
+    expect(problems.some((p) => p.startsWith('SERVICE_WEBHOOK_SECRET'))).toBe(true);
+    expect(problems.some((p) => p.startsWith('SERVICE_TOOL_FILLER_TEXT'))).toBe(true);
+    expect(problems.join('\n')).not.toContain('hunter2');
+  });
+});
