@@ -46,6 +46,8 @@ describe('tool calling in chat turns', () => {
   let rtAvatar: string;
   /** The sentences the session's TTS was asked to speak, in order. */
   const spoken: string[] = [];
+  /** The bus's `tool.result` events (what the transcript follows), by call id. */
+  const settled = new Map<string, { turnId: string; name: string; ok: boolean }>();
 
   const chat = (prompt: string) => post(t.baseUrl, `/sessions/${s.sessionId}/chat`, { prompt });
   const setTools = (tools: unknown) => post(t.baseUrl, `/sessions/${s.sessionId}/customize`, { tools });
@@ -66,6 +68,7 @@ describe('tool calling in chat turns', () => {
     });
     s = await openSession(t);
     rtAvatar = live().record.avatar_id;
+    sessionParts(live()).bus.on('tool.result', ({ callId, ...rest }) => settled.set(callId, rest));
     const stage = sessionParts(live()).stage;
     const realTts = stage.tts;
     stage.tts = (id: TtsProviderId): TtsProvider => {
@@ -116,6 +119,7 @@ describe('tool calling in chat turns', () => {
       'webhook-signature': String(received[0].headers['webhook-signature']),
     };
     expect(new Webhook(SECRET).verify(received[0].rawBody, signature)).toEqual(received[0].body);
+    expect(settled.get('call_w1')).toEqual({ turnId, name: 'get_weather', ok: true });
 
     const sent = chatRequestsSince(requestsBefore);
     expect(sent).toHaveLength(2);
@@ -205,6 +209,8 @@ describe('tool calling in chat turns', () => {
     expect(bad.tool_call_id).toBe('call_bad');
     expect(JSON.parse(bad.content!).error).toMatch(/not a JSON object/);
     expect(failed).toEqual({ role: 'tool', tool_call_id: 'call_500', content: JSON.stringify({ error: 'the tool failed (HTTP 500)' }) });
+    expect(settled.get('call_500')?.ok).toBe(false);
+    expect(settled.has('call_bad')).toBe(false);
     expect(labels(s.sse.events.slice(from))).not.toContain('error');
   });
 
@@ -231,6 +237,7 @@ describe('tool calling in chat turns', () => {
     expect(await json(answered)).toEqual({ accepted: true });
     await idleAfter(from);
 
+    expect(settled.get('call_c1')?.ok).toBe(true);
     expect(chatRequestsSince(requestsBefore)[1].chat!.messages.at(-1)).toEqual({ role: 'tool', tool_call_id: 'call_c1', content: '{"shown":true}' });
     expect(s.sse.events.slice(from).filter((e) => e.type === 'llm').map((e) => e.data.delta).join('')).toBe('The map is on your screen.');
     // A client tool is not a webhook.
@@ -269,6 +276,7 @@ describe('tool calling in chat turns', () => {
       const output = chatRequestsSince(requestsBefore)[1].chat!.messages.at(-1)!;
       expect(output.tool_call_id).toBe('call_late');
       expect(JSON.parse(output.content!).error).toMatch(/did not answer within 300 ms/);
+      expect(settled.get('call_late')?.ok).toBe(false);
       const late = await toolResult({ call_id: 'call_late', output: { shown: true } });
       expect(late.status).toBe(409);
       expect((await json(late)).detail).toMatch(/deadline/);
@@ -300,6 +308,7 @@ describe('tool calling in chat turns', () => {
     const idle = await idleAfter(from, INTERRUPT_SETTLE_MS);
     expect(idle.at - interruptAt).toBeLessThan(INTERRUPT_SETTLE_MS);
     expect(await eventually(() => receiver.requests[receivedBefore].abandoned, 2_000)).toBe(true);
+    expect(settled.get('call_h1')?.ok).toBe(false);
 
     await new Promise((resolve) => setTimeout(resolve, QUIET_AFTER_INTERRUPT_MS));
     const after = s.sse.events.slice(from).filter((e) => e.at > interruptAt);
