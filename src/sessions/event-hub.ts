@@ -20,6 +20,8 @@ export interface SessionEventMap extends StageEventMap {
   status: { stage: string; message?: string; turn_id?: string };
   error: { code: string; message: string };
   'session.terminated': Record<string, never>;
+  /** The model called a tool (published by the chat loop; `arguments` as the model streamed them, JSON text). */
+  tool_call: { turn_id: string; call_id: string; name: string; arguments: string };
 }
 export type SessionEventType = keyof SessionEventMap;
 export type SessionEventRecord = { [K in SessionEventType]: { type: K; data: SessionEventMap[K] } }[SessionEventType];

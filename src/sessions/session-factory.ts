@@ -60,6 +60,8 @@ export interface CreateSessionInput {
   tts_voice?: string | null;
   llm_system_prompt?: string | null;
   lipsync_postprocess_mode?: string | null;
+  /** A callback URL of this session's own (checked against SERVICE_WEBHOOK_ALLOWED_HOSTS by the supervisor). */
+  webhook_url?: string | null;
 }
 
 /**
@@ -113,6 +115,7 @@ export class SessionFactory {
       tts_model: tts.model,
       llm_system_prompt: input.llm_system_prompt ?? defaults.systemPrompt ?? config.llmSystemPrompt,
       lipsync_postprocess_mode: input.lipsync_postprocess_mode ?? null,
+      ...(input.webhook_url ? { webhook_url: input.webhook_url } : {}),
       state: 'created',
       created_at: now,
       updated_at: now,
