@@ -71,9 +71,11 @@ export class SessionSupervisor {
     const now = new Date();
     for (const stored of await this.deps.store.all()) {
       if (stored.state !== 'terminated') {
-        await this.deps.store.put(
-          this.deps.store.tombstoneOf(stored, this.deps.config.tombstoneRetentionMs, 'service restarted', now),
-        );
+        const tombstone = this.deps.store.tombstoneOf(stored, this.deps.config.tombstoneRetentionMs, 'service restarted', now);
+        await this.deps.store.put(tombstone);
+        // Its transcript stays as long as the tombstone; receivers learn it ended (it could not tell them before).
+        await this.deps.transcripts?.expireWith(stored.session_id, tombstone.expires_at);
+        await this.deps.webhooks?.sessionTerminated(stored, 'service restarted');
       } else if (stored.expires_at && Date.parse(stored.expires_at) <= now.getTime()) {
         await this.deps.store.delete(stored.session_id);
       }

@@ -136,6 +136,12 @@ export class SessionTranscripts {
     this.live.delete(sessionId);
   }
 
+  /** A session that was live when the service stopped got its tombstone at start-up: its stored transcript gets its expiry. */
+  async expireWith(sessionId: string, expiresAt: string | undefined): Promise<void> {
+    const stored = await this.store.get(sessionId);
+    if (stored && expiresAt) await this.store.put({ ...stored, expires_at: expiresAt });
+  }
+
   /** A live session's turns, else what the store kept; undefined when none was recorded. */
   async turnsOf(sessionId: string): Promise<TranscriptTurn[] | undefined> {
     const live = this.live.get(sessionId);
