@@ -127,7 +127,7 @@ export type SessionEmitted =
   | { type: 'error'; code: string; message: string }
   | { type: 'session.terminated' }
   /** `ttsProvider`: the provider the turn speaks with (its own, else the session's). */
-  | { type: 'turn.started'; turnId: string; kind: TurnKind; ttsProvider: string }
+  | { type: 'turn.started'; turnId: string; kind: TurnKind; ttsProvider: string; text?: string }
   | { type: 'turn.finished'; turnId: string; kind: TurnKind; outcome: TurnOutcome };
 
 export const PIPELINE_STAGES = ['listening', 'thinking', 'speaking', 'idle', 'interrupted', 'error'] as const;
@@ -214,7 +214,9 @@ export const sessionMachine = setup({
     /** After the turn or transcription went into the context. */
     emitTurnStarted: enqueueActions(({ context, enqueue }) => {
       const started = currentTurn(context);
-      if (started) enqueue.emit({ type: 'turn.started', ...started });
+      // The text (speak: what is said; chat: the prompt) is for the session's transcript.
+      const text = context.turn?.text;
+      if (started) enqueue.emit({ type: 'turn.started', ...started, ...(text === undefined ? {} : { text }) });
     }),
     /** The turn in the context (if any) is over; the context keeps it (the terminated state does not clear it). */
     emitTurnFinished: enqueueActions(({ context, event, enqueue }) => {

@@ -31,13 +31,6 @@ export interface ServiceConfig {
   tts: TtsProvidersConfig;
   llmSystemPrompt: string;
   llm: { baseUrl: string | null; apiKey: string | null; model: string };
-  /**
-   * SERVICE_WEBHOOK_ALLOWED_HOSTS: the hosts a per-session callback URL (a webhook tool) may name; empty = none. The
-   * service has no authentication, so an open callback URL would let anyone make it call anywhere (docs/security.md).
-   */
-  webhookAllowedHosts: string[];
-  /** SERVICE_WEBHOOK_SECRET: the Standard Webhooks secret (`whsec_…`) requests to customers' endpoints are signed with; null = unsigned. */
-  webhookSecret: string | null;
   /** SERVICE_TOOL_FILLER_TEXT: a short sentence said once per turn while tools run longer than ~1 s; null = silence. */
   toolFillerText: string | null;
   asr: { baseUrl: string | null; apiKey: string | null; model: string };
@@ -82,6 +75,21 @@ export interface ServiceConfig {
   };
   /** Cluster mode (`SERVICE_REDIS_URL`); null = one node, LevelDB, nothing shared (docs/scaling.md). */
   cluster: ClusterConfig | null;
+  /** Signed event callbacks (docs/integration.md, `## Webhooks`). */
+  webhooks: WebhookConfig;
+}
+
+export interface WebhookConfig {
+  /** SERVICE_WEBHOOK_URL: where every event goes; null = no service-wide receiver. */
+  url: string | null;
+  /** SERVICE_WEBHOOK_SECRET: the Standard Webhooks secret (`whsec_…`) events and webhook tools are signed with. */
+  secret: string | null;
+  /**
+   * SERVICE_WEBHOOK_ALLOWED_HOSTS: the only hosts a per-session callback URL (and a webhook tool) may name: the
+   * service has no auth, so an open callback URL would let anyone make it call anywhere. Lower case; `.example.com`
+   * is the domain and its subdomains.
+   */
+  allowedHosts: string[];
 }
 
 export interface ClusterConfig {
@@ -177,19 +185,6 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     }
   }
 
-  const webhookAllowedHosts = (read('SERVICE_WEBHOOK_ALLOWED_HOSTS') ?? '')
-    .split(',')
-    .map((name) => name.trim().toLowerCase())
-    .filter(Boolean);
-  for (const name of webhookAllowedHosts) {
-    if (name === '*' || !isAllowedHostEntry(name)) {
-      problems.push(`SERVICE_WEBHOOK_ALLOWED_HOSTS entries must be host names or IP addresses without scheme or port (hooks.example.com, .example.com, 10.0.0.5) (got "${name}")`);
-    }
-  }
-  const webhookSecret = read('SERVICE_WEBHOOK_SECRET') ?? null;
-  // Never echoed: it is a secret.
-  if (webhookSecret !== null && !isWebhookSecret(webhookSecret)) problems.push('SERVICE_WEBHOOK_SECRET must be whsec_ followed by a base64 key of at least 16 bytes');
-
   const toolFillerText = read('SERVICE_TOOL_FILLER_TEXT') ?? null;
   if (toolFillerText !== null && toolFillerText.length > MAX_TOOL_FILLER_CHARS) problems.push(`SERVICE_TOOL_FILLER_TEXT must be at most ${MAX_TOOL_FILLER_CHARS} characters`);
 
@@ -257,8 +252,6 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       apiKey: read('SERVICE_LLM_API_KEY') ?? null,
       model: read('SERVICE_LLM_MODEL') ?? 'llama3.2',
     },
-    webhookAllowedHosts,
-    webhookSecret,
     toolFillerText,
     asr: {
       baseUrl: url('SERVICE_ASR_BASE_URL'),
@@ -288,9 +281,31 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       onnxProvider: onnxProvider === 'cuda' ? 'cuda' : 'cpu',
     },
     cluster: clusterConfig(read, integer, url, problems, host, port),
+    webhooks: webhookConfig(read, url, problems),
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
+}
+
+/** The webhook variables: a receiver needs a secret (unsigned events would be worthless to verify). */
+function webhookConfig(read: (name: string) => string | undefined, url: (name: string) => string | null, problems: string[]): WebhookConfig {
+  const secret = read('SERVICE_WEBHOOK_SECRET') ?? null;
+  // The secret itself never goes into a message.
+  if (secret !== null && !isWebhookSecret(secret)) problems.push('SERVICE_WEBHOOK_SECRET must be whsec_ followed by a base64 key of at least 16 bytes');
+  const allowedHosts = (read('SERVICE_WEBHOOK_ALLOWED_HOSTS') ?? '')
+    .split(',')
+    .map((name) => name.trim().toLowerCase())
+    .filter(Boolean);
+  for (const name of allowedHosts) {
+    if (name === '*' || !isAllowedHostEntry(name)) {
+      problems.push(`SERVICE_WEBHOOK_ALLOWED_HOSTS entries must be host names or IP addresses without scheme or port (hooks.example.com, .example.com, 10.0.0.5) (got "${name}")`);
+    }
+  }
+  const webhookUrl = url('SERVICE_WEBHOOK_URL');
+  if ((webhookUrl !== null || allowedHosts.length > 0) && secret === null) {
+    problems.push('SERVICE_WEBHOOK_SECRET is required when SERVICE_WEBHOOK_URL or SERVICE_WEBHOOK_ALLOWED_HOSTS is set (every callback is signed)');
+  }
+  return { url: webhookUrl, secret, allowedHosts };
 }
 
 /** `SERVICE_REDIS_URL` switches cluster mode on; without it the other cluster variables are not read. */

@@ -25,7 +25,7 @@ import { DefaultsStore } from './store/defaults.ts';
 import { VoiceCatalog } from './voices/catalog.ts';
 import { VoiceUploads } from './voices/uploads.ts';
 import { catalogVoiceLookup } from './voices/clone.ts';
-import { JobStore } from './store/jobs.ts';
+import { JobStore, type StoredJob } from './store/jobs.ts';
 import { RecordingRegistry } from './recording/registry.ts';
 import { OfflineJobQueue } from './recording/offline-jobs.ts';
 import { sweepStartupLeftovers } from './store/startup-sweep.ts';
@@ -37,6 +37,12 @@ import { RedisAvatarCatalog } from './cluster/avatar-catalog.ts';
 import { ServiceMetrics } from './metrics/service-metrics.ts';
 import type { PoolLoadSnapshot } from '../actors/pool-load.ts';
 import { SERVICE_VERSION } from './version.ts';
+import { TranscriptStore } from './store/transcripts.ts';
+import { SessionTranscripts } from './sessions/transcript.ts';
+import { WebhookOutbox } from './webhooks/outbox.ts';
+import { WebhookDelivery } from './webhooks/delivery.ts';
+import { WebhookEvents } from './webhooks/events.ts';
+import { WebhookSigner } from '../actors/upstream/webhook-signing.ts';
 
 export interface Services {
   config: ServiceConfig;
@@ -70,6 +76,8 @@ export interface Services {
   cluster: ClusterNode | null;
   /** Prometheus metrics (`GET /metrics`). */
   metrics: ServiceMetrics;
+  /** Signed webhook events (`src/webhooks/`): what is sent when, stored in the outbox before it counts as emitted. */
+  webhooks: WebhookEvents;
   close(): Promise<void>;
 }
 
@@ -80,6 +88,8 @@ export interface ServiceOverrides {
   asr?: AsrProvider;
   /** Opens session renderers (default: the render pool); tests wrap the pool to make a renderer fail. */
   render?: RenderOpener;
+  /** Webhook delivery timing (tests retry in milliseconds instead of seconds) and outbox bound. */
+  webhooks?: { backoffBaseMs?: number; attemptTimeoutMs?: number; outboxMaxEntries?: number };
 }
 
 /** Builds every long-lived service object in dependency order; `close()` tears them down in reverse. */
@@ -134,6 +144,28 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
 
   const inspection = new InspectionHub(config.inspector);
   const metrics = new ServiceMetrics({ version: SERVICE_VERSION });
+  // Webhooks: the outbox is this process's LevelDB (a node's own in cluster mode: each event is emitted, stored and
+  // delivered by the one node it happened on). Pending deliveries of an earlier run are loaded before anything new.
+  const outbox = new WebhookOutbox(store, overrides.webhooks?.outboxMaxEntries, metrics.webhookDeliveries.dropped);
+  await outbox.load();
+  const delivery = config.webhooks.secret
+    ? new WebhookDelivery({
+        outbox,
+        signer: new WebhookSigner(config.webhooks.secret),
+        logger: logger.child({ component: 'webhooks' }),
+        counters: metrics.webhookDeliveries,
+        backoffBaseMs: overrides.webhooks?.backoffBaseMs,
+        attemptTimeoutMs: overrides.webhooks?.attemptTimeoutMs,
+      })
+    : null;
+  const webhooks: WebhookEvents = new WebhookEvents({
+    config: config.webhooks,
+    outbox,
+    delivery: { kick: () => delivery?.kick() },
+    logger: logger.child({ component: 'webhooks' }),
+    sessionUrlOf: (sessionId) => supervisor.liveSession(sessionId)?.record.webhook_url,
+  });
+  const transcripts = new SessionTranscripts(new TranscriptStore(store), logger.child({ component: 'transcripts' }));
   const supervisor = new SessionSupervisor({
     config,
     store: sessionStore,
@@ -148,6 +180,8 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     inspection,
     metrics,
     inference,
+    transcripts,
+    webhooks,
     // Cluster mode: the id carries this node's routing slot, so a sticky balancer finds the owner.
     ...(cluster ? { newSessionId: () => cluster.registry.newSessionId() } : {}),
   });
@@ -168,9 +202,11 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     },
   });
   await supervisor.recover();
+  delivery?.kick();
   // Load the built-in speech engines now (in their engine process) so the first speak does not pay for WASM compilation.
   if (config.ttsDefaultProvider === 'builtin') tts.get('builtin');
   const recordings = new RecordingRegistry(cluster ? cluster.nodeDataDir : config.dataDir, logger.child({ component: 'recording' }));
+  recordings.onReady((sessionId, recording) => void webhooks.recordingReady(sessionId, recording));
   const jobDeps = {
     dataDir: config.dataDir,
     sampleRate: config.sampleRate,
@@ -182,6 +218,7 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     },
     tts: (id: string) => tts.get(id as never),
     logger: logger.child({ component: 'offline' }),
+    onSettled: (job: StoredJob) => void webhooks.bundleSettled(job, `/sessions/${job.session_id}/rt-offline-bundle/${job.job_id}/download`),
   };
   const jobs: OfflineJobs = cluster ? cluster.offlineQueue(jobDeps) : new OfflineJobQueue({ ...jobDeps, store: new JobStore(store) });
   // Before listening: what a crash left (temp names, files no record points to) goes; unfinished jobs fail.
@@ -218,12 +255,15 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     jobs,
     cluster,
     metrics,
+    webhooks,
     async close() {
       if (closed) return;
       closed = true;
       cluster?.drain();
       await jobs.close();
       await supervisor.closeAll();
+      // After the sessions' last events were stored: what is not delivered yet stays in the outbox for the next start.
+      await delivery?.close();
       // After the sessions' tombstones are written: the node leaves the registry, then Redis is closed.
       await cluster?.close();
       inspection.close();

@@ -78,16 +78,16 @@ describe('configuration from SERVICE_* variables', () => {
 describe('tool calling settings', () => {
   it('default to no callback hosts, no signing and no filler', () => {
     const config = loadConfig({}, '/srv/app');
-    expect(config.webhookAllowedHosts).toEqual([]);
-    expect(config.webhookSecret).toBeNull();
+    expect(config.webhooks.allowedHosts).toEqual([]);
+    expect(config.webhooks.secret).toBeNull();
     expect(config.toolFillerText).toBeNull();
   });
 
   it('take hosts, a whsec_ secret and a short filler; refuse `*`, URLs, a malformed secret (never echoed) and a long filler', () => {
     const secret = `whsec_${Buffer.alloc(24, 7).toString('base64')}`;
     const config = loadConfig({ SERVICE_WEBHOOK_ALLOWED_HOSTS: 'Hooks.Example.com, .example.net,10.0.0.5', SERVICE_WEBHOOK_SECRET: secret, SERVICE_TOOL_FILLER_TEXT: 'One moment.' });
-    expect(config.webhookAllowedHosts).toEqual(['hooks.example.com', '.example.net', '10.0.0.5']);
-    expect(config.webhookSecret).toBe(secret);
+    expect(config.webhooks.allowedHosts).toEqual(['hooks.example.com', '.example.net', '10.0.0.5']);
+    expect(config.webhooks.secret).toBe(secret);
     expect(config.toolFillerText).toBe('One moment.');
 
     let error: unknown;

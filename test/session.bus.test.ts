@@ -40,12 +40,12 @@ function busSession() {
   actors.push(actor);
   actor.start();
   actor.send({ type: 'START' });
-  // The TTS provider a turn speaks with is checked on its own below.
+  // The TTS provider a turn speaks with, and its text, are checked on their own below.
   const turns = () =>
     seen
       .filter((e) => e.type === 'turn.started' || e.type === 'turn.finished')
       .map((e) => {
-        const { ttsProvider: _provider, ...data } = e.data as { ttsProvider?: string };
+        const { ttsProvider: _provider, text: _text, ...data } = e.data as { ttsProvider?: string; text?: string };
         return { event: e.type, ...data };
       });
   const send = (event: SessionEvent) => actor.send(event);
@@ -84,7 +84,7 @@ describe('session bus fed by the machine', () => {
     ]);
   });
 
-  it("turn.started names the TTS provider the turn speaks with: its own, else the session's", () => {
+  it("turn.started names the TTS provider the turn speaks with (its own, else the session's) and its text (the transcript's)", () => {
     const { send, seen } = busSession();
     send({ type: 'SPEAK', turn: { ...SPEAK_TURN, id: 'own', tts: { provider: 'cloud_c', voice: null, model: null } } });
     send({ type: 'TTS.FIRST_AUDIO' });
@@ -93,8 +93,8 @@ describe('session bus fed by the machine', () => {
     send({ type: 'SPEAK', turn: { ...withoutVoice, id: 'default' } });
     const started = seen.filter((e) => e.type === 'turn.started').map((e) => e.data);
     expect(started).toEqual([
-      { turnId: 'own', kind: 'speak', ttsProvider: 'cloud_c' },
-      { turnId: 'default', kind: 'speak', ttsProvider: TEST_SESSION_INPUT.tts.provider },
+      { turnId: 'own', kind: 'speak', ttsProvider: 'cloud_c', text: SPEAK_TURN.text },
+      { turnId: 'default', kind: 'speak', ttsProvider: TEST_SESSION_INPUT.tts.provider, text: SPEAK_TURN.text },
     ]);
   });
 

@@ -1,4 +1,5 @@
 import type { PlayoutClock } from '../media/playout.ts';
+import type { QueuedSegment } from '../llm/heard.ts';
 
 /**
  * What the stage actors need from the session that runs them, declared here so that `actors/` never imports
@@ -13,9 +14,13 @@ export interface StageEventMap {
   tts: { stage: 'start' | 'first_audio' | 'complete'; ms_elapsed: number; sentence_index?: number };
 }
 
-/** The session's bus as a stage sees it: `publish` puts a spec event out for SSE clients. */
+/**
+ * The session's bus as a stage sees it: `publish` puts a spec event out for SSE clients; `segmentQueued` says a
+ * text segment of a turn went to playout and how long it plays (the session's transcript keeps what was heard).
+ */
 export interface StageBus {
   publish<K extends keyof StageEventMap>(type: K, data: StageEventMap[K]): void;
+  segmentQueued(turnId: string, segment: QueuedSegment): void;
 }
 
 /** The session's media as a stage sees it: the media clock it feeds, what of a turn was heard, flush and failures. */

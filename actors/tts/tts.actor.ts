@@ -88,8 +88,10 @@ async function synthesizeTurn(
       segmentSamples += chunk.pcm.length;
     }
     sentenceIndex += lastIndex + 1;
-    // The llm actor keeps what the listener heard of a reply: it learns here how long each segment plays.
-    if (turn.mode === 'chat') sendBack({ type: 'TTS.QUEUED', text, durationMs: (segmentSamples * 1000) / ctx.sampleRate });
+    // The llm actor (history) and the transcript keep what the listener heard: they learn here how long each segment plays.
+    const durationMs = (segmentSamples * 1000) / ctx.sampleRate;
+    ctx.events.segmentQueued(turn.id, { text, durationMs });
+    if (turn.mode === 'chat') sendBack({ type: 'TTS.QUEUED', text, durationMs });
   }
   if (started) ctx.events.publish('tts', { stage: 'complete', ms_elapsed: elapsed(), sentence_index: Math.max(0, sentenceIndex - 1) });
 }

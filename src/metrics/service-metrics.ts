@@ -65,6 +65,8 @@ export class ServiceMetrics {
   private readonly interruptToSilence: Histogram;
   private readonly terminated: Counter<'reason'>;
   private readonly sseEvents: Counter<'event'>;
+  /** Webhook deliveries (`src/webhooks/`): delivered, given up (refused or past the retry period), dropped by the outbox bound. */
+  readonly webhookDeliveries: { delivered(): void; failed(): void; dropped(): void };
 
   constructor(info: { version: string }) {
     const registers = [this.registry];
@@ -132,6 +134,14 @@ export class ServiceMetrics {
     );
     this.interruptToSilence = latency('interrupt_to_silence_seconds', 'Interrupt received → playout flushed (the next 10 ms audio chunk is silence)');
     this.sseEvents = new Counter({ name: `${p}sse_events_total`, help: 'Events published to SSE consumers, by event type', labelNames: ['event'], registers });
+    const delivered = new Counter({ name: `${p}webhook_deliveries_delivered_total`, help: 'Webhook deliveries a receiver accepted (2xx)', registers });
+    const failed = new Counter({
+      name: `${p}webhook_deliveries_failed_total`,
+      help: 'Webhook deliveries given up: refused by the receiver (4xx other than 408/429, a redirect) or still failing after the retry period',
+      registers,
+    });
+    const dropped = new Counter({ name: `${p}webhook_deliveries_dropped_total`, help: 'Webhook deliveries dropped undelivered because the outbox was full (oldest first)', registers });
+    this.webhookDeliveries = { delivered: () => delivered.inc(), failed: () => failed.inc(), dropped: () => dropped.inc() };
 
     new Counter({
       name: `${p}frames_sent_total`,

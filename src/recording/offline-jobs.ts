@@ -50,6 +50,8 @@ export interface OfflineJobsDeps {
   retentionMs?: number;
   concurrency?: number;
   maxQueued?: number;
+  /** A job finished, complete or failed, once its record is stored (the `bundle.completed` / `bundle.failed` webhooks). */
+  onSettled?: (job: StoredJob) => void;
 }
 
 /** What the routes and the service use of an offline queue: this one, or BullMQ's in cluster mode (src/cluster/offline-queue.ts). */
@@ -316,6 +318,7 @@ export class OfflineJobQueue {
       this.deps.logger?.error({ jobId: live.job.job_id, err: errorForLog(storeError) }, 'offline bundle state not persisted');
     }
     this.live.delete(live.job.job_id);
+    this.deps.onSettled?.(live.job);
     for (const wake of this.settledWaiters.get(live.job.job_id) ?? []) wake();
     this.settledWaiters.delete(live.job.job_id);
   }

@@ -59,6 +59,7 @@ interface Meta {
  */
 export class RecordingRegistry {
   private readonly active = new Map<string, Active>();
+  private readonly readyListeners = new Set<(sessionId: string, recording: { artifact_url: string; duration_ms: number }) => void>();
   private readonly root: string;
   private readonly sweepTimer: NodeJS.Timeout;
   private closed = false;
@@ -71,6 +72,12 @@ export class RecordingRegistry {
     this.root = path.join(dataDir, 'recordings');
     this.sweepTimer = setInterval(() => void this.sweep(), SWEEP_EVERY_MS);
     this.sweepTimer.unref();
+  }
+
+  /** Calls `listener` with each recording that became downloadable (the `recording.ready` webhook); returns the unsubscribe. */
+  onReady(listener: (sessionId: string, recording: { artifact_url: string; duration_ms: number }) => void): () => void {
+    this.readyListeners.add(listener);
+    return () => this.readyListeners.delete(listener);
   }
 
   artifactUrl(sessionId: string): string {
@@ -233,7 +240,9 @@ export class RecordingRegistry {
       // The record last, in one step: a crash before it leaves an artifact without a record, never a record without its artifact.
       await writeFileAtomic(path.join(dir, META_FILE), JSON.stringify(meta));
       this.logger?.info({ sessionId, durationMs, endedBy }, 'recording complete');
-      return { state: 'complete', artifact_url: this.artifactUrl(sessionId), duration_ms: durationMs };
+      const ready = { artifact_url: this.artifactUrl(sessionId), duration_ms: durationMs };
+      for (const listener of this.readyListeners) listener(sessionId, ready);
+      return { state: 'complete', ...ready };
     } catch (error) {
       await recorder.abort().catch(() => undefined);
       this.logger?.error({ sessionId, err: errorForLog(error) }, 'recording failed');

@@ -33,7 +33,7 @@ const CustomAvatarForm = Type.Object(
 
 /** Spec 4.2: custom avatar creation from a portrait photo. */
 const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
-  const { catalog } = app.services;
+  const { catalog, webhooks } = app.services;
   app.addSchema(CustomAvatarForm);
   app.addHook('onClose', closeImageWorkers);
 
@@ -67,7 +67,7 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
       if (name === undefined || name.trim() === '') throw badRequest('name is required');
       if (baseAvatarId === undefined || baseAvatarId === '') throw badRequest('base_avatar_id is required');
       if (!form.file) throw badRequest('image file is required');
-      return createCustomAvatar({
+      const avatar = await createCustomAvatar({
         catalog,
         name,
         baseAvatarId,
@@ -75,6 +75,8 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         signal: closedSignal(reply),
         logger: request.log,
       });
+      await webhooks.avatarCreated(avatar);
+      return avatar;
     },
   });
 };

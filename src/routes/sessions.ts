@@ -1,6 +1,6 @@
 
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { CreateSessionRequest, CreateSessionResponse, SessionInfo, StatusOnly } from '../schemas/sessions.ts';
+import { CreateSessionRequest, CreateSessionResponse, SessionInfo, SessionTranscript, StatusOnly } from '../schemas/sessions.ts';
 import { SessionIdParams, errors } from '../schemas/common.ts';
 
 /** Session lifecycle (spec 3.1, 4.3) plus pause/resume, which the spec leaves open. */
@@ -9,6 +9,7 @@ const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addSchema(CreateSessionRequest);
   app.addSchema(CreateSessionResponse);
   app.addSchema(SessionInfo);
+  app.addSchema(SessionTranscript);
 
   app.post('/sessions', {
     schema: {
@@ -37,6 +38,23 @@ const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: SessionInfo, ...errors(404) },
     },
     handler: async (request) => supervisor.describe(request.params.session_id) as never,
+  });
+
+  app.get('/sessions/:session_id/transcript', {
+    schema: {
+      tags: ['sessions'],
+      summary: 'The conversation so far',
+      description:
+        'Finished turns in order: what the user said or asked (user_text), what the avatar was to say (assistant_text), what of it was ' +
+        'played before an interrupt (heard_text), its tool calls and how it ended. The newest 200 turns are kept (older ones are ' +
+        'dropped). Kept after termination as long as the tombstone (SERVICE_SESSION_TOMBSTONE_MS); 404 for an unknown session.',
+      params: SessionIdParams,
+      response: { 200: SessionTranscript, ...errors(404) },
+    },
+    handler: async (request) => {
+      const { session_id } = request.params;
+      return { session_id, turns: await supervisor.transcript(session_id) };
+    },
   });
 
   app.post('/sessions/:session_id/start', {

@@ -12,6 +12,15 @@ export const CreateSessionRequest = Type.Object(
     llm_system_prompt: Type.Optional(Nullable(Type.String({ maxLength: 20_000, description: 'Overrides SERVICE_LLM_SYSTEM_PROMPT' }))),
     lipsync_postprocess_mode: Type.Optional(Nullable(Type.String({ maxLength: 64, description: 'Post-processing flag for the lipsync model' }))),
     tools: Type.Optional(ToolList),
+    webhook_url: Type.Optional(
+      Nullable(
+        Type.String({
+          maxLength: 2048,
+          description:
+            "This session's own webhook receiver (its events go there besides SERVICE_WEBHOOK_URL): an http(s) URL on a host listed in SERVICE_WEBHOOK_ALLOWED_HOSTS, else 400 (docs/integration.md)",
+        }),
+      ),
+    ),
   },
   {
     $id: 'CreateSessionRequest',
@@ -58,3 +67,52 @@ export const SessionInfo = Type.Object(
 );
 
 export const StatusOnly = (status: string) => Type.Object({ status: Type.Literal(status) });
+
+export const TranscriptToolCall = Type.Object({
+  call_id: Type.String(),
+  name: Type.String(),
+  arguments: Type.Record(Type.String(), Type.Unknown(), { description: "The model's arguments, parsed (as in the SSE `tool_call` event)" }),
+  ok: Nullable(Type.Boolean({ description: 'Whether the call succeeded; null until its result came' })),
+});
+
+export const TranscriptTurn = Type.Object({
+  turn_id: Type.String(),
+  kind: Type.String({ description: 'speak, chat, audio, audio_stream, transcribe or voice' }),
+  user_text: Nullable(Type.String({ description: 'chat: the prompt; voice and transcribe: what was recognised' })),
+  assistant_text: Nullable(Type.String({ description: "speak: the text; chat and voice: the model's reply" })),
+  heard_text: Nullable(
+    Type.String({ description: 'What of assistant_text was played: all of it when completed, the segments that had started playing when cut short' }),
+  ),
+  tool_calls: Type.Array(TranscriptToolCall),
+  outcome: Type.Union([Type.Literal('completed'), Type.Literal('interrupted'), Type.Literal('error'), Type.Literal('paused')]),
+  started_at: Type.String({ format: 'date-time' }),
+  ended_at: Type.String({ format: 'date-time' }),
+});
+
+export const SessionTranscript = Type.Object(
+  {
+    session_id: Type.String({ format: 'uuid' }),
+    turns: Type.Array(TranscriptTurn, { description: 'Finished turns, oldest first; only the newest 200 are kept' }),
+  },
+  {
+    $id: 'SessionTranscript',
+    examples: [
+      {
+        session_id: '3f0c9a52-6d1e-4c8b-9a57-2b1e8f4d7c10',
+        turns: [
+          {
+            turn_id: 'b3c1f1e2-4f7a-4d2b-9a7e-0c1d2e3f4a5b',
+            kind: 'chat',
+            user_text: 'What is the weather like on Mars?',
+            assistant_text: 'Cold and dusty. It rarely gets above freezing.',
+            heard_text: 'Cold and dusty.',
+            tool_calls: [],
+            outcome: 'interrupted',
+            started_at: '2026-01-01T12:00:00.000Z',
+            ended_at: '2026-01-01T12:00:02.400Z',
+          },
+        ],
+      },
+    ],
+  },
+);

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { InspectionEvent } from 'xstate';
 import type { StageBus } from '../../actors/stage/ports.ts';
+import type { QueuedSegment } from '../../actors/llm/heard.ts';
 import type { SessionActor, TurnKind, TurnOutcome } from '../../machines/session.machine.ts';
 import type { SessionEventMap, SessionEventRecord, SessionEventType } from './event-hub.ts';
 
@@ -15,7 +16,7 @@ export interface SessionBusEvents {
    */
   transition: { from: string; to: string; event: string };
   /** From the machine (`relayTurns`). `ttsProvider`: the provider the turn speaks with (its own, else the session's). */
-  'turn.started': { turnId: string; kind: TurnKind; ttsProvider?: string };
+  'turn.started': { turnId: string; kind: TurnKind; ttsProvider?: string; text?: string };
   'turn.finished': { turnId: string; kind: TurnKind; outcome: TurnOutcome };
   /** The turn's first sample went to WebRTC. */
   'media.firstSample': { turnId: string };
@@ -43,6 +44,8 @@ export interface SessionBusEvents {
   'tool.result': { turnId: string; callId: string; name: string; ok: boolean };
   /** The renderer failed; the error says whether the session can go on (see `actors/stage/errors.ts`). */
   'media.failed': { error: Error };
+  /** A text segment of a turn went to playout, with how long its audio plays (what `heardReply` reads). */
+  'tts.queued': { turnId: string; text: string; durationMs: number };
 }
 export type SessionBusEvent = keyof SessionBusEvents;
 type Listener<K extends SessionBusEvent> = (data: SessionBusEvents[K]) => void;
@@ -80,6 +83,11 @@ export class SessionBus implements StageBus {
   /** A spec event for clients: same signature as the hub's, so stage actors do not care who writes SSE. */
   publish<K extends SessionEventType>(type: K, data: SessionEventMap[K]): void {
     this.emit('spec', { type, data } as SessionEventRecord);
+  }
+
+  /** A segment of a turn's speech was queued for playout (the transcript's heard text follows it). */
+  segmentQueued(turnId: string, segment: QueuedSegment): void {
+    this.emit('tts.queued', { turnId, ...segment });
   }
 
   /** Nothing is delivered after this (the session's close cascade ends with it). Idempotent. */

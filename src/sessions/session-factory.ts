@@ -64,6 +64,8 @@ export interface CreateSessionInput {
   lipsync_postprocess_mode?: string | null;
   /** Functions the model may call in chat turns (`tools.ts`). */
   tools?: SessionToolDefinition[];
+  /** A callback URL of this session's own (checked against SERVICE_WEBHOOK_ALLOWED_HOSTS by the supervisor). */
+  webhook_url?: string | null;
 }
 
 /**
@@ -77,8 +79,8 @@ export class SessionFactory {
   private readonly toolPolicy: ToolWebhookPolicy;
 
   constructor(private readonly deps: SessionFactoryDeps) {
-    const { webhookAllowedHosts, webhookSecret } = deps.config;
-    this.toolPolicy = { allowedHosts: webhookAllowedHosts, signer: webhookSecret ? new WebhookSigner(webhookSecret) : null };
+    const { allowedHosts, secret } = deps.config.webhooks;
+    this.toolPolicy = { allowedHosts, signer: secret ? new WebhookSigner(secret) : null };
   }
 
   async assemble(input: CreateSessionInput): Promise<Session> {
@@ -124,6 +126,7 @@ export class SessionFactory {
       tts_model: tts.model,
       llm_system_prompt: input.llm_system_prompt ?? defaults.systemPrompt ?? config.llmSystemPrompt,
       lipsync_postprocess_mode: input.lipsync_postprocess_mode ?? null,
+      ...(input.webhook_url ? { webhook_url: input.webhook_url } : {}),
       state: 'created',
       created_at: now,
       updated_at: now,

@@ -1,8 +1,10 @@
 import type { SessionRecords, StoredSession } from '../store/sessions.ts';
-import { AtCapacity, SessionNotFound, SessionTerminated } from '../domain-errors.ts';
+import { AtCapacity, InvalidInput, SessionNotFound, SessionTerminated } from '../domain-errors.ts';
 import { SessionFactory, type CreateSessionInput, type SessionFactoryDeps } from './session-factory.ts';
 import { sessionParts, type Session } from './session.ts';
 import { errorForLog } from '../logger.ts';
+import type { WebhookEvents } from '../webhooks/events.ts';
+import type { SessionTranscripts, TranscriptTurn } from './transcript.ts';
 
 /** How often expired tombstones are swept from LevelDB. */
 const TOMBSTONE_SWEEP_MS = 60_000;
@@ -23,6 +25,10 @@ const shuttingDown = () => new AtCapacity('service is shutting down', CAPACITY_R
 /** The factory's parts plus where sessions and tombstones are stored. */
 export interface SupervisorDeps extends SessionFactoryDeps {
   store: SessionRecords;
+  /** Each session's transcript, kept with its tombstone (`GET /sessions/{id}/transcript`). */
+  transcripts?: SessionTranscripts;
+  /** The webhook events of sessions (`session.started`, `session.terminated`, `turn.completed`). */
+  webhooks?: WebhookEvents;
 }
 
 /** Sessions terminated since the service started, by the reasons it decides itself. */
@@ -65,13 +71,17 @@ export class SessionSupervisor {
     const now = new Date();
     for (const stored of await this.deps.store.all()) {
       if (stored.state !== 'terminated') {
-        await this.deps.store.put(
-          this.deps.store.tombstoneOf(stored, this.deps.config.tombstoneRetentionMs, 'service restarted', now),
-        );
+        const tombstone = this.deps.store.tombstoneOf(stored, this.deps.config.tombstoneRetentionMs, 'service restarted', now);
+        await this.deps.store.put(tombstone);
+        // Its transcript stays as long as the tombstone; receivers learn it ended (it could not tell them before).
+        await this.deps.transcripts?.expireWith(stored.session_id, tombstone.expires_at);
+        await this.deps.webhooks?.sessionTerminated(stored, 'service restarted');
       } else if (stored.expires_at && Date.parse(stored.expires_at) <= now.getTime()) {
         await this.deps.store.delete(stored.session_id);
       }
     }
+    // Transcripts live exactly as long as their tombstone (a crash between the two deletes leaves one behind).
+    await this.deps.transcripts?.sweep(async ({ session_id }) => (await this.deps.store.get(session_id)) !== undefined);
     this.sweepTimer = setInterval(() => void this.sweepTombstones(), TOMBSTONE_SWEEP_MS);
     this.sweepTimer.unref();
   }
@@ -142,6 +152,16 @@ export class SessionSupervisor {
     throw new SessionNotFound();
   }
 
+  /** The session's transcript (its newest turns), live or kept with its tombstone; `SessionNotFound` otherwise. */
+  async transcript(sessionId: string): Promise<TranscriptTurn[]> {
+    const session = this.live.get(sessionId);
+    if (session) sessionParts(session).consumers.touch();
+    const turns = await this.deps.transcripts?.turnsOf(sessionId);
+    if (turns) return turns;
+    if (session || this.closing.has(sessionId) || (await this.deps.store.get(sessionId))) return [];
+    throw new SessionNotFound();
+  }
+
   async describe(sessionId: string): Promise<StoredSession & { pipeline: string }> {
     const session = this.live.get(sessionId);
     if (session) {
@@ -158,6 +178,10 @@ export class SessionSupervisor {
     // Each created session holds a renderer; unstarted ones must not pile up without bound. The slot is
     // taken here, before the first await, and handed over when the session goes live (or given back on failure).
     if (this.closed) throw shuttingDown();
+    if (input.webhook_url) {
+      if (!this.deps.webhooks) throw new InvalidInput('webhook_url is not supported by this service');
+      this.deps.webhooks.assertCallbackUrl(input.webhook_url);
+    }
     if (this.pendingCount >= config.maxPendingSessions) {
       throw new AtCapacity(
         `too many sessions created but not started (${config.maxPendingSessions}); start or delete some, or retry later`,
@@ -183,7 +207,7 @@ export class SessionSupervisor {
     const { config } = this.deps;
     const session = await this.factory.assemble(input);
     const { id: sessionId, record: stored } = session;
-    const { logger, actor } = sessionParts(session);
+    const { logger, actor, bus, media } = sessionParts(session);
     try {
       await this.deps.store.put(stored);
       // Shut down while this one was being set up: closeAll has already run, so nobody would close it.
@@ -194,6 +218,7 @@ export class SessionSupervisor {
     }
     this.live.set(sessionId, session);
     release();
+    this.deps.transcripts?.follow(sessionId, bus, media, (turn) => void this.deps.webhooks?.turnCompleted(session.record, turn));
     // An unrecoverable stage error terminates the machine by itself; keep the tombstone rules the same.
     actor.on('session.terminated', () =>
       setImmediate(() =>
@@ -229,6 +254,7 @@ export class SessionSupervisor {
     session.start();
     this.watchForOrphans();
     await this.persistState(session);
+    await this.deps.webhooks?.sessionStarted(session.record);
   }
 
   async pause(sessionId: string): Promise<void> {
@@ -269,6 +295,8 @@ export class SessionSupervisor {
     await session.close();
     this.deps.inspection?.ended(session.id);
     await this.deps.store.put(tombstone);
+    await this.deps.transcripts?.retain(session.id, tombstone.expires_at);
+    await this.deps.webhooks?.sessionTerminated(session.record, tombstone.terminated_reason ?? 'terminated');
     sessionParts(session).logger.info({ reason: tombstone.terminated_reason }, 'session terminated');
   }
 
@@ -331,6 +359,7 @@ export class SessionSupervisor {
       for (const stored of await this.deps.store.all()) {
         if (stored.state === 'terminated' && stored.expires_at && Date.parse(stored.expires_at) <= now) {
           await this.deps.store.delete(stored.session_id);
+          await this.deps.transcripts?.remove(stored.session_id);
         }
       }
     } catch (error) {

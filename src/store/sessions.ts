@@ -17,6 +17,8 @@ export interface StoredSession {
   state: SessionState;
   created_at: string;
   updated_at: string;
+  /** The session's own webhook receiver (on SERVICE_WEBHOOK_ALLOWED_HOSTS), besides SERVICE_WEBHOOK_URL. */
+  webhook_url?: string | null;
   /** Set once terminated: the tombstone is removed after this instant. */
   expires_at?: string;
   terminated_reason?: string;
