@@ -55,6 +55,8 @@ describe('tool calling in chat turns', () => {
   const idleAfter = (from: number, timeout = TURN_MS) => s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', timeout, 'status idle', from);
   const chatRequestsSince = (before: number): RecordedRequest[] => upstream.requests.slice(before).filter((r) => r.chat);
   const live = () => t.services.supervisor.liveSession(s.sessionId)!;
+  /** Each test sets the session's tools itself, so it runs alone (`-t`) as well as after the others. */
+  const useBothTools = async () => expect((await setTools([weatherTool(receiver.url('/weather')), mapTool])).status).toBe(200);
 
   beforeAll(async () => {
     upstream = await startOpenAiUpstream();
@@ -144,6 +146,7 @@ describe('tool calling in chat turns', () => {
   });
 
   it('parallel calls in one answer: every call runs, each output answers its call in order', async () => {
+    await useBothTools();
     receiver.answerWith((request) => ({ json: { city: (request.body.arguments as { city: string }).city, forecast: 'rain' } }));
     upstream.setScenario({
       chat: {
@@ -183,6 +186,7 @@ describe('tool calling in chat turns', () => {
   });
 
   it('arguments that are not JSON never reach the tool, a failing webhook is reported to the model as failed', async () => {
+    await useBothTools();
     receiver.answerWith(() => ({ status: 500, json: { message: 'database down' } }));
     upstream.setScenario({
       chat: {
@@ -215,7 +219,7 @@ describe('tool calling in chat turns', () => {
   });
 
   it('a client tool: SSE tool_call, answered on tool_results (200), then 409 for a second answer and 404 for an unknown call', async () => {
-    expect((await setTools([weatherTool(receiver.url('/weather')), mapTool])).status).toBe(200);
+    await useBothTools();
     upstream.setScenario({
       chat: {
         scripted: [
@@ -253,6 +257,31 @@ describe('tool calling in chat turns', () => {
     expect((await toolResult({ output: 1 })).status).toBe(400);
   });
 
+  it('a client tool answered the moment its tool_call is published (an in-process listener) is taken', async () => {
+    await useBothTools();
+    const answers: string[] = [];
+    const off = live().onEvent((event) => {
+      if (event.type !== 'tool_call') return;
+      try {
+        live().answerToolCall(event.data.call_id, { instant: true });
+        answers.push('accepted');
+      } catch (error) {
+        answers.push((error as Error).name);
+      }
+    });
+    try {
+      upstream.setScenario({ chat: { scripted: [{ toolCalls: [{ id: 'call_now', name: 'show_map', arguments: '{}' }] }, { tokens: ['Done.'] }] } });
+      const from = s.sse.events.length;
+      const requestsBefore = upstream.requests.length;
+      expect((await chat('Quick map.')).status).toBe(200);
+      await idleAfter(from);
+      expect(answers).toEqual(['accepted']);
+      expect(chatRequestsSince(requestsBefore)[1].chat!.messages.at(-1)!.content).toBe('{"instant":true}');
+    } finally {
+      off();
+    }
+  });
+
   it('a client tool past its deadline gives the model a failure output; the late answer is 409', async () => {
     const parts = sessionParts(live());
     const original = parts.stage.tools;
@@ -286,6 +315,7 @@ describe('tool calling in chat turns', () => {
   });
 
   it('a hanging webhook tool interrupted: its request is aborted, idle follows at once and nothing more is said', async () => {
+    await useBothTools();
     receiver.answerWith(() => 'hang');
     upstream.setScenario({
       chat: {
@@ -319,6 +349,7 @@ describe('tool calling in chat turns', () => {
   });
 
   it('a client tool interrupted: cancelled, idle at once, and its late answer is 409', async () => {
+    await useBothTools();
     upstream.setScenario({
       chat: { scripted: [{ toolCalls: [{ id: 'call_i1', name: 'show_map', arguments: '{"place":"Rome"}' }] }, { tokens: ['Never said either.'] }] },
     });
@@ -340,6 +371,7 @@ describe('tool calling in chat turns', () => {
   });
 
   it(`stops offering tools after ${MAX_TOOL_ROUNDS_PER_TURN} rounds: the model is asked once more without tools and its words end the turn`, async () => {
+    await useBothTools();
     receiver.answerWith(() => ({ json: { forecast: 'fog' } }));
     const looping = (round: number) => ({ toolCalls: [{ id: `call_r${round}`, name: 'get_weather', arguments: '{"city":"London"}' }] });
     upstream.setScenario({

@@ -168,10 +168,16 @@ export class SessionTools implements ToolRunner {
     const tool = this.tools.find((candidate) => candidate.function.name === call.name);
     if (!tool) return toolErrorOutput(`there is no tool named ${call.name}`);
     const { bus } = this.options;
-    bus.publish('tool_call', { turn_id: call.turnId, call_id: call.callId, name: call.name, arguments: call.arguments });
+    const announce = () => bus.publish('tool_call', { turn_id: call.turnId, call_id: call.callId, name: call.name, arguments: call.arguments });
     let ok = false;
     try {
-      const outcome = tool.webhook ? await this.callWebhook(tool.webhook, call, signal) : await this.callClient(call, signal);
+      let outcome: { ok: boolean; output: string };
+      if (tool.webhook) {
+        announce();
+        outcome = await this.callWebhook(tool.webhook, call, signal);
+      } else {
+        outcome = await this.callClient(call, signal, announce);
+      }
       ok = outcome.ok;
       return outcome.output;
     } finally {
@@ -196,7 +202,8 @@ export class SessionTools implements ToolRunner {
     call.answer(text);
   }
 
-  private callClient(call: ToolInvocation, signal: AbortSignal): Promise<{ ok: boolean; output: string }> {
+  /** Waits for the client's answer; `announce` publishes the call once an answer can be taken (a listener may answer at once). */
+  private callClient(call: ToolInvocation, signal: AbortSignal, announce: () => void): Promise<{ ok: boolean; output: string }> {
     const { callId } = call;
     // A model that reuses an id while the first call still waits: the first one gives way.
     if (this.pending.has(callId)) this.closeCall(callId, 'replaced by a newer call with the same id');
@@ -221,6 +228,7 @@ export class SessionTools implements ToolRunner {
           resolve({ ok: true, output });
         },
       });
+      announce();
     });
   }
 
