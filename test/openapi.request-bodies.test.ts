@@ -171,7 +171,8 @@ describe('OpenAPI request bodies match what each route accepts', () => {
       if (expected !== undefined ? status !== expected : status < 200 || status >= 300) refused.push(`${c.method} ${c.path} → ${status} ${text.slice(0, 200)}`);
     }
     expect(refused).toEqual([]);
-  }, 120_000);
+    // One session per documented route (each created, used, ended): ~25 routes, ~1 s each on a busy host.
+  }, 240_000);
 
   it('leaving out a documented required field is a 400; a field the document does not allow is a 400', async () => {
     const wrong: string[] = [];
