@@ -15,7 +15,8 @@ import {
   type SessionState,
 } from '../../machines/session.machine.ts';
 import type { Writable } from 'node:stream';
-import { NotAdmitted, SessionTerminated } from '../domain-errors.ts';
+import { AtCapacity, NotAdmitted, SessionResourceNotFound, SessionTerminated } from '../domain-errors.ts';
+import { ViewersFullError } from '../../actors/media/whep.ts';
 import type { RecordingRegistry, RecordingStatus } from '../recording/registry.ts';
 import type { StoredSession } from '../store/sessions.ts';
 import type { SessionEventHub, SessionEventRecord } from './event-hub.ts';
@@ -78,6 +79,8 @@ export function sessionParts(session: Session): SessionParts {
 
 /** Bound on how long `close` waits for the machine to reach `terminated` before giving up on it. */
 const TERMINATE_WAIT_MS = 2_000;
+/** Retry-After when every WHEP viewer slot is taken: a viewer that left frees its slot at once, one whose connection dropped within seconds (ICE failure). */
+const WHEP_FULL_RETRY_AFTER_S = 10;
 
 /**
  * A live session: its supervised XState actor, its internal bus, its SSE hub and its media. The turn lifecycle the
@@ -138,6 +141,7 @@ export class Session {
     });
     // A peer counts while its connection is up: disconnected, failed or closed is a viewer gone.
     this.consumers.watch('webrtc', () => media.output.connected);
+    this.consumers.watch('whep', () => media.viewers.count > 0);
     // The browser's microphone on the peer feeds the voice input (hands-free conversation).
     if (voiceDeps) {
       let microphone: VoiceSource | null = null;
@@ -287,6 +291,29 @@ export class Session {
     const answer = await this.media.output.answer(sdp, signal);
     this.logger.info('webrtc peer connected');
     return answer;
+  }
+
+  /**
+   * Answers a WHEP viewer's offer: one more send-only peer on the session's media clock, ended by `removeViewer`, by
+   * its connection failing, or with the session. `AtCapacity` (503) when `MAX_WHEP_VIEWERS` watch already,
+   * `SessionTerminated` once the session is ending; `MalformedSdpError` (400) and `PeerGoneError` (409) as for offers.
+   */
+  async addViewer(sdp: string, signal: AbortSignal): Promise<{ viewerId: string; sdp: string }> {
+    if (this.ending || this.closer.closing || this.state === 'terminated') throw new SessionTerminated();
+    try {
+      const answer = await this.media.viewers.answer(sdp, signal);
+      this.logger.info({ viewers: this.media.viewers.count }, 'whep viewer joined');
+      return answer;
+    } catch (error) {
+      if (error instanceof ViewersFullError) throw new AtCapacity(error.message, WHEP_FULL_RETRY_AFTER_S);
+      throw error;
+    }
+  }
+
+  /** Ends one WHEP viewer; `SessionResourceNotFound` (404) when the session has no viewer with this id. */
+  removeViewer(viewerId: string): void {
+    if (!this.media.viewers.close(viewerId)) throw new SessionResourceNotFound('WHEP viewer not found');
+    this.logger.info({ viewers: this.media.viewers.count }, 'whep viewer left');
   }
 
   /**

@@ -41,8 +41,8 @@ export default fp(async function externalPlugins(app: FastifyInstance, opts: { c
     // A foreign page's state-changing request is refused by the guard (src/plugins/app/request-guard.ts).
     origin: config.corsOrigins.length > 0 ? (origin, done) => done(null, origin !== undefined && guard.listsOrigin(origin)) : false,
     methods: ['GET', 'POST', 'DELETE', 'OPTIONS'],
-    // Cross-origin clients read the turn id a speak/chat/audio request answers with.
-    exposedHeaders: ['x-turn-id'],
+    // Cross-origin clients read the turn id a speak/chat/audio request answers with, and a WHEP viewer's resource.
+    exposedHeaders: ['x-turn-id', 'location'],
   });
   await app.register(multipart, {
     limits: { ...MULTIPART_LIMITS },
