@@ -4,6 +4,7 @@ import { SessionIdParams, errors } from '../schemas/common.ts';
 import { HttpError, conflict } from '../errors.ts';
 import { PeerGoneError } from '../sessions/index.ts';
 import { closedSignal } from '../http/closed-signal.ts';
+import { EXAMPLE_OFFER_SDP } from '../schemas/sdp.ts';
 
 /**
  * Bound on a WHEP offer body: the same 64 KiB the offer API's JSON `sdp` field allows (a browser's offer with
@@ -18,10 +19,10 @@ const ViewerParams = Type.Object({
   viewer_id: Type.String({ minLength: 1, maxLength: 64 }),
 });
 
-const SdpBody = Type.String({ minLength: 1, maxLength: MAX_SDP_BODY_BYTES, description: 'SDP offer (`application/sdp`)' });
+const SdpBody = Type.String({ minLength: 1, maxLength: MAX_SDP_BODY_BYTES, description: 'SDP offer (`application/sdp`)', examples: [EXAMPLE_OFFER_SDP] });
 const SdpAnswerBody = {
   description: 'SDP answer carrying its ICE candidates (non-trickle); `Location` names the viewer resource',
-  headers: { Location: { schema: { type: 'string' }, description: '/sessions/{session_id}/whep/{viewer_id}' } },
+  headers: { Location: { type: 'string', description: '/sessions/{session_id}/whep/{viewer_id}' } },
   content: { 'application/sdp': { schema: Type.String() } },
 };
 

@@ -17,6 +17,8 @@ import {
 import type { Writable } from 'node:stream';
 import { AtCapacity, NotAdmitted, SessionResourceNotFound, SessionTerminated } from '../domain-errors.ts';
 import { ViewersFullError } from '../../actors/media/whep.ts';
+import { SessionOutputs, type OutputRequest, type OutputStatus } from '../streaming/outputs.ts';
+import { outputConnector, type OutputSettings } from '../streaming/connector.ts';
 import type { RecordingRegistry, RecordingStatus } from '../recording/registry.ts';
 import type { StoredSession } from '../store/sessions.ts';
 import type { SessionEventHub, SessionEventRecord } from './event-hub.ts';
@@ -108,6 +110,8 @@ export class Session {
   private readonly closer: SessionCloser;
   private readonly terminated: Promise<void>;
   private voiceInput: VoiceInput | null = null;
+  /** RTMP/WHIP pushes, created with the first one. */
+  private outputs: SessionOutputs | null = null;
   private voiceClosed = false;
   /** Set the moment the session starts to end (`close()`, or the machine terminating itself): nothing new attaches after. */
   private ending = false;
@@ -317,6 +321,40 @@ export class Session {
   }
 
   /**
+   * Starts pushing the session to a media server (RTMP or WHIP, docs/streaming.md); answers before it is live. The
+   * outputs attach to the close cascade on first use, which stops them (WHIP DELETE, ffmpeg ended). `NotAdmitted`
+   * before start (the clock runs from start), `SessionTerminated` once ending; `InvalidInput` for a bad URL,
+   * `OutputLimitReached` past `MAX_OUTPUTS_PER_SESSION`. Failures reach clients as SSE `error` `output_failed`.
+   */
+  addOutput(request: OutputRequest, settings: OutputSettings): OutputStatus {
+    if (!this.outputs) {
+      const outputs = new SessionOutputs(
+        outputConnector(this.media, settings),
+        (outputId, message) => this.bus.publish('error', { code: 'output_failed', message, output_id: outputId }),
+        this.logger.child({ component: 'outputs' }),
+      );
+      // Validates before the session takes the outputs on: a refused first request leaves nothing attached.
+      this.admitTap('outputs', () => outputs.closeAll(), 'adding outputs');
+      this.outputs = outputs;
+      this.consumers.watch('output', () => outputs.size > 0);
+    } else if (this.ending || this.closer.closing || this.state === 'terminated') {
+      throw new SessionTerminated();
+    }
+    return this.outputs.add(request);
+  }
+
+  /** The session's outputs with their states (URLs redacted). */
+  listOutputs(): OutputStatus[] {
+    return this.outputs?.list() ?? [];
+  }
+
+  /** Stops one output; `SessionResourceNotFound` (404) for an unknown id. */
+  async removeOutput(outputId: string): Promise<void> {
+    if (!this.outputs) throw new SessionResourceNotFound('output not found');
+    await this.outputs.remove(outputId);
+  }
+
+  /**
    * Streams the session's events (SSE) to `out` until it closes; the stream counts as a consumer meanwhile.
    * `onClose` runs once when it is detached.
    */
@@ -431,9 +469,9 @@ export class Session {
    * clock runs from start), `SessionTerminated` when the session is ending or terminated (its cascade may have
    * passed the taps' step already, so nothing would ever finalise it). Returns the tap's removal.
    */
-  admitTap(name: string, finalise: () => Promise<unknown>): () => void {
+  admitTap(name: string, finalise: () => Promise<unknown>, purpose = 'recording'): () => void {
     if (this.ending || this.closer.closing || this.state === 'terminated') throw new SessionTerminated();
-    if (this.state === 'created') throw new NotAdmitted('session is not started: start it before recording');
+    if (this.state === 'created') throw new NotAdmitted(`session is not started: start it before ${purpose}`);
     return this.closer.addTap(name, finalise);
   }
 
