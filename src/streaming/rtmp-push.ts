@@ -42,12 +42,18 @@ export async function startRtmpPush(media: RecordableMedia, url: string, videoBi
       await recorder.abort();
     })());
   let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
   const failure = await Promise.race([
     ended,
     new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), RTMP_LIVE_AFTER_MS))),
-    new Promise<string>((resolve) => signal.addEventListener('abort', () => resolve('aborted'), { once: true })),
+    new Promise<string>((resolve) => {
+      onAbort = () => resolve('aborted');
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+    }),
   ]);
   clearTimeout(timer);
+  signal.removeEventListener('abort', onAbort!);
   if (failure !== null) {
     await close();
     throw new Error(failure);
