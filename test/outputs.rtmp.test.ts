@@ -1,7 +1,7 @@
 /**
  * RTMP output into a real Debian nginx with libnginx-mod-rtmp: ffmpeg pulling the stream back sees H.264 at the
  * avatar size and AAC with the avatar's speech in it; the server killed mid-stream gives SSE `error` output_failed and
- * state `retrying` while the session goes on speaking; bad requests are 4xx `{detail}` and no URL leaks its key.
+ * state `retrying` while the session goes on speaking to its WebRTC viewer; bad requests are 4xx `{detail}` and no URL leaks its key.
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -11,6 +11,7 @@ import { MAX_OUTPUTS_PER_SESSION } from '../src/streaming/outputs.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { NginxRtmp } from './helpers/nginx-rtmp.ts';
 import { SseClient } from './helpers/sse.ts';
+import { ReceivingPeer } from './helpers/peer.ts';
 
 /** ffmpeg start, RTMP handshake and the first frames on 2 shared cores. */
 const LIVE_WAIT_MS = 30_000;
@@ -71,6 +72,7 @@ describe('RTMP output to nginx-rtmp', () => {
   let sessionId: string;
   let sse: SseClient;
   let avatar: { width: number; height: number };
+  let viewer: ReceivingPeer;
 
   const outputs = async (id = sessionId) => (await json(await fetch(`${t.baseUrl}/sessions/${id}/outputs`))).outputs as Array<Record<string, string>>;
 
@@ -80,11 +82,13 @@ describe('RTMP output to nginx-rtmp', () => {
     avatar = (await json(await fetch(`${t.baseUrl}/avatars`))).find((a: { id: string }) => a.id === 'demo-rt');
     sessionId = (await json(await post(t.baseUrl, '/sessions', { avatar_id: 'demo-rt', model: 'rt' }))).session_id;
     sse = await SseClient.open(`${t.baseUrl}/sessions/${sessionId}/events`);
+    viewer = await ReceivingPeer.connect(t.baseUrl, sessionId);
     expect((await post(t.baseUrl, `/sessions/${sessionId}/start`)).status).toBe(200);
   });
 
   afterAll(async () => {
     sse?.close();
+    viewer?.close();
     await t?.close();
     await nginx?.kill();
   });
@@ -116,9 +120,11 @@ describe('RTMP output to nginx-rtmp', () => {
     expect(String(failed.data.message)).not.toContain('secret-stream-key');
     await until(async () => (await outputs())[0].state === 'retrying', 'state retrying');
 
-    const spoke = await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'I am still here.' });
+    const spokeAt = performance.now();
+    const spoke = await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'I am still here, and my viewer still hears me.' });
     expect(spoke.status).toBe(200);
     await sse.waitFor((e) => e.type === 'tts' && e.data.stage === 'first_audio', LIVE_WAIT_MS, 'first audio after the failure', from);
+    await viewer.until(() => viewer.firstAudible(spokeAt, SPEECH_RMS) !== undefined, LIVE_WAIT_MS, 'speech at the WebRTC viewer after the failure');
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', LIVE_WAIT_MS, 'idle after the failure', from);
     // The output's failure is no turn's error: no `status error` came with it.
     expect(sse.events.slice(from).some((e) => e.type === 'status' && e.data.stage === 'error')).toBe(false);
