@@ -10,7 +10,7 @@ import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { ReceivingPeer } from './helpers/peer.ts';
 
 /** ICE on loopback plus the first rendered frames on 2 shared cores. */
-const MEDIA_WAIT_MS = 20_000;
+const MEDIA_WAIT_MS = 30_000;
 /** Receiver-side RMS above this is speech; WebRTC comfort noise and silence stay far below. */
 const AUDIBLE_RMS = 300;
 
