@@ -113,20 +113,19 @@ describe('WHEP playback', () => {
     expect(res.status).toBe(403);
   });
 
-  it(`past ${MAX_WHEP_VIEWERS} viewers answers 503 with Retry-After`, async () => {
+  it(`past ${MAX_WHEP_VIEWERS} viewers answers 503 with Retry-After, however many offers arrive at once`, async () => {
     const fresh = await createStartedSession(t);
-    const locations: string[] = [];
-    for (let i = 0; i < MAX_WHEP_VIEWERS; i++) {
-      const res = await postSdp(t, fresh, await realOfferSdp());
-      expect(res.status).toBe(201);
-      locations.push(res.headers.get('location')!);
-    }
-    const full = await postSdp(t, fresh, await realOfferSdp());
-    expect(full.status).toBe(503);
+    const offers = await Promise.all(Array.from({ length: MAX_WHEP_VIEWERS + 2 }, () => realOfferSdp()));
+    const answers = await Promise.all(offers.map((sdp) => postSdp(t, fresh, sdp)));
+    const statuses = answers.map((res) => res.status).sort();
+    expect(statuses).toEqual([...Array(MAX_WHEP_VIEWERS).fill(201), 503, 503]);
+    const full = answers.find((res) => res.status === 503)!;
     expect(Number(full.headers.get('retry-after'))).toBeGreaterThan(0);
     expect((await json(full)).detail).toMatch(/viewers/);
-    expect((await fetch(`${t.baseUrl}${locations[0]}`, { method: 'DELETE' })).status).toBe(204);
+    const location = answers.find((res) => res.status === 201)!.headers.get('location');
+    expect((await fetch(`${t.baseUrl}${location}`, { method: 'DELETE' })).status).toBe(204);
     expect((await postSdp(t, fresh, await realOfferSdp())).status).toBe(201);
+    expect((await postSdp(t, fresh, await realOfferSdp())).status).toBe(503);
     expect((await fetch(`${t.baseUrl}/sessions/${fresh}`, { method: 'DELETE' })).status).toBeLessThan(300);
   });
 

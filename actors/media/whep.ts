@@ -47,11 +47,17 @@ export class WhepViewers {
   async answer(offerSdp: string, signal?: AbortSignal): Promise<{ viewerId: string; sdp: string }> {
     assertPlausibleSdp(offerSdp);
     if (this.viewers.size + this.negotiating >= MAX_WHEP_VIEWERS) throw new ViewersFullError();
+    // The slot is held from here; once the viewer is registered it counts as a viewer instead.
+    let holdsSlot = true;
+    const releaseSlot = (): void => {
+      if (holdsSlot) this.negotiating--;
+      holdsSlot = false;
+    };
     this.negotiating++;
     try {
-      return await this.negotiate(offerSdp, signal);
+      return await this.negotiate(offerSdp, releaseSlot, signal);
     } finally {
-      this.negotiating--;
+      releaseSlot();
     }
   }
 
@@ -65,7 +71,7 @@ export class WhepViewers {
     return true;
   }
 
-  private async negotiate(offerSdp: string, signal?: AbortSignal): Promise<{ viewerId: string; sdp: string }> {
+  private async negotiate(offerSdp: string, registered: () => void, signal?: AbortSignal): Promise<{ viewerId: string; sdp: string }> {
     const viewerId = randomUUID();
     const peer = new RTCPeerConnection({ iceServers: this.iceServers });
     let gone = false;
@@ -92,6 +98,7 @@ export class WhepViewers {
       throw new PeerGoneError(gone ? 'media output closed' : 'the client went away before its offer was answered');
     }
     this.viewers.set(viewerId, { peer, release: feed.release });
+    registered();
     peer.addEventListener('connectionstatechange', () => {
       if (peer.connectionState === 'connected') feed.firstPicture();
       if (peer.connectionState === 'failed' || peer.connectionState === 'closed') this.close(viewerId);
