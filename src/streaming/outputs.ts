@@ -22,6 +22,19 @@ export const OUTPUT_RETRY_MAX_DELAY_MS = 16_000;
  */
 export const OUTPUT_RETRY_GIVE_UP_MS = 120_000;
 
+/** When an output reconnects and when it gives up; the constants above, shorter in tests. */
+export interface OutputRetryPolicy {
+  initialMs: number;
+  maxDelayMs: number;
+  giveUpMs: number;
+}
+
+export const OUTPUT_RETRY_POLICY: OutputRetryPolicy = {
+  initialMs: OUTPUT_RETRY_INITIAL_MS,
+  maxDelayMs: OUTPUT_RETRY_MAX_DELAY_MS,
+  giveUpMs: OUTPUT_RETRY_GIVE_UP_MS,
+};
+
 export type OutputState = 'connecting' | 'live' | 'retrying' | 'failed' | 'stopped';
 
 export interface OutputRequest {
@@ -73,6 +86,7 @@ class StreamOutput {
     private readonly connect: OutputConnector,
     private readonly report: OutputFailureReporter,
     private readonly logger: Logger,
+    private readonly retry: OutputRetryPolicy,
   ) {
     this.done = this.run();
   }
@@ -91,7 +105,8 @@ class StreamOutput {
   private async run(): Promise<void> {
     const signal = this.stopping.signal;
     let failingSince: number | null = null;
-    let delay = OUTPUT_RETRY_INITIAL_MS;
+    const { initialMs, maxDelayMs, giveUpMs } = this.retry;
+    let delay = initialMs;
     while (!signal.aborted) {
       let reason: string;
       try {
@@ -103,7 +118,7 @@ class StreamOutput {
         this.state = 'live';
         this.logger.info({ outputId: this.id, type: this.type }, 'output live');
         failingSince = null;
-        delay = OUTPUT_RETRY_INITIAL_MS;
+        delay = initialMs;
         reason = await this.link.ended;
         await this.link.close();
         this.link = null;
@@ -116,15 +131,15 @@ class StreamOutput {
         return;
       }
       failingSince ??= performance.now();
-      const givingUp = performance.now() - failingSince >= OUTPUT_RETRY_GIVE_UP_MS;
+      const givingUp = performance.now() - failingSince >= giveUpMs;
       this.logger.warn({ outputId: this.id, type: this.type, err: errorForLog(new Error(reason)), givingUp }, 'output failed');
       // Reported on each failure of a live output and on the first failed attempt after it; silent retries in between.
       if (this.state !== 'retrying' || givingUp) {
         this.report(
           this.id,
           givingUp
-            ? `${this.type} output ${this.id} failed for ${OUTPUT_RETRY_GIVE_UP_MS / 1000} s and was given up: ${reason}`
-            : `${this.type} output ${this.id} failed (${reason}); retrying with backoff for up to ${OUTPUT_RETRY_GIVE_UP_MS / 1000} s`,
+            ? `${this.type} output ${this.id} failed for ${giveUpMs / 1000} s and was given up: ${reason}`
+            : `${this.type} output ${this.id} failed (${reason}); retrying with backoff for up to ${giveUpMs / 1000} s`,
         );
       }
       if (givingUp) {
@@ -133,7 +148,7 @@ class StreamOutput {
       }
       this.state = 'retrying';
       await sleep(delay, undefined, { signal }).catch(() => undefined);
-      delay = Math.min(delay * 2, OUTPUT_RETRY_MAX_DELAY_MS);
+      delay = Math.min(delay * 2, maxDelayMs);
     }
   }
 }
@@ -150,6 +165,7 @@ export class SessionOutputs {
     private readonly connect: OutputConnector,
     private readonly report: OutputFailureReporter,
     private readonly logger: Logger,
+    private readonly retry: OutputRetryPolicy = OUTPUT_RETRY_POLICY,
   ) {}
 
   get size(): number {
@@ -160,7 +176,7 @@ export class SessionOutputs {
   add(request: OutputRequest): OutputStatus {
     const url = validateOutputUrl(request.type, request.url);
     if (this.outputs.size >= MAX_OUTPUTS_PER_SESSION) throw new OutputLimitReached(`the session already has ${MAX_OUTPUTS_PER_SESSION} outputs; delete one first`);
-    const output = new StreamOutput(request.type, url, request.bearer_token, this.connect, this.report, this.logger);
+    const output = new StreamOutput(request.type, url, request.bearer_token, this.connect, this.report, this.logger, this.retry);
     this.outputs.set(output.id, output);
     return output.status;
   }
