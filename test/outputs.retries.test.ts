@@ -46,6 +46,7 @@ describe('output retries', () => {
     const outputs = new SessionOutputs(connect, (_id, message) => reports.push(message), logger, FAST);
     const { output_id } = outputs.add(RTMP);
     await until(() => outputs.list()[0].state === 'retrying', 'retrying');
+    expect(outputs.active).toBe(1);
     expect(reports).toHaveLength(1);
     expect(reports[0]).toMatch(/retrying/);
     await until(() => outputs.list()[0].state === 'failed', 'failed');
@@ -56,6 +57,8 @@ describe('output retries', () => {
     expect(attempts.length).toBeGreaterThan(3);
     expect(attempts.length).toBeLessThan(20);
     expect(outputs.list()[0]).toEqual({ output_id, type: 'rtmp', url: 'rtmp://127.0.0.1:1935/live', state: 'failed' });
+    // A given-up output no longer counts as a consumer of its session (orphan reaping).
+    expect(outputs.active).toBe(0);
   });
 
   it('a dropped live output is reported, reconnects and is live again; DELETE closes the live link', async () => {

@@ -336,7 +336,7 @@ export class Session {
       // Validates before the session takes the outputs on: a refused first request leaves nothing attached.
       this.admitTap('outputs', () => outputs.closeAll(), 'adding outputs');
       this.outputs = outputs;
-      this.consumers.watch('output', () => outputs.size > 0);
+      this.consumers.watch('output', () => outputs.active > 0);
     } else if (this.ending || this.closer.closing || this.state === 'terminated') {
       throw new SessionTerminated();
     }

@@ -168,8 +168,9 @@ export class SessionOutputs {
     private readonly retry: OutputRetryPolicy = OUTPUT_RETRY_POLICY,
   ) {}
 
-  get size(): number {
-    return this.outputs.size;
+  /** Outputs still pushing or trying to (connecting, live, retrying): a failed one no longer keeps the session used. */
+  get active(): number {
+    return [...this.outputs.values()].filter((output) => output.state !== 'failed' && output.state !== 'stopped').length;
   }
 
   /** Validates and starts an output (`InvalidInput` 400, `OutputLimitReached` 409); answers before it is live. */
