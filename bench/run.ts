@@ -10,6 +10,7 @@
  *   npm run bench -- profile             # --cpu-prof profile: where a session-second goes
  *   npm run bench -- stage_costs         # wrtc calls, VP8/Opus encoder threads and GC in isolation
  *   BENCH_SERVICE_DIR=<checkout> npm run bench -- session_cpu   # the process steps against another checkout
+ *   npm run bench -- streaming_cpu       # a WHEP viewer's and an RTMP output's CPU beside the session's
  */
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -29,6 +30,7 @@ import { benchOffline } from './offline.ts';
 import { benchCustomAvatar } from './custom-avatar.ts';
 import { benchSessionCpu } from './session-cpu.ts';
 import { benchSessionCycles } from './session-cycles.ts';
+import { benchStreamingCpu } from './streaming-cpu.ts';
 import { benchProfile } from './profile.ts';
 import { benchStageCosts } from './stage-costs.ts';
 import { benchCluster } from './cluster.ts';
@@ -52,6 +54,7 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['capacity_rt', () => benchCapacity('rt')],
   ['capacity_lipsync', () => benchCapacity('lipsync')],
   ['session_cpu', benchSessionCpu],
+  ['streaming_cpu', benchStreamingCpu],
   ['session_cycles', () => benchSessionCycles()],
   ['profile', benchProfile],
   ['stage_costs', benchStageCosts],

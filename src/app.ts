@@ -16,6 +16,8 @@ import customAvatarRoutes from './routes/avatars-custom.ts';
 import sessionRoutes from './routes/sessions.ts';
 import interactionRoutes from './routes/interaction.ts';
 import webrtcRoutes from './routes/webrtc.ts';
+import whepRoutes from './routes/whep.ts';
+import outputRoutes from './routes/outputs.ts';
 import eventRoutes from './routes/events.ts';
 import uiRoutes from './routes/ui.ts';
 import audioStreamRoutes from './routes/audio-stream.ts';
@@ -61,7 +63,7 @@ export const SOCKET_INACTIVITY_TIMEOUT_MS = 0;
 const DROPPED_CONNECTIONS_LOG_EVERY_MS = 10_000;
 
 /** Route plugins, each encapsulated; later capabilities add theirs here. */
-const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, eventRoutes, audioStreamRoutes, listenRoutes, customizeRoutes, toolRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, ttsVoiceRoutes, voiceRoutes, recordingRoutes, offlineRoutes, inspectRoutes, uiRoutes];
+const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, whepRoutes, outputRoutes, eventRoutes, audioStreamRoutes, listenRoutes, customizeRoutes, toolRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, ttsVoiceRoutes, voiceRoutes, recordingRoutes, offlineRoutes, inspectRoutes, uiRoutes];
 
 export interface BuiltApp {
   app: FastifyInstance;

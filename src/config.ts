@@ -55,6 +55,8 @@ export interface ServiceConfig {
   tombstoneRetentionMs: number;
   renderThreads: number;
   videoDelayMs: number;
+  /** SERVICE_RTMP_VIDEO_BITRATE_KBPS: H.264 bitrate of RTMP outputs (docs/streaming.md). */
+  rtmpVideoBitrateKbps: number;
   ttsPreviewMaxChars: number;
   /** The live state inspector (`/inspect`): shows user text and session ids, so off unless SERVICE_INSPECTOR=on. */
   inspector: boolean;
@@ -270,6 +272,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     tombstoneRetentionMs: integer('SERVICE_SESSION_TOMBSTONE_MS', 24 * 3600 * 1000, 0, 365 * 24 * 3600 * 1000),
     renderThreads: integer('SERVICE_RENDER_THREADS', 0, 0, 64),
     videoDelayMs: integer('SERVICE_VIDEO_DELAY_MS', DEFAULT_VIDEO_DELAY_MS, 0, 1000),
+    rtmpVideoBitrateKbps: integer('SERVICE_RTMP_VIDEO_BITRATE_KBPS', 1500, 100, 20_000),
     ttsPreviewMaxChars: integer('SERVICE_TTS_PREVIEW_MAX_CHARS', 1000, 1, 1000),
     inspector,
     vadSilenceMs: integer('SERVICE_VAD_SILENCE_MS', DEFAULT_MIN_SILENCE_MS, 100, 5_000),

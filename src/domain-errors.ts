@@ -45,6 +45,12 @@ export class AtCapacity extends DomainError {
   }
 }
 
+/** A resource of a session (a WHEP viewer, an output) that the session does not have. */
+export class SessionResourceNotFound extends DomainError {}
+
+/** The session already has as many outputs as it may (`MAX_OUTPUTS_PER_SESSION`); delete one first. */
+export class OutputLimitReached extends DomainError {}
+
 /** The request picked something that cannot serve it: an avatar, model, TTS provider or voice (unknown, unconfigured, unfit). */
 export class InvalidSelection extends DomainError {}
 

@@ -161,6 +161,11 @@ export class WebRtcOutput {
   private micListener: MicrophoneListener | null = null;
   /** The current peer's microphone sink, if its offer sent audio. */
   private micSink: { stop(): void } | null = null;
+  /**
+   * Send-only peers beside the main one (WHEP viewers, WHIP outputs), each fed by tracks of the same two sources:
+   * one media clock for all. Each entry is the feed's close, called when the output closes.
+   */
+  private readonly feeds = new Set<() => void>();
 
   constructor(private readonly iceServers: IceServer[] = []) {}
 
@@ -178,8 +183,13 @@ export class WebRtcOutput {
     return this.micSink !== null;
   }
 
+  /** Whether anyone receives the sources: the main peer or a send-only feed. Nobody: nothing is encoded. */
+  private get fed(): boolean {
+    return this.peer !== null || this.feeds.size > 0;
+  }
+
   pushAudio(samples: Int16Array, sampleRate: number): void {
-    if (this.closed || !this.peer) return;
+    if (this.closed || !this.fed) return;
     this.audioSource.onData({ samples, sampleRate, bitsPerSample: 16, channelCount: 1, numberOfFrames: samples.length });
   }
 
@@ -188,7 +198,7 @@ export class WebRtcOutput {
    * media clock's decision (`actors/media/playout.ts`), video delay included.
    */
   pushVideo(frame: I420Frame): void {
-    if (this.closed || !this.peer) return;
+    if (this.closed || !this.fed) return;
     if (!this.unchanged.admit(frame)) return;
     this.videoSource.onFrame(frame.data.buffer instanceof SharedArrayBuffer ? this.unshared(frame) : frame);
   }
@@ -234,12 +244,36 @@ export class WebRtcOutput {
     return answer;
   }
 
+  /**
+   * An audio and a video track of the session's sources for a send-only peer beside the main one (a WHEP viewer,
+   * a WHIP output): the same media clock as the main peer. `onClosed` runs when the output closes (the session
+   * ends); `release` stops the tracks and forgets the feed (idempotent). `PeerGoneError` once closed.
+   */
+  openFeed(onClosed: () => void): { tracks: MediaStreamTrack[]; stream: MediaStream; release(): void; firstPicture(): void } {
+    if (this.closed) throw new PeerGoneError('media output closed');
+    const tracks = [this.audioSource.createTrack(), this.videoSource.createTrack()];
+    const stream = new wrtc.MediaStream(tracks) as MediaStream;
+    let released = false;
+    const release = (): void => {
+      if (released) return;
+      released = true;
+      this.feeds.delete(onClosed);
+      for (const track of tracks) track.stop();
+    };
+    this.feeds.add(onClosed);
+    // A new receiver's first picture must not wait for the avatar to move.
+    this.unchanged.reset();
+    return { tracks, stream, release, firstPicture: () => this.unchanged.reset() };
+  }
+
   close(): void {
     if (this.closed) return;
     this.closed = true;
     this.closing.abort();
     this.wakeWaitingOffer?.();
     this.closePeer();
+    for (const closeFeed of [...this.feeds]) closeFeed();
+    this.feeds.clear();
     this.unchanged.reset();
   }
 
@@ -331,7 +365,7 @@ function downmix(samples: Int16Array, channels: number): Int16Array {
   return mono;
 }
 
-function waitForIceGathering(peer: InstanceType<typeof RTCPeerConnection>, signal?: AbortSignal): Promise<void> {
+export function waitForIceGathering(peer: InstanceType<typeof RTCPeerConnection>, signal?: AbortSignal): Promise<void> {
   if (peer.iceGatheringState === 'complete' || signal?.aborted) return Promise.resolve();
   return new Promise((resolve) => {
     const done = () => {

@@ -1,5 +1,5 @@
 import type { I420Frame } from '../../actors/render/types.ts';
-import { Mp4Encoder } from './encoder.ts';
+import { Mp4Encoder, type Mp4EncoderOptions } from './encoder.ts';
 import { isPooledFrame } from '../../actors/render/frame-buffers.ts';
 
 /**
@@ -80,16 +80,28 @@ export class ClockRecorder {
     outPath: string,
     /** Called once if the clock goes quiet (session closed without telling us). */
     private readonly onClockGone: () => void,
+    /** A live stream (RTMP, `Mp4EncoderOptions.live`) instead of an MP4 file at `outPath`. */
+    live?: Mp4EncoderOptions['live'],
   ) {
     this.sampleRate = media.playout.sampleRate;
     this.fps = media.playout.fps;
-    this.encoder = new Mp4Encoder({ outPath, width: media.width, height: media.height, fps: this.fps, sampleRate: this.sampleRate });
+    this.encoder = new Mp4Encoder({ outPath, width: media.width, height: media.height, fps: this.fps, sampleRate: this.sampleRate, live });
     media.playout.on('audio', this.onAudio);
     media.playout.on('video', this.onVideo);
     this.watchdog = setInterval(() => {
       if (!this.detached && performance.now() - this.lastAudioAt > CLOCK_SILENT_MS) this.onClockGone();
     }, WATCHDOG_EVERY_MS);
     this.watchdog.unref();
+  }
+
+  /** Resolves when the encoder's ffmpeg exits (a live stream: its server refused or dropped it). */
+  whenEncoderExited(): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+    return this.encoder.whenExited();
+  }
+
+  /** Bytes queued for ffmpeg and not yet read (it stalls when a live stream's server does). */
+  get bufferedBytes(): number {
+    return this.encoder.bufferedBytes;
   }
 
   get framesWritten(): number {

@@ -16,7 +16,13 @@ const INPUT_QUEUE_PACKETS = 512;
 export const OUTPUT_AUDIO_RATE = 48_000;
 
 export interface Mp4EncoderOptions {
+  /** The MP4 file; or, for `live`, the RTMP URL ffmpeg publishes to (never logged or echoed: it may hold a stream key). */
   outPath: string;
+  /**
+   * A live FLV stream over RTMP instead of a file: constant bitrate (`videoBitrateKbps`), x264 tuned for latency, a
+   * keyframe every 2 s exactly (players join and servers cut segments at keyframes), no file to remove on abort.
+   */
+  live?: { videoBitrateKbps: number };
   width: number;
   height: number;
   fps: number;
@@ -53,7 +59,8 @@ export class Mp4Encoder {
   private aborted = false;
 
   constructor(private readonly options: Mp4EncoderOptions) {
-    const { width, height, fps, sampleRate } = options;
+    const { width, height, fps, sampleRate, live } = options;
+    const keyframeEvery = String(Math.max(1, Math.round(fps * 2)));
     if (width % 2 !== 0 || height % 2 !== 0) throw new EncoderError(`H.264 yuv420p needs even dimensions (got ${width}x${height})`);
     this.frameBytes = (width * height * 3) / 2;
     const args = [
@@ -65,12 +72,15 @@ export class Mp4Encoder {
       '-f', 's16le', '-ar', String(sampleRate), '-ac', '1', '-probesize', '32', '-analyzeduration', '0',
       '-thread_queue_size', String(INPUT_QUEUE_PACKETS), '-i', 'pipe:4',
       '-map', '0:v:0', '-map', '1:a:0',
-      '-c:v', 'libx264', '-preset', options.preset ?? 'veryfast', '-pix_fmt', 'yuv420p', '-crf', '23',
-      '-g', String(Math.max(1, Math.round(fps * 2))),
+      '-c:v', 'libx264', '-preset', options.preset ?? 'veryfast', '-pix_fmt', 'yuv420p',
+      ...(live
+        ? ['-tune', 'zerolatency', '-b:v', `${live.videoBitrateKbps}k`, '-maxrate', `${live.videoBitrateKbps}k`, '-bufsize', `${live.videoBitrateKbps * 2}k`,
+           '-keyint_min', keyframeEvery, '-sc_threshold', '0']
+        : ['-crf', '23']),
+      '-g', keyframeEvery,
       // 48 kHz output: AAC works in 1024-sample frames, which at 16 kHz (64 ms) would be longer than a video frame.
       '-c:a', 'aac', '-b:a', '96k', '-ar', String(OUTPUT_AUDIO_RATE),
-      '-movflags', '+faststart',
-      '-f', 'mp4', options.outPath,
+      ...(live ? ['-f', 'flv', '-flvflags', 'no_duration_filesize', options.outPath] : ['-movflags', '+faststart', '-f', 'mp4', options.outPath]),
     ];
     this.child = spawn(FFMPEG_PATH, args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
     this.video = this.child.stdio[3] as Writable;
@@ -90,6 +100,11 @@ export class Mp4Encoder {
       });
       this.child.once('exit', (code, signal) => resolve({ code, signal }));
     });
+  }
+
+  /** Resolves when ffmpeg exits, however: a live stream's end (its server refused, dropped or went away). */
+  whenExited(): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+    return this.exited;
   }
 
   /** Bytes accepted but not yet read by ffmpeg, for both pipes. */
@@ -164,7 +179,7 @@ export class Mp4Encoder {
     this.audio.destroy();
     this.child.kill('SIGKILL');
     await this.exited;
-    await fs.rm(this.options.outPath, { force: true });
+    if (!this.options.live) await fs.rm(this.options.outPath, { force: true });
   }
 
   private write(pipe: Writable, chunk: Buffer): Promise<void> {

@@ -18,7 +18,8 @@ export interface SessionEventMap extends StageEventMap {
   frame: { frame_idx: number; pts_ms: number };
   /** `turn_id`: the machine's turn when it emitted the status (the hub adds it to the other turn events). */
   status: { stage: string; message?: string; turn_id?: string };
-  error: { code: string; message: string };
+  /** `output_id`: an output's failure (`output_failed`, docs/streaming.md), which belongs to no turn. */
+  error: { code: string; message: string; output_id?: string };
   'session.terminated': Record<string, never>;
   /** A tool call of a chat turn (`tools.ts`): a client tool's client answers it on `POST /sessions/{id}/tool_results`. */
   tool_call: { turn_id: string; call_id: string; name: string; arguments: Record<string, unknown> };
@@ -71,6 +72,7 @@ export class SessionEventHub {
    */
   private withTurn(record: SessionEventRecord): object {
     if (!TURN_EVENTS.has(record.type)) return record.data;
+    if (record.type === 'error' && record.data.output_id) return record.data;
     if (record.type === 'status' && record.data.turn_id) {
       if (record.data.stage === 'idle') this.endedTurnId = null;
       return record.data;

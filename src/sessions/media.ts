@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { PlayoutClock, type FrameRenderer, type MouthSource } from '../../actors/media/playout.ts';
 import { WebRtcOutput, type IceServer } from '../../actors/media/webrtc.ts';
+import { WhepViewers } from '../../actors/media/whep.ts';
 import { RecoverableStageError, UnrecoverableStageError } from '../../actors/stage/errors.ts';
 import type { StageMedia } from '../../actors/stage/ports.ts';
 import { errorForLog } from '../logger.ts';
@@ -66,6 +67,8 @@ export interface SessionMediaOptions {
 export class SessionMedia implements StageMedia {
   readonly playout: PlayoutClock;
   readonly output: WebRtcOutput;
+  /** WHEP viewers: send-only peers fed by the output's sources; they close with it. */
+  readonly viewers: WhepViewers;
   private renderer: SessionRenderer;
   private readonly failures: number[] = [];
   private reopening = false;
@@ -85,6 +88,7 @@ export class SessionMedia implements StageMedia {
     this.reopenRenderer = options.reopenRenderer;
     this.playout = new PlayoutClock(options.renderer, options.sampleRate, { videoDelayMs: options.videoDelayMs });
     this.output = new WebRtcOutput(options.iceServers);
+    this.viewers = new WhepViewers(this.output, options.iceServers);
     this.playout.on('audio', (samples, rate) => this.output.pushAudio(samples, rate));
     this.playout.on('videoOut', (frame) => this.output.pushVideo(frame));
     this.playout.on('frame', ({ frameIdx, ptsMs }) => bus.publish('frame', { frame_idx: frameIdx, pts_ms: ptsMs }));

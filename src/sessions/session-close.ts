@@ -29,7 +29,7 @@ export interface CloseParts {
  * 1. clock — nothing more is played, rendered or scheduled;
  * 2. webrtc — the peer and its tracks close;
  * 3. renderer — released (a reopen in progress is abandoned);
- * 4. recording — taps of the clock (recordings) finalise what they have, bounded by `CLOSE_TAPS_WAIT_MS`;
+ * 4. recording — taps of the clock (recordings; outputs: ffmpeg ended, WHIP resources DELETEd) finalise what they have, bounded by `CLOSE_TAPS_WAIT_MS`;
  * 5. events — `session.terminated` goes to SSE clients, their streams end, the bus stops.
  *
  * Idempotent: every caller gets the same promise. A failing step is logged and the cascade goes on.

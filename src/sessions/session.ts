@@ -15,7 +15,10 @@ import {
   type SessionState,
 } from '../../machines/session.machine.ts';
 import type { Writable } from 'node:stream';
-import { NotAdmitted, SessionTerminated } from '../domain-errors.ts';
+import { AtCapacity, NotAdmitted, SessionResourceNotFound, SessionTerminated } from '../domain-errors.ts';
+import { ViewersFullError } from '../../actors/media/whep.ts';
+import { SessionOutputs, type OutputRequest, type OutputStatus } from '../streaming/outputs.ts';
+import { outputConnector, type OutputSettings } from '../streaming/connector.ts';
 import type { RecordingRegistry, RecordingStatus } from '../recording/registry.ts';
 import type { StoredSession } from '../store/sessions.ts';
 import type { SessionEventHub, SessionEventRecord } from './event-hub.ts';
@@ -81,6 +84,8 @@ export function sessionParts(session: Session): SessionParts {
 
 /** Bound on how long `close` waits for the machine to reach `terminated` before giving up on it. */
 const TERMINATE_WAIT_MS = 2_000;
+/** Retry-After when every WHEP viewer slot is taken: a viewer that left frees its slot at once, one whose connection dropped within seconds (ICE failure). */
+const WHEP_FULL_RETRY_AFTER_S = 10;
 
 /**
  * A live session: its supervised XState actor, its internal bus, its SSE hub and its media. The turn lifecycle the
@@ -108,6 +113,8 @@ export class Session {
   private readonly closer: SessionCloser;
   private readonly terminated: Promise<void>;
   private voiceInput: VoiceInput | null = null;
+  /** RTMP/WHIP pushes, created with the first one. */
+  private outputs: SessionOutputs | null = null;
   private voiceClosed = false;
   /** Set the moment the session starts to end (`close()`, or the machine terminating itself): nothing new attaches after. */
   private ending = false;
@@ -141,6 +148,7 @@ export class Session {
     });
     // A peer counts while its connection is up: disconnected, failed or closed is a viewer gone.
     this.consumers.watch('webrtc', () => media.output.connected);
+    this.consumers.watch('whep', () => media.viewers.count > 0);
     // The browser's microphone on the peer feeds the voice input (hands-free conversation).
     if (voiceDeps) {
       let microphone: VoiceSource | null = null;
@@ -310,6 +318,63 @@ export class Session {
   }
 
   /**
+   * Answers a WHEP viewer's offer: one more send-only peer on the session's media clock, ended by `removeViewer`, by
+   * its connection failing, or with the session. `AtCapacity` (503) when `MAX_WHEP_VIEWERS` watch already,
+   * `SessionTerminated` once the session is ending; `MalformedSdpError` (400) and `PeerGoneError` (409) as for offers.
+   */
+  async addViewer(sdp: string, signal: AbortSignal): Promise<{ viewerId: string; sdp: string }> {
+    if (this.ending || this.closer.closing || this.state === 'terminated') throw new SessionTerminated();
+    try {
+      const answer = await this.media.viewers.answer(sdp, signal);
+      this.logger.info({ viewers: this.media.viewers.count }, 'whep viewer joined');
+      return answer;
+    } catch (error) {
+      if (error instanceof ViewersFullError) throw new AtCapacity(error.message, WHEP_FULL_RETRY_AFTER_S);
+      throw error;
+    }
+  }
+
+  /** Ends one WHEP viewer; `SessionResourceNotFound` (404) when the session has no viewer with this id. */
+  removeViewer(viewerId: string): void {
+    if (!this.media.viewers.close(viewerId)) throw new SessionResourceNotFound('WHEP viewer not found');
+    this.logger.info({ viewers: this.media.viewers.count }, 'whep viewer left');
+  }
+
+  /**
+   * Starts pushing the session to a media server (RTMP or WHIP, docs/streaming.md); answers before it is live. The
+   * outputs attach to the close cascade on first use, which stops them (WHIP DELETE, ffmpeg ended). `NotAdmitted`
+   * before start (the clock runs from start), `SessionTerminated` once ending; `InvalidInput` for a bad URL,
+   * `OutputLimitReached` past `MAX_OUTPUTS_PER_SESSION`. Failures reach clients as SSE `error` `output_failed`.
+   */
+  addOutput(request: OutputRequest, settings: OutputSettings): OutputStatus {
+    if (!this.outputs) {
+      const outputs = new SessionOutputs(
+        outputConnector(this.media, settings),
+        (outputId, message) => this.bus.publish('error', { code: 'output_failed', message, output_id: outputId }),
+        this.logger.child({ component: 'outputs' }),
+      );
+      // Validates before the session takes the outputs on: a refused first request leaves nothing attached.
+      this.admitTap('outputs', () => outputs.closeAll(), 'adding outputs');
+      this.outputs = outputs;
+      this.consumers.watch('output', () => outputs.active > 0);
+    } else if (this.ending || this.closer.closing || this.state === 'terminated') {
+      throw new SessionTerminated();
+    }
+    return this.outputs.add(request);
+  }
+
+  /** The session's outputs with their states (URLs redacted). */
+  listOutputs(): OutputStatus[] {
+    return this.outputs?.list() ?? [];
+  }
+
+  /** Stops one output; `SessionResourceNotFound` (404) for an unknown id. */
+  async removeOutput(outputId: string): Promise<void> {
+    if (!this.outputs) throw new SessionResourceNotFound('output not found');
+    await this.outputs.remove(outputId);
+  }
+
+  /**
    * Streams the session's events (SSE) to `out` until it closes; the stream counts as a consumer meanwhile.
    * `onClose` runs once when it is detached.
    */
@@ -424,9 +489,9 @@ export class Session {
    * clock runs from start), `SessionTerminated` when the session is ending or terminated (its cascade may have
    * passed the taps' step already, so nothing would ever finalise it). Returns the tap's removal.
    */
-  admitTap(name: string, finalise: () => Promise<unknown>): () => void {
+  admitTap(name: string, finalise: () => Promise<unknown>, purpose = 'recording'): () => void {
     if (this.ending || this.closer.closing || this.state === 'terminated') throw new SessionTerminated();
-    if (this.state === 'created') throw new NotAdmitted('session is not started: start it before recording');
+    if (this.state === 'created') throw new NotAdmitted(`session is not started: start it before ${purpose}`);
     return this.closer.addTap(name, finalise);
   }
 

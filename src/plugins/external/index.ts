@@ -41,8 +41,8 @@ export default fp(async function externalPlugins(app: FastifyInstance, opts: { c
     // A foreign page's state-changing request is refused by the guard (src/plugins/app/request-guard.ts).
     origin: config.corsOrigins.length > 0 ? (origin, done) => done(null, origin !== undefined && guard.listsOrigin(origin)) : false,
     methods: ['GET', 'POST', 'DELETE', 'OPTIONS'],
-    // Cross-origin clients read the turn id a speak/chat/audio request answers with.
-    exposedHeaders: ['x-turn-id'],
+    // Cross-origin clients read the turn id a speak/chat/audio request answers with, and a WHEP viewer's resource.
+    exposedHeaders: ['x-turn-id', 'location'],
   });
   await app.register(multipart, {
     limits: { ...MULTIPART_LIMITS },
@@ -70,7 +70,8 @@ export default fp(async function externalPlugins(app: FastifyInstance, opts: { c
         { name: 'sessions', description: 'Session lifecycle' },
         { name: 'interaction', description: 'Speak, chat, transcribe, interrupt, direct audio' },
         { name: 'persona', description: 'Persona customisation' },
-        { name: 'webrtc', description: 'WebRTC signaling' },
+        { name: 'webrtc', description: 'WebRTC signaling and WHEP playback' },
+        { name: 'streaming', description: 'RTMP and WHIP outputs to media servers' },
         { name: 'events', description: 'Server-sent events' },
         { name: 'tools', description: 'Tool calling: client tools answer here (docs/integration.md)' },
         { name: 'tts', description: 'Speech preview' },

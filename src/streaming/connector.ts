@@ -1,0 +1,21 @@
+import type { IceServer } from '../../actors/media/webrtc.ts';
+import { startWhipPush } from '../../actors/media/whip-client.ts';
+import type { SessionMedia } from '../sessions/media.ts';
+import type { OutputConnector } from './outputs.ts';
+import { startRtmpPush } from './rtmp-push.ts';
+
+/** What outputs take from the service's configuration. */
+export interface OutputSettings {
+  /** SERVICE_RTMP_VIDEO_BITRATE_KBPS. */
+  rtmpVideoBitrateKbps: number;
+  /** SERVICE_ICE_SERVERS, for WHIP peers as for viewers. */
+  iceServers: IceServer[];
+}
+
+/** A session's pushes: RTMP taps its media clock into ffmpeg, WHIP adds a send-only peer fed by its WebRTC sources. */
+export function outputConnector(media: SessionMedia, settings: OutputSettings): OutputConnector {
+  return (request, signal) =>
+    request.type === 'rtmp'
+      ? startRtmpPush(media, request.url, settings.rtmpVideoBitrateKbps, signal)
+      : startWhipPush({ output: media.output, url: request.url, bearerToken: request.bearerToken, iceServers: settings.iceServers, signal });
+}
