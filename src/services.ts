@@ -41,7 +41,7 @@ import { TranscriptStore } from './store/transcripts.ts';
 import { SessionTranscripts } from './sessions/transcript.ts';
 import { WebhookOutbox } from './webhooks/outbox.ts';
 import { WebhookDelivery } from './webhooks/delivery.ts';
-import { WebhookEvents } from './webhooks/events.ts';
+import { WebhookEvents, type WebhookSink } from './webhooks/events.ts';
 import { WebhookSigner } from '../actors/upstream/webhook-signing.ts';
 
 export interface Services {
@@ -144,25 +144,44 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
 
   const inspection = new InspectionHub(config.inspector);
   const metrics = new ServiceMetrics({ version: SERVICE_VERSION });
-  // Webhooks: the outbox is this process's LevelDB (a node's own in cluster mode: each event is emitted, stored and
-  // delivered by the one node it happened on). Pending deliveries of an earlier run are loaded before anything new.
-  const outbox = new WebhookOutbox(store, overrides.webhooks?.outboxMaxEntries, metrics.webhookDeliveries.dropped);
-  await outbox.load();
-  const delivery = config.webhooks.secret
-    ? new WebhookDelivery({
+  // Webhooks: an event is emitted once stored, in this process's LevelDB outbox, or in cluster mode in BullMQ's
+  // queue (every node's worker takes from it: delivered once cluster-wide, also when the emitting node died).
+  // Pending deliveries of an earlier run are loaded before anything new.
+  const signer = config.webhooks.secret ? new WebhookSigner(config.webhooks.secret) : null;
+  const webhookLogger = logger.child({ component: 'webhooks' });
+  let delivery: { kick(): void; close(): Promise<void> } | null = null;
+  let webhookSink: WebhookSink;
+  if (cluster) {
+    const queue = cluster.webhookQueue({
+      signer,
+      logger: webhookLogger,
+      counters: metrics.webhookDeliveries,
+      backoffBaseMs: overrides.webhooks?.backoffBaseMs,
+      maxEntries: overrides.webhooks?.outboxMaxEntries,
+    });
+    queue.start();
+    webhookSink = queue;
+    delivery = { kick: () => undefined, close: () => queue.close() };
+  } else {
+    const outbox = new WebhookOutbox(store, overrides.webhooks?.outboxMaxEntries, metrics.webhookDeliveries.dropped);
+    await outbox.load();
+    webhookSink = outbox;
+    if (signer) {
+      delivery = new WebhookDelivery({
         outbox,
-        signer: new WebhookSigner(config.webhooks.secret),
-        logger: logger.child({ component: 'webhooks' }),
+        signer,
+        logger: webhookLogger,
         counters: metrics.webhookDeliveries,
         backoffBaseMs: overrides.webhooks?.backoffBaseMs,
         attemptTimeoutMs: overrides.webhooks?.attemptTimeoutMs,
-      })
-    : null;
+      });
+    }
+  }
   const webhooks: WebhookEvents = new WebhookEvents({
     config: config.webhooks,
-    outbox,
+    outbox: webhookSink,
     delivery: { kick: () => delivery?.kick() },
-    logger: logger.child({ component: 'webhooks' }),
+    logger: webhookLogger,
     sessionUrlOf: (sessionId) => supervisor.liveSession(sessionId)?.record.webhook_url,
   });
   const transcripts = new SessionTranscripts(new TranscriptStore(store), logger.child({ component: 'transcripts' }));

@@ -60,10 +60,11 @@ describe('webhook events', () => {
     expect((await post(t.baseUrl, `/sessions/${id}/start`)).status).toBe(200);
     const sse = await SseClient.open(`${t.baseUrl}/sessions/${id}/events`);
     cleanups.push(async () => sse.close());
-    expect((await post(t.baseUrl, `/sessions/${id}/rt-recording/start`)).status).toBe(200);
+    expect((await post(t.baseUrl, `/sessions/${id}/rt-recording/start`)).status, 'recording start').toBe(200);
     expect((await post(t.baseUrl, `/sessions/${id}/speak`, { text: 'Hello there.' })).status).toBe(200);
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', TURN_MS, 'idle after speak');
-    expect((await post(t.baseUrl, `/sessions/${id}/rt-recording/stop`)).status).toBe(200);
+    const stopped = await post(t.baseUrl, `/sessions/${id}/rt-recording/stop`);
+    expect(stopped.status, `recording stop: ${await stopped.clone().text()}`).toBe(200);
 
     const bundle = await json(await post(t.baseUrl, `/sessions/${id}/rt-offline-bundle`, { text: 'An offline line.' }));
     await t.services.jobs.whenSettled(bundle.job_id);
@@ -75,7 +76,7 @@ describe('webhook events', () => {
     form.append('base_avatar_id', 'astronaut');
     form.append('image', new Blob([new Uint8Array(await fs.readFile(FIXTURE))], { type: 'image/png' }), 'portrait.png');
     const avatar = await fetch(`${t.baseUrl}/avatars/custom`, { method: 'POST', body: form });
-    expect(avatar.status).toBe(200);
+    expect(avatar.status, `custom avatar: ${await avatar.clone().text()}`).toBe(200);
     const avatarId = (await json(avatar)).id;
 
     expect((await fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' })).status).toBe(200);

@@ -8,6 +8,7 @@ import { SessionDirectory } from './session-directory.ts';
 import { RedisVoiceCatalog } from './voice-catalog.ts';
 import { RedisDefaultsStore } from './defaults.ts';
 import { ClusterOfflineQueue, OFFLINE_LOCK_MIN_MS, type ClusterOfflineDeps } from './offline-queue.ts';
+import { ClusterWebhookQueue, type ClusterWebhookDeps } from './webhook-queue.ts';
 import { NODE_LOST } from './scripts.ts';
 import { clusterSecret } from './internal-auth.ts';
 import { Counter, type Registry } from 'prom-client';
@@ -112,6 +113,11 @@ export class ClusterNode {
       liveNodes: async () => (await this.registry.liveNodes()).length,
     });
     return this.offline;
+  }
+
+  /** Webhook deliveries on BullMQ: delivered once cluster-wide, by whichever node's worker takes each. */
+  webhookQueue(deps: Omit<ClusterWebhookDeps, 'connection' | 'nodeId'>): ClusterWebhookQueue {
+    return new ClusterWebhookQueue({ ...deps, connection: this.bullRedis, nodeId: this.nodeId });
   }
 
   /** Joins the cluster once the supervisor exists (its counts are the published load). */

@@ -55,6 +55,8 @@ export interface ClusterOfflineDeps {
   liveNodes(): Promise<number>;
   logger?: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
   retentionMs?: number;
+  /** A job finished for good, complete or failed, on this node's worker (the `bundle.*` webhooks). */
+  onSettled?: (job: StoredJob) => void;
 }
 
 function toWire(segments: PreparedSegment[]): WireSegment[] {
@@ -119,6 +121,17 @@ export class ClusterOfflineQueue {
       maxStalledCount: OFFLINE_MAX_STALLS,
     });
     this.worker.on('error', (error) => this.deps.logger?.warn({ err: errorForLog(error) }, 'offline worker error'));
+    // Reported by the node whose worker finished it, once: a retried attempt is not settled yet.
+    const settled = (jobId: string | undefined) => {
+      if (!jobId || !this.deps.onSettled) return;
+      void this.get(jobId)
+        .then((job) => {
+          if (job && (job.status === 'complete' || job.status === 'failed')) this.deps.onSettled?.(job);
+        })
+        .catch(() => undefined);
+    };
+    this.worker.on('completed', (job) => settled(job.id));
+    this.worker.on('failed', (job) => settled(job?.id));
     this.sweepTimer = setInterval(() => void this.sweep(), SWEEP_EVERY_MS);
     this.sweepTimer.unref();
     return { interruptedJobs: 0, filesRemoved };

@@ -17,6 +17,8 @@ const SESSION_PATH = /^\/sessions\/([0-9a-fA-F-]{36})(?:\/|\?|$)/u;
 const OFFLINE_READ_PATH = /^\/sessions\/[0-9a-fA-F-]{36}\/rt-offline-bundle\/[^/?]+(?:\/download)?(?:\?|$)/u;
 /** A recording's status and download: the owner serves them even after the session ended (its files are there). */
 const RECORDING_READ_PATH = /^\/sessions\/[0-9a-fA-F-]{36}\/rt-recording(\/artifact)?(?:\?|$)/u;
+/** A session's transcript: kept in its owner's LevelDB, so the owner serves it after the session ended too (while it lives). */
+const TRANSCRIPT_READ_PATH = /^\/sessions\/[0-9a-fA-F-]{36}\/transcript(?:\?|$)/u;
 /**
  * A create placed on a node that turns out unreachable (it died, its heartbeat has not expired yet) is
  * placed again without it, this many times in all; then the client gets 503.
@@ -81,7 +83,8 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode; guard: RequestOrig
     // A recording outlives its session: once the session ended and the file is final on shared storage,
     // any node serves it; until then (finalising) it follows its owner while the owner lives.
     const recordingRead = method === 'GET' && RECORDING_READ_PATH.test(url);
-    if (record.state === 'terminated') {
+    const transcriptRead = method === 'GET' && TRANSCRIPT_READ_PATH.test(url);
+    if (record.state === 'terminated' && !transcriptRead) {
       if (!recordingRead) return null;
       // Lost with its node: answered from shared storage, never forwarded (a URL cached here may still name
       // the dead node). Should that node come back (a long pause), it finalises the file there itself.

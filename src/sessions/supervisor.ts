@@ -80,8 +80,7 @@ export class SessionSupervisor {
         await this.deps.store.delete(stored.session_id);
       }
     }
-    // Transcripts live exactly as long as their tombstone (a crash between the two deletes leaves one behind).
-    await this.deps.transcripts?.sweep(async ({ session_id }) => (await this.deps.store.get(session_id)) !== undefined);
+    await this.sweepTranscripts();
     this.sweepTimer = setInterval(() => void this.sweepTombstones(), TOMBSTONE_SWEEP_MS);
     this.sweepTimer.unref();
   }
@@ -353,6 +352,11 @@ export class SessionSupervisor {
     }
   }
 
+  /** Transcripts live exactly as long as their tombstone (a crash between the two deletes leaves one behind). */
+  private async sweepTranscripts(): Promise<void> {
+    await this.deps.transcripts?.sweep(async ({ session_id }) => this.live.has(session_id) || (await this.deps.store.get(session_id)) !== undefined);
+  }
+
   private async sweepTombstones(): Promise<void> {
     const now = Date.now();
     try {
@@ -362,6 +366,8 @@ export class SessionSupervisor {
           await this.deps.transcripts?.remove(stored.session_id);
         }
       }
+      // Tombstones another node (or a restart) removed take their transcripts here too.
+      await this.sweepTranscripts();
     } catch (error) {
       this.deps.logger.warn({ err: errorForLog(error) }, 'tombstone sweep failed');
     }

@@ -41,7 +41,50 @@ export interface WebhookDeliveryOptions {
 }
 
 /** What became of one attempt. */
-type AttemptResult = 'delivered' | 'retry' | 'give-up';
+export type AttemptResult = 'delivered' | 'retry' | 'give-up';
+
+/** How long to wait after the `attempts`-th failed attempt: exponential from `baseMs`, at most `maxMs`. */
+export function backoffDelayMs(attempts: number, baseMs = WEBHOOK_BACKOFF_BASE_MS, maxMs = WEBHOOK_BACKOFF_MAX_MS): number {
+  return Math.min(maxMs, baseMs * 2 ** (attempts - 1));
+}
+
+/** What one attempt needs: the message (its id, receiver, body) and how to send it. */
+export interface AttemptInput {
+  message: Pick<OutboxEntry, 'id' | 'url' | 'body'>;
+  signer: WebhookSigner;
+  fetch: FetchLike;
+  timeoutMs: number;
+  signal: AbortSignal;
+}
+
+/**
+ * One signed POST of a message (a fresh `webhook-timestamp` and signature, the message's `webhook-id`): a 2xx
+ * delivers it; a network error, a timeout, a 408, a 429 or a 5xx is worth a retry; anything else (a refusal, a
+ * redirect, which is never followed since it could point anywhere) gives up. The caller's abort answers `retry`.
+ */
+export async function attemptDelivery({ message, signer, fetch: fetchImpl, timeoutMs, signal }: AttemptInput): Promise<AttemptResult> {
+  const headers = signer.headers(message.id, message.body);
+  try {
+    const response = await fetchUpstream(fetchImpl, message.url, {
+      method: 'POST',
+      headers: { ...headers, 'content-type': 'application/json' },
+      body: message.body,
+      redirect: 'manual',
+      signal,
+      provider: 'webhook',
+      headersTimeoutMs: timeoutMs,
+    });
+    await response.body?.cancel().catch(() => undefined);
+    // fetch answers a redirect as a 3xx with `redirect: 'manual'`: not followed, not delivered.
+    return response.status >= 200 && response.status < 300 ? 'delivered' : 'give-up';
+  } catch (error) {
+    if (signal.aborted) return 'retry';
+    if (!(error instanceof UpstreamError)) throw error;
+    const status = error.upstreamStatus;
+    if (status === undefined || status >= 500 || status === 408 || status === 429) return 'retry';
+    return 'give-up';
+  }
+}
 
 /**
  * Sends the outbox's deliveries: each signed afresh per attempt (a new `webhook-timestamp`, the same `webhook-id`),
@@ -123,7 +166,13 @@ export class WebhookDelivery {
 
   private async deliver(entry: OutboxEntry): Promise<void> {
     const { outbox, logger, counters } = this.options;
-    const result = await this.attempt(entry);
+    const result = await attemptDelivery({
+      message: entry,
+      signer: this.options.signer,
+      fetch: this.fetchImpl,
+      timeoutMs: this.attemptTimeoutMs,
+      signal: this.closing.signal,
+    });
     if (this.closing.signal.aborted) return;
     const attempts = entry.attempts + 1;
     const log = { webhookId: entry.id, type: entry.type, attempts };
@@ -133,7 +182,7 @@ export class WebhookDelivery {
       await outbox.remove(entry.key);
       return;
     }
-    const nextAt = Date.now() + Math.min(this.backoffMaxMs, this.backoffBaseMs * 2 ** (attempts - 1));
+    const nextAt = Date.now() + backoffDelayMs(attempts, this.backoffBaseMs, this.backoffMaxMs);
     if (result === 'give-up' || nextAt - entry.createdAt > this.retryPeriodMs) {
       counters.failed();
       logger.warn({ ...log, refused: result === 'give-up' }, 'webhook delivery given up');
@@ -141,30 +190,5 @@ export class WebhookDelivery {
       return;
     }
     await outbox.reschedule({ ...entry, attempts, nextAt });
-  }
-
-  private async attempt(entry: OutboxEntry): Promise<AttemptResult> {
-    const headers = this.options.signer.headers(entry.id, entry.body);
-    try {
-      const response = await fetchUpstream(this.fetchImpl, entry.url, {
-        method: 'POST',
-        headers: { ...headers, 'content-type': 'application/json' },
-        body: entry.body,
-        redirect: 'manual',
-        signal: this.closing.signal,
-        provider: 'webhook',
-        headersTimeoutMs: this.attemptTimeoutMs,
-      });
-      await response.body?.cancel().catch(() => undefined);
-      // fetch answers a redirect as a 3xx with `redirect: 'manual'`: not followed, not delivered.
-      return response.status >= 200 && response.status < 300 ? 'delivered' : 'give-up';
-    } catch (error) {
-      if (this.closing.signal.aborted) return 'retry';
-      if (!(error instanceof UpstreamError)) throw error;
-      const status = error.upstreamStatus;
-      this.options.logger.debug({ webhookId: entry.id, status }, 'webhook attempt failed');
-      if (status === undefined || status >= 500 || status === 408 || status === 429) return 'retry';
-      return 'give-up';
-    }
   }
 }

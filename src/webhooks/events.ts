@@ -7,7 +7,7 @@ import type { StoredJob } from '../store/jobs.ts';
 import type { StoredSession } from '../store/sessions.ts';
 import type { TranscriptTurn } from '../store/transcripts.ts';
 import type { AvatarSummary } from '../catalog/catalog.ts';
-import type { WebhookOutbox } from './outbox.ts';
+import type { OutboxEntry } from './outbox.ts';
 import { callbackUrlAllowed } from './allowed-hosts.ts';
 
 export const WEBHOOK_EVENT_TYPES = [
@@ -26,9 +26,14 @@ export interface DeliveryKick {
   kick(): void;
 }
 
+/** Where an emitted event is stored until delivered: the LevelDB outbox, or BullMQ's queue in cluster mode. */
+export interface WebhookSink {
+  add(entry: Omit<OutboxEntry, 'key'>): Promise<unknown>;
+}
+
 export interface WebhookEventsDeps {
   config: WebhookConfig;
-  outbox: WebhookOutbox;
+  outbox: WebhookSink;
   delivery: DeliveryKick;
   logger: Logger;
   /** The per-session callback URL of a session, if it has one (live sessions only: the supervisor knows them). */
