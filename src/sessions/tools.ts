@@ -15,6 +15,7 @@ import type { LlmToolDefinition, ToolInvocation, ToolRunner } from '../../actors
 import { InvalidInput, ToolCallClosed, ToolCallNotFound } from '../domain-errors.ts';
 import { quoteClientValue } from '../errors.ts';
 import { errorForLog } from '../logger.ts';
+import { callbackUrlRefusal } from '../webhooks/allowed-hosts.ts';
 import type { SessionBus } from './session-bus.ts';
 
 /**
@@ -104,27 +105,8 @@ export function checkToolDefinitions(tools: readonly SessionToolDefinition[], po
 }
 
 function checkWebhookUrl(raw: string, where: string, allowedHosts: readonly string[]): void {
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    throw new InvalidInput(`${where}.webhook is not a URL`);
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new InvalidInput(`${where}.webhook must be an http or https URL`);
-  if (url.username || url.password) throw new InvalidInput(`${where}.webhook must not carry credentials`);
-  const host = url.hostname.replace(/^\[(.*)\]$/u, '$1').toLowerCase();
-  if (!hostAllowed(host, allowedHosts)) {
-    throw new InvalidInput(
-      allowedHosts.length === 0
-        ? `${where}.webhook: webhook tools are off (SERVICE_WEBHOOK_ALLOWED_HOSTS is empty)`
-        : `${where}.webhook: host ${quoteClientValue(host)} is not in SERVICE_WEBHOOK_ALLOWED_HOSTS`,
-    );
-  }
-}
-
-/** An entry is a host name or address (exact), or `.example.com` for that domain and its subdomains. */
-function hostAllowed(host: string, allowedHosts: readonly string[]): boolean {
-  return allowedHosts.some((entry) => (entry.startsWith('.') ? host === entry.slice(1) || host.endsWith(entry) : host === entry));
+  const refusal = callbackUrlRefusal(raw, allowedHosts);
+  if (refusal !== null) throw new InvalidInput(`${where}.webhook ${refusal}`);
 }
 
 /** The session's tool runner; the llm actor sees it as its `ToolRunner` port. */
