@@ -77,7 +77,7 @@ export interface AvatarSource {
    * A video avatar's loop (`metadata.clip`): its frames' PNGs and per-frame face track, read once when a session
    * opens the avatar (shared memory, like `framePng`), so deletion mid-session changes nothing for it either.
    */
-  clip?: { framePngs: Uint8Array[]; track: MouthAnimation[] };
+  clip?: { framePngs: Uint8Array[]; trackJson: Uint8Array };
 }
 
 /** A video avatar's per-frame face track, next to its manifest: a JSON array of `MouthAnimation`, one per loop frame. */

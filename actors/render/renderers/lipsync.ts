@@ -10,10 +10,16 @@
  * per closure step) and an idle sub-pixel head sway (patches per quantised offset) are cached the same
  * way, so a frame is a copy of the base I420 plus one or two small patches.
  * Without `animation` the renderer serves the still image.
+ *
+ * A video avatar (`metadata.clip`) plays its loop instead of the still (`clip-loop.ts`): idle frames are the
+ * loop's own (the person's blinks and motion, so no drawn blinks or sway), and a speaking frame warps the mouth
+ * of the loop frame it shows along that frame's tracked geometry. Those patches are built per frame (the face
+ * under them changes every frame) from the mouth region converted back to RGB, so only the region is touched.
  */
 import { frameFromBase } from '../frame-buffers.ts';
 import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, Renderer } from '../types.ts';
-import { rgbaToI420 } from '../i420.ts';
+import { i420RegionToRgba, rgbaToI420 } from '../i420.ts';
+import { decodeClipLoop, loopFrameAt, type ClipLoop } from '../clip-loop.ts';
 import { loadBundleFrame, type RgbaImage } from '../image.ts';
 import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
 import { blinkClosure, oscillate, quantise, smoothstep } from '../idle-motion.ts';
@@ -187,8 +193,17 @@ export class LipsyncRenderer implements Renderer {
   private readonly mouthPatches = new Map<number, I420Patch>();
   private readonly blinkPatches = new Map<number, I420Patch[]>();
   private readonly swayPatches = new Map<number, I420Patch>();
+  private loop: ClipLoop | null = null;
+  /** A video avatar's mouth region in RGB (the rest of the image unused), rebuilt for each speaking frame. */
+  private loopRgba: RgbaImage | null = null;
+  /** The last speaking frame's patch: a repeated frame (same loop frame and pose) reuses it. */
+  private lastLoopPatch: { key: string; patch: I420Patch } | null = null;
 
   async prepare(avatar: AvatarSource): Promise<void> {
+    const { width, height } = avatar.manifest;
+    this.loop = avatar.clip ? await decodeClipLoop(avatar.clip, width, height) : null;
+    this.loopRgba = this.loop ? { width, height, data: new Uint8Array(width * height * 4) } : null;
+    this.lastLoopPatch = null;
     const photo = await loadBundleFrame(avatar);
     this.fps = avatar.manifest.fps > 0 ? avatar.manifest.fps : 25;
     this.animation = usableAnimation(avatar.manifest.metadata.animation, avatar.manifest.width, avatar.manifest.height);
@@ -200,7 +215,7 @@ export class LipsyncRenderer implements Renderer {
     this.mouthPatches.clear();
     this.blinkPatches.clear();
     this.swayPatches.clear();
-    if (!this.animation) return;
+    if (!this.animation || this.loop) return;
     // Warm the cache for the poses speech hits most (jaw steps at neutral shape); the rest fill lazily.
     for (let open = 1; open < OPEN_STEPS; open++) this.mouthPatch(open, 0, 0);
     for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
@@ -213,6 +228,7 @@ export class LipsyncRenderer implements Renderer {
 
   render(request: FrameRequest, target?: SharedArrayBuffer): I420Frame {
     if (!this.base) throw new Error('LipsyncRenderer.render called before prepare');
+    if (this.loop) return this.renderLoopFrame(request, this.loop, target);
     const frame = frameFromBase(this.base, target);
     if (!this.animation) return frame;
     const open = quantise(request.mouth.open, OPEN_STEPS);
@@ -227,6 +243,28 @@ export class LipsyncRenderer implements Renderer {
     }
     const blink = Math.round(blinkClosure(request.frameIdx, this.fps) * (BLINK_STEPS - 1));
     if (blink > 0) for (const patch of this.blinkPatch(blink)) blendPatch(frame, patch);
+    return frame;
+  }
+
+  private renderLoopFrame(request: FrameRequest, loop: ClipLoop, target?: SharedArrayBuffer): I420Frame {
+    const { frame: loopFrame, face, held } = loopFrameAt(loop, request.frameIdx);
+    const frame = frameFromBase(loopFrame, target);
+    const open = quantise(request.mouth.open, OPEN_STEPS);
+    const wide = quantise(request.mouth.wide, SHAPE_STEPS);
+    const round = quantise(request.mouth.round, SHAPE_STEPS);
+    if (open === 0 && wide === 0 && round === 0) return frame;
+    const key = `${held}:${open}:${wide}:${round}`;
+    if (this.lastLoopPatch?.key !== key) {
+      const rgba = this.loopRgba!;
+      const mw = face.mouth_width;
+      const { x: cx, y: cy } = face.mouth_center;
+      // The warp samples up to a jaw drop (0.4 mouth widths) beyond its region; convert that much more.
+      const margin = 0.6 * mw;
+      i420RegionToRgba(loopFrame, { x: cx + REGION.left * mw - margin, y: cy + REGION.top * mw - margin, width: (REGION.right - REGION.left) * mw + 2 * margin, height: (REGION.bottom - REGION.top) * mw + 2 * margin }, rgba.data);
+      const patch = this.buildMouthPatch(open / (OPEN_STEPS - 1), wide / (SHAPE_STEPS - 1), round / (SHAPE_STEPS - 1), { src: rgba, anim: face, seamAt: lipSeam(face) });
+      this.lastLoopPatch = { key, patch };
+    }
+    blendPatch(frame, this.lastLoopPatch.patch);
     return frame;
   }
 
@@ -246,10 +284,13 @@ export class LipsyncRenderer implements Renderer {
    * the chin rigidly, both fading out towards the neck), lips spread or narrow horizontally. The opening
    * between the lip edges is painted as the inside of the mouth: dark throat, upper teeth, a hint of tongue.
    */
-  private buildMouthPatch(open: number, wide: number, round: number): I420Patch {
-    const src = this.source!;
-    const seamAt = this.seamAt;
-    const anim = this.animation!;
+  private buildMouthPatch(
+    open: number,
+    wide: number,
+    round: number,
+    face: { src: RgbaImage; anim: MouthAnimation; seamAt: (x: number) => number } = { src: this.source!, anim: this.animation!, seamAt: this.seamAt },
+  ): I420Patch {
+    const { src, anim, seamAt } = face;
     const { x: cx, y: cy } = anim.mouth_center;
     const mw = anim.mouth_width;
     const box = clampBox(cx + REGION.left * mw, cy + REGION.top * mw, cx + REGION.right * mw, cy + REGION.bottom * mw, src.width, src.height);
@@ -420,6 +461,26 @@ export class LipsyncRenderer implements Renderer {
     }
     return patchFromRgba(out, box.x, box.y, box.width, box.height, true);
   }
+}
+
+/**
+ * Where the lips meet in a video frame, for a column x: the line between the inner mouth corners (landmarks 60
+ * and 64), bowed through the middle of the inner lips at the centre. The clip's own lips may be parted; the warp
+ * opens the mouth from there (a photo's seam comes from closing its lips first, `photo-lips.ts`).
+ */
+function lipSeam(face: MouthAnimation): (x: number) => number {
+  const inner = face.inner_lip;
+  const left = inner[0];
+  const right = inner[4] ?? inner[inner.length - 1];
+  const span = right.x - left.x || 1;
+  const lineAt = (x: number) => left.y + ((x - left.x) / span) * (right.y - left.y);
+  const middle = inner.length >= 8 ? (inner[2].y + inner[6].y) / 2 : lineAt(face.mouth_center.x);
+  const centreX = (left.x + right.x) / 2;
+  const bow = middle - lineAt(centreX);
+  return (x: number) => {
+    const u = (x - centreX) / (span / 2);
+    return lineAt(x) + bow * Math.max(0, 1 - u * u);
+  };
 }
 
 /** Animation is usable when the mouth lies inside the frame and has a plausible width. */
