@@ -17,7 +17,7 @@
  * under them changes every frame) from the mouth region converted back to RGB, so only the region is touched.
  */
 import { frameFromBase } from '../frame-buffers.ts';
-import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, Renderer } from '../types.ts';
+import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, Point, Renderer } from '../types.ts';
 import { i420RegionToRgba, rgbaToI420 } from '../i420.ts';
 import { decodeClipLoop, loopFrameAt, type ClipLoop } from '../clip-loop.ts';
 import { loadBundleFrame, type RgbaImage } from '../image.ts';
@@ -32,6 +32,12 @@ const BLINK_STEPS = 4;
 const SWAY_AMPLITUDE_X = 0.6;
 const SWAY_AMPLITUDE_Y = 0.4;
 const SWAY_STEP_PX = 0.2;
+/**
+ * Widest mouth (px) the warp runs at on a video frame: about the astronaut photo's (42 px), whose look the warp
+ * was tuned on. A close-up clip's mouth can be 3× wider, 9× the pixels, too slow to warp every frame.
+ */
+const MAX_WARP_MOUTH_WIDTH = 48;
+
 
 /** Region geometry in units of mouth width, relative to the mouth centre. */
 const REGION = { left: -1.35, right: 1.35, top: -0.75, bottom: 1.7 };
@@ -89,6 +95,10 @@ function sampleBilinear(image: RgbaImage, x: number, y: number, out: Rgb): void 
   out.r = d[a] * w00 + d[b] * w10 + d[c] * w01 + d[e] * w11;
   out.g = d[a + 1] * w00 + d[b + 1] * w10 + d[c + 1] * w01 + d[e + 1] * w11;
   out.b = d[a + 2] * w00 + d[b + 2] * w10 + d[c + 2] * w01 + d[e + 2] * w11;
+}
+
+function clampByte(value: number): number {
+  return value < 0 ? 0 : value > 255 ? 255 : value;
 }
 
 function mix(a: number, b: number, t: number): number {
@@ -196,6 +206,8 @@ export class LipsyncRenderer implements Renderer {
   private loop: ClipLoop | null = null;
   /** A video avatar's mouth region in RGB (the rest of the image unused), rebuilt for each speaking frame. */
   private loopRgba: RgbaImage | null = null;
+  /** Where a scaled-down warp's result is assembled at full size (`buildLoopMouthPatch`). */
+  private loopOut: RgbaImage | null = null;
   /** The last speaking frame's patch: a repeated frame (same loop frame and pose) reuses it. */
   private lastLoopPatch: { key: string; patch: I420Patch } | null = null;
 
@@ -203,6 +215,7 @@ export class LipsyncRenderer implements Renderer {
     const { width, height } = avatar.manifest;
     this.loop = avatar.clip ? await decodeClipLoop(avatar.clip, width, height) : null;
     this.loopRgba = this.loop ? { width, height, data: new Uint8Array(width * height * 4) } : null;
+    this.loopOut = this.loop ? { width, height, data: new Uint8Array(width * height * 4) } : null;
     this.lastLoopPatch = null;
     const photo = await loadBundleFrame(avatar);
     this.fps = avatar.manifest.fps > 0 ? avatar.manifest.fps : 25;
@@ -255,17 +268,112 @@ export class LipsyncRenderer implements Renderer {
     if (open === 0 && wide === 0 && round === 0) return frame;
     const key = `${held}:${open}:${wide}:${round}`;
     if (this.lastLoopPatch?.key !== key) {
-      const rgba = this.loopRgba!;
-      const mw = face.mouth_width;
-      const { x: cx, y: cy } = face.mouth_center;
-      // The warp samples up to a jaw drop (0.4 mouth widths) beyond its region; convert that much more.
-      const margin = 0.6 * mw;
-      i420RegionToRgba(loopFrame, { x: cx + REGION.left * mw - margin, y: cy + REGION.top * mw - margin, width: (REGION.right - REGION.left) * mw + 2 * margin, height: (REGION.bottom - REGION.top) * mw + 2 * margin }, rgba.data);
-      const patch = this.buildMouthPatch(open / (OPEN_STEPS - 1), wide / (SHAPE_STEPS - 1), round / (SHAPE_STEPS - 1), { src: rgba, anim: face, seamAt: lipSeam(face) });
+      const patch = this.buildLoopMouthPatch(loopFrame, face, open / (OPEN_STEPS - 1), wide / (SHAPE_STEPS - 1), round / (SHAPE_STEPS - 1));
       this.lastLoopPatch = { key, patch };
     }
     blendPatch(frame, this.lastLoopPatch.patch);
     return frame;
+  }
+
+  /**
+   * A mouth pose on one loop frame. The warp's cost grows with the mouth's area, and a clip's face is often
+   * much larger than a photo's: past `MAX_WARP_MOUTH_WIDTH` the warp runs on a copy of the region scaled down
+   * to that width, and only its change (warped minus unwarped, scaled back up) is added to the frame, so pixels
+   * the warp leaves alone stay exactly the clip's.
+   */
+  private buildLoopMouthPatch(loopFrame: I420Frame, face: MouthAnimation, open: number, wide: number, round: number): I420Patch {
+    const full = this.loopRgba!;
+    const mw = face.mouth_width;
+    const { x: cx, y: cy } = face.mouth_center;
+    // The warp samples towards the lips' seam and the mouth centre, inside its region; bilinear sampling (and
+    // the scaled-down copy) read a pixel or two beyond it.
+    const margin = 2 / Math.min(1, MAX_WARP_MOUTH_WIDTH / mw);
+    const region = { x: cx + REGION.left * mw - margin, y: cy + REGION.top * mw - margin, width: (REGION.right - REGION.left) * mw + 2 * margin, height: (REGION.bottom - REGION.top) * mw + 2 * margin };
+    i420RegionToRgba(loopFrame, region, full.data);
+    const scale = Math.min(1, MAX_WARP_MOUTH_WIDTH / mw);
+    if (scale === 1) {
+      const { image, box } = warpMouth(open, wide, round, { src: full, anim: face, seamAt: lipSeam(face) });
+      return patchFromRgba(image, box.x, box.y, box.width, box.height, true);
+    }
+    const smallWidth = Math.ceil(full.width * scale);
+    const smallHeight = Math.ceil(full.height * scale);
+    const small: RgbaImage = { width: smallWidth, height: smallHeight, data: new Uint8Array(smallWidth * smallHeight * 4) };
+    const rgb: Rgb = { r: 0, g: 0, b: 0 };
+    const sx0 = Math.max(0, Math.floor(region.x * scale));
+    const sy0 = Math.max(0, Math.floor(region.y * scale));
+    const sx1 = Math.min(small.width, Math.ceil((region.x + region.width) * scale));
+    const sy1 = Math.min(small.height, Math.ceil((region.y + region.height) * scale));
+    for (let y = sy0; y < sy1; y++) {
+      for (let x = sx0; x < sx1; x++) {
+        sampleBilinear(full, (x + 0.5) / scale - 0.5, (y + 0.5) / scale - 0.5, rgb);
+        const o = (y * small.width + x) * 4;
+        small.data[o] = rgb.r;
+        small.data[o + 1] = rgb.g;
+        small.data[o + 2] = rgb.b;
+        small.data[o + 3] = 255;
+      }
+    }
+    const smallFace = scaleFace(face, scale);
+    const warped = warpMouth(open, wide, round, { src: small, anim: smallFace, seamAt: lipSeam(smallFace) });
+    const wb = warped.box;
+    // The warp's change at the small size, then added to the full frame bilinearly scaled up; where the four
+    // small pixels around a full one did not change (most of the region: the warp fades out), it is copied as is.
+    const delta = new Int16Array(wb.width * wb.height * 3);
+    // The warp fades out well inside its region: only the part it changed goes into the patch.
+    let changedX0 = wb.width;
+    let changedY0 = wb.height;
+    let changedX1 = -1;
+    let changedY1 = -1;
+    for (let y = 0; y < wb.height; y++) {
+      for (let x = 0; x < wb.width; x++) {
+        const o = ((wb.y + y) * small.width + wb.x + x) * 4;
+        const d = (y * wb.width + x) * 3;
+        delta[d] = warped.image.data[o] - small.data[o];
+        delta[d + 1] = warped.image.data[o + 1] - small.data[o + 1];
+        delta[d + 2] = warped.image.data[o + 2] - small.data[o + 2];
+        if (delta[d] !== 0 || delta[d + 1] !== 0 || delta[d + 2] !== 0) {
+          if (x < changedX0) changedX0 = x;
+          if (x > changedX1) changedX1 = x;
+          if (y < changedY0) changedY0 = y;
+          if (y > changedY1) changedY1 = y;
+        }
+      }
+    }
+    if (changedX1 < 0) return patchFromRgba(full, 0, 0, 0, 0, true);
+    const box = clampBox(
+      (wb.x + changedX0 - 1) / scale,
+      (wb.y + changedY0 - 1) / scale,
+      (wb.x + changedX1 + 2) / scale,
+      (wb.y + changedY1 + 2) / scale,
+      full.width,
+      full.height,
+    );
+    const out = this.loopOut!;
+    for (let y = box.y; y < box.y + box.height; y++) {
+      const fy = Math.min(wb.height - 1, Math.max(0, (y + 0.5) * scale - 0.5 - wb.y));
+      const y0 = Math.floor(fy);
+      const y1 = Math.min(wb.height - 1, y0 + 1);
+      const ty = fy - y0;
+      for (let x = box.x; x < box.x + box.width; x++) {
+        const fx = Math.min(wb.width - 1, Math.max(0, (x + 0.5) * scale - 0.5 - wb.x));
+        const x0 = Math.floor(fx);
+        const x1 = Math.min(wb.width - 1, x0 + 1);
+        const tx = fx - x0;
+        const a = (y0 * wb.width + x0) * 3;
+        const b = (y0 * wb.width + x1) * 3;
+        const c = (y1 * wb.width + x0) * 3;
+        const e = (y1 * wb.width + x1) * 3;
+        const o = (y * full.width + x) * 4;
+        for (let k = 0; k < 3; k++) {
+          const change = delta[a + k] === 0 && delta[b + k] === 0 && delta[c + k] === 0 && delta[e + k] === 0
+            ? 0
+            : (delta[a + k] * (1 - tx) + delta[b + k] * tx) * (1 - ty) + (delta[c + k] * (1 - tx) + delta[e + k] * tx) * ty;
+          out.data[o + k] = clampByte(full.data[o + k] + change);
+        }
+        out.data[o + 3] = 255;
+      }
+    }
+    return patchFromRgba(out, box.x, box.y, box.width, box.height, true);
   }
 
   private mouthPatch(open: number, wide: number, round: number): I420Patch {
@@ -278,94 +386,10 @@ export class LipsyncRenderer implements Renderer {
     return patch;
   }
 
-  /**
-   * One mouth pose over the closed-lips rest image. Destination pixels map back to the rest image: above the
-   * opening the upper lip lifts, below it lower lip and chin drop (the lower lip's edge with the opening,
-   * the chin rigidly, both fading out towards the neck), lips spread or narrow horizontally. The opening
-   * between the lip edges is painted as the inside of the mouth: dark throat, upper teeth, a hint of tongue.
-   */
-  private buildMouthPatch(
-    open: number,
-    wide: number,
-    round: number,
-    face: { src: RgbaImage; anim: MouthAnimation; seamAt: (x: number) => number } = { src: this.source!, anim: this.animation!, seamAt: this.seamAt },
-  ): I420Patch {
-    const { src, anim, seamAt } = face;
-    const { x: cx, y: cy } = anim.mouth_center;
-    const mw = anim.mouth_width;
-    const box = clampBox(cx + REGION.left * mw, cy + REGION.top * mw, cx + REGION.right * mw, cy + REGION.bottom * mw, src.width, src.height);
-    const out: RgbaImage = { width: src.width, height: src.height, data: new Uint8Array(src.data.length) };
-    const jawDrop = open * MAX_JAW_DROP * mw;
-    const shape = openingShape(open, wide, round, mw);
-    const rgb: Rgb = { r: 0, g: 0, b: 0 };
-
-    for (let x = box.x; x < box.x + box.width; x++) {
-      const u = (x - cx) / mw;
-      const destSeam = seamAt(x);
-      const lens = lensAt(shape, (x - cx) / shape.halfWidth, destSeam);
-      // Horizontal window of the jaw: flat under the mouth, fading out towards the cheeks.
-      const jawWindow = 1 - smoothstep(0.45, 1.25, Math.abs(u));
-      const lipLift = destSeam - lens.top;
-      const lipDrop = lens.bottom - destSeam;
-      const lensMiddle = (lens.top + lens.bottom) / 2;
-      const toothGap = toothGapShade(x - cx, mw);
-      for (let y = box.y; y < box.y + box.height; y++) {
-        // Gaussian falloff: its slope stays gentle, so the cheeks beside narrowed lips are not smeared.
-        const v = (y - destSeam) / mw;
-        const lipZone = Math.exp(-(u * u) / LIP_ZONE_WIDTH - (v * v) / LIP_ZONE_HEIGHT) * (1 - smoothstep(1.0, 1.3, Math.abs(u)));
-        const sx = x - (x - cx) * (1 - 1 / (1 + shape.spread)) * lipZone;
-        const seam = seamAt(sx);
-        // Fixed-point iterations: the displacement depends on where in the rest image the pixel comes from.
-        let sy: number;
-        if (y < lensMiddle) {
-          sy = y + lipLift;
-          for (let k = 0; k < 2; k++) sy = y + lipLift * (1 - smoothstep(0.12, 0.55, (seam - sy) / mw));
-          sy = Math.min(sy, seam - 0.5);
-        } else {
-          sy = y - lipDrop;
-          for (let k = 0; k < 2; k++) {
-            const vs = (sy - seam) / mw;
-            sy = y - mix(lipDrop, jawDrop * jawWindow, smoothstep(0.05, 0.45, vs)) * (1 - smoothstep(1.0, 1.6, vs));
-          }
-          sy = Math.max(sy, seam + 0.5);
-        }
-        sampleBilinear(src, sx, sy, rgb);
-        let { r, g, b } = rgb;
-
-        const height = lens.bottom - lens.top;
-        const edgePx = Math.min(y - lens.top, lens.bottom - y);
-        if (height > 0.3 && edgePx > -0.5) {
-          const alpha = Math.min(1, edgePx + 0.5);
-          const depth = smoothstep(0, 1, edgePx / Math.max(1.5, 0.5 * height)) * (1 - 0.5 * smoothstep(0.5, 1, lens.lateral));
-          let ir = mix(MOUTH_EDGE.r, MOUTH_DEEP.r, depth);
-          let ig = mix(MOUTH_EDGE.g, MOUTH_DEEP.g, depth);
-          let ib = mix(MOUTH_EDGE.b, MOUTH_DEEP.b, depth);
-          const tongueCover = shape.tongue * smoothstep(0.5, 0.95, (y - lens.top) / height) * (1 - smoothstep(0.35, 0.75, lens.lateral));
-          ir = mix(ir, TONGUE.r, tongueCover);
-          ig = mix(ig, TONGUE.g, tongueCover);
-          ib = mix(ib, TONGUE.b, tongueCover);
-          // Upper teeth hang from the upper lip, thin out towards the corners and fall into shadow there.
-          const teethBottom = lens.top + shape.upperTeeth * Math.pow(lens.openness, 0.35);
-          const teethCover = Math.min(1, Math.max(0, teethBottom - y + 0.5)) * (1 - smoothstep(shape.teethReach - 0.15, shape.teethReach, lens.lateral));
-          if (teethCover > 0) {
-            const underLip = 0.8 + 0.2 * Math.min(1, Math.max(0, (y - lens.top) / 1.5));
-            const shade = (1 - 0.55 * smoothstep(0.25, 0.8, lens.lateral)) * underLip * toothGap;
-            ir = mix(ir, TEETH.r * shade, teethCover);
-            ig = mix(ig, TEETH.g * shade, teethCover);
-            ib = mix(ib, TEETH.b * shade, teethCover);
-          }
-          r = mix(r, ir, alpha);
-          g = mix(g, ig, alpha);
-          b = mix(b, ib, alpha);
-        }
-        const o = (y * src.width + x) * 4;
-        out.data[o] = r;
-        out.data[o + 1] = g;
-        out.data[o + 2] = b;
-        out.data[o + 3] = 255;
-      }
-    }
-    return patchFromRgba(out, box.x, box.y, box.width, box.height, true);
+  /** One mouth pose over the photo's closed-lips rest image (`warpMouth`), as a patch. */
+  private buildMouthPatch(open: number, wide: number, round: number): I420Patch {
+    const { image, box } = warpMouth(open, wide, round, { src: this.source!, anim: this.animation!, seamAt: this.seamAt });
+    return patchFromRgba(image, box.x, box.y, box.width, box.height, true);
   }
 
   private blinkPatch(step: number): I420Patch[] {
@@ -464,6 +488,97 @@ export class LipsyncRenderer implements Renderer {
 }
 
 /**
+ * One mouth pose over the closed-lips rest image. Destination pixels map back to the rest image: above the
+ * opening the upper lip lifts, below it lower lip and chin drop (the lower lip's edge with the opening,
+ * the chin rigidly, both fading out towards the neck), lips spread or narrow horizontally. The opening
+ * between the lip edges is painted as the inside of the mouth: dark throat, upper teeth, a hint of tongue.
+ * Returns an image of the source's size holding the result inside `box` (nothing outside it).
+ */
+function warpMouth(
+  open: number,
+  wide: number,
+  round: number,
+  face: { src: RgbaImage; anim: MouthAnimation; seamAt: (x: number) => number },
+): { image: RgbaImage; box: Box } {
+  const { src, anim, seamAt } = face;
+  const { x: cx, y: cy } = anim.mouth_center;
+  const mw = anim.mouth_width;
+  const box = clampBox(cx + REGION.left * mw, cy + REGION.top * mw, cx + REGION.right * mw, cy + REGION.bottom * mw, src.width, src.height);
+  const out: RgbaImage = { width: src.width, height: src.height, data: new Uint8Array(src.data.length) };
+  const jawDrop = open * MAX_JAW_DROP * mw;
+  const shape = openingShape(open, wide, round, mw);
+  const rgb: Rgb = { r: 0, g: 0, b: 0 };
+
+  for (let x = box.x; x < box.x + box.width; x++) {
+    const u = (x - cx) / mw;
+    const destSeam = seamAt(x);
+    const lens = lensAt(shape, (x - cx) / shape.halfWidth, destSeam);
+    // Horizontal window of the jaw: flat under the mouth, fading out towards the cheeks.
+    const jawWindow = 1 - smoothstep(0.45, 1.25, Math.abs(u));
+    const lipLift = destSeam - lens.top;
+    const lipDrop = lens.bottom - destSeam;
+    const lensMiddle = (lens.top + lens.bottom) / 2;
+    const toothGap = toothGapShade(x - cx, mw);
+    for (let y = box.y; y < box.y + box.height; y++) {
+      // Gaussian falloff: its slope stays gentle, so the cheeks beside narrowed lips are not smeared.
+      const v = (y - destSeam) / mw;
+      const lipZone = Math.exp(-(u * u) / LIP_ZONE_WIDTH - (v * v) / LIP_ZONE_HEIGHT) * (1 - smoothstep(1.0, 1.3, Math.abs(u)));
+      const sx = x - (x - cx) * (1 - 1 / (1 + shape.spread)) * lipZone;
+      const seam = seamAt(sx);
+      // Fixed-point iterations: the displacement depends on where in the rest image the pixel comes from.
+      let sy: number;
+      if (y < lensMiddle) {
+        sy = y + lipLift;
+        for (let k = 0; k < 2; k++) sy = y + lipLift * (1 - smoothstep(0.12, 0.55, (seam - sy) / mw));
+        sy = Math.min(sy, seam - 0.5);
+      } else {
+        sy = y - lipDrop;
+        for (let k = 0; k < 2; k++) {
+          const vs = (sy - seam) / mw;
+          sy = y - mix(lipDrop, jawDrop * jawWindow, smoothstep(0.05, 0.45, vs)) * (1 - smoothstep(1.0, 1.6, vs));
+        }
+        sy = Math.max(sy, seam + 0.5);
+      }
+      sampleBilinear(src, sx, sy, rgb);
+      let { r, g, b } = rgb;
+
+      const height = lens.bottom - lens.top;
+      const edgePx = Math.min(y - lens.top, lens.bottom - y);
+      if (height > 0.3 && edgePx > -0.5) {
+        const alpha = Math.min(1, edgePx + 0.5);
+        const depth = smoothstep(0, 1, edgePx / Math.max(1.5, 0.5 * height)) * (1 - 0.5 * smoothstep(0.5, 1, lens.lateral));
+        let ir = mix(MOUTH_EDGE.r, MOUTH_DEEP.r, depth);
+        let ig = mix(MOUTH_EDGE.g, MOUTH_DEEP.g, depth);
+        let ib = mix(MOUTH_EDGE.b, MOUTH_DEEP.b, depth);
+        const tongueCover = shape.tongue * smoothstep(0.5, 0.95, (y - lens.top) / height) * (1 - smoothstep(0.35, 0.75, lens.lateral));
+        ir = mix(ir, TONGUE.r, tongueCover);
+        ig = mix(ig, TONGUE.g, tongueCover);
+        ib = mix(ib, TONGUE.b, tongueCover);
+        // Upper teeth hang from the upper lip, thin out towards the corners and fall into shadow there.
+        const teethBottom = lens.top + shape.upperTeeth * Math.pow(lens.openness, 0.35);
+        const teethCover = Math.min(1, Math.max(0, teethBottom - y + 0.5)) * (1 - smoothstep(shape.teethReach - 0.15, shape.teethReach, lens.lateral));
+        if (teethCover > 0) {
+          const underLip = 0.8 + 0.2 * Math.min(1, Math.max(0, (y - lens.top) / 1.5));
+          const shade = (1 - 0.55 * smoothstep(0.25, 0.8, lens.lateral)) * underLip * toothGap;
+          ir = mix(ir, TEETH.r * shade, teethCover);
+          ig = mix(ig, TEETH.g * shade, teethCover);
+          ib = mix(ib, TEETH.b * shade, teethCover);
+        }
+        r = mix(r, ir, alpha);
+        g = mix(g, ig, alpha);
+        b = mix(b, ib, alpha);
+      }
+      const o = (y * src.width + x) * 4;
+      out.data[o] = r;
+      out.data[o + 1] = g;
+      out.data[o + 2] = b;
+      out.data[o + 3] = 255;
+    }
+  }
+  return { image: out, box };
+}
+
+/**
  * Where the lips meet in a video frame, for a column x: the line between the inner mouth corners (landmarks 60
  * and 64), bowed through the middle of the inner lips at the centre. The clip's own lips may be parted; the warp
  * opens the mouth from there (a photo's seam comes from closing its lips first, `photo-lips.ts`).
@@ -480,6 +595,21 @@ function lipSeam(face: MouthAnimation): (x: number) => number {
   return (x: number) => {
     const u = (x - centreX) / (span / 2);
     return lineAt(x) + bow * Math.max(0, 1 - u * u);
+  };
+}
+
+/** The face geometry in an image scaled by `scale`. */
+function scaleFace(face: MouthAnimation, scale: number): MouthAnimation {
+  const point = (p: Point) => ({ x: p.x * scale, y: p.y * scale });
+  return {
+    ...face,
+    face_box: { x: face.face_box.x * scale, y: face.face_box.y * scale, width: face.face_box.width * scale, height: face.face_box.height * scale },
+    mouth_center: point(face.mouth_center),
+    mouth_width: face.mouth_width * scale,
+    outer_lip: face.outer_lip.map(point),
+    inner_lip: face.inner_lip.map(point),
+    left_eye: point(face.left_eye),
+    right_eye: point(face.right_eye),
   };
 }
 
