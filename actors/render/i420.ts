@@ -98,30 +98,3 @@ export function cloneFrame(frame: I420Frame): I420Frame {
   return { width: frame.width, height: frame.height, data: frame.data.slice() };
 }
 
-/**
- * Converts the pixels of `box` (clamped to the frame) from I420 into the same place of `out`, an opaque RGBA
- * image of the frame's size; the rest of `out` is left as it was. For work that samples one region of a frame.
- */
-export function i420RegionToRgba(frame: I420Frame, box: { x: number; y: number; width: number; height: number }, out: Uint8Array): void {
-  const { width, height, data } = frame;
-  const cw = chromaWidth(width);
-  const uOffset = width * height;
-  const vOffset = uOffset + cw * chromaHeight(height);
-  const x0 = Math.max(0, Math.floor(box.x));
-  const y0 = Math.max(0, Math.floor(box.y));
-  const x1 = Math.min(width, Math.ceil(box.x + box.width));
-  const y1 = Math.min(height, Math.ceil(box.y + box.height));
-  for (let y = y0; y < y1; y++) {
-    for (let x = x0; x < x1; x++) {
-      const c = (y >> 1) * cw + (x >> 1);
-      const yy = 1.164 * (data[y * width + x] - 16);
-      const u = data[uOffset + c] - 128;
-      const v = data[vOffset + c] - 128;
-      const o = (y * width + x) * 4;
-      out[o] = clampByte(yy + 1.596 * v);
-      out[o + 1] = clampByte(yy - 0.392 * u - 0.813 * v);
-      out[o + 2] = clampByte(yy + 2.017 * u);
-      out[o + 3] = 255;
-    }
-  }
-}

@@ -12,13 +12,15 @@
  * Without `animation` the renderer serves the still image.
  *
  * A video avatar (`metadata.clip`) plays its loop instead of the still (`clip-loop.ts`): idle frames are the
- * loop's own (the person's blinks and motion, so no drawn blinks or sway), and a speaking frame warps the mouth
- * of the loop frame it shows along that frame's tracked geometry. Those patches are built per frame (the face
- * under them changes every frame) from the mouth region converted back to RGB, so only the region is touched.
+ * loop's own (the person's blinks and motion, so no drawn blinks or sway). Mouth poses are warped once on the
+ * loop's first frame (the reference: `frame_00000.png` and `metadata.animation`) and cached like a photo's, with
+ * alpha only where the warp changed something; a speaking frame lays the pose over the loop frame it shows,
+ * moved to that frame's tracked mouth, so a frame costs what a photo's does (warping every frame afresh cost
+ * 10–40× more on a close-up clip).
  */
 import { frameFromBase } from '../frame-buffers.ts';
-import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, Point, Renderer } from '../types.ts';
-import { i420RegionToRgba, rgbaToI420 } from '../i420.ts';
+import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, Renderer } from '../types.ts';
+import { rgbaToI420 } from '../i420.ts';
 import { decodeClipLoop, loopFrameAt, type ClipLoop } from '../clip-loop.ts';
 import { loadBundleFrame, type RgbaImage } from '../image.ts';
 import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
@@ -33,11 +35,10 @@ const SWAY_AMPLITUDE_X = 0.6;
 const SWAY_AMPLITUDE_Y = 0.4;
 const SWAY_STEP_PX = 0.2;
 /**
- * Widest mouth (px) the warp runs at on a video frame: about the astronaut photo's (42 px), whose look the warp
- * was tuned on. A close-up clip's mouth can be 3× wider, 9× the pixels, too slow to warp every frame.
+ * A video avatar's mouth patch is opaque where the warp changed a pixel by this much (sum over R, G, B) and
+ * fades to transparent with smaller changes, so it melts into the loop frame it is laid on.
  */
-const MAX_WARP_MOUTH_WIDTH = 48;
-
+const LOOP_PATCH_FULL_CHANGE = 24;
 
 /** Region geometry in units of mouth width, relative to the mouth centre. */
 const REGION = { left: -1.35, right: 1.35, top: -0.75, bottom: 1.7 };
@@ -95,10 +96,6 @@ function sampleBilinear(image: RgbaImage, x: number, y: number, out: Rgb): void 
   out.r = d[a] * w00 + d[b] * w10 + d[c] * w01 + d[e] * w11;
   out.g = d[a + 1] * w00 + d[b + 1] * w10 + d[c + 1] * w01 + d[e + 1] * w11;
   out.b = d[a + 2] * w00 + d[b + 2] * w10 + d[c + 2] * w01 + d[e + 2] * w11;
-}
-
-function clampByte(value: number): number {
-  return value < 0 ? 0 : value > 255 ? 255 : value;
 }
 
 function mix(a: number, b: number, t: number): number {
@@ -204,19 +201,10 @@ export class LipsyncRenderer implements Renderer {
   private readonly blinkPatches = new Map<number, I420Patch[]>();
   private readonly swayPatches = new Map<number, I420Patch>();
   private loop: ClipLoop | null = null;
-  /** A video avatar's mouth region in RGB (the rest of the image unused), rebuilt for each speaking frame. */
-  private loopRgba: RgbaImage | null = null;
-  /** Where a scaled-down warp's result is assembled at full size (`buildLoopMouthPatch`). */
-  private loopOut: RgbaImage | null = null;
-  /** The last speaking frame's patch: a repeated frame (same loop frame and pose) reuses it. */
-  private lastLoopPatch: { key: string; patch: I420Patch } | null = null;
 
   async prepare(avatar: AvatarSource): Promise<void> {
     const { width, height } = avatar.manifest;
     this.loop = avatar.clip ? await decodeClipLoop(avatar.clip, width, height) : null;
-    this.loopRgba = this.loop ? { width, height, data: new Uint8Array(width * height * 4) } : null;
-    this.loopOut = this.loop ? { width, height, data: new Uint8Array(width * height * 4) } : null;
-    this.lastLoopPatch = null;
     const photo = await loadBundleFrame(avatar);
     this.fps = avatar.manifest.fps > 0 ? avatar.manifest.fps : 25;
     this.animation = usableAnimation(avatar.manifest.metadata.animation, avatar.manifest.width, avatar.manifest.height);
@@ -228,10 +216,10 @@ export class LipsyncRenderer implements Renderer {
     this.mouthPatches.clear();
     this.blinkPatches.clear();
     this.swayPatches.clear();
-    if (!this.animation || this.loop) return;
+    if (!this.animation) return;
     // Warm the cache for the poses speech hits most (jaw steps at neutral shape); the rest fill lazily.
     for (let open = 1; open < OPEN_STEPS; open++) this.mouthPatch(open, 0, 0);
-    for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
+    if (!this.loop) for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
   }
 
   /** Whether the avatar has usable mouth animation (otherwise frames are the still image). */
@@ -259,121 +247,21 @@ export class LipsyncRenderer implements Renderer {
     return frame;
   }
 
+  /**
+   * A loop frame; while speaking, the mouth pose made on the reference frame (the loop's first, see
+   * `buildMouthPatch`) is laid over it where this frame's tracked mouth is.
+   */
   private renderLoopFrame(request: FrameRequest, loop: ClipLoop, target?: SharedArrayBuffer): I420Frame {
-    const { frame: loopFrame, face, held } = loopFrameAt(loop, request.frameIdx);
+    const { frame: loopFrame, face } = loopFrameAt(loop, request.frameIdx);
     const frame = frameFromBase(loopFrame, target);
+    if (!this.animation) return frame;
     const open = quantise(request.mouth.open, OPEN_STEPS);
     const wide = quantise(request.mouth.wide, SHAPE_STEPS);
     const round = quantise(request.mouth.round, SHAPE_STEPS);
     if (open === 0 && wide === 0 && round === 0) return frame;
-    const key = `${held}:${open}:${wide}:${round}`;
-    if (this.lastLoopPatch?.key !== key) {
-      const patch = this.buildLoopMouthPatch(loopFrame, face, open / (OPEN_STEPS - 1), wide / (SHAPE_STEPS - 1), round / (SHAPE_STEPS - 1));
-      this.lastLoopPatch = { key, patch };
-    }
-    blendPatch(frame, this.lastLoopPatch.patch);
+    const reference = this.animation.mouth_center;
+    blendPatch(frame, this.mouthPatch(open, wide, round), face.mouth_center.x - reference.x, face.mouth_center.y - reference.y);
     return frame;
-  }
-
-  /**
-   * A mouth pose on one loop frame. The warp's cost grows with the mouth's area, and a clip's face is often
-   * much larger than a photo's: past `MAX_WARP_MOUTH_WIDTH` the warp runs on a copy of the region scaled down
-   * to that width, and only its change (warped minus unwarped, scaled back up) is added to the frame, so pixels
-   * the warp leaves alone stay exactly the clip's.
-   */
-  private buildLoopMouthPatch(loopFrame: I420Frame, face: MouthAnimation, open: number, wide: number, round: number): I420Patch {
-    const full = this.loopRgba!;
-    const mw = face.mouth_width;
-    const { x: cx, y: cy } = face.mouth_center;
-    // The warp samples towards the lips' seam and the mouth centre, inside its region; bilinear sampling (and
-    // the scaled-down copy) read a pixel or two beyond it.
-    const margin = 2 / Math.min(1, MAX_WARP_MOUTH_WIDTH / mw);
-    const region = { x: cx + REGION.left * mw - margin, y: cy + REGION.top * mw - margin, width: (REGION.right - REGION.left) * mw + 2 * margin, height: (REGION.bottom - REGION.top) * mw + 2 * margin };
-    i420RegionToRgba(loopFrame, region, full.data);
-    const scale = Math.min(1, MAX_WARP_MOUTH_WIDTH / mw);
-    if (scale === 1) {
-      const { image, box } = warpMouth(open, wide, round, { src: full, anim: face, seamAt: lipSeam(face) });
-      return patchFromRgba(image, box.x, box.y, box.width, box.height, true);
-    }
-    const smallWidth = Math.ceil(full.width * scale);
-    const smallHeight = Math.ceil(full.height * scale);
-    const small: RgbaImage = { width: smallWidth, height: smallHeight, data: new Uint8Array(smallWidth * smallHeight * 4) };
-    const rgb: Rgb = { r: 0, g: 0, b: 0 };
-    const sx0 = Math.max(0, Math.floor(region.x * scale));
-    const sy0 = Math.max(0, Math.floor(region.y * scale));
-    const sx1 = Math.min(small.width, Math.ceil((region.x + region.width) * scale));
-    const sy1 = Math.min(small.height, Math.ceil((region.y + region.height) * scale));
-    for (let y = sy0; y < sy1; y++) {
-      for (let x = sx0; x < sx1; x++) {
-        sampleBilinear(full, (x + 0.5) / scale - 0.5, (y + 0.5) / scale - 0.5, rgb);
-        const o = (y * small.width + x) * 4;
-        small.data[o] = rgb.r;
-        small.data[o + 1] = rgb.g;
-        small.data[o + 2] = rgb.b;
-        small.data[o + 3] = 255;
-      }
-    }
-    const smallFace = scaleFace(face, scale);
-    const warped = warpMouth(open, wide, round, { src: small, anim: smallFace, seamAt: lipSeam(smallFace) });
-    const wb = warped.box;
-    // The warp's change at the small size, then added to the full frame bilinearly scaled up; where the four
-    // small pixels around a full one did not change (most of the region: the warp fades out), it is copied as is.
-    const delta = new Int16Array(wb.width * wb.height * 3);
-    // The warp fades out well inside its region: only the part it changed goes into the patch.
-    let changedX0 = wb.width;
-    let changedY0 = wb.height;
-    let changedX1 = -1;
-    let changedY1 = -1;
-    for (let y = 0; y < wb.height; y++) {
-      for (let x = 0; x < wb.width; x++) {
-        const o = ((wb.y + y) * small.width + wb.x + x) * 4;
-        const d = (y * wb.width + x) * 3;
-        delta[d] = warped.image.data[o] - small.data[o];
-        delta[d + 1] = warped.image.data[o + 1] - small.data[o + 1];
-        delta[d + 2] = warped.image.data[o + 2] - small.data[o + 2];
-        if (delta[d] !== 0 || delta[d + 1] !== 0 || delta[d + 2] !== 0) {
-          if (x < changedX0) changedX0 = x;
-          if (x > changedX1) changedX1 = x;
-          if (y < changedY0) changedY0 = y;
-          if (y > changedY1) changedY1 = y;
-        }
-      }
-    }
-    if (changedX1 < 0) return patchFromRgba(full, 0, 0, 0, 0, true);
-    const box = clampBox(
-      (wb.x + changedX0 - 1) / scale,
-      (wb.y + changedY0 - 1) / scale,
-      (wb.x + changedX1 + 2) / scale,
-      (wb.y + changedY1 + 2) / scale,
-      full.width,
-      full.height,
-    );
-    const out = this.loopOut!;
-    for (let y = box.y; y < box.y + box.height; y++) {
-      const fy = Math.min(wb.height - 1, Math.max(0, (y + 0.5) * scale - 0.5 - wb.y));
-      const y0 = Math.floor(fy);
-      const y1 = Math.min(wb.height - 1, y0 + 1);
-      const ty = fy - y0;
-      for (let x = box.x; x < box.x + box.width; x++) {
-        const fx = Math.min(wb.width - 1, Math.max(0, (x + 0.5) * scale - 0.5 - wb.x));
-        const x0 = Math.floor(fx);
-        const x1 = Math.min(wb.width - 1, x0 + 1);
-        const tx = fx - x0;
-        const a = (y0 * wb.width + x0) * 3;
-        const b = (y0 * wb.width + x1) * 3;
-        const c = (y1 * wb.width + x0) * 3;
-        const e = (y1 * wb.width + x1) * 3;
-        const o = (y * full.width + x) * 4;
-        for (let k = 0; k < 3; k++) {
-          const change = delta[a + k] === 0 && delta[b + k] === 0 && delta[c + k] === 0 && delta[e + k] === 0
-            ? 0
-            : (delta[a + k] * (1 - tx) + delta[b + k] * tx) * (1 - ty) + (delta[c + k] * (1 - tx) + delta[e + k] * tx) * ty;
-          out.data[o + k] = clampByte(full.data[o + k] + change);
-        }
-        out.data[o + 3] = 255;
-      }
-    }
-    return patchFromRgba(out, box.x, box.y, box.width, box.height, true);
   }
 
   private mouthPatch(open: number, wide: number, round: number): I420Patch {
@@ -386,10 +274,23 @@ export class LipsyncRenderer implements Renderer {
     return patch;
   }
 
-  /** One mouth pose over the photo's closed-lips rest image (`warpMouth`), as a patch. */
+  /**
+   * One mouth pose over the closed-lips rest image (`warpMouth`), as a patch: opaque on a photo (it is laid
+   * where it was made); on a video avatar's reference frame only what the warp changed, feathered, since it is
+   * laid over other frames of the loop, whose skin around the mouth is their own.
+   */
   private buildMouthPatch(open: number, wide: number, round: number): I420Patch {
-    const { image, box } = warpMouth(open, wide, round, { src: this.source!, anim: this.animation!, seamAt: this.seamAt });
-    return patchFromRgba(image, box.x, box.y, box.width, box.height, true);
+    const source = this.source!;
+    const { image, box } = warpMouth(open, wide, round, { src: source, anim: this.animation!, seamAt: this.seamAt });
+    if (!this.loop) return patchFromRgba(image, box.x, box.y, box.width, box.height, true);
+    for (let y = box.y; y < box.y + box.height; y++) {
+      for (let x = box.x; x < box.x + box.width; x++) {
+        const o = (y * image.width + x) * 4;
+        const change = Math.abs(image.data[o] - source.data[o]) + Math.abs(image.data[o + 1] - source.data[o + 1]) + Math.abs(image.data[o + 2] - source.data[o + 2]);
+        image.data[o + 3] = Math.min(255, Math.round((change * 255) / LOOP_PATCH_FULL_CHANGE));
+      }
+    }
+    return patchFromRgba(image, box.x, box.y, box.width, box.height);
   }
 
   private blinkPatch(step: number): I420Patch[] {
@@ -576,41 +477,6 @@ function warpMouth(
     }
   }
   return { image: out, box };
-}
-
-/**
- * Where the lips meet in a video frame, for a column x: the line between the inner mouth corners (landmarks 60
- * and 64), bowed through the middle of the inner lips at the centre. The clip's own lips may be parted; the warp
- * opens the mouth from there (a photo's seam comes from closing its lips first, `photo-lips.ts`).
- */
-function lipSeam(face: MouthAnimation): (x: number) => number {
-  const inner = face.inner_lip;
-  const left = inner[0];
-  const right = inner[4] ?? inner[inner.length - 1];
-  const span = right.x - left.x || 1;
-  const lineAt = (x: number) => left.y + ((x - left.x) / span) * (right.y - left.y);
-  const middle = inner.length >= 8 ? (inner[2].y + inner[6].y) / 2 : lineAt(face.mouth_center.x);
-  const centreX = (left.x + right.x) / 2;
-  const bow = middle - lineAt(centreX);
-  return (x: number) => {
-    const u = (x - centreX) / (span / 2);
-    return lineAt(x) + bow * Math.max(0, 1 - u * u);
-  };
-}
-
-/** The face geometry in an image scaled by `scale`. */
-function scaleFace(face: MouthAnimation, scale: number): MouthAnimation {
-  const point = (p: Point) => ({ x: p.x * scale, y: p.y * scale });
-  return {
-    ...face,
-    face_box: { x: face.face_box.x * scale, y: face.face_box.y * scale, width: face.face_box.width * scale, height: face.face_box.height * scale },
-    mouth_center: point(face.mouth_center),
-    mouth_width: face.mouth_width * scale,
-    outer_lip: face.outer_lip.map(point),
-    inner_lip: face.inner_lip.map(point),
-    left_eye: point(face.left_eye),
-    right_eye: point(face.right_eye),
-  };
 }
 
 /** Animation is usable when the mouth lies inside the frame and has a plausible width. */
