@@ -4,6 +4,9 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeFaceDetector } from '../actors/faces/detector.ts';
 import { CLIP_FPS, MAX_CLIP_BYTES, MAX_CLIP_SECONDS } from '../actors/faces/video-clip.ts';
+import { execFileSync } from 'node:child_process';
+import { buildCustomAvatar } from '../src/catalog/custom-avatar.ts';
+import { validateManifest } from '../src/catalog/manifest.ts';
 import { json, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import { audioOnlyM4a, facelessMp4, landscapeMp4, longMp4, portraitWebm, rotatedMp4 } from './helpers/clips.ts';
 import { PORTRAIT_FIXTURE } from './helpers/fixtures.ts';
@@ -138,6 +141,31 @@ describe('POST /avatars/custom with a video (real app, real ffmpeg, real detecto
       expect((await json(res)).detail).toMatch(/video is larger than 50 MB/);
       expect(await leftovers()).toEqual([]);
       expect(await avatarIds()).toEqual(before);
+    },
+    CREATION_TIMEOUT_MS,
+  );
+
+  it(
+    'a creation aborted mid-decode (client gone, shutdown) rejects at once, kills ffmpeg and leaves no bundle or temporary directory',
+    async () => {
+      const video = await fs.readFile(await landscapeMp4(clips, CLIP_SECONDS));
+      const baseDir = path.join(t.avatarsDir, 'astronaut');
+      const base = { dir: baseDir, manifest: validateManifest(JSON.parse(await fs.readFile(path.join(baseDir, 'manifest.json'), 'utf8'))) };
+      const before = (await fs.readdir(t.avatarsDir)).sort();
+      const controller = new AbortController();
+      const building = buildCustomAvatar({ avatarsDir: t.avatarsDir, base, name: 'aborted clip', video, signal: controller.signal });
+      // Wait until ffmpeg runs (its first frames are on disk in the temporary directory), then leave.
+      for (let i = 0; i < 600; i++) {
+        const temporary = (await fs.readdir(t.avatarsDir)).find((name) => name.startsWith('.tmp-'));
+        const frames = temporary ? await fs.readdir(path.join(t.avatarsDir, temporary, 'frames')).catch(() => []) : [];
+        if (frames.length > 0) break;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      controller.abort(new Error('client went away'));
+      await expect(building).rejects.toThrow('client went away');
+      expect((await fs.readdir(t.avatarsDir)).sort()).toEqual(before);
+      const children = execFileSync('ps', ['-o', 'comm=', '--ppid', String(process.pid)], { encoding: 'utf8' }).split('\n');
+      expect(children.filter((name) => name.includes('ffmpeg'))).toEqual([]);
     },
     CREATION_TIMEOUT_MS,
   );

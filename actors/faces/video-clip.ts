@@ -93,18 +93,22 @@ export async function prepareClip(
   let pendingBytes = 0;
   let sampleIndex = 0;
   let detecting: Promise<void> = Promise.resolve();
+  // Stops the detections still queued when the decode fails, so they neither run on nor reject unheard.
+  const stopDetecting = new AbortController();
+  const detectSignal = opts.signal ? AbortSignal.any([opts.signal, stopDetecting.signal]) : stopDetecting.signal;
   const onFrame = (rgba: Buffer) => {
     const frameIndex = sampleIndex++ * CLIP_DETECT_EVERY;
     // One detection at a time, in order, while ffmpeg keeps decoding; at most `samples` frames wait (bounded output).
     detecting = detecting.then(async () => {
-      const result = await opts.detect({ rgba, width: target.width, height: target.height }, { signal: opts.signal });
+      detectSignal.throwIfAborted();
+      const result = await opts.detect({ rgba, width: target.width, height: target.height }, { signal: detectSignal });
       if (result.ok) detections.set(frameIndex, result.animation);
     });
   };
   const filter =
     `[0:v]fps=${CLIP_FPS},crop=${crop.width}:${crop.height}:${crop.left}:${crop.top},scale=${target.width}:${target.height},format=rgb24,split=2[png][det];` +
     `[det]select=not(mod(n\\,${CLIP_DETECT_EVERY})),format=rgba[rgba]`;
-  const run = await runFfmpegOrInvalid(
+  const decoding = runFfmpegOrInvalid(
     [
       '-threads', '1', '-t', String(loopSeconds + 0.5), '-i', file, '-an', '-sn', '-filter_complex', filter,
       '-map', '[png]', '-frames:v', String(loopFrames), '-vsync', '0', '-start_number', '0', '-f', 'image2', path.join(framesDir, 'frame_%05d.png'),
@@ -126,6 +130,14 @@ export async function prepareClip(
       },
     },
   );
+  let run;
+  try {
+    run = await decoding;
+  } catch (error) {
+    stopDetecting.abort(error);
+    await detecting.catch(() => undefined);
+    throw error;
+  }
   await detecting;
   const frameCount = (await fs.readdir(framesDir)).filter((name) => /^frame_\d{5}\.png$/.test(name)).length;
   // A clip cut short (truncated upload) decodes to fewer frames than its header promises.
