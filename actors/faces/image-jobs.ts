@@ -57,6 +57,8 @@ let running = 0;
 const waiting: Waiter[] = [];
 /** Each image process running an upload, with the controller that stops the upload (closeImageJobs). */
 const busyProcesses = new Map<ChildProcess, AbortController>();
+/** Jobs running in a slot without an image process (clips), stopped by closeImageJobs. */
+const slotJobs = new Set<AbortController>();
 /** The process kept after a successful upload, ready for the next one. */
 let idle: { child: ChildProcess; timer: NodeJS.Timeout } | undefined;
 
@@ -95,12 +97,30 @@ export async function withImageProcess<T>(
   }
 }
 
+/**
+ * Runs `work` in one of the same `MAX_RUNNING_IMAGE_JOBS` slots (and queue) as the portraits, without an image
+ * process: a clip upload, whose decoding runs in ffmpeg's own process. Busy and abort rules as `withImageProcess`.
+ */
+export async function withImageJobSlot<T>(work: (signal: AbortSignal) => Promise<T>, opts: { signal?: AbortSignal } = {}): Promise<T> {
+  await takeSlot(opts.signal);
+  const stopped = new AbortController();
+  const signal = opts.signal ? AbortSignal.any([opts.signal, stopped.signal]) : stopped.signal;
+  slotJobs.add(stopped);
+  try {
+    return await untilAborted(work(signal), signal);
+  } finally {
+    slotJobs.delete(stopped);
+    releaseSlot();
+  }
+}
+
 /** Kills every image process now (their uploads fail) and refuses the waiting ones (503); later uploads start afresh. Idempotent. */
 export function closeImageJobs(): void {
   for (const [child, stopped] of busyProcesses) {
     stopped.abort(new ImageJobsBusyError('service is shutting down'));
     child.kill('SIGKILL');
   }
+  for (const stopped of slotJobs) stopped.abort(new ImageJobsBusyError('service is shutting down'));
   for (const waiter of waiting.splice(0)) waiter.refuse(new ImageJobsBusyError('service is shutting down'));
   endIdle();
 }

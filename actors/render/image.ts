@@ -1,4 +1,5 @@
 /** Bundle image loading through sharp: always straight RGBA at exactly the requested size. */
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import sharp from 'sharp';
 import type { AvatarSource } from './types.ts';
@@ -38,4 +39,12 @@ export async function writePng(path: string, image: RgbaImage): Promise<void> {
   })
     .png()
     .toFile(path);
+}
+
+/** A file's bytes in shared memory: handed to every render task without a copy. */
+export async function readShared(file: string): Promise<Uint8Array> {
+  const bytes = await readFile(file);
+  const shared = new Uint8Array(new SharedArrayBuffer(bytes.length));
+  shared.set(bytes);
+  return shared;
 }

@@ -5,14 +5,15 @@
  * shared buffers the caller releases (`frame-buffers.ts`); others as transferred buffers.
  */
 import { createHash } from 'node:crypto';
-import { readFile, stat } from 'node:fs/promises';
+import { stat } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { Piscina } from 'piscina';
 import type { AvatarSource, FrameRequest, I420Frame, ModelType, Renderer } from './types.ts';
 import type { RenderTask, RenderTaskResult } from './worker.ts';
 import { ProsodyTracker } from './prosody.ts';
-import { BUNDLE_FRAME_PATH } from './image.ts';
+import { BUNDLE_FRAME_PATH, readShared } from './image.ts';
+import { readClipSource } from './clip-loop.ts';
 import { abortReasonAsError, untilAborted } from '../upstream/abort.ts';
 import { SharedIdleFrames, idleLookKey } from './idle-frames.ts';
 import { PoolLoad, type PoolLoadSnapshot } from '../pool-load.ts';
@@ -88,7 +89,11 @@ export class RenderPool {
    */
   async open(source: AvatarSource, modelType: ModelType, signal?: AbortSignal, options: { reuseFrameBuffers?: boolean } = {}): Promise<RenderHandle> {
     if (this.closed) throw new Error('render pool is closed');
-    const avatar: AvatarSource = { ...source, framePng: source.framePng ?? (await readShared(join(source.dir, BUNDLE_FRAME_PATH))) };
+    const avatar: AvatarSource = {
+      ...source,
+      framePng: source.framePng ?? (await readShared(join(source.dir, BUNDLE_FRAME_PATH))),
+      clip: source.clip ?? (await readClipSource(source.dir, source.manifest)),
+    };
     const cacheKey = [avatar.id, avatar.manifest.version, modelType, await contentStamp(avatar)].join('|');
     const prepare: RenderTask = { op: 'prepare', cacheKey, avatar, modelType, requests: [] };
     // Fails fast on unknown model types or unreadable bundles, and warms one worker.
@@ -225,9 +230,3 @@ export function renderFramesInline(renderer: Renderer, requests: FrameRequest[],
 }
 
 /** Reads a file into shared memory: structured clone to workers then shares it instead of copying. */
-async function readShared(file: string): Promise<Uint8Array> {
-  const bytes = await readFile(file);
-  const shared = new Uint8Array(new SharedArrayBuffer(bytes.length));
-  shared.set(bytes);
-  return shared;
-}

@@ -73,6 +73,28 @@ export interface AvatarSource {
    * rendering after its custom avatar's files are deleted, on any worker, however late it prepares.
    */
   framePng?: Uint8Array;
+  /**
+   * A video avatar's loop (`metadata.clip`): its frames' PNGs and per-frame face track, read once when a session
+   * opens the avatar (shared memory, like `framePng`), so deletion mid-session changes nothing for it either.
+   */
+  clip?: { framePngs: Uint8Array[]; trackJson: Uint8Array };
+}
+
+/** A video avatar's per-frame face track, next to its manifest: a JSON array of `MouthAnimation`, one per loop frame. */
+export const CLIP_TRACK_FILE = 'face_track.json';
+
+/** `metadata.clip` of a video avatar (made from a clip by POST /avatars/custom; docs/avatars.md). */
+export interface ClipMetadata {
+  /** Loop frames `frames/frame_00000.png` … at the manifest's size. */
+  frame_count: number;
+  fps: number;
+  /** Played forwards then backwards, so the loop never jumps. */
+  loop: 'ping-pong';
+  /** The per-frame face track file in the bundle (`CLIP_TRACK_FILE`). */
+  track_file: string;
+  /** Share of the sampled frames on which the detector found the face (the rest are interpolated). */
+  face_found_fraction: number;
+  source: { duration_s: number; width: number; height: number; rotation: number; codec: string; has_audio: boolean };
 }
 
 export interface AvatarManifest {
@@ -92,6 +114,8 @@ export interface AvatarMetadata {
   custom_avatar?: boolean;
   base_avatar_id?: string;
   animation?: MouthAnimation;
+  /** Present on video avatars: the loop and its face track. */
+  clip?: ClipMetadata;
   /** Parameters of a face drawn by the rt renderers (see docs/avatars.md). */
   face?: Record<string, unknown>;
   [key: string]: unknown;

@@ -4,7 +4,9 @@ import path from 'node:path';
 import type { AvatarManifest, AvatarMetadata, MouthAnimation } from '../../actors/render/types.ts';
 import { closeFaceDetector, detectMouth } from '../../actors/faces/detector.ts';
 import { InvalidImageError, preparePortrait, type Detector } from '../../actors/faces/portrait.ts';
-import { IMAGE_JOBS_RETRY_AFTER_S, ImageJobFailedError, ImageJobsBusyError, closeImageJobs } from '../../actors/faces/image-jobs.ts';
+import { IMAGE_JOBS_RETRY_AFTER_S, ImageJobFailedError, ImageJobsBusyError, closeImageJobs, withImageJobSlot } from '../../actors/faces/image-jobs.ts';
+import { CLIP_FPS, InvalidClipError, prepareClip, sniffClipFormat } from '../../actors/faces/video-clip.ts';
+import { CLIP_TRACK_FILE, type ClipMetadata } from '../../actors/render/types.ts';
 import { AtCapacity, AvatarNotFound, InvalidInput, InvalidSelection, ServiceFault } from '../domain-errors.ts';
 import { BUILDING_DIR_PREFIX, removeBundleDir } from './bundle-fs.ts';
 import type { AvatarCatalog, AvatarSummary } from './catalog.ts';
@@ -12,6 +14,7 @@ import { isValidAvatarId } from './slug.ts';
 
 export { MAX_PORTRAIT_BYTES, MAX_PORTRAIT_PIXELS, MAX_PORTRAIT_SIDE, InvalidImageError } from '../../actors/faces/portrait.ts';
 export { IMAGE_STEP_DEADLINE_MS } from '../../actors/faces/image-jobs.ts';
+export { MAX_CLIP_BYTES, MAX_CLIP_SECONDS, MIN_CLIP_SECONDS, InvalidClipError } from '../../actors/faces/video-clip.ts';
 
 /** Stops the image process and the face detector custom avatars are prepared with (the service closing). */
 export async function closeImageWorkers(): Promise<void> {
@@ -44,8 +47,10 @@ export interface BuildCustomAvatarInput {
   /** The base avatar: its manifest (size, fps, sample rate, …) is copied. Must be `lipsync` (checked by callers). */
   base: { dir: string; manifest: AvatarManifest };
   name: string;
-  /** The uploaded bytes: JPEG, PNG or WebP, recognised by magic number. */
-  image: Buffer;
+  /** The uploaded portrait: JPEG, PNG or WebP, recognised by magic number. Exactly one of `image` and `video`. */
+  image?: Buffer;
+  /** The uploaded clip: MP4, MOV or WebM, recognised by magic number (a video avatar). */
+  video?: Buffer;
   /** Clock for the id timestamp. */
   now?: Date;
   /** Face detector (`detectMouth`'s signature, options always passed); the real worker-thread detector unless a test injects another. */
@@ -85,15 +90,14 @@ export async function buildCustomAvatar(input: BuildCustomAvatarInput): Promise<
   let moved = false;
   try {
     await fs.mkdir(path.join(tmpDir, 'frames'), { recursive: true });
-    const portrait = await preparePortrait(input.image, base.manifest, { detect: input.detect ?? detectMouth, signal });
-    if (!portrait.detection.ok) {
-      input.logger?.info({ reason: portrait.detection.reason, baseAvatarId: base.manifest.id }, 'custom avatar created without mouth animation');
+    const detect = input.detect ?? detectMouth;
+    const content = input.video
+      ? await writeClipContent(tmpDir, input.video, base.manifest, { detect, signal })
+      : await writePortraitContent(tmpDir, input.image ?? Buffer.alloc(0), base.manifest, { detect, signal });
+    if (!content.detection.ok) {
+      input.logger?.info({ reason: content.detection.reason, baseAvatarId: base.manifest.id }, 'custom avatar created without mouth animation');
     }
     signal?.throwIfAborted();
-
-    await writeDurably(path.join(tmpDir, 'frames', 'frame_00000.png'), portrait.png);
-    await writeDurably(path.join(tmpDir, 'preview.png'), portrait.png);
-    await fsyncDir(path.join(tmpDir, 'frames'));
     const requestedMs = (input.now ?? new Date()).getTime();
     let id = '';
     let manifest: AvatarManifest | undefined;
@@ -101,7 +105,7 @@ export async function buildCustomAvatar(input: BuildCustomAvatarInput): Promise<
     // rename; renaming onto its (non-empty) bundle then fails, and we take the next timestamp.
     for (let attempt = 0; manifest === undefined; attempt++) {
       id = await freeId(avatarsDir, name, requestedMs + attempt);
-      const candidate = customManifest(base.manifest, { id, name, animation: portrait.animation });
+      const candidate = customManifest(base.manifest, { id, name, animation: content.animation, clip: content.clip });
       await writeDurably(path.join(tmpDir, 'manifest.json'), Buffer.from(JSON.stringify(candidate, null, 2) + '\n'));
       await fsyncDir(tmpDir);
       signal?.throwIfAborted();
@@ -116,11 +120,80 @@ export async function buildCustomAvatar(input: BuildCustomAvatarInput): Promise<
     moved = true;
     const dir = path.join(avatarsDir, id);
     await fsyncDir(avatarsDir);
-    const detection = portrait.detection.ok ? { ok: true } : { ok: false, reason: portrait.detection.reason };
+    const detection = content.detection.ok ? { ok: true } : { ok: false, reason: content.detection.reason };
     return { id, manifest: manifest!, dir, detection };
   } finally {
     if (!moved) await fs.rm(tmpDir, { recursive: true, force: true });
   }
+}
+
+/** What a bundle's content step wrote into the temporary directory, for the manifest. */
+interface BundleContent {
+  detection: { ok: true } | { ok: false; reason: string };
+  animation?: MouthAnimation;
+  clip?: ClipMetadata;
+}
+
+/** A portrait: one frame (also the preview), `animation` when a face was found. */
+async function writePortraitContent(
+  tmpDir: string,
+  image: Buffer,
+  target: { width: number; height: number },
+  opts: { detect: Detector; signal?: AbortSignal },
+): Promise<BundleContent> {
+  const portrait = await preparePortrait(image, target, opts);
+  opts.signal?.throwIfAborted();
+  await writeDurably(path.join(tmpDir, 'frames', 'frame_00000.png'), portrait.png);
+  await writeDurably(path.join(tmpDir, 'preview.png'), portrait.png);
+  await fsyncDir(path.join(tmpDir, 'frames'));
+  if (!portrait.detection.ok) return { detection: { ok: false, reason: portrait.detection.reason } };
+  return { detection: { ok: true }, animation: portrait.animation };
+}
+
+/**
+ * A clip: the loop frames, the per-frame face track (`face_track.json`), the first frame as preview and its
+ * face as `animation`. The upload is written into the temporary directory for ffmpeg (so a crash leaves it only
+ * where the start-up sweep removes it) and deleted before the bundle is committed. Runs in an image-job slot, so
+ * clips and portraits share one bound. A clip without a usable face throws `InvalidClipError` (unlike a photo).
+ */
+async function writeClipContent(
+  tmpDir: string,
+  video: Buffer,
+  target: { width: number; height: number },
+  opts: { detect: Detector; signal?: AbortSignal },
+): Promise<BundleContent> {
+  if (video.length === 0) throw new InvalidClipError('video is empty');
+  if (!sniffClipFormat(video)) throw new InvalidClipError('video must be MP4, MOV or WebM');
+  return withImageJobSlot(async (signal) => {
+    const upload = path.join(tmpDir, 'upload.video');
+    const framesDir = path.join(tmpDir, 'frames');
+    await fs.writeFile(upload, video, { signal });
+    let clip;
+    try {
+      clip = await prepareClip(upload, target, framesDir, { detect: opts.detect, signal });
+    } finally {
+      await fs.rm(upload, { force: true });
+    }
+    for (let i = 0; i < clip.frameCount; i++) await fsyncFile(path.join(framesDir, clipFrameName(i)));
+    await fs.copyFile(path.join(framesDir, clipFrameName(0)), path.join(tmpDir, 'preview.png'));
+    await fsyncFile(path.join(tmpDir, 'preview.png'));
+    await writeDurably(path.join(tmpDir, CLIP_TRACK_FILE), Buffer.from(JSON.stringify(clip.track)));
+    await fsyncDir(framesDir);
+    const metadata: ClipMetadata = {
+      frame_count: clip.frameCount,
+      fps: CLIP_FPS,
+      loop: 'ping-pong',
+      track_file: CLIP_TRACK_FILE,
+      face_found_fraction: Math.round((clip.detected / Math.max(1, clip.sampled)) * 1000) / 1000,
+      source: { duration_s: clip.info.durationS, width: clip.info.width, height: clip.info.height, rotation: clip.info.rotation, codec: clip.info.codec, has_audio: clip.info.hasAudio },
+    };
+    return { detection: { ok: true }, animation: clip.track[0], clip: metadata };
+  }, { signal: opts.signal });
+}
+
+/** `frames/frame_00000.png` … */
+function clipFrameName(index: number): string {
+  return `frame_${String(index).padStart(5, '0')}.png`;
 }
 
 /**
@@ -136,7 +209,9 @@ export interface CreateCustomAvatarInput {
   catalog: AvatarCatalog;
   name: string;
   baseAvatarId: string;
-  image: Buffer;
+  /** Exactly one of `image` (a portrait) and `video` (a clip). */
+  image?: Buffer;
+  video?: Buffer;
   signal?: AbortSignal;
   logger?: LogLike;
   detect?: Detector;
@@ -166,6 +241,7 @@ export async function createCustomAvatar(input: CreateCustomAvatarInput): Promis
       base: { dir: base.dir, manifest: base.manifest },
       name,
       image: input.image,
+      video: input.video,
       now: new Date((input.now ?? Date.now)()),
       detect: input.detect,
       signal: input.signal,
@@ -173,7 +249,7 @@ export async function createCustomAvatar(input: CreateCustomAvatarInput): Promis
       tempTag: catalog.tempTag,
     });
   } catch (error) {
-    if (error instanceof InvalidImageError || error instanceof ImageJobFailedError) throw new InvalidInput(error.message);
+    if (error instanceof InvalidImageError || error instanceof InvalidClipError || error instanceof ImageJobFailedError) throw new InvalidInput(error.message);
     if (error instanceof ImageJobsBusyError) throw new AtCapacity(error.message, IMAGE_JOBS_RETRY_AFTER_S);
     throw error;
   }
@@ -185,8 +261,8 @@ export async function createCustomAvatar(input: CreateCustomAvatarInput): Promis
 }
 
 /** The base manifest with the new identity; inherited `animation` and `hidden` never carry over. */
-export function customManifest(base: AvatarManifest, custom: { id: string; name: string; animation?: MouthAnimation }): AvatarManifest {
-  const { animation: _inheritedAnimation, hidden: _hidden, animated: _served, ...inherited } = base.metadata as AvatarMetadata & { animated?: unknown };
+export function customManifest(base: AvatarManifest, custom: { id: string; name: string; animation?: MouthAnimation; clip?: ClipMetadata }): AvatarManifest {
+  const { animation: _inheritedAnimation, hidden: _hidden, animated: _served, clip: _inheritedClip, ...inherited } = base.metadata as AvatarMetadata & { animated?: unknown };
   return {
     ...base,
     id: custom.id,
@@ -196,6 +272,7 @@ export function customManifest(base: AvatarManifest, custom: { id: string; name:
       custom_avatar: true,
       base_avatar_id: base.id,
       ...(custom.animation ? { animation: custom.animation } : {}),
+      ...(custom.clip ? { clip: custom.clip } : {}),
     },
   };
 }
@@ -235,6 +312,15 @@ async function writeDurably(file: string, data: Buffer): Promise<void> {
   const handle = await fs.open(file, 'w');
   try {
     await handle.writeFile(data);
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+async function fsyncFile(file: string): Promise<void> {
+  const handle = await fs.open(file, 'r+');
+  try {
     await handle.sync();
   } finally {
     await handle.close();

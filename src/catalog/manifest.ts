@@ -1,4 +1,4 @@
-import { MODEL_TYPES, type AvatarManifest, type ModelType } from '../../actors/render/types.ts';
+import { CLIP_TRACK_FILE, MODEL_TYPES, type AvatarManifest, type ModelType } from '../../actors/render/types.ts';
 import { isValidAvatarId } from './slug.ts';
 
 export class ManifestError extends Error {
@@ -11,6 +11,8 @@ export class ManifestError extends Error {
 /** Bounds that keep a hostile or broken bundle from asking the renderer for absurd work. */
 const MAX_DIMENSION = 4096;
 const MAX_FPS = 60;
+/** A video avatar's loop frames: what creation writes at most (`MAX_LOOP_FRAMES`, 150), with room for bundles made elsewhere. */
+const MAX_CLIP_FRAMES = 1500;
 
 /** Validates a parsed `manifest.json`; returns the typed manifest or throws `ManifestError` listing every problem. */
 export function validateManifest(raw: unknown): AvatarManifest {
@@ -50,6 +52,13 @@ export function validateManifest(raw: unknown): AvatarManifest {
         problems.push('metadata.animation must carry mouth_center {x, y} and mouth_width');
       }
     }
+  }
+  if (typeof metadata === 'object' && metadata !== null && (metadata as Record<string, unknown>).clip !== undefined) {
+    const clip = (metadata as Record<string, unknown>).clip as Record<string, unknown> | null;
+    const frames = clip?.frame_count;
+    if (typeof clip !== 'object' || clip === null || typeof frames !== 'number' || !Number.isInteger(frames) || frames < 1 || frames > MAX_CLIP_FRAMES) {
+      problems.push(`metadata.clip.frame_count must be an integer in 1..${MAX_CLIP_FRAMES}`);
+    } else if (clip.track_file !== CLIP_TRACK_FILE) problems.push(`metadata.clip.track_file must be ${CLIP_TRACK_FILE}`);
   }
   if (problems.length > 0) throw new ManifestError(problems);
   return {

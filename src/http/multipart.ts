@@ -30,7 +30,13 @@ const MAX_BOUNDARY_LENGTH = 70;
  */
 export async function readMultipart(
   request: FastifyRequest,
-  opts: { fileField: string; maxFileBytes: number; tooLargeDetail: string },
+  opts: {
+    fileField: string;
+    maxFileBytes: number;
+    tooLargeDetail: string;
+    /** Other file fields the form may carry instead of `fileField`, each with its own limit (the first file part wins). */
+    alternativeFileFields?: Record<string, { maxFileBytes: number; tooLargeDetail: string }>;
+  },
 ): Promise<MultipartForm> {
   if (!request.isMultipart()) throw badRequest('expected multipart/form-data');
   const boundary = multipartBoundary(request.headers['content-type']);
@@ -42,9 +48,12 @@ export async function readMultipart(
   // Attached in the same tick as the parser's pipe, before any data flows, so it sees every chunk.
   request.raw.on('data', closing.scan);
   try {
-    for await (const part of request.parts({ limits: { fileSize: opts.maxFileBytes } })) {
+    const fileLimits = { [opts.fileField]: { maxFileBytes: opts.maxFileBytes, tooLargeDetail: opts.tooLargeDetail }, ...opts.alternativeFileFields };
+    const largestFile = Math.max(...Object.values(fileLimits).map((limit) => limit.maxFileBytes));
+    for await (const part of request.parts({ limits: { fileSize: largestFile } })) {
       if (part.type === 'file') {
-        if (part.fieldname !== opts.fileField || form.file) {
+        const limit = Object.hasOwn(fileLimits, part.fieldname) ? fileLimits[part.fieldname] : undefined;
+        if (!limit || form.file) {
           part.file.resume();
           continue;
         }
@@ -52,10 +61,10 @@ export async function readMultipart(
         let size = 0;
         for await (const chunk of part.file) {
           size += chunk.length;
-          if (size > opts.maxFileBytes) throw new HttpError(413, opts.tooLargeDetail);
+          if (size > limit.maxFileBytes) throw new HttpError(413, limit.tooLargeDetail);
           chunks.push(chunk);
         }
-        if (part.file.truncated) throw new HttpError(413, opts.tooLargeDetail);
+        if (part.file.truncated) throw new HttpError(413, limit.tooLargeDetail);
         form.file = { field: part.fieldname, filename: part.filename, mimetype: part.mimetype, data: Buffer.concat(chunks) };
       } else {
         if (part.fieldnameTruncated) throw badRequest('a multipart field name is too long');

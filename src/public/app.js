@@ -35,6 +35,8 @@ const BASE_AVATAR_TYPE = 'lipsync';
 const PREVIEW_TEXT = 'Hello! This is how I sound.';
 /** Image types a portrait upload accepts (the file input's `accept` lists the same). */
 const PORTRAIT_TYPES = ['image/jpeg', 'image/png', 'image/webp'];
+/** Clips (a video avatar: the person's own motion loops while idle); the service checks the bytes either way. */
+const CLIP_TYPES = ['video/mp4', 'video/webm', 'video/quicktime'];
 
 // ——— errors and the timeline ———
 
@@ -595,7 +597,8 @@ function uploadPortrait(file) {
   const form = new FormData();
   form.set('name', $('portrait-name').value.trim() || 'My avatar');
   form.set('base_avatar_id', base.id);
-  form.set('image', file);
+  // A clip makes a video avatar; the service reads the format from the bytes.
+  form.set(CLIP_TYPES.includes(file.type) ? 'video' : 'image', file);
   const progress = $('upload-progress');
   progress.hidden = false;
   progress.value = 0;
@@ -670,8 +673,8 @@ zone.addEventListener('drop', (ev) => {
   zone.classList.remove('over');
   const file = ev.dataTransfer?.files?.[0];
   if (!file) return;
-  if (!PORTRAIT_TYPES.includes(file.type)) {
-    banner(`“${file.name}” is not a photo the service reads: drop a JPEG, PNG or WebP portrait.`);
+  if (!PORTRAIT_TYPES.includes(file.type) && !CLIP_TYPES.includes(file.type)) {
+    banner(`“${file.name}” is not a photo or clip the service reads: drop a JPEG, PNG or WebP portrait, or an MP4, MOV or WebM clip.`);
     return;
   }
   uploadPortrait(file);

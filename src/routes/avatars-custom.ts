@@ -3,6 +3,9 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import {
   IMAGE_STEP_DEADLINE_MS,
   MAX_AVATAR_NAME_LENGTH,
+  MAX_CLIP_BYTES,
+  MAX_CLIP_SECONDS,
+  MIN_CLIP_SECONDS,
   MAX_PORTRAIT_BYTES,
   MAX_PORTRAIT_PIXELS,
   MAX_PORTRAIT_SIDE,
@@ -23,10 +26,21 @@ const CustomAvatarForm = Type.Object(
       description: 'Existing avatar with model_type `lipsync`; its manifest (fps, size, sample rate, …) is copied',
       example: 'astronaut',
     }),
-    image: Type.String({
-      format: 'binary',
-      description: `Portrait photo: JPEG, PNG or WebP (detected from the bytes), at most 10 MB, ${MAX_PORTRAIT_PIXELS / 1e6} megapixels and ${MAX_PORTRAIT_SIDE} px on a side`,
-    }),
+    image: Type.Optional(
+      Type.String({
+        format: 'binary',
+        description: `Portrait photo: JPEG, PNG or WebP (detected from the bytes), at most 10 MB, ${MAX_PORTRAIT_PIXELS / 1e6} megapixels and ${MAX_PORTRAIT_SIDE} px on a side. Exactly one of \`image\` and \`video\`.`,
+      }),
+    ),
+    video: Type.Optional(
+      Type.String({
+        format: 'binary',
+        description:
+          `Clip of a person facing the camera (a video avatar): MP4 (H.264), MOV or WebM (VP8/VP9), detected from the bytes, at most ` +
+          `${MAX_CLIP_BYTES / (1024 * 1024)} MB and ${MIN_CLIP_SECONDS}–${MAX_CLIP_SECONDS} s; rotation metadata is honoured, audio ignored. ` +
+          'Exactly one of `image` and `video`.',
+      }),
+    ),
   },
   { $id: 'CustomAvatarForm' },
 );
@@ -40,7 +54,7 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post('/avatars/custom', {
     schema: {
       tags: ['avatars'],
-      summary: 'Create a custom avatar from a portrait',
+      summary: 'Create a custom avatar from a portrait or a clip',
       description:
         'multipart/form-data (see CustomAvatarForm): `name`, `base_avatar_id`, `image`. The image is checked by its magic number ' +
         `(JPEG, PNG, WebP) and its size from its header (at most ${MAX_PORTRAIT_PIXELS / 1e6} megapixels and ${MAX_PORTRAIT_SIDE} px on a side, ` +
@@ -52,7 +66,12 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         '`metadata.base_avatar_id`. The bundle appears atomically. 400: malformed multipart body (no boundary, truncated, too many ' +
         'fields or files), name/base/image missing, image empty, not JPEG/PNG/WebP, ' +
         'undecodable, too many pixels or too long a side, too slow to decode, or base avatar not `lipsync`. 404: base avatar unknown. ' +
-        '413: image over 10 MB (refused while uploading). 503 {detail} with Retry-After: too many uploads are already being decoded.',
+        '413: image over 10 MB (refused while uploading). 503 {detail} with Retry-After: too many uploads are already being decoded. ' +
+        'With `video` instead of `image` the avatar is a video avatar: the clip is decoded by ffmpeg in its own process (upright, 25 fps, ' +
+        "cropped around the face to the base avatar's size; its first 6 s become an idle loop played forwards and backwards) and its face " +
+        'is tracked per frame (`metadata.clip`, `face_track.json`). 400 also: video empty, not MP4/MOV/WebM, no video stream (audio only), ' +
+        `truncated or undecodable, shorter than ${MIN_CLIP_SECONDS} s or longer than ${MAX_CLIP_SECONDS} s, or no usable face in the clip. ` +
+        `413 also: video over ${MAX_CLIP_BYTES / (1024 * 1024)} MB.`,
       ...multipartForm(CustomAvatarForm),
       response: { 200: Type.Ref('AvatarSummary'), ...errors(400, 404, 413, 503) },
     },
@@ -61,17 +80,19 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         fileField: 'image',
         maxFileBytes: MAX_PORTRAIT_BYTES,
         tooLargeDetail: `image is larger than ${MAX_PORTRAIT_BYTES / (1024 * 1024)} MB`,
+        alternativeFileFields: { video: { maxFileBytes: MAX_CLIP_BYTES, tooLargeDetail: `video is larger than ${MAX_CLIP_BYTES / (1024 * 1024)} MB` } },
       });
       const name = form.fields.name;
       const baseAvatarId = form.fields.base_avatar_id;
       if (name === undefined || name.trim() === '') throw badRequest('name is required');
       if (baseAvatarId === undefined || baseAvatarId === '') throw badRequest('base_avatar_id is required');
-      if (!form.file) throw badRequest('image file is required');
+      if (!form.file) throw badRequest('an image or video file is required');
+      const upload = form.file.field === 'video' ? { video: form.file.data } : { image: form.file.data };
       const avatar = await createCustomAvatar({
         catalog,
         name,
         baseAvatarId,
-        image: form.file.data,
+        ...upload,
         signal: closedSignal(reply),
         logger: request.log,
       });

@@ -10,10 +10,18 @@
  * per closure step) and an idle sub-pixel head sway (patches per quantised offset) are cached the same
  * way, so a frame is a copy of the base I420 plus one or two small patches.
  * Without `animation` the renderer serves the still image.
+ *
+ * A video avatar (`metadata.clip`) plays its loop instead of the still (`clip-loop.ts`): idle frames are the
+ * loop's own (the person's blinks and motion, so no drawn blinks or sway). Mouth poses are warped once on the
+ * loop's first frame (the reference: `frame_00000.png` and `metadata.animation`) and cached like a photo's, with
+ * alpha only where the warp changed something; a speaking frame lays the pose over the loop frame it shows,
+ * moved to that frame's tracked mouth, so a frame costs what a photo's does (warping every frame afresh cost
+ * 10–40× more on a close-up clip).
  */
 import { frameFromBase } from '../frame-buffers.ts';
 import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, Renderer } from '../types.ts';
 import { rgbaToI420 } from '../i420.ts';
+import { decodeClipLoop, loopFrameAt, type ClipLoop } from '../clip-loop.ts';
 import { loadBundleFrame, type RgbaImage } from '../image.ts';
 import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
 import { blinkClosure, oscillate, quantise, smoothstep } from '../idle-motion.ts';
@@ -26,6 +34,11 @@ const BLINK_STEPS = 4;
 const SWAY_AMPLITUDE_X = 0.6;
 const SWAY_AMPLITUDE_Y = 0.4;
 const SWAY_STEP_PX = 0.2;
+/**
+ * A video avatar's mouth patch is opaque where the warp changed a pixel by this much (sum over R, G, B) and
+ * fades to transparent with smaller changes, so it melts into the loop frame it is laid on.
+ */
+const LOOP_PATCH_FULL_CHANGE = 24;
 
 /** Region geometry in units of mouth width, relative to the mouth centre. */
 const REGION = { left: -1.35, right: 1.35, top: -0.75, bottom: 1.7 };
@@ -187,8 +200,11 @@ export class LipsyncRenderer implements Renderer {
   private readonly mouthPatches = new Map<number, I420Patch>();
   private readonly blinkPatches = new Map<number, I420Patch[]>();
   private readonly swayPatches = new Map<number, I420Patch>();
+  private loop: ClipLoop | null = null;
 
   async prepare(avatar: AvatarSource): Promise<void> {
+    const { width, height } = avatar.manifest;
+    this.loop = avatar.clip ? await decodeClipLoop(avatar.clip, width, height) : null;
     const photo = await loadBundleFrame(avatar);
     this.fps = avatar.manifest.fps > 0 ? avatar.manifest.fps : 25;
     this.animation = usableAnimation(avatar.manifest.metadata.animation, avatar.manifest.width, avatar.manifest.height);
@@ -203,7 +219,7 @@ export class LipsyncRenderer implements Renderer {
     if (!this.animation) return;
     // Warm the cache for the poses speech hits most (jaw steps at neutral shape); the rest fill lazily.
     for (let open = 1; open < OPEN_STEPS; open++) this.mouthPatch(open, 0, 0);
-    for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
+    if (!this.loop) for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
   }
 
   /** Whether the avatar has usable mouth animation (otherwise frames are the still image). */
@@ -213,6 +229,7 @@ export class LipsyncRenderer implements Renderer {
 
   render(request: FrameRequest, target?: SharedArrayBuffer): I420Frame {
     if (!this.base) throw new Error('LipsyncRenderer.render called before prepare');
+    if (this.loop) return this.renderLoopFrame(request, this.loop, target);
     const frame = frameFromBase(this.base, target);
     if (!this.animation) return frame;
     const open = quantise(request.mouth.open, OPEN_STEPS);
@@ -230,6 +247,23 @@ export class LipsyncRenderer implements Renderer {
     return frame;
   }
 
+  /**
+   * A loop frame; while speaking, the mouth pose made on the reference frame (the loop's first, see
+   * `buildMouthPatch`) is laid over it where this frame's tracked mouth is.
+   */
+  private renderLoopFrame(request: FrameRequest, loop: ClipLoop, target?: SharedArrayBuffer): I420Frame {
+    const { frame: loopFrame, face } = loopFrameAt(loop, request.frameIdx);
+    const frame = frameFromBase(loopFrame, target);
+    if (!this.animation) return frame;
+    const open = quantise(request.mouth.open, OPEN_STEPS);
+    const wide = quantise(request.mouth.wide, SHAPE_STEPS);
+    const round = quantise(request.mouth.round, SHAPE_STEPS);
+    if (open === 0 && wide === 0 && round === 0) return frame;
+    const reference = this.animation.mouth_center;
+    blendPatch(frame, this.mouthPatch(open, wide, round), face.mouth_center.x - reference.x, face.mouth_center.y - reference.y);
+    return frame;
+  }
+
   private mouthPatch(open: number, wide: number, round: number): I420Patch {
     const key = (open * SHAPE_STEPS + wide) * SHAPE_STEPS + round;
     let patch = this.mouthPatches.get(key);
@@ -241,90 +275,22 @@ export class LipsyncRenderer implements Renderer {
   }
 
   /**
-   * One mouth pose over the closed-lips rest image. Destination pixels map back to the rest image: above the
-   * opening the upper lip lifts, below it lower lip and chin drop (the lower lip's edge with the opening,
-   * the chin rigidly, both fading out towards the neck), lips spread or narrow horizontally. The opening
-   * between the lip edges is painted as the inside of the mouth: dark throat, upper teeth, a hint of tongue.
+   * One mouth pose over the closed-lips rest image (`warpMouth`), as a patch: opaque on a photo (it is laid
+   * where it was made); on a video avatar's reference frame only what the warp changed, feathered, since it is
+   * laid over other frames of the loop, whose skin around the mouth is their own.
    */
   private buildMouthPatch(open: number, wide: number, round: number): I420Patch {
-    const src = this.source!;
-    const seamAt = this.seamAt;
-    const anim = this.animation!;
-    const { x: cx, y: cy } = anim.mouth_center;
-    const mw = anim.mouth_width;
-    const box = clampBox(cx + REGION.left * mw, cy + REGION.top * mw, cx + REGION.right * mw, cy + REGION.bottom * mw, src.width, src.height);
-    const out: RgbaImage = { width: src.width, height: src.height, data: new Uint8Array(src.data.length) };
-    const jawDrop = open * MAX_JAW_DROP * mw;
-    const shape = openingShape(open, wide, round, mw);
-    const rgb: Rgb = { r: 0, g: 0, b: 0 };
-
-    for (let x = box.x; x < box.x + box.width; x++) {
-      const u = (x - cx) / mw;
-      const destSeam = seamAt(x);
-      const lens = lensAt(shape, (x - cx) / shape.halfWidth, destSeam);
-      // Horizontal window of the jaw: flat under the mouth, fading out towards the cheeks.
-      const jawWindow = 1 - smoothstep(0.45, 1.25, Math.abs(u));
-      const lipLift = destSeam - lens.top;
-      const lipDrop = lens.bottom - destSeam;
-      const lensMiddle = (lens.top + lens.bottom) / 2;
-      const toothGap = toothGapShade(x - cx, mw);
-      for (let y = box.y; y < box.y + box.height; y++) {
-        // Gaussian falloff: its slope stays gentle, so the cheeks beside narrowed lips are not smeared.
-        const v = (y - destSeam) / mw;
-        const lipZone = Math.exp(-(u * u) / LIP_ZONE_WIDTH - (v * v) / LIP_ZONE_HEIGHT) * (1 - smoothstep(1.0, 1.3, Math.abs(u)));
-        const sx = x - (x - cx) * (1 - 1 / (1 + shape.spread)) * lipZone;
-        const seam = seamAt(sx);
-        // Fixed-point iterations: the displacement depends on where in the rest image the pixel comes from.
-        let sy: number;
-        if (y < lensMiddle) {
-          sy = y + lipLift;
-          for (let k = 0; k < 2; k++) sy = y + lipLift * (1 - smoothstep(0.12, 0.55, (seam - sy) / mw));
-          sy = Math.min(sy, seam - 0.5);
-        } else {
-          sy = y - lipDrop;
-          for (let k = 0; k < 2; k++) {
-            const vs = (sy - seam) / mw;
-            sy = y - mix(lipDrop, jawDrop * jawWindow, smoothstep(0.05, 0.45, vs)) * (1 - smoothstep(1.0, 1.6, vs));
-          }
-          sy = Math.max(sy, seam + 0.5);
-        }
-        sampleBilinear(src, sx, sy, rgb);
-        let { r, g, b } = rgb;
-
-        const height = lens.bottom - lens.top;
-        const edgePx = Math.min(y - lens.top, lens.bottom - y);
-        if (height > 0.3 && edgePx > -0.5) {
-          const alpha = Math.min(1, edgePx + 0.5);
-          const depth = smoothstep(0, 1, edgePx / Math.max(1.5, 0.5 * height)) * (1 - 0.5 * smoothstep(0.5, 1, lens.lateral));
-          let ir = mix(MOUTH_EDGE.r, MOUTH_DEEP.r, depth);
-          let ig = mix(MOUTH_EDGE.g, MOUTH_DEEP.g, depth);
-          let ib = mix(MOUTH_EDGE.b, MOUTH_DEEP.b, depth);
-          const tongueCover = shape.tongue * smoothstep(0.5, 0.95, (y - lens.top) / height) * (1 - smoothstep(0.35, 0.75, lens.lateral));
-          ir = mix(ir, TONGUE.r, tongueCover);
-          ig = mix(ig, TONGUE.g, tongueCover);
-          ib = mix(ib, TONGUE.b, tongueCover);
-          // Upper teeth hang from the upper lip, thin out towards the corners and fall into shadow there.
-          const teethBottom = lens.top + shape.upperTeeth * Math.pow(lens.openness, 0.35);
-          const teethCover = Math.min(1, Math.max(0, teethBottom - y + 0.5)) * (1 - smoothstep(shape.teethReach - 0.15, shape.teethReach, lens.lateral));
-          if (teethCover > 0) {
-            const underLip = 0.8 + 0.2 * Math.min(1, Math.max(0, (y - lens.top) / 1.5));
-            const shade = (1 - 0.55 * smoothstep(0.25, 0.8, lens.lateral)) * underLip * toothGap;
-            ir = mix(ir, TEETH.r * shade, teethCover);
-            ig = mix(ig, TEETH.g * shade, teethCover);
-            ib = mix(ib, TEETH.b * shade, teethCover);
-          }
-          r = mix(r, ir, alpha);
-          g = mix(g, ig, alpha);
-          b = mix(b, ib, alpha);
-        }
-        const o = (y * src.width + x) * 4;
-        out.data[o] = r;
-        out.data[o + 1] = g;
-        out.data[o + 2] = b;
-        out.data[o + 3] = 255;
+    const source = this.source!;
+    const { image, box } = warpMouth(open, wide, round, { src: source, anim: this.animation!, seamAt: this.seamAt });
+    if (!this.loop) return patchFromRgba(image, box.x, box.y, box.width, box.height, true);
+    for (let y = box.y; y < box.y + box.height; y++) {
+      for (let x = box.x; x < box.x + box.width; x++) {
+        const o = (y * image.width + x) * 4;
+        const change = Math.abs(image.data[o] - source.data[o]) + Math.abs(image.data[o + 1] - source.data[o + 1]) + Math.abs(image.data[o + 2] - source.data[o + 2]);
+        image.data[o + 3] = Math.min(255, Math.round((change * 255) / LOOP_PATCH_FULL_CHANGE));
       }
     }
-    return patchFromRgba(out, box.x, box.y, box.width, box.height, true);
+    return patchFromRgba(image, box.x, box.y, box.width, box.height);
   }
 
   private blinkPatch(step: number): I420Patch[] {
@@ -420,6 +386,97 @@ export class LipsyncRenderer implements Renderer {
     }
     return patchFromRgba(out, box.x, box.y, box.width, box.height, true);
   }
+}
+
+/**
+ * One mouth pose over the closed-lips rest image. Destination pixels map back to the rest image: above the
+ * opening the upper lip lifts, below it lower lip and chin drop (the lower lip's edge with the opening,
+ * the chin rigidly, both fading out towards the neck), lips spread or narrow horizontally. The opening
+ * between the lip edges is painted as the inside of the mouth: dark throat, upper teeth, a hint of tongue.
+ * Returns an image of the source's size holding the result inside `box` (nothing outside it).
+ */
+function warpMouth(
+  open: number,
+  wide: number,
+  round: number,
+  face: { src: RgbaImage; anim: MouthAnimation; seamAt: (x: number) => number },
+): { image: RgbaImage; box: Box } {
+  const { src, anim, seamAt } = face;
+  const { x: cx, y: cy } = anim.mouth_center;
+  const mw = anim.mouth_width;
+  const box = clampBox(cx + REGION.left * mw, cy + REGION.top * mw, cx + REGION.right * mw, cy + REGION.bottom * mw, src.width, src.height);
+  const out: RgbaImage = { width: src.width, height: src.height, data: new Uint8Array(src.data.length) };
+  const jawDrop = open * MAX_JAW_DROP * mw;
+  const shape = openingShape(open, wide, round, mw);
+  const rgb: Rgb = { r: 0, g: 0, b: 0 };
+
+  for (let x = box.x; x < box.x + box.width; x++) {
+    const u = (x - cx) / mw;
+    const destSeam = seamAt(x);
+    const lens = lensAt(shape, (x - cx) / shape.halfWidth, destSeam);
+    // Horizontal window of the jaw: flat under the mouth, fading out towards the cheeks.
+    const jawWindow = 1 - smoothstep(0.45, 1.25, Math.abs(u));
+    const lipLift = destSeam - lens.top;
+    const lipDrop = lens.bottom - destSeam;
+    const lensMiddle = (lens.top + lens.bottom) / 2;
+    const toothGap = toothGapShade(x - cx, mw);
+    for (let y = box.y; y < box.y + box.height; y++) {
+      // Gaussian falloff: its slope stays gentle, so the cheeks beside narrowed lips are not smeared.
+      const v = (y - destSeam) / mw;
+      const lipZone = Math.exp(-(u * u) / LIP_ZONE_WIDTH - (v * v) / LIP_ZONE_HEIGHT) * (1 - smoothstep(1.0, 1.3, Math.abs(u)));
+      const sx = x - (x - cx) * (1 - 1 / (1 + shape.spread)) * lipZone;
+      const seam = seamAt(sx);
+      // Fixed-point iterations: the displacement depends on where in the rest image the pixel comes from.
+      let sy: number;
+      if (y < lensMiddle) {
+        sy = y + lipLift;
+        for (let k = 0; k < 2; k++) sy = y + lipLift * (1 - smoothstep(0.12, 0.55, (seam - sy) / mw));
+        sy = Math.min(sy, seam - 0.5);
+      } else {
+        sy = y - lipDrop;
+        for (let k = 0; k < 2; k++) {
+          const vs = (sy - seam) / mw;
+          sy = y - mix(lipDrop, jawDrop * jawWindow, smoothstep(0.05, 0.45, vs)) * (1 - smoothstep(1.0, 1.6, vs));
+        }
+        sy = Math.max(sy, seam + 0.5);
+      }
+      sampleBilinear(src, sx, sy, rgb);
+      let { r, g, b } = rgb;
+
+      const height = lens.bottom - lens.top;
+      const edgePx = Math.min(y - lens.top, lens.bottom - y);
+      if (height > 0.3 && edgePx > -0.5) {
+        const alpha = Math.min(1, edgePx + 0.5);
+        const depth = smoothstep(0, 1, edgePx / Math.max(1.5, 0.5 * height)) * (1 - 0.5 * smoothstep(0.5, 1, lens.lateral));
+        let ir = mix(MOUTH_EDGE.r, MOUTH_DEEP.r, depth);
+        let ig = mix(MOUTH_EDGE.g, MOUTH_DEEP.g, depth);
+        let ib = mix(MOUTH_EDGE.b, MOUTH_DEEP.b, depth);
+        const tongueCover = shape.tongue * smoothstep(0.5, 0.95, (y - lens.top) / height) * (1 - smoothstep(0.35, 0.75, lens.lateral));
+        ir = mix(ir, TONGUE.r, tongueCover);
+        ig = mix(ig, TONGUE.g, tongueCover);
+        ib = mix(ib, TONGUE.b, tongueCover);
+        // Upper teeth hang from the upper lip, thin out towards the corners and fall into shadow there.
+        const teethBottom = lens.top + shape.upperTeeth * Math.pow(lens.openness, 0.35);
+        const teethCover = Math.min(1, Math.max(0, teethBottom - y + 0.5)) * (1 - smoothstep(shape.teethReach - 0.15, shape.teethReach, lens.lateral));
+        if (teethCover > 0) {
+          const underLip = 0.8 + 0.2 * Math.min(1, Math.max(0, (y - lens.top) / 1.5));
+          const shade = (1 - 0.55 * smoothstep(0.25, 0.8, lens.lateral)) * underLip * toothGap;
+          ir = mix(ir, TEETH.r * shade, teethCover);
+          ig = mix(ig, TEETH.g * shade, teethCover);
+          ib = mix(ib, TEETH.b * shade, teethCover);
+        }
+        r = mix(r, ir, alpha);
+        g = mix(g, ig, alpha);
+        b = mix(b, ib, alpha);
+      }
+      const o = (y * src.width + x) * 4;
+      out.data[o] = r;
+      out.data[o + 1] = g;
+      out.data[o + 2] = b;
+      out.data[o + 3] = 255;
+    }
+  }
+  return { image: out, box };
 }
 
 /** Animation is usable when the mouth lies inside the frame and has a plausible width. */

@@ -1,0 +1,193 @@
+/**
+ * Turns an uploaded clip into a video avatar's frames and face track: the header is read first (format from the
+ * magic number, then ffmpeg's report: a video stream, 2–60 s, a sane size), one frame is searched for the face to
+ * place the avatar's window, then ffmpeg decodes the loop — turned upright by its rotation, audio ignored, 25 fps,
+ * cropped around the face and scaled to the avatar size — straight into the bundle's PNG frames, handing every
+ * `CLIP_DETECT_EVERY`th frame to the face detector meanwhile. The detections become a smoothed per-frame track
+ * (`face-track.ts`). All decoding happens in ffmpeg's own process, under deadlines and output bounds.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { MouthAnimation } from '../render/types.ts';
+import { ClipProcessError, parseClipReport, runFfmpeg, type ClipInfo } from './clip-ffmpeg.ts';
+import { buildFaceTrack } from './face-track.ts';
+import { coverCrop, DETECTION_MAX_SIDE, type Detector } from './portrait.ts';
+
+/** Clip uploads are refused while streaming past this: 60 s of phone video at a typical 6 Mbit/s is ~45 MB. */
+export const MAX_CLIP_BYTES = 50 * 1024 * 1024;
+/** Shorter clips show too little motion to loop; longer ones add nothing to the loop and cost creation time. */
+export const MIN_CLIP_SECONDS = 2;
+export const MAX_CLIP_SECONDS = 60;
+/** The avatar's frame rate (the render clock's); the clip is resampled to it. */
+export const CLIP_FPS = 25;
+/** Largest stored side ffmpeg is asked to decode (4K video is 3840 × 2160; beyond, the clip is refused from its header). */
+export const MAX_CLIP_SIDE = 4096;
+/**
+ * Frames the idle loop keeps (6 s at 25 fps, played forwards then backwards: a 12 s cycle with no jump). It bounds
+ * what a clip decodes to (≤ 150 PNG frames at the avatar size) and what every render worker holds decoded (150 I420
+ * frames of 512² are 59 MB), whatever the clip's length.
+ */
+export const MAX_LOOP_FRAMES = 150;
+/**
+ * The face is detected on every 5th loop frame (~0.5 s of detector CPU each on the 2-core host) and interpolated
+ * between: head motion over 200 ms is small, and the track is smoothed anyway. A 6 s loop needs 30 detections,
+ * which keeps a 10 s clip's creation within 30 s.
+ */
+export const CLIP_DETECT_EVERY = 5;
+/** A clip whose face is found on fewer than half the sampled frames has no usable face. */
+export const MIN_TRACKED_FRACTION = 0.5;
+/** ffmpeg reading the header; it reads a few KB, so a run this long is a file built to be slow. */
+export const CLIP_PROBE_DEADLINE_MS = 10_000;
+/** Decoding, cropping and PNG-encoding the loop (≤ 150 frames; ~5 s on a loaded 2-core host). */
+export const CLIP_DECODE_DEADLINE_MS = 60_000;
+
+/** The upload is not a usable clip (empty, not a video, too short/long/large, undecodable, no face); callers answer 400. */
+export class InvalidClipError extends Error {
+  override name = 'InvalidClipError';
+}
+
+export type ClipFormat = 'mp4' | 'webm';
+
+/** ISO base media (MP4, MOV) by its first box, Matroska/WebM by its EBML magic; anything else is null. */
+export function sniffClipFormat(bytes: Uint8Array): ClipFormat | null {
+  if (bytes.length >= 4 && bytes[0] === 0x1a && bytes[1] === 0x45 && bytes[2] === 0xdf && bytes[3] === 0xa3) return 'webm';
+  if (bytes.length >= 8) {
+    const box = String.fromCharCode(...bytes.subarray(4, 8));
+    if (['ftyp', 'moov', 'mdat', 'free', 'wide', 'skip', 'pnot'].includes(box)) return 'mp4';
+  }
+  return null;
+}
+
+export interface PreparedClip {
+  info: ClipInfo;
+  /** Frames written (`frame_00000.png` …). */
+  frameCount: number;
+  /** Per frame, in frame pixels. */
+  track: MouthAnimation[];
+  /** Sampled frames and how many of them had a face. */
+  sampled: number;
+  detected: number;
+}
+
+/**
+ * Checks the clip in `file` and writes its loop frames into `framesDir` (which must exist and be empty).
+ * Throws `InvalidClipError` for anything that is the upload's fault.
+ */
+export async function prepareClip(
+  file: string,
+  target: { width: number; height: number },
+  framesDir: string,
+  opts: { detect: Detector; signal?: AbortSignal },
+): Promise<PreparedClip> {
+  const info = await probeClip(file, opts.signal);
+  const loopFrames = Math.min(MAX_LOOP_FRAMES, Math.floor(info.durationS * CLIP_FPS));
+  const loopSeconds = loopFrames / CLIP_FPS;
+  const face = (await findFace(file, info, loopSeconds / 2, opts)) ?? (await findFace(file, info, 0, opts));
+  if (!face) throw new InvalidClipError('no usable face found in the clip');
+  const crop = coverCrop(info, target, { x: face.face_box.x + face.face_box.width / 2, y: face.face_box.y + face.face_box.height / 2 });
+
+  const frameBytes = target.width * target.height * 4;
+  const samples = Math.ceil(loopFrames / CLIP_DETECT_EVERY);
+  const detections = new Map<number, MouthAnimation>();
+  let pending: Buffer[] = [];
+  let pendingBytes = 0;
+  let sampleIndex = 0;
+  let detecting: Promise<void> = Promise.resolve();
+  // Stops the detections still queued when the decode fails, so they neither run on nor reject unheard.
+  const stopDetecting = new AbortController();
+  const detectSignal = opts.signal ? AbortSignal.any([opts.signal, stopDetecting.signal]) : stopDetecting.signal;
+  const onFrame = (rgba: Buffer) => {
+    const frameIndex = sampleIndex++ * CLIP_DETECT_EVERY;
+    // One detection at a time, in order, while ffmpeg keeps decoding; at most `samples` frames wait (bounded output).
+    detecting = detecting.then(async () => {
+      detectSignal.throwIfAborted();
+      const result = await opts.detect({ rgba, width: target.width, height: target.height }, { signal: detectSignal });
+      if (result.ok) detections.set(frameIndex, result.animation);
+    });
+  };
+  const filter =
+    `[0:v]fps=${CLIP_FPS},crop=${crop.width}:${crop.height}:${crop.left}:${crop.top},scale=${target.width}:${target.height},format=rgb24,split=2[png][det];` +
+    `[det]select=not(mod(n\\,${CLIP_DETECT_EVERY})),format=rgba[rgba]`;
+  const decoding = runFfmpegOrInvalid(
+    [
+      '-threads', '1', '-t', String(loopSeconds + 0.5), '-i', file, '-an', '-sn', '-filter_complex', filter,
+      '-map', '[png]', '-frames:v', String(loopFrames), '-vsync', '0', '-start_number', '0', '-f', 'image2', path.join(framesDir, 'frame_%05d.png'),
+      '-map', '[rgba]', '-frames:v', String(samples), '-vsync', '0', '-f', 'rawvideo', '-pix_fmt', 'rgba', 'pipe:1',
+    ],
+    {
+      deadlineMs: CLIP_DECODE_DEADLINE_MS,
+      maxStdoutBytes: samples * frameBytes,
+      signal: opts.signal,
+      onStdout: (chunk) => {
+        pending.push(chunk);
+        pendingBytes += chunk.length;
+        while (pendingBytes >= frameBytes) {
+          const all = Buffer.concat(pending);
+          onFrame(all.subarray(0, frameBytes));
+          pending = [all.subarray(frameBytes)];
+          pendingBytes -= frameBytes;
+        }
+      },
+    },
+  );
+  let run;
+  try {
+    run = await decoding;
+  } catch (error) {
+    stopDetecting.abort(error);
+    await detecting.catch(() => undefined);
+    throw error;
+  }
+  await detecting;
+  const frameCount = (await fs.readdir(framesDir)).filter((name) => /^frame_\d{5}\.png$/.test(name)).length;
+  // A clip cut short (truncated upload) decodes to fewer frames than its header promises.
+  if (run.code !== 0 || frameCount < Math.min(loopFrames, MIN_CLIP_SECONDS * CLIP_FPS) * 0.9) {
+    throw new InvalidClipError('clip is truncated or could not be decoded');
+  }
+  if (detections.size < Math.max(1, sampleIndex * MIN_TRACKED_FRACTION)) throw new InvalidClipError('no usable face found in most of the clip');
+  return { info, frameCount, track: buildFaceTrack(frameCount, detections), sampled: sampleIndex, detected: detections.size };
+}
+
+/** Reads the header through `ffmpeg -i` and applies the clip rules; throws `InvalidClipError` for a refused clip. */
+export async function probeClip(file: string, signal?: AbortSignal): Promise<ClipInfo> {
+  const run = await runFfmpegOrInvalid(['-i', file], { deadlineMs: CLIP_PROBE_DEADLINE_MS, signal });
+  const info = parseClipReport(run.stderr);
+  if (info === 'unreadable') throw new InvalidClipError('video could not be read (truncated or not a video)');
+  if (info === 'no_video') throw new InvalidClipError('the file has no video stream');
+  if (info === 'no_duration') throw new InvalidClipError('video has no duration (truncated?)');
+  if (!(info.durationS >= MIN_CLIP_SECONDS)) throw new InvalidClipError(`video must be at least ${MIN_CLIP_SECONDS} s long`);
+  if (info.durationS > MAX_CLIP_SECONDS) throw new InvalidClipError(`video must be at most ${MAX_CLIP_SECONDS} s long`);
+  if (info.width < 16 || info.height < 16) throw new InvalidClipError('video is too small');
+  if (Math.max(info.width, info.height) > MAX_CLIP_SIDE) throw new InvalidClipError(`video is larger than ${MAX_CLIP_SIDE} px on a side`);
+  return info;
+}
+
+/** Detects the face on the frame at `atS`, on an upright copy ≤ DETECTION_MAX_SIDE; the animation in clip pixels, or null. */
+async function findFace(file: string, info: ClipInfo, atS: number, opts: { detect: Detector; signal?: AbortSignal }): Promise<MouthAnimation | null> {
+  const scale = Math.min(1, DETECTION_MAX_SIDE / Math.max(info.width, info.height));
+  const width = Math.max(2, Math.round((info.width * scale) / 2) * 2);
+  const height = Math.max(2, Math.round((info.height * scale) / 2) * 2);
+  const chunks: Buffer[] = [];
+  await runFfmpegOrInvalid(
+    ['-threads', '1', '-ss', atS.toFixed(2), '-i', file, '-an', '-sn', '-frames:v', '1', '-vf', `scale=${width}:${height}`, '-f', 'rawvideo', '-pix_fmt', 'rgba', 'pipe:1'],
+    { deadlineMs: CLIP_PROBE_DEADLINE_MS, maxStdoutBytes: width * height * 4, signal: opts.signal, onStdout: (chunk) => chunks.push(chunk) },
+  );
+  const rgba = Buffer.concat(chunks);
+  if (rgba.length !== width * height * 4) return null;
+  const result = await opts.detect({ rgba, width, height }, { signal: opts.signal });
+  if (!result.ok) return null;
+  const a = result.animation;
+  const sx = info.width / width;
+  const sy = info.height / height;
+  return { ...a, face_box: { x: a.face_box.x * sx, y: a.face_box.y * sy, width: a.face_box.width * sx, height: a.face_box.height * sy } };
+}
+
+/** A deadline or output bound ffmpeg hit is the clip's fault: `InvalidClipError`. */
+async function runFfmpegOrInvalid(args: string[], opts: Parameters<typeof runFfmpeg>[1]) {
+  try {
+    return await runFfmpeg(args, opts);
+  } catch (error) {
+    if (error instanceof ClipProcessError) throw new InvalidClipError(error.message);
+    throw error;
+  }
+}
