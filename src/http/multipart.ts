@@ -30,7 +30,16 @@ const MAX_BOUNDARY_LENGTH = 70;
  */
 export async function readMultipart(
   request: FastifyRequest,
-  opts: { fileField: string; maxFileBytes: number; tooLargeDetail: string },
+  opts: {
+    fileField: string;
+    maxFileBytes: number;
+    tooLargeDetail: string;
+    /**
+     * Sees each chunk of the file as it streams (it must stay cheap: it runs on the event loop). An HttpError it
+     * throws is answered at once, before the rest of the body is read; that rest is dropped after the answer.
+     */
+    watchFile?: (chunk: Buffer) => void;
+  },
 ): Promise<MultipartForm> {
   if (!request.isMultipart()) throw badRequest('expected multipart/form-data');
   const boundary = multipartBoundary(request.headers['content-type']);
@@ -53,6 +62,7 @@ export async function readMultipart(
         for await (const chunk of part.file) {
           size += chunk.length;
           if (size > opts.maxFileBytes) throw new HttpError(413, opts.tooLargeDetail);
+          watchFile(opts.watchFile, chunk);
           chunks.push(chunk);
         }
         if (part.file.truncated) throw new HttpError(413, opts.tooLargeDetail);
@@ -68,6 +78,10 @@ export async function readMultipart(
     if (!closing.seen) throw malformed('the body ended before its closing boundary');
   } catch (error) {
     request.raw.off('data', closing.scan);
+    if (error instanceof RefusedWhileStreaming) {
+      dropBodyAfterAnswer(request.raw);
+      throw error.refusal;
+    }
     const refusal = error instanceof HttpError ? error : refusalFor(error, opts);
     if (!(error instanceof HttpError)) request.log.debug({ err: serializeErrorForLog(error) }, 'multipart body refused');
     throw await afterReleasingBody(request.raw, refusal);
@@ -128,6 +142,35 @@ class ClosingDelimiterWatch {
     const tail = chunk.length >= keep ? chunk.subarray(chunk.length - keep) : seam.subarray(Math.max(0, seam.length - keep));
     this.carry = Buffer.from(tail);
   };
+}
+
+/** A refusal from `watchFile`: answered before the rest of the body is read. */
+class RefusedWhileStreaming extends Error {
+  constructor(readonly refusal: HttpError) {
+    super(refusal.detail);
+  }
+}
+
+function watchFile(watch: ((chunk: Buffer) => void) | undefined, chunk: Buffer): void {
+  try {
+    watch?.(chunk);
+  } catch (error) {
+    throw error instanceof HttpError ? new RefusedWhileStreaming(error) : error;
+  }
+}
+
+/**
+ * Detaches the parser and lets the rest of the body be dropped while (and after) the refusal goes out, so the
+ * client gets its answer as soon as the refusal is known, not after uploading everything. Dropping costs only
+ * the copy from the socket; past the drain bounds the connection is closed (the answer has had
+ * UNREAD_BODY_DRAIN_MS to reach the client). Closing at once would reset a connection with unread bytes, and
+ * the client could lose the answer with it.
+ */
+function dropBodyAfterAnswer(raw: IncomingMessage): void {
+  raw.unpipe();
+  void drainUnreadBody(raw).then((ended) => {
+    if (!ended) raw.socket?.destroy();
+  });
 }
 
 function malformed(reason: string): HttpError {
