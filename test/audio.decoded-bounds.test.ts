@@ -44,6 +44,9 @@ function lowBitrateMp3(oneMinute: Buffer, minutes: number): Buffer {
   return Buffer.concat(Array.from({ length: minutes }, () => oneMinute));
 }
 
+/** Encoding the inputs (an hour of 8 kb/s MP3 among them): a few seconds idle, far more on a loaded host. */
+const ENCODE_TIMEOUT_MS = 120_000;
+
 let oneMinuteMp3: Buffer;
 let oneMinuteMp3WithXing: Buffer;
 /** The bench's attack (`npm run bench -- hostile`): an hour of 8 kb/s MP3, ~3.6 MB, its Info header counting every frame. */
@@ -62,7 +65,7 @@ beforeAll(async () => {
   oneMinuteMp3WithXing = await encode('minute-xing.mp3', 60, true);
   oneHourMp3WithXing = await encode('hour-xing.mp3', 3_600, true);
   await fs.rm(dir, { recursive: true, force: true });
-});
+}, ENCODE_TIMEOUT_MS);
 
 describe('decoder: the duration bound', () => {
   it('an 8 kb/s MP3 twelve minutes long is refused at the 10-minute bound, though it is only ~720 KB', async () => {
@@ -225,7 +228,7 @@ describe('upload routes: decoded-duration bounds, admission before the body, a f
       }
     });
 
-    it('a refused upload sent whole still leaves its keep-alive connection usable', async () => {
+    it('fetch sending an hour-long MP3 whole gets its 413 {detail}, and the session takes the next upload on the same client', async () => {
       const refused = await postAudio(t.baseUrl, `/sessions/${id}/speak_audio`, oneHourMp3WithXing, {}, 'hour.mp3');
       expect(refused.status).toBe(413);
       expect(await json(refused)).toEqual(TOO_LONG);

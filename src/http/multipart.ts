@@ -14,7 +14,8 @@ export interface MultipartForm {
  * the answer goes out, so the keep-alive connection is free for the next request. Past either bound the
  * answer carries `Connection: close` instead (the remaining bytes keep flowing away until the socket
  * closes). 8 MiB and 2 s cover what a client has in flight when it is refused on any link worth keeping
- * alive, and dropping bytes costs the server only the copy from the socket.
+ * alive, and dropping bytes costs the server only the copy from the socket. A form refused by its `watchFile`
+ * is answered first and drained after, within the same bounds.
  */
 export const UNREAD_BODY_DRAIN_BYTES = 8 * 1024 * 1024;
 export const UNREAD_BODY_DRAIN_MS = 2_000;
@@ -36,7 +37,7 @@ export async function readMultipart(
     tooLargeDetail: string;
     /**
      * Sees each chunk of the file as it streams (it must stay cheap: it runs on the event loop). An HttpError it
-     * throws is answered at once, before the rest of the body is read; that rest is dropped after the answer.
+     * throws is answered at once; the rest of the body is dropped unparsed after the answer (`dropBodyAfterAnswer`).
      */
     watchFile?: (chunk: Buffer) => void;
   },
@@ -160,11 +161,11 @@ function watchFile(watch: ((chunk: Buffer) => void) | undefined, chunk: Buffer):
 }
 
 /**
- * Detaches the parser and lets the rest of the body be dropped while (and after) the refusal goes out, so the
- * client gets its answer as soon as the refusal is known, not after uploading everything. Dropping costs only
- * the copy from the socket; past the drain bounds the connection is closed (the answer has had
- * UNREAD_BODY_DRAIN_MS to reach the client). Closing at once would reset a connection with unread bytes, and
- * the client could lose the answer with it.
+ * Detaches the parser and answers at once: the refusal goes out as soon as it is known, not after the client has
+ * uploaded everything, while the rest of the body is dropped unparsed (the bounds of `drainUnreadBody`; past them
+ * the connection is closed, the answer having had UNREAD_BODY_DRAIN_MS to reach the client). A client that reads its
+ * answer while sending (undici does) stops sending then. Not reading at all was tried: clients blocked on a
+ * full socket then missed the answer; closing at once resets a connection with unread bytes, and the answer with it.
  */
 function dropBodyAfterAnswer(raw: IncomingMessage): void {
   raw.unpipe();
