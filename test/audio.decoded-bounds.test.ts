@@ -44,8 +44,13 @@ function lowBitrateMp3(oneMinute: Buffer, minutes: number): Buffer {
   return Buffer.concat(Array.from({ length: minutes }, () => oneMinute));
 }
 
+/** Encoding the inputs (an hour of 8 kb/s MP3 among them): a few seconds idle, far more on a loaded host. */
+const ENCODE_TIMEOUT_MS = 120_000;
+
 let oneMinuteMp3: Buffer;
 let oneMinuteMp3WithXing: Buffer;
+/** The bench's attack (`npm run bench -- hostile`): an hour of 8 kb/s MP3, ~3.6 MB, its Info header counting every frame. */
+let oneHourMp3WithXing: Buffer;
 
 beforeAll(async () => {
   const dir = await tempDir('decoded-bounds-');
@@ -58,8 +63,9 @@ beforeAll(async () => {
   };
   oneMinuteMp3 = await encode('minute.mp3', 60, false);
   oneMinuteMp3WithXing = await encode('minute-xing.mp3', 60, true);
+  oneHourMp3WithXing = await encode('hour-xing.mp3', 3_600, true);
   await fs.rm(dir, { recursive: true, force: true });
-});
+}, ENCODE_TIMEOUT_MS);
 
 describe('decoder: the duration bound', () => {
   it('an 8 kb/s MP3 twelve minutes long is refused at the 10-minute bound, though it is only ~720 KB', async () => {
@@ -171,6 +177,66 @@ describe('upload routes: decoded-duration bounds, admission before the body, a f
     expect(Math.max(...latencies)).toBeLessThan(HEALTHZ_RESPONSIVE_MS);
   });
 
+  describe('refused while the upload streams: the 413 comes before the client has sent the whole file', () => {
+    const TOO_LONG = { detail: 'audio is too long: it decodes to more than 10 min' };
+    /** One idle session takes every refused upload here; only the last test starts a turn on it. */
+    let id: string;
+    beforeAll(async () => {
+      id = await startedSession();
+    });
+
+    it('speak_audio: an hour of 8 kb/s MP3 (3.6 MB) → 413 {detail} from its Info header, with 64 KB of it sent', async () => {
+      const sent = oneHourMp3WithXing.subarray(0, 64 * 1024);
+      expect(sent.length).toBeLessThan(oneHourMp3WithXing.length / 50);
+      const upload = endlessUpload(t.baseUrl, `/sessions/${id}/speak_audio`, sent);
+      try {
+        const answer = await upload.answer;
+        expect(answer.status).toBe(413);
+        expect(JSON.parse(answer.body)).toEqual(TOO_LONG);
+      } finally {
+        upload.abort();
+      }
+    });
+
+    it('speak_rt_audio and transcribe: a 12-minute MP3 without an Info header → 413 once its frames pass 10 minutes, with 11 of them sent', async () => {
+      const twelveMinutes = lowBitrateMp3(oneMinuteMp3, 12);
+      const elevenMinutes = twelveMinutes.subarray(0, oneMinuteMp3.length * 11);
+      for (const route of ['speak_rt_audio', 'transcribe']) {
+        const upload = endlessUpload(t.baseUrl, `/sessions/${id}/${route}`, elevenMinutes);
+        try {
+          const answer = await upload.answer;
+          expect(answer.status, route).toBe(413);
+          expect(JSON.parse(answer.body), route).toEqual(TOO_LONG);
+        } finally {
+          upload.abort();
+        }
+        // The refused upload's slot is free once its connection is gone.
+        expect(await eventually(() => uploadAdmission(t.services).uploadsInProgress === 0, ANSWER_WITHOUT_BODY_MS)).toBe(true);
+      }
+    });
+
+    it('speak_audio: a WAV whose header declares an hour of 16 kHz audio → 413 {detail} with only its first 64 KB sent', async () => {
+      const header = wavBytes(tone(16_000, 1), 16_000).subarray(0, 44);
+      header.writeUInt32LE(3_600 * 16_000 * 2, 40);
+      const upload = endlessUpload(t.baseUrl, `/sessions/${id}/speak_audio`, Buffer.concat([header, Buffer.alloc(64 * 1024)]));
+      try {
+        const answer = await upload.answer;
+        expect(answer.status).toBe(413);
+        expect(JSON.parse(answer.body)).toEqual(TOO_LONG);
+      } finally {
+        upload.abort();
+      }
+    });
+
+    it('fetch sending an hour-long MP3 whole gets its 413 {detail}, and the session takes the next upload on the same client', async () => {
+      const refused = await postAudio(t.baseUrl, `/sessions/${id}/speak_audio`, oneHourMp3WithXing, {}, 'hour.mp3');
+      expect(refused.status).toBe(413);
+      expect(await json(refused)).toEqual(TOO_LONG);
+      const next = await postAudio(t.baseUrl, `/sessions/${id}/speak_audio`, lowBitrateMp3(oneMinuteMp3, 1), {}, 'short.mp3');
+      expect(next.status).toBe(200);
+    });
+  });
+
   it('a busy session answers 409 to an upload whose body never ends, without reading it', async () => {
     const id = await startedSession();
     expect((await post(t.baseUrl, `/sessions/${id}/speak`, { text: LONG_TEXT })).status).toBe(200);
@@ -240,9 +306,10 @@ interface EndlessUpload {
 
 /**
  * A multipart upload whose `audio` part starts and never ends (a client on a stalled link, or a hostile one):
- * any answer it gets was decided without reading the body. Times out after ANSWER_WITHOUT_BODY_MS.
+ * any answer it gets was decided without reading more than `firstBytes` of the file (64 KB of zeros unless
+ * given). Times out after ANSWER_WITHOUT_BODY_MS.
  */
-function endlessUpload(baseUrl: string, route: string): EndlessUpload {
+function endlessUpload(baseUrl: string, route: string, firstBytes: Buffer = Buffer.alloc(64 * 1024)): EndlessUpload {
   const url = new URL(route, baseUrl);
   const boundary = 'endless-upload-boundary';
   const request = http.request({
@@ -255,7 +322,7 @@ function endlessUpload(baseUrl: string, route: string): EndlessUpload {
   const head = `--${boundary}\r\ncontent-disposition: form-data; name="audio"; filename="a.wav"\r\ncontent-type: application/octet-stream\r\n\r\n`;
   const sent = new Promise<void>((resolve, reject) => {
     request.once('error', reject);
-    request.write(Buffer.concat([Buffer.from(head), Buffer.alloc(64 * 1024)]), () => resolve());
+    request.write(Buffer.concat([Buffer.from(head), firstBytes]), () => resolve());
   });
   sent.catch(() => undefined);
   const answer = new Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }>((resolve, reject) => {

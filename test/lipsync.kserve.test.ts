@@ -4,8 +4,9 @@
  * both encodings, readiness, wrong signatures, pipelining, queue bound, timeouts, abort, dropped connections,
  * a dead server and close().
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { KserveError, KserveLipsyncClient, type KserveClientOptions, type LipsyncBatch } from '../actors/lipsync/kserve-client.ts';
+import { prepareKserveJsonReader } from '../actors/lipsync/kserve-json-pool.ts';
 import { BackendOverloadedError } from '../actors/lipsync/neural-renderer.ts';
 import { BatchingKserveInference, MAX_FRAMES_WAITING, OFFLINE_MAX_FRAMES_WAITING, REMOTE_MAX_BATCH } from '../actors/lipsync/remote-model.ts';
 import { FakeKserveServer, type FakeKserveOptions } from './fakes/kserve-server.ts';
@@ -126,6 +127,29 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
     expect(await client.connect(never())).toMatchObject({ connected: true, encoding: 'json' });
     const batch = batchOf(1, 96);
     expectReferenceOutput(await client.infer(batch, never()), batch, 96);
+    expect(server.stats.inferJson).toBe(1);
+  });
+
+  it("reads a JSON answer off the event loop: the main thread never parses its megabytes of numbers", async () => {
+    const server = await startServer();
+    const client = clientFor(server, { encoding: 'json' });
+    expect(await client.connect(never())).toMatchObject({ connected: true, encoding: 'json' });
+    // The reader's thread is started first: its start-up on a loaded host is not what this test is about.
+    await prepareKserveJsonReader();
+    const batch = batchOf(REMOTE_MAX_BATCH, 96);
+    // The fake server parses the request (`{"inputs":…`) in this thread too; only answers are counted.
+    const parse = vi.spyOn(JSON, 'parse');
+    let output: Float32Array;
+    let parsed: unknown[][];
+    try {
+      output = await client.infer(batch, never());
+    } finally {
+      parsed = [...parse.mock.calls];
+      parse.mockRestore();
+    }
+    const answersParsedHere = parsed.filter(([text]) => typeof text === 'string' && text.length > 100_000 && !text.startsWith('{"inputs"'));
+    expect(answersParsedHere.map(([text]) => (text as string).length)).toEqual([]);
+    expectReferenceOutput(output, batch, 96);
     expect(server.stats.inferJson).toBe(1);
   });
 

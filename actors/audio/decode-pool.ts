@@ -4,6 +4,7 @@
  * SSE and every live session's timers must keep running meanwhile.
  */
 import { Piscina } from 'piscina';
+import { movedWith } from '../transferable.ts';
 import { AudioTooLongError, InvalidAudioError, type DecodeOptions, type DecodedAudio } from './decode.ts';
 import type { DecodeOutcome, DecodeTask } from './decode-worker.ts';
 
@@ -65,7 +66,7 @@ export async function decodeAudioOffThread(
   const deadline = AbortSignal.timeout(AUDIO_DECODE_TIMEOUT_MS);
   let outcome: DecodeOutcome;
   try {
-    outcome = await decodePool().run(Piscina.move(new TransferableTask(task) as never) as never, {
+    outcome = await decodePool().run(movedWith(task, [task.bytes.buffer]), {
       signal: signal ? AbortSignal.any([signal, deadline]) : deadline,
     });
   } catch (error) {
@@ -84,15 +85,4 @@ export async function closeAudioDecoder(): Promise<void> {
   const current = pool;
   pool = null;
   await current?.destroy();
-}
-
-/** Lets piscina transfer the upload's bytes to the worker instead of cloning them. */
-class TransferableTask {
-  constructor(private readonly value: DecodeTask) {}
-  get [Piscina.transferableSymbol]() {
-    return [this.value.bytes.buffer];
-  }
-  get [Piscina.valueSymbol]() {
-    return this.value;
-  }
 }

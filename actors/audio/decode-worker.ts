@@ -2,7 +2,7 @@
  * One client upload decoded inside the audio decode pool's worker thread (`decode-pool.ts`). Failures come back
  * as values: an Error's class does not survive the trip between threads, and the caller maps each kind to its own.
  */
-import { Piscina } from 'piscina';
+import { movedWith } from '../transferable.ts';
 import { AudioTooLongError, decodeAudioToPcm16, InvalidAudioError, type AudioFormat, type AudioRules } from './decode.ts';
 
 export interface DecodeTask {
@@ -22,21 +22,10 @@ export default async function decode(task: DecodeTask): Promise<DecodeOutcome> {
     const { bytes, ...options } = task;
     const decoded = await decodeAudioToPcm16(bytes, options);
     // The samples move back to the caller's thread rather than being copied.
-    return Piscina.move(new TransferableOutcome({ ok: true, ...decoded }) as never) as never;
+    return movedWith<DecodeOutcome>({ ok: true, ...decoded }, [decoded.pcm.buffer]);
   } catch (error) {
     if (error instanceof AudioTooLongError) return { ok: false, kind: 'too_long', message: error.message };
     if (error instanceof InvalidAudioError) return { ok: false, kind: 'invalid', message: error.message };
     throw error;
-  }
-}
-
-/** Lets piscina transfer the decoded samples' buffer instead of cloning it. */
-class TransferableOutcome {
-  constructor(private readonly value: DecodeOutcome & { ok: true }) {}
-  get [Piscina.transferableSymbol]() {
-    return [this.value.pcm.buffer];
-  }
-  get [Piscina.valueSymbol]() {
-    return this.value;
   }
 }

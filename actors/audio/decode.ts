@@ -119,7 +119,7 @@ function checkDuration(frames: number, sampleRate: number, maxDurationMs: number
   if (maxDurationMs !== undefined && frames > maxFramesAt(sampleRate, maxDurationMs)) throw new AudioTooLongError(maxDurationMs);
 }
 
-function maxFramesAt(sampleRate: number, maxDurationMs: number): number {
+export function maxFramesAt(sampleRate: number, maxDurationMs: number): number {
   return Math.floor((maxDurationMs * sampleRate) / 1000);
 }
 
@@ -211,7 +211,7 @@ function downmixFloatToPcm16(channels: Float32Array[], frames: number): Int16Arr
 
 const ID3V2_HEADER_BYTES = 10;
 
-function looksLikeMp3(bytes: Uint8Array): boolean {
+export function looksLikeMp3(bytes: Uint8Array): boolean {
   if (bytes.length >= ID3V2_HEADER_BYTES && bytes[0] === 0x49 && bytes[1] === 0x44 && bytes[2] === 0x33) return true;
   const first = mpegFrameLength(bytes, 0);
   if (first === undefined) return false;
@@ -258,6 +258,18 @@ export function mpegFrameLength(bytes: Uint8Array, offset: number): number | und
   return Math.floor((samplesPerFrameOver8 * bitrate) / sampleRate) + padding;
 }
 
+/**
+ * Sample rate and samples per frame of the MPEG audio frame whose header (already checked by `mpegFrameLength`)
+ * starts at `offset`: every frame of a layer holds the same number of samples, whatever its bitrate.
+ */
+export function mpegFrameTiming(bytes: Uint8Array, offset: number): { sampleRate: number; samplesPerFrame: number } {
+  const version = (bytes[offset + 1] >> 3) & 3;
+  const layerNumber = 4 - ((bytes[offset + 1] >> 1) & 3);
+  const sampleRate = SAMPLE_RATES[version][(bytes[offset + 2] >> 2) & 3];
+  const samplesPerFrame = layerNumber === 1 ? 384 : layerNumber === 2 || version === 3 ? 1152 : 576;
+  return { sampleRate, samplesPerFrame };
+}
+
 const XING_HAS_FRAME_COUNT = 1;
 
 /**
@@ -268,13 +280,9 @@ const XING_HAS_FRAME_COUNT = 1;
 export function mp3DeclaredDuration(bytes: Uint8Array): { samples: number; sampleRate: number } | undefined {
   const start = afterId3v2(bytes);
   if (mpegFrameLength(bytes, start) === undefined) return undefined;
-  const b1 = bytes[start + 1];
-  const version = (b1 >> 3) & 3;
-  const layerNumber = 4 - ((b1 >> 1) & 3);
-  const isVersion1 = version === 3;
+  const isVersion1 = ((bytes[start + 1] >> 3) & 3) === 3;
   const mono = bytes[start + 3] >> 6 === 3;
-  const sampleRate = SAMPLE_RATES[version][(bytes[start + 2] >> 2) & 3];
-  const samplesPerFrame = layerNumber === 1 ? 384 : layerNumber === 2 || isVersion1 ? 1152 : 576;
+  const { sampleRate, samplesPerFrame } = mpegFrameTiming(bytes, start);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const sideInfoBytes = isVersion1 ? (mono ? 17 : 32) : mono ? 9 : 17;
   const xing = start + 4 + sideInfoBytes;
@@ -291,7 +299,7 @@ export function mp3DeclaredDuration(bytes: Uint8Array): { samples: number; sampl
 }
 
 /** Offset of the first byte after a leading ID3v2 tag (its size is four 7-bit bytes, plus a footer when flagged). */
-function afterId3v2(bytes: Uint8Array): number {
+export function afterId3v2(bytes: Uint8Array): number {
   if (bytes.length < ID3V2_HEADER_BYTES || bytes[0] !== 0x49 || bytes[1] !== 0x44 || bytes[2] !== 0x33) return 0;
   const size = ((bytes[6] & 0x7f) << 21) | ((bytes[7] & 0x7f) << 14) | ((bytes[8] & 0x7f) << 7) | (bytes[9] & 0x7f);
   const footer = bytes[5] & 0x10 ? ID3V2_HEADER_BYTES : 0;

@@ -15,6 +15,7 @@
  * and follows the caller's AbortSignal; `close()` aborts whatever is still running. Error messages name the
  * endpoint kind, never the base URL (it may carry credentials or internal host names).
  */
+import { readJsonOutputOffThread } from './kserve-json-pool.ts';
 import { abortError } from '../upstream/abort.ts';
 import { UpstreamError } from '../upstream/errors.ts';
 import {
@@ -218,9 +219,24 @@ export class KserveLipsyncClient {
       const maxBytes = encoding === 'binary' ? MAX_INFER_HEADER_BYTES + outputFloats * 4 : MAX_INFER_HEADER_BYTES + outputFloats * MAX_JSON_BYTES_PER_FLOAT;
       const answer = await this.request('POST', `${this.modelPath}/infer`, 'inference', deadline, signal, { body, headers, maxBytes });
       if (!answer.ok) throw httpError('inference', answer);
-      return readOutput(answer, signature.output, [batch.count, 3, size, size]);
+      const headerLength = answer.headers.get(HEADER_LENGTH_FIELD);
+      const shape = [batch.count, 3, size, size];
+      // A JSON answer (no binary header length) is megabytes of number text: read off the event loop.
+      if (headerLength === null) return await this.readJsonAnswer(answer.body, signature.output, shape, signal, deadline);
+      return readOutput(answer.body, headerLength, signature.output, shape);
     } finally {
       this.releaseSlot();
+    }
+  }
+
+  /** `readJsonOutputOffThread` within the inference's deadline (a timeout like the request's own). */
+  private async readJsonAnswer(body: Uint8Array, name: string, shape: number[], caller: AbortSignal, deadline: AbortSignal): Promise<Float32Array> {
+    try {
+      return await readJsonOutputOffThread(body, name, shape, AbortSignal.any([caller, deadline]));
+    } catch (error) {
+      if (caller.aborted) throw abortError(caller);
+      if (deadline.aborted) throw new KserveError('timeout', 'inference: the answer was not read before the deadline');
+      throw error;
     }
   }
 
@@ -428,9 +444,12 @@ interface ResponseOutput {
   parameters?: { binary_data_size?: unknown };
 }
 
-/** Finds `name` in an infer response, binary (header length present) or JSON, and checks its type and shape. */
-function readOutput(answer: Answer, name: string, shape: number[]): Float32Array {
-  const headerField = answer.headers.get(HEADER_LENGTH_FIELD);
+/**
+ * Finds `name` in an infer response `body`, binary (`headerField`: its Inference-Header-Content-Length) or JSON
+ * (null), and checks its type and shape. JSON answers are read through `readJsonOutputOffThread`.
+ */
+export function readOutput(body: Uint8Array, headerField: string | null, name: string, shape: number[]): Float32Array {
+  const answer = { body };
   const headerLength = headerField === null ? answer.body.byteLength : Number(headerField);
   if (!Number.isInteger(headerLength) || headerLength < 0 || headerLength > answer.body.byteLength) {
     throw new KserveError('protocol', 'inference: bad Inference-Header-Content-Length');

@@ -13,6 +13,7 @@
 import { UpstreamError } from '../upstream/errors.ts';
 import type { AvatarSource } from '../render/types.ts';
 import { KSERVE_DEFAULT_MAX_IN_FLIGHT, KserveError, KserveLipsyncClient, type KserveConnection } from './kserve-client.ts';
+import { prepareKserveJsonReader } from './kserve-json-pool.ts';
 import type { LipsyncSignature } from './model-signature.ts';
 import { BackendOverloadedError, NeuralLipsyncRenderer, type FallbackRenderer, type LipsyncInference } from './neural-renderer.ts';
 import { MEL_SILENCE, MEL_WINDOW_COLUMNS } from './mel.ts';
@@ -126,6 +127,8 @@ export class RemoteLipsyncModel {
       client.close();
       throw new UpstreamError(`lipsync_c inference server: ${connection.reason}`);
     }
+    // JSON answers are read in a worker thread; it starts now, beside the face preparation and the warm-up.
+    if (connection.encoding === 'json') void prepareKserveJsonReader();
     try {
       const face = await this.faces.get(avatar, connection.signature.size);
       const stages = this.options.offload ? await RenderPoolStages.open(this.options.offload, avatar, connection.signature.size, signal) : undefined;
@@ -303,8 +306,12 @@ export class BatchingKserveInference implements LipsyncInference {
     }
   }
 
-  /** A timeout is overload until `MAX_TIMEOUTS_IN_A_ROW` of them say the server is stalled; the rest is failure. */
+  /**
+   * A timeout is overload until `MAX_TIMEOUTS_IN_A_ROW` of them say the server is stalled; a full JSON answer reader
+   * (`kserve-json-pool.ts`) is this host's overload; the rest is failure.
+   */
   private overloadOrFailure(error: unknown, signal: AbortSignal): unknown {
+    if (!signal.aborted && error instanceof KserveError && error.kind === 'busy') return new BackendOverloadedError(error.message, { cause: error });
     if (signal.aborted || !(error instanceof KserveError) || error.kind !== 'timeout') return error;
     if (++this.timeoutsInARow >= MAX_TIMEOUTS_IN_A_ROW) return error;
     return new BackendOverloadedError(error.message, { cause: error });

@@ -14,7 +14,8 @@ export interface MultipartForm {
  * the answer goes out, so the keep-alive connection is free for the next request. Past either bound the
  * answer carries `Connection: close` instead (the remaining bytes keep flowing away until the socket
  * closes). 8 MiB and 2 s cover what a client has in flight when it is refused on any link worth keeping
- * alive, and dropping bytes costs the server only the copy from the socket.
+ * alive, and dropping bytes costs the server only the copy from the socket. A form refused by its `watchFile`
+ * is answered first and drained after, within the same bounds.
  */
 export const UNREAD_BODY_DRAIN_BYTES = 8 * 1024 * 1024;
 export const UNREAD_BODY_DRAIN_MS = 2_000;
@@ -36,6 +37,11 @@ export async function readMultipart(
     tooLargeDetail: string;
     /** Other file fields the form may carry instead of `fileField`, each with its own limit (the first file part wins). */
     alternativeFileFields?: Record<string, { maxFileBytes: number; tooLargeDetail: string }>;
+    /**
+     * Sees each chunk of the file as it streams (it must stay cheap: it runs on the event loop). An HttpError it
+     * throws is answered at once; the rest of the body is dropped unparsed after the answer (`dropBodyAfterAnswer`).
+     */
+    watchFile?: (chunk: Buffer) => void;
   },
 ): Promise<MultipartForm> {
   if (!request.isMultipart()) throw badRequest('expected multipart/form-data');
@@ -62,6 +68,7 @@ export async function readMultipart(
         for await (const chunk of part.file) {
           size += chunk.length;
           if (size > limit.maxFileBytes) throw new HttpError(413, limit.tooLargeDetail);
+          watchFile(opts.watchFile, chunk);
           chunks.push(chunk);
         }
         if (part.file.truncated) throw new HttpError(413, limit.tooLargeDetail);
@@ -77,6 +84,10 @@ export async function readMultipart(
     if (!closing.seen) throw malformed('the body ended before its closing boundary');
   } catch (error) {
     request.raw.off('data', closing.scan);
+    if (error instanceof RefusedWhileStreaming) {
+      dropBodyAfterAnswer(request.raw);
+      throw error.refusal;
+    }
     const refusal = error instanceof HttpError ? error : refusalFor(error, opts);
     if (!(error instanceof HttpError)) request.log.debug({ err: serializeErrorForLog(error) }, 'multipart body refused');
     throw await afterReleasingBody(request.raw, refusal);
@@ -137,6 +148,35 @@ class ClosingDelimiterWatch {
     const tail = chunk.length >= keep ? chunk.subarray(chunk.length - keep) : seam.subarray(Math.max(0, seam.length - keep));
     this.carry = Buffer.from(tail);
   };
+}
+
+/** A refusal from `watchFile`: answered before the rest of the body is read. */
+class RefusedWhileStreaming extends Error {
+  constructor(readonly refusal: HttpError) {
+    super(refusal.detail);
+  }
+}
+
+function watchFile(watch: ((chunk: Buffer) => void) | undefined, chunk: Buffer): void {
+  try {
+    watch?.(chunk);
+  } catch (error) {
+    throw error instanceof HttpError ? new RefusedWhileStreaming(error) : error;
+  }
+}
+
+/**
+ * Detaches the parser and answers at once: the refusal goes out as soon as it is known, not after the client has
+ * uploaded everything, while the rest of the body is dropped unparsed (the bounds of `drainUnreadBody`; past them
+ * the connection is closed, the answer having had UNREAD_BODY_DRAIN_MS to reach the client). A client that reads its
+ * answer while sending (undici does) stops sending then. Not reading at all was tried: clients blocked on a
+ * full socket then missed the answer; closing at once resets a connection with unread bytes, and the answer with it.
+ */
+function dropBodyAfterAnswer(raw: IncomingMessage): void {
+  raw.unpipe();
+  void drainUnreadBody(raw).then((ended) => {
+    if (!ended) raw.socket?.destroy();
+  });
 }
 
 function malformed(reason: string): HttpError {

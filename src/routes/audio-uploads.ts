@@ -2,11 +2,19 @@
  * Client audio at the HTTP edge. Admission is decided before a byte of the body is read: a session takes one
  * upload at a time (409), and the service reads and decodes a bounded number at once (503 + Retry-After).
  * Without it, thirty parallel 25 MB uploads to one idle session were all read before twenty-nine got their 409.
- * Decoding runs off the event loop and stops at a decoded-duration bound (`decodeClientAudio`).
+ * Decoding runs off the event loop and stops at a decoded-duration bound (`decodeClientAudio`); an upload whose
+ * container already shows it is past that bound is refused while it streams (`refuseTooLongWhileStreaming`).
  */
 import type { FastifyReply } from 'fastify';
 import { HttpError, badRequest, conflict } from '../errors.ts';
-import { AudioDecoderBusyError, AudioTooLongError, decodeAudioOffThread, InvalidAudioError, UPLOAD_AUDIO_RULES } from '../sessions/index.ts';
+import {
+  AudioDecoderBusyError,
+  AudioTooLongError,
+  decodeAudioOffThread,
+  DecodedDurationWatch,
+  InvalidAudioError,
+  UPLOAD_AUDIO_RULES,
+} from '../sessions/index.ts';
 
 /**
  * Audio uploads (speak_audio, speak_rt_audio, transcribe, offline bundles, clone and reference samples) being read
@@ -86,6 +94,27 @@ export interface ClientAudioOptions {
 }
 
 /**
+ * A `readMultipart` file watch that refuses the upload while it streams, with the same answer the decode would
+ * give, as soon as its container shows it decodes past `maxDurationMs` (`DecodedDurationWatch`): an hour of
+ * 8 kb/s MP3 is refused from its first frame, not after its 3.6 MB were read.
+ */
+export function refuseTooLongWhileStreaming(options: Pick<ClientAudioOptions, 'maxDurationMs' | 'tooLongStatus'>, label = 'audio'): (chunk: Buffer) => void {
+  const watch = new DecodedDurationWatch(options.maxDurationMs);
+  return (chunk) => {
+    try {
+      watch.push(chunk);
+    } catch (error) {
+      if (error instanceof AudioTooLongError) throw tooLong(error, options.tooLongStatus ?? 413, label);
+      throw error;
+    }
+  };
+}
+
+function tooLong(error: AudioTooLongError, status: 400 | 413, label: string): HttpError {
+  return new HttpError(status, `${label} is too long: it ${error.message.replace(/^audio /, '')}`);
+}
+
+/**
  * Decodes client audio (`UPLOAD_AUDIO_RULES`) off the event loop at `targetRate`: 400 for audio it cannot read
  * or that holds no samples, `tooLongStatus` once it decodes past `maxDurationMs`, 503 when the decoder is busy.
  * `label` names the input in the detail (`audio`, `segments[2]`).
@@ -97,7 +126,7 @@ export async function decodeClientAudio(data: Uint8Array, options: ClientAudioOp
     if (decoded.pcm.length === 0) throw badRequest(`${label} contains no samples`);
     return decoded.pcm;
   } catch (error) {
-    if (error instanceof AudioTooLongError) throw new HttpError(tooLongStatus, `${label} is too long: it ${error.message.replace(/^audio /, '')}`);
+    if (error instanceof AudioTooLongError) throw tooLong(error, tooLongStatus, label);
     if (error instanceof InvalidAudioError) throw badRequest(`invalid ${label}: ${error.message}`);
     if (error instanceof AudioDecoderBusyError) throw new HttpError(503, error.message, { 'retry-after': String(DECODER_BUSY_RETRY_AFTER_S) });
     throw error;

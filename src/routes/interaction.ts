@@ -18,7 +18,7 @@ import type { Services } from '../services.ts';
 import { readMultipart, parseBooleanField, parseIntegerField } from '../http/multipart.ts';
 import { multipartForm } from '../schemas/multipart-form.ts';
 import { closedSignal } from '../http/closed-signal.ts';
-import { decodeClientAudio, uploadAdmission, type UploadAdmission } from './audio-uploads.ts';
+import { decodeClientAudio, refuseTooLongWhileStreaming, uploadAdmission, type UploadAdmission } from './audio-uploads.ts';
 
 /** Direct audio uploads: ~13 minutes of 16 kHz PCM; bounded before buffering. */
 export const AUDIO_UPLOAD_MAX_BYTES = 25 * 1024 * 1024;
@@ -153,7 +153,7 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const asrStatus = services.asr.status();
       if (!asrStatus.configured) throw new HttpError(503, `no speech recognizer is configured: ${asrStatus.reason ?? 'set SERVICE_ASR_BASE_URL'}`);
       admitUpload(admission, session, reply);
-      const form = await readAudioForm(request);
+      const form = await readAudioForm(request, TRANSCRIBE_AUDIO_MAX_MS);
       const triggerChat = parseBooleanField(form.fields.trigger_chat, 'trigger_chat');
       if (triggerChat && !services.llm.status().configured) throw new HttpError(503, 'trigger_chat needs a language model: set SERVICE_LLM_BASE_URL');
       const sampleRate = services.config.sampleRate;
@@ -196,7 +196,7 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
         const session = await supervisor.requireSession(request.params.session_id);
         session.assertAdmits('SPEAK_AUDIO');
         admitUpload(admission, session, reply);
-        const form = await readAudioForm(request);
+        const form = await readAudioForm(request, TURN_AUDIO_MAX_MS);
         const rawRate = parseIntegerField(form.fields.sample_rate, 'sample_rate', UPLOAD_AUDIO_RULES.minSampleRate, UPLOAD_AUDIO_RULES.maxSampleRate);
         const pcm = await decodeClientAudio(form.data, {
           targetRate: services.config.sampleRate,
@@ -226,11 +226,13 @@ function turnVoice(
   return resolveTtsSelection((id) => services.tts.get(id), session.persona, requestOverrides(body));
 }
 
-async function readAudioForm(request: FastifyRequest): Promise<{ data: Buffer; fields: Record<string, string> }> {
+/** The form of an audio upload; refused while it streams once it passes its bytes or its decoded duration. */
+async function readAudioForm(request: FastifyRequest, maxDurationMs: number): Promise<{ data: Buffer; fields: Record<string, string> }> {
   const form = await readMultipart(request, {
     fileField: 'audio',
     maxFileBytes: AUDIO_UPLOAD_MAX_BYTES,
     tooLargeDetail: `audio is larger than ${AUDIO_UPLOAD_MAX_BYTES / 1024 / 1024} MB`,
+    watchFile: refuseTooLongWhileStreaming({ maxDurationMs }),
   });
   if (!form.file) throw badRequest('audio file is required');
   if (form.file.data.length === 0) throw badRequest('audio file is empty');

@@ -19,6 +19,7 @@ export {
 export type { RequestEventType, SessionEvent, TurnInfo } from '../../machines/session.machine.ts';
 export { AudioTooLongError, concatPcm, describeDuration, InvalidAudioError, UPLOAD_AUDIO_RULES } from '../../actors/audio/decode.ts';
 export { AudioDecoderBusyError, closeAudioDecoder, decodeAudioOffThread } from '../../actors/audio/decode-pool.ts';
+export { DecodedDurationWatch } from '../../actors/audio/duration-watch.ts';
 export { resamplePcm16 } from '../../actors/audio/resample.ts';
 export { encodeWav, pcm16FromLittleEndian } from '../../actors/audio/wav.ts';
 export { PLAYOUT_HIGH_WATER_MS } from '../../actors/media/playout.ts';
