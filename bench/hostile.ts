@@ -3,7 +3,8 @@
  * one live `rt` session (a wrtc viewer in this process); while each attack below runs, the step reads the
  * event loop's answer time (`GET /healthz` every 50 ms, p99) and the live session's first audio
  * (`first_audio_queued_ms` of short speak turns, from `GET /sessions/{id}/metrics`), beside the same figures
- * with no attack, in one run:
+ * with no attack, in one run. The attack runs in a process of its own (`hostile-attacker.ts`), so sending it
+ * does not delay the probes:
  *
  * - `mp3`: an 8 kb/s MP3 of an hour of audio (~3.6 MB) posted to another session's speak_audio, 2 at a time;
  * - `png`: a PNG of 1×49,000,000 pixels (~95 KB) posted to POST /avatars/custom, 4 at a time;
@@ -11,6 +12,11 @@
  *
  *   npm run bench -- hostile
  */
+import { fork } from 'node:child_process';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import type { AttackName, AttackOrder } from './hostile-attacker.ts';
 import { startBenchService } from './service.ts';
 import { SessionLoad, getJson } from './session-load.ts';
 import { lowBitrateMp3 } from './hostile-inputs.ts';
@@ -28,12 +34,6 @@ const TURN_WAIT_MS = 30_000;
 const MP3_SECONDS = 3_600;
 const PNG_SHAPE = { width: 1, height: 49_000_000 };
 const PREVIEW_TEXT = 'The quick brown fox jumps over the lazy dog. '.repeat(23).slice(0, 1000);
-
-interface Attack {
-  name: string;
-  workers: number;
-  request(signal: AbortSignal): Promise<Response>;
-}
 
 interface PhaseResult {
   healthz_p50_ms: number;
@@ -92,31 +92,26 @@ async function firstAudioOfOneTurn(baseUrl: string, sessionId: string): Promise<
   return firstAudio ?? TURN_WAIT_MS;
 }
 
-async function runAttack(attack: Attack, signal: AbortSignal): Promise<Record<string, number>> {
-  const answers: Record<string, number> = {};
-  await Promise.all(
-    Array.from({ length: attack.workers }, async () => {
-      while (!signal.aborted) {
-        try {
-          const res = await attack.request(signal);
-          await res.arrayBuffer();
-          answers[res.status] = (answers[res.status] ?? 0) + 1;
-          // A refused request is retried after a beat, as a persistent attacker would.
-          if (res.status >= 400) await sleep(100);
-        } catch {
-          if (signal.aborted) break;
-          answers.error = (answers.error ?? 0) + 1;
-          await sleep(100);
-        }
-      }
-    }),
-  );
-  return answers;
+/** The attack, forked; `stop()` ends it and resolves to what its requests were answered (status → count). */
+function startAttack(order: AttackOrder): { stop(): Promise<Record<string, number>> } {
+  const child = fork(path.join(import.meta.dirname, 'hostile-attacker.ts'), [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const result = new Promise<Record<string, number>>((resolve, reject) => {
+    child.once('message', (message: { answers?: Record<string, number>; error?: string }) =>
+      message.answers ? resolve(message.answers) : reject(new Error(`attacker failed: ${message.error}`)),
+    );
+    child.once('exit', (code) => reject(new Error(`attacker exited (${code}) without answering`)));
+  });
+  child.send(order);
+  return {
+    stop: () => {
+      child.send('stop');
+      return result;
+    },
+  };
 }
 
-async function phase(baseUrl: string, sessionId: string, attack?: Attack): Promise<PhaseResult> {
-  const stop = new AbortController();
-  const attacking = attack ? runAttack(attack, stop.signal) : Promise.resolve(undefined);
+async function phase(baseUrl: string, sessionId: string, attack?: AttackOrder): Promise<PhaseResult> {
+  const attacking = attack ? startAttack(attack) : undefined;
   // Let the attack get going before measuring.
   if (attack) await sleep(1_000);
   const until = performance.now() + PHASE_S * 1000;
@@ -130,8 +125,7 @@ async function phase(baseUrl: string, sessionId: string, attack?: Attack): Promi
     }
   }
   const probes = await probing;
-  stop.abort();
-  const answers = await attacking;
+  const answers = await attacking?.stop();
   // Whatever the attack left running in the service settles before the next phase.
   await sleep(2_000);
   return {
@@ -146,15 +140,11 @@ async function phase(baseUrl: string, sessionId: string, attack?: Attack): Promi
   };
 }
 
-function multipart(field: string, file: Buffer, filename: string, type: string, fields: Record<string, string> = {}): FormData {
-  const form = new FormData();
-  for (const [name, value] of Object.entries(fields)) form.append(name, value);
-  form.append(field, new Blob([new Uint8Array(file)], { type }), filename);
-  return form;
-}
-
 export async function benchHostile(): Promise<Record<string, unknown>> {
   const [mp3, png] = await Promise.all([lowBitrateMp3(MP3_SECONDS), Promise.resolve(blackPng(PNG_SHAPE.width, PNG_SHAPE.height))]);
+  const inputs = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-hostile-'));
+  const [mp3File, pngFile] = [path.join(inputs, 'long.mp3'), path.join(inputs, 'tall.png')];
+  await Promise.all([fs.writeFile(mp3File, mp3), fs.writeFile(pngFile, png)]);
   const service = await startBenchService();
   const live = new SessionLoad(service.baseUrl, service.pid);
   const target = new SessionLoad(service.baseUrl, service.pid);
@@ -164,55 +154,29 @@ export async function benchHostile(): Promise<Record<string, unknown>> {
     await target.open('rt', 1);
     const liveId = live.sessions[0].id;
     const targetId = target.sessions[0].id;
-    const attacks: Attack[] = [
-      {
-        name: 'mp3',
-        workers: 2,
-        request: (signal) =>
-          fetch(`${service.baseUrl}/sessions/${targetId}/speak_audio`, { method: 'POST', body: multipart('audio', mp3, 'long.mp3', 'audio/mpeg'), signal }),
-      },
-      {
-        name: 'png',
-        workers: 4,
-        request: (signal) =>
-          fetch(`${service.baseUrl}/avatars/custom`, {
-            method: 'POST',
-            body: multipart('image', png, 'tall.png', 'image/png', { name: 'tall', base_avatar_id: 'astronaut' }),
-            signal,
-          }),
-      },
-      {
-        name: 'preview',
-        workers: 20,
-        request: (signal) =>
-          fetch(`${service.baseUrl}/tts/preview`, {
-            method: 'POST',
-            headers: { 'content-type': 'application/json' },
-            body: JSON.stringify({ text: PREVIEW_TEXT }),
-            signal,
-          }),
-      },
-    ];
+    const attacks: AttackName[] = ['mp3', 'png', 'preview'];
+    const order = (name: AttackName): AttackOrder => ({ name, baseUrl: service.baseUrl, targetSessionId: targetId, mp3File, pngFile, previewText: PREVIEW_TEXT });
     const out: Record<string, unknown> = {
       phase_s: PHASE_S,
       inputs: { mp3_bytes: mp3.length, mp3_seconds: MP3_SECONDS, png_bytes: png.length, png_shape: `${PNG_SHAPE.width}x${PNG_SHAPE.height}` },
     };
     out.unloaded = await phase(service.baseUrl, liveId);
-    for (const attack of attacks) {
-      out[attack.name] = await phase(service.baseUrl, liveId, attack);
-      console.log(`  ${attack.name}: healthz p99 ${(out[attack.name] as PhaseResult).healthz_p99_ms} ms, first audio p50 ${(out[attack.name] as PhaseResult).first_audio_ms_p50} ms`);
+    for (const name of attacks) {
+      out[name] = await phase(service.baseUrl, liveId, order(name));
+      console.log(`  ${name}: healthz p99 ${(out[name] as PhaseResult).healthz_p99_ms} ms, first audio p50 ${(out[name] as PhaseResult).first_audio_ms_p50} ms`);
     }
     const unloaded = out.unloaded as PhaseResult;
     const preview = out.preview as PhaseResult;
     out.preview_first_audio_ratio =
       unloaded.first_audio_ms_p50 && preview.first_audio_ms_p50 !== null ? round(preview.first_audio_ms_p50 / unloaded.first_audio_ms_p50, 2) : null;
-    out.healthz_p99_worst_ms = Math.max(...attacks.map((a) => (out[a.name] as PhaseResult).healthz_p99_ms));
+    out.healthz_p99_worst_ms = Math.max(...attacks.map((name) => (out[name] as PhaseResult).healthz_p99_ms));
     out.load_average = loadAverage();
     return out;
   } finally {
     await live.close();
     await target.close();
     await service.stop();
+    await fs.rm(inputs, { recursive: true, force: true });
   }
 }
 
