@@ -476,7 +476,7 @@ describe('tool calling in chat turns', () => {
     });
 
     it('with SERVICE_WEBHOOK_ALLOWED_HOSTS empty, no webhook tool is accepted; client tools still are', () => {
-      expect(() => checkToolDefinitions([valid()], { allowedHosts: [] })).toThrow(/webhook tools are off/);
+      expect(() => checkToolDefinitions([valid()], { allowedHosts: [] })).toThrow(/no callback hosts are allowed/);
       expect(checkToolDefinitions([mapTool], { allowedHosts: [] })).toEqual([mapTool]);
       expect(() => checkToolDefinitions([{ ...valid(), webhook: 'http://evil.example.com/' }], { allowedHosts: ['.example.com'] })).not.toThrow();
       expect(() => checkToolDefinitions([{ ...valid(), webhook: 'http://example.com.evil.net/' }], { allowedHosts: ['.example.com'] })).toThrow(/not in/);
