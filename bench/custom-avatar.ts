@@ -11,18 +11,24 @@ const WARM_RUNS = 3;
 /** The issue's figure: a 10 s clip becomes an avatar in ≤ 30 s on 2 cores (3 s per clip-second). */
 const BENCH_CLIP_SECONDS = 10;
 
-async function createOnce(app: TestApp, image: Buffer, name: string, field: 'image' | 'video' = 'image'): Promise<number> {
+/** `POST /avatars/custom` on the astronaut base with a portrait (`image`) or a clip (`video`): the new id and the wall time. */
+export async function postCustomAvatar(baseUrl: string, bytes: Buffer, name: string, field: 'image' | 'video' = 'image'): Promise<{ id: string; ms: number }> {
   const body = new FormData();
   body.append('name', name);
   body.append('base_avatar_id', 'astronaut');
-  body.append(field, new Blob([new Uint8Array(image)], { type: field === 'image' ? 'image/png' : 'video/mp4' }), field === 'image' ? 'portrait.png' : 'clip.mp4');
+  body.append(field, new Blob([new Uint8Array(bytes)], { type: field === 'image' ? 'image/png' : 'video/mp4' }), field === 'image' ? 'portrait.png' : 'clip.mp4');
   const started = performance.now();
-  const res = await fetch(`${app.baseUrl}/avatars/custom`, { method: 'POST', body });
-  const elapsed = performance.now() - started;
+  const res = await fetch(`${baseUrl}/avatars/custom`, { method: 'POST', body });
+  const ms = performance.now() - started;
   if (res.status !== 200) throw new Error(`POST /avatars/custom answered ${res.status}`);
   const { id } = (await res.json()) as { id: string };
+  return { id, ms };
+}
+
+async function createOnce(app: TestApp, image: Buffer, name: string, field: 'image' | 'video' = 'image'): Promise<number> {
+  const { id, ms } = await postCustomAvatar(app.baseUrl, image, name, field);
   await fetch(`${app.baseUrl}/avatars/${id}`, { method: 'DELETE' });
-  return elapsed;
+  return ms;
 }
 
 /**

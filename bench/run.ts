@@ -28,6 +28,7 @@ import { benchChat } from './chat.ts';
 import { benchVoice } from './voice.ts';
 import { benchOffline } from './offline.ts';
 import { benchCustomAvatar } from './custom-avatar.ts';
+import { benchAvatarFidelity } from './avatar-fidelity.ts';
 import { benchSessionCpu } from './session-cpu.ts';
 import { benchSessionCycles } from './session-cycles.ts';
 import { benchStreamingCpu } from './streaming-cpu.ts';
@@ -49,6 +50,7 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['chat', benchChat],
   ['voice', benchVoice],
   ['custom_avatar', benchCustomAvatar],
+  ['avatar_fidelity', benchAvatarFidelity],
   ['offline', () => benchOffline()],
   ['session_churn', benchLeak],
   ['capacity_rt', () => benchCapacity('rt')],

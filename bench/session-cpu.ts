@@ -4,14 +4,21 @@
  * the CPU of the service's process tree (the service and its TTS engine processes) is read from /proc
  * over a window. Late frames come from the service's own metrics (`GET /sessions/{id}/metrics`).
  *
- * Rows: `rt` speaking, `rt` idle (started, nothing to say), `lipsync` (astronaut) speaking; each on a fresh
+ * Rows: `rt` speaking, `rt` idle (started, nothing to say), `lipsync` (astronaut) speaking, `lipsync` on a video
+ * avatar speaking (and its ratio to the photo row, `clip_vs_photo_cpu_ratio`); each on a fresh
  * service after one warm-up session, so every row starts from the same state. Also memory per active
  * session: resident memory with N sessions minus before them, each read after a full GC in the service
  * (SIGUSR2, bench/gc-on-signal.mjs) so floating garbage does not decide the figure.
  *
  *   npm run bench -- session_cpu
  *   BENCH_CPU_WINDOW_S=30 BENCH_SESSIONS=4 npm run bench -- session_cpu
+ *   BENCH_CPU_ROWS=lipsync_speaking,lipsync_clip_speaking npm run bench -- session_cpu
  */
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { landscapeMp4 } from '../test/helpers/clips.ts';
+import { postCustomAvatar } from './custom-avatar.ts';
 import { startBenchService, type BenchService } from './service.ts';
 import { SessionLoad, getJson, round, warmUp, type SessionModel, type WindowResult } from './session-load.ts';
 import { loadAverage, sampleTree } from './proc.ts';
@@ -29,13 +36,32 @@ export interface CpuRow {
   key: string;
   model: SessionModel;
   speaking: boolean;
+  /** On a video avatar made (in the row's fresh service) from a clip animated from the astronaut portrait. */
+  clip?: boolean;
 }
 
 export const CPU_ROWS: CpuRow[] = [
   { key: 'rt_speaking', model: 'rt', speaking: true },
   { key: 'rt_idle', model: 'rt', speaking: false },
   { key: 'lipsync_speaking', model: 'lipsync', speaking: true },
+  // Issue 27: a clip avatar's session next to the photo's (the row above), in the same run: their ratio is the target.
+  { key: 'lipsync_clip_speaking', model: 'lipsync', speaking: true, clip: true },
 ];
+/** `BENCH_CPU_ROWS=lipsync_speaking,lipsync_clip_speaking` measures only those rows. */
+const ONLY_ROWS = process.env.BENCH_CPU_ROWS ? new Set(process.env.BENCH_CPU_ROWS.split(',')) : null;
+/** The clip the video-avatar row's avatar is made from (as long as the creation bench's). */
+const CLIP_SECONDS = 10;
+
+/** A video avatar in `service`, from a clip animated from the astronaut portrait (`test/helpers/clips.ts`). */
+async function createClipAvatar(service: BenchService): Promise<string> {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-cpu-clip-'));
+  try {
+    const clip = await fs.readFile(await landscapeMp4(dir, CLIP_SECONDS));
+    return (await postCustomAvatar(service.baseUrl, clip, 'bench clip', 'video')).id;
+  } finally {
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+}
 
 export interface CpuRowResult extends WindowResult {
   model: SessionModel;
@@ -67,7 +93,8 @@ export async function measureCpuRow(row: CpuRow, sessions = SESSIONS, windowS = 
   const service = await startBenchService();
   const load = new SessionLoad(service.baseUrl, service.pid);
   try {
-    await warmUp(service.baseUrl, service.pid, row.model);
+    const avatarId = row.clip ? await createClipAvatar(service) : undefined;
+    await warmUp(service.baseUrl, service.pid, row.model, avatarId);
     await new Promise((r) => setTimeout(r, 1_000));
     const baseline = [sampleTree(service.pid)];
     for (let i = 0; i < BASELINE_S; i++) {
@@ -77,7 +104,7 @@ export async function measureCpuRow(row: CpuRow, sessions = SESSIONS, windowS = 
     const idleStart = baseline[0];
     const idleEnd = baseline[baseline.length - 1];
     const before = await settledMemory(service);
-    await load.open(row.model, sessions);
+    await load.open(row.model, sessions, avatarId);
     if (row.speaking) load.startSpeaking();
     const window = await load.measure(windowS * 1000, WARMUP_S * 1000);
     // Memory after the CPU window (a forced GC would count in it): sessions still live and speaking.
@@ -113,6 +140,7 @@ export async function benchSessionCpu(): Promise<Record<string, unknown>> {
   const floor = await measureTransportFloor(SESSIONS).catch((error: Error) => ({ error: error.message }));
   out.transport_floor = floor;
   for (const row of CPU_ROWS) {
+    if (ONLY_ROWS && !ONLY_ROWS.has(row.key)) continue;
     try {
       const result = await measureCpuRow(row);
       result.cpu_ratio_to_transport_floor = 'error' in floor ? null : floorRatio(result.cpu_ms_per_session_second, floor);
@@ -120,6 +148,11 @@ export async function benchSessionCpu(): Promise<Record<string, unknown>> {
     } catch (error) {
       out[row.key] = { error: (error as Error).message };
     }
+  }
+  const photo = out.lipsync_speaking as CpuRowResult | undefined;
+  const clip = out.lipsync_clip_speaking as CpuRowResult | undefined;
+  if (photo?.cpu_ms_per_session_second && clip?.cpu_ms_per_session_second) {
+    out.clip_vs_photo_cpu_ratio = round(clip.cpu_ms_per_session_second / photo.cpu_ms_per_session_second, 2);
   }
   return out;
 }

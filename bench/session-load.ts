@@ -106,11 +106,11 @@ export class SessionLoad {
     readonly servicePid: number,
   ) {}
 
-  /** Creates, connects (wrtc receiver + SSE) and starts `count` sessions of `model`. */
-  async open(model: SessionModel, count: number): Promise<void> {
-    const avatar = await avatarFor(this.baseUrl, model);
+  /** Creates, connects (wrtc receiver + SSE) and starts `count` sessions of `model` (on `avatarId`, else the model's bench avatar). */
+  async open(model: SessionModel, count: number, avatarId?: string): Promise<void> {
+    const avatar = avatarId ?? (await avatarFor(this.baseUrl, model)).id;
     for (let i = 0; i < count; i++) {
-      const { session_id } = await postJson<{ session_id: string }>(this.baseUrl, '/sessions', { avatar_id: avatar.id, model });
+      const { session_id } = await postJson<{ session_id: string }>(this.baseUrl, '/sessions', { avatar_id: avatar, model });
       const sse = await SseClient.open(`${this.baseUrl}/sessions/${session_id}/events`);
       const peer = await ReceivingPeer.connect(this.baseUrl, session_id);
       peer.keepFrames = false;
@@ -230,10 +230,10 @@ export class SessionLoad {
 }
 
 /** One full session lifetime that loads what the first session of a process loads (render worker code, TTS engines). */
-export async function warmUp(baseUrl: string, servicePid: number, model: SessionModel): Promise<void> {
+export async function warmUp(baseUrl: string, servicePid: number, model: SessionModel, avatarId?: string): Promise<void> {
   const load = new SessionLoad(baseUrl, servicePid);
   try {
-    await load.open(model, 1);
+    await load.open(model, 1, avatarId);
     const s = load.sessions[0];
     const from = s.sse.events.length;
     await postJson(baseUrl, `/sessions/${s.id}/speak`, { text: 'Warm up.' });

@@ -164,8 +164,11 @@ describe('POST /avatars/custom with a video (real app, real ffmpeg, real detecto
       controller.abort(new Error('client went away'));
       await expect(building).rejects.toThrow('client went away');
       expect((await fs.readdir(t.avatarsDir)).sort()).toEqual(before);
-      const children = execFileSync('ps', ['-o', 'comm=', '--ppid', String(process.pid)], { encoding: 'utf8' }).split('\n');
-      expect(children.filter((name) => name.includes('ffmpeg'))).toEqual([]);
+      // The creation rejects as the abort fires; ffmpeg got SIGKILL in that same moment and is gone once reaped.
+      const ffmpegChildren = () =>
+        execFileSync('ps', ['-o', 'comm=', '--ppid', String(process.pid)], { encoding: 'utf8' }).split('\n').filter((name) => name.includes('ffmpeg'));
+      for (let i = 0; i < 50 && ffmpegChildren().length > 0; i++) await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(ffmpegChildren()).toEqual([]);
     },
     CREATION_TIMEOUT_MS,
   );

@@ -2,7 +2,7 @@ import sharp from 'sharp';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { closeFaceDetector, detectMouth } from '../actors/faces/detector.ts';
-import { MIN_FACE_SCORE, toMouthDetection, transformAnimation } from '../actors/faces/landmarks.ts';
+import { faceAnchor, faceHint, MIN_FACE_SCORE, toMouthDetection, transformAnimation } from '../actors/faces/landmarks.ts';
 import type { RawFace } from '../actors/faces/types.ts';
 
 import { PORTRAIT_FIXTURE as FIXTURE } from './helpers/fixtures.ts';
@@ -87,6 +87,38 @@ describe('face detection (face-api on tfjs wasm, offline)', () => {
     ]);
     const result = await detectMouth(await rgbaOf(sharp(await twin.png().toBuffer())));
     expect(result).toMatchObject({ ok: false, reason: 'multiple_faces' });
+  });
+
+  it('a video frame with the neighbouring face as hint is followed: landmarks refitted in that box, the box moved with them, the score carried', async () => {
+    const image = await rgbaOf(sharp(FIXTURE));
+    const full = await detectMouth(image);
+    if (!full.ok) throw new Error('fixture face not found');
+    // The neighbouring frame's face sat 6 px further left: the box must move right with the landmarks.
+    const neighbour = transformAnimation(full.animation, 6, 0, 1);
+    const hint = { ...faceHint(neighbour), score: 0.777 };
+    const followed = await detectMouth({ ...image, near: hint });
+    expect(followed.ok).toBe(true);
+    if (!followed.ok) return;
+    const a = followed.animation;
+    // No SSD pass ran: the score is the hint's, not a new detection's.
+    expect(a.confidence).toBe(0.777);
+    expect(Math.hypot(a.mouth_center.x - full.animation.mouth_center.x, a.mouth_center.y - full.animation.mouth_center.y)).toBeLessThan(4);
+    expect(Math.abs(a.face_box.x - (neighbour.face_box.x + (faceAnchor(a).x - hint.anchor.x)))).toBeLessThan(0.1);
+    expect(a.face_box.x).toBeGreaterThan(neighbour.face_box.x + 2);
+    expect(a.outer_lip).toHaveLength(12);
+  });
+
+  it('a hint the face has moved out of (or that holds none) falls back to searching the whole frame', async () => {
+    const image = await rgbaOf(sharp(FIXTURE));
+    const full = await detectMouth(image);
+    if (!full.ok) throw new Error('fixture face not found');
+    // A box of the face's size in the bottom-right corner, where there is no face.
+    const elsewhere = transformAnimation(full.animation, -250, -300, 1);
+    const result = await detectMouth({ ...image, near: { ...faceHint(elsewhere), score: 0.777 } });
+    expect(result.ok).toBe(true);
+    if (!result.ok) return;
+    expect(result.animation.confidence).toBe(full.animation.confidence);
+    expect(result.animation.face_box).toEqual(full.animation.face_box);
   });
 
   it('an aborted detection rejects with the abort reason', async () => {

@@ -14,7 +14,8 @@ const IDLE_TIMEOUT_MS = 5 * 60_000;
 let pool: Piscina<RgbaImage, MouthDetection> | null = null;
 
 function detectorPool(): Piscina<RgbaImage, MouthDetection> {
-  pool ??= new Piscina<RgbaImage, MouthDetection>({
+  if (pool) return pool;
+  pool = new Piscina<RgbaImage, MouthDetection>({
     filename: WORKER_BOOTSTRAP.href,
     minThreads: 0,
     // One detection at a time is plenty for portrait uploads and leaves the other core to sessions.
@@ -59,7 +60,7 @@ export async function detectMouth(image: RgbaImage, opts: { signal?: AbortSignal
     // Always a private copy: transferring the caller's own buffer would detach it under their feet, and the
     // copy (4 bytes/pixel, ~1 ms for 1 Mpx) is nothing next to the detection itself.
     const rgba = new Uint8Array(image.rgba);
-    const task = { rgba, width: image.width, height: image.height };
+    const task: RgbaImage = { rgba, width: image.width, height: image.height, ...(image.near ? { near: image.near } : {}) };
     const stranded = new AbortController();
     waitingDetections.add(stranded);
     try {

@@ -10,6 +10,8 @@ export interface FaceApi {
   nets: { ssdMobilenetv1: { loadFromDisk(dir: string): Promise<void> }; faceLandmark68Net: { loadFromDisk(dir: string): Promise<void> } };
   SsdMobilenetv1Options: new (opts: { minConfidence: number; maxResults: number }) => unknown;
   detectAllFaces(input: unknown, options: unknown): { withFaceLandmarks(): Promise<FaceApiResult[]> };
+  /** The 68-landmark net alone on an image that is already a face crop; positions in the crop's pixels. */
+  detectFaceLandmarks(input: unknown): Promise<{ positions: Array<{ x: number; y: number }> }>;
 }
 
 export interface FaceApiResult {

@@ -1,5 +1,5 @@
 import type { MouthAnimation, Point } from '../render/types.ts';
-import type { MouthDetection, RawFace } from './types.ts';
+import type { FaceHint, MouthDetection, RawFace } from './types.ts';
 
 /** Candidates below this score are detector noise and take no part in the several-faces rule. */
 export const MIN_CANDIDATE_SCORE = 0.3;
@@ -55,6 +55,19 @@ export function animationFromLandmarks(face: RawFace): MouthAnimation {
     confidence: Math.round(face.score * 1000) / 1000,
     detector: DETECTOR_NAME,
   };
+}
+
+/**
+ * What the detector needs to follow this face onto a neighbouring video frame: the box, the centre of eyes and
+ * mouth (which moves with the head) and the eye distance (which tells a face from a landmark fit on background).
+ */
+export function faceHint(a: MouthAnimation): FaceHint {
+  return { box: a.face_box, anchor: faceAnchor(a), eyeDistance: Math.hypot(a.right_eye.x - a.left_eye.x, a.right_eye.y - a.left_eye.y), score: a.confidence };
+}
+
+/** The mean of the two eye centres and the mouth centre. */
+export function faceAnchor(a: MouthAnimation): Point {
+  return { x: (a.left_eye.x + a.right_eye.x + a.mouth_center.x) / 3, y: (a.left_eye.y + a.right_eye.y + a.mouth_center.y) / 3 };
 }
 
 /** Maps every coordinate of an animation through `x' = (x - left) * scale`, `y' = (y - top) * scale`. */

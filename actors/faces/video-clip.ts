@@ -3,7 +3,8 @@
  * magic number, then ffmpeg's report: a video stream, 2–60 s, a sane size), one frame is searched for the face to
  * place the avatar's window, then ffmpeg decodes the loop — turned upright by its rotation, audio ignored, 25 fps,
  * cropped around the face and scaled to the avatar size — straight into the bundle's PNG frames, handing every
- * `CLIP_DETECT_EVERY`th frame to the face detector meanwhile. The detections become a smoothed per-frame track
+ * `CLIP_DETECT_EVERY`th frame to the face detector meanwhile (a full search every `CLIP_REDETECT_EVERY` frames,
+ * the landmarks refitted around the last face between). The detections become a smoothed per-frame track
  * (`face-track.ts`). All decoding happens in ffmpeg's own process, under deadlines and output bounds.
  */
 import fs from 'node:fs/promises';
@@ -11,6 +12,7 @@ import path from 'node:path';
 import type { MouthAnimation } from '../render/types.ts';
 import { ClipProcessError, parseClipReport, runFfmpeg, type ClipInfo } from './clip-ffmpeg.ts';
 import { buildFaceTrack } from './face-track.ts';
+import { faceHint } from './landmarks.ts';
 import { coverCrop, DETECTION_MAX_SIDE, type Detector } from './portrait.ts';
 
 /** Clip uploads are refused while streaming past this: 60 s of phone video at a typical 6 Mbit/s is ~45 MB. */
@@ -29,11 +31,17 @@ export const MAX_CLIP_SIDE = 4096;
  */
 export const MAX_LOOP_FRAMES = 150;
 /**
- * The face is detected on every 5th loop frame (~0.5 s of detector CPU each on the 2-core host) and interpolated
- * between: head motion over 200 ms is small, and the track is smoothed anyway. A 6 s loop needs 30 detections,
- * which keeps a 10 s clip's creation within 30 s.
+ * The face's landmarks are fitted on every 5th loop frame and interpolated between: head motion over 200 ms is
+ * small, and the track is smoothed anyway.
  */
 export const CLIP_DETECT_EVERY = 5;
+/**
+ * A full detection (SSD over the whole frame, ~0.5 s of CPU on the 2-core host) runs on every 50th frame (every
+ * 2 s) and wherever the face moved too far to follow; the sampled frames between only refit the landmarks in the
+ * last face box (~30 ms). A 6 s loop costs 3 full detections and 27 refits instead of 30 full detections, which
+ * keeps a 10 s clip's creation well within 30 s; the periodic full pass stops a followed box from drifting.
+ */
+export const CLIP_REDETECT_EVERY = 50;
 /** A clip whose face is found on fewer than half the sampled frames has no usable face. */
 export const MIN_TRACKED_FRACTION = 0.5;
 /** ffmpeg reading the header; it reads a few KB, so a run this long is a file built to be slow. */
@@ -96,14 +104,21 @@ export async function prepareClip(
   // Stops the detections still queued when the decode fails, so they neither run on nor reject unheard.
   const stopDetecting = new AbortController();
   const detectSignal = opts.signal ? AbortSignal.any([opts.signal, stopDetecting.signal]) : stopDetecting.signal;
+  // The face on the last sampled frame, followed onto the next one (null: search the next frame whole).
+  let last: MouthAnimation | null = null;
   const onFrame = (rgba: Buffer) => {
     const frameIndex = sampleIndex++ * CLIP_DETECT_EVERY;
     // One detection at a time, in order, while ffmpeg keeps decoding; at most `samples` frames wait (bounded output).
     detecting = detecting.then(async () => {
       detectSignal.throwIfAborted();
-      const result = await opts.detect({ rgba, width: target.width, height: target.height }, { signal: detectSignal });
+      const near = last && frameIndex % CLIP_REDETECT_EVERY !== 0 ? faceHint(last) : undefined;
+      const result = await opts.detect({ rgba, width: target.width, height: target.height, ...(near ? { near } : {}) }, { signal: detectSignal });
+      last = result.ok ? result.animation : null;
       if (result.ok) detections.set(frameIndex, result.animation);
     });
+    // An aborted detection can reject while ffmpeg still runs, before anything awaits the chain: marked heard
+    // here (not an unhandled rejection), it still rejects the `await detecting` below.
+    detecting.catch(() => undefined);
   };
   const filter =
     `[0:v]fps=${CLIP_FPS},crop=${crop.width}:${crop.height}:${crop.left}:${crop.top},scale=${target.width}:${target.height},format=rgb24,split=2[png][det];` +

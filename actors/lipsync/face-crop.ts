@@ -2,7 +2,8 @@
  * Per-avatar preparation for a Wav2Lip-family model, done once when a session opens the avatar, and the per-frame
  * paste-back of the generated face.
  *
- * - Face box: the avatar's stored landmarks (`metadata.animation.face_box`, from face-api), extended downwards by
+ * - Face box: the avatar's stored landmarks (`metadata.animation.face_box`, from face-api; on a video avatar each
+ *   loop frame's own tracked box, `faceAt`), extended downwards by
  *   `CHIN_PAD` of its height (Wav2Lip pads its detector box by 10 px at the bottom so the chin is inside), made
  *   square around its centre and snapped to even pixels (I420 chroma stays aligned).
  * - Model input: the crop scaled to S×S, in BGR order (Wav2Lip reads frames with OpenCV), values in [0, 1]:
@@ -15,7 +16,8 @@ import sharp from 'sharp';
 import { rgbaToI420 } from '../render/i420.ts';
 import { loadBundleFrame, type RgbaImage } from '../render/image.ts';
 import { blendPatch, patchFromRgba } from '../render/patch.ts';
-import type { AvatarSource, I420Frame } from '../render/types.ts';
+import { loopFrameIndex, readClipSource } from '../render/clip-loop.ts';
+import type { AvatarSource, I420Frame, MouthAnimation } from '../render/types.ts';
 
 /** Wav2Lip's `pads = [0, 10, 0, 0]` at its usual 720p input: roughly a tenth of the face height below the chin. */
 const CHIN_PAD = 0.1;
@@ -32,7 +34,16 @@ export interface FaceCrop {
   side: number;
 }
 
-export interface PreparedFace {
+/**
+ * Per-frame faces one prepared video avatar holds (base frame, model input, paste-back half): 64 MiB keeps the
+ * whole 150-frame loop of a 512² avatar at S = 96 (~0.7 MB a frame); a larger S or avatar holds every 2nd, 3rd, …
+ * frame, so speech plays the loop at a lower frame rate. The session process holds one per open avatar and face
+ * size (`PreparedFaceCache`, ≤ 8) and each render worker a few (`MAX_WORKER_FACES`).
+ */
+export const NEURAL_LOOP_FACE_BYTES = 64 * 1024 * 1024;
+
+/** One frame's face: the frame, where its face is, the model's input and the paste-back half. */
+export interface PreparedFrameFace {
   /** Model face size S. */
   size: number;
   width: number;
@@ -46,14 +57,30 @@ export interface PreparedFace {
   lowerHalf: RgbaImage;
 }
 
+export interface PreparedLoop {
+  /** Loop frames in the bundle. */
+  count: number;
+  /** Every `stride`th frame is held. */
+  stride: number;
+  frames: PreparedFrameFace[];
+}
+
+/** The avatar's face: its still (`frame.png`) and, on a video avatar, every held loop frame's (`faceAt`). */
+export interface PreparedFace extends PreparedFrameFace {
+  loop?: PreparedLoop;
+}
+
 function even(value: number): number {
   return Math.round(value / 2) * 2;
 }
 
 /** The square crop around the stored face box, inside the frame. */
 export function faceCropOf(avatar: AvatarSource): FaceCrop {
-  const { width, height } = avatar.manifest;
-  const box = avatar.manifest.metadata.animation?.face_box;
+  return faceCropAround(avatar.manifest.metadata.animation?.face_box, avatar.manifest.width, avatar.manifest.height);
+}
+
+/** The square crop around `box` (none: the central fallback) inside a `width × height` frame. */
+function faceCropAround(box: MouthAnimation['face_box'] | undefined, width: number, height: number): FaceCrop {
   let cx: number;
   let cy: number;
   let side: number;
@@ -90,8 +117,41 @@ function maskAlpha(u: number, v: number, side: number): number {
 
 export async function prepareFace(avatar: AvatarSource, size: number): Promise<PreparedFace> {
   if (!Number.isInteger(size) || size < 2) throw new RangeError('face size must be an integer ≥ 2');
-  const image = await loadBundleFrame(avatar);
-  const crop = faceCropOf(avatar);
+  const still = await prepareFrameFace(await loadBundleFrame(avatar), faceCropOf(avatar), size);
+  const clip = avatar.clip ?? (await readClipSource(avatar.dir, avatar.manifest));
+  if (!clip) return still;
+  return { ...still, loop: await prepareLoopFaces(clip, avatar.manifest.width, avatar.manifest.height, size) };
+}
+
+/**
+ * A video avatar's loop, prepared frame by frame (Wav2Lip's video path): each held frame's crop around its own
+ * tracked face box, its model input and its paste-back half. Held frames are every `stride`th within
+ * `NEURAL_LOOP_FACE_BYTES`.
+ */
+async function prepareLoopFaces(clip: NonNullable<AvatarSource['clip']>, width: number, height: number, size: number): Promise<PreparedLoop> {
+  const track = JSON.parse(Buffer.from(clip.trackJson).toString('utf8')) as MouthAnimation[];
+  const count = Math.min(clip.framePngs.length, track.length);
+  if (count === 0) throw new Error('video avatar has no loop frames');
+  const box = track[0].face_box;
+  const cropSide = Math.max(box.width, box.height * (1 + CHIN_PAD));
+  const perFrame = (width * height * 3) / 2 + 6 * size * size * 4 + cropSide * cropSide * 2;
+  const stride = Math.max(1, Math.ceil((count * perFrame) / NEURAL_LOOP_FACE_BYTES));
+  const frames: PreparedFrameFace[] = [];
+  for (let i = 0; i < count; i += stride) {
+    const { data } = await sharp(Buffer.from(clip.framePngs[i])).resize(width, height, { fit: 'cover' }).ensureAlpha().raw().toBuffer({ resolveWithObject: true });
+    const image: RgbaImage = { width, height, data: new Uint8Array(data.buffer, data.byteOffset, data.length) };
+    frames.push(await prepareFrameFace(image, faceCropAround(track[i].face_box, width, height), size));
+  }
+  return { count, stride, frames };
+}
+
+/** The prepared face of the frame shown at session frame `frameIdx`: the loop's frame on a video avatar, else the still. */
+export function faceAt(face: PreparedFace, frameIdx: number): PreparedFrameFace {
+  if (!face.loop) return face;
+  return face.loop.frames[Math.floor(loopFrameIndex(frameIdx, face.loop.count) / face.loop.stride)];
+}
+
+async function prepareFrameFace(image: RgbaImage, crop: FaceCrop, size: number): Promise<PreparedFrameFace> {
   const raw = { raw: { width: image.width, height: image.height, channels: 4 as const } };
   const scaled = await sharp(Buffer.from(image.data.buffer, image.data.byteOffset, image.data.length), raw)
     .extract({ left: crop.x, top: crop.y, width: crop.side, height: crop.side })
@@ -127,7 +187,7 @@ export async function prepareFace(avatar: AvatarSource, size: number): Promise<P
 }
 
 /** A copy of the avatar frame (idle frames, and the start of every generated one). */
-export function baseFrame(face: PreparedFace): I420Frame {
+export function baseFrame(face: PreparedFrameFace): I420Frame {
   return { width: face.base.width, height: face.base.height, data: face.base.data.slice() };
 }
 
@@ -135,7 +195,7 @@ export function baseFrame(face: PreparedFace): I420Frame {
  * The frame with the model's output [3, S, S] (BGR, [0, 1]) pasted back: bilinear scaling to the crop, the
  * feathered mask, only the lower half of the crop.
  */
-export function composeFace(face: PreparedFace, output: Float32Array): I420Frame {
+export function composeFace(face: PreparedFrameFace, output: Float32Array): I420Frame {
   const { size, crop, lowerHalf } = face;
   const plane = size * size;
   if (output.length !== 3 * plane) throw new RangeError(`model output must hold 3 × ${size} × ${size} values`);

@@ -4,7 +4,9 @@
  * `audioWindow`) into Wav2Lip's mel window, sends it with the avatar's prepared face tensor to an inference
  * backend, and pastes the generated lower face back into the avatar frame (`face-crop.ts`).
  *
- * - Frames without speech in their window are the avatar frame itself, no inference.
+ * - Frames without speech in their window are the avatar frame itself, no inference. On a video avatar every
+ *   frame is the loop's frame at its index (`faceAt`): idle plays the loop, and speech crops the face from that
+ *   frame's tracked box and pastes the generated face back into it (Wav2Lip's video path).
  * - The clock asks for frames `RENDER_AHEAD` ahead in bursts (`renderAhead`), so a burst's frames reach the
  *   backend together and run as one batch (the inference pool also batches across sessions).
  * - A flush (barge-in) drops the clock's audio and rendered-ahead frames; answers still in flight are discarded
@@ -20,7 +22,7 @@
 import { EventEmitter, setMaxListeners } from 'node:events';
 import type { FrameRenderer } from '../media/playout.ts';
 import type { FrameRequest, I420Frame } from '../render/types.ts';
-import { baseFrame, type PreparedFace } from './face-crop.ts';
+import { baseFrame, faceAt, type PreparedFace } from './face-crop.ts';
 import { MEL_STREAM_LEAD_SAMPLES, MEL_STREAM_WINDOW_SAMPLES, WAV2LIP_MEL } from './mel.ts';
 import { inlineStages, type NeuralStages } from './neural-stages.ts';
 
@@ -166,7 +168,7 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
     requests.forEach((request, i) => {
       if (request.audio) return void speech.push(i);
       this.counts.idle++;
-      frames[i] = baseFrame(this.face);
+      frames[i] = baseFrame(faceAt(this.face, request.frameIdx));
     });
     if (this.degraded && speech.length < requests.length) this.tryRecover();
     if (this.degraded) {
@@ -179,7 +181,9 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
       bounded,
     );
     const answers = await Promise.all(
-      mels.map((mel) => this.backend.infer(mel, this.face.faceInput, bounded).then((output) => ({ output }), (error: unknown) => ({ error }))),
+      mels.map((mel, k) =>
+        this.backend.infer(mel, faceAt(this.face, requests[speech[k]].frameIdx).faceInput, bounded).then((output) => ({ output }), (error: unknown) => ({ error })),
+      ),
     );
     const answered: number[] = [];
     const outputs: Float32Array[] = [];
@@ -206,7 +210,7 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
       frames[i] = quiet(this.renderFallback(requests[i], bounded));
     });
     if (answered.length > 0) this.overloaded = false;
-    const composed = await this.stages.compose(outputs, bounded);
+    const composed = await this.stages.compose(outputs, answered.map((i) => requests[i].frameIdx), bounded);
     answered.forEach((i, k) => (frames[i] = composed[k]));
     this.counts.neural += answered.length;
     return Promise.all(frames);

@@ -9,18 +9,22 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { readClipSource } from '../render/clip-loop.ts';
 import { BUNDLE_FRAME_PATH } from '../render/image.ts';
 import type { RenderPool } from '../render/pool.ts';
 import { CLOSED_MOUTH, type AvatarSource, type FrameAudio, type FrameRequest, type I420Frame } from '../render/types.ts';
 import type { RenderTask } from '../render/worker.ts';
-import { composeFace, prepareFace, type PreparedFace } from './face-crop.ts';
+import { composeFace, faceAt, prepareFace, type PreparedFace } from './face-crop.ts';
 import { MEL_STREAM_LEAD_SAMPLES, MEL_STREAM_WINDOW_SAMPLES, WAV2LIP_MEL, melWindowFromStream } from './mel.ts';
 
 export interface NeuralStages {
   /** Mel windows `[1, 80, 16]` of frames that carry audio, in order. */
   mel(audio: FrameAudio[], signal: AbortSignal): Promise<Float32Array[]>;
-  /** The model's outputs `[3, S, S]` pasted into the avatar frame, in order. The outputs may be transferred away. */
-  compose(outputs: Float32Array[], signal: AbortSignal): Promise<I420Frame[]>;
+  /**
+   * The model's outputs `[3, S, S]` pasted into the avatar frame shown at each of `frameIdxs` (a video avatar's
+   * loop frame, else the still), in order. The outputs may be transferred away.
+   */
+  compose(outputs: Float32Array[], frameIdxs: number[], signal: AbortSignal): Promise<I420Frame[]>;
 }
 
 /**
@@ -59,7 +63,7 @@ export function melOfAudio(audio: FrameAudio): Float32Array {
 export function inlineStages(face: PreparedFace): NeuralStages {
   return {
     mel: async (audio) => audio.map(melOfAudio),
-    compose: async (outputs) => outputs.map((output) => composeFace(face, output)),
+    compose: async (outputs, frameIdxs) => outputs.map((output, k) => composeFace(faceAt(face, frameIdxs[k]), output)),
   };
 }
 
@@ -89,7 +93,7 @@ export async function runNeuralStage(task: RenderTask): Promise<{ frames: I420Fr
   }
   const face = await workerFace(task);
   if (task.op === 'neural_prepare') return { frames: [], transfer: [] };
-  const frames = (task.outputs ?? []).map((output) => composeFace(face, output));
+  const frames = (task.outputs ?? []).map((output, k) => composeFace(faceAt(face, task.requests[k]?.frameIdx ?? 0), output));
   return { frames, transfer: frames.map((frame) => frame.data.buffer as ArrayBuffer) };
 }
 
@@ -101,7 +105,9 @@ export class RenderPoolStages implements NeuralStages {
   /** Stages for `avatar` at face size `size`, its face prepared in one worker before this resolves. */
   static async open(pool: RenderPool, avatar: AvatarSource, size: number, signal?: AbortSignal): Promise<RenderPoolStages> {
     const framePng = avatar.framePng ?? new Uint8Array(await readFile(join(avatar.dir, BUNDLE_FRAME_PATH)));
-    const stages = new RenderPoolStages(pool, { ...avatar, framePng }, size);
+    // A video avatar's loop goes along in shared memory too (read now: deleting the avatar later changes nothing).
+    const clip = avatar.clip ?? (await readClipSource(avatar.dir, avatar.manifest));
+    const stages = new RenderPoolStages(pool, { ...avatar, framePng, ...(clip ? { clip } : {}) }, size);
     await stages.prepare(signal);
     return stages;
   }
@@ -131,9 +137,10 @@ export class RenderPoolStages implements NeuralStages {
     return result.mels ?? [];
   }
 
-  async compose(outputs: Float32Array[], signal: AbortSignal): Promise<I420Frame[]> {
+  async compose(outputs: Float32Array[], frameIdxs: number[], signal: AbortSignal): Promise<I420Frame[]> {
     if (outputs.length === 0) return [];
-    const task = this.task('neural_compose', []);
+    const requests = frameIdxs.map((frameIdx): FrameRequest => ({ frameIdx, ptsMs: 0, mouth: CLOSED_MOUTH, level: 0, speaking: true }));
+    const task = this.task('neural_compose', requests);
     task.outputs = outputs;
     // Each answer owns its buffer (the pool and the KServe client cut them out of the batch), so they move uncopied.
     const transfer = new Set<ArrayBuffer>();

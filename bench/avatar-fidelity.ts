@@ -1,0 +1,161 @@
+/**
+ * How a talking avatar looks at a viewer, measured with face landmarks on the frames a real wrtc receiver decodes
+ * (issue 27), for the astronaut photo and for a video avatar made from a clip animated from the same portrait:
+ *
+ * - face found: share of the received frames on which the detector finds the face;
+ * - idle motion: how far the face moves while idle — the 95th percentile distance, px, of the face anchor (mean of
+ *   the eye centres and the mouth centre; the detector's animation carries no nose tip) from its median;
+ * - mouth vs audio: Pearson r between the inner-lip opening (over the mouth width) and the received audio's RMS
+ *   envelope while speaking, at the frame lag (−200 … +200 ms, 40 ms steps) where it is highest; a positive lag
+ *   means the mouth leads the sound.
+ *
+ * Landmarks come from the service's detector (`detectMouth`): a full search on the first frame and wherever the
+ * face is lost, refitted in the previous frame's box otherwise (as for clip creation), so a few hundred frames
+ * take a minute rather than several.
+ *
+ *   npm run bench -- avatar_fidelity
+ */
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { closeFaceDetector, detectMouth } from '../actors/faces/detector.ts';
+import { faceAnchor, faceHint } from '../actors/faces/landmarks.ts';
+import { i420ToRgba } from '../actors/render/i420.ts';
+import type { MouthAnimation } from '../actors/render/types.ts';
+import { json, post, startTestApp, type TestApp } from '../test/helpers/app.ts';
+import { landscapeMp4 } from '../test/helpers/clips.ts';
+import { ReceivingPeer } from '../test/helpers/peer.ts';
+import { SseClient } from '../test/helpers/sse.ts';
+import { postCustomAvatar } from './custom-avatar.ts';
+import { round } from './stats.ts';
+
+/** Idle frames looked at (4 s at 25 fps) and at most this many speaking frames. */
+const IDLE_FRAMES = 100;
+const SPEAKING_FRAMES = 150;
+const SPEECH = 'Open wide and say ah. Then close your lips: mama, papa, baby. How about a long, loud, open vowel?';
+/** Lags tried between the mouth and the audio envelope, in frames (40 ms each). */
+const MAX_LAG_FRAMES = 5;
+
+interface Fidelity {
+  face_found_percent: number;
+  idle_motion_px: number;
+  mouth_audio_r: number | null;
+  mouth_audio_lag_ms: number | null;
+  frames_idle: number;
+  frames_speaking: number;
+}
+
+async function landmarksOf(frames: ReceivingPeer['frames']): Promise<Array<MouthAnimation | null>> {
+  const out: Array<MouthAnimation | null> = [];
+  let last: MouthAnimation | null = null;
+  for (const frame of frames) {
+    const rgba = i420ToRgba({ width: frame.width, height: frame.height, data: frame.data });
+    const result = await detectMouth({ rgba, width: frame.width, height: frame.height, ...(last ? { near: faceHint(last) } : {}) });
+    last = result.ok ? result.animation : null;
+    out.push(last);
+  }
+  return out;
+}
+
+/** Inner-lip opening (mean gap between the upper and lower inner lip) over the mouth width. */
+function mouthOpening(a: MouthAnimation): number {
+  const lip = a.inner_lip;
+  const gap = (Math.abs(lip[7].y - lip[1].y) + Math.abs(lip[6].y - lip[2].y) + Math.abs(lip[5].y - lip[3].y)) / 3;
+  return gap / Math.max(1, a.mouth_width);
+}
+
+function pearson(xs: number[], ys: number[]): number {
+  const n = xs.length;
+  const mx = xs.reduce((s, v) => s + v, 0) / n;
+  const my = ys.reduce((s, v) => s + v, 0) / n;
+  let sxy = 0;
+  let sxx = 0;
+  let syy = 0;
+  for (let i = 0; i < n; i++) {
+    sxy += (xs[i] - mx) * (ys[i] - my);
+    sxx += (xs[i] - mx) ** 2;
+    syy += (ys[i] - my) ** 2;
+  }
+  return sxx > 0 && syy > 0 ? sxy / Math.sqrt(sxx * syy) : 0;
+}
+
+/** The received audio's RMS around `at` (±20 ms: one frame). */
+function envelopeAt(peer: ReceivingPeer, at: number): number {
+  const near = peer.audio.filter((a) => Math.abs(a.at - at) <= 20);
+  return near.length === 0 ? 0 : near.reduce((s, a) => s + a.rms, 0) / near.length;
+}
+
+async function measure(app: TestApp, avatarId: string): Promise<Fidelity> {
+  const { session_id } = await json(await post(app.baseUrl, '/sessions', { avatar_id: avatarId, model: 'lipsync' }));
+  const sse = await SseClient.open(`${app.baseUrl}/sessions/${session_id}/events`);
+  const peer = await ReceivingPeer.connect(app.baseUrl, session_id);
+  try {
+    await post(app.baseUrl, `/sessions/${session_id}/start`);
+    await peer.until(() => peer.frames.length > 25, 20_000, 'frames flowing');
+    const idleFrom = peer.frames.length;
+    await peer.until(() => peer.frames.length >= idleFrom + IDLE_FRAMES, 30_000, 'idle frames');
+    const idle = peer.frames.slice(idleFrom, idleFrom + IDLE_FRAMES);
+    const from = sse.events.length;
+    const speakFrom = peer.frames.length;
+    await post(app.baseUrl, `/sessions/${session_id}/speak`, { text: SPEECH });
+    await sse.waitFor((e) => e.type === 'status' && e.data?.stage === 'idle', 60_000, 'speech done', from);
+    const speaking = peer.frames.slice(speakFrom).slice(0, SPEAKING_FRAMES * 2);
+    const idleFaces = await landmarksOf(idle);
+    const speakingFaces = await landmarksOf(speaking);
+    const all = [...idleFaces, ...speakingFaces];
+    const anchors = idleFaces.filter((a): a is MouthAnimation => a !== null).map(faceAnchor);
+    const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? 0;
+    const centre = { x: median(anchors.map((p) => p.x)), y: median(anchors.map((p) => p.y)) };
+    const distances = anchors.map((p) => Math.hypot(p.x - centre.x, p.y - centre.y)).sort((a, b) => a - b);
+    // Speaking: frames while the audio is audible somewhere in them, mouth opening against the envelope.
+    const pairs = speaking.map((frame, i) => ({ face: speakingFaces[i], at: frame.at }));
+    const openings = pairs.map((p) => (p.face ? mouthOpening(p.face) : null));
+    const envelope = pairs.map((p) => envelopeAt(peer, p.at));
+    let best: { r: number; lag: number } | null = null;
+    for (let lag = -MAX_LAG_FRAMES; lag <= MAX_LAG_FRAMES; lag++) {
+      const xs: number[] = [];
+      const ys: number[] = [];
+      // Positive lag: the mouth at frame i is compared with the sound `lag` frames later (the mouth leads).
+      for (let i = 0; i < pairs.length; i++) {
+        const j = i + lag;
+        if (j < 0 || j >= pairs.length || openings[i] === null) continue;
+        xs.push(openings[i]!);
+        ys.push(envelope[j]);
+      }
+      if (xs.length < 25) continue;
+      const r = pearson(xs, ys);
+      if (!best || r > best.r) best = { r, lag };
+    }
+    return {
+      face_found_percent: round((100 * all.filter((a) => a !== null).length) / Math.max(1, all.length), 1),
+      idle_motion_px: round(distances[Math.floor(distances.length * 0.95)] ?? 0, 2),
+      mouth_audio_r: best ? round(best.r, 2) : null,
+      mouth_audio_lag_ms: best ? best.lag * 40 : null,
+      frames_idle: idle.length,
+      frames_speaking: speaking.length,
+    };
+  } finally {
+    peer.close();
+    sse.close();
+    await fetch(`${app.baseUrl}/sessions/${session_id}`, { method: 'DELETE' });
+  }
+}
+
+export async function benchAvatarFidelity(): Promise<Record<string, unknown>> {
+  const app = await startTestApp();
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-fidelity-'));
+  try {
+    const { id: clipId } = await postCustomAvatar(app.baseUrl, await fs.readFile(await landscapeMp4(dir, 10)), 'fidelity clip', 'video');
+    const photo = await measure(app, 'astronaut');
+    console.log('  photo:', photo);
+    const clip = await measure(app, clipId);
+    console.log('  clip:', clip);
+    return { photo, clip };
+  } finally {
+    await fs.rm(dir, { recursive: true, force: true });
+    await app.close();
+    await closeFaceDetector();
+  }
+}
+
+if (process.argv[1]?.endsWith('avatar-fidelity.ts')) console.log(await benchAvatarFidelity());
