@@ -152,12 +152,17 @@ describe.skipIf(!hasChromium)('<avatar-chat> embedded in a page of another origi
     try {
       const before = t.services.supervisor.liveIds().length;
       await tab.goto(`${host.origin}/`);
+      await tab.evaluate(() => {
+        (window as any).errors = [];
+        document.querySelector('avatar-chat')!.addEventListener('error', (e) => (window as any).errors.push((e as CustomEvent).detail));
+      });
       await tab.getByRole('button', { name: 'Start conversation' }).click();
       const alert = tab.locator('avatar-chat [role="alert"]');
       await alert.filter({ hasText: 'SERVICE_CORS_ORIGINS' }).waitFor({ timeout: STEP_MS });
       expect(await alert.textContent()).toBe(
         `This page (${host.origin}) is not allowed to use the avatar service at ${t.baseUrl}: add ${host.origin} to SERVICE_CORS_ORIGINS on the service.`,
       );
+      expect(await tab.evaluate(() => (window as any).errors)).toEqual([{ message: await alert.textContent(), status: null }]);
       expect(t.services.supervisor.liveIds().length).toBe(before);
       expect(await tab.getByRole('button', { name: 'Start conversation' }).isEnabled()).toBe(true);
     } finally {

@@ -122,6 +122,54 @@ describe('the typed client library against the real service on loopback', () => 
     await client.end();
   });
 
+  it('talk() asks for an echo-cancelled microphone and offers it on a sendrecv audio track, replacing the peer', async () => {
+    const source = new (wrtc as any).nonstandard.RTCAudioSource();
+    const asked: MediaStreamConstraints[] = [];
+    const client = newClient({
+      getUserMedia: async (constraints) => (asked.push(constraints), new (wrtc as any).MediaStream([source.createTrack()])),
+    });
+    await client.createSession({ avatar_id: avatarId, model: 'rt' });
+    const first = await client.connect();
+    await client.start();
+    const microphone = await client.talk();
+    expect(asked).toEqual([{ audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true } }]);
+    expect(client.microphone).toBe(microphone);
+    expect(await client.talk()).toBe(microphone); // already talking: the same microphone, no new offer
+    expect(client.peer).not.toBe(first);
+    expect(first.connectionState).toBe('closed');
+    expect(client.peer!.localDescription!.sdp).toMatch(/m=audio[\s\S]*a=sendrecv/);
+    client.stopTalking();
+    expect(client.microphone).toBeNull();
+    expect(microphone.getAudioTracks()[0]!.readyState).toBe('ended');
+    await client.end();
+  });
+
+  it('a tool handler that throws answers the model with {error} and reports tool_error; handleTool adds a handler later', async () => {
+    upstream.setScenario({
+      chat: {
+        scripted: [
+          { tokens: ['Checking.'], toolCalls: [{ id: 'call_fail', name: 'show_map', arguments: '{"place": "Nowhere"}' }] },
+          { tokens: (messages) => [`Result ${messages.at(-1)!.content}`, '.'] },
+        ],
+      },
+    });
+    const client = newClient();
+    client.handleTool('show_map', () => {
+      throw new Error('map service down');
+    });
+    const failures: unknown[] = [];
+    client.on('tool_error', ({ error }) => failures.push((error as Error).message));
+    const events = recorder(client);
+    await client.createSession({ avatar_id: avatarId, model: 'rt', tools: [MAP_TOOL] });
+    await client.connect();
+    await client.start();
+    const turnId = await client.chat('Show me nowhere');
+    await events.waitFor((e) => e.type === 'status' && e.data.stage === 'idle' && e.data.turn_id === turnId);
+    expect(failures).toEqual(['map service down']);
+    expect(events.seen.filter((e) => e.type === 'llm').map((e) => e.data.delta).join('')).toContain('Result {"error":"map service down"}');
+    await client.end();
+  });
+
   it('reconnects its event stream when the stream drops, and stops at session.terminated', async () => {
     let eventStreams = 0;
     // The first event stream ends after its first chunk, as a proxy restarting mid-stream would end it.
