@@ -145,12 +145,12 @@ describe('the page at / driven by accessible names (Chromium)', () => {
 
     // The chat's HTTP answer and its SSE events travel on different connections, so the page can get the whole
     // reply on SSE before the answer that names the turn; the page used to reset the turn's captions when that
-    // answer came, leaving them empty. Holding the answer until the page's EventSource has delivered the reply
-    // tests that order on every run instead of by chance.
+    // answer came, leaving them empty. Holding the answer until the page's event stream (its AvatarClient) has
+    // delivered the reply tests that order on every run instead of by chance.
     await page.evaluate(() => {
-      const w = window as unknown as { demo: { events: EventSource }; chatDeltas: string };
+      const w = window as unknown as { demo: { client: { on(type: string, listener: (data: { delta: string }) => void): void } }; chatDeltas: string };
       w.chatDeltas = '';
-      w.demo.events.addEventListener('llm', (ev) => (w.chatDeltas += JSON.parse((ev as MessageEvent).data).delta));
+      w.demo.client.on('llm', (data) => (w.chatDeltas += data.delta));
     });
     let replyBeforeAnswer = false;
     await page.route(

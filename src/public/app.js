@@ -1,15 +1,23 @@
 // The page at `/`: a plain ES module, no framework and no network assets. It drives the service's public API only:
 // avatars, models and voices to choose from; a session over WebRTC (with the microphone for hands-free Talk);
 // speak, chat, stop, pause/resume; captions and a readable timeline from SSE; portrait upload; recording and
-// offline rendering with downloads. Errors become dismissible banners that say what to do.
+// offline rendering with downloads. Errors become dismissible banners that say what to do. The protocol (requests and
+// their errors, WebRTC, SSE, the microphone) is the client library's (`client/avatar-client.ts`, served at /client.js).
+import { AvatarApiError, AvatarClient } from '/client.js';
+
 const $ = (id) => document.getElementById(id);
 
 /** Page state; `window.demo` exposes it to tests and the curious (`demo.pc`, `demo.sessionId`). */
+const client = new AvatarClient();
 const state = {
-  sessionId: null,
-  pc: null,
-  events: null,
-  mic: null,
+  client,
+  get sessionId() {
+    return client.sessionId;
+  },
+  /** The WebRTC peer receiving the avatar (the client's). */
+  get pc() {
+    return client.peer;
+  },
   meter: null,
   avatars: [],
   models: [],
@@ -23,8 +31,6 @@ const state = {
 };
 window.demo = state;
 
-/** How long the page waits for ICE candidates before sending its offer (non-trickle, like the service). */
-const ICE_GATHER_MS = 2_000;
 /** Offline render status is polled this often. */
 const RENDER_POLL_MS = 500;
 /** Timeline entries kept: a long conversation must not grow the page without bound. */
@@ -88,30 +94,8 @@ function timeline(text, { latency = false } = {}) {
   list.scrollTop = list.scrollHeight;
 }
 
-class ApiError extends Error {
-  constructor(method, path, status, detail) {
-    super(`${method} ${path} → ${status}: ${detail}`);
-    this.status = status;
-    this.detail = detail;
-  }
-}
-
-async function api(method, path, body) {
-  const res = await fetch(path, {
-    method,
-    headers: body ? { 'content-type': 'application/json' } : {},
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  const text = await res.text();
-  let data = null;
-  try {
-    data = text ? JSON.parse(text) : null;
-  } catch {
-    data = text;
-  }
-  if (!res.ok) throw new ApiError(method, path, res.status, data?.detail ?? text);
-  return { data, turnId: res.headers.get('x-turn-id') };
-}
+/** One JSON request through the client library: `{data, turnId}`, or an AvatarApiError with the service's detail. */
+const api = (method, path, body) => client.request(method, path, body);
 
 // ——— catalog: avatars, models, voices, what is configured ———
 
@@ -214,7 +198,7 @@ async function previewVoice() {
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ text: PREVIEW_TEXT, voice: choice.tts_voice, tts_provider: choice.tts_provider }),
     });
-    if (!res.ok) throw new ApiError('POST', '/tts/preview', res.status, (await res.json().catch(() => ({}))).detail);
+    if (!res.ok) throw new AvatarApiError('POST', '/tts/preview', res.status, (await res.json().catch(() => ({}))).detail);
     const audio = new Audio(URL.createObjectURL(await res.blob()));
     $('preview-status').textContent = `Playing a preview of ${$('voice').selectedOptions[0]?.textContent ?? 'the voice'}`;
     audio.onended = () => ($('preview-status').textContent = '');
@@ -229,7 +213,7 @@ async function previewVoice() {
 // ——— the session ———
 
 function setRunning(running) {
-  const live = running && state.sessionId !== null;
+  const live = running && client.sessionId !== null;
   $('start').disabled = live;
   $('stop').disabled = !live;
   for (const id of ['speak', 'interrupt', 'pause', 'record', 'talk']) $(id).disabled = !live;
@@ -250,17 +234,15 @@ async function start() {
   try {
     const avatar = selectedAvatar();
     const prompt = $('system-prompt').value.trim();
-    const { data } = await api('POST', '/sessions', {
+    await client.createSession({
       avatar_id: avatar?.id,
       model: $('model').value,
       ...voiceChoice(),
       ...(prompt ? { llm_system_prompt: prompt } : {}),
     });
-    state.sessionId = data.session_id;
     $('state').textContent = 'created';
-    listen(data.session_id);
-    await connectPeer(data.session_id);
-    await api('POST', `/sessions/${data.session_id}/start`);
+    await client.connect();
+    await client.start();
     $('state').textContent = 'running';
     setRunning(true);
     timeline(`session started: ${avatar?.name ?? avatar?.id} with ${$('model').value}`);
@@ -272,47 +254,19 @@ async function start() {
   }
 }
 
-/**
- * One WebRTC peer for the session; with `mic` its audio section is sendrecv and carries the microphone
- * (hands-free conversation). A new offer replaces the session's previous peer, so talking reconnects.
- */
-async function connectPeer(sessionId, mic = null) {
-  const pc = new RTCPeerConnection();
-  pc.addTransceiver('video', { direction: 'recvonly' });
-  if (mic) pc.addTransceiver(mic.getAudioTracks()[0], { direction: 'sendrecv', streams: [mic] });
-  else pc.addTransceiver('audio', { direction: 'recvonly' });
-  const stream = new MediaStream();
-  pc.ontrack = (ev) => {
-    stream.addTrack(ev.track);
-    $('video').srcObject = stream;
-  };
-  await pc.setLocalDescription(await pc.createOffer());
-  await waitForIce(pc);
-  const { data: answer } = await api('POST', `/sessions/${sessionId}/webrtc/offer`, { sdp: pc.localDescription.sdp, type: 'offer' });
-  await pc.setRemoteDescription(answer);
-  const previous = state.pc;
-  state.pc = pc;
-  previous?.close();
-}
-
-function waitForIce(pc) {
-  if (pc.iceGatheringState === 'complete') return Promise.resolve();
-  return new Promise((resolve) => {
-    const timer = setTimeout(resolve, ICE_GATHER_MS);
-    pc.addEventListener('icegatheringstatechange', () => {
-      if (pc.iceGatheringState === 'complete') {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-  });
-}
+/** The avatar's tracks (from each new peer: talking offers again) play in the video element. */
+const remote = new MediaStream();
+client.on('track', ({ track }) => {
+  for (const old of remote.getTracks().filter((t) => t.kind === track.kind)) remote.removeTrack(old);
+  remote.addTrack(track);
+  $('video').srcObject = remote;
+});
 
 /** Talk: the microphone (echo-cancelled by the browser) goes to the avatar; pressing again mutes it. */
 async function toggleTalk() {
   const button = $('talk');
-  if (state.mic) {
-    const track = state.mic.getAudioTracks()[0];
+  if (client.microphone) {
+    const track = client.microphone.getAudioTracks()[0];
     track.enabled = !track.enabled;
     button.setAttribute('aria-pressed', String(track.enabled));
     timeline(track.enabled ? 'microphone on' : 'microphone muted');
@@ -320,18 +274,15 @@ async function toggleTalk() {
   }
   button.disabled = true;
   try {
-    const mic = await navigator.mediaDevices.getUserMedia({ audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true } });
-    state.mic = mic;
-    await connectPeer(state.sessionId, mic);
-    watchMicLevel(mic);
+    watchMicLevel(await client.talk());
     button.setAttribute('aria-pressed', 'true');
     timeline('microphone on: talk to the avatar, talk over it to interrupt');
   } catch (error) {
-    if (error instanceof ApiError) fail(error);
+    if (error instanceof AvatarApiError) fail(error);
     else banner(`The microphone is not available (${error.message}): allow microphone access for this page and press Talk again.`);
     stopMicrophone();
   } finally {
-    button.disabled = !state.sessionId;
+    button.disabled = !client.sessionId;
   }
 }
 
@@ -352,8 +303,7 @@ function watchMicLevel(mic) {
 }
 
 function stopMicrophone() {
-  for (const track of state.mic?.getTracks() ?? []) track.stop();
-  state.mic = null;
+  client.stopTalking();
   if (state.meter) {
     clearInterval(state.meter.timer);
     void state.meter.context.close();
@@ -365,12 +315,7 @@ function stopMicrophone() {
 
 /** Ends the current session, if any. `keepalive` lets the request outlive the page (pagehide). */
 function endSession({ keepalive = false } = {}) {
-  const sessionId = state.sessionId;
-  state.sessionId = null;
-  state.events?.close();
-  state.pc?.close();
-  if (!sessionId) return Promise.resolve();
-  return fetch(`/sessions/${sessionId}`, { method: 'DELETE', keepalive }).catch(() => undefined);
+  return client.end({ keepalive }).catch(() => undefined);
 }
 
 // ——— what the avatar does: SSE ———
@@ -404,15 +349,9 @@ function openTurn(turnId, initial) {
   showCaptions(turnId, state.captions.get(turnId) || initial);
 }
 
-function listen(sessionId) {
-  const events = new EventSource(`/sessions/${sessionId}/events`);
-  state.events = events;
-  // Every service event carries JSON data. The EventSource's own `error` (connection lost; it reconnects by
-  // itself) shares a name with the service's `error` event but has no data: it is not an event of the session.
-  const on = (type, handler) =>
-    events.addEventListener(type, (ev) => {
-      if (typeof ev.data === 'string') handler(JSON.parse(ev.data));
-    });
+/** The session's SSE events (the client opens, parses and reopens the stream), for every session of the page. */
+function listen() {
+  const on = (type, handler) => client.on(type, handler);
   on('status', (data) => {
     showStage(data.stage);
     if (data.turn_id && ['listening', 'thinking', 'speaking'].includes(data.stage) && data.turn_id !== state.currentTurn) {
@@ -420,7 +359,7 @@ function listen(sessionId) {
       $('captions').textContent = state.captions.get(data.turn_id) ?? '';
     }
     if (data.stage !== 'speaking' || data.turn_id) timeline(`avatar ${data.stage}${data.message ? ` (${data.message})` : ''}`);
-    if (data.stage === 'idle' && data.turn_id) void showTurnLatency(sessionId, data.turn_id);
+    if (data.stage === 'idle' && data.turn_id) void showTurnLatency(client.sessionId, data.turn_id);
     if (data.stage === 'idle' && (data.message === 'paused' || data.message === 'resumed')) showPaused(data.message === 'paused');
   });
   on('transcript', (data) => {
@@ -435,9 +374,9 @@ function listen(sessionId) {
     timeline(`error ${data.code}: ${data.message}`);
   });
   on('session.terminated', () => {
-    events.close();
     // Ended by the service (or another tab): nothing left to delete on pagehide.
-    if (state.sessionId === sessionId) state.sessionId = null;
+    client.disconnect();
+    client.sessionId = null;
     setRunning(false);
     $('state').textContent = 'terminated';
     showStage('idle');
@@ -475,10 +414,7 @@ async function say(kind) {
     return;
   }
   try {
-    const { turnId } =
-      kind === 'chat'
-        ? await api('POST', `/sessions/${state.sessionId}/chat`, { prompt: text })
-        : await api('POST', `/sessions/${state.sessionId}/speak`, { text });
+    const turnId = kind === 'chat' ? await client.chat(text) : await client.speak(text);
     // A speak turn says the text as written; a chat turn's captions are its reply, filled by `llm` events.
     openTurn(turnId, kind === 'speak' ? text : '');
     timeline(kind === 'chat' ? `you asked: “${text}”` : `speak: “${text}”`);
@@ -497,7 +433,7 @@ function showPaused(paused) {
 async function togglePause() {
   const resume = state.paused;
   try {
-    await api('POST', `/sessions/${state.sessionId}/${resume ? 'resume' : 'pause'}`);
+    await (resume ? client.resume() : client.pause());
     showPaused(!resume);
     timeline(state.paused ? 'session paused' : 'session resumed');
   } catch (error) {
@@ -571,7 +507,7 @@ async function renderOffline() {
       await new Promise((resolve) => setTimeout(resolve, RENDER_POLL_MS));
       const { data: job } = await api('GET', `/sessions/${sessionId}/rt-offline-bundle/${data.job_id}`);
       progress.value = job.progress;
-      if (job.status === 'failed') throw new ApiError('GET', 'offline job', 500, `the offline render failed: ${job.error}`);
+      if (job.status === 'failed') throw new AvatarApiError('GET', 'offline job', 500, `the offline render failed: ${job.error}`);
       if (job.status === 'complete') break;
     }
     const link = $('render-link');
@@ -619,7 +555,7 @@ function uploadPortrait(file) {
     if (request.status !== 200) {
       progress.hidden = true;
       $('upload-status').textContent = '';
-      fail(new ApiError('POST', '/avatars/custom', request.status, body?.detail ?? request.statusText));
+      fail(new AvatarApiError('POST', '/avatars/custom', request.status, body?.detail ?? request.statusText));
       return;
     }
     progress.value = 1;
@@ -645,7 +581,8 @@ $('voice').onchange = () => void applyVoice();
 $('system-prompt').onchange = () => void applyPrompt();
 $('portrait-file').onchange = (ev) => uploadPortrait(ev.target.files[0]);
 $('interrupt').onclick = () =>
-  api('POST', `/sessions/${state.sessionId}/interrupt`)
+  client
+    .interrupt()
     .then(() => timeline('stopped'))
     .catch(fail);
 $('stop').onclick = async () => {
@@ -688,4 +625,5 @@ window.addEventListener('pageshow', (event) => {
     setRunning(false);
   }
 });
+listen();
 loadCatalog().catch(fail);

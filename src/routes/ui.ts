@@ -2,6 +2,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { clientBundle, type ClientBundleName } from '../ui/client-bundles.ts';
 
 const PUBLIC_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'public');
 
@@ -22,6 +23,22 @@ const uiRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/app.js', { schema: { hide: true } }, async (_request, reply) => {
     reply.type('application/javascript; charset=utf-8').send(await fs.readFile(path.join(PUBLIC_DIR, 'app.js')));
   });
+  // The client library for other pages (docs/embedding.md): any origin may load it, as with any public script. Using
+  // the service from that page is what SERVICE_CORS_ORIGINS decides.
+  const bundles: Array<[string, ClientBundleName]> = [
+    ['/widget.js', 'widget'],
+    ['/client.js', 'client'],
+  ];
+  for (const [url, name] of bundles) {
+    app.get(url, { schema: { hide: true } }, async (_request, reply) => {
+      reply
+        .type('application/javascript; charset=utf-8')
+        .header('access-control-allow-origin', '*')
+        .header('cross-origin-resource-policy', 'cross-origin')
+        .header('cache-control', 'public, max-age=300')
+        .send(await clientBundle(name));
+    });
+  }
 };
 
 export default uiRoutes;

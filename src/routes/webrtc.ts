@@ -1,20 +1,9 @@
-import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { SessionIdParams, errors } from '../schemas/common.ts';
 import { conflict } from '../errors.ts';
 import { PeerGoneError } from '../sessions/index.ts';
 import { closedSignal } from '../http/closed-signal.ts';
-import { EXAMPLE_OFFER_SDP } from '../schemas/sdp.ts';
-
-
-const SdpOffer = Type.Object(
-  {
-    sdp: Type.String({ minLength: 1, maxLength: 65536, description: 'SDP offer' }),
-    type: Type.Literal('offer'),
-  },
-  { $id: 'SdpOffer', examples: [{ type: 'offer', sdp: EXAMPLE_OFFER_SDP }] },
-);
-const SdpAnswer = Type.Object({ sdp: Type.String(), type: Type.Literal('answer') }, { $id: 'SdpAnswer' });
+import { SdpAnswer, SdpOffer } from '../schemas/sdp.ts';
 
 /** WebRTC signaling: one offer/answer exchange, non-trickle ICE; a new offer replaces the previous peer. */
 const webrtcRoutes: FastifyPluginAsyncTypebox = async (app) => {

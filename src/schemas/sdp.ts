@@ -1,3 +1,5 @@
+import { Type } from '@sinclair/typebox';
+
 /** A browser's receive-only offer (audio Opus, video VP8), as `RTCPeerConnection.createOffer()` makes it; trimmed to one codec each. */
 export const EXAMPLE_OFFER_SDP = [
   'v=0',
@@ -34,3 +36,13 @@ export const EXAMPLE_OFFER_SDP = [
   'a=rtpmap:96 VP8/90000',
   '',
 ].join('\r\n');
+
+/** The body of `POST /sessions/{id}/webrtc/offer`. */
+export const SdpOffer = Type.Object(
+  {
+    sdp: Type.String({ minLength: 1, maxLength: 65536, description: 'SDP offer' }),
+    type: Type.Literal('offer'),
+  },
+  { $id: 'SdpOffer', examples: [{ type: 'offer', sdp: EXAMPLE_OFFER_SDP }] },
+);
+export const SdpAnswer = Type.Object({ sdp: Type.String(), type: Type.Literal('answer') }, { $id: 'SdpAnswer' });

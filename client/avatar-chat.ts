@@ -1,0 +1,265 @@
+// `<avatar-chat>`: the avatar on any page with two lines (docs/embedding.md). A custom element in a shadow root, built
+// on AvatarClient; served bundled at /widget.js (src/ui/client-bundles.ts). Attributes: server, avatar, model, voice,
+// system-prompt, mode (text | voice | both), theme (light | dark | auto). Events for the host page: ready, speaking,
+// transcript, tool-call, error.
+import { AvatarApiError, AvatarClient, AvatarNetworkError, type ToolHandler } from './avatar-client.ts';
+
+/** Transcript lines kept in the element: a long conversation must not grow the page without bound. */
+export const TRANSCRIPT_LINES_KEPT = 100;
+
+/** The origin this script was loaded from: the default `server`, so the two-line snippet needs no attribute. */
+const scriptOrigin = (() => {
+  const src = (document.currentScript as HTMLScriptElement | null)?.src;
+  return src ? new URL(src).origin : location.origin;
+})();
+
+const STYLE = `
+:host { display: block; max-width: 420px; font-family: system-ui, sans-serif; --accent: #3b7ddd; --bg: #fff; --fg: #1b2a41; --line: #8886; color: var(--fg); }
+:host([theme="dark"]) { --bg: #15191f; --fg: #eef; }
+@media (prefers-color-scheme: dark) { :host([theme="auto"]) { --bg: #15191f; --fg: #eef; } }
+.box { background: var(--bg); border: 1px solid var(--line); border-radius: 12px; padding: 10px; display: flex; flex-direction: column; gap: 8px; }
+.stage { position: relative; }
+video { width: 100%; aspect-ratio: 1; background: #111; border-radius: 8px; display: block; }
+.badge { position: absolute; top: 8px; left: 8px; padding: 2px 10px; border-radius: 12px; background: #000a; color: #fff; font-size: .8rem; }
+ol { list-style: none; margin: 0; padding: 0; max-height: 160px; overflow: auto; font-size: .9rem; }
+li { padding: 2px 0; overflow-wrap: anywhere; } li[data-role="user"] { opacity: .75; }
+form, .row { display: flex; gap: 6px; flex-wrap: wrap; }
+input { flex: 1 1 160px; min-width: 0; font: inherit; padding: 6px; border-radius: 6px; border: 1px solid var(--line); background: transparent; color: inherit; }
+button { font: inherit; min-height: 36px; padding: 6px 12px; border-radius: 6px; border: 1px solid var(--line); background: transparent; color: inherit; cursor: pointer; }
+button[aria-pressed="true"], button.primary { background: var(--accent); color: #fff; }
+button:focus-visible, input:focus-visible { outline: 3px solid var(--accent); outline-offset: 2px; }
+.error { color: #fff; background: #c0392b; border-radius: 6px; padding: 6px 8px; margin: 0; }
+.sr { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); }
+[hidden] { display: none !important; }
+@media (max-width: 480px) { :host { max-width: none; } .box { border-radius: 0; border: 0; padding: 6px; } form, .row { flex-direction: column; } button { width: 100%; min-height: 44px; } }
+`;
+
+const TEMPLATE = `
+<div class="box" part="box">
+  <div class="stage"><video playsinline autoplay aria-label="Avatar"></video><span class="badge" aria-hidden="true">offline</span></div>
+  <p class="error" role="alert" hidden></p>
+  <div class="row"><button type="button" class="primary" data-action="start">Start conversation</button>
+    <button type="button" data-action="stop" disabled>Stop</button>
+    <button type="button" data-action="talk" aria-pressed="false" disabled>Talk</button>
+    <button type="button" data-action="end" disabled>End</button></div>
+  <form><label class="sr" for="message">Message</label><input id="message" autocomplete="off" placeholder="Type a message" disabled>
+    <button type="submit" disabled>Send</button></form>
+  <ol aria-live="polite" aria-label="Transcript"></ol>
+  <p class="sr" aria-live="polite" data-status></p>
+</div>`;
+
+export class AvatarChatElement extends HTMLElement {
+  static observedAttributes = ['mode', 'theme'];
+  /** The client driving this element's session (null before Start). */
+  client: AvatarClient | null = null;
+  /** Client tools: one handler per tool name (the session's `tools` must declare them, see `tool-definitions`). */
+  tools: Record<string, ToolHandler> = {};
+  private readonly root: ShadowRoot;
+  private readonly captions = new Map<string, HTMLLIElement>();
+  private server = scriptOrigin;
+
+  constructor() {
+    super();
+    this.root = this.attachShadow({ mode: 'open' });
+    this.root.innerHTML = `<style>${STYLE}</style>${TEMPLATE}`;
+    this.button('start').onclick = () => void this.start();
+    this.button('stop').onclick = () => void this.client?.interrupt().catch((e) => this.fail(e));
+    this.button('end').onclick = () => void this.end();
+    this.button('talk').onclick = () => void this.toggleTalk();
+    this.root.querySelector('form')!.onsubmit = (event) => {
+      event.preventDefault();
+      void this.send();
+    };
+  }
+
+  connectedCallback(): void {
+    this.applyMode();
+    if (!this.hasAttribute('theme')) this.setAttribute('theme', 'auto');
+    window.addEventListener('pagehide', this.onPageHide);
+  }
+
+  disconnectedCallback(): void {
+    window.removeEventListener('pagehide', this.onPageHide);
+    void this.end({ keepalive: true });
+  }
+
+  attributeChangedCallback(): void {
+    this.applyMode();
+  }
+
+  /** Creates, connects and starts a session with the element's attributes. */
+  async start(): Promise<void> {
+    if (this.client) return;
+    this.showError(null);
+    this.button('start').disabled = true;
+    this.setStatus('connecting');
+    this.server = this.getAttribute('server') ?? scriptOrigin;
+    const client = new AvatarClient({ server: this.server, tools: this.tools });
+    this.client = client;
+    this.listen(client);
+    try {
+      const avatarId = this.getAttribute('avatar') ?? (await client.request<Array<{ id: string }>>('GET', '/avatars')).data[0]?.id;
+      if (!avatarId) throw new Error('the avatar service has no avatars');
+      const [provider, voice] = (this.getAttribute('voice') ?? '').includes('|') ? this.getAttribute('voice')!.split('|') : [null, this.getAttribute('voice')];
+      const model = this.getAttribute('model') ?? (await client.request<{ model_type: string }>('GET', `/avatars/${encodeURIComponent(avatarId)}`)).data.model_type;
+      await client.createSession({
+        avatar_id: avatarId,
+        model,
+        ...(provider ? { tts_provider: provider } : {}),
+        ...(voice ? { tts_voice: voice } : {}),
+        ...(this.getAttribute('system-prompt') ? { llm_system_prompt: this.getAttribute('system-prompt') } : {}),
+      });
+      await client.connect();
+      await client.start();
+      this.setLive(true);
+      this.setStatus('idle');
+      this.dispatch('ready', { sessionId: client.sessionId });
+    } catch (error) {
+      await this.fail(error);
+      const stale = this.client;
+      this.client = null;
+      await stale?.end().catch(() => undefined);
+      this.setLive(false);
+    }
+  }
+
+  /** Ends the session (End, the element leaving the page, or the page closing). */
+  async end({ keepalive = false } = {}): Promise<void> {
+    const client = this.client;
+    this.client = null;
+    this.setLive(false);
+    this.setStatus('offline');
+    await client?.end({ keepalive }).catch(() => undefined);
+  }
+
+  private readonly onPageHide = () => void this.end({ keepalive: true });
+
+  private listen(client: AvatarClient): void {
+    const video = this.root.querySelector('video')!;
+    const stream = new MediaStream();
+    client.on('track', ({ track }) => {
+      stream.addTrack(track);
+      video.srcObject = stream;
+      void video.play().catch(() => undefined);
+    });
+    client.on('status', ({ stage, turn_id }) => {
+      this.setStatus(stage);
+      if (stage === 'speaking') this.dispatch('speaking', { speaking: true, turnId: turn_id });
+      if (stage === 'idle' || stage === 'interrupted') this.dispatch('speaking', { speaking: false, turnId: turn_id });
+      if (stage === 'idle' && turn_id && this.captions.has(turn_id)) {
+        this.dispatch('transcript', { role: 'assistant', text: this.captions.get(turn_id)!.textContent, turnId: turn_id });
+        this.captions.delete(turn_id);
+      }
+    });
+    client.on('llm', ({ delta, turn_id }) => {
+      if (turn_id) this.caption(turn_id).textContent += delta;
+    });
+    client.on('transcript', ({ text, is_final, turn_id }) => {
+      if (!is_final) return;
+      this.line('user', text);
+      this.dispatch('transcript', { role: 'user', text, turnId: turn_id });
+    });
+    client.on('tool_call', (call) => this.dispatch('tool-call', call));
+    client.on('error', ({ code, message }) => this.dispatch('error', { code, message }));
+    client.on('session.terminated', () => {
+      if (this.client === client) void this.end();
+    });
+  }
+
+  private async send(): Promise<void> {
+    const input = this.root.querySelector('input')!;
+    const text = input.value.trim();
+    if (!text || !this.client) return;
+    input.value = '';
+    this.line('user', text);
+    this.dispatch('transcript', { role: 'user', text, turnId: null });
+    try {
+      const turnId = this.getAttribute('reply') === 'speak' ? await this.client.speak(text) : await this.client.chat(text);
+      if (turnId && this.getAttribute('reply') === 'speak') this.caption(turnId).textContent = text;
+    } catch (error) {
+      await this.fail(error);
+    }
+  }
+
+  private async toggleTalk(): Promise<void> {
+    const button = this.button('talk');
+    if (!this.client) return;
+    try {
+      if (this.client.microphone) this.client.stopTalking();
+      else await this.client.talk();
+      button.setAttribute('aria-pressed', String(this.client.microphone !== null));
+    } catch (error) {
+      await this.fail(error);
+    }
+  }
+
+  /** Shows what went wrong and what to do, and tells the host page (`error`). */
+  private async fail(error: unknown): Promise<void> {
+    const server = this.server;
+    let message = error instanceof Error ? error.message : String(error);
+    if (error instanceof AvatarNetworkError || (error instanceof AvatarApiError && error.status === 403)) {
+      // A refused origin and an unreachable service look alike to fetch: an opaque request tells them apart.
+      const reachable = await fetch(`${server}/healthz`, { mode: 'no-cors' }).then(
+        () => true,
+        () => false,
+      );
+      message = reachable
+        ? `This page (${location.origin}) is not allowed to use the avatar service at ${server}: add ${location.origin} to SERVICE_CORS_ORIGINS on the service.`
+        : `The avatar service at ${server} cannot be reached: is it running?`;
+    } else if (error instanceof AvatarApiError) message = error.detail;
+    this.showError(message);
+    this.dispatch('error', { message, status: error instanceof AvatarApiError ? error.status : null });
+  }
+
+  private showError(message: string | null): void {
+    const box = this.root.querySelector<HTMLElement>('.error')!;
+    box.textContent = message ?? '';
+    box.hidden = message === null;
+  }
+
+  private setLive(live: boolean): void {
+    this.button('start').disabled = live;
+    for (const action of ['stop', 'talk', 'end']) this.button(action).disabled = !live;
+    this.root.querySelector('input')!.disabled = !live;
+    this.root.querySelector<HTMLButtonElement>('button[type="submit"]')!.disabled = !live;
+    if (!live) this.button('talk').setAttribute('aria-pressed', 'false');
+  }
+
+  private setStatus(stage: string): void {
+    this.root.querySelector('.badge')!.textContent = stage;
+    this.root.querySelector('[data-status]')!.textContent = `Avatar ${stage}`;
+  }
+
+  private applyMode(): void {
+    const mode = this.getAttribute('mode') ?? 'both';
+    this.root.querySelector('form')!.hidden = mode === 'voice';
+    this.button('talk').hidden = mode === 'text';
+  }
+
+  private caption(turnId: string): HTMLLIElement {
+    let item = this.captions.get(turnId);
+    if (!item) this.captions.set(turnId, (item = this.line('assistant', '')));
+    return item;
+  }
+
+  private line(role: 'user' | 'assistant', text: string): HTMLLIElement {
+    const list = this.root.querySelector('ol')!;
+    const item = document.createElement('li');
+    item.dataset.role = role;
+    item.textContent = text;
+    list.append(item);
+    while (list.children.length > TRANSCRIPT_LINES_KEPT) list.firstElementChild!.remove();
+    list.scrollTop = list.scrollHeight;
+    return item;
+  }
+
+  private button(action: string): HTMLButtonElement {
+    return this.root.querySelector<HTMLButtonElement>(`button[data-action="${action}"]`)!;
+  }
+
+  private dispatch(type: string, detail: unknown): void {
+    this.dispatchEvent(new CustomEvent(type, { detail, bubbles: true, composed: true }));
+  }
+}
+
+if (!customElements.get('avatar-chat')) customElements.define('avatar-chat', AvatarChatElement);
