@@ -184,6 +184,8 @@ export class FuzzTarget {
     const started = performance.now();
     return new Promise((resolve) => {
       let settled = false;
+      // Declared before anything can settle: a request Node refuses to build settles before the timer exists.
+      let timer: NodeJS.Timeout | undefined;
       const settle = (value: FuzzResponse | { error: string }) => {
         if (settled) return;
         settled = true;
@@ -205,7 +207,7 @@ export class FuzzTarget {
         settle({ error: `unsendable: ${(error as Error).message}` });
         return;
       }
-      const timer = setTimeout(() => {
+      timer = setTimeout(() => {
         req.destroy();
         settle({ error: 'timeout' });
       }, REQUEST_TIMEOUT_MS);
