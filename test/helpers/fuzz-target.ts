@@ -185,7 +185,7 @@ export class FuzzTarget {
     return new Promise((resolve) => {
       let settled = false;
       // Declared before anything can settle: a request Node refuses to build settles before the timer exists.
-      let timer: NodeJS.Timeout | undefined;
+      let timer: NodeJS.Timeout | undefined = undefined;
       const settle = (value: FuzzResponse | { error: string }) => {
         if (settled) return;
         settled = true;
