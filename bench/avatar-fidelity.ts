@@ -24,6 +24,7 @@ import { i420ToRgba } from '../actors/render/i420.ts';
 import type { MouthAnimation } from '../actors/render/types.ts';
 import { json, post, startTestApp, type TestApp } from '../test/helpers/app.ts';
 import { landscapeMp4 } from '../test/helpers/clips.ts';
+import { pearson } from '../test/helpers/neural-lipsync.ts';
 import { ReceivingPeer } from '../test/helpers/peer.ts';
 import { SseClient } from '../test/helpers/sse.ts';
 import { postCustomAvatar } from './custom-avatar.ts';
@@ -62,21 +63,6 @@ function mouthOpening(a: MouthAnimation): number {
   const lip = a.inner_lip;
   const gap = (Math.abs(lip[7].y - lip[1].y) + Math.abs(lip[6].y - lip[2].y) + Math.abs(lip[5].y - lip[3].y)) / 3;
   return gap / Math.max(1, a.mouth_width);
-}
-
-function pearson(xs: number[], ys: number[]): number {
-  const n = xs.length;
-  const mx = xs.reduce((s, v) => s + v, 0) / n;
-  const my = ys.reduce((s, v) => s + v, 0) / n;
-  let sxy = 0;
-  let sxx = 0;
-  let syy = 0;
-  for (let i = 0; i < n; i++) {
-    sxy += (xs[i] - mx) * (ys[i] - my);
-    sxx += (xs[i] - mx) ** 2;
-    syy += (ys[i] - my) ** 2;
-  }
-  return sxx > 0 && syy > 0 ? sxy / Math.sqrt(sxx * syy) : 0;
 }
 
 /** The received audio's RMS around `at` (±20 ms: one frame). */
