@@ -185,6 +185,29 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
     sendError(res, 404, `Unknown route ${req.method} ${path}`, 'invalid_request_error');
   }
 
+  /** Opens a chat completion event stream (counted in `openChatStreams` until its connection closes). */
+  function openChatStream(res: http.ServerResponse, model: string) {
+    openChatStreams++;
+    let closed = false;
+    res.on('close', () => {
+      closed = true;
+      openChatStreams--;
+    });
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    res.flushHeaders();
+    return {
+      closed: () => closed,
+      chunk: (delta: Record<string, unknown>, finishReason: string | null) =>
+        `data: ${JSON.stringify({
+          id: 'chatcmpl-fake',
+          object: 'chat.completion.chunk',
+          created: Math.floor(Date.now() / 1000),
+          model,
+          choices: [{ index: 0, delta, finish_reason: finishReason }],
+        })}\n\n`,
+    };
+  }
+
   async function streamChat(res: http.ServerResponse, scenario: ChatScenario, model: string): Promise<void> {
     if (scenario.failStatus && scenario.failBodyBytes !== undefined) {
       res.writeHead(scenario.failStatus, { 'content-type': 'text/html' });
@@ -196,26 +219,12 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
       sendError(res, scenario.failStatus, scenario.failMessage ?? 'The server had an error', 'server_error');
       return;
     }
-    openChatStreams++;
-    let closed = false;
-    res.on('close', () => {
-      closed = true;
-      openChatStreams--;
-    });
-    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
-    res.flushHeaders();
-    const chunk = (delta: Record<string, unknown>, finishReason: string | null) =>
-      `data: ${JSON.stringify({
-        id: 'chatcmpl-fake',
-        object: 'chat.completion.chunk',
-        created: Math.floor(Date.now() / 1000),
-        model,
-        choices: [{ index: 0, delta, finish_reason: finishReason }],
-      })}\n\n`;
+    const stream = openChatStream(res, model);
+    const chunk = stream.chunk;
     res.write(chunk({ role: 'assistant', content: '' }, null));
     for (let index = 0; index < scenario.replyTokens.length; index++) {
       await delay(index === 0 ? scenario.firstTokenDelayMs : scenario.tokenDelayMs);
-      if (closed) return;
+      if (stream.closed()) return;
       if (scenario.disconnectAfterTokens !== undefined && index >= scenario.disconnectAfterTokens) {
         res.socket?.destroy();
         return;
@@ -231,7 +240,7 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
       if (!(await writePaced(res, scenario.endlessLineBytes))) return;
       res.write('"},"finish_reason":null}]}\n\n');
     }
-    if (closed) return;
+    if (stream.closed()) return;
     res.write(chunk({}, 'stop'));
     res.end('data: [DONE]\n\n');
   }
@@ -243,21 +252,13 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
     model: string,
     scenario: ChatScenario,
   ): Promise<void> {
-    openChatStreams++;
-    let closed = false;
-    res.on('close', () => {
-      closed = true;
-      openChatStreams--;
-    });
-    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
-    res.flushHeaders();
-    const chunk = (delta: Record<string, unknown>, finishReason: string | null) =>
-      `data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', model, choices: [{ index: 0, delta, finish_reason: finishReason }] })}\n\n`;
+    const stream = openChatStream(res, model);
+    const chunk = stream.chunk;
     res.write(chunk({ role: 'assistant', content: '' }, null));
     const tokens = typeof reply.tokens === 'function' ? reply.tokens(messages) : (reply.tokens ?? []);
     for (const token of tokens) {
       await delay(scenario.tokenDelayMs);
-      if (closed) return;
+      if (stream.closed()) return;
       res.write(chunk({ content: token }, null));
     }
     const calls = reply.toolCalls ?? [];
@@ -268,7 +269,7 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
     const pieces = calls.map((call) => call.arguments.match(/[\s\S]{1,4}/gu) ?? []);
     for (let step = 0; pieces.some((list) => step < list.length); step++) {
       await delay(scenario.tokenDelayMs);
-      if (closed) return;
+      if (stream.closed()) return;
       pieces.forEach((list, index) => {
         if (step < list.length) res.write(chunk({ tool_calls: [{ index, function: { arguments: list[step] } }] }, null));
       });
