@@ -3,11 +3,10 @@
  * time (each 200 or 409, never 5xx, and the last one answered is the peer that receives media), and
  * any SDP libwebrtc rejects is a 400 that leaves the connected viewer streaming.
  */
-import wrtc from '@roamhq/wrtc';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_MEDIA_SECTIONS } from '../actors/media/webrtc.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
-import { ReceivingPeer } from './helpers/peer.ts';
+import { ReceivingPeer, realOfferSdp } from './helpers/peer.ts';
 
 /** ICE on loopback plus the first rendered frames on 2 shared cores. */
 const MEDIA_WAIT_MS = 15_000;
@@ -22,19 +21,6 @@ async function createStartedSession(t: TestApp): Promise<string> {
   const sessionId = (await json(created)).session_id as string;
   expect((await post(t.baseUrl, `/sessions/${sessionId}/start`)).status).toBe(200);
   return sessionId;
-}
-
-/** A real recvonly audio+video offer with its candidates, as a browser would send it. */
-async function realOfferSdp(): Promise<string> {
-  const pc = new wrtc.RTCPeerConnection();
-  try {
-    pc.addTransceiver('audio', { direction: 'recvonly' });
-    pc.addTransceiver('video', { direction: 'recvonly' });
-    await pc.setLocalDescription(await pc.createOffer());
-    return pc.localDescription!.sdp;
-  } finally {
-    pc.close();
-  }
 }
 
 function statusOf(outcome: PromiseSettledResult<ReceivingPeer>): number {

@@ -3,11 +3,10 @@
  * clock; each viewer is a resource that DELETE ends without touching the others; bad input is a 4xx `{detail}`.
  */
 import { randomUUID } from 'node:crypto';
-import wrtc from '@roamhq/wrtc';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_WHEP_VIEWERS } from '../actors/media/whep.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
-import { ReceivingPeer } from './helpers/peer.ts';
+import { ReceivingPeer, realOfferSdp } from './helpers/peer.ts';
 
 /** ICE on loopback plus the first rendered frames on 2 shared cores. */
 const MEDIA_WAIT_MS = 30_000;
@@ -24,19 +23,6 @@ async function createStartedSession(t: TestApp): Promise<string> {
 
 function postSdp(t: TestApp, sessionId: string, sdp: string, contentType = 'application/sdp'): Promise<Response> {
   return fetch(`${t.baseUrl}/sessions/${sessionId}/whep`, { method: 'POST', headers: { 'content-type': contentType }, body: sdp });
-}
-
-/** A real recvonly audio+video offer with its candidates, as a WHEP player sends it. */
-async function realOfferSdp(): Promise<string> {
-  const pc = new wrtc.RTCPeerConnection();
-  try {
-    pc.addTransceiver('audio', { direction: 'recvonly' });
-    pc.addTransceiver('video', { direction: 'recvonly' });
-    await pc.setLocalDescription(await pc.createOffer());
-    return pc.localDescription!.sdp;
-  } finally {
-    pc.close();
-  }
 }
 
 /** A wrtc player speaking WHEP: raw SDP in, raw SDP and a Location out. */

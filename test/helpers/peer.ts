@@ -126,3 +126,16 @@ export function lumaDiff(a: ReceivedFrame, b: ReceivedFrame, box: { x: number; y
   }
   return sum / n;
 }
+
+/** A real recvonly audio+video offer with its candidates, as a browser or a WHEP player sends it. */
+export async function realOfferSdp(): Promise<string> {
+  const pc = new wrtc.RTCPeerConnection();
+  try {
+    pc.addTransceiver('audio', { direction: 'recvonly' });
+    pc.addTransceiver('video', { direction: 'recvonly' });
+    await pc.setLocalDescription(await pc.createOffer());
+    return pc.localDescription!.sdp;
+  } finally {
+    pc.close();
+  }
+}
