@@ -35,6 +35,23 @@ function controllableLink(): OutputLink & { end(reason: string): void; closes: n
   return link;
 }
 
+/** Outputs whose every connection is a fresh controllable link; what they report to SSE is collected. */
+function outputsOverControllableLinks() {
+  const links: Array<ReturnType<typeof controllableLink>> = [];
+  const reports: string[] = [];
+  const outputs = new SessionOutputs(
+    async () => {
+      const link = controllableLink();
+      links.push(link);
+      return link;
+    },
+    (_id, message) => reports.push(message),
+    logger,
+    FAST,
+  );
+  return { outputs, links, reports };
+}
+
 describe('output retries', () => {
   it('a server that never answers: one output_failed, silent retries with backoff, then failed with a second report', async () => {
     const attempts: number[] = [];
@@ -62,18 +79,7 @@ describe('output retries', () => {
   });
 
   it('a dropped live output is reported, reconnects and is live again; DELETE closes the live link', async () => {
-    const links: Array<ReturnType<typeof controllableLink>> = [];
-    const reports: string[] = [];
-    const outputs = new SessionOutputs(
-      async () => {
-        const link = controllableLink();
-        links.push(link);
-        return link;
-      },
-      (_id, message) => reports.push(message),
-      logger,
-      FAST,
-    );
+    const { outputs, links, reports } = outputsOverControllableLinks();
     const { output_id } = outputs.add(RTMP);
     await until(() => outputs.list()[0].state === 'live', 'live');
     links[0].end('the RTMP server stopped reading');
@@ -87,18 +93,7 @@ describe('output retries', () => {
   });
 
   it("the session's media gone ends an output as stopped, without output_failed; closeAll is idempotent and closes live links", async () => {
-    const reports: string[] = [];
-    const links: Array<ReturnType<typeof controllableLink>> = [];
-    const outputs = new SessionOutputs(
-      async () => {
-        const link = controllableLink();
-        links.push(link);
-        return link;
-      },
-      (_id, message) => reports.push(message),
-      logger,
-      FAST,
-    );
+    const { outputs, links, reports } = outputsOverControllableLinks();
     outputs.add(RTMP);
     outputs.add({ type: 'whip', url: 'https://whip.example/endpoint/token-in-path' });
     await until(() => outputs.list().every((o) => o.state === 'live'), 'both live');
