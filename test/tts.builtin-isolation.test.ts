@@ -41,7 +41,8 @@ async function killBusyEngine(processes: () => Array<{ pid: number | undefined; 
     victim = processes().find((engine) => engine.busy)?.pid;
     if (victim !== undefined) process.kill(victim, 'SIGKILL');
     return victim !== undefined;
-  }, 20_000, 2);
+    // An engine starts (compiles 21 MB of WASM) before it is busy: seconds, tens of them on a host at half speed.
+  }, 60_000, 2);
   if (!found || victim === undefined) throw new Error('no engine became busy');
   return victim;
 }
@@ -81,7 +82,7 @@ describe('a service started without --no-turbo-fast-api-calls', () => {
     ]);
     // Seconds of speech each (16 kHz, 16-bit): the whole text was spoken, not an empty WAV.
     for (const result of results) expect(result.bytes).toBeGreaterThan(16_000 * 2 * 5);
-  }, 120_000);
+  }, 240_000);
 });
 
 describe('an engine process killed mid-sentence', () => {
@@ -112,7 +113,7 @@ describe('an engine process killed mid-sentence', () => {
     expect((await next.arrayBuffer()).byteLength).toBeGreaterThan(16_000);
     expect(builtinPreviewEngineProcesses().map((engine) => engine.pid)).not.toContain(killed);
     expect(processGone(killed)).toBe(true);
-  });
+  }, 150_000);
 
   it('ends that speak turn with SSE error then status idle; the next turn speaks', async () => {
     const live = await openSession(t);
@@ -254,7 +255,8 @@ describe('BuiltinEnginePool', () => {
     for (let index = 0; index < 8; index++) {
       expect((await pool.synthesize(sentence(`Sentence number ${index}.`))).pcm.length).toBeGreaterThan(0);
     }
-    expect(await eventually(() => !pool.processes().some((engine) => engine.pid === firstPid), 10_000)).toBe(true);
+    // The retired engine exits once its channel closes; on a host at half speed its replacement's start competes.
+    expect(await eventually(() => !pool.processes().some((engine) => engine.pid === firstPid), 30_000)).toBe(true);
     expect(processGone(firstPid)).toBe(true);
     expect(pool.processes()).toHaveLength(1);
   });
