@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { detectSpeechSegments } from '../actors/audio/vad.ts';
 import { resamplePcm16 } from '../actors/audio/resample.ts';
 import { SILERO_VAD_MODEL } from '../actors/inference/models.ts';
-import { InferencePool } from '../actors/inference/pool.ts';
+import { InferencePool, MAX_SCAN_STEPS } from '../actors/inference/pool.ts';
 import { DEFAULT_START_THRESHOLD, SILERO_FRAME_MS, SileroVadStream, type SileroVadOptions, type VadEvent } from '../actors/vad/silero.ts';
 import { TurnTracker } from '../actors/vad/turns.ts';
 import { frameAccuracy, loadVadFixture, spanAccuracy, whiteNoise, type TimeSpan } from './helpers/vad-fixture.ts';
@@ -157,6 +157,42 @@ describe('Silero VAD v5 streaming detector', () => {
     expect(secondTogether.events).toEqual(secondAlone.events);
   });
 
+  it('a stream that fell behind catches up in a few scan tasks, with the same probabilities and turns as frame by frame', async () => {
+    const stepwise = await analyse(pool, fixture.pcm);
+    // A producer far ahead of the analysis (a loaded host): every 20 ms chunk is pushed before any answer is in.
+    const stream = new SileroVadStream(pool);
+    const chunk = (16_000 * CHUNK_MS) / 1000;
+    const before = pool.stats;
+    const pushes: Array<Promise<{ frames: { probability: number }[]; events: VadEvent[] }>> = [];
+    for (let offset = 0; offset < fixture.pcm.length; offset += chunk) pushes.push(stream.push(fixture.pcm.subarray(offset, offset + chunk)));
+    const results = await Promise.all(pushes);
+    const events = [...results.flatMap((result) => result.events), ...(await stream.end())];
+    stream.close();
+    const after = pool.stats;
+    const probabilities = results.flatMap((result) => result.frames.map((frame) => frame.probability));
+    expect(probabilities).toHaveLength(stepwise.probabilities.length);
+    stepwise.probabilities.forEach((p, frame) => expect(probabilities[frame]).toBeCloseTo(p, 4));
+    expect(events).toEqual(stepwise.events);
+    // One task per MAX_SCAN_STEPS frames (plus the first push's own frame-sized one), not one per frame.
+    const tasks = after.batches - before.batches;
+    console.log(`Silero v5 catching up: ${probabilities.length} frames in ${tasks} worker tasks`);
+    expect(tasks).toBeLessThanOrEqual(Math.ceil(probabilities.length / MAX_SCAN_STEPS) + 2);
+  });
+
+  it('refuses a scan of no steps or of more than MAX_SCAN_STEPS', async () => {
+    const scanOf = (steps: number) =>
+      pool.scan(SILERO_VAD_MODEL, {
+        steps: { input: { type: 'float32', data: new Float32Array(steps * 576), dims: [steps, 576] } },
+        carried: { state: { type: 'float32', data: new Float32Array(256), dims: [2, 1, 128] } },
+        carry: { stateN: 'state' },
+      });
+    await expect(scanOf(0)).rejects.toThrow(RangeError);
+    await expect(scanOf(MAX_SCAN_STEPS + 1)).rejects.toThrow(RangeError);
+    const two = await scanOf(2);
+    expect(two.output.dims).toEqual([2, 1]);
+    expect(two.state.dims).toEqual([2, 1, 128]);
+  });
+
   it('measures the cost per 512-sample frame at batch 1 and batch 8', async () => {
     const seconds = 5;
     const audio = fixture.pcm.subarray(16_000, 16_000 * (1 + seconds));
@@ -165,8 +201,9 @@ describe('Silero VAD v5 streaming detector', () => {
       const started = performance.now();
       await Promise.all(
         Array.from({ length: streams }, async () => {
+          // Frame by frame, as a real-time stream arrives (pushed all at once it would catch up in scan tasks).
           const stream = new SileroVadStream(pool);
-          await stream.push(audio);
+          for (let offset = 0; offset < audio.length; offset += 512) await stream.push(audio.subarray(offset, offset + 512));
           stream.close();
         }),
       );

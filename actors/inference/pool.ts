@@ -12,7 +12,7 @@ import { INFERENCE_MODELS, type ModelDefinition } from './models.ts';
 import { concatAlongAxis, shapeSignature, splitAlongAxis, type TensorMap } from './tensors.ts';
 import { abortReason, untilAborted } from '../upstream/abort.ts';
 import { PoolLoad, type PoolLoadSnapshot } from '../pool-load.ts';
-import type { InferenceTask, InferenceTaskResult, InferenceWorkerData, ModelDescription } from './worker.ts';
+import type { InferenceTask, InferenceTaskResult, InferenceWorkerData, ModelDescription, ScanSpec } from './worker.ts';
 
 export type { ModelDescription } from './worker.ts';
 
@@ -64,11 +64,30 @@ export interface InferenceStats {
   runMs: number;
 }
 
+/** One stream's consecutive steps of a recurrent model (`InferencePool.scan`). */
+export interface ScanRequest {
+  /** Inputs that change every step, one row per step along axis 0. */
+  steps: TensorMap;
+  /** The recurrent inputs' values before the first step. */
+  carried: TensorMap;
+  /** Output name → the input it becomes at the next step. */
+  carry: Readonly<Record<string, string>>;
+}
+
+/**
+ * Steps in one scan task, at most: 64 VAD frames are 2 s of audio, the most a stream may be behind
+ * (`MAX_VAD_BACKLOG_MS`), and one such task keeps a worker ~30 ms on a loaded core, so batches of other
+ * streams wait no longer than that.
+ */
+export const MAX_SCAN_STEPS = 64;
+
 interface PendingItem {
   modelKey: string;
   inputs: TensorMap;
   rows: number;
   enqueuedAt: number;
+  /** Present for a scan: it runs alone, never stacked with other items. */
+  scan?: ScanSpec;
   resolve(outputs: TensorMap): void;
   reject(error: unknown): void;
   /** Set once the caller has its answer (result, error or abort); later outcomes are dropped. */
@@ -93,6 +112,8 @@ export class InferencePool {
   private closing: Promise<void> | undefined;
   private readonly load: PoolLoad;
   private readonly counters: InferenceStats = { items: 0, batches: 0, failedBatches: 0, largestBatch: 0, runMs: 0 };
+  /** Gives each scan a batching group of its own. */
+  private scans = 0;
 
   constructor(options: InferencePoolOptions = {}) {
     this.threads = Math.max(1, options.threads ?? DEFAULT_INFERENCE_THREADS);
@@ -135,11 +156,8 @@ export class InferencePool {
    * running finishes for the others in it), `InferenceQueueFullError` when saturated.
    */
   infer(modelKey: string, item: TensorMap, signal?: AbortSignal): Promise<TensorMap> {
-    if (this.closing) return Promise.reject(new InferencePoolClosedError());
-    if (signal?.aborted) return Promise.reject(inferenceAborted(signal));
     const model = this.models[modelKey];
     if (!model) return Promise.reject(new Error(`unknown inference model ${modelKey}`));
-    if (this.pendingCount >= this.maxPendingItems) return Promise.reject(new InferenceQueueFullError());
     let groupKey: string;
     let rows: number;
     try {
@@ -147,6 +165,32 @@ export class InferencePool {
     } catch (error) {
       return Promise.reject(error);
     }
+    return this.enqueue(modelKey, item, groupKey, rows, undefined, signal);
+  }
+
+  /**
+   * Runs a recurrent model over `steps` consecutive steps of one stream in one worker task (at most
+   * `MAX_SCAN_STEPS`): each step's carry outputs feed the next step. Resolves with the other outputs, one row per
+   * step along axis 0, and under the carried inputs' names their values after the last step. It waits in the
+   * same queue as batches, alone in its group. Rejects like `infer`.
+   */
+  scan(modelKey: string, request: ScanRequest, signal?: AbortSignal): Promise<TensorMap> {
+    const model = this.models[modelKey];
+    if (!model) return Promise.reject(new Error(`unknown inference model ${modelKey}`));
+    const stepInputs = Object.keys(request.steps);
+    const steps = request.steps[stepInputs[0]]?.dims[0] ?? 0;
+    if (!(steps >= 1 && steps <= MAX_SCAN_STEPS) || stepInputs.some((name) => request.steps[name].dims[0] !== steps)) {
+      return Promise.reject(new RangeError(`${modelKey}: a scan takes 1 to ${MAX_SCAN_STEPS} steps, one row each along axis 0 of every step input`));
+    }
+    const spec: ScanSpec = { steps, stepInputs, carry: request.carry };
+    // Rows = maxBatch: the group is ready at once, there is nobody to wait for.
+    return this.enqueue(modelKey, { ...request.steps, ...request.carried }, `scan#${++this.scans}`, model.maxBatch, spec, signal);
+  }
+
+  private enqueue(modelKey: string, item: TensorMap, groupKey: string, rows: number, scan: ScanSpec | undefined, signal: AbortSignal | undefined): Promise<TensorMap> {
+    if (this.closing) return Promise.reject(new InferencePoolClosedError());
+    if (signal?.aborted) return Promise.reject(inferenceAborted(signal));
+    if (this.pendingCount >= this.maxPendingItems) return Promise.reject(new InferenceQueueFullError());
     return new Promise<TensorMap>((resolve, reject) => {
       const onAbort = (): void => {
         if (pending.settled) return;
@@ -158,6 +202,7 @@ export class InferencePool {
         modelKey,
         inputs: item,
         rows,
+        scan,
         enqueuedAt: performance.now(),
         settled: false,
         resolve,
@@ -299,23 +344,27 @@ export class InferencePool {
   private dispatch(batch: PendingItem[]): void {
     const modelKey = batch[0].modelKey;
     const model = this.models[modelKey];
+    const scan = batch[0].scan;
     const inputs: TensorMap = { ...model.constants };
     for (const [name, { batchAxis }] of Object.entries(model.inputs)) {
-      inputs[name] = concatAlongAxis(
-        batch.map((pending) => pending.inputs[name]),
-        batchAxis,
-      );
+      inputs[name] = scan
+        ? batch[0].inputs[name]
+        : concatAlongAxis(
+            batch.map((pending) => pending.inputs[name]),
+            batchAxis,
+          );
     }
     const task: InferenceTask = {
-      op: 'run',
+      op: scan ? 'scan' : 'run',
       modelKey,
       file: model.file,
       executionProviders: model.executionProviders ?? ['cpu'],
       inputs,
       outputNames: Object.keys(model.outputs),
+      scan,
     };
     // Only the freshly stacked buffers move to the worker; callers' arrays and shared constants stay put.
-    const transferList = Object.keys(model.inputs).map((name) => inputs[name].data.buffer as ArrayBuffer);
+    const transferList = scan ? [] : Object.keys(model.inputs).map((name) => inputs[name].data.buffer as ArrayBuffer);
     this.inFlight++;
     const done = this.load.begin();
     this.counters.batches++;
@@ -325,6 +374,7 @@ export class InferencePool {
       .then(
         (result) => {
           this.counters.runMs += result.runMs;
+          if (scan) return this.settle(batch[0], () => batch[0].resolve(result.outputs));
           const perItem = batch.map((): TensorMap => ({}));
           for (const [name, { batchAxis }] of Object.entries(model.outputs)) {
             const pieces = splitAlongAxis(

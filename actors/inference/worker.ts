@@ -8,7 +8,7 @@ import { workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
 import { move, transferableSymbol, valueSymbol } from 'piscina';
 import type { ExecutionProviderName } from './models.ts';
-import type { TensorArray, TensorData, TensorMap, TensorType } from './tensors.ts';
+import { concatAlongAxis, type TensorArray, type TensorData, type TensorMap, type TensorType } from './tensors.ts';
 
 export interface InferenceWorkerData {
   /** onnxruntime intra-op threads per session; the pool already runs one worker per core. */
@@ -16,14 +16,26 @@ export interface InferenceWorkerData {
 }
 
 export interface InferenceTask {
-  /** `load` only creates the session (warm-up); `describe` also returns its declared tensors; `run` runs one batch. */
-  op: 'load' | 'describe' | 'run';
+  /**
+   * `load` only creates the session (warm-up); `describe` also returns its declared tensors; `run` runs one batch;
+   * `scan` runs a recurrent model over consecutive steps of one stream (`scan` below).
+   */
+  op: 'load' | 'describe' | 'run' | 'scan';
   modelKey: string;
   file: string;
   executionProviders: readonly ExecutionProviderName[];
   /** Batched inputs plus the model's constants. */
   inputs: TensorMap;
   outputNames: readonly string[];
+  /** For `scan`: how many steps, which inputs hold one row per step (axis 0), and which output feeds which input. */
+  scan?: ScanSpec;
+}
+
+export interface ScanSpec {
+  steps: number;
+  stepInputs: readonly string[];
+  /** Output name → the input it becomes at the next step (Silero: `stateN` → `state`). */
+  carry: Readonly<Record<string, string>>;
 }
 
 export interface InferenceTaskResult {
@@ -76,6 +88,14 @@ export default async function runInferenceTask(task: InferenceTask) {
     const plain = (list: readonly ort.InferenceSession.ValueMetadata[]) => JSON.parse(JSON.stringify(list)) as ort.InferenceSession.ValueMetadata[];
     return { outputs: {}, runMs: 0, description: { inputs: plain(session.inputMetadata), outputs: plain(session.outputMetadata) } } satisfies InferenceTaskResult;
   }
+  const result = task.op === 'scan' && task.scan ? await runScan(session, task, task.scan) : await runOnce(session, task);
+  return move({
+    [transferableSymbol]: Object.values(result.outputs).map((output) => output.data.buffer),
+    [valueSymbol]: result,
+  });
+}
+
+async function runOnce(session: ort.InferenceSession, task: InferenceTask): Promise<InferenceTaskResult> {
   const feeds: Record<string, ort.Tensor> = {};
   for (const [name, input] of Object.entries(task.inputs)) feeds[name] = new ort.Tensor(input.type, input.data, input.dims);
   const started = performance.now();
@@ -83,9 +103,39 @@ export default async function runInferenceTask(task: InferenceTask) {
   const runMs = performance.now() - started;
   const outputs: TensorMap = {};
   for (const name of task.outputNames) outputs[name] = toPlain(results[name]);
-  const result: InferenceTaskResult = { outputs, runMs };
-  return move({
-    [transferableSymbol]: Object.values(outputs).map((output) => output.data.buffer),
-    [valueSymbol]: result,
-  });
+  return { outputs, runMs };
+}
+
+/**
+ * One stream's consecutive steps in one task: step k feeds row k of each step input and the carried inputs, and
+ * its carry outputs become the next step's inputs. The answer holds each other output stacked along axis 0 (one
+ * row per step) and, under the carried inputs' names, their values after the last step. A stream behind real time
+ * catches up in one message instead of one per 32 ms frame, whose thread hops dominate on a slow host.
+ */
+async function runScan(session: ort.InferenceSession, task: InferenceTask, scan: ScanSpec): Promise<InferenceTaskResult> {
+  const feeds: Record<string, ort.Tensor> = {};
+  for (const [name, input] of Object.entries(task.inputs)) {
+    if (!scan.stepInputs.includes(name)) feeds[name] = new ort.Tensor(input.type, input.data, input.dims);
+  }
+  const perStep = new Map<string, TensorData[]>();
+  let runMs = 0;
+  for (let step = 0; step < scan.steps; step++) {
+    for (const name of scan.stepInputs) {
+      const input = task.inputs[name];
+      const row = input.data.length / input.dims[0];
+      feeds[name] = new ort.Tensor(input.type, input.data.subarray(step * row, (step + 1) * row) as TensorArray, [1, ...input.dims.slice(1)]);
+    }
+    const started = performance.now();
+    const results = await session.run(feeds, [...task.outputNames]);
+    runMs += performance.now() - started;
+    for (const name of task.outputNames) {
+      const carriedInto = scan.carry[name];
+      if (carriedInto !== undefined) feeds[carriedInto] = results[name];
+      else perStep.set(name, [...(perStep.get(name) ?? []), toPlain(results[name])]);
+    }
+  }
+  const outputs: TensorMap = {};
+  for (const [name, rows] of perStep) outputs[name] = concatAlongAxis(rows, 0);
+  for (const input of Object.values(scan.carry)) outputs[input] = toPlain(feeds[input]);
+  return { outputs, runMs };
 }

@@ -3,10 +3,12 @@
  * per audio stream keeps what the model needs between frames — its recurrent `state` [2,1,128] and the last
  * 64 samples as context (without them v5 detects nothing) — feeds 512-sample frames at 16 kHz, and reports a
  * speech probability per 32 ms frame plus `speech_start` / `speech_end` from a hysteresis tracker
- * (`turns.ts`). Frames of concurrent streams meet in the pool's micro-batcher and run as one batch.
+ * (`turns.ts`). Frames of concurrent streams meet in the pool's micro-batcher and run as one batch. A stream
+ * that has fallen behind (a loaded host: each frame's round trip to a worker thread costs more than its 32 ms)
+ * catches up with one `scan` task over all its waiting frames instead of one round trip per frame.
  */
 import { SILERO_VAD_MODEL } from '../inference/models.ts';
-import type { InferencePool } from '../inference/pool.ts';
+import { MAX_SCAN_STEPS, type InferencePool } from '../inference/pool.ts';
 import { tensor, type TensorData } from '../inference/tensors.ts';
 import { pcm16ToFloat32, resamplePcm16 } from '../audio/resample.ts';
 import { TurnTracker, type TurnEvent } from './turns.ts';
@@ -65,6 +67,8 @@ export class SileroVadStream {
   private context = new Float32Array(SILERO_CONTEXT_SAMPLES);
   /** 16 kHz samples received but not yet analysed (less than one frame between pushes). */
   private buffered = new Float32Array(0);
+  /** 16 kHz audio pushed while earlier pushes were still being analysed: the next analysis takes it all at once. */
+  private incoming: Float32Array[] = [];
   /** 16 kHz position of `buffered[0]` on the stream's timeline. */
   private position = 0;
   /** Pushes run one after another: each frame needs the state the previous one produced. */
@@ -85,6 +89,11 @@ export class SileroVadStream {
     });
   }
 
+  /** Starts the pool's workers and loads the model in each (seconds on a loaded host), ahead of the first frame. */
+  warmUp(signal?: AbortSignal): Promise<void> {
+    return this.pool.warmUp(SILERO_VAD_MODEL, signal);
+  }
+
   /** True between `speech_start` and `speech_end`. */
   get speaking(): boolean {
     return this.turns.speaking;
@@ -95,20 +104,34 @@ export class SileroVadStream {
    * timeline still counts it, so later positions stay aligned with the caller's audio).
    */
   push(pcm: Int16Array, signal?: AbortSignal): Promise<VadResult> {
+    // 16 kHz audio joins the waiting audio now, so the push whose turn comes first analyses everything that has
+    // arrived (later pushes then find their frames done); other rates are resampled in order, in the queue.
+    if (this.inputRate === SILERO_SAMPLE_RATE && !this.closed) this.incoming.push(pcm16ToFloat32(pcm));
     return this.serialised(async () => {
-      const samples = this.inputRate === SILERO_SAMPLE_RATE ? pcm16ToFloat32(pcm) : pcm16ToFloat32(await resamplePcm16(pcm, this.inputRate, SILERO_SAMPLE_RATE));
-      const joined = new Float32Array(this.buffered.length + samples.length);
-      joined.set(this.buffered);
-      joined.set(samples, this.buffered.length);
-      this.buffered = joined;
+      if (this.inputRate !== SILERO_SAMPLE_RATE) this.incoming.push(pcm16ToFloat32(await resamplePcm16(pcm, this.inputRate, SILERO_SAMPLE_RATE)));
+      this.takeIncoming();
       return this.analyseBuffered(signal);
     });
+  }
+
+  private takeIncoming(): void {
+    if (this.incoming.length === 0) return;
+    const joined = new Float32Array(this.incoming.reduce((sum, part) => sum + part.length, this.buffered.length));
+    joined.set(this.buffered);
+    let offset = this.buffered.length;
+    for (const part of this.incoming) {
+      joined.set(part, offset);
+      offset += part.length;
+    }
+    this.incoming = [];
+    this.buffered = joined;
   }
 
   /** End of the audio: closes an open turn. The partial frame left over is too short to analyse and is dropped. */
   end(signal?: AbortSignal): Promise<VadEvent[]> {
     return this.serialised(async () => {
       signal?.throwIfAborted();
+      this.takeIncoming();
       this.position += this.buffered.length;
       this.buffered = new Float32Array(0);
       return this.turns.finish(this.position).map((event) => this.toVadEvent(event));
@@ -119,6 +142,7 @@ export class SileroVadStream {
     if (this.closed) return;
     this.closed = true;
     this.buffered = new Float32Array(0);
+    this.incoming = [];
   }
 
   private serialised<T>(work: () => Promise<T>): Promise<T> {
@@ -137,13 +161,16 @@ export class SileroVadStream {
     try {
       while (this.buffered.length >= SILERO_FRAME_SAMPLES) {
         signal?.throwIfAborted();
-        const frame = this.buffered.subarray(0, SILERO_FRAME_SAMPLES);
-        const probability = await this.analyseFrame(frame, signal);
-        const frameStart = this.position;
-        this.position += SILERO_FRAME_SAMPLES;
-        this.buffered = this.buffered.subarray(SILERO_FRAME_SAMPLES);
-        result.frames.push({ ms: (frameStart / SILERO_SAMPLE_RATE) * 1000, probability });
-        for (const event of this.turns.next(frameStart, this.position, probability)) result.events.push(this.toVadEvent(event));
+        const count = Math.min(MAX_SCAN_STEPS, Math.floor(this.buffered.length / SILERO_FRAME_SAMPLES));
+        const frames = this.buffered.subarray(0, count * SILERO_FRAME_SAMPLES);
+        const probabilities = count === 1 ? [await this.analyseFrame(frames, signal)] : await this.analyseFrames(frames, count, signal);
+        for (const probability of probabilities) {
+          const frameStart = this.position;
+          this.position += SILERO_FRAME_SAMPLES;
+          result.frames.push({ ms: (frameStart / SILERO_SAMPLE_RATE) * 1000, probability });
+          for (const event of this.turns.next(frameStart, this.position, probability)) result.events.push(this.toVadEvent(event));
+        }
+        this.buffered = this.buffered.subarray(count * SILERO_FRAME_SAMPLES);
       }
     } catch (error) {
       this.position += this.buffered.length;
@@ -167,6 +194,25 @@ export class SileroVadStream {
     this.state = floats(outputs.stateN);
     this.context = input.slice(input.length - SILERO_CONTEXT_SAMPLES);
     return floats(outputs.output)[0];
+  }
+
+  /** `count` consecutive frames in one scan task; state and context advance only once every answer is in. */
+  private async analyseFrames(frames: Float32Array, count: number, signal: AbortSignal | undefined): Promise<number[]> {
+    const width = SILERO_CONTEXT_SAMPLES + SILERO_FRAME_SAMPLES;
+    const inputs = new Float32Array(count * width);
+    for (let k = 0; k < count; k++) {
+      // Each frame's context is the tail of the one before it (the first's: the last frame analysed).
+      inputs.set(k === 0 ? this.context : frames.subarray(k * SILERO_FRAME_SAMPLES - SILERO_CONTEXT_SAMPLES, k * SILERO_FRAME_SAMPLES), k * width);
+      inputs.set(frames.subarray(k * SILERO_FRAME_SAMPLES, (k + 1) * SILERO_FRAME_SAMPLES), k * width + SILERO_CONTEXT_SAMPLES);
+    }
+    const outputs = await this.pool.scan(
+      SILERO_VAD_MODEL,
+      { steps: { input: tensor('float32', inputs, [count, width]) }, carried: { state: tensor('float32', this.state, [2, 1, 128]) }, carry: { stateN: 'state' } },
+      signal,
+    );
+    this.state = floats(outputs.state);
+    this.context = frames.slice(frames.length - SILERO_CONTEXT_SAMPLES);
+    return Array.from(floats(outputs.output));
   }
 
   private toVadEvent(event: TurnEvent): VadEvent {

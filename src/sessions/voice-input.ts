@@ -20,8 +20,9 @@ export const POST_ROLL_MS = 200;
  */
 export const MAX_UTTERANCE_MS = 30_000;
 /**
- * Audio kept while nobody speaks: the VAD reports a start up to min-speech + one frame after it began, and
- * its answers lag the audio by the batching window and a queue; 2 s covers both with room.
+ * Audio kept while nobody speaks, behind what the VAD has judged: it reports a start up to min-speech + one frame
+ * after it began; 2 s covers that with room. Audio still waiting for the VAD (at most MAX_VAD_BACKLOG_MS, on a
+ * loaded host) is kept on top, or an utterance would lose its beginning before the VAD even saw it.
  */
 export const IDLE_RETAIN_MS = 2_000;
 /**
@@ -29,6 +30,12 @@ export const IDLE_RETAIN_MS = 2_000;
  * is saturated (or a client sends far faster than real time) and the excess is dropped.
  */
 export const MAX_VAD_BACKLOG_MS = 2_000;
+/**
+ * The same bound while the VAD is still starting (its worker threads load onnxruntime and the model when the
+ * first microphone attaches: seconds, over 2 s on a host at half speed). A microphone sends from the moment it
+ * connects, and what it says then must not be dropped for a start-up that happens once; 10 s is 320 KB.
+ */
+export const MAX_VAD_WARMUP_BACKLOG_MS = 10_000;
 
 export type VoiceSourceKind = 'webrtc' | 'listen';
 
@@ -191,6 +198,9 @@ export class VoiceSource {
   private received = 0;
   private lastArrival = performance.now();
   private backlog = 0;
+  /** Until the VAD's workers are up and it has caught up with what came meanwhile, the backlog may grow to MAX_VAD_WARMUP_BACKLOG_MS. */
+  private vadWarm = false;
+  private vadCaughtUp = false;
   private turn: OpenTurn | null = null;
   private overflowReported = false;
   private closed = false;
@@ -207,6 +217,9 @@ export class VoiceSource {
     const { pool, silenceMs, minSpeechMs, logger } = input.options;
     this.vad = new SileroVadStream(pool(), { sampleRate: SILERO_SAMPLE_RATE, minSilenceMs: silenceMs, minSpeechMs });
     this.log = logger.child({ voiceSource: kind });
+    // Failed or not, once it settles the normal bound applies (a failing VAD reports per chunk).
+    const started = () => (this.vadWarm = true);
+    this.vad.warmUp(this.controller.signal).then(started, started);
   }
 
   /**
@@ -217,7 +230,10 @@ export class VoiceSource {
     if (this.closed || pcm.length === 0) return !this.closed;
     if (!this.resampler || this.resampler.fromRate !== sampleRate) this.resampler = new StreamResampler(sampleRate, SILERO_SAMPLE_RATE);
     const samples = this.resampler.push(pcm);
-    if ((this.backlog + samples.length) / (SILERO_SAMPLE_RATE / 1000) > MAX_VAD_BACKLOG_MS) {
+    const perMs = SILERO_SAMPLE_RATE / 1000;
+    if (this.vadWarm && this.backlog / perMs <= MAX_VAD_BACKLOG_MS) this.vadCaughtUp = true;
+    const boundMs = this.vadCaughtUp ? MAX_VAD_BACKLOG_MS : MAX_VAD_WARMUP_BACKLOG_MS;
+    if ((this.backlog + samples.length) / perMs > boundMs) {
       if (!this.overflowReported) this.log.warn({ backlogMs: Math.round(this.backlog / 16) }, 'voice input behind, audio dropped');
       this.overflowReported = true;
       return false;
@@ -228,8 +244,8 @@ export class VoiceSource {
     this.lastArrival = now;
     this.chunks.push(samples);
     this.received += samples.length;
-    this.trim();
     this.backlog += samples.length;
+    this.trim();
     const analysed = this.vad.push(samples, this.controller.signal).then(
       (result) => this.onEvents(result.events),
       (error: unknown) => {
@@ -380,7 +396,7 @@ export class VoiceSource {
     const perMs = SILERO_SAMPLE_RATE / 1000;
     const keepFrom = this.turn
       ? Math.max(this.turn.startSample - PRE_ROLL_MS * perMs, this.received - (MAX_UTTERANCE_MS + IDLE_RETAIN_MS) * perMs)
-      : this.received - IDLE_RETAIN_MS * perMs;
+      : this.received - this.backlog - IDLE_RETAIN_MS * perMs;
     while (this.chunks.length > 1 && this.bufferStart + this.chunks[0].length <= keepFrom) {
       this.bufferStart += this.chunks.shift()!.length;
     }
