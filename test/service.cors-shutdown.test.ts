@@ -42,6 +42,32 @@ describe('CORS from SERVICE_CORS_ORIGINS', () => {
     }
   });
 
+  it('lets the SSE stream answer CORS as the origin guard decides, in both directions', async () => {
+    const avatarsDir = await tempDir();
+    await makeAvatarBundle(avatarsDir, 'card');
+    // The first entry is spelled with a trailing slash and upper case; the guard lists only http(s) origins, so the
+    // second (a verbatim string a raw comparison would have matched) is not one a page may read answers from.
+    const env = { SERVICE_CORS_ORIGINS: 'HTTPS://App.Example/,chrome-extension://widget' };
+    const t = await startTestApp({ avatarsDir, env });
+    try {
+      const { session_id } = await json(await post(t.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' }));
+      const allowOriginOf = async (path: string, origin: string): Promise<string | null> => {
+        const controller = new AbortController();
+        const res = await fetch(`${t.baseUrl}${path}`, { headers: { origin }, signal: controller.signal });
+        controller.abort();
+        return res.headers.get('access-control-allow-origin');
+      };
+      for (const origin of ['https://app.example', 'https://app.example/', 'HTTPS://APP.EXAMPLE']) {
+        expect(await allowOriginOf('/healthz', origin)).toBe(origin);
+        expect(await allowOriginOf(`/sessions/${session_id}/events`, origin)).toBe(origin);
+      }
+      expect(await allowOriginOf('/healthz', 'chrome-extension://widget')).toBeNull();
+      expect(await allowOriginOf(`/sessions/${session_id}/events`, 'chrome-extension://widget')).toBeNull();
+    } finally {
+      await t.close();
+    }
+  });
+
   it('sends no CORS headers when no origin is configured', async () => {
     const t = await startTestApp({ withRepoAvatars: false });
     try {

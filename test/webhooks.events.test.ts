@@ -1,8 +1,10 @@
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../src/config.ts';
 import { Store } from '../src/store/db.ts';
+import { JobStore } from '../src/store/jobs.ts';
 import { WebhookOutbox, type OutboxEntry } from '../src/webhooks/outbox.ts';
 import { copyRepoAvatars, json, makeAvatarBundle, post, startTestApp, tempDir } from './helpers/app.ts';
 import { SseClient } from './helpers/sse.ts';
@@ -261,5 +263,41 @@ describe('kill -9 with a delivery pending', () => {
     // The session the crash ended is reported too, once the restarted service has turned it into a tombstone.
     expect(delivered.find((event) => event.type === 'session.terminated')!.data).toEqual({ session_id: id, reason: 'service restarted' });
     await second.stop();
+  }, 120_000);
+});
+
+describe('restart with an offline bundle unfinished', () => {
+  it('a bundle job the service died while running is failed at the restart and reported bundle.failed once, through the outbox', async () => {
+    const receiver = await startWebhookReceiver();
+    cleanups.push(() => receiver.close());
+    const avatarsDir = await avatarsWithCard();
+    const env = webhookEnv(receiver);
+    const first = await startTestApp({ avatarsDir, env, overrides: { webhooks: FAST_BACKOFF } });
+    cleanups.push(() => first.close());
+    const sessionId = await createSession(first);
+    // What a process that died mid-render leaves: the job's record still `running` (a clean shutdown fails its
+    // jobs itself, and reports them, before it stops).
+    const jobId = randomUUID();
+    const now = new Date().toISOString();
+    await new JobStore(first.services.store).put({ job_id: jobId, session_id: sessionId, status: 'running', progress: 0.4, error: null, created_at: now, updated_at: now });
+    await first.close();
+
+    const second = await startTestApp({ avatarsDir, env, dataDir: first.dataDir, overrides: { webhooks: FAST_BACKOFF } });
+    cleanups.push(() => second.close());
+    const bundleFailed = () => receiver.delivered(SECRET).filter((event) => event.type === 'bundle.failed');
+    await receiver.until(() => bundleFailed().length > 0, DELIVERY_MS, 'bundle.failed after the restart');
+    expect(bundleFailed().map((event) => event.data)).toEqual([{ job_id: jobId, session_id: sessionId, error: 'interrupted by restart' }]);
+    // A further restart finds the job failed already and reports nothing: a second event would have been
+    // delivered by now or still be in the outbox.
+    await second.close();
+    const third = await startTestApp({ avatarsDir, env, dataDir: first.dataDir, overrides: { webhooks: FAST_BACKOFF } });
+    cleanups.push(() => third.close());
+    await third.close();
+    const store = await Store.open(first.dataDir);
+    cleanups.push(() => store.close());
+    const outbox = new WebhookOutbox(store);
+    await outbox.load();
+    expect(outbox.all().filter((entry) => entry.type === 'bundle.failed')).toEqual([]);
+    expect(bundleFailed()).toHaveLength(1);
   }, 120_000);
 });

@@ -35,7 +35,10 @@ export class AudioDecoderBusyError extends Error {
 let pool: Piscina<DecodeTask, DecodeOutcome> | null = null;
 
 function decodePool(): Piscina<DecodeTask, DecodeOutcome> {
-  pool ??= new Piscina<DecodeTask, DecodeOutcome>({
+  // Built once with its one 'error' listener: every call goes through here, and a listener added per call
+  // piled up on the shared pool (MaxListenersExceededWarning after ten decodes).
+  if (pool) return pool;
+  pool = new Piscina<DecodeTask, DecodeOutcome>({
     filename: WORKER_BOOTSTRAP.href,
     minThreads: 0,
     maxThreads: AUDIO_DECODE_THREADS,

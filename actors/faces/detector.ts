@@ -1,4 +1,5 @@
 import { Piscina } from 'piscina';
+import { movedWith } from '../transferable.ts';
 import type { MouthDetection, RgbaImage } from './types.ts';
 
 export type { MouthDetection, RgbaImage, DetectionFailureReason } from './types.ts';
@@ -65,7 +66,7 @@ export async function detectMouth(image: RgbaImage, opts: { signal?: AbortSignal
     waitingDetections.add(stranded);
     try {
       const signal = opts.signal ? AbortSignal.any([opts.signal, stranded.signal]) : stranded.signal;
-      return await detectorPool().run(Piscina.move(new TransferableImage(task) as never) as never, { signal });
+      return await detectorPool().run(movedWith(task, [rgba.buffer]), { signal });
     } catch (error) {
       if (opts.signal?.aborted) throw opts.signal.reason ?? error;
       if (stranded.signal.aborted && attempt === 1) continue;
@@ -81,15 +82,4 @@ export async function closeFaceDetector(): Promise<void> {
   const current = pool;
   pool = null;
   await current?.destroy();
-}
-
-/** Lets piscina transfer the pixel buffer to the worker instead of cloning it. */
-class TransferableImage {
-  constructor(private readonly value: RgbaImage) {}
-  get [Piscina.transferableSymbol]() {
-    return [this.value.rgba.buffer];
-  }
-  get [Piscina.valueSymbol]() {
-    return this.value;
-  }
 }

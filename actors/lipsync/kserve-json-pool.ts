@@ -25,7 +25,10 @@ const IDLE_TIMEOUT_MS = 60_000;
 let pool: Piscina<JsonOutputTask, JsonOutputOutcome> | null = null;
 
 function jsonPool(): Piscina<JsonOutputTask, JsonOutputOutcome> {
-  pool ??= new Piscina<JsonOutputTask, JsonOutputOutcome>({
+  // Built once with its one 'error' listener: every call goes through here, and a listener added per call
+  // piled up on the shared pool (MaxListenersExceededWarning after ten reads).
+  if (pool) return pool;
+  pool = new Piscina<JsonOutputTask, JsonOutputOutcome>({
     filename: WORKER_BOOTSTRAP.href,
     minThreads: 0,
     maxThreads: KSERVE_JSON_THREADS,

@@ -50,7 +50,10 @@ export interface OfflineJobsDeps {
   retentionMs?: number;
   concurrency?: number;
   maxQueued?: number;
-  /** A job finished, complete or failed, once its record is stored (the `bundle.completed` / `bundle.failed` webhooks). */
+  /**
+   * A job finished, complete or failed (also one a restart failed), once its record is stored (the
+   * `bundle.completed` / `bundle.failed` webhooks).
+   */
   onSettled?: (job: StoredJob) => void;
 }
 
@@ -107,9 +110,9 @@ export class OfflineJobQueue {
   }
 
   /**
-   * Start-up: fails jobs a previous process left unfinished, removes every file in the bundles directory
-   * that is not the MP4 of a `complete` job (partial renders, an MP4 renamed just before a crash), sweeps
-   * expired jobs and starts the sweeper.
+   * Start-up: fails jobs a previous process left unfinished (reported through `onSettled` like any failure),
+   * removes every file in the bundles directory that is not the MP4 of a `complete` job (partial renders, an MP4
+   * renamed just before a crash), sweeps expired jobs and starts the sweeper.
    */
   async recover(now = new Date()): Promise<{ interruptedJobs: number; filesRemoved: number }> {
     await fs.mkdir(this.dir, { recursive: true });
@@ -117,8 +120,11 @@ export class OfflineJobQueue {
     let interruptedJobs = 0;
     for (const job of await this.deps.store.all()) {
       if (job.status === 'pending' || job.status === 'running') {
-        await this.deps.store.put(this.finished(job, 'failed', INTERRUPTED_BY_RESTART, now));
+        const failed = this.finished(job, 'failed', INTERRUPTED_BY_RESTART, now);
+        await this.deps.store.put(failed);
         interruptedJobs++;
+        // Settled now, as a job failing at run time is (its `bundle.failed`): the process that ran it died first.
+        this.deps.onSettled?.(failed);
       } else if (job.status === 'complete') {
         complete.add(job.job_id);
       }

@@ -1,3 +1,5 @@
+import type { OutgoingHttpHeaders } from 'node:http';
+import type { FastifyReply } from 'fastify';
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { SessionIdParams, errors } from '../schemas/common.ts';
@@ -30,7 +32,7 @@ const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'cache-control': 'no-cache, no-transform',
         connection: 'keep-alive',
         'x-accel-buffering': 'no',
-        ...corsHeaders(request.headers.origin, app.services.config.corsOrigins),
+        ...corsHeaders(reply),
       });
       res.flushHeaders();
       res.write(': connected\n\n');
@@ -40,11 +42,17 @@ const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
   });
 };
 
-/** Hijacked replies bypass @fastify/cors, so the allowed origin is echoed here. */
-function corsHeaders(origin: string | undefined, allowed: string[]): Record<string, string> {
-  if (!origin) return {};
-  if (allowed.includes('*') || allowed.includes(origin)) return { 'access-control-allow-origin': origin, vary: 'Origin' };
-  return {};
+/**
+ * A hijacked reply sends none of the headers set on it, so the CORS headers @fastify/cors set in its onRequest hook
+ * are copied here: whether the origin may read the stream stays the origin guard's decision (`listsOrigin`), the
+ * same as on every other route, not a second comparison of Origin strings.
+ */
+function corsHeaders(reply: FastifyReply): OutgoingHttpHeaders {
+  const headers: OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(reply.getHeaders())) {
+    if (value !== undefined && (name.startsWith('access-control-') || name === 'vary')) headers[name] = value;
+  }
+  return headers;
 }
 
 export default eventRoutes;
