@@ -21,8 +21,11 @@ const ENGINE_ENTRY = fileURLToPath(new URL('./engine-process.mjs', import.meta.u
  */
 export const ENGINE_EXEC_ARGV: readonly string[] = ['--no-turbo-fast-api-calls', '--disable-warning=ExperimentalWarning'];
 
-/** Compiling flite (21 MB of WASM) and loading eSpeak's data take 1–2 s; a busy 2-core machine several times that. */
-export const ENGINE_START_TIMEOUT_MS = 30_000;
+/**
+ * Compiling flite (21 MB of WASM) and loading eSpeak's data: 6.4 s on one idle core of the development VM, over
+ * 30 s on a host at half speed while Chromium and a session share it. An engine not up after 90 s is stuck.
+ */
+export const ENGINE_START_TIMEOUT_MS = 90_000;
 /**
  * The slowest sentence measured (200 characters of digits, spelled out: ~2 s of CPU) with a wide margin
  * for a loaded machine (on one core shared with other work a 200-letter word took over 30 s); an engine this
