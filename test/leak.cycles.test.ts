@@ -22,10 +22,11 @@ const CONCURRENCY = 4;
 /** Cycles and previews before the baseline: lazy start-up (engine processes, render workers, JIT, pools) is not a leak. */
 const WARM_UP = 10;
 /**
- * A turn of "Hi." is ~0.5 s of speech played in real time on the mock model; a request or turn 60 s late hangs
- * (on one core shared with another test file, 4 concurrent turns took over 20 s).
+ * A turn of "Hi." is ~0.5 s of speech played in real time on the mock model; a request or turn 120 s late hangs
+ * (on one core shared with another test file, 4 concurrent turns took over 20 s, and the first preview waits for
+ * its engine process to start: 40 s there).
  */
-const TURN_TIMEOUT_MS = 60_000;
+const TURN_TIMEOUT_MS = 120_000;
 /**
  * fds of the service process after the run, above the baseline. A leak of one per session or preview
  * would show 200; sockets of the last requests may still be closing, so a handful is allowed.
