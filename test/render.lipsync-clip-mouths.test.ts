@@ -164,4 +164,27 @@ describe('lipsync renderer on a video avatar with harvested mouths', () => {
     const everything = { x0: 0, y0: 0, x1: 0, y1: 0 };
     for (const frameIdx of [0, 5]) expect(lumaDiff(renderer.render(request(frameIdx)), warp.render(request(frameIdx)), everything).outside).toBe(0);
   });
+
+  it("on a loop frame whose own lips are parted (the clip's speech), silence lays the person's closed mouth there", async () => {
+    // The same loop, its track saying every frame's lips are apart as in mid-sentence.
+    const track = (JSON.parse(Buffer.from(withMouths.source.clip!.trackJson).toString('utf8')) as MouthAnimation[]).map((face) => ({
+      ...face,
+      inner_lip: innerLip(REST_GAP + 0.3 * MW).map((p) => ({ x: p.x + face.mouth_center.x - CX, y: p.y })),
+    }));
+    const talking: AvatarSource = { ...withMouths.source, clip: { ...withMouths.source.clip!, trackJson: new Uint8Array(Buffer.from(JSON.stringify(track))) } };
+    const renderer = new LipsyncRenderer();
+    await renderer.prepare(talking);
+    const warp = new LipsyncRenderer();
+    await warp.prepare(warpOnly.source);
+    const closed = harvested.files.index.samples.reduce((a, b) => (b.open < a.open ? b : a));
+    const shift = loopFrameIndex(3, 12);
+    const core = { x0: Math.round(CX + shift - 0.5 * MW), y0: Math.round(CY - 0.25 * MW), x1: Math.round(CX + shift + 0.5 * MW), y1: Math.round(CY + 0.5 * MW) };
+    const silent = renderer.render(request(3));
+    const toClosed = shapeDistance(silent, harvested.frames[closed.frame], core, shift);
+    const loopToClosed = shapeDistance(warp.render(request(3)), harvested.frames[closed.frame], core, shift);
+    expect(toClosed).toBeLessThan(loopToClosed / 2);
+    expect(toClosed).toBeLessThan(6);
+    const mouthBox = { x0: CX + shift - 2 * MW, y0: CY - 2 * MW, x1: CX + shift + 2 * MW, y1: CY + 2 * MW };
+    expect(lumaDiff(silent, warp.render(request(3)), mouthBox).outside).toBe(0);
+  });
 });

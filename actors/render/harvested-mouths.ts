@@ -87,7 +87,8 @@ interface PreparedSample {
 
 /** The harvested mouths of one avatar, ready to lay on loop frames. */
 export class HarvestedMouths {
-  private readonly chosen = new Map<string, PreparedSample>();
+  /** The nearest sample per pose asked for (the renderer asks for quantised poses, so this stays small). */
+  private readonly chosen = new Map<number, PreparedSample>();
 
   private constructor(
     private readonly samples: PreparedSample[],
@@ -111,7 +112,7 @@ export class HarvestedMouths {
 
   /** The sample nearest to `pose` (opening first, then shape). */
   nearest(pose: MouthPose): PreparedSample {
-    const key = `${pose.open.toFixed(3)}:${pose.wide.toFixed(3)}:${pose.round.toFixed(3)}`;
+    const key = (Math.round(pose.open * 1000) * 1001 + Math.round(pose.wide * 1000)) * 1001 + Math.round(pose.round * 1000);
     let best = this.chosen.get(key);
     if (!best) {
       let bestDistance = Infinity;
