@@ -35,6 +35,11 @@ const OPAQUE_RADII = { x: 0.72, up: 0.38, down: 0.7 };
 const FEATHER_RADII = { x: 1.2, up: 0.58, down: 1.35 };
 /** The colour shift towards the frame's skin is limited to this (levels): beyond, the sample is not the same face. */
 const MAX_COLOUR_SHIFT = 48;
+/**
+ * Samples a render worker prepares at most from a bundle's index (creation writes ≤ 18): a bundle made elsewhere
+ * cannot make a worker hold more than 64 patches (~2 MB at a 512² avatar).
+ */
+const MAX_SAMPLES_PREPARED = 64;
 /** A loop frame whose own lips are parted by more than this (mouth widths beyond the rest gap) gets the closed sample while silent. */
 export const OWN_MOUTH_OPEN = 0.06;
 
@@ -102,7 +107,13 @@ export class HarvestedMouths {
     const index = JSON.parse(Buffer.from(source.indexJson).toString('utf8')) as MouthSampleIndex;
     const { data, info } = await sharp(Buffer.from(source.atlasPng)).ensureAlpha().raw().toBuffer({ resolveWithObject: true });
     const atlas: RgbaImage = { width: info.width, height: info.height, data: new Uint8Array(data.buffer, data.byteOffset, data.length) };
-    const samples = index.samples.map((sample) => prepareSample(atlas, index, sample, reference, frameWidth, frameHeight));
+    const { width: cellWidth, height: cellHeight } = index.cell;
+    const fits = (sample: MouthSample) =>
+      Number.isInteger(sample.cell) && sample.cell >= 0 && ((sample.cell % index.columns) + 1) * cellWidth <= atlas.width && (Math.floor(sample.cell / index.columns) + 1) * cellHeight <= atlas.height;
+    const samples = index.samples
+      .filter(fits)
+      .slice(0, MAX_SAMPLES_PREPARED)
+      .map((sample) => prepareSample(atlas, index, sample, reference, frameWidth, frameHeight));
     return new HarvestedMouths(samples, reference, index.rest_gap);
   }
 

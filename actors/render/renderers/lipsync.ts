@@ -222,8 +222,14 @@ export class LipsyncRenderer implements Renderer {
     this.swayPatches.clear();
     this.harvested = null;
     if (!this.animation) return;
-    if (this.loop && avatar.clip?.mouths) this.harvested = await HarvestedMouths.prepare(avatar.clip.mouths, this.animation, width, height);
-    if (this.harvested) return;
+    if (this.loop && avatar.clip?.mouths) {
+      const harvested = await HarvestedMouths.prepare(avatar.clip.mouths, this.animation, width, height);
+      // An index with no sample that fits its atlas is a broken bundle: warp as for a silent clip.
+      if (harvested.count > 0) {
+        this.harvested = harvested;
+        return;
+      }
+    }
     // Warm the cache for the poses speech hits most (jaw steps at neutral shape); the rest fill lazily.
     for (let open = 1; open < OPEN_STEPS; open++) this.mouthPatch(open, 0, 0);
     if (!this.loop) for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
