@@ -44,16 +44,25 @@ export const CLIP_DETECT_EVERY = 5;
  */
 export const CLIP_REDETECT_EVERY = 50;
 /**
- * Frames after the loop sampled for mouth harvesting (`mouth-harvest.ts`), spread evenly over the rest of the clip
- * (at most every 5th frame): the mouths the person makes while speaking, wherever in the clip they speak, for 30
- * more landmark refits (~1–4 s) and at most 30 more frames waiting for the detector, whatever the clip's length.
+ * Frames after the loop sampled for mouth harvesting (`mouth-harvest.ts`), spread evenly up to
+ * `MAX_HARVEST_SECONDS` (at most every 5th frame): the mouths the person makes while speaking, wherever they speak,
+ * for 30 more landmark refits (~1–4 s) and at most 30 more frames waiting for the detector, whatever the clip's length.
  */
 export const MAX_HARVEST_EXTRA_SAMPLES = 30;
+/**
+ * Mouths are looked for in the first 30 s only (what docs/avatars.md asks a clip to be): every frame up to there
+ * is decoded to reach the sampled ones, and decoding the rest of a 60 s 4K clip (~20 ms a frame on one thread)
+ * would take most of `CLIP_DECODE_DEADLINE_MS` on a loaded host.
+ */
+export const MAX_HARVEST_SECONDS = 30;
 /** A clip whose face is found on fewer than half the sampled frames has no usable face. */
 export const MIN_TRACKED_FRACTION = 0.5;
 /** ffmpeg reading the header; it reads a few KB, so a run this long is a file built to be slow. */
 export const CLIP_PROBE_DEADLINE_MS = 10_000;
-/** Decoding, cropping and PNG-encoding the loop (≤ 150 frames; ~5 s on a loaded 2-core host). */
+/**
+ * Decoding, cropping and PNG-encoding the loop (≤ 150 frames; ~5 s on a loaded 2-core host), and decoding on to
+ * `MAX_HARVEST_SECONDS` for the mouth samples (≤ 600 more frames, decoded and scaled but not stored).
+ */
 export const CLIP_DECODE_DEADLINE_MS = 60_000;
 
 /** The upload is not a usable clip (empty, not a video, too short/long/large, undecodable, no face); callers answer 400. */
@@ -105,8 +114,8 @@ export async function prepareClip(
 
   const frameBytes = target.width * target.height * 4;
   const loopSamples = Math.ceil(loopFrames / CLIP_DETECT_EVERY);
-  // After the loop, frames are only sampled for their mouths, every `harvestStep`th to the clip's end.
-  const clipFrames = Math.floor(info.durationS * CLIP_FPS);
+  // After the loop, frames are only sampled for their mouths, every `harvestStep`th up to `MAX_HARVEST_SECONDS`.
+  const clipFrames = Math.floor(Math.min(info.durationS, MAX_HARVEST_SECONDS) * CLIP_FPS);
   const extraFrames = Math.max(0, clipFrames - loopFrames);
   const harvestStep = Math.max(CLIP_DETECT_EVERY, Math.ceil(extraFrames / MAX_HARVEST_EXTRA_SAMPLES));
   const samples = loopSamples + Math.ceil(extraFrames / harvestStep);
