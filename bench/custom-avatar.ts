@@ -1,7 +1,8 @@
 import fs from 'node:fs/promises';
 import { closeFaceDetector } from '../actors/faces/detector.ts';
 import { startTestApp, tempDir, type TestApp } from '../test/helpers/app.ts';
-import { landscapeMp4 } from '../test/helpers/clips.ts';
+import { landscapeMp4, speakingClipMp4 } from '../test/helpers/clips.ts';
+import { probeClip } from '../actors/faces/video-clip.ts';
 import { round } from './stats.ts';
 
 import { PORTRAIT_FIXTURE as FIXTURE } from '../test/helpers/fixtures.ts';
@@ -34,7 +35,8 @@ async function createOnce(app: TestApp, image: Buffer, name: string, field: 'ima
 /**
  * Wall time of `POST /avatars/custom` with the 512×512 astronaut portrait: cold (detector thread,
  * wasm backend and model weights loaded on the way) and warm (mean of the next runs); and a video avatar's
- * creation from a 10 s clip, in seconds per clip-second.
+ * creation, in seconds per clip-second, from a 10 s clip whose mouth never moves (no harvest) and from a clip of
+ * the face speaking (mouths harvested).
  */
 export async function benchCustomAvatar(): Promise<Record<string, number>> {
   await closeFaceDetector();
@@ -48,11 +50,17 @@ export async function benchCustomAvatar(): Promise<Record<string, number>> {
     const clips = await tempDir('bench-clips-');
     const clip = await fs.readFile(await landscapeMp4(clips, BENCH_CLIP_SECONDS));
     const clipMs = await createOnce(app, clip, 'bench clip', 'video');
+    // A clip that really speaks (test/helpers/clips.ts: flite driving our renderer), so its mouths are harvested too.
+    const speakingFile = await speakingClipMp4(clips);
+    const speakingSeconds = (await probeClip(speakingFile)).durationS;
+    const speakingMs = await createOnce(app, await fs.readFile(speakingFile), 'bench speaking clip', 'video');
     await fs.rm(clips, { recursive: true, force: true });
     return {
       custom_avatar_cold_ms: round(cold),
       custom_avatar_warm_ms: round(warm / WARM_RUNS),
       video_avatar_s_per_clip_s: round(clipMs / 1000 / BENCH_CLIP_SECONDS, 2),
+      video_avatar_speaking_s_per_clip_s: round(speakingMs / 1000 / speakingSeconds, 2),
+      video_avatar_speaking_clip_s: round(speakingSeconds, 2),
     };
   } finally {
     await app.close();

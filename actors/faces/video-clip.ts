@@ -13,6 +13,7 @@ import type { MouthAnimation } from '../render/types.ts';
 import { ClipProcessError, parseClipReport, runFfmpeg, type ClipInfo } from './clip-ffmpeg.ts';
 import { buildFaceTrack } from './face-track.ts';
 import { faceHint } from './landmarks.ts';
+import { MouthHarvest, type HarvestedMouthFiles } from './mouth-harvest.ts';
 import { coverCrop, DETECTION_MAX_SIDE, type Detector } from './portrait.ts';
 
 /** Clip uploads are refused while streaming past this: 60 s of phone video at a typical 6 Mbit/s is ~45 MB. */
@@ -42,11 +43,26 @@ export const CLIP_DETECT_EVERY = 5;
  * keeps a 10 s clip's creation well within 30 s; the periodic full pass stops a followed box from drifting.
  */
 export const CLIP_REDETECT_EVERY = 50;
+/**
+ * Frames after the loop sampled for mouth harvesting (`mouth-harvest.ts`), spread evenly up to
+ * `MAX_HARVEST_SECONDS` (at most every 5th frame): the mouths the person makes while speaking, wherever they speak,
+ * for 30 more landmark refits (~1–4 s) and at most 30 more frames waiting for the detector, whatever the clip's length.
+ */
+export const MAX_HARVEST_EXTRA_SAMPLES = 30;
+/**
+ * Mouths are looked for in the first 30 s only (what docs/avatars.md asks a clip to be): every frame up to there
+ * is decoded to reach the sampled ones, and decoding the rest of a 60 s 4K clip (~20 ms a frame on one thread)
+ * would take most of `CLIP_DECODE_DEADLINE_MS` on a loaded host.
+ */
+export const MAX_HARVEST_SECONDS = 30;
 /** A clip whose face is found on fewer than half the sampled frames has no usable face. */
 export const MIN_TRACKED_FRACTION = 0.5;
 /** ffmpeg reading the header; it reads a few KB, so a run this long is a file built to be slow. */
 export const CLIP_PROBE_DEADLINE_MS = 10_000;
-/** Decoding, cropping and PNG-encoding the loop (≤ 150 frames; ~5 s on a loaded 2-core host). */
+/**
+ * Decoding, cropping and PNG-encoding the loop (≤ 150 frames; ~5 s on a loaded 2-core host), and decoding on to
+ * `MAX_HARVEST_SECONDS` for the mouth samples (≤ 600 more frames, decoded and scaled but not stored).
+ */
 export const CLIP_DECODE_DEADLINE_MS = 60_000;
 
 /** The upload is not a usable clip (empty, not a video, too short/long/large, undecodable, no face); callers answer 400. */
@@ -75,6 +91,8 @@ export interface PreparedClip {
   /** Sampled frames and how many of them had a face. */
   sampled: number;
   detected: number;
+  /** The mouths harvested from the clip (`mouths/`), or null when it shows no speech. */
+  mouths: HarvestedMouthFiles | null;
 }
 
 /**
@@ -95,7 +113,15 @@ export async function prepareClip(
   const crop = coverCrop(info, target, { x: face.face_box.x + face.face_box.width / 2, y: face.face_box.y + face.face_box.height / 2 });
 
   const frameBytes = target.width * target.height * 4;
-  const samples = Math.ceil(loopFrames / CLIP_DETECT_EVERY);
+  const loopSamples = Math.ceil(loopFrames / CLIP_DETECT_EVERY);
+  // After the loop, frames are only sampled for their mouths, every `harvestStep`th up to `MAX_HARVEST_SECONDS`.
+  const clipFrames = Math.floor(Math.min(info.durationS, MAX_HARVEST_SECONDS) * CLIP_FPS);
+  const extraFrames = Math.max(0, clipFrames - loopFrames);
+  const harvestStep = Math.max(CLIP_DETECT_EVERY, Math.ceil(extraFrames / MAX_HARVEST_EXTRA_SAMPLES));
+  const samples = loopSamples + Math.ceil(extraFrames / harvestStep);
+  const frameOfSample = (sample: number) => (sample < loopSamples ? sample * CLIP_DETECT_EVERY : loopFrames + (sample - loopSamples) * harvestStep);
+  const harvest = new MouthHarvest();
+  let loopDetected = 0;
   const detections = new Map<number, MouthAnimation>();
   let pending: Buffer[] = [];
   let pendingBytes = 0;
@@ -107,14 +133,20 @@ export async function prepareClip(
   // The face on the last sampled frame, followed onto the next one (null: search the next frame whole).
   let last: MouthAnimation | null = null;
   const onFrame = (rgba: Buffer) => {
-    const frameIndex = sampleIndex++ * CLIP_DETECT_EVERY;
+    const frameIndex = frameOfSample(sampleIndex++);
     // One detection at a time, in order, while ffmpeg keeps decoding; at most `samples` frames wait (bounded output).
     detecting = detecting.then(async () => {
       detectSignal.throwIfAborted();
       const near = last && frameIndex % CLIP_REDETECT_EVERY !== 0 ? faceHint(last) : undefined;
       const result = await opts.detect({ rgba, width: target.width, height: target.height, ...(near ? { near } : {}) }, { signal: detectSignal });
       last = result.ok ? result.animation : null;
-      if (result.ok) detections.set(frameIndex, result.animation);
+      if (!result.ok) return;
+      // The raw landmarks, not the smoothed track: smoothing over ±3 frames would blur the mouth's opening.
+      harvest.add(rgba, target.width, target.height, result.animation, frameIndex);
+      if (frameIndex < loopFrames) {
+        detections.set(frameIndex, result.animation);
+        loopDetected++;
+      }
     });
     // An aborted detection can reject while ffmpeg still runs, before anything awaits the chain: marked heard
     // here (not an unhandled rejection), it still rejects the `await detecting` below.
@@ -122,10 +154,10 @@ export async function prepareClip(
   };
   const filter =
     `[0:v]fps=${CLIP_FPS},crop=${crop.width}:${crop.height}:${crop.left}:${crop.top},scale=${target.width}:${target.height},format=rgb24,split=2[png][det];` +
-    `[det]select=not(mod(n\\,${CLIP_DETECT_EVERY})),format=rgba[rgba]`;
+    `[det]select=if(lt(n\\,${loopFrames})\\,not(mod(n\\,${CLIP_DETECT_EVERY}))\\,not(mod(n-${loopFrames}\\,${harvestStep}))),format=rgba[rgba]`;
   const decoding = runFfmpegOrInvalid(
     [
-      '-threads', '1', '-t', String(loopSeconds + 0.5), '-i', file, '-an', '-sn', '-filter_complex', filter,
+      '-threads', '1', '-t', String((loopFrames + extraFrames) / CLIP_FPS + 0.5), '-i', file, '-an', '-sn', '-filter_complex', filter,
       '-map', '[png]', '-frames:v', String(loopFrames), '-vsync', '0', '-start_number', '0', '-f', 'image2', path.join(framesDir, 'frame_%05d.png'),
       '-map', '[rgba]', '-frames:v', String(samples), '-vsync', '0', '-f', 'rawvideo', '-pix_fmt', 'rgba', 'pipe:1',
     ],
@@ -159,8 +191,10 @@ export async function prepareClip(
   if (run.code !== 0 || frameCount < Math.min(loopFrames, MIN_CLIP_SECONDS * CLIP_FPS) * 0.9) {
     throw new InvalidClipError('clip is truncated or could not be decoded');
   }
-  if (detections.size < Math.max(1, sampleIndex * MIN_TRACKED_FRACTION)) throw new InvalidClipError('no usable face found in most of the clip');
-  return { info, frameCount, track: buildFaceTrack(frameCount, detections), sampled: sampleIndex, detected: detections.size };
+  const loopSampled = Math.min(sampleIndex, loopSamples);
+  if (loopDetected < Math.max(1, loopSampled * MIN_TRACKED_FRACTION)) throw new InvalidClipError('no usable face found in most of the clip');
+  const mouths = await harvest.finish();
+  return { info, frameCount, track: buildFaceTrack(frameCount, detections), sampled: loopSampled, detected: loopDetected, mouths };
 }
 
 /** Reads the header through `ffmpeg -i` and applies the clip rules; throws `InvalidClipError` for a refused clip. */

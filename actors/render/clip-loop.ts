@@ -39,13 +39,16 @@ export function loopFrameIndex(frameIdx: number, count: number): number {
   return phase < count ? phase : period - phase;
 }
 
-/** Reads a video avatar's loop frames and track into shared memory; undefined for any other avatar. */
+/** Reads a video avatar's loop frames, track and harvested mouths into shared memory; undefined for any other avatar. */
 export async function readClipSource(dir: string, manifest: AvatarManifest): Promise<ClipSource | undefined> {
   const clip = manifest.metadata.clip;
   if (!clip) return undefined;
   const framePngs: Uint8Array[] = [];
   for (let i = 0; i < clip.frame_count; i++) framePngs.push(await readShared(join(dir, 'frames', `frame_${String(i).padStart(5, '0')}.png`)));
-  return { framePngs, trackJson: await readShared(join(dir, clip.track_file)) };
+  const trackJson = await readShared(join(dir, clip.track_file));
+  if (!clip.mouths) return { framePngs, trackJson };
+  const mouths = { atlasPng: await readShared(join(dir, clip.mouths.atlas_file)), indexJson: await readShared(join(dir, clip.mouths.index_file)) };
+  return { framePngs, trackJson, mouths };
 }
 
 /** Decodes the loop (the held frames, see `CLIP_FRAME_CACHE_BYTES`) to I420 at the avatar's size and parses its track. */

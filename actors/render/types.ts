@@ -77,11 +77,14 @@ export interface AvatarSource {
    * A video avatar's loop (`metadata.clip`): its frames' PNGs and per-frame face track, read once when a session
    * opens the avatar (shared memory, like `framePng`), so deletion mid-session changes nothing for it either.
    */
-  clip?: { framePngs: Uint8Array[]; trackJson: Uint8Array };
+  clip?: { framePngs: Uint8Array[]; trackJson: Uint8Array; mouths?: { atlasPng: Uint8Array; indexJson: Uint8Array } };
 }
 
 /** A video avatar's per-frame face track, next to its manifest: a JSON array of `MouthAnimation`, one per loop frame. */
 export const CLIP_TRACK_FILE = 'face_track.json';
+/** A video avatar's harvested mouths (`metadata.clip.mouths`, `actors/render/harvested-mouths.ts`): their index and atlas. */
+export const MOUTHS_INDEX_FILE = 'mouths/index.json';
+export const MOUTHS_ATLAS_FILE = 'mouths/atlas.png';
 
 /** `metadata.clip` of a video avatar (made from a clip by POST /avatars/custom; docs/avatars.md). */
 export interface ClipMetadata {
@@ -95,6 +98,21 @@ export interface ClipMetadata {
   /** Share of the sampled frames on which the detector found the face (the rest are interpolated). */
   face_found_fraction: number;
   source: { duration_s: number; width: number; height: number; rotation: number; codec: string; has_audio: boolean };
+  /**
+   * The person's own mouths harvested from the clip (`actors/faces/mouth-harvest.ts`): absent when the clip shows
+   * no speech, and the renderer then warps the reference frame's mouth instead.
+   */
+  mouths?: HarvestedMouthsMetadata;
+}
+
+/** `metadata.clip.mouths`: where the harvested mouths lie in the bundle and how many there are. */
+export interface HarvestedMouthsMetadata {
+  /** Samples in the atlas (one per opening step and shape the clip showed). */
+  count: number;
+  /** `mouths/index.json`: each sample's pose (open, wide, round) and cell. */
+  index_file: string;
+  /** `mouths/atlas.png`: the samples side by side in equal cells. */
+  atlas_file: string;
 }
 
 export interface AvatarManifest {

@@ -6,7 +6,7 @@ import { closeFaceDetector, detectMouth } from '../../actors/faces/detector.ts';
 import { InvalidImageError, preparePortrait, type Detector } from '../../actors/faces/portrait.ts';
 import { IMAGE_JOBS_RETRY_AFTER_S, ImageJobFailedError, ImageJobsBusyError, closeImageJobs, withImageJobSlot } from '../../actors/faces/image-jobs.ts';
 import { CLIP_FPS, InvalidClipError, prepareClip, sniffClipFormat } from '../../actors/faces/video-clip.ts';
-import { CLIP_TRACK_FILE, type ClipMetadata } from '../../actors/render/types.ts';
+import { CLIP_TRACK_FILE, MOUTHS_ATLAS_FILE, MOUTHS_INDEX_FILE, type ClipMetadata } from '../../actors/render/types.ts';
 import { AtCapacity, AvatarNotFound, InvalidInput, InvalidSelection, ServiceFault } from '../domain-errors.ts';
 import { BUILDING_DIR_PREFIX, removeBundleDir } from './bundle-fs.ts';
 import type { AvatarCatalog, AvatarSummary } from './catalog.ts';
@@ -179,6 +179,12 @@ async function writeClipContent(
     await fsyncFile(path.join(tmpDir, 'preview.png'));
     await writeDurably(path.join(tmpDir, CLIP_TRACK_FILE), Buffer.from(JSON.stringify(clip.track)));
     await fsyncDir(framesDir);
+    if (clip.mouths) {
+      await fs.mkdir(path.join(tmpDir, path.dirname(MOUTHS_INDEX_FILE)));
+      await writeDurably(path.join(tmpDir, MOUTHS_ATLAS_FILE), clip.mouths.atlasPng);
+      await writeDurably(path.join(tmpDir, MOUTHS_INDEX_FILE), Buffer.from(JSON.stringify(clip.mouths.index)));
+      await fsyncDir(path.join(tmpDir, path.dirname(MOUTHS_INDEX_FILE)));
+    }
     const metadata: ClipMetadata = {
       frame_count: clip.frameCount,
       fps: CLIP_FPS,
@@ -186,6 +192,7 @@ async function writeClipContent(
       track_file: CLIP_TRACK_FILE,
       face_found_fraction: Math.round((clip.detected / Math.max(1, clip.sampled)) * 1000) / 1000,
       source: { duration_s: clip.info.durationS, width: clip.info.width, height: clip.info.height, rotation: clip.info.rotation, codec: clip.info.codec, has_audio: clip.info.hasAudio },
+      ...(clip.mouths ? { mouths: { count: clip.mouths.index.samples.length, index_file: MOUTHS_INDEX_FILE, atlas_file: MOUTHS_ATLAS_FILE } } : {}),
     };
     return { detection: { ok: true }, animation: clip.track[0], clip: metadata };
   }, { signal: opts.signal });

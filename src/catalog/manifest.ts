@@ -1,4 +1,4 @@
-import { CLIP_TRACK_FILE, MODEL_TYPES, type AvatarManifest, type ModelType } from '../../actors/render/types.ts';
+import { CLIP_TRACK_FILE, MODEL_TYPES, MOUTHS_ATLAS_FILE, MOUTHS_INDEX_FILE, type AvatarManifest, type ModelType } from '../../actors/render/types.ts';
 import { isValidAvatarId } from './slug.ts';
 
 export class ManifestError extends Error {
@@ -59,6 +59,12 @@ export function validateManifest(raw: unknown): AvatarManifest {
     if (typeof clip !== 'object' || clip === null || typeof frames !== 'number' || !Number.isInteger(frames) || frames < 1 || frames > MAX_CLIP_FRAMES) {
       problems.push(`metadata.clip.frame_count must be an integer in 1..${MAX_CLIP_FRAMES}`);
     } else if (clip.track_file !== CLIP_TRACK_FILE) problems.push(`metadata.clip.track_file must be ${CLIP_TRACK_FILE}`);
+    else if (clip.mouths !== undefined) {
+      const mouths = clip.mouths as Record<string, unknown> | null;
+      if (typeof mouths !== 'object' || mouths === null || mouths.index_file !== MOUTHS_INDEX_FILE || mouths.atlas_file !== MOUTHS_ATLAS_FILE) {
+        problems.push(`metadata.clip.mouths must name ${MOUTHS_INDEX_FILE} and ${MOUTHS_ATLAS_FILE}`);
+      }
+    }
   }
   if (problems.length > 0) throw new ManifestError(problems);
   return {

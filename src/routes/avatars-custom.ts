@@ -69,7 +69,8 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         '413: image over 10 MB (refused while uploading). 503 {detail} with Retry-After: too many uploads are already being decoded. ' +
         'With `video` instead of `image` the avatar is a video avatar: the clip is decoded by ffmpeg in its own process (upright, 25 fps, ' +
         "cropped around the face to the base avatar's size; its first 6 s become an idle loop played forwards and backwards) and its face " +
-        'is tracked per frame (`metadata.clip`, `face_track.json`). 400 also: video empty, not MP4/MOV/WebM, no video stream (audio only), ' +
+        'is tracked per frame (`metadata.clip`, `face_track.json`); when the person speaks in the clip, their own mouths are kept ' +
+        '(`metadata.clip.mouths`, `mouths/`) and shown while the avatar speaks. 400 also: video empty, not MP4/MOV/WebM, no video stream (audio only), ' +
         `truncated or undecodable, shorter than ${MIN_CLIP_SECONDS} s or longer than ${MAX_CLIP_SECONDS} s, or no usable face in the clip. ` +
         `413 also: video over ${MAX_CLIP_BYTES / (1024 * 1024)} MB.`,
       ...multipartForm(CustomAvatarForm),

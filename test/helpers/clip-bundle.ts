@@ -4,14 +4,18 @@ import { join } from 'node:path';
 import sharp from 'sharp';
 import { readClipSource } from '../../actors/render/clip-loop.ts';
 import { transformAnimation } from '../../actors/faces/landmarks.ts';
-import type { AvatarManifest, AvatarSource, ClipMetadata } from '../../actors/render/types.ts';
+import type { HarvestedMouthFiles } from '../../actors/faces/mouth-harvest.ts';
+import { MOUTHS_ATLAS_FILE, MOUTHS_INDEX_FILE, type AvatarManifest, type AvatarSource, type ClipMetadata } from '../../actors/render/types.ts';
 import { ASTRONAUT_ANIMATION, PORTRAIT } from '../render.fixtures.ts';
 
-/** A synthetic video avatar: the portrait moved 1 px right per frame, its face track moved with it. */
+/**
+ * A synthetic video avatar: the portrait moved 1 px right per frame, its face track moved with it; with `mouths`,
+ * the bundle also holds those harvested mouths (`mouths/`, `metadata.clip.mouths`).
+ */
 export const CLIP_BUNDLE_FRAMES = 12;
 const FRAMES = CLIP_BUNDLE_FRAMES;
 
-export async function makeClipBundle(): Promise<{ source: AvatarSource; dir: string }> {
+export async function makeClipBundle(options: { mouths?: HarvestedMouthFiles } = {}): Promise<{ source: AvatarSource; dir: string }> {
   const dir = mkdtempSync(join(tmpdir(), 'render-test-clip-'));
   mkdirSync(join(dir, 'frames'));
   const track = [];
@@ -21,6 +25,11 @@ export async function makeClipBundle(): Promise<{ source: AvatarSource; dir: str
     track.push(transformAnimation(ASTRONAUT_ANIMATION, -i, 0, 1));
   }
   writeFileSync(join(dir, 'face_track.json'), JSON.stringify(track));
+  if (options.mouths) {
+    mkdirSync(join(dir, 'mouths'));
+    writeFileSync(join(dir, MOUTHS_ATLAS_FILE), options.mouths.atlasPng);
+    writeFileSync(join(dir, MOUTHS_INDEX_FILE), JSON.stringify(options.mouths.index));
+  }
   const clip: ClipMetadata = {
     frame_count: FRAMES,
     fps: 25,
@@ -28,6 +37,7 @@ export async function makeClipBundle(): Promise<{ source: AvatarSource; dir: str
     track_file: 'face_track.json',
     face_found_fraction: 1,
     source: { duration_s: 2, width: 512, height: 512, rotation: 0, codec: 'h264', has_audio: false },
+    ...(options.mouths ? { mouths: { count: options.mouths.index.samples.length, index_file: MOUTHS_INDEX_FILE, atlas_file: MOUTHS_ATLAS_FILE } } : {}),
   };
   const manifest: AvatarManifest = {
     id: 'test-clip',

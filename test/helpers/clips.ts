@@ -4,9 +4,17 @@
  * motion, and no third-party footage is needed.
  */
 import { execFile } from 'node:child_process';
+import fs from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { encodeWav } from '../../actors/audio/wav.ts';
+import { i420ToRgba } from '../../actors/render/i420.ts';
+import { LipsyncRenderer } from '../../actors/render/renderers/lipsync.ts';
+import { buildMouthTimeline } from '../../actors/mouth/timeline.ts';
+import { synthesizeWithFlite } from '../../actors/tts/builtin/flite.ts';
+import { validateManifest } from '../../src/catalog/manifest.ts';
 import { PORTRAIT_FIXTURE } from './fixtures.ts';
 
 const FFMPEG: string = (createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg') as { path: string }).path;
@@ -74,5 +82,51 @@ export async function longMp4(dir: string, seconds: number): Promise<string> {
 export async function audioOnlyM4a(dir: string, seconds = 3): Promise<string> {
   const file = path.join(dir, 'audio.m4a');
   await ffmpeg(['-f', 'lavfi', '-i', `sine=frequency=220:sample_rate=16000:duration=${seconds}`, '-c:a', 'aac', file]);
+  return file;
+}
+
+/** A few sentences with open vowels and closed lips, as the recording advice in docs/avatars.md asks of a person. */
+const SPEAKING_CLIP_TEXT = 'Hello, my name is Ava. I am happy to meet you. Papa bought a big yellow balloon. How are you today?';
+/** Closed-lip silence before and after the speech (the loop starts and ends at rest). */
+const SPEAKING_CLIP_PAUSE_MS = 400;
+
+/**
+ * A clip of the astronaut really speaking: flite speaks `SPEAKING_CLIP_TEXT`, our mouth track (phones → visemes,
+ * gated by the audio's energy) drives the CPU `lipsync` renderer on the built-in astronaut bundle frame by frame,
+ * and ffmpeg encodes the frames with that speech as the audio track (512² H.264 + AAC, 25 fps, ~7 s). The mouth
+ * opens and closes in time with the audio, as a person's does: what mouth harvesting needs to find.
+ */
+export async function speakingClipMp4(dir: string): Promise<string> {
+  const speech = await synthesizeWithFlite('slt', SPEAKING_CLIP_TEXT);
+  const mouth = buildMouthTimeline(speech);
+  const bundleDir = fileURLToPath(new URL('../../avatars/astronaut', import.meta.url));
+  const manifest = validateManifest(JSON.parse(await fs.readFile(path.join(bundleDir, 'manifest.json'), 'utf8')));
+  const renderer = new LipsyncRenderer();
+  await renderer.prepare({ id: manifest.id, dir: bundleDir, manifest });
+  const totalMs = mouth.durationMs + 2 * SPEAKING_CLIP_PAUSE_MS;
+  const frameCount = Math.ceil((totalMs / 1000) * 25);
+  const frames = path.join(dir, 'speaking.rgba');
+  const handle = await fs.open(frames, 'w');
+  try {
+    for (let i = 0; i < frameCount; i++) {
+      const atMs = i * 40 - SPEAKING_CLIP_PAUSE_MS;
+      const speaking = atMs >= 0 && atMs <= mouth.durationMs;
+      const pose = mouth.poseAt(atMs);
+      const frame = renderer.render({ frameIdx: i, ptsMs: i * 40, mouth: pose, level: speaking ? mouth.levelAt(atMs) : 0, speaking });
+      await handle.write(i420ToRgba(frame));
+    }
+  } finally {
+    await handle.close();
+  }
+  const wav = path.join(dir, 'speaking.wav');
+  const pause = new Int16Array(Math.round((speech.sampleRate * SPEAKING_CLIP_PAUSE_MS) / 1000));
+  await fs.writeFile(wav, encodeWav(Int16Array.from([...pause, ...speech.pcm, ...pause]), speech.sampleRate));
+  const file = path.join(dir, 'speaking.mp4');
+  await ffmpeg([
+    '-f', 'rawvideo', '-pix_fmt', 'rgba', '-s', `${manifest.width}x${manifest.height}`, '-framerate', '25', '-i', frames, '-i', wav,
+    '-c:v', 'libx264', '-preset', 'ultrafast', '-crf', '18', '-pix_fmt', 'yuv420p', '-c:a', 'aac', '-shortest', file,
+  ]);
+  await fs.rm(frames, { force: true });
+  await fs.rm(wav, { force: true });
   return file;
 }

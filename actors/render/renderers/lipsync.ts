@@ -16,12 +16,14 @@
  * loop's first frame (the reference: `frame_00000.png` and `metadata.animation`) and cached like a photo's, with
  * alpha only where the warp changed something; a speaking frame lays the pose over the loop frame it shows,
  * moved to that frame's tracked mouth, so a frame costs what a photo's does (warping every frame afresh cost
- * 10–40× more on a close-up clip).
+ * 10–40× more on a close-up clip). A clip that shows the person speaking brings its own mouths
+ * (`metadata.clip.mouths`, `harvested-mouths.ts`): the one nearest to the pose is laid instead of the warp.
  */
 import { frameFromBase } from '../frame-buffers.ts';
 import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, Renderer } from '../types.ts';
 import { rgbaToI420 } from '../i420.ts';
 import { decodeClipLoop, loopFrameAt, type ClipLoop } from '../clip-loop.ts';
+import { HarvestedMouths } from '../harvested-mouths.ts';
 import { loadBundleFrame, type RgbaImage } from '../image.ts';
 import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
 import { blinkClosure, oscillate, quantise, smoothstep } from '../idle-motion.ts';
@@ -201,6 +203,8 @@ export class LipsyncRenderer implements Renderer {
   private readonly blinkPatches = new Map<number, I420Patch[]>();
   private readonly swayPatches = new Map<number, I420Patch>();
   private loop: ClipLoop | null = null;
+  /** A speaking clip's own mouths (`metadata.clip.mouths`), laid instead of the warp; null: warp. */
+  private harvested: HarvestedMouths | null = null;
 
   async prepare(avatar: AvatarSource): Promise<void> {
     const { width, height } = avatar.manifest;
@@ -216,7 +220,16 @@ export class LipsyncRenderer implements Renderer {
     this.mouthPatches.clear();
     this.blinkPatches.clear();
     this.swayPatches.clear();
+    this.harvested = null;
     if (!this.animation) return;
+    if (this.loop && avatar.clip?.mouths) {
+      const harvested = await HarvestedMouths.prepare(avatar.clip.mouths, this.animation, width, height);
+      // An index with no sample that fits its atlas is a broken bundle: warp as for a silent clip.
+      if (harvested.count > 0) {
+        this.harvested = harvested;
+        return;
+      }
+    }
     // Warm the cache for the poses speech hits most (jaw steps at neutral shape); the rest fill lazily.
     for (let open = 1; open < OPEN_STEPS; open++) this.mouthPatch(open, 0, 0);
     if (!this.loop) for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
@@ -249,7 +262,9 @@ export class LipsyncRenderer implements Renderer {
 
   /**
    * A loop frame; while speaking, the mouth pose made on the reference frame (the loop's first, see
-   * `buildMouthPatch`) is laid over it where this frame's tracked mouth is.
+   * `buildMouthPatch`) is laid over it where this frame's tracked mouth is. With harvested mouths, the person's
+   * own mouth nearest to the pose is laid instead; and on a frame where the clip's own lips are parted, silence
+   * lays the closed one, so the idle loop of a talking clip does not mumble.
    */
   private renderLoopFrame(request: FrameRequest, loop: ClipLoop, target?: SharedArrayBuffer): I420Frame {
     const { frame: loopFrame, face } = loopFrameAt(loop, request.frameIdx);
@@ -258,7 +273,14 @@ export class LipsyncRenderer implements Renderer {
     const open = quantise(request.mouth.open, OPEN_STEPS);
     const wide = quantise(request.mouth.wide, SHAPE_STEPS);
     const round = quantise(request.mouth.round, SHAPE_STEPS);
-    if (open === 0 && wide === 0 && round === 0) return frame;
+    const closed = open === 0 && wide === 0 && round === 0;
+    if (this.harvested) {
+      if (!closed || this.harvested.ownMouthOpen(face)) {
+        this.harvested.lay(frame, { open: open / (OPEN_STEPS - 1), wide: wide / (SHAPE_STEPS - 1), round: round / (SHAPE_STEPS - 1) }, face);
+      }
+      return frame;
+    }
+    if (closed) return frame;
     const reference = this.animation.mouth_center;
     blendPatch(frame, this.mouthPatch(open, wide, round), face.mouth_center.x - reference.x, face.mouth_center.y - reference.y);
     return frame;
