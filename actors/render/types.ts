@@ -159,6 +159,8 @@ export interface MouthAnimation {
   /** Eye contours (6 points each) for blinking, when available. */
   left_eye_contour?: Point[];
   right_eye_contour?: Point[];
+  /** Tip of the nose (landmark 30), from the detector; not kept in a video avatar's smoothed face track. */
+  nose_tip?: Point;
   confidence: number;
   detector: string;
 }
