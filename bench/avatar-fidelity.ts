@@ -3,8 +3,11 @@
  * (issue 27), for the astronaut photo and for a video avatar made from a clip animated from the same portrait:
  *
  * - face found: share of the received frames on which the detector finds the face;
- * - idle motion: how far the face moves while idle — the 95th percentile distance, px, of the face anchor (mean of
- *   the eye centres and the mouth centre; the detector's animation carries no nose tip) from its median;
+ * - idle motion: how far the face moves while idle — the 95th percentile distance, px, of the nose tip (landmark 30)
+ *   from its median, and the same for the face anchor (mean of the eye centres and the mouth centre);
+ * - identity: face-api's descriptor distance (`face-descriptors.ts`) from the mean descriptor of idle frames (the
+ *   clip as shown) to speaking frames with the mouth open widest — mean and largest; speaking keeps the person
+ *   when it stays ≤ 0.45;
  * - mouth vs audio: Pearson r between the inner-lip opening (over the mouth width) and the received audio's RMS
  *   envelope while speaking, at the frame lag (−200 … +200 ms, 40 ms steps) where it is highest; a positive lag
  *   means the mouth leads the sound.
@@ -28,6 +31,7 @@ import { pearson } from '../test/helpers/neural-lipsync.ts';
 import { ReceivingPeer } from '../test/helpers/peer.ts';
 import { SseClient } from '../test/helpers/sse.ts';
 import { postCustomAvatar } from './custom-avatar.ts';
+import { FaceDescriptors, descriptorDistance, meanDescriptor } from './face-descriptors.ts';
 import { round } from './stats.ts';
 
 /** Idle frames looked at (4 s at 25 fps) and at most this many speaking frames. */
@@ -36,10 +40,16 @@ const SPEAKING_FRAMES = 150;
 const SPEECH = 'Open wide and say ah. Then close your lips: mama, papa, baby. How about a long, loud, open vowel?';
 /** Lags tried between the mouth and the audio envelope, in frames (40 ms each). */
 const MAX_LAG_FRAMES = 5;
+/** Frames whose descriptors are compared: idle ones spread over the loop (the reference) and the most open speaking ones. */
+const IDENTITY_IDLE_FRAMES = 8;
+const IDENTITY_SPEAKING_FRAMES = 12;
 
 interface Fidelity {
   face_found_percent: number;
   idle_motion_px: number;
+  idle_nose_tip_motion_px: number | null;
+  descriptor_distance_mean: number | null;
+  descriptor_distance_max: number | null;
   mouth_audio_r: number | null;
   mouth_audio_lag_ms: number | null;
   frames_idle: number;
@@ -71,7 +81,31 @@ function envelopeAt(peer: ReceivingPeer, at: number): number {
   return near.length === 0 ? 0 : near.reduce((s, a) => s + a.rms, 0) / near.length;
 }
 
-async function measure(app: TestApp, avatarId: string): Promise<Fidelity> {
+/** p95 distance of `points` from their median point. */
+function motionP95(points: Array<{ x: number; y: number }>): number {
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? 0;
+  const centre = { x: median(points.map((p) => p.x)), y: median(points.map((p) => p.y)) };
+  const distances = points.map((p) => Math.hypot(p.x - centre.x, p.y - centre.y)).sort((a, b) => a - b);
+  return distances[Math.floor(distances.length * 0.95)] ?? 0;
+}
+
+/** Descriptor distances from the idle frames' mean descriptor to the speaking frames with the widest mouths. */
+async function identity(descriptors: FaceDescriptors, idle: ReceivingPeer['frames'], speaking: ReceivingPeer['frames'], openings: Array<number | null>) {
+  const of = (frame: ReceivingPeer['frames'][number]) => descriptors.of(i420ToRgba({ width: frame.width, height: frame.height, data: frame.data }), frame.width, frame.height);
+  const step = Math.max(1, Math.floor(idle.length / IDENTITY_IDLE_FRAMES));
+  const reference = (await Promise.all(idle.filter((_, i) => i % step === 0).slice(0, IDENTITY_IDLE_FRAMES).map(of))).filter((d): d is number[] => d !== null);
+  const widest = openings
+    .map((opening, i) => ({ opening: opening ?? -1, i }))
+    .sort((a, b) => b.opening - a.opening)
+    .slice(0, IDENTITY_SPEAKING_FRAMES);
+  const spoken = (await Promise.all(widest.map(({ i }) => of(speaking[i])))).filter((d): d is number[] => d !== null);
+  if (reference.length === 0 || spoken.length === 0) return { mean: null, max: null };
+  const centre = meanDescriptor(reference);
+  const distances = spoken.map((d) => descriptorDistance(centre, d));
+  return { mean: round(distances.reduce((a, b) => a + b, 0) / distances.length, 3), max: round(Math.max(...distances), 3) };
+}
+
+async function measure(app: TestApp, avatarId: string, descriptors: FaceDescriptors): Promise<Fidelity> {
   const { session_id } = await json(await post(app.baseUrl, '/sessions', { avatar_id: avatarId, model: 'lipsync' }));
   const sse = await SseClient.open(`${app.baseUrl}/sessions/${session_id}/events`);
   const peer = await ReceivingPeer.connect(app.baseUrl, session_id);
@@ -89,10 +123,8 @@ async function measure(app: TestApp, avatarId: string): Promise<Fidelity> {
     const idleFaces = await landmarksOf(idle);
     const speakingFaces = await landmarksOf(speaking);
     const all = [...idleFaces, ...speakingFaces];
-    const anchors = idleFaces.filter((a): a is MouthAnimation => a !== null).map(faceAnchor);
-    const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? 0;
-    const centre = { x: median(anchors.map((p) => p.x)), y: median(anchors.map((p) => p.y)) };
-    const distances = anchors.map((p) => Math.hypot(p.x - centre.x, p.y - centre.y)).sort((a, b) => a - b);
+    const found = idleFaces.filter((a): a is MouthAnimation => a !== null);
+    const noseTips = found.flatMap((a) => (a.nose_tip ? [a.nose_tip] : []));
     // Speaking: frames while the audio is audible somewhere in them, mouth opening against the envelope.
     const pairs = speaking.map((frame, i) => ({ face: speakingFaces[i], at: frame.at }));
     const openings = pairs.map((p) => (p.face ? mouthOpening(p.face) : null));
@@ -112,9 +144,13 @@ async function measure(app: TestApp, avatarId: string): Promise<Fidelity> {
       const r = pearson(xs, ys);
       if (!best || r > best.r) best = { r, lag };
     }
+    const same = await identity(descriptors, idle, speaking, openings);
     return {
       face_found_percent: round((100 * all.filter((a) => a !== null).length) / Math.max(1, all.length), 1),
-      idle_motion_px: round(distances[Math.floor(distances.length * 0.95)] ?? 0, 2),
+      idle_motion_px: round(motionP95(found.map(faceAnchor)), 2),
+      idle_nose_tip_motion_px: noseTips.length > 0 ? round(motionP95(noseTips), 2) : null,
+      descriptor_distance_mean: same.mean,
+      descriptor_distance_max: same.max,
       mouth_audio_r: best ? round(best.r, 2) : null,
       mouth_audio_lag_ms: best ? best.lag * 40 : null,
       frames_idle: idle.length,
@@ -129,18 +165,20 @@ async function measure(app: TestApp, avatarId: string): Promise<Fidelity> {
 
 export async function benchAvatarFidelity(): Promise<Record<string, unknown>> {
   const app = await startTestApp();
+  const descriptors = new FaceDescriptors();
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-fidelity-'));
   try {
     const { id: clipId } = await postCustomAvatar(app.baseUrl, await fs.readFile(await landscapeMp4(dir, 10)), 'fidelity clip', 'video');
-    const photo = await measure(app, 'astronaut');
+    const photo = await measure(app, 'astronaut', descriptors);
     console.log('  photo:', photo);
-    const clip = await measure(app, clipId);
+    const clip = await measure(app, clipId, descriptors);
     console.log('  clip:', clip);
     return { photo, clip };
   } finally {
     await fs.rm(dir, { recursive: true, force: true });
     await app.close();
     await closeFaceDetector();
+    await descriptors.close();
   }
 }
 

@@ -4,6 +4,7 @@ import { MouthHarvest, type HarvestedMouthFiles } from '../actors/faces/mouth-ha
 import { loopFrameIndex } from '../actors/render/clip-loop.ts';
 import { i420ToRgba } from '../actors/render/i420.ts';
 import { LipsyncRenderer } from '../actors/render/renderers/lipsync.ts';
+import { RenderPool } from '../actors/render/pool.ts';
 import type { AvatarSource, I420Frame, MouthAnimation, Point } from '../actors/render/types.ts';
 import { makeClipBundle } from './helpers/clip-bundle.ts';
 import { ASTRONAUT_ANIMATION, lumaDiff, makePortraitBundle, request } from './render.fixtures.ts';
@@ -186,5 +187,23 @@ describe('lipsync renderer on a video avatar with harvested mouths', () => {
     expect(toClosed).toBeLessThan(6);
     const mouthBox = { x0: CX + shift - 2 * MW, y0: CY - 2 * MW, x1: CX + shift + 2 * MW, y1: CY + 2 * MW };
     expect(lumaDiff(silent, warp.render(request(3)), mouthBox).outside).toBe(0);
+  });
+  it('through the render pool (tasks carry the shared loop, not the clip) the frames are the ones rendered with the harvested mouths', async () => {
+    const pool = new RenderPool({ threads: 1 });
+    try {
+      const handle = await pool.open(withMouths.source, 'lipsync');
+      const inline = new LipsyncRenderer();
+      await inline.prepare(withMouths.source);
+      const warp = new LipsyncRenderer();
+      await warp.prepare(warpOnly.source);
+      for (const frameIdx of [0, 9]) {
+        const [pooled] = await handle.render([speaking(frameIdx, 1)]);
+        expect(Buffer.from(pooled.data).equals(Buffer.from(inline.render(speaking(frameIdx, 1)).data))).toBe(true);
+        expect(Buffer.from(pooled.data).equals(Buffer.from(warp.render(speaking(frameIdx, 1)).data))).toBe(false);
+      }
+      handle.close();
+    } finally {
+      await pool.close();
+    }
   });
 });

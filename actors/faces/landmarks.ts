@@ -15,6 +15,8 @@ const LEFT_EYE = range(36, 42);
 const RIGHT_EYE = range(42, 48);
 const OUTER_LIP = range(48, 60);
 const INNER_LIP = range(60, 68);
+/** iBUG landmark 30: the tip of the nose, which moves with the head and not with the mouth or eyelids. */
+const NOSE_TIP = 30;
 const LANDMARK_COUNT = 68;
 
 /**
@@ -52,6 +54,7 @@ export function animationFromLandmarks(face: RawFace): MouthAnimation {
     right_eye: centroid(rightEye),
     left_eye_contour: leftEye,
     right_eye_contour: rightEye,
+    nose_tip: roundPoint(face.landmarks[NOSE_TIP]),
     confidence: Math.round(face.score * 1000) / 1000,
     detector: DETECTOR_NAME,
   };
@@ -84,6 +87,7 @@ export function transformAnimation(a: MouthAnimation, left: number, top: number,
     right_eye: p(a.right_eye),
     ...(a.left_eye_contour ? { left_eye_contour: a.left_eye_contour.map(p) } : {}),
     ...(a.right_eye_contour ? { right_eye_contour: a.right_eye_contour.map(p) } : {}),
+    ...(a.nose_tip ? { nose_tip: p(a.nose_tip) } : {}),
   };
 }
 

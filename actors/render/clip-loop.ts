@@ -1,23 +1,29 @@
 /**
  * A video avatar's idle loop for the renderers: its frames and per-frame face track (`metadata.clip`,
- * docs/avatars.md). The session side reads the bundle once into shared memory (`readClipSource`), so a session
- * keeps its loop if the avatar is deleted; a render worker decodes the frames to I420 once at prepare
- * (`decodeClipLoop`), within `CLIP_FRAME_CACHE_BYTES`. The loop plays forwards then backwards (`loopFrameIndex`),
- * indexed by the session-wide frame index, so it never jumps and its position carries across turns.
+ * docs/avatars.md). The render pool decodes the loop once per avatar into shared memory (`shared-clip-loops.ts`,
+ * `decodeClipFramesInto` in a render worker) and every worker renders from views of it (`clipLoopView`). The loop
+ * plays forwards then backwards (`loopFrameIndex`), indexed by the session-wide frame index, so it never jumps and
+ * its position carries across turns.
  */
 import { join } from 'node:path';
 import sharp from 'sharp';
-import { rgbaToI420 } from './i420.ts';
+import { i420Size, rgbaToI420 } from './i420.ts';
 import { readShared } from './image.ts';
-import type { AvatarManifest, AvatarSource, I420Frame, MouthAnimation } from './types.ts';
+import type { AvatarManifest, AvatarSource, I420Frame, MouthAnimation, SharedClipLoopData } from './types.ts';
 
 /**
- * Decoded loop frames one prepared avatar holds in a render worker. 64 MiB keeps the whole 150-frame loop of a
- * 512² avatar (59 MB); a loop that would take more (a larger avatar, a longer loop from a bundle made elsewhere)
- * keeps every 2nd, 3rd, … frame instead, so the loop keeps its length and motion at a lower frame rate. Render
- * workers keep up to 6 prepared avatars, so this bounds a worker's loops to ~400 MB in the worst case.
+ * Decoded loop frames held for one avatar. 64 MiB keeps the whole 150-frame loop of a 512² avatar (59 MB); a loop
+ * that would take more (a larger avatar, a longer loop from a bundle made elsewhere) keeps every 2nd, 3rd, … frame
+ * instead, so the loop keeps its length and motion at a lower frame rate.
  */
-export const CLIP_FRAME_CACHE_BYTES = 64 * 1024 * 1024;
+export const CLIP_LOOP_AVATAR_BYTES = 64 * 1024 * 1024;
+/**
+ * Decoded loops held at once, over all avatars with a session open: four whole 512² loops. The loops live in
+ * shared memory V8 does not count, so without this bound avatars opened side by side would grow the process
+ * without limit; an avatar opened past it holds fewer frames (a larger stride), or only its reference still
+ * when not one frame fits.
+ */
+export const CLIP_LOOP_TOTAL_BYTES = 4 * CLIP_LOOP_AVATAR_BYTES;
 
 /** What a session hands the render workers: the loop's PNGs and the track's JSON, both in shared memory. */
 export type ClipSource = NonNullable<AvatarSource['clip']>;
@@ -51,19 +57,73 @@ export async function readClipSource(dir: string, manifest: AvatarManifest): Pro
   return { framePngs, trackJson, mouths };
 }
 
-/** Decodes the loop (the held frames, see `CLIP_FRAME_CACHE_BYTES`) to I420 at the avatar's size and parses its track. */
-export async function decodeClipLoop(clip: ClipSource, width: number, height: number): Promise<ClipLoop> {
+/** Which frames of a `count`-frame loop fit in `budget` bytes: every `stride`th, `held` of them; null when none does. */
+export function loopLayout(count: number, width: number, height: number, budget: number): { stride: number; held: number } | null {
+  const frameBytes = i420Size(width, height);
+  const fitting = Math.floor(budget / frameBytes);
+  if (count <= 0 || fitting < 1) return null;
+  const stride = Math.ceil(count / Math.min(count, fitting));
+  return { stride, held: Math.ceil(count / stride) };
+}
+
+/** Frames of the track a loop can show: the PNGs and the track entries both there. */
+export function loopTrack(clip: ClipSource): MouthAnimation[] {
   const track = JSON.parse(Buffer.from(clip.trackJson).toString('utf8')) as MouthAnimation[];
-  const count = Math.min(clip.framePngs.length, track.length);
-  if (count === 0) throw new Error('video avatar has no loop frames');
-  const frameBytes = (width * height * 3) / 2;
-  const stride = Math.max(1, Math.ceil((count * frameBytes) / CLIP_FRAME_CACHE_BYTES));
-  const frames: I420Frame[] = [];
-  for (let i = 0; i < count; i += stride) {
-    const { data } = await sharp(Buffer.from(clip.framePngs[i])).resize(width, height, { fit: 'cover' }).ensureAlpha().raw().toBuffer({ resolveWithObject: true });
-    frames.push(rgbaToI420(new Uint8Array(data.buffer, data.byteOffset, data.length), width, height));
+  return track.slice(0, clip.framePngs.length);
+}
+
+let loopFramesDecodedHere = 0;
+
+/** Loop frames decoded from PNG in this thread so far (tests: a worker that renders a shared loop decodes none). */
+export function loopFramesDecodedInThisThread(): number {
+  return loopFramesDecodedHere;
+}
+
+/** Decodes the held frames (every `loop.stride`th) into `loop.frames`, at the loop's size. Runs in a render worker. */
+export async function decodeClipFramesInto(clip: ClipSource, loop: SharedClipLoopData): Promise<void> {
+  const frameBytes = i420Size(loop.width, loop.height);
+  for (let k = 0; k < loop.held; k++) {
+    const png = Buffer.from(clip.framePngs[k * loop.stride]);
+    const { data } = await sharp(png).resize(loop.width, loop.height, { fit: 'cover' }).ensureAlpha().raw().toBuffer({ resolveWithObject: true });
+    const i420 = rgbaToI420(new Uint8Array(data.buffer, data.byteOffset, data.length), loop.width, loop.height);
+    new Uint8Array(loop.frames, k * frameBytes, frameBytes).set(i420.data);
+    loopFramesDecodedHere++;
   }
-  return { count, stride, frames, track };
+}
+
+/** A decoded shared loop as frames: views of its memory, nothing copied. */
+export function clipLoopView(loop: SharedClipLoopData): ClipLoop {
+  const frameBytes = i420Size(loop.width, loop.height);
+  const frames = Array.from({ length: loop.held }, (_, k) => ({ width: loop.width, height: loop.height, data: new Uint8Array(loop.frames, k * frameBytes, frameBytes) }));
+  const track = JSON.parse(Buffer.from(loop.trackJson).toString('utf8')) as MouthAnimation[];
+  return { count: loop.count, stride: loop.stride, frames, track };
+}
+
+/**
+ * Decodes a loop in the calling thread, for a renderer prepared outside the render pool (tests, tools): the same
+ * layout and frames the pool's shared loop holds, within `CLIP_LOOP_AVATAR_BYTES`.
+ */
+export async function decodeClipLoop(clip: ClipSource, width: number, height: number): Promise<ClipLoop> {
+  const track = loopTrack(clip);
+  const layout = loopLayout(track.length, width, height, CLIP_LOOP_AVATAR_BYTES);
+  if (!layout) throw new Error('video avatar has no loop frames');
+  const loop = newSharedLoop(clip, track.length, width, height, layout);
+  await decodeClipFramesInto(clip, loop);
+  return clipLoopView(loop);
+}
+
+/** An empty shared loop of `layout`, to decode into. */
+export function newSharedLoop(clip: ClipSource, count: number, width: number, height: number, layout: { stride: number; held: number }): SharedClipLoopData {
+  return {
+    frames: new SharedArrayBuffer(layout.held * i420Size(width, height)),
+    width,
+    height,
+    count,
+    ...layout,
+    trackJson: clip.trackJson,
+    ...(clip.mouths ? { mouths: clip.mouths } : {}),
+    released: new Int32Array(new SharedArrayBuffer(Int32Array.BYTES_PER_ELEMENT)),
+  };
 }
 
 /** The held frame and its face for session frame `frameIdx`. */

@@ -13,7 +13,7 @@ import type { AvatarSource, FrameRequest, I420Frame, ModelType, Renderer } from 
 import type { RenderTask, RenderTaskResult } from './worker.ts';
 import { ProsodyTracker } from './prosody.ts';
 import { BUNDLE_FRAME_PATH, readShared } from './image.ts';
-import { readClipSource } from './clip-loop.ts';
+import { SharedClipLoops, type ClipLoopLease } from './shared-clip-loops.ts';
 import { abortReasonAsError, untilAborted } from '../upstream/abort.ts';
 import { SharedIdleFrames, idleLookKey } from './idle-frames.ts';
 import { PoolLoad, type PoolLoadSnapshot } from '../pool-load.ts';
@@ -58,12 +58,17 @@ export class RenderPool {
   readonly idleFrames = new SharedIdleFrames();
   /** Buffers live frames are rendered into and given back to once nothing reads them (`frame-buffers.ts`). */
   readonly frameBuffers = new FrameBufferPool();
+  /** Video avatars' loops, decoded once per avatar into shared memory for every worker and session (`shared-clip-loops.ts`). */
+  readonly clipLoops: SharedClipLoops;
   private readonly load: PoolLoad;
   private closed = false;
 
   constructor(options: RenderPoolOptions = {}) {
     this.threads = Math.max(1, options.threads ?? availableParallelism() - 1);
     this.load = new PoolLoad(this.threads);
+    this.clipLoops = new SharedClipLoops(async (clip, loop, avatar) => {
+      await this.run({ op: 'decode_loop', cacheKey: '', avatar, modelType: avatar.manifest.model_type, requests: [], loopDecode: { clip, loop } });
+    });
     this.piscina = new Piscina({
       filename: new URL('./worker-bootstrap.mjs', import.meta.url).href,
       minThreads: this.threads,
@@ -89,16 +94,23 @@ export class RenderPool {
    */
   async open(source: AvatarSource, modelType: ModelType, signal?: AbortSignal, options: { reuseFrameBuffers?: boolean } = {}): Promise<RenderHandle> {
     if (this.closed) throw new Error('render pool is closed');
-    const avatar: AvatarSource = {
-      ...source,
-      framePng: source.framePng ?? (await readShared(join(source.dir, BUNDLE_FRAME_PATH))),
-      clip: source.clip ?? (await readClipSource(source.dir, source.manifest)),
-    };
-    const cacheKey = [avatar.id, avatar.manifest.version, modelType, await contentStamp(avatar)].join('|');
+    // Tasks carry a video avatar's decoded shared loop, never its PNGs (`clip`): no worker decodes them again.
+    const { clip: _pngs, ...rest } = source;
+    const framePng = source.framePng ?? (await readShared(join(source.dir, BUNDLE_FRAME_PATH)));
+    const contentKey = [source.id, source.manifest.version, await contentStamp(source)].join('|');
+    // The loop is decoded (once per avatar) before the session's renderer is ready, so its first frames wait for nothing.
+    const lease = source.manifest.metadata.clip ? await this.clipLoops.acquire(contentKey, source, signal) : undefined;
+    const avatar: AvatarSource = { ...rest, framePng, ...(lease?.loop ? { loop: lease.loop } : {}) };
+    const cacheKey = [contentKey, modelType].join('|');
     const prepare: RenderTask = { op: 'prepare', cacheKey, avatar, modelType, requests: [] };
-    // Fails fast on unknown model types or unreadable bundles, and warms one worker.
-    await this.run(prepare, signal);
-    return new PoolRenderHandle(this, avatar, modelType, cacheKey, options.reuseFrameBuffers ?? false);
+    try {
+      // Fails fast on unknown model types or unreadable bundles, and warms one worker.
+      await this.run(prepare, signal);
+    } catch (error) {
+      lease?.release();
+      throw error;
+    }
+    return new PoolRenderHandle(this, avatar, modelType, cacheKey, options.reuseFrameBuffers ?? false, lease);
   }
 
   /** @internal used by handles */
@@ -144,6 +156,8 @@ class PoolRenderHandle implements RenderHandle {
     private readonly modelType: ModelType,
     private readonly cacheKey: string,
     private readonly reuseFrameBuffers: boolean,
+    /** The video avatar's shared loop this session holds, given back at close. */
+    private readonly loopLease?: ClipLoopLease,
   ) {
     this.width = avatar.manifest.width;
     this.height = avatar.manifest.height;
@@ -217,6 +231,7 @@ class PoolRenderHandle implements RenderHandle {
 
   close(): void {
     this.closed = true;
+    this.loopLease?.release();
   }
 }
 

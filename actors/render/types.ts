@@ -78,6 +78,29 @@ export interface AvatarSource {
    * opens the avatar (shared memory, like `framePng`), so deletion mid-session changes nothing for it either.
    */
   clip?: { framePngs: Uint8Array[]; trackJson: Uint8Array; mouths?: { atlasPng: Uint8Array; indexJson: Uint8Array } };
+  /**
+   * A video avatar's loop decoded once for every render worker (`actors/render/shared-clip-loops.ts`): what the
+   * render pool hands its tasks in place of `clip`, so no worker decodes (or even receives) the loop's PNGs.
+   */
+  loop?: SharedClipLoopData;
+}
+
+/** A decoded loop in shared memory: `held` I420 frames of `width`×`height`, every `stride`th of `count`. */
+export interface SharedClipLoopData {
+  /** The held frames one after the other, Y then U then V each. */
+  frames: SharedArrayBuffer;
+  width: number;
+  height: number;
+  /** Loop frames as listed in the bundle. */
+  count: number;
+  stride: number;
+  held: number;
+  /** The per-frame face track's JSON (`CLIP_TRACK_FILE`). */
+  trackJson: Uint8Array;
+  /** A speaking clip's harvested mouths (`metadata.clip.mouths`), as read into shared memory with the loop. */
+  mouths?: { atlasPng: Uint8Array; indexJson: Uint8Array };
+  /** One Int32: 1 once the last session on the avatar closed; workers then drop what they built on it. */
+  released: Int32Array;
 }
 
 /** A video avatar's per-frame face track, next to its manifest: a JSON array of `MouthAnimation`, one per loop frame. */
@@ -156,6 +179,8 @@ export interface MouthAnimation {
   /** Eye contours (6 points each) for blinking, when available. */
   left_eye_contour?: Point[];
   right_eye_contour?: Point[];
+  /** Tip of the nose (landmark 30), from the detector; not kept in a video avatar's smoothed face track. */
+  nose_tip?: Point;
   confidence: number;
   detector: string;
 }

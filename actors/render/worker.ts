@@ -5,8 +5,9 @@
  */
 import { threadId } from 'node:worker_threads';
 import { move, transferableSymbol, valueSymbol } from 'piscina';
-import type { AvatarSource, FrameRequest, I420Frame, ModelType, Renderer } from './types.ts';
+import type { AvatarSource, FrameRequest, I420Frame, ModelType, Renderer, SharedClipLoopData } from './types.ts';
 import { createRenderer } from './renderers/index.ts';
+import { decodeClipFramesInto, loopFramesDecodedInThisThread, type ClipSource } from './clip-loop.ts';
 import { runNeuralStage } from '../lipsync/neural-stages.ts';
 
 /** A handful of avatars per worker: enough for a few concurrent sessions without unbounded memory. */
@@ -14,7 +15,8 @@ const MAX_CACHED_RENDERERS = 6;
 
 export interface RenderTask {
   /** `neural_*`: the neural lip-sync renderer's CPU stages (`actors/lipsync/neural-stages.ts`), not a renderer. */
-  op: 'prepare' | 'render' | 'neural_prepare' | 'neural_mel' | 'neural_compose';
+  /** `decode_loop`: decodes a video avatar's loop into shared memory for every worker (`shared-clip-loops.ts`). */
+  op: 'prepare' | 'render' | 'decode_loop' | 'neural_prepare' | 'neural_mel' | 'neural_compose';
   cacheKey: string;
   avatar: AvatarSource;
   modelType: ModelType;
@@ -25,6 +27,8 @@ export interface RenderTask {
   outputs?: Float32Array[];
   /** `render`: a reused buffer per request to render into (`frame-buffers.ts`); none where a fresh one is wanted. */
   targets?: Array<SharedArrayBuffer | undefined>;
+  /** `decode_loop`: the loop's PNGs and the shared loop to decode them into. */
+  loopDecode?: { clip: ClipSource; loop: SharedClipLoopData };
 }
 
 export interface RenderTaskResult {
@@ -32,38 +36,56 @@ export interface RenderTaskResult {
   frames: I420Frame[];
   /** `neural_mel`: one mel window [1, 80, 16] per request. */
   mels?: Float32Array[];
+  /** Loop frames this thread has decoded from PNG so far (a worker rendering a shared loop decodes none). */
+  loopFramesDecoded: number;
 }
 
-const cache = new Map<string, Promise<Renderer>>();
+/** Prepared renderers, with the shared loop each renders from (if any): dropped once that loop is released. */
+const cache = new Map<string, { renderer: Promise<Renderer>; loop?: SharedClipLoopData }>();
+
+/** Forgets renderers whose video loop the pool released (its last session closed), so its memory can go. */
+function dropReleasedLoops(): void {
+  for (const [key, entry] of cache) if (entry.loop && Atomics.load(entry.loop.released, 0) === 1) cache.delete(key);
+}
 
 function rendererFor(task: RenderTask): Promise<Renderer> {
-  let entry = cache.get(task.cacheKey);
-  if (entry) {
+  const cached = cache.get(task.cacheKey);
+  if (cached) {
     // Refresh LRU position.
     cache.delete(task.cacheKey);
-    cache.set(task.cacheKey, entry);
-    return entry;
+    cache.set(task.cacheKey, cached);
+    return cached.renderer;
   }
-  entry = (async () => {
-    const renderer = createRenderer(task.modelType);
-    await renderer.prepare(task.avatar);
-    return renderer;
+  const renderer = (async () => {
+    const created = createRenderer(task.modelType);
+    await created.prepare(task.avatar);
+    return created;
   })();
-  entry.catch(() => cache.delete(task.cacheKey));
+  const entry = { renderer, loop: task.avatar.loop };
+  renderer.catch(() => {
+    if (cache.get(task.cacheKey) === entry) cache.delete(task.cacheKey);
+  });
   cache.set(task.cacheKey, entry);
   while (cache.size > MAX_CACHED_RENDERERS) cache.delete(cache.keys().next().value as string);
-  return entry;
+  return renderer;
 }
 
 export default async function runRenderTask(task: RenderTask) {
   if (task.op.startsWith('neural_')) {
     const { frames, mels, transfer } = await runNeuralStage(task);
-    const neural: RenderTaskResult = { threadId, frames, mels };
+    const neural: RenderTaskResult = { threadId, frames, mels, loopFramesDecoded: loopFramesDecodedInThisThread() };
     return move({ [transferableSymbol]: transfer, [valueSymbol]: neural });
+  }
+  dropReleasedLoops();
+  if (task.op === 'decode_loop') {
+    const { clip, loop } = task.loopDecode!;
+    await decodeClipFramesInto(clip, loop);
+    const decoded: RenderTaskResult = { threadId, frames: [], loopFramesDecoded: loopFramesDecodedInThisThread() };
+    return decoded;
   }
   const renderer = await rendererFor(task);
   const frames = task.op === 'render' ? task.requests.map((request, i) => renderer.render(request, task.targets?.[i])) : [];
-  const result: RenderTaskResult = { threadId, frames };
+  const result: RenderTaskResult = { threadId, frames, loopFramesDecoded: loopFramesDecodedInThisThread() };
   // A Transferable wrapper marked movable: every fresh frame buffer goes back in the transfer list, uncopied;
   // frames rendered into the task's shared buffers need nothing moved.
   return move({

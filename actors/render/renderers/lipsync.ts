@@ -11,7 +11,8 @@
  * way, so a frame is a copy of the base I420 plus one or two small patches.
  * Without `animation` the renderer serves the still image.
  *
- * A video avatar (`metadata.clip`) plays its loop instead of the still (`clip-loop.ts`): idle frames are the
+ * A video avatar (`metadata.clip`) plays its loop instead of the still (`clip-loop.ts`, decoded once per avatar for
+ * every worker: `shared-clip-loops.ts`): idle frames are the
  * loop's own (the person's blinks and motion, so no drawn blinks or sway). Mouth poses are warped once on the
  * loop's first frame (the reference: `frame_00000.png` and `metadata.animation`) and cached like a photo's, with
  * alpha only where the warp changed something; a speaking frame lays the pose over the loop frame it shows,
@@ -22,7 +23,7 @@
 import { frameFromBase } from '../frame-buffers.ts';
 import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, Renderer } from '../types.ts';
 import { rgbaToI420 } from '../i420.ts';
-import { decodeClipLoop, loopFrameAt, type ClipLoop } from '../clip-loop.ts';
+import { clipLoopView, decodeClipLoop, loopFrameAt, type ClipLoop } from '../clip-loop.ts';
 import { HarvestedMouths } from '../harvested-mouths.ts';
 import { loadBundleFrame, type RgbaImage } from '../image.ts';
 import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
@@ -208,7 +209,9 @@ export class LipsyncRenderer implements Renderer {
 
   async prepare(avatar: AvatarSource): Promise<void> {
     const { width, height } = avatar.manifest;
-    this.loop = avatar.clip ? await decodeClipLoop(avatar.clip, width, height) : null;
+    // From the render pool the loop comes decoded in shared memory (`shared-clip-loops.ts`); decoded here only
+    // for a renderer prepared outside the pool.
+    this.loop = avatar.loop ? clipLoopView(avatar.loop) : avatar.clip ? await decodeClipLoop(avatar.clip, width, height) : null;
     const photo = await loadBundleFrame(avatar);
     this.fps = avatar.manifest.fps > 0 ? avatar.manifest.fps : 25;
     this.animation = usableAnimation(avatar.manifest.metadata.animation, avatar.manifest.width, avatar.manifest.height);
@@ -222,8 +225,10 @@ export class LipsyncRenderer implements Renderer {
     this.swayPatches.clear();
     this.harvested = null;
     if (!this.animation) return;
-    if (this.loop && avatar.clip?.mouths) {
-      const harvested = await HarvestedMouths.prepare(avatar.clip.mouths, this.animation, width, height);
+    // In the render pool the mouths travel with the shared loop (tasks carry no `clip`); read directly, with the clip.
+    const mouths = avatar.loop?.mouths ?? avatar.clip?.mouths;
+    if (this.loop && mouths) {
+      const harvested = await HarvestedMouths.prepare(mouths, this.animation, width, height);
       // An index with no sample that fits its atlas is a broken bundle: warp as for a silent clip.
       if (harvested.count > 0) {
         this.harvested = harvested;
