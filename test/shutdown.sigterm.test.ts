@@ -168,7 +168,9 @@ describe('SIGTERM', () => {
     const secondAt = performance.now();
     process.kill(service.pid, 'SIGTERM');
     const exit = await service.exited;
-    expect(performance.now() - secondAt).toBeLessThan(1_000);
+    // At once: the drain it cuts short would last until the 10 s shutdown bound (the clone hangs for minutes); a
+    // host at half speed took 1.08 s to exit.
+    expect(performance.now() - secondAt).toBeLessThan(3_000);
     expect(exit).toEqual({ code: 128 + 15, signal: null });
   }, 60_000);
 });
