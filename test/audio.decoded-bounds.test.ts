@@ -6,7 +6,6 @@
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs/promises';
-import http from 'node:http';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -18,12 +17,11 @@ import { TRANSCRIBE_AUDIO_MAX_MS, TURN_AUDIO_MAX_MS } from '../src/routes/intera
 import { AudioConversionError, convertTo24kMonoWav, MAX_CLONE_SAMPLE_MS } from '../src/voices/convert.ts';
 import { json, makeAvatarBundle, post, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import { eventually, postAudio, sleep, tone, wavBytes } from './helpers/conversation.ts';
+import { ANSWER_WITHOUT_BODY_MS, endlessUpload } from './helpers/endless-upload.ts';
 
 const ffmpegPath: string = createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg').path;
 const run = promisify(execFile);
 
-/** A refusal that does not read the body comes back at once; this only absorbs a loaded 2-core host. */
-const ANSWER_WITHOUT_BODY_MS = 5_000;
 /** `/healthz` while a decode runs: the design keeps the event loop free, so this is generous (the bench holds 50 ms). */
 const HEALTHZ_RESPONSIVE_MS = 500;
 /** A speak that keeps the builtin voice talking for several seconds. */
@@ -296,52 +294,3 @@ describe('upload routes: decoded-duration bounds, admission before the body, a f
     expect(await eventually(() => admission.uploadsInProgress === 0, ANSWER_WITHOUT_BODY_MS)).toBe(true);
   });
 });
-
-interface EndlessUpload {
-  /** The headers and the first part of the body are on the wire. */
-  sent: Promise<void>;
-  answer: Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }>;
-  abort(): void;
-}
-
-/**
- * A multipart upload whose `audio` part starts and never ends (a client on a stalled link, or a hostile one):
- * any answer it gets was decided without reading more than `firstBytes` of the file (64 KB of zeros unless
- * given). Times out after ANSWER_WITHOUT_BODY_MS.
- */
-function endlessUpload(baseUrl: string, route: string, firstBytes: Buffer = Buffer.alloc(64 * 1024)): EndlessUpload {
-  const url = new URL(route, baseUrl);
-  const boundary = 'endless-upload-boundary';
-  const request = http.request({
-    host: url.hostname,
-    port: url.port,
-    method: 'POST',
-    path: url.pathname,
-    headers: { 'content-type': `multipart/form-data; boundary=${boundary}`, 'transfer-encoding': 'chunked' },
-  });
-  const head = `--${boundary}\r\ncontent-disposition: form-data; name="audio"; filename="a.wav"\r\ncontent-type: application/octet-stream\r\n\r\n`;
-  const sent = new Promise<void>((resolve, reject) => {
-    request.once('error', reject);
-    request.write(Buffer.concat([Buffer.from(head), firstBytes]), () => resolve());
-  });
-  sent.catch(() => undefined);
-  const answer = new Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no answer within ${ANSWER_WITHOUT_BODY_MS} ms`)), ANSWER_WITHOUT_BODY_MS);
-    request.once('response', (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => (body += chunk));
-      res.once('end', () => {
-        clearTimeout(timer);
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, body });
-      });
-      res.once('error', reject);
-    });
-    request.once('error', (error) => {
-      clearTimeout(timer);
-      reject(error);
-    });
-  });
-  answer.catch(() => undefined);
-  return { sent, answer, abort: () => request.destroy() };
-}

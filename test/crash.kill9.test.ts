@@ -1,7 +1,8 @@
 /**
  * kill -9 at the worst moments, then a restart on the same directories. The real service runs as a child
  * process (test/helpers/service-process.ts) and is SIGKILLed while (a) a voice clone is in flight, (b) a
- * custom avatar upload is in flight, (c) an offline bundle job (and a recording) is running. After each
+ * custom avatar upload is in flight (a photo; a clip while ffmpeg decodes it and its face is tracked), (c) an
+ * offline bundle job (and a recording) is running. After each
  * restart the catalogs must be consistent (every record's files exist, no file without a record), no temp
  * file or directory may be left, and the interrupted job must be `failed` with `interrupted by restart`
  * with a progress that never went backwards for a client polling across the restart.
@@ -10,14 +11,17 @@
  * (a reference WAV whose catalog record is not written yet, a `.tmp-*` bundle, a conversion temp dir), or
  * after a short delay; each scenario loops over a few such moments.
  */
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { encodeWav } from '../actors/audio/wav.ts';
 import { FFMPEG_PATH } from '../src/recording/encoder.ts';
 import { startDashscopeFake, startXttsFake, tone, type FakeUpstream } from './fakes/tts-upstreams.ts';
+import { uploadClip } from './helpers/clip-avatar.ts';
+import { landscapeMp4 } from './helpers/clips.ts';
 import { PORTRAIT_FIXTURE } from './helpers/fixtures.ts';
 import { startServiceProcess, type ServiceProcess } from './helpers/service-process.ts';
 
@@ -26,8 +30,14 @@ const LOCAL_CLONE_PROVIDERS = ['local_clone_a', 'local_clone_b'];
 const PROBE_EVERY_MS = 2;
 /** A step that never reaches its temp file within this is a broken scenario, not a slow machine. */
 const TRIGGER_TIMEOUT_MS = 20_000;
+/**
+ * A clip's steps come after the face detector's start in a fresh service (its models load, then a full search:
+ * seconds idle, tens of seconds on a loaded half-speed host).
+ */
+const CLIP_STEP_TIMEOUT_MS = 120_000;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const run = promisify(execFile);
 
 async function listDir(dir: string): Promise<string[]> {
   try {
@@ -284,6 +294,63 @@ describe('kill -9 during a custom avatar upload', () => {
     await service.stop();
   }, 240_000);
 });
+
+describe('kill -9 while a clip is being made into a video avatar', () => {
+  it('leaves no .tmp-* bundle, half avatar or running ffmpeg after a restart, at any step of the decode and the face track; a finished video avatar survives whole', async () => {
+    const dirs = await freshDirs();
+    const clip = await fs.readFile(await landscapeMp4(dirs.dataDir, 3));
+    let service = await start(dirs);
+    const kept = await uploadClip(service.baseUrl, clip, 'Kept clip');
+    expect(kept.status).toBe(200);
+    const keptId = (await kept.json()).id;
+
+    const building = async () => (await listDir(dirs.avatarsDir)).filter((name) => name.startsWith('.tmp-'));
+    const inBuilding = async (...parts: string[]): Promise<string[]> => {
+      const [dir] = await building();
+      return dir ? listDir(path.join(dirs.avatarsDir, dir, ...parts)) : [];
+    };
+    const framesBuilt = async () => (await inBuilding('frames')).length;
+    const moments: Array<{ what: string; arm: () => () => Promise<boolean> }> = [
+      { what: 'the clip written, its header or first face being read', arm: () => async () => (await inBuilding()).includes('upload.video') && (await framesBuilt()) === 0 },
+      { what: 'ffmpeg decoding, the first faces being tracked', arm: () => async () => (await framesBuilt()) >= 5 },
+      { what: 'most loop frames written, the track not yet', arm: () => async () => (await framesBuilt()) >= 60 },
+    ];
+    for (const moment of moments) {
+      fireAndForget(uploadClip(service.baseUrl, clip, 'Doomed clip'));
+      await when(moment.arm(), moment.what, CLIP_STEP_TIMEOUT_MS);
+      await service.kill();
+      const hiddenLeftovers = (await listDir(dirs.avatarsDir)).filter((name) => name.startsWith('.')).length;
+      service = await start(dirs);
+      expect(sweepReport(service).avatarDirs, moment.what).toBe(hiddenLeftovers);
+      await expectConsistent(service, dirs);
+      // No decoder outlived the service (it would go on writing frames into a directory the sweep removed).
+      expect(await ffmpegsWorkingIn(dirs.avatarsDir), moment.what).toEqual([]);
+      const customs = (await getJson(service.baseUrl, '/avatars')).filter((avatar: any) => avatar.is_custom).map((avatar: any) => avatar.id);
+      expect(customs, moment.what).toContain(keptId);
+      // Every video avatar listed is whole: each loop frame and the face track (the doomed one, had it finished).
+      for (const id of customs) await expectWholeVideoAvatar(path.join(dirs.avatarsDir, id));
+      for (const id of customs.filter((id: string) => id !== keptId)) {
+        expect((await fetch(`${service.baseUrl}/avatars/${id}`, { method: 'DELETE' })).status).toBe(200);
+      }
+    }
+    await service.stop();
+  }, 4 * CLIP_STEP_TIMEOUT_MS + 240_000);
+});
+
+/** ffmpeg processes (anyone's children) whose command line names a path under `dir`. */
+async function ffmpegsWorkingIn(dir: string): Promise<string[]> {
+  const { stdout } = await run('ps', ['-eo', 'args=']);
+  return stdout.split('\n').filter((line) => line.includes('ffmpeg') && line.includes(dir));
+}
+
+/** A video avatar's bundle holds every loop frame its manifest counts, and its face track. */
+async function expectWholeVideoAvatar(bundle: string): Promise<void> {
+  const clip = JSON.parse(await fs.readFile(path.join(bundle, 'manifest.json'), 'utf8')).metadata.clip;
+  expect(clip, bundle).toBeDefined();
+  const frames = await listDir(path.join(bundle, 'frames'));
+  expect(frames).toHaveLength(clip.frame_count);
+  expect(JSON.parse(await fs.readFile(path.join(bundle, clip.track_file), 'utf8'))).toHaveLength(clip.frame_count);
+}
 
 describe('kill -9 while an offline job and a recording are running', () => {
   it('fails the job with "interrupted by restart", its progress never going backwards for a poller; no partial file is left', async () => {

@@ -15,8 +15,9 @@ const IMAGE_PROCESS_ENTRY = fileURLToPath(new URL('./image-process.mjs', import.
 /** Uploads decoded at once: one image process keeps one core busy at most and leaves the other to live sessions. */
 export const MAX_RUNNING_IMAGE_JOBS = 1;
 /**
- * Uploads waiting for the running one. Each holds its upload (≤ 10 MB) in memory while it waits, and each
- * waits at most a job's deadlines per job ahead of it; past this, new uploads are refused (503 + Retry-After).
+ * Uploads waiting for the running one. Each holds its upload (≤ 10 MB a photo, ≤ 50 MB a clip) in memory while it
+ * waits, and each waits at most a job's deadlines per job ahead of it; past this, new uploads are refused (503 +
+ * Retry-After), before their body is read when they come through `admitImageJob`.
  */
 export const MAX_WAITING_IMAGE_JOBS = 4;
 /**
@@ -55,12 +56,38 @@ interface Waiter {
 
 let running = 0;
 const waiting: Waiter[] = [];
+/** Creations admitted before their upload was read and not yet answered (`admitImageJob`). */
+let admitted = 0;
 /** Each image process running an upload, with the controller that stops the upload (closeImageJobs). */
 const busyProcesses = new Map<ChildProcess, AbortController>();
 /** Jobs running in a slot without an image process (clips), stopped by closeImageJobs. */
 const slotJobs = new Set<AbortController>();
 /** The process kept after a successful upload, ready for the next one. */
 let idle: { child: ChildProcess; timer: NodeJS.Timeout } | undefined;
+
+/**
+ * Admits one avatar creation before its upload is read: at most `MAX_RUNNING_IMAGE_JOBS + MAX_WAITING_IMAGE_JOBS`
+ * at once, the places a job can take. Counting only jobs that had reached a slot, every upload still streaming
+ * in was buffered whole (up to 50 MB a clip) before the excess ones were refused; admitted first, the uploads
+ * held in memory are bounded by those places, and one that would be refused is refused unread. Throws
+ * `ImageJobsBusyError` when every place is taken; returns the release (idempotent), for when the request is
+ * answered or its client has gone.
+ */
+export function admitImageJob(): () => void {
+  if (admitted >= MAX_RUNNING_IMAGE_JOBS + MAX_WAITING_IMAGE_JOBS) throw new ImageJobsBusyError('too many avatars are being created; retry shortly');
+  admitted++;
+  let released = false;
+  return () => {
+    if (released) return;
+    released = true;
+    admitted--;
+  };
+}
+
+/** Creations admitted and not yet released; for tests and diagnostics. */
+export function admittedImageJobs(): number {
+  return admitted;
+}
 
 /**
  * Runs `work` with an image process once a slot is free. Throws `ImageJobsBusyError` at once when

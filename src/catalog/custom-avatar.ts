@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { AvatarManifest, AvatarMetadata, MouthAnimation } from '../../actors/render/types.ts';
 import { closeFaceDetector, detectMouth } from '../../actors/faces/detector.ts';
 import { InvalidImageError, preparePortrait, type Detector } from '../../actors/faces/portrait.ts';
-import { IMAGE_JOBS_RETRY_AFTER_S, ImageJobFailedError, ImageJobsBusyError, closeImageJobs, withImageJobSlot } from '../../actors/faces/image-jobs.ts';
+import { IMAGE_JOBS_RETRY_AFTER_S, ImageJobFailedError, ImageJobsBusyError, admitImageJob, closeImageJobs, withImageJobSlot } from '../../actors/faces/image-jobs.ts';
 import { CLIP_FPS, InvalidClipError, prepareClip, sniffClipFormat } from '../../actors/faces/video-clip.ts';
 import { CLIP_TRACK_FILE, MOUTHS_ATLAS_FILE, MOUTHS_INDEX_FILE, type ClipMetadata } from '../../actors/render/types.ts';
 import { AtCapacity, AvatarNotFound, InvalidInput, InvalidSelection, ServiceFault } from '../domain-errors.ts';
@@ -13,7 +13,7 @@ import type { AvatarCatalog, AvatarSummary } from './catalog.ts';
 import { isValidAvatarId } from './slug.ts';
 
 export { MAX_PORTRAIT_BYTES, MAX_PORTRAIT_PIXELS, MAX_PORTRAIT_SIDE, InvalidImageError } from '../../actors/faces/portrait.ts';
-export { IMAGE_STEP_DEADLINE_MS } from '../../actors/faces/image-jobs.ts';
+export { IMAGE_STEP_DEADLINE_MS, MAX_RUNNING_IMAGE_JOBS, MAX_WAITING_IMAGE_JOBS } from '../../actors/faces/image-jobs.ts';
 export { MAX_CLIP_BYTES, MAX_CLIP_SECONDS, MIN_CLIP_SECONDS, InvalidClipError } from '../../actors/faces/video-clip.ts';
 
 /** Stops the image process and the face detector custom avatars are prepared with (the service closing). */
@@ -210,6 +210,20 @@ function clipFrameName(index: number): string {
 export async function removeCustomAvatarDir(avatarsDir: string, id: string): Promise<void> {
   if (!id.startsWith('custom-') || !isValidAvatarId(id)) throw new Error('not a custom avatar id');
   await removeBundleDir(avatarsDir, id);
+}
+
+/**
+ * Takes one of the creation places before the upload is read (`admitImageJob`), so uploads are never buffered
+ * beyond what can be processed: `AtCapacity` (503 + Retry-After) when every place is taken. Returns the release,
+ * for when the request has been answered.
+ */
+export function admitCustomAvatarUpload(): () => void {
+  try {
+    return admitImageJob();
+  } catch (error) {
+    if (error instanceof ImageJobsBusyError) throw new AtCapacity(error.message, IMAGE_JOBS_RETRY_AFTER_S);
+    throw error;
+  }
 }
 
 export interface CreateCustomAvatarInput {

@@ -3,12 +3,15 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import {
   IMAGE_STEP_DEADLINE_MS,
   MAX_AVATAR_NAME_LENGTH,
+  MAX_RUNNING_IMAGE_JOBS,
+  MAX_WAITING_IMAGE_JOBS,
   MAX_CLIP_BYTES,
   MAX_CLIP_SECONDS,
   MIN_CLIP_SECONDS,
   MAX_PORTRAIT_BYTES,
   MAX_PORTRAIT_PIXELS,
   MAX_PORTRAIT_SIDE,
+  admitCustomAvatarUpload,
   closeImageWorkers,
   createCustomAvatar,
 } from '../catalog/custom-avatar.ts';
@@ -66,7 +69,8 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         '`metadata.base_avatar_id`. The bundle appears atomically. 400: malformed multipart body (no boundary, truncated, too many ' +
         'fields or files), name/base/image missing, image empty, not JPEG/PNG/WebP, ' +
         'undecodable, too many pixels or too long a side, too slow to decode, or base avatar not `lipsync`. 404: base avatar unknown. ' +
-        '413: image over 10 MB (refused while uploading). 503 {detail} with Retry-After: too many uploads are already being decoded. ' +
+        '413: image over 10 MB (refused while uploading). 503 {detail} with Retry-After: too many avatars are already being created ' +
+        `(${MAX_RUNNING_IMAGE_JOBS} decoded and ${MAX_WAITING_IMAGE_JOBS} waiting or still uploading, photos and clips together), refused before the body is read. ` +
         'With `video` instead of `image` the avatar is a video avatar: the clip is decoded by ffmpeg in its own process (upright, 25 fps, ' +
         "cropped around the face to the base avatar's size; its first 6 s become an idle loop played forwards and backwards) and its face " +
         'is tracked per frame (`metadata.clip`, `face_track.json`); when the person speaks in the clip, their own mouths are kept ' +
@@ -77,6 +81,8 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: Type.Ref('AvatarSummary'), ...errors(400, 404, 413, 503) },
     },
     handler: async (request, reply) => {
+      // Admission before the body: an upload that would be refused is never read (503 + Retry-After).
+      reply.raw.once('close', admitCustomAvatarUpload());
       const form = await readMultipart(request, {
         fileField: 'image',
         maxFileBytes: MAX_PORTRAIT_BYTES,
