@@ -22,8 +22,8 @@ const REPO_ROOT = path.resolve(import.meta.dirname, '..', '..');
 const REPO_AVATARS = path.join(REPO_ROOT, 'avatars');
 const WATCHDOG = path.join(import.meta.dirname, 'parent-watchdog.mjs');
 
-/** Start-up (tsx transpile, LevelDB, avatar catalog, render pool) takes ~2-5 s on 2 busy cores; 60 s is a hang. */
-const READY_TIMEOUT_MS = 60_000;
+/** Start-up (tsx transpile, LevelDB, avatar catalog, render pool) takes ~2-5 s on 2 busy cores, over 60 s at load 16–25 beside a cluster test; 120 s is a hang. */
+const READY_TIMEOUT_MS = 120_000;
 /** The service bounds its own graceful shutdown at 10 s (src/main.ts); past this, stop() SIGKILLs. */
 const STOP_TIMEOUT_MS = 15_000;
 /** Output kept for failure messages: the tail is what explains a crash. */
