@@ -4,6 +4,7 @@
  * SSE and every live session's timers must keep running meanwhile.
  */
 import { Piscina } from 'piscina';
+import { LazyPiscina } from '../lazy-piscina.ts';
 import { movedWith } from '../transferable.ts';
 import { AudioTooLongError, InvalidAudioError, type DecodeOptions, type DecodedAudio } from './decode.ts';
 import type { DecodeOutcome, DecodeTask } from './decode-worker.ts';
@@ -32,26 +33,18 @@ export class AudioDecoderBusyError extends Error {
   }
 }
 
-let pool: Piscina<DecodeTask, DecodeOutcome> | null = null;
-
-function decodePool(): Piscina<DecodeTask, DecodeOutcome> {
-  // Built once with its one 'error' listener: every call goes through here, and a listener added per call
-  // piled up on the shared pool (MaxListenersExceededWarning after ten decodes).
-  if (pool) return pool;
-  pool = new Piscina<DecodeTask, DecodeOutcome>({
-    filename: WORKER_BOOTSTRAP.href,
-    minThreads: 0,
-    maxThreads: AUDIO_DECODE_THREADS,
-    maxQueue: AUDIO_DECODE_QUEUE,
-    idleTimeout: IDLE_TIMEOUT_MS,
-    // The decoder's WASM start-up is async; Atomics.wait between tasks would stall it.
-    atomics: 'disabled',
-  });
-  // A thread that fails between tasks is re-emitted as 'error'; unheard it would crash the service. The task it
-  // ran (if any) has already failed on its own.
-  pool.on('error', () => undefined);
-  return pool;
-}
+const pool = new LazyPiscina<DecodeTask, DecodeOutcome>(
+  () =>
+    new Piscina<DecodeTask, DecodeOutcome>({
+      filename: WORKER_BOOTSTRAP.href,
+      minThreads: 0,
+      maxThreads: AUDIO_DECODE_THREADS,
+      maxQueue: AUDIO_DECODE_QUEUE,
+      idleTimeout: IDLE_TIMEOUT_MS,
+      // The decoder's WASM start-up is async; Atomics.wait between tasks would stall it.
+      atomics: 'disabled',
+    }),
+);
 
 /**
  * `decodeAudioToPcm16` in the decode worker, bounded by `maxDurationMs` (required: client audio always has a
@@ -69,7 +62,7 @@ export async function decodeAudioOffThread(
   const deadline = AbortSignal.timeout(AUDIO_DECODE_TIMEOUT_MS);
   let outcome: DecodeOutcome;
   try {
-    outcome = await decodePool().run(movedWith(task, [task.bytes.buffer]), {
+    outcome = await pool.get().run(movedWith(task, [task.bytes.buffer]), {
       signal: signal ? AbortSignal.any([signal, deadline]) : deadline,
     });
   } catch (error) {
@@ -84,8 +77,6 @@ export async function decodeAudioOffThread(
 }
 
 /** Stops the decode thread; the next decode starts a fresh one. Idempotent. */
-export async function closeAudioDecoder(): Promise<void> {
-  const current = pool;
-  pool = null;
-  await current?.destroy();
+export function closeAudioDecoder(): Promise<void> {
+  return pool.close();
 }

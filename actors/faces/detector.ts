@@ -1,4 +1,5 @@
 import { Piscina } from 'piscina';
+import { LazyPiscina } from '../lazy-piscina.ts';
 import { movedWith } from '../transferable.ts';
 import type { MouthDetection, RgbaImage } from './types.ts';
 
@@ -12,11 +13,8 @@ const WORKER_BOOTSTRAP = new URL('./worker.mjs', import.meta.url);
  */
 const IDLE_TIMEOUT_MS = 5 * 60_000;
 
-let pool: Piscina<RgbaImage, MouthDetection> | null = null;
-
-function detectorPool(): Piscina<RgbaImage, MouthDetection> {
-  if (pool) return pool;
-  pool = new Piscina<RgbaImage, MouthDetection>({
+const pool = new LazyPiscina<RgbaImage, MouthDetection>(() => {
+  const current = new Piscina<RgbaImage, MouthDetection>({
     filename: WORKER_BOOTSTRAP.href,
     minThreads: 0,
     // One detection at a time is plenty for portrait uploads and leaves the other core to sessions.
@@ -26,12 +24,9 @@ function detectorPool(): Piscina<RgbaImage, MouthDetection> {
     atomics: 'disabled',
   });
   // A worker that dies mid-detection fails that detection (`reason: 'error'` below) and the next one starts a
-  // fresh thread. One that fails between tasks is re-emitted as 'error': unheard, it would crash the service,
-  // and nobody waits for it, so there is nothing more to do than keep it from doing that.
-  pool.on('error', () => undefined);
-  const current = pool;
-  // A worker that dies before it is ready (or is killed by an aborted detection) leaves the queued detections
-  // waiting for a thread piscina will only start on the next submission: with no thread left, they are stranded.
+  // fresh thread (one failing between tasks is heard by `LazyPiscina`'s 'error' listener). A worker that dies
+  // before it is ready (or is killed by an aborted detection) leaves the queued detections waiting for a thread
+  // piscina will only start on the next submission: with no thread left, they are stranded.
   current.on('workerDestroy', () =>
     setImmediate(() => {
       if (current.threads.length > 0) return;
@@ -39,7 +34,7 @@ function detectorPool(): Piscina<RgbaImage, MouthDetection> {
     }),
   );
   return current;
-}
+});
 
 /** Abort reason of a detection no thread will run; it is submitted again once (which starts a thread). */
 const STRANDED = new Error('the face detector worker exited before the detection ran');
@@ -47,7 +42,7 @@ const waitingDetections = new Set<AbortController>();
 
 /** The detector's worker threads (none while idle past IDLE_TIMEOUT_MS); for tests and diagnostics. */
 export function faceDetectorWorkers(): readonly import('node:worker_threads').Worker[] {
-  return pool?.threads ?? [];
+  return pool.threads;
 }
 
 /**
@@ -66,7 +61,7 @@ export async function detectMouth(image: RgbaImage, opts: { signal?: AbortSignal
     waitingDetections.add(stranded);
     try {
       const signal = opts.signal ? AbortSignal.any([opts.signal, stranded.signal]) : stranded.signal;
-      return await detectorPool().run(movedWith(task, [rgba.buffer]), { signal });
+      return await pool.get().run(movedWith(task, [rgba.buffer]), { signal });
     } catch (error) {
       if (opts.signal?.aborted) throw opts.signal.reason ?? error;
       if (stranded.signal.aborted && attempt === 1) continue;
@@ -78,8 +73,6 @@ export async function detectMouth(image: RgbaImage, opts: { signal?: AbortSignal
 }
 
 /** Stops the detector thread; the next `detectMouth` starts a fresh one. Idempotent. */
-export async function closeFaceDetector(): Promise<void> {
-  const current = pool;
-  pool = null;
-  await current?.destroy();
+export function closeFaceDetector(): Promise<void> {
+  return pool.close();
 }

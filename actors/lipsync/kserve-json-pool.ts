@@ -5,6 +5,7 @@
  * frames (issue 25, row 9). Binary answers are a copy and stay on the caller's thread.
  */
 import { Piscina } from 'piscina';
+import { LazyPiscina } from '../lazy-piscina.ts';
 import { movedWith } from '../transferable.ts';
 import { untilAborted } from '../upstream/abort.ts';
 import { KserveError } from './kserve-client.ts';
@@ -22,23 +23,16 @@ export const KSERVE_JSON_QUEUE = 32;
 /** The thread is let go after this long without JSON answers. */
 const IDLE_TIMEOUT_MS = 60_000;
 
-let pool: Piscina<JsonOutputTask, JsonOutputOutcome> | null = null;
-
-function jsonPool(): Piscina<JsonOutputTask, JsonOutputOutcome> {
-  // Built once with its one 'error' listener: every call goes through here, and a listener added per call
-  // piled up on the shared pool (MaxListenersExceededWarning after ten reads).
-  if (pool) return pool;
-  pool = new Piscina<JsonOutputTask, JsonOutputOutcome>({
-    filename: WORKER_BOOTSTRAP.href,
-    minThreads: 0,
-    maxThreads: KSERVE_JSON_THREADS,
-    maxQueue: KSERVE_JSON_QUEUE,
-    idleTimeout: IDLE_TIMEOUT_MS,
-  });
-  // A thread that fails between tasks is re-emitted as 'error'; unheard it would crash the service.
-  pool.on('error', () => undefined);
-  return pool;
-}
+const pool = new LazyPiscina<JsonOutputTask, JsonOutputOutcome>(
+  () =>
+    new Piscina<JsonOutputTask, JsonOutputOutcome>({
+      filename: WORKER_BOOTSTRAP.href,
+      minThreads: 0,
+      maxThreads: KSERVE_JSON_THREADS,
+      maxQueue: KSERVE_JSON_QUEUE,
+      idleTimeout: IDLE_TIMEOUT_MS,
+    }),
+);
 
 /**
  * `readOutput` of a JSON answer in the worker: the output `name` of `shape` as floats. Throws `KserveError`
@@ -53,7 +47,7 @@ export async function readJsonOutputOffThread(body: Uint8Array, name: string, sh
     // The caller stops waiting on abort, but the read is not cancelled: piscina cancels a running task by ending
     // its thread, and on a slow host a thread started afresh for every late answer would never read one. An
     // abandoned read finishes in a few ms and its result is dropped; the queue bound holds them.
-    const reading = jsonPool().run(movedWith({ body: bytes, name, shape }, [bytes.buffer]));
+    const reading = pool.get().run(movedWith({ body: bytes, name, shape }, [bytes.buffer]));
     reading.catch(() => undefined);
     outcome = await untilAborted(reading, signal);
   } catch (error) {
@@ -72,14 +66,13 @@ export async function readJsonOutputOffThread(body: Uint8Array, name: string, sh
  */
 export async function prepareKserveJsonReader(): Promise<void> {
   // Answers "lacks output": only the start-up matters.
-  await jsonPool()
+  await pool
+    .get()
     .run({ body: new TextEncoder().encode('{"outputs":[]}'), name: '', shape: [] })
     .catch(() => undefined);
 }
 
 /** Stops the thread; the next JSON answer starts a fresh one. Idempotent. */
-export async function closeKserveJsonReader(): Promise<void> {
-  const current = pool;
-  pool = null;
-  await current?.destroy();
+export function closeKserveJsonReader(): Promise<void> {
+  return pool.close();
 }
