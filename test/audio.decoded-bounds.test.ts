@@ -177,6 +177,17 @@ describe('upload routes: decoded-duration bounds, admission before the body, a f
 
   describe('refused while the upload streams: the 413 comes before the client has sent the whole file', () => {
     const TOO_LONG = { detail: 'audio is too long: it decodes to more than 10 min' };
+    /** Sends `sent` and then stalls, never finishing the body: the 413 must come from what was sent. */
+    async function expectTooLongWhileSending(path: string, sent: Buffer): Promise<void> {
+      const upload = endlessUpload(t.baseUrl, path, sent);
+      try {
+        const answer = await upload.answer;
+        expect(answer.status, path).toBe(413);
+        expect(JSON.parse(answer.body), path).toEqual(TOO_LONG);
+      } finally {
+        upload.abort();
+      }
+    }
     /** One idle session takes every refused upload here; only the last test starts a turn on it. */
     let id: string;
     beforeAll(async () => {
@@ -186,28 +197,14 @@ describe('upload routes: decoded-duration bounds, admission before the body, a f
     it('speak_audio: an hour of 8 kb/s MP3 (3.6 MB) → 413 {detail} from its Info header, with 64 KB of it sent', async () => {
       const sent = oneHourMp3WithXing.subarray(0, 64 * 1024);
       expect(sent.length).toBeLessThan(oneHourMp3WithXing.length / 50);
-      const upload = endlessUpload(t.baseUrl, `/sessions/${id}/speak_audio`, sent);
-      try {
-        const answer = await upload.answer;
-        expect(answer.status).toBe(413);
-        expect(JSON.parse(answer.body)).toEqual(TOO_LONG);
-      } finally {
-        upload.abort();
-      }
+      await expectTooLongWhileSending(`/sessions/${id}/speak_audio`, sent);
     });
 
     it('speak_rt_audio and transcribe: a 12-minute MP3 without an Info header → 413 once its frames pass 10 minutes, with 11 of them sent', async () => {
       const twelveMinutes = lowBitrateMp3(oneMinuteMp3, 12);
       const elevenMinutes = twelveMinutes.subarray(0, oneMinuteMp3.length * 11);
       for (const route of ['speak_rt_audio', 'transcribe']) {
-        const upload = endlessUpload(t.baseUrl, `/sessions/${id}/${route}`, elevenMinutes);
-        try {
-          const answer = await upload.answer;
-          expect(answer.status, route).toBe(413);
-          expect(JSON.parse(answer.body), route).toEqual(TOO_LONG);
-        } finally {
-          upload.abort();
-        }
+        await expectTooLongWhileSending(`/sessions/${id}/${route}`, elevenMinutes);
         // The refused upload's slot is free once its connection is gone.
         expect(await eventually(() => uploadAdmission(t.services).uploadsInProgress === 0, ANSWER_WITHOUT_BODY_MS)).toBe(true);
       }
@@ -216,14 +213,7 @@ describe('upload routes: decoded-duration bounds, admission before the body, a f
     it('speak_audio: a WAV whose header declares an hour of 16 kHz audio → 413 {detail} with only its first 64 KB sent', async () => {
       const header = wavBytes(tone(16_000, 1), 16_000).subarray(0, 44);
       header.writeUInt32LE(3_600 * 16_000 * 2, 40);
-      const upload = endlessUpload(t.baseUrl, `/sessions/${id}/speak_audio`, Buffer.concat([header, Buffer.alloc(64 * 1024)]));
-      try {
-        const answer = await upload.answer;
-        expect(answer.status).toBe(413);
-        expect(JSON.parse(answer.body)).toEqual(TOO_LONG);
-      } finally {
-        upload.abort();
-      }
+      await expectTooLongWhileSending(`/sessions/${id}/speak_audio`, Buffer.concat([header, Buffer.alloc(64 * 1024)]));
     });
 
     it('fetch sending an hour-long MP3 whole gets its 413 {detail}, and the session takes the next upload on the same client', async () => {
