@@ -182,9 +182,7 @@ export class SileroVadStream {
   }
 
   private async analyseFrame(frame: Float32Array, signal: AbortSignal | undefined): Promise<number> {
-    const input = new Float32Array(SILERO_CONTEXT_SAMPLES + SILERO_FRAME_SAMPLES);
-    input.set(this.context);
-    input.set(frame, SILERO_CONTEXT_SAMPLES);
+    const input = withContext(this.context, frame, 1);
     const outputs = await this.pool.infer(
       SILERO_VAD_MODEL,
       { input: tensor('float32', input, [1, input.length]), state: tensor('float32', this.state, [2, 1, 128]) },
@@ -192,22 +190,16 @@ export class SileroVadStream {
     );
     // State and context advance only once the frame's answer is in: an aborted frame leaves them untouched.
     this.state = floats(outputs.stateN);
-    this.context = input.slice(input.length - SILERO_CONTEXT_SAMPLES);
+    this.context = frame.slice(frame.length - SILERO_CONTEXT_SAMPLES);
     return floats(outputs.output)[0];
   }
 
   /** `count` consecutive frames in one scan task; state and context advance only once every answer is in. */
   private async analyseFrames(frames: Float32Array, count: number, signal: AbortSignal | undefined): Promise<number[]> {
-    const width = SILERO_CONTEXT_SAMPLES + SILERO_FRAME_SAMPLES;
-    const inputs = new Float32Array(count * width);
-    for (let k = 0; k < count; k++) {
-      // Each frame's context is the tail of the one before it (the first's: the last frame analysed).
-      inputs.set(k === 0 ? this.context : frames.subarray(k * SILERO_FRAME_SAMPLES - SILERO_CONTEXT_SAMPLES, k * SILERO_FRAME_SAMPLES), k * width);
-      inputs.set(frames.subarray(k * SILERO_FRAME_SAMPLES, (k + 1) * SILERO_FRAME_SAMPLES), k * width + SILERO_CONTEXT_SAMPLES);
-    }
+    const inputs = withContext(this.context, frames, count);
     const outputs = await this.pool.scan(
       SILERO_VAD_MODEL,
-      { steps: { input: tensor('float32', inputs, [count, width]) }, carried: { state: tensor('float32', this.state, [2, 1, 128]) }, carry: { stateN: 'state' } },
+      { steps: { input: tensor('float32', inputs, [count, SILERO_INPUT_SAMPLES]) }, carried: { state: tensor('float32', this.state, [2, 1, 128]) }, carry: { stateN: 'state' } },
       signal,
     );
     this.state = floats(outputs.state);
@@ -229,4 +221,21 @@ export class SileroVadStream {
 function floats(value: TensorData): Float32Array {
   if (!(value.data instanceof Float32Array)) throw new TypeError(`expected a float32 tensor, got ${value.type}`);
   return value.data;
+}
+
+/** One model input row: the context samples, then the frame. */
+const SILERO_INPUT_SAMPLES = SILERO_CONTEXT_SAMPLES + SILERO_FRAME_SAMPLES;
+
+/**
+ * `count` consecutive frames as model input rows of [context | frame]: each frame's context is the tail of the
+ * frame before it, the first's is `context` (the tail of the last frame analysed).
+ */
+function withContext(context: Float32Array, frames: Float32Array, count: number): Float32Array {
+  const rows = new Float32Array(count * SILERO_INPUT_SAMPLES);
+  for (let k = 0; k < count; k++) {
+    const frameStart = k * SILERO_FRAME_SAMPLES;
+    rows.set(k === 0 ? context : frames.subarray(frameStart - SILERO_CONTEXT_SAMPLES, frameStart), k * SILERO_INPUT_SAMPLES);
+    rows.set(frames.subarray(frameStart, frameStart + SILERO_FRAME_SAMPLES), k * SILERO_INPUT_SAMPLES + SILERO_CONTEXT_SAMPLES);
+  }
+  return rows;
 }
