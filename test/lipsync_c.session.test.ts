@@ -9,6 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NEURAL_RENDER_AHEAD_FRAMES } from '../actors/lipsync/neural-renderer.ts';
 import { DEFAULT_VIDEO_DELAY_MS } from '../actors/media/playout.ts';
+import { STATUS_CACHE_MS } from '../actors/lipsync/remote-model.ts';
 import { KserveServerProcess } from './fakes/kserve-server-process.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { ReceivingPeer } from './helpers/peer.ts';
@@ -83,14 +84,24 @@ async function speakTurn(live: Live, text: string) {
   };
 }
 
+/**
+ * The binary-tensor service and session are shared by the binary check and the server-dies check after it (which
+ * kills the server last): started by whichever runs first, stopped at the end of the file.
+ */
+let binaryLive: Promise<Live> | undefined;
+const sharedBinaryLive = () => (binaryLive ??= startLive(true));
+afterAll(async () => {
+  if (binaryLive) await stopLive(await binaryLive.catch(() => undefined));
+});
+
 for (const advertiseBinary of [true, false]) {
   const encoding = advertiseBinary ? 'binary' : 'JSON';
   describe(`lipsync_c on a KServe v2 server speaking ${encoding} tensors`, () => {
     let live: Live;
     beforeAll(async () => {
-      live = await startLive(advertiseBinary);
+      live = advertiseBinary ? await sharedBinaryLive() : await startLive(advertiseBinary);
     }, 60_000);
-    afterAll(() => stopLive(live));
+    afterAll(() => (advertiseBinary ? undefined : stopLive(live)));
 
     it('is connected in /models, and the mouth follows the audio energy with the eyes untouched', async () => {
       const { models } = await json(await fetch(`${live.t.baseUrl}/models`));
@@ -163,9 +174,8 @@ for (const advertiseBinary of [true, false]) {
 describe('lipsync_c when the inference server dies mid-turn', () => {
   let live: Live;
   beforeAll(async () => {
-    live = await startLive(true);
+    live = await sharedBinaryLive();
   }, 60_000);
-  afterAll(() => stopLive(live));
 
   it('sends an error event, finishes the turn on the CPU lipsync renderer, and the session lives on', async () => {
     const { t, peer, sse, sessionId, regions, fake } = live;
@@ -210,10 +220,14 @@ describe('lipsync_c when the inference server dies mid-turn', () => {
     expect(next.events.some((e) => e.type === 'status' && e.data.stage === 'idle')).toBe(true);
     expect(next.events.some((e) => e.type === 'session.terminated')).toBe(false);
 
-    // /models now says why lipsync_c is not connected, and a new session on it is a 502.
-    await new Promise((r) => setTimeout(r, 5_100));
-    const { models } = await json(await fetch(`${t.baseUrl}/models`));
-    const entry = models.find((m: { id: string }) => m.id === 'lipsync_c');
+    // /models now says why lipsync_c is not connected (once its status cache of STATUS_CACHE_MS has expired), and a
+    // new session on it is a 502.
+    const lipsyncCEntry = async () => (await json(await fetch(`${t.baseUrl}/models`))).models.find((m: { id: string }) => m.id === 'lipsync_c');
+    let entry = await lipsyncCEntry();
+    for (const deadline = performance.now() + STATUS_CACHE_MS + 30_000; entry.status !== 'error' && performance.now() < deadline; ) {
+      await new Promise((r) => setTimeout(r, 50));
+      entry = await lipsyncCEntry();
+    }
     expect(entry).toMatchObject({ connected: false, status: 'error' });
     expect(entry.reason).toMatch(/unreachable/);
     expect(entry.reason).not.toContain(fake.url);

@@ -149,7 +149,8 @@ describe('one frame timeline for live playout and offline rendering', () => {
     const tts = createBuiltinProvider({ warmUp: false });
     const pieces: Piece[] = [];
     for await (const chunk of tts.synthesize({
-      text: 'The clock keeps time. Offline rendering follows the very same timeline, frame by frame.',
+      // Two sentences: two pieces, the second queued while the first plays.
+      text: 'The clock keeps time. Offline follows it.',
       voice: null,
       model: null,
       sampleRate: SAMPLE_RATE,

@@ -137,44 +137,37 @@ function expectMouthFollowsSpeech(r: Rendered, label: string, speechFrames = r.k
   for (const i of [...speechFrames, ...r.kinds.pause]) expect(Math.abs(r.eyes[i] - idleEyes), `frame ${i}`).toBeLessThan(2.5);
 }
 
+/**
+ * One service for the file with both neural models configured: lipsync_b on the tiny ONNX model, lipsync_c on the
+ * loopback KServe server. Each job runs on a session of its own; the server is killed only by the last test.
+ */
+let t: TestApp;
+let model: { path: string; remove(): Promise<void> };
+let fake: FakeKserveServer;
+
+beforeAll(async () => {
+  [model, fake] = await Promise.all([writeModelFile(tinyLipsyncModel({ size: 96 }), 'wav2lip_96.onnx'), FakeKserveServer.start({ modelName: 'wav2lip_96' })]);
+  t = await startTestApp({ env: { SERVICE_LIPSYNC_B_MODEL: model.path, SERVICE_LIPSYNC_C_URL: fake.url, SERVICE_LIPSYNC_C_MODEL: 'wav2lip_96' } });
+}, 60_000);
+
+afterAll(async () => {
+  await t?.close();
+  await fake?.close();
+  await model?.remove();
+});
+
 describe('offline bundle on lipsync_b (local ONNX in the inference pool)', () => {
-  let t: TestApp;
-  let model: { path: string; remove(): Promise<void> };
-
-  beforeAll(async () => {
-    model = await writeModelFile(tinyLipsyncModel({ size: 96 }), 'wav2lip_96.onnx');
-    t = await startTestApp({ env: { SERVICE_LIPSYNC_B_MODEL: model.path } });
-  }, 60_000);
-
-  afterAll(async () => {
-    await t?.close();
-    await model?.remove();
-  });
-
   it('renders an MP4 whose mouth region brightens with the speech and whose eyes stay still, progress only growing', async () => {
-    const r = await renderJob(t, 'lipsync_b', 3);
+    const r = await renderJob(t, 'lipsync_b', 2);
     expectMouthFollowsSpeech(r, 'offline lipsync_b');
     expect(t.services.inference().stats.items).toBeGreaterThan(0);
   }, 90_000);
 });
 
 describe('offline bundle on lipsync_c (KServe v2)', () => {
-  let t: TestApp;
-  let fake: FakeKserveServer;
-
-  beforeAll(async () => {
-    fake = await FakeKserveServer.start({ modelName: 'wav2lip_96' });
-    t = await startTestApp({ env: { SERVICE_LIPSYNC_C_URL: fake.url, SERVICE_LIPSYNC_C_MODEL: 'wav2lip_96' } });
-  }, 60_000);
-
-  afterAll(async () => {
-    await t?.close();
-    await fake?.close();
-  });
-
   it('renders an MP4 through the server (binary tensors) whose mouth region brightens with the speech', async () => {
     const before = fake.stats.inferBinary;
-    const r = await renderJob(t, 'lipsync_c', 3);
+    const r = await renderJob(t, 'lipsync_c', 2);
     expectMouthFollowsSpeech(r, 'offline lipsync_c');
     expect(fake.stats.inferBinary - before).toBeGreaterThan(5);
   }, 90_000);

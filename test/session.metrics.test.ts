@@ -4,16 +4,29 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { openSession, type LiveSession } from './helpers/conversation.ts';
 
+/** One service for the file, logging at info into `lines`; each describe opens a session of its own on it. */
+let t: TestApp;
+const lines: Array<Record<string, unknown>> = [];
+beforeAll(async () => {
+  const capture = new Writable({
+    write(chunk, _encoding, done) {
+      for (const line of String(chunk).split('\n')) if (line.trim()) lines.push(JSON.parse(line));
+      done();
+    },
+  });
+  t = await startTestApp({ logger: pino({ level: 'info' }, capture) });
+});
+afterAll(async () => {
+  await t?.close();
+});
+
 describe('GET /sessions/{id}/metrics', () => {
-  let t: TestApp;
   let s: LiveSession;
   beforeAll(async () => {
-    t = await startTestApp();
     s = await openSession(t);
   });
-  afterAll(async () => {
+  afterAll(() => {
     s?.close();
-    await t?.close();
   });
 
   const metrics = async () => json(await fetch(`${t.baseUrl}/sessions/${s.sessionId}/metrics`));
@@ -55,22 +68,12 @@ describe('GET /sessions/{id}/metrics', () => {
 });
 
 describe('turns follow the session machine, not what SSE says', () => {
-  let t: TestApp;
   let s: LiveSession;
-  const lines: Array<Record<string, unknown>> = [];
   beforeAll(async () => {
-    const capture = new Writable({
-      write(chunk, _encoding, done) {
-        for (const line of String(chunk).split('\n')) if (line.trim()) lines.push(JSON.parse(line));
-        done();
-      },
-    });
-    t = await startTestApp({ logger: pino({ level: 'info' }, capture) });
     s = await openSession(t);
   });
-  afterAll(async () => {
+  afterAll(() => {
     s?.close();
-    await t?.close();
   });
 
   it('a pause mid-turn says status idle to clients but is no completed turn: outcome paused; turn started/finished are logged', async () => {
@@ -86,7 +89,8 @@ describe('turns follow the session machine, not what SSE says', () => {
     expect(turn).toMatchObject({ mode: 'speak', outcome: 'paused' });
     expect(turn.duration_ms).toBeGreaterThan(0);
 
-    const turnLogs = lines.filter((l) => l.msg === 'turn started' || l.msg === 'turn finished');
+    // This session's turn lines (the service is shared with the other describe's session).
+    const turnLogs = lines.filter((l) => (l.msg === 'turn started' || l.msg === 'turn finished') && l.sessionId === s.sessionId);
     expect(turnLogs.map((l) => [l.msg, l.sessionId, l.turnId, l.kind, l.outcome])).toEqual([
       ['turn started', s.sessionId, turn.turn_id, 'speak', undefined],
       ['turn finished', s.sessionId, turn.turn_id, 'speak', 'paused'],

@@ -41,6 +41,17 @@ function percent(share: number): string {
 
 describe('Silero VAD v5 streaming detector', () => {
   let pool: InferencePool;
+  /**
+   * The whole fixture analysed with the default options, and with a 250 ms end-of-turn silence: several tests read
+   * the same analyses, so they run once, side by side (two streams batched together, each with its own state; the
+   * batching test below shows that gives the same probabilities as each alone).
+   */
+  let fixtureAnalyses: Promise<{ byDefault: Analysis; shortSilence: Analysis }> | undefined;
+  const analysesOfFixture = () =>
+    (fixtureAnalyses ??= Promise.all([analyse(pool, fixture.pcm), analyse(pool, fixture.pcm, { minSilenceMs: 250 })]).then(([byDefault, shortSilence]) => ({
+      byDefault,
+      shortSilence,
+    })));
 
   beforeAll(async () => {
     pool = new InferencePool();
@@ -50,7 +61,7 @@ describe('Silero VAD v5 streaming detector', () => {
   afterAll(() => pool.close());
 
   it('agrees with the labelled speech/silence timeline of the fixture on at least 90 % of frames', async () => {
-    const { probabilities, turns } = await analyse(pool, fixture.pcm);
+    const { probabilities, turns } = (await analysesOfFixture()).byDefault;
     expect(probabilities).toHaveLength(Math.floor(fixture.pcm.length / 512));
     const byProbability = frameAccuracy(fixture.labels, SILERO_FRAME_MS, (frame) => probabilities[frame] >= DEFAULT_START_THRESHOLD);
     const byTurns = spanAccuracy(fixture.labels, turns, SILERO_FRAME_MS);
@@ -71,7 +82,7 @@ describe('Silero VAD v5 streaming detector', () => {
   });
 
   it('makes each utterance its own turn when the end-of-turn silence is shorter than the pauses', async () => {
-    const { turns } = await analyse(pool, fixture.pcm, { minSilenceMs: 250 });
+    const { turns } = (await analysesOfFixture()).shortSilence;
     expect(turns).toHaveLength(speechLabels.length);
     turns.forEach((turn, index) => {
       expect(Math.abs(turn.startMs - speechLabels[index].startMs)).toBeLessThanOrEqual(150);
@@ -80,7 +91,7 @@ describe('Silero VAD v5 streaming detector', () => {
   });
 
   it('keeps pauses shorter than the default 500 ms end-of-turn silence inside one turn', async () => {
-    const { turns } = await analyse(pool, fixture.pcm);
+    const { turns } = (await analysesOfFixture()).byDefault;
     const pauses = fixture.labels.segments.filter((segment, index) => segment.kind === 'silence' && index > 0 && index < fixture.labels.segments.length - 1);
     for (const pause of pauses) {
       const bridged = turns.some((turn) => turn.startMs < pause.startMs && turn.endMs > pause.endMs);
@@ -91,13 +102,17 @@ describe('Silero VAD v5 streaming detector', () => {
 
   it('finds no speech in digital silence or in white noise', async () => {
     const threeSeconds = 3 * 16_000;
-    for (const [name, pcm] of [
-      ['silence', new Int16Array(threeSeconds)],
-      ['white noise at -30 dBFS', whiteNoise(threeSeconds, -30, 7)],
-      ['white noise at -15 dBFS', whiteNoise(threeSeconds, -15, 8)],
-    ] as const) {
-      const { events, probabilities } = await analyse(pool, pcm);
-      const fvad = await detectSpeechSegments(pcm, 16_000);
+    // The three streams side by side (batched, each with its own state).
+    const results = await Promise.all(
+      (
+        [
+          ['silence', new Int16Array(threeSeconds)],
+          ['white noise at -30 dBFS', whiteNoise(threeSeconds, -30, 7)],
+          ['white noise at -15 dBFS', whiteNoise(threeSeconds, -15, 8)],
+        ] as const
+      ).map(async ([name, pcm]) => ({ name, ...(await analyse(pool, pcm)), fvad: await detectSpeechSegments(pcm, 16_000) })),
+    );
+    for (const { name, events, probabilities, fvad } of results) {
       console.log(`${name}: Silero max probability ${Math.max(...probabilities).toFixed(2)}, fvad segments ${fvad.length}`);
       expect(events, name).toEqual([]);
     }
@@ -114,16 +129,22 @@ describe('Silero VAD v5 streaming detector', () => {
   });
 
   it('makes no turn of 100 ms cut out of real speech: shorter than the minimum speech duration', async () => {
+    // Two cut points per utterance: 400 ms in gave the longest probability tails when measured. The blips are
+    // analysed side by side (batched, each stream with its own state).
+    const blips = speechLabels.flatMap((speech) => [200, 400].map((offsetMs) => ({ ...speech, offsetMs })));
+    const analyses = await Promise.all(
+      blips.map((label) => {
+        const pcm = whiteNoise(2 * 16_000, -50, 5);
+        const from = (label.startMs + label.offsetMs) * 16;
+        pcm.set(fixture.pcm.subarray(from, from + 1_600), 16_000);
+        return analyse(pool, pcm);
+      }),
+    );
     const peaks: number[] = [];
-    // Two cut points per utterance: 400 ms in gave the longest probability tails when measured.
-    for (const label of speechLabels.flatMap((speech) => [200, 400].map((offsetMs) => ({ ...speech, offsetMs })))) {
-      const pcm = whiteNoise(2 * 16_000, -50, 5);
-      const from = (label.startMs + label.offsetMs) * 16;
-      pcm.set(fixture.pcm.subarray(from, from + 1_600), 16_000);
-      const { events, probabilities } = await analyse(pool, pcm);
-      expect(events, `${label.text} +${label.offsetMs} ms`).toEqual([]);
+    analyses.forEach(({ events, probabilities }, index) => {
+      expect(events, `${blips[index].text} +${blips[index].offsetMs} ms`).toEqual([]);
       peaks.push(Math.max(...probabilities));
-    }
+    });
     // Most of these blips do look like speech to the model, so the duration rule is what rejects them.
     expect(peaks.filter((peak) => peak >= DEFAULT_START_THRESHOLD).length).toBeGreaterThanOrEqual(speechLabels.length);
   });
@@ -158,7 +179,7 @@ describe('Silero VAD v5 streaming detector', () => {
   });
 
   it('a stream that fell behind catches up in a few scan tasks, with the same probabilities and turns as frame by frame', async () => {
-    const stepwise = await analyse(pool, fixture.pcm);
+    const stepwise = (await analysesOfFixture()).byDefault;
     // A producer far ahead of the analysis (a loaded host): every 20 ms chunk is pushed before any answer is in.
     const stream = new SileroVadStream(pool);
     const chunk = (16_000 * CHUNK_MS) / 1000;
