@@ -34,6 +34,7 @@ import customizeReferenceRoutes from './routes/customize-reference.ts';
 import inspectRoutes from './routes/inspect.ts';
 import { AvatarManifest, AvatarSummary } from './schemas/avatars.ts';
 import clusterRouting, { signedByNode } from './cluster/routing.ts';
+import { LAZY_SCHEMA_COMPILERS } from './lazy-schema-compilers.ts';
 
 /** Whole-request receive bound: 12 MB at ~100 kB/s fits; a stalled or trickling upload is cut off (408). */
 export const REQUEST_TIMEOUT_MS = 120_000;
@@ -89,6 +90,8 @@ export async function buildApp(config: ServiceConfig, logger: Logger, overrides:
     // Request ids in logs; paths with user input stay out of static messages.
     requestIdHeader: 'x-request-id',
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
+    // Each route's schemas are compiled on its first request, not all at start-up (src/lazy-schema-compilers.ts).
+    schemaController: { compilersFactory: LAZY_SCHEMA_COMPILERS },
     // Refusals before routing (bad URL, over-long parameter, oversized headers) answer {detail} too.
     frameworkErrors,
     clientErrorHandler,

@@ -42,7 +42,7 @@ function lowBitrateMp3(oneMinute: Buffer, minutes: number): Buffer {
   return Buffer.concat(Array.from({ length: minutes }, () => oneMinute));
 }
 
-/** Encoding the inputs (an hour of 8 kb/s MP3 among them): a few seconds idle, far more on a loaded host. */
+/** Encoding one minute and copying its frames into the other inputs: a second idle, far more on a loaded host. */
 const ENCODE_TIMEOUT_MS = 120_000;
 
 let oneMinuteMp3: Buffer;
@@ -52,16 +52,20 @@ let oneHourMp3WithXing: Buffer;
 
 beforeAll(async () => {
   const dir = await tempDir('decoded-bounds-');
-  const encode = async (name: string, seconds: number, xing: boolean) => {
+  const minute = path.join(dir, 'minute.mp3');
+  const source = 'sine=frequency=300:sample_rate=8000:duration=60';
+  await run(ffmpegPath, ['-hide_banner', '-loglevel', 'error', '-y', '-f', 'lavfi', '-i', source, '-ac', '1', '-ar', '8000', '-codec:a', 'libmp3lame', '-b:a', '8k', '-write_xing', '0', '-id3v2_version', '0', minute]);
+  // The minute's frames copied `minutes` times (no re-encoding: encoding an hour cost seconds of CPU) behind an Info
+  // header that ffmpeg's muxer writes counting every frame.
+  const withXing = async (name: string, minutes: number) => {
+    const list = path.join(dir, `${name}.txt`);
+    await fs.writeFile(list, `file '${minute}'\n`.repeat(minutes));
     const target = path.join(dir, name);
-    const source = `sine=frequency=300:sample_rate=8000:duration=${seconds}`;
-    const args = ['-hide_banner', '-loglevel', 'error', '-y', '-f', 'lavfi', '-i', source, '-ac', '1', '-ar', '8000'];
-    await run(ffmpegPath, [...args, '-codec:a', 'libmp3lame', '-b:a', '8k', '-write_xing', xing ? '1' : '0', '-id3v2_version', '0', target]);
+    await run(ffmpegPath, ['-hide_banner', '-loglevel', 'error', '-y', '-f', 'concat', '-safe', '0', '-i', list, '-c', 'copy', '-write_xing', '1', '-id3v2_version', '0', target]);
     return fs.readFile(target);
   };
-  oneMinuteMp3 = await encode('minute.mp3', 60, false);
-  oneMinuteMp3WithXing = await encode('minute-xing.mp3', 60, true);
-  oneHourMp3WithXing = await encode('hour-xing.mp3', 3_600, true);
+  oneMinuteMp3 = await fs.readFile(minute);
+  [oneMinuteMp3WithXing, oneHourMp3WithXing] = await Promise.all([withXing('minute-xing.mp3', 1), withXing('hour-xing.mp3', 60)]);
   await fs.rm(dir, { recursive: true, force: true });
 }, ENCODE_TIMEOUT_MS);
 

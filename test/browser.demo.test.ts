@@ -11,11 +11,13 @@ describe.skipIf(!hasChromium)('the demo page in headless Chromium', () => {
   let browser: Browser;
 
   beforeAll(async () => {
-    t = await startTestApp();
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--autoplay-policy=no-user-gesture-required', '--disable-component-update', '--no-first-run'],
-    });
+    [t, browser] = await Promise.all([
+      startTestApp(),
+      chromium.launch({
+        executablePath: CHROMIUM,
+        args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--autoplay-policy=no-user-gesture-required', '--disable-component-update', '--no-first-run'],
+      }),
+    ]);
   });
   afterAll(async () => {
     await browser?.close();
@@ -32,27 +34,35 @@ describe.skipIf(!hasChromium)('the demo page in headless Chromium', () => {
     await page.fill('#text', 'Hello from the browser test. The avatar should be talking now.');
     await page.click('#speak');
     await page.waitForFunction(() => document.getElementById('timeline')!.textContent!.includes('first audio synthesised'), null, { timeout: 20_000 });
-    await page.waitForTimeout(3000);
-    const stats = await page.evaluate(async () => {
-      const pc = (window as unknown as { demo: { pc: RTCPeerConnection } }).demo.pc;
-      const report = await pc.getStats();
-      const out: Record<string, number> = { framesDecoded: 0, audioBytes: 0, frameWidth: 0, totalAudioEnergy: 0 };
-      report.forEach((s: any) => {
-        if (s.type === 'inbound-rtp' && s.kind === 'video') {
-          out.framesDecoded = s.framesDecoded ?? 0;
-          out.frameWidth = s.frameWidth ?? 0;
-        }
-        if (s.type === 'inbound-rtp' && s.kind === 'audio') {
-          out.audioBytes = s.bytesReceived ?? 0;
-          out.totalAudioEnergy = s.totalAudioEnergy ?? 0;
-        }
+    const received = () =>
+      page.evaluate(async () => {
+        const pc = (window as unknown as { demo: { pc: RTCPeerConnection } }).demo.pc;
+        const report = await pc.getStats();
+        const out: Record<string, number> = { framesDecoded: 0, audioBytes: 0, frameWidth: 0, totalAudioEnergy: 0 };
+        report.forEach((s: any) => {
+          if (s.type === 'inbound-rtp' && s.kind === 'video') {
+            out.framesDecoded = s.framesDecoded ?? 0;
+            out.frameWidth = s.frameWidth ?? 0;
+          }
+          if (s.type === 'inbound-rtp' && s.kind === 'audio') {
+            out.audioBytes = s.bytesReceived ?? 0;
+            out.totalAudioEnergy = s.totalAudioEnergy ?? 0;
+          }
+        });
+        return out;
       });
-      return out;
-    });
+    // Until a second of video and the speech's audio have been decoded (not a fixed wait).
+    const decoded = async () => {
+      const now = await received();
+      return now.framesDecoded > 25 && now.frameWidth > 0 && now.audioBytes > 1000 && now.totalAudioEnergy > 0;
+    };
+    await expect.poll(decoded, { timeout: 20_000, interval: 50 }).toBe(true);
+    const stats = await received();
     expect(stats.framesDecoded).toBeGreaterThan(25);
     expect(stats.frameWidth).toBeGreaterThan(0);
     expect(stats.audioBytes).toBeGreaterThan(1000);
     expect(stats.totalAudioEnergy).toBeGreaterThan(0);
+    await page.waitForFunction(() => document.getElementById('timeline')!.textContent!.includes('avatar speaking'), null, { timeout: 20_000 });
     expect(await page.textContent('#timeline')).toContain('avatar speaking');
     await page.close();
   });

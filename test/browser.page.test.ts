@@ -2,13 +2,14 @@
  * The page at `/` in headless Chromium, driven only through accessible names (what a screen-reader or keyboard
  * user reaches): avatar, model, voice + preview, system prompt, start, speak, chat, stop, pause/resume, captions,
  * speak-while-speaking advice, pause during a turn, record + download, offline render + download, portrait upload
- * (file input and drag and drop), Talk with a fake microphone, end; a 390 px phone viewport; Chat disabled with a hint when no language model is configured.
+ * (file input and drag and drop), Talk with a fake microphone (heard, transcribed, answered, the answer's audio
+ * received on the microphone-carrying peer), end; a 390 px phone viewport; Chat disabled with a hint when no language model is configured.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import { wavBytes } from './helpers/conversation.ts';
 import { loadVadFixture } from './helpers/vad-fixture.ts';
@@ -35,35 +36,50 @@ const waitTimeline = (page: Page, needle: string | RegExp) =>
     { timeout: STEP_MS },
   );
 
+/** One Chromium for the file (its fake microphone plays `mic.wav` once); each describe has its own context. */
+let browser: Browser;
+let dir: string;
+
+beforeAll(async () => {
+  const fixture = loadVadFixture();
+  const first = fixture.labels.segments.find((segment) => segment.kind === 'speech')!;
+  // Half a second of quiet, the utterance, then quiet long enough for the answer (played once: %noloop).
+  const pcm = new Int16Array(16_000 * 12);
+  pcm.set(fixture.pcm.subarray((first.startMs - 100) * 16, (first.endMs + 100) * 16), 8_000);
+  dir = await tempDir('page-');
+  const wav = path.join(dir, 'mic.wav');
+  await fs.writeFile(wav, wavBytes(pcm, 16_000));
+  const portrait = async () => fs.writeFile(path.join(dir, 'portrait.jpg'), await sharp(await fs.readFile(PORTRAIT_FIXTURE)).resize(320, 320).jpeg().toBuffer());
+  [browser] = await Promise.all([
+    launch(['--use-fake-ui-for-media-stream', '--use-fake-device-for-media-stream', `--use-file-for-fake-audio-capture=${wav}%noloop`]),
+    portrait(),
+  ]);
+}, 120_000);
+
+afterAll(async () => {
+  await browser?.close();
+  if (dir) await fs.rm(dir, { recursive: true, force: true });
+});
+
 describe('the page at / driven by accessible names (Chromium)', () => {
   let upstream: OpenAiUpstream;
   let t: TestApp;
-  let browser: Browser;
-  let dir: string;
+  let context: BrowserContext;
   let page: Page;
 
   beforeAll(async () => {
-    const fixture = loadVadFixture();
-    const first = fixture.labels.segments.find((segment) => segment.kind === 'speech')!;
-    const pcm = new Int16Array(16_000 * 12);
-    pcm.set(fixture.pcm.subarray((first.startMs - 100) * 16, (first.endMs + 100) * 16), 8_000);
-    dir = await tempDir('page-');
-    const wav = path.join(dir, 'mic.wav');
-    await fs.writeFile(wav, wavBytes(pcm, 16_000));
-    await fs.writeFile(path.join(dir, 'portrait.jpg'), await sharp(await fs.readFile(PORTRAIT_FIXTURE)).resize(320, 320).jpeg().toBuffer());
     upstream = await startOpenAiUpstream({ transcription: { transcript: 'Hello there, can you hear me clearly?' }, chat: { replyTokens: REPLY } });
     t = await startTestApp({ env: { SERVICE_LLM_BASE_URL: upstream.baseUrl, SERVICE_ASR_BASE_URL: upstream.baseUrl } });
-    browser = await launch(['--use-fake-ui-for-media-stream', '--use-fake-device-for-media-stream', `--use-file-for-fake-audio-capture=${wav}%noloop`]);
-    const context = await browser.newContext({ permissions: ['microphone'], acceptDownloads: true });
+    // One context for the whole path: each step goes on from where the previous one left the page.
+    context = await browser.newContext({ permissions: ['microphone'], acceptDownloads: true });
     page = await context.newPage();
     await page.goto(`${t.baseUrl}/`);
   }, 120_000);
 
   afterAll(async () => {
-    await browser?.close();
+    await context?.close();
     await t?.close();
     await upstream?.close();
-    if (dir) await fs.rm(dir, { recursive: true, force: true });
   });
 
   it('choose avatar, model (only those rendering it), voice with a preview, and a system prompt; start', async () => {
@@ -275,15 +291,45 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     expect(await page.getByRole('alert').count()).toBe(0);
   }, 180_000);
 
-  it('Talk: the fake microphone is heard (level meter moves), the avatar shows listening, the transcript and the reply', async () => {
+  it('Talk: the fake microphone is heard (level meter moves), the avatar shows listening, the transcript and the reply, and receives its audio', async () => {
     const talk = page.getByRole('button', { name: 'Talk' });
     await talk.click();
     await page.waitForFunction(() => document.getElementById('talk')!.getAttribute('aria-pressed') === 'true', null, { timeout: STEP_MS });
     await page.waitForFunction(() => (document.getElementById('mic-level') as HTMLMeterElement).value > 0.01, null, { timeout: STEP_MS });
     await waitTimeline(page, 'avatar listening');
     await waitTimeline(page, 'you said: “Hello there, can you hear me clearly?”');
+    // The page listened before it showed the transcript, and the answer speaks after it.
+    await waitTimeline(page, /avatar listening[\s\S]*you said: “Hello there, can you hear me clearly\?”[\s\S]*avatar speaking/);
     await waitTimeline(page, /end of speech → first audio \d+ ms/);
+    await page.waitForFunction((reply) => document.getElementById('captions')!.textContent === reply, REPLY.join(''), { timeout: STEP_MS });
     expect(await page.getByRole('region', { name: 'Captions' }).innerText()).toBe(REPLY.join(''));
+
+    // The recogniser got the utterance the fake microphone played (≈ 1.9 s with the service's pre/post-roll).
+    const upload = upstream.requests.find((r) => r.transcription)!.transcription!;
+    const seconds = upload.wav!.samples / upload.wav!.sampleRate;
+    expect(seconds).toBeGreaterThan(1.5);
+    expect(seconds).toBeLessThan(3.5);
+
+    // The answer plays in the page: audio energy arrives on the (new, microphone-carrying) peer, which sends the microphone.
+    const audio = () =>
+      page.evaluate(async () => {
+        const report = await (window as unknown as { demo: { pc: RTCPeerConnection } }).demo.pc.getStats();
+        let energy = 0;
+        let sent = 0;
+        report.forEach((s: any) => {
+          if (s.type === 'inbound-rtp' && s.kind === 'audio') energy = s.totalAudioEnergy ?? 0;
+          if (s.type === 'outbound-rtp' && s.kind === 'audio') sent = s.packetsSent ?? 0;
+        });
+        return { energy, sent };
+      });
+    const arrived = async () => {
+      const { energy, sent } = await audio();
+      return energy > 0 && sent > 50;
+    };
+    await expect.poll(arrived, { timeout: STEP_MS, interval: 50 }).toBe(true);
+    const received = await audio();
+    expect(received.sent).toBeGreaterThan(50);
+    expect(received.energy).toBeGreaterThan(0);
     await talk.click();
     expect(await talk.getAttribute('aria-pressed')).toBe('false');
   }, 180_000);
@@ -300,14 +346,11 @@ describe('the page at / driven by accessible names (Chromium)', () => {
 
 describe('the page on a 390 px phone, without a language model (Chromium)', () => {
   let t: TestApp;
-  let browser: Browser;
 
   beforeAll(async () => {
     t = await startTestApp();
-    browser = await launch();
   }, 120_000);
   afterAll(async () => {
-    await browser?.close();
     await t?.close();
   });
 
