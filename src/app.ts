@@ -34,6 +34,7 @@ import customizeReferenceRoutes from './routes/customize-reference.ts';
 import inspectRoutes from './routes/inspect.ts';
 import { AvatarManifest, AvatarSummary } from './schemas/avatars.ts';
 import clusterRouting, { signedByNode } from './cluster/routing.ts';
+import { LazySerializers } from './http/lazy-serializer.ts';
 
 /** Whole-request receive bound: 12 MB at ~100 kB/s fits; a stalled or trickling upload is cut off (408). */
 export const REQUEST_TIMEOUT_MS = 120_000;
@@ -68,6 +69,8 @@ const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, i
 export interface BuiltApp {
   app: FastifyInstance;
   services: Services;
+  /** Compiles every response serializer now (they are compiled on first use): proves each declared schema compiles; returns how many. */
+  compileAllSerializers(): number;
 }
 
 /**
@@ -76,6 +79,7 @@ export interface BuiltApp {
  */
 export async function buildApp(config: ServiceConfig, logger: Logger, overrides: ServiceOverrides = {}): Promise<BuiltApp> {
   const services = await createServices(config, logger, overrides);
+  const serializers = new LazySerializers();
   const app = Fastify({
     loggerInstance: logger,
     // Sessions are terminated before the server closes; lingering keep-alive or SSE sockets must not hold shutdown.
@@ -92,6 +96,8 @@ export async function buildApp(config: ServiceConfig, logger: Logger, overrides:
     // Refusals before routing (bad URL, over-long parameter, oversized headers) answer {detail} too.
     frameworkErrors,
     clientErrorHandler,
+    // Response serializers are compiled when first used, not all ~150 before the app is ready (src/http/lazy-serializer.ts).
+    schemaController: { compilersFactory: { buildSerializer: serializers.factory } },
   }).withTypeProvider<TypeBoxTypeProvider>();
   // An unknown `Expect` is refused by Node before Fastify sees the request; this gives that 417 its {detail}.
   app.server.on('checkExpectation', expectationFailed);
@@ -117,7 +123,7 @@ export async function buildApp(config: ServiceConfig, logger: Logger, overrides:
     await services.close();
   });
   await app.ready();
-  return { app: app as unknown as FastifyInstance, services };
+  return { app: app as unknown as FastifyInstance, services, compileAllSerializers: () => serializers.compileAll() };
 }
 
 /**
