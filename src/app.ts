@@ -60,6 +60,12 @@ export const CONNECTIONS_CHECK_INTERVAL_MS = 1_000;
  * sockets that never send a request are bounded by HEADERS_TIMEOUT_MS, trickled bodies by REQUEST_TIMEOUT_MS.
  */
 export const SOCKET_INACTIVITY_TIMEOUT_MS = 0;
+/**
+ * How long one plugin may take to load before start-up fails. Fastify's default (10 s) failed the start of a
+ * healthy service on a heavily loaded 2-core host (load ~40: the OpenAPI plugins alone took longer); a plugin
+ * that never loads is still reported, within the 120 s a loaded host may need to start the service.
+ */
+export const PLUGIN_START_TIMEOUT_MS = 120_000;
 /** Connections refused at the cap are logged at most this often (with how many), not one line each during a flood. */
 const DROPPED_CONNECTIONS_LOG_EVERY_MS = 10_000;
 
@@ -96,6 +102,7 @@ export async function buildApp(config: ServiceConfig, logger: Logger, overrides:
     // Refusals before routing (bad URL, over-long parameter, oversized headers) answer {detail} too.
     frameworkErrors,
     clientErrorHandler,
+    pluginTimeout: PLUGIN_START_TIMEOUT_MS,
     // Response serializers are compiled when first used, not all ~150 before the app is ready (src/http/lazy-serializer.ts).
     schemaController: { compilersFactory: { buildSerializer: serializers.factory } },
   }).withTypeProvider<TypeBoxTypeProvider>();
