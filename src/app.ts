@@ -34,7 +34,7 @@ import customizeReferenceRoutes from './routes/customize-reference.ts';
 import inspectRoutes from './routes/inspect.ts';
 import { AvatarManifest, AvatarSummary } from './schemas/avatars.ts';
 import clusterRouting, { signedByNode } from './cluster/routing.ts';
-import { LAZY_SCHEMA_COMPILERS } from './lazy-schema-compilers.ts';
+import { LazySchemaCompilers } from './http/lazy-schema-compilers.ts';
 
 /** Whole-request receive bound: 12 MB at ~100 kB/s fits; a stalled or trickling upload is cut off (408). */
 export const REQUEST_TIMEOUT_MS = 120_000;
@@ -60,6 +60,12 @@ export const CONNECTIONS_CHECK_INTERVAL_MS = 1_000;
  * sockets that never send a request are bounded by HEADERS_TIMEOUT_MS, trickled bodies by REQUEST_TIMEOUT_MS.
  */
 export const SOCKET_INACTIVITY_TIMEOUT_MS = 0;
+/**
+ * How long one plugin may take to load before start-up fails. Fastify's default (10 s) failed the start of a
+ * healthy service on a heavily loaded 2-core host (load ~40: the OpenAPI plugins alone took longer); a plugin
+ * that never loads is still reported, within the 120 s a loaded host may need to start the service.
+ */
+export const PLUGIN_START_TIMEOUT_MS = 120_000;
 /** Connections refused at the cap are logged at most this often (with how many), not one line each during a flood. */
 const DROPPED_CONNECTIONS_LOG_EVERY_MS = 10_000;
 
@@ -69,6 +75,8 @@ const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, i
 export interface BuiltApp {
   app: FastifyInstance;
   services: Services;
+  /** Compiles every request validator and response serializer now (they are compiled on first use): proves each declared schema compiles; returns how many. */
+  compileAllSchemas(): number;
 }
 
 /**
@@ -77,6 +85,7 @@ export interface BuiltApp {
  */
 export async function buildApp(config: ServiceConfig, logger: Logger, overrides: ServiceOverrides = {}): Promise<BuiltApp> {
   const services = await createServices(config, logger, overrides);
+  const schemaCompilers = new LazySchemaCompilers();
   const app = Fastify({
     loggerInstance: logger,
     // Sessions are terminated before the server closes; lingering keep-alive or SSE sockets must not hold shutdown.
@@ -90,11 +99,12 @@ export async function buildApp(config: ServiceConfig, logger: Logger, overrides:
     // Request ids in logs; paths with user input stay out of static messages.
     requestIdHeader: 'x-request-id',
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
-    // Each route's schemas are compiled on its first request, not all at start-up (src/lazy-schema-compilers.ts).
-    schemaController: { compilersFactory: LAZY_SCHEMA_COMPILERS },
     // Refusals before routing (bad URL, over-long parameter, oversized headers) answer {detail} too.
     frameworkErrors,
     clientErrorHandler,
+    pluginTimeout: PLUGIN_START_TIMEOUT_MS,
+    // Each route's validator and serializers are compiled on its first request, not all before the app is ready (src/http/lazy-schema-compilers.ts).
+    schemaController: { compilersFactory: schemaCompilers.factory },
   }).withTypeProvider<TypeBoxTypeProvider>();
   // An unknown `Expect` is refused by Node before Fastify sees the request; this gives that 417 its {detail}.
   app.server.on('checkExpectation', expectationFailed);
@@ -120,7 +130,7 @@ export async function buildApp(config: ServiceConfig, logger: Logger, overrides:
     await services.close();
   });
   await app.ready();
-  return { app: app as unknown as FastifyInstance, services };
+  return { app: app as unknown as FastifyInstance, services, compileAllSchemas: () => schemaCompilers.compileAll() };
 }
 
 /**

@@ -32,8 +32,7 @@ import { sweepStartupLeftovers } from './store/startup-sweep.ts';
 import type { SessionRecords } from './store/sessions.ts';
 import type { VoiceCatalogStore } from './voices/catalog.ts';
 import type { OfflineJobs } from './recording/offline-jobs.ts';
-import { openCluster, type ClusterNode } from './cluster/index.ts';
-import { RedisAvatarCatalog } from './cluster/avatar-catalog.ts';
+import type { ClusterNode } from './cluster/index.ts';
 import { ServiceMetrics } from './metrics/service-metrics.ts';
 import type { PoolLoadSnapshot } from '../actors/pool-load.ts';
 import { SERVICE_VERSION } from './version.ts';
@@ -94,20 +93,15 @@ export interface ServiceOverrides {
 
 /** Builds every long-lived service object in dependency order; `close()` tears them down in reverse. */
 export async function createServices(config: ServiceConfig, logger: Logger, overrides: ServiceOverrides = {}): Promise<Services> {
-  // Cluster mode: sessions, voices, defaults and jobs live in Redis; the LevelDB is this node's own.
-  const cluster = await openCluster(config, logger);
+  // Cluster mode: sessions, voices, defaults and jobs live in Redis; the LevelDB is this node's own. The cluster
+  // modules (BullMQ, ioredis: a third of a second of loading) are imported only when a Redis URL is configured.
+  const cluster = config.cluster ? await (await import('./cluster/index.ts')).openCluster(config, logger) : null;
   const store = await Store.open(cluster ? cluster.nodeDataDir : config.dataDir);
   const sessionStore = cluster ? cluster.directory : new SessionStore(store);
   const defaults = cluster ? cluster.defaults : new DefaultsStore(store);
-  // Cluster mode: the bundles stay on the shared directory, their entries live in Redis (every node sees a change at once).
   const catalog = cluster
-    ? new RedisAvatarCatalog(config.avatarsDir, logger.child({ component: 'catalog' }), cluster.redis, cluster.nodeId)
+    ? await openSharedAvatarCatalog(config, logger, cluster)
     : new AvatarCatalog(config.avatarsDir, logger.child({ component: 'catalog' }));
-  if (catalog instanceof RedisAvatarCatalog) {
-    await catalog.seed();
-    const orphans = await catalog.sweepOrphans().catch(() => 0);
-    if (orphans > 0) logger.info({ orphans }, 'custom avatar directories without a catalog entry removed');
-  }
   const renderPool = new RenderPool({
     threads: config.renderThreads || Math.max(1, os.availableParallelism() - 1),
     logger: logger.child({ component: 'render' }),
@@ -294,4 +288,14 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
       await store.close();
     },
   };
+}
+
+/** Cluster mode: the bundles stay on the shared directory, their entries live in Redis (every node sees a change at once). */
+async function openSharedAvatarCatalog(config: ServiceConfig, logger: Logger, cluster: ClusterNode): Promise<AvatarCatalog> {
+  const { RedisAvatarCatalog } = await import('./cluster/avatar-catalog.ts');
+  const catalog = new RedisAvatarCatalog(config.avatarsDir, logger.child({ component: 'catalog' }), cluster.redis, cluster.nodeId);
+  await catalog.seed();
+  const orphans = await catalog.sweepOrphans().catch(() => 0);
+  if (orphans > 0) logger.info({ orphans }, 'custom avatar directories without a catalog entry removed');
+  return catalog;
 }

@@ -183,17 +183,17 @@ describe('kill -9 during a voice clone', () => {
   });
 
   it('leaves no orphan reference WAV, clone sample, temp WAV or conversion temp dir after a restart; finished clones survive', async () => {
-    const [xtts, dashscope] = await Promise.all([startXttsFake(), startDashscopeFake({ apiKey: 'crash-key' })]);
+    const [xtts, dashscope, dirs] = await Promise.all([startXttsFake(), startDashscopeFake({ apiKey: 'crash-key' }), freshDirs()]);
     fakes.push(xtts, dashscope);
-    const dirs = await freshDirs();
     // cloud_b fetches its sample from the service (SERVICE_PUBLIC_BASE_URL defaults to the service's own port).
     const env = { SERVICE_TTS_LOCAL_CLONE_A_BASE_URL: xtts.url, SERVICE_TTS_CLOUD_B_BASE_URL: dashscope.url, SERVICE_TTS_CLOUD_B_API_KEY: 'crash-key' };
     const wav = encodeWav(tone(16000, 1, 200), 16000);
-    const m4a = await m4aSample(dirs.dataDir);
     const referenceDir = path.join(dirs.dataDir, 'voices', 'local_clone_a');
     const uploadsDir = path.join(dirs.dataDir, 'voice-uploads');
 
-    let service = await start(dirs, env);
+    // The m4a sample is made (ffmpeg) while the service starts.
+    const [first, m4a] = await Promise.all([start(dirs, env), m4aSample(dirs.dataDir)]);
+    let service = first;
     const kept = await fetch(`${service.baseUrl}/voices/clone`, { method: 'POST', body: cloneForm(wav, 'Kept') });
     expect(kept.status).toBe(200);
     const keptEntry = await kept.json();
@@ -298,8 +298,9 @@ describe('kill -9 during a custom avatar upload', () => {
 describe('kill -9 while a clip is being made into a video avatar', () => {
   it('leaves no .tmp-* bundle, half avatar or running ffmpeg after a restart, at any step of the decode and the face track; a finished video avatar survives whole', async () => {
     const dirs = await freshDirs();
-    const clip = await fs.readFile(await landscapeMp4(dirs.dataDir, 3));
-    let service = await start(dirs);
+    // The clip is encoded (ffmpeg) while the service starts.
+    const [first, clip] = await Promise.all([start(dirs), landscapeMp4(dirs.dataDir, 3).then((file) => fs.readFile(file))]);
+    let service = first;
     const kept = await uploadClip(service.baseUrl, clip, 'Kept clip');
     expect(kept.status).toBe(200);
     const keptId = (await kept.json()).id;

@@ -75,7 +75,7 @@ async function readyUrl(service: RunningService): Promise<{ url: string; line: s
     const match = READY_LINE.exec(service.stdout());
     if (match) return { url: match[1], line: match[0] };
     if (exited || Date.now() > deadline) throw new Error(`no ready line (exited: ${exited}):\n${service.stdout()}\n${service.stderr()}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await new Promise((resolve) => setTimeout(resolve, 25));
   }
 }
 

@@ -193,11 +193,14 @@ describe.skipIf(!fs.existsSync(CHROMIUM))('the demo page leaves no session behin
   beforeAll(async () => {
     const avatarsDir = await tempDir('orphans-page-');
     await makeAvatarBundle(avatarsDir, 'card');
-    t = await startTestApp({ avatarsDir });
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
-    });
+    // Chromium starts while the app is built.
+    [t, browser] = await Promise.all([
+      startTestApp({ avatarsDir }),
+      chromium.launch({
+        executablePath: CHROMIUM,
+        args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
+      }),
+    ]);
   });
   afterAll(async () => {
     await browser?.close();

@@ -136,9 +136,12 @@ describe('SIGTERM', () => {
   }, 120_000);
 
   it('exits within 10 s while portraits are being decoded (a legal 49 MP JPEG and a 1×49,000,000 PNG); no image process outlives it', async () => {
-    const service = await startServiceProcess();
+    // The 49 MP JPEG is encoded while the service starts.
+    const [service, legal] = await Promise.all([
+      startServiceProcess(),
+      sharp({ create: { width: 7000, height: 7000, channels: 3, background: '#c8a08c' } }).jpeg().toBuffer(),
+    ]);
     services.push(service);
-    const legal = await sharp({ create: { width: 7000, height: 7000, channels: 3, background: '#c8a08c' } }).jpeg().toBuffer();
     const uploads = [uploadPortrait(service.baseUrl, blackPng(1, 49_000_000)), uploadPortrait(service.baseUrl, legal)];
     // The legal one is decoding once its image process exists; before the fix there was none (the decode ran on
     // the service's own threads), so this waits a few seconds and signals while both are still decoding.

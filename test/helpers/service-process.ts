@@ -99,6 +99,22 @@ async function copyRepoAvatars(target: string): Promise<void> {
   await fs.cp(REPO_AVATARS, target, { recursive: true, filter: (src) => src === REPO_AVATARS || !skip(path.basename(src)) });
 }
 
+/**
+ * tsx keeps its transpiled files under `$TMPDIR/tsx-<uid>`; a child with its own TMPDIR would transpile all
+ * ~220 source files again at every start (a second of CPU). Its cache entry points at this process's cache
+ * instead: one symlink, which tests reading the child's TMPDIR see as one stable entry.
+ */
+async function shareTranspileCache(childTmpDir: string): Promise<void> {
+  // tsx's own naming: the effective uid where there is one.
+  const name = `tsx-${process.geteuid?.() ?? os.userInfo().username}`;
+  const shared = path.join(os.tmpdir(), name);
+  if (path.resolve(childTmpDir) === path.resolve(os.tmpdir())) return;
+  await fs.mkdir(shared, { recursive: true });
+  await fs.symlink(shared, path.join(childTmpDir, name)).catch((error: NodeJS.ErrnoException) => {
+    if (error.code !== 'EEXIST') throw error;
+  });
+}
+
 async function healthy(baseUrl: string): Promise<boolean> {
   try {
     const res = await fetch(`${baseUrl}/healthz`, { signal: AbortSignal.timeout(2_000) });
@@ -133,6 +149,7 @@ async function launch(input: { dataDir: string; avatarsDir: string; tmpDir: stri
   installExitHandler();
   const port = input.port ?? (await freePort());
   const baseUrl = `http://127.0.0.1:${port}`;
+  await shareTranspileCache(input.env.TMPDIR ?? input.tmpDir);
   const child = spawn(process.execPath, ['--no-turbo-fast-api-calls', '--import', 'tsx', '--import', WATCHDOG, 'src/main.ts'], {
     cwd: REPO_ROOT,
     env: {
