@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import type { FastifyServerOptions } from 'fastify';
 
 /**
  * Fastify's schema compilers, made lazy: a route's request validator (ajv) and each response serializer
@@ -37,6 +38,9 @@ const requireFromFastify = createRequire(createRequire(import.meta.url).resolve(
 export const defaultValidatorFactory: ValidatorFactory = (requireFromFastify('@fastify/ajv-compiler') as { AjvCompiler(): ValidatorFactory }).AjvCompiler();
 export const defaultSerializerFactory: SerializerFactory = (requireFromFastify('@fastify/fast-json-stringify-compiler') as { SerializerSelector(): SerializerFactory }).SerializerSelector();
 
+/** Fastify's option type: unions over ajv and JTD compilers that a wrapper cannot name, so the factory is cast once. */
+type FastifyCompilersFactory = NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>;
+
 /**
  * The `compilersFactory` for `Fastify({ schemaController: { compilersFactory: compilers.factory } })`. It
  * remembers what it deferred so `compileAll()` can compile every one (the self-check of every declared schema).
@@ -49,7 +53,10 @@ export class LazySchemaCompilers {
     private readonly serializers: SerializerFactory = defaultSerializerFactory,
   ) {}
 
-  readonly factory: { buildValidator: ValidatorFactory; buildSerializer: SerializerFactory } = {
+  readonly factory: FastifyCompilersFactory = this.lazyFactories() as unknown as FastifyCompilersFactory;
+
+  private lazyFactories(): { buildValidator: ValidatorFactory; buildSerializer: SerializerFactory } {
+    return {
     buildValidator: (externalSchemas, options) => {
       const compile = this.validators(externalSchemas, options);
       return (definition) => {
@@ -76,7 +83,8 @@ export class LazySchemaCompilers {
         return (data) => compiled()(data);
       };
     },
-  };
+    };
+  }
 
   /** Compiles every validator and serializer not compiled yet (a schema that cannot compile throws here); returns how many exist. */
   compileAll(): number {
