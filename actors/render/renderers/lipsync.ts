@@ -285,7 +285,8 @@ export class LipsyncRenderer implements Renderer {
    * A loop frame; while speaking, the mouth pose made on the reference frame (the loop's first, see
    * `buildMouthPatch`) is laid over it where this frame's tracked mouth is. With harvested mouths, the person's
    * own mouth nearest to the pose is laid instead; and on a frame where the clip's own lips are parted, silence
-   * lays the closed one, so the idle loop of a talking clip does not mumble.
+   * lays the closed one, so the idle loop of a talking clip does not mumble (while speaking, a closed pose always
+   * lays it: the mouth follows the audio, not the clip).
    */
   private renderLoopFrame(request: FrameRequest, loop: ClipLoop, target?: SharedArrayBuffer): I420Frame {
     const { frame: loopFrame, face } = loopFrameAt(loop, request.frameIdx);
@@ -296,7 +297,9 @@ export class LipsyncRenderer implements Renderer {
     const round = quantise(request.mouth.round, SHAPE_STEPS);
     const closed = open === 0 && wide === 0 && round === 0;
     if (this.harvested) {
-      if (!closed || this.harvested.ownMouthOpen(face)) {
+      // While speaking a closed pose (m/b/p, a pause) is the closed sample whatever the loop frame's own lips do:
+      // left as it was, a talking clip's own mouth moved against the audio on a third of the speaking frames.
+      if (!closed || request.speaking || this.harvested.ownMouthOpen(face)) {
         this.harvested.lay(frame, { open: open / (OPEN_STEPS - 1), wide: wide / (SHAPE_STEPS - 1), round: round / (SHAPE_STEPS - 1) }, face);
       }
       return frame;
