@@ -1,6 +1,8 @@
 /**
  * How a talking avatar looks at a viewer, measured with face landmarks on the frames a real wrtc receiver decodes
- * (issue 27), for the astronaut photo and for a video avatar made from a clip animated from the same portrait:
+ * (issue 27), for the astronaut photo, a video avatar made from a clip animated from the same portrait (it sways,
+ * its mouth shut: the renderer warps the mouth) and one made from a clip of that portrait speaking (`speakingClipMp4`:
+ * the renderer lays the mouths harvested from it):
  *
  * - face found: share of the received frames on which the detector finds the face;
  * - idle motion: how far the face moves while idle — the 95th percentile distance, px, of the nose tip (landmark 30)
@@ -26,7 +28,7 @@ import { faceAnchor, faceHint } from '../actors/faces/landmarks.ts';
 import { i420ToRgba } from '../actors/render/i420.ts';
 import type { MouthAnimation } from '../actors/render/types.ts';
 import { json, post, startTestApp, type TestApp } from '../test/helpers/app.ts';
-import { landscapeMp4 } from '../test/helpers/clips.ts';
+import { landscapeMp4, speakingClipMp4 } from '../test/helpers/clips.ts';
 import { pearson } from '../test/helpers/neural-lipsync.ts';
 import { ReceivingPeer } from '../test/helpers/peer.ts';
 import { SseClient } from '../test/helpers/sse.ts';
@@ -173,7 +175,10 @@ export async function benchAvatarFidelity(): Promise<Record<string, unknown>> {
     console.log('  photo:', photo);
     const clip = await measure(app, clipId, descriptors);
     console.log('  clip:', clip);
-    return { photo, clip };
+    const { id: speakingId } = await postCustomAvatar(app.baseUrl, await fs.readFile(await speakingClipMp4(dir)), 'fidelity speaking clip', 'video');
+    const speakingClip = await measure(app, speakingId, descriptors);
+    console.log('  speaking clip:', speakingClip);
+    return { photo, clip, speaking_clip: speakingClip };
   } finally {
     await fs.rm(dir, { recursive: true, force: true });
     await app.close();

@@ -90,6 +90,10 @@ const TARGETS: TargetSpec[] = [
   { row: 'viewer fidelity, clip: speaking keeps the person (descriptor distance, max)', path: ['avatar_fidelity', 'clip', 'descriptor_distance_max'], unit: '', target: '≤ 0.45', ok: (v) => v <= 0.45 },
   { row: 'viewer fidelity, clip: mouth vs audio envelope r', path: ['avatar_fidelity', 'clip', 'mouth_audio_r'], unit: '', target: '≥ 0.4', ok: (v) => v >= 0.4 },
   { row: 'viewer fidelity, clip: mouth-audio lag', path: ['avatar_fidelity', 'clip', 'mouth_audio_lag_ms'], unit: 'ms', target: 'within ±120 ms', ok: (v) => Math.abs(v) <= 120 },
+  { row: 'viewer fidelity, speaking clip (harvested mouths): face found', path: ['avatar_fidelity', 'speaking_clip', 'face_found_percent'], unit: '%', target: '≥ 95 %', ok: (v) => v >= 95 },
+  { row: 'viewer fidelity, speaking clip: speaking keeps the person (descriptor distance, max)', path: ['avatar_fidelity', 'speaking_clip', 'descriptor_distance_max'], unit: '', target: '≤ 0.45', ok: (v) => v <= 0.45 },
+  { row: 'viewer fidelity, speaking clip: mouth vs audio envelope r', path: ['avatar_fidelity', 'speaking_clip', 'mouth_audio_r'], unit: '', target: '≥ 0.4', ok: (v) => v >= 0.4 },
+  { row: 'viewer fidelity, speaking clip: mouth-audio lag', path: ['avatar_fidelity', 'speaking_clip', 'mouth_audio_lag_ms'], unit: 'ms', target: 'within ±120 ms', ok: (v) => Math.abs(v) <= 120 },
   { row: 'video avatar creation, seconds per clip-second (10 s clip)', path: ['custom_avatar', 'video_avatar_s_per_clip_s'], unit: 's', target: '≤ 3 s', ok: (v) => v <= 3 },
   { row: 'video avatar creation with mouth harvest, seconds per clip-second (speaking clip)', path: ['custom_avatar', 'video_avatar_speaking_s_per_clip_s'], unit: 's', target: '≤ 3 s', ok: (v) => v <= 3 },
   // Issue 25's hostile-load row: what a few small nasty requests cost everyone else (bench/hostile.ts).

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MouthHarvest, type HarvestedMouthFiles } from '../actors/faces/mouth-harvest.ts';
 import { loopFrameIndex } from '../actors/render/clip-loop.ts';
 import { i420ToRgba } from '../actors/render/i420.ts';
+import { OWN_MOUTH_OPEN } from '../actors/render/harvested-mouths.ts';
 import { LipsyncRenderer } from '../actors/render/renderers/lipsync.ts';
 import { RenderPool } from '../actors/render/pool.ts';
 import type { AvatarSource, I420Frame, MouthAnimation, Point } from '../actors/render/types.ts';
@@ -188,6 +189,28 @@ describe('lipsync renderer on a video avatar with harvested mouths', () => {
     const mouthBox = { x0: CX + shift - 2 * MW, y0: CY - 2 * MW, x1: CX + shift + 2 * MW, y1: CY + 2 * MW };
     expect(lumaDiff(silent, warp.render(request(3)), mouthBox).outside).toBe(0);
   });
+  it("while speaking, a closed pose lays the person's closed mouth even on a loop frame whose own lips are only slightly parted", async () => {
+    // The clip's own lips apart by less than counts as talking while idle (OWN_MOUTH_OPEN): its idle loop shows them as they are.
+    const track = (JSON.parse(Buffer.from(withMouths.source.clip!.trackJson).toString('utf8')) as MouthAnimation[]).map((face) => ({
+      ...face,
+      inner_lip: innerLip(REST_GAP + 0.5 * OWN_MOUTH_OPEN * MW).map((p) => ({ x: p.x + face.mouth_center.x - CX, y: p.y })),
+    }));
+    const murmuring: AvatarSource = { ...withMouths.source, clip: { ...withMouths.source.clip!, trackJson: new Uint8Array(Buffer.from(JSON.stringify(track))) } };
+    const renderer = new LipsyncRenderer();
+    await renderer.prepare(murmuring);
+    const warp = new LipsyncRenderer();
+    await warp.prepare(warpOnly.source);
+    const closed = harvested.files.index.samples.reduce((a, b) => (b.open < a.open ? b : a));
+    const shift = loopFrameIndex(3, 12);
+    const core = { x0: Math.round(CX + shift - 0.5 * MW), y0: Math.round(CY - 0.25 * MW), x1: Math.round(CX + shift + 0.5 * MW), y1: Math.round(CY + 0.5 * MW) };
+    const loopFrame = warp.render(request(3));
+    const everything = { x0: 0, y0: 0, x1: 0, y1: 0 };
+    expect(lumaDiff(renderer.render(request(3)), loopFrame, everything).outside).toBe(0);
+    const pause = renderer.render(request(3, { speaking: true, level: 0.1 }));
+    const loopToClosed = shapeDistance(loopFrame, harvested.frames[closed.frame], core, shift);
+    expect(shapeDistance(pause, harvested.frames[closed.frame], core, shift)).toBeLessThan(loopToClosed / 2);
+  });
+
   it('through the render pool (tasks carry the shared loop, not the clip) the frames are the ones rendered with the harvested mouths', async () => {
     const pool = new RenderPool({ threads: 1 });
     try {

@@ -1,11 +1,12 @@
 import { rmSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { decodeClipFramesInto, decodeClipLoop, loopFrameAt } from '../actors/render/clip-loop.ts';
 import { i420Size } from '../actors/render/i420.ts';
 import { RenderPool } from '../actors/render/pool.ts';
 import { SharedClipLoops } from '../actors/render/shared-clip-loops.ts';
 import type { AvatarSource } from '../actors/render/types.ts';
-import type { RenderTaskResult } from '../actors/render/worker.ts';
+import { OPEN_STEPS, SHAPE_STEPS } from '../actors/render/renderers/lipsync.ts';
+import type { RenderTask, RenderTaskResult } from '../actors/render/worker.ts';
 import { CLIP_BUNDLE_FRAMES as FRAMES, makeClipBundle } from './helpers/clip-bundle.ts';
 import { request } from './render.fixtures.ts';
 
@@ -62,6 +63,37 @@ describe('render pool: a video avatar loop is decoded once and shared', () => {
         result.frames.forEach((frame, k) => expect(Buffer.compare(Buffer.from(frame.data), Buffer.from(loopFrameAt(expected, requests[k].frameIdx).frame.data))).toBe(0));
       }
       lease.release();
+    } finally {
+      await own.close();
+    }
+  });
+
+  it("a video avatar's mouth poses are all built when its session opens, none at its first speech", async () => {
+    // One thread, so every task of the session lands on the worker that prepared it.
+    const own = new RenderPool({ threads: 1 });
+    try {
+      const results: Array<{ op: RenderTask['op']; result: RenderTaskResult }> = [];
+      const run = own.run.bind(own);
+      vi.spyOn(own, 'run').mockImplementation(async (task: RenderTask, ...rest) => {
+        const result = await run(task, ...rest);
+        results.push({ op: task.op, result });
+        return result;
+      });
+      const handle = await own.open(bundle.source, 'lipsync');
+      const builtAtOpen = results.find((r) => r.op === 'prepare')!.result.mouthPosesBuilt;
+      expect(builtAtOpen).toBe(OPEN_STEPS * SHAPE_STEPS * SHAPE_STEPS - 1);
+      // Speech through every pose the renderer quantises to.
+      const poses = [];
+      for (let open = 0; open < OPEN_STEPS; open++) {
+        for (let wide = 0; wide < SHAPE_STEPS; wide++) {
+          for (let round = 0; round < SHAPE_STEPS; round++) poses.push({ open: open / (OPEN_STEPS - 1), wide: wide / (SHAPE_STEPS - 1), round: round / (SHAPE_STEPS - 1) });
+        }
+      }
+      await handle.render(poses.map((mouth, i) => request(i, { mouth, speaking: true, level: 0.3 })));
+      const renders = results.filter((r) => r.op === 'render');
+      expect(renders.length).toBeGreaterThan(0);
+      for (const { result } of renders) expect(result.mouthPosesBuilt).toBe(builtAtOpen);
+      handle.close();
     } finally {
       await own.close();
     }

@@ -1,10 +1,11 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
-import { RenderPool } from '../actors/render/pool.ts';
+import { afterAll, describe, expect, it, vi } from 'vitest';
+import { MAX_FRAMES_PER_TASK, RenderPool } from '../actors/render/pool.ts';
 import { createRenderer } from '../actors/render/renderers/index.ts';
 import { decodeTimecode } from '../actors/render/timecode.ts';
 import type { AvatarManifest, AvatarSource } from '../actors/render/types.ts';
+import type { RenderTask } from '../actors/render/worker.ts';
 import { request } from './render.fixtures.ts';
 
 async function avatar(id: string): Promise<AvatarSource> {
@@ -62,5 +63,31 @@ describe('render pool', () => {
     await exited;
     expect(own.workers.length).toBe(0);
     await expect(own.open(await avatar('demo-rt'), 'mock')).rejects.toThrow(/closed/);
+  });
+
+  it("a live session's frames asked for while its task is with the worker go to it together, in pts order, each to its own caller", async () => {
+    const own = new RenderPool({ threads: 1 });
+    try {
+      const handle = await own.open(await avatar('demo-rt'), 'mock');
+      const tasks: number[][] = [];
+      const run = own.run.bind(own);
+      vi.spyOn(own, 'run').mockImplementation((task: RenderTask, ...rest) => {
+        if (task.op === 'render') tasks.push(task.requests.map((r) => r.frameIdx));
+        return run(task, ...rest);
+      });
+      // As the media clock asks: one frame per call, the first while nothing of this session is with the worker.
+      const asked = [0, 3, 1, 2, ...Array.from({ length: MAX_FRAMES_PER_TASK }, (_, i) => 4 + i)];
+      const frames = await Promise.all(asked.map((idx) => handle.render([request(idx)])));
+      expect(frames.map(([frame]) => decodeTimecode(frame)?.frameIdx)).toEqual(asked);
+      // The first frame waited for nothing; the rest went in as few tasks as the bound allows, each in pts order.
+      expect(tasks[0]).toEqual([0]);
+      expect(tasks.slice(1)).toEqual([
+        [1, 2, 3, ...Array.from({ length: MAX_FRAMES_PER_TASK - 3 }, (_, i) => 4 + i)],
+        Array.from({ length: 3 }, (_, i) => MAX_FRAMES_PER_TASK + 1 + i),
+      ]);
+      handle.close();
+    } finally {
+      await own.close();
+    }
   });
 });

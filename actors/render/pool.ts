@@ -36,6 +36,14 @@ export interface RenderPoolOptions {
 
 /** Below this many frames per thread, splitting a batch costs more in messaging than it gains. */
 const MIN_FRAMES_PER_SPLIT = 4;
+/**
+ * Frames of one session a render task carries at most when several wait at once (`PoolRenderHandle.renderQueued`).
+ * A live session asks for one frame at a time; while its previous task is still with the worker, the frames asked
+ * for meanwhile go together in the next task instead of one round trip each (on a starved core the round trip, not
+ * the render, is what a frame cost). 8 frames are 320 ms of video at 25 fps: a batch never holds back a frame due
+ * much later than the first, and a failed task takes at most that much video with it.
+ */
+export const MAX_FRAMES_PER_TASK = 8;
 
 const renderAborted = (signal: AbortSignal): Error => abortReasonAsError(signal, 'render aborted');
 
@@ -142,12 +150,23 @@ export class RenderPool {
   }
 }
 
+/** A session's frame waiting to go to a worker with the next ones (`PoolRenderHandle.renderQueued`). */
+interface QueuedFrame {
+  request: FrameRequest;
+  target: SharedArrayBuffer | undefined;
+  resolve(frame: I420Frame): void;
+  reject(error: unknown): void;
+}
+
 class PoolRenderHandle implements RenderHandle {
   readonly width: number;
   readonly height: number;
   readonly fps: number;
   private readonly prosody: ProsodyTracker;
   private readonly frameBytes: number;
+  /** Single frames waiting for this session's tasks in flight to finish (`renderQueued`). */
+  private readonly queued: QueuedFrame[] = [];
+  private tasksInFlight = 0;
   private closed = false;
 
   constructor(
@@ -192,7 +211,9 @@ class PoolRenderHandle implements RenderHandle {
       const targets = missing.map((i) => (this.reuseFrameBuffers && looks[i] === null && buffers.canLend() ? buffers.take(this.frameBytes) : undefined));
       let rendered: I420Frame[];
       try {
-        rendered = await this.renderOnWorkers(missing.length === annotated.length ? annotated : missing.map((i) => annotated[i]), targets, signal);
+        const wanted = missing.length === annotated.length ? annotated : missing.map((i) => annotated[i]);
+        // A live session's single frame (no signal: it never gives up on one) may share a task with its next ones.
+        rendered = wanted.length === 1 && !signal ? [await this.renderQueued(wanted[0], targets[0])] : await this.renderOnWorkers(wanted, targets, signal);
       } catch (error) {
         for (const target of targets) if (target) buffers.abandon(target);
         throw error;
@@ -214,6 +235,38 @@ class PoolRenderHandle implements RenderHandle {
     }
     for (let i = 0; i < annotated.length; i++) if (!frames[i]) frames[i] = frames[firstOfLook.get(looks[i]!)!];
     return frames as I420Frame[];
+  }
+
+  /**
+   * One frame, in a task of its own when fewer of this session's tasks are in flight than the pool has threads
+   * (so the first frame waits for nothing), else queued: when a task of this session finishes, up to
+   * `MAX_FRAMES_PER_TASK` queued frames go to the worker together, in presentation order, each still handed back
+   * to its own caller, so the media clock delivers every one on its pts.
+   */
+  private renderQueued(request: FrameRequest, target: SharedArrayBuffer | undefined): Promise<I420Frame> {
+    return new Promise<I420Frame>((resolve, reject) => {
+      this.queued.push({ request, target, resolve, reject });
+      this.dispatchQueued();
+    });
+  }
+
+  private dispatchQueued(): void {
+    while (this.tasksInFlight < this.pool.threadCount && this.queued.length > 0) {
+      const batch = this.queued.splice(0, MAX_FRAMES_PER_TASK).sort((a, b) => a.request.ptsMs - b.request.ptsMs);
+      const { cacheKey, avatar, modelType } = this;
+      const task: RenderTask = { op: 'render', cacheKey, avatar, modelType, requests: batch.map((f) => f.request), targets: batch.map((f) => f.target) };
+      this.tasksInFlight++;
+      this.pool
+        .run(task)
+        .then(
+          (result) => batch.forEach((frame, k) => frame.resolve(result.frames[k])),
+          (error: unknown) => batch.forEach((frame) => frame.reject(error)),
+        )
+        .finally(() => {
+          this.tasksInFlight--;
+          this.dispatchQueued();
+        });
+    }
   }
 
   private async renderOnWorkers(annotated: FrameRequest[], targets: Array<SharedArrayBuffer | undefined>, signal?: AbortSignal): Promise<I420Frame[]> {

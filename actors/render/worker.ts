@@ -9,6 +9,7 @@ import type { AvatarSource, FrameRequest, I420Frame, ModelType, Renderer, Shared
 import { createRenderer } from './renderers/index.ts';
 import { decodeClipFramesInto, loopFramesDecodedInThisThread, type ClipSource } from './clip-loop.ts';
 import { runNeuralStage } from '../lipsync/neural-stages.ts';
+import { mouthPosesBuiltInThisThread } from './renderers/lipsync.ts';
 
 /** A handful of avatars per worker: enough for a few concurrent sessions without unbounded memory. */
 const MAX_CACHED_RENDERERS = 6;
@@ -38,6 +39,8 @@ export interface RenderTaskResult {
   mels?: Float32Array[];
   /** Loop frames this thread has decoded from PNG so far (a worker rendering a shared loop decodes none). */
   loopFramesDecoded: number;
+  /** Mouth poses the lipsync renderer warped in this thread so far (a video avatar's: all at prepare). */
+  mouthPosesBuilt: number;
 }
 
 /** Prepared renderers, with the shared loop each renders from (if any): dropped once that loop is released. */
@@ -73,19 +76,19 @@ function rendererFor(task: RenderTask): Promise<Renderer> {
 export default async function runRenderTask(task: RenderTask) {
   if (task.op.startsWith('neural_')) {
     const { frames, mels, transfer } = await runNeuralStage(task);
-    const neural: RenderTaskResult = { threadId, frames, mels, loopFramesDecoded: loopFramesDecodedInThisThread() };
+    const neural: RenderTaskResult = { threadId, frames, mels, loopFramesDecoded: loopFramesDecodedInThisThread(), mouthPosesBuilt: mouthPosesBuiltInThisThread() };
     return move({ [transferableSymbol]: transfer, [valueSymbol]: neural });
   }
   dropReleasedLoops();
   if (task.op === 'decode_loop') {
     const { clip, loop } = task.loopDecode!;
     await decodeClipFramesInto(clip, loop);
-    const decoded: RenderTaskResult = { threadId, frames: [], loopFramesDecoded: loopFramesDecodedInThisThread() };
+    const decoded: RenderTaskResult = { threadId, frames: [], loopFramesDecoded: loopFramesDecodedInThisThread(), mouthPosesBuilt: mouthPosesBuiltInThisThread() };
     return decoded;
   }
   const renderer = await rendererFor(task);
   const frames = task.op === 'render' ? task.requests.map((request, i) => renderer.render(request, task.targets?.[i])) : [];
-  const result: RenderTaskResult = { threadId, frames, loopFramesDecoded: loopFramesDecodedInThisThread() };
+  const result: RenderTaskResult = { threadId, frames, loopFramesDecoded: loopFramesDecodedInThisThread(), mouthPosesBuilt: mouthPosesBuiltInThisThread() };
   // A Transferable wrapper marked movable: every fresh frame buffer goes back in the transfer list, uncopied;
   // frames rendered into the task's shared buffers need nothing moved.
   return move({

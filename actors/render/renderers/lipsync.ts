@@ -14,8 +14,8 @@
  * A video avatar (`metadata.clip`) plays its loop instead of the still (`clip-loop.ts`, decoded once per avatar for
  * every worker: `shared-clip-loops.ts`): idle frames are the
  * loop's own (the person's blinks and motion, so no drawn blinks or sway). Mouth poses are warped once on the
- * loop's first frame (the reference: `frame_00000.png` and `metadata.animation`) and cached like a photo's, with
- * alpha only where the warp changed something; a speaking frame lays the pose over the loop frame it shows,
+ * loop's first frame (the reference: `frame_00000.png` and `metadata.animation`), all of them at prepare (before the
+ * session is ready), with alpha only where the warp changed something; a speaking frame lays the pose over the loop frame it shows,
  * moved to that frame's tracked mouth, so a frame costs what a photo's does (warping every frame afresh cost
  * 10–40× more on a close-up clip). A clip that shows the person speaking brings its own mouths
  * (`metadata.clip.mouths`, `harvested-mouths.ts`): the one nearest to the pose is laid instead of the warp.
@@ -193,6 +193,13 @@ function toothGapShade(dx: number, mw: number): number {
   return 1 - TOOTH_GAP_SHADE * line;
 }
 
+let mouthPosesBuiltHere = 0;
+
+/** Mouth poses warped in this thread so far (tests: a video avatar's are all built at prepare, none at first speech). */
+export function mouthPosesBuiltInThisThread(): number {
+  return mouthPosesBuiltHere;
+}
+
 export class LipsyncRenderer implements Renderer {
   private source: RgbaImage | null = null;
   private base: I420Frame | null = null;
@@ -235,9 +242,18 @@ export class LipsyncRenderer implements Renderer {
         return;
       }
     }
+    if (this.loop) {
+      // Every pose of a video avatar is built here, before the session is ready: one built at first use held every
+      // session's frames on this worker behind it (150–1050 ms each on a loaded core), in mid-speech.
+      // (The closed pose is the loop frame itself.)
+      for (let open = 0; open < OPEN_STEPS; open++) {
+        for (let wide = 0; wide < SHAPE_STEPS; wide++) for (let round = 0; round < SHAPE_STEPS; round++) if (open + wide + round > 0) this.mouthPatch(open, wide, round);
+      }
+      return;
+    }
     // Warm the cache for the poses speech hits most (jaw steps at neutral shape); the rest fill lazily.
     for (let open = 1; open < OPEN_STEPS; open++) this.mouthPatch(open, 0, 0);
-    if (!this.loop) for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
+    for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
   }
 
   /** Whether the avatar has usable mouth animation (otherwise frames are the still image). */
@@ -269,7 +285,8 @@ export class LipsyncRenderer implements Renderer {
    * A loop frame; while speaking, the mouth pose made on the reference frame (the loop's first, see
    * `buildMouthPatch`) is laid over it where this frame's tracked mouth is. With harvested mouths, the person's
    * own mouth nearest to the pose is laid instead; and on a frame where the clip's own lips are parted, silence
-   * lays the closed one, so the idle loop of a talking clip does not mumble.
+   * lays the closed one, so the idle loop of a talking clip does not mumble (while speaking, a closed pose always
+   * lays it: the mouth follows the audio, not the clip).
    */
   private renderLoopFrame(request: FrameRequest, loop: ClipLoop, target?: SharedArrayBuffer): I420Frame {
     const { frame: loopFrame, face } = loopFrameAt(loop, request.frameIdx);
@@ -280,7 +297,9 @@ export class LipsyncRenderer implements Renderer {
     const round = quantise(request.mouth.round, SHAPE_STEPS);
     const closed = open === 0 && wide === 0 && round === 0;
     if (this.harvested) {
-      if (!closed || this.harvested.ownMouthOpen(face)) {
+      // While speaking a closed pose (m/b/p, a pause) is the closed sample whatever the loop frame's own lips do:
+      // left as it was, a talking clip's own mouth moved against the audio on a third of the speaking frames.
+      if (!closed || request.speaking || this.harvested.ownMouthOpen(face)) {
         this.harvested.lay(frame, { open: open / (OPEN_STEPS - 1), wide: wide / (SHAPE_STEPS - 1), round: round / (SHAPE_STEPS - 1) }, face);
       }
       return frame;
@@ -297,6 +316,7 @@ export class LipsyncRenderer implements Renderer {
     if (!patch) {
       patch = this.buildMouthPatch(open / (OPEN_STEPS - 1), wide / (SHAPE_STEPS - 1), round / (SHAPE_STEPS - 1));
       this.mouthPatches.set(key, patch);
+      mouthPosesBuiltHere++;
     }
     return patch;
   }
