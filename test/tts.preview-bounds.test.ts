@@ -71,7 +71,8 @@ describe('a flood of long previews', () => {
     await warmUpBuiltinEngines();
     flood = new AbortController();
     calls = sendPreviews(t.baseUrl, MAX_RUNNING_PREVIEWS + MAX_WAITING_PREVIEWS + 1, flood.signal);
-  });
+    // An app and a live engine start: over 60 s on a heavily loaded host.
+  }, 150_000);
   afterAll(async () => {
     if (flood && !flood.signal.aborted) {
       flood.abort();
