@@ -3,8 +3,9 @@
  * ~2.7 s. Previews are now bounded (a few run, a bounded line waits, the rest get 503 + Retry-After) and the
  * built-in engine runs them in a process of their own, so a live sentence never queues behind preview sentences.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { builtinEngineProcesses, builtinPreviewEngineProcesses, closeBuiltinEngines, warmUpBuiltinEngines } from '../actors/tts/builtin/pool.ts';
+import { ENGINE_START_TIMEOUT_MS } from '../actors/tts/builtin/engine-child.ts';
 import { createBuiltinProvider } from '../actors/tts/providers/builtin.ts';
 import type { TtsRequest } from '../actors/tts/types.ts';
 import { MAX_RUNNING_PREVIEWS, MAX_WAITING_PREVIEWS, PREVIEW_RETRY_AFTER_S } from '../src/tts/preview-queue.ts';
@@ -54,49 +55,47 @@ async function shortPreviewAnswered(baseUrl: string, timeoutMs: number): Promise
   return false;
 }
 
+/**
+ * One flood for the whole block (each of its long previews costs seconds of engine time): 21 previews, sent at
+ * once when the block starts and aborted when it ends. The tests look at it from its start on, in this order.
+ */
 describe('a flood of long previews', () => {
   let t: TestApp;
   let flood: AbortController;
+  let calls: PreviewCall[];
+  /** The one preview beyond the bound, answered 503 at once. */
+  let refusedAtOnce: PreviewCall | undefined;
 
   beforeAll(async () => {
     t = await startTestApp();
     await warmUpBuiltinEngines();
-  });
-  afterEach(async () => {
-    if (!flood || flood.signal.aborted) return;
-    flood.abort();
-    // The aborted previews leave their slots; the line is open again once a short preview is answered.
-    expect(await shortPreviewAnswered(t.baseUrl, 60_000)).toBe(true);
-  }, 90_000);
+    flood = new AbortController();
+    calls = sendPreviews(t.baseUrl, MAX_RUNNING_PREVIEWS + MAX_WAITING_PREVIEWS + 1, flood.signal);
+    // An app and a live engine start: over 60 s on a heavily loaded host.
+  }, 150_000);
   afterAll(async () => {
+    if (flood && !flood.signal.aborted) {
+      flood.abort();
+      // The aborted previews leave their slots; the line is open again once a short preview is answered.
+      expect(await shortPreviewAnswered(t.baseUrl, 60_000)).toBe(true);
+    }
     await t?.close();
     await closeBuiltinEngines();
-  });
+  }, 90_000);
 
   it('admits the running and waiting previews and answers the next one 503 {detail} with Retry-After at once', async () => {
-    flood = new AbortController();
     const admitted = MAX_RUNNING_PREVIEWS + MAX_WAITING_PREVIEWS;
     expect(admitted).toBe(20);
-    const calls = sendPreviews(t.baseUrl, admitted + 1, flood.signal);
     // Each admitted preview takes seconds of synthesis; the refused one is answered without any.
-    const first = await Promise.race(calls.map((call) => call.response));
-    expect(first.status).toBe(503);
-    expect(first.headers.get('retry-after')).toBe(String(PREVIEW_RETRY_AFTER_S));
-    expect((await json(first)).detail).toMatch(/previews are already running or waiting/);
+    const first = await Promise.race(calls.map((call) => call.response.then((res) => ({ call, res }))));
+    refusedAtOnce = first.call;
+    expect(first.res.status).toBe(503);
+    expect(first.res.headers.get('retry-after')).toBe(String(PREVIEW_RETRY_AFTER_S));
+    expect((await json(first.res)).detail).toMatch(/previews are already running or waiting/);
     // Only that one was answered: the others are all still running or waiting.
     await sleep(300);
     expect(calls.filter((call) => call.answered)).toHaveLength(1);
   }, 60_000);
-
-  it('tells a preview still waiting after PREVIEW_MAX_WAIT_MS that the line is busy (503 {detail}, Retry-After)', async () => {
-    flood = new AbortController();
-    const calls = sendPreviews(t.baseUrl, MAX_RUNNING_PREVIEWS + MAX_WAITING_PREVIEWS, flood.signal);
-    // 20 long previews on one preview engine take minutes; the waiting ones are answered once their wait runs out.
-    expect(await eventually(() => calls.some((call) => call.status === 503), PREVIEW_MAX_WAIT_MS + 30_000, 100)).toBe(true);
-    const refused = await calls.find((call) => call.status === 503)!.response;
-    expect(refused.headers.get('retry-after')).toBe(String(PREVIEW_RETRY_AFTER_S));
-    expect((await json(refused)).detail).toMatch(/previews are already running or waiting/);
-  }, 90_000);
 
   it('documents the 503 in OpenAPI', async () => {
     const doc = await json(await fetch(`${t.baseUrl}/openapi.json`));
@@ -104,9 +103,8 @@ describe('a flood of long previews', () => {
   });
 
   it('lets a live speak reach first_audio while the preview engine is busy, from its own engine process', async () => {
-    flood = new AbortController();
-    const calls = sendPreviews(t.baseUrl, MAX_RUNNING_PREVIEWS + MAX_WAITING_PREVIEWS, flood.signal);
-    expect(await eventually(() => builtinPreviewEngineProcesses().some((engine) => engine.busy), 30_000, 5)).toBe(true);
+    // The flood's first previews start the preview engine process: busy once it is up.
+    expect(await eventually(() => builtinPreviewEngineProcesses().some((engine) => engine.busy), ENGINE_START_TIMEOUT_MS, 5)).toBe(true);
     const previewPids = builtinPreviewEngineProcesses().map((engine) => engine.pid);
 
     const live = await openSession(t);
@@ -125,6 +123,16 @@ describe('a flood of long previews', () => {
     } finally {
       live.close();
     }
+  }, ENGINE_START_TIMEOUT_MS + 60_000);
+
+  it('tells a preview still waiting after PREVIEW_MAX_WAIT_MS that the line is busy (503 {detail}, Retry-After)', async () => {
+    expect(refusedAtOnce).toBeDefined();
+    const waitedOut = () => calls.find((call) => call !== refusedAtOnce && call.status === 503);
+    // 20 long previews on one preview engine take minutes; the waiting ones are answered once their wait runs out.
+    expect(await eventually(() => waitedOut() !== undefined, PREVIEW_MAX_WAIT_MS + 30_000, 100)).toBe(true);
+    const refused = await waitedOut()!.response;
+    expect(refused.headers.get('retry-after')).toBe(String(PREVIEW_RETRY_AFTER_S));
+    expect((await json(refused)).detail).toMatch(/previews are already running or waiting/);
   }, 90_000);
 });
 

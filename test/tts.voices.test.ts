@@ -164,19 +164,27 @@ describe('GET /tts/voices with every listing provider answering', () => {
   });
 });
 
-describe('GET /tts/voices with failing upstreams', () => {
-  let fakes: Fakes;
-  let t: TestApp;
-  beforeAll(async () => {
-    fakes = await startFakes();
-    t = await startApp(fakes);
-  });
+/**
+ * Each test waits out a bound of seconds (the error cache, the list timeout): they run side by side, each on its
+ * own upstream fakes and app, so neither sees the other's failures in its cache.
+ */
+describe.concurrent('GET /tts/voices with failing upstreams', () => {
+  const running: Array<{ fakes: Fakes; t: TestApp }> = [];
+  async function scene(): Promise<{ fakes: Fakes; t: TestApp }> {
+    const fakes = await startFakes();
+    const made = { fakes, t: await startApp(fakes) };
+    running.push(made);
+    return made;
+  }
   afterAll(async () => {
-    await t?.close();
-    await Promise.all(Object.values(fakes ?? {}).map((fake) => fake.close()));
+    await Promise.all(running.map(async ({ fakes, t }) => {
+      await t.close();
+      await Promise.all(Object.values(fakes).map((fake) => fake.close()));
+    }));
   });
 
-  it('serves a failed list from a short error cache, then asks the upstream again', async () => {
+  it('serves a failed list from a short error cache, then asks the upstream again', async ({ expect }) => {
+    const { fakes, t } = await scene();
     fakes.eleven.scenario = 'server_error';
     const failed = providerOf((await voices(t, '?provider=cloud_c')).body, 'cloud_c');
     expect(failed).toMatchObject({ configured: true, status: 'error', voices: [] });
@@ -192,7 +200,8 @@ describe('GET /tts/voices with failing upstreams', () => {
     expect(voiceListRequests(fakes.eleven)).toBe(asked + 1);
   });
 
-  it('marks only the failing providers as error with the upstream reason, answers 200, and gives up on a slow one at the bound', async () => {
+  it('marks only the failing providers as error with the upstream reason, answers 200, and gives up on a slow one at the bound', async ({ expect }) => {
+    const { fakes, t } = await scene();
     fakes.azure.scenario = 'unauthorized';
     fakes.xtts.scenario = 'server_error';
     fakes.google.scenario = 'slow';
