@@ -94,7 +94,8 @@ async function tempDir(prefix: string): Promise<string> {
   return fs.mkdtemp(path.join(os.tmpdir(), prefix));
 }
 
-async function copyRepoAvatars(target: string): Promise<void> {
+/** Copies the repository's avatars (not custom ones) into `target`: what each child gets unless given `avatarsDir`. */
+export async function copyRepoAvatars(target: string): Promise<void> {
   const skip = (name: string) => name.startsWith('.') || name.startsWith('custom-');
   await fs.cp(REPO_AVATARS, target, { recursive: true, filter: (src) => src === REPO_AVATARS || !skip(path.basename(src)) });
 }
