@@ -19,7 +19,7 @@ import {
 } from './helpers/clip-avatar.ts';
 import { landscapeMp4 } from './helpers/clips.ts';
 import { startRedis, type RedisProcess } from './helpers/redis-server.ts';
-import { copyRepoAvatars, startServiceProcess, type ServiceProcess } from './helpers/service-process.ts';
+import { startServiceProcess, type ServiceProcess } from './helpers/service-process.ts';
 
 /** A 2 s clip is a 50-frame loop: forwards and back in 98 frames (3.9 s). */
 const CLIP_SECONDS = 2;
@@ -32,31 +32,28 @@ const SETUP_TIMEOUT_MS = 240_000;
 describe('a video avatar on a cluster of two nodes (shared storage, real redis-server, real ffmpeg)', () => {
   let redis: RedisProcess;
   let dataDir: string;
-  let avatarsDir: string;
   let downloads: string;
-  let clip: Buffer;
   const nodes: ServiceProcess[] = [];
 
   beforeAll(async () => {
-    // Independent set-up side by side: redis, the shared directories (the repository's avatars copied once) and the clip.
-    const mkdir = (prefix: string) => fs.mkdtemp(path.join(os.tmpdir(), prefix));
-    [redis, dataDir, avatarsDir, downloads] = await Promise.all([startRedis(), mkdir('cluster-clip-data-'), mkdir('cluster-clip-avatars-'), mkdir('cluster-clip-files-')]);
-    await copyRepoAvatars(avatarsDir);
-    // Both nodes start at once on the same shared storage, as a cluster's nodes do, while the clip is made.
-    const env = { SERVICE_REDIS_URL: redis.url, SERVICE_NODE_TTL_S: String(NODE_TTL_S) };
-    const starting = [0, 1].map(async () => nodes.push(await startServiceProcess({ dataDir, avatarsDir, env })));
-    [clip] = await Promise.all([landscapeMp4(downloads, CLIP_SECONDS).then((file) => fs.readFile(file)), Promise.all(starting)]);
+    redis = await startRedis();
+    dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'cluster-clip-data-'));
+    downloads = await fs.mkdtemp(path.join(os.tmpdir(), 'cluster-clip-files-'));
+    for (let i = 0; i < 2; i++) {
+      // The first node copies the repository's avatars to a temporary directory; the second shares it.
+      nodes.push(await startServiceProcess({ dataDir, avatarsDir: nodes[0]?.avatarsDir, env: { SERVICE_REDIS_URL: redis.url, SERVICE_NODE_TTL_S: String(NODE_TTL_S) } }));
+    }
   }, SETUP_TIMEOUT_MS);
 
   afterAll(async () => {
     await Promise.all(nodes.map((node) => node.stop()));
     await redis?.stop();
-    for (const dir of [dataDir, avatarsDir, downloads]) if (dir) await fs.rm(dir, { recursive: true, force: true });
+    for (const dir of [dataDir, downloads]) if (dir) await fs.rm(dir, { recursive: true, force: true });
   }, 60_000);
 
   it('a clip avatar made on node A is on the shared storage whole, and node B (A stopped) lists it, opens a session on it and renders an offline MP4 that plays its loop', async () => {
     const [a, b] = nodes;
-    const made = await uploadClip(a.baseUrl, clip, 'Shared clip');
+    const made = await uploadClip(a.baseUrl, await fs.readFile(await landscapeMp4(downloads, CLIP_SECONDS)), 'Shared clip');
     const summary = await made.json();
     expect(made.status, JSON.stringify(summary)).toBe(200);
     const avatarId: string = summary.id;

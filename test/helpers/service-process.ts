@@ -94,8 +94,7 @@ async function tempDir(prefix: string): Promise<string> {
   return fs.mkdtemp(path.join(os.tmpdir(), prefix));
 }
 
-/** Copies the repository's avatars (not custom ones) into `target`: what each child gets unless given `avatarsDir`. */
-export async function copyRepoAvatars(target: string): Promise<void> {
+async function copyRepoAvatars(target: string): Promise<void> {
   const skip = (name: string) => name.startsWith('.') || name.startsWith('custom-');
   await fs.cp(REPO_AVATARS, target, { recursive: true, filter: (src) => src === REPO_AVATARS || !skip(path.basename(src)) });
 }
