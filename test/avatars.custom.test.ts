@@ -242,7 +242,7 @@ describe('a lipsync session on a custom avatar', () => {
 
     const before = peer.frames.length;
     const from = sse.events.length;
-    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Watch my mouth move.' })).status).toBe(200);
+    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Hello, I am an astronaut. Watch my mouth move while I talk.' })).status).toBe(200);
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 30_000, 'status idle', from);
 
     const speaking = peer.frames.slice(before);
@@ -263,7 +263,7 @@ describe('a lipsync session on a custom avatar', () => {
     expect(await json(await fetch(`${t.baseUrl}/avatars/${id}`, { method: 'DELETE' }))).toEqual({ deleted: true });
     const afterDelete = peer.frames.length;
     const again = sse.events.length;
-    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Still talking, avatar deleted.' })).status).toBe(200);
+    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Still talking after my avatar was deleted.' })).status).toBe(200);
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 30_000, 'status idle after delete', again);
     expect(sse.events.slice(again).some((e) => e.type === 'error')).toBe(false);
     const later = peer.frames.slice(afterDelete);

@@ -39,15 +39,13 @@ function beyondLoop(frame: ReceivedFrame, idle: ReceivedFrame[], band: { x: numb
 describe('a lipsync session on a video avatar (real HTTP, real ffmpeg, real detector, real wrtc peer)', () => {
   let t: TestApp;
   let clips: string;
-  let clip: Buffer;
   let peer: ReceivingPeer | undefined;
   let sse: SseClient | undefined;
 
   beforeAll(async () => {
     t = await startTestApp();
     clips = await tempDir('clips-');
-    clip = await fs.readFile(await landscapeMp4(clips, CLIP_SECONDS));
-  }, 120_000);
+  }, 60_000);
 
   afterAll(async () => {
     peer?.close();
@@ -61,7 +59,7 @@ describe('a lipsync session on a video avatar (real HTTP, real ffmpeg, real dete
     const body = new FormData();
     body.append('name', 'clip talker');
     body.append('base_avatar_id', 'astronaut');
-    body.append('video', new Blob([new Uint8Array(clip)], { type: 'video/mp4' }), 'clip.mp4');
+    body.append('video', new Blob([new Uint8Array(await fs.readFile(await landscapeMp4(clips, CLIP_SECONDS)))], { type: 'video/mp4' }), 'clip.mp4');
     const created = await fetch(`${t.baseUrl}/avatars/custom`, { method: 'POST', body });
     const summary = await json(created);
     expect(created.status, JSON.stringify(summary)).toBe(200);
@@ -85,7 +83,7 @@ describe('a lipsync session on a video avatar (real HTTP, real ffmpeg, real dete
 
     const before = peer.frames.length;
     const from = sse.events.length;
-    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Watch my mouth open while I talk.' })).status).toBe(200);
+    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Hello, I am a video avatar. Watch my mouth open while I talk.' })).status).toBe(200);
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle', from);
     const speaking = peer.frames.slice(before);
     expect(speaking.length).toBeGreaterThan(20);
