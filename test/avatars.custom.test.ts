@@ -35,19 +35,24 @@ async function noFacePng(): Promise<Buffer> {
   return sharp(Buffer.from(svg)).png().toBuffer();
 }
 
+/**
+ * One app (and its face detector, loaded once) for the whole file: each test makes its own avatars in it, and the
+ * restart test hands on the restarted app.
+ */
+let t: TestApp;
+let fixture: Buffer;
+
+beforeAll(async () => {
+  t = await startTestApp();
+  fixture = await fs.readFile(FIXTURE);
+});
+
+afterAll(async () => {
+  await t?.close();
+  await closeFaceDetector();
+});
+
 describe('POST /avatars/custom (real app, real detector)', () => {
-  let t: TestApp;
-  let fixture: Buffer;
-
-  beforeAll(async () => {
-    t = await startTestApp();
-    fixture = await fs.readFile(FIXTURE);
-  });
-
-  afterAll(async () => {
-    await t?.close();
-    await closeFaceDetector();
-  });
 
   async function avatarIds(): Promise<string[]> {
     return (await json(await fetch(`${t.baseUrl}/avatars`))).map((a: { id: string }) => a.id);
@@ -210,23 +215,16 @@ describe('POST /avatars/custom (real app, real detector)', () => {
 });
 
 describe('a lipsync session on a custom avatar', () => {
-  let t: TestApp;
   let peer: ReceivingPeer | undefined;
   let sse: SseClient | undefined;
 
-  beforeAll(async () => {
-    t = await startTestApp();
-  });
-
-  afterAll(async () => {
+  afterAll(() => {
     peer?.close();
     sse?.close();
-    await t?.close();
-    await closeFaceDetector();
   });
 
   it('speaks, and the mouth region around the detected mouth moves at a WebRTC receiver', async () => {
-    const created = await upload(t.baseUrl, { name: 'talker', base_avatar_id: 'astronaut', image: { bytes: await fs.readFile(FIXTURE) } });
+    const created = await upload(t.baseUrl, { name: 'talker', base_avatar_id: 'astronaut', image: { bytes: fixture } });
     expect(created.status).toBe(200);
     const { id } = await json(created);
     const { metadata } = await json(await fetch(`${t.baseUrl}/avatars/${id}`));

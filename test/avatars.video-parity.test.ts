@@ -38,36 +38,52 @@ const RECORD_MS = 4_500;
 /** Recording that much in real time, after the session's first frame, on a loaded, half-speed host. */
 const RECORDING_TIMEOUT_MS = 60_000;
 
+/** One app (and one face detector) for both groups: neither depends on a fresh service, only on its own avatars. */
+let t: TestApp;
+let files: string;
+/** The 2 s landscape clip. */
+let clip: Buffer;
+
+beforeAll(async () => {
+  t = await startTestApp();
+  files = await tempDir('clip-parity-');
+  clip = await fs.readFile(await landscapeMp4(files, CLIP_SECONDS));
+}, CREATION_TIMEOUT_MS);
+
+afterAll(async () => {
+  await t?.close();
+  await closeFaceDetector();
+  if (files) await fs.rm(files, { recursive: true, force: true });
+});
+
 describe('a video avatar in offline bundles and recordings (real app, real ffmpeg, real detector)', () => {
-  let t: TestApp;
   let avatarId: string;
   let loop: LoopReference;
-  let downloads: string;
 
   beforeAll(async () => {
-    t = await startTestApp();
-    downloads = await tempDir('clip-parity-');
-    const res = await uploadClip(t.baseUrl, await fs.readFile(await landscapeMp4(downloads, CLIP_SECONDS)));
+    const res = await uploadClip(t.baseUrl, clip);
     const summary = await json(res);
     expect(res.status, JSON.stringify(summary)).toBe(200);
     avatarId = summary.id;
     loop = await readLoopReference(path.join(t.avatarsDir, avatarId));
   }, CREATION_TIMEOUT_MS);
 
+  /** Ended after this group: a session left rendering would load the CPU under the next group's creations. */
+  const sessions: string[] = [];
   afterAll(async () => {
-    await t?.close();
-    await closeFaceDetector();
-    if (downloads) await fs.rm(downloads, { recursive: true, force: true });
+    await Promise.all(sessions.map((id) => fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' })));
   });
 
   async function lipsyncSession(): Promise<string> {
     const created = await post(t.baseUrl, '/sessions', { avatar_id: avatarId, model: 'lipsync' });
     expect(created.status).toBe(200);
-    return (await json(created)).session_id;
+    const sessionId: string = (await json(created)).session_id;
+    sessions.push(sessionId);
+    return sessionId;
   }
 
   it('an offline MP4 bundle plays the clip loop while silent and opens the mouth on the loop frame while speaking', async () => {
-    const file = await renderOfflineBundle(t.baseUrl, await lipsyncSession(), speechThenPause(PAUSE_MS), downloads);
+    const file = await renderOfflineBundle(t.baseUrl, await lipsyncSession(), speechThenPause(PAUSE_MS), files);
     const found = await measureOfflineClipBundle(file, loop);
     expect(found.silentFrames).toBeGreaterThanOrEqual(PING_PONG_FRAMES);
     expect(found.speakingFrames).toBeGreaterThan(20);
@@ -96,7 +112,7 @@ describe('a video avatar in offline bundles and recordings (real app, real ffmpe
     expect(status.state).toBe('complete');
     const download = await fetch(`${t.baseUrl}${status.artifact_url}`);
     expect(download.status).toBe(200);
-    const file = path.join(downloads, 'recording.mp4');
+    const file = path.join(files, 'recording.mp4');
     await fs.writeFile(file, Buffer.from(await download.arrayBuffer()));
 
     const found = await measureRecordedClip(file, loop);
@@ -109,24 +125,13 @@ describe('a video avatar in offline bundles and recordings (real app, real ffmpe
 });
 
 describe('bounded concurrent clip creations (real app, real ffmpeg, real detector)', () => {
-  let t: TestApp;
-  let clip: Buffer;
   let faceless: Buffer;
   /** Places for creations: the one running and the ones waiting for it. */
   const PLACES = MAX_RUNNING_IMAGE_JOBS + MAX_WAITING_IMAGE_JOBS;
 
   beforeAll(async () => {
-    t = await startTestApp();
-    const clips = await tempDir('clips-');
-    clip = await fs.readFile(await landscapeMp4(clips, CLIP_SECONDS));
-    faceless = await fs.readFile(await facelessMp4(clips));
-    await fs.rm(clips, { recursive: true, force: true });
+    faceless = await fs.readFile(await facelessMp4(files, CLIP_SECONDS));
   }, 60_000);
-
-  afterAll(async () => {
-    await t?.close();
-    await closeFaceDetector();
-  });
 
   const hidden = async () => (await fs.readdir(t.avatarsDir)).filter((name) => name.startsWith('.'));
   const customIds = async () => (await json(await fetch(`${t.baseUrl}/avatars`))).filter((a: { is_custom: boolean }) => a.is_custom).map((a: { id: string }) => a.id);
