@@ -83,10 +83,9 @@ describe('a cluster of three nodes on one redis-server', () => {
     redis = await startRedis();
     client = new Redis(redis.url);
     dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'cluster-data-'));
-    // The first node copies the repository's avatars to a temp directory; the others share it and start together.
-    const first = await startServiceProcess({ dataDir, env: env() });
-    const others = await Promise.all(Array.from({ length: NODE_COUNT - 1 }, () => startServiceProcess({ dataDir, avatarsDir: first.avatarsDir, env: env() })));
-    for (const node of [first, ...others]) {
+    // The first node copies the repository's avatars to a temp directory; the others share it.
+    for (let i = 0; i < NODE_COUNT; i++) {
+      const node = await startServiceProcess({ dataDir, avatarsDir: nodes[0]?.avatarsDir, env: env() });
       nodes.push(node);
       byId.set(nodeIdOf(node.baseUrl), node);
     }
