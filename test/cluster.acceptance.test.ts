@@ -24,6 +24,10 @@ const NODE_TTL_S = 5;
 /** Per node; the cluster's cap on created-but-unstarted sessions is three times this. */
 const MAX_PENDING = 4;
 const NODE_COUNT = 3;
+/** Offline job segments of 10 s of video each (1 s of speech, 9 s of pause). */
+const OFFLINE_SEGMENTS = 6;
+/** A client polling the job: often enough to see its progress before the kill, too. */
+const POLL_MS = 50;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -199,8 +203,9 @@ describe('a cluster of three nodes on one redis-server', () => {
     const sessionId = (await created.json()).session_id as string;
     const bundle = `/sessions/${sessionId}/rt-offline-bundle`;
     const pcm = (ms: number) => Buffer.from(tone(16000, ms, 300).buffer).toString('base64');
-    // ≈ 3 min of video (the mock renders ~10× real time): long enough that the kill lands mid-render.
-    const segments = Array.from({ length: 18 }, () => ({ audio_base64: pcm(1000), pause_after_ms: 9000 }));
+    // 60 s of video: seconds of rendering for the mock (~20× real time, docs/performance.md), many times the
+    // ~0.1 s between the progress write that triggers the kill and the kill; the re-render stays short.
+    const segments = Array.from({ length: OFFLINE_SEGMENTS }, () => ({ audio_base64: pcm(1000), pause_after_ms: 9000 }));
     const submitted = await post(a.baseUrl, bundle, { segments });
     expect(submitted.status).toBe(200);
     const jobId = (await submitted.json()).job_id as string;
@@ -210,7 +215,7 @@ describe('a cluster of three nodes on one redis-server', () => {
       // BullMQ keeps the worker name (the node id) in the job hash as `pb`.
       const [processedBy, progress] = await client.hmget(jobKey, 'pb', 'progress');
       return processedBy && Number(progress ?? 0) > 0 ? byId.get(processedBy) : undefined;
-    }, 'a node to be rendering the job', 60_000, 50);
+    }, 'a node to be rendering the job', 60_000, 20);
     const observer = alive().find((node) => node !== runner)!;
 
     // A client polling the job through a node that survives.
@@ -225,13 +230,13 @@ describe('a cluster of three nodes on one redis-server', () => {
         } catch {
           // a slow answer: the next poll
         }
-        await sleep(100);
+        await sleep(POLL_MS);
       }
     })();
 
-    await until(async () => seen.some((job) => job.status === 'running' && job.progress > 0.05), 'the job to be under way', 60_000);
+    await until(async () => seen.some((job) => job.status === 'running' && job.progress > 0.05), 'the job to be under way', 60_000, 10);
     await runner.kill();
-    const done = await until(async () => seen.find((job) => job.status === 'complete' || job.status === 'failed'), 'the job to finish on another node', 180_000, 200);
+    const done = await until(async () => seen.find((job) => job.status === 'complete' || job.status === 'failed'), 'the job to finish on another node', 180_000, POLL_MS);
     polling = false;
     await poller;
     expect(done.status).toBe('complete');

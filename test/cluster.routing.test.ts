@@ -49,6 +49,10 @@ const HAPROXY = ['/usr/sbin/haproxy', '/usr/bin/haproxy'].find((file) => spawnSy
 const HAPROXY_STATS_TIMEOUT_MS = 5_000;
 /** Creates sent through HAProxy: a multiple of the node count, so round-robin gives each node the same share. */
 const BALANCED_CREATES = 2 * NODE_COUNT;
+/** Offline job segments of 10 s of video each (1 s of speech, 9 s of pause). */
+const OFFLINE_SEGMENTS = 6;
+/** A client polling the job: often enough to see its progress before the SIGTERM, too. */
+const POLL_MS = 50;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -531,9 +535,15 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     const id = await create(nodes[0].baseUrl);
     const owner = await ownerOf(id);
     const other = alive().find((node) => node !== owner)!;
+    /** A recording under way, its file being written on shared storage (the encoder opens its output once it has probed both inputs). */
+    const recordingWritten = async (sessionId: string) => {
+      await until(async () => (await getJson(other.baseUrl, `/sessions/${sessionId}/rt-recording`)).duration_ms > 0, 'the recording to be under way', 10_000, 50);
+      const partial = path.join(dataDir, 'nodes', nodeIdOf(owner.baseUrl), 'recordings', sessionId, 'recording.partial.mp4');
+      await until(async () => (await fs.stat(partial)).size > 0, 'the recording file to be written on shared storage', 10_000, 50);
+    };
     expect((await post(other.baseUrl, `/sessions/${id}/start`)).status).toBe(200);
     expect((await post(other.baseUrl, `/sessions/${id}/rt-recording/start`)).status).toBe(200);
-    await sleep(1_500);
+    await recordingWritten(id);
     const stopped = await post(other.baseUrl, `/sessions/${id}/rt-recording/stop`);
     expect(stopped.status).toBe(200);
     const duration = (await stopped.json()).duration_ms as number;
@@ -578,10 +588,7 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     const recordingId = await createOnOwner('test-reservation-recording');
     expect((await post(other.baseUrl, `/sessions/${recordingId}/start`)).status).toBe(200);
     expect((await post(other.baseUrl, `/sessions/${recordingId}/rt-recording/start`)).status).toBe(200);
-    await until(async () => (await getJson(other.baseUrl, `/sessions/${recordingId}/rt-recording`)).duration_ms > 0, 'the recording to be under way', 10_000);
-    // The encoder opens its output once it has probed both inputs: the file being written is awaited.
-    const partial = path.join(dataDir, 'nodes', nodeIdOf(owner.baseUrl), 'recordings', recordingId, 'recording.partial.mp4');
-    await until(async () => (await fs.stat(partial)).size > 0, 'the recording file to be written on shared storage', 10_000);
+    await recordingWritten(recordingId);
 
     await owner.kill();
     // Until the owner's heartbeat expires it is still the owner: a bounded 503 with Retry-After, not a hang or a 5xx without a reason.
@@ -630,7 +637,9 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     const id = await create(survivors[0].baseUrl);
     const bundle = `/sessions/${id}/rt-offline-bundle`;
     const pcm = (ms: number) => Buffer.from(tone(16000, ms, 300).buffer).toString('base64');
-    const segments = Array.from({ length: 18 }, () => ({ audio_base64: pcm(1000), pause_after_ms: 9000 }));
+    // 60 s of video: seconds of rendering for the mock (~20× real time, docs/performance.md), many times the
+    // ~0.1 s between the progress write that triggers the SIGTERM and the SIGTERM; the re-render stays short.
+    const segments = Array.from({ length: OFFLINE_SEGMENTS }, () => ({ audio_base64: pcm(1000), pause_after_ms: 9000 }));
     const submitted = await post(survivors[0].baseUrl, bundle, { segments });
     expect(submitted.status).toBe(200);
     const jobId = (await submitted.json()).job_id as string;
@@ -638,7 +647,7 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     const runner = await until(async () => {
       const [processedBy, progress] = await client.hmget(jobKey, 'pb', 'progress');
       return processedBy && Number(progress ?? 0) > 0 ? byId.get(processedBy) : undefined;
-    }, 'a node to be rendering the job', 60_000, 50);
+    }, 'a node to be rendering the job', 60_000, 20);
     const observer = survivors.find((node) => node !== runner)!;
     const seen: Array<{ status: string; progress: number }> = [];
     let polling = true;
@@ -651,10 +660,10 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
         } catch {
           // a slow answer: the next poll
         }
-        await sleep(100);
+        await sleep(POLL_MS);
       }
     })();
-    await until(async () => seen.some((job) => job.status === 'running' && job.progress > 0.05), 'the job to be under way', 60_000);
+    await until(async () => seen.some((job) => job.status === 'running' && job.progress > 0.05), 'the job to be under way', 60_000, 10);
 
     // Leftovers in the shared avatars directory: the runner's own (a crash's) and another node's upload in progress.
     const runnerId = nodeIdOf(runner.baseUrl);
@@ -665,7 +674,7 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
 
     const exit = await runner.stop();
     expect(exit.signal ?? 'exited').not.toBe('SIGKILL');
-    const done = await until(async () => seen.find((job) => job.status === 'complete' || job.status === 'failed'), 'the job to finish on another node', 180_000, 200);
+    const done = await until(async () => seen.find((job) => job.status === 'complete' || job.status === 'failed'), 'the job to finish on another node', 180_000, POLL_MS);
     polling = false;
     await poller;
     expect(done.status).toBe('complete');

@@ -54,17 +54,16 @@ describe('WHEP playback', () => {
   });
 
   it('two viewers receive video and speech; deleting one leaves the other receiving', async () => {
-    const first = await connectViewer(t, sessionId);
-    const second = await connectViewer(t, sessionId);
+    const [first, second] = await Promise.all([connectViewer(t, sessionId), connectViewer(t, sessionId)]);
     peers.push(first.peer, second.peer);
     expect(first.location).toMatch(new RegExp(`^/sessions/${sessionId}/whep/[\\w-]+$`));
     expect(second.location).not.toBe(first.location);
-    for (const { peer } of [first, second]) await peer.until(() => peer.frames.length >= 5, MEDIA_WAIT_MS, 'viewer frames');
+    await Promise.all([first, second].map(({ peer }) => peer.until(() => peer.frames.length >= 5, MEDIA_WAIT_MS, 'viewer frames')));
     expect(first.peer.frames.at(-1)!.width).toBe(second.peer.frames.at(-1)!.width);
 
     const sentAt = performance.now();
     expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Hello to both of my viewers, I am speaking now.' })).status).toBe(200);
-    for (const { peer } of [first, second]) await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, MEDIA_WAIT_MS, 'speech at a viewer');
+    await Promise.all([first, second].map(({ peer }) => peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, MEDIA_WAIT_MS, 'speech at a viewer')));
 
     const deleted = await fetch(`${t.baseUrl}${first.location}`, { method: 'DELETE' });
     expect(deleted.status).toBe(204);
