@@ -78,8 +78,18 @@ export async function fdKinds(pid: number): Promise<Record<string, number>> {
   return kinds;
 }
 
-/** Every file and directory under `dir` (relative paths), e.g. a child's private TMPDIR. */
-export async function entriesUnder(dir: string): Promise<string[]> {
-  const entries = await fs.readdir(dir, { recursive: true });
-  return entries.map(String).sort();
+/**
+ * Every file and directory under `dir` (relative paths), e.g. a child's private TMPDIR. A symbolic link is one
+ * entry and is not followed: the child's link to the shared tsx transpile cache (service-process.ts) must not count
+ * what other processes of the suite write into that cache meanwhile.
+ */
+export async function entriesUnder(dir: string, prefix = ''): Promise<string[]> {
+  const entries: string[] = [];
+  for (const entry of await fs.readdir(dir, { withFileTypes: true })) {
+    const relative = prefix ? `${prefix}/${entry.name}` : entry.name;
+    entries.push(relative);
+    // A directory removed between the listing and this read is simply gone: the snapshot counts what is there.
+    if (entry.isDirectory()) entries.push(...(await entriesUnder(path.join(dir, entry.name), relative).catch(() => [])));
+  }
+  return entries.sort();
 }
