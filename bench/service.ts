@@ -199,10 +199,13 @@ async function spawnWithFlags(nodeArgs: string[], env: Record<string, string>): 
   child.stderr!.on('data', keep);
   child.stdin!.on('error', () => undefined);
   let status: ServiceExit | null = null;
+  let stopRequested = false;
   const exited = new Promise<ServiceExit>((resolve) =>
     child.once('exit', (code, signal) => {
       status = { code, signal };
       process.off('exit', killOnExit);
+      // A service that dies on its own while measured: its last lines say why (a bench client only sees a closed socket).
+      if (!stopRequested) process.stderr.write(`bench service exited unexpectedly (${JSON.stringify(status)}); its last output:\n${tail.slice(-4000)}\n`);
       resolve(status);
     }),
   );
@@ -233,6 +236,7 @@ async function spawnWithFlags(nodeArgs: string[], env: Record<string, string>): 
     logs: () => tail,
     collectGarbage: garbageCollector(child.pid!, () => tail),
     stop: () => {
+      stopRequested = true;
       stopping ??= (async () => {
         if (status === null) {
           child.kill('SIGTERM');
