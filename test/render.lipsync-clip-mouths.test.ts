@@ -167,20 +167,31 @@ describe('lipsync renderer on a video avatar with harvested mouths', () => {
     for (const frameIdx of [0, 5]) expect(lumaDiff(renderer.render(request(frameIdx)), warp.render(request(frameIdx)), everything).outside).toBe(0);
   });
 
-  it("on a loop frame whose own lips are parted (the clip's speech), silence lays the person's closed mouth there", async () => {
-    // The same loop, its track saying every frame's lips are apart as in mid-sentence.
+  /** The speaking clip's source, its face track saying every loop frame's inner lips are apart by `gap`. */
+  function withLipsApart(gap: number): AvatarSource {
     const track = (JSON.parse(Buffer.from(withMouths.source.clip!.trackJson).toString('utf8')) as MouthAnimation[]).map((face) => ({
       ...face,
-      inner_lip: innerLip(REST_GAP + 0.3 * MW).map((p) => ({ x: p.x + face.mouth_center.x - CX, y: p.y })),
+      inner_lip: innerLip(gap).map((p) => ({ x: p.x + face.mouth_center.x - CX, y: p.y })),
     }));
-    const talking: AvatarSource = { ...withMouths.source, clip: { ...withMouths.source.clip!, trackJson: new Uint8Array(Buffer.from(JSON.stringify(track))) } };
+    return { ...withMouths.source, clip: { ...withMouths.source.clip!, trackJson: new Uint8Array(Buffer.from(JSON.stringify(track))) } };
+  }
+
+  /** The harvested closed mouth, and where the mouth sits on loop frame 3 (its sway shift and the mouth's core box). */
+  function closedMouthOnFrame3() {
+    const closed = harvested.files.index.samples.reduce((a, b) => (b.open < a.open ? b : a));
+    const shift = loopFrameIndex(3, 12);
+    const core = { x0: Math.round(CX + shift - 0.5 * MW), y0: Math.round(CY - 0.25 * MW), x1: Math.round(CX + shift + 0.5 * MW), y1: Math.round(CY + 0.5 * MW) };
+    return { closed, shift, core };
+  }
+
+  it("on a loop frame whose own lips are parted (the clip's speech), silence lays the person's closed mouth there", async () => {
+    // The same loop, its track saying every frame's lips are apart as in mid-sentence.
+    const talking = withLipsApart(REST_GAP + 0.3 * MW);
     const renderer = new LipsyncRenderer();
     await renderer.prepare(talking);
     const warp = new LipsyncRenderer();
     await warp.prepare(warpOnly.source);
-    const closed = harvested.files.index.samples.reduce((a, b) => (b.open < a.open ? b : a));
-    const shift = loopFrameIndex(3, 12);
-    const core = { x0: Math.round(CX + shift - 0.5 * MW), y0: Math.round(CY - 0.25 * MW), x1: Math.round(CX + shift + 0.5 * MW), y1: Math.round(CY + 0.5 * MW) };
+    const { closed, shift, core } = closedMouthOnFrame3();
     const silent = renderer.render(request(3));
     const toClosed = shapeDistance(silent, harvested.frames[closed.frame], core, shift);
     const loopToClosed = shapeDistance(warp.render(request(3)), harvested.frames[closed.frame], core, shift);
@@ -191,18 +202,12 @@ describe('lipsync renderer on a video avatar with harvested mouths', () => {
   });
   it("while speaking, a closed pose lays the person's closed mouth even on a loop frame whose own lips are only slightly parted", async () => {
     // The clip's own lips apart by less than counts as talking while idle (OWN_MOUTH_OPEN): its idle loop shows them as they are.
-    const track = (JSON.parse(Buffer.from(withMouths.source.clip!.trackJson).toString('utf8')) as MouthAnimation[]).map((face) => ({
-      ...face,
-      inner_lip: innerLip(REST_GAP + 0.5 * OWN_MOUTH_OPEN * MW).map((p) => ({ x: p.x + face.mouth_center.x - CX, y: p.y })),
-    }));
-    const murmuring: AvatarSource = { ...withMouths.source, clip: { ...withMouths.source.clip!, trackJson: new Uint8Array(Buffer.from(JSON.stringify(track))) } };
+    const murmuring = withLipsApart(REST_GAP + 0.5 * OWN_MOUTH_OPEN * MW);
     const renderer = new LipsyncRenderer();
     await renderer.prepare(murmuring);
     const warp = new LipsyncRenderer();
     await warp.prepare(warpOnly.source);
-    const closed = harvested.files.index.samples.reduce((a, b) => (b.open < a.open ? b : a));
-    const shift = loopFrameIndex(3, 12);
-    const core = { x0: Math.round(CX + shift - 0.5 * MW), y0: Math.round(CY - 0.25 * MW), x1: Math.round(CX + shift + 0.5 * MW), y1: Math.round(CY + 0.5 * MW) };
+    const { closed, shift, core } = closedMouthOnFrame3();
     const loopFrame = warp.render(request(3));
     const everything = { x0: 0, y0: 0, x1: 0, y1: 0 };
     expect(lumaDiff(renderer.render(request(3)), loopFrame, everything).outside).toBe(0);
