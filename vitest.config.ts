@@ -3,6 +3,8 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
+    // A temp root per test file, removed after it (test/setup/temp-root.ts).
+    setupFiles: ['test/setup/temp-root.ts'],
     // Real wrtc peers, ffmpeg and workers: generous per-test time, files in a few forks.
     testTimeout: 60_000,
     hookTimeout: 60_000,

@@ -107,8 +107,10 @@ async function copyRepoAvatars(target: string): Promise<void> {
 async function shareTranspileCache(childTmpDir: string): Promise<void> {
   // tsx's own naming: the effective uid where there is one.
   const name = `tsx-${process.geteuid?.() ?? os.userInfo().username}`;
-  const shared = path.join(os.tmpdir(), name);
-  if (path.resolve(childTmpDir) === path.resolve(os.tmpdir())) return;
+  // The machine's temp dir, not this test file's own (test/setup/temp-root.ts): the cache outlives the file.
+  const sharedRoot = process.env.TEST_SHARED_TMPDIR ?? os.tmpdir();
+  const shared = path.join(sharedRoot, name);
+  if (path.resolve(childTmpDir) === path.resolve(sharedRoot)) return;
   await fs.mkdir(shared, { recursive: true });
   await fs.symlink(shared, path.join(childTmpDir, name)).catch((error: NodeJS.ErrnoException) => {
     if (error.code !== 'EEXIST') throw error;
