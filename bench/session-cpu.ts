@@ -5,19 +5,20 @@
  * over a window. Late frames come from the service's own metrics (`GET /sessions/{id}/metrics`).
  *
  * Rows: `rt` speaking, `rt` idle (started, nothing to say), `lipsync` (astronaut) speaking, `lipsync` on a video
- * avatar speaking (and its ratio to the photo row, `clip_vs_photo_cpu_ratio`); each on a fresh
+ * avatar speaking, swaying camera and still camera (and their ratios to the photo row, `clip_vs_photo_cpu_ratio`,
+ * `still_clip_vs_photo_cpu_ratio`); each on a fresh
  * service after one warm-up session, so every row starts from the same state. Also memory per active
  * session: resident memory with N sessions minus before them, each read after a full GC in the service
  * (SIGUSR2, bench/gc-on-signal.mjs) so floating garbage does not decide the figure.
  *
  *   npm run bench -- session_cpu
  *   BENCH_CPU_WINDOW_S=30 BENCH_SESSIONS=4 npm run bench -- session_cpu
- *   BENCH_CPU_ROWS=lipsync_speaking,lipsync_clip_speaking npm run bench -- session_cpu
+ *   BENCH_CPU_ROWS=lipsync_speaking,lipsync_clip_speaking,lipsync_still_clip_speaking npm run bench -- session_cpu
  */
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { landscapeMp4 } from '../test/helpers/clips.ts';
+import { landscapeMp4, stillCameraMp4 } from '../test/helpers/clips.ts';
 import { postCustomAvatar } from './custom-avatar.ts';
 import { startBenchService, type BenchService } from './service.ts';
 import { SessionLoad, getJson, round, warmUp, type SessionModel, type WindowResult } from './session-load.ts';
@@ -36,8 +37,12 @@ export interface CpuRow {
   key: string;
   model: SessionModel;
   speaking: boolean;
-  /** On a video avatar made (in the row's fresh service) from a clip animated from the astronaut portrait. */
-  clip?: boolean;
+  /**
+   * On a video avatar made (in the row's fresh service) from a clip animated from the astronaut portrait: `swaying`,
+   * the camera's window moving over the whole picture (every pixel moves); `still`, filmed as docs/avatars.md asks (a
+   * still camera and background, only the head moving).
+   */
+  clip?: 'swaying' | 'still';
 }
 
 export const CPU_ROWS: CpuRow[] = [
@@ -45,7 +50,8 @@ export const CPU_ROWS: CpuRow[] = [
   { key: 'rt_idle', model: 'rt', speaking: false },
   { key: 'lipsync_speaking', model: 'lipsync', speaking: true },
   // Issue 27: a clip avatar's session next to the photo's (the row above), in the same run: their ratio is the target.
-  { key: 'lipsync_clip_speaking', model: 'lipsync', speaking: true, clip: true },
+  { key: 'lipsync_clip_speaking', model: 'lipsync', speaking: true, clip: 'swaying' },
+  { key: 'lipsync_still_clip_speaking', model: 'lipsync', speaking: true, clip: 'still' },
 ];
 /** `BENCH_CPU_ROWS=lipsync_speaking,lipsync_clip_speaking` measures only those rows. */
 const ONLY_ROWS = process.env.BENCH_CPU_ROWS ? new Set(process.env.BENCH_CPU_ROWS.split(',')) : null;
@@ -53,10 +59,10 @@ const ONLY_ROWS = process.env.BENCH_CPU_ROWS ? new Set(process.env.BENCH_CPU_ROW
 const CLIP_SECONDS = 10;
 
 /** A video avatar in `service`, from a clip animated from the astronaut portrait (`test/helpers/clips.ts`). */
-async function createClipAvatar(service: BenchService): Promise<string> {
+async function createClipAvatar(service: BenchService, kind: 'swaying' | 'still'): Promise<string> {
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-cpu-clip-'));
   try {
-    const clip = await fs.readFile(await landscapeMp4(dir, CLIP_SECONDS));
+    const clip = await fs.readFile(await (kind === 'still' ? stillCameraMp4 : landscapeMp4)(dir, CLIP_SECONDS));
     return (await postCustomAvatar(service.baseUrl, clip, 'bench clip', 'video')).id;
   } finally {
     await fs.rm(dir, { recursive: true, force: true });
@@ -93,7 +99,7 @@ export async function measureCpuRow(row: CpuRow, sessions = SESSIONS, windowS = 
   const service = await startBenchService();
   const load = new SessionLoad(service.baseUrl, service.pid);
   try {
-    const avatarId = row.clip ? await createClipAvatar(service) : undefined;
+    const avatarId = row.clip ? await createClipAvatar(service, row.clip) : undefined;
     await warmUp(service.baseUrl, service.pid, row.model, avatarId);
     await new Promise((r) => setTimeout(r, 1_000));
     const baseline = [sampleTree(service.pid)];
@@ -149,7 +155,9 @@ export async function benchSessionCpu(): Promise<Record<string, unknown>> {
       out[row.key] = { error: (error as Error).message };
     }
   }
-  Object.assign(out, clipVsPhoto(out.lipsync_speaking as CpuRowResult | undefined, out.lipsync_clip_speaking as CpuRowResult | undefined));
+  const photo = out.lipsync_speaking as CpuRowResult | undefined;
+  Object.assign(out, clipVsPhoto(photo, out.lipsync_clip_speaking as CpuRowResult | undefined));
+  Object.assign(out, clipVsPhoto(photo, out.lipsync_still_clip_speaking as CpuRowResult | undefined, 'still_clip'));
   return out;
 }
 
@@ -163,7 +171,7 @@ export const RATIO_MIN_FPS = 20;
  * The clip-vs-photo CPU ratio with what it rests on: both rows' fps and late frames side by side, and whether it
  * is valid (both sessions at ≥ `RATIO_MIN_FPS`). A clip session that fell behind once read as a good 0.87× at 1 fps.
  */
-export function clipVsPhoto(photo: CpuRowResult | undefined, clip: CpuRowResult | undefined): Record<string, unknown> {
+export function clipVsPhoto(photo: CpuRowResult | undefined, clip: CpuRowResult | undefined, name = 'clip'): Record<string, unknown> {
   if (!photo?.cpu_ms_per_session_second || !clip?.cpu_ms_per_session_second) return {};
   const side = (row: CpuRowResult) => ({ cpu_ms_per_session_second: row.cpu_ms_per_session_second, fps_per_session: row.fps_per_session, late_percent: row.late_percent });
   const slow = [
@@ -173,10 +181,10 @@ export function clipVsPhoto(photo: CpuRowResult | undefined, clip: CpuRowResult 
   const ratio = round(clip.cpu_ms_per_session_second / photo.cpu_ms_per_session_second, 2);
   const invalid = slow.length > 0 ? `${slow.join(', ')} (< ${RATIO_MIN_FPS}): the sessions did not do the same work` : null;
   console.log(
-    `  clip vs photo: CPU ${ratio}× (clip ${clip.cpu_ms_per_session_second} ms, ${clip.fps_per_session} fps, ${clip.late_percent}% late; ` +
+    `  ${name} vs photo: CPU ${ratio}× (clip ${clip.cpu_ms_per_session_second} ms, ${clip.fps_per_session} fps, ${clip.late_percent}% late; ` +
       `photo ${photo.cpu_ms_per_session_second} ms, ${photo.fps_per_session} fps, ${photo.late_percent}% late)${invalid ? ` — INVALID: ${invalid}` : ''}`,
   );
-  return { clip_vs_photo_cpu_ratio: ratio, clip_vs_photo_invalid: invalid, clip_vs_photo: { photo: side(photo), clip: side(clip) } };
+  return { [`${name}_vs_photo_cpu_ratio`]: ratio, [`${name}_vs_photo_invalid`]: invalid, [`${name}_vs_photo`]: { photo: side(photo), clip: side(clip) } };
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

@@ -73,6 +73,28 @@ export async function landscapeMp4(dir: string, seconds = 3): Promise<string> {
   });
 }
 
+/**
+ * Landscape 640×360 H.264 MP4 of `seconds` filmed as docs/avatars.md asks: the camera still, only the head moving.
+ * The portrait scaled to 1024² is the still background; over it the same image, masked to a feathered ellipse around
+ * the head, sways a few pixels (a person breathing and nodding slightly in front of a wall). Audio: a 220 Hz tone.
+ */
+export async function stillCameraMp4(dir: string, seconds = 3): Promise<string> {
+  return madeOnce(`still-camera-${seconds}`, dir, 'still-camera.mp4', async (into) => {
+    const head = path.join(into, 'head.png');
+    // The head (face centre near (445, 250) in 1024²): opaque inside the inner ellipse, fading out over ~48 px.
+    const ellipse = "clip((1.18-hypot((X-445)/190,(Y-250)/250))*255/0.18,0,255)";
+    await ffmpeg(['-i', PORTRAIT_FIXTURE, '-vf', `scale=1024:1024,format=rgba,geq=r='r(X,Y)':g='g(X,Y)':b='b(X,Y)':a='${ellipse}'`, '-frames:v', '1', head]);
+    const file = path.join(into, 'still-camera.mp4');
+    await ffmpeg([
+      '-loop', '1', '-framerate', '25', '-i', PORTRAIT_FIXTURE, '-loop', '1', '-framerate', '25', '-i', head,
+      '-f', 'lavfi', '-i', 'sine=frequency=220:sample_rate=16000', '-t', String(seconds),
+      '-filter_complex', "[0:v]scale=1024:1024[bg];[bg][1:v]overlay=x='6*sin(2*t)':y='4*sin(3*t)',crop=640:360:125:67,format=yuv420p[v]",
+      '-map', '[v]', '-map', '2:a', '-c:v', 'libx264', '-preset', 'ultrafast', '-c:a', 'aac', '-shortest', file,
+    ]);
+    return file;
+  });
+}
+
 /** Portrait 360×640 VP8 WebM of `seconds`, no audio. */
 export async function portraitWebm(dir: string, seconds = 3): Promise<string> {
   return madeOnce(`portrait-${seconds}`, dir, 'portrait.webm', async (into) => {
