@@ -169,6 +169,20 @@ describe('decodeAudioToPcm16', () => {
     expect(await rejection(decodeAudioToPcm16(bytes, { targetRate: 16_000 }))).toBeInstanceOf(InvalidAudioError);
   });
 
+  it('reads raw PCM whose first sample looks like a lone AAC or MP3 frame exactly as long as the input as raw PCM', async () => {
+    // −3585 is FF F1 (an ADTS sync); its frame-length bits (3, then 0) say 24 bytes, the input's length (the
+    // counterexample fast-check found). −7169 then 16 is FF E3 10 00: an MPEG-2.5 layer III header at 8 kbps and
+    // 11025 Hz, whose frame is 52 bytes, the input's length.
+    const adtsLike = Int16Array.from([-3585, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    const mp3Like = new Int16Array(26);
+    mp3Like.set([-7169, 16]);
+    for (const pcm of [adtsLike, mp3Like]) {
+      const decoded = await decodeAudioToPcm16(pcmBytes(pcm), { targetRate: 16_000 });
+      expect(decoded.format).toBe('pcm');
+      expect(Array.from(decoded.pcm)).toEqual(Array.from(pcm));
+    }
+  });
+
   it('never mistakes real-looking raw PCM for MP3, even when it starts with frame-sync bytes', async () => {
     await fc.assert(
       fc.asyncProperty(

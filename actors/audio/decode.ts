@@ -215,8 +215,8 @@ export function looksLikeMp3(bytes: Uint8Array): boolean {
   if (bytes.length >= ID3V2_HEADER_BYTES && bytes[0] === 0x49 && bytes[1] === 0x44 && bytes[2] === 0x33) return true;
   const first = mpegFrameLength(bytes, 0);
   if (first === undefined) return false;
-  // One valid-looking header is a 1-in-a-few-thousand accident in raw PCM; two in a row is not.
-  if (first === bytes.length) return true;
+  // One valid-looking header is a 1-in-a-few-thousand accident in raw PCM; two in a row is not. So is one header whose
+  // frame length happens to equal the input's (raw PCM of that many bytes): a lone frame (26 ms) is read as raw PCM.
   return mpegFrameLength(bytes, first) !== undefined;
 }
 
@@ -327,7 +327,11 @@ function recognizeUnsupportedFormat(bytes: Uint8Array): string | undefined {
   return undefined;
 }
 
-/** Two consecutive ADTS headers (sync 0xFFF, layer 00), for the same reason MP3 detection wants two. */
+/**
+ * Two consecutive ADTS headers (sync 0xFFF, layer 00), for the same reason MP3 detection wants two: raw PCM starting
+ * with the sample −3585 (bytes FF F1) whose frame-length bits equal its own length was refused as AAC (found by the
+ * property test in test/audio.decode.test.ts).
+ */
 function looksLikeAdts(bytes: Uint8Array): boolean {
   const adtsFrameLength = (offset: number): number | undefined => {
     if (offset + 7 > bytes.length || bytes[offset] !== 0xff || (bytes[offset + 1] & 0xf6) !== 0xf0) return undefined;
@@ -335,7 +339,7 @@ function looksLikeAdts(bytes: Uint8Array): boolean {
     return length >= 7 ? length : undefined;
   };
   const first = adtsFrameLength(0);
-  return first !== undefined && (first === bytes.length || adtsFrameLength(first) !== undefined);
+  return first !== undefined && adtsFrameLength(first) !== undefined;
 }
 
 /**
