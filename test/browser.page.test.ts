@@ -10,6 +10,7 @@ import path from 'node:path';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { ENGINE_START_TIMEOUT_MS } from '../actors/tts/builtin/engine-child.ts';
 import { startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import { wavBytes } from './helpers/conversation.ts';
 import { loadVadFixture } from './helpers/vad-fixture.ts';
@@ -18,8 +19,15 @@ import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstrea
 
 const CHROMIUM = '/usr/bin/chromium';
 const REPLY = ['Yes', ', I', ' can', ' hear', ' you', ' clearly', '.'];
-/** One step of a user's path; on a host at half speed a first voice preview (its engine process starting) took over 30 s. */
+/** One step of a user's path. */
 const STEP_MS = 60_000;
+/**
+ * The first voice preview starts the preview engine (compiling 21 MB of WASM) at `PREVIEW_ENGINE_NICENESS`, so that it
+ * never delays a live turn: on a core the other test file keeps busy it gets a few per cent of it, and at half CPU
+ * that start took over 60 s. Nothing promises a preview's speed on a saturated host, only the service's own bound on
+ * an engine's start (`ENGINE_START_TIMEOUT_MS`) and then a sentence.
+ */
+const FIRST_PREVIEW_MS = ENGINE_START_TIMEOUT_MS + STEP_MS;
 
 async function launch(args: string[] = []): Promise<Browser> {
   return chromium.launch({
@@ -101,7 +109,7 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     expect(await voice.locator('optgroup[label="builtin"] option').count()).toBeGreaterThan(5);
     await voice.selectOption('builtin|en-GB-RyanNeural');
     await page.getByRole('button', { name: 'Preview voice' }).click();
-    await page.waitForFunction(() => document.getElementById('preview-status')!.textContent!.startsWith('Playing a preview of'), null, { timeout: STEP_MS });
+    await page.waitForFunction(() => document.getElementById('preview-status')!.textContent!.startsWith('Playing a preview of'), null, { timeout: FIRST_PREVIEW_MS });
 
     await page.getByLabel('System prompt').fill('You are a test avatar. Answer in one sentence.');
     await page.getByRole('button', { name: 'Start session' }).click();
@@ -109,7 +117,7 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     const sessionId = await page.evaluate(() => (window as unknown as { demo: { sessionId: string } }).demo.sessionId);
     const info = await (await fetch(`${t.baseUrl}/sessions/${sessionId}`)).json();
     expect(info).toMatchObject({ avatar_id: 'demo-rt', model: 'rt', tts_provider: 'builtin', tts_voice: 'en-GB-RyanNeural', llm_system_prompt: 'You are a test avatar. Answer in one sentence.' });
-  }, 180_000);
+  }, FIRST_PREVIEW_MS + 2 * STEP_MS);
 
   it('type and Speak: captions show the words, the avatar state shows speaking, the timeline the request → first audio latency', async () => {
     await page.getByLabel('Message').fill('Hello from the page test.');
