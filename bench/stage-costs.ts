@@ -18,6 +18,7 @@ import wrtc from '@roamhq/wrtc';
 import { threadCpu, threadCpuDelta } from './proc.ts';
 import { round } from './stats.ts';
 import { FPS, HEIGHT, I420_BYTES, WIDTH, frameAt, toneChunk } from './synthetic-media.ts';
+import { VIDEO_SOURCE_INIT } from '../actors/media/webrtc.ts';
 
 const { RTCPeerConnection, nonstandard } = wrtc;
 
@@ -44,7 +45,7 @@ async function connectPair(videoKbps?: number): Promise<PeerPair> {
   const sender = new RTCPeerConnection();
   const receiver = new RTCPeerConnection();
   const audio = new nonstandard.RTCAudioSource();
-  const video = new nonstandard.RTCVideoSource();
+  const video = new nonstandard.RTCVideoSource(VIDEO_SOURCE_INIT);
   const tracks = [audio.createTrack(), video.createTrack()];
   const stream = new wrtc.MediaStream(tracks);
   for (const track of tracks) sender.addTrack(track, stream);

@@ -9,6 +9,7 @@ import wrtc from '@roamhq/wrtc';
 import { FPS, HEIGHT, WIDTH, toneChunk } from './synthetic-media.ts';
 import { BUNDLE_FRAME_PATH, loadRgba } from '../actors/render/image.ts';
 import { rgbaToI420 } from '../actors/render/i420.ts';
+import { VIDEO_SOURCE_INIT } from '../actors/media/webrtc.ts';
 
 const { RTCPeerConnection, nonstandard } = wrtc;
 
@@ -42,7 +43,7 @@ async function open(count: number): Promise<void> {
   for (let index = 0; index < count; index++) {
     const pc = new RTCPeerConnection();
     const audio = new nonstandard.RTCAudioSource();
-    const video = new nonstandard.RTCVideoSource();
+    const video = new nonstandard.RTCVideoSource(VIDEO_SOURCE_INIT);
     const tracks = [audio.createTrack(), video.createTrack()];
     const stream = new wrtc.MediaStream(tracks);
     for (const track of tracks) pc.addTrack(track, stream);
