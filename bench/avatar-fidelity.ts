@@ -18,7 +18,11 @@
  * face is lost, refitted in the previous frame's box otherwise (as for clip creation), so a few hundred frames
  * take a minute rather than several.
  *
+ * `BENCH_FIDELITY_FOOTAGE=/path/a.mp4,/path/b.mp4` adds a row per clip of a real person kept outside the repository
+ * (footage the project may use locally but not commit): made into a video avatar here and measured the same way.
+ *
  *   npm run bench -- avatar_fidelity
+ *   BENCH_FIDELITY_FOOTAGE=~/footage/person.mp4 npm run bench -- avatar_fidelity
  */
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -36,6 +40,8 @@ import { postCustomAvatar } from './custom-avatar.ts';
 import { FaceDescriptors, descriptorDistance, meanDescriptor } from './face-descriptors.ts';
 import { round } from './stats.ts';
 
+/** Local clips of real people (`BENCH_FIDELITY_FOOTAGE`, comma-separated paths): rows of their own, never committed. */
+const FOOTAGE = (process.env.BENCH_FIDELITY_FOOTAGE ?? '').split(',').filter(Boolean);
 /** Idle frames looked at (4 s at 25 fps) and at most this many speaking frames. */
 const IDLE_FRAMES = 100;
 const SPEAKING_FRAMES = 150;
@@ -178,7 +184,14 @@ export async function benchAvatarFidelity(): Promise<Record<string, unknown>> {
     const { id: speakingId } = await postCustomAvatar(app.baseUrl, await fs.readFile(await speakingClipMp4(dir)), 'fidelity speaking clip', 'video');
     const speakingClip = await measure(app, speakingId, descriptors);
     console.log('  speaking clip:', speakingClip);
-    return { photo, clip, speaking_clip: speakingClip };
+    const footage: Record<string, unknown> = {};
+    for (const file of FOOTAGE) {
+      const name = path.basename(file, path.extname(file));
+      const { id, ms } = await postCustomAvatar(app.baseUrl, await fs.readFile(file), `footage ${name}`, 'video');
+      footage[name] = { creation_ms: Math.round(ms), ...(await measure(app, id, descriptors)) };
+      console.log(`  footage ${name}:`, footage[name]);
+    }
+    return { photo, clip, speaking_clip: speakingClip, ...(FOOTAGE.length > 0 ? { footage } : {}) };
   } finally {
     await fs.rm(dir, { recursive: true, force: true });
     await app.close();
