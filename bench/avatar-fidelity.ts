@@ -62,6 +62,10 @@ interface Fidelity {
   mouth_audio_lag_ms: number | null;
   frames_idle: number;
   frames_speaking: number;
+  /** Frames the viewer received from the speak request to `idle`, per second. */
+  received_fps_speaking: number;
+  /** The service's late frames (`GET /sessions/{id}/metrics`) among those it sent over the same stretch. */
+  late_percent_speaking: number;
 }
 
 async function landmarksOf(frames: ReceivingPeer['frames']): Promise<Array<MouthAnimation | null>> {
@@ -125,8 +129,15 @@ async function measure(app: TestApp, avatarId: string, descriptors: FaceDescript
     const idle = peer.frames.slice(idleFrom, idleFrom + IDLE_FRAMES);
     const from = sse.events.length;
     const speakFrom = peer.frames.length;
+    const mediaMetrics = async () => (await json(await fetch(`${app.baseUrl}/sessions/${session_id}/metrics`))).media as { frames_sent: number; frames_late: number };
+    const metricsBefore = await mediaMetrics();
+    const speakAt = performance.now();
     await post(app.baseUrl, `/sessions/${session_id}/speak`, { text: SPEECH });
     await sse.waitFor((e) => e.type === 'status' && e.data?.stage === 'idle', 60_000, 'speech done', from);
+    const idleAt = performance.now();
+    const metricsAfter = await mediaMetrics();
+    const receivedWhileSpeaking = peer.frames.filter((frame) => frame.at >= speakAt && frame.at <= idleAt).length;
+    const sentWhileSpeaking = metricsAfter.frames_sent - metricsBefore.frames_sent;
     const speaking = peer.frames.slice(speakFrom).slice(0, SPEAKING_FRAMES * 2);
     const idleFaces = await landmarksOf(idle);
     const speakingFaces = await landmarksOf(speaking);
@@ -163,6 +174,8 @@ async function measure(app: TestApp, avatarId: string, descriptors: FaceDescript
       mouth_audio_lag_ms: best ? best.lag * 40 : null,
       frames_idle: idle.length,
       frames_speaking: speaking.length,
+      received_fps_speaking: round(receivedWhileSpeaking / ((idleAt - speakAt) / 1000), 1),
+      late_percent_speaking: round((100 * (metricsAfter.frames_late - metricsBefore.frames_late)) / Math.max(1, sentWhileSpeaking), 2),
     };
   } finally {
     peer.close();

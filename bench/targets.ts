@@ -100,6 +100,8 @@ const TARGETS: TargetSpec[] = [
   { row: 'viewer fidelity, clip: speaking keeps the person (descriptor distance, max)', path: ['avatar_fidelity', 'clip', 'descriptor_distance_max'], unit: '', target: '≤ 0.45', ok: (v) => v <= 0.45 },
   { row: 'viewer fidelity, clip: mouth vs audio envelope r', path: ['avatar_fidelity', 'clip', 'mouth_audio_r'], unit: '', target: '≥ 0.4', ok: (v) => v >= 0.4 },
   { row: 'viewer fidelity, clip: mouth-audio lag', path: ['avatar_fidelity', 'clip', 'mouth_audio_lag_ms'], unit: 'ms', target: 'within ±120 ms', ok: (v) => Math.abs(v) <= 120 },
+  { row: 'viewer fidelity, clip: frames received while speaking', path: ['avatar_fidelity', 'clip', 'received_fps_speaking'], unit: 'fps', target: '≥ 20 fps', ok: (v) => v >= 20 },
+  { row: 'viewer fidelity, clip: late frames while speaking', path: ['avatar_fidelity', 'clip', 'late_percent_speaking'], unit: '%', target: '< 1 %', ok: (v) => v < 1 },
   { row: 'viewer fidelity, speaking clip (harvested mouths): face found', path: ['avatar_fidelity', 'speaking_clip', 'face_found_percent'], unit: '%', target: '≥ 95 %', ok: (v) => v >= 95 },
   { row: 'viewer fidelity, speaking clip: speaking keeps the person (descriptor distance, max)', path: ['avatar_fidelity', 'speaking_clip', 'descriptor_distance_max'], unit: '', target: '≤ 0.45', ok: (v) => v <= 0.45 },
   { row: 'viewer fidelity, speaking clip: mouth vs audio envelope r', path: ['avatar_fidelity', 'speaking_clip', 'mouth_audio_r'], unit: '', target: '≥ 0.4', ok: (v) => v >= 0.4 },
