@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
-import { ReceivingPeer, type ReceivedFrame } from './helpers/peer.ts';
+import { ReceivingPeer, type ReceivedAudio, type ReceivedFrame } from './helpers/peer.ts';
 import { SseClient } from './helpers/sse.ts';
 import { tinyLipsyncModel, wrongSignatureModel, writeModelFile } from './helpers/tiny-onnx.ts';
 import { astronautSource, faceRegions, pearson, regionLuma, rmsAround, type Region } from './helpers/neural-lipsync.ts';
@@ -63,13 +63,14 @@ describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar',
     // sends (docs/performance.md: every frame leaves with the audio chunk holding its pts).
     const playout = sessionParts(t.services.supervisor.liveSession(sessionId)!).media.playout;
     const sentFrames: Array<{ mediaMs: number; mouth: number }> = [];
-    const sentAudio: Array<{ mediaMs: number; rms: number }> = [];
+    // In the receiver's shape (`at` = presentation time here), so `rmsAround` reads both alike.
+    const sentAudio: ReceivedAudio[] = [];
     const onVideo = (frame: { width: number; height: number; data: Uint8Array }, _idx: number, mediaMs: number) =>
       sentFrames.push({ mediaMs, mouth: regionLuma({ at: 0, ...frame }, regions.mouth) });
-    const onAudio = (samples: Int16Array, _rate: number, mediaMs: number) => {
+    const onAudio = (samples: Int16Array, sampleRate: number, mediaMs: number) => {
       let sum = 0;
       for (const sample of samples) sum += sample * sample;
-      sentAudio.push({ mediaMs, rms: Math.sqrt(sum / Math.max(1, samples.length)) });
+      sentAudio.push({ at: mediaMs, rms: Math.sqrt(sum / Math.max(1, samples.length)), sampleRate });
     };
     playout.on('video', onVideo);
     playout.on('audio', onAudio);
@@ -89,7 +90,7 @@ describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar',
     const eyes = frames.map((frame) => regionLuma(frame, regions.eyes));
     // Each frame against the audio around its presentation time (the mel window looks 200 ms ahead of its frame), in
     // dB like the mel front end; the same at the receiver by receive time, printed for comparison.
-    const sentEnergy = sentFrames.map((frame) => Math.log10(1 + rmsAround(sentAudio.map((a) => ({ at: a.mediaMs, rms: a.rms, sampleRate: 0 })), frame.mediaMs + 80, 120)));
+    const sentEnergy = sentFrames.map((frame) => Math.log10(1 + rmsAround(sentAudio, frame.mediaMs + 80, 120)));
     const r = pearson(sentFrames.map((frame) => frame.mouth), sentEnergy);
     const rReceived = pearson(mouth, frames.map((frame) => Math.log10(1 + rmsAround(peer.audio, frame.at + 80, 120))));
     console.log(
