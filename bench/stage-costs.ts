@@ -18,7 +18,7 @@ import wrtc from '@roamhq/wrtc';
 import { threadCpu, threadCpuDelta } from './proc.ts';
 import { round } from './stats.ts';
 import { FPS, HEIGHT, I420_BYTES, WIDTH, frameAt, toneChunk } from './synthetic-media.ts';
-import { VIDEO_SOURCE_INIT } from '../actors/media/webrtc.ts';
+import { VIDEO_SOURCE_INIT, withVideoBitrateCap } from '../actors/media/webrtc.ts';
 
 const { RTCPeerConnection, nonstandard } = wrtc;
 
@@ -34,11 +34,6 @@ interface PeerPair {
   /** Video bytes sent so far (outbound-rtp stats) */
   videoBytesSent(): Promise<number>;
   close(): void;
-}
-
-/** `b=AS:<kbps>` in the video section: the receiver asks the sender not to exceed this bitrate (RFC 4566). */
-function capVideoBandwidth(sdp: string, kbps: number): string {
-  return sdp.replace(/(m=video[^\r\n]*\r\n(?:[icb]=[^\r\n]*\r\n)*)/, `$1b=AS:${kbps}\r\n`);
 }
 
 async function connectPair(videoKbps?: number): Promise<PeerPair> {
@@ -68,7 +63,7 @@ async function connectPair(videoKbps?: number): Promise<PeerPair> {
   await receiver.setRemoteDescription(sender.localDescription!);
   await receiver.setLocalDescription(await receiver.createAnswer());
   const answer = receiver.localDescription!;
-  await sender.setRemoteDescription(videoKbps ? { type: answer.type, sdp: capVideoBandwidth(answer.sdp, videoKbps) } : answer);
+  await sender.setRemoteDescription(videoKbps ? { type: answer.type, sdp: withVideoBitrateCap(answer.sdp, videoKbps) } : answer);
   const deadline = performance.now() + 10_000;
   while (sender.connectionState !== 'connected' && performance.now() < deadline) await sleep(20);
   return {

@@ -9,7 +9,7 @@ import wrtc from '@roamhq/wrtc';
 import { FPS, HEIGHT, WIDTH, toneChunk } from './synthetic-media.ts';
 import { BUNDLE_FRAME_PATH, loadRgba } from '../actors/render/image.ts';
 import { rgbaToI420 } from '../actors/render/i420.ts';
-import { VIDEO_SOURCE_INIT } from '../actors/media/webrtc.ts';
+import { VIDEO_SOURCE_INIT, withVideoBitrateCap } from '../actors/media/webrtc.ts';
 
 const { RTCPeerConnection, nonstandard } = wrtc;
 
@@ -98,7 +98,8 @@ process.on('message', (message: Message) => {
     open(message.count).catch((error: Error) => process.send!({ type: 'error', message: error.message }));
   } else if (message.type === 'answer') {
     const sender = senders[message.index];
-    void sender.pc.setRemoteDescription({ type: 'answer', sdp: message.sdp }).then(() => {
+    // Capped as the service caps its own senders (`VIDEO_MAX_BITRATE_KBPS`), so the floor is the same media.
+    void sender.pc.setRemoteDescription({ type: 'answer', sdp: withVideoBitrateCap(message.sdp) }).then(() => {
       // Several answers may settle in one tick: one feeding loop, whichever sees them all first.
       if (!feeding && senders.every((s) => s.pc.remoteDescription)) {
         feeding = true;

@@ -17,6 +17,7 @@ import { rgbaToI420 } from '../render/i420.ts';
 import { loadBundleFrame, type RgbaImage } from '../render/image.ts';
 import { blendPatch, patchFromRgba } from '../render/patch.ts';
 import { loopFrameIndex, readClipSource } from '../render/clip-loop.ts';
+import { holdStaticBlocks } from '../render/static-hold.ts';
 import type { AvatarSource, I420Frame, MouthAnimation } from '../render/types.ts';
 
 /** Wav2Lip's `pads = [0, 10, 0, 0]` at its usual 720p input: roughly a tenth of the face height below the chin. */
@@ -140,7 +141,10 @@ async function prepareLoopFaces(clip: NonNullable<AvatarSource['clip']>, width: 
   for (let i = 0; i < count; i += stride) {
     const { data } = await sharp(Buffer.from(clip.framePngs[i])).resize(width, height, { fit: 'cover' }).ensureAlpha().raw().toBuffer({ resolveWithObject: true });
     const image: RgbaImage = { width, height, data: new Uint8Array(data.buffer, data.byteOffset, data.length) };
-    frames.push(await prepareFrameFace(image, faceCropAround(track[i].face_box, width, height), size));
+    const frame = await prepareFrameFace(image, faceCropAround(track[i].face_box, width, height), size);
+    // Still areas held still from frame to frame, as the CPU renderer's loop holds them (`render/static-hold.ts`).
+    if (frames.length > 0) holdStaticBlocks(frames[frames.length - 1].base, frame.base);
+    frames.push(frame);
   }
   return { count, stride, frames };
 }

@@ -125,6 +125,44 @@ export function withOpusDtx(sdp: string): string {
     .join(eol);
 }
 
+/**
+ * The most our VP8 encoder sends to one receiver, in kb/s. Uncapped, libwebrtc's bandwidth estimate on a good link
+ * climbs to ~1.7 Mb/s for a 512² avatar, and the encoder's CPU follows the bits it has to spend: a video avatar
+ * whose head moves in every frame cost the encoder about 2× a photo's (docs/performance.md, "Clip avatars"). A
+ * talking head at 512² and 25 fps looks the same at 1 Mb/s (the viewer's face landmarks and identity rows hold,
+ * `npm run bench -- avatar_fidelity`), and a viewer on a phone link is spared the rest. A photo avatar's frames
+ * change only at the mouth and stay far below it.
+ */
+export const VIDEO_MAX_BITRATE_KBPS = 1000;
+
+/**
+ * Caps what we send on each video section to `VIDEO_MAX_BITRATE_KBPS` by its `b=AS` line, before libwebrtc applies
+ * the offer: libwebrtc sizes its send bitrate from the remote description's bandwidth line (RFC 4566 §5.8), which
+ * is how a receiver says how much it wants. An offer that asks for less keeps its own figure.
+ */
+export function withVideoBitrateCap(sdp: string, kbps = VIDEO_MAX_BITRATE_KBPS): string {
+  const eol = sdp.includes('\r\n') ? '\r\n' : '\n';
+  const sections = sdp.split(new RegExp(`(?=${eol}m=)`));
+  return sections
+    .map((section) => {
+      if (!section.startsWith(`${eol}m=video `)) return section;
+      const asked = /^b=AS:(\d+)$/m.exec(section);
+      if (asked && Number(asked[1]) <= kbps) return section;
+      const lines = section.split(eol).filter((line) => !line.startsWith('b=AS:') && !line.startsWith('b=TIAS:'));
+      // RFC 4566 order: m=, i=, c=, then b=.
+      let at = 2;
+      while (at < lines.length && (lines[at].startsWith('i=') || lines[at].startsWith('c='))) at++;
+      lines.splice(at, 0, `b=AS:${kbps}`);
+      return lines.join(eol);
+    })
+    .join('');
+}
+
+/** The offer as we apply it: Opus DTX asked for, the video capped. */
+export function offerAsApplied(sdp: string): string {
+  return withVideoBitrateCap(withOpusDtx(sdp));
+}
+
 /** Cheap structural checks before libwebrtc sees the text: it must be an SDP offer with media sections. */
 export function assertPlausibleSdp(sdp: string): void {
   if (sdp.length > 64 * 1024) throw new MalformedSdpError('SDP is larger than 64 KiB');
@@ -303,7 +341,7 @@ export class WebRtcOutput {
       if (event.track.kind === 'audio') microphone = event.track;
     };
     try {
-      await peer.setRemoteDescription({ type: 'offer', sdp: withOpusDtx(offerSdp) });
+      await peer.setRemoteDescription({ type: 'offer', sdp: offerAsApplied(offerSdp) });
     } catch (error) {
       discard();
       throw this.closed ? new PeerGoneError('media output closed') : new MalformedSdpError(`SDP offer rejected: ${(error as Error).message}`);

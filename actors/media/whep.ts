@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import wrtc from '@roamhq/wrtc';
-import { MalformedSdpError, PeerGoneError, assertPlausibleSdp, waitForIceGathering, withOpusDtx, type IceServer, type WebRtcOutput } from './webrtc.ts';
+import { MalformedSdpError, PeerGoneError, assertPlausibleSdp, waitForIceGathering, offerAsApplied, type IceServer, type WebRtcOutput } from './webrtc.ts';
 
 const { RTCPeerConnection } = wrtc;
 
@@ -86,7 +86,7 @@ export class WhepViewers {
     };
     for (const track of feed.tracks) peer.addTrack(track, feed.stream);
     try {
-      await peer.setRemoteDescription({ type: 'offer', sdp: withOpusDtx(offerSdp) });
+      await peer.setRemoteDescription({ type: 'offer', sdp: offerAsApplied(offerSdp) });
       await peer.setLocalDescription(await peer.createAnswer());
     } catch (error) {
       discard();

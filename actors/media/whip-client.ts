@@ -1,6 +1,6 @@
 import wrtc from '@roamhq/wrtc';
 import { fetchUpstream, readBoundedText, type FetchLike } from '../upstream/http.ts';
-import { waitForIceGathering, type IceServer, type WebRtcOutput } from './webrtc.ts';
+import { waitForIceGathering, withVideoBitrateCap, type IceServer, type WebRtcOutput } from './webrtc.ts';
 
 const { RTCPeerConnection } = wrtc;
 
@@ -79,7 +79,8 @@ export async function startWhipPush(options: {
     const answer = await readBoundedText(response, 'whip', MAX_WHIP_ANSWER_BYTES);
     if (response.status !== 201 || !location) throw new WhipPushError(`WHIP server answered ${response.status}${location ? '' : ' without Location'}`);
     resource = new URL(location, url).href;
-    await peer.setRemoteDescription({ type: 'answer', sdp: answer }).catch((error: Error) => {
+    // The media server's answer, capped as every viewer's offer is (`VIDEO_MAX_BITRATE_KBPS`).
+    await peer.setRemoteDescription({ type: 'answer', sdp: withVideoBitrateCap(answer) }).catch((error: Error) => {
       throw new WhipPushError(`WHIP answer rejected: ${error.message}`);
     });
     await waitForConnected(peer, signal);

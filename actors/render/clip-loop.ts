@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import sharp from 'sharp';
 import { i420Size, rgbaToI420 } from './i420.ts';
 import { readShared } from './image.ts';
+import { holdStaticBlocks } from './static-hold.ts';
 import type { AvatarManifest, AvatarSource, I420Frame, MouthAnimation, SharedClipLoopData } from './types.ts';
 
 /**
@@ -79,14 +80,19 @@ export function loopFramesDecodedInThisThread(): number {
   return loopFramesDecodedHere;
 }
 
-/** Decodes the held frames (every `loop.stride`th) into `loop.frames`, at the loop's size. Runs in a render worker. */
+/**
+ * Decodes the held frames (every `loop.stride`th) into `loop.frames`, at the loop's size, with each frame's still
+ * blocks held from the one before (`holdStaticBlocks`). Runs in a render worker.
+ */
 export async function decodeClipFramesInto(clip: ClipSource, loop: SharedClipLoopData): Promise<void> {
   const frameBytes = i420Size(loop.width, loop.height);
+  const frameAt = (k: number): I420Frame => ({ width: loop.width, height: loop.height, data: new Uint8Array(loop.frames, k * frameBytes, frameBytes) });
   for (let k = 0; k < loop.held; k++) {
     const png = Buffer.from(clip.framePngs[k * loop.stride]);
     const { data } = await sharp(png).resize(loop.width, loop.height, { fit: 'cover' }).ensureAlpha().raw().toBuffer({ resolveWithObject: true });
-    const i420 = rgbaToI420(new Uint8Array(data.buffer, data.byteOffset, data.length), loop.width, loop.height);
-    new Uint8Array(loop.frames, k * frameBytes, frameBytes).set(i420.data);
+    const frame = frameAt(k);
+    rgbaToI420(new Uint8Array(data.buffer, data.byteOffset, data.length), loop.width, loop.height, frame.data);
+    if (k > 0) holdStaticBlocks(frameAt(k - 1), frame);
     loopFramesDecodedHere++;
   }
 }
