@@ -56,6 +56,7 @@ class NoiseRenderer implements FrameRenderer {
   async render(requests: FrameRequest[]): Promise<I420Frame[]> {
     return requests.map((r) => ({ width: this.width, height: this.height, data: this.frames[r.frameIdx % this.frames.length] }));
   }
+  close(): void {}
 }
 
 async function videoBytesReceived(peer: ReceivingPeer): Promise<number> {
