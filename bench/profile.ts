@@ -14,15 +14,19 @@
  *
  *   npm run bench -- profile                       # rt speaking, rt idle, lipsync speaking
  *   BENCH_PROFILE_WINDOW_S=30 npm run bench -- profile
+ *   BENCH_PROFILE_CLIP=still npm run bench -- profile   # lipsync on a photo and on a video avatar (still or swaying clip)
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startBenchService } from './service.ts';
+import { createClipAvatar } from './session-cpu.ts';
 import { SessionLoad, warmUp, type SessionModel, type WindowResult } from './session-load.ts';
 import { parseProfileName, readProfile, summariseProfile, type ProfileSummary } from './cpuprofile.ts';
 
 const WINDOW_S = Number(process.env.BENCH_PROFILE_WINDOW_S ?? 20);
+/** Also profile lipsync on a video avatar made from this kind of clip (issue 27: where a clip session's CPU goes). */
+const CLIP = process.env.BENCH_PROFILE_CLIP as 'still' | 'swaying' | undefined;
 const WARMUP_S = 5;
 const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 3);
 /** Samples every this many µs (node's default is 1000); coarser keeps the profiler's own cost small. */
@@ -34,17 +38,18 @@ export interface ProfileWindow {
   threads: ProfileSummary[];
 }
 
-async function profileModel(model: SessionModel, dir: string): Promise<ProfileWindow[]> {
-  const profileDir = path.join(dir, model);
+async function profileModel(model: SessionModel, dir: string, clip?: 'still' | 'swaying'): Promise<ProfileWindow[]> {
+  const name = clip ? `${model}_${clip}_clip` : model;
+  const profileDir = path.join(dir, name);
   await fs.mkdir(profileDir, { recursive: true });
   const service = await startBenchService({ nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, `--cpu-prof-interval=${SAMPLING_INTERVAL_US}`] });
   const load = new SessionLoad(service.baseUrl, service.pid);
   const windows: Array<{ name: string; proc: WindowResult }> = [];
   try {
     await warmUp(service.baseUrl, service.pid, model);
-    await load.open(model, SESSIONS);
+    await load.open(model, SESSIONS, clip ? await createClipAvatar(service, clip) : undefined);
     load.startSpeaking();
-    windows.push({ name: `${model}_speaking`, proc: await load.measure(WINDOW_S * 1000, WARMUP_S * 1000) });
+    windows.push({ name: `${name}_speaking`, proc: await load.measure(WINDOW_S * 1000, WARMUP_S * 1000) });
     if (model === 'rt') {
       await load.stopSpeaking();
       windows.push({ name: `${model}_idle`, proc: await load.measure(WINDOW_S * 1000, 3_000) });
@@ -132,6 +137,12 @@ export async function benchProfile(): Promise<Record<string, unknown>> {
   const out: Record<string, unknown> = { profiles_dir: path.relative(process.cwd(), root) };
   for (const model of ['rt', 'lipsync'] as SessionModel[]) {
     for (const w of await profileModel(model, root)) {
+      printWindow(w);
+      out[w.name] = { budget_ms_per_session_second: sessionSecondBudget(w), ...w };
+    }
+  }
+  if (CLIP) {
+    for (const w of await profileModel('lipsync', root, CLIP)) {
       printWindow(w);
       out[w.name] = { budget_ms_per_session_second: sessionSecondBudget(w), ...w };
     }

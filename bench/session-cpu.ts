@@ -59,7 +59,7 @@ const ONLY_ROWS = process.env.BENCH_CPU_ROWS ? new Set(process.env.BENCH_CPU_ROW
 const CLIP_SECONDS = 10;
 
 /** A video avatar in `service`, from a clip animated from the astronaut portrait (`test/helpers/clips.ts`). */
-async function createClipAvatar(service: BenchService, kind: 'swaying' | 'still'): Promise<string> {
+export async function createClipAvatar(service: BenchService, kind: 'swaying' | 'still'): Promise<string> {
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-cpu-clip-'));
   try {
     const clip = await fs.readFile(await (kind === 'still' ? stillCameraMp4 : landscapeMp4)(dir, CLIP_SECONDS));
