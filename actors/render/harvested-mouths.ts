@@ -9,7 +9,7 @@
 import sharp from 'sharp';
 import { planes } from './i420.ts';
 import type { RgbaImage } from './image.ts';
-import { patchFromRgba, type I420Patch } from './patch.ts';
+import { blendPlane, patchFromRgba, type I420Patch } from './patch.ts';
 import { smoothstep } from './idle-motion.ts';
 import type { I420Frame, MouthAnimation, MouthPose, Point } from './types.ts';
 
@@ -247,23 +247,6 @@ function frameMeanAt(plane: Uint8Array, stride: number, rows: number, ring: Int3
   return count > 0 ? sum / count : NaN;
 }
 
-function blendShiftedPlane(dst: Uint8Array, stride: number, rows: number, src: Uint8Array, alpha: Uint8Array, width: number, height: number, left: number, top: number, shift: number): void {
-  for (let row = 0; row < height; row++) {
-    const y = top + row;
-    if (y < 0 || y >= rows) continue;
-    for (let col = 0; col < width; col++) {
-      const x = left + col;
-      if (x < 0 || x >= stride) continue;
-      const i = row * width + col;
-      const a = alpha[i];
-      if (a === 0) continue;
-      const value = Math.min(255, Math.max(0, src[i] + shift));
-      const d = y * stride + x;
-      dst[d] = (dst[d] * (255 - a) + value * a + 127) / 255;
-    }
-  }
-}
-
 /** `blendPatch` with each plane's values shifted by the frame's mean minus the sample's on the feather ring. */
 function blendShifted(frame: I420Frame, sample: PreparedSample, dx: number, dy: number): void {
   const p = planes(frame);
@@ -276,7 +259,7 @@ function blendShifted(frame: I420Frame, sample: PreparedSample, dx: number, dy: 
   const shiftY = shift(frameMeanAt(p.y, frame.width, frame.height, sample.ringLuma, patch.width, left, top), sample.mean.y);
   const shiftU = shift(frameMeanAt(p.u, p.cw, p.ch, sample.ringChroma, cw, left >> 1, top >> 1), sample.mean.u);
   const shiftV = shift(frameMeanAt(p.v, p.cw, p.ch, sample.ringChroma, cw, left >> 1, top >> 1), sample.mean.v);
-  blendShiftedPlane(p.y, frame.width, frame.height, patch.luma, patch.lumaAlpha, patch.width, patch.height, left, top, shiftY);
-  blendShiftedPlane(p.u, p.cw, p.ch, patch.u, patch.chromaAlpha, cw, ch, left >> 1, top >> 1, shiftU);
-  blendShiftedPlane(p.v, p.cw, p.ch, patch.v, patch.chromaAlpha, cw, ch, left >> 1, top >> 1, shiftV);
+  blendPlane(p.y, frame.width, frame.height, patch.luma, patch.lumaAlpha, patch.width, patch.height, left, top, shiftY);
+  blendPlane(p.u, p.cw, p.ch, patch.u, patch.chromaAlpha, cw, ch, left >> 1, top >> 1, shiftU);
+  blendPlane(p.v, p.cw, p.ch, patch.v, patch.chromaAlpha, cw, ch, left >> 1, top >> 1, shiftV);
 }

@@ -87,7 +87,38 @@ export function patchFromRgba(image: RgbaImage, x: number, y: number, w: number,
   return patch;
 }
 
-function blendPlane(
+/**
+ * Per row of an alpha plane, the first and one-past-the-last column whose alpha is not 0 (`[first, end]` pairs;
+ * an empty row has first = end). A video avatar's mouth pose is the whole warp box with alpha only where the warp
+ * changed something, and a close-up's box is ~250×200 px, most of it transparent: blending went over every
+ * pixel of it, 3/4 of a clip session's render worker time (docs/performance.md, "The mouth patch's blend").
+ * Computed once per alpha plane (patches are never changed once made) and kept beside it.
+ */
+const rowSpans = new WeakMap<Uint8Array, Int32Array>();
+
+function spansOf(alpha: Uint8Array, width: number, height: number): Int32Array {
+  let spans = rowSpans.get(alpha);
+  if (spans) return spans;
+  spans = new Int32Array(2 * height);
+  for (let row = 0; row < height; row++) {
+    const base = row * width;
+    let first = 0;
+    while (first < width && alpha[base + first] === 0) first++;
+    let end = width;
+    while (end > first && alpha[base + end - 1] === 0) end--;
+    spans[2 * row] = first;
+    spans[2 * row + 1] = end;
+  }
+  rowSpans.set(alpha, spans);
+  return spans;
+}
+
+/**
+ * Blends one plane of a patch into `dst` at (left, top), the patch's values shifted by `shift` (clamped to a byte):
+ * dst = (dst·(255 − a) + src·a + 127) / 255, rounded down, computed in integers. Only the rows' spans of non-zero
+ * alpha are visited, clipped to the frame once per row.
+ */
+export function blendPlane(
   dst: Uint8Array,
   dstStride: number,
   dstRows: number,
@@ -97,18 +128,24 @@ function blendPlane(
   srcHeight: number,
   left: number,
   top: number,
+  shift = 0,
 ): void {
-  for (let row = 0; row < srcHeight; row++) {
-    const y = top + row;
-    if (y < 0 || y >= dstRows) continue;
-    for (let col = 0; col < srcWidth; col++) {
-      const x = left + col;
-      if (x < 0 || x >= dstStride) continue;
-      const i = row * srcWidth + col;
-      const a = alpha[i];
+  const spans = spansOf(alpha, srcWidth, srcHeight);
+  const rowStart = Math.max(0, -top);
+  const rowEnd = Math.min(srcHeight, dstRows - top);
+  for (let row = rowStart; row < rowEnd; row++) {
+    const first = Math.max(spans[2 * row], -left);
+    const end = Math.min(spans[2 * row + 1], dstStride - left);
+    const s = row * srcWidth;
+    const d = (top + row) * dstStride + left;
+    for (let col = first; col < end; col++) {
+      const a = alpha[s + col];
       if (a === 0) continue;
-      const d = y * dstStride + x;
-      dst[d] = a === 255 ? src[i] : (dst[d] * (255 - a) + src[i] * a + 127) / 255;
+      let value = src[s + col] + shift;
+      value = value < 0 ? 0 : value > 255 ? 255 : value;
+      // floor(v / 255) for 0 ≤ v ≤ 65152, exactly (v = 255·255 + 127 at most).
+      const v = dst[d + col] * (255 - a) + value * a + 127;
+      dst[d + col] = (v + 1 + (v >> 8)) >> 8;
     }
   }
 }
