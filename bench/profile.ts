@@ -26,7 +26,12 @@ import { parseProfileName, readProfile, summariseProfile, type ProfileSummary } 
 
 const WINDOW_S = Number(process.env.BENCH_PROFILE_WINDOW_S ?? 20);
 /** Also profile lipsync on a video avatar made from this kind of clip (issue 27: where a clip session's CPU goes). */
-const CLIP = process.env.BENCH_PROFILE_CLIP as 'still' | 'swaying' | undefined;
+const CLIP = ((): 'still' | 'swaying' | undefined => {
+  const clip = process.env.BENCH_PROFILE_CLIP;
+  if (clip === undefined || clip === '') return undefined;
+  if (clip !== 'still' && clip !== 'swaying') throw new Error(`BENCH_PROFILE_CLIP must be still or swaying, not ${clip}`);
+  return clip;
+})();
 const WARMUP_S = 5;
 const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 3);
 /** Samples every this many µs (node's default is 1000); coarser keeps the profiler's own cost small. */

@@ -33,6 +33,14 @@ describe('withVideoBitrateCap: each video section of the offer asks for at most 
     expect(greedy).not.toMatch(/b=AS:8000|b=TIAS/);
   });
 
+  it('a Firefox-style b=TIAS below the cap is kept (as b=AS), and of several figures the least one wins', () => {
+    expect(withVideoBitrateCap(offer(['b=TIAS:500000']))).toBe(offer(['b=AS:500']));
+    expect(withVideoBitrateCap(offer(['b=AS:300', 'b=TIAS:8000000']))).toBe(offer(['b=AS:300']));
+    expect(withVideoBitrateCap(offer(['b=AS:900', 'b=TIAS:400000']))).toBe(offer(['b=AS:400']));
+    // Other bandwidth types (RTCP's b=RR/b=RS) are not ours to change.
+    expect(withVideoBitrateCap(offer(['b=RR:0']))).toBe(offer([`b=AS:${VIDEO_MAX_BITRATE_KBPS}`, 'b=RR:0']));
+  });
+
   it('an offer without video is left as it is, and the applied offer also asks for Opus DTX', () => {
     const audioOnly = offer().split('m=video')[0];
     expect(withVideoBitrateCap(audioOnly)).toBe(audioOnly);

@@ -55,6 +55,21 @@ describe('blending a patch plane into a frame', () => {
     );
   });
 
+  it('one alpha plane read as two shapes (its row spans are not reused for the other)', () => {
+    // 4 × 2: transparent but for the last column; as 2 × 4 the second column is opaque on every row.
+    const alpha = Uint8Array.of(0, 0, 0, 255, 0, 0, 0, 255);
+    const src = new Uint8Array(8).fill(200);
+    const wide = new Uint8Array(8);
+    blendPlane(wide, 4, 2, src, alpha, 4, 2, 0, 0);
+    expect(Array.from(wide)).toEqual([0, 0, 0, 200, 0, 0, 0, 200]);
+    const tall = new Uint8Array(8);
+    blendPlane(tall, 2, 4, src, alpha, 2, 4, 0, 0);
+    expect(Array.from(tall)).toEqual([0, 0, 0, 200, 0, 0, 0, 200]);
+    const expected = new Uint8Array(8);
+    referenceBlend(expected, 2, 4, src, alpha, 2, 4, 0, 0, 0);
+    expect(tall).toEqual(expected);
+  });
+
   it('every blend of a value over a value at every alpha rounds as the division does', () => {
     const dst = new Uint8Array(1);
     const src = new Uint8Array(1);

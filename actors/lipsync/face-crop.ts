@@ -143,6 +143,8 @@ async function prepareLoopFaces(clip: NonNullable<AvatarSource['clip']>, width: 
     const image: RgbaImage = { width, height, data: new Uint8Array(data.buffer, data.byteOffset, data.length) };
     const frame = await prepareFrameFace(image, faceCropAround(track[i].face_box, width, height), size);
     // Still areas held still from frame to frame, as the CPU renderer's loop holds them (`render/static-hold.ts`).
+    // Its stride can be larger than the CPU loop's, so a frame here and the CPU renderer's at the same index may
+    // differ by up to twice the hold's bound; they meet only when a turn falls back to the CPU renderer.
     if (frames.length > 0) holdStaticBlocks(frames[frames.length - 1].base, frame.base);
     frames.push(frame);
   }

@@ -138,7 +138,8 @@ export const VIDEO_MAX_BITRATE_KBPS = 1000;
 /**
  * Caps what we send on each video section to `VIDEO_MAX_BITRATE_KBPS` by its `b=AS` line, before libwebrtc applies
  * the offer: libwebrtc sizes its send bitrate from the remote description's bandwidth line (RFC 4566 §5.8), which
- * is how a receiver says how much it wants. An offer that asks for less keeps its own figure.
+ * is how a receiver says how much it wants. An offer that asks for less, by `b=AS` (kb/s) or `b=TIAS` (b/s, as
+ * Firefox users are told to write it), keeps the least it asked for; the section then says it once, as `b=AS`.
  */
 export function withVideoBitrateCap(sdp: string, kbps = VIDEO_MAX_BITRATE_KBPS): string {
   const eol = sdp.includes('\r\n') ? '\r\n' : '\n';
@@ -146,14 +147,22 @@ export function withVideoBitrateCap(sdp: string, kbps = VIDEO_MAX_BITRATE_KBPS):
   return sections
     .map((section) => {
       if (!section.startsWith(`${eol}m=video `)) return section;
-      const asked = /^b=AS:(\d+)$/m.exec(section);
-      if (asked && Number(asked[1]) <= kbps) return section;
-      const lines = section.split(eol).filter((line) => !line.startsWith('b=AS:') && !line.startsWith('b=TIAS:'));
+      const lines = section.split(eol);
+      let wanted = kbps;
+      for (const line of lines) {
+        const as = /^b=AS:(\d+)$/.exec(line);
+        const tias = /^b=TIAS:(\d+)$/.exec(line);
+        if (as) wanted = Math.min(wanted, Number(as[1]));
+        if (tias) wanted = Math.min(wanted, Math.floor(Number(tias[1]) / 1000));
+      }
+      const bandwidth = lines.filter((line) => line.startsWith('b=AS:') || line.startsWith('b=TIAS:'));
+      if (bandwidth.length === 1 && bandwidth[0] === `b=AS:${wanted}`) return section;
+      const kept = lines.filter((line) => !line.startsWith('b=AS:') && !line.startsWith('b=TIAS:'));
       // RFC 4566 order: m=, i=, c=, then b=.
       let at = 2;
-      while (at < lines.length && (lines[at].startsWith('i=') || lines[at].startsWith('c='))) at++;
-      lines.splice(at, 0, `b=AS:${kbps}`);
-      return lines.join(eol);
+      while (at < kept.length && (kept[at].startsWith('i=') || kept[at].startsWith('c='))) at++;
+      kept.splice(at, 0, `b=AS:${wanted}`);
+      return kept.join(eol);
     })
     .join('');
 }

@@ -94,12 +94,13 @@ export function patchFromRgba(image: RgbaImage, x: number, y: number, w: number,
  * pixel of it, 3/4 of a clip session's render worker time (docs/performance.md, "The mouth patch's blend").
  * Computed once per alpha plane (patches are never changed once made) and kept beside it.
  */
-const rowSpans = new WeakMap<Uint8Array, Int32Array>();
+const rowSpans = new WeakMap<Uint8Array, { width: number; spans: Int32Array }>();
 
 function spansOf(alpha: Uint8Array, width: number, height: number): Int32Array {
-  let spans = rowSpans.get(alpha);
-  if (spans) return spans;
-  spans = new Int32Array(2 * height);
+  const known = rowSpans.get(alpha);
+  // Kept with the width it was read at: the same plane read as another shape is read again.
+  if (known && known.width === width && known.spans.length === 2 * height) return known.spans;
+  const spans = new Int32Array(2 * height);
   for (let row = 0; row < height; row++) {
     const base = row * width;
     let first = 0;
@@ -109,7 +110,7 @@ function spansOf(alpha: Uint8Array, width: number, height: number): Int32Array {
     spans[2 * row] = first;
     spans[2 * row + 1] = end;
   }
-  rowSpans.set(alpha, spans);
+  rowSpans.set(alpha, { width, spans });
   return spans;
 }
 
