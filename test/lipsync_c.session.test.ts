@@ -18,6 +18,12 @@ import { sessionParts } from '../src/sessions/session.ts';
 
 const AUDIBLE_RMS = 300;
 /**
+ * How long a turn's first audible audio may take to reach the receiver. These tests are about the lip-sync backend,
+ * not first-audio latency (a row of its own in the bench): on one core shared with another test file's Chromium,
+ * 20 s once passed without a sound reaching the receiver.
+ */
+const AUDIBLE_WAIT_MS = 60_000;
+/**
  * Mouth luma this far below the photo's is the CPU renderer's open mouth, never the model's: on silence the model
  * returns the photo through a contrast curve a few levels darker, and a loaded encoder blurs a few more; the CPU
  * renderer's open mouth goes 25–70 below.
@@ -67,13 +73,24 @@ async function speakTurn(live: Live, text: string) {
   const { t, peer, sse, sessionId, regions } = live;
   const from = sse.events.length;
   const start = peer.frames.length;
+  // Frames as the service sends them (its playout's 'video' emission): what it promises to keep sending, whatever
+  // a receiver on a starved host manages to decode (6 of ~100 in a turn once, on one core shared with Chromium).
+  const { playout } = sessionParts(t.services.supervisor.liveSession(sessionId)!).media;
+  let sentFrames = 0;
+  const onVideo = () => sentFrames++;
+  playout.on('video', onVideo);
   const sentAt = performance.now();
-  expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text })).status).toBe(200);
-  await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, 20_000, 'audible audio');
-  await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle', from);
-  await new Promise((r) => setTimeout(r, 400));
+  try {
+    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text })).status).toBe(200);
+    await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, AUDIBLE_WAIT_MS, 'audible audio');
+    await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle', from);
+    await new Promise((r) => setTimeout(r, 400));
+  } finally {
+    playout.off('video', onVideo);
+  }
   const frames = peer.frames.slice(start);
   return {
+    sentFrames,
     mouth: frames.map((frame) => regionLuma(frame, regions.mouth)),
     eyes: frames.map((frame) => regionLuma(frame, regions.eyes)),
     energy: frames.map((frame) => Math.log10(1 + rmsAround(peer.audio, frame.at + 80, 120))),
@@ -144,8 +161,10 @@ for (const advertiseBinary of [true, false]) {
       if (advertiseBinary) expect((counts as { neural?: number } | undefined)?.neural ?? 0).toBeGreaterThan(25);
       if (degraded) {
         expect(errors.map((e) => e.data.code).filter((code) => code !== 'render_backend_failed')).toEqual([]);
-        // Frames still flowing: at half speed with the JSON fallback, 16 frames arrived in a 5 s turn.
-        expect(turn.mouth.length).toBeGreaterThan(10);
+        // Frames still flowing from the service (at half speed with the JSON fallback, ~100 in a 5 s turn; a starved
+        // receiver decoded 6 of them), and reaching the viewer.
+        expect(turn.sentFrames).toBeGreaterThan(25);
+        expect(turn.mouth.length).toBeGreaterThan(0);
       } else if (clockKept) {
         expect(r).toBeGreaterThan(0.5);
       }
@@ -189,7 +208,7 @@ describe('lipsync_c when the inference server dies mid-turn', () => {
     const from = sse.events.length;
     const sentAt = performance.now();
     expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: LONG_TEXT })).status).toBe(200);
-    await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, 20_000, 'audible audio');
+    await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, AUDIBLE_WAIT_MS, 'audible audio');
     await peer.until(() => regionLuma(peer.frames.at(-1)!, regions.mouth) > live.idleMouth + 10, 10_000, 'neural mouth');
     const answeredBeforeKill = neuralCounts.neural - neuralBefore;
     const killedAt = performance.now();
