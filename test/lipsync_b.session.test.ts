@@ -14,6 +14,19 @@ import { astronautSource, faceRegions, pearson, regionLuma, rmsAround, type Regi
 import { sessionParts } from '../src/sessions/session.ts';
 
 const AUDIBLE_RMS = 300;
+/**
+ * Frames the service may still send with the mouth open after an interrupt: at most those already handed to the
+ * output when the flush came (it drops every frame not yet sent). Measured 0–2 beside a busy loop on one core.
+ */
+const FRAMES_TO_REST = 10;
+
+async function waitFor(ready: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!ready()) {
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
 
 describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar', () => {
   let t: TestApp;
@@ -107,27 +120,47 @@ describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar',
   }, 90_000);
 
   it('interrupt puts the face back at rest within a few frames', async () => {
-    const from = sse.events.length;
-    const sentAt = performance.now();
-    await post(t.baseUrl, `/sessions/${sessionId}/speak`, {
-      text: 'This is a long sentence that keeps going so that there is plenty of speech to interrupt. It continues with a second sentence. And a third one follows it.',
-    });
-    await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, 20_000, 'audible audio');
-    await peer.until(() => regionLuma(peer.frames.at(-1)!, regions.mouth) > idleMouth + 10, 10_000, 'bright mouth');
-    const interruptAt = performance.now();
-    expect(await json(await post(t.baseUrl, `/sessions/${sessionId}/interrupt`))).toEqual({ interrupted: true });
-    await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 5_000, 'status idle', from);
-    // Video delay (120 ms) + frames held for the wire + jitter buffer: at rest within 1 s, and it stays there.
-    // Counted in time, not frames: a loaded receiver got the still photo at ~3.5 fps (35:+30 435:+30 486:+32
-    // 736:0 1023:0 1297:0 …), so "10 frames at rest" took longer than 3 s while every frame after 736 ms was.
-    const atRest = (frame: ReceivedFrame) => Math.abs(regionLuma(frame, regions.mouth) - idleMouth) < 3;
-    await peer.until(() => peer.frames.filter((frame) => frame.at > interruptAt + 1_000).length >= 3, 10_000, 'frames after the interrupt');
-    const after = peer.frames.filter((frame) => frame.at > interruptAt);
-    const restAt = after.find(atRest)?.at;
-    console.log(`lipsync_b: mouth at rest ${restAt === undefined ? 'never' : (restAt - interruptAt).toFixed(0)} ms after the interrupt; ${after.length} frames since`);
-    expect(restAt! - interruptAt).toBeLessThan(1_000);
-    expect(after.filter((frame) => frame.at > interruptAt + 1_000).every(atRest)).toBe(true);
-  }, 60_000);
+    // The frames as the service sends them (its playout's 'video' emission): "within a few frames" is counted there.
+    // At a receiver, how soon they arrive is the receiver's: on one core shared with another test file, a receiver
+    // decoded 5 frames in the second after an interrupt, none of them yet the ones sent after it.
+    const playout = sessionParts(t.services.supervisor.liveSession(sessionId)!).media.playout;
+    const sent: Array<{ at: number; mouth: number }> = [];
+    const onVideo = (frame: { width: number; height: number; data: Uint8Array }) => sent.push({ at: performance.now(), mouth: regionLuma({ at: 0, ...frame }, regions.mouth) });
+    playout.on('video', onVideo);
+    try {
+      // The idle frame as sent: the still photo, the same picture every frame until speech.
+      await waitFor(() => sent.length >= 3, 20_000, 'idle frames sent');
+      const restMouth = sent.at(-1)!.mouth;
+      const from = sse.events.length;
+      const sentAt = performance.now();
+      await post(t.baseUrl, `/sessions/${sessionId}/speak`, {
+        text: 'This is a long sentence that keeps going so that there is plenty of speech to interrupt. It continues with a second sentence. And a third one follows it.',
+      });
+      await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, 60_000, 'audible audio');
+      await peer.until(() => regionLuma(peer.frames.at(-1)!, regions.mouth) > idleMouth + 10, 10_000, 'bright mouth');
+      const interruptAt = performance.now();
+      expect(await json(await post(t.baseUrl, `/sessions/${sessionId}/interrupt`))).toEqual({ interrupted: true });
+      await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 5_000, 'status idle', from);
+      // The service: at rest within FRAMES_TO_REST frames sent after the interrupt (the video delay and the frames
+      // already rendered ahead), and every frame after that at rest.
+      await waitFor(() => sent.filter((frame) => frame.at > interruptAt).length >= FRAMES_TO_REST + 10, 20_000, 'frames sent after the interrupt');
+      const sentAfter = sent.filter((frame) => frame.at > interruptAt);
+      const firstAtRest = sentAfter.findIndex((frame) => frame.mouth === restMouth);
+      console.log(`lipsync_b: the service sent the face at rest ${firstAtRest} frames after the interrupt (${sentAfter.length} sent since)`);
+      expect(firstAtRest).toBeGreaterThanOrEqual(0);
+      expect(firstAtRest).toBeLessThanOrEqual(FRAMES_TO_REST);
+      expect(sentAfter.slice(firstAtRest).every((frame) => frame.mouth === restMouth)).toBe(true);
+      // The viewer: the face comes back to rest there too, and stays (up to the encoder's noise).
+      const atRest = (frame: ReceivedFrame) => Math.abs(regionLuma(frame, regions.mouth) - idleMouth) < 3;
+      await peer.until(() => peer.frames.at(-1)!.at > interruptAt && atRest(peer.frames.at(-1)!), 15_000, 'the face at rest at the viewer');
+      const restAt = peer.frames.find((frame) => frame.at > interruptAt && atRest(frame))!.at;
+      await peer.until(() => peer.frames.filter((frame) => frame.at > restAt).length >= 3, 15_000, 'frames after the rest');
+      console.log(`lipsync_b: mouth at rest at the viewer ${(restAt - interruptAt).toFixed(0)} ms after the interrupt`);
+      expect(peer.frames.filter((frame) => frame.at > restAt).every(atRest)).toBe(true);
+    } finally {
+      playout.off('video', onVideo);
+    }
+  }, 90_000);
 });
 
 describe('lipsync_b with a model of the wrong signature', () => {
