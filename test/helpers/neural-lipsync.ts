@@ -65,3 +65,12 @@ export function pearson(xs: readonly number[], ys: readonly number[]): number {
   }
   return sxx === 0 || syy === 0 ? 0 : sxy / Math.sqrt(sxx * syy);
 }
+
+/** Polls `ready` every 20 ms; rejects naming `what` once `timeoutMs` passed. For state kept in this process. */
+export async function waitUntil(ready: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!ready()) {
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
