@@ -5,24 +5,27 @@ import sharp from 'sharp';
 import { readClipSource } from '../../actors/render/clip-loop.ts';
 import { transformAnimation } from '../../actors/faces/landmarks.ts';
 import type { HarvestedMouthFiles } from '../../actors/faces/mouth-harvest.ts';
-import { MOUTHS_ATLAS_FILE, MOUTHS_INDEX_FILE, type AvatarManifest, type AvatarSource, type ClipMetadata } from '../../actors/render/types.ts';
+import { MOUTHS_ATLAS_FILE, MOUTHS_INDEX_FILE, type AvatarManifest, type AvatarSource, type ClipMetadata, type MouthAnimation } from '../../actors/render/types.ts';
 import { ASTRONAUT_ANIMATION, PORTRAIT } from '../render.fixtures.ts';
 
 /**
  * A synthetic video avatar: the portrait moved 1 px right per frame, its face track moved with it; with `mouths`,
- * the bundle also holds those harvested mouths (`mouths/`, `metadata.clip.mouths`).
+ * the bundle also holds those harvested mouths (`mouths/`, `metadata.clip.mouths`). `portrait` and `animation`
+ * replace the astronaut fixture and its hand-measured face (a 512² PNG and the face found on it).
  */
 export const CLIP_BUNDLE_FRAMES = 12;
 const FRAMES = CLIP_BUNDLE_FRAMES;
 
-export async function makeClipBundle(options: { mouths?: HarvestedMouthFiles } = {}): Promise<{ source: AvatarSource; dir: string }> {
+export async function makeClipBundle(
+  options: { mouths?: HarvestedMouthFiles; portrait?: Buffer | string; animation?: MouthAnimation } = {},
+): Promise<{ source: AvatarSource; dir: string }> {
   const dir = mkdtempSync(join(tmpdir(), 'render-test-clip-'));
   mkdirSync(join(dir, 'frames'));
   const track = [];
   for (let i = 0; i < FRAMES; i++) {
-    const png = await sharp(PORTRAIT).extend({ left: i, right: 0, top: 0, bottom: 0, extendWith: 'copy' }).extract({ left: 0, top: 0, width: 512, height: 512 }).png().toBuffer();
+    const png = await sharp(options.portrait ?? PORTRAIT).extend({ left: i, right: 0, top: 0, bottom: 0, extendWith: 'copy' }).extract({ left: 0, top: 0, width: 512, height: 512 }).png().toBuffer();
     writeFileSync(join(dir, 'frames', `frame_${String(i).padStart(5, '0')}.png`), png);
-    track.push(transformAnimation(ASTRONAUT_ANIMATION, -i, 0, 1));
+    track.push(transformAnimation(options.animation ?? ASTRONAUT_ANIMATION, -i, 0, 1));
   }
   writeFileSync(join(dir, 'face_track.json'), JSON.stringify(track));
   if (options.mouths) {

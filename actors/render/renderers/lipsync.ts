@@ -17,14 +17,15 @@
  * loop's first frame (the reference: `frame_00000.png` and `metadata.animation`), all of them at prepare (before the
  * session is ready), with alpha only where the warp changed something; a speaking frame lays the pose over the loop frame it shows,
  * moved to that frame's tracked mouth, so a frame costs what a photo's does (warping every frame afresh cost
- * 10–40× more on a close-up clip). A clip that shows the person speaking brings its own mouths
+ * 10–40× more on a close-up clip). Speech opens from the clip's own resting lips (`MAX_REST_OPEN`), not from
+ * closed ones. A clip that shows the person speaking brings its own mouths
  * (`metadata.clip.mouths`, `harvested-mouths.ts`): the one nearest to the pose is laid instead of the warp.
  */
 import { frameFromBase } from '../frame-buffers.ts';
 import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, Renderer } from '../types.ts';
 import { rgbaToI420 } from '../i420.ts';
 import { clipLoopView, decodeClipLoop, loopFrameAt, type ClipLoop } from '../clip-loop.ts';
-import { HarvestedMouths } from '../harvested-mouths.ts';
+import { HarvestedMouths, innerLipGap } from '../harvested-mouths.ts';
 import { loadBundleFrame, type RgbaImage } from '../image.ts';
 import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
 import { blinkClosure, oscillate, quantise, smoothstep } from '../idle-motion.ts';
@@ -42,6 +43,15 @@ const SWAY_STEP_PX = 0.2;
  * fades to transparent with smaller changes, so it melts into the loop frame it is laid on.
  */
 const LOOP_PATCH_FULL_CHANGE = 24;
+
+/**
+ * A video avatar whose lips rest parted (a clip of someone breathing through the mouth: 0.2 mouth widths on one
+ * real clip) starts speech's opening at that rest instead of at closed lips: warped from closed lips, the first
+ * steps showed a mouth *narrower* than the idle loop's own, so 40 % of speaking frames moved against the audio
+ * (mouth vs audio r 0.51 → 0.77 on that clip, renderer only). Capped so that the loudest vowels still open
+ * visibly wider than any rest.
+ */
+const MAX_REST_OPEN = 0.6;
 
 /** Region geometry in units of mouth width, relative to the mouth centre. */
 const REGION = { left: -1.35, right: 1.35, top: -0.75, bottom: 1.7 };
@@ -118,6 +128,12 @@ function clampBox(x0: number, y0: number, x1: number, y1: number, width: number,
   const right = Math.min(width, Math.ceil(x1));
   const bottom = Math.min(height, Math.ceil(y1));
   return { x: left, y: top, width: Math.max(0, right - left), height: Math.max(0, bottom - top) };
+}
+
+/** The warp's `open` whose lip gap (jaw drop plus upper lift) equals `a`'s own inner-lip gap, at most `MAX_REST_OPEN`. */
+function restOpening(a: MouthAnimation): number {
+  if (!(a.mouth_width > 0)) return 0;
+  return Math.min(MAX_REST_OPEN, innerLipGap(a) / a.mouth_width / ((1 + UPPER_LIFT) * MAX_JAW_DROP));
 }
 
 /** The opening of one pose, in pixels. */
@@ -213,6 +229,8 @@ export class LipsyncRenderer implements Renderer {
   private loop: ClipLoop | null = null;
   /** A speaking clip's own mouths (`metadata.clip.mouths`), laid instead of the warp; null: warp. */
   private harvested: HarvestedMouths | null = null;
+  /** The warp's `open` that shows a video avatar's resting lips (see `MAX_REST_OPEN`); 0 on photos. */
+  private restOpen = 0;
 
   async prepare(avatar: AvatarSource): Promise<void> {
     const { width, height } = avatar.manifest;
@@ -231,6 +249,7 @@ export class LipsyncRenderer implements Renderer {
     this.blinkPatches.clear();
     this.swayPatches.clear();
     this.harvested = null;
+    this.restOpen = 0;
     if (!this.animation) return;
     // In the render pool the mouths travel with the shared loop (tasks carry no `clip`); read directly, with the clip.
     const mouths = avatar.loop?.mouths ?? avatar.clip?.mouths;
@@ -243,6 +262,7 @@ export class LipsyncRenderer implements Renderer {
       }
     }
     if (this.loop) {
+      this.restOpen = restOpening(this.animation);
       // Every pose of a video avatar is built here, before the session is ready: one built at first use held every
       // session's frames on this worker behind it (150–1050 ms each on a loaded core), in mid-speech.
       // (The closed pose is the loop frame itself.)
@@ -328,7 +348,8 @@ export class LipsyncRenderer implements Renderer {
    */
   private buildMouthPatch(open: number, wide: number, round: number): I420Patch {
     const source = this.source!;
-    const { image, box } = warpMouth(open, wide, round, { src: source, anim: this.animation!, seamAt: this.seamAt });
+    const shown = open > 0 ? this.restOpen + (1 - this.restOpen) * open : 0;
+    const { image, box } = warpMouth(shown, wide, round, { src: source, anim: this.animation!, seamAt: this.seamAt });
     if (!this.loop) return patchFromRgba(image, box.x, box.y, box.width, box.height, true);
     for (let y = box.y; y < box.y + box.height; y++) {
       for (let x = box.x; x < box.x + box.width; x++) {
