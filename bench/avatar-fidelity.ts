@@ -29,6 +29,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { closeFaceDetector, detectMouth } from '../actors/faces/detector.ts';
 import { faceAnchor, faceHint } from '../actors/faces/landmarks.ts';
+import { MAX_LOOP_FRAMES } from '../actors/faces/video-clip.ts';
 import { i420ToRgba } from '../actors/render/i420.ts';
 import type { MouthAnimation } from '../actors/render/types.ts';
 import { json, post, startTestApp, type TestApp } from '../test/helpers/app.ts';
@@ -42,8 +43,12 @@ import { round } from './stats.ts';
 
 /** Local clips of real people (`BENCH_FIDELITY_FOOTAGE`, comma-separated paths): rows of their own, never committed. */
 const FOOTAGE = (process.env.BENCH_FIDELITY_FOOTAGE ?? '').split(',').filter(Boolean);
-/** Idle frames looked at (4 s at 25 fps) and at most this many speaking frames. */
-const IDLE_FRAMES = 100;
+/**
+ * Idle frames looked at: one whole ping-pong cycle of a clip's loop (`MAX_LOOP_FRAMES` forwards and back, 12 s at
+ * 25 fps), so wherever the window starts it holds every loop frame, and idle motion is the motion the clip shows
+ * rather than that of whichever part of it the window caught; and at most this many speaking frames.
+ */
+const IDLE_FRAMES = 2 * MAX_LOOP_FRAMES;
 const SPEAKING_FRAMES = 150;
 const SPEECH = 'Open wide and say ah. Then close your lips: mama, papa, baby. How about a long, loud, open vowel?';
 /** Lags tried between the mouth and the audio envelope, in frames (40 ms each). */
@@ -125,7 +130,7 @@ async function measure(app: TestApp, avatarId: string, descriptors: FaceDescript
     await post(app.baseUrl, `/sessions/${session_id}/start`);
     await peer.until(() => peer.frames.length > 25, 20_000, 'frames flowing');
     const idleFrom = peer.frames.length;
-    await peer.until(() => peer.frames.length >= idleFrom + IDLE_FRAMES, 30_000, 'idle frames');
+    await peer.until(() => peer.frames.length >= idleFrom + IDLE_FRAMES, 60_000, 'idle frames');
     const idle = peer.frames.slice(idleFrom, idleFrom + IDLE_FRAMES);
     const from = sse.events.length;
     const speakFrom = peer.frames.length;
