@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { post, startTestApp, type TestApp } from './helpers/app.ts';
-import { AUDIBLE_RMS, labels, openSession, pcmBytes, sleep, tone, waitForSilence, type LiveSession } from './helpers/conversation.ts';
+import { AUDIBLE_RMS, labels, openSession, pcmBytes, recordSentAudio, sleep, tone, waitForSilence, type LiveSession } from './helpers/conversation.ts';
 import { AudioStreamClient, framesOf, streamPcm, kernelQueuedBytes, streamQueuedMs } from './helpers/ws-audio.ts';
 import { PLAYOUT_HIGH_WATER_MS } from '../actors/media/playout.ts';
 import { INBOUND_AUDIO_LIMIT_MS } from '../src/ws/audio-stream.ts';
@@ -12,6 +12,11 @@ const FRAME_BYTES = 640;
 const REPLY_MS = 3_000;
 /** Playout of the streamed audio plus receiver jitter buffer. */
 const TURN_MS = 15_000;
+/**
+ * How long a stream played, read as the service sends it, in 10 ms chunks: an edge chunk may be partly silent and
+ * resampling rings for a few ms. At a receiver on a host at half speed NetEq moved a clip's length by hundreds of ms.
+ */
+const SENT_DURATION_TOLERANCE_MS = 30;
 /** The playout's high-water mark plus one in-flight frame and scheduling slack. */
 const QUEUED_BOUND_MS = 2_500;
 
@@ -65,6 +70,7 @@ describe('WebSocket /sessions/{id}/speak_audio_stream', () => {
     const from = s.sse.events.length;
     const sentAt = performance.now();
     const audioMs = 1_000;
+    const played = recordSentAudio(t, s.sessionId);
     await streamPcm(client, framesOf(pcmBytes(tone(16_000, audioMs)), FRAME_BYTES));
     client.sendJson({ type: 'eos' });
     await s.peer.until(() => s.peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, TURN_MS, 'audible stream');
@@ -78,10 +84,9 @@ describe('WebSocket /sessions/{id}/speak_audio_stream', () => {
     const kinds = labels(s.sse.events.slice(from));
     expect(kinds.indexOf('status:speaking')).toBeLessThan(kinds.indexOf('frame'));
     expect(kinds.at(-1)).toBe('status:idle');
-    // All of it played, as one turn.
-    await sleep(300);
-    const audibleMs = s.peer.audio.filter((a) => a.at >= sentAt && a.rms > AUDIBLE_RMS).length * 10;
-    expect(Math.abs(audibleMs - audioMs)).toBeLessThanOrEqual(200);
+    // All of it played, as one turn: read as the service sends it (`recordSentAudio`; heard at the receiver above).
+    played.stop();
+    expect(Math.abs(played.audibleMs() - audioMs)).toBeLessThanOrEqual(SENT_DURATION_TOLERANCE_MS);
     expect(kinds.filter((k) => k === 'status:speaking')).toHaveLength(1);
   });
 
@@ -93,13 +98,14 @@ describe('WebSocket /sessions/{id}/speak_audio_stream', () => {
     const from = s.sse.events.length;
     const sentAt = performance.now();
     const audioMs = 800;
+    const played = recordSentAudio(t, s.sessionId);
     await streamPcm(client, framesOf(pcmBytes(tone(48_000, audioMs)), 1_920));
     client.sendJson({ type: 'eos' });
+    await s.peer.until(() => s.peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, TURN_MS, 'audible stream');
     expect((await client.waitClosed(TURN_MS)).code).toBe(1000);
     await idleAfter(from);
-    await sleep(300);
-    const audibleMs = s.peer.audio.filter((a) => a.at >= sentAt && a.rms > AUDIBLE_RMS).length * 10;
-    expect(Math.abs(audibleMs - audioMs)).toBeLessThanOrEqual(200);
+    played.stop();
+    expect(Math.abs(played.audibleMs() - audioMs)).toBeLessThanOrEqual(SENT_DURATION_TOLERANCE_MS);
   });
 
   it('an interrupt message gives SSE interrupted then idle and silence at the receiver; the socket stays usable', async () => {

@@ -3,7 +3,9 @@
  * receiver and SSE client attached, tone generators, and SSE turn summaries.
  */
 import { expect } from 'vitest';
+import { sessionParts } from '../../src/sessions/session.ts';
 import { json, post, type TestApp } from './app.ts';
+import { rms } from './mp4.ts';
 import { ReceivingPeer } from './peer.ts';
 import { SseClient, type SseEvent } from './sse.ts';
 
@@ -11,6 +13,29 @@ import { SseClient, type SseEvent } from './sse.ts';
 export const AUDIBLE_RMS = 300;
 /** Generous on 2 shared cores: ICE + first idle frames usually take ~1 s. */
 const IDLE_MEDIA_WAIT_MS = 15_000;
+
+/**
+ * Audible audio as the service sends it: the playout's 'audio' emissions (10 ms chunks on its media clock), from now
+ * until `stop()`. How long a clip plays is read here, exactly, whatever the host's speed: at a receiver on a host at
+ * half speed the jitter buffer stretched or concealed an 800 ms clip by up to 460 ms (issue 25, row 9), while a clip
+ * read at the wrong sample rate is off by 400 ms or more either way.
+ */
+export function recordSentAudio(t: TestApp, sessionId: string): { audibleMs(): number; stop(): void } {
+  const session = t.services.supervisor.liveSession(sessionId);
+  if (!session) throw new Error('no live session to record');
+  const { playout } = sessionParts(session).media;
+  let audibleSamples = 0;
+  let sampleRate = 0;
+  const onAudio = (chunk: Int16Array, rate: number) => {
+    sampleRate = rate;
+    if (rms(chunk) > AUDIBLE_RMS) audibleSamples += chunk.length;
+  };
+  playout.on('audio', onAudio);
+  return {
+    audibleMs: () => (sampleRate > 0 ? (audibleSamples * 1000) / sampleRate : 0),
+    stop: () => playout.off('audio', onAudio),
+  };
+}
 
 export interface LiveSession {
   sessionId: string;
