@@ -124,18 +124,27 @@ describe('builtin synthesis', () => {
     await expect(collect('Hello.', null, 16_000, AbortSignal.abort())).rejects.toThrow();
   }, 20_000);
 
-  it('delivers the first sentence of a long text quickly once the engines are warm', async () => {
+  it('delivers the first sentence of a long text before the rest is synthesized, once the engines are warm', async () => {
+    // The promise is streaming by sentence: the short first sentence (a tenth of the text) arrives while the rest is
+    // still being made. How fast in milliseconds is the bench's first-audio row: a fixed bound here read 2.3 s on a
+    // host at half speed, where the whole text took proportionally longer too.
     const text = `Hi, nice to meet you. ${'This is a much longer following sentence that keeps going for a while. '.repeat(6)}`;
     const started = performance.now();
     let firstChunkMs = -1;
-    for await (const chunk of provider.synthesize({ text, voice: null, sampleRate: 48_000, signal: AbortSignal.timeout(20_000) })) {
+    let chunks = 0;
+    for await (const chunk of provider.synthesize({ text, voice: null, sampleRate: 48_000, signal: AbortSignal.timeout(60_000) })) {
       if (firstChunkMs < 0) firstChunkMs = performance.now() - started;
+      chunks++;
       expect(chunk.sampleRate).toBe(48_000);
     }
-    console.info(`builtin first-sentence latency (warm, 48 kHz): ${Math.round(firstChunkMs)} ms`);
+    const totalMs = performance.now() - started;
+    console.info(`builtin first-sentence latency (warm, 48 kHz): ${Math.round(firstChunkMs)} ms of ${Math.round(totalMs)} ms`);
+    expect(chunks).toBeGreaterThanOrEqual(7);
     expect(firstChunkMs).toBeGreaterThan(0);
-    expect(firstChunkMs).toBeLessThan(1_000);
-  }, 20_000);
+    // Half the total: a provider that made the whole text before yielding reads ~1; measured 0.18 here, 0.21-0.24 beside
+    // a busy loop on the same core.
+    expect(firstChunkMs).toBeLessThan(totalMs / 2);
+  }, 90_000);
 });
 
 describe('engine output parsing', () => {
