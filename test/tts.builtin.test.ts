@@ -125,7 +125,7 @@ describe('builtin synthesis', () => {
   }, 20_000);
 
   it('delivers the first sentence of a long text before the rest is synthesized, once the engines are warm', async () => {
-    // The promise is streaming by sentence: the short first sentence (a tenth of the text) arrives while the rest is
+    // The promise is streaming by sentence: the short first sentence (~1/20 of the text) arrives while the rest is
     // still being made. How fast in milliseconds is the bench's first-audio row: a fixed bound here read 2.3 s on a
     // host at half speed, where the whole text took proportionally longer too.
     const text = `Hi, nice to meet you. ${'This is a much longer following sentence that keeps going for a while. '.repeat(6)}`;
