@@ -7,11 +7,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
-import { ReceivingPeer, type ReceivedAudio, type ReceivedFrame } from './helpers/peer.ts';
-import { rms } from './helpers/mp4.ts';
+import { ReceivingPeer, type ReceivedFrame } from './helpers/peer.ts';
 import { SseClient } from './helpers/sse.ts';
 import { tinyLipsyncModel, wrongSignatureModel, writeModelFile } from './helpers/tiny-onnx.ts';
-import { astronautSource, faceRegions, pearson, regionLuma, rmsAround, waitUntil, type Region } from './helpers/neural-lipsync.ts';
+import { astronautSource, faceRegions, pearson, recordSentMedia, regionLuma, rmsAround, waitUntil, type Region } from './helpers/neural-lipsync.ts';
 import { sessionParts } from '../src/sessions/session.ts';
 
 const AUDIBLE_RMS = 300;
@@ -63,19 +62,8 @@ describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar',
   });
 
   it('speaks: the mouth region brightens with the audio energy, the eyes stay as they were', async () => {
-    // The media as the service sends it, on its own timeline (the playout's 'video' and 'audio' emissions at their
-    // presentation times): whether the mouth follows the voice is read there. At a receiver on a host at half speed
-    // the decoder's lag moved frames against the audio and r read 0.12; what the service promises is the pairing it
-    // sends (docs/performance.md: every frame leaves with the audio chunk holding its pts).
-    const playout = sessionParts(t.services.supervisor.liveSession(sessionId)!).media.playout;
-    const sentFrames: Array<{ mediaMs: number; mouth: number }> = [];
-    // In the receiver's shape (`at` = presentation time here), so `rmsAround` reads both alike.
-    const sentAudio: ReceivedAudio[] = [];
-    const onVideo = (frame: { width: number; height: number; data: Uint8Array }, _idx: number, mediaMs: number) =>
-      sentFrames.push({ mediaMs, mouth: regionLuma({ at: 0, ...frame }, regions.mouth) });
-    const onAudio = (samples: Int16Array, sampleRate: number, mediaMs: number) => sentAudio.push({ at: mediaMs, rms: rms(samples), sampleRate });
-    playout.on('video', onVideo);
-    playout.on('audio', onAudio);
+    // Whether the mouth follows the voice is read on the service's media timeline (recordSentMedia says why).
+    const sent = recordSentMedia(sessionParts(t.services.supervisor.liveSession(sessionId)!).media.playout, regions.mouth);
     const from = sse.events.length;
     const start = peer.frames.length;
     const sentAt = performance.now();
@@ -85,18 +73,16 @@ describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar',
     // After the turn the face comes back to rest. How soon the last speaking frames reach a receiver after `idle`
     // is not promised (the video is held behind the audio, and a host at half speed sends frames late): waited for.
     await peer.until(() => peer.frames.length > start && Math.abs(regionLuma(peer.frames.at(-1)!, regions.mouth) - idleMouth) < 3, 15_000, 'the face back at rest');
-    playout.off('video', onVideo);
-    playout.off('audio', onAudio);
+    sent.stop();
     const frames = peer.frames.slice(start);
     const mouth = frames.map((frame) => regionLuma(frame, regions.mouth));
     const eyes = frames.map((frame) => regionLuma(frame, regions.eyes));
-    // Each frame against the audio around its presentation time (the mel window looks 200 ms ahead of its frame), in
-    // dB like the mel front end; the same at the receiver by receive time, printed for comparison.
-    const sentEnergy = sentFrames.map((frame) => Math.log10(1 + rmsAround(sentAudio, frame.mediaMs + 80, 120)));
-    const r = pearson(sentFrames.map((frame) => frame.mouth), sentEnergy);
+    // Each frame against the audio around its presentation time, in dB like the mel front end; the same at the
+    // receiver by receive time, printed for comparison.
+    const r = sent.mouthAudioR();
     const rReceived = pearson(mouth, frames.map((frame) => Math.log10(1 + rmsAround(peer.audio, frame.at + 80, 120))));
     console.log(
-      `lipsync_b: ${sentFrames.length} frames sent, ${frames.length} received, idle mouth ${idleMouth.toFixed(1)}, max ${Math.max(...mouth).toFixed(1)}, ` +
+      `lipsync_b: ${sent.frames.length} frames sent, ${frames.length} received, idle mouth ${idleMouth.toFixed(1)}, max ${Math.max(...mouth).toFixed(1)}, ` +
         `r(mouth, log audio rms) = ${r.toFixed(2)} as sent, ${rReceived.toFixed(2)} as received, eyes Δmax ${Math.max(...eyes.map((e) => Math.abs(e - idleEyes))).toFixed(2)}`,
     );
     // The viewer sees the mouth open; the service's frames follow its audio.
@@ -113,16 +99,8 @@ describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar',
     // once the interrupt cuts the audio, the frames presented after the cut show the face at rest. When those frames
     // leave is the host's: on a starved core the frames for speech already played before the cut still leave (late)
     // after the interrupt was answered (12 of them once), and a receiver there decoded 5 frames in the second after it.
-    const playout = sessionParts(t.services.supervisor.liveSession(sessionId)!).media.playout;
-    const sent: Array<{ mediaMs: number; mouth: number }> = [];
-    let lastSpeechMs = -Infinity;
-    const onVideo = (frame: { width: number; height: number; data: Uint8Array }, _idx: number, mediaMs: number) =>
-      sent.push({ mediaMs, mouth: regionLuma({ at: 0, ...frame }, regions.mouth) });
-    const onAudio = (samples: Int16Array, _sampleRate: number, mediaMs: number) => {
-      if (rms(samples) > AUDIBLE_RMS) lastSpeechMs = Math.max(lastSpeechMs, mediaMs);
-    };
-    playout.on('video', onVideo);
-    playout.on('audio', onAudio);
+    const recording = recordSentMedia(sessionParts(t.services.supervisor.liveSession(sessionId)!).media.playout, regions.mouth);
+    const sent = recording.frames;
     try {
       // The idle frame as sent: the still photo, the same picture every frame until speech.
       await waitUntil(() => sent.length >= 3, 20_000, 'idle frames sent');
@@ -137,7 +115,7 @@ describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar',
       const interruptAt = performance.now();
       expect(await json(await post(t.baseUrl, `/sessions/${sessionId}/interrupt`))).toEqual({ interrupted: true });
       await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 5_000, 'status idle', from);
-      const cutMs = lastSpeechMs;
+      const cutMs = recording.lastAudibleMs(AUDIBLE_RMS);
       expect(cutMs).toBeGreaterThan(-Infinity);
       // Frames presented up to a second past the cut, as sent.
       await waitUntil(() => sent.some((frame) => frame.mediaMs > cutMs + 1_000), 20_000, 'frames sent past the cut');
@@ -150,7 +128,7 @@ describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar',
       expect(pastCut.length).toBeGreaterThan(0);
       expect(openPastCut).toEqual([]);
       // The speech was cut, not played to its end: nothing audible presented after the cut.
-      expect(lastSpeechMs).toBe(cutMs);
+      expect(recording.lastAudibleMs(AUDIBLE_RMS)).toBe(cutMs);
       // The viewer: the face comes back to rest there too, and stays (up to the encoder's noise).
       const atRest = (frame: ReceivedFrame) => Math.abs(regionLuma(frame, regions.mouth) - idleMouth) < 3;
       await peer.until(() => peer.frames.at(-1)!.at > interruptAt && atRest(peer.frames.at(-1)!), 15_000, 'the face at rest at the viewer');
@@ -159,8 +137,7 @@ describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar',
       console.log(`lipsync_b: mouth at rest at the viewer ${(restAt - interruptAt).toFixed(0)} ms after the interrupt`);
       expect(peer.frames.filter((frame) => frame.at > restAt).every(atRest)).toBe(true);
     } finally {
-      playout.off('video', onVideo);
-      playout.off('audio', onAudio);
+      recording.stop();
     }
   }, 90_000);
 });

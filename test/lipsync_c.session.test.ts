@@ -13,7 +13,7 @@ import { KserveServerProcess } from './fakes/kserve-server-process.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { ReceivingPeer } from './helpers/peer.ts';
 import { SseClient } from './helpers/sse.ts';
-import { astronautSource, faceRegions, pearson, regionLuma, rmsAround, waitUntil, type Region } from './helpers/neural-lipsync.ts';
+import { astronautSource, faceRegions, pearson, recordSentMedia, regionLuma, rmsAround, waitUntil, type Region } from './helpers/neural-lipsync.ts';
 import { sessionParts } from '../src/sessions/session.ts';
 
 const AUDIBLE_RMS = 300;
@@ -29,8 +29,6 @@ const AUDIBLE_WAIT_MS = 60_000;
  * renderer's open mouth goes 25–70 below.
  */
 const CLEARLY_DARKER = 15;
-/** Below this share of late frames the service kept its media clock, so receive times say which audio a frame shows. */
-const LATE_SHARE_FOR_SYNC = 0.25;
 const LONG_TEXT =
   'This is a long sentence that keeps going so that there is plenty of speech to interrupt. It continues with a second sentence. And a third one follows it, still talking.';
 
@@ -73,12 +71,10 @@ async function speakTurn(live: Live, text: string) {
   const { t, peer, sse, sessionId, regions } = live;
   const from = sse.events.length;
   const start = peer.frames.length;
-  // Frames as the service sends them (its playout's 'video' emission): what it promises to keep sending, whatever
-  // a receiver on a starved host manages to decode (6 of ~100 in a turn once, on one core shared with Chromium).
-  const { playout } = sessionParts(t.services.supervisor.liveSession(sessionId)!).media;
-  let sentFrames = 0;
-  const onVideo = () => sentFrames++;
-  playout.on('video', onVideo);
+  // The media as the service sends it (recordSentMedia says why): the frames it promises to keep sending, whatever a
+  // receiver on a starved host manages to decode (6 of ~100 in a turn once, on one core shared with Chromium), and
+  // the pairing of each frame with its audio.
+  const sent = recordSentMedia(sessionParts(t.services.supervisor.liveSession(sessionId)!).media.playout, regions.mouth);
   const sentAt = performance.now();
   try {
     expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text })).status).toBe(200);
@@ -86,11 +82,12 @@ async function speakTurn(live: Live, text: string) {
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle', from);
     await new Promise((r) => setTimeout(r, 400));
   } finally {
-    playout.off('video', onVideo);
+    sent.stop();
   }
   const frames = peer.frames.slice(start);
   return {
-    sentFrames,
+    sentFrames: sent.frames.length,
+    rSent: sent.mouthAudioR(sent.frames.filter((frame) => frame.at >= sentAt)),
     mouth: frames.map((frame) => regionLuma(frame, regions.mouth)),
     eyes: frames.map((frame) => regionLuma(frame, regions.eyes)),
     energy: frames.map((frame) => Math.log10(1 + rmsAround(peer.audio, frame.at + 80, 120))),
@@ -127,8 +124,8 @@ for (const advertiseBinary of [true, false]) {
       expect(JSON.stringify(models)).not.toContain(live.fake.url);
 
       const turn = await speakTurn(live, 'Hello there. I am a talking avatar on an inference server, and my mouth follows my voice.');
-      // Best over receive-time lags of −120…+280 ms: "follows" the audio, whatever the receiver's momentary A/V skew.
-      const r = Math.max(...[-120, -40, 40, 80, 120, 200, 280].map((lag) => pearson(turn.mouth, turn.energyAt(lag))));
+      // At the receiver, printed beside it: best over receive-time lags of −120…+280 ms.
+      const rReceived = Math.max(...[-120, -40, 40, 80, 120, 200, 280].map((lag) => pearson(turn.mouth, turn.energyAt(lag))));
       const stats = await live.fake.readStats();
       const { media } = await json(await fetch(`${live.t.baseUrl}/sessions/${live.sessionId}/metrics`));
       const counts = (sessionParts(live.t.services.supervisor.liveSession(live.sessionId)!).media as unknown as { renderer: { counts?: object } }).renderer.counts;
@@ -137,7 +134,7 @@ for (const advertiseBinary of [true, false]) {
           `errors ${JSON.stringify(turn.events.filter((e) => e.type === 'error').map((e) => e.data.message))}`,
       );
       console.log(
-        `lipsync_c ${encoding}: ${turn.mouth.length} frames, idle mouth ${live.idleMouth.toFixed(1)}, max ${Math.max(...turn.mouth).toFixed(1)}, r = ${r.toFixed(2)}; ` +
+        `lipsync_c ${encoding}: ${turn.mouth.length} frames, idle mouth ${live.idleMouth.toFixed(1)}, max ${Math.max(...turn.mouth).toFixed(1)}, r = ${turn.rSent.toFixed(2)} as sent, ${rReceived.toFixed(2)} as received; ` +
           `requests json ${stats.inferJson} binary ${stats.inferBinary}, max in flight ${stats.maxInFlight}, batch sizes ${[...new Set(stats.batches)].join('/')}`,
       );
       expect(Math.max(...turn.mouth) - live.idleMouth).toBeGreaterThan(15);
@@ -150,14 +147,11 @@ for (const advertiseBinary of [true, false]) {
       // encoding, must keep up and follow the audio.
       const overloaded = (counts as { overloaded?: number } | undefined)?.overloaded ?? 0;
       const degraded = !advertiseBinary && (errors.length > 0 || overloaded > 0);
-      // How well the mouth lines up with the audio at a receiver is promised for a host that keeps the media clock:
-      // when the service itself counts most frames late (left more than a frame period after their time, as on a VM
-      // at half speed running the model server, the service and the receiver on one core: 63 % late, r 0.07), the
-      // receiver's frame times no longer say which audio a frame was rendered for. The frames must still come from
-      // the model and open the mouth (asserted below either way).
-      const lateShare = media.frames_late / Math.max(1, media.frames_sent);
-      const clockKept = lateShare < LATE_SHARE_FOR_SYNC;
-      if (!clockKept) console.log(`lipsync_c ${encoding}: ${(lateShare * 100).toFixed(0)} % of frames late: the host did not keep the media clock`);
+      // How well the mouth follows the audio is read as the service sends it, each frame at its presentation time:
+      // at the receiver, on a VM at half speed running the model server, the service and the receiver on one core, the
+      // service counted 24–63 % of frames late and the receiver's frame times no longer said which audio a frame was
+      // rendered for (r 0.07–0.30 there). The viewer must still see the model's mouth open (asserted below either way).
+      console.log(`lipsync_c ${encoding}: ${((100 * media.frames_late) / Math.max(1, media.frames_sent)).toFixed(0)} % of frames late`);
       if (advertiseBinary) expect((counts as { neural?: number } | undefined)?.neural ?? 0).toBeGreaterThan(25);
       if (degraded) {
         expect(errors.map((e) => e.data.code).filter((code) => code !== 'render_backend_failed')).toEqual([]);
@@ -165,8 +159,8 @@ for (const advertiseBinary of [true, false]) {
         // receiver decoded 6 of them), and reaching the viewer.
         expect(turn.sentFrames).toBeGreaterThan(25);
         expect(turn.mouth.length).toBeGreaterThan(0);
-      } else if (clockKept) {
-        expect(r).toBeGreaterThan(0.5);
+      } else {
+        expect(turn.rSent).toBeGreaterThan(0.5);
       }
       // The model only changes the mouth: the eyes stay as idle, up to the encoder's noise (a loaded encoder blurs a
       // little more: 2.9 levels was seen on a slow host). Frames that degraded to the CPU renderer may blink, as that
@@ -199,11 +193,11 @@ describe('lipsync_c when the inference server dies mid-turn', () => {
     const { t, peer, sse, sessionId, regions, fake } = live;
     const media = sessionParts(t.services.supervisor.liveSession(sessionId)!).media;
     const neuralCounts = (media as unknown as { renderer: NeuralLipsyncRenderer }).renderer.counts;
-    // The frames as the service sends them (its playout's 'video' emission, in this process): which renderer made a
-    // frame is read where it leaves, not at the receiver, whose decoder lags by as much as a loaded host makes it.
-    const sent: Array<{ at: number; mouth: number }> = [];
-    const onVideo = (frame: { width: number; height: number; data: Uint8Array }) => sent.push({ at: performance.now(), mouth: regionLuma({ at: 0, ...frame }, regions.mouth) - live.idleMouth });
-    media.playout.on('video', onVideo);
+    // The frames as the service sends them: which renderer made a frame is read where it leaves, not at the receiver,
+    // whose decoder lags by as much as a loaded host makes it. Mouth luma over the idle face's, per frame sent.
+    const recording = recordSentMedia(media.playout, regions.mouth);
+    const sent = recording.frames;
+    const overIdle = (frame: { mouth: number }) => frame.mouth - live.idleMouth;
     const neuralBefore = neuralCounts.neural;
     const from = sse.events.length;
     const sentAt = performance.now();
@@ -224,8 +218,8 @@ describe('lipsync_c when the inference server dies mid-turn', () => {
     // The video leaves behind the audio, and on a starved host seconds behind (renders waited on the dead server
     // until the switch): the turn's last frames, the fallback's, are sent after `idle`. Read until the rest face goes.
     const idleAt = performance.now();
-    await waitUntil(() => sent.length >= 5 && sent.at(-1)!.at > idleAt && sent.slice(-5).every((frame) => Math.abs(frame.mouth) < 5), 30_000, 'the rest face sent');
-    media.playout.off('video', onVideo);
+    await waitUntil(() => sent.length >= 5 && sent.at(-1)!.at > idleAt && sent.slice(-5).every((frame) => Math.abs(overIdle(frame)) < 5), 30_000, 'the rest face sent');
+    recording.stop();
     const heardAfterKill = peer.audio.filter((a) => a.at > killedAt + 500 && a.rms > AUDIBLE_RMS).length;
     expect(heardAfterKill).toBeGreaterThan(50);
     // Frames the model answered before it died still show its mouth; every frame rendered after the failure comes from
@@ -234,8 +228,8 @@ describe('lipsync_c when the inference server dies mid-turn', () => {
     // frames later, interleaved with fallback frames of requests the kill cut) — but the model's look never outnumbers
     // what the model answered, and the turn ends on the fallback.
     const turnFrames = sent.filter((frame) => frame.at > sentAt);
-    const modelLooking = turnFrames.filter((frame) => frame.mouth > 5).length;
-    const afterKill = sent.filter((frame) => frame.at > killedAt).map((frame) => frame.mouth);
+    const modelLooking = turnFrames.filter((frame) => overIdle(frame) > 5).length;
+    const afterKill = sent.filter((frame) => frame.at > killedAt).map(overIdle);
     console.log(
       `lipsync_c fallback: ${answeredBeforeKill} frames answered by the model before the kill, ${modelLooking} sent with its look; ` +
         `mouth over idle in the ${afterKill.length} frames sent after the kill: ${afterKill.map((d) => d.toFixed(0)).join(' ')}`,

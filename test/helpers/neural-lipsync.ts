@@ -6,7 +6,9 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { faceCropOf } from '../../actors/lipsync/face-crop.ts';
+import type { PlayoutClock } from '../../actors/media/playout.ts';
 import type { AvatarSource } from '../../actors/render/types.ts';
+import { rms } from './mp4.ts';
 import type { ReceivedAudio, ReceivedFrame } from './peer.ts';
 
 export interface Region {
@@ -49,6 +51,59 @@ export function rmsAround(audio: readonly ReceivedAudio[], at: number, halfMs: n
     n++;
   }
   return n === 0 ? 0 : sum / n;
+}
+
+/** A frame as the service sent it: its presentation time on the media clock, when it left, and its region's luma. */
+export interface SentFrame {
+  mediaMs: number;
+  at: number;
+  mouth: number;
+}
+
+export interface SentMedia {
+  /** Every frame sent since the recording began, in order. */
+  readonly frames: readonly SentFrame[];
+  /** Every 10 ms audio chunk sent, in the receiver's shape with `at` = its presentation time, so `rmsAround` reads both. */
+  readonly audio: readonly ReceivedAudio[];
+  /** The last presentation time of audible audio (RMS above `audibleRms`), or -Infinity. */
+  lastAudibleMs(audibleRms: number): number;
+  /**
+   * How the sent frames' mouth follows the sent audio: Pearson r between each frame's mouth luma and the log RMS of
+   * the audio within ±120 ms of its presentation time + 80 ms (the mel window looks 200 ms ahead of its frame).
+   */
+  mouthAudioR(frames?: readonly SentFrame[]): number;
+  stop(): void;
+}
+
+/**
+ * The media as the service sends it, on its own timeline (the playout's 'video' and 'audio' emissions at their
+ * presentation times), from now until `stop()`. Whether the mouth follows the voice, and which renderer made a
+ * frame, are read here: every frame leaves with the audio chunk holding its pts (docs/performance.md), whatever a
+ * receiver on a starved host decodes. At a receiver on a host at half speed the decoder's lag moved frames against
+ * the audio (r read 0.12–0.30 there).
+ */
+export function recordSentMedia(playout: PlayoutClock, mouth: Region): SentMedia {
+  const frames: SentFrame[] = [];
+  const audio: ReceivedAudio[] = [];
+  const onVideo = (frame: { width: number; height: number; data: Uint8Array }, _idx: number, mediaMs: number) =>
+    frames.push({ mediaMs, at: performance.now(), mouth: regionLuma({ at: 0, ...frame }, mouth) });
+  const onAudio = (samples: Int16Array, sampleRate: number, mediaMs: number) => audio.push({ at: mediaMs, rms: rms(samples), sampleRate });
+  playout.on('video', onVideo);
+  playout.on('audio', onAudio);
+  return {
+    frames,
+    audio,
+    lastAudibleMs: (audibleRms) => audio.reduce((last, chunk) => (chunk.rms > audibleRms ? Math.max(last, chunk.at) : last), -Infinity),
+    mouthAudioR: (of = frames) =>
+      pearson(
+        of.map((frame) => frame.mouth),
+        of.map((frame) => Math.log10(1 + rmsAround(audio, frame.mediaMs + 80, 120))),
+      ),
+    stop: () => {
+      playout.off('video', onVideo);
+      playout.off('audio', onAudio);
+    },
+  };
 }
 
 export function pearson(xs: readonly number[], ys: readonly number[]): number {
