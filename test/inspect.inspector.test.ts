@@ -159,8 +159,31 @@ describe.skipIf(!hasChromium)('the inspector page in headless Chromium, offline'
     expect(await page.textContent('#sessions')).toContain(sessionId.slice(0, 8));
     await page.waitForFunction(() => document.querySelectorAll('#chart svg .active').length > 0, null, { timeout: 10_000 });
 
+    await page.evaluate(() => {
+      const state = document.getElementById('state')!;
+      const shown = new Set<string>();
+      (window as unknown as { statesShown: Set<string> }).statesShown = shown;
+      const add = (value: string | null | undefined) => (value ?? '').split(' ').forEach((path) => shown.add(path));
+      new MutationObserver((records) => {
+        for (const record of records) add(record.oldValue);
+        add(state.dataset.value);
+      }).observe(state, { attributes: true, attributeFilter: ['data-value'], attributeOldValue: true });
+    });
+    await page.evaluate(() => {
+      const state = document.getElementById('state')!;
+      const shown = new Set<string>();
+      (window as unknown as { statesShown: Set<string> }).statesShown = shown;
+      const add = (value: string | null | undefined) => (value ?? '').split(' ').forEach((path) => shown.add(path));
+      new MutationObserver((records) => {
+        for (const record of records) add(record.oldValue);
+        add(state.dataset.value);
+      }).observe(state, { attributes: true, attributeFilter: ['data-value'], attributeOldValue: true });
+    });
     expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'The inspector should show me speaking for a moment or two.' })).status).toBe(200);
-    await page.waitForFunction(() => (document.getElementById('state')!.dataset.value ?? '').split(' ').includes('running.turn.phase.speaking'), null, { timeout: 20_000 });
+    // Every state value the page shows is recorded as it is set (a mutation observer with the old values), then
+    // waited for: on a starved host Chromium ran several inspection records between two animation frames, and the
+    // few seconds of speaking were never seen by polling once per frame.
+    await page.waitForFunction(() => (window as unknown as { statesShown: Set<string> }).statesShown.has('running.turn.phase.speaking'), null, { timeout: 20_000 });
     await page.waitForFunction(() => !!document.querySelector('#actors [data-actor="session/tts"]'), null, { timeout: 10_000 });
     expect(await page.textContent('#log')).toContain('SPEAK');
     await page.waitForFunction(() => (document.getElementById('state')!.dataset.value ?? '').split(' ').includes('running.idle'), null, { timeout: 30_000 });

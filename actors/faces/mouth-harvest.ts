@@ -1,16 +1,21 @@
 /**
  * Mouth harvesting at a video avatar's creation: every sampled clip frame with a face hands its mouth to a
  * `MouthHarvest` (cut upright at a fixed scale into one atlas cell, with its inner-lip opening and mouth width),
- * and at the end the harvest keys them by pose — opening relative to the clip's own rest gap and widest opening,
+ * and at the end the harvest keys them by pose — opening as it reads once laid on the avatar's reference frame
+ * (`laidOpeningsOn`; the clip frame's own landmarks without it), relative to the rest gap and widest opening,
  * width relative to the resting mouth (wide lips for ee/s, narrowed for oo/w) — and keeps one sample per
  * opening step and shape. A clip whose lips never part beyond `MIN_SPEAKING_OPENING`, or that shows fewer than
  * `MIN_HARVESTED_OPENINGS` opening steps, harvests nothing: the renderer falls back to its warp.
  * The render side and the bundle format: `actors/render/harvested-mouths.ts`.
  */
 import sharp from 'sharp';
+import { faceHint } from './landmarks.ts';
+import type { Detector } from './portrait.ts';
+import { i420ToRgba, rgbaToI420 } from '../render/i420.ts';
 import {
   headRoll,
   innerLipGap,
+  layCell,
   MOUTH_CELL_CENTER,
   MOUTH_CELL_HEIGHT,
   MOUTH_CELL_WIDTH,
@@ -44,6 +49,11 @@ export const MIN_HARVESTED_OPENINGS = 3;
 const FULL_SHAPE_CHANGE = 0.1;
 /** The rest gap is this quantile of the sampled gaps (the lips are closed on a good part of any speaking clip). */
 const REST_GAP_QUANTILE = 0.1;
+/**
+ * Laid candidates the detector must find a face on for their laid openings to key the harvest: below this share the
+ * composite itself is in doubt, and the clip's own landmarks are used.
+ */
+const MIN_LAID_FOUND_FRACTION = 0.8;
 
 interface Candidate {
   frame: number;
@@ -53,6 +63,9 @@ interface Candidate {
   widthRatio: number;
   confidence: number;
 }
+
+/** The inner-lip gap (mouth widths) each cell shows once laid, or null where that could not be read; in order. */
+export type LaidOpenings = (cells: readonly Uint8Array[]) => Promise<Array<number | null>>;
 
 /** What a harvest keeps: the atlas PNG and its index, for `mouths/`. */
 export interface HarvestedMouthFiles {
@@ -77,14 +90,19 @@ export class MouthHarvest {
     });
   }
 
-  /** The samples keyed by pose, or null when the clip does not show speech (see `MIN_SPEAKING_OPENING`). */
-  async finish(): Promise<HarvestedMouthFiles | null> {
-    const all = this.candidates;
-    if (all.length === 0) return null;
+  /**
+   * The samples keyed by pose, or null when the clip does not show speech (see `MIN_SPEAKING_OPENING`). With
+   * `laidOpenings`, each candidate's opening is keyed as it reads once laid on the avatar's reference frame.
+   */
+  async finish(laidOpenings?: LaidOpenings): Promise<HarvestedMouthFiles | null> {
+    if (this.candidates.length === 0) return null;
+    const clipGaps = this.candidates.map((c) => c.gap).sort((a, b) => a - b);
+    const clipRestGap = restGapOf(clipGaps);
+    if (clipGaps[clipGaps.length - 1] - clipRestGap < MIN_SPEAKING_OPENING) return null;
+    const all = (laidOpenings && (await withLaidGaps(this.candidates, laidOpenings))) || this.candidates;
     const gaps = all.map((c) => c.gap).sort((a, b) => a - b);
-    const restGap = gaps[Math.floor(REST_GAP_QUANTILE * (gaps.length - 1))];
+    const restGap = restGapOf(gaps);
     const widest = gaps[gaps.length - 1] - restGap;
-    if (widest < MIN_SPEAKING_OPENING) return null;
     const openOf = (c: Candidate) => Math.min(1, Math.max(0, (c.gap - restGap) / widest));
     const resting = all.filter((c) => openOf(c) < 0.3).map((c) => c.widthRatio).sort((a, b) => a - b);
     const restWidth = resting.length > 0 ? resting[Math.floor(resting.length / 2)] : all[0].widthRatio;
@@ -120,11 +138,52 @@ export class MouthHarvest {
         version: 1,
         cell: { width: MOUTH_CELL_WIDTH, height: MOUTH_CELL_HEIGHT, center: MOUTH_CELL_CENTER, mouth_width: MOUTH_SAMPLE_WIDTH_PX },
         columns: MOUTH_ATLAS_COLUMNS,
-        rest_gap: round3(restGap),
+        // The clip's own: what a loop frame's tracked lips measure at rest (the renderer's `ownMouthOpen`).
+        rest_gap: round3(clipRestGap),
         samples,
       },
     };
   }
+}
+
+/**
+ * The candidates with each gap as it reads once laid, those the detector found a face on; null (keep the clip's own
+ * gaps) when it found too few, or when the laid gaps do not spread as far as speech does.
+ */
+async function withLaidGaps(candidates: Candidate[], laidOpenings: LaidOpenings): Promise<Candidate[] | null> {
+  const laid = await laidOpenings(candidates.map((c) => c.cell));
+  const found = candidates.flatMap((c, i) => (laid[i] === null || laid[i] === undefined ? [] : [{ ...c, gap: laid[i] }]));
+  if (found.length < candidates.length * MIN_LAID_FOUND_FRACTION) return null;
+  const gaps = found.map((c) => c.gap).sort((a, b) => a - b);
+  return gaps[gaps.length - 1] - restGapOf(gaps) >= MIN_SPEAKING_OPENING ? found : null;
+}
+
+/** The rest gap of a sorted list of gaps. */
+function restGapOf(sortedGaps: number[]): number {
+  return sortedGaps[Math.floor(REST_GAP_QUANTILE * (sortedGaps.length - 1))];
+}
+
+/**
+ * How each candidate reads once laid on the avatar's reference frame (the loop's first), as a session lays it there
+ * (`layCell`): the detector's inner-lip gap in mouth widths on the composed frame, or null where it finds no face.
+ * Creation keys samples by this, not by the landmarks on the clip frame they were cut from: a talking mouth's teeth
+ * and a pout read differently there (on one real clip a rounded mouth keyed 0.21 open read 0.04 once laid, i.e.
+ * closed, and was laid for every rounded vowel). One landmark refit per candidate (≤ `MAX_MOUTH_CANDIDATES`, ~30 ms each).
+ */
+export function laidOpeningsOn(reference: { rgba: Uint8Array; width: number; height: number; face: MouthAnimation }, detect: Detector, signal?: AbortSignal): LaidOpenings {
+  const { width, height, face } = reference;
+  return async (cells) => {
+    const base = rgbaToI420(reference.rgba, width, height);
+    const openings: Array<number | null> = [];
+    for (const cell of cells) {
+      signal?.throwIfAborted();
+      const frame = { width, height, data: base.data.slice() };
+      layCell(frame, cell, face);
+      const result = await detect({ rgba: i420ToRgba(frame), width, height, near: faceHint(face) }, { signal });
+      openings.push(result.ok && result.animation.mouth_width > 0 ? innerLipGap(result.animation) / result.animation.mouth_width : null);
+    }
+    return openings;
+  };
 }
 
 /** The cell around `face`'s mouth: upright (the head's roll undone), scaled so the mouth is `MOUTH_SAMPLE_WIDTH_PX` wide. */

@@ -13,7 +13,7 @@ import type { MouthAnimation } from '../render/types.ts';
 import { ClipProcessError, parseClipReport, runFfmpeg, type ClipInfo } from './clip-ffmpeg.ts';
 import { buildFaceTrack } from './face-track.ts';
 import { faceHint } from './landmarks.ts';
-import { MouthHarvest, type HarvestedMouthFiles } from './mouth-harvest.ts';
+import { laidOpeningsOn, MouthHarvest, type HarvestedMouthFiles } from './mouth-harvest.ts';
 import { coverCrop, DETECTION_MAX_SIDE, type Detector } from './portrait.ts';
 
 /** Clip uploads are refused while streaming past this: 60 s of phone video at a typical 6 Mbit/s is ~45 MB. */
@@ -132,8 +132,11 @@ export async function prepareClip(
   const detectSignal = opts.signal ? AbortSignal.any([opts.signal, stopDetecting.signal]) : stopDetecting.signal;
   // The face on the last sampled frame, followed onto the next one (null: search the next frame whole).
   let last: MouthAnimation | null = null;
+  // The loop's first frame (`frame_00000.png`, the renderers' reference): harvested mouths are keyed as laid on it.
+  let referenceRgba: Uint8Array | null = null;
   const onFrame = (rgba: Buffer) => {
     const frameIndex = frameOfSample(sampleIndex++);
+    if (frameIndex === 0) referenceRgba = Uint8Array.from(rgba);
     // One detection at a time, in order, while ffmpeg keeps decoding; at most `samples` frames wait (bounded output).
     detecting = detecting.then(async () => {
       detectSignal.throwIfAborted();
@@ -193,8 +196,10 @@ export async function prepareClip(
   }
   const loopSampled = Math.min(sampleIndex, loopSamples);
   if (loopDetected < Math.max(1, loopSampled * MIN_TRACKED_FRACTION)) throw new InvalidClipError('no usable face found in most of the clip');
-  const mouths = await harvest.finish();
-  return { info, frameCount, track: buildFaceTrack(frameCount, detections), sampled: loopSampled, detected: loopDetected, mouths };
+  const track = buildFaceTrack(frameCount, detections);
+  const reference = referenceRgba ? { rgba: referenceRgba, width: target.width, height: target.height, face: track[0] } : null;
+  const mouths = await harvest.finish(reference ? laidOpeningsOn(reference, opts.detect, opts.signal) : undefined);
+  return { info, frameCount, track, sampled: loopSampled, detected: loopDetected, mouths };
 }
 
 /** Reads the header through `ffmpeg -i` and applies the clip rules; throws `InvalidClipError` for a refused clip. */

@@ -161,7 +161,17 @@ export class HarvestedMouths {
   }
 }
 
-function prepareSample(atlas: RgbaImage, index: MouthSampleIndex, sample: MouthSample, reference: MouthAnimation, frameWidth: number, frameHeight: number): PreparedSample {
+/**
+ * Lays one harvest cell (upright RGBA as cut at creation, `MOUTH_CELL_WIDTH` × `MOUTH_CELL_HEIGHT`) on `frame` at
+ * `reference`'s mouth exactly as a session lays a sample there: creation reads how each candidate looks once laid.
+ */
+export function layCell(frame: I420Frame, cell: Uint8Array, reference: MouthAnimation): void {
+  const single = { cell: { width: MOUTH_CELL_WIDTH, height: MOUTH_CELL_HEIGHT, center: MOUTH_CELL_CENTER, mouth_width: MOUTH_SAMPLE_WIDTH_PX }, columns: 1 };
+  const atlas: RgbaImage = { width: MOUTH_CELL_WIDTH, height: MOUTH_CELL_HEIGHT, data: cell };
+  blendShifted(frame, prepareSample(atlas, single, { cell: 0, frame: 0, open: 0, wide: 0, round: 0 }, reference, frame.width, frame.height), 0, 0);
+}
+
+function prepareSample(atlas: RgbaImage, index: Pick<MouthSampleIndex, 'cell' | 'columns'>, sample: MouthSample, reference: MouthAnimation, frameWidth: number, frameHeight: number): PreparedSample {
   const { cell } = index;
   const cellX = (sample.cell % index.columns) * cell.width;
   const cellY = Math.floor(sample.cell / index.columns) * cell.height;
