@@ -9,8 +9,13 @@ const MiB = 1024 * 1024;
 const ENDLESS_LINE_BYTES = 50 * MiB;
 /** The issue saw 150–300 MB; the bound is 1 MiB per line, so anything near 60 MB would be a regression. */
 const MAX_RSS_GROWTH_BYTES = 60 * MiB;
-/** The issue saw the loop blocked for seconds; a parser that only scans new bytes stays far below this. */
-const MAX_LOOP_BLOCK_MS = 200;
+/**
+ * The issue saw the loop blocked for seconds; a parser that only scans new bytes stays far below this. The delay is
+ * the whole test process's (the service, the in-process upstream writing its 50 MB line, the wrtc receiver, their
+ * garbage collection): 11 ms alone on one core, and 229 ms once on one core shared with another test file (a VM at
+ * half speed), so the bound sits between that and the seconds of a parser that rescans its buffer.
+ */
+const MAX_LOOP_BLOCK_MS = 500;
 /** A whole chat turn on 2 shared cores. */
 const TURN_MS = 20_000;
 

@@ -28,15 +28,25 @@ interface Pulled {
   pcm: Int16Array;
 }
 
-/** ffmpeg pulling the live stream: its log (the input's streams) and `PULL_SECONDS` of its audio as 16 kHz mono PCM. */
+/**
+ * ffmpeg pulling the live stream: its log (the input's streams) and `PULL_SECONDS` of its audio as 16 kHz mono PCM,
+ * counted in samples as they arrive. Not `-t`: that counts from the stream's earliest timestamp, and nginx starts a
+ * new subscriber at the last keyframe, up to a GOP (2 s) of video before the audio it sends; on a host at half speed
+ * the publisher's audio lagged its video further, and `-t 3` gave 20 ms of audio.
+ */
 function pull(url: string): Promise<Pulled> {
   return new Promise((resolve, reject) => {
-    const child = spawn(FFMPEG_PATH, ['-hide_banner', '-nostdin', '-i', url, '-t', String(PULL_SECONDS), '-map', '0:a:0', '-f', 's16le', '-ac', '1', '-ar', '16000', 'pipe:1'], {
+    const child = spawn(FFMPEG_PATH, ['-hide_banner', '-nostdin', '-i', url, '-map', '0:a:0', '-f', 's16le', '-ac', '1', '-ar', '16000', 'pipe:1'], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     const chunks: Buffer[] = [];
+    let bytes = 0;
     let log = '';
-    child.stdout.on('data', (chunk: Buffer) => chunks.push(chunk));
+    child.stdout.on('data', (chunk: Buffer) => {
+      chunks.push(chunk);
+      bytes += chunk.length;
+      if (bytes >= PULL_SECONDS * 16_000 * 2) child.kill('SIGKILL');
+    });
     child.stderr.setEncoding('utf8').on('data', (text: string) => (log += text));
     const timer = setTimeout(() => child.kill('SIGKILL'), LIVE_WAIT_MS);
     child.once('error', reject);
