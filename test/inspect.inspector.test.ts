@@ -169,16 +169,6 @@ describe.skipIf(!hasChromium)('the inspector page in headless Chromium, offline'
         add(state.dataset.value);
       }).observe(state, { attributes: true, attributeFilter: ['data-value'], attributeOldValue: true });
     });
-    await page.evaluate(() => {
-      const state = document.getElementById('state')!;
-      const shown = new Set<string>();
-      (window as unknown as { statesShown: Set<string> }).statesShown = shown;
-      const add = (value: string | null | undefined) => (value ?? '').split(' ').forEach((path) => shown.add(path));
-      new MutationObserver((records) => {
-        for (const record of records) add(record.oldValue);
-        add(state.dataset.value);
-      }).observe(state, { attributes: true, attributeFilter: ['data-value'], attributeOldValue: true });
-    });
     expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'The inspector should show me speaking for a moment or two.' })).status).toBe(200);
     // Every state value the page shows is recorded as it is set (a mutation observer with the old values), then
     // waited for: on a starved host Chromium ran several inspection records between two animation frames, and the
