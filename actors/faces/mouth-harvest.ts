@@ -168,10 +168,11 @@ function restGapOf(sortedGaps: number[]): number {
  * (`layCell`): the detector's inner-lip gap in mouth widths on the composed frame, or null where it finds no face.
  * Creation keys samples by this, not by the landmarks on the clip frame they were cut from: a talking mouth's teeth
  * and a pout read differently there (on one real clip a rounded mouth keyed 0.21 open read 0.04 once laid, i.e.
- * closed, and was laid for every rounded vowel). One landmark refit per candidate (≤ `MAX_MOUTH_CANDIDATES`, ~30 ms each).
+ * closed, and was laid for every rounded vowel). One landmark refit per candidate (≤ `MAX_MOUTH_CANDIDATES`, 30–50 ms each).
  */
 export function laidOpeningsOn(reference: { rgba: Uint8Array; width: number; height: number; face: MouthAnimation }, detect: Detector, signal?: AbortSignal): LaidOpenings {
   const { width, height, face } = reference;
+  const near = faceHint(face);
   return async (cells) => {
     const base = rgbaToI420(reference.rgba, width, height);
     const openings: Array<number | null> = [];
@@ -179,7 +180,7 @@ export function laidOpeningsOn(reference: { rgba: Uint8Array; width: number; hei
       signal?.throwIfAborted();
       const frame = { width, height, data: base.data.slice() };
       layCell(frame, cell, face);
-      const result = await detect({ rgba: i420ToRgba(frame), width, height, near: faceHint(face) }, { signal });
+      const result = await detect({ rgba: i420ToRgba(frame), width, height, near }, { signal });
       openings.push(result.ok && result.animation.mouth_width > 0 ? innerLipGap(result.animation) / result.animation.mouth_width : null);
     }
     return openings;

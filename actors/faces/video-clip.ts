@@ -136,7 +136,7 @@ export async function prepareClip(
   let referenceRgba: Uint8Array | null = null;
   const onFrame = (rgba: Buffer) => {
     const frameIndex = frameOfSample(sampleIndex++);
-    if (frameIndex === 0) referenceRgba = Uint8Array.from(rgba);
+    if (frameIndex === 0) referenceRgba = new Uint8Array(rgba);
     // One detection at a time, in order, while ffmpeg keeps decoding; at most `samples` frames wait (bounded output).
     detecting = detecting.then(async () => {
       detectSignal.throwIfAborted();
