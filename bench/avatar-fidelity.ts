@@ -44,7 +44,7 @@ import { ReceivingPeer } from '../test/helpers/peer.ts';
 import { SseClient } from '../test/helpers/sse.ts';
 import { postCustomAvatar } from './custom-avatar.ts';
 import { FaceDescriptors, descriptorDistance, meanDescriptor } from './face-descriptors.ts';
-import { round } from './stats.ts';
+import { medianBy, round } from './stats.ts';
 
 /** Local clips of real people (`BENCH_FIDELITY_FOOTAGE`, comma-separated paths): rows of their own, never committed. */
 const FOOTAGE = (process.env.BENCH_FIDELITY_FOOTAGE ?? '').split(',').filter(Boolean);
@@ -232,8 +232,7 @@ async function measure(app: TestApp, avatarId: string, descriptors: FaceDescript
 async function measureRow(app: TestApp, avatarId: string, descriptors: FaceDescriptors): Promise<RowFidelity> {
   const sessions: Fidelity[] = [];
   for (let i = 0; i < SESSIONS_PER_ROW; i++) sessions.push(await measure(app, avatarId, descriptors));
-  const byR = [...sessions].sort((a, b) => (a.mouth_audio_r ?? -Infinity) - (b.mouth_audio_r ?? -Infinity));
-  const median = byR[Math.floor((byR.length - 1) / 2)];
+  const median = medianBy(sessions, (s) => s.mouth_audio_r ?? -Infinity)!;
   return { ...median, mouth_audio_r_sessions: sessions.map((s) => s.mouth_audio_r) };
 }
 

@@ -22,6 +22,7 @@ import { tensor } from '../actors/inference/tensors.ts';
 import type { AvatarSource } from '../actors/render/types.ts';
 import { REPO_AVATARS } from '../test/helpers/app.ts';
 import { tinyLipsyncModel, writeModelFile } from '../test/helpers/tiny-onnx.ts';
+import { whiteNoise } from '../test/helpers/vad-fixture.ts';
 import { round } from './stats.ts';
 import { startBenchService } from './service.ts';
 import { SessionLoad, warmUp } from './session-load.ts';
@@ -95,10 +96,7 @@ async function pipelineFigures(): Promise<Record<string, number>> {
     for (let i = 0; i < PIPELINE_FRAMES; i++) melWindowFromStream(streamWindowOf(audio));
     out[`mel_window_ms_per_frame_${rate / 1000}k`] = round((performance.now() - started) / PIPELINE_FRAMES, 3);
   }
-  const noise = Int16Array.from({ length: 5 * 16_000 }, () => {
-    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
-    return (state >> 18) - 8192;
-  });
+  const noise = whiteNoise(5 * 16_000, -20, 3);
   wav2lipMelSpectrogram(noise.subarray(0, 16_000));
   let best = Infinity;
   for (let run = 0; run < 7; run++) {

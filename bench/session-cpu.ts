@@ -25,6 +25,7 @@ import { startBenchService, type BenchService } from './service.ts';
 import { SessionLoad, getJson, round, warmUp, type SessionModel, type WindowResult } from './session-load.ts';
 import { loadAverage, sampleTree } from './proc.ts';
 import { hostProbeMs } from './host-probe.ts';
+import { medianBy } from './stats.ts';
 import { floorRatio, measureTransportFloor } from './transport-floor.ts';
 
 const WINDOW_S = Number(process.env.BENCH_CPU_WINDOW_S ?? 20);
@@ -184,7 +185,7 @@ export async function benchSessionCpu(): Promise<Record<string, unknown>> {
 function medianRound(outcomes: RowOutcome[]): RowOutcome & { cpu_ms_per_session_second_rounds?: Array<number | null>; late_percent_rounds?: Array<number | null> } {
   const results = outcomes.filter(measured);
   if (results.length === 0) return outcomes[0];
-  const median = [...results].sort((a, b) => a.cpu_ms_per_session_second - b.cpu_ms_per_session_second)[Math.floor((results.length - 1) / 2)];
+  const median = medianBy(results, (r) => r.cpu_ms_per_session_second)!;
   return {
     ...median,
     cpu_ms_per_session_second_rounds: outcomes.map((o) => (measured(o) ? o.cpu_ms_per_session_second : null)),
@@ -201,7 +202,7 @@ function clipVsPhotoRounds(photo: RowOutcome[] | undefined, clip: RowOutcome[] |
   const perRound = photo.map((p, i) => (measured(p) && measured(clip[i]) ? clipVsPhoto(p, clip[i], name) : null));
   const valid = perRound.filter((r): r is ClipVsPhoto => r !== null && r.invalid === null);
   const ratios = perRound.map((r) => r?.ratio ?? null);
-  const reported = valid.length > 0 ? [...valid].sort((a, b) => a.ratio - b.ratio)[Math.floor((valid.length - 1) / 2)] : perRound.find((r) => r !== null);
+  const reported = medianBy(valid, (r) => r.ratio) ?? perRound.find((r) => r !== null);
   if (!reported) return {};
   console.log(`  ${name} vs photo over ${photo.length} rounds: ${ratios.join(', ')} → ${reported.ratio}× (${valid.length} valid)`);
   return {

@@ -16,3 +16,11 @@ export function summary(values: number[]): { p50: number; p95: number; min: numb
 }
 
 export const round = (v: number, digits = 1) => Math.round(v * 10 ** digits) / 10 ** digits;
+
+/**
+ * The item whose `key` is the median of the items' (the lower middle for an even count), the item itself so its other
+ * fields come with it: the repeated-measurement rows report one whole run, not a mix of runs. Undefined when empty.
+ */
+export function medianBy<T>(items: readonly T[], key: (item: T) => number): T | undefined {
+  return [...items].sort((a, b) => key(a) - key(b))[Math.floor((items.length - 1) / 2)];
+}
