@@ -127,13 +127,15 @@ export function withOpusDtx(sdp: string): string {
 
 /**
  * The most our VP8 encoder sends to one receiver, in kb/s. Uncapped, libwebrtc's bandwidth estimate on a good link
- * climbs to ~1.7 Mb/s for a 512² avatar, and the encoder's CPU follows the bits it has to spend: a video avatar
- * whose head moves in every frame cost the encoder about 2× a photo's (docs/performance.md, "Clip avatars"). A
- * talking head at 512² and 25 fps looks the same at 1 Mb/s (the viewer's face landmarks and identity rows hold,
- * `npm run bench -- avatar_fidelity`), and a viewer on a phone link is spared the rest. A photo avatar's frames
- * change only at the mouth and stay far below it.
+ * climbs to ~1.7 Mb/s for a 512² avatar, and the encoder's CPU follows the bits it has to spend (its time goes to
+ * tokenising and packing coefficients: a picture it has already sent in full still cost 3.4 ms a frame at QP 2). A
+ * video avatar changes every frame, and at 1 Mb/s its encoder cost 2× a photo session's (docs/performance.md,
+ * "Clip avatars"); at 600 kb/s it costs 20 % less, and the picture a viewer decodes stays within 1.5 dB PSNR of
+ * 1 Mb/s's, above 44 dB on a real person's clip (both transparent; the viewer's face landmarks and identity rows hold,
+ * `npm run bench -- avatar_fidelity`). A photo avatar's frames change only at the mouth and stay far below it; a
+ * viewer on a phone link is spared the rest.
  */
-export const VIDEO_MAX_BITRATE_KBPS = 1000;
+export const VIDEO_MAX_BITRATE_KBPS = 600;
 
 /**
  * Caps what we send on each video section to `VIDEO_MAX_BITRATE_KBPS` by its `b=AS` line, before libwebrtc applies
@@ -155,9 +157,9 @@ export function withVideoBitrateCap(sdp: string, kbps = VIDEO_MAX_BITRATE_KBPS):
         if (as) wanted = Math.min(wanted, Number(as[1]));
         if (tias) wanted = Math.min(wanted, Math.floor(Number(tias[1]) / 1000));
       }
-      const bandwidth = lines.filter((line) => line.startsWith('b=AS:') || line.startsWith('b=TIAS:'));
-      if (bandwidth.length === 1 && bandwidth[0] === `b=AS:${wanted}`) return section;
-      const kept = lines.filter((line) => !line.startsWith('b=AS:') && !line.startsWith('b=TIAS:'));
+      const isBandwidth = (line: string) => line.startsWith('b=AS:') || line.startsWith('b=TIAS:');
+      const kept = lines.filter((line) => !isBandwidth(line));
+      if (lines.length - kept.length === 1 && lines.includes(`b=AS:${wanted}`)) return section;
       // RFC 4566 order: m=, i=, c=, then b=.
       let at = 2;
       while (at < kept.length && (kept[at].startsWith('i=') || kept[at].startsWith('c='))) at++;

@@ -88,36 +88,62 @@ export function patchFromRgba(image: RgbaImage, x: number, y: number, w: number,
 }
 
 /**
- * Per row of an alpha plane, the first and one-past-the-last column whose alpha is not 0 (`[first, end]` pairs;
- * an empty row has first = end). A video avatar's mouth pose is the whole warp box with alpha only where the warp
- * changed something, and a close-up's box is ~250×200 px, most of it transparent: blending went over every
- * pixel of it, 3/4 of a clip session's render worker time (docs/performance.md, "The mouth patch's blend").
- * Computed once per alpha plane (patches are never changed once made) and kept beside it.
+ * A run shorter than this is not worth its own kind: a short opaque run is blended with its neighbours (a copy call
+ * costs more than the few multiplies it saves), and a short transparent gap between two blended runs is blended
+ * through (alpha 0 leaves the pixel as it was, and one loop beats two).
  */
-const rowSpans = new WeakMap<Uint8Array, { width: number; spans: Int32Array }>();
+const MIN_RUN = 8;
+/** Run kinds in a plane's run list (`runsOf`). */
+const BLEND = 0;
+const COPY = 1;
+const SKIP = -1;
 
-function spansOf(alpha: Uint8Array, width: number, height: number): Int32Array {
-  const known = rowSpans.get(alpha);
-  // Kept with the width it was read at: the same plane read as another shape is read again.
-  if (known && known.width === width && known.spans.length === 2 * height) return known.spans;
-  const spans = new Int32Array(2 * height);
-  for (let row = 0; row < height; row++) {
-    const base = row * width;
-    let first = 0;
-    while (first < width && alpha[base + first] === 0) first++;
-    let end = width;
-    while (end > first && alpha[base + end - 1] === 0) end--;
-    spans[2 * row] = first;
-    spans[2 * row + 1] = end;
+/**
+ * The parts of an alpha plane a blend has to touch, as (row, first, end, kind) quads in row order: `COPY` runs are
+ * opaque (the patch's values are copied), `BLEND` runs are blended pixel by pixel, and transparent stretches are not
+ * listed. A video avatar's mouth pose is the whole warp box with alpha only where the warp changed something; on a
+ * close-up the box is ~300×300 px at 512², a third of it opaque and a third transparent, and blending every pixel of
+ * it was 3/4 of a clip session's render worker time (docs/performance.md, "The mouth patch's blend").
+ * Computed once per alpha plane (patches are never changed once made) and kept beside it, with the shape it was
+ * read at: the same plane read as another shape is read again.
+ */
+const planeRuns = new WeakMap<Uint8Array, { width: number; height: number; runs: Int32Array }>();
+
+function kindOf(a: number): number {
+  return a === 0 ? SKIP : a === 255 ? COPY : BLEND;
+}
+
+function runsOf(alpha: Uint8Array, width: number, height: number): Int32Array {
+  const known = planeRuns.get(alpha);
+  if (known && known.width === width && known.height === height) return known.runs;
+  const runs: number[] = [];
+  const row: number[] = [];
+  for (let y = 0; y < height; y++) {
+    const base = y * width;
+    row.length = 0;
+    for (let col = 0; col < width; ) {
+      const kind = kindOf(alpha[base + col]);
+      let end = col + 1;
+      while (end < width && kindOf(alpha[base + end]) === kind) end++;
+      const short = end - col < MIN_RUN;
+      const interior = col > 0 && end < width;
+      const effective = short && (kind === COPY || (kind === SKIP && interior)) ? BLEND : kind;
+      const last = row.length - 3;
+      if (effective === BLEND && last >= 0 && row[last + 2] === BLEND && row[last + 1] === col) row[last + 1] = end;
+      else if (effective !== SKIP) row.push(col, end, effective);
+      col = end;
+    }
+    for (let i = 0; i < row.length; i += 3) runs.push(y, row[i], row[i + 1], row[i + 2]);
   }
-  rowSpans.set(alpha, { width, spans });
-  return spans;
+  const packed = Int32Array.from(runs);
+  planeRuns.set(alpha, { width, height, runs: packed });
+  return packed;
 }
 
 /**
  * Blends one plane of a patch into `dst` at (left, top), the patch's values shifted by `shift` (clamped to a byte):
- * dst = (dst·(255 − a) + src·a + 127) / 255, rounded down, computed in integers. Only the rows' spans of non-zero
- * alpha are visited, clipped to the frame once per row.
+ * dst = (dst·(255 − a) + src·a + 127) / 255, rounded down, computed in integers. Only the plane's runs are visited,
+ * clipped to the frame; an opaque run without a shift is copied, which is what the formula gives at a = 255.
  */
 export function blendPlane(
   dst: Uint8Array,
@@ -131,20 +157,29 @@ export function blendPlane(
   top: number,
   shift = 0,
 ): void {
-  const spans = spansOf(alpha, srcWidth, srcHeight);
+  const runs = runsOf(alpha, srcWidth, srcHeight);
   const rowStart = Math.max(0, -top);
   const rowEnd = Math.min(srcHeight, dstRows - top);
-  for (let row = rowStart; row < rowEnd; row++) {
-    const first = Math.max(spans[2 * row], -left);
-    const end = Math.min(spans[2 * row + 1], dstStride - left);
+  const colStart = Math.max(0, -left);
+  const colEnd = dstStride - left;
+  for (let r = 0; r < runs.length; r += 4) {
+    const row = runs[r];
+    if (row < rowStart) continue;
+    if (row >= rowEnd) break;
+    const first = Math.max(runs[r + 1], colStart);
+    const end = Math.min(runs[r + 2], colEnd);
+    if (first >= end) continue;
     const s = row * srcWidth;
     const d = (top + row) * dstStride + left;
+    if (runs[r + 3] === COPY && shift === 0) {
+      dst.set(src.subarray(s + first, s + end), d + first);
+      continue;
+    }
     for (let col = first; col < end; col++) {
       const a = alpha[s + col];
-      if (a === 0) continue;
       let value = src[s + col] + shift;
       value = value < 0 ? 0 : value > 255 ? 255 : value;
-      // floor(v / 255) for 0 ≤ v ≤ 65152, exactly (v = 255·255 + 127 at most).
+      // floor(v / 255) for 0 ≤ v ≤ 65152, exactly (v = 255·255 + 127 at most); a = 0 leaves dst as it was.
       const v = dst[d + col] * (255 - a) + value * a + 127;
       dst[d + col] = (v + 1 + (v >> 8)) >> 8;
     }

@@ -43,6 +43,12 @@ const SWAY_STEP_PX = 0.2;
  * fades to transparent with smaller changes, so it melts into the loop frame it is laid on.
  */
 const LOOP_PATCH_FULL_CHANGE = 24;
+/**
+ * …and transparent where the warp changed it by this much or less (2 levels per channel): the loop frame's own pixel
+ * is as good there, and the warp resamples its whole box, so without a floor a close-up's patch was a third larger
+ * (alpha a few levels above 0 all over the box), all of it blended on every speaking frame (docs/performance.md).
+ */
+const LOOP_PATCH_MIN_CHANGE = 6;
 
 /**
  * A video avatar whose lips rest parted (a clip of someone breathing through the mouth: 0.2 mouth widths on one
@@ -355,7 +361,8 @@ export class LipsyncRenderer implements Renderer {
       for (let x = box.x; x < box.x + box.width; x++) {
         const o = (y * image.width + x) * 4;
         const change = Math.abs(image.data[o] - source.data[o]) + Math.abs(image.data[o + 1] - source.data[o + 1]) + Math.abs(image.data[o + 2] - source.data[o + 2]);
-        image.data[o + 3] = Math.min(255, Math.round((change * 255) / LOOP_PATCH_FULL_CHANGE));
+        const over = change - LOOP_PATCH_MIN_CHANGE;
+        image.data[o + 3] = over <= 0 ? 0 : Math.min(255, Math.round((over * 255) / (LOOP_PATCH_FULL_CHANGE - LOOP_PATCH_MIN_CHANGE)));
       }
     }
     return patchFromRgba(image, box.x, box.y, box.width, box.height);
