@@ -166,6 +166,20 @@ export function openFds(pid: number): number {
   }
 }
 
+/**
+ * Time the hypervisor ran someone else on our virtual CPUs (`steal` in /proc/stat), ms summed over all CPUs since
+ * boot. A window's share of it says whether late frames came from the host rather than from us: this VM's speed
+ * moves between days and within a run.
+ */
+export function hostStealMs(): number {
+  try {
+    const fields = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0].trim().split(/\s+/);
+    return Number(fields[8] ?? 0) * TICK_MS;
+  } catch {
+    return NaN;
+  }
+}
+
 /** The 1/5/15-minute load averages, for the record next to every CPU figure (others share these cores). */
 export function loadAverage(): [number, number, number] {
   const [a, b, c] = os.loadavg();

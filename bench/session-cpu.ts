@@ -130,7 +130,7 @@ export async function measureCpuRow(row: CpuRow, sessions = SESSIONS, windowS = 
     };
     console.log(
       `  ${row.key}: ${result.cpu_ms_per_session_second} ms CPU per session-second, ${result.late_percent}% late, ` +
-        `${result.fps_per_session} fps/session, ${result.rss_mb_per_session} MB/session, load ${result.load_average.join(' ')}`,
+        `${result.fps_per_session} fps/session, ${result.rss_mb_per_session} MB/session, host steal ${result.host_steal_percent}%, load ${result.load_average.join(' ')}`,
     );
     return result;
   } finally {

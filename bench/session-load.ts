@@ -4,9 +4,10 @@
  * continuously (a new speak as soon as the previous turn is back to idle) or started and idle.
  * `measure()` reads the service's process-tree CPU from /proc over a window and its own frame metrics.
  */
+import os from 'node:os';
 import { ReceivingPeer } from '../test/helpers/peer.ts';
 import { SseClient } from '../test/helpers/sse.ts';
-import { loadAverage, sampleTree, threadCpu, threadCpuDelta, type TreeSample } from './proc.ts';
+import { hostStealMs, loadAverage, sampleTree, threadCpu, threadCpuDelta, type TreeSample } from './proc.ts';
 
 /** ~8 s of speech per turn with the built-in voice: turns end rarely, so the gaps between them are a small share. */
 export const SPEECH_TEXT = 'The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. How vexingly quick daft zebras jump.';
@@ -90,6 +91,8 @@ export interface WindowResult {
   tree_rss_mb: number;
   /** The service tree's CPU in each second of the window, ms per s (all sessions together) */
   cpu_ms_per_s_series: number[];
+  /** Share of the host's CPU time (all cores) the hypervisor gave to others during the window (`hostStealMs`) */
+  host_steal_percent: number;
   /** 1-minute load average at the end of the window (others' processes share the cores) */
   load_average: [number, number, number];
   /** hrtime (µs, CLOCK_MONOTONIC, the clock of `.cpuprofile` timestamps) at the window's edges */
@@ -172,6 +175,7 @@ export class SessionLoad {
     const turnsBefore = this.sessions.reduce((n, s) => n + s.turns, 0);
     const threadsBefore = threadCpu(this.servicePid);
     const hrStart = hrUs();
+    const stealBefore = hostStealMs();
     const before = sampleTree(this.servicePid);
     // One reading a second: the memory figures are means over the window (GC makes single readings jumpy).
     const samples = [before];
@@ -183,6 +187,7 @@ export class SessionLoad {
     const after = sampleTree(this.servicePid);
     samples.push(after);
     const hrEnd = hrUs();
+    const stealMs = hostStealMs() - stealBefore;
     const threadsAfter = threadCpu(this.servicePid);
     const metricsAfter = await this.frameMetrics();
     const metricsSeconds = (performance.now() - metricsBeforeAt) / 1000;
@@ -207,6 +212,7 @@ export class SessionLoad {
       service_rss_mb: round(mean(samples.map((x) => x.rootRss)) / 1e6, 1),
       tree_rss_mb: round(mean(samples.map((x) => x.treeRss)) / 1e6, 1),
       cpu_ms_per_s_series: samples.slice(1).map((x, i) => Math.round(((x.cpuMs - samples[i].cpuMs) * 1000) / (x.at - samples[i].at))),
+      host_steal_percent: round((stealMs / (seconds * 1000 * os.cpus().length)) * 100, 2),
       load_average: loadAverage(),
       hr_us: { start: hrStart, end: hrEnd },
     };
