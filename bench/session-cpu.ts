@@ -230,8 +230,8 @@ interface ClipVsPhoto {
  * One round's clip-vs-photo CPU ratio with what it rests on: both rows' fps and late frames side by side, and whether
  * it is valid (both sessions at ≥ `RATIO_MIN_FPS`). A clip session that fell behind once read as a good 0.87× at 1 fps.
  */
-export function clipVsPhoto(photo: CpuRowResult, clip: CpuRowResult, name = 'clip'): ClipVsPhoto {
-  const side = (row: CpuRowResult) => ({ cpu_ms_per_session_second: row.cpu_ms_per_session_second, fps_per_session: row.fps_per_session, late_percent: row.late_percent });
+function clipVsPhoto(photo: CpuRowResult, clip: CpuRowResult, name = 'clip'): ClipVsPhoto {
+  const side = (row: CpuRowResult) => ({ cpu_ms_per_session_second: row.cpu_ms_per_session_second, fps_per_session: row.fps_per_session, late_percent: row.late_percent, host_steal_percent: row.host_steal_percent });
   const slow = [
     ...(photo.fps_per_session < RATIO_MIN_FPS ? [`photo ${photo.fps_per_session} fps`] : []),
     ...(clip.fps_per_session < RATIO_MIN_FPS ? [`clip ${clip.fps_per_session} fps`] : []),

@@ -128,14 +128,13 @@ export function withOpusDtx(sdp: string): string {
 /**
  * The most our VP8 encoder sends to one receiver, in kb/s. Uncapped, libwebrtc's bandwidth estimate on a good link
  * climbs to ~1.7 Mb/s for a 512² avatar, and the encoder's CPU follows the bits it has to spend (its time goes to
- * tokenising and packing coefficients: a picture it has already sent in full still cost 3.4 ms a frame at QP 2). A
- * video avatar changes every frame, and at 1 Mb/s its encoder cost 2× a photo session's (docs/performance.md,
- * "Clip avatars"); at 600 kb/s it costs 20 % less, and the picture a viewer decodes stays within 1.5 dB PSNR of
- * 1 Mb/s's, above 44 dB on a real person's clip (both transparent; the viewer's face landmarks and identity rows hold,
- * `npm run bench -- avatar_fidelity`). A photo avatar's frames change only at the mouth and stay far below it; a
- * viewer on a phone link is spared the rest.
+ * tokenising and packing coefficients), so a video avatar whose head moves in every frame cost the encoder about 2× a
+ * photo's (docs/performance.md, "Clip avatars"). A talking head at 512² and 25 fps keeps its face landmarks and
+ * identity at 1 Mb/s (`npm run bench -- avatar_fidelity`), and a viewer on a phone link is spared the rest. Not
+ * lower: 600 kb/s cut the encoder's CPU by another 20 %, but a real person's mouth then followed the audio less at
+ * the viewer (r 0.45 → 0.39 on one clip, 0.49 → 0.40 on another; docs/performance.md, "Seventeenth session").
  */
-export const VIDEO_MAX_BITRATE_KBPS = 600;
+export const VIDEO_MAX_BITRATE_KBPS = 1000;
 
 /**
  * Caps what we send on each video section to `VIDEO_MAX_BITRATE_KBPS` by its `b=AS` line, before libwebrtc applies
