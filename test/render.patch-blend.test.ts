@@ -26,13 +26,26 @@ describe('blending a patch plane into a frame', () => {
   it('gives exactly the per-pixel blend for any patch, alpha (sparse, opaque or mixed), offset (partly or wholly off the frame) and colour shift', () => {
     fc.assert(
       fc.property(
-        fc.record({ frameW: fc.integer({ min: 1, max: 24 }), frameH: fc.integer({ min: 1, max: 24 }), w: fc.integer({ min: 1, max: 16 }), h: fc.integer({ min: 1, max: 16 }) }).chain((size) =>
+        fc.record({ frameW: fc.integer({ min: 1, max: 48 }), frameH: fc.integer({ min: 1, max: 24 }), w: fc.integer({ min: 1, max: 40 }), h: fc.integer({ min: 1, max: 16 }) }).chain((size) =>
           fc.record({
             size: fc.constant(size),
             frame: bytes(size.frameW * size.frameH),
             src: bytes(size.w * size.h),
-            // Mostly transparent with runs of partial and full alpha, as a video avatar's mouth pose is.
-            alpha: fc.array(fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.constant(255) }, { weight: 2, arbitrary: fc.integer({ min: 1, max: 254 }) }), { minLength: size.w * size.h, maxLength: size.w * size.h }),
+            // Runs of transparent, opaque and partial alpha, long and short, as a video avatar's mouth pose has: long
+            // opaque runs are copied and short gaps blended through (`runsOf`), so both must occur.
+            alpha: fc
+              .array(
+                fc.record({
+                  value: fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 2, arbitrary: fc.constant(255) }, { weight: 2, arbitrary: fc.integer({ min: 1, max: 254 }) }),
+                  length: fc.integer({ min: 1, max: 20 }),
+                }),
+                { minLength: 1, maxLength: 60 },
+              )
+              .map((runs) => {
+                const plane: number[] = [];
+                while (plane.length < size.w * size.h) for (const run of runs) plane.push(...new Array<number>(run.length).fill(run.value));
+                return plane.slice(0, size.w * size.h);
+              }),
             left: fc.integer({ min: -20, max: 30 }),
             top: fc.integer({ min: -20, max: 30 }),
             shift: fc.integer({ min: -40, max: 40 }),
