@@ -102,7 +102,7 @@ const SKIP = -1;
  * The parts of an alpha plane a blend has to touch, as (row, first, end, kind) quads in row order: `COPY` runs are
  * opaque (the patch's values are copied), `BLEND` runs are blended pixel by pixel, and transparent stretches are not
  * listed. A video avatar's mouth pose is the whole warp box with alpha only where the warp changed something; on a
- * close-up the box is ~300×300 px at 512², a third of it opaque and a third transparent, and blending every pixel of
+ * close-up the box is ~300×300 px at 512², a third of it opaque and half of it transparent, and blending every pixel of
  * it was 3/4 of a clip session's render worker time (docs/performance.md, "The mouth patch's blend").
  * Computed once per alpha plane (patches are never changed once made) and kept beside it, with the shape it was
  * read at: the same plane read as another shape is read again.
