@@ -63,15 +63,21 @@ function fft(real: Float64Array, imaginary: Float64Array): void {
 const LOW_BAND_HZ = [200, 1000] as const;
 const HIGH_BAND_HZ = [1500, 3500] as const;
 
-/** Band energies of one Hann-windowed frame around `center`. */
-function spectralShape(pcm: Int16Array, center: number, sampleRate: number, size: number, window: Float64Array) {
-  const real = new Float64Array(size);
-  const imaginary = new Float64Array(size);
+/**
+ * Band energies of one Hann-windowed frame around `center`, computed in `real` and `imaginary` (the FFT's size, both
+ * overwritten). The caller hands the same two arrays to every hop: two fresh 4 KiB arrays per hop were the largest
+ * share of the main thread's garbage that lived until a mark-compact GC (8 of 74 MB over a 45 s run of three
+ * speaking sessions), and those GCs (65–115 ms) stalled every session's frames at once (docs/performance.md,
+ * "Seventeenth session").
+ */
+function spectralShape(pcm: Int16Array, center: number, sampleRate: number, window: Float64Array, real: Float64Array, imaginary: Float64Array) {
+  const size = real.length;
   const offset = center - size / 2;
   for (let i = 0; i < size; i++) {
     const index = offset + i;
     real[i] = index >= 0 && index < pcm.length ? pcm[index] * window[i] : 0;
   }
+  imaginary.fill(0);
   fft(real, imaginary);
   const binHz = sampleRate / size;
   let lowEnergy = 0;
@@ -109,6 +115,8 @@ export function analyseAudio(pcm: Int16Array, sampleRate: number): AudioFeatures
   // ~32 ms FFT frames: fine enough (31 Hz bins at 16 kHz) to place F1 within the low band.
   const fftSize = 2 ** Math.ceil(Math.log2(Math.max(64, 0.032 * sampleRate)));
   const hann = new Float64Array(fftSize).map((_, i) => 0.5 - 0.5 * Math.cos((2 * Math.PI * i) / (fftSize - 1)));
+  const real = new Float64Array(fftSize);
+  const imaginary = new Float64Array(fftSize);
   const halfWindow = Math.max(1, Math.round(((WINDOW_MS / 1000) * sampleRate) / 2));
   for (let hop = 0; hop < hopCount; hop++) {
     const center = Math.round((((hop + 0.5) * HOP_MS) / 1000) * sampleRate);
@@ -130,7 +138,7 @@ export function analyseAudio(pcm: Int16Array, sampleRate: number): AudioFeatures
     const ratio = energy > 0 ? Math.sqrt(differenceEnergy / energy) : 0;
     brightness[hop] = (sampleRate / Math.PI) * Math.asin(Math.min(1, ratio / 2));
     if (level[hop] > 0) {
-      const shape = spectralShape(pcm, center, sampleRate, fftSize, hann);
+      const shape = spectralShape(pcm, center, sampleRate, hann, real, imaginary);
       lowCentroid[hop] = shape.lowCentroid;
       highToLowRatio[hop] = shape.highToLowRatio;
     }
