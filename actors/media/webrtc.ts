@@ -132,7 +132,8 @@ export function withOpusDtx(sdp: string): string {
  * photo's (docs/performance.md, "Clip avatars"). A talking head at 512² and 25 fps keeps its face landmarks and
  * identity at 1 Mb/s (`npm run bench -- avatar_fidelity`), and a viewer on a phone link is spared the rest. Not
  * lower: 600 kb/s cut the encoder's CPU by another 20 %, but a real person's mouth then followed the audio less at
- * the viewer (r 0.45 → 0.39 on one clip, 0.49 → 0.40 on another; docs/performance.md, "Seventeenth session").
+ * the viewer (r 0.45 → 0.35–0.39 on one clip, 0.49 → 0.40–0.41 on another, two runs each; docs/performance.md,
+ * "Seventeenth session").
  */
 export const VIDEO_MAX_BITRATE_KBPS = 1000;
 
