@@ -24,6 +24,13 @@ const AUDIBLE_RMS = 300;
  */
 const AUDIBLE_WAIT_MS = 60_000;
 /**
+ * How long after a turn's `idle` its last speaking frame may take to leave the service. Frames leave in order, each
+ * when its render is done: on a starved host with the JSON encoding, renders waiting up to 1.5 s for the server put
+ * the frames seconds behind the audio, and a recording stopped at `idle` caught only 10–22 of a sentence-long turn's
+ * frames (two test files on one core beside a busy loop). 30 s bounds a service that stopped sending altogether.
+ */
+const LAST_FRAME_WAIT_MS = 30_000;
+/**
  * Mouth luma this far below the photo's is the CPU renderer's open mouth, never the model's: on silence the model
  * returns the photo through a contrast curve a few levels darker, and a loaded encoder blurs a few more; the CPU
  * renderer's open mouth goes 25–70 below.
@@ -80,6 +87,9 @@ async function speakTurn(live: Live, text: string) {
     expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text })).status).toBe(200);
     await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, AUDIBLE_WAIT_MS, 'audible audio');
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle', from);
+    // Until the frame over the turn's last audible audio has left, on the service's own timeline.
+    const lastAudibleMs = sent.lastAudibleMs(AUDIBLE_RMS);
+    await waitUntil(() => (sent.frames.at(-1)?.mediaMs ?? -Infinity) >= lastAudibleMs, LAST_FRAME_WAIT_MS, 'the turn’s last frame sent');
     await new Promise((r) => setTimeout(r, 400));
   } finally {
     sent.stop();
@@ -161,8 +171,8 @@ for (const advertiseBinary of [true, false]) {
       }
       if (degraded) {
         expect(errors.map((e) => e.data.code).filter((code) => code !== 'render_backend_failed')).toEqual([]);
-        // Frames still flowing from the service (at half speed with the JSON fallback, ~100 in a 5 s turn; a starved
-        // receiver decoded 6 of them), and reaching the viewer.
+        // Frames still flowing from the service, the turn's all recorded (25 a second; a starved receiver decoded 6 of
+        // them once), and reaching the viewer.
         expect(turn.sentFrames).toBeGreaterThan(25);
         expect(turn.mouth.length).toBeGreaterThan(0);
         // The mouth speaks in the frames sent: the model's brighter mouth, or, where the model could answer none in

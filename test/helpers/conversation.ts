@@ -5,9 +5,10 @@
 import { expect } from 'vitest';
 import { sessionParts } from '../../src/sessions/session.ts';
 import { json, post, type TestApp } from './app.ts';
-import { rms } from './mp4.ts';
+import { AUDIO_CHUNK_MS } from '../../actors/media/playout.ts';
 import { ReceivingPeer } from './peer.ts';
 import { SseClient, type SseEvent } from './sse.ts';
+import { recordSentAudioChunks } from './sent-audio.ts';
 
 /** Receiver-side RMS above this is speech; WebRTC comfort noise and silence stay far below. */
 export const AUDIBLE_RMS = 300;
@@ -23,17 +24,11 @@ const IDLE_MEDIA_WAIT_MS = 15_000;
 export function recordSentAudio(t: TestApp, sessionId: string): { audibleMs(): number; stop(): void } {
   const session = t.services.supervisor.liveSession(sessionId);
   if (!session) throw new Error('no live session to record');
-  const { playout } = sessionParts(session).media;
-  let audibleSamples = 0;
-  let sampleRate = 0;
-  const onAudio = (chunk: Int16Array, rate: number) => {
-    sampleRate = rate;
-    if (rms(chunk) > AUDIBLE_RMS) audibleSamples += chunk.length;
-  };
-  playout.on('audio', onAudio);
+  const sent = recordSentAudioChunks(sessionParts(session).media.playout);
   return {
-    audibleMs: () => (sampleRate > 0 ? (audibleSamples * 1000) / sampleRate : 0),
-    stop: () => playout.off('audio', onAudio),
+    // Every chunk the playout sends is exactly AUDIO_CHUNK_MS long.
+    audibleMs: () => sent.chunks.filter((chunk) => chunk.rms > AUDIBLE_RMS).length * AUDIO_CHUNK_MS,
+    stop: () => sent.stop(),
   };
 }
 

@@ -8,8 +8,8 @@ import path from 'node:path';
 import { faceCropOf } from '../../actors/lipsync/face-crop.ts';
 import type { PlayoutClock } from '../../actors/media/playout.ts';
 import type { AvatarSource } from '../../actors/render/types.ts';
-import { rms } from './mp4.ts';
 import type { ReceivedAudio, ReceivedFrame } from './peer.ts';
+import { recordSentAudioChunks } from './sent-audio.ts';
 
 export interface Region {
   x0: number;
@@ -84,12 +84,11 @@ export interface SentMedia {
  */
 export function recordSentMedia(playout: PlayoutClock, mouth: Region): SentMedia {
   const frames: SentFrame[] = [];
-  const audio: ReceivedAudio[] = [];
+  const sentAudio = recordSentAudioChunks(playout);
+  const audio = sentAudio.chunks;
   const onVideo = (frame: { width: number; height: number; data: Uint8Array }, _idx: number, mediaMs: number) =>
     frames.push({ mediaMs, at: performance.now(), mouth: regionLuma({ at: 0, ...frame }, mouth) });
-  const onAudio = (samples: Int16Array, sampleRate: number, mediaMs: number) => audio.push({ at: mediaMs, rms: rms(samples), sampleRate });
   playout.on('video', onVideo);
-  playout.on('audio', onAudio);
   return {
     frames,
     audio,
@@ -101,7 +100,7 @@ export function recordSentMedia(playout: PlayoutClock, mouth: Region): SentMedia
       ),
     stop: () => {
       playout.off('video', onVideo);
-      playout.off('audio', onAudio);
+      sentAudio.stop();
     },
   };
 }
