@@ -160,3 +160,69 @@ describe('mouth track of real builtin TTS speech', () => {
     check(chunk, true);
   }, 20_000);
 });
+
+describe('a mouth track is built as its audio plays', () => {
+  /** PCM whose every sample read is counted: what the analysis has touched so far. */
+  function countingPcm(pcm: Int16Array): { pcm: Int16Array; reads: () => number; furthest: () => number } {
+    let reads = 0;
+    let furthest = -1;
+    const proxy = new Proxy(pcm, {
+      get(target, key) {
+        if (typeof key === 'string' && /^\d+$/.test(key)) {
+          reads++;
+          furthest = Math.max(furthest, Number(key));
+          return target[Number(key)];
+        }
+        const value: unknown = Reflect.get(target, key, target);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    return { pcm: proxy, reads: () => reads, furthest: () => furthest };
+  }
+
+  it('queues a minute of speech without analysing it, then analyses only as far as it is asked for', () => {
+    const minute = concat(...Array.from({ length: 60 }, () => concat(vowel(600), silence(400))));
+    const counted = countingPcm(minute);
+    const timeline = buildMouthTimeline({ pcm: counted.pcm, sampleRate: RATE });
+    expect(timeline.durationMs).toBe(60_000);
+    expect(counted.reads()).toBe(0);
+
+    expect(timeline.poseAt(300).open).toBeGreaterThan(0.5);
+    // The hops up to 310 ms and their 25 ms windows / 32 ms FFT frames: well inside the first half second.
+    expect(counted.furthest()).toBeLessThan(RATE / 2);
+    const readsForFirstFrame = counted.reads();
+    for (let ms = 340; ms <= 1_000; ms += 40) timeline.poseAt(ms);
+    expect(counted.furthest()).toBeLessThan(1.1 * RATE);
+    expect(counted.reads()).toBeGreaterThan(readsForFirstFrame);
+  });
+
+  it('gives the same poses and levels whether read as it plays or after reading its end first', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.integer({ min: -32768, max: 32767 }), { minLength: 1, maxLength: 6000 }),
+        fc.constantFrom(16_000, 24_000),
+        fc.boolean(),
+        fc.array(fc.double({ min: 0, max: 400, noNaN: true }), { maxLength: 30 }),
+        (samples, sampleRate, withPhones, times) => {
+          const pcm = Int16Array.from(samples);
+          const durationMs = (pcm.length * 1000) / sampleRate;
+          const phones = withPhones
+            ? [
+                { phone: 'm', startMs: 0, endMs: durationMs / 3 },
+                { phone: 'aa', startMs: durationMs / 3, endMs: (2 * durationMs) / 3 },
+                { phone: 'uw', startMs: (2 * durationMs) / 3, endMs: durationMs },
+              ]
+            : undefined;
+          const asPlayed = buildMouthTimeline({ pcm, sampleRate, phones });
+          const endFirst = buildMouthTimeline({ pcm, sampleRate, phones });
+          endFirst.poseAt(durationMs);
+          for (const ms of [...times].sort((a, b) => a - b)) {
+            expect(asPlayed.poseAt(ms)).toEqual(endFirst.poseAt(ms));
+            expect(asPlayed.levelAt(ms)).toBe(endFirst.levelAt(ms));
+          }
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
+});

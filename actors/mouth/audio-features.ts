@@ -105,20 +105,58 @@ export function rmsToLevel(rms: number): number {
   return Math.min(1, Math.max(0, (dbfs - LEVEL_FLOOR_DBFS) / -LEVEL_FLOOR_DBFS));
 }
 
-export function analyseAudio(pcm: Int16Array, sampleRate: number): AudioFeatures {
-  const durationMs = (pcm.length / sampleRate) * 1000;
-  const hopCount = Math.max(1, Math.ceil(durationMs / HOP_MS));
-  const level = new Float32Array(hopCount);
-  const brightness = new Float32Array(hopCount);
-  const lowCentroid = new Float32Array(hopCount);
-  const highToLowRatio = new Float32Array(hopCount);
-  // ~32 ms FFT frames: fine enough (31 Hz bins at 16 kHz) to place F1 within the low band.
-  const fftSize = 2 ** Math.ceil(Math.log2(Math.max(64, 0.032 * sampleRate)));
-  const hann = new Float64Array(fftSize).map((_, i) => 0.5 - 0.5 * Math.cos((2 * Math.PI * i) / (fftSize - 1)));
-  const real = new Float64Array(fftSize);
-  const imaginary = new Float64Array(fftSize);
-  const halfWindow = Math.max(1, Math.round(((WINDOW_MS / 1000) * sampleRate) / 2));
-  for (let hop = 0; hop < hopCount; hop++) {
+/**
+ * The features of one chunk of speech, computed hop by hop as far as they are asked for. The playout asks for
+ * a frame's mouth ~40 ms at a time, so the work is spread over the chunk's playback instead of running in one
+ * block when the chunk is queued: a sentence took 8.5–19 ms there on a quiet host, a minute of direct audio
+ * hundreds of ms, and each such block stalled every session's clock on the main thread (docs/performance.md,
+ * "Nineteenth session").
+ */
+export class AudioAnalysis implements AudioFeatures {
+  readonly hopCount: number;
+  readonly level: Float32Array;
+  readonly brightness: Float32Array;
+  readonly lowCentroid: Float32Array;
+  readonly highToLowRatio: Float32Array;
+  /** Hops analysed so far (0..hopCount); the arrays hold zeros past it. */
+  private analysed = 0;
+  /** Released once every hop is analysed: the features are all the track keeps. */
+  private pcm: Int16Array | null;
+  private readonly halfWindow: number;
+  private readonly hann: Float64Array;
+  private readonly real: Float64Array;
+  private readonly imaginary: Float64Array;
+
+  constructor(
+    pcm: Int16Array,
+    private readonly sampleRate: number,
+  ) {
+    const durationMs = (pcm.length / sampleRate) * 1000;
+    this.hopCount = Math.max(1, Math.ceil(durationMs / HOP_MS));
+    this.level = new Float32Array(this.hopCount);
+    this.brightness = new Float32Array(this.hopCount);
+    this.lowCentroid = new Float32Array(this.hopCount);
+    this.highToLowRatio = new Float32Array(this.hopCount);
+    this.pcm = pcm;
+    // ~32 ms FFT frames: fine enough (31 Hz bins at 16 kHz) to place F1 within the low band.
+    const fftSize = 2 ** Math.ceil(Math.log2(Math.max(64, 0.032 * sampleRate)));
+    this.hann = hannWindow(fftSize);
+    this.real = new Float64Array(fftSize);
+    this.imaginary = new Float64Array(fftSize);
+    this.halfWindow = Math.max(1, Math.round(((WINDOW_MS / 1000) * sampleRate) / 2));
+  }
+
+  /** Analyses every hop up to and including `hop` (clamped to the chunk) that is not analysed yet. */
+  analyseThrough(hop: number): void {
+    const last = Math.min(this.hopCount - 1, Math.floor(hop));
+    const pcm = this.pcm;
+    if (!pcm) return;
+    for (; this.analysed <= last; this.analysed++) this.analyseHop(pcm, this.analysed);
+    if (this.analysed >= this.hopCount) this.pcm = null;
+  }
+
+  private analyseHop(pcm: Int16Array, hop: number): void {
+    const { sampleRate, halfWindow } = this;
     const center = Math.round((((hop + 0.5) * HOP_MS) / 1000) * sampleRate);
     const from = Math.max(0, center - halfWindow);
     const to = Math.min(pcm.length, center + halfWindow);
@@ -133,15 +171,33 @@ export function analyseAudio(pcm: Int16Array, sampleRate: number): AudioFeatures
       }
     }
     const count = to - from;
-    if (count <= 0) continue;
-    level[hop] = rmsToLevel(Math.sqrt(energy / count));
+    if (count <= 0) return;
+    this.level[hop] = rmsToLevel(Math.sqrt(energy / count));
     const ratio = energy > 0 ? Math.sqrt(differenceEnergy / energy) : 0;
-    brightness[hop] = (sampleRate / Math.PI) * Math.asin(Math.min(1, ratio / 2));
-    if (level[hop] > 0) {
-      const shape = spectralShape(pcm, center, sampleRate, hann, real, imaginary);
-      lowCentroid[hop] = shape.lowCentroid;
-      highToLowRatio[hop] = shape.highToLowRatio;
+    this.brightness[hop] = (sampleRate / Math.PI) * Math.asin(Math.min(1, ratio / 2));
+    if (this.level[hop] > 0) {
+      const shape = spectralShape(pcm, center, sampleRate, this.hann, this.real, this.imaginary);
+      this.lowCentroid[hop] = shape.lowCentroid;
+      this.highToLowRatio[hop] = shape.highToLowRatio;
     }
   }
-  return { level, brightness, lowCentroid, highToLowRatio, hopCount };
+}
+
+/** Hann windows by FFT size (a power of two, so a handful at most), never changed once made. */
+const hannWindows = new Map<number, Float64Array>();
+
+function hannWindow(size: number): Float64Array {
+  let window = hannWindows.get(size);
+  if (!window) {
+    window = new Float64Array(size).map((_, i) => 0.5 - 0.5 * Math.cos((2 * Math.PI * i) / (size - 1)));
+    hannWindows.set(size, window);
+  }
+  return window;
+}
+
+/** Every hop at once (tests, offline tools). */
+export function analyseAudio(pcm: Int16Array, sampleRate: number): AudioFeatures {
+  const analysis = new AudioAnalysis(pcm, sampleRate);
+  analysis.analyseThrough(analysis.hopCount - 1);
+  return analysis;
 }

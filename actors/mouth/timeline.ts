@@ -1,6 +1,7 @@
 /**
  * Turns one chunk of speech into a mouth track: a pose and a level for any moment of the chunk.
- * Everything is computed once per 10 ms hop at build time; lookups interpolate between hops.
+ * Everything is computed once per 10 ms hop, as far as lookups have asked (so a chunk costs nothing when it is
+ * queued and its analysis is spread over its playback); lookups interpolate between hops.
  *
  * With phone timings: each hop's target is the viseme of the phone ~25 ms ahead (lips move before
  * the sound), blended with its neighbours by a ±50 ms raised-cosine window weighted by viseme
@@ -11,7 +12,7 @@
  */
 import type { PhoneTiming } from '../tts/types.ts';
 import { CLOSED_MOUTH, type MouthPose } from '../render/types.ts';
-import { analyseAudio, HOP_MS, type AudioFeatures } from './audio-features.ts';
+import { AudioAnalysis, HOP_MS } from './audio-features.ts';
 import { VISEME_DOMINANCE, VISEME_POSES, visemeForPhone } from './visemes.ts';
 
 export interface MouthTimeline {
@@ -44,50 +45,77 @@ function energyGate(level: number): number {
   return x * x * (3 - 2 * x);
 }
 
-interface PoseTrack {
-  open: Float32Array;
-  wide: Float32Array;
-  round: Float32Array;
-}
+/**
+ * A chunk's mouth track, extended hop by hop as far as it is asked for (`through`). Every hop's values depend
+ * only on the audio up to it (the envelopes are causal; the phone blend reads phones, not audio), so the track
+ * built in steps is the one built in one go.
+ */
+abstract class PoseTrack {
+  readonly open: Float32Array;
+  readonly wide: Float32Array;
+  readonly round: Float32Array;
+  private built = 0;
 
-function emptyTrack(hops: number): PoseTrack {
-  return { open: new Float32Array(hops), wide: new Float32Array(hops), round: new Float32Array(hops) };
-}
-
-/** Smoothed energy gate: the slow release keeps a short stop closure inside a word from snapping the jaw shut. */
-function smoothedGate(features: AudioFeatures): Float32Array {
-  return envelope(features.level.map(energyGate));
-}
-
-function envelope(values: Float32Array): Float32Array {
-  const attack = 1 - Math.exp(-HOP_MS / ATTACK_MS);
-  const release = 1 - Math.exp(-HOP_MS / RELEASE_MS);
-  const out = new Float32Array(values.length);
-  let state = 0;
-  for (let i = 0; i < values.length; i++) {
-    const target = values[i];
-    state += (target - state) * (target > state ? attack : release);
-    out[i] = state;
+  constructor(protected readonly features: AudioAnalysis) {
+    const hops = features.hopCount;
+    this.open = new Float32Array(hops);
+    this.wide = new Float32Array(hops);
+    this.round = new Float32Array(hops);
   }
-  return out;
+
+  get level(): Float32Array {
+    return this.features.level;
+  }
+
+  /** Builds every hop up to and including `hop` (clamped to the chunk). */
+  through(hop: number): void {
+    const last = Math.min(this.features.hopCount - 1, hop);
+    if (last < this.built) return;
+    this.features.analyseThrough(last);
+    for (; this.built <= last; this.built++) this.buildHop(this.built);
+  }
+
+  protected abstract buildHop(hop: number): void;
 }
 
-function trackFromPhones(phones: PhoneTiming[], features: AudioFeatures): PoseTrack {
-  const hops = features.hopCount;
-  const sorted = [...phones].sort((a, b) => a.startMs - b.startMs);
-  const visemeAtHop = new Array<ReturnType<typeof visemeForPhone>>(hops);
-  let phoneIndex = 0;
-  for (let hop = 0; hop < hops; hop++) {
-    const ms = (hop + 0.5) * HOP_MS + ANTICIPATION_MS;
-    while (phoneIndex < sorted.length - 1 && sorted[phoneIndex].endMs <= ms) phoneIndex++;
-    const phone = sorted[phoneIndex];
-    visemeAtHop[hop] = phone && ms >= phone.startMs && ms < phone.endMs ? visemeForPhone(phone.phone) : 'sil';
+/** One-pole smoothing toward each new value: open quickly on onsets, close more slowly. */
+class Envelope {
+  private static readonly attack = 1 - Math.exp(-HOP_MS / ATTACK_MS);
+  private static readonly release = 1 - Math.exp(-HOP_MS / RELEASE_MS);
+  private state = 0;
+
+  next(target: number): number {
+    this.state += (target - this.state) * (target > this.state ? Envelope.attack : Envelope.release);
+    return this.state;
   }
-  const halfWidth = Math.round(BLEND_HALF_WIDTH_MS / HOP_MS);
-  const kernel = Array.from({ length: 2 * halfWidth + 1 }, (_, k) => 0.5 + 0.5 * Math.cos((Math.PI * (k - halfWidth)) / (halfWidth + 1)));
-  const gate = smoothedGate(features);
-  const track = emptyTrack(hops);
-  for (let hop = 0; hop < hops; hop++) {
+}
+
+class PhoneTrack extends PoseTrack {
+  private readonly visemeAtHop: ReturnType<typeof visemeForPhone>[];
+  private readonly halfWidth = Math.round(BLEND_HALF_WIDTH_MS / HOP_MS);
+  private readonly kernel: number[];
+  /** Smoothed energy gate: the slow release keeps a short stop closure inside a word from snapping the jaw shut. */
+  private readonly gate = new Envelope();
+
+  constructor(phones: PhoneTiming[], features: AudioAnalysis) {
+    super(features);
+    const hops = features.hopCount;
+    const sorted = [...phones].sort((a, b) => a.startMs - b.startMs);
+    this.visemeAtHop = new Array<ReturnType<typeof visemeForPhone>>(hops);
+    let phoneIndex = 0;
+    for (let hop = 0; hop < hops; hop++) {
+      const ms = (hop + 0.5) * HOP_MS + ANTICIPATION_MS;
+      while (phoneIndex < sorted.length - 1 && sorted[phoneIndex].endMs <= ms) phoneIndex++;
+      const phone = sorted[phoneIndex];
+      this.visemeAtHop[hop] = phone && ms >= phone.startMs && ms < phone.endMs ? visemeForPhone(phone.phone) : 'sil';
+    }
+    const halfWidth = this.halfWidth;
+    this.kernel = Array.from({ length: 2 * halfWidth + 1 }, (_, k) => 0.5 + 0.5 * Math.cos((Math.PI * (k - halfWidth)) / (halfWidth + 1)));
+  }
+
+  protected buildHop(hop: number): void {
+    const { halfWidth, kernel, visemeAtHop } = this;
+    const hops = visemeAtHop.length;
     let weightSum = 0;
     let open = 0;
     let wide = 0;
@@ -101,34 +129,44 @@ function trackFromPhones(phones: PhoneTiming[], features: AudioFeatures): PoseTr
       wide += weight * pose.wide;
       round += weight * pose.round;
     }
-    const scale = gate[hop];
-    track.open[hop] = (open / weightSum) * scale;
-    track.wide[hop] = (wide / weightSum) * scale;
-    track.round[hop] = (round / weightSum) * scale;
+    // Both rounded to the track's precision, as the gate track built in one go stored them.
+    const scale = Math.fround(this.gate.next(Math.fround(energyGate(this.features.level[hop]))));
+    this.open[hop] = (open / weightSum) * scale;
+    this.wide[hop] = (wide / weightSum) * scale;
+    this.round[hop] = (round / weightSum) * scale;
   }
-  return track;
 }
 
 /** Above this brightness (Hz) a frame is fricative noise (s, sh, f): teeth close, lips do not round. */
 const FRICATIVE_BRIGHTNESS_HZ = 2000;
 const FRICATIVE_FULL_HZ = 3500;
 
-function trackFromAudio(features: AudioFeatures): PoseTrack {
-  const hops = features.hopCount;
-  const raw = emptyTrack(hops);
-  for (let hop = 0; hop < hops; hop++) {
+class AudioTrack extends PoseTrack {
+  private readonly openEnvelope = new Envelope();
+  private readonly wideEnvelope = new Envelope();
+  private readonly roundEnvelope = new Envelope();
+
+  protected buildHop(hop: number): void {
+    const features = this.features;
     const gate = energyGate(features.level[hop]);
-    if (gate === 0) continue;
-    const fricative = clamp01((features.brightness[hop] - FRICATIVE_BRIGHTNESS_HZ) / (FRICATIVE_FULL_HZ - FRICATIVE_BRIGHTNESS_HZ));
-    // Measured on flite/eSpeak speech: the 200-1000 Hz centroid is ~300 Hz for i/u/m, ~500 Hz for a/o.
-    const openness = clamp01((features.lowCentroid[hop] - 280) / 250);
-    // High/low band ratio (log10): ~-2.8 for u, ~-2.1 for o, ~-1.0 for e, >0 for s.
-    const ratio = features.highToLowRatio[hop];
-    raw.open[hop] = gate * (0.25 + 0.75 * openness) * (1 - 0.6 * fricative);
-    raw.wide[hop] = gate * clamp01((ratio + 2.3) / 1.5);
-    raw.round[hop] = gate * clamp01((-ratio - 1.9) / 0.8) * (1 - fricative);
+    let open = 0;
+    let wide = 0;
+    let round = 0;
+    if (gate > 0) {
+      const fricative = clamp01((features.brightness[hop] - FRICATIVE_BRIGHTNESS_HZ) / (FRICATIVE_FULL_HZ - FRICATIVE_BRIGHTNESS_HZ));
+      // Measured on flite/eSpeak speech: the 200-1000 Hz centroid is ~300 Hz for i/u/m, ~500 Hz for a/o.
+      const openness = clamp01((features.lowCentroid[hop] - 280) / 250);
+      // High/low band ratio (log10): ~-2.8 for u, ~-2.1 for o, ~-1.0 for e, >0 for s.
+      const ratio = features.highToLowRatio[hop];
+      open = gate * (0.25 + 0.75 * openness) * (1 - 0.6 * fricative);
+      wide = gate * clamp01((ratio + 2.3) / 1.5);
+      round = gate * clamp01((-ratio - 1.9) / 0.8) * (1 - fricative);
+    }
+    // Rounded to the track's precision before smoothing, as a track built in one go stored them.
+    this.open[hop] = this.openEnvelope.next(Math.fround(open));
+    this.wide[hop] = this.wideEnvelope.next(Math.fround(wide));
+    this.round[hop] = this.roundEnvelope.next(Math.fround(round));
   }
-  return { open: envelope(raw.open), wide: envelope(raw.wide), round: envelope(raw.round) };
 }
 
 function sampleAt(values: Float32Array, ms: number): number {
@@ -140,18 +178,25 @@ function sampleAt(values: Float32Array, ms: number): number {
   return values[lower] + (values[lower + 1] - values[lower]) * fraction;
 }
 
+/** The last hop `sampleAt` reads for `ms`. */
+function lastHopAt(ms: number): number {
+  return Math.max(0, Math.floor(ms / HOP_MS - 0.5) + 1);
+}
+
 export function buildMouthTimeline(chunk: MouthSource): MouthTimeline {
   const durationMs = chunk.sampleRate > 0 ? (chunk.pcm.length / chunk.sampleRate) * 1000 : 0;
   if (durationMs === 0) {
     return { durationMs: 0, poseAt: () => ({ ...CLOSED_MOUTH }), levelAt: () => 0 };
   }
-  const features = analyseAudio(chunk.pcm, chunk.sampleRate);
-  const track = chunk.phones && chunk.phones.length > 0 ? trackFromPhones(chunk.phones, features) : trackFromAudio(features);
+  // Nothing is analysed here: the track is built as the playout asks for it (`AudioAnalysis`).
+  const features = new AudioAnalysis(chunk.pcm, chunk.sampleRate);
+  const track = chunk.phones && chunk.phones.length > 0 ? new PhoneTrack(chunk.phones, features) : new AudioTrack(features);
   const inside = (ms: number): boolean => Number.isFinite(ms) && ms >= 0 && ms <= durationMs;
   return {
     durationMs,
     poseAt(ms: number): MouthPose {
       if (!inside(ms)) return { ...CLOSED_MOUTH };
+      track.through(lastHopAt(ms));
       return {
         open: clamp01(sampleAt(track.open, ms)),
         wide: clamp01(sampleAt(track.wide, ms)),
@@ -159,7 +204,9 @@ export function buildMouthTimeline(chunk: MouthSource): MouthTimeline {
       };
     },
     levelAt(ms: number): number {
-      return inside(ms) ? clamp01(sampleAt(features.level, ms)) : 0;
+      if (!inside(ms)) return 0;
+      track.through(lastHopAt(ms));
+      return clamp01(sampleAt(track.level, ms));
     },
   };
 }
