@@ -194,10 +194,3 @@ function hannWindow(size: number): Float64Array {
   }
   return window;
 }
-
-/** Every hop at once (tests, offline tools). */
-export function analyseAudio(pcm: Int16Array, sampleRate: number): AudioFeatures {
-  const analysis = new AudioAnalysis(pcm, sampleRate);
-  analysis.analyseThrough(analysis.hopCount - 1);
-  return analysis;
-}
