@@ -31,6 +31,12 @@ export interface MouthSource {
 const ANTICIPATION_MS = 25;
 /** Half-width of the coarticulation window; transitions between visemes take roughly this long. */
 const BLEND_HALF_WIDTH_MS = 50;
+const BLEND_HALF_WIDTH_HOPS = Math.round(BLEND_HALF_WIDTH_MS / HOP_MS);
+/** The raised-cosine weights of the hops in that window, centred on index BLEND_HALF_WIDTH_HOPS. */
+const BLEND_KERNEL = Array.from(
+  { length: 2 * BLEND_HALF_WIDTH_HOPS + 1 },
+  (_, k) => 0.5 + 0.5 * Math.cos((Math.PI * (k - BLEND_HALF_WIDTH_HOPS)) / (BLEND_HALF_WIDTH_HOPS + 1)),
+);
 /** Level (0..1, i.e. -60..0 dBFS) below which the mouth is shut and above which energy no longer limits it. */
 const SILENCE_LEVEL = 0.25;
 const FULL_VOICE_LEVEL = 0.55;
@@ -92,8 +98,6 @@ class Envelope {
 
 class PhoneTrack extends PoseTrack {
   private readonly visemeAtHop: ReturnType<typeof visemeForPhone>[];
-  private readonly halfWidth = Math.round(BLEND_HALF_WIDTH_MS / HOP_MS);
-  private readonly kernel: number[];
   /** Smoothed energy gate: the slow release keeps a short stop closure inside a word from snapping the jaw shut. */
   private readonly gate = new Envelope();
 
@@ -109,20 +113,18 @@ class PhoneTrack extends PoseTrack {
       const phone = sorted[phoneIndex];
       this.visemeAtHop[hop] = phone && ms >= phone.startMs && ms < phone.endMs ? visemeForPhone(phone.phone) : 'sil';
     }
-    const halfWidth = this.halfWidth;
-    this.kernel = Array.from({ length: 2 * halfWidth + 1 }, (_, k) => 0.5 + 0.5 * Math.cos((Math.PI * (k - halfWidth)) / (halfWidth + 1)));
   }
 
   protected buildHop(hop: number): void {
-    const { halfWidth, kernel, visemeAtHop } = this;
+    const visemeAtHop = this.visemeAtHop;
     const hops = visemeAtHop.length;
     let weightSum = 0;
     let open = 0;
     let wide = 0;
     let round = 0;
-    for (let k = -halfWidth; k <= halfWidth; k++) {
+    for (let k = -BLEND_HALF_WIDTH_HOPS; k <= BLEND_HALF_WIDTH_HOPS; k++) {
       const neighbour = visemeAtHop[Math.min(hops - 1, Math.max(0, hop + k))];
-      const weight = kernel[k + halfWidth] * VISEME_DOMINANCE[neighbour];
+      const weight = BLEND_KERNEL[k + BLEND_HALF_WIDTH_HOPS] * VISEME_DOMINANCE[neighbour];
       const pose = VISEME_POSES[neighbour];
       weightSum += weight;
       open += weight * pose.open;
