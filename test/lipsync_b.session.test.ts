@@ -11,9 +11,9 @@ import { ReceivingPeer, type ReceivedFrame } from './helpers/peer.ts';
 import { SseClient } from './helpers/sse.ts';
 import { tinyLipsyncModel, wrongSignatureModel, writeModelFile } from './helpers/tiny-onnx.ts';
 import { astronautSource, faceRegions, pearson, recordSentMedia, regionLuma, rmsAround, waitUntil, type Region } from './helpers/neural-lipsync.ts';
+import { AUDIBLE_RMS } from './helpers/conversation.ts';
 import { sessionParts } from '../src/sessions/session.ts';
 
-const AUDIBLE_RMS = 300;
 /**
  * How far past the interrupt's cut (the last audible audio presented) a frame may still show the mouth moving: two
  * frame periods. Measured beside a busy loop on one core: open up to the cut, at rest from the first frame past it.

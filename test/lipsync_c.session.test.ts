@@ -14,9 +14,9 @@ import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { ReceivingPeer } from './helpers/peer.ts';
 import { SseClient } from './helpers/sse.ts';
 import { astronautSource, faceRegions, pearson, recordSentMedia, regionLuma, rmsAround, waitUntil, type Region } from './helpers/neural-lipsync.ts';
+import { AUDIBLE_RMS } from './helpers/conversation.ts';
 import { sessionParts } from '../src/sessions/session.ts';
 
-const AUDIBLE_RMS = 300;
 /**
  * How long a turn's first audible audio may take to reach the receiver. These tests are about the lip-sync backend,
  * not first-audio latency (a row of its own in the bench): on one core shared with another test file's Chromium,

@@ -6,12 +6,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { SseClient } from './helpers/sse.ts';
+import { AUDIBLE_RMS } from './helpers/conversation.ts';
 import { WhipEndpoint } from './fakes/whip-endpoint.ts';
 
 /** ICE on loopback plus the first frames on 2 shared cores. */
 const MEDIA_WAIT_MS = 30_000;
-/** Receiver-side RMS above this is speech; silence and comfort noise stay far below. */
-const AUDIBLE_RMS = 300;
 
 async function until(predicate: () => boolean | Promise<boolean>, what: string, timeoutMs = MEDIA_WAIT_MS): Promise<void> {
   const deadline = performance.now() + timeoutMs;

@@ -2,10 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { ReceivingPeer, lumaDiff } from './helpers/peer.ts';
 import { SseClient } from './helpers/sse.ts';
-import { expectCausalOrder } from './helpers/conversation.ts';
-
-/** Receiver-side RMS above this is speech; WebRTC comfort noise and silence stay far below. */
-const AUDIBLE_RMS = 300;
+import { AUDIBLE_RMS, expectCausalOrder } from './helpers/conversation.ts';
 
 describe('speak → WebRTC audio and video, interrupt → silence', () => {
   let t: TestApp;

@@ -7,11 +7,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_WHEP_VIEWERS } from '../actors/media/whep.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { ReceivingPeer, realOfferSdp } from './helpers/peer.ts';
+import { AUDIBLE_RMS } from './helpers/conversation.ts';
 
 /** ICE on loopback plus the first rendered frames on 2 shared cores. */
 const MEDIA_WAIT_MS = 30_000;
-/** Receiver-side RMS above this is speech; WebRTC comfort noise and silence stay far below. */
-const AUDIBLE_RMS = 300;
 
 async function createStartedSession(t: TestApp): Promise<string> {
   const created = await post(t.baseUrl, '/sessions', { avatar_id: 'demo-rt', model: 'rt' });
