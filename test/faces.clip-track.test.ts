@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { buildFaceTrack } from '../actors/faces/face-track.ts';
-import { parseClipReport } from '../actors/faces/clip-ffmpeg.ts';
+import { parseFrameReport } from '../actors/faces/clip-ffmpeg.ts';
 import { sniffClipFormat } from '../actors/faces/video-clip.ts';
 import { transformAnimation } from '../actors/faces/landmarks.ts';
 import { ASTRONAUT_ANIMATION } from './render.fixtures.ts';
@@ -33,20 +33,31 @@ describe('face track of a clip', () => {
   });
 });
 
-describe("reading ffmpeg's report of a clip", () => {
-  const report = (streams: string, duration = '00:00:10.04') =>
-    `Input #0, mov,mp4,m4a,3gp,3g2,mj2, from 'clip':\n  Duration: ${duration}, start: 0.000000, bitrate: 1859 kb/s\n${streams}\nAt least one output file must be specified\n`;
-
-  it('takes the duration, codec, upright size, rotation and audio', () => {
-    const video = '    Stream #0:0(und): Video: h264 (High) (avc1 / 0x31637661), yuv420p, 1920x1080, 5000 kb/s, 30 fps (default)\n    Metadata:\n      rotate          : 90\n';
-    const audio = '    Stream #0:1(und): Audio: aac (LC) (mp4a / 0x6134706D), 48000 Hz, stereo, fltp, 128 kb/s (default)';
-    expect(parseClipReport(report(video + audio))).toEqual({ durationS: 10.04, codec: 'h264', width: 1080, height: 1920, rotation: 90, hasAudio: true });
-  });
-
-  it('tells a file without video, without duration, and one ffmpeg cannot read', () => {
-    expect(parseClipReport(report('    Stream #0:0(und): Audio: aac (LC), 44100 Hz, mono, fltp'))).toBe('no_video');
-    expect(parseClipReport(report('    Stream #0:0: Video: vp8, yuv420p, 640x360', 'N/A'))).toBe('no_duration');
-    expect(parseClipReport("[mov,mp4,m4a,3gp,3g2,mj2 @ 0x1] moov atom not found\nclip: Invalid data found when processing input\n")).toBe('unreadable');
+describe("reading ffmpeg's framecrc report of a clip", () => {
+  it('takes each stream\'s media type, codec, size, time base and timed lines, skipping lines without a timestamp', () => {
+    const report = [
+      '#extradata 0:       41, 0x34980d21',
+      '#software: Lavf58.24.100',
+      '#tb 0: 1/12800',
+      '#media_type 0: video',
+      '#codec_id 0: h264',
+      '#dimensions 0: 640x360',
+      '#sar 0: 1/1',
+      '#tb 1: 1/44100',
+      '#media_type 1: audio',
+      '#codec_id 1: aac',
+      '0,          0,          0,      512,    10529, 0x20d8417c',
+      '1,      -1024,      -1024,     1024,        6, 0x03f000f3',
+      '0,        512,        512,      512,      583, 0x01872a66, F=0x0',
+      '0, -9223372036854775808, -9223372036854775808, 512, 1, 0x00000001',
+    ].join('\n');
+    const streams = parseFrameReport(report);
+    expect(streams.get(0)).toEqual({
+      mediaType: 'video', codec: 'h264', width: 640, height: 360, timeBase: 1 / 12800,
+      lines: [{ pts: 0, duration: 512, hash: '0x20d8417c' }, { pts: 512, duration: 512, hash: '0x01872a66' }],
+    });
+    expect(streams.get(1)).toMatchObject({ mediaType: 'audio', codec: 'aac', width: 0, height: 0, lines: [{ pts: -1024, duration: 1024 }] });
+    expect(parseFrameReport('')).toEqual(new Map());
   });
 
   it('knows MP4/MOV and WebM by their first bytes, nothing else', () => {
