@@ -24,6 +24,8 @@ import {
 import { facelessMp4, landscapeMp4 } from './helpers/clips.ts';
 import { ANSWER_WITHOUT_BODY_MS, endlessUpload } from './helpers/endless-upload.ts';
 import { eventually } from './helpers/conversation.ts';
+import { CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES, admitCustomAvatarUpload, openCustomAvatarUpload } from '../src/catalog/custom-avatar.ts';
+import { AtCapacity } from '../src/domain-errors.ts';
 
 /** A 2 s clip is a 50-frame loop: forwards and back in 98 frames (3.9 s). */
 const CLIP_SECONDS = 2;
@@ -136,14 +138,32 @@ describe('bounded concurrent clip creations (real app, real ffmpeg, real detecto
   const hidden = async () => (await fs.readdir(t.avatarsDir)).filter((name) => name.startsWith('.'));
   const customIds = async () => (await json(await fetch(`${t.baseUrl}/avatars`))).filter((a: { is_custom: boolean }) => a.is_custom).map((a: { id: string }) => a.id);
 
-  it(`while ${PLACES} clip uploads are still streaming in, the next is answered 503 with Retry-After before its body is read`, async () => {
-    const fields = { name: 'Stalled', base_avatar_id: 'astronaut' };
-    const stalled = Array.from({ length: PLACES }, () => endlessUpload(t.baseUrl, '/avatars/custom', clip.subarray(0, 64 * 1024), { fileField: 'video', filename: 'clip.mp4', fields }));
+  it(`while ${PLACES} uploads trickle in at 1 KB/s they hold no creation place: a whole clip uploaded meanwhile becomes an avatar (issue 42, M3)`, async () => {
+    const fields = { name: 'Trickling', base_avatar_id: 'astronaut' };
+    const trickling = Array.from({ length: PLACES }, () =>
+      endlessUpload(t.baseUrl, '/avatars/custom', clip.subarray(0, 1024), { fileField: 'video', filename: 'clip.mp4', fields, trickleBytesPerS: 1024 }),
+    );
     try {
-      await Promise.all(stalled.map((upload) => upload.sent));
-      // Every place is taken by an upload whose body has not arrived (none of them has reached the image jobs yet).
-      expect(await eventually(() => admittedImageJobs() === PLACES, ANSWER_WITHOUT_BODY_MS)).toBe(true);
-      const next = endlessUpload(t.baseUrl, '/avatars/custom', clip.subarray(0, 64 * 1024), { fileField: 'video', filename: 'clip.mp4', fields });
+      await Promise.all(trickling.map((upload) => upload.sent));
+      const answered = trickling.map(() => false);
+      trickling.forEach((upload, k) => void upload.answer.then(() => (answered[k] = true), () => undefined));
+      const res = await uploadClip(t.baseUrl, clip, 'Beside the trickles');
+      const summary = await json(res);
+      expect(res.status, JSON.stringify(summary)).toBe(200);
+      expect(summary.id).toMatch(/^custom-beside-the-trickles-/);
+      // The trickling uploads are still being read, unanswered, and none of them took a place.
+      expect(answered).toEqual(trickling.map(() => false));
+      expect(await eventually(() => admittedImageJobs() === 0, ANSWER_WITHOUT_BODY_MS)).toBe(true);
+    } finally {
+      for (const upload of trickling) upload.abort();
+    }
+    expect(await hidden()).toEqual([]);
+  }, CREATION_TIMEOUT_MS);
+
+  it(`while every place is held by an upload that is in, the next is answered 503 with Retry-After before its body is read`, async () => {
+    const held = Array.from({ length: PLACES }, () => admitCustomAvatarUpload());
+    try {
+      const next = endlessUpload(t.baseUrl, '/avatars/custom', clip.subarray(0, 64 * 1024), { fileField: 'video', filename: 'clip.mp4', fields: { name: 'Late', base_avatar_id: 'astronaut' } });
       try {
         const refused = await next.answer;
         expect(refused.status).toBe(503);
@@ -153,12 +173,23 @@ describe('bounded concurrent clip creations (real app, real ffmpeg, real detecto
         next.abort();
       }
     } finally {
-      for (const upload of stalled) upload.abort();
+      for (const release of held) release();
     }
-    // The stalled clients gone, their places are free again: a whole (faceless) clip is read and judged.
-    await expect.poll(async () => (await uploadClip(t.baseUrl, faceless)).status, { timeout: CREATION_TIMEOUT_MS, interval: 200 }).toBe(400);
-    expect(await hidden()).toEqual([]);
+    // The places free again, a whole (faceless) clip is read and judged.
+    expect((await uploadClip(t.baseUrl, faceless)).status).toBe(400);
   }, CREATION_TIMEOUT_MS);
+
+  it(`uploads arriving share a byte budget of ${CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES / 2 ** 20} MB: past it the next chunk is refused (AtCapacity), and released bytes count no more`, () => {
+    const first = openCustomAvatarUpload();
+    const second = openCustomAvatarUpload();
+    first.received(CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES - 10);
+    expect(() => second.received(11)).toThrow(AtCapacity);
+    second.received(10);
+    first.release();
+    first.release();
+    second.received(CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES - 10);
+    second.release();
+  });
 
   it(`${PLACES + 2} clip uploads at once: ${PLACES} become avatars, 2 get 503 with Retry-After, none 5xx, nothing half-made`, async () => {
     const before = await customIds();

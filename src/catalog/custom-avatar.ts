@@ -4,8 +4,18 @@ import path from 'node:path';
 import type { AvatarManifest, AvatarMetadata, MouthAnimation } from '../../actors/render/types.ts';
 import { closeFaceDetector, detectMouth } from '../../actors/faces/detector.ts';
 import { InvalidImageError, preparePortrait, type Detector } from '../../actors/faces/portrait.ts';
-import { IMAGE_JOBS_RETRY_AFTER_S, ImageJobFailedError, ImageJobsBusyError, admitImageJob, closeImageJobs, withImageJobSlot } from '../../actors/faces/image-jobs.ts';
-import { CLIP_FPS, InvalidClipError, prepareClip, sniffClipFormat } from '../../actors/faces/video-clip.ts';
+import {
+  IMAGE_JOBS_RETRY_AFTER_S,
+  MAX_RUNNING_IMAGE_JOBS,
+  MAX_WAITING_IMAGE_JOBS,
+  ImageJobFailedError,
+  ImageJobsBusyError,
+  admitImageJob,
+  admittedImageJobs,
+  closeImageJobs,
+  withImageJobSlot,
+} from '../../actors/faces/image-jobs.ts';
+import { CLIP_FPS, InvalidClipError, MAX_CLIP_BYTES, prepareClip, sniffClipFormat } from '../../actors/faces/video-clip.ts';
 import { CLIP_TRACK_FILE, MOUTHS_ATLAS_FILE, MOUTHS_INDEX_FILE, type ClipMetadata } from '../../actors/render/types.ts';
 import { AtCapacity, AvatarNotFound, InvalidInput, InvalidSelection, ServiceFault } from '../domain-errors.ts';
 import { BUILDING_DIR_PREFIX, removeBundleDir } from './bundle-fs.ts';
@@ -213,17 +223,58 @@ export async function removeCustomAvatarDir(avatarsDir: string, id: string): Pro
 }
 
 /**
- * Takes one of the creation places before the upload is read (`admitImageJob`), so uploads are never buffered
- * beyond what can be processed: `AtCapacity` (503 + Retry-After) when every place is taken. Returns the release,
- * for when the request has been answered.
+ * Bytes of creation uploads held in memory at once, counted as they arrive: what the creation places held when
+ * each took its place before its body (every place a full clip). A trickling upload holds only what it sent so
+ * far, so slow clients cannot hold creation open against others; past the budget an upload is refused while it
+ * streams (503 + Retry-After).
+ */
+export const CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES = (MAX_RUNNING_IMAGE_JOBS + MAX_WAITING_IMAGE_JOBS) * MAX_CLIP_BYTES;
+let uploadBytesHeld = 0;
+
+/** One upload's share of `CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES`: what it received so far, until released. */
+export interface CustomAvatarUpload {
+  /** Counts `bytes` more of the body; throws `AtCapacity` past the budget. */
+  received(bytes: number): void;
+  /** Gives its bytes back, once the request is answered or its client has gone (idempotent). */
+  release(): void;
+}
+
+/**
+ * Opens an upload before its body is read. Its creation place is taken only once the body is in
+ * (`admitCustomAvatarUpload`), so a client trickling a body holds no place; when every place is already held by
+ * an upload that is in, this refuses at once (`AtCapacity`), the body unread.
+ */
+export function openCustomAvatarUpload(): CustomAvatarUpload {
+  if (admittedImageJobs() >= MAX_RUNNING_IMAGE_JOBS + MAX_WAITING_IMAGE_JOBS) throw creationsBusy();
+  let held = 0;
+  return {
+    received(bytes) {
+      if (uploadBytesHeld + bytes > CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES) throw new AtCapacity('too many avatar uploads are arriving at once; retry shortly', IMAGE_JOBS_RETRY_AFTER_S);
+      held += bytes;
+      uploadBytesHeld += bytes;
+    },
+    release() {
+      uploadBytesHeld -= held;
+      held = 0;
+    },
+  };
+}
+
+/**
+ * Takes one of the creation places for an upload whose body is in (`admitImageJob`): `AtCapacity` (503 +
+ * Retry-After) when every place is taken. Returns the release, for when the request has been answered.
  */
 export function admitCustomAvatarUpload(): () => void {
   try {
     return admitImageJob();
   } catch (error) {
-    if (error instanceof ImageJobsBusyError) throw new AtCapacity(error.message, IMAGE_JOBS_RETRY_AFTER_S);
+    if (error instanceof ImageJobsBusyError) throw creationsBusy(error.message);
     throw error;
   }
+}
+
+function creationsBusy(detail = 'too many avatars are being created; retry shortly'): AtCapacity {
+  return new AtCapacity(detail, IMAGE_JOBS_RETRY_AFTER_S);
 }
 
 export interface CreateCustomAvatarInput {

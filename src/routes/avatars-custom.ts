@@ -14,7 +14,11 @@ import {
   admitCustomAvatarUpload,
   closeImageWorkers,
   createCustomAvatar,
+  openCustomAvatarUpload,
+  type CustomAvatarUpload,
 } from '../catalog/custom-avatar.ts';
+import { DomainError } from '../domain-errors.ts';
+import { httpErrorOf } from '../plugins/app/errors.ts';
 import { errors } from '../schemas/common.ts';
 import { badRequest } from '../errors.ts';
 import { readMultipart } from '../http/multipart.ts';
@@ -81,9 +85,12 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: Type.Ref('AvatarSummary'), ...errors(400, 404, 413, 503) },
     },
     handler: async (request, reply) => {
-      // Admission before the body: an upload that would be refused is never read (503 + Retry-After).
-      reply.raw.once('close', admitCustomAvatarUpload());
+      // While every creation place is held by an upload that is in, the body is not read (503 + Retry-After);
+      // otherwise it is read within the uploads' byte budget, and its place is taken once it is in.
+      const upload = openCustomAvatarUpload();
+      reply.raw.once('close', upload.release);
       const form = await readMultipart(request, {
+        watchFile: (chunk) => receivedOrRefused(upload, chunk.length),
         fileField: 'image',
         maxFileBytes: MAX_PORTRAIT_BYTES,
         tooLargeDetail: `image is larger than ${MAX_PORTRAIT_BYTES / (1024 * 1024)} MB`,
@@ -94,12 +101,13 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
       if (name === undefined || name.trim() === '') throw badRequest('name is required');
       if (baseAvatarId === undefined || baseAvatarId === '') throw badRequest('base_avatar_id is required');
       if (!form.file) throw badRequest('an image or video file is required');
-      const upload = form.file.field === 'video' ? { video: form.file.data } : { image: form.file.data };
+      reply.raw.once('close', admitCustomAvatarUpload());
+      const file = form.file.field === 'video' ? { video: form.file.data } : { image: form.file.data };
       const avatar = await createCustomAvatar({
         catalog,
         name,
         baseAvatarId,
-        ...upload,
+        ...file,
         signal: closedSignal(reply),
         logger: request.log,
       });
@@ -108,5 +116,14 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
   });
 };
+
+/** Counts a chunk of the body; past the uploads' byte budget the refusal is answered while the body streams. */
+function receivedOrRefused(upload: CustomAvatarUpload, bytes: number): void {
+  try {
+    upload.received(bytes);
+  } catch (error) {
+    throw error instanceof DomainError ? httpErrorOf(error) : error;
+  }
+}
 
 export default customAvatarRoutes;

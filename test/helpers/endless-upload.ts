@@ -18,13 +18,14 @@ export interface EndlessUpload {
 
 /**
  * Starts the upload: `fields` as text parts, then the `fileField` part (`audio`, `a.wav` unless given) with
- * `firstBytes` (64 KB of zeros unless given), and nothing more.
+ * `firstBytes` (64 KB of zeros unless given), and nothing more — or, with `trickleBytesPerS`, that many zeros
+ * more every second until aborted (a client on a very slow link).
  */
 export function endlessUpload(
   baseUrl: string,
   route: string,
   firstBytes: Buffer = Buffer.alloc(64 * 1024),
-  options: { fileField?: string; filename?: string; fields?: Record<string, string> } = {},
+  options: { fileField?: string; filename?: string; fields?: Record<string, string>; trickleBytesPerS?: number } = {},
 ): EndlessUpload {
   const url = new URL(route, baseUrl);
   const boundary = 'endless-upload-boundary';
@@ -44,6 +45,8 @@ export function endlessUpload(
     request.write(Buffer.concat([Buffer.from(head), firstBytes]), () => resolve());
   });
   sent.catch(() => undefined);
+  const trickle = options.trickleBytesPerS ? setInterval(() => request.write(Buffer.alloc(options.trickleBytesPerS!)), 1_000) : undefined;
+  request.once('close', () => clearInterval(trickle));
   const answer = new Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`no answer within ${ANSWER_WITHOUT_BODY_MS} ms`)), ANSWER_WITHOUT_BODY_MS);
     request.once('response', (res) => {
@@ -62,5 +65,12 @@ export function endlessUpload(
     });
   });
   answer.catch(() => undefined);
-  return { sent, answer, abort: () => request.destroy() };
+  return {
+    sent,
+    answer,
+    abort: () => {
+      clearInterval(trickle);
+      request.destroy();
+    },
+  };
 }
