@@ -9,7 +9,7 @@
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 
-const FFMPEG_PATH: string = (createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg') as { path: string }).path;
+export const FFMPEG_PATH: string = (createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg') as { path: string }).path;
 
 /** ffmpeg's report is a few KB; a hostile file with thousands of streams cannot make us keep more than this. */
 const MAX_STDERR_BYTES = 256 * 1024;

@@ -22,7 +22,8 @@ import { PORTRAIT_FIXTURE } from './fixtures.ts';
 const FFMPEG: string = (createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg') as { path: string }).path;
 const run = promisify(execFile);
 
-async function ffmpeg(args: string[]): Promise<void> {
+/** Runs the bundled ffmpeg quietly (errors only), overwriting outputs. */
+export async function ffmpeg(args: string[]): Promise<void> {
   await run(FFMPEG, ['-hide_banner', '-nostdin', '-loglevel', 'error', '-y', ...args], { timeout: 120_000 });
 }
 
