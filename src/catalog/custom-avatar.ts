@@ -24,7 +24,7 @@ import { isValidAvatarId } from './slug.ts';
 
 export { MAX_PORTRAIT_BYTES, MAX_PORTRAIT_PIXELS, MAX_PORTRAIT_SIDE, InvalidImageError } from '../../actors/faces/portrait.ts';
 export { IMAGE_STEP_DEADLINE_MS, MAX_RUNNING_IMAGE_JOBS, MAX_WAITING_IMAGE_JOBS } from '../../actors/faces/image-jobs.ts';
-export { MAX_CLIP_BYTES, MAX_CLIP_SECONDS, MIN_CLIP_SECONDS, InvalidClipError } from '../../actors/faces/video-clip.ts';
+export { MAX_CLIP_BYTES, MAX_CLIP_FRAME_RATE, MAX_CLIP_SECONDS, MAX_CLIP_SIDE, MIN_CLIP_SECONDS, InvalidClipError } from '../../actors/faces/video-clip.ts';
 
 /** Stops the image process and the face detector custom avatars are prepared with (the service closing). */
 export async function closeImageWorkers(): Promise<void> {

@@ -6,7 +6,9 @@ import {
   MAX_RUNNING_IMAGE_JOBS,
   MAX_WAITING_IMAGE_JOBS,
   MAX_CLIP_BYTES,
+  MAX_CLIP_FRAME_RATE,
   MAX_CLIP_SECONDS,
+  MAX_CLIP_SIDE,
   MIN_CLIP_SECONDS,
   MAX_PORTRAIT_BYTES,
   MAX_PORTRAIT_PIXELS,
@@ -43,9 +45,10 @@ const CustomAvatarForm = Type.Object(
       Type.String({
         format: 'binary',
         description:
-          `Clip of a person facing the camera (a video avatar): MP4 (H.264), MOV or WebM (VP8/VP9), detected from the bytes, at most ` +
-          `${MAX_CLIP_BYTES / (1024 * 1024)} MB and ${MIN_CLIP_SECONDS}–${MAX_CLIP_SECONDS} s; rotation metadata is honoured, audio ignored. ` +
-          'Exactly one of `image` and `video`.',
+          `Clip of a person facing the camera (a video avatar): MP4, MOV, WebM or Matroska (detected from the bytes) whose first video stream is ` +
+          `H.264, VP8 or VP9, at most ${MAX_CLIP_BYTES / (1024 * 1024)} MB, ${MIN_CLIP_SECONDS}–${MAX_CLIP_SECONDS} s, ${MAX_CLIP_SIDE} px on a side and ` +
+          `${MAX_CLIP_FRAME_RATE} frames a second, measured from the stream (metadata is not trusted); the stream's rotation is honoured, other streams ` +
+          'and audio ignored. Manifests, playlists and scripts (HLS, DASH, ffconcat) are not clips. Exactly one of `image` and `video`.',
       }),
     ),
   },
@@ -74,12 +77,16 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'fields or files), name/base/image missing, image empty, not JPEG/PNG/WebP, ' +
         'undecodable, too many pixels or too long a side, too slow to decode, or base avatar not `lipsync`. 404: base avatar unknown. ' +
         '413: image over 10 MB (refused while uploading). 503 {detail} with Retry-After: too many avatars are already being created ' +
-        `(${MAX_RUNNING_IMAGE_JOBS} decoded and ${MAX_WAITING_IMAGE_JOBS} waiting or still uploading, photos and clips together), refused before the body is read. ` +
+        `(${MAX_RUNNING_IMAGE_JOBS} decoded and ${MAX_WAITING_IMAGE_JOBS} waiting, photos and clips together; a place is taken once the body is in, ` +
+        'and the body is not read while every place is held), or too many upload bytes are arriving at once (refused while uploading). ' +
         'With `video` instead of `image` the avatar is a video avatar: the clip is decoded by ffmpeg in its own process (upright, 25 fps, ' +
         "cropped around the face to the base avatar's size; its first 6 s become an idle loop played forwards and backwards) and its face " +
         'is tracked per frame (`metadata.clip`, `face_track.json`); when the person speaks in the clip, their own mouths are kept ' +
-        '(`metadata.clip.mouths`, `mouths/`) and shown while the avatar speaks. 400 also: video empty, not MP4/MOV/WebM, no video stream (audio only), ' +
-        `truncated or undecodable, shorter than ${MIN_CLIP_SECONDS} s or longer than ${MAX_CLIP_SECONDS} s, or no usable face in the clip. ` +
+        '(`metadata.clip.mouths`, `mouths/`) and shown while the avatar speaks. ffmpeg opens the clip only as the container its bytes name, ' +
+        'only as that one file (it fetches no URL and reads no other file a manifest names) and only its first video stream. 400 also: video empty, ' +
+        'not MP4/MOV/WebM/Matroska (a manifest or script included), no video stream (audio only), a codec other than H.264, VP8 or VP9 (the detail names it), ' +
+        `truncated or undecodable, shorter than ${MIN_CLIP_SECONDS} s or longer than ${MAX_CLIP_SECONDS} s, over ${MAX_CLIP_SIDE} px on a side or ` +
+        `${MAX_CLIP_FRAME_RATE} frames a second, or no usable face in the clip. ` +
         `413 also: video over ${MAX_CLIP_BYTES / (1024 * 1024)} MB.`,
       ...multipartForm(CustomAvatarForm),
       response: { 200: Type.Ref('AvatarSummary'), ...errors(400, 404, 413, 503) },
