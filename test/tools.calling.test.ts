@@ -5,6 +5,7 @@ import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { AUDIBLE_RMS, eventually, labels, openSession, type LiveSession } from './helpers/conversation.ts';
 import { startOpenAiUpstream, type OpenAiUpstream, type RecordedChatMessage, type RecordedRequest } from './fakes/openai-upstream.ts';
 import { startToolReceiver, type ToolReceiver } from './fakes/tool-receiver.ts';
+import { MAX_JSON_DEPTH } from '../actors/json-depth.ts';
 import { MAX_TOOL_ROUNDS_PER_TURN } from '../actors/llm/llm.actor.ts';
 import type { TtsProvider, TtsProviderId } from '../actors/tts/types.ts';
 import { sessionParts } from '../src/sessions/session.ts';
@@ -34,6 +35,11 @@ const mapTool: SessionToolDefinition = {
   type: 'function',
   function: { name: 'show_map', description: 'Shows a place on the user’s screen', parameters: { type: 'object', properties: { place: { type: 'string' } } } },
 };
+
+/** JSON text of objects nested `depth` deep (`{"a":{"a":...{}}}`), written as text: JSON.stringify itself cannot go this deep. */
+const nestedJsonText = (depth: number) => `${'{"a":'.repeat(depth - 1)}{}${'}'.repeat(depth - 1)}`;
+/** A POST whose JSON body is given as text. */
+const postText = (baseUrl: string, path: string, body: string) => fetch(`${baseUrl}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
 
 /** The last tool message's output, parsed (what the fake model builds its answer from). */
 const lastToolOutput = (messages: RecordedChatMessage[]) => JSON.parse(messages.at(-1)!.content!) as Record<string, unknown>;
@@ -257,6 +263,84 @@ describe('tool calling in chat turns', () => {
     expect((await toolResult({ output: 1 })).status).toBe(400);
   });
 
+  it('model arguments nested 5,000 deep: the model gets a tool error, the SSE goes on (the parallel call is announced and answered), the transcript reads', async () => {
+    await useBothTools();
+    upstream.setScenario({
+      chat: {
+        scripted: [
+          {
+            toolCalls: [
+              { id: 'call_deep', name: 'show_map', arguments: nestedJsonText(5_000) },
+              { id: 'call_flat', name: 'show_map', arguments: '{"place":"Orsay"}' },
+            ],
+          },
+          { tokens: ['One map is shown.'] },
+        ],
+      },
+    });
+    const from = s.sse.events.length;
+    const requestsBefore = upstream.requests.length;
+    const res = await chat('Show me two museums.');
+    expect(res.status).toBe(200);
+    const turnId = res.headers.get('x-turn-id');
+    const call = await s.sse.waitFor((e) => e.type === 'tool_call', TURN_MS, 'tool_call', from);
+    expect(call.data.call_id).toBe('call_flat');
+    expect((await toolResult({ call_id: 'call_flat', output: { shown: true } })).status).toBe(200);
+    await idleAfter(from);
+
+    expect(s.sse.events.slice(from).filter((e) => e.type === 'tool_call').map((e) => e.data.call_id)).toEqual(['call_flat']);
+    expect(labels(s.sse.events.slice(from))).not.toContain('error');
+    const [deep, flat] = chatRequestsSince(requestsBefore)[1].chat!.messages.slice(-2);
+    expect(deep.tool_call_id).toBe('call_deep');
+    expect(JSON.parse(deep.content!).error).toMatch(new RegExp(`nest deeper than ${MAX_JSON_DEPTH} levels; the tool was not called`));
+    expect(flat).toEqual({ role: 'tool', tool_call_id: 'call_flat', content: '{"shown":true}' });
+    expect(settled.has('call_deep')).toBe(false);
+
+    const transcript = await fetch(`${t.baseUrl}/sessions/${s.sessionId}/transcript`);
+    expect(transcript.status).toBe(200);
+    const turn = ((await json(transcript)).turns as Array<{ turn_id: string; tool_calls: Array<{ call_id: string; ok: boolean | null }> }>).find((entry) => entry.turn_id === turnId);
+    expect(turn?.tool_calls.map((c) => [c.call_id, c.ok])).toEqual([['call_flat', true]]);
+  });
+
+  it('a tool_results output nested 20,000 deep is a 400 {detail}; the call still waits and takes a proper answer', async () => {
+    await useBothTools();
+    upstream.setScenario({
+      chat: { scripted: [{ toolCalls: [{ id: 'call_nest', name: 'show_map', arguments: '{"place":"Louvre"}' }] }, { tokens: ['Shown.'] }] },
+    });
+    const from = s.sse.events.length;
+    const requestsBefore = upstream.requests.length;
+    expect((await chat('Show me the Louvre.')).status).toBe(200);
+    await s.sse.waitFor((e) => e.type === 'tool_call', TURN_MS, 'tool_call', from);
+
+    for (const output of [nestedJsonText(20_000), `${'['.repeat(20_000)}${']'.repeat(20_000)}`, nestedJsonText(MAX_JSON_DEPTH + 1)]) {
+      const refused = await postText(t.baseUrl, `/sessions/${s.sessionId}/tool_results`, `{"call_id":"call_nest","output":${output}}`);
+      expect(refused.status).toBe(400);
+      expect((await json(refused)).detail).toBe(`output nests deeper than ${MAX_JSON_DEPTH} levels`);
+    }
+    const answered = await postText(t.baseUrl, `/sessions/${s.sessionId}/tool_results`, `{"call_id":"call_nest","output":${nestedJsonText(MAX_JSON_DEPTH)}}`);
+    expect(answered.status).toBe(200);
+    await idleAfter(from);
+    expect(chatRequestsSince(requestsBefore)[1].chat!.messages.at(-1)!.content).toBe(nestedJsonText(MAX_JSON_DEPTH));
+    expect(settled.get('call_nest')?.ok).toBe(true);
+  });
+
+  it('a webhook tool answering JSON nested 20,000 deep: the model gets a tool error', async () => {
+    await useBothTools();
+    receiver.answerWith(() => ({ text: `${'['.repeat(20_000)}${']'.repeat(20_000)}` }));
+    upstream.setScenario({
+      chat: { scripted: [{ toolCalls: [{ id: 'call_deep_answer', name: 'get_weather', arguments: '{"city":"Oslo"}' }] }, { tokens: ['Sorry.'] }] },
+    });
+    const from = s.sse.events.length;
+    const requestsBefore = upstream.requests.length;
+    expect((await chat('Weather in Oslo?')).status).toBe(200);
+    await idleAfter(from);
+    const output = chatRequestsSince(requestsBefore)[1].chat!.messages.at(-1)!;
+    expect(output.tool_call_id).toBe('call_deep_answer');
+    expect(JSON.parse(output.content!).error).toBe(`the tool answered with JSON nested deeper than ${MAX_JSON_DEPTH} levels`);
+    expect(settled.get('call_deep_answer')?.ok).toBe(false);
+    expect(labels(s.sse.events.slice(from))).not.toContain('error');
+  });
+
   it('a client tool answered the moment its tool_call is published (an in-process listener) is taken', async () => {
     await useBothTools();
     const answers: string[] = [];
@@ -461,6 +545,24 @@ describe('tool calling in chat turns', () => {
       expect(customized.status).toBe(400);
       expect((await json(customized)).detail).toMatch(detail);
       expect(live().tools).toBe(before);
+    });
+
+    it(`parameters nested 10,000 deep (or ${MAX_JSON_DEPTH + 1} in all): 400 {detail} on create and customize, the tools unchanged`, async () => {
+      const bodyWith = (depth: number) => `[{"type":"function","function":{"name":"deep","parameters":{"type":"object","properties":${nestedJsonText(depth)}}}}]`;
+      // tools[0] → function → parameters → properties: the definition itself is 3 levels above `properties`.
+      for (const depth of [10_000, MAX_JSON_DEPTH - 2]) {
+        const created = await postText(t.baseUrl, '/sessions', `{"avatar_id":"${rtAvatar}","model":"rt","tools":${bodyWith(depth)}}`);
+        expect(created.status).toBe(400);
+        expect((await json(created)).detail).toBe(`tools[0]: the definition nests deeper than ${MAX_JSON_DEPTH} levels`);
+        const before = live().tools;
+        const customized = await postText(t.baseUrl, `/sessions/${s.sessionId}/customize`, `{"tools":${bodyWith(depth)}}`);
+        expect(customized.status).toBe(400);
+        expect((await json(customized)).detail).toBe(`tools[0]: the definition nests deeper than ${MAX_JSON_DEPTH} levels`);
+        expect(live().tools).toBe(before);
+      }
+      const deepest = await postText(t.baseUrl, `/sessions/${s.sessionId}/customize`, `{"tools":${bodyWith(MAX_JSON_DEPTH - 3)}}`);
+      expect(deepest.status).toBe(200);
+      expect(live().tools.map((tool) => tool.function.name)).toEqual(['deep']);
     });
 
     it('valid tools are taken on create; service-wide defaults take none', async () => {
