@@ -547,10 +547,11 @@ describe('tool calling in chat turns', () => {
       expect(live().tools).toBe(before);
     });
 
-    it(`parameters nested 10,000 deep (or ${MAX_JSON_DEPTH + 1} in all): 400 {detail} on create and customize, the tools unchanged`, async () => {
+    it(`parameters nested 10,000 or 150,000 deep (or ${MAX_JSON_DEPTH + 1} in all): 400 {detail} on create and customize, the tools unchanged`, async () => {
       const bodyWith = (depth: number) => `[{"type":"function","function":{"name":"deep","parameters":{"type":"object","properties":${nestedJsonText(depth)}}}}]`;
       // tools[0] → function → parameters → properties: the definition itself is 3 levels above `properties`.
-      for (const depth of [10_000, MAX_JSON_DEPTH - 2]) {
+      // 150,000 levels: near the 1 MiB body limit, far past where any recursive walk would overflow the stack.
+      for (const depth of [10_000, 150_000, MAX_JSON_DEPTH - 2]) {
         const created = await postText(t.baseUrl, '/sessions', `{"avatar_id":"${rtAvatar}","model":"rt","tools":${bodyWith(depth)}}`);
         expect(created.status).toBe(400);
         expect((await json(created)).detail).toBe(`tools[0]: the definition nests deeper than ${MAX_JSON_DEPTH} levels`);
