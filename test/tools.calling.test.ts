@@ -61,6 +61,24 @@ describe('tool calling in chat turns', () => {
   const idleAfter = (from: number, timeout = TURN_MS) => s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', timeout, 'status idle', from);
   const chatRequestsSince = (before: number): RecordedRequest[] => upstream.requests.slice(before).filter((r) => r.chat);
   const live = () => t.services.supervisor.liveSession(s.sessionId)!;
+  /** A chat turn whose model calls the client tool show_map once, then says `after`; resolves once its tool_call is on SSE. */
+  const chatUntilClientCall = async (callId: string, place: string, after: string) => {
+    upstream.setScenario({ chat: { scripted: [{ toolCalls: [{ id: callId, name: 'show_map', arguments: JSON.stringify({ place }) }] }, { tokens: [after] }] } });
+    const from = s.sse.events.length;
+    const requestsBefore = upstream.requests.length;
+    expect((await chat(`Show me ${place}.`)).status).toBe(200);
+    await s.sse.waitFor((e) => e.type === 'tool_call', TURN_MS, 'tool_call', from);
+    return { from, requestsBefore };
+  };
+  /** A chat turn whose model makes one call, then says `after`, run to idle; `output` is the tool message the model got. */
+  const chatOneCallToIdle = async (call: { id: string; name: string; arguments: string }, after: string, prompt: string) => {
+    upstream.setScenario({ chat: { scripted: [{ toolCalls: [call] }, { tokens: [after] }] } });
+    const from = s.sse.events.length;
+    const requestsBefore = upstream.requests.length;
+    expect((await chat(prompt)).status).toBe(200);
+    await idleAfter(from);
+    return { from, output: chatRequestsSince(requestsBefore)[1].chat!.messages.at(-1)! };
+  };
   /** Each test sets the session's tools itself, so it runs alone (`-t`) as well as after the others. */
   const useBothTools = async () => expect((await setTools([weatherTool(receiver.url('/weather')), mapTool])).status).toBe(200);
 
@@ -304,13 +322,7 @@ describe('tool calling in chat turns', () => {
 
   it('a tool_results output nested 20,000 deep is a 400 {detail}; the call still waits and takes a proper answer', async () => {
     await useBothTools();
-    upstream.setScenario({
-      chat: { scripted: [{ toolCalls: [{ id: 'call_nest', name: 'show_map', arguments: '{"place":"Louvre"}' }] }, { tokens: ['Shown.'] }] },
-    });
-    const from = s.sse.events.length;
-    const requestsBefore = upstream.requests.length;
-    expect((await chat('Show me the Louvre.')).status).toBe(200);
-    await s.sse.waitFor((e) => e.type === 'tool_call', TURN_MS, 'tool_call', from);
+    const { from, requestsBefore } = await chatUntilClientCall('call_nest', 'the Louvre', 'Shown.');
 
     for (const output of [nestedJsonText(20_000), `${'['.repeat(20_000)}${']'.repeat(20_000)}`, nestedJsonText(MAX_JSON_DEPTH + 1)]) {
       const refused = await postText(t.baseUrl, `/sessions/${s.sessionId}/tool_results`, `{"call_id":"call_nest","output":${output}}`);
@@ -327,14 +339,7 @@ describe('tool calling in chat turns', () => {
   it('a webhook tool answering JSON nested 20,000 deep: the model gets a tool error', async () => {
     await useBothTools();
     receiver.answerWith(() => ({ text: `${'['.repeat(20_000)}${']'.repeat(20_000)}` }));
-    upstream.setScenario({
-      chat: { scripted: [{ toolCalls: [{ id: 'call_deep_answer', name: 'get_weather', arguments: '{"city":"Oslo"}' }] }, { tokens: ['Sorry.'] }] },
-    });
-    const from = s.sse.events.length;
-    const requestsBefore = upstream.requests.length;
-    expect((await chat('Weather in Oslo?')).status).toBe(200);
-    await idleAfter(from);
-    const output = chatRequestsSince(requestsBefore)[1].chat!.messages.at(-1)!;
+    const { from, output } = await chatOneCallToIdle({ id: 'call_deep_answer', name: 'get_weather', arguments: '{"city":"Oslo"}' }, 'Sorry.', 'Weather in Oslo?');
     expect(output.tool_call_id).toBe('call_deep_answer');
     expect(JSON.parse(output.content!).error).toBe(`the tool answered with JSON nested deeper than ${MAX_JSON_DEPTH} levels`);
     expect(settled.get('call_deep_answer')?.ok).toBe(false);
@@ -379,14 +384,7 @@ describe('tool calling in chat turns', () => {
       clientDeadlineMs: 300,
     });
     try {
-      upstream.setScenario({
-        chat: { scripted: [{ toolCalls: [{ id: 'call_late', name: 'show_map', arguments: '{}' }] }, { tokens: ['The map did not open.'] }] },
-      });
-      const from = s.sse.events.length;
-      const requestsBefore = upstream.requests.length;
-      expect((await chat('Open the map.')).status).toBe(200);
-      await idleAfter(from);
-      const output = chatRequestsSince(requestsBefore)[1].chat!.messages.at(-1)!;
+      const { output } = await chatOneCallToIdle({ id: 'call_late', name: 'show_map', arguments: '{}' }, 'The map did not open.', 'Open the map.');
       expect(output.tool_call_id).toBe('call_late');
       expect(JSON.parse(output.content!).error).toMatch(/did not answer within 300 ms/);
       expect(settled.get('call_late')?.ok).toBe(false);
@@ -434,13 +432,7 @@ describe('tool calling in chat turns', () => {
 
   it('a client tool interrupted: cancelled, idle at once, and its late answer is 409', async () => {
     await useBothTools();
-    upstream.setScenario({
-      chat: { scripted: [{ toolCalls: [{ id: 'call_i1', name: 'show_map', arguments: '{"place":"Rome"}' }] }, { tokens: ['Never said either.'] }] },
-    });
-    const from = s.sse.events.length;
-    const requestsBefore = upstream.requests.length;
-    expect((await chat('Show me Rome.')).status).toBe(200);
-    await s.sse.waitFor((e) => e.type === 'tool_call', TURN_MS, 'tool_call', from);
+    const { from, requestsBefore } = await chatUntilClientCall('call_i1', 'Rome', 'Never said either.');
     const interruptAt = performance.now();
     await post(t.baseUrl, `/sessions/${s.sessionId}/interrupt`);
     const idle = await idleAfter(from, INTERRUPT_SETTLE_MS);
