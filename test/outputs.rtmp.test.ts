@@ -5,9 +5,11 @@
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FFMPEG_PATH } from '../src/recording/encoder.ts';
 import { MAX_OUTPUTS_PER_SESSION } from '../src/streaming/outputs.ts';
+import { RTMP_LIVE_TIMEOUT_MS } from '../src/streaming/rtmp-push.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { NginxRtmp } from './helpers/nginx-rtmp.ts';
 import { SseClient } from './helpers/sse.ts';
@@ -144,6 +146,42 @@ describe('RTMP output to nginx-rtmp', () => {
 
     expect((await fetch(`${t.baseUrl}/sessions/${sessionId}/outputs/${output.output_id}`, { method: 'DELETE' })).status).toBe(204);
     expect(await outputs()).toEqual([]);
+  });
+
+  it('a server that accepts the connection and never handshakes: the output never becomes live, it fails and retries', async () => {
+    const received: number[] = [];
+    const silent = net.createServer((socket) => {
+      received.push(0);
+      const index = received.length - 1;
+      socket.on('data', (chunk: Buffer) => (received[index] += chunk.length));
+      socket.on('error', () => undefined);
+    });
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const port = (silent.address() as net.AddressInfo).port;
+    try {
+      const from = sse.events.length;
+      const created = await post(t.baseUrl, `/sessions/${sessionId}/outputs`, { type: 'rtmp', url: `rtmp://127.0.0.1:${port}/live/never` });
+      expect(created.status).toBe(201);
+      const { output_id: outputId } = await json(created);
+      const states = new Set<string>();
+      const failedAt = sse.waitFor((e) => e.type === 'error' && e.data.code === 'output_failed' && e.data.output_id === outputId, LIVE_WAIT_MS + RTMP_LIVE_TIMEOUT_MS, 'output_failed', from);
+      let failed = false;
+      void failedAt.then(() => (failed = true), () => undefined);
+      // Every state it shows until it failed, polled often enough to see a live of even a fraction of a second.
+      while (!failed && !states.has('live')) {
+        const state = (await outputs()).find((o) => o.output_id === outputId)?.state;
+        if (state) states.add(state);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      await failedAt;
+      await until(async () => (await outputs()).find((o) => o.output_id === outputId)?.state === 'retrying', 'state retrying');
+      expect([...states]).not.toContain('live');
+      // ffmpeg did connect and sent its half of the handshake (C0 + C1: 1 + 1536 bytes), which was never answered.
+      expect(received[0]).toBeGreaterThanOrEqual(1537);
+      expect((await fetch(`${t.baseUrl}/sessions/${sessionId}/outputs/${outputId}`, { method: 'DELETE' })).status).toBe(204);
+    } finally {
+      silent.close();
+    }
   });
 
   it('bad requests: wrong scheme, credentials, no stream key 400; unknown output 404; not started 409; past the bound 409', async () => {

@@ -72,6 +72,38 @@ describe('WHIP output to a loopback WHIP endpoint', () => {
     }
   });
 
+  it('a 307 and a Location on another origin fail the push: the other origin (a second loopback server) receives nothing, not even the DELETE', async () => {
+    const other = await WhipEndpoint.start();
+    const sessionId = (await json(await post(t.baseUrl, '/sessions', { avatar_id: 'demo-rt', model: 'rt' }))).session_id;
+    const sse = await SseClient.open(`${t.baseUrl}/sessions/${sessionId}/events`);
+    try {
+      expect((await post(t.baseUrl, `/sessions/${sessionId}/start`)).status).toBe(200);
+      const outputs = async () => (await json(await fetch(`${t.baseUrl}/sessions/${sessionId}/outputs`))).outputs as Array<Record<string, string>>;
+      const otherOrigin = encodeURIComponent(other.baseUrl);
+      const cases: Array<[string, string, RegExp]> = [
+        ['redirect', 'token-redirected', /307/],
+        ['foreign', 'token-foreign', /resource on another origin/],
+      ];
+      for (const [mode, token, why] of cases) {
+        const from = sse.events.length;
+        const created = await post(t.baseUrl, `/sessions/${sessionId}/outputs`, { type: 'whip', url: `${whip.baseUrl}/${mode}/${otherOrigin}`, bearer_token: token });
+        expect(created.status).toBe(201);
+        const { output_id: outputId } = await json(created);
+        const failed = await sse.waitFor((e) => e.type === 'error' && e.data.code === 'output_failed' && e.data.output_id === outputId, MEDIA_WAIT_MS, `output_failed (${mode})`, from);
+        expect(String(failed.data.message)).toMatch(why);
+        expect(String(failed.data.message)).not.toContain(token);
+        await until(async () => (await outputs()).find((o) => o.output_id === outputId)?.state === 'retrying', `the ${mode} output retrying`);
+        expect(whip.received).toContainEqual({ method: 'POST', path: `/${mode}/${otherOrigin}`, authorization: `Bearer ${token}` });
+        expect((await fetch(`${t.baseUrl}/sessions/${sessionId}/outputs/${outputId}`, { method: 'DELETE' })).status).toBe(204);
+      }
+      expect((await fetch(`${t.baseUrl}/sessions/${sessionId}`, { method: 'DELETE' })).status).toBeLessThan(300);
+      expect(other.received).toEqual([]);
+    } finally {
+      sse.close();
+      await other.close();
+    }
+  });
+
   it('DELETE of an output ends its WHIP session at the server', async () => {
     const sessionId = (await json(await post(t.baseUrl, '/sessions', { avatar_id: 'demo-rt', model: 'rt' }))).session_id;
     expect((await post(t.baseUrl, `/sessions/${sessionId}/start`)).status).toBe(200);

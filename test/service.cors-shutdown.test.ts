@@ -4,6 +4,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { Level } from 'level';
 import { json, makeAvatarBundle, post, startTestApp, tempDir } from './helpers/app.ts';
+import { PREFLIGHT_REFUSED_DETAIL } from '../src/plugins/external/index.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
 
@@ -45,8 +46,9 @@ describe('CORS from SERVICE_CORS_ORIGINS', () => {
   it('lets the SSE stream answer CORS as the origin guard decides, in both directions', async () => {
     const avatarsDir = await tempDir();
     await makeAvatarBundle(avatarsDir, 'card');
-    // The first entry is spelled with a trailing slash and upper case; the guard lists only http(s) origins, so the
-    // second (a verbatim string a raw comparison would have matched) is not one a page may read answers from.
+    // The first entry is spelled with a trailing slash and upper case: it lists the canonical https://app.example, and
+    // only that form is echoed. The guard lists only http(s) origins, so the second (a verbatim string a raw
+    // comparison would have matched) is not one a page may read answers from.
     const env = { SERVICE_CORS_ORIGINS: 'HTTPS://App.Example/,chrome-extension://widget' };
     const t = await startTestApp({ avatarsDir, env });
     try {
@@ -57,12 +59,77 @@ describe('CORS from SERVICE_CORS_ORIGINS', () => {
         controller.abort();
         return res.headers.get('access-control-allow-origin');
       };
-      for (const origin of ['https://app.example', 'https://app.example/', 'HTTPS://APP.EXAMPLE']) {
-        expect(await allowOriginOf('/healthz', origin)).toBe(origin);
-        expect(await allowOriginOf(`/sessions/${session_id}/events`, origin)).toBe(origin);
+      expect(await allowOriginOf('/healthz', 'https://app.example')).toBe('https://app.example');
+      expect(await allowOriginOf(`/sessions/${session_id}/events`, 'https://app.example')).toBe('https://app.example');
+      for (const origin of ['https://app.example/', 'HTTPS://APP.EXAMPLE', 'https://app.example:443']) {
+        expect(await allowOriginOf('/healthz', origin)).toBeNull();
+        expect(await allowOriginOf(`/sessions/${session_id}/events`, origin)).toBeNull();
       }
       expect(await allowOriginOf('/healthz', 'chrome-extension://widget')).toBeNull();
       expect(await allowOriginOf(`/sessions/${session_id}/events`, 'chrome-extension://widget')).toBeNull();
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('answers a preflight from an unlisted origin 403 {detail} without CORS headers, and echoes only the canonical form of a listed origin', async () => {
+    const t = await startTestApp({ withRepoAvatars: false, env: { SERVICE_CORS_ORIGINS: 'https://app.example,http://localhost:8080' } });
+    try {
+      const preflight = (origin: string | undefined, url = '/sessions') =>
+        t.app.inject({
+          method: 'OPTIONS',
+          url,
+          headers: { ...(origin === undefined ? {} : { origin }), 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' },
+        });
+      const corsHeaders = (headers: Record<string, unknown>) => Object.keys(headers).filter((name) => name.startsWith('access-control-'));
+      for (const listed of ['https://app.example', 'http://localhost:8080']) {
+        const res = await preflight(listed);
+        expect(res.statusCode).toBe(204);
+        expect(res.headers['access-control-allow-origin']).toBe(listed);
+        expect(String(res.headers['access-control-allow-methods'])).toContain('POST');
+      }
+      const unlisted = [
+        'https://evil.example',
+        // Non-canonical forms of the listed origins: no browser sends them, so they are not listed either.
+        'https://app.example/',
+        'HTTPS://APP.EXAMPLE',
+        'https://App.Example',
+        'https://app.example:443',
+        'http://localhost:8080/',
+        'http://LOCALHOST:8080',
+        'null',
+        'not an origin',
+        undefined,
+      ];
+      for (const origin of unlisted) {
+        for (const url of ['/sessions', '/no-such-route']) {
+          const res = await preflight(origin, url);
+          expect(res.statusCode, `${origin} ${url}`).toBe(403);
+          expect(res.json()).toEqual({ detail: PREFLIGHT_REFUSED_DETAIL });
+          expect(corsHeaders(res.headers), `${origin}`).toEqual([]);
+        }
+        if (origin === undefined) continue;
+        const read = await t.app.inject({ method: 'GET', url: '/healthz', headers: { origin } });
+        expect(read.statusCode).toBe(200);
+        expect(corsHeaders(read.headers), `${origin}`).toEqual([]);
+        // A state-changing request from a non-canonical form is refused as from any unlisted origin.
+        const write = await t.app.inject({ method: 'POST', url: '/sessions', headers: { origin, 'content-type': 'application/json' }, payload: '{}' });
+        expect(write.statusCode, `${origin}`).toBe(403);
+        expect(corsHeaders(write.headers), `${origin}`).toEqual([]);
+      }
+      // An OPTIONS that is no preflight (no Access-Control-Request-Method) is left to the router as before.
+      expect((await t.app.inject({ method: 'OPTIONS', url: '/sessions', headers: { origin: 'https://evil.example' } })).statusCode).toBe(404);
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('answers every preflight 403 without CORS headers when no origin is configured', async () => {
+    const t = await startTestApp({ withRepoAvatars: false });
+    try {
+      const res = await t.app.inject({ method: 'OPTIONS', url: '/sessions', headers: { origin: 'https://app.example', 'access-control-request-method': 'POST' } });
+      expect(res.statusCode).toBe(403);
+      expect(Object.keys(res.headers).filter((name) => name.startsWith('access-control-'))).toEqual([]);
     } finally {
       await t.close();
     }

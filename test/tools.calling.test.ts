@@ -5,6 +5,7 @@ import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { AUDIBLE_RMS, eventually, labels, openSession, type LiveSession } from './helpers/conversation.ts';
 import { startOpenAiUpstream, type OpenAiUpstream, type RecordedChatMessage, type RecordedRequest } from './fakes/openai-upstream.ts';
 import { startToolReceiver, type ToolReceiver } from './fakes/tool-receiver.ts';
+import { MAX_JSON_DEPTH } from '../actors/json-depth.ts';
 import { MAX_TOOL_ROUNDS_PER_TURN } from '../actors/llm/llm.actor.ts';
 import type { TtsProvider, TtsProviderId } from '../actors/tts/types.ts';
 import { sessionParts } from '../src/sessions/session.ts';
@@ -35,6 +36,11 @@ const mapTool: SessionToolDefinition = {
   function: { name: 'show_map', description: 'Shows a place on the user’s screen', parameters: { type: 'object', properties: { place: { type: 'string' } } } },
 };
 
+/** JSON text of objects nested `depth` deep (`{"a":{"a":...{}}}`), written as text: JSON.stringify itself cannot go this deep. */
+const nestedJsonText = (depth: number) => `${'{"a":'.repeat(depth - 1)}{}${'}'.repeat(depth - 1)}`;
+/** A POST whose JSON body is given as text. */
+const postText = (baseUrl: string, path: string, body: string) => fetch(`${baseUrl}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+
 /** The last tool message's output, parsed (what the fake model builds its answer from). */
 const lastToolOutput = (messages: RecordedChatMessage[]) => JSON.parse(messages.at(-1)!.content!) as Record<string, unknown>;
 
@@ -55,6 +61,24 @@ describe('tool calling in chat turns', () => {
   const idleAfter = (from: number, timeout = TURN_MS) => s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', timeout, 'status idle', from);
   const chatRequestsSince = (before: number): RecordedRequest[] => upstream.requests.slice(before).filter((r) => r.chat);
   const live = () => t.services.supervisor.liveSession(s.sessionId)!;
+  /** A chat turn whose model calls the client tool show_map once, then says `after`; resolves once its tool_call is on SSE. */
+  const chatUntilClientCall = async (callId: string, place: string, after: string) => {
+    upstream.setScenario({ chat: { scripted: [{ toolCalls: [{ id: callId, name: 'show_map', arguments: JSON.stringify({ place }) }] }, { tokens: [after] }] } });
+    const from = s.sse.events.length;
+    const requestsBefore = upstream.requests.length;
+    expect((await chat(`Show me ${place}.`)).status).toBe(200);
+    await s.sse.waitFor((e) => e.type === 'tool_call', TURN_MS, 'tool_call', from);
+    return { from, requestsBefore };
+  };
+  /** A chat turn whose model makes one call, then says `after`, run to idle; `output` is the tool message the model got. */
+  const chatOneCallToIdle = async (call: { id: string; name: string; arguments: string }, after: string, prompt: string) => {
+    upstream.setScenario({ chat: { scripted: [{ toolCalls: [call] }, { tokens: [after] }] } });
+    const from = s.sse.events.length;
+    const requestsBefore = upstream.requests.length;
+    expect((await chat(prompt)).status).toBe(200);
+    await idleAfter(from);
+    return { from, output: chatRequestsSince(requestsBefore)[1].chat!.messages.at(-1)! };
+  };
   /** Each test sets the session's tools itself, so it runs alone (`-t`) as well as after the others. */
   const useBothTools = async () => expect((await setTools([weatherTool(receiver.url('/weather')), mapTool])).status).toBe(200);
 
@@ -257,6 +281,71 @@ describe('tool calling in chat turns', () => {
     expect((await toolResult({ output: 1 })).status).toBe(400);
   });
 
+  it('model arguments nested 5,000 deep: the model gets a tool error, the SSE goes on (the parallel call is announced and answered), the transcript reads', async () => {
+    await useBothTools();
+    upstream.setScenario({
+      chat: {
+        scripted: [
+          {
+            toolCalls: [
+              { id: 'call_deep', name: 'show_map', arguments: nestedJsonText(5_000) },
+              { id: 'call_flat', name: 'show_map', arguments: '{"place":"Orsay"}' },
+            ],
+          },
+          { tokens: ['One map is shown.'] },
+        ],
+      },
+    });
+    const from = s.sse.events.length;
+    const requestsBefore = upstream.requests.length;
+    const res = await chat('Show me two museums.');
+    expect(res.status).toBe(200);
+    const turnId = res.headers.get('x-turn-id');
+    const call = await s.sse.waitFor((e) => e.type === 'tool_call', TURN_MS, 'tool_call', from);
+    expect(call.data.call_id).toBe('call_flat');
+    expect((await toolResult({ call_id: 'call_flat', output: { shown: true } })).status).toBe(200);
+    await idleAfter(from);
+
+    expect(s.sse.events.slice(from).filter((e) => e.type === 'tool_call').map((e) => e.data.call_id)).toEqual(['call_flat']);
+    expect(labels(s.sse.events.slice(from))).not.toContain('error');
+    const [deep, flat] = chatRequestsSince(requestsBefore)[1].chat!.messages.slice(-2);
+    expect(deep.tool_call_id).toBe('call_deep');
+    expect(JSON.parse(deep.content!).error).toMatch(new RegExp(`nest deeper than ${MAX_JSON_DEPTH} levels; the tool was not called`));
+    expect(flat).toEqual({ role: 'tool', tool_call_id: 'call_flat', content: '{"shown":true}' });
+    expect(settled.has('call_deep')).toBe(false);
+
+    const transcript = await fetch(`${t.baseUrl}/sessions/${s.sessionId}/transcript`);
+    expect(transcript.status).toBe(200);
+    const turn = ((await json(transcript)).turns as Array<{ turn_id: string; tool_calls: Array<{ call_id: string; ok: boolean | null }> }>).find((entry) => entry.turn_id === turnId);
+    expect(turn?.tool_calls.map((c) => [c.call_id, c.ok])).toEqual([['call_flat', true]]);
+  });
+
+  it('a tool_results output nested 20,000 deep is a 400 {detail}; the call still waits and takes a proper answer', async () => {
+    await useBothTools();
+    const { from, requestsBefore } = await chatUntilClientCall('call_nest', 'the Louvre', 'Shown.');
+
+    for (const output of [nestedJsonText(20_000), `${'['.repeat(20_000)}${']'.repeat(20_000)}`, nestedJsonText(MAX_JSON_DEPTH + 1)]) {
+      const refused = await postText(t.baseUrl, `/sessions/${s.sessionId}/tool_results`, `{"call_id":"call_nest","output":${output}}`);
+      expect(refused.status).toBe(400);
+      expect((await json(refused)).detail).toBe(`output nests deeper than ${MAX_JSON_DEPTH} levels`);
+    }
+    const answered = await postText(t.baseUrl, `/sessions/${s.sessionId}/tool_results`, `{"call_id":"call_nest","output":${nestedJsonText(MAX_JSON_DEPTH)}}`);
+    expect(answered.status).toBe(200);
+    await idleAfter(from);
+    expect(chatRequestsSince(requestsBefore)[1].chat!.messages.at(-1)!.content).toBe(nestedJsonText(MAX_JSON_DEPTH));
+    expect(settled.get('call_nest')?.ok).toBe(true);
+  });
+
+  it('a webhook tool answering JSON nested 20,000 deep: the model gets a tool error', async () => {
+    await useBothTools();
+    receiver.answerWith(() => ({ text: `${'['.repeat(20_000)}${']'.repeat(20_000)}` }));
+    const { from, output } = await chatOneCallToIdle({ id: 'call_deep_answer', name: 'get_weather', arguments: '{"city":"Oslo"}' }, 'Sorry.', 'Weather in Oslo?');
+    expect(output.tool_call_id).toBe('call_deep_answer');
+    expect(JSON.parse(output.content!).error).toBe(`the tool answered with JSON nested deeper than ${MAX_JSON_DEPTH} levels`);
+    expect(settled.get('call_deep_answer')?.ok).toBe(false);
+    expect(labels(s.sse.events.slice(from))).not.toContain('error');
+  });
+
   it('a client tool answered the moment its tool_call is published (an in-process listener) is taken', async () => {
     await useBothTools();
     const answers: string[] = [];
@@ -295,14 +384,7 @@ describe('tool calling in chat turns', () => {
       clientDeadlineMs: 300,
     });
     try {
-      upstream.setScenario({
-        chat: { scripted: [{ toolCalls: [{ id: 'call_late', name: 'show_map', arguments: '{}' }] }, { tokens: ['The map did not open.'] }] },
-      });
-      const from = s.sse.events.length;
-      const requestsBefore = upstream.requests.length;
-      expect((await chat('Open the map.')).status).toBe(200);
-      await idleAfter(from);
-      const output = chatRequestsSince(requestsBefore)[1].chat!.messages.at(-1)!;
+      const { output } = await chatOneCallToIdle({ id: 'call_late', name: 'show_map', arguments: '{}' }, 'The map did not open.', 'Open the map.');
       expect(output.tool_call_id).toBe('call_late');
       expect(JSON.parse(output.content!).error).toMatch(/did not answer within 300 ms/);
       expect(settled.get('call_late')?.ok).toBe(false);
@@ -350,13 +432,7 @@ describe('tool calling in chat turns', () => {
 
   it('a client tool interrupted: cancelled, idle at once, and its late answer is 409', async () => {
     await useBothTools();
-    upstream.setScenario({
-      chat: { scripted: [{ toolCalls: [{ id: 'call_i1', name: 'show_map', arguments: '{"place":"Rome"}' }] }, { tokens: ['Never said either.'] }] },
-    });
-    const from = s.sse.events.length;
-    const requestsBefore = upstream.requests.length;
-    expect((await chat('Show me Rome.')).status).toBe(200);
-    await s.sse.waitFor((e) => e.type === 'tool_call', TURN_MS, 'tool_call', from);
+    const { from, requestsBefore } = await chatUntilClientCall('call_i1', 'Rome', 'Never said either.');
     const interruptAt = performance.now();
     await post(t.baseUrl, `/sessions/${s.sessionId}/interrupt`);
     const idle = await idleAfter(from, INTERRUPT_SETTLE_MS);
@@ -461,6 +537,25 @@ describe('tool calling in chat turns', () => {
       expect(customized.status).toBe(400);
       expect((await json(customized)).detail).toMatch(detail);
       expect(live().tools).toBe(before);
+    });
+
+    it(`parameters nested 10,000 or 150,000 deep (or ${MAX_JSON_DEPTH + 1} in all): 400 {detail} on create and customize, the tools unchanged`, async () => {
+      const bodyWith = (depth: number) => `[{"type":"function","function":{"name":"deep","parameters":{"type":"object","properties":${nestedJsonText(depth)}}}}]`;
+      // tools[0] → function → parameters → properties: the definition itself is 3 levels above `properties`.
+      // 150,000 levels: near the 1 MiB body limit, far past where any recursive walk would overflow the stack.
+      for (const depth of [10_000, 150_000, MAX_JSON_DEPTH - 2]) {
+        const created = await postText(t.baseUrl, '/sessions', `{"avatar_id":"${rtAvatar}","model":"rt","tools":${bodyWith(depth)}}`);
+        expect(created.status).toBe(400);
+        expect((await json(created)).detail).toBe(`tools[0]: the definition nests deeper than ${MAX_JSON_DEPTH} levels`);
+        const before = live().tools;
+        const customized = await postText(t.baseUrl, `/sessions/${s.sessionId}/customize`, `{"tools":${bodyWith(depth)}}`);
+        expect(customized.status).toBe(400);
+        expect((await json(customized)).detail).toBe(`tools[0]: the definition nests deeper than ${MAX_JSON_DEPTH} levels`);
+        expect(live().tools).toBe(before);
+      }
+      const deepest = await postText(t.baseUrl, `/sessions/${s.sessionId}/customize`, `{"tools":${bodyWith(MAX_JSON_DEPTH - 3)}}`);
+      expect(deepest.status).toBe(200);
+      expect(live().tools.map((tool) => tool.function.name)).toEqual(['deep']);
     });
 
     it('valid tools are taken on create; service-wide defaults take none', async () => {

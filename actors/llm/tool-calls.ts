@@ -5,6 +5,7 @@
  * broken or hostile server could stream calls or argument text without end.
  */
 import { randomUUID } from 'node:crypto';
+import { MAX_JSON_DEPTH, nestsDeeperThan } from '../json-depth.ts';
 import { UpstreamError } from '../upstream/errors.ts';
 import type { LlmToolCall } from './types.ts';
 
@@ -21,6 +22,14 @@ export const MAX_TOOL_CALLS_PER_ROUND = 16;
 export const MAX_TOOL_ARGUMENT_BYTES = 64 * 1024;
 /** Longest function name a session may define (`^[a-zA-Z0-9_-]{1,64}$`, OpenAI's own rule). */
 const MAX_TOOL_NAME_CHARS = 64;
+
+/**
+ * Arguments a server sent as an object, as JSON text. One nested past `MAX_JSON_DEPTH` would make JSON.stringify's
+ * recursion throw: it becomes a JSON string instead, which is no object, so its round tells the model (`runToolRound`).
+ */
+function objectArgumentsText(args: object): string {
+  return JSON.stringify(nestsDeeperThan(args) ? `arguments nested deeper than ${MAX_JSON_DEPTH} levels` : args);
+}
 
 interface PartialCall {
   id: string;
@@ -50,7 +59,7 @@ export class ToolCallAssembler {
       if (typeof fn?.name === 'string') call.name += fn.name;
       if (call.name.length > MAX_TOOL_NAME_CHARS) throw new UpstreamError(`${this.label} upstream sent a tool name over ${MAX_TOOL_NAME_CHARS} characters`);
       // Some servers send the arguments as an object instead of JSON text.
-      const args = typeof fn?.arguments === 'string' ? fn.arguments : fn?.arguments && typeof fn.arguments === 'object' ? JSON.stringify(fn.arguments) : '';
+      const args = typeof fn?.arguments === 'string' ? fn.arguments : fn?.arguments && typeof fn.arguments === 'object' ? objectArgumentsText(fn.arguments) : '';
       call.arguments += args;
       if (Buffer.byteLength(call.arguments, 'utf8') > MAX_TOOL_ARGUMENT_BYTES) {
         throw new UpstreamError(`${this.label} upstream sent tool arguments over ${MAX_TOOL_ARGUMENT_BYTES} bytes`);

@@ -1,8 +1,9 @@
 /**
  * One round of tool calls of a chat turn: every call the model made in its answer runs at once (parallel calls), and
- * the round is over when all have an output. A call whose arguments are not a JSON object never runs: its output
- * tells the model so. Outputs keep the calls' order, as the `tool` messages that carry them must.
+ * the round is over when all have an output. A call whose arguments are not a JSON object, or nest deeper than
+ * `MAX_JSON_DEPTH`, never runs: its output tells the model so. Outputs keep the calls' order, as the `tool` messages that carry them must.
  */
+import { MAX_JSON_DEPTH, nestsDeeperThan } from '../json-depth.ts';
 import { isAbortError } from '../upstream/abort.ts';
 import type { LlmToolCall, ToolRunner } from './types.ts';
 
@@ -39,6 +40,9 @@ export async function runToolRound(
       calls.map(async (call) => {
         const args = parseToolArguments(call.arguments);
         if (!args) return toolErrorOutput(`the arguments of ${call.name} were not a JSON object; the tool was not called`);
+        // Checked here, where the model's arguments enter the session: past this they are serialised recursively
+        // (SSE tool_call, the webhook's body, the transcript).
+        if (nestsDeeperThan(args)) return toolErrorOutput(`the arguments of ${call.name} nest deeper than ${MAX_JSON_DEPTH} levels; the tool was not called`);
         try {
           return await runner.run({ turnId, callId: call.id, name: call.name, arguments: args }, signal);
         } catch (error) {

@@ -32,7 +32,9 @@ export interface WhipPush {
 /**
  * Pushes the session's media to a WHIP endpoint (RFC 9725): a send-only peer fed by the session's WebRTC sources
  * (`WebRtcOutput.openFeed`: the same clock as every viewer), the offer POSTed as `application/sdp` with the bearer
- * token, the answer applied, the resource `Location` kept for the DELETE. Resolves once the connection is up.
+ * token, the answer applied, the resource `Location` kept for the DELETE. Resolves once the connection is up. The
+ * token goes to the WHIP URL's origin only: redirects are not followed (3xx fails the push) and a `Location` on
+ * another origin fails it too, so neither the offer nor the DELETE ever reaches another server.
  */
 export async function startWhipPush(options: {
   output: WebRtcOutput;
@@ -56,7 +58,7 @@ export async function startWhipPush(options: {
       feed.release();
       peer.close();
       if (!resource) return;
-      await fetchImpl(resource, { method: 'DELETE', headers: auth, signal: AbortSignal.timeout(WHIP_DELETE_TIMEOUT_MS) }).then(
+      await fetchImpl(resource, { method: 'DELETE', headers: auth, redirect: 'manual', signal: AbortSignal.timeout(WHIP_DELETE_TIMEOUT_MS) }).then(
         (response) => response.body?.cancel(),
         () => undefined,
       );
@@ -69,6 +71,8 @@ export async function startWhipPush(options: {
       method: 'POST',
       headers: { 'content-type': 'application/sdp', ...auth },
       body: peer.localDescription!.sdp,
+      // A redirect would re-send the offer and the token wherever it points: a 3xx is a failure like any non-2xx.
+      redirect: 'manual',
       signal,
       provider: 'whip',
       headersTimeoutMs: WHIP_REQUEST_TIMEOUT_MS,
@@ -78,7 +82,10 @@ export async function startWhipPush(options: {
     const location = response.headers.get('location');
     const answer = await readBoundedText(response, 'whip', MAX_WHIP_ANSWER_BYTES);
     if (response.status !== 201 || !location) throw new WhipPushError(`WHIP server answered ${response.status}${location ? '' : ' without Location'}`);
-    resource = new URL(location, url).href;
+    const named = new URL(location, url);
+    // The DELETE carries the token: only to the origin the client gave it for.
+    if (named.origin !== new URL(url).origin) throw new WhipPushError('WHIP server named a resource on another origin');
+    resource = named.href;
     // The media server's answer, capped as every viewer's offer is (`VIDEO_MAX_BITRATE_KBPS`).
     await peer.setRemoteDescription({ type: 'answer', sdp: withVideoBitrateCap(answer) }).catch((error: Error) => {
       throw new WhipPushError(`WHIP answer rejected: ${error.message}`);

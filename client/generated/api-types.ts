@@ -22,7 +22,7 @@ export type CreateSessionRequest = {
       name: string;
       /** What the tool does, for the model */
       description?: string;
-      /** JSON Schema of the arguments; must be of type object */
+      /** JSON Schema of the arguments; must be of type object. The whole definition nests at most 64 levels (else 400) */
       parameters: {
         type: "object";
         [key: string]: unknown;
@@ -129,7 +129,7 @@ export type ToolDefinition = {
     name: string;
     /** What the tool does, for the model */
     description?: string;
-    /** JSON Schema of the arguments; must be of type object */
+    /** JSON Schema of the arguments; must be of type object. The whole definition nests at most 64 levels (else 400) */
     parameters: {
       type: "object";
       [key: string]: unknown;
@@ -143,7 +143,7 @@ export type ToolDefinition = {
 export type ToolResultRequest = {
   /** The call_id of the SSE tool_call event */
   call_id: string;
-  /** Any JSON value: the tool output the model receives (as JSON text, at most 64 KiB) */
+  /** Any JSON value: the tool output the model receives (as JSON text, at most 64 KiB and 64 levels deep, else 400) */
   output: unknown;
 };
 

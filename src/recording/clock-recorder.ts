@@ -99,6 +99,11 @@ export class ClockRecorder {
     return this.encoder.whenExited();
   }
 
+  /** A live stream: resolves once ffmpeg wrote to its output (the RTMP handshake and publish completed). */
+  whenEncoderOutputWritten(): Promise<void> {
+    return this.encoder.whenOutputWritten();
+  }
+
   /** Bytes queued for ffmpeg and not yet read (it stalls when a live stream's server does). */
   get bufferedBytes(): number {
     return this.encoder.bufferedBytes;

@@ -12,6 +12,8 @@ const STDERR_TAIL_CHARS = 4_000;
 const FINISH_TIMEOUT_MS = 60_000;
 /** Packets ffmpeg may queue per input thread; enough that neither pipe stalls while the muxer waits for the other. */
 const INPUT_QUEUE_PACKETS = 512;
+/** Longest line kept of ffmpeg's `-progress` report (`key=value` lines of a few dozen characters); more is dropped. */
+const MAX_PROGRESS_LINE_CHARS = 1_024;
 /** Sample rate of the AAC track. */
 export const OUTPUT_AUDIO_RATE = 48_000;
 
@@ -54,6 +56,7 @@ export class Mp4Encoder {
   private readonly audio: Writable;
   private readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   private stderrTail = '';
+  private readonly outputWritten: Promise<void>;
   private pipeError: Error | null = null;
   private finished = false;
   private aborted = false;
@@ -65,6 +68,9 @@ export class Mp4Encoder {
     this.frameBytes = (width * height * 3) / 2;
     const args = [
       '-hide_banner', '-nostdin', '-loglevel', 'error', '-y',
+      // A live stream's progress report on stdout: its first `total_size` above 0 says the output was opened, which
+      // for RTMP means the handshake, connect and publish completed (`whenOutputWritten`).
+      ...(live ? ['-progress', 'pipe:1'] : []),
       '-f', 'rawvideo', '-pix_fmt', 'yuv420p', '-s', `${width}x${height}`, '-framerate', String(fps),
       // Formats are fully described here; probing would read ahead on one pipe while the other waits.
       '-probesize', '32', '-analyzeduration', '0',
@@ -82,7 +88,8 @@ export class Mp4Encoder {
       '-c:a', 'aac', '-b:a', '96k', '-ar', String(OUTPUT_AUDIO_RATE),
       ...(live ? ['-f', 'flv', '-flvflags', 'no_duration_filesize', options.outPath] : ['-movflags', '+faststart', '-f', 'mp4', options.outPath]),
     ];
-    this.child = spawn(FFMPEG_PATH, args, { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
+    this.child = spawn(FFMPEG_PATH, args, { stdio: ['ignore', live ? 'pipe' : 'ignore', 'pipe', 'pipe', 'pipe'] });
+    this.outputWritten = live ? firstOutputBytes(this.child) : new Promise(() => undefined);
     this.video = this.child.stdio[3] as Writable;
     this.audio = this.child.stdio[4] as Writable;
     for (const pipe of [this.video, this.audio]) {
@@ -100,6 +107,14 @@ export class Mp4Encoder {
       });
       this.child.once('exit', (code, signal) => resolve({ code, signal }));
     });
+  }
+
+  /**
+   * A live stream: resolves once ffmpeg reports bytes written to its output (an RTMP server completed the handshake
+   * and accepted the publish). Never resolves for a file, or while a server accepted the connection and said nothing.
+   */
+  whenOutputWritten(): Promise<void> {
+    return this.outputWritten;
   }
 
   /** Resolves when ffmpeg exits, however: a live stream's end (its server refused, dropped or went away). */
@@ -202,4 +217,25 @@ export class Mp4Encoder {
       pipe.on('close', onClose);
     });
   }
+}
+
+/**
+ * Reads ffmpeg's `-progress pipe:1` report (blocks of `key=value` lines) until a `total_size` above 0, then keeps
+ * draining it (a full pipe would stall ffmpeg). Lines are bounded by `MAX_PROGRESS_LINE_CHARS`.
+ */
+function firstOutputBytes(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    let written = false;
+    let partial = '';
+    child.stdout?.setEncoding('utf8');
+    child.stdout?.on('data', (text: string) => {
+      if (written) return;
+      const lines = (partial + text).split('\n');
+      partial = lines.pop()!.slice(-MAX_PROGRESS_LINE_CHARS);
+      if (lines.some((line) => /^total_size=[1-9]\d*$/u.test(line.trim()))) {
+        written = true;
+        resolve();
+      }
+    });
+  });
 }

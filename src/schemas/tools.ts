@@ -1,4 +1,5 @@
 import { Type } from '@sinclair/typebox';
+import { MAX_JSON_DEPTH } from '../../actors/json-depth.ts';
 import { MAX_TOOLS_PER_SESSION, TOOL_NAME_PATTERN } from '../sessions/tools.ts';
 
 /** An OpenAI function definition, optionally with the webhook that runs it (docs/integration.md, "Tool calling"). */
@@ -11,7 +12,10 @@ export const ToolDefinition = Type.Object(
         description: Type.Optional(Type.String({ maxLength: 4096, description: 'What the tool does, for the model' })),
         parameters: Type.Object(
           { type: Type.Literal('object') },
-          { additionalProperties: true, description: 'JSON Schema of the arguments; must be of type object' },
+          {
+            additionalProperties: true,
+            description: `JSON Schema of the arguments; must be of type object. The whole definition nests at most ${MAX_JSON_DEPTH} levels (else 400)`,
+          },
         ),
         strict: Type.Optional(Type.Boolean()),
       },
@@ -51,7 +55,7 @@ export const ToolList = Type.Array(ToolDefinition, {
 export const ToolResultRequest = Type.Object(
   {
     call_id: Type.String({ minLength: 1, maxLength: 256, description: 'The call_id of the SSE tool_call event' }),
-    output: Type.Unknown({ description: 'Any JSON value: the tool output the model receives (as JSON text, at most 64 KiB)' }),
+    output: Type.Unknown({ description: `Any JSON value: the tool output the model receives (as JSON text, at most 64 KiB and ${MAX_JSON_DEPTH} levels deep, else 400)` }),
   },
   { $id: 'ToolResultRequest', additionalProperties: false, examples: [{ call_id: 'call_abc123', output: { temperature_c: 21 } }] },
 );

@@ -63,7 +63,8 @@ export class RequestOriginGuard {
     }
     for (const name of named) this.hostNames.add(bare(name));
     this.anyOrigin = config.corsOrigins.includes('*');
-    this.listedOrigins = new Set(config.corsOrigins.filter((origin) => origin !== '*').map((origin) => new URL(origin).origin));
+    // Each entry in its canonical form (however the operator spelled it); entries that are no http(s) origin list nothing.
+    this.listedOrigins = new Set(config.corsOrigins.flatMap((origin) => parseOrigin(origin)?.origin ?? []));
     this.publicOrigin = new URL(config.publicBaseUrl).origin;
   }
 
@@ -83,11 +84,15 @@ export class RequestOriginGuard {
     return this.allowsOrigin(origin, host) ? null : ORIGIN_REFUSED_DETAIL;
   }
 
-  /** True for an origin SERVICE_CORS_ORIGINS lists (CORS answers it with Access-Control-Allow-Origin). */
+  /**
+   * True for an origin SERVICE_CORS_ORIGINS lists, spelled exactly as a browser serialises it (`https://app.example.com`:
+   * lower case, no default port, no trailing slash or path). CORS echoes the request's Origin header as
+   * Access-Control-Allow-Origin, so only that canonical form is listed: `https://APP.example.com/` or
+   * `https://app.example.com:443` come from no browser and are answered as unlisted origins (no CORS headers, 403
+   * for a state-changing request or a preflight).
+   */
   listsOrigin(origin: string): boolean {
-    if (this.anyOrigin) return true;
-    const parsed = parseOrigin(origin);
-    return parsed !== null && this.listedOrigins.has(parsed.origin);
+    return this.anyOrigin || this.listedOrigins.has(origin);
   }
 
   private judgesOrigin(method: string, headers: IncomingHttpHeaders): boolean {

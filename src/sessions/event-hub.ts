@@ -89,7 +89,14 @@ export class SessionEventHub {
     if (this.closed) return;
     const record = { type, data } as SessionEventRecord;
     for (const listener of this.listeners) listener(record);
-    this.streams.publish(`event: ${type}\ndata: ${JSON.stringify(data)}\n\n`);
+    let json: string;
+    try {
+      json = JSON.stringify(data);
+    } catch {
+      // A value JSON cannot write (the tool path bounds depth first, `MAX_JSON_DEPTH`) costs this event, not the stream.
+      return;
+    }
+    this.streams.publish(`event: ${type}\ndata: ${json}\n\n`);
   }
 
   /** Synchronous in-process listener; returns the unsubscribe function. */

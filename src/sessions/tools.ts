@@ -6,6 +6,7 @@
  * bus as the spec event `tool_call` and, once it settles, as `tool.result` (the transcript follows both).
  */
 import type { Logger } from 'pino';
+import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../actors/json-depth.ts';
 import { abortError } from '../../actors/upstream/abort.ts';
 import { UpstreamError } from '../../actors/upstream/errors.ts';
 import { fetchUpstream, readBoundedText } from '../../actors/upstream/http.ts';
@@ -97,6 +98,8 @@ export function checkToolDefinitions(tools: readonly SessionToolDefinition[], po
     if (!parameters || typeof parameters !== 'object' || Array.isArray(parameters) || parameters.type !== 'object') {
       throw new InvalidInput(`${where}.function.parameters must be a JSON Schema object ({"type": "object", ...})`);
     }
+    // Before anything walks the definition recursively (the size below, the requests to the model).
+    if (nestsDeeperThan(tool)) throw new InvalidInput(`${where}: the definition nests deeper than ${MAX_JSON_DEPTH} levels`);
     const bytes = Buffer.byteLength(JSON.stringify(tool), 'utf8');
     if (bytes > MAX_TOOL_DEFINITION_BYTES) throw new InvalidInput(`${where}: the definition is ${bytes} bytes, over ${MAX_TOOL_DEFINITION_BYTES}`);
     if (tool.webhook !== undefined) checkWebhookUrl(tool.webhook, where, policy.allowedHosts);
@@ -178,6 +181,7 @@ export class SessionTools implements ToolRunner {
       if (why) throw new ToolCallClosed(`tool call ${quoteClientValue(callId)} is closed: ${why}`);
       throw new ToolCallNotFound();
     }
+    if (nestsDeeperThan(output)) throw new InvalidInput(`output nests deeper than ${MAX_JSON_DEPTH} levels`);
     const text = JSON.stringify(output ?? null);
     const bytes = Buffer.byteLength(text, 'utf8');
     if (bytes > MAX_TOOL_OUTPUT_BYTES) throw new InvalidInput(`output is ${bytes} bytes as JSON, over ${MAX_TOOL_OUTPUT_BYTES}`);
@@ -245,6 +249,7 @@ export class SessionTools implements ToolRunner {
       } catch {
         return { ok: false, output: toolErrorOutput('the tool answered with something that is not JSON') };
       }
+      if (nestsDeeperThan(parsed)) return { ok: false, output: toolErrorOutput(`the tool answered with JSON nested deeper than ${MAX_JSON_DEPTH} levels`) };
       return { ok: true, output: JSON.stringify(parsed) };
     } catch (error) {
       if (signal.aborted) throw abortError(signal);

@@ -16,8 +16,11 @@ export interface ReceivedToolRequest {
   abandoned: boolean;
 }
 
-/** How the receiver answers one request: JSON (`status` default 200, after `delayMs`) or `hang` (no answer until the client leaves). */
-export type ToolAnswer = { status?: number; json: unknown; delayMs?: number } | 'hang';
+/**
+ * How the receiver answers one request: JSON (`status` default 200, after `delayMs`), a JSON body given as `text`
+ * (for values JSON.stringify cannot write), or `hang` (no answer until the client leaves).
+ */
+export type ToolAnswer = { status?: number; json: unknown; delayMs?: number } | { status?: number; text: string; delayMs?: number } | 'hang';
 
 export interface ToolReceiver {
   /** The receiver's URL for `path` (`http://127.0.0.1:<port><path>`). */
@@ -52,7 +55,7 @@ export async function startToolReceiver(): Promise<ToolReceiver> {
       setTimeout(() => {
         if (res.destroyed) return;
         res.writeHead(reply.status ?? 200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify(reply.json));
+        res.end('text' in reply ? reply.text : JSON.stringify(reply.json));
       }, reply.delayMs ?? 0);
     });
   });

@@ -6,11 +6,15 @@ const { RTCPeerConnection, nonstandard } = wrtc;
 
 /**
  * A loopback WHIP endpoint (RFC 9725) answering with a real wrtc peer: `POST /whip/...` with an SDP offer gets 201,
- * the answer and a `Location`; `POST /refuse/...` gets 401. It records each request's Authorization, the DELETEs,
- * and what the pushed peer delivers (frame sizes, audio RMS per 10 ms).
+ * the answer and a `Location`; `POST /refuse/...` gets 401. Two hostile answers point elsewhere (`<other>` is a
+ * URL-encoded origin): `POST /redirect/<other>` gets 307 to `<other>/whip/redirected`, and `POST /foreign/<other>`
+ * gets a real answer whose `Location` is `<other>/whip/resource/N`. It records each request (method, path,
+ * Authorization), the DELETEs, and what the pushed peer delivers (frame sizes, audio RMS per 10 ms).
  */
 export class WhipEndpoint {
   readonly authorizations: string[] = [];
+  /** Every request that reached this endpoint, whatever its method. */
+  readonly received: Array<{ method: string; path: string; authorization: string }> = [];
   readonly deletes: string[] = [];
   readonly frames: Array<{ width: number; height: number }> = [];
   readonly audio: Array<{ at: number; rms: number }> = [];
@@ -38,6 +42,7 @@ export class WhipEndpoint {
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
+    this.received.push({ method: req.method ?? '', path: req.url ?? '', authorization: req.headers.authorization ?? '' });
     if (req.method === 'DELETE') {
       this.deletes.push(req.url ?? '');
       res.writeHead(200).end();
@@ -46,6 +51,11 @@ export class WhipEndpoint {
     this.authorizations.push(req.headers.authorization ?? '');
     if (req.method !== 'POST' || req.headers['content-type'] !== 'application/sdp' || req.url?.startsWith('/refuse')) {
       res.writeHead(401, { 'content-type': 'text/plain' }).end('unauthorized');
+      return;
+    }
+    const elsewhere = /^\/(redirect|foreign)\/([^/]+)/u.exec(req.url ?? '');
+    if (elsewhere?.[1] === 'redirect') {
+      res.writeHead(307, { location: `${decodeURIComponent(elsewhere[2])}/whip/redirected` }).end();
       return;
     }
     const pc = new RTCPeerConnection();
@@ -76,7 +86,8 @@ export class WhipEndpoint {
         resolve();
       };
     });
-    res.writeHead(201, { 'content-type': 'application/sdp', location: `/whip/resource/${this.nextId++}` }).end(pc.localDescription!.sdp);
+    const resource = `${elsewhere ? decodeURIComponent(elsewhere[2]) : ''}/whip/resource/${this.nextId++}`;
+    res.writeHead(201, { 'content-type': 'application/sdp', location: resource }).end(pc.localDescription!.sdp);
   }
 
   async close(): Promise<void> {
