@@ -173,7 +173,8 @@ export function paintInside(column: OpeningColumn, y: number, palette: MouthPale
       // 0 in the middle of a tooth, 1 at its sides.
       const side = Math.abs(2 * across - 1);
       toothShape = side;
-      gapLine = Math.max(0, 1 - Math.min(position - from, to - position) * (40 / mw) / 0.8);
+      // The line is 0.8 px wide on each side at a 40 px mouth (positions here are in mouth widths).
+      gapLine = Math.max(0, 1 - (Math.min(position - from, to - position) * 40) / 0.8);
     }
     // Short teeth (a small opening) round less: a notch deeper than a third of the tooth reads as a saw.
     const rounding = TOOTH_ROUNDING_AT_40 * (mw / 40) * smoothstep(2, 5, column.teeth) * Math.pow(toothShape, 3);
