@@ -166,6 +166,27 @@ describe('head motion of a photo avatar', () => {
     }
   });
 
+  it('at rest serves the silent drift from its cache, where speech at zero loudness would have put the head', () => {
+    let sum = 0;
+    let count = 0;
+    let moved = 0;
+    for (const i of FRAMES) {
+      const resting = renderer.render({ frameIdx: i, ptsMs: i * 40, mouth: VISEME_POSES.sil, level: 0, speaking: false });
+      const warped = renderer.render(speaking(i, VISEME_POSES.sil));
+      for (let y = face_box.y; y < face_box.y + face_box.height; y++) {
+        for (let x = face_box.x; x < face_box.x + face_box.width; x++) {
+          const o = Math.round(y) * resting.width + Math.round(x);
+          sum += Math.abs(resting.data[o] - warped.data[o]);
+          count++;
+          if (resting.data[o] !== photo.data[o]) moved++;
+        }
+      }
+    }
+    // The same place to within the cache's 0.2 px step: no jump when speech ends; and the head does drift at rest.
+    expect(sum / count).toBeLessThan(1.5);
+    expect(moved).toBeGreaterThan(0);
+  });
+
   it('moves the same way whatever the mouth does: the same request with closed lips is the frame’s own rest face', () => {
     const i = 17;
     const open = renderer.render(speaking(i, VISEME_POSES.aa, prosodyAt(i)));

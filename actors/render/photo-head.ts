@@ -27,7 +27,6 @@ const DEG = Math.PI / 180;
  */
 const IDLE_DRIFT_X = 0.006;
 const IDLE_DRIFT_Y = 0.004;
-const IDLE_TILT_DEG = 0.3;
 const SPEECH_DRIFT_X = 0.012;
 const SPEECH_BOB = 0.012;
 const SPEECH_TILT_DEG = 1.2;
@@ -39,6 +38,14 @@ const HEAD_CENTRE_DOWN = 0.4;
 const RIGID_FRACTION = 0.6;
 /** Below this much motion (px at the farthest moved pixel) the frame is left as it is: nothing would change. */
 const STILL_PX = 0.02;
+/**
+ * A frame at rest (not speaking, lips closed, prosody below `RESTING_PROSODY`) shows the silent drift quantised to
+ * this step, from a cache of moved head regions: warping every idle frame cost ten times a frame's copy and blend,
+ * for a drift that visits a few dozen positions (±0.6 / ±0.4 px on the astronaut: 7 × 5). Below the prosody bound the
+ * speech motion adds under 0.1 px, so leaving speech for rest does not jump.
+ */
+const RESTING_STEP_PX = 0.2;
+const RESTING_PROSODY = 0.02;
 
 export interface HeadPose {
   /** Translation in px. */
@@ -57,7 +64,8 @@ export function photoHeadPose(request: FrameRequest, fps: number, faceHeight: nu
   const dy =
     faceHeight *
     (IDLE_DRIFT_Y * oscillate(frameIdx, fps, 7.1) + SPEECH_BOB * prosody.slow * oscillate(frameIdx, fps, 1.1) + EMPHASIS_NOD * emphasis);
-  const tilt = DEG * (IDLE_TILT_DEG * oscillate(frameIdx, fps, 6.3) + SPEECH_TILT_DEG * prosody.slow * oscillate(frameIdx, fps, 2.3));
+  // No tilt at rest: silence's drift is a pure shift, so its few positions are cached (`PhotoHead.applyResting`).
+  const tilt = DEG * SPEECH_TILT_DEG * prosody.slow * oscillate(frameIdx, fps, 2.3);
   return { dx, dy, tilt };
 }
 
@@ -98,6 +106,40 @@ export class PhotoHead {
     this.chroma = region(centreX, centreY, radiusX, radiusY, chromaWidth(width), chromaHeight(height), 0.5);
   }
 
+  /** Moved head regions of the rest frame at quantised silent drifts, by position (see `RESTING_STEP_PX`). */
+  private readonly resting = new Map<number, { luma: Uint8Array; u: Uint8Array; v: Uint8Array }>();
+
+  /** Whether this request is at rest: its head shows the silent drift alone (`applyResting` serves it). */
+  atRest(request: FrameRequest): boolean {
+    const prosody = request.prosody ?? SILENT_PROSODY;
+    return !request.speaking && prosody.fast < RESTING_PROSODY && prosody.slow < RESTING_PROSODY;
+  }
+
+  /**
+   * `frame` is a copy of the rest frame `base` (nothing laid on it yet): its head region is replaced by the cached
+   * moved one for this request's silent drift, made from `base` on first use.
+   */
+  applyResting(frame: I420Frame, base: I420Frame, request: FrameRequest): void {
+    if (frame.width !== this.width || frame.height !== this.height) return;
+    const pose = photoHeadPose({ ...request, prosody: SILENT_PROSODY }, this.fps, this.faceHeight);
+    const stepX = Math.round(pose.dx / RESTING_STEP_PX);
+    const stepY = Math.round(pose.dy / RESTING_STEP_PX);
+    if (stepX === 0 && stepY === 0) return;
+    const key = stepX * 1000 + stepY;
+    let moved = this.resting.get(key);
+    if (!moved) {
+      const copy: I420Frame = { width: base.width, height: base.height, data: base.data.slice() };
+      this.warp(copy, { dx: stepX * RESTING_STEP_PX, dy: stepY * RESTING_STEP_PX, tilt: 0 });
+      const { y, u, v, cw } = planes(copy);
+      moved = { luma: cut(y, this.width, this.luma), u: cut(u, cw, this.chroma), v: cut(v, cw, this.chroma) };
+      this.resting.set(key, moved);
+    }
+    const { y, u, v, cw } = planes(frame);
+    paste(y, this.width, this.luma, moved.luma);
+    paste(u, cw, this.chroma, moved.u);
+    paste(v, cw, this.chroma, moved.v);
+  }
+
   /** The head pose this request shows (exposed for tests and the measures). */
   pose(request: FrameRequest): HeadPose {
     return photoHeadPose(request, this.fps, this.faceHeight);
@@ -106,7 +148,10 @@ export class PhotoHead {
   /** Moves the head of `frame` (the finished frame, its size the avatar's) to this request's pose, in place. */
   apply(frame: I420Frame, request: FrameRequest): void {
     if (frame.width !== this.width || frame.height !== this.height) return;
-    const pose = this.pose(request);
+    this.warp(frame, this.pose(request));
+  }
+
+  private warp(frame: I420Frame, pose: HeadPose): void {
     const reach = Math.hypot(this.luma.width, this.luma.height);
     if (Math.hypot(pose.dx, pose.dy) + Math.abs(pose.tilt) * reach < STILL_PX) return;
     const { y, u, v, cw } = planes(frame);
@@ -114,6 +159,17 @@ export class PhotoHead {
     warpPlane(u, cw, this.chroma, pose, this.pivotX, this.pivotY, 0.5, false);
     warpPlane(v, cw, this.chroma, pose, this.pivotX, this.pivotY, 0.5, false);
   }
+}
+
+/** The region's pixels out of a plane (rows of `r.width` from `r.x`). */
+function cut(plane: Uint8Array, stride: number, r: PlaneRegion): Uint8Array {
+  const out = new Uint8Array(r.width * r.height);
+  for (let j = 0; j < r.height; j++) out.set(plane.subarray((r.y + j) * stride + r.x, (r.y + j) * stride + r.x + r.width), j * r.width);
+  return out;
+}
+
+function paste(plane: Uint8Array, stride: number, r: PlaneRegion, pixels: Uint8Array): void {
+  for (let j = 0; j < r.height; j++) plane.set(pixels.subarray(j * r.width, (j + 1) * r.width), (r.y + j) * stride + r.x);
 }
 
 function region(centreX: number, centreY: number, radiusX: number, radiusY: number, planeWidth: number, planeHeight: number, scale: number): PlaneRegion {

@@ -278,11 +278,15 @@ export class LipsyncRenderer implements Renderer {
     const open = quantise(request.mouth.open, OPEN_STEPS);
     const wide = quantise(request.mouth.wide, SHAPE_STEPS);
     const round = quantise(request.mouth.round, SHAPE_STEPS);
-    if (open > 0 || wide > 0 || round > 0) blendPatch(frame, this.mouthPatch(open, wide, round));
+    const closed = open === 0 && wide === 0 && round === 0;
+    // At rest the head's silent drift comes cached (eyelids laid after it: its sub-pixel shift does not part them).
+    const resting = closed && this.head?.atRest(request) === true;
+    if (resting) this.head?.applyResting(frame, this.base, request);
+    if (!closed) blendPatch(frame, this.mouthPatch(open, wide, round));
     const blink = Math.round(blinkClosure(request.frameIdx, this.fps) * (BLINK_STEPS - 1));
     if (blink > 0) for (const patch of this.blinkPatch(blink)) blendPatch(frame, patch);
-    // The head moves last, carrying mouth and eyelids with it (the same motion with closed lips is the rest face).
-    this.head?.apply(frame, request);
+    // Otherwise the head moves last, carrying mouth and eyelids with it (the same motion with closed lips is the rest face).
+    if (!resting) this.head?.apply(frame, request);
     return frame;
   }
 
