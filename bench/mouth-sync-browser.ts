@@ -26,8 +26,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Page } from 'playwright-core';
 import sharp from 'sharp';
-import { closeFaceDetector, detectMouth } from '../actors/faces/detector.ts';
-import { faceHint } from '../actors/faces/landmarks.ts';
+import { closeFaceDetector } from '../actors/faces/detector.ts';
 import type { FrameRenderer } from '../actors/media/playout.ts';
 import { MOUTH_LOOKAHEAD_MS } from '../actors/media/timeline.ts';
 import type { FrameRequest, MouthAnimation, MouthPose } from '../actors/render/types.ts';
@@ -36,7 +35,7 @@ import { SseClient } from '../test/helpers/sse.ts';
 import { landscapeMp4, speakingClipMp4 } from '../test/helpers/clips.ts';
 import { pearson } from '../test/helpers/neural-lipsync.ts';
 import { postCustomAvatar } from './custom-avatar.ts';
-import { mouthOpening } from './avatar-fidelity.ts';
+import { followFaces, mouthOpening } from './avatar-fidelity.ts';
 import { round } from './stats.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
@@ -102,16 +101,11 @@ function withoutLookahead(inner: FrameRenderer & { close(): void }): FrameRender
   };
 }
 
-async function landmarks(frames: PageFrame[]): Promise<Array<MouthAnimation | null>> {
-  const out: Array<MouthAnimation | null> = [];
-  let last: MouthAnimation | null = null;
-  for (const frame of frames) {
+function landmarks(frames: PageFrame[]): Promise<Array<MouthAnimation | null>> {
+  return followFaces(frames, async (frame) => {
     const { data, info } = await sharp(Buffer.from(frame.jpeg.slice(frame.jpeg.indexOf(',') + 1), 'base64')).ensureAlpha().raw().toBuffer({ resolveWithObject: true });
-    const result = await detectMouth({ rgba: data, width: info.width, height: info.height, ...(last ? { near: faceHint(last) } : {}) });
-    last = result.ok ? result.animation : null;
-    out.push(last);
-  }
-  return out;
+    return { rgba: data, width: info.width, height: info.height };
+  });
 }
 
 /** Peak r of the mouth opening (held while its frame shows) against the heard envelope, over lags of ±200 ms. */

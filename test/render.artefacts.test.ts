@@ -14,6 +14,7 @@ import { closeFaceDetector } from '../actors/faces/detector.ts';
 import { json, startTestApp, tempDir, REPO_AVATARS, type TestApp } from './helpers/app.ts';
 import { brokenThresholds } from './helpers/artefacts.ts';
 import { measureAvatar, type MeasuredAvatar } from './helpers/artefact-harness.ts';
+import { uploadClip } from './helpers/clip-avatar.ts';
 import { landscapeMp4, speakingClipMp4 } from './helpers/clips.ts';
 
 /** Making the speaking clip (flite, ~100 rendered frames) and two clip avatars on 2 loaded cores. */
@@ -22,11 +23,7 @@ const CREATION_TIMEOUT_MS = 600_000;
 const MEASURE_TIMEOUT_MS = 180_000;
 
 async function createFromClip(baseUrl: string, file: string, name: string): Promise<string> {
-  const body = new FormData();
-  body.append('name', name);
-  body.append('base_avatar_id', 'astronaut');
-  body.append('video', new Blob([new Uint8Array(await fs.readFile(file))], { type: 'video/mp4' }), path.basename(file));
-  const res = await fetch(`${baseUrl}/avatars/custom`, { method: 'POST', body });
+  const res = await uploadClip(baseUrl, await fs.readFile(file), name);
   const answer = await json(res);
   expect(res.status, JSON.stringify(answer)).toBe(200);
   return answer.id as string;
@@ -67,21 +64,13 @@ describe('speaking frames of the project’s own avatars hold the artefact measu
     MEASURE_TIMEOUT_MS,
   );
 
-  it(
-    'a video avatar from a clip of the astronaut speaking (harvested mouths): the same',
-    async () => {
-      const id = await createFromClip(t.baseUrl, await speakingClipMp4(clips), 'Artefacts speaking clip');
-      const avatar = await measureAvatar(path.join(t.avatarsDir, id));
-      expect(avatar.kind).toBe('clip');
-      expect(broken(avatar)).toEqual({});
-    },
-    CREATION_TIMEOUT_MS,
-  );
-
-  it(
-    'a video avatar from a clip swaying over the photo, mouth shut (the warp): the same',
-    async () => {
-      const id = await createFromClip(t.baseUrl, await landscapeMp4(clips, 3), 'Artefacts swaying clip');
+  it.each([
+    ['a video avatar from a clip of the astronaut speaking (harvested mouths): the same', speakingClipMp4],
+    ['a video avatar from a clip swaying over the photo, mouth shut (the warp): the same', (dir: string) => landscapeMp4(dir, 3)],
+  ])(
+    '%s',
+    async (_scenario, makeClip) => {
+      const id = await createFromClip(t.baseUrl, await makeClip(clips), 'Artefacts clip');
       const avatar = await measureAvatar(path.join(t.avatarsDir, id));
       expect(avatar.kind).toBe('clip');
       expect(broken(avatar)).toEqual({});

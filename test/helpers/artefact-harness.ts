@@ -14,7 +14,7 @@ import { decodeClipLoop, loopFrameAt, readClipSource, type ClipLoop } from '../.
 import { i420ToRgba } from '../../actors/render/i420.ts';
 import { LipsyncRenderer } from '../../actors/render/renderers/lipsync.ts';
 import type { AvatarManifest, AvatarSource, I420Frame, MouthAnimation, MouthPose } from '../../actors/render/types.ts';
-import { measureArtefacts, mouthCrop, type ArtefactReport } from './artefacts.ts';
+import { measureArtefacts, mouthCrop, mouthJawRegion, type ArtefactReport } from './artefacts.ts';
 
 /** The fixed moments a contact sheet shows: speech's poses from a lip closure to a wide "ah", spread and rounded. */
 export const SHEET_POSES: ReadonlyArray<{ name: string; pose: MouthPose }> = [
@@ -29,8 +29,9 @@ export const SHEET_POSES: ReadonlyArray<{ name: string; pose: MouthPose }> = [
 ];
 /** Frame indices the poses are rendered at: spread over a clip's loop (and past a photo's blinks). */
 const FRAME_STRIDE = 7;
-/** Mouth crops are scaled up this much on a sheet (nearest neighbour: pixels stay visible). */
-const SHEET_SCALE = 3;
+/** Mouth crops are scaled up (nearest neighbour: pixels stay visible) to about this height on a sheet, at most 4×. */
+const SHEET_CROP_HEIGHT = 320;
+const MAX_SHEET_SCALE = 4;
 
 export interface MeasuredFrame {
   name: string;
@@ -78,13 +79,15 @@ export async function measureAvatar(dir: string, poses = SHEET_POSES): Promise<M
   return { id: source.id, kind: loop ? 'clip' : 'photo', frames };
 }
 
-/** A contact sheet: one row of mouth crops (base, then each pose), scaled `SHEET_SCALE` times, as a PNG. */
+/** A contact sheet: one row of mouth crops (base, then each pose), scaled up to about `SHEET_CROP_HEIGHT`, as a PNG. */
 export async function contactSheet(avatar: MeasuredAvatar): Promise<Buffer> {
   const withLips = avatar.frames.filter((f) => f.lips);
   if (withLips.length === 0) throw new Error('no face found on any rendered frame');
   // One crop box for the whole row: the first frame's mouth–jaw region, so the row compares like with like.
   const lips = withLips[0].lips!;
-  const crops = [mouthCrop(avatar.frames[0].base, lips, SHEET_SCALE), ...avatar.frames.map((f) => mouthCrop(f.frame, lips, SHEET_SCALE))];
+  const regionHeight = 2 * mouthJawRegion(lips).ry;
+  const scale = Math.max(1, Math.min(MAX_SHEET_SCALE, Math.round(SHEET_CROP_HEIGHT / regionHeight)));
+  const crops = [mouthCrop(avatar.frames[0].base, lips, scale), ...avatar.frames.map((f) => mouthCrop(f.frame, lips, scale))];
   const gap = 4;
   const cellWidth = crops[0].width;
   const cellHeight = crops[0].height;

@@ -270,32 +270,32 @@ function countTeeth(frame: I420Frame, x: number, from: number, to: number): numb
   return count;
 }
 
-/** Teeth-bright pixels in the upper lip and the skin above it, within the inner lip's span. */
-export function teethAboveUpperLip(frame: I420Frame, lips: LipGeometry): number {
+/**
+ * Teeth-bright pixels in one lip and the skin beyond it, within the lips' span: from `LIP_EDGE_MARGIN` px past the
+ * lip's inner edge, through the lip, to `LIP_SKIN_REACH` mouth widths past its outer edge.
+ */
+function teethInLipBand(frame: I420Frame, lips: LipGeometry, lip: 'upper' | 'lower'): number {
   const c = lipColumns(lips);
   const reach = LIP_SKIN_REACH * lips.mouth_width;
   let count = 0;
   for (let x = c.x0; x <= c.x1; x++) {
-    const inner = c.innerTop(x);
-    const outer = c.outerTop(x);
+    const inner = lip === 'upper' ? c.innerTop(x) : c.innerBottom(x);
+    const outer = lip === 'upper' ? c.outerTop(x) : c.outerBottom(x);
     if (inner === null || outer === null) continue;
-    count += countTeeth(frame, x, Math.min(outer, inner) - reach, inner - LIP_EDGE_MARGIN);
+    if (lip === 'upper') count += countTeeth(frame, x, Math.min(outer, inner) - reach, inner - LIP_EDGE_MARGIN);
+    else count += countTeeth(frame, x, inner + LIP_EDGE_MARGIN, Math.max(outer, inner) + reach);
   }
   return count;
 }
 
-/** Teeth-bright pixels in the lower lip and the skin below it. */
+/** Teeth-bright pixels in the upper lip and the skin above it: a split or notched lip, a halo. */
+export function teethAboveUpperLip(frame: I420Frame, lips: LipGeometry): number {
+  return teethInLipBand(frame, lips, 'upper');
+}
+
+/** Teeth-bright pixels in the lower lip and the skin below it: teeth riding on the lip. */
 export function teethBelowLowerLip(frame: I420Frame, lips: LipGeometry): number {
-  const c = lipColumns(lips);
-  const reach = LIP_SKIN_REACH * lips.mouth_width;
-  let count = 0;
-  for (let x = c.x0; x <= c.x1; x++) {
-    const inner = c.innerBottom(x);
-    const outer = c.outerBottom(x);
-    if (inner === null || outer === null) continue;
-    count += countTeeth(frame, x, inner + LIP_EDGE_MARGIN, Math.max(outer, inner) + reach);
-  }
-  return count;
+  return teethInLipBand(frame, lips, 'lower');
 }
 
 /** Pixels the composite made dark in a band just outside the outer lip contour. */
