@@ -100,20 +100,28 @@ interface RowFidelity extends Fidelity {
   mouth_audio_r_sessions: Array<number | null>;
 }
 
-async function landmarksOf(frames: ReceivingPeer['frames']): Promise<Array<MouthAnimation | null>> {
+/**
+ * The face on each of a run of video frames (`imageOf` gives one as RGBA): refitted in the previous frame's box where
+ * the face was found there, searched for afresh otherwise; null where none was found.
+ */
+export async function followFaces<T>(frames: readonly T[], imageOf: (frame: T) => Promise<{ rgba: Uint8Array; width: number; height: number }> | { rgba: Uint8Array; width: number; height: number }): Promise<Array<MouthAnimation | null>> {
   const out: Array<MouthAnimation | null> = [];
   let last: MouthAnimation | null = null;
   for (const frame of frames) {
-    const rgba = i420ToRgba({ width: frame.width, height: frame.height, data: frame.data });
-    const result = await detectMouth({ rgba, width: frame.width, height: frame.height, ...(last ? { near: faceHint(last) } : {}) });
+    const image = await imageOf(frame);
+    const result = await detectMouth({ ...image, ...(last ? { near: faceHint(last) } : {}) });
     last = result.ok ? result.animation : null;
     out.push(last);
   }
   return out;
 }
 
+function landmarksOf(frames: ReceivingPeer['frames']): Promise<Array<MouthAnimation | null>> {
+  return followFaces(frames, (frame) => ({ rgba: i420ToRgba({ width: frame.width, height: frame.height, data: frame.data }), width: frame.width, height: frame.height }));
+}
+
 /** Inner-lip opening (mean gap between the upper and lower inner lip) over the mouth width. */
-function mouthOpening(a: MouthAnimation): number {
+export function mouthOpening(a: MouthAnimation): number {
   const lip = a.inner_lip;
   const gap = (Math.abs(lip[7].y - lip[1].y) + Math.abs(lip[6].y - lip[2].y) + Math.abs(lip[5].y - lip[3].y)) / 3;
   return gap / Math.max(1, a.mouth_width);

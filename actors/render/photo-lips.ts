@@ -27,6 +27,8 @@ const CORNER_SEARCH = 0.08;
  */
 const GAP_DARK_FRACTION = 0.65;
 const TEETH_MIN_REDNESS_CONTRAST = 6;
+/** Rows of lip colour inside a column's gap that still count as gap (a grey gap between two teeth, a shine). */
+const MAX_GAP_HOLE_PX = 1;
 /** The pixel rows bordering the gap are part lip, part tooth: this much of them is dropped with the gap. */
 const MIXED_EDGE_PX = 0.6;
 /** Where the lips meet, a faint shadow line (fraction of brightness removed). */
@@ -134,17 +136,13 @@ export function closeLips(source: RgbaImage, animation: MouthAnimation): ClosedL
       }
       if (!span) continue;
       if (!beyondCorner) midline.push({ x, y: (span.top + span.bottom) / 2, weight: 0.2 });
-      let first = -1;
-      let last = -1;
       const from = Math.max(0, Math.floor(span.top - GAP_SEARCH_MARGIN));
       const to = Math.min(source.height - 1, Math.ceil(span.bottom + GAP_SEARCH_MARGIN));
-      for (let y = from; y <= to; y++) {
+      const run = gapRun(from, to, (span.top + span.bottom) / 2, (y) => {
         const o = (y * width + x) * 4;
-        if (!(beyondCorner ? isShadow(o) : isShadow(o) || isTeeth(o))) continue;
-        if (first < 0) first = y;
-        last = y;
-      }
-      if (first >= 0) gaps[i] = { top: first - MIXED_EDGE_PX, bottom: last + 1 + MIXED_EDGE_PX };
+        return beyondCorner ? isShadow(o) : isShadow(o) || isTeeth(o);
+      });
+      if (run) gaps[i] = { top: run.top - MIXED_EDGE_PX, bottom: run.bottom + MIXED_EDGE_PX };
     }
     left = innerLeft;
     right = innerRight;
@@ -208,6 +206,37 @@ export function closeLips(source: RgbaImage, animation: MouthAnimation): ClosedL
       return seamLine[lower] + (seamLine[upper] - seamLine[lower]) * (position - lower);
     },
   };
+}
+
+/**
+ * The run of gap rows in [from, to] nearest the inner lip's middle, holes of up to `MAX_GAP_HOLE_PX` bridged
+ * (a grey gap between two teeth), in edge coordinates; null without gap rows. Only the run: a highlight on the
+ * lip (lipstick shines less red than the lip around it) lies apart from the gap and must not widen it — taking
+ * the first and last gap row of the column pulled skin down through a red upper lip and split it in two.
+ */
+function gapRun(from: number, to: number, middle: number, isGap: (y: number) => boolean): Span | null {
+  const runs: Span[] = [];
+  let start = -1;
+  let lastGap = -1;
+  for (let y = from; y <= to; y++) {
+    if (!isGap(y)) continue;
+    if (start < 0 || y - lastGap - 1 > MAX_GAP_HOLE_PX) {
+      if (start >= 0) runs.push({ top: start, bottom: lastGap + 1 });
+      start = y;
+    }
+    lastGap = y;
+  }
+  if (start >= 0) runs.push({ top: start, bottom: lastGap + 1 });
+  let best: Span | null = null;
+  let bestDistance = Infinity;
+  for (const run of runs) {
+    const distance = Math.max(0, run.top - middle, middle - run.bottom);
+    if (distance < bestDistance) {
+      best = run;
+      bestDistance = distance;
+    }
+  }
+  return best;
 }
 
 /**

@@ -7,8 +7,9 @@
  * `wide` / narrowed by `round` — the opening between the lips is painted as the inside of a mouth (dark
  * throat, upper teeth, a hint of tongue), and the result is cached as an opaque I420
  * patch whose border equals the rest face (the warp field fades to zero there). Blinks (eyelid patches
- * per closure step) and an idle sub-pixel head sway (patches per quantised offset) are cached the same
- * way, so a frame is a copy of the base I420 plus one or two small patches.
+ * per closure step) are cached the same way, so a frame is a copy of the base I420 plus one or two small
+ * patches; then the head moves (`photo-head.ts`: idle drift, and while speaking a bob, tilt and nod from the
+ * request's prosody, as `rt_head` has), one resampling of the head ellipse per frame.
  * Without `animation` the renderer serves the still image.
  *
  * A video avatar (`metadata.clip`) plays its loop instead of the still (`clip-loop.ts`, decoded once per avatar for
@@ -28,16 +29,14 @@ import { clipLoopView, decodeClipLoop, loopFrameAt, type ClipLoop } from '../cli
 import { HarvestedMouths, innerLipGap } from '../harvested-mouths.ts';
 import { loadBundleFrame, type RgbaImage } from '../image.ts';
 import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
-import { blinkClosure, oscillate, quantise, smoothstep } from '../idle-motion.ts';
+import { blinkClosure, quantise, smoothstep } from '../idle-motion.ts';
 import { closeLips } from '../photo-lips.ts';
+import { PhotoHead } from '../photo-head.ts';
+import { mouthPalette, paintInside, type MouthPalette, type OpeningColumn, type Rgb } from '../photo-mouth.ts';
 
 export const OPEN_STEPS = 8;
 export const SHAPE_STEPS = 3;
 const BLINK_STEPS = 4;
-/** Sway amplitude in px: visible as life, far below anything that looks like camera shake. */
-const SWAY_AMPLITUDE_X = 0.6;
-const SWAY_AMPLITUDE_Y = 0.4;
-const SWAY_STEP_PX = 0.2;
 /**
  * A video avatar's mouth patch is opaque where the warp changed a pixel by this much (sum over R, G, B) and
  * fades to transparent with smaller changes, so it melts into the loop frame it is laid on.
@@ -73,25 +72,12 @@ const ROUND_NARROWING = 0.3;
 /** How far a fully rounded pose turns the smile lens into an ellipse. */
 const ROUND_LENS = 0.8;
 /** Visible height of the upper front teeth, mouth widths. */
-const UPPER_TEETH_MAX = 0.1;
-/** Tooth edges from the mouth centre (mouth widths) and how much light the gap between two teeth takes. */
-const TOOTH_BOUNDARIES = [0, 0.11, 0.2, 0.28];
-const TOOTH_GAP_SHADE = 0.12;
+const UPPER_TEETH_MAX = 0.13;
 /** Extent (squared, mouth widths) of the horizontal lip spread / narrowing around the mouth centre. */
 const LIP_ZONE_WIDTH = 0.36;
 const LIP_ZONE_HEIGHT = 0.12;
-/** Inside of the mouth: lit near the lips, dark towards the throat; tongue and teeth in shadow. */
-const MOUTH_EDGE: Rgb = { r: 92, g: 34, b: 38 };
-const MOUTH_DEEP: Rgb = { r: 24, g: 8, b: 10 };
-const TONGUE: Rgb = { r: 104, g: 40, b: 46 };
+/** How much of the tongue a wide-open mouth shows (painted by `photo-mouth.ts`). */
 const TONGUE_STRENGTH = 0.75;
-const TEETH: Rgb = { r: 236, g: 224, b: 206 };
-
-interface Rgb {
-  r: number;
-  g: number;
-  b: number;
-}
 
 function sampleBilinear(image: RgbaImage, x: number, y: number, out: Rgb): void {
   const maxX = image.width - 1;
@@ -167,7 +153,7 @@ function openingShape(open: number, wide: number, round: number, mw: number): Op
   const spread = WIDE_SPREAD * wide - ROUND_NARROWING * round;
   // Teeth fill a good part of a small opening (f, s, t: teeth between parted lips) and a band of a wide one.
   // Rounded lips push forward and hide more of them.
-  const teethFraction = mix(0.45, 0.3, smoothstep(0.15, 0.6, open)) * (1 - 0.4 * round);
+  const teethFraction = mix(0.65, 0.3, smoothstep(0.1, 0.6, open)) * (1 - 0.4 * round);
   const upperTeeth = Math.min(UPPER_TEETH_MAX * mw, (lowerOpen + upperOpen) * teethFraction);
   return {
     halfWidth: OPENING_HALF_WIDTH * mw * (1 + spread),
@@ -207,15 +193,6 @@ function lensAt(shape: OpeningShape, nx: number, seam: number): LensColumn {
   return { top: centre - half, bottom: centre + half, openness, lateral };
 }
 
-/** Faint shadow lines between the front teeth (central gap, incisors, canines), as a brightness factor. */
-function toothGapShade(dx: number, mw: number): number {
-  let line = 0;
-  for (const boundary of TOOTH_BOUNDARIES) {
-    line = Math.max(line, 1 - Math.abs(Math.abs(dx) - boundary * mw) / 0.8);
-  }
-  return 1 - TOOTH_GAP_SHADE * line;
-}
-
 let mouthPosesBuiltHere = 0;
 
 /** Mouth poses warped in this thread so far (tests: a video avatar's are all built at prepare, none at first speech). */
@@ -227,12 +204,15 @@ export class LipsyncRenderer implements Renderer {
   private source: RgbaImage | null = null;
   private base: I420Frame | null = null;
   private animation: MouthAnimation | null = null;
+  /** The face's own lip and tooth colours, which the inside of an open mouth is painted from. */
+  private palette: MouthPalette | null = null;
   /** Seam between the closed lips of the rest face, y for a column x. */
   private seamAt: (x: number) => number = () => 0;
   private fps = 25;
   private readonly mouthPatches = new Map<number, I420Patch>();
   private readonly blinkPatches = new Map<number, I420Patch[]>();
-  private readonly swayPatches = new Map<number, I420Patch>();
+  /** A photo's head motion (idle drift, speech bob/tilt/nod); null on video avatars, whose loop moves itself. */
+  private head: PhotoHead | null = null;
   private loop: ClipLoop | null = null;
   /** A speaking clip's own mouths (`metadata.clip.mouths`), laid instead of the warp; null: warp. */
   private harvested: HarvestedMouths | null = null;
@@ -247,14 +227,15 @@ export class LipsyncRenderer implements Renderer {
     const photo = await loadBundleFrame(avatar);
     this.fps = avatar.manifest.fps > 0 ? avatar.manifest.fps : 25;
     this.animation = usableAnimation(avatar.manifest.metadata.animation, avatar.manifest.width, avatar.manifest.height);
-    // Everything (base frame, mouth poses, blinks, sway) starts from the rest face: the photo with closed lips.
+    // Everything (base frame, mouth poses, blinks) starts from the rest face: the photo with closed lips.
     const rest = this.animation ? closeLips(photo, this.animation) : null;
     this.source = rest ? rest.image : photo;
     this.seamAt = rest ? rest.seamAt : () => 0;
+    this.palette = this.animation ? mouthPalette(photo, this.source, this.animation, this.seamAt) : null;
     this.base = rgbaToI420(this.source.data, this.source.width, this.source.height);
     this.mouthPatches.clear();
     this.blinkPatches.clear();
-    this.swayPatches.clear();
+    this.head = null;
     this.harvested = null;
     this.restOpen = 0;
     if (!this.animation) return;
@@ -278,6 +259,7 @@ export class LipsyncRenderer implements Renderer {
       }
       return;
     }
+    this.head = new PhotoHead(this.animation, width, height, this.fps);
     // Warm the cache for the poses speech hits most (jaw steps at neutral shape); the rest fill lazily.
     for (let open = 1; open < OPEN_STEPS; open++) this.mouthPatch(open, 0, 0);
     for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
@@ -296,15 +278,15 @@ export class LipsyncRenderer implements Renderer {
     const open = quantise(request.mouth.open, OPEN_STEPS);
     const wide = quantise(request.mouth.wide, SHAPE_STEPS);
     const round = quantise(request.mouth.round, SHAPE_STEPS);
-    if (open > 0 || wide > 0 || round > 0) {
-      blendPatch(frame, this.mouthPatch(open, wide, round));
-    } else if (!request.speaking) {
-      const swayX = Math.round((SWAY_AMPLITUDE_X * oscillate(request.frameIdx, this.fps, 5.3)) / SWAY_STEP_PX);
-      const swayY = Math.round((SWAY_AMPLITUDE_Y * oscillate(request.frameIdx, this.fps, 7.1, 0.3)) / SWAY_STEP_PX);
-      if (swayX !== 0 || swayY !== 0) blendPatch(frame, this.swayPatch(swayX, swayY));
-    }
+    const closed = open === 0 && wide === 0 && round === 0;
+    // At rest the head's silent drift comes cached (eyelids laid after it: its sub-pixel shift does not part them).
+    const resting = closed && this.head?.atRest(request) === true;
+    if (resting) this.head?.applyResting(frame, this.base, request);
+    if (!closed) blendPatch(frame, this.mouthPatch(open, wide, round));
     const blink = Math.round(blinkClosure(request.frameIdx, this.fps) * (BLINK_STEPS - 1));
     if (blink > 0) for (const patch of this.blinkPatch(blink)) blendPatch(frame, patch);
+    // Otherwise the head moves last, carrying mouth and eyelids with it (the same motion with closed lips is the rest face).
+    if (!resting) this.head?.apply(frame, request);
     return frame;
   }
 
@@ -356,7 +338,7 @@ export class LipsyncRenderer implements Renderer {
   private buildMouthPatch(open: number, wide: number, round: number): I420Patch {
     const source = this.source!;
     const shown = open > 0 ? this.restOpen + (1 - this.restOpen) * open : 0;
-    const { image, box } = warpMouth(shown, wide, round, { src: source, anim: this.animation!, seamAt: this.seamAt });
+    const { image, box } = warpMouth(shown, wide, round, { src: source, anim: this.animation!, seamAt: this.seamAt, palette: this.palette! });
     if (!this.loop) return patchFromRgba(image, box.x, box.y, box.width, box.height, true);
     for (let y = box.y; y < box.y + box.height; y++) {
       for (let x = box.x; x < box.x + box.width; x++) {
@@ -425,43 +407,6 @@ export class LipsyncRenderer implements Renderer {
     }
     return patchFromRgba(out, box.x, box.y, box.width, box.height);
   }
-
-  private swayPatch(stepX: number, stepY: number): I420Patch {
-    const key = stepX * 1000 + stepY;
-    let patch = this.swayPatches.get(key);
-    if (!patch) {
-      patch = this.buildSway(stepX * SWAY_STEP_PX, stepY * SWAY_STEP_PX);
-      this.swayPatches.set(key, patch);
-    }
-    return patch;
-  }
-
-  /** The head (face box grown to include hair) shifted by a sub-pixel offset, feathered to zero at the box edge. */
-  private buildSway(shiftX: number, shiftY: number): I420Patch {
-    const src = this.source!;
-    const face = this.animation!.face_box;
-    const centreX = face.x + face.width / 2;
-    const centreY = face.y + face.height * 0.4;
-    const radiusX = face.width * 0.95;
-    const radiusY = face.height * 0.95;
-    const box = clampBox(centreX - radiusX, centreY - radiusY, centreX + radiusX, centreY + radiusY, src.width, src.height);
-    const out: RgbaImage = { width: src.width, height: src.height, data: new Uint8Array(src.data.length) };
-    const rgb: Rgb = { r: 0, g: 0, b: 0 };
-    for (let y = box.y; y < box.y + box.height; y++) {
-      for (let x = box.x; x < box.x + box.width; x++) {
-        const nx = (x - centreX) / radiusX;
-        const ny = (y - centreY) / radiusY;
-        const weight = 1 - smoothstep(0.6, 1.0, Math.sqrt(nx * nx + ny * ny));
-        sampleBilinear(src, x - shiftX * weight, y - shiftY * weight, rgb);
-        const o = (y * src.width + x) * 4;
-        out.data[o] = rgb.r;
-        out.data[o + 1] = rgb.g;
-        out.data[o + 2] = rgb.b;
-        out.data[o + 3] = 255;
-      }
-    }
-    return patchFromRgba(out, box.x, box.y, box.width, box.height, true);
-  }
 }
 
 /**
@@ -475,9 +420,9 @@ function warpMouth(
   open: number,
   wide: number,
   round: number,
-  face: { src: RgbaImage; anim: MouthAnimation; seamAt: (x: number) => number },
+  face: { src: RgbaImage; anim: MouthAnimation; seamAt: (x: number) => number; palette: MouthPalette },
 ): { image: RgbaImage; box: Box } {
-  const { src, anim, seamAt } = face;
+  const { src, anim, seamAt, palette } = face;
   const { x: cx, y: cy } = anim.mouth_center;
   const mw = anim.mouth_width;
   const box = clampBox(cx + REGION.left * mw, cy + REGION.top * mw, cx + REGION.right * mw, cy + REGION.bottom * mw, src.width, src.height);
@@ -485,6 +430,7 @@ function warpMouth(
   const jawDrop = open * MAX_JAW_DROP * mw;
   const shape = openingShape(open, wide, round, mw);
   const rgb: Rgb = { r: 0, g: 0, b: 0 };
+  const inside: Rgb = { r: 0, g: 0, b: 0 };
 
   for (let x = box.x; x < box.x + box.width; x++) {
     const u = (x - cx) / mw;
@@ -495,7 +441,6 @@ function warpMouth(
     const lipLift = destSeam - lens.top;
     const lipDrop = lens.bottom - destSeam;
     const lensMiddle = (lens.top + lens.bottom) / 2;
-    const toothGap = toothGapShade(x - cx, mw);
     for (let y = box.y; y < box.y + box.height; y++) {
       // Gaussian falloff: its slope stays gentle, so the cheeks beside narrowed lips are not smeared.
       const v = (y - destSeam) / mw;
@@ -523,24 +468,19 @@ function warpMouth(
       const edgePx = Math.min(y - lens.top, lens.bottom - y);
       if (height > 0.3 && edgePx > -0.5) {
         const alpha = Math.min(1, edgePx + 0.5);
-        const depth = smoothstep(0, 1, edgePx / Math.max(1.5, 0.5 * height)) * (1 - 0.5 * smoothstep(0.5, 1, lens.lateral));
-        let ir = mix(MOUTH_EDGE.r, MOUTH_DEEP.r, depth);
-        let ig = mix(MOUTH_EDGE.g, MOUTH_DEEP.g, depth);
-        let ib = mix(MOUTH_EDGE.b, MOUTH_DEEP.b, depth);
-        const tongueCover = shape.tongue * smoothstep(0.5, 0.95, (y - lens.top) / height) * (1 - smoothstep(0.35, 0.75, lens.lateral));
-        ir = mix(ir, TONGUE.r, tongueCover);
-        ig = mix(ig, TONGUE.g, tongueCover);
-        ib = mix(ib, TONGUE.b, tongueCover);
-        // Upper teeth hang from the upper lip, thin out towards the corners and fall into shadow there.
-        const teethBottom = lens.top + shape.upperTeeth * Math.pow(lens.openness, 0.35);
-        const teethCover = Math.min(1, Math.max(0, teethBottom - y + 0.5)) * (1 - smoothstep(shape.teethReach - 0.15, shape.teethReach, lens.lateral));
-        if (teethCover > 0) {
-          const underLip = 0.8 + 0.2 * Math.min(1, Math.max(0, (y - lens.top) / 1.5));
-          const shade = (1 - 0.55 * smoothstep(0.25, 0.8, lens.lateral)) * underLip * toothGap;
-          ir = mix(ir, TEETH.r * shade, teethCover);
-          ig = mix(ig, TEETH.g * shade, teethCover);
-          ib = mix(ib, TEETH.b * shade, teethCover);
-        }
+        const column: OpeningColumn = {
+          top: lens.top,
+          bottom: lens.bottom,
+          lateral: lens.lateral,
+          dx: x - cx,
+          teeth: shape.upperTeeth * Math.pow(lens.openness, 0.35),
+          tongue: shape.tongue,
+          teethReach: shape.teethReach,
+          upperLift: shape.upperOpen,
+          mouthWidth: mw,
+        };
+        paintInside(column, y, palette, inside);
+        const { r: ir, g: ig, b: ib } = inside;
         r = mix(r, ir, alpha);
         g = mix(g, ig, alpha);
         b = mix(b, ib, alpha);
