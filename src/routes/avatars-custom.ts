@@ -64,7 +64,8 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'refused before any pixel is decoded); it is then decoded in a separate image process (one upload at a time, each step ' +
         `within ${IMAGE_STEP_DEADLINE_MS / 1000} s), turned upright by its EXIF orientation, converted to RGB and cover-cropped to ` +
         "the base avatar's size, centred on the face. Face-landmark detection then fills `metadata.animation` (mouth and eye geometry " +
-        'in frame pixels); when no single clear face is found the avatar is still created, without `animation` (a still image). The ' +
+        'in frame pixels); when no single clear face is found the avatar is still created, without `animation` (a still image), and the ' +
+        'answer says so: `animated: false` with a human `reason` (no face, several faces, too unclear). The ' +
         'manifest is the base\'s with `id` (`custom-<slug>-<timestamp>`), `name`, `metadata.custom_avatar=true` and ' +
         '`metadata.base_avatar_id`. The bundle appears atomically. 400: malformed multipart body (no boundary, truncated, too many ' +
         'fields or files), name/base/image missing, image empty, not JPEG/PNG/WebP, ' +
