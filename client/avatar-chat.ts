@@ -340,7 +340,7 @@ export class AvatarChatElement extends HTMLElement {
     who.textContent = role === 'user' ? 'You:' : 'Avatar:';
     const body = document.createElement('span');
     body.textContent = text;
-    item.append(who, body);
+    item.append(who, ' ', body);
     list.append(item);
     while (list.children.length > TRANSCRIPT_LINES_KEPT) list.firstElementChild!.remove();
     list.scrollTop = list.scrollHeight;

@@ -98,7 +98,8 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     const models = await model.locator('option').evaluateAll((options) => options.map((o) => (o as HTMLOptionElement).value));
     // Exactly the models whose `renders` include the avatar's model type: lipsync models are not offered for it.
     const all = (await (await fetch(`${t.baseUrl}/models`)).json()).models as Array<{ id: string; renders: string[] }>;
-    expect(models.sort()).toEqual(all.filter((m) => m.renders.includes('rt')).map((m) => m.id).sort());
+    // `mock` (a debug overlay) only with `?debug` in the address.
+    expect(models.sort()).toEqual(all.filter((m) => m.renders.includes('rt') && m.id !== 'mock').map((m) => m.id).sort());
     expect(models).not.toContain('lipsync');
     await page.getByRole('radio', { name: 'Astronaut' }).check();
     expect(await model.locator('option').evaluateAll((options) => options.map((o) => (o as HTMLOptionElement).value))).toContain('lipsync');
@@ -373,7 +374,8 @@ describe('the page on a 390 px phone, without a language model (Chromium)', () =
     page.on('response', (response) => {
       if (response.status() >= 400) failed.push(`${response.status()} ${response.url()}`);
     });
-    await page.goto(`${t.baseUrl}/`);
+    // `?debug` offers the `mock` model (cheap to render) used below.
+    await page.goto(`${t.baseUrl}/?debug`);
     await page.getByRole('radio', { name: 'Astronaut' }).waitFor({ state: 'attached' });
     expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
 

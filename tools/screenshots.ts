@@ -62,7 +62,7 @@ export async function takeScreenshots(outDir: string): Promise<string[]> {
   const hostOrigin = `http://127.0.0.1:${(host.address() as AddressInfo).port}`;
   const service = await startTestApp({ env: { SERVICE_CORS_ORIGINS: hostOrigin } });
   host.on('request', (_req, res) => {
-    const embed = `<!doctype html>\n<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>Embed</title>\n` +
+    const embed = `<!doctype html>\n<meta name="viewport" content="width=device-width, initial-scale=1">\n<meta name="color-scheme" content="light dark">\n<title>Embed</title>\n` +
       `<script src="${service.baseUrl}/widget.js"></script>\n<avatar-chat avatar="${AVATAR_ID}"></avatar-chat>\n`;
     res.writeHead(200, { 'content-type': 'text/html' }).end(embed);
   });
