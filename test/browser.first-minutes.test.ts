@@ -14,7 +14,9 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { startTestApp, tempDir, type TestApp } from './helpers/app.ts';
+import { PORTRAIT_FIXTURE } from './helpers/fixtures.ts';
 import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstream.ts';
+import { stillCameraMp4 } from './helpers/clips.ts';
 import { screenshotNames, takeScreenshots, VIEWPORTS } from '../tools/screenshots.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
@@ -196,6 +198,52 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('no language model
       await fs.rm(dir, { recursive: true, force: true });
     }
   }, 3 * STEP_MS);
+});
+
+describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('a clip avatar from the page', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp();
+  }, 120_000);
+  afterAll(async () => t?.close());
+
+  it('after the upload bar the page shows the phase the service reports (GET /avatars/custom/uploads/{id}), then the new avatar', async () => {
+    const dir = await tempDir('clip-page-');
+    const page = await browser.newPage();
+    try {
+      const clip = await stillCameraMp4(dir, 3);
+      // What the page sees, recorded on every change of the status line.
+      await page.goto(`${t.baseUrl}/`);
+      await page.evaluate(() => {
+        const seen: string[] = [];
+        (window as any).statusSeen = seen;
+        const status = document.getElementById('upload-status')!;
+        new MutationObserver(() => seen.push(status.textContent ?? '')).observe(status, { childList: true, characterData: true, subtree: true });
+      });
+      await page.getByLabel('Portrait name').fill('Clip person');
+      await page.getByLabel('Upload portrait').setInputFiles({ name: 'person.mp4', mimeType: 'video/mp4', buffer: await fs.readFile(clip) });
+      await page.getByRole('radio', { name: /^Clip person/ }).waitFor({ state: 'attached', timeout: 3 * STEP_MS });
+      const seen = (await page.evaluate(() => (window as any).statusSeen)) as string[];
+      expect(seen).toContain('Processing person.mp4 on the service: decoding the clip and following the face in every frame…');
+      expect(seen.at(-1)).toBe('New avatar “Clip person” is ready: it is selected above.');
+    } finally {
+      await page.close();
+      await fs.rm(dir, { recursive: true, force: true });
+    }
+  }, 4 * STEP_MS);
+
+  it('the phase route: 404 for an id no creation runs under, 400 for a malformed id or upload_id', async () => {
+    expect((await fetch(`${t.baseUrl}/avatars/custom/uploads/nothing-here-123`)).status).toBe(404);
+    expect((await fetch(`${t.baseUrl}/avatars/custom/uploads/bad!id`)).status).toBe(400);
+    const form = new FormData();
+    form.set('name', 'Bad id');
+    form.set('base_avatar_id', 'astronaut');
+    form.set('upload_id', 'a/b');
+    form.set('image', new Blob([new Uint8Array(await fs.readFile(PORTRAIT_FIXTURE))], { type: 'image/png' }), 'p.png');
+    const answer = await fetch(`${t.baseUrl}/avatars/custom`, { method: 'POST', body: form });
+    expect(answer.status).toBe(400);
+    expect(((await answer.json()) as { detail: string }).detail).toContain('upload_id');
+  });
 });
 
 describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('with a language model', () => {

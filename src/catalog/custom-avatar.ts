@@ -57,6 +57,8 @@ export interface BuildCustomAvatarInput {
   detect?: Detector;
   signal?: AbortSignal;
   logger?: LogLike;
+  /** Told when the content (decode, face) is done and the bundle is being written: the creation's progress for a polling client. */
+  onSaving?: () => void;
   /** Cluster mode: names the temp directory after this node (its start-up sweep removes only its own). */
   tempTag?: string;
 }
@@ -94,6 +96,7 @@ export async function buildCustomAvatar(input: BuildCustomAvatarInput): Promise<
     const content = input.video
       ? await writeClipContent(tmpDir, input.video, base.manifest, { detect, signal })
       : await writePortraitContent(tmpDir, input.image ?? Buffer.alloc(0), base.manifest, { detect, signal });
+    input.onSaving?.();
     if (!content.detection.ok) {
       input.logger?.info({ reason: content.detection.reason, baseAvatarId: base.manifest.id }, 'custom avatar created without mouth animation');
     }
@@ -238,6 +241,8 @@ export interface CreateCustomAvatarInput {
   detect?: Detector;
   /** Clock for the id timestamp. */
   now?: () => number;
+  /** See BuildCustomAvatarInput. */
+  onSaving?: () => void;
 }
 
 /**
@@ -267,6 +272,7 @@ export async function createCustomAvatar(input: CreateCustomAvatarInput): Promis
       detect: input.detect,
       signal: input.signal,
       logger: input.logger,
+      onSaving: input.onSaving,
       tempTag: catalog.tempTag,
     });
   } catch (error) {

@@ -30,9 +30,13 @@ const state = {
   captions: new Map(),
   currentTurn: null,
   lastAnswer: '',
+  /** The `upload_id` of the custom avatar being created, whose phase the page shows. */
+  creating: null,
 };
 window.demo = state;
 
+/** A custom avatar's processing phase is polled this often while it is created. */
+const UPLOAD_POLL_MS = 500;
 /** Offline render status is polled this often. */
 const RENDER_POLL_MS = 500;
 /** Timeline entries kept: a long conversation must not grow the page without bound. */
@@ -210,6 +214,9 @@ async function loadCatalog() {
     }
     select.append(group);
   }
+  // Every provider id with the service behind it; those not set up are named so one knows what can be added.
+  const unconfigured = voices.providers.filter((p) => !p.configured).map((p) => `${p.service ?? p.id} (${p.id})`);
+  $('voice-note').textContent = unconfigured.length > 0 ? `Voice services not configured: ${unconfigured.join(', ')} (docs/providers.md).` : '';
   const llm = health?.components?.llm;
   state.llmReady = llm?.status === 'ok';
   if (!state.llmReady) {
@@ -587,7 +594,12 @@ function uploadPortrait(file) {
   form.set('name', $('portrait-name').value.trim() || 'My avatar');
   form.set('base_avatar_id', base.id);
   // A clip makes a video avatar; the service reads the format from the bytes.
+  // Under this id the service reports the processing phase while the request runs (GET /avatars/custom/uploads/{id}).
+  const uploadId = crypto.randomUUID();
+  form.set('upload_id', uploadId);
   form.set(CLIP_TYPES.includes(file.type) ? 'video' : 'image', file);
+  let polling = null;
+  state.creating = uploadId;
   const progress = $('upload-progress');
   progress.hidden = false;
   progress.value = 0;
@@ -599,6 +611,7 @@ function uploadPortrait(file) {
     if (ev.lengthComputable) progress.value = ev.loaded / ev.total;
   };
   request.onload = async () => {
+    clearInterval(polling);
     let body = null;
     try {
       body = JSON.parse(request.responseText);
@@ -621,13 +634,34 @@ function uploadPortrait(file) {
     timeline(`new avatar ${body.name} created${body.animated === false ? ' (still image)' : ''}`);
     await loadAvatars(body.id).catch(fail);
   };
-  request.onerror = () => fail(new Error('the upload did not reach the service'));
-  // Every byte sent: the service now decodes the file and looks for the face (a clip takes a while).
+  request.onerror = () => {
+    clearInterval(polling);
+    fail(new Error('the upload did not reach the service'));
+  };
+  // Every byte sent: the service now decodes the file and looks for the face (a clip takes a while); it says
+  // which phase it is in until it answers.
   request.upload.onload = () => {
     progress.removeAttribute('value');
-    $('upload-status').textContent = `Processing ${file.name} on the service: finding the face${CLIP_TYPES.includes(file.type) ? ' in every frame of the clip' : ''}…`;
+    $('upload-status').textContent = `Uploaded ${file.name}; waiting for the service…`;
+    polling = setInterval(() => void showCreationPhase(uploadId, file.name), UPLOAD_POLL_MS);
   };
   request.send(form);
+}
+
+const CREATION_PHASE_TEXT = {
+  processing: { image: 'finding the face in the picture', video: 'decoding the clip and following the face in every frame' },
+  saving: { image: 'saving the new avatar', video: 'saving the new avatar' },
+};
+
+/** The service's phase of a creation still running (404 once it answered: its answer is then on the page). */
+async function showCreationPhase(uploadId, fileName) {
+  try {
+    const { data } = await api('GET', `/avatars/custom/uploads/${uploadId}`);
+    if (state.creating !== uploadId) return;
+    $('upload-status').textContent = `Processing ${fileName} on the service: ${CREATION_PHASE_TEXT[data.phase]?.[data.kind] ?? data.phase}…`;
+  } catch {
+    // Not yet processing, or already answered.
+  }
 }
 
 async function renameAvatar() {

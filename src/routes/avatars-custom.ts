@@ -20,6 +20,8 @@ import { badRequest } from '../errors.ts';
 import { readMultipart } from '../http/multipart.ts';
 import { multipartForm } from '../schemas/multipart-form.ts';
 import { closedSignal } from '../http/closed-signal.ts';
+import { CreationProgress, UPLOAD_ID_PATTERN } from '../catalog/creation-progress.ts';
+import { notFound } from '../errors.ts';
 
 /** Documents the multipart body (validation happens while the parts stream in). */
 const CustomAvatarForm = Type.Object(
@@ -44,6 +46,12 @@ const CustomAvatarForm = Type.Object(
           'Exactly one of `image` and `video`.',
       }),
     ),
+    upload_id: Type.Optional(
+      Type.String({
+        pattern: UPLOAD_ID_PATTERN,
+        description: 'Added field: a client-chosen id (8–64 letters, digits, `_`, `-`) under which GET /avatars/custom/uploads/{upload_id} reports the processing phase while this request runs',
+      }),
+    ),
   },
   { $id: 'CustomAvatarForm' },
 );
@@ -51,6 +59,7 @@ const CustomAvatarForm = Type.Object(
 /** Spec 4.2: custom avatar creation from a portrait photo. */
 const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { catalog, webhooks } = app.services;
+  const progress = new CreationProgress();
   app.addSchema(CustomAvatarForm);
   app.addHook('onClose', closeImageWorkers);
 
@@ -96,16 +105,49 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
       if (baseAvatarId === undefined || baseAvatarId === '') throw badRequest('base_avatar_id is required');
       if (!form.file) throw badRequest('an image or video file is required');
       const upload = form.file.field === 'video' ? { video: form.file.data } : { image: form.file.data };
-      const avatar = await createCustomAvatar({
-        catalog,
-        name,
-        baseAvatarId,
-        ...upload,
-        signal: closedSignal(reply),
-        logger: request.log,
-      });
-      await webhooks.avatarCreated(avatar);
-      return avatar;
+      const uploadId = form.fields.upload_id;
+      if (uploadId !== undefined && !new RegExp(UPLOAD_ID_PATTERN).test(uploadId)) throw badRequest('upload_id must be 8–64 letters, digits, _ or -');
+      const tracked = uploadId ? progress.track(uploadId, form.file.field === 'video' ? 'video' : 'image') : null;
+      try {
+        const avatar = await createCustomAvatar({
+          catalog,
+          name,
+          baseAvatarId,
+          ...upload,
+          signal: closedSignal(reply),
+          logger: request.log,
+          onSaving: () => tracked?.phase('saving'),
+        });
+        await webhooks.avatarCreated(avatar);
+        return avatar;
+      } finally {
+        tracked?.done();
+      }
+    },
+  });
+
+  app.get('/avatars/custom/uploads/:upload_id', {
+    schema: {
+      tags: ['avatars'],
+      summary: 'Processing phase of a custom avatar being created',
+      description:
+        'Added route: while a POST /avatars/custom that carried this `upload_id` runs after its upload, its phase: `processing` ' +
+        '(decoding the picture or clip and finding the face; a clip takes longest) then `saving` (writing the bundle). 404 before the ' +
+        'upload is complete and after the POST answered (its answer is the result), and for unknown ids.',
+      params: Type.Object({ upload_id: Type.String({ pattern: UPLOAD_ID_PATTERN }) }),
+      response: {
+        200: Type.Object({
+          phase: Type.Union([Type.Literal('processing'), Type.Literal('saving')]),
+          kind: Type.Union([Type.Literal('image'), Type.Literal('video')], { description: 'What was uploaded' }),
+          started_at: Type.String({ format: 'date-time', description: 'When processing began (the upload had arrived)' }),
+        }),
+        ...errors(400, 404),
+      },
+    },
+    handler: async (request) => {
+      const entry = progress.get(request.params.upload_id);
+      if (!entry) throw notFound('no avatar is being created under this upload_id');
+      return entry;
     },
   });
 };
