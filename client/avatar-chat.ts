@@ -42,7 +42,8 @@ button:focus-visible, input:focus-visible { outline: 3px solid var(--accent); ou
 .error { color: #fff; background: #c0392b; border-radius: 6px; padding: 6px 8px; margin: 0; }
 .sr { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); }
 [hidden] { display: none !important; }
-@media (max-width: 480px) { :host { max-width: none; } .box { border-radius: 0; border: 0; padding: 6px; } form, .row { flex-direction: column; } button { width: 100%; min-height: 44px; } }
+@media (max-width: 480px) { :host { max-width: none; } .box { border-radius: 0; border: 0; padding: 6px; }
+  .row { display: grid; grid-template-columns: 1fr 1fr; } form { flex-wrap: nowrap; } input { flex: 1 1 auto; min-height: 44px; } button { min-height: 44px; } }
 `;
 
 const TEMPLATE = `

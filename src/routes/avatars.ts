@@ -68,7 +68,7 @@ const avatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'POST /avatars/custom can be renamed (403 for built-in and hidden ones); 404 unknown; 400 empty or over-long name. ' +
         'Sessions already using the avatar are not affected. Answers the updated AvatarSummary.',
       params: AvatarIdParams,
-      body: Type.Object({ name: Type.String({ minLength: 1, maxLength: MAX_AVATAR_NAME_LENGTH, description: 'New display name' }) }, { additionalProperties: false }),
+      body: Type.Object({ name: Type.String({ minLength: 1, maxLength: MAX_AVATAR_NAME_LENGTH, description: 'New display name' }) }, { additionalProperties: false, examples: [{ name: 'Ada at the desk' }] }),
       response: { 200: Type.Ref('AvatarSummary'), ...errors(400, 403, 404) },
     },
     handler: async (request) => {
