@@ -214,9 +214,18 @@ async function loadCatalog() {
     }
     select.append(group);
   }
-  // Every provider id with the service behind it; those not set up are named so one knows what can be added.
-  const unconfigured = voices.providers.filter((p) => !p.configured).map((p) => `${p.service ?? p.id} (${p.id})`);
-  $('voice-note').textContent = unconfigured.length > 0 ? `Voice services not configured: ${unconfigured.join(', ')} (docs/providers.md).` : '';
+  // Every provider id with the service behind it and whether it is set up, folded away under a one-line count.
+  const services = $('voice-services');
+  const configured = voices.providers.filter((p) => p.configured).length;
+  services.querySelector('summary').textContent = `Voice services: ${configured} of ${voices.providers.length} configured`;
+  services.querySelector('ul').replaceChildren(
+    ...voices.providers.map((p) => {
+      const item = document.createElement('li');
+      item.textContent = `${p.service ?? p.id} (${p.id}): ${p.configured ? 'configured' : 'not configured, see docs/providers.md'}`;
+      return item;
+    }),
+  );
+  services.hidden = false;
   const llm = health?.components?.llm;
   state.llmReady = llm?.status === 'ok';
   if (!state.llmReady) {
