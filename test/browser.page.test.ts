@@ -107,7 +107,9 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     await model.selectOption('rt');
 
     const voice = page.getByLabel('Voice', { exact: true });
-    expect(await voice.locator('optgroup[label="builtin"] option').count()).toBeGreaterThan(5);
+    // Each provider's group names its service and id; each built-in voice its engine and character.
+    expect(await voice.locator('optgroup[label="Built-in offline voices (flite and eSpeak NG) (builtin)"] option').count()).toBeGreaterThan(5);
+    expect(await voice.locator('option[value="builtin|en-US-AriaNeural"]').textContent()).toBe('Aria: flite “slt”, American English, female (same voice as Jenny)');
     await voice.selectOption('builtin|en-GB-RyanNeural');
     await page.getByRole('button', { name: 'Preview voice' }).click();
     await page.waitForFunction(() => document.getElementById('preview-status')!.textContent!.startsWith('Playing a preview of'), null, { timeout: FIRST_PREVIEW_MS });
