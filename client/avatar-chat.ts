@@ -1,11 +1,17 @@
 // `<avatar-chat>`: the avatar on any page with two lines (docs/embedding.md). A custom element in a shadow root, built
 // on AvatarClient; served bundled at /widget.js (src/ui/client-bundles.ts). Attributes: server, avatar, model, voice,
-// system-prompt, mode (text | voice | both), theme (light | dark | auto). Events for the host page: ready, speaking,
-// transcript, tool-call, error.
-import { AvatarApiError, AvatarClient, AvatarNetworkError, type ToolHandler } from './avatar-client.ts';
+// system-prompt, mode (text | voice | both), theme (light | dark | auto), reply (chat | speak; by default chat when the
+// service has a language model). Events for the host page: ready, speaking, transcript, tool-call, error.
+import { AvatarApiError, AvatarClient, AvatarNetworkError, faceCrop, type ToolHandler } from './avatar-client.ts';
 
 /** Transcript lines kept in the element: a long conversation must not grow the page without bound. */
 export const TRANSCRIPT_LINES_KEPT = 100;
+
+/** What the service can do, from GET /health: chat needs a language model, Talk needs speech recognition. */
+interface Capabilities {
+  llm: boolean;
+  asr: boolean;
+}
 
 /** The origin this script was loaded from: the default `server`, so the two-line snippet needs no attribute. */
 const scriptOrigin = (() => {
@@ -18,26 +24,33 @@ const STYLE = `
 :host([theme="dark"]) { --bg: #15191f; --fg: #eef; }
 @media (prefers-color-scheme: dark) { :host([theme="auto"]) { --bg: #15191f; --fg: #eef; } }
 .box { background: var(--bg); border: 1px solid var(--line); border-radius: 12px; padding: 10px; display: flex; flex-direction: column; gap: 8px; }
-.stage { position: relative; }
-video { width: 100%; aspect-ratio: 1; background: #111; border-radius: 8px; display: block; }
+.stage { position: relative; width: 100%; aspect-ratio: 1; overflow: hidden; border-radius: 8px; background: #111; }
+video { position: absolute; left: 0; top: 0; width: 100%; height: 100%; object-fit: contain; display: block; }
 .badge { position: absolute; top: 8px; left: 8px; padding: 2px 10px; border-radius: 12px; background: #000a; color: #fff; font-size: .8rem; }
+.badge[data-stage="speaking"] { background: #2e86c1d0; } .badge[data-stage="listening"] { background: #1e8449d0; } .badge[data-stage="thinking"] { background: #b9770ed0; }
+.badge[data-stage="refused"], .badge[data-stage="unreachable"], .badge[data-stage="error"] { background: #c0392bd0; }
 ol { list-style: none; margin: 0; padding: 0; max-height: 160px; overflow: auto; font-size: .9rem; }
-li { padding: 2px 0; overflow-wrap: anywhere; } li[data-role="user"] { opacity: .75; }
+li { padding: 2px 0; overflow-wrap: anywhere; } li[data-role="user"] { opacity: .8; }
+.who { font-weight: 600; margin-right: .4em; }
+.note { font-size: .85rem; margin: 0; opacity: .85; }
 form, .row { display: flex; gap: 6px; flex-wrap: wrap; }
 input { flex: 1 1 160px; min-width: 0; font: inherit; padding: 6px; border-radius: 6px; border: 1px solid var(--line); background: transparent; color: inherit; }
 button { font: inherit; min-height: 36px; padding: 6px 12px; border-radius: 6px; border: 1px solid var(--line); background: transparent; color: inherit; cursor: pointer; }
-button[aria-pressed="true"], button.primary { background: var(--accent); color: #fff; }
+button[aria-pressed="true"], button.primary:enabled { background: var(--accent); color: #fff; border-color: var(--accent); }
+button:disabled, input:disabled { opacity: .45; cursor: not-allowed; }
 button:focus-visible, input:focus-visible { outline: 3px solid var(--accent); outline-offset: 2px; }
 .error { color: #fff; background: #c0392b; border-radius: 6px; padding: 6px 8px; margin: 0; }
 .sr { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); }
 [hidden] { display: none !important; }
-@media (max-width: 480px) { :host { max-width: none; } .box { border-radius: 0; border: 0; padding: 6px; } form, .row { flex-direction: column; } button { width: 100%; min-height: 44px; } }
+@media (max-width: 480px) { :host { max-width: none; } .box { border-radius: 0; border: 0; padding: 6px; }
+  .row { display: grid; grid-template-columns: 1fr 1fr; } form { flex-wrap: nowrap; } input { flex: 1 1 auto; min-height: 44px; } button { min-height: 44px; } }
 `;
 
 const TEMPLATE = `
 <div class="box" part="box">
   <div class="stage"><video playsinline autoplay aria-label="Avatar"></video><span class="badge" aria-hidden="true">offline</span></div>
   <p class="error" role="alert" hidden></p>
+  <p class="note" data-note hidden></p>
   <div class="row"><button type="button" class="primary" data-action="start">Start conversation</button>
     <button type="button" data-action="stop" disabled>Stop</button>
     <button type="button" data-action="talk" aria-pressed="false" disabled>Talk</button>
@@ -55,8 +68,12 @@ export class AvatarChatElement extends HTMLElement {
   /** Client tools: one handler per tool name (the session's `tools` must declare them, see `tool-definitions`). */
   tools: Record<string, ToolHandler> = {};
   private readonly root: ShadowRoot;
-  private readonly captions = new Map<string, HTMLLIElement>();
+  private readonly captions = new Map<string, HTMLSpanElement>();
   private server = scriptOrigin;
+  /** GET /health's answer for `server`, asked once when the element joins the page (again at Start if that failed). */
+  private capabilities: Promise<Capabilities | null> | null = null;
+  /** `reply` as used: the attribute, or chat with a language model and speak without. */
+  private replyMode: 'chat' | 'speak' = 'chat';
 
   constructor() {
     super();
@@ -76,7 +93,58 @@ export class AvatarChatElement extends HTMLElement {
     this.applyMode();
     if (!this.hasAttribute('theme')) this.setAttribute('theme', 'auto');
     window.addEventListener('pagehide', this.onPageHide);
+    this.server = this.getAttribute('server') ?? scriptOrigin;
+    this.capabilities ??= this.loadCapabilities();
+    const avatarId = this.getAttribute('avatar');
+    if (avatarId) void this.showAvatar(avatarId);
   }
+
+  /** What the service offers; null when it cannot be asked (unreachable or refusing this origin: Start says which). */
+  private async loadCapabilities(): Promise<Capabilities | null> {
+    try {
+      const response = await fetch(`${this.server}/health`);
+      if (!response.ok) return null;
+      const { components } = (await response.json()) as { components: Record<string, { status: string } | undefined> };
+      return { llm: components.llm?.status === 'ok', asr: components.asr?.status === 'ok' };
+    } catch {
+      return null;
+    }
+  }
+
+  /** Before a session, the avatar's preview; before and during, photo avatars cropped to their face. */
+  private async showAvatar(avatarId: string): Promise<{ model_type: string } | null> {
+    const video = this.root.querySelector('video')!;
+    if (!video.srcObject) video.poster = `${this.server}/avatars/${encodeURIComponent(avatarId)}/preview`;
+    try {
+      const response = await fetch(`${this.server}/avatars/${encodeURIComponent(avatarId)}`);
+      if (!response.ok) return null;
+      const manifest = (await response.json()) as { model_type: string; width: number; height: number; metadata?: Record<string, unknown> };
+      Object.assign(video.style, faceCrop(manifest) ?? { left: '0', top: '0', width: '100%', height: '100%' });
+      return manifest;
+    } catch {
+      return null;
+    }
+  }
+
+  /** Chat or speak, Talk or not, from what the service has; says once in the element what is missing. */
+  private applyCapabilities(capabilities: Capabilities | null): void {
+    const attribute = this.getAttribute('reply');
+    this.replyMode = attribute === 'speak' || attribute === 'chat' ? attribute : capabilities && !capabilities.llm ? 'speak' : 'chat';
+    const notes: string[] = [];
+    if (!attribute && this.replyMode === 'speak') notes.push('This service has no language model: the avatar says what you type.');
+    const talkOff = capabilities !== null && !capabilities.asr && this.getAttribute('mode') !== 'text';
+    this.talkReason = talkOff ? 'Talk is off: this service has no speech recognition.' : null;
+    if (this.talkReason) notes.push(this.talkReason);
+    const note = this.root.querySelector<HTMLElement>('[data-note]')!;
+    note.textContent = notes.join(' ');
+    note.hidden = notes.length === 0;
+    const talk = this.button('talk');
+    if (this.talkReason) talk.title = this.talkReason;
+    else talk.removeAttribute('title');
+  }
+
+  /** Why Talk stays disabled in a live session (no speech recognition), or null. */
+  private talkReason: string | null = null;
 
   disconnectedCallback(): void {
     window.removeEventListener('pagehide', this.onPageHide);
@@ -93,7 +161,9 @@ export class AvatarChatElement extends HTMLElement {
     this.showError(null);
     this.button('start').disabled = true;
     this.setStatus('connecting');
-    this.server = this.getAttribute('server') ?? scriptOrigin;
+    const server = this.getAttribute('server') ?? scriptOrigin;
+    if (server !== this.server || !(await this.capabilities)) this.capabilities = this.loadCapabilities();
+    this.server = server;
     const client = new AvatarClient({ server: this.server, tools: this.tools });
     this.client = client;
     this.listen(client);
@@ -101,7 +171,9 @@ export class AvatarChatElement extends HTMLElement {
       const avatarId = this.getAttribute('avatar') ?? (await client.request<Array<{ id: string }>>('GET', '/avatars')).data[0]?.id;
       if (!avatarId) throw new Error('the avatar service has no avatars');
       const [provider, voice] = (this.getAttribute('voice') ?? '').includes('|') ? this.getAttribute('voice')!.split('|') : [null, this.getAttribute('voice')];
-      const model = this.getAttribute('model') ?? (await client.request<{ model_type: string }>('GET', `/avatars/${encodeURIComponent(avatarId)}`)).data.model_type;
+      const manifest = await this.showAvatar(avatarId);
+      this.applyCapabilities(await this.capabilities);
+      const model = this.getAttribute('model') ?? manifest?.model_type ?? (await client.request<{ model_type: string }>('GET', `/avatars/${encodeURIComponent(avatarId)}`)).data.model_type;
       await client.createSession({
         avatar_id: avatarId,
         model,
@@ -128,7 +200,9 @@ export class AvatarChatElement extends HTMLElement {
     const client = this.client;
     this.client = null;
     this.setLive(false);
-    this.setStatus('offline');
+    if (client) this.setStatus('ended');
+    // The live picture goes; the avatar's preview (the poster) comes back.
+    this.root.querySelector('video')!.srcObject = null;
     await client?.end({ keepalive }).catch(() => undefined);
   }
 
@@ -138,6 +212,7 @@ export class AvatarChatElement extends HTMLElement {
     const video = this.root.querySelector('video')!;
     const stream = new MediaStream();
     client.on('track', ({ track }) => {
+      for (const old of stream.getTracks().filter((t) => t.kind === track.kind)) stream.removeTrack(old);
       stream.addTrack(track);
       video.srcObject = stream;
       void video.play().catch(() => undefined);
@@ -154,6 +229,7 @@ export class AvatarChatElement extends HTMLElement {
     client.on('llm', ({ delta, turn_id }) => {
       if (turn_id) this.caption(turn_id).textContent += delta;
     });
+    // A stream for this session only: End clears the element's video, the next session brings its own tracks.
     client.on('transcript', ({ text, is_final, turn_id }) => {
       if (!is_final) return;
       this.line('user', text);
@@ -171,11 +247,16 @@ export class AvatarChatElement extends HTMLElement {
     const text = input.value.trim();
     if (!text || !this.client) return;
     input.value = '';
-    this.line('user', text);
-    this.dispatch('transcript', { role: 'user', text, turnId: null });
     try {
-      const turnId = this.getAttribute('reply') === 'speak' ? await this.client.speak(text) : await this.client.chat(text);
-      if (turnId && this.getAttribute('reply') === 'speak') this.caption(turnId).textContent = text;
+      if (this.replyMode === 'speak') {
+        // The avatar says the text as typed: one line, the avatar's.
+        const turnId = await this.client.speak(text);
+        if (turnId) this.caption(turnId).textContent = text;
+      } else {
+        this.line('user', text);
+        this.dispatch('transcript', { role: 'user', text, turnId: null });
+        await this.client.chat(text);
+      }
     } catch (error) {
       await this.fail(error);
     }
@@ -203,10 +284,14 @@ export class AvatarChatElement extends HTMLElement {
         () => true,
         () => false,
       );
+      this.setStatus(reachable ? 'refused' : 'unreachable');
       message = reachable
         ? `This page (${location.origin}) is not allowed to use the avatar service at ${server}: add ${location.origin} to SERVICE_CORS_ORIGINS on the service.`
         : `The avatar service at ${server} cannot be reached: is it running?`;
-    } else if (error instanceof AvatarApiError) message = error.detail;
+    } else {
+      this.setStatus('error');
+      if (error instanceof AvatarApiError) message = error.detail;
+    }
     this.showError(message);
     this.dispatch('error', { message, status: error instanceof AvatarApiError ? error.status : null });
   }
@@ -219,14 +304,17 @@ export class AvatarChatElement extends HTMLElement {
 
   private setLive(live: boolean): void {
     this.button('start').disabled = live;
-    for (const action of ['stop', 'talk', 'end']) this.button(action).disabled = !live;
+    for (const action of ['stop', 'end']) this.button(action).disabled = !live;
+    this.button('talk').disabled = !live || this.talkReason !== null;
     this.root.querySelector('input')!.disabled = !live;
     this.root.querySelector<HTMLButtonElement>('button[type="submit"]')!.disabled = !live;
     if (!live) this.button('talk').setAttribute('aria-pressed', 'false');
   }
 
   private setStatus(stage: string): void {
-    this.root.querySelector('.badge')!.textContent = stage;
+    const badge = this.root.querySelector<HTMLElement>('.badge')!;
+    badge.textContent = stage;
+    badge.dataset.stage = stage;
     this.root.querySelector('[data-status]')!.textContent = `Avatar ${stage}`;
   }
 
@@ -236,21 +324,28 @@ export class AvatarChatElement extends HTMLElement {
     this.button('talk').hidden = mode === 'text';
   }
 
-  private caption(turnId: string): HTMLLIElement {
-    let item = this.captions.get(turnId);
-    if (!item) this.captions.set(turnId, (item = this.line('assistant', '')));
-    return item;
+  /** The text of the avatar's line for a turn (one line per turn, made on its first words). */
+  private caption(turnId: string): HTMLSpanElement {
+    let text = this.captions.get(turnId);
+    if (!text) this.captions.set(turnId, (text = this.line('assistant', '')));
+    return text;
   }
 
-  private line(role: 'user' | 'assistant', text: string): HTMLLIElement {
+  /** A transcript line saying who spoke; answers its text, which an answer's words are appended to. */
+  private line(role: 'user' | 'assistant', text: string): HTMLSpanElement {
     const list = this.root.querySelector('ol')!;
     const item = document.createElement('li');
     item.dataset.role = role;
-    item.textContent = text;
+    const who = document.createElement('span');
+    who.className = 'who';
+    who.textContent = role === 'user' ? 'You:' : 'Avatar:';
+    const body = document.createElement('span');
+    body.textContent = text;
+    item.append(who, ' ', body);
     list.append(item);
     while (list.children.length > TRANSCRIPT_LINES_KEPT) list.firstElementChild!.remove();
     list.scrollTop = list.scrollHeight;
-    return item;
+    return body;
   }
 
   private button(action: string): HTMLButtonElement {

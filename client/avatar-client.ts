@@ -27,6 +27,27 @@ export const SSE_RETRY_MAX_MS = 8_000;
 export const SSE_MAX_LINE_CHARS = 1024 * 1024;
 
 /** A refusal of the service: the HTTP status and the `{detail}` it answered with. */
+/** How much wider than the face a face-centred crop is: head, hair and a little shoulder, as in a video call. */
+export const FACE_CROP_WIDTHS = 2.4;
+
+/**
+ * Where to show a photo avatar's video so that its face fills the view: the square crop around the face box of
+ * `metadata.animation` (GET /avatars/{id}), as CSS percentages for a video element inside a square box with
+ * `overflow: hidden` (`width`/`height` of the element, `left`/`top` its offset). Null when the manifest has no face
+ * box (drawn and clip avatars are framed on the face already) or the crop would be the whole frame.
+ */
+export function faceCrop(manifest: { width: number; height: number; metadata?: Record<string, unknown> }): { left: string; top: string; width: string; height: string } | null {
+  const box = (manifest.metadata?.animation as { face_box?: { x: number; y: number; width: number; height: number } } | undefined)?.face_box;
+  if (!box || !(box.width > 0) || !(box.height > 0)) return null;
+  const side = Math.min(manifest.width, manifest.height, Math.max(box.width, box.height) * FACE_CROP_WIDTHS);
+  if (side >= Math.min(manifest.width, manifest.height)) return null;
+  // Centred on the face, a little above its middle (more hair than neck), kept inside the frame.
+  const x = Math.min(Math.max(box.x + box.width / 2 - side / 2, 0), manifest.width - side);
+  const y = Math.min(Math.max(box.y + box.height * 0.45 - side / 2, 0), manifest.height - side);
+  const pct = (value: number) => `${((value / side) * 100).toFixed(3)}%`;
+  return { left: pct(-x), top: pct(-y), width: pct(manifest.width), height: pct(manifest.height) };
+}
+
 export class AvatarApiError extends Error {
   override readonly name = 'AvatarApiError';
   constructor(

@@ -38,7 +38,7 @@ describe('avatar catalog over SERVICE_AVATARS_DIR', () => {
     const list = await json(res);
     expect(list.map((a: { id: string }) => a.id).sort()).toEqual(['custom-x-1', 'good-rt', 'no-preview', '图像-avatar'].sort());
     const custom = list.find((a: { id: string }) => a.id === 'custom-x-1');
-    expect(custom).toEqual({ id: 'custom-x-1', name: 'custom-x-1', model_type: 'lipsync', width: 128, height: 128, is_custom: true });
+    expect(custom).toEqual({ id: 'custom-x-1', name: 'custom-x-1', model_type: 'lipsync', width: 128, height: 128, is_custom: true, animated: false });
   });
 
   it('serves the full manifest, hidden avatars included, and 404 for unknown ids', async () => {

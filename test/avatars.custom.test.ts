@@ -62,7 +62,7 @@ describe('POST /avatars/custom (real app, real detector)', () => {
     const res = await upload(t.baseUrl, { name: 'My Astronaut!', base_avatar_id: 'astronaut', image: { bytes: fixture, type: 'image/png' } });
     expect(res.status).toBe(200);
     const summary = await json(res);
-    expect(summary).toEqual({ id: expect.stringMatching(/^custom-my-astronaut-\d{13}$/), name: 'My Astronaut!', model_type: 'lipsync', width: 512, height: 512, is_custom: true });
+    expect(summary).toEqual({ id: expect.stringMatching(/^custom-my-astronaut-\d{13}$/), name: 'My Astronaut!', model_type: 'lipsync', width: 512, height: 512, is_custom: true, animated: true });
     expect(await avatarIds()).toContain(summary.id);
 
     const manifest = await json(await fetch(`${t.baseUrl}/avatars/${summary.id}`));
@@ -117,7 +117,11 @@ describe('POST /avatars/custom (real app, real detector)', () => {
   it('an image without a face still makes an avatar, without animation', async () => {
     const res = await upload(t.baseUrl, { name: 'landscape', base_avatar_id: 'astronaut', image: { bytes: await noFacePng() } });
     expect(res.status).toBe(200);
-    const manifest = await json(await fetch(`${t.baseUrl}/avatars/${(await json(res)).id}`));
+    const summary = await json(res);
+    // The answer itself says the mouth will not move, and why, in words for the uploader.
+    expect(summary.animated).toBe(false);
+    expect(summary.reason).toBe('No face was found in the picture: use a photo of one person facing the camera, face clearly visible.');
+    const manifest = await json(await fetch(`${t.baseUrl}/avatars/${summary.id}`));
     expect(manifest.metadata.animation).toBeUndefined();
     expect(manifest.metadata.animated).toBe(false);
     expect(manifest.metadata.custom_avatar).toBe(true);

@@ -55,7 +55,7 @@ describe('POST /avatars/custom with a video (real app, real ffmpeg, real detecto
       const res = await uploadVideo(t.baseUrl, await fs.readFile(await landscapeMp4(clips, CLIP_SECONDS)));
       const summary = await json(res);
       expect(res.status, JSON.stringify(summary)).toBe(200);
-      expect(summary).toEqual({ id: expect.stringMatching(/^custom-clip-person-\d{13}$/), name: 'Clip Person', model_type: 'lipsync', width: 512, height: 512, is_custom: true });
+      expect(summary).toEqual({ id: expect.stringMatching(/^custom-clip-person-\d{13}$/), name: 'Clip Person', model_type: 'lipsync', width: 512, height: 512, is_custom: true, animated: true });
 
       const manifest = await json(await fetch(`${t.baseUrl}/avatars/${summary.id}`));
       expect(manifest.metadata.custom_avatar).toBe(true);

@@ -98,7 +98,8 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     const models = await model.locator('option').evaluateAll((options) => options.map((o) => (o as HTMLOptionElement).value));
     // Exactly the models whose `renders` include the avatar's model type: lipsync models are not offered for it.
     const all = (await (await fetch(`${t.baseUrl}/models`)).json()).models as Array<{ id: string; renders: string[] }>;
-    expect(models.sort()).toEqual(all.filter((m) => m.renders.includes('rt')).map((m) => m.id).sort());
+    // `mock` (a debug overlay) only with `?debug` in the address.
+    expect(models.sort()).toEqual(all.filter((m) => m.renders.includes('rt') && m.id !== 'mock').map((m) => m.id).sort());
     expect(models).not.toContain('lipsync');
     await page.getByRole('radio', { name: 'Astronaut' }).check();
     expect(await model.locator('option').evaluateAll((options) => options.map((o) => (o as HTMLOptionElement).value))).toContain('lipsync');
@@ -106,7 +107,9 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     await model.selectOption('rt');
 
     const voice = page.getByLabel('Voice', { exact: true });
-    expect(await voice.locator('optgroup[label="builtin"] option').count()).toBeGreaterThan(5);
+    // Each provider's group names its service and id; each built-in voice its engine and character.
+    expect(await voice.locator('optgroup[label="Built-in offline voices (flite and eSpeak NG) (builtin)"] option').count()).toBeGreaterThan(5);
+    expect(await voice.locator('option[value="builtin|en-US-AriaNeural"]').textContent()).toBe('Aria: flite “slt”, American English, female (same voice as Jenny)');
     await voice.selectOption('builtin|en-GB-RyanNeural');
     await page.getByRole('button', { name: 'Preview voice' }).click();
     await page.waitForFunction(() => document.getElementById('preview-status')!.textContent!.startsWith('Playing a preview of'), null, { timeout: FIRST_PREVIEW_MS });
@@ -373,7 +376,8 @@ describe('the page on a 390 px phone, without a language model (Chromium)', () =
     page.on('response', (response) => {
       if (response.status() >= 400) failed.push(`${response.status()} ${response.url()}`);
     });
-    await page.goto(`${t.baseUrl}/`);
+    // `?debug` offers the `mock` model (cheap to render) used below.
+    await page.goto(`${t.baseUrl}/?debug`);
     await page.getByRole('radio', { name: 'Astronaut' }).waitFor({ state: 'attached' });
     expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
 

@@ -133,13 +133,18 @@ describe.skipIf(!hasChromium)('<avatar-chat> embedded in a page of another origi
       expect(transcript.turns.at(-1)).toMatchObject({ outcome: 'interrupted', user_text: 'Say something long, please.' });
 
       const lines = await tab.locator('avatar-chat ol li').allTextContents();
-      expect(lines[0]).toBe('Say something long, please.');
-      expect(lines[1]).toMatch(/^Hello from the avatar/);
+      // Each line once, saying who spoke.
+      expect(lines).toHaveLength(2);
+      expect(lines[0]).toBe('You: Say something long, please.');
+      expect(lines[1]).toMatch(/^Avatar: Hello from the avatar/);
       const seen = await tab.evaluate(() => (window as any).seen as Array<{ type: string; detail: any }>);
       expect(seen.filter((e) => e.type === 'error')).toEqual([]);
       expect(seen.filter((e) => e.type === 'transcript')[0].detail).toMatchObject({ role: 'user', text: 'Say something long, please.' });
       await tab.getByRole('button', { name: 'End', exact: true }).click();
       await expect.poll(() => t.services.supervisor.liveIds().includes(sessionId), { timeout: STEP_MS }).toBe(false);
+      expect(await tab.locator('avatar-chat .badge').textContent()).toBe('ended');
+      // Disabled controls look disabled: Stop, Talk and End fade once the conversation is over.
+      expect(await tab.locator('avatar-chat button[data-action="end"]').evaluate((b) => Number(getComputedStyle(b).opacity))).toBeLessThan(0.6);
     } finally {
       await tab.close();
       await new Promise((resolve) => server.close(resolve));
@@ -165,6 +170,8 @@ describe.skipIf(!hasChromium)('<avatar-chat> embedded in a page of another origi
       expect(await tab.evaluate(() => (window as any).errors)).toEqual([{ message: await alert.textContent(), status: null }]);
       expect(t.services.supervisor.liveIds().length).toBe(before);
       expect(await tab.getByRole('button', { name: 'Start conversation' }).isEnabled()).toBe(true);
+      // The badge follows the refusal instead of staying on "connecting".
+      expect(await tab.locator('avatar-chat .badge').textContent()).toBe('refused');
     } finally {
       await tab.close();
       await host.close();

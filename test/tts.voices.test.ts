@@ -80,10 +80,18 @@ describe('GET /tts/voices with every listing provider answering', () => {
     const builtin = providerOf(body, 'builtin');
     expect(builtin).toMatchObject({ configured: true, status: 'ok', is_default: true, default_voice: 'en-US-JennyNeural', lists_voices: true, can_clone: false });
     expect(builtin.voices).toHaveLength(BUILTIN_VOICE_TABLE.length);
-    expect(builtin.voices).toContainEqual({ id: 'de-DE-ConradNeural', name: 'Conrad', language: 'de-DE', gender: 'male', source: 'builtin' });
+    expect(builtin.voices).toContainEqual({
+      id: 'de-DE-ConradNeural',
+      name: 'Conrad',
+      description: 'Conrad: eSpeak NG “de+m3”, German (Germany), male',
+      language: 'de-DE',
+      gender: 'male',
+      source: 'builtin',
+    });
     expect(builtin.voices.every((v: { source: string }) => v.source === 'builtin')).toBe(true);
     expect(providerOf(body, 'cloud_a')).toEqual({
       id: 'cloud_a',
+      service: 'Alibaba Cloud DashScope Qwen-TTS',
       configured: false,
       status: 'not_configured',
       reason: 'set SERVICE_TTS_CLOUD_A_API_KEY',

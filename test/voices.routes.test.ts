@@ -52,8 +52,8 @@ describe('voice catalog routes (spec 2.4, 4.10, 5.5, 7, 8)', () => {
   });
 
   it('starts with an empty catalog; filters by provider; unknown filter → 400', async () => {
-    expect(await list()).toEqual({ items: [] });
-    expect(await list('?provider=builtin')).toEqual({ items: [] });
+    expect((await list()).items).toEqual([]);
+    expect(await list('?provider=builtin')).toEqual({ items: [], providers: [{ id: 'builtin', service: 'Built-in offline voices (flite and eSpeak NG)', configured: true, can_clone: false }] });
     const bad = await fetch(`${t.baseUrl}/voices?provider=acme`);
     expect(bad.status).toBe(400);
     expect((await json(bad)).detail).toMatch(/acme/);

@@ -14,6 +14,10 @@ export interface AvatarSummary {
   width: number;
   height: number;
   is_custom: boolean;
+  /** Photo (`lipsync`) avatars only: false when no face was found, so the mouth never moves (a still image). */
+  animated?: boolean;
+  /** In the creation answer of a still avatar only: why no face was used, in words for the person who uploaded it. */
+  reason?: string;
 }
 
 export interface CatalogEntry extends AvatarSource {
@@ -156,5 +160,6 @@ export function toSummary(entry: CatalogEntry): AvatarSummary {
     width: entry.manifest.width,
     height: entry.manifest.height,
     is_custom: entry.isCustom,
+    ...(entry.manifest.model_type === 'lipsync' ? { animated: entry.manifest.metadata.animation !== undefined } : {}),
   };
 }

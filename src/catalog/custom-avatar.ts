@@ -19,7 +19,7 @@ import { CLIP_FPS, InvalidClipError, MAX_CLIP_BYTES, prepareClip, sniffClipForma
 import { CLIP_TRACK_FILE, MOUTHS_ATLAS_FILE, MOUTHS_INDEX_FILE, type ClipMetadata } from '../../actors/render/types.ts';
 import { AtCapacity, AvatarNotFound, InvalidInput, InvalidSelection, ServiceFault } from '../domain-errors.ts';
 import { BUILDING_DIR_PREFIX, removeBundleDir } from './bundle-fs.ts';
-import type { AvatarCatalog, AvatarSummary } from './catalog.ts';
+import type { AvatarCatalog, AvatarSummary, CatalogEntry } from './catalog.ts';
 import { isValidAvatarId } from './slug.ts';
 
 export { MAX_PORTRAIT_BYTES, MAX_PORTRAIT_PIXELS, MAX_PORTRAIT_SIDE, InvalidImageError } from '../../actors/faces/portrait.ts';
@@ -67,6 +67,8 @@ export interface BuildCustomAvatarInput {
   detect?: Detector;
   signal?: AbortSignal;
   logger?: LogLike;
+  /** Told when the content (decode, face) is done and the bundle is being written: the creation's progress for a polling client. */
+  onSaving?: () => void;
   /** Cluster mode: names the temp directory after this node (its start-up sweep removes only its own). */
   tempTag?: string;
 }
@@ -104,6 +106,7 @@ export async function buildCustomAvatar(input: BuildCustomAvatarInput): Promise<
     const content = input.video
       ? await writeClipContent(tmpDir, input.video, base.manifest, { detect, signal })
       : await writePortraitContent(tmpDir, input.image ?? Buffer.alloc(0), base.manifest, { detect, signal });
+    input.onSaving?.();
     if (!content.detection.ok) {
       input.logger?.info({ reason: content.detection.reason, baseAvatarId: base.manifest.id }, 'custom avatar created without mouth animation');
     }
@@ -289,6 +292,8 @@ export interface CreateCustomAvatarInput {
   detect?: Detector;
   /** Clock for the id timestamp. */
   now?: () => number;
+  /** See BuildCustomAvatarInput. */
+  onSaving?: () => void;
 }
 
 /**
@@ -318,6 +323,7 @@ export async function createCustomAvatar(input: CreateCustomAvatarInput): Promis
       detect: input.detect,
       signal: input.signal,
       logger: input.logger,
+      onSaving: input.onSaving,
       tempTag: catalog.tempTag,
     });
   } catch (error) {
@@ -328,8 +334,46 @@ export async function createCustomAvatar(input: CreateCustomAvatarInput): Promis
   // Files first, then the catalog entry: the entry is the commit every node sees.
   await catalog.commitCreated(built.id);
   const { manifest } = built;
-  input.logger?.info({ avatarId: built.id, animated: manifest.metadata.animation !== undefined }, 'custom avatar created');
-  return { id: built.id, name, model_type: manifest.model_type, width: manifest.width, height: manifest.height, is_custom: true };
+  const animated = manifest.metadata.animation !== undefined;
+  input.logger?.info({ avatarId: built.id, animated }, 'custom avatar created');
+  const still = built.detection.ok ? {} : { reason: stillReason(built.detection.reason) };
+  return { id: built.id, name, model_type: manifest.model_type, width: manifest.width, height: manifest.height, is_custom: true, animated, ...still };
+}
+
+/** Why a photo avatar was made without mouth animation, for the person who uploaded it (detector reasons: actors/faces/landmarks.ts). */
+const STILL_REASONS: Record<string, string> = {
+  no_face: 'No face was found in the picture: use a photo of one person facing the camera, face clearly visible.',
+  multiple_faces: 'Several faces of similar size are in the picture, so none could be chosen: use a photo of one person.',
+  low_confidence: 'The face in the picture is too unclear to find the mouth: use a sharper, well-lit photo of the face from the front.',
+};
+
+export function stillReason(detectorReason: string | undefined): string {
+  return STILL_REASONS[detectorReason ?? ''] ?? 'The face in the picture could not be analysed: try another photo of one person facing the camera.';
+}
+
+/**
+ * Renames a custom avatar (the route checked it is one): its manifest's `name` is rewritten in place (a temporary
+ * file renamed over it) and republished to the catalog. `InvalidInput` for an empty or over-long name.
+ */
+export async function renameCustomAvatar(catalog: AvatarCatalog, entry: CatalogEntry, rawName: string): Promise<AvatarSummary> {
+  const name = rawName.trim();
+  if (name.length === 0) throw new InvalidInput('name is required');
+  if (name.length > MAX_AVATAR_NAME_LENGTH) throw new InvalidInput(`name must be at most ${MAX_AVATAR_NAME_LENGTH} characters`);
+  const { id } = entry;
+  const manifest: AvatarManifest = { ...entry.manifest, name };
+  const temporary = path.join(entry.dir, `.manifest-${randomBytes(6).toString('hex')}.json`);
+  try {
+    await writeDurably(temporary, Buffer.from(JSON.stringify(manifest, null, 2) + '\n'));
+    await fs.rename(temporary, path.join(entry.dir, 'manifest.json'));
+  } finally {
+    await fs.rm(temporary, { force: true });
+  }
+  await fsyncDir(entry.dir);
+  // The rewritten manifest is republished the way a new bundle is (cluster mode: to the shared hash).
+  catalog.invalidate();
+  await catalog.commitCreated(id);
+  const { model_type, width, height } = manifest;
+  return { id, name, model_type, width, height, is_custom: true, ...(model_type === 'lipsync' ? { animated: manifest.metadata.animation !== undefined } : {}) };
 }
 
 /** The base manifest with the new identity; inherited `animation` and `hidden` never carry over. */

@@ -3,7 +3,7 @@
 // speak, chat, stop, pause/resume; captions and a readable timeline from SSE; portrait upload; recording and
 // offline rendering with downloads. Errors become dismissible banners that say what to do. The protocol (requests and
 // their errors, WebRTC, SSE, the microphone) is the client library's (`client/avatar-client.ts`, served at /client.js).
-import { AvatarApiError, AvatarClient } from '/client.js';
+import { AvatarApiError, AvatarClient, faceCrop } from '/client.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -24,13 +24,19 @@ const state = {
   paused: false,
   recording: false,
   llmReady: false,
+  /** Speech recognition configured and answering (GET /health `asr`): Talk needs it. */
+  asrReady: false,
   /** Captions per turn id: what the avatar says in that turn. */
   captions: new Map(),
   currentTurn: null,
   lastAnswer: '',
+  /** The `upload_id` of the custom avatar being created, whose phase the page shows. */
+  creating: null,
 };
 window.demo = state;
 
+/** A custom avatar's processing phase is polled this often while it is created. */
+const UPLOAD_POLL_MS = 500;
 /** Offline render status is polled this often. */
 const RENDER_POLL_MS = 500;
 /** Timeline entries kept: a long conversation must not grow the page without bound. */
@@ -38,6 +44,9 @@ const TIMELINE_MAX = 200;
 /** Turns whose captions are kept (the one on screen and the last answer are among them): same reason. */
 const CAPTIONS_KEPT = 20;
 const BASE_AVATAR_TYPE = 'lipsync';
+/** `?debug` in the page's address also offers `mock`, the debug overlay model, which end users have no use for. */
+const DEBUG = new URLSearchParams(location.search).has('debug');
+const DEBUG_MODELS = ['mock'];
 const PREVIEW_TEXT = 'Hello! This is how I sound.';
 /** Image types a portrait upload accepts (the file input's `accept` lists the same). */
 const PORTRAIT_TYPES = ['image/jpeg', 'image/png', 'image/webp'];
@@ -113,7 +122,10 @@ function renderAvatars(selectId) {
     input.type = 'radio';
     input.name = 'avatar';
     input.value = avatar.id;
-    input.onchange = renderModels;
+    input.onchange = () => {
+      renderModels();
+      void showAvatarPreview();
+    };
     const img = document.createElement('img');
     img.src = `/avatars/${encodeURIComponent(avatar.id)}/preview`;
     img.alt = '';
@@ -121,12 +133,44 @@ function renderAvatars(selectId) {
     const name = document.createElement('span');
     name.textContent = avatar.name ?? avatar.id;
     label.append(input, img, name);
+    if (avatar.animated === false) {
+      // A photo without a usable face: the avatar speaks, but its mouth does not move.
+      const still = document.createElement('span');
+      still.className = 'still';
+      still.textContent = '(still image)';
+      label.append(still);
+    }
     group.append(label);
   }
   const inputs = [...group.querySelectorAll('input')];
   const chosen = inputs.find((i) => i.value === selectId) ?? inputs.find((i) => state.avatars.find((a) => a.id === i.value)?.model_type === BASE_AVATAR_TYPE) ?? inputs[0];
   if (chosen) chosen.checked = true;
   renderModels();
+  void showAvatarPreview();
+}
+
+/**
+ * Before a session (and after it) the stage shows the chosen avatar's preview; photo avatars are cropped to
+ * their face (the client library's `faceCrop`), live video and preview alike.
+ */
+async function showAvatarPreview() {
+  const avatar = selectedAvatar();
+  $('avatar-actions').hidden = !avatar?.is_custom;
+  if (!avatar || client.sessionId) return;
+  const video = $('video');
+  video.poster = `/avatars/${encodeURIComponent(avatar.id)}/preview`;
+  try {
+    const { data: manifest } = await api('GET', `/avatars/${encodeURIComponent(avatar.id)}`);
+    if (selectedAvatar()?.id === avatar.id && !client.sessionId) frameVideo(manifest);
+  } catch {
+    frameVideo(null);
+  }
+}
+
+/** Crops the video element to the avatar's face (or shows the whole frame). */
+function frameVideo(manifest) {
+  const crop = manifest ? faceCrop(manifest) : null;
+  Object.assign($('video').style, crop ?? { left: '0', top: '0', width: '100%', height: '100%' });
 }
 
 /** Only models that can render the chosen avatar; those not connected are listed but disabled, with why. */
@@ -134,7 +178,7 @@ function renderModels() {
   const avatar = selectedAvatar();
   const select = $('model');
   select.replaceChildren();
-  const usable = state.models.filter((m) => avatar && m.renders.includes(avatar.model_type));
+  const usable = state.models.filter((m) => avatar && m.renders.includes(avatar.model_type) && (DEBUG || !DEBUG_MODELS.includes(m.id)));
   for (const model of usable) {
     const option = new Option(model.connected ? model.id : `${model.id} (${model.status.replace('_', ' ')})`, model.id);
     option.disabled = !model.connected;
@@ -161,15 +205,27 @@ async function loadCatalog() {
   select.replaceChildren();
   for (const provider of voices.providers.filter((p) => p.configured && p.voices.length > 0)) {
     const group = document.createElement('optgroup');
-    group.label = provider.id;
+    group.label = provider.service ? `${provider.service} (${provider.id})` : provider.id;
     for (const voice of provider.voices) {
       const details = [voice.language, voice.gender, voice.source === 'clone' ? 'cloned' : null].filter(Boolean).join(', ');
-      const option = new Option(`${voice.name ?? voice.id}${details ? ` (${details})` : ''}`, `${provider.id}|${voice.id}`);
+      const option = new Option(voice.description ?? `${voice.name ?? voice.id}${details ? ` (${details})` : ''}`, `${provider.id}|${voice.id}`);
       if (provider.is_default && voice.id === provider.default_voice) option.selected = true;
       group.append(option);
     }
     select.append(group);
   }
+  // Every provider id with the service behind it and whether it is set up, folded away under a one-line count.
+  const services = $('voice-services');
+  const configured = voices.providers.filter((p) => p.configured).length;
+  services.querySelector('summary').textContent = `Voice services: ${configured} of ${voices.providers.length} configured`;
+  services.querySelector('ul').replaceChildren(
+    ...voices.providers.map((p) => {
+      const item = document.createElement('li');
+      item.textContent = `${p.service ?? p.id} (${p.id}): ${p.configured ? 'configured' : 'not configured, see docs/providers.md'}`;
+      return item;
+    }),
+  );
+  services.hidden = false;
   const llm = health?.components?.llm;
   state.llmReady = llm?.status === 'ok';
   if (!state.llmReady) {
@@ -179,7 +235,15 @@ async function loadCatalog() {
         : 'Chat is off: no language model is configured. Set SERVICE_LLM_BASE_URL (see docs/llm-asr.md) and restart.';
   }
   const asr = health?.components?.asr;
-  if (asr && asr.status !== 'ok') $('talk-hint').textContent = 'Talk needs speech recognition: set SERVICE_ASR_BASE_URL (see docs/llm-asr.md) and restart.';
+  state.asrReady = asr?.status === 'ok';
+  if (!state.asrReady) {
+    $('talk-hint').textContent =
+      asr?.status === 'error'
+        ? `Talk is off: speech recognition does not answer (${asr.reason}).`
+        : 'Talk is off: no speech recognition is configured. Set SERVICE_ASR_BASE_URL (see docs/llm-asr.md) and restart.';
+    $('talk-hint').classList.add('warn');
+  }
+  if (!state.llmReady) $('chat-hint').classList.add('warn');
   setRunning(false);
 }
 
@@ -216,7 +280,8 @@ function setRunning(running) {
   const live = running && client.sessionId !== null;
   $('start').disabled = live;
   $('stop').disabled = !live;
-  for (const id of ['speak', 'interrupt', 'pause', 'record', 'talk']) $(id).disabled = !live;
+  for (const id of ['speak', 'interrupt', 'pause', 'record']) $(id).disabled = !live;
+  $('talk').disabled = !live || !state.asrReady;
   $('chat').disabled = !live || !state.llmReady;
   $('render').disabled = !live || !state.lastAnswer;
   if (!live) {
@@ -225,6 +290,10 @@ function setRunning(running) {
     state.recording = false;
     $('pause').textContent = 'Pause';
     $('record').textContent = 'Start recording';
+    // The live picture goes; the chosen avatar's preview comes back.
+    $('video').srcObject = null;
+    for (const track of remote.getTracks()) remote.removeTrack(track);
+    void showAvatarPreview();
   }
 }
 
@@ -282,7 +351,7 @@ async function toggleTalk() {
     else banner(`The microphone is not available (${error.message}): allow microphone access for this page and press Talk again.`);
     stopMicrophone();
   } finally {
-    button.disabled = !client.sessionId;
+    button.disabled = !client.sessionId || !state.asrReady;
   }
 }
 
@@ -534,7 +603,12 @@ function uploadPortrait(file) {
   form.set('name', $('portrait-name').value.trim() || 'My avatar');
   form.set('base_avatar_id', base.id);
   // A clip makes a video avatar; the service reads the format from the bytes.
+  // Under this id the service reports the processing phase while the request runs (GET /avatars/custom/uploads/{id}).
+  const uploadId = crypto.randomUUID();
+  form.set('upload_id', uploadId);
   form.set(CLIP_TYPES.includes(file.type) ? 'video' : 'image', file);
+  let polling = null;
+  state.creating = uploadId;
   const progress = $('upload-progress');
   progress.hidden = false;
   progress.value = 0;
@@ -546,6 +620,7 @@ function uploadPortrait(file) {
     if (ev.lengthComputable) progress.value = ev.loaded / ev.total;
   };
   request.onload = async () => {
+    clearInterval(polling);
     let body = null;
     try {
       body = JSON.parse(request.responseText);
@@ -559,17 +634,76 @@ function uploadPortrait(file) {
       return;
     }
     progress.value = 1;
-    $('upload-status').textContent = `New avatar “${body.name}” is ready: it is selected above.`;
-    timeline(`new avatar ${body.name} created`);
+    // A picture without a usable face still makes an avatar, but one whose mouth never moves: say so, and why.
+    $('upload-status').textContent =
+      body.animated === false
+        ? `New avatar “${body.name}” is ready as a still image: its mouth will not move. ${body.reason ?? ''}`.trim()
+        : `New avatar “${body.name}” is ready: it is selected above.`;
+    $('upload-status').classList.toggle('warn', body.animated === false);
+    timeline(`new avatar ${body.name} created${body.animated === false ? ' (still image)' : ''}`);
     await loadAvatars(body.id).catch(fail);
   };
-  request.onerror = () => fail(new Error('the upload did not reach the service'));
+  request.onerror = () => {
+    clearInterval(polling);
+    fail(new Error('the upload did not reach the service'));
+  };
+  // Every byte sent: the service now decodes the file and looks for the face (a clip takes a while); it says
+  // which phase it is in until it answers.
+  request.upload.onload = () => {
+    progress.removeAttribute('value');
+    $('upload-status').textContent = `Uploaded ${file.name}; waiting for the service…`;
+    polling = setInterval(() => void showCreationPhase(uploadId, file.name), UPLOAD_POLL_MS);
+  };
   request.send(form);
+}
+
+const CREATION_PHASE_TEXT = {
+  processing: { image: 'finding the face in the picture', video: 'decoding the clip and following the face in every frame' },
+  saving: { image: 'saving the new avatar', video: 'saving the new avatar' },
+};
+
+/** The service's phase of a creation still running (404 once it answered: its answer is then on the page). */
+async function showCreationPhase(uploadId, fileName) {
+  try {
+    const { data } = await api('GET', `/avatars/custom/uploads/${uploadId}`);
+    if (state.creating !== uploadId) return;
+    $('upload-status').textContent = `Processing ${fileName} on the service: ${CREATION_PHASE_TEXT[data.phase]?.[data.kind] ?? data.phase}…`;
+  } catch {
+    // Not yet processing, or already answered.
+  }
+}
+
+async function renameAvatar() {
+  const avatar = selectedAvatar();
+  if (!avatar?.is_custom) return;
+  const name = prompt('New name for the avatar', avatar.name ?? avatar.id)?.trim();
+  if (!name || name === avatar.name) return;
+  try {
+    await api('PATCH', `/avatars/${encodeURIComponent(avatar.id)}`, { name });
+    timeline(`avatar ${avatar.name} renamed to ${name}`);
+    await loadAvatars(avatar.id);
+  } catch (error) {
+    fail(error);
+  }
+}
+
+async function deleteAvatar() {
+  const avatar = selectedAvatar();
+  if (!avatar?.is_custom || !confirm(`Delete the avatar “${avatar.name ?? avatar.id}”? This cannot be undone.`)) return;
+  try {
+    await api('DELETE', `/avatars/${encodeURIComponent(avatar.id)}`);
+    timeline(`avatar ${avatar.name} deleted`);
+    await loadAvatars(null);
+  } catch (error) {
+    fail(error);
+  }
 }
 
 // ——— wiring ———
 
 $('start').onclick = start;
+$('rename-avatar').onclick = () => void renameAvatar();
+$('delete-avatar').onclick = () => void deleteAvatar();
 $('speak').onclick = () => void say('speak');
 $('chat').onclick = () => void say('chat');
 $('talk').onclick = () => void toggleTalk();

@@ -22,10 +22,11 @@ import {
 import { DomainError } from '../domain-errors.ts';
 import { httpErrorOf } from '../plugins/app/errors.ts';
 import { errors } from '../schemas/common.ts';
-import { badRequest } from '../errors.ts';
+import { badRequest, notFound } from '../errors.ts';
 import { readMultipart } from '../http/multipart.ts';
 import { multipartForm } from '../schemas/multipart-form.ts';
 import { closedSignal } from '../http/closed-signal.ts';
+import { CreationProgress, UPLOAD_ID_PATTERN } from '../catalog/creation-progress.ts';
 
 /** Documents the multipart body (validation happens while the parts stream in). */
 const CustomAvatarForm = Type.Object(
@@ -51,6 +52,12 @@ const CustomAvatarForm = Type.Object(
           'and audio ignored. Manifests, playlists and scripts (HLS, DASH, ffconcat) are not clips. Exactly one of `image` and `video`.',
       }),
     ),
+    upload_id: Type.Optional(
+      Type.String({
+        pattern: UPLOAD_ID_PATTERN,
+        description: 'Added field: a client-chosen id (8–64 letters, digits, `_`, `-`) under which GET /avatars/custom/uploads/{upload_id} reports the processing phase while this request runs',
+      }),
+    ),
   },
   { $id: 'CustomAvatarForm' },
 );
@@ -58,6 +65,7 @@ const CustomAvatarForm = Type.Object(
 /** Spec 4.2: custom avatar creation from a portrait photo. */
 const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { catalog, webhooks } = app.services;
+  const progress = new CreationProgress();
   app.addSchema(CustomAvatarForm);
   app.addHook('onClose', closeImageWorkers);
 
@@ -71,7 +79,8 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'refused before any pixel is decoded); it is then decoded in a separate image process (one upload at a time, each step ' +
         `within ${IMAGE_STEP_DEADLINE_MS / 1000} s), turned upright by its EXIF orientation, converted to RGB and cover-cropped to ` +
         "the base avatar's size, centred on the face. Face-landmark detection then fills `metadata.animation` (mouth and eye geometry " +
-        'in frame pixels); when no single clear face is found the avatar is still created, without `animation` (a still image). The ' +
+        'in frame pixels); when no single clear face is found the avatar is still created, without `animation` (a still image), and the ' +
+        'answer says so: `animated: false` with a human `reason` (no face, several faces, too unclear). The ' +
         'manifest is the base\'s with `id` (`custom-<slug>-<timestamp>`), `name`, `metadata.custom_avatar=true` and ' +
         '`metadata.base_avatar_id`. The bundle appears atomically. 400: malformed multipart body (no boundary, truncated, too many ' +
         'fields or files), name/base/image missing, image empty, not JPEG/PNG/WebP, ' +
@@ -110,16 +119,49 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
       if (!form.file) throw badRequest('an image or video file is required');
       reply.raw.once('close', admitCustomAvatarUpload());
       const file = form.file.field === 'video' ? { video: form.file.data } : { image: form.file.data };
-      const avatar = await createCustomAvatar({
-        catalog,
-        name,
-        baseAvatarId,
-        ...file,
-        signal: closedSignal(reply),
-        logger: request.log,
-      });
-      await webhooks.avatarCreated(avatar);
-      return avatar;
+      const uploadId = form.fields.upload_id;
+      if (uploadId !== undefined && !new RegExp(UPLOAD_ID_PATTERN).test(uploadId)) throw badRequest('upload_id must be 8–64 letters, digits, _ or -');
+      const tracked = uploadId ? progress.track(uploadId, form.file.field === 'video' ? 'video' : 'image') : null;
+      try {
+        const avatar = await createCustomAvatar({
+          catalog,
+          name,
+          baseAvatarId,
+          ...file,
+          signal: closedSignal(reply),
+          logger: request.log,
+          onSaving: () => tracked?.phase('saving'),
+        });
+        await webhooks.avatarCreated(avatar);
+        return avatar;
+      } finally {
+        tracked?.done();
+      }
+    },
+  });
+
+  app.get('/avatars/custom/uploads/:upload_id', {
+    schema: {
+      tags: ['avatars'],
+      summary: 'Processing phase of a custom avatar being created',
+      description:
+        'Added route: while a POST /avatars/custom that carried this `upload_id` runs after its upload, its phase: `processing` ' +
+        '(decoding the picture or clip and finding the face; a clip takes longest) then `saving` (writing the bundle). 404 before the ' +
+        'upload is complete and after the POST answered (its answer is the result), and for unknown ids.',
+      params: Type.Object({ upload_id: Type.String({ pattern: UPLOAD_ID_PATTERN }) }),
+      response: {
+        200: Type.Object({
+          phase: Type.Union([Type.Literal('processing'), Type.Literal('saving')]),
+          kind: Type.Union([Type.Literal('image'), Type.Literal('video')], { description: 'What was uploaded' }),
+          started_at: Type.String({ format: 'date-time', description: 'When processing began (the upload had arrived)' }),
+        }),
+        ...errors(400, 404),
+      },
+    },
+    handler: async (request) => {
+      const entry = progress.get(request.params.upload_id);
+      if (!entry) throw notFound('no avatar is being created under this upload_id');
+      return entry;
     },
   });
 };

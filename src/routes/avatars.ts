@@ -5,6 +5,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { AvatarIdParams, AvatarManifest, AvatarSummary } from '../schemas/avatars.ts';
 import { errors } from '../schemas/common.ts';
 import { forbidden, notFound } from '../errors.ts';
+import { MAX_AVATAR_NAME_LENGTH, renameCustomAvatar } from '../catalog/custom-avatar.ts';
 
 /** The avatar catalog: list, manifest, preview and deletion of custom avatars. */
 const avatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -14,7 +15,7 @@ const avatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       tags: ['avatars'],
       summary: 'List avatars',
-      description: 'Avatars with `metadata.hidden=true` are omitted.',
+      description: 'Avatars with `metadata.hidden=true` are omitted. Photo (`lipsync`) avatars carry `animated`: false when no usable face was found (a still image).',
       response: { 200: Type.Array(Type.Ref('AvatarSummary')) },
     },
     handler: async () => catalog.list(),
@@ -55,6 +56,28 @@ const avatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         throw notFound('avatar has no preview.png');
       }
       return reply.type('image/png').header('cache-control', 'no-cache').send(png as never);
+    },
+  });
+
+  app.patch('/avatars/:avatar_id', {
+    schema: {
+      tags: ['avatars'],
+      summary: 'Rename a custom avatar',
+      description:
+        `Sets the display \`name\` (1–${MAX_AVATAR_NAME_LENGTH} characters after trimming); the id stays. Only avatars created through ` +
+        'POST /avatars/custom can be renamed (403 for built-in and hidden ones); 404 unknown; 400 empty or over-long name. ' +
+        'Sessions already using the avatar are not affected. Answers the updated AvatarSummary.',
+      params: AvatarIdParams,
+      body: Type.Object({ name: Type.String({ minLength: 1, maxLength: MAX_AVATAR_NAME_LENGTH, description: 'New display name' }) }, { additionalProperties: false, examples: [{ name: 'Ada at the desk' }] }),
+      response: { 200: Type.Ref('AvatarSummary'), ...errors(400, 403, 404) },
+    },
+    handler: async (request) => {
+      const entry = await catalog.get(request.params.avatar_id);
+      if (!entry) throw notFound('avatar not found');
+      if (!entry.isCustom || entry.manifest.metadata.hidden === true) throw forbidden('only custom avatars can be renamed');
+      const avatar = await renameCustomAvatar(catalog, entry, request.body.name);
+      request.log.info({ avatarId: entry.id }, 'custom avatar renamed');
+      return avatar;
     },
   });
 

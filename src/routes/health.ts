@@ -3,6 +3,8 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { MODEL_TYPES } from '../models.ts';
 import { HealthReporter } from '../health/report.ts';
 import { PROBE_CACHE_MS, PROBE_TIMEOUT_MS } from '../health/probe-cache.ts';
+import { TTS_PROVIDER_SERVICES } from '../voices/provider-names.ts';
+import { isTtsProviderId } from '../sessions/index.ts';
 
 const ModelEntry = Type.Object(
   {
@@ -26,6 +28,7 @@ const ComponentHealth = Type.Object(
     checked_at: Type.String({ format: 'date-time', description: `When this dependency was last checked (remote probes are cached for ${PROBE_CACHE_MS / 1000} s)` }),
     reason: Type.Optional(Type.String({ description: 'Why it is not ok, and what to check' })),
     detail: Type.Optional(Type.String({ description: 'Extra facts about a dependency that is ok' })),
+    service: Type.Optional(Type.String({ description: 'Added field, `tts.<provider>` components: the real service or engine behind the provider id' })),
     latency_ms: Type.Optional(Type.Integer({ description: 'How long the probe took' })),
   },
 );
@@ -83,7 +86,13 @@ const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
         status: report.status,
         uptime_ms: Date.now() - startedAt,
         sessions: { live: sup.liveCount, active: sup.activeCount, capacity: sup.capacity },
-        components: report.components,
+        // Each TTS provider id says which service it is (its status says whether it is configured).
+        components: Object.fromEntries(
+          Object.entries(report.components).map(([name, health]) => {
+            const provider = name.startsWith('tts.') ? name.slice(4) : '';
+            return [name, isTtsProviderId(provider) ? { ...health, service: TTS_PROVIDER_SERVICES[provider] } : health];
+          }),
+        ),
       };
     },
   });

@@ -6,6 +6,7 @@ import { errors, Nullable } from '../schemas/common.ts';
 import { HttpError, badGateway, badRequest, notFound, quoteClientValue } from '../errors.ts';
 import { isTtsProviderId, TTS_PROVIDER_IDS } from '../sessions/index.ts';
 import { toPublicEntry } from '../voices/catalog.ts';
+import { TTS_PROVIDER_SERVICES } from '../voices/provider-names.ts';
 import { CLONE_PROVIDERS, CloneValidationError, MAX_CLONE_AUDIO_BYTES, MIN_CLONE_AUDIO_BYTES, cloneVoice, deleteClonedVoice, type CloneResponse } from '../voices/clone.ts';
 import { UPLOAD_TOKEN_PATTERN } from '../voices/uploads.ts';
 import type { Services } from '../services.ts';
@@ -38,7 +39,25 @@ export const VoiceEntrySchema = Type.Object(
   { $id: 'VoiceEntry' },
 );
 
-const VoiceList = Type.Object({ items: Type.Array(VoiceEntrySchema) }, { $id: 'VoiceList' });
+const ProviderName = Type.Object(
+  {
+    id: Type.String({ description: 'Provider id' }),
+    service: Type.String({ description: 'The real service or engine behind the id (docs/providers.md)' }),
+    configured: Type.Boolean({ description: 'Whether the variables the provider needs are set' }),
+    can_clone: Type.Boolean({ description: 'Whether POST /voices/clone accepts this provider' }),
+  },
+  { $id: 'VoiceProviderName' },
+);
+
+const VoiceList = Type.Object(
+  {
+    items: Type.Array(VoiceEntrySchema),
+    providers: Type.Optional(
+      Type.Array(ProviderName, { description: 'Added field: every provider id (or the filtered one) with its service name and whether it is configured' }),
+    ),
+  },
+  { $id: 'VoiceList' },
+);
 
 export const CloneResponseSchema = Type.Object(
   {
@@ -72,6 +91,7 @@ const DeleteResponse = Type.Object({ deleted: Type.Boolean() }, { $id: 'VoiceDel
 const voiceRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { services } = app;
   app.addSchema(VoiceEntrySchema);
+  app.addSchema(ProviderName);
   app.addSchema(VoiceList);
   app.addSchema(CloneResponseSchema);
   app.addSchema(CloneForm);
@@ -91,7 +111,13 @@ const voiceRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const { provider } = request.query;
       if (provider !== undefined && !isTtsProviderId(provider)) throw badRequest(`provider ${quoteClientValue(provider)} is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
       const entries = await services.voices.list(provider ? { provider } : {});
-      return { items: entries.map(toPublicEntry) };
+      const providers = (provider ? [provider] : TTS_PROVIDER_IDS).map((id) => ({
+        id,
+        service: TTS_PROVIDER_SERVICES[id],
+        configured: services.tts.get(id).status().configured,
+        can_clone: (CLONE_PROVIDERS as readonly string[]).includes(id),
+      }));
+      return { items: entries.map(toPublicEntry), providers };
     },
   });
 

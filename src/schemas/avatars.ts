@@ -10,6 +10,12 @@ export const AvatarSummary = Type.Object(
     width: Type.Integer({ description: 'Output video width in pixels' }),
     height: Type.Integer({ description: 'Output video height in pixels' }),
     is_custom: Type.Boolean({ description: 'True when created through POST /avatars/custom; only such avatars may be deleted' }),
+    animated: Type.Optional(
+      Type.Boolean({ description: 'Added field, photo (`lipsync`) avatars only: false when no usable face was found, so the mouth never moves (a still image)' }),
+    ),
+    reason: Type.Optional(
+      Type.String({ description: 'Added field, in the answer of POST /avatars/custom when `animated` is false: why, in words for the person who uploaded the picture' }),
+    ),
   },
   { $id: 'AvatarSummary' },
 );

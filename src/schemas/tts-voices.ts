@@ -12,6 +12,9 @@ export const TtsVoice = Type.Object(
     source: Type.Union([Type.Literal('builtin'), Type.Literal('provider'), Type.Literal('clone')], {
       description: '`builtin`: the offline voice table; `provider`: listed by the provider\'s own API; `clone`: the voice catalog (GET /voices)',
     }),
+    description: Type.Optional(
+      Type.String({ description: 'Added field, built-in voices: the engine and engine voice, language and character behind the id, and which ids sound the same' }),
+    ),
     entry_id: Type.Optional(Type.Integer({ description: 'Clones only: catalog id, for DELETE /voices/{entry_id}' })),
     target_model: Type.Optional(Type.String({ description: 'Clones only: the model the clone was made for (used when tts_model is omitted)' })),
   },
@@ -21,6 +24,7 @@ export const TtsVoice = Type.Object(
 export const TtsVoiceProvider = Type.Object(
   {
     id: Type.String({ description: `Provider id: ${TTS_PROVIDER_IDS.join(', ')}` }),
+    service: Type.String({ description: 'Added field: the real service or engine behind the id (docs/providers.md)' }),
     configured: Type.Boolean({ description: 'Whether the variables the provider needs are set' }),
     status: Type.Union([Type.Literal('ok'), Type.Literal('not_configured'), Type.Literal('error')], {
       description: '`error`: the provider\'s voice list failed or timed out (see `reason`); its clones are still listed',
@@ -45,6 +49,7 @@ export const TtsVoicesResponse = Type.Object(
         providers: [
           {
             id: 'builtin',
+            service: 'Built-in offline voices (flite and eSpeak NG)',
             configured: true,
             status: 'ok',
             is_default: true,
@@ -53,12 +58,13 @@ export const TtsVoicesResponse = Type.Object(
             can_clone: false,
             truncated: false,
             voices: [
-              { id: 'en-US-JennyNeural', name: 'Jenny', language: 'en-US', gender: 'female', source: 'builtin' },
-              { id: 'de-DE-ConradNeural', name: 'Conrad', language: 'de-DE', gender: 'male', source: 'builtin' },
+              { id: 'en-US-JennyNeural', name: 'Jenny', description: 'Jenny: flite “slt”, American English, female (same voice as Aria)', language: 'en-US', gender: 'female', source: 'builtin' },
+              { id: 'de-DE-ConradNeural', name: 'Conrad', description: 'Conrad: eSpeak NG “de+m3”, German (Germany), male', language: 'de-DE', gender: 'male', source: 'builtin' },
             ],
           },
           {
             id: 'cloud_c',
+            service: 'ElevenLabs',
             configured: true,
             status: 'ok',
             is_default: false,
@@ -70,6 +76,7 @@ export const TtsVoicesResponse = Type.Object(
           },
           {
             id: 'cloud_e',
+            service: 'Azure AI Speech',
             configured: true,
             status: 'error',
             reason: 'cloud_e: upstream returned 401: Access denied due to invalid subscription key or wrong API endpoint.',
@@ -82,6 +89,7 @@ export const TtsVoicesResponse = Type.Object(
           },
           {
             id: 'local_clone_a',
+            service: 'Coqui XTTS-v2 server (self-hosted)',
             configured: true,
             status: 'ok',
             is_default: false,
@@ -96,6 +104,7 @@ export const TtsVoicesResponse = Type.Object(
           },
           {
             id: 'cloud_f',
+            service: 'Google Cloud Text-to-Speech',
             configured: false,
             status: 'not_configured',
             reason: 'set SERVICE_TTS_CLOUD_F_API_KEY',

@@ -5,6 +5,7 @@
  * with `status: 'error'` and its reason; the others are unaffected.
  */
 import { BUILTIN_DEFAULT_VOICE, BUILTIN_VOICE_TABLE } from '../../actors/tts/builtin/voices.ts';
+import { BUILTIN_VOICE_DESCRIPTIONS, TTS_PROVIDER_SERVICES, builtinVoiceName } from './provider-names.ts';
 import { isAbortError, untilAborted } from '../../actors/upstream/abort.ts';
 import type { TtsRegistry } from '../../actors/tts/registry.ts';
 import { isTtsProviderId, TTS_PROVIDER_IDS, type ListedVoice, type TtsProviderId } from '../../actors/tts/types.ts';
@@ -27,10 +28,14 @@ export interface DirectoryVoice extends ListedVoice {
   /** Clones only: catalog id (`DELETE /voices/{entry_id}`) and the model the clone was made for. */
   entry_id?: number;
   target_model?: string;
+  /** Built-in voices only: the engine and character behind the spec's name (provider-names.ts). */
+  description?: string;
 }
 
 export interface DirectoryProvider {
   id: TtsProviderId;
+  /** The real service or engine behind the id. */
+  service: string;
   configured: boolean;
   status: 'ok' | 'not_configured' | 'error';
   /** not_configured: what to set; error: why the voice list failed. */
@@ -60,14 +65,10 @@ export interface VoiceDirectoryDeps {
 
 type Listing = { ok: true; voices: ListedVoice[]; truncated: boolean } | { ok: false; reason: string };
 
-/** `en-US-JennyNeural` → `Jenny`. */
-function builtinName(voice: string): string {
-  return /^[a-z]{2,3}-[A-Z]{2}-(.+?)Neural$/u.exec(voice)?.[1] ?? voice;
-}
-
 const BUILTIN_VOICES: readonly DirectoryVoice[] = BUILTIN_VOICE_TABLE.map((entry) => ({
   id: entry.voice,
-  name: builtinName(entry.voice),
+  name: builtinVoiceName(entry.voice),
+  description: BUILTIN_VOICE_DESCRIPTIONS.get(entry.voice),
   language: entry.lang,
   gender: entry.gender,
   source: 'builtin' as const,
@@ -117,6 +118,7 @@ export class VoiceDirectory {
       // Described from the voice table: asking the registry would start the built-in engine just to list names.
       return {
         id,
+        service: TTS_PROVIDER_SERVICES[id],
         configured: true,
         status: 'ok',
         is_default: isDefault,
@@ -131,6 +133,7 @@ export class VoiceDirectory {
     const status = provider.status();
     const base = {
       id,
+      service: TTS_PROVIDER_SERVICES[id],
       configured: status.configured,
       is_default: isDefault,
       default_voice: (isDefault ? defaults.voice : null) ?? provider.defaultVoice ?? null,
