@@ -108,6 +108,8 @@ interface ReceiverState {
 export class WebhookDelivery {
   private readonly inFlight = new Set<string>();
   private readonly receivers = new Map<string, ReceiverState>();
+  /** Attempts in flight per receiver: whether a failing one is being probed, without walking its deliveries. */
+  private readonly inFlightOf = new Map<string, number>();
   private readonly closing = new AbortController();
   private timer: NodeJS.Timeout | null = null;
   private timerAt = Infinity;
@@ -181,8 +183,7 @@ export class WebhookDelivery {
   }
 
   private probing(url: string): boolean {
-    for (const entry of this.options.outbox.pendingOf(url)) if (this.inFlight.has(entry.key)) return true;
-    return false;
+    return (this.inFlightOf.get(url) ?? 0) > 0;
   }
 
   /** Gives up a receiver's deliveries past the retry period (oldest first); answers when the next one expires. */
@@ -219,10 +220,14 @@ export class WebhookDelivery {
 
   private start(entry: OutboxEntry): void {
     this.inFlight.add(entry.key);
+    this.inFlightOf.set(entry.url, (this.inFlightOf.get(entry.url) ?? 0) + 1);
     const attempt = this.deliver(entry)
       .catch((error: unknown) => this.logNotStored(entry, error))
       .finally(() => {
         this.inFlight.delete(entry.key);
+        const left = (this.inFlightOf.get(entry.url) ?? 1) - 1;
+        if (left > 0) this.inFlightOf.set(entry.url, left);
+        else this.inFlightOf.delete(entry.url);
         this.attempts.delete(attempt);
         // A receiver with nothing left waiting is forgotten (the map stays as small as the outbox's receivers).
         if (this.options.outbox.pendingOf(entry.url).next().done) this.receivers.delete(entry.url);
