@@ -61,7 +61,7 @@ function follow(transcripts: SessionTranscripts, sessionId: string) {
   return { say, heard };
 }
 
-const parse = (body: string | undefined) => JSON.parse(body!) as { session_id: string; turns: TranscriptTurn[] };
+const parse = (body: Buffer | undefined) => JSON.parse(body!.toString()) as { session_id: string; turns: TranscriptTurn[] };
 
 describe('a turn within its byte budget', () => {
   it('keeps a 10,000-character ASCII text whole, cuts a longer (multi-byte) one at a character boundary ending with …', () => {

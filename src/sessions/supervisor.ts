@@ -155,7 +155,7 @@ export class SessionSupervisor {
    * The session's transcript as its JSON body (`{session_id, turns}`, its newest turns or one page of them), live or
    * kept with its tombstone; `SessionNotFound` otherwise.
    */
-  async transcript(sessionId: string, page: TranscriptPage = {}): Promise<string> {
+  async transcript(sessionId: string, page: TranscriptPage = {}): Promise<Buffer> {
     const session = this.live.get(sessionId);
     if (session) sessionParts(session).consumers.touch();
     const exists = async () => session !== undefined || this.closing.has(sessionId) || (await this.deps.store.get(sessionId)) !== undefined;

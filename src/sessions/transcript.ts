@@ -172,14 +172,19 @@ export interface TranscriptPage {
   limit?: number;
 }
 
-/** The answer of `GET /sessions/{id}/transcript`, built from turns serialised once when they ended (no parse, no re-serialise). */
-export function transcriptBody(sessionId: string, turnsJson: readonly string[]): string {
-  return `{"session_id":${JSON.stringify(sessionId)},"turns":[${turnsJson.join(',')}]}`;
+/**
+ * The answer of `GET /sessions/{id}/transcript`, built from turns serialised once when they ended (no parse, no
+ * re-serialise), as the bytes sent: a cached body is encoded once, not once per read.
+ */
+export function transcriptBody(sessionId: string, turnsJson: readonly string[]): Buffer {
+  return Buffer.from(`{"session_id":${JSON.stringify(sessionId)},"turns":[${turnsJson.join(',')}]}`);
 }
 
 /** A live session's kept turns (their JSON, in memory) and where its writes stand. */
 interface LiveTranscript {
   turns: KeptTurn[];
+  /** The whole body as last read, until the next turn: concurrent readers share it. */
+  body: Buffer | null;
   bytes: number;
   nextSeq: number;
   index: TranscriptIndex | null;
@@ -206,7 +211,7 @@ export class SessionTranscripts {
   private retainedBytes = 0;
   private removals: Promise<void> = Promise.resolve();
   /** Whole bodies of ended transcripts, least recently read first (TRANSCRIPT_READ_CACHE_ENTRIES). */
-  private readonly endedBodies = new Map<string, Promise<string>>();
+  private readonly endedBodies = new Map<string, Promise<Buffer>>();
   private readonly maxBytes: number;
   private readonly maxTotalBytes: number;
 
@@ -267,9 +272,13 @@ export class SessionTranscripts {
    * The transcript's JSON body (`{session_id, turns}`), live or stored, optionally one page of it; undefined when none
    * was recorded. `InvalidInput` when `after` is not a kept turn.
    */
-  async read(sessionId: string, page: TranscriptPage = {}): Promise<string | undefined> {
+  async read(sessionId: string, page: TranscriptPage = {}): Promise<Buffer | undefined> {
     const limit = page.limit ?? TRANSCRIPT_MAX_TURNS;
     const live = this.live.get(sessionId);
+    if (live && page.after === undefined && page.limit === undefined) {
+      live.body ??= transcriptBody(sessionId, live.turns.map((turn) => turn.json));
+      return live.body;
+    }
     if (live) {
       const from = page.after === undefined ? 0 : live.turns.findIndex((turn) => turn.turnId === page.after) + 1;
       if (from === 0 && page.after !== undefined) throw notKept();
@@ -286,7 +295,7 @@ export class SessionTranscripts {
   }
 
   /** An ended transcript's whole body: read from the store once, then shared while it stays in the cache. */
-  private endedBody(sessionId: string): Promise<string> {
+  private endedBody(sessionId: string): Promise<Buffer> {
     let body = this.endedBodies.get(sessionId);
     if (body) this.endedBodies.delete(sessionId);
     body ??= this.store.page(sessionId, undefined, TRANSCRIPT_MAX_TURNS).then((turns) => transcriptBody(sessionId, turns ?? []));
@@ -318,6 +327,7 @@ export class SessionTranscripts {
   private append(sessionId: string, transcript: LiveTranscript, { turn, json }: { turn: TranscriptTurn; json: string }): void {
     const kept: KeptTurn = { seq: transcript.nextSeq++, turnId: turn.turn_id, json, bytes: Buffer.byteLength(json) };
     transcript.turns.push(kept);
+    transcript.body = null;
     transcript.bytes += kept.bytes;
     const dropped: KeptTurn[] = [];
     while (transcript.turns.length > 1 && (transcript.turns.length > TRANSCRIPT_MAX_TURNS || transcript.bytes > this.maxBytes)) {
@@ -378,7 +388,7 @@ export class SessionTranscripts {
 }
 
 function newTranscript(): LiveTranscript {
-  return { turns: [], bytes: 0, nextSeq: 0, index: null, writes: Promise.resolve() };
+  return { turns: [], body: null, bytes: 0, nextSeq: 0, index: null, writes: Promise.resolve() };
 }
 
 function notKept(): InvalidInput {
