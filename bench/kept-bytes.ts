@@ -10,7 +10,7 @@
  * - `outbox`: SERVICE_WEBHOOK_URL points at a port nobody listens on; 5,000 such turns; RSS (max while turning), the
  *   outbox's body bytes (read from its LevelDB after a SIGTERM), and the idle process's CPU before and after a restart.
  *
- *   npm run bench -- kept_bytes          (BENCH_KEPT_TURNS=500 for a quick look)
+ *   npm run bench -- kept_bytes          (BENCH_KEPT_TURNS=500 for a quick look, 0: transcripts only)
  */
 import { execFileSync, fork } from 'node:child_process';
 import fs from 'node:fs/promises';
@@ -244,6 +244,7 @@ export async function benchKeptBytes(): Promise<Record<string, unknown>> {
     };
     console.log(`  transcripts: data dir +${round(growth / 1e6, 2)} MB (budget ${round(budget / 1e6, 2)}), /healthz p95 ${live.healthz_p95_ms} / ${ended.healthz_p95_ms} ms`);
     await plain.stop();
+    if (OUTBOX_TURNS === 0) return out;
 
     // The outbox with a dead receiver.
     const port = await deadPort();
