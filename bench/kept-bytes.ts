@@ -17,7 +17,7 @@ import fs from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { makeAvatarBundle } from '../test/helpers/app.ts';
+import { makeAvatarBundle, post } from '../test/helpers/app.ts';
 import { startServiceProcess, type ServiceProcess } from '../test/helpers/service-process.ts';
 import { Store } from '../src/store/db.ts';
 import { TRANSCRIPT_MAX_BYTES } from '../src/sessions/transcript.ts';
@@ -60,19 +60,11 @@ function randomWords(chars: number): string {
   return text.slice(0, chars);
 }
 
-async function postJson(baseUrl: string, route: string, body?: unknown): Promise<Response> {
-  return fetch(`${baseUrl}${route}`, {
-    method: 'POST',
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-}
-
 async function openSession(baseUrl: string): Promise<string> {
-  const res = await postJson(baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' });
+  const res = await post(baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' });
   const body = (await res.json()) as { session_id: string };
   if (res.status !== 200) throw new Error(`POST /sessions → ${res.status}`);
-  const started = await postJson(baseUrl, `/sessions/${body.session_id}/start`);
+  const started = await post(baseUrl, `/sessions/${body.session_id}/start`);
   await started.body?.cancel();
   if (started.status !== 200) throw new Error(`start → ${started.status}`);
   return body.session_id;
@@ -81,13 +73,13 @@ async function openSession(baseUrl: string): Promise<string> {
 /** One cheap long turn: speak 10,000 characters, interrupt at once (retrying while the previous turn settles). */
 async function cheapTurn(baseUrl: string, sessionId: string): Promise<void> {
   for (;;) {
-    const res = await postJson(baseUrl, `/sessions/${sessionId}/speak`, { text: TURN_TEXT });
+    const res = await post(baseUrl, `/sessions/${sessionId}/speak`, { text: TURN_TEXT });
     await res.body?.cancel();
     if (res.status === 200) break;
     if (res.status !== 409) throw new Error(`speak → ${res.status}`);
     await sleep(BUSY_RETRY_MS);
   }
-  const interrupted = await postJson(baseUrl, `/sessions/${sessionId}/interrupt`);
+  const interrupted = await post(baseUrl, `/sessions/${sessionId}/interrupt`);
   await interrupted.body?.cancel();
 }
 
