@@ -112,6 +112,16 @@ describe('transcripts in LevelDB', () => {
     expect(heard).toHaveLength(30);
   });
 
+  it('the turn handed on (the turn.completed webhook) is the budgeted one the transcript keeps', async () => {
+    const dir = await tempDir('transcript-handed-');
+    const { transcripts } = await open(dir);
+    const { say, heard } = follow(transcripts, 's1');
+    say('语'.repeat(10_000));
+    expect(heard[0].assistant_text!.endsWith('…')).toBe(true);
+    expect(Buffer.byteLength(JSON.stringify(heard[0]))).toBeLessThanOrEqual(TRANSCRIPT_TURN_MAX_BYTES);
+    expect(parse(await transcripts.read('s1')).turns).toEqual([heard[0]]);
+  });
+
   it(`keeps at most ${TRANSCRIPT_MAX_TURNS} turns, oldest dropped, and pages through them live and after a reopen`, async () => {
     const dir = await tempDir('transcript-pages-');
     const first = await open(dir);
