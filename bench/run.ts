@@ -12,6 +12,7 @@
  *   BENCH_SERVICE_DIR=<checkout> npm run bench -- session_cpu   # the process steps against another checkout
  *   npm run bench -- streaming_cpu       # a WHEP viewer's and an RTMP output's CPU beside the session's
  *   npm run bench -- mouth_sheet [clip-or-photo …]   # contact sheets of mouth crops and the artefact measures
+ *   npm run bench -- kept_bytes          # transcripts and the webhook outbox against their byte budgets
  */
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -39,6 +40,7 @@ import { benchProfile } from './profile.ts';
 import { benchStageCosts } from './stage-costs.ts';
 import { benchCluster } from './cluster.ts';
 import { benchHostile } from './hostile.ts';
+import { benchKeptBytes } from './kept-bytes.ts';
 import { formatSummary, summarise } from './targets.ts';
 import { loadAverage } from './proc.ts';
 
@@ -67,6 +69,7 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['stage_costs', benchStageCosts],
   ['cluster', benchCluster],
   ['hostile', benchHostile],
+  ['kept_bytes', benchKeptBytes],
 ];
 /**
  * Steps that run only when named: diagnostics behind the figures (the profile repeats session_cpu's load under the

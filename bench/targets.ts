@@ -138,6 +138,51 @@ const TARGETS: TargetSpec[] = [
       return unloaded === null || loaded === null ? '' : `p50 ${loaded} vs ${unloaded} ms`;
     },
   },
+  // Issue 42's kept-bytes rows (H2–H4): transcripts and the webhook outbox within their byte budgets (bench/kept-bytes.ts).
+  {
+    row: '/healthz p95 under 20 concurrent reads of a 200-turn transcript',
+    path: ['kept_bytes', 'transcripts', 'healthz_p95_worst_ms'],
+    unit: 'ms',
+    target: '≤ 100 ms',
+    ok: (v) => v <= 100,
+    note: (results) => {
+      const p = (phase: string) => pick(results, ['kept_bytes', 'transcripts', phase, 'healthz_p95_ms']);
+      return `live ${p('reads_live')} ms, ended ${p('reads_ended')} ms, unloaded ${p('reads_unloaded')} ms`;
+    },
+  },
+  {
+    row: 'data dir growth, 3 sessions × 200 turns of 10,000 characters, × budget',
+    path: ['kept_bytes', 'transcripts', 'data_dir_growth_ratio'],
+    unit: '×',
+    target: '≤ 1×',
+    ok: (v) => v <= 1,
+    note: (results) =>
+      `${pick(results, ['kept_bytes', 'transcripts', 'data_dir_growth_mb'])} MB of ${pick(results, ['kept_bytes', 'transcripts', 'data_dir_budget_mb'])} MB`,
+  },
+  {
+    row: 'webhook outbox body bytes, dead receiver, 5,000 turns of 10,000 characters',
+    path: ['kept_bytes', 'outbox', 'outbox_body_mb'],
+    unit: 'MB',
+    target: '≤ 16.78 MB (WEBHOOK_OUTBOX_MAX_BYTES)',
+    ok: (v, results) => v <= (pick(results, ['kept_bytes', 'outbox', 'outbox_budget_mb']) ?? 0),
+    note: (results) => `${pick(results, ['kept_bytes', 'outbox', 'outbox_entries'])} entries, LevelDB ${pick(results, ['kept_bytes', 'outbox', 'leveldb_mb'])} MB`,
+  },
+  { row: 'RSS while 5,000 long turns queue for a dead receiver', path: ['kept_bytes', 'outbox', 'rss_max_mb'], unit: 'MB', target: '< 600 MB', ok: (v) => v < 600 },
+  {
+    row: 'idle CPU with a dead webhook receiver',
+    path: ['kept_bytes', 'outbox', 'idle_cpu_percent'],
+    unit: '% of a core',
+    target: '< 2 %',
+    ok: (v) => v < 2,
+  },
+  {
+    row: 'idle CPU with a dead webhook receiver, after a restart',
+    path: ['kept_bytes', 'outbox', 'idle_cpu_percent_after_restart'],
+    unit: '% of a core',
+    target: '< 2 %',
+    ok: (v) => v < 2,
+    note: (results) => `RSS ${pick(results, ['kept_bytes', 'outbox', 'rss_after_restart_mb'])} MB`,
+  },
   { row: 'speak → first audible at a wrtc viewer, p50', path: ['realtime', 'speakToFirstAudibleMs', 'p50'], unit: 'ms', target: '≤ 100 ms', ok: (v) => v <= 100, note: p95Note('realtime', 'speakToFirstAudibleMs') },
   { row: 'chat → first audible beyond the first token, p50', path: ['chat', 'chatOverheadBeyondTtftMs', 'p50'], unit: 'ms', target: '≤ 150 ms', ok: (v) => v <= 150, note: p95Note('chat', 'chatOverheadBeyondTtftMs') },
   {

@@ -37,7 +37,7 @@ import { ServiceMetrics } from './metrics/service-metrics.ts';
 import type { PoolLoadSnapshot } from '../actors/pool-load.ts';
 import { SERVICE_VERSION } from './version.ts';
 import { TranscriptStore } from './store/transcripts.ts';
-import { SessionTranscripts } from './sessions/transcript.ts';
+import { SessionTranscripts, type TranscriptBudgets } from './sessions/transcript.ts';
 import { WebhookOutbox } from './webhooks/outbox.ts';
 import { WebhookDelivery } from './webhooks/delivery.ts';
 import { WebhookEvents, type WebhookSink } from './webhooks/events.ts';
@@ -88,7 +88,9 @@ export interface ServiceOverrides {
   /** Opens session renderers (default: the render pool); tests wrap the pool to make a renderer fail. */
   render?: RenderOpener;
   /** Webhook delivery timing (tests retry in milliseconds instead of seconds) and outbox bound. */
-  webhooks?: { backoffBaseMs?: number; attemptTimeoutMs?: number; outboxMaxEntries?: number };
+  webhooks?: { backoffBaseMs?: number; attemptTimeoutMs?: number; outboxMaxEntries?: number; outboxMaxBytes?: number };
+  /** Transcript byte budgets (tests use small ones). */
+  transcripts?: TranscriptBudgets;
 }
 
 /** Builds every long-lived service object in dependency order; `close()` tears them down in reverse. */
@@ -157,7 +159,7 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     webhookSink = queue;
     delivery = { kick: () => undefined, close: () => queue.close() };
   } else {
-    const outbox = new WebhookOutbox(store, overrides.webhooks?.outboxMaxEntries, metrics.webhookDeliveries.dropped);
+    const outbox = new WebhookOutbox(store, overrides.webhooks?.outboxMaxEntries, metrics.webhookDeliveries.dropped, overrides.webhooks?.outboxMaxBytes);
     await outbox.load();
     webhookSink = outbox;
     if (signer) {
@@ -178,7 +180,8 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     logger: webhookLogger,
     sessionUrlOf: (sessionId) => supervisor.liveSession(sessionId)?.record.webhook_url,
   });
-  const transcripts = new SessionTranscripts(new TranscriptStore(store), logger.child({ component: 'transcripts' }));
+  const transcripts = new SessionTranscripts(new TranscriptStore(store), logger.child({ component: 'transcripts' }), overrides.transcripts);
+  await transcripts.load();
   const supervisor = new SessionSupervisor({
     config,
     store: sessionStore,

@@ -164,7 +164,7 @@ describe('webhook events', () => {
     for (const id of ids) await post(t.baseUrl, `/sessions/${id}/start`);
     for (const id of ids) await fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' });
     const kept: OutboxEntry[] = [];
-    for await (const entry of t.services.store.sublevel<OutboxEntry>('webhook-outbox').values()) kept.push(entry);
+    for await (const entry of t.services.store.sublevel<OutboxEntry>('webhook-messages').values()) kept.push(entry);
     expect(kept.map((entry) => JSON.parse(entry.body)).map((body) => `${body.type} ${body.data.session_id}`)).toEqual(
       ids.map((id) => `session.terminated ${id}`),
     );
@@ -227,7 +227,7 @@ describe('the webhook outbox in LevelDB', () => {
     await again.load();
     expect(again.all().map((entry) => entry.id)).toEqual(['msg_2', 'msg_3', 'msg_4']);
     const next = await again.add({ id: 'msg_5', url: 'http://127.0.0.1:9/h', type: 'session.started', body: '{}', createdAt: 5, attempts: 0, nextAt: 5 });
-    expect(next.key > again.all()[1].key).toBe(true);
+    expect(next!.key > again.all()[1].key).toBe(true);
     expect(again.all().map((entry) => entry.id)).toEqual(['msg_3', 'msg_4', 'msg_5']);
     await reopened.close();
   });

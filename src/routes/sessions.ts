@@ -1,7 +1,16 @@
 
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { CreateSessionRequest, CreateSessionResponse, SessionInfo, SessionTranscript, StatusOnly } from '../schemas/sessions.ts';
+import { CreateSessionRequest, CreateSessionResponse, SessionInfo, SessionTranscript, StatusOnly, TranscriptQuery } from '../schemas/sessions.ts';
 import { SessionIdParams, errors } from '../schemas/common.ts';
+import {
+  TRANSCRIPTS_MAX_TOTAL_BYTES,
+  TRANSCRIPT_MAX_BYTES,
+  TRANSCRIPT_MAX_TURNS,
+  TRANSCRIPT_TEXT_MAX_BYTES,
+  TRANSCRIPT_TURN_MAX_BYTES,
+} from '../sessions/transcript.ts';
+
+const kib = (bytes: number) => bytes / 1024;
 
 /** Session lifecycle (spec 3.1, 4.3) plus pause/resume, which the spec leaves open. */
 const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -47,14 +56,21 @@ const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'The conversation so far',
       description:
         'Finished turns in order: what the user said or asked (user_text), what the avatar was to say (assistant_text), what of it was ' +
-        'played before an interrupt (heard_text), its tool calls and how it ended. The newest 200 turns are kept (older ones are ' +
-        'dropped). Kept after termination as long as the tombstone (SERVICE_SESSION_TOMBSTONE_MS); 404 for an unknown session.',
+        'played before an interrupt (heard_text), its tool calls and how it ended. ' +
+        `The newest ${TRANSCRIPT_MAX_TURNS} turns are kept, at most ${kib(TRANSCRIPT_MAX_BYTES)} KiB of them (older ones are dropped); ` +
+        `a text over ${kib(TRANSCRIPT_TEXT_MAX_BYTES)} KiB is cut and ends with …, a turn over ${kib(TRANSCRIPT_TURN_MAX_BYTES)} KiB ` +
+        'loses its tool arguments. Kept after termination as long as the tombstone (SERVICE_SESSION_TOMBSTONE_MS), or until all ' +
+        `kept transcripts pass ${kib(TRANSCRIPTS_MAX_TOTAL_BYTES)} KiB (the least recently written go first); 404 for an unknown ` +
+        'session. Optional paging: `limit` turns `after` a turn_id; 400 when `after` is not a kept turn.',
       params: SessionIdParams,
-      response: { 200: SessionTranscript, ...errors(404) },
+      querystring: TranscriptQuery,
+      response: { 200: SessionTranscript, ...errors(400, 404) },
     },
-    handler: async (request) => {
-      const { session_id } = request.params;
-      return { session_id, turns: await supervisor.transcript(session_id) };
+    handler: async (request, reply) => {
+      const { limit, after } = request.query;
+      // Each turn was serialised once when it ended: the body is their JSON joined, sent as is.
+      const body = await supervisor.transcript(request.params.session_id, { limit: limit === undefined ? undefined : Number(limit), after });
+      return reply.type('application/json; charset=utf-8').send(body as never);
     },
   });
 

@@ -89,6 +89,24 @@ export const TranscriptTurn = Type.Object({
   ended_at: Type.String({ format: 'date-time' }),
 });
 
+/** Optional paging of `GET /sessions/{id}/transcript`; without it the answer holds every kept turn. */
+export const TranscriptQuery = Type.Object({
+  limit: Type.Optional(
+    // A query string is text (the service does not coerce types): a decimal 1–200.
+    Type.String({
+      pattern: '^(?:[1-9][0-9]?|1[0-9]{2}|200)$',
+      description: 'At most this many turns (1–200, oldest first); page on with `after`. Without it every kept turn',
+    }),
+  ),
+  after: Type.Optional(
+    Type.String({
+      minLength: 1,
+      maxLength: 128,
+      description: 'Only turns after this turn_id (the last one of the previous page); 400 when it is not a kept turn. An empty `turns` is the end',
+    }),
+  ),
+});
+
 export const SessionTranscript = Type.Object(
   {
     session_id: Type.String({ format: 'uuid' }),

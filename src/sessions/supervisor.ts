@@ -4,7 +4,7 @@ import { SessionFactory, type CreateSessionInput, type SessionFactoryDeps } from
 import { sessionParts, type Session } from './session.ts';
 import { errorForLog } from '../logger.ts';
 import type { WebhookEvents } from '../webhooks/events.ts';
-import type { SessionTranscripts, TranscriptTurn } from './transcript.ts';
+import { transcriptBody, type SessionTranscripts, type TranscriptPage } from './transcript.ts';
 
 /** How often expired tombstones are swept from LevelDB. */
 const TOMBSTONE_SWEEP_MS = 60_000;
@@ -151,13 +151,19 @@ export class SessionSupervisor {
     throw new SessionNotFound();
   }
 
-  /** The session's transcript (its newest turns), live or kept with its tombstone; `SessionNotFound` otherwise. */
-  async transcript(sessionId: string): Promise<TranscriptTurn[]> {
+  /**
+   * The session's transcript as its JSON body (`{session_id, turns}`, its newest turns or one page of them), live or
+   * kept with its tombstone; `SessionNotFound` otherwise.
+   */
+  async transcript(sessionId: string, page: TranscriptPage = {}): Promise<Buffer> {
     const session = this.live.get(sessionId);
     if (session) sessionParts(session).consumers.touch();
-    const turns = await this.deps.transcripts?.turnsOf(sessionId);
-    if (turns) return turns;
-    if (session || this.closing.has(sessionId) || (await this.deps.store.get(sessionId))) return [];
+    const exists = async () => session !== undefined || this.closing.has(sessionId) || (await this.deps.store.get(sessionId)) !== undefined;
+    // An unknown session is 404 before anything is said about its pages.
+    if (page.after !== undefined && !(await exists())) throw new SessionNotFound();
+    const body = await this.deps.transcripts?.read(sessionId, page);
+    if (body !== undefined) return body;
+    if (await exists()) return transcriptBody(sessionId, []);
     throw new SessionNotFound();
   }
 

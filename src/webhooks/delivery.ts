@@ -87,13 +87,29 @@ export async function attemptDelivery({ message, signer, fetch: fetchImpl, timeo
 }
 
 /**
+ * What the loop knows of one receiver (a URL). While it fails, its deliveries wait together: one probe (the oldest
+ * delivery) at its back-off time, nothing else, so a dead receiver costs one attempt per back-off step however many
+ * deliveries wait for it (issue 42, H2: each delivery retrying on its own kept a core busy).
+ */
+interface ReceiverState {
+  /** Consecutive failed attempts; 0 while it answers. */
+  failures: number;
+  /** While failing: when the next probe may go. */
+  nextAt: number;
+}
+
+/**
  * Sends the outbox's deliveries: each signed afresh per attempt (a new `webhook-timestamp`, the same `webhook-id`),
  * a 2xx delivers it, a network error, a timeout, a 408, a 429 or a 5xx retries it with exponential backoff for
  * the retry period, any other status gives up (the receiver refused it; a redirect is not followed, since it could
- * point anywhere). Runs beside the sessions: nothing a turn does waits for it.
+ * point anywhere). The back-off is per receiver: after a failure only its oldest delivery is tried again, at the
+ * back-off time, and the rest follow once it answers. Runs beside the sessions: nothing a turn does waits for it.
  */
 export class WebhookDelivery {
   private readonly inFlight = new Set<string>();
+  private readonly receivers = new Map<string, ReceiverState>();
+  /** Attempts in flight per receiver: whether a failing one is being probed, without walking its deliveries. */
+  private readonly inFlightOf = new Map<string, number>();
   private readonly closing = new AbortController();
   private timer: NodeJS.Timeout | null = null;
   private timerAt = Infinity;
@@ -114,19 +130,28 @@ export class WebhookDelivery {
     this.concurrency = options.concurrency ?? WEBHOOK_DELIVERY_CONCURRENCY;
   }
 
-  /** Something was added or became due: starts what may start now and times the next. */
+  /** Something was added or became due: starts what may start now and times the next. Costs O(receivers) while they fail. */
   kick(): void {
     if (this.closing.signal.aborted) return;
     const now = Date.now();
     let nextAt = Infinity;
-    for (const entry of this.options.outbox.all()) {
-      if (this.inFlight.has(entry.key)) continue;
-      if (entry.nextAt > now) {
-        nextAt = Math.min(nextAt, entry.nextAt);
-        continue;
+    for (const url of this.options.outbox.receivers()) {
+      nextAt = Math.min(nextAt, this.giveUpExpired(url, now));
+      const receiver = this.receiverState(url);
+      if (receiver.failures > 0) {
+        // A failing receiver gets one probe at a time, when its back-off is over.
+        if (this.probing(url)) continue;
+        if (receiver.nextAt > now) {
+          nextAt = Math.min(nextAt, receiver.nextAt);
+          continue;
+        }
       }
-      if (this.inFlight.size >= this.concurrency) break;
-      this.start(entry);
+      for (const entry of this.options.outbox.pendingOf(url)) {
+        if (this.inFlight.size >= this.concurrency) break;
+        if (this.inFlight.has(entry.key)) continue;
+        this.start(entry);
+        if (receiver.failures > 0) break;
+      }
     }
     this.wakeAt(nextAt);
   }
@@ -138,6 +163,47 @@ export class WebhookDelivery {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     await Promise.allSettled([...this.attempts]);
+  }
+
+  /**
+   * A receiver seen for the first time (at start-up, or after its queue emptied) takes its state from its entries:
+   * after a restart a dead receiver stays backed off as far as its deliveries' stored schedules say.
+   */
+  private receiverState(url: string): ReceiverState {
+    let receiver = this.receivers.get(url);
+    if (!receiver) {
+      receiver = { failures: 0, nextAt: 0 };
+      for (const entry of this.options.outbox.pendingOf(url)) {
+        receiver.failures = Math.max(receiver.failures, entry.attempts);
+        receiver.nextAt = Math.max(receiver.nextAt, entry.nextAt);
+      }
+      this.receivers.set(url, receiver);
+    }
+    return receiver;
+  }
+
+  private probing(url: string): boolean {
+    return (this.inFlightOf.get(url) ?? 0) > 0;
+  }
+
+  /** Gives up a receiver's deliveries past the retry period (oldest first); answers when the next one expires. */
+  private giveUpExpired(url: string, now: number): number {
+    for (const entry of this.options.outbox.pendingOf(url)) {
+      const expiresAt = entry.createdAt + this.retryPeriodMs;
+      if (expiresAt > now || this.inFlight.has(entry.key)) return expiresAt;
+      this.giveUp(entry, entry.attempts, false);
+    }
+    return Infinity;
+  }
+
+  private giveUp(entry: OutboxEntry, attempts: number, refused: boolean): Promise<void> {
+    this.options.counters.failed();
+    this.options.logger.warn({ webhookId: entry.id, type: entry.type, attempts, refused }, 'webhook delivery given up');
+    return this.options.outbox.remove(entry.key).catch((error: unknown) => this.logNotStored(entry, error));
+  }
+
+  private logNotStored(entry: OutboxEntry, error: unknown): void {
+    this.options.logger.error({ webhookId: entry.id, err: errorForLog(error) }, 'webhook delivery state not stored');
   }
 
   private wakeAt(at: number): void {
@@ -154,11 +220,17 @@ export class WebhookDelivery {
 
   private start(entry: OutboxEntry): void {
     this.inFlight.add(entry.key);
+    this.inFlightOf.set(entry.url, (this.inFlightOf.get(entry.url) ?? 0) + 1);
     const attempt = this.deliver(entry)
-      .catch((error: unknown) => this.options.logger.error({ webhookId: entry.id, err: errorForLog(error) }, 'webhook delivery state not stored'))
+      .catch((error: unknown) => this.logNotStored(entry, error))
       .finally(() => {
         this.inFlight.delete(entry.key);
+        const left = (this.inFlightOf.get(entry.url) ?? 1) - 1;
+        if (left > 0) this.inFlightOf.set(entry.url, left);
+        else this.inFlightOf.delete(entry.url);
         this.attempts.delete(attempt);
+        // A receiver with nothing left waiting is forgotten (the map stays as small as the outbox's receivers).
+        if (this.options.outbox.pendingOf(entry.url).next().done) this.receivers.delete(entry.url);
         this.kick();
       });
     this.attempts.add(attempt);
@@ -175,20 +247,26 @@ export class WebhookDelivery {
     });
     if (this.closing.signal.aborted) return;
     const attempts = entry.attempts + 1;
-    const log = { webhookId: entry.id, type: entry.type, attempts };
+    const receiver = this.receiverState(entry.url);
+    if (result !== 'retry') {
+      // It answered: whatever waits for it may go.
+      receiver.failures = 0;
+      receiver.nextAt = 0;
+    }
     if (result === 'delivered') {
       counters.delivered();
-      logger.debug(log, 'webhook delivered');
+      logger.debug({ webhookId: entry.id, type: entry.type, attempts }, 'webhook delivered');
       await outbox.remove(entry.key);
       return;
     }
-    const nextAt = Date.now() + backoffDelayMs(attempts, this.backoffBaseMs, this.backoffMaxMs);
-    if (result === 'give-up' || nextAt - entry.createdAt > this.retryPeriodMs) {
-      counters.failed();
-      logger.warn({ ...log, refused: result === 'give-up' }, 'webhook delivery given up');
-      await outbox.remove(entry.key);
-      return;
+    if (result === 'give-up') return this.giveUp(entry, attempts, true);
+    const now = Date.now();
+    // Attempts that were already in flight when the receiver went down add no further step.
+    if (receiver.nextAt <= now) {
+      receiver.failures += 1;
+      receiver.nextAt = now + backoffDelayMs(receiver.failures, this.backoffBaseMs, this.backoffMaxMs);
     }
-    await outbox.reschedule({ ...entry, attempts, nextAt });
+    if (receiver.nextAt - entry.createdAt > this.retryPeriodMs) return this.giveUp(entry, attempts, false);
+    await outbox.reschedule({ ...entry, attempts: Math.max(attempts, receiver.failures), nextAt: receiver.nextAt });
   }
 }
