@@ -32,6 +32,7 @@ import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
 import { blinkClosure, quantise, smoothstep } from '../idle-motion.ts';
 import { closeLips } from '../photo-lips.ts';
 import { PhotoHead } from '../photo-head.ts';
+import { warpFreedom } from '../photo-jaw.ts';
 import { mouthPalette, paintInside, type MouthPalette, type OpeningColumn, type Rgb } from '../photo-mouth.ts';
 
 export const OPEN_STEPS = 8;
@@ -78,6 +79,9 @@ const LIP_ZONE_WIDTH = 0.36;
 const LIP_ZONE_HEIGHT = 0.12;
 /** How much of the tongue a wide-open mouth shows (painted by `photo-mouth.ts`). */
 const TONGUE_STRENGTH = 0.75;
+/** Half width (mouth widths) of the chin's middle, which drops rigidly whatever edges lie below it, and its rounding. */
+const CHIN_CORE_HALF_WIDTH = 0.1;
+const CHIN_CORE_ROUNDING = 0.6;
 
 function sampleBilinear(image: RgbaImage, x: number, y: number, out: Rgb): void {
   const maxX = image.width - 1;
@@ -218,6 +222,8 @@ export class LipsyncRenderer implements Renderer {
   private harvested: HarvestedMouths | null = null;
   /** The warp's `open` that shows a video avatar's resting lips (see `MAX_REST_OPEN`); 0 on photos. */
   private restOpen = 0;
+  /** A photo's edge-aware falloff of the mouth warp over its box (`photo-jaw.ts`); null on video avatars. */
+  private freedom: Float32Array | null = null;
 
   async prepare(avatar: AvatarSource): Promise<void> {
     const { width, height } = avatar.manifest;
@@ -238,6 +244,7 @@ export class LipsyncRenderer implements Renderer {
     this.head = null;
     this.harvested = null;
     this.restOpen = 0;
+    this.freedom = null;
     if (!this.animation) return;
     // In the render pool the mouths travel with the shared loop (tasks carry no `clip`); read directly, with the clip.
     const mouths = avatar.loop?.mouths ?? avatar.clip?.mouths;
@@ -260,6 +267,7 @@ export class LipsyncRenderer implements Renderer {
       return;
     }
     this.head = new PhotoHead(this.animation, width, height, this.fps);
+    this.freedom = warpFreedom(this.source, warpBox(this.animation, this.source), { x: this.animation.mouth_center.x, width: this.animation.mouth_width, seamAt: this.seamAt });
     // Warm the cache for the poses speech hits most (jaw steps at neutral shape); the rest fill lazily.
     for (let open = 1; open < OPEN_STEPS; open++) this.mouthPatch(open, 0, 0);
     for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
@@ -338,7 +346,7 @@ export class LipsyncRenderer implements Renderer {
   private buildMouthPatch(open: number, wide: number, round: number): I420Patch {
     const source = this.source!;
     const shown = open > 0 ? this.restOpen + (1 - this.restOpen) * open : 0;
-    const { image, box } = warpMouth(shown, wide, round, { src: source, anim: this.animation!, seamAt: this.seamAt, palette: this.palette! });
+    const { image, box } = warpMouth(shown, wide, round, { src: source, anim: this.animation!, seamAt: this.seamAt, palette: this.palette!, freedom: this.freedom });
     if (!this.loop) return patchFromRgba(image, box.x, box.y, box.width, box.height, true);
     for (let y = box.y; y < box.y + box.height; y++) {
       for (let x = box.x; x < box.x + box.width; x++) {
@@ -420,12 +428,12 @@ function warpMouth(
   open: number,
   wide: number,
   round: number,
-  face: { src: RgbaImage; anim: MouthAnimation; seamAt: (x: number) => number; palette: MouthPalette },
+  face: { src: RgbaImage; anim: MouthAnimation; seamAt: (x: number) => number; palette: MouthPalette; freedom: Float32Array | null },
 ): { image: RgbaImage; box: Box } {
-  const { src, anim, seamAt, palette } = face;
-  const { x: cx, y: cy } = anim.mouth_center;
+  const { src, anim, seamAt, palette, freedom } = face;
+  const cx = anim.mouth_center.x;
   const mw = anim.mouth_width;
-  const box = clampBox(cx + REGION.left * mw, cy + REGION.top * mw, cx + REGION.right * mw, cy + REGION.bottom * mw, src.width, src.height);
+  const box = warpBox(anim, src);
   const out: RgbaImage = { width: src.width, height: src.height, data: new Uint8Array(src.data.length) };
   const jawDrop = open * MAX_JAW_DROP * mw;
   const shape = openingShape(open, wide, round, mw);
@@ -438,6 +446,9 @@ function warpMouth(
     const lens = lensAt(shape, (x - cx) / shape.halfWidth, destSeam);
     // Horizontal window of the jaw: flat under the mouth, fading out towards the cheeks.
     const jawWindow = 1 - smoothstep(0.45, 1.25, Math.abs(u));
+    // The chin itself drops rigidly in front of whatever lies below it (a collar's edge is carried down under the
+    // chin's middle: black over black); only beside it does the edge-aware falloff hold such edges in place.
+    const chinCore = 1 - smoothstep(CHIN_CORE_HALF_WIDTH, CHIN_CORE_HALF_WIDTH + CHIN_CORE_ROUNDING, Math.abs(u));
     const lipLift = destSeam - lens.top;
     const lipDrop = lens.bottom - destSeam;
     const lensMiddle = (lens.top + lens.bottom) / 2;
@@ -445,7 +456,7 @@ function warpMouth(
       // Gaussian falloff: its slope stays gentle, so the cheeks beside narrowed lips are not smeared.
       const v = (y - destSeam) / mw;
       const lipZone = Math.exp(-(u * u) / LIP_ZONE_WIDTH - (v * v) / LIP_ZONE_HEIGHT) * (1 - smoothstep(1.0, 1.3, Math.abs(u)));
-      const sx = x - (x - cx) * (1 - 1 / (1 + shape.spread)) * lipZone;
+      let sx = x - (x - cx) * (1 - 1 / (1 + shape.spread)) * lipZone;
       const seam = seamAt(sx);
       // Fixed-point iterations: the displacement depends on where in the rest image the pixel comes from.
       let sy: number;
@@ -460,6 +471,13 @@ function warpMouth(
           sy = y - mix(lipDrop, jawDrop * jawWindow, smoothstep(0.05, 0.45, vs)) * (1 - smoothstep(1.0, 1.6, vs));
         }
         sy = Math.max(sy, seam + 0.5);
+      }
+      if (freedom) {
+        // Strong edges outside the lips (a collar under the chin, the face's outline) stay where they are.
+        const held = freedom[(y - box.y) * box.width + (x - box.x)];
+        const free = y >= lensMiddle ? Math.max(chinCore, held) : held;
+        sx = x + (sx - x) * free;
+        sy = y + (sy - y) * free;
       }
       sampleBilinear(src, sx, sy, rgb);
       let { r, g, b } = rgb;
@@ -493,6 +511,13 @@ function warpMouth(
     }
   }
   return { image: out, box };
+}
+
+/** The region a mouth pose may change: the mouth, the chin below it, the cheeks beside it. */
+function warpBox(anim: MouthAnimation, src: RgbaImage): Box {
+  const { x: cx, y: cy } = anim.mouth_center;
+  const mw = anim.mouth_width;
+  return clampBox(cx + REGION.left * mw, cy + REGION.top * mw, cx + REGION.right * mw, cy + REGION.bottom * mw, src.width, src.height);
 }
 
 /** Animation is usable when the mouth lies inside the frame and has a plausible width. */
