@@ -8,7 +8,6 @@
 import type { FastifyReply } from 'fastify';
 import { HttpError, badRequest, conflict } from '../errors.ts';
 import {
-  AudioDecoderBusyError,
   AudioTooLongError,
   decodeAudioOffThread,
   DecodedDurationWatch,
@@ -79,9 +78,6 @@ export function uploadAdmission(services: object): UploadAdmission {
   return admission;
 }
 
-/** Retry-After of a 503 from a decoder that is busy or took too long. */
-const DECODER_BUSY_RETRY_AFTER_S = AUDIO_UPLOADS_RETRY_AFTER_S;
-
 export interface ClientAudioOptions {
   targetRate: number;
   /** Rate of headerless raw PCM (default 16 kHz). */
@@ -128,7 +124,6 @@ export async function decodeClientAudio(data: Uint8Array, options: ClientAudioOp
   } catch (error) {
     if (error instanceof AudioTooLongError) throw tooLong(error, tooLongStatus, label);
     if (error instanceof InvalidAudioError) throw badRequest(`invalid ${label}: ${error.message}`);
-    if (error instanceof AudioDecoderBusyError) throw new HttpError(503, error.message, { 'retry-after': String(DECODER_BUSY_RETRY_AFTER_S) });
     throw error;
   }
 }
