@@ -4,9 +4,9 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { SessionIdParams, errors } from '../schemas/common.ts';
 import { HttpError, badRequest, conflict, notFound } from '../errors.ts';
-import { closeAudioDecoder, describeDuration, requestOverrides, resolveTtsSelection, selectTts, sessionPersona } from '../sessions/index.ts';
+import { requestOverrides, resolveTtsSelection, selectTts, sessionPersona } from '../sessions/index.ts';
 import { InvalidSegmentError, OFFLINE_LIMITS, OfflineBundleRequest, prepareSegments, SegmentsTooLongError, segmentsOf } from '../recording/offline-input.ts';
-import { uploadAdmission } from './audio-uploads.ts';
+import { closeAudioDecoder, describeDuration, uploadAdmission } from '../http/audio-uploads.ts';
 import { closedSignal } from '../http/closed-signal.ts';
 import type { StoredJob } from '../store/jobs.ts';
 
