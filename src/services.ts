@@ -10,7 +10,7 @@ import { SessionSupervisor } from './sessions/supervisor.ts';
 import type { RenderOpener } from './sessions/session-factory.ts';
 import { InspectionHub } from './inspect/inspection-hub.ts';
 import { RenderPool } from '../actors/render/pool.ts';
-import { RendererRouter } from '../actors/render/router.ts';
+import { RendererRouter } from '../actors/render-backends/router.ts';
 import { InferencePool } from '../actors/inference/pool.ts';
 import { LocalLipsyncModel } from '../actors/lipsync/local-model.ts';
 import { RemoteLipsyncModel } from '../actors/lipsync/remote-model.ts';
