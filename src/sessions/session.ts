@@ -26,7 +26,7 @@ import type { SessionMedia } from './media.ts';
 import type { SessionMetrics } from './metrics.ts';
 import { SessionCloser } from './session-close.ts';
 import { logTurns, relayTurns, sessionInspect, type SessionBus } from './session-bus.ts';
-import { createStageActors, type StageContext } from '../../actors/stage/index.ts';
+import { createStageActors, type StageContext } from '../../actors/session-actors.ts';
 import { SessionConsumers, type ConsumerKind } from './consumers.ts';
 import { sessionPersona, type PersonaBase } from './persona.ts';
 import type { TtsSelection } from '../../actors/tts/types.ts';
