@@ -28,7 +28,7 @@ import { catalogVoiceLookup } from './voices/clone.ts';
 import { JobStore, type StoredJob } from './store/jobs.ts';
 import { RecordingRegistry } from './recording/registry.ts';
 import { OfflineJobQueue } from './recording/offline-jobs.ts';
-import { sweepStartupLeftovers } from './store/startup-sweep.ts';
+import { sweepStartupLeftovers } from './startup-sweep.ts';
 import type { SessionRecords } from './store/sessions.ts';
 import type { VoiceCatalogStore } from './voices/catalog.ts';
 import type { OfflineJobs } from './recording/offline-jobs.ts';
