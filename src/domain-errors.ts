@@ -6,6 +6,7 @@
  * One module for the whole service, not one per folder: the same refusal (a full queue, an unknown pick) comes
  * from sessions, catalog and previews alike, and the maps need every class in one place.
  */
+import { Overloaded } from '../actors/admission.ts';
 
 /** A refusal the domain decided; `detail` is what the client is told. */
 export abstract class DomainError extends Error {
@@ -33,17 +34,13 @@ export class SessionTerminated extends DomainError {
 export class NotAdmitted extends DomainError {}
 
 /**
- * The service cannot take this now, the request itself was fine: a cap or a bounded queue is full, the
- * process is out of file descriptors, or it is shutting down. `retryAfterS` is when trying again makes sense.
+ * The service cannot take this now, the request itself was fine (a cap or a bounded queue is full, the process is
+ * out of file descriptors, it is shutting down): `Overloaded{retryAfterS}`, declared beside the admission primitive
+ * (`actors/admission.ts`) because actors refuse work too, and answered once by the error plugin (503 + Retry-After).
  */
-export class AtCapacity extends DomainError {
-  constructor(
-    detail: string,
-    readonly retryAfterS: number,
-  ) {
-    super(detail);
-  }
-}
+export { Overloaded };
+/** The former name of `Overloaded`, kept for modules not yet renamed (the same class). */
+export { Overloaded as AtCapacity };
 
 /** A resource of a session (a WHEP viewer, an output) that the session does not have. */
 export class SessionResourceNotFound extends DomainError {}
@@ -96,4 +93,4 @@ export function isOutOfFileDescriptors(error: unknown): boolean {
 }
 
 export const outOfFileDescriptors = () =>
-  new AtCapacity('the service has too many files and connections open right now; retry later', OUT_OF_FILES_RETRY_AFTER_S);
+  new Overloaded('the service has too many files and connections open right now; retry later', OUT_OF_FILES_RETRY_AFTER_S);

@@ -12,7 +12,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AudioTooLongError, decodeAudioToPcm16, mp3DeclaredDuration } from '../actors/audio/decode.ts';
 import { OFFLINE_LIMITS } from '../src/recording/offline-input.ts';
-import { MAX_CONCURRENT_AUDIO_UPLOADS, uploadAdmission } from '../src/routes/audio-uploads.ts';
+import { MAX_CONCURRENT_AUDIO_UPLOADS, uploadAdmission } from '../src/http/audio-uploads.ts';
 import { TRANSCRIBE_AUDIO_MAX_MS, TURN_AUDIO_MAX_MS } from '../src/routes/interaction.ts';
 import { AudioConversionError, convertTo24kMonoWav, MAX_CLONE_SAMPLE_MS } from '../src/voices/convert.ts';
 import { json, makeAvatarBundle, post, startTestApp, tempDir, type TestApp } from './helpers/app.ts';

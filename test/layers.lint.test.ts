@@ -59,3 +59,26 @@ describe('imports point down only (src → actors → machines)', () => {
     expect(await layerErrors('src/sessions/example.ts', code)).toEqual([]);
   });
 });
+
+describe('actors/ folders import only floors below their own (no circles between folders)', () => {
+  it('a folder importing one on a higher floor fails lint, the circle render → lipsync → render included', async () => {
+    const upward = await layerErrors('actors/mouth/example.ts', "import type { PhoneTiming } from '../tts/types.ts';\nexport type X = PhoneTiming;\n");
+    expect(upward).toHaveLength(1);
+    expect(upward[0]).toMatch(/floors below/);
+    const nested = await layerErrors('actors/render/renderers/example.ts', "import { runNeuralStage } from '../../lipsync/neural-stages.ts';\nexport const x = runNeuralStage;\n");
+    expect(nested).toHaveLength(1);
+    expect(await layerErrors('actors/stage/example.ts', "import { createStageActors } from '../session-actors.ts';\nexport const x = createStageActors;\n")).toHaveLength(1);
+  });
+
+  it('a folder importing one on its own floor fails lint', async () => {
+    expect(await layerErrors('actors/tts/example.ts', "import { x } from '../lipsync/mel.ts';\nexport const y = x;\n")).toHaveLength(1);
+  });
+
+  it('a folder importing lower floors and its own files passes, and the src/ ban still holds', async () => {
+    const code = "import { Admission } from '../admission.ts';\nimport type { PhoneTiming } from '../mouth/visemes.ts';\nimport { x } from './types.ts';\nexport const y = [Admission, x];\nexport type Z = PhoneTiming;\n";
+    expect(await layerErrors('actors/tts/example.ts', code)).toEqual([]);
+    const fromSrc = await layerErrors('actors/render/example.ts', "import { Overloaded } from '../../src/domain-errors.ts';\nexport const x = Overloaded;\n");
+    expect(fromSrc).toHaveLength(1);
+    expect(fromSrc[0]).toMatch(/never import src/);
+  });
+});

@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createActor, waitFor } from 'xstate';
 import { sessionMachine, type SessionEvent } from '../machines/session.machine.ts';
 import { heardReply } from '../actors/llm/heard.ts';
-import { createLlmActor } from '../actors/llm/llm.actor.ts';
+import { createLlmActor } from '../actors/stage/llm.actor.ts';
 import type { StageContext } from '../actors/stage/stage.ts';
 import { ConversationHistory, INTERRUPTED_MARKER } from '../actors/llm/history.ts';
 import type { LlmProvider } from '../actors/llm/types.ts';

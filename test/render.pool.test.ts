@@ -5,7 +5,7 @@ import { MAX_FRAMES_PER_TASK, RenderPool } from '../actors/render/pool.ts';
 import { createRenderer } from '../actors/render/renderers/index.ts';
 import { decodeTimecode } from '../actors/render/timecode.ts';
 import type { AvatarManifest, AvatarSource } from '../actors/render/types.ts';
-import type { RenderTask } from '../actors/render/worker.ts';
+import type { RenderTask } from '../actors/render/tasks.ts';
 import { request } from './render.fixtures.ts';
 
 async function avatar(id: string): Promise<AvatarSource> {

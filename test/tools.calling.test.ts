@@ -6,7 +6,7 @@ import { AUDIBLE_RMS, eventually, labels, openSession, type LiveSession } from '
 import { startOpenAiUpstream, type OpenAiUpstream, type RecordedChatMessage, type RecordedRequest } from './fakes/openai-upstream.ts';
 import { startToolReceiver, type ToolReceiver } from './fakes/tool-receiver.ts';
 import { MAX_JSON_DEPTH } from '../actors/json-depth.ts';
-import { MAX_TOOL_ROUNDS_PER_TURN } from '../actors/llm/llm.actor.ts';
+import { MAX_TOOL_ROUNDS_PER_TURN } from '../actors/stage/llm.actor.ts';
 import type { TtsProvider, TtsProviderId } from '../actors/tts/types.ts';
 import { sessionParts } from '../src/sessions/session.ts';
 import { MAX_TOOL_DEFINITION_BYTES, MAX_TOOLS_PER_SESSION, SessionTools, checkToolDefinitions, type SessionToolDefinition } from '../src/sessions/tools.ts';

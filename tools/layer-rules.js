@@ -3,6 +3,51 @@
 // src → actors → machines.
 const SRC = { group: ['**/src/**', '!**/node_modules/**'], message: 'actors/ and machines/ never import src/: declare a port in actors/ and implement it in src/ (docs/architecture.md, "Layers").' };
 
+/**
+ * The floors of actors/, bottom first: a folder (or top-level file) imports only from floors below its own, so no
+ * two folders import each other, directly or around a circle. A new folder takes the floor above everything it
+ * imports; test/layers.lint.test.ts checks the crossings are caught.
+ */
+export const ACTOR_FLOORS = [
+  ['admission.ts', 'async-queue.ts', 'lazy-piscina.ts', 'pool-load.ts', 'transferable.ts', 'upstream'],
+  ['audio', 'inference', 'llm', 'render'],
+  ['asr', 'faces', 'media', 'mouth', 'vad'],
+  ['lipsync', 'tts'],
+  ['render-backends', 'stage'],
+  ['session-actors.ts'],
+];
+
+const escape = (name) => name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+/** One block per actors/ folder: the src/ ban, and no import of a folder on its own floor or above. */
+function actorFloorBlocks() {
+  return ACTOR_FLOORS.flatMap((floor, level) => {
+    const notBelow = ACTOR_FLOORS.slice(level).flat();
+    return floor
+      .filter((name) => !name.endsWith('.ts'))
+      .map((folder) => {
+        const forbidden = notBelow.filter((other) => other !== folder).map(escape);
+        return {
+          files: [`actors/${folder}/**/*.ts`, `actors/${folder}/**/*.mjs`],
+          rules: {
+            '@typescript-eslint/no-restricted-imports': [
+              'error',
+              {
+                patterns: [
+                  SRC,
+                  {
+                    regex: `^(\\.\\./)+(${forbidden.join('|')})(/|$)`,
+                    message: `actors/${folder}/ imports only folders on floors below its own (tools/layer-rules.js, ACTOR_FLOORS): no circles between actors/ folders.`,
+                  },
+                ],
+              },
+            ],
+          },
+        };
+      });
+  });
+}
+
 export const LAYER_RULES = [
   {
     // Engines and their actors: nothing from the service above them.
@@ -47,4 +92,5 @@ export const LAYER_RULES = [
       ],
     },
   },
+  ...actorFloorBlocks(),
 ];

@@ -4,6 +4,7 @@
  * SSE and every live session's timers must keep running meanwhile.
  */
 import { Piscina } from 'piscina';
+import { Overloaded } from '../admission.ts';
 import { LazyPiscina } from '../lazy-piscina.ts';
 import { movedWith } from '../transferable.ts';
 import { AudioTooLongError, InvalidAudioError, type DecodeOptions, type DecodedAudio } from './decode.ts';
@@ -25,11 +26,13 @@ export const AUDIO_DECODE_TIMEOUT_MS = 60_000;
 /** The thread (its WASM decoder and resampler, a few MB) is let go after this long without uploads. */
 const IDLE_TIMEOUT_MS = 60_000;
 
+/** Retry-After of a busy decoder: about one upload's read and decode. */
+export const AUDIO_DECODER_BUSY_RETRY_AFTER_S = 5;
+
 /** The decoder could not take the work now (its queue is full, or it took too long): a 503, try again later. */
-export class AudioDecoderBusyError extends Error {
+export class AudioDecoderBusyError extends Overloaded {
   constructor(message: string) {
-    super(message);
-    this.name = 'AudioDecoderBusyError';
+    super(message, AUDIO_DECODER_BUSY_RETRY_AFTER_S);
   }
 }
 

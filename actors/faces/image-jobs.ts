@@ -9,6 +9,8 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { ImageReply, ImageRequest } from './image-protocol.ts';
+import { Admission, Overloaded } from '../admission.ts';
+import { untilAborted } from '../upstream/abort.ts';
 
 const IMAGE_PROCESS_ENTRY = fileURLToPath(new URL('./image-process.mjs', import.meta.url));
 
@@ -33,9 +35,11 @@ export const IMAGE_PROCESS_IDLE_MS = 60_000;
 /** Retry-After of a full queue: about one upload's processing time. */
 export const IMAGE_JOBS_RETRY_AFTER_S = 10;
 
-/** No room for another upload now, or the service is closing (→ 503 + Retry-After). */
-export class ImageJobsBusyError extends Error {
-  override name = 'ImageJobsBusyError';
+/** No room for another upload now, or the service is closing (→ 503 + Retry-After: `IMAGE_JOBS_RETRY_AFTER_S`). */
+export class ImageJobsBusyError extends Overloaded {
+  constructor(detail: string) {
+    super(detail, IMAGE_JOBS_RETRY_AFTER_S);
+  }
 }
 
 /** The image process gave up on this upload: it was too slow, or died on it (the upload's fault → 400). */
@@ -48,16 +52,18 @@ export interface ImageProcess {
   request(message: ImageRequest): Promise<ImageReply>;
 }
 
-interface Waiter {
-  /** Hands over the slot of an upload that finished (the running count stays the same). */
-  start(): void;
-  refuse(error: Error): void;
-}
-
-let running = 0;
-const waiting: Waiter[] = [];
-/** Creations admitted before their upload was read and not yet answered (`admitImageJob`). */
-let admitted = 0;
+/** The slots uploads are processed in, and the line waiting for them. */
+const slots = new Admission({
+  maxRunning: MAX_RUNNING_IMAGE_JOBS,
+  maxWaiting: MAX_WAITING_IMAGE_JOBS,
+  refusal: () => new ImageJobsBusyError('too many images are being processed; retry shortly'),
+});
+/** Creations admitted before their upload was read and not yet answered (`admitImageJob`): every place a job can take. */
+const places = new Admission({
+  maxRunning: MAX_RUNNING_IMAGE_JOBS + MAX_WAITING_IMAGE_JOBS,
+  maxWaiting: 0,
+  refusal: () => new ImageJobsBusyError('too many avatars are being created; retry shortly'),
+});
 /** Each image process running an upload, with the controller that stops the upload (closeImageJobs). */
 const busyProcesses = new Map<ChildProcess, AbortController>();
 /** Jobs running in a slot without an image process (clips), stopped by closeImageJobs. */
@@ -74,19 +80,12 @@ let idle: { child: ChildProcess; timer: NodeJS.Timeout } | undefined;
  * answered or its client has gone.
  */
 export function admitImageJob(): () => void {
-  if (admitted >= MAX_RUNNING_IMAGE_JOBS + MAX_WAITING_IMAGE_JOBS) throw new ImageJobsBusyError('too many avatars are being created; retry shortly');
-  admitted++;
-  let released = false;
-  return () => {
-    if (released) return;
-    released = true;
-    admitted--;
-  };
+  return places.take();
 }
 
 /** Creations admitted and not yet released; for tests and diagnostics. */
 export function admittedImageJobs(): number {
-  return admitted;
+  return places.load.running;
 }
 
 /**
@@ -100,7 +99,7 @@ export async function withImageProcess<T>(
   work: (process: ImageProcess) => Promise<T>,
   opts: { signal?: AbortSignal; stepDeadlineMs?: number } = {},
 ): Promise<T> {
-  await takeSlot(opts.signal);
+  const releaseSlot = await slots.acquire(opts.signal);
   const stopped = new AbortController();
   const signal = opts.signal ? AbortSignal.any([opts.signal, stopped.signal]) : stopped.signal;
   const { child, ready } = takeProcess();
@@ -129,7 +128,7 @@ export async function withImageProcess<T>(
  * process: a clip upload, whose decoding runs in ffmpeg's own process. Busy and abort rules as `withImageProcess`.
  */
 export async function withImageJobSlot<T>(work: (signal: AbortSignal) => Promise<T>, opts: { signal?: AbortSignal } = {}): Promise<T> {
-  await takeSlot(opts.signal);
+  const releaseSlot = await slots.acquire(opts.signal);
   const stopped = new AbortController();
   const signal = opts.signal ? AbortSignal.any([opts.signal, stopped.signal]) : stopped.signal;
   slotJobs.add(stopped);
@@ -148,7 +147,7 @@ export function closeImageJobs(): void {
     child.kill('SIGKILL');
   }
   for (const stopped of slotJobs) stopped.abort(new ImageJobsBusyError('service is shutting down'));
-  for (const waiter of waiting.splice(0)) waiter.refuse(new ImageJobsBusyError('service is shutting down'));
+  slots.refuseWaiting(new ImageJobsBusyError('service is shutting down'));
   endIdle();
 }
 
@@ -213,48 +212,6 @@ function holdServiceOpen(child: ChildProcess, hold: boolean): void {
 
 function alive(child: ChildProcess): boolean {
   return child.exitCode === null && child.signalCode === null && child.connected;
-}
-
-async function takeSlot(signal?: AbortSignal): Promise<void> {
-  signal?.throwIfAborted();
-  if (running < MAX_RUNNING_IMAGE_JOBS) {
-    running++;
-    return;
-  }
-  if (waiting.length >= MAX_WAITING_IMAGE_JOBS) throw new ImageJobsBusyError('too many images are being processed; retry shortly');
-  await new Promise<void>((resolve, reject) => {
-    const waiter: Waiter = {
-      start: () => {
-        signal?.removeEventListener('abort', onAbort);
-        resolve();
-      },
-      refuse: (error) => {
-        signal?.removeEventListener('abort', onAbort);
-        reject(error);
-      },
-    };
-    const onAbort = () => {
-      waiting.splice(waiting.indexOf(waiter), 1);
-      reject(signal!.reason);
-    };
-    waiting.push(waiter);
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
-}
-
-function releaseSlot(): void {
-  const next = waiting.shift();
-  if (next) next.start();
-  else running--;
-}
-
-function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    if (signal.aborted) return onAbort();
-    signal.addEventListener('abort', onAbort, { once: true });
-    work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
-  });
 }
 
 function requestOf(child: ChildProcess, message: ImageRequest, deadlineMs: number, signal: AbortSignal): Promise<ImageReply> {

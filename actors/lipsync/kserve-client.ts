@@ -17,7 +17,9 @@
  */
 import { readJsonOutputOffThread } from './kserve-json-pool.ts';
 import { abortError } from '../upstream/abort.ts';
+import { Admission, type Release } from '../admission.ts';
 import { UpstreamError } from '../upstream/errors.ts';
+import { describeTransportError, extractErrorText, readBoundedBytes } from '../upstream/http.ts';
 import {
   inspectLipsyncModel,
   LIPSYNC_DATATYPE,
@@ -42,8 +44,6 @@ const MAX_METADATA_BYTES = 1 << 20;
 const MAX_INFER_HEADER_BYTES = 64 << 10;
 /** A float written as JSON text takes at most ~24 characters ("-0.12345678901234567e-10,"). */
 const MAX_JSON_BYTES_PER_FLOAT = 32;
-/** Upstream error text kept in our messages. */
-const MAX_ERROR_TEXT_CHARS = 300;
 /** The KServe extension name Triton lists in `GET /v2` when it accepts binary tensors. */
 export const BINARY_TENSOR_EXTENSION = 'binary_tensor_data';
 const HEADER_LENGTH_FIELD = 'inference-header-content-length';
@@ -114,8 +114,8 @@ export class KserveLipsyncClient {
   private readonly metadataTimeoutMs: number;
   private readonly inferTimeoutMs: number;
   private readonly closing = new AbortController();
-  private readonly waiting: Array<() => void> = [];
-  private running = 0;
+  /** The requests on the wire and the callers waiting for one of their slots. */
+  private readonly slots: Admission;
   private closed = false;
   private connection: { signature: LipsyncSignature; encoding: KserveEncoding } | undefined;
 
@@ -126,11 +126,16 @@ export class KserveLipsyncClient {
     this.maxQueued = Math.max(0, options.maxQueued ?? KSERVE_DEFAULT_MAX_QUEUED);
     this.metadataTimeoutMs = options.metadataTimeoutMs ?? KSERVE_METADATA_TIMEOUT_MS;
     this.inferTimeoutMs = options.inferTimeoutMs ?? KSERVE_INFER_TIMEOUT_MS;
+    this.slots = new Admission({
+      maxRunning: this.maxInFlight,
+      maxWaiting: this.maxQueued,
+      refusal: () => new KserveError('busy', `inference queue full (${this.maxInFlight} in flight, ${this.maxQueued} waiting)`),
+    });
   }
 
   /** Requests currently on the wire. */
   get inFlight(): number {
-    return this.running;
+    return this.slots.load.running;
   }
 
   /** The signature and encoding `connect()` settled on, if it connected. */
@@ -213,7 +218,7 @@ export class KserveLipsyncClient {
     ];
     const outputFloats = batch.count * 3 * size * size;
     const deadline = AbortSignal.timeout(timeoutMs);
-    await this.acquireSlot(AbortSignal.any([signal, deadline]), signal);
+    const releaseSlot = await this.acquireSlot(AbortSignal.any([signal, deadline]), signal);
     try {
       const { body, headers } = encoding === 'binary' ? binaryRequest(inputs, signature.output) : jsonRequest(inputs, signature.output);
       const maxBytes = encoding === 'binary' ? MAX_INFER_HEADER_BYTES + outputFloats * 4 : MAX_INFER_HEADER_BYTES + outputFloats * MAX_JSON_BYTES_PER_FLOAT;
@@ -225,7 +230,7 @@ export class KserveLipsyncClient {
       if (headerLength === null) return await this.readJsonAnswer(answer.body, signature.output, shape, signal, deadline);
       return readOutput(answer.body, headerLength, signature.output, shape);
     } finally {
-      this.releaseSlot();
+      releaseSlot();
     }
   }
 
@@ -245,37 +250,18 @@ export class KserveLipsyncClient {
     if (this.closed) return;
     this.closed = true;
     this.closing.abort(new KserveError('closed', 'KServe client closed'));
-    for (const wake of this.waiting.splice(0)) wake();
+    this.slots.refuseWaiting(new KserveError('closed', 'KServe client closed'));
   }
 
-  private async acquireSlot(bounded: AbortSignal, caller: AbortSignal): Promise<void> {
+  /** A slot on the wire, waiting within `bounded` (the caller's signal and the inference's deadline). */
+  private async acquireSlot(bounded: AbortSignal, caller: AbortSignal): Promise<Release> {
     if (this.closed) throw new KserveError('closed', 'KServe client closed');
-    if (this.running < this.maxInFlight) {
-      this.running++;
-      return;
+    try {
+      return await this.slots.acquire(bounded);
+    } catch (error) {
+      if (!bounded.aborted) throw error;
+      throw caller.aborted ? abortError(caller) : new KserveError('timeout', `inference: no free slot within ${this.inferTimeoutMs} ms`);
     }
-    if (this.waiting.length >= this.maxQueued) throw new KserveError('busy', `inference queue full (${this.maxInFlight} in flight, ${this.maxQueued} waiting)`);
-    await new Promise<void>((resolve, reject) => {
-      const wake = (): void => {
-        bounded.removeEventListener('abort', onAbort);
-        if (this.closed) reject(new KserveError('closed', 'KServe client closed'));
-        else resolve();
-      };
-      const onAbort = (): void => {
-        const at = this.waiting.indexOf(wake);
-        if (at >= 0) this.waiting.splice(at, 1);
-        reject(caller.aborted ? abortError(caller) : new KserveError('timeout', `inference: no free slot within ${this.inferTimeoutMs} ms`));
-      };
-      bounded.addEventListener('abort', onAbort, { once: true });
-      this.waiting.push(wake);
-    });
-    // The slot was handed over by releaseSlot (running not decremented), so nothing to count here.
-  }
-
-  private releaseSlot(): void {
-    const next = this.waiting.shift();
-    if (next) next();
-    else this.running--;
   }
 
   /** One HTTP exchange with a deadline; the body is read (bounded) before returning. */
@@ -293,7 +279,9 @@ export class KserveLipsyncClient {
     const signal = AbortSignal.any([caller, timer, this.closing.signal]);
     try {
       const response = await fetch(`${this.baseUrl}${path}`, { method, headers: send?.headers, body: send?.body, signal });
-      const body = await readBounded(response, send?.maxBytes ?? MAX_METADATA_BYTES, what);
+      const maxBytes = send?.maxBytes ?? MAX_METADATA_BYTES;
+      const oversized = () => new KserveError('protocol', `${what}: answer exceeds ${maxBytes} bytes`);
+      const body = await readBoundedBytes(response, what, maxBytes, { oversized });
       return { ok: response.ok, status: response.status, headers: response.headers, body };
     } catch (error) {
       if (caller.aborted) throw abortError(caller);
@@ -303,20 +291,9 @@ export class KserveLipsyncClient {
         throw new KserveError('timeout', `${what}: no answer within ${ms} ms`);
       }
       if (error instanceof KserveError) throw error;
-      throw new KserveError('transport', `${what} request failed: ${transportErrorText(error)}`);
+      throw new KserveError('transport', `${what} request failed: ${describeTransportError(error)}`);
     }
   }
-}
-
-/**
- * A transport failure in words that name no server: undici's cause (`connect ECONNREFUSED 10.0.0.5:8000`,
- * `getaddrinfo ENOTFOUND triton-host`) carries the address, and these texts reach `/models`, job errors and 502s.
- */
-function transportErrorText(error: unknown): string {
-  if (!(error instanceof Error)) return 'transport error';
-  const cause = error.cause;
-  const code = cause instanceof Error ? (cause as NodeJS.ErrnoException).code : undefined;
-  return code ? `${error.message} (${code})` : error.message;
 }
 
 interface Answer {
@@ -350,24 +327,6 @@ function jsonValues(part: Float32Array, stable: boolean): string {
   return text;
 }
 
-async function readBounded(response: Response, maxBytes: number, what: string): Promise<Uint8Array> {
-  const declared = Number(response.headers.get('content-length'));
-  if (declared > maxBytes) {
-    await response.body?.cancel();
-    throw new KserveError('protocol', `${what}: answer of ${declared} bytes exceeds ${maxBytes}`);
-  }
-  if (!response.body) return new Uint8Array(0);
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  for await (const chunk of response.body) {
-    total += chunk.byteLength;
-    // Leaving the loop by throwing cancels the stream, which closes the connection.
-    if (total > maxBytes) throw new KserveError('protocol', `${what}: answer exceeds ${maxBytes} bytes`);
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, total);
-}
-
 function parseJson(bytes: Uint8Array, what: string): unknown {
   try {
     return JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'));
@@ -376,15 +335,9 @@ function parseJson(bytes: Uint8Array, what: string): unknown {
   }
 }
 
+/** A non-2xx answer as `KserveError('http')`, with the server's own explanation in the words every upstream uses. */
 function httpError(what: string, answer: Answer): KserveError {
-  let text = '';
-  try {
-    const body = parseJson(answer.body, what) as { error?: unknown };
-    if (typeof body.error === 'string') text = body.error;
-  } catch {
-    text = Buffer.from(answer.body).toString('utf8');
-  }
-  const explanation = text.trim().slice(0, MAX_ERROR_TEXT_CHARS) || 'no body';
+  const explanation = extractErrorText(Buffer.from(answer.body).toString('utf8')) || 'no body';
   return new KserveError('http', `${what} returned ${answer.status}: ${explanation}`, answer.status);
 }
 

@@ -20,7 +20,7 @@
  *   backend, and the next frames try the backend again (`backendOverloaded` once per streak, no `backendError`).
  */
 import { EventEmitter, setMaxListeners } from 'node:events';
-import type { FrameRenderer } from '../media/playout.ts';
+import type { FrameRenderer, RenderBackendWatcher } from '../media/playout.ts';
 import type { FrameRequest, I420Frame } from '../render/types.ts';
 import { baseFrame, faceAt, type PreparedFace } from './face-crop.ts';
 import { MEL_STREAM_LEAD_SAMPLES, MEL_STREAM_WINDOW_SAMPLES, WAV2LIP_MEL } from './mel.ts';
@@ -93,6 +93,22 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
     lagMs: ((MEL_STREAM_WINDOW_SAMPLES - MEL_STREAM_LEAD_SAMPLES) * 1000) / WAV2LIP_MEL.sampleRate,
   };
   readonly renderAhead = { frames: NEURAL_RENDER_AHEAD_FRAMES, burst: NEURAL_RENDER_BURST };
+
+  /** The backend's health as the session's media watches it (`FrameRenderer.watchBackend`), from this renderer's events. */
+  watchBackend(watcher: RenderBackendWatcher): () => void {
+    const failed = (error: unknown): void => watcher.failed(error);
+    const recovered = (): void => watcher.recovered();
+    const overloaded = (error: unknown): void => watcher.overloaded(error);
+    this.on('backendError', failed);
+    this.on('backendRecovered', recovered);
+    this.on('backendOverloaded', overloaded);
+    return () => {
+      this.off('backendError', failed);
+      this.off('backendRecovered', recovered);
+      this.off('backendOverloaded', overloaded);
+    };
+  }
+
   private readonly face: PreparedFace;
   private readonly backend: LipsyncInference;
   private readonly stages: NeuralStages;

@@ -13,7 +13,7 @@ import { readClipSource } from '../render/clip-loop.ts';
 import { BUNDLE_FRAME_PATH } from '../render/image.ts';
 import type { RenderPool } from '../render/pool.ts';
 import { CLOSED_MOUTH, type AvatarSource, type FrameAudio, type FrameRequest, type I420Frame } from '../render/types.ts';
-import type { RenderTask } from '../render/worker.ts';
+import type { NeuralTask, TaskOutcome } from '../render/tasks.ts';
 import { composeFace, faceAt, prepareFace, type PreparedFace } from './face-crop.ts';
 import { MEL_STREAM_LEAD_SAMPLES, MEL_STREAM_WINDOW_SAMPLES, WAV2LIP_MEL, melWindowFromStream } from './mel.ts';
 
@@ -71,29 +71,29 @@ export function inlineStages(face: PreparedFace): NeuralStages {
 const MAX_WORKER_FACES = 6;
 const workerFaces = new Map<string, Promise<PreparedFace>>();
 
-function workerFace(task: RenderTask): Promise<PreparedFace> {
+function workerFace(task: NeuralTask): Promise<PreparedFace> {
   let entry = workerFaces.get(task.cacheKey);
   if (entry) {
     workerFaces.delete(task.cacheKey);
     workerFaces.set(task.cacheKey, entry);
     return entry;
   }
-  entry = prepareFace(task.avatar, task.faceSize ?? 0);
+  entry = prepareFace(task.avatar, task.faceSize);
   entry.catch(() => workerFaces.delete(task.cacheKey));
   workerFaces.set(task.cacheKey, entry);
   while (workerFaces.size > MAX_WORKER_FACES) workerFaces.delete(workerFaces.keys().next().value as string);
   return entry;
 }
 
-/** Runs a `neural_*` render task in a render worker (`actors/render/worker.ts`); returns the result and what to transfer. */
-export async function runNeuralStage(task: RenderTask): Promise<{ frames: I420Frame[]; mels?: Float32Array[]; transfer: ArrayBuffer[] }> {
+/** Runs a `neural_*` render task in a render worker (`actors/render-backends/worker.ts`); returns the result and what to transfer. */
+export async function runNeuralStage(task: NeuralTask): Promise<TaskOutcome> {
   if (task.op === 'neural_mel') {
     const mels = task.requests.map((request) => melOfAudio(request.audio!));
     return { frames: [], mels, transfer: mels.map((mel) => mel.buffer as ArrayBuffer) };
   }
   const face = await workerFace(task);
   if (task.op === 'neural_prepare') return { frames: [], transfer: [] };
-  const frames = (task.outputs ?? []).map((output, k) => composeFace(faceAt(face, task.requests[k]?.frameIdx ?? 0), output));
+  const frames = task.outputs.map((output, k) => composeFace(faceAt(face, task.requests[k]?.frameIdx ?? 0), output));
   return { frames, transfer: frames.map((frame) => frame.data.buffer as ArrayBuffer) };
 }
 
@@ -140,8 +140,7 @@ export class RenderPoolStages implements NeuralStages {
   async compose(outputs: Float32Array[], frameIdxs: number[], signal: AbortSignal): Promise<I420Frame[]> {
     if (outputs.length === 0) return [];
     const requests = frameIdxs.map((frameIdx): FrameRequest => ({ frameIdx, ptsMs: 0, mouth: CLOSED_MOUTH, level: 0, speaking: true }));
-    const task = this.task('neural_compose', requests);
-    task.outputs = outputs;
+    const task: NeuralTask = { ...this.task('neural_mel', requests), op: 'neural_compose', outputs };
     // Each answer owns its buffer (the pool and the KServe client cut them out of the batch), so they move uncopied.
     const transfer = new Set<ArrayBuffer>();
     for (const output of outputs) if (output.byteOffset === 0 && output.byteLength === output.buffer.byteLength) transfer.add(output.buffer as ArrayBuffer);
@@ -149,7 +148,7 @@ export class RenderPoolStages implements NeuralStages {
     return result.frames;
   }
 
-  private task(op: RenderTask['op'], requests: FrameRequest[]): RenderTask {
+  private task(op: 'neural_prepare' | 'neural_mel', requests: FrameRequest[]): NeuralTask {
     return { op, cacheKey: this.cacheKey, avatar: this.avatar, modelType: 'lipsync', requests, faceSize: this.size };
   }
 }

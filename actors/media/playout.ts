@@ -48,6 +48,21 @@ export interface FrameRenderer {
    */
   readonly renderAhead?: { frames: number; burst: number };
   render(requests: FrameRequest[], signal?: AbortSignal): Promise<I420Frame[]>;
+  /**
+   * A renderer with a backend it can fall back from (the neural lip-sync renderer) reports the backend's health to
+   * `watcher` until the returned stop is called; renderers without one leave this out.
+   */
+  watchBackend?(watcher: RenderBackendWatcher): () => void;
+}
+
+/** What a renderer with a fallback tells about its backend (`FrameRenderer.watchBackend`). */
+export interface RenderBackendWatcher {
+  /** The backend failed; speech renders on the fallback until it recovers. */
+  failed(error: unknown): void;
+  /** The backend answered again after failing. */
+  recovered(): void;
+  /** The backend could not take some frames; they render on the fallback. Once per streak. */
+  overloaded(error: unknown): void;
 }
 
 export interface PlayoutOptions {

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import wrtc from '@roamhq/wrtc';
 import { MalformedSdpError, PeerGoneError, assertPlausibleSdp, waitForIceGathering, offerAsApplied, type IceServer, type WebRtcOutput } from './webrtc.ts';
+import { Overloaded } from '../admission.ts';
 
 const { RTCPeerConnection } = wrtc;
 
@@ -11,11 +12,13 @@ const { RTCPeerConnection } = wrtc;
  */
 export const MAX_WHEP_VIEWERS = 8;
 
-/** All viewer slots are taken; the caller answers 503. */
-export class ViewersFullError extends Error {
+/** Retry-After when every viewer slot is taken: a viewer that left frees its slot at once, one whose connection dropped within seconds (ICE failure). */
+export const WHEP_FULL_RETRY_AFTER_S = 10;
+
+/** All viewer slots are taken (503 + Retry-After). */
+export class ViewersFullError extends Overloaded {
   constructor() {
-    super(`the session already has ${MAX_WHEP_VIEWERS} WHEP viewers`);
-    this.name = 'ViewersFullError';
+    super(`the session already has ${MAX_WHEP_VIEWERS} WHEP viewers`, WHEP_FULL_RETRY_AFTER_S);
   }
 }
 

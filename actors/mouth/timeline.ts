@@ -10,7 +10,7 @@
  * Without timings: derived from the audio — energy and the F1-band centroid for `open`, the
  * high-band/low-band energy ratio for `wide` vs `round` — smoothed with a fast attack and slow release.
  */
-import type { PhoneTiming } from '../tts/types.ts';
+import type { PhoneTiming } from './visemes.ts';
 import { CLOSED_MOUTH, type MouthPose } from '../render/types.ts';
 import { AudioAnalysis, HOP_MS } from './audio-features.ts';
 import { VISEME_DOMINANCE, VISEME_POSES, visemeForPhone } from './visemes.ts';

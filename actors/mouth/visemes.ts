@@ -5,6 +5,17 @@
  */
 import type { MouthPose } from '../render/types.ts';
 
+/**
+ * One phone (or word) with its time span, relative to the start of the TTS chunk it came with: what the mouth
+ * timeline is built from (`timeline.ts`), declared here so that `tts/` depends on the mouth and not the reverse.
+ */
+export interface PhoneTiming {
+  /** ARPAbet-like phone symbol in lower case (`aa`, `m`, `pau`, ...). */
+  phone: string;
+  startMs: number;
+  endMs: number;
+}
+
 export type Viseme = 'sil' | 'PP' | 'FF' | 'TH' | 'DD' | 'kk' | 'CH' | 'SS' | 'nn' | 'RR' | 'aa' | 'E' | 'I' | 'O' | 'U' | 'ax';
 
 const PHONE_TO_VISEME: Readonly<Record<string, Viseme>> = {

@@ -10,7 +10,7 @@ import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { Piscina } from 'piscina';
 import type { AvatarSource, FrameRequest, I420Frame, ModelType, Renderer } from './types.ts';
-import type { RenderTask, RenderTaskResult } from './worker.ts';
+import type { RenderTask, RenderTaskResult } from './tasks.ts';
 import { ProsodyTracker } from './prosody.ts';
 import { BUNDLE_FRAME_PATH, readShared } from './image.ts';
 import { SharedClipLoops, type ClipLoopLease } from './shared-clip-loops.ts';
@@ -78,7 +78,7 @@ export class RenderPool {
       await this.run({ op: 'decode_loop', cacheKey: '', avatar, modelType: avatar.manifest.model_type, requests: [], loopDecode: { clip, loop } });
     });
     this.piscina = new Piscina({
-      filename: new URL('./worker-bootstrap.mjs', import.meta.url).href,
+      filename: new URL('../render-backends/worker-bootstrap.mjs', import.meta.url).href,
       minThreads: this.threads,
       maxThreads: this.threads,
       // Renderers are CPU-bound; more than a couple of queued tasks per thread only adds latency.

@@ -4,6 +4,9 @@
  * and the offline renderer only ever talk to this interface.
  */
 import type { ProviderStatus } from '../upstream/errors.ts';
+import type { PhoneTiming } from '../mouth/visemes.ts';
+
+export type { PhoneTiming };
 
 /** Provider identifiers exactly as the interface specification names them. */
 export const TTS_PROVIDER_IDS = [
@@ -37,14 +40,6 @@ export interface TtsLogger {
   warn(obj: object, msg?: string): void;
   error(obj: object, msg?: string): void;
   debug(obj: object, msg?: string): void;
-}
-
-/** One phone (or word) with its time span, relative to the start of the chunk it came with. */
-export interface PhoneTiming {
-  /** ARPAbet-like phone symbol in lower case (`aa`, `m`, `pau`, ...). */
-  phone: string;
-  startMs: number;
-  endMs: number;
 }
 
 export interface TtsChunk {

@@ -92,7 +92,7 @@ export async function fetchUpstream(fetchImpl: FetchLike, url: string, options: 
   } catch (error) {
     if (signal.aborted) throw abortReason(signal);
     if (timeout.aborted) throw new UpstreamError(`${provider}: upstream did not answer within ${headersTimeoutMs} ms`);
-    throw new UpstreamError(`${provider}: upstream request failed: ${(error as Error).message}`);
+    throw new UpstreamError(`${provider}: upstream request failed: ${describeTransportError(error)}`);
   }
   if (!response.ok) {
     const text = (await readErrorStart(response, provider)).trim() || response.statusText || 'no error text';
@@ -224,28 +224,37 @@ export class RequestDeadline {
   }
 }
 
-/** undici wraps the useful part (`ECONNREFUSED`, `other side closed`) in `cause`. */
+/**
+ * A transport failure in words that name no server, the one rule for every upstream: undici wraps the useful part
+ * in `cause`, whose message carries the address (`connect ECONNREFUSED 10.0.0.5:8000`, `getaddrinfo ENOTFOUND
+ * triton-host`), and these texts reach 502 details, `/models`, job errors and logs. So only the cause's code
+ * (`ECONNREFUSED`, `UND_ERR_SOCKET`) is kept beside the outer message, never the cause's own text.
+ */
 export function describeTransportError(error: unknown): string {
-  if (!(error instanceof Error)) return String(error);
+  if (!(error instanceof Error)) return 'transport error';
   const cause = error.cause;
-  if (cause instanceof Error) {
-    const code = (cause as NodeJS.ErrnoException).code;
-    return `${error.message} (${code ? `${code}: ` : ''}${cause.message})`;
-  }
-  return error.message;
+  const code = cause instanceof Error ? (cause as NodeJS.ErrnoException).code : undefined;
+  return code ? `${error.message} (${code})` : error.message;
 }
 
 /**
- * Reads a response body as UTF-8 text, at most `maxBytes`: beyond it the body is cancelled (closing the
- * upstream connection) and either the start is returned (`truncate`) or an `UpstreamError` thrown.
+ * Reads a response body, at most `maxBytes`: a body declaring more by its Content-Length is refused unread, and
+ * beyond the bound the body is cancelled (closing the upstream connection) and either the start is returned
+ * (`truncate`) or `oversized()` thrown (an `UpstreamError` unless the caller names its own). A connection cut
+ * while reading rethrows the transport's own error, for the caller to classify.
  */
-export async function readBoundedText(
+export async function readBoundedBytes(
   response: Response,
   label: string,
   maxBytes: number,
-  options: { truncate?: boolean } = {},
-): Promise<string> {
-  if (!response.body) return '';
+  options: { truncate?: boolean; oversized?: () => Error } = {},
+): Promise<Buffer> {
+  const oversized = options.oversized ?? (() => new UpstreamError(`${label} upstream sent a reply over ${maxBytes} bytes`));
+  if (!options.truncate && Number(response.headers.get('content-length')) > maxBytes) {
+    await response.body?.cancel().catch(() => undefined);
+    throw oversized();
+  }
+  if (!response.body) return Buffer.alloc(0);
   const reader = response.body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
@@ -258,7 +267,7 @@ export async function readBoundedText(
         break;
       }
       if (total + value.byteLength > maxBytes) {
-        if (!options.truncate) throw new UpstreamError(`${label} upstream sent a reply over ${maxBytes} bytes`);
+        if (!options.truncate) throw oversized();
         chunks.push(value.subarray(0, maxBytes - total));
         total = maxBytes;
         break;
@@ -269,7 +278,17 @@ export async function readBoundedText(
   } finally {
     if (!complete) await reader.cancel().catch(() => undefined);
   }
-  return Buffer.concat(chunks, total).toString('utf8');
+  return Buffer.concat(chunks, total);
+}
+
+/** `readBoundedBytes` as UTF-8 text. */
+export async function readBoundedText(
+  response: Response,
+  label: string,
+  maxBytes: number,
+  options: { truncate?: boolean } = {},
+): Promise<string> {
+  return (await readBoundedBytes(response, label, maxBytes, options)).toString('utf8');
 }
 
 /** The first MAX_ERROR_BODY_BYTES of an error body as text; '' when it cannot be read (the status alone still tells). */

@@ -7,6 +7,7 @@ import type { JobStore, StoredJob } from '../store/jobs.ts';
 import { resolveSegments, type PreparedSegment } from './offline-input.ts';
 import { renderOfflineMp4 } from './offline-render.ts';
 import { errorForLog } from '../logger.ts';
+import { Admission, Overloaded, type Release } from '../../actors/admission.ts';
 
 /** Finished jobs (complete or failed) and their MP4 are removed this long after finishing. */
 export const BUNDLE_RETENTION_MS = 24 * 3600 * 1000;
@@ -14,6 +15,8 @@ export const BUNDLE_RETENTION_MS = 24 * 3600 * 1000;
 export const BUNDLE_CONCURRENCY = 1;
 /** Jobs waiting beyond the running ones; more is refused with 503 rather than queued for hours. */
 export const BUNDLE_MAX_QUEUED = 16;
+/** Retry-After of a full queue: a job renders for tens of seconds, so a place frees within about this. */
+export const BUNDLE_QUEUE_RETRY_AFTER_S = 30;
 const SWEEP_EVERY_MS = 10 * 60 * 1000;
 /**
  * Progress is persisted at most this often. Clients are shown only persisted state, so this is also how
@@ -60,10 +63,10 @@ export interface OfflineJobsDeps {
 /** What the routes and the service use of an offline queue: this one, or BullMQ's in cluster mode (src/cluster/offline-queue.ts). */
 export type OfflineJobs = Pick<OfflineJobQueue, 'submit' | 'get' | 'artifactPath' | 'whenSettled' | 'recover' | 'close' | 'sweep'>;
 
-export class QueueFullError extends Error {
+/** The queue is full or closing (→ 503 + Retry-After: `BUNDLE_QUEUE_RETRY_AFTER_S`). */
+export class QueueFullError extends Overloaded {
   constructor(max: number) {
-    super(`offline bundle queue is full (${max} waiting); retry later`);
-    this.name = 'QueueFullError';
+    super(`offline bundle queue is full (${max} waiting); retry later`, BUNDLE_QUEUE_RETRY_AFTER_S);
   }
 }
 
@@ -92,12 +95,10 @@ interface Live {
  */
 export class OfflineJobQueue {
   private readonly live = new Map<string, Live>();
-  private readonly waiting: string[] = [];
-  private running = 0;
+  /** The jobs rendering (`concurrency`) and the line of those waiting to (`maxQueued`), in submission order. */
+  private readonly slots: Admission;
   private readonly dir: string;
   private readonly retentionMs: number;
-  private readonly concurrency: number;
-  private readonly maxQueued: number;
   private sweepTimer: NodeJS.Timeout | null = null;
   private closed = false;
   private readonly settledWaiters = new Map<string, Array<() => void>>();
@@ -105,8 +106,8 @@ export class OfflineJobQueue {
   constructor(private readonly deps: OfflineJobsDeps) {
     this.dir = path.join(deps.dataDir, 'bundles');
     this.retentionMs = deps.retentionMs ?? BUNDLE_RETENTION_MS;
-    this.concurrency = deps.concurrency ?? BUNDLE_CONCURRENCY;
-    this.maxQueued = deps.maxQueued ?? BUNDLE_MAX_QUEUED;
+    const maxQueued = deps.maxQueued ?? BUNDLE_MAX_QUEUED;
+    this.slots = new Admission({ maxRunning: deps.concurrency ?? BUNDLE_CONCURRENCY, maxWaiting: maxQueued, refusal: () => new QueueFullError(maxQueued) });
   }
 
   /**
@@ -144,7 +145,9 @@ export class OfflineJobQueue {
 
   async submit(spec: OfflineJobSpec): Promise<StoredJob> {
     if (this.closed) throw new QueueFullError(0);
-    if (this.waiting.length >= this.maxQueued) throw new QueueFullError(this.maxQueued);
+    const abort = new AbortController();
+    // A place in line is taken before the job is stored, so a full queue refuses before writing anything.
+    const slot = this.slots.acquire(abort.signal);
     const now = new Date().toISOString();
     const job: StoredJob = {
       job_id: randomUUID(),
@@ -155,11 +158,18 @@ export class OfflineJobQueue {
       created_at: now,
       updated_at: now,
     };
-    await this.deps.store.put(job);
-    this.live.set(job.job_id, { job, visible: job, spec, abort: new AbortController(), lastPersist: 0, persisting: Promise.resolve() });
-    this.waiting.push(job.job_id);
+    try {
+      await this.deps.store.put(job);
+    } catch (error) {
+      abort.abort(error);
+      void slot.then((release) => release(), () => undefined);
+      throw error;
+    }
+    const live: Live = { job, visible: job, spec, abort, lastPersist: 0, persisting: Promise.resolve() };
+    this.live.set(job.job_id, live);
     this.deps.logger?.info({ jobId: job.job_id, sessionId: spec.sessionId }, 'offline bundle queued');
-    this.pump();
+    // A job aborted while waiting (close) leaves the line; close settles it as failed.
+    slot.then((release) => this.runInSlot(live, release), () => undefined);
     return { ...job };
   }
 
@@ -205,7 +215,6 @@ export class OfflineJobQueue {
     if (this.closed) return;
     this.closed = true;
     if (this.sweepTimer) clearInterval(this.sweepTimer);
-    this.waiting.length = 0;
     const settling = [...this.live.keys()].map((id) => this.whenSettled(id));
     for (const live of this.live.values()) live.abort.abort(new Error(INTERRUPTED_BY_RESTART));
     // Queued jobs never start; fail them here. Running ones fail through their abort.
@@ -231,19 +240,15 @@ export class OfflineJobQueue {
     };
   }
 
-  private pump(): void {
-    while (!this.closed && this.running < this.concurrency && this.waiting.length > 0) {
-      const live = this.live.get(this.waiting.shift()!);
-      if (!live) continue;
-      this.running++;
-      this.run(live)
-        // run() settles the job itself; only releasing its renderer can still throw here.
-        .catch((error: unknown) => this.deps.logger?.warn({ err: errorForLog(error) }, 'offline renderer release failed'))
-        .finally(() => {
-          this.running--;
-          this.pump();
-        });
+  private runInSlot(live: Live, release: Release): void {
+    if (this.closed || !this.live.has(live.job.job_id)) {
+      release();
+      return;
     }
+    this.run(live)
+      // run() settles the job itself; only releasing its renderer can still throw here.
+      .catch((error: unknown) => this.deps.logger?.warn({ err: errorForLog(error) }, 'offline renderer release failed'))
+      .finally(release);
   }
 
   private async run(live: Live): Promise<void> {

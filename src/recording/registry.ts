@@ -2,7 +2,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { ClockRecorder, NoFramesError, type RecordableMedia } from './clock-recorder.ts';
 import { errorForLog } from '../logger.ts';
-import { writeFileAtomic } from '../store/atomic-file.ts';
+import { writeFileAtomic } from '../files/atomic-file.ts';
 
 export type RecordingState = 'idle' | 'recording' | 'complete';
 

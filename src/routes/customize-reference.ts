@@ -5,12 +5,12 @@ import { Nullable, SessionIdParams, errors } from '../schemas/common.ts';
 import { badRequest } from '../errors.ts';
 import {
   defaultsPersona,
-  describeDuration,
   resolveTtsSelection,
   selectTts,
   type PersonaBase,
   type TtsSelection,
 } from '../sessions/index.ts';
+import { describeDuration } from '../http/audio-uploads.ts';
 import { CLONE_PROVIDERS, type CloneProviderId } from '../voices/clone.ts';
 import { MAX_CLONE_SAMPLE_MS } from '../voices/convert.ts';
 import type { Services } from '../services.ts';

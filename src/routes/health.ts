@@ -4,7 +4,7 @@ import { MODEL_TYPES } from '../models.ts';
 import { HealthReporter } from '../health/report.ts';
 import { PROBE_CACHE_MS, PROBE_TIMEOUT_MS } from '../health/probe-cache.ts';
 import { TTS_PROVIDER_SERVICES } from '../voices/provider-names.ts';
-import { isTtsProviderId } from '../sessions/index.ts';
+import { isTtsProviderId } from '../tts/stage.ts';
 
 const ModelEntry = Type.Object(
   {

@@ -1,16 +1,11 @@
-import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { SessionIdParams, errors, EmptyBody } from '../schemas/common.ts';
 import { AudioUploadForm, ChatRequest, InterruptResponse, SpeakRequest, TranscribeForm, TranscribeResponse } from '../schemas/interaction.ts';
-import { HttpError, badRequest, conflict } from '../errors.ts';
+import { HttpError, badRequest } from '../errors.ts';
 import {
-  closeAudioDecoder,
-  deferred,
-  describeDuration,
   requestOverrides,
   resolveTtsSelection,
-  UPLOAD_AUDIO_RULES,
   type Session,
   type TtsSelection,
 } from '../sessions/index.ts';
@@ -18,7 +13,15 @@ import type { Services } from '../services.ts';
 import { readMultipart, parseBooleanField, parseIntegerField } from '../http/multipart.ts';
 import { multipartForm } from '../schemas/multipart-form.ts';
 import { closedSignal } from '../http/closed-signal.ts';
-import { decodeClientAudio, refuseTooLongWhileStreaming, uploadAdmission, type UploadAdmission } from './audio-uploads.ts';
+import {
+  closeAudioDecoder,
+  decodeClientAudio,
+  describeDuration,
+  refuseTooLongWhileStreaming,
+  UPLOAD_AUDIO_RULES,
+  uploadAdmission,
+  type UploadAdmission,
+} from '../http/audio-uploads.ts';
 
 /** Direct audio uploads: ~13 minutes of 16 kHz PCM; bounded before buffering. */
 export const AUDIO_UPLOAD_MAX_BYTES = 25 * 1024 * 1024;
@@ -52,9 +55,9 @@ const UPLOAD_AUDIO_RULE_TEXT =
   'while the service reads too many uploads at once.';
 
 /**
- * Conversational interaction (spec 4.4, 4.5): speak, chat, interrupt, transcribe and direct audio. Each
- * handler turns the request into a machine event (with its payload) and `session.admit`s it: whether the
- * session takes it, and the 409 when not, is the machine's answer.
+ * Conversational interaction (spec 4.4, 4.5): speak, chat, interrupt, transcribe and direct audio. Each handler
+ * reads the request and calls the session's verb (`speak`, `chat`, `transcribe`, `speakAudio`, `interrupt`): the
+ * session builds the turn, and whether it takes it (the 409 when not) is its machine's answer.
  */
 const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { services } = app;
@@ -78,8 +81,7 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     handler: async (request, reply) => {
       const session = await supervisor.requireSession(request.params.session_id);
       const tts = turnVoice(services, session, request.body);
-      const turnId = randomUUID();
-      session.admit({ type: 'SPEAK', turn: { id: turnId, mode: 'speak', text: request.body.text, tts } });
+      const turnId = session.speak(request.body.text, tts);
       reply.code(200).header(TURN_ID_HEADER, turnId).send(undefined as never);
     },
   });
@@ -101,16 +103,7 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const tts = turnVoice(services, session, request.body);
       const llmStatus = services.llm.status();
       if (!llmStatus.configured) throw new HttpError(503, `no language model is configured: ${llmStatus.reason ?? 'set SERVICE_LLM_BASE_URL'}`);
-      const accepted = deferred<void>();
-      const turnId = randomUUID();
-      session.admit({ type: 'CHAT', turn: { id: turnId, mode: 'chat', text: request.body.prompt, tts, accepted } });
-      try {
-        await accepted.promise;
-      } catch (error) {
-        // Interrupted (or the session ended) before the first token: the client's own doing, not a server fault.
-        if ((error as Error).name === 'AbortError') throw conflict('chat was interrupted before the language model answered');
-        throw error;
-      }
+      const turnId = await session.chat(request.body.prompt, tts);
       reply.code(200).header(TURN_ID_HEADER, turnId).send(undefined as never);
     },
   });
@@ -127,7 +120,7 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     handler: async (request) => {
       const session = await supervisor.requireSession(request.params.session_id);
-      session.send({ type: 'INTERRUPT' });
+      session.interrupt();
       return { interrupted: true };
     },
   });
@@ -163,15 +156,8 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
         maxDurationMs: TRANSCRIBE_AUDIO_MAX_MS,
         signal: closedSignal(reply),
       });
-      const result = deferred<string>();
-      const turnId = randomUUID();
-      session.admit({ type: 'TRANSCRIBE', request: { id: turnId, triggerChat, pcm, sampleRate, result } });
-      try {
-        return { transcript: await result.promise, turn_id: turnId };
-      } catch (error) {
-        if ((error as Error).name === 'AbortError') throw conflict('transcription was interrupted');
-        throw error;
-      }
+      const { transcript, turnId } = await session.transcribe(pcm, sampleRate, triggerChat);
+      return { transcript, turn_id: turnId };
     },
   });
 
@@ -204,8 +190,7 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
           maxDurationMs: TURN_AUDIO_MAX_MS,
           signal: closedSignal(reply),
         });
-        const turnId = randomUUID();
-        session.admit({ type: 'SPEAK_AUDIO', turn: { id: turnId, mode: 'audio', smoothing, audio: { kind: 'clip', pcm } } });
+        const turnId = session.speakAudio(pcm, smoothing);
         reply.code(200).header(TURN_ID_HEADER, turnId).send(undefined as never);
       },
     });

@@ -4,11 +4,10 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { SessionIdParams, errors } from '../schemas/common.ts';
 import { HttpError, badRequest, conflict, notFound } from '../errors.ts';
-import { AudioDecoderBusyError, closeAudioDecoder, describeDuration, requestOverrides, resolveTtsSelection, selectTts, sessionPersona } from '../sessions/index.ts';
+import { requestOverrides, resolveTtsSelection, selectTts, sessionPersona } from '../sessions/index.ts';
 import { InvalidSegmentError, OFFLINE_LIMITS, OfflineBundleRequest, prepareSegments, SegmentsTooLongError, segmentsOf } from '../recording/offline-input.ts';
-import { AUDIO_UPLOADS_RETRY_AFTER_S, uploadAdmission } from './audio-uploads.ts';
+import { closeAudioDecoder, describeDuration, uploadAdmission } from '../http/audio-uploads.ts';
 import { closedSignal } from '../http/closed-signal.ts';
-import { QueueFullError } from '../recording/offline-jobs.ts';
 import type { StoredJob } from '../store/jobs.ts';
 
 const JobStatusValue = Type.Union([Type.Literal('pending'), Type.Literal('running'), Type.Literal('complete'), Type.Literal('failed')]);
@@ -86,25 +85,19 @@ const offlineRoutes: FastifyPluginAsyncTypebox = async (app) => {
       } catch (error) {
         if (error instanceof InvalidSegmentError) throw badRequest(error.message);
         if (error instanceof SegmentsTooLongError) throw new HttpError(413, error.message);
-        if (error instanceof AudioDecoderBusyError) throw new HttpError(503, error.message, { 'retry-after': String(AUDIO_UPLOADS_RETRY_AFTER_S) });
         throw error;
       }
-      try {
-        const job = await jobs.submit({
-          sessionId: session.session_id,
-          avatarId: session.avatar_id,
-          model: session.model,
-          ttsProvider: voice.provider,
-          voice: voice.voice,
-          ttsModel: voice.model,
-          segments: prepared,
-        });
-        void jobs.whenSettled(job.job_id).then(supervisor.liveSession(session.session_id)?.holdConsumer('offline_job'));
-        return { job_id: job.job_id, status: 'pending' as const };
-      } catch (error) {
-        if (error instanceof QueueFullError) throw new HttpError(503, error.message, { 'retry-after': '30' });
-        throw error;
-      }
+      const job = await jobs.submit({
+        sessionId: session.session_id,
+        avatarId: session.avatar_id,
+        model: session.model,
+        ttsProvider: voice.provider,
+        voice: voice.voice,
+        ttsModel: voice.model,
+        segments: prepared,
+      });
+      void jobs.whenSettled(job.job_id).then(supervisor.liveSession(session.session_id)?.holdConsumer('offline_job'));
+      return { job_id: job.job_id, status: 'pending' as const };
     },
   });
 

@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors } from '../schemas/common.ts';
 import { TtsVoice, TtsVoiceProvider, TtsVoicesResponse } from '../schemas/tts-voices.ts';
 import { badRequest, quoteClientValue } from '../errors.ts';
-import { isTtsProviderId, TTS_PROVIDER_IDS } from '../sessions/index.ts';
+import { isTtsProviderId, TTS_PROVIDER_IDS } from '../tts/stage.ts';
 import { defaultVoiceSource, VOICE_LIST_CACHE_MS, VOICE_LIST_TIMEOUT_MS, VoiceDirectory } from '../voices/directory.ts';
 import { closedSignal } from '../http/closed-signal.ts';
 

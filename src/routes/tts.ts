@@ -2,10 +2,11 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors, Nullable } from '../schemas/common.ts';
 import { badGateway, badRequest } from '../errors.ts';
-import { concatPcm, defaultsPersona, encodeWav, isAbortError, requestOverrides, resamplePcm16, resolveTtsSelection, TTS_PROVIDER_IDS, type TtsProviderId } from '../sessions/index.ts';
+import { defaultsPersona, requestOverrides, resolveTtsSelection } from '../sessions/index.ts';
+import { concatPcm, encodeWav, isAbortError, resamplePcm16, TTS_PROVIDER_IDS, type TtsProviderId } from '../tts/stage.ts';
 import type { Services } from '../services.ts';
 import { closedSignal } from '../http/closed-signal.ts';
-import { MAX_RUNNING_PREVIEWS, MAX_WAITING_PREVIEWS, PREVIEW_RETRY_AFTER_S, PreviewQueue, previewsBusy } from '../tts/preview-queue.ts';
+import { MAX_RUNNING_PREVIEWS, MAX_WAITING_PREVIEWS, PREVIEW_RETRY_AFTER_S, previewAdmission, previewsBusy, type PreviewAdmission } from '../tts/preview-queue.ts';
 
 /** Spec 8: the preview text limit; `SERVICE_TTS_PREVIEW_MAX_CHARS` may only lower it. */
 export const PREVIEW_TEXT_HARD_LIMIT = 1000;
@@ -62,7 +63,7 @@ export const PREVIEW_MAX_WAIT_MS = 10_000;
 const ttsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { services } = app;
   app.addSchema(TtsPreviewRequest);
-  const previews = new PreviewQueue();
+  const previews = previewAdmission();
 
   app.post('/tts/preview', {
     schema: {
@@ -131,7 +132,7 @@ function pickAlias(current: string | null | undefined, legacy: string | null | u
 }
 
 /** A slot among the running previews; a wait past `PREVIEW_MAX_WAIT_MS` (or the preview time limit) is the line being busy (503). */
-async function waitForSlot(previews: PreviewQueue, signal: AbortSignal): Promise<() => void> {
+async function waitForSlot(previews: PreviewAdmission, signal: AbortSignal): Promise<() => void> {
   const waiting = AbortSignal.any([signal, AbortSignal.timeout(PREVIEW_MAX_WAIT_MS)]);
   try {
     return await previews.acquire(waiting);

@@ -4,7 +4,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errors, Nullable } from '../schemas/common.ts';
 import { HttpError, badGateway, badRequest, notFound, quoteClientValue } from '../errors.ts';
-import { isTtsProviderId, TTS_PROVIDER_IDS } from '../sessions/index.ts';
+import { isTtsProviderId, TTS_PROVIDER_IDS } from '../tts/stage.ts';
 import { toPublicEntry } from '../voices/catalog.ts';
 import { TTS_PROVIDER_SERVICES } from '../voices/provider-names.ts';
 import { CLONE_PROVIDERS, CloneValidationError, MAX_CLONE_AUDIO_BYTES, MIN_CLONE_AUDIO_BYTES, cloneVoice, deleteClonedVoice, type CloneResponse } from '../voices/clone.ts';
@@ -13,9 +13,8 @@ import type { Services } from '../services.ts';
 import { readMultipart } from '../http/multipart.ts';
 import { multipartForm } from '../schemas/multipart-form.ts';
 import { closedSignal } from '../http/closed-signal.ts';
-import { uploadAdmission } from './audio-uploads.ts';
+import { describeDuration, uploadAdmission } from '../http/audio-uploads.ts';
 import { MAX_CLONE_SAMPLE_MS } from '../voices/convert.ts';
-import { describeDuration } from '../sessions/index.ts';
 
 /** How the sample bounds read in the clone and reference route descriptions. */
 export const CLONE_SAMPLE_BOUNDS_TEXT = `${MIN_CLONE_AUDIO_BYTES} B to 12 MB, decoding to at most ${describeDuration(MAX_CLONE_SAMPLE_MS)} of audio`;

@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import type { SessionEventMap } from '../sessions/event-hub.ts';
+import type { SessionEventMap } from '../sessions/session-events.ts';
 import { ToolCallEvent } from './tools.ts';
 
 /**

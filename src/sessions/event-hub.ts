@@ -1,6 +1,6 @@
 import type { Writable } from 'node:stream';
-import type { StageEventMap } from '../../actors/stage/ports.ts';
 import type { SessionBus } from './session-bus.ts';
+import type { SessionEventMap, SessionEventRecord, SessionEventType } from './session-events.ts';
 import { SseFanout } from './sse-fanout.ts';
 
 /** Spec 6.1 rule 4: a consumer this far behind may be disconnected; others are unaffected. */
@@ -13,19 +13,7 @@ export const SSE_KEEPALIVE_MS = 15_000;
  */
 export const SSE_MAX_BACKLOG_BYTES = 1024 * 1024;
 
-/** The spec events (6.1): those the stage actors publish (`StageEventMap`) and the session's own. */
-export interface SessionEventMap extends StageEventMap {
-  frame: { frame_idx: number; pts_ms: number };
-  /** `turn_id`: the machine's turn when it emitted the status (the hub adds it to the other turn events). */
-  status: { stage: string; message?: string; turn_id?: string };
-  /** `output_id`: an output's failure (`output_failed`, docs/streaming.md), which belongs to no turn. */
-  error: { code: string; message: string; output_id?: string };
-  'session.terminated': Record<string, never>;
-  /** A tool call of a chat turn (`tools.ts`): a client tool's client answers it on `POST /sessions/{id}/tool_results`. */
-  tool_call: { turn_id: string; call_id: string; name: string; arguments: Record<string, unknown> };
-}
-export type SessionEventType = keyof SessionEventMap;
-export type SessionEventRecord = { [K in SessionEventType]: { type: K; data: SessionEventMap[K] } }[SessionEventType];
+export type { SessionEventMap, SessionEventRecord, SessionEventType } from './session-events.ts';
 
 /** Events that belong to a turn and carry its `turn_id`. */
 const TURN_EVENTS = new Set<SessionEventType>(['transcript', 'llm', 'tts', 'frame', 'status', 'error']);

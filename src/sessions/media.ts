@@ -6,7 +6,6 @@ import { WhepViewers } from '../../actors/media/whep.ts';
 import { RecoverableStageError, UnrecoverableStageError } from '../../actors/stage/errors.ts';
 import type { StageMedia } from '../../actors/stage/ports.ts';
 import { errorForLog } from '../logger.ts';
-import { NeuralLipsyncRenderer } from '../../actors/lipsync/neural-renderer.ts';
 import type { SessionBus } from './session-bus.ts';
 
 /** Renderer failures within `RENDERER_FAILURE_WINDOW_MS` that end the session: a renderer this broken will not recover. */
@@ -107,25 +106,17 @@ export class SessionMedia implements StageMedia {
   private watchBackend(renderer: SessionRenderer): void {
     this.stopWatchingBackend?.();
     this.stopWatchingBackend = undefined;
-    if (!(renderer instanceof NeuralLipsyncRenderer)) return;
-    const onError = (error: unknown): void => {
-      this.logger.warn({ err: errorForLog(error) }, 'lip-sync backend failed, rendering on the CPU fallback');
-      this.bus.publish('error', {
-        code: 'render_backend_failed',
-        message: `lip-sync inference backend failed (${errorForLog(error)}); this turn goes on with the CPU lipsync renderer`,
-      });
-    };
-    const onRecovered = (): void => this.logger.info('lip-sync backend answers again');
-    const onOverloaded = (error: unknown): void =>
-      this.logger.warn({ err: errorForLog(error) }, 'lip-sync backend overloaded, some frames render on the CPU fallback');
-    renderer.on('backendError', onError);
-    renderer.on('backendRecovered', onRecovered);
-    renderer.on('backendOverloaded', onOverloaded);
-    this.stopWatchingBackend = () => {
-      renderer.off('backendError', onError);
-      renderer.off('backendRecovered', onRecovered);
-      renderer.off('backendOverloaded', onOverloaded);
-    };
+    this.stopWatchingBackend = renderer.watchBackend?.({
+      failed: (error) => {
+        this.logger.warn({ err: errorForLog(error) }, 'lip-sync backend failed, rendering on the CPU fallback');
+        this.bus.publish('error', {
+          code: 'render_backend_failed',
+          message: `lip-sync inference backend failed (${errorForLog(error)}); this turn goes on with the CPU lipsync renderer`,
+        });
+      },
+      recovered: () => this.logger.info('lip-sync backend answers again'),
+      overloaded: (error) => this.logger.warn({ err: errorForLog(error) }, 'lip-sync backend overloaded, some frames render on the CPU fallback'),
+    });
   }
 
   /** Starts the media clock (idempotent; a no-op once closed). */

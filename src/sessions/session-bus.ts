@@ -3,7 +3,7 @@ import type { InspectionEvent } from 'xstate';
 import type { StageBus } from '../../actors/stage/ports.ts';
 import type { QueuedSegment } from '../../actors/llm/heard.ts';
 import type { SessionActor, TurnKind, TurnOutcome } from '../../machines/session.machine.ts';
-import type { SessionEventMap, SessionEventRecord, SessionEventType } from './event-hub.ts';
+import type { SessionEventMap, SessionEventRecord, SessionEventType } from './session-events.ts';
 
 export type { TurnKind, TurnOutcome };
 

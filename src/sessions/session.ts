@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { createActor, type InspectionEvent } from 'xstate';
 import {
@@ -15,8 +16,7 @@ import {
   type SessionState,
 } from '../../machines/session.machine.ts';
 import type { Writable } from 'node:stream';
-import { AtCapacity, NotAdmitted, SessionResourceNotFound, SessionTerminated } from '../domain-errors.ts';
-import { ViewersFullError } from '../../actors/media/whep.ts';
+import { NotAdmitted, SessionResourceNotFound, SessionTerminated } from '../domain-errors.ts';
 import { SessionOutputs, type OutputRequest, type OutputStatus } from '../streaming/outputs.ts';
 import { outputConnector, type OutputSettings } from '../streaming/connector.ts';
 import type { RecordingRegistry, RecordingStatus } from '../recording/registry.ts';
@@ -26,12 +26,14 @@ import type { SessionMedia } from './media.ts';
 import type { SessionMetrics } from './metrics.ts';
 import { SessionCloser } from './session-close.ts';
 import { logTurns, relayTurns, sessionInspect, type SessionBus } from './session-bus.ts';
-import { createStageActors, type StageContext } from '../../actors/stage/index.ts';
+import { createStageActors, type StageContext } from '../../actors/session-actors.ts';
 import { SessionConsumers, type ConsumerKind } from './consumers.ts';
 import { sessionPersona, type PersonaBase } from './persona.ts';
 import type { TtsSelection } from '../../actors/tts/types.ts';
+import { deferred, type AsyncQueue } from '../../actors/async-queue.ts';
 import { VoiceInput, type VoiceInputOptions, type VoiceSource } from './voice-input.ts';
 import type { SessionToolDefinition, SessionTools } from './tools.ts';
+import type { SessionTranscripts, TranscriptTurn } from './transcript.ts';
 
 /** What a session needs to listen hands-free (`voice-input.ts`); the rest comes from the session itself. */
 export type VoiceDeps = Omit<VoiceInputOptions, 'host' | 'playout' | 'bus' | 'logger'>;
@@ -75,17 +77,16 @@ export interface PersonaChange {
   tools?: SessionToolDefinition[];
 }
 
-let partsOf: (session: Session) => SessionParts;
-
-/** The parts of `session` (module-internal to `src/sessions/`, see `SessionParts`). */
+/**
+ * The test seam: the parts of `session` (`SessionParts`), for tests that watch them. Nothing in the service calls
+ * it; the supervisor and every route use the session's verbs.
+ */
 export function sessionParts(session: Session): SessionParts {
-  return partsOf(session);
+  return session.partsForTests();
 }
 
 /** Bound on how long `close` waits for the machine to reach `terminated` before giving up on it. */
 const TERMINATE_WAIT_MS = 2_000;
-/** Retry-After when every WHEP viewer slot is taken: a viewer that left frees its slot at once, one whose connection dropped within seconds (ICE failure). */
-const WHEP_FULL_RETRY_AFTER_S = 10;
 
 /**
  * A live session: its supervised XState actor, its internal bus, its SSE hub and its media. The turn lifecycle the
@@ -95,19 +96,6 @@ const WHEP_FULL_RETRY_AFTER_S = 10;
  * machine terminating itself (fatal error), whichever comes first.
  */
 export class Session {
-  static {
-    partsOf = (session) => ({
-      actor: session.actor,
-      consumers: session.consumers,
-      closer: session.closer,
-      bus: session.bus,
-      events: session.events,
-      media: session.media,
-      stage: session.stage,
-      logger: session.logger,
-    });
-  }
-
   private readonly actor: SessionActor;
   private readonly consumers = new SessionConsumers();
   private readonly closer: SessionCloser;
@@ -272,6 +260,85 @@ export class Session {
   }
 
   /**
+   * Speaks `text` in `tts` (spec 4.4), bypassing the language model. `NotAdmitted` (409) unless the session takes a
+   * turn now. Returns the turn's id (`X-Turn-Id`, `turn_id` on its SSE events).
+   */
+  speak(text: string, tts: TtsSelection): string {
+    const id = randomUUID();
+    this.admit({ type: 'SPEAK', turn: { id, mode: 'speak', text, tts } });
+    return id;
+  }
+
+  /**
+   * Runs `prompt` through the language model, then speaks the reply in `tts` (spec 4.5). Resolves with the turn's id
+   * once the model accepted the request (its first delta); `NotAdmitted` (409) when the session does not take a turn
+   * now or the turn was interrupted before the model answered; the model's own failure (502) as it comes.
+   */
+  async chat(prompt: string, tts: TtsSelection): Promise<string> {
+    const accepted = deferred<void>();
+    const id = randomUUID();
+    this.admit({ type: 'CHAT', turn: { id, mode: 'chat', text: prompt, tts, accepted } });
+    try {
+      await accepted.promise;
+    } catch (error) {
+      // Interrupted (or the session ended) before the first token: the client's own doing, not a server fault.
+      if ((error as Error).name === 'AbortError') throw new NotAdmitted('chat was interrupted before the language model answered');
+      throw error;
+    }
+    return id;
+  }
+
+  /** Plays decoded client audio (`speak_audio`, `speak_rt_audio` with `smoothing`) as a turn; `NotAdmitted` (409) when busy. Returns the turn's id. */
+  speakAudio(pcm: Int16Array, smoothing: boolean): string {
+    const id = randomUUID();
+    this.admit({ type: 'SPEAK_AUDIO', turn: { id, mode: 'audio', smoothing, audio: { kind: 'clip', pcm } } });
+    return id;
+  }
+
+  /**
+   * Plays one burst of the audio WebSocket (`chunks`, ended by the socket) as the turn `turnId`: the machine's
+   * refusal (busy, paused) as its detail for the socket to report, or null once the turn started.
+   */
+  speakAudioStream(turnId: string, chunks: AsyncQueue<Int16Array>): string | null {
+    return this.offer({ type: 'SPEAK_AUDIO', turn: { id: turnId, mode: 'audio_stream', audio: { kind: 'stream', chunks } } });
+  }
+
+  /**
+   * Recognises decoded client audio (`sampleRate`, the session's) and, with `triggerChat`, answers it through the
+   * language model. Resolves with the transcript and the turn's id; `NotAdmitted` (409) when busy or interrupted
+   * before the transcript came.
+   */
+  async transcribe(pcm: Int16Array, sampleRate: number, triggerChat: boolean): Promise<{ transcript: string; turnId: string }> {
+    const result = deferred<string>();
+    const id = randomUUID();
+    this.admit({ type: 'TRANSCRIBE', request: { id, triggerChat, pcm, sampleRate, result } });
+    try {
+      return { transcript: await result.promise, turnId: id };
+    } catch (error) {
+      if ((error as Error).name === 'AbortError') throw new NotAdmitted('transcription was interrupted');
+      throw error;
+    }
+  }
+
+  /**
+   * Barge-in: cancels whatever turn or transcription is in flight; playout stops at the next chunk boundary. Always
+   * accepted (a priority event the machine ignores when idle), timed to its flush for the interrupt → flush figure.
+   */
+  interrupt(): void {
+    this.send({ type: 'INTERRUPT' });
+  }
+
+  /** Pauses the session (`NotAdmitted`, 409, unless the machine admits `PAUSE` now). */
+  pause(): void {
+    this.admit({ type: 'PAUSE' });
+  }
+
+  /** Resumes a paused session (`NotAdmitted`, 409, unless the machine admits `RESUME` now). */
+  resume(): void {
+    this.admit({ type: 'RESUME' });
+  }
+
+  /**
    * A persona change: sent as `CUSTOMIZE` when the machine admits it (409 otherwise, e.g. terminated), then kept in
    * the session's record (persisted by the supervisor's `persistState`). Applies from the next turn.
    */
@@ -319,19 +386,14 @@ export class Session {
 
   /**
    * Answers a WHEP viewer's offer: one more send-only peer on the session's media clock, ended by `removeViewer`, by
-   * its connection failing, or with the session. `AtCapacity` (503) when `MAX_WHEP_VIEWERS` watch already,
+   * its connection failing, or with the session. `ViewersFullError` (an `Overloaded`, 503) when `MAX_WHEP_VIEWERS` watch already,
    * `SessionTerminated` once the session is ending; `MalformedSdpError` (400) and `PeerGoneError` (409) as for offers.
    */
   async addViewer(sdp: string, signal: AbortSignal): Promise<{ viewerId: string; sdp: string }> {
     if (this.ending || this.closer.closing || this.state === 'terminated') throw new SessionTerminated();
-    try {
-      const answer = await this.media.viewers.answer(sdp, signal);
-      this.logger.info({ viewers: this.media.viewers.count }, 'whep viewer joined');
-      return answer;
-    } catch (error) {
-      if (error instanceof ViewersFullError) throw new AtCapacity(error.message, WHEP_FULL_RETRY_AFTER_S);
-      throw error;
-    }
+    const answer = await this.media.viewers.answer(sdp, signal);
+    this.logger.info({ viewers: this.media.viewers.count }, 'whep viewer joined');
+    return answer;
   }
 
   /** Ends one WHEP viewer; `SessionResourceNotFound` (404) when the session has no viewer with this id. */
@@ -372,6 +434,26 @@ export class Session {
   async removeOutput(outputId: string): Promise<void> {
     if (!this.outputs) throw new SessionResourceNotFound('output not found');
     await this.outputs.remove(outputId);
+  }
+
+  /** A REST call on the session: counts as activity for the orphan rule. */
+  touch(): void {
+    this.consumers.touch();
+  }
+
+  /** Ms since the session last had a consumer or a REST call (the orphan rule). */
+  idleMs(): number {
+    return this.consumers.idleMs();
+  }
+
+  /** Calls `listener` once the machine terminated (by itself, a fatal stage error, or by `close`). */
+  onTerminated(listener: () => void): void {
+    this.actor.on('session.terminated', listener);
+  }
+
+  /** Keeps the session's transcript in `transcripts`, each finished turn also handed to `onTurn` (the webhook). */
+  keepTranscript(transcripts: SessionTranscripts, onTurn: (turn: TranscriptTurn) => void): void {
+    transcripts.follow(this.id, this.bus, this.media, onTurn);
   }
 
   /**
@@ -459,13 +541,13 @@ export class Session {
    * (`snapshot.can`), otherwise `NotAdmitted` (409) with the detail the machine derives from that state. Synchronous, so
    * nothing can change the state between the answer and the send.
    */
-  admit(event: SessionEvent & { type: RequestEventType }): void {
+  private admit(event: SessionEvent & { type: RequestEventType }): void {
     const refusal = this.offer(event);
     if (refusal !== null) throw new NotAdmitted(refusal);
   }
 
   /** `admit` for callers that answer a refusal themselves (the audio WebSocket): the refusal's detail, or null once sent. */
-  offer(event: SessionEvent & { type: RequestEventType }): string | null {
+  private offer(event: SessionEvent & { type: RequestEventType }): string | null {
     const snapshot = this.actor.getSnapshot();
     if (!snapshot.can(event)) return refusalDetail(snapshot, event.type);
     this.send(event);
@@ -495,10 +577,16 @@ export class Session {
     return this.closer.addTap(name, finalise);
   }
 
-  /** Sends without asking: interrupts (timed to their flush), termination, events the machine may ignore. */
-  send(event: SessionEvent): void {
+  /** Sends without asking: interrupts (timed to their flush), the voice input's events the machine may ignore. */
+  private send(event: SessionEvent): void {
     if (event.type === 'INTERRUPT') this.stage.metrics.timeInterrupt(() => this.actor.send(event));
     else this.actor.send(event);
+  }
+
+  /** The test seam behind `sessionParts`: the session's parts, for tests that watch them; the service never calls it. */
+  partsForTests(): SessionParts {
+    const { actor, consumers, closer, bus, events, media, stage, logger } = this;
+    return { actor, consumers, closer, bus, events, media, stage, logger };
   }
 
   /**

@@ -1,7 +1,7 @@
 import type { SessionRecords, StoredSession } from '../store/sessions.ts';
-import { AtCapacity, InvalidInput, SessionNotFound, SessionTerminated } from '../domain-errors.ts';
+import { Overloaded, InvalidInput, SessionNotFound, SessionTerminated } from '../domain-errors.ts';
 import { SessionFactory, type CreateSessionInput, type SessionFactoryDeps } from './session-factory.ts';
-import { sessionParts, type Session } from './session.ts';
+import type { Session } from './session.ts';
 import { errorForLog } from '../logger.ts';
 import type { WebhookEvents } from '../webhooks/events.ts';
 import { transcriptBody, type SessionTranscripts, type TranscriptPage } from './transcript.ts';
@@ -20,7 +20,7 @@ export const ORPHANED = 'orphaned';
 export const NOT_STARTED_IN_TIME = 'not started in time';
 
 /** A service shutting down refuses like a full one: the client retries, and reaches the restarted service or another node. */
-const shuttingDown = () => new AtCapacity('service is shutting down', CAPACITY_RETRY_AFTER_S);
+const shuttingDown = () => new Overloaded('service is shutting down', CAPACITY_RETRY_AFTER_S);
 
 /** The factory's parts plus where sessions and tombstones are stored. */
 export interface SupervisorDeps extends SessionFactoryDeps {
@@ -142,7 +142,7 @@ export class SessionSupervisor {
   async requireSession(sessionId: string): Promise<Session> {
     const session = this.live.get(sessionId);
     if (session) {
-      sessionParts(session).consumers.touch();
+      session.touch();
       return session;
     }
     if (this.closing.has(sessionId)) throw new SessionTerminated();
@@ -157,7 +157,7 @@ export class SessionSupervisor {
    */
   async transcript(sessionId: string, page: TranscriptPage = {}): Promise<Buffer> {
     const session = this.live.get(sessionId);
-    if (session) sessionParts(session).consumers.touch();
+    if (session) session.touch();
     const exists = async () => session !== undefined || this.closing.has(sessionId) || (await this.deps.store.get(sessionId)) !== undefined;
     // An unknown session is 404 before anything is said about its pages.
     if (page.after !== undefined && !(await exists())) throw new SessionNotFound();
@@ -170,7 +170,7 @@ export class SessionSupervisor {
   async describe(sessionId: string): Promise<StoredSession & { pipeline: string }> {
     const session = this.live.get(sessionId);
     if (session) {
-      sessionParts(session).consumers.touch();
+      session.touch();
       return { ...session.record, state: session.state, pipeline: session.pipelineStage };
     }
     const stored = this.closing.get(sessionId)?.tombstone ?? (await this.deps.store.get(sessionId));
@@ -188,7 +188,7 @@ export class SessionSupervisor {
       this.deps.webhooks.assertCallbackUrl(input.webhook_url);
     }
     if (this.pendingCount >= config.maxPendingSessions) {
-      throw new AtCapacity(
+      throw new Overloaded(
         `too many sessions created but not started (${config.maxPendingSessions}); start or delete some, or retry later`,
         CAPACITY_RETRY_AFTER_S,
       );
@@ -212,7 +212,7 @@ export class SessionSupervisor {
     const { config } = this.deps;
     const session = await this.factory.assemble(input);
     const { id: sessionId, record: stored } = session;
-    const { logger, actor, bus, media } = sessionParts(session);
+    const logger = session.log;
     try {
       await this.deps.store.put(stored);
       // Shut down while this one was being set up: closeAll has already run, so nobody would close it.
@@ -223,9 +223,9 @@ export class SessionSupervisor {
     }
     this.live.set(sessionId, session);
     release();
-    this.deps.transcripts?.follow(sessionId, bus, media, (turn) => void this.deps.webhooks?.turnCompleted(session.record, turn));
+    if (this.deps.transcripts) session.keepTranscript(this.deps.transcripts, (turn) => void this.deps.webhooks?.turnCompleted(session.record, turn));
     // An unrecoverable stage error terminates the machine by itself; keep the tombstone rules the same.
-    actor.on('session.terminated', () =>
+    session.onTerminated(() =>
       setImmediate(() =>
         // Nobody awaits this: a failing tombstone write must be logged, not left as an unhandled rejection.
         this.reap(sessionId, 'unrecoverable error').catch((error: unknown) =>
@@ -242,7 +242,7 @@ export class SessionSupervisor {
       );
     }, config.startTimeoutMs);
     startTimer.unref();
-    actor.on('session.terminated', () => clearTimeout(startTimer));
+    session.onTerminated(() => clearTimeout(startTimer));
     logger.info({ avatarId: stored.avatar_id, model: stored.model, ttsProvider: stored.tts_provider }, 'session created');
     return session;
   }
@@ -254,7 +254,7 @@ export class SessionSupervisor {
     // machine answers first (a started session is a 409 even at capacity).
     session.assertAdmits('START');
     if (this.activeCount >= this.deps.config.maxSessions) {
-      throw new AtCapacity(`session capacity reached (${this.deps.config.maxSessions} active); retry later`, CAPACITY_RETRY_AFTER_S);
+      throw new Overloaded(`session capacity reached (${this.deps.config.maxSessions} active); retry later`, CAPACITY_RETRY_AFTER_S);
     }
     session.start();
     this.watchForOrphans();
@@ -264,13 +264,13 @@ export class SessionSupervisor {
 
   async pause(sessionId: string): Promise<void> {
     const session = await this.requireSession(sessionId);
-    session.admit({ type: 'PAUSE' });
+    session.pause();
     await this.persistState(session);
   }
 
   async resume(sessionId: string): Promise<void> {
     const session = await this.requireSession(sessionId);
-    session.admit({ type: 'RESUME' });
+    session.resume();
     await this.persistState(session);
   }
 
@@ -302,7 +302,7 @@ export class SessionSupervisor {
     await this.deps.store.put(tombstone);
     await this.deps.transcripts?.retain(session.id, tombstone.expires_at);
     await this.deps.webhooks?.sessionTerminated(session.record, tombstone.terminated_reason ?? 'terminated');
-    sessionParts(session).logger.info({ reason: tombstone.terminated_reason }, 'session terminated');
+    session.log.info({ reason: tombstone.terminated_reason }, 'session terminated');
   }
 
   /** Called when a session's machine terminated on its own (unrecoverable error). */
@@ -342,8 +342,8 @@ export class SessionSupervisor {
     for (const [sessionId, session] of this.live) {
       if (session.state !== 'running' && session.state !== 'paused') continue;
       started++;
-      const { consumers, logger } = sessionParts(session);
-      const idleMs = consumers.idleMs();
+      const logger = session.log;
+      const idleMs = session.idleMs();
       if (idleMs < timeoutMs) continue;
       this.terminations.orphaned++;
       logger.info({ idleS: Math.round(idleMs / 1000), timeoutS: timeoutMs / 1000 }, 'session orphaned');

@@ -1,6 +1,5 @@
 import type { IceServer } from '../../actors/media/webrtc.ts';
 import { startWhipPush } from '../../actors/media/whip-client.ts';
-import type { SessionMedia } from '../sessions/media.ts';
 import type { OutputConnector } from './outputs.ts';
 import { startRtmpPush } from './rtmp-push.ts';
 
@@ -12,8 +11,11 @@ export interface OutputSettings {
   iceServers: IceServer[];
 }
 
+/** What a push needs of a session's media: its clock to tap (RTMP) and its WebRTC sources (WHIP); `SessionMedia` is one. */
+export type PushableMedia = Parameters<typeof startRtmpPush>[0] & { output: Parameters<typeof startWhipPush>[0]['output'] };
+
 /** A session's pushes: RTMP taps its media clock into ffmpeg, WHIP adds a send-only peer fed by its WebRTC sources. */
-export function outputConnector(media: SessionMedia, settings: OutputSettings): OutputConnector {
+export function outputConnector(media: PushableMedia, settings: OutputSettings): OutputConnector {
   return (request, signal) =>
     request.type === 'rtmp'
       ? startRtmpPush(media, request.url, settings.rtmpVideoBitrateKbps, signal)

@@ -9,7 +9,7 @@
  */
 import { readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
-import { isTemporaryName, finalNameOf } from '../store/atomic-file.ts';
+import { isTemporaryName, finalNameOf } from '../files/atomic-file.ts';
 import type { VoiceCatalogStore as VoiceCatalog } from './catalog.ts';
 
 /** Providers whose clones are reference WAVs in the voice directory. */

@@ -11,7 +11,7 @@
 import { randomBytes } from 'node:crypto';
 import { mkdir, readdir, rename, rm } from 'node:fs/promises';
 import path from 'node:path';
-import { finalNameOf, writeFileAtomic } from '../store/atomic-file.ts';
+import { finalNameOf, writeFileAtomic } from '../files/atomic-file.ts';
 
 export const UPLOAD_TOKEN_PATTERN = /^[0-9a-f]{32}$/;
 /** Spec: the sample is removed about 300 s after upload — long enough for the provider to fetch it. */

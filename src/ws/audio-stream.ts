@@ -1,6 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import type { WebSocket } from 'ws';
-import { AsyncQueue, PLAYOUT_HIGH_WATER_MS, pcm16FromLittleEndian, resamplePcm16, type Session, type SessionEventRecord } from '../sessions/index.ts';
+import type { Session, SessionEventRecord } from '../sessions/index.ts';
+import { AsyncQueue } from '../../actors/async-queue.ts';
+import { PLAYOUT_HIGH_WATER_MS } from '../../actors/media/playout.ts';
+import { resamplePcm16 } from '../../actors/audio/resample.ts';
+import { pcm16FromLittleEndian } from '../../actors/audio/wav.ts';
 import { CLOSE_INTERNAL_ERROR, CLOSE_NORMAL, SocketSession, sendError } from './socket-session.ts';
 
 export { MAX_CONTROL_MESSAGE_BYTES } from './socket-session.ts';
@@ -106,7 +110,7 @@ class AudioStream extends SocketSession {
     this.discardInbound();
     this.interruptingInBand = true;
     try {
-      this.session.send({ type: 'INTERRUPT' });
+      this.session.interrupt();
     } finally {
       this.interruptingInBand = false;
     }
@@ -159,7 +163,7 @@ class AudioStream extends SocketSession {
       const capacity = Math.ceil((INBOUND_AUDIO_LIMIT_MS * sessionRate) / 1000) + sessionRate / 100;
       const turn: StreamTurn = { id: randomUUID(), chunks: new AsyncQueue<Int16Array>({ weigh: (pcm) => pcm.length, capacity }) };
       // Each burst is a SPEAK_AUDIO turn the machine admits or refuses (busy, paused) like any other request.
-      const refusal = this.session.offer({ type: 'SPEAK_AUDIO', turn: { id: turn.id, mode: 'audio_stream', audio: { kind: 'stream', chunks: turn.chunks } } });
+      const refusal = this.session.speakAudioStream(turn.id, turn.chunks);
       if (refusal !== null) {
         if (!this.busyReported) sendError(this.socket, 'busy', refusal);
         this.busyReported = true;

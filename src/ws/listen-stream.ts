@@ -1,5 +1,6 @@
 import type { WebSocket } from 'ws';
-import { pcm16FromLittleEndian, type Session } from '../sessions/index.ts';
+import type { Session } from '../sessions/index.ts';
+import { pcm16FromLittleEndian } from '../../actors/audio/wav.ts';
 import { MAX_VAD_BACKLOG_MS, type VoiceInput, type VoiceMessage, type VoiceSource } from '../sessions/voice-input.ts';
 import { CLOSE_NORMAL, CLOSE_POLICY, SocketSession, fail, sendError } from './socket-session.ts';
 
@@ -51,7 +52,7 @@ class ListenStream extends SocketSession {
   }
 
   protected onInterrupt(): void {
-    this.session.send({ type: 'INTERRUPT' });
+    this.session.interrupt();
   }
 
   protected onAudio(raw: Buffer): void {

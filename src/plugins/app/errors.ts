@@ -2,7 +2,6 @@ import fp from 'fastify-plugin';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { HttpError } from '../../errors.ts';
 import {
-  AtCapacity,
   AvatarNotFound,
   BackendFailed,
   DomainError,
@@ -10,6 +9,7 @@ import {
   InvalidSelection,
   NotAdmitted,
   OutputLimitReached,
+  Overloaded,
   ServiceFault,
   SessionResourceNotFound,
   SessionNotFound,
@@ -24,8 +24,11 @@ import { VoiceNotFoundError } from '../../../actors/tts/types.ts';
 import { ProviderNotConfiguredError, UpstreamError } from '../../../actors/upstream/errors.ts';
 import { MalformedSdpError } from '../../../actors/media/webrtc.ts';
 
+/** What the domain refuses with: its own errors and the overload refusal of every admission (`Overloaded`). */
+type Refusal = DomainError | Overloaded;
+
 /** The HTTP status of every domain error (`src/domain-errors.ts`): the one place the domain meets HTTP. */
-export const DOMAIN_STATUSES: ReadonlyArray<readonly [abstract new (...args: never[]) => DomainError, number]> = [
+export const DOMAIN_STATUSES: ReadonlyArray<readonly [abstract new (...args: never[]) => Refusal, number]> = [
   [InvalidInput, 400],
   [InvalidSelection, 400],
   [AvatarNotFound, 404],
@@ -38,13 +41,13 @@ export const DOMAIN_STATUSES: ReadonlyArray<readonly [abstract new (...args: nev
   [SessionTerminated, 409],
   [ServiceFault, 500],
   [BackendFailed, 502],
-  [AtCapacity, 503],
+  [Overloaded, 503],
 ];
 
 /** The HTTP answer of a domain error: its status, its detail, and Retry-After when it says when to retry. */
-export function httpErrorOf(error: DomainError): HttpError {
+export function httpErrorOf(error: Refusal): HttpError {
   const status = DOMAIN_STATUSES.find(([kind]) => error instanceof kind)?.[1] ?? 500;
-  return new HttpError(status, error.detail, error instanceof AtCapacity ? { 'retry-after': String(error.retryAfterS) } : {});
+  return new HttpError(status, error.detail, error instanceof Overloaded ? { 'retry-after': String(error.retryAfterS) } : {});
 }
 
 /**
@@ -57,7 +60,7 @@ export function httpErrorOf(error: DomainError): HttpError {
 export default fp(async function errorPlugin(app: FastifyInstance) {
   app.setErrorHandler((error: FastifyError | Error, request, reply) => {
     closeIfBodyStalled(request, reply);
-    const refusal = error instanceof DomainError ? httpErrorOf(error) : error;
+    const refusal = error instanceof DomainError || error instanceof Overloaded ? httpErrorOf(error) : error;
     if (refusal instanceof HttpError) {
       sendDetail(reply.headers(refusal.headers), refusal.statusCode, refusal.detail);
       return;

@@ -4,14 +4,14 @@
  * to); this only runs them all and logs one line with what went.
  */
 import type { Logger } from 'pino';
-import { errorForLog } from '../logger.ts';
-import { sweepBundleLeftovers } from '../catalog/bundle-fs.ts';
-import type { OfflineJobs } from '../recording/offline-jobs.ts';
-import type { RecordingRegistry } from '../recording/registry.ts';
-import type { VoiceCatalogStore as VoiceCatalog } from '../voices/catalog.ts';
-import { sweepConversionLeftovers } from '../voices/convert.ts';
-import { sweepVoiceFiles } from '../voices/sweep.ts';
-import type { VoiceUploads } from '../voices/uploads.ts';
+import { errorForLog } from './logger.ts';
+import { sweepBundleLeftovers } from './catalog/bundle-fs.ts';
+import type { OfflineJobs } from './recording/offline-jobs.ts';
+import type { RecordingRegistry } from './recording/registry.ts';
+import type { VoiceCatalogStore as VoiceCatalog } from './voices/catalog.ts';
+import { sweepConversionLeftovers } from './voices/convert.ts';
+import { sweepVoiceFiles } from './voices/sweep.ts';
+import type { VoiceUploads } from './voices/uploads.ts';
 
 export interface StartupSweepParts {
   voices: VoiceCatalog;

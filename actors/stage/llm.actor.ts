@@ -1,10 +1,10 @@
 import { fromCallback } from 'xstate';
 import type { LlmActorEvent, LlmInput } from '../../machines/session.machine.ts';
 import { EagerSentenceStream } from '../tts/sentences.ts';
-import { heardReply, type QueuedSegment } from './heard.ts';
-import { runToolRound } from './tool-round.ts';
-import type { ChatMessage, LlmToolCall } from './types.ts';
-import { runStage, type StageContext } from '../stage/stage.ts';
+import { heardReply, type QueuedSegment } from '../llm/heard.ts';
+import { runToolRound } from '../llm/tool-round.ts';
+import type { ChatMessage, LlmToolCall } from '../llm/types.ts';
+import { runStage, type StageContext } from './stage.ts';
 
 /**
  * Rounds of tool calls one chat turn may make: ask, run the calls, ask again. Two or three are normal (look

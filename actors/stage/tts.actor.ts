@@ -1,10 +1,10 @@
 import { fromCallback } from 'xstate';
 import type { TtsActorEvent, TtsInput, TurnInfo } from '../../machines/session.machine.ts';
 import { buildMouthTimeline } from '../mouth/timeline.ts';
-import { isTtsProviderId } from './types.ts';
+import { isTtsProviderId } from '../tts/types.ts';
 import { untilAborted } from '../upstream/abort.ts';
 import { AsyncQueue } from '../async-queue.ts';
-import { runStage, type SendBack, type StageContext } from '../stage/stage.ts';
+import { runStage, type SendBack, type StageContext } from './stage.ts';
 
 /**
  * The turn's speech: synthesises text segments (the speak text, or the LLM's sentences as they come) or

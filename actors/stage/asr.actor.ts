@@ -1,7 +1,7 @@
 import { fromCallback, type EventObject } from 'xstate';
 import type { AsrInput, TranscribeRequest } from '../../machines/session.machine.ts';
 import { splitForAsr } from '../audio/vad.ts';
-import { runStage, type StageContext } from '../stage/stage.ts';
+import { runStage, type StageContext } from './stage.ts';
 
 /**
  * A transcription: the upload (carried on the TRANSCRIBE event) through the speech recogniser; SSE

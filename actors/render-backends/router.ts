@@ -9,9 +9,9 @@ import { join } from 'node:path';
 import type { FrameRenderer } from '../media/playout.ts';
 import type { LocalLipsyncModel } from '../lipsync/local-model.ts';
 import { OFFLINE_INFER_TIMEOUT_MS, OFFLINE_MAX_FRAMES_WAITING, type RemoteLipsyncModel } from '../lipsync/remote-model.ts';
-import { BUNDLE_FRAME_PATH } from './image.ts';
-import type { RenderPool } from './pool.ts';
-import type { AvatarSource, ModelType } from './types.ts';
+import { BUNDLE_FRAME_PATH } from '../render/image.ts';
+import type { RenderPool } from '../render/pool.ts';
+import type { AvatarSource, ModelType } from '../render/types.ts';
 
 export interface RendererRouterOptions {
   pool: RenderPool;

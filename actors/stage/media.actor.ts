@@ -1,7 +1,7 @@
 import { fromCallback } from 'xstate';
 import type { MediaActorEvent } from '../../machines/session.machine.ts';
-import { stageErrorOf } from '../stage/errors.ts';
-import type { StageContext } from '../stage/stage.ts';
+import { stageErrorOf } from './errors.ts';
+import type { StageContext } from './stage.ts';
 
 /**
  * The session's media for the machine: FLUSH empties the playout; a renderer failure becomes STAGE.ERROR

@@ -4,17 +4,17 @@
  * Without it, thirty parallel 25 MB uploads to one idle session were all read before twenty-nine got their 409.
  * Decoding runs off the event loop and stops at a decoded-duration bound (`decodeClientAudio`); an upload whose
  * container already shows it is past that bound is refused while it streams (`refuseTooLongWhileStreaming`).
+ * The routes that take audio (interaction, offline bundles, voices) reach the audio stage only through here.
  */
 import type { FastifyReply } from 'fastify';
 import { HttpError, badRequest, conflict } from '../errors.ts';
-import {
-  AudioDecoderBusyError,
-  AudioTooLongError,
-  decodeAudioOffThread,
-  DecodedDurationWatch,
-  InvalidAudioError,
-  UPLOAD_AUDIO_RULES,
-} from '../sessions/index.ts';
+import { Admission, Overloaded, type Release } from '../../actors/admission.ts';
+import { AudioTooLongError, InvalidAudioError, UPLOAD_AUDIO_RULES } from '../../actors/audio/decode.ts';
+import { decodeAudioOffThread } from '../../actors/audio/decode-pool.ts';
+import { DecodedDurationWatch } from '../../actors/audio/duration-watch.ts';
+
+export { describeDuration, UPLOAD_AUDIO_RULES } from '../../actors/audio/decode.ts';
+export { closeAudioDecoder } from '../../actors/audio/decode-pool.ts';
 
 /**
  * Audio uploads (speak_audio, speak_rt_audio, transcribe, offline bundles, clone and reference samples) being read
@@ -28,12 +28,17 @@ export const AUDIO_UPLOADS_RETRY_AFTER_S = 5;
 
 /** One service's upload admission. */
 export class UploadAdmission {
-  private active = 0;
+  /** The service-wide slots: counted places, nobody waits (an upload past them is refused unread). */
+  private readonly uploads = new Admission({
+    maxRunning: MAX_CONCURRENT_AUDIO_UPLOADS,
+    maxWaiting: 0,
+    refusal: () => new Overloaded(`too many audio uploads in progress (at most ${MAX_CONCURRENT_AUDIO_UPLOADS}); retry shortly`, AUDIO_UPLOADS_RETRY_AFTER_S),
+  });
   private readonly sessionsReceiving = new Set<string>();
 
   /** Uploads holding a service-wide slot now. */
   get uploadsInProgress(): number {
-    return this.active;
+    return this.uploads.load.running;
   }
 
   /**
@@ -41,13 +46,7 @@ export class UploadAdmission {
    * 503 with Retry-After when all are taken.
    */
   admitUpload(reply: FastifyReply): void {
-    if (this.active >= MAX_CONCURRENT_AUDIO_UPLOADS) {
-      throw new HttpError(503, `too many audio uploads in progress (at most ${MAX_CONCURRENT_AUDIO_UPLOADS}); retry shortly`, {
-        'retry-after': String(AUDIO_UPLOADS_RETRY_AFTER_S),
-      });
-    }
-    this.active++;
-    onAnswered(reply, () => this.active--);
+    onAnswered(reply, this.uploads.take());
   }
 
   /**
@@ -63,7 +62,7 @@ export class UploadAdmission {
 }
 
 /** Runs `release` when the response is finished or its connection closed ('close' comes once, after either). */
-function onAnswered(reply: FastifyReply, release: () => void): void {
+function onAnswered(reply: FastifyReply, release: Release): void {
   reply.raw.once('close', release);
 }
 
@@ -78,9 +77,6 @@ export function uploadAdmission(services: object): UploadAdmission {
   }
   return admission;
 }
-
-/** Retry-After of a 503 from a decoder that is busy or took too long. */
-const DECODER_BUSY_RETRY_AFTER_S = AUDIO_UPLOADS_RETRY_AFTER_S;
 
 export interface ClientAudioOptions {
   targetRate: number;
@@ -128,7 +124,6 @@ export async function decodeClientAudio(data: Uint8Array, options: ClientAudioOp
   } catch (error) {
     if (error instanceof AudioTooLongError) throw tooLong(error, tooLongStatus, label);
     if (error instanceof InvalidAudioError) throw badRequest(`invalid ${label}: ${error.message}`);
-    if (error instanceof AudioDecoderBusyError) throw new HttpError(503, error.message, { 'retry-after': String(DECODER_BUSY_RETRY_AFTER_S) });
     throw error;
   }
 }
