@@ -1,6 +1,6 @@
 /**
  * The shared renderer interface. One renderer per model type (`actors/render/renderers/<model>.ts`);
- * renderers run inside piscina workers (`actors/render/worker.ts`) and are pure functions of
+ * renderers run inside piscina workers (`actors/render-backends/worker.ts`) and are pure functions of
  * (prepared avatar, frame request) → I420 frame, so the same renderer serves the live session,
  * recording and offline MP4 rendering.
  */
