@@ -3,6 +3,7 @@
 // system-prompt, mode (text | voice | both), theme (light | dark | auto). Events for the host page: ready, speaking,
 // transcript, tool-call, error.
 import { AvatarApiError, AvatarClient, AvatarNetworkError, type ToolHandler } from './avatar-client.ts';
+import { showLiveCaptions } from './live-captions.ts';
 
 /** Transcript lines kept in the element: a long conversation must not grow the page without bound. */
 export const TRANSCRIPT_LINES_KEPT = 100;
@@ -57,6 +58,8 @@ export class AvatarChatElement extends HTMLElement {
   private readonly root: ShadowRoot;
   private readonly captions = new Map<string, HTMLLIElement>();
   private server = scriptOrigin;
+  /** Removes the live caption line of the previous session. */
+  private stopCaptions: (() => void) | null = null;
 
   constructor() {
     super();
@@ -137,6 +140,8 @@ export class AvatarChatElement extends HTMLElement {
   private listen(client: AvatarClient): void {
     const video = this.root.querySelector('video')!;
     const stream = new MediaStream();
+    this.stopCaptions?.();
+    this.stopCaptions = showLiveCaptions(client, video.parentElement!);
     client.on('track', ({ track }) => {
       stream.addTrack(track);
       video.srcObject = stream;
