@@ -21,6 +21,7 @@ import { benchAvSync } from './av-sync.ts';
 import { benchServerSync } from './server-sync.ts';
 import { benchLeak } from './leak.ts';
 import { benchBrowserSync } from './browser-sync.ts';
+import { benchCaptions } from './captions.ts';
 import { benchRenderers } from './renderers.ts';
 import { benchNeuralLipsync } from './neural-lipsync.ts';
 import { benchCapacity } from './capacity.ts';
@@ -47,6 +48,7 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['av_sync_sender', benchServerSync],
   ['av_sync_receiver', () => benchAvSync()],
   ['av_sync_browser', benchBrowserSync],
+  ['captions', benchCaptions],
   ['chat', benchChat],
   ['voice', benchVoice],
   ['custom_avatar', benchCustomAvatar],
