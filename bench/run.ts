@@ -25,6 +25,7 @@ import { benchLeak } from './leak.ts';
 import { benchBrowserSync } from './browser-sync.ts';
 import { benchMouthSyncBrowser } from './mouth-sync-browser.ts';
 import { benchMouthSheet } from './mouth-sheet.ts';
+import { benchCaptions } from './captions.ts';
 import { benchRenderers } from './renderers.ts';
 import { benchNeuralLipsync } from './neural-lipsync.ts';
 import { benchCapacity } from './capacity.ts';
@@ -53,6 +54,7 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['av_sync_receiver', () => benchAvSync()],
   ['av_sync_browser', benchBrowserSync],
   ['mouth_sync_browser', benchMouthSyncBrowser],
+  ['captions', benchCaptions],
   ['chat', benchChat],
   ['voice', benchVoice],
   ['custom_avatar', benchCustomAvatar],

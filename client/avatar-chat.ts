@@ -3,6 +3,7 @@
 // system-prompt, mode (text | voice | both), theme (light | dark | auto), reply (chat | speak; by default chat when the
 // service has a language model). Events for the host page: ready, speaking, transcript, tool-call, error.
 import { AvatarApiError, AvatarClient, AvatarNetworkError, faceCrop, type ToolHandler } from './avatar-client.ts';
+import { showLiveCaptions } from './live-captions.ts';
 
 /** Transcript lines kept in the element: a long conversation must not grow the page without bound. */
 export const TRANSCRIPT_LINES_KEPT = 100;
@@ -74,6 +75,8 @@ export class AvatarChatElement extends HTMLElement {
   private capabilities: Promise<Capabilities | null> | null = null;
   /** `reply` as used: the attribute, or chat with a language model and speak without. */
   private replyMode: 'chat' | 'speak' = 'chat';
+  /** Removes the live caption line of the previous session. */
+  private stopCaptions: (() => void) | null = null;
 
   constructor() {
     super();
@@ -211,6 +214,8 @@ export class AvatarChatElement extends HTMLElement {
   private listen(client: AvatarClient): void {
     const video = this.root.querySelector('video')!;
     const stream = new MediaStream();
+    this.stopCaptions?.();
+    this.stopCaptions = showLiveCaptions(client, video.parentElement!);
     client.on('track', ({ track }) => {
       for (const old of stream.getTracks().filter((t) => t.kind === track.kind)) stream.removeTrack(old);
       stream.addTrack(track);

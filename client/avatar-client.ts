@@ -428,3 +428,6 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
     signal.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
   });
 }
+
+/** Live captions over the avatar (the page at / and `<avatar-chat>` use it). */
+export { showLiveCaptions } from './live-captions.ts';

@@ -31,6 +31,13 @@ const MAX_CATCH_UP_MS = 500;
  */
 export const DEFAULT_VIDEO_DELAY_MS = 120;
 /**
+ * How long after a captioned segment's first sample leaves the clock its `caption` is emitted: the time that audio
+ * takes to be heard at a viewer (10 ms chunks → 20 ms Opus frames → network → receiver's decode), measured at a
+ * wrtc receiver on loopback as 45–175 ms under load (test/captions.timing.test.ts); browsers add their jitter buffer. A caption event itself reaches an SSE client
+ * in a few ms, so this is what puts it on the audio's start rather than ahead of it.
+ */
+export const DEFAULT_CAPTION_DELAY_MS = 90;
+/**
  * Playback records of finished turns kept for `playbackOf` (what the listener heard, for the chat history
  * after an interrupt). A turn is asked about right after it ends; a few cover any overlap.
  */
@@ -72,6 +79,8 @@ export interface PlayoutOptions {
    * schedule: a flush replaces held speech frames with idle ones.
    */
   videoDelayMs?: number;
+  /** How long after its audio leaves a segment's caption is emitted (`DEFAULT_CAPTION_DELAY_MS`). */
+  captionDelayMs?: number;
 }
 
 interface QueuedAudio {
@@ -106,6 +115,25 @@ export interface PlayedSegment {
   endMs: number;
 }
 
+/** A segment's text as it starts to be heard (the clock's `caption` event). */
+export interface CaptionCue {
+  turnId: string;
+  text: string;
+  /** Ms from the turn's first sample (= first enqueued sample) to the segment's first sample. */
+  startMs: number;
+  /** Ms from the turn's first sample to the end of the segment's audio queued when the cue is due. */
+  endMs: number;
+  /** The segment's first sample on the session's media clock (`mediaMs`), ms: where recordings place it. */
+  clockMs: number;
+}
+
+/** A cue waiting for its moment (`captionDelayMs` after its audio left). */
+interface PendingCue {
+  dueSample: number;
+  turn: TurnState;
+  segment: { start: number; end: number; caption?: string };
+}
+
 export interface TurnPlayback {
   /** Audio of the turn handed to the clock. */
   enqueuedMs: number;
@@ -123,7 +151,9 @@ interface TurnState {
   pendingSamples: number;
   enqueuedSamples: number;
   playedSamples: number;
-  segments: Array<{ segment: number; start: number; end: number }>;
+  segments: Array<{ segment: number; start: number; end: number; caption?: string }>;
+  /** Segments whose first sample has played (their captions are scheduled). */
+  segmentsStarted: number;
   ended: boolean;
   settled: boolean;
   drained: Array<() => void>;
@@ -142,6 +172,13 @@ export interface PlayoutEvents {
   /** A frame showing a turn's speech (SSE `frame`): pts relative to the turn's first sample. */
   frame: [info: { turnId: string; frameIdx: number; ptsMs: number }];
   turnStarted: [turnId: string];
+  /**
+   * A captioned segment (`enqueue`'s `caption`) starts to be heard: emitted `captionDelayMs` after its first sample
+   * left, because that is when viewers hear it. Start and end are ms from the turn's
+   * first sample; the end is that of the segment's audio queued so far. A segment flushed before it started never
+   * gets one; one that started is captioned even if a flush follows within the delay (its start was heard).
+   */
+  caption: [cue: CaptionCue];
   late: [lateMs: number];
   /**
    * The renderer failed a frame. With a listener the clock stops calling that renderer (frames are skipped:
@@ -165,6 +202,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   readonly fps: number;
   private readonly timeline: FrameTimeline;
   private readonly videoDelaySamples: number;
+  private readonly captionDelaySamples: number;
   private readonly queue: QueuedAudio[] = [];
   private readonly turns = new Map<string, TurnState>();
   private renderer: FrameRenderer | null;
@@ -173,6 +211,11 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   /** Tells a late failure of a replaced renderer from one of the current renderer. */
   private rendererGeneration = 0;
   private playedSamples = 0;
+  /**
+   * Captions of segments that started, waiting out `captionDelayMs`: at most one per segment started within that
+   * delay (a few), since a cue is queued only as its segment's audio leaves.
+   */
+  private readonly pendingCues: PendingCue[] = [];
   private frameIdx = 0;
   private startedAt = 0;
   private timer: NodeJS.Timeout | null = null;
@@ -204,6 +247,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     this.timeline = new FrameTimeline(sampleRate, renderer.fps);
     this.adoptNeeds(renderer);
     this.videoDelaySamples = Math.max(0, Math.round(((options.videoDelayMs ?? 0) * sampleRate) / 1000));
+    this.captionDelaySamples = Math.max(0, Math.round(((options.captionDelayMs ?? DEFAULT_CAPTION_DELAY_MS) * sampleRate) / 1000));
   }
 
   get mediaMs(): number {
@@ -233,14 +277,15 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   /**
    * Queues speech for a turn; the mouth source is indexed in ms from the start of this PCM. `segment` tags the
    * audio (e.g. the index of the sentence it speaks) for `playbackOf`. Returns where this audio starts within
-   * the turn's audio, in ms. Audio for a turn that ended or was flushed is dropped.
+   * the turn's audio, in ms. Audio for a turn that ended or was flushed is dropped. `caption`, given with a
+   * segment's first audio, is the text the segment speaks: the clock emits it (`caption`) as it starts to be heard.
    */
-  enqueue(turnId: string, pcm: Int16Array, mouth: MouthSource, segment?: number): number {
+  enqueue(turnId: string, pcm: Int16Array, mouth: MouthSource, segment?: number, caption?: string): number {
     const turn = this.turnOf(turnId);
     const startMs = (turn.enqueuedSamples * 1000) / this.sampleRate;
     if (this.closed || pcm.length === 0 || turn.ended) return startMs;
     const span = this.timeline.append(pcm.length, mouth, turnId, this.playedSamples, pcm);
-    this.tagSegment(turn, segment ?? turn.segments.at(-1)?.segment ?? 0, pcm.length);
+    this.tagSegment(turn, segment ?? turn.segments.at(-1)?.segment ?? 0, pcm.length, caption);
     turn.enqueuedSamples += pcm.length;
     turn.pendingSamples += pcm.length;
     this.queuedSamples += pcm.length;
@@ -349,6 +394,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     this.rendered.clear();
     for (const entry of this.outgoing) if (!entry.released) void entry.frame.then(releaseFrame);
     this.outgoing = [];
+    this.pendingCues.length = 0;
     this.renderer = null;
     for (const resolve of this.roomWaiters.splice(0)) resolve();
     this.removeAllListeners();
@@ -376,6 +422,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
         enqueuedSamples: 0,
         playedSamples: 0,
         segments: [],
+        segmentsStarted: 0,
         ended: false,
         settled: false,
         drained: [],
@@ -385,10 +432,33 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     return turn;
   }
 
-  private tagSegment(turn: TurnState, segment: number, samples: number): void {
+  private tagSegment(turn: TurnState, segment: number, samples: number, caption?: string): void {
     const last = turn.segments.at(-1);
     if (last && last.segment === segment) last.end += samples;
-    else turn.segments.push({ segment, start: turn.enqueuedSamples, end: turn.enqueuedSamples + samples });
+    else turn.segments.push({ segment, start: turn.enqueuedSamples, end: turn.enqueuedSamples + samples, caption });
+  }
+
+  /** Schedules the captions of the turn's segments whose first sample is in the chunk just played. */
+  private scheduleCaptions(turn: TurnState): void {
+    while (turn.segmentsStarted < turn.segments.length && turn.segments[turn.segmentsStarted].start < turn.playedSamples) {
+      const segment = turn.segments[turn.segmentsStarted++];
+      if (!segment.caption?.trim() || turn.startSample === null) continue;
+      // A turn's audio plays without gaps, so its segment's first sample left at the turn's start plus its offset.
+      const dueSample = turn.startSample + segment.start + this.captionDelaySamples;
+      this.pendingCues.push({ dueSample, turn, segment });
+    }
+  }
+
+  /** Emits the captions whose audio reaches viewers within the next chunk. */
+  private releaseDueCaptions(): void {
+    while (this.pendingCues.length > 0 && this.pendingCues[0].dueSample < this.playedSamples + this.chunkSamples) {
+      const { turn, segment } = this.pendingCues.shift()!;
+      const ms = (samples: number) => Math.round((samples * 1000) / this.sampleRate);
+      // A turn with nothing left to play (drained or flushed) was heard up to its played samples, no further.
+      const end = turn.ended && turn.pendingSamples === 0 ? Math.min(segment.end, turn.playedSamples) : segment.end;
+      const clockMs = ms((turn.startSample ?? 0) + segment.start);
+      this.emit('caption', { turnId: turn.turnId, text: segment.caption!.trim(), startMs: ms(segment.start), endMs: ms(end), clockMs });
+    }
   }
 
   private settleTurn(turn: TurnState): void {
@@ -436,6 +506,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     while (this.playedSamples + this.chunkSamples <= dueSamples) {
       this.takeDueFrames();
       this.releaseDueVideo();
+      this.releaseDueCaptions();
       this.sendAudioChunk();
     }
     this.renderAhead();
@@ -526,6 +597,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     const out = this.audioChunk;
     out.fill(0);
     let filled = 0;
+    const startedTurns = new Set<TurnState>();
     while (filled < out.length && this.queue.length > 0) {
       const seg = this.queue[0];
       const turn = this.turnOf(seg.turnId);
@@ -540,6 +612,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
       turn.pendingSamples -= take;
       turn.playedSamples += take;
       this.queuedSamples -= take;
+      startedTurns.add(turn);
       if (seg.offset >= seg.pcm.length) {
         this.queue.shift();
         this.settleTurn(turn);
@@ -547,6 +620,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     }
     const mediaMs = this.mediaMs;
     this.playedSamples += this.chunkSamples;
+    for (const turn of startedTurns) this.scheduleCaptions(turn);
     this.timeline.forgetBefore(this.playedSamples);
     this.emit('audio', out, this.sampleRate, mediaMs);
     this.releaseRoom();

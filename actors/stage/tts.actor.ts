@@ -4,6 +4,7 @@ import { buildMouthTimeline } from '../mouth/timeline.ts';
 import { isTtsProviderId } from '../tts/types.ts';
 import { untilAborted } from '../upstream/abort.ts';
 import { AsyncQueue } from '../async-queue.ts';
+import { splitSentences } from '../tts/sentences.ts';
 import { runStage, type SendBack, type StageContext } from './stage.ts';
 
 /**
@@ -68,6 +69,9 @@ async function synthesizeTurn(
     }
     let lastIndex = 0;
     let segmentSamples = 0;
+    // Providers synthesise `splitSentences(text)` one by one: a chunk's `sentenceIndex` names its sentence's text.
+    const sentences = splitSentences(text);
+    let captioned = -1;
     for await (const chunk of provider.synthesize({
       text,
       voice: input.tts.voice,
@@ -84,7 +88,10 @@ async function synthesizeTurn(
         sendBack({ type: 'TTS.FIRST_AUDIO' });
       }
       await ctx.media.waitForRoom(signal);
-      ctx.media.enqueue(turn.id, chunk.pcm, buildMouthTimeline(chunk));
+      // Each sentence's caption goes with its first audio: the clock emits it as that audio starts to be heard.
+      const caption = lastIndex !== captioned ? (sentences[lastIndex] ?? (lastIndex === 0 ? text : undefined)) : undefined;
+      captioned = lastIndex;
+      ctx.media.enqueue(turn.id, chunk.pcm, buildMouthTimeline(chunk), sentenceIndex + lastIndex, caption);
       segmentSamples += chunk.pcm.length;
     }
     sentenceIndex += lastIndex + 1;

@@ -212,6 +212,16 @@ export interface ServerEvents {
     /** The model's arguments, parsed */
     arguments: Record<string, unknown>;
   };
+  "caption": {
+    /** The turn whose speech this is */
+    turn_id: string;
+    /** The sentence as synthesised */
+    text: string;
+    /** Where the sentence's audio starts, ms from the turn's first audio sample on the media clock */
+    start_ms: number;
+    /** Where it ends, ms from the turn's first sample: its audio queued when the event was sent; cut to what played for an interrupted turn */
+    end_ms: number;
+  };
 }
 
 export type ServerEventType = keyof ServerEvents;

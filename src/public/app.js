@@ -3,7 +3,7 @@
 // speak, chat, stop, pause/resume; captions and a readable timeline from SSE; portrait upload; recording and
 // offline rendering with downloads. Errors become dismissible banners that say what to do. The protocol (requests and
 // their errors, WebRTC, SSE, the microphone) is the client library's (`client/avatar-client.ts`, served at /client.js).
-import { AvatarApiError, AvatarClient, faceCrop } from '/client.js';
+import { AvatarApiError, AvatarClient, faceCrop, showLiveCaptions } from '/client.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -421,6 +421,8 @@ function openTurn(turnId, initial) {
 /** The session's SSE events (the client opens, parses and reopens the stream), for every session of the page. */
 function listen() {
   const on = (type, handler) => client.on(type, handler);
+  // Each sentence over the video as it is heard (SSE `caption`); the text panel keeps the model's words as they come.
+  showLiveCaptions(client, $('video').parentElement);
   on('status', (data) => {
     showStage(data.stage);
     if (data.turn_id && ['listening', 'thinking', 'speaking'].includes(data.stage) && data.turn_id !== state.currentTurn) {

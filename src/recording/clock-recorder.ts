@@ -1,6 +1,7 @@
 import type { I420Frame } from '../../actors/render/types.ts';
 import { Mp4Encoder, type Mp4EncoderOptions } from './encoder.ts';
 import { isPooledFrame } from '../../actors/render/frame-buffers.ts';
+import type { CaptionCue } from '../../actors/media/playout.ts';
 
 /**
  * What a recording taps: the session's media clock and its frame size. It records the frames and audio chunks the
@@ -14,6 +15,9 @@ export interface RecordableClock {
   on(event: 'video', listener: (frame: I420Frame, frameIdx: number, mediaMs: number) => void): unknown;
   off(event: 'audio', listener: (samples: Int16Array, sampleRate: number, mediaMs: number) => void): unknown;
   off(event: 'video', listener: (frame: I420Frame, frameIdx: number, mediaMs: number) => void): unknown;
+  /** Captions as they start to be heard (`captions.ts` writes them beside the MP4 as WebVTT). */
+  on(event: 'caption', listener: (cue: CaptionCue) => void): unknown;
+  off(event: 'caption', listener: (cue: CaptionCue) => void): unknown;
 }
 
 export interface RecordableMedia {
@@ -111,6 +115,11 @@ export class ClockRecorder {
 
   get framesWritten(): number {
     return this.encoder.framesWritten;
+  }
+
+  /** Where the file starts on the media clock, ms (null until the first frame is recorded). */
+  get originMs(): number | null {
+    return this.origin === null ? null : (this.origin * 1000) / this.sampleRate;
   }
 
   /** Length of what is recorded so far (the video timeline), ms. */

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { ClockRecorder, NoFramesError, type RecordableMedia } from './clock-recorder.ts';
 import { errorForLog } from '../logger.ts';
 import { writeFileAtomic } from '../files/atomic-file.ts';
+import { CaptionTrack, toWebVtt } from './captions.ts';
 
 export type RecordingState = 'idle' | 'recording' | 'complete';
 
@@ -27,6 +28,8 @@ const SWEEP_EVERY_MS = 10 * 60 * 1000;
 const ARTIFACT_FILE = 'recording.mp4';
 const PARTIAL_FILE = 'recording.partial.mp4';
 const META_FILE = 'recording.json';
+/** The recording's captions (WebVTT), written before the record like the MP4. */
+const CAPTIONS_FILE = 'recording.vtt';
 /** The route layer validates session ids as UUIDs; this is a second fence before anything touches the disk. */
 const SESSION_ID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -40,6 +43,8 @@ export class RecordingConflictError extends Error {
 interface Active {
   /** Null while `start` prepares the directory: the slot is claimed, nothing is recorded yet. */
   recorder: ClockRecorder | null;
+  /** The clock's captions during the recording (null while preparing, like `recorder`). */
+  captions: CaptionTrack | null;
   stopping: Promise<RecordingStatus> | null;
   /** The session ended while `start` was still preparing: the start answers 409 instead of recording a closed clock. */
   cancelled: boolean;
@@ -110,7 +115,7 @@ export class RecordingRegistry {
     const dir = this.dirOf(sessionId);
     // Claim the slot and attach to the session before any await: two concurrent starts cannot both pass the
     // check, and a session that ends from here on finalises or cancels this recording.
-    const claim: Active = { recorder: null, stopping: null, cancelled: false };
+    const claim: Active = { recorder: null, captions: null, stopping: null, cancelled: false };
     this.active.set(sessionId, claim);
     const release = () => {
       if (this.active.get(sessionId) === claim) this.active.delete(sessionId);
@@ -122,9 +127,10 @@ export class RecordingRegistry {
       if (claim.cancelled) throw new RecordingConflictError('session is terminated');
       // The record first: a crash in between leaves an artifact without one, which `recover()` removes.
       await fs.rm(path.join(dir, META_FILE), { force: true });
-      await Promise.all([ARTIFACT_FILE, PARTIAL_FILE].map((name) => fs.rm(path.join(dir, name), { force: true })));
+      await Promise.all([ARTIFACT_FILE, PARTIAL_FILE, CAPTIONS_FILE].map((name) => fs.rm(path.join(dir, name), { force: true })));
       if (claim.cancelled) throw new RecordingConflictError('session is terminated');
       claim.recorder = new ClockRecorder(media, path.join(dir, PARTIAL_FILE), () => void this.stop(sessionId, 'clock stopped').catch(() => undefined));
+      claim.captions = new CaptionTrack(media.playout);
     } catch (error) {
       release();
       throw error;
@@ -151,7 +157,7 @@ export class RecordingRegistry {
   async stop(sessionId: string, endedBy = 'stop'): Promise<RecordingStatus> {
     const active = this.active.get(sessionId);
     if (!active || !active.recorder) throw new RecordingConflictError('not recording');
-    active.stopping ??= this.finalise(sessionId, active.recorder, endedBy);
+    active.stopping ??= this.finalise(sessionId, active.recorder, active.captions, endedBy);
     return active.stopping;
   }
 
@@ -162,10 +168,19 @@ export class RecordingRegistry {
   }
 
   /** Absolute path of the finished artifact, or null when there is none. */
-  async artifactPath(sessionId: string): Promise<string | null> {
+  artifactPath(sessionId: string): Promise<string | null> {
+    return this.finishedFile(sessionId, ARTIFACT_FILE);
+  }
+
+  /** Absolute path of the finished recording's captions (WebVTT), or null when there is no finished recording. */
+  captionsPath(sessionId: string): Promise<string | null> {
+    return this.finishedFile(sessionId, CAPTIONS_FILE);
+  }
+
+  private async finishedFile(sessionId: string, name: string): Promise<string | null> {
     if (this.active.has(sessionId)) return null;
     if (!(await this.readMeta(sessionId))) return null;
-    const file = path.join(this.dirOf(sessionId), ARTIFACT_FILE);
+    const file = path.join(this.dirOf(sessionId), name);
     try {
       await fs.access(file);
       return file;
@@ -201,7 +216,7 @@ export class RecordingRegistry {
       const dir = path.join(this.root, name);
       const files = await fs.readdir(dir).catch(() => [] as string[]);
       const finished = (await this.readMeta(name)) !== null && files.includes(ARTIFACT_FILE);
-      const doomed = finished ? files.filter((file) => file !== ARTIFACT_FILE && file !== META_FILE) : files;
+      const doomed = finished ? files.filter((file) => file !== ARTIFACT_FILE && file !== META_FILE && file !== CAPTIONS_FILE) : files;
       await Promise.all(doomed.map((file) => fs.rm(path.join(dir, file), { recursive: true, force: true })));
       removed += doomed.length;
       if (!finished) await fs.rm(dir, { recursive: true, force: true });
@@ -231,10 +246,13 @@ export class RecordingRegistry {
     }
   }
 
-  private async finalise(sessionId: string, recorder: ClockRecorder, endedBy: string): Promise<RecordingStatus> {
+  private async finalise(sessionId: string, recorder: ClockRecorder, captions: CaptionTrack | null, endedBy: string): Promise<RecordingStatus> {
     const dir = this.dirOf(sessionId);
     try {
       const durationMs = await recorder.stop();
+      captions?.detach();
+      const cues = captions?.recorded(recorder.originMs ?? 0, durationMs) ?? [];
+      await writeFileAtomic(path.join(dir, CAPTIONS_FILE), toWebVtt(cues));
       await fs.rename(path.join(dir, PARTIAL_FILE), path.join(dir, ARTIFACT_FILE));
       const meta: Meta = { duration_ms: durationMs, completed_at: new Date().toISOString(), ended_by: endedBy };
       // The record last, in one step: a crash before it leaves an artifact without a record, never a record without its artifact.
@@ -244,6 +262,7 @@ export class RecordingRegistry {
       for (const listener of this.readyListeners) listener(sessionId, ready);
       return { state: 'complete', ...ready };
     } catch (error) {
+      captions?.detach();
       await recorder.abort().catch(() => undefined);
       this.logger?.error({ sessionId, err: errorForLog(error) }, 'recording failed');
       if (error instanceof NoFramesError) throw error;

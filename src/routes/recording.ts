@@ -110,6 +110,29 @@ const recordingRoutes: FastifyPluginAsyncTypebox = async (app) => {
       return reply.send(createReadStream(file) as never);
     },
   });
+
+  app.get('/sessions/:session_id/rt-recording/captions.vtt', {
+    schema: {
+      tags: ['recording'],
+      summary: "Download the recording's captions",
+      description:
+        '`text/vtt`: the WebVTT captions of the finished recording, one cue per SSE `caption` event sent while it recorded, ' +
+        "on the MP4's timeline (docs/recording.md). A recording without speech has a file with no cue. 404 when the session is " +
+        'unknown or there is no finished recording (idle, or recording in progress), as for the artifact.',
+      params: SessionIdParams,
+      produces: ['text/vtt'],
+      response: { 200: Type.String({ description: 'WebVTT file' }), ...errors(404) },
+    },
+    handler: async (request, reply) => {
+      await supervisor.describe(request.params.session_id);
+      const file = await recordings.captionsPath(request.params.session_id);
+      const text = file ? await fs.readFile(file, 'utf8').catch(() => null) : null;
+      if (text === null) throw notFound('no finished recording for this session');
+      reply.header('content-type', 'text/vtt; charset=utf-8');
+      reply.header('content-disposition', `attachment; filename="recording-${request.params.session_id}.vtt"`);
+      return reply.send(text);
+    },
+  });
 };
 
 export default recordingRoutes;

@@ -38,6 +38,17 @@ export const ErrorEvent = Type.Object(
   },
   { $id: 'ErrorEvent' },
 );
+export const CaptionEvent = Type.Object(
+  {
+    turn_id: Type.String({ description: 'The turn whose speech this is' }),
+    text: Type.String({ description: 'The sentence as synthesised' }),
+    start_ms: Type.Number({ description: "Where the sentence's audio starts, ms from the turn's first audio sample on the media clock" }),
+    end_ms: Type.Number({
+      description: "Where it ends, ms from the turn's first sample: its audio queued when the event was sent; cut to what played for an interrupted turn",
+    }),
+  },
+  { $id: 'CaptionEvent', description: 'SSE event `caption`: sent as the sentence starts to be heard at the viewer (docs/events.md)' },
+);
 export const SessionTerminatedEvent = Type.Object({}, { $id: 'SessionTerminatedEvent' });
 
 /** Every SSE event type with its data. */
@@ -50,6 +61,7 @@ export const SSE_EVENT_SCHEMAS = {
   error: ErrorEvent,
   'session.terminated': SessionTerminatedEvent,
   tool_call: ToolCallEvent,
+  caption: CaptionEvent,
 } as const;
 
 // Compile-time: each schema accepts what the hub publishes for its type, and the hub publishes every type listed.

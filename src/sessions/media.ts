@@ -92,6 +92,7 @@ export class SessionMedia implements StageMedia {
     this.playout.on('videoOut', (frame) => this.output.pushVideo(frame));
     this.playout.on('frame', ({ frameIdx, ptsMs }) => bus.publish('frame', { frame_idx: frameIdx, pts_ms: ptsMs }));
     this.playout.on('turnStarted', (turnId) => bus.emit('media.firstSample', { turnId }));
+    this.playout.on('caption', (cue) => bus.publish('caption', { turn_id: cue.turnId, text: cue.text, start_ms: cue.startMs, end_ms: cue.endMs }));
     this.playout.on('renderFailed', (error) => this.rendererFailed(error));
     this.playout.on('tapFailed', (error) => this.logger.error({ err: errorForLog(error) }, 'media tap failed; the clock goes on'));
     this.watchBackend(options.renderer);
@@ -143,8 +144,8 @@ export class SessionMedia implements StageMedia {
    * Queues a turn's audio. `segment` tags it (e.g. the index of the text segment it speaks); the return value is
    * where it starts in the turn's audio, ms. With `playedMsOf` this tells what of a turn the listener heard.
    */
-  enqueue(turnId: string, pcm: Int16Array, mouth: MouthSource, segment?: number): number {
-    return this.playout.enqueue(turnId, pcm, mouth, segment);
+  enqueue(turnId: string, pcm: Int16Array, mouth: MouthSource, segment?: number, caption?: string): number {
+    return this.playout.enqueue(turnId, pcm, mouth, segment, caption);
   }
 
   /** Resolves once the playout queue is below its high-water mark (back-pressure for whoever feeds it). */

@@ -15,6 +15,8 @@ export interface SessionEventMap extends StageEventMap {
   'session.terminated': Record<string, never>;
   /** A tool call of a chat turn (`tools.ts`): a client tool's client answers it on `POST /sessions/{id}/tool_results`. */
   tool_call: { turn_id: string; call_id: string; name: string; arguments: Record<string, unknown> };
+  /** A sentence of a turn as it starts to be heard at the viewer (the media clock's `caption`, docs/events.md). */
+  caption: { turn_id: string; text: string; start_ms: number; end_ms: number };
 }
 export type SessionEventType = keyof SessionEventMap;
 export type SessionEventRecord = { [K in SessionEventType]: { type: K; data: SessionEventMap[K] } }[SessionEventType];
