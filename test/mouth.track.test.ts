@@ -121,6 +121,27 @@ describe('buildMouthTimeline from phone timings', () => {
     expect(timeline.poseAt(150).open).toBeGreaterThan(0.6);
     expect(timeline.poseAt(550).open).toBeLessThan(0.05);
   });
+
+  it('opens wider for a louder stretch of the same vowel, keeping its shape', () => {
+    // One 'aa' over a quiet stretch (about -28 dBFS) then a loud one (about -10 dBFS).
+    const phones = [{ phone: 'aa', startMs: 0, endMs: 800 }];
+    const timeline = buildMouthTimeline({ pcm: concat(vowel(400, 1_000), vowel(400, 8_000)), sampleRate: RATE, phones });
+    const quiet = timeline.poseAt(250);
+    const loud = timeline.poseAt(650);
+    expect(loud.open).toBeGreaterThan(0.8);
+    expect(quiet.open).toBeGreaterThan(0.1);
+    expect(quiet.open).toBeLessThan(0.6 * loud.open);
+    // Loudness scales the jaw, not the lip shape: 'aa' stays as spread at either level.
+    expect(quiet.wide).toBeCloseTo(loud.wide, 2);
+  });
+
+  it('closes the mouth in a pause inside a chunk and opens it again after', () => {
+    const phones = [{ phone: 'aa', startMs: 0, endMs: 900 }];
+    const timeline = buildMouthTimeline({ pcm: concat(vowel(300), silence(300), vowel(300)), sampleRate: RATE, phones });
+    expect(timeline.poseAt(150).open).toBeGreaterThan(0.8);
+    for (let ms = 500; ms <= 560; ms += 10) expect(timeline.poseAt(ms).open).toBeLessThan(0.05);
+    expect(timeline.poseAt(750).open).toBeGreaterThan(0.8);
+  });
 });
 
 describe('mouth track of real builtin TTS speech', () => {

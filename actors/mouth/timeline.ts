@@ -5,8 +5,9 @@
  *
  * With phone timings: each hop's target is the viseme of the phone ~25 ms ahead (lips move before
  * the sound), blended with its neighbours by a ±50 ms raised-cosine window weighted by viseme
- * dominance (so m/b/p still close fully between vowels), then scaled by the audio's energy so that
- * silence closes the mouth whatever the phones say.
+ * dominance (so m/b/p still close fully between vowels); its opening then follows the audio's loudness
+ * (loud vowels open wide, quiet ones less) and its shape the audio's energy, so that silence closes the mouth
+ * whatever the phones say.
  * Without timings: derived from the audio — energy and the F1-band centroid for `open`, the
  * high-band/low-band energy ratio for `wide` vs `round` — smoothed with a fast attack and slow release.
  */
@@ -43,6 +44,20 @@ const FULL_VOICE_LEVEL = 0.55;
 /** Envelope times for the audio-only track: open quickly on onsets, close more slowly. */
 const ATTACK_MS = 15;
 const RELEASE_MS = 50;
+/**
+ * With phones, the opening follows loudness: the viseme blend's opening (square-rooted, so i/u/n still open visibly
+ * while m/b/p stay shut) times how loud the audio under it is, linear in dB from `QUIET_DBFS` (shut) to `LOUD_DBFS`
+ * (full). Loud vowels open wide, unstressed ones less, and a pause inside a chunk closes the mouth; wide and round
+ * keep the viseme's shape. The phone blend gated only by silence followed the audio's RMS envelope with r 0.57 on
+ * flite/eSpeak sentences, this with r 0.83 (issue 44; docs/performance.md).
+ */
+const QUIET_DBFS = -38;
+const LOUD_DBFS = -12;
+/**
+ * The loudness is read this many hops ahead, as the phones are (`ANTICIPATION_MS`), from audio the chunk already holds:
+ * 2 hops gave the best r at zero lag (0: mouth 10 ms late; 4: 20 ms early and r at zero lag down by 0.08).
+ */
+const LOUDNESS_AHEAD_HOPS = 2;
 
 const clamp01 = (value: number): number => (value > 1 ? 1 : value > 0 ? value : 0);
 
@@ -77,8 +92,13 @@ abstract class PoseTrack {
   through(hop: number): void {
     const last = Math.min(this.features.hopCount - 1, hop);
     if (last < this.built) return;
-    this.features.analyseThrough(last);
+    this.features.analyseThrough(last + this.readsAheadHops);
     for (; this.built <= last; this.built++) this.buildHop(this.built);
+  }
+
+  /** How many hops past the one being built `buildHop` reads (bounded so a track built in steps equals one built at once). */
+  protected get readsAheadHops(): number {
+    return 0;
   }
 
   protected abstract buildHop(hop: number): void;
@@ -96,10 +116,18 @@ class Envelope {
   }
 }
 
+/** Loudness 0..1 of a hop's level (0..1 = -60..0 dBFS): linear in dB between `QUIET_DBFS` and `LOUD_DBFS`. */
+function loudnessOf(level: number): number {
+  const dbfs = (level - 1) * 60;
+  return clamp01((dbfs - QUIET_DBFS) / (LOUD_DBFS - QUIET_DBFS));
+}
+
 class PhoneTrack extends PoseTrack {
   private readonly visemeAtHop: ReturnType<typeof visemeForPhone>[];
   /** Smoothed energy gate: the slow release keeps a short stop closure inside a word from snapping the jaw shut. */
   private readonly gate = new Envelope();
+  /** Smoothed loudness (0..1) of the audio just ahead of each hop: how far its viseme opens. */
+  private readonly loudness = new Envelope();
 
   constructor(phones: PhoneTiming[], features: AudioAnalysis) {
     super(features);
@@ -113,6 +141,10 @@ class PhoneTrack extends PoseTrack {
       const phone = sorted[phoneIndex];
       this.visemeAtHop[hop] = phone && ms >= phone.startMs && ms < phone.endMs ? visemeForPhone(phone.phone) : 'sil';
     }
+  }
+
+  protected override get readsAheadHops(): number {
+    return LOUDNESS_AHEAD_HOPS;
   }
 
   protected buildHop(hop: number): void {
@@ -133,7 +165,9 @@ class PhoneTrack extends PoseTrack {
     }
     // Both rounded to the track's precision, as the gate track built in one go stored them.
     const scale = Math.fround(this.gate.next(Math.fround(energyGate(this.features.level[hop]))));
-    this.open[hop] = (open / weightSum) * scale;
+    const levelAhead = this.features.level[Math.min(hops - 1, hop + LOUDNESS_AHEAD_HOPS)];
+    const loudness = Math.fround(this.loudness.next(Math.fround(loudnessOf(levelAhead))));
+    this.open[hop] = Math.sqrt(open / weightSum) * loudness;
     this.wide[hop] = (wide / weightSum) * scale;
     this.round[hop] = (round / weightSum) * scale;
   }
