@@ -76,6 +76,9 @@ interface PlaneRegion {
   height: number;
   /** How rigidly each pixel of the region moves with the head, 0..1, row-major. */
   weight: Float32Array;
+  /** Per row, the first and one past the last column of nonzero weight (the ellipse is convex: one run per row). */
+  rowStart: Int32Array;
+  rowEnd: Int32Array;
   /** The region's pixels before the warp (scratch, reused every frame). */
   scratch: Uint8Array;
 }
@@ -188,19 +191,62 @@ function region(centreX: number, centreY: number, radiusX: number, radiusY: numb
       weight[j * width + i] = 1 - smoothstep(RIGID_FRACTION, 1, Math.sqrt(nx * nx + ny * ny));
     }
   }
-  return { x: x0, y: y0, width, height, weight, scratch: new Uint8Array(width * height) };
+  const rowStart = new Int32Array(height);
+  const rowEnd = new Int32Array(height);
+  for (let j = 0; j < height; j++) {
+    let first = 0;
+    let last = width;
+    while (first < width && weight[j * width + first] <= 0) first++;
+    while (last > first && weight[j * width + last - 1] <= 0) last--;
+    rowStart[j] = first;
+    rowEnd[j] = last;
+  }
+  return { x: x0, y: y0, width, height, weight, rowStart, rowEnd, scratch: new Uint8Array(width * height) };
 }
+
+/**
+ * Sub-pixel phases of the resampling kernels: a position is rounded to 1/`PHASES` px (0.016 px, far below what
+ * a viewer sees) so the kernel weights come from a table instead of a cubic polynomial per pixel.
+ */
+const PHASES = 64;
+/** Fixed-point scale of one kernel's weights (each phase's four Catmull-Rom taps sum to exactly this). */
+const KERNEL_BITS = 7;
+const KERNEL_ONE = 1 << KERNEL_BITS;
+/** Rounding of the two-pass (x then y) fixed-point sum back to a pixel value. */
+const CUBIC_SHIFT = 2 * KERNEL_BITS;
+const CUBIC_HALF = 1 << (CUBIC_SHIFT - 1);
+/** Rounding of the two-pass bilinear sum (weights in 1/`PHASES`) back to a pixel value. */
+const BILINEAR_SHIFT = 2 * Math.log2(PHASES);
+const BILINEAR_HALF = 1 << (BILINEAR_SHIFT - 1);
+/** Added before `| 0` so a position a few px left of / above the region truncates like `Math.floor`. */
+const FLOOR_BIAS = 16;
+
+/** Catmull-Rom taps per phase, four Int32 per phase (PHASES + 1 phases: a fraction that rounds up to 1). */
+const CUBIC_TAPS = (() => {
+  const taps = new Int32Array((PHASES + 1) * 4);
+  for (let p = 0; p <= PHASES; p++) {
+    const f = p / PHASES;
+    const f2 = f * f;
+    const f3 = f2 * f;
+    const a = Math.round(KERNEL_ONE * 0.5 * (-f3 + 2 * f2 - f));
+    const c = Math.round(KERNEL_ONE * 0.5 * (-3 * f3 + 4 * f2 + f));
+    const d = Math.round(KERNEL_ONE * 0.5 * (f3 - f2));
+    taps.set([a, KERNEL_ONE - a - c - d, c, d], p * 4);
+  }
+  return taps;
+})();
 
 /**
  * Backward mapping: a pixel at p shows the pre-warp pixel at p − w(p)·(R(θ)(p − c) + c − p + t), c the neck.
  * The weight is taken at the destination (the motion is small, so it differs from the exact inverse by a
- * fraction of a pixel in the feather ring only). Luma is sampled with Catmull-Rom, chroma bilinearly; both loops
- * are written out (a sampler passed as a function cost ~15× more per pixel, 27 ms a frame on a close-up).
+ * fraction of a pixel in the feather ring only). Luma is sampled with Catmull-Rom, chroma bilinearly, both in
+ * fixed point from per-phase weight tables; only each row's run of nonzero weight is visited, and the loop is
+ * written out (a sampler passed as a function cost ~15× more per pixel).
  */
 function warpPlane(plane: Uint8Array, stride: number, r: PlaneRegion, pose: HeadPose, pivotX: number, pivotY: number, scale: number, cubic: boolean): void {
-  const { scratch, weight, width, height } = r;
+  const { scratch, weight, width, height, rowStart, rowEnd } = r;
   for (let j = 0; j < height; j++) scratch.set(plane.subarray((r.y + j) * stride + r.x, (r.y + j) * stride + r.x + width), j * width);
-  const cos = Math.cos(pose.tilt);
+  const cosMinus1 = Math.cos(pose.tilt) - 1;
   const sin = Math.sin(pose.tilt);
   const cx = pivotX * scale;
   const cy = pivotY * scale;
@@ -208,59 +254,57 @@ function warpPlane(plane: Uint8Array, stride: number, r: PlaneRegion, pose: Head
   const ty = pose.dy * scale;
   const maxX = width - 1;
   const maxY = height - 1;
+  const taps = CUBIC_TAPS;
   for (let j = 0; j < height; j++) {
     const py = r.y + j + 0.5 - cy;
     const row = (r.y + j) * stride + r.x;
     const rowMoveX = -sin * py + tx;
-    const rowMoveY = cos * py - py + ty;
-    for (let i = 0; i < width; i++) {
+    const rowMoveY = cosMinus1 * py + ty;
+    const end = rowEnd[j];
+    for (let i = rowStart[j]; i < end; i++) {
       const w = weight[j * width + i];
-      if (w <= 0) continue;
       const px = r.x + i + 0.5 - cx;
-      const x = i - w * (cos * px - px + rowMoveX);
-      const y = j - w * (sin * px + rowMoveY);
-      const x0 = Math.floor(x);
-      const y0 = Math.floor(y);
-      const fx = x - x0;
-      const fy = y - y0;
+      const x = i - w * (cosMinus1 * px + rowMoveX) + FLOOR_BIAS;
+      const y = j - w * (sin * px + rowMoveY) + FLOOR_BIAS;
+      const xi = x | 0;
+      const yi = y | 0;
+      const x0 = xi - FLOOR_BIAS;
+      const y0 = yi - FLOOR_BIAS;
+      const phaseX = ((x - xi) * PHASES + 0.5) | 0;
+      const phaseY = ((y - yi) * PHASES + 0.5) | 0;
       let value: number;
       if (cubic && x0 >= 1 && y0 >= 1 && x0 + 2 <= maxX && y0 + 2 <= maxY) {
-        // Catmull-Rom weights of the four taps around the fractional position, in x and in y.
-        const fx2 = fx * fx;
-        const fx3 = fx2 * fx;
-        const ax = 0.5 * (-fx3 + 2 * fx2 - fx);
-        const bx = 0.5 * (3 * fx3 - 5 * fx2 + 2);
-        const cxw = 0.5 * (-3 * fx3 + 4 * fx2 + fx);
-        const dxw = 0.5 * (fx3 - fx2);
-        const fy2 = fy * fy;
-        const fy3 = fy2 * fy;
-        const ay = 0.5 * (-fy3 + 2 * fy2 - fy);
-        const by = 0.5 * (3 * fy3 - 5 * fy2 + 2);
-        const cyw = 0.5 * (-3 * fy3 + 4 * fy2 + fy);
-        const dyw = 0.5 * (fy3 - fy2);
+        const tx4 = phaseX << 2;
+        const ty4 = phaseY << 2;
+        const ax = taps[tx4];
+        const bx = taps[tx4 + 1];
+        const cxw = taps[tx4 + 2];
+        const dxw = taps[tx4 + 3];
+        // `| 0` on every sum: integer-only arithmetic (a product of 0 and a negative is -0 to V8, which deoptimised).
         let o = (y0 - 1) * width + x0 - 1;
-        let sum = ay * (ax * scratch[o] + bx * scratch[o + 1] + cxw * scratch[o + 2] + dxw * scratch[o + 3]);
+        const h0 = (ax * scratch[o] + bx * scratch[o + 1] + cxw * scratch[o + 2] + dxw * scratch[o + 3]) | 0;
         o += width;
-        sum += by * (ax * scratch[o] + bx * scratch[o + 1] + cxw * scratch[o + 2] + dxw * scratch[o + 3]);
+        const h1 = (ax * scratch[o] + bx * scratch[o + 1] + cxw * scratch[o + 2] + dxw * scratch[o + 3]) | 0;
         o += width;
-        sum += cyw * (ax * scratch[o] + bx * scratch[o + 1] + cxw * scratch[o + 2] + dxw * scratch[o + 3]);
+        const h2 = (ax * scratch[o] + bx * scratch[o + 1] + cxw * scratch[o + 2] + dxw * scratch[o + 3]) | 0;
         o += width;
-        sum += dyw * (ax * scratch[o] + bx * scratch[o + 1] + cxw * scratch[o + 2] + dxw * scratch[o + 3]);
-        value = sum;
+        const h3 = (ax * scratch[o] + bx * scratch[o + 1] + cxw * scratch[o + 2] + dxw * scratch[o + 3]) | 0;
+        const sum = (taps[ty4] * h0 + taps[ty4 + 1] * h1 + taps[ty4 + 2] * h2 + taps[ty4 + 3] * h3) | 0;
+        // The cubic kernel overshoots at edges: clamp (a Uint8Array store wraps).
+        value = (sum + CUBIC_HALF) >> CUBIC_SHIFT;
+        plane[row + i] = value < 0 ? 0 : value > 255 ? 255 : value;
       } else {
         // Bilinear (chroma, and luma at the region's edge where the cubic kernel would reach outside it).
-        const sx = Math.min(maxX, Math.max(0, x0));
-        const sy = Math.min(maxY, Math.max(0, y0));
-        const sx1 = Math.min(maxX, sx + 1);
-        const sy1 = Math.min(maxY, sy + 1);
-        const gx = x0 < 0 || x0 >= maxX ? 0 : fx;
-        const gy = y0 < 0 || y0 >= maxY ? 0 : fy;
-        const top = scratch[sy * width + sx] * (1 - gx) + scratch[sy * width + sx1] * gx;
-        const bottom = scratch[sy1 * width + sx] * (1 - gx) + scratch[sy1 * width + sx1] * gx;
-        value = top + (bottom - top) * gy;
+        const sx = x0 < 0 ? 0 : x0 > maxX ? maxX : x0;
+        const sy = y0 < 0 ? 0 : y0 > maxY ? maxY : y0;
+        const sx1 = sx < maxX ? sx + 1 : maxX;
+        const sy1 = sy < maxY ? sy + 1 : maxY;
+        const gx = x0 < 0 || x0 >= maxX ? 0 : phaseX;
+        const gy = y0 < 0 || y0 >= maxY ? 0 : phaseY;
+        const top = (scratch[sy * width + sx] * (PHASES - gx) + scratch[sy * width + sx1] * gx) | 0;
+        const bottom = (scratch[sy1 * width + sx] * (PHASES - gx) + scratch[sy1 * width + sx1] * gx) | 0;
+        plane[row + i] = (top * (PHASES - gy) + bottom * gy + BILINEAR_HALF) >> BILINEAR_SHIFT;
       }
-      // The cubic kernel overshoots at edges: clamp (a Uint8Array store wraps), then round.
-      plane[row + i] = value <= 0 ? 0 : value >= 255 ? 255 : value + 0.5;
     }
   }
 }
