@@ -127,7 +127,7 @@ export interface FaceExpression {
 export function faceExpression(weights: ExpressionWeights | undefined): FaceExpression {
   if (!weights) return { mouthCurve: 0, browRaise: 0, browKnit: 0 };
   return {
-    mouthCurve: Math.max(-1, Math.min(1, weights.smile - 0.6 * weights.concern)),
+    mouthCurve: Math.max(-1, Math.min(1, weights.smile - 0.9 * weights.concern)),
     browRaise: clamp01(weights.surprise + 0.6 * weights.emphasis + 0.15 * weights.smile),
     browKnit: clamp01(weights.concern),
   };
