@@ -38,7 +38,6 @@ function measureMouth(frame: I420Frame, g: FaceGeometry): MouthMeasure {
   }
   const xs = [...columns.keys()].sort((a, b) => a - b);
   const left = xs[0], right = xs[xs.length - 1];
-  const meanTop = (x: number) => Math.min(...(columns.get(x) ?? [Infinity]));
   const meanMid = (x: number) => {
     const ys = columns.get(x) ?? [];
     return (Math.min(...ys) + Math.max(...ys)) / 2;
@@ -46,7 +45,6 @@ function measureMouth(frame: I420Frame, g: FaceGeometry): MouthMeasure {
   // The corner's height: the middle of the lip pixels a few px in from each end; the centre's: the middle column.
   const inset = 3;
   const corner = (meanMid(left + inset) + meanMid(right - inset)) / 2;
-  void meanTop;
   return { width: right - left + 1, cornerLift: meanMid(Math.round(g.mouthX)) - corner };
 }
 

@@ -74,6 +74,15 @@ export type TranscriptTurn = {
     arguments: Record<string, unknown>;
     ok: boolean | null;
   }>;
+  /** Expressions shown during the turn (tags in the reply, POST /sessions/{id}/expression), in order */
+  expressions?: Array<{
+    /** neutral, smile, concern, surprise or emphasis */
+    name: string;
+    intensity: number;
+    source: "llm" | "api";
+    /** On the session media clock, as on the SSE `expression` event */
+    start_ms: number;
+  }>;
   outcome: "completed" | "interrupted" | "error" | "paused";
   started_at: string;
   ended_at: string;
@@ -95,6 +104,15 @@ export type SessionTranscript = {
       /** The model's arguments, parsed (as in the SSE `tool_call` event) */
       arguments: Record<string, unknown>;
       ok: boolean | null;
+    }>;
+    /** Expressions shown during the turn (tags in the reply, POST /sessions/{id}/expression), in order */
+    expressions?: Array<{
+      /** neutral, smile, concern, surprise or emphasis */
+      name: string;
+      intensity: number;
+      source: "llm" | "api";
+      /** On the session media clock, as on the SSE `expression` event */
+      start_ms: number;
     }>;
     outcome: "completed" | "interrupted" | "error" | "paused";
     started_at: string;
@@ -211,6 +229,19 @@ export interface ServerEvents {
     name: string;
     /** The model's arguments, parsed */
     arguments: Record<string, unknown>;
+  };
+  "expression": {
+    /** neutral, smile, concern, surprise or emphasis */
+    name: "neutral" | "smile" | "concern" | "surprise" | "emphasis";
+    intensity: number;
+    /** How long it is held; null: until the next expression */
+    duration_ms: number | null;
+    /** When it starts blending in (~300 ms), on the session media clock */
+    start_ms: number;
+    /** A tag in the reply, or POST /sessions/{id}/expression */
+    source: "llm" | "api";
+    /** The turn this event belongs to (docs/events.md) */
+    turn_id?: string;
   };
 }
 

@@ -75,6 +75,13 @@ export const TranscriptToolCall = Type.Object({
   ok: Nullable(Type.Boolean({ description: 'Whether the call succeeded; null until its result came' })),
 });
 
+export const TranscriptExpression = Type.Object({
+  name: Type.String({ description: 'neutral, smile, concern, surprise or emphasis' }),
+  intensity: Type.Number(),
+  source: Type.Union([Type.Literal('llm'), Type.Literal('api')]),
+  start_ms: Type.Number({ description: 'On the session media clock, as on the SSE `expression` event' }),
+});
+
 export const TranscriptTurn = Type.Object({
   turn_id: Type.String(),
   kind: Type.String({ description: 'speak, chat, audio, audio_stream, transcribe or voice' }),
@@ -84,6 +91,9 @@ export const TranscriptTurn = Type.Object({
     Type.String({ description: 'What of assistant_text was played: all of it when completed, the segments that had started playing when cut short' }),
   ),
   tool_calls: Type.Array(TranscriptToolCall),
+  expressions: Type.Optional(
+    Type.Array(TranscriptExpression, { description: 'Expressions shown during the turn (tags in the reply, POST /sessions/{id}/expression), in order' }),
+  ),
   outcome: Type.Union([Type.Literal('completed'), Type.Literal('interrupted'), Type.Literal('error'), Type.Literal('paused')]),
   started_at: Type.String({ format: 'date-time' }),
   ended_at: Type.String({ format: 'date-time' }),

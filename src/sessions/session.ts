@@ -30,6 +30,8 @@ import { createStageActors, type StageContext } from '../../actors/stage/index.t
 import { SessionConsumers, type ConsumerKind } from './consumers.ts';
 import { sessionPersona, type PersonaBase } from './persona.ts';
 import type { TtsSelection } from '../../actors/tts/types.ts';
+import type { ExpressionRequest } from '../../actors/media/playout.ts';
+import type { ExpressionCue } from '../../actors/render/expression.ts';
 import { VoiceInput, type VoiceInputOptions, type VoiceSource } from './voice-input.ts';
 import type { SessionToolDefinition, SessionTools } from './tools.ts';
 
@@ -288,6 +290,23 @@ export class Session {
       tts_model: tts.model,
       ...(systemPrompt !== undefined ? { llm_system_prompt: systemPrompt } : {}),
     };
+  }
+
+  /**
+   * An expression on the avatar from now on (`POST /sessions/{id}/expression`): admitted as `EXPRESS` (409 once
+   * terminated), placed on the media clock, and published as SSE `expression` (the transcript records it with the turn).
+   */
+  setExpression(request: ExpressionRequest): ExpressionCue {
+    this.admit({ type: 'EXPRESS', name: request.name });
+    const cue = this.media.express(request, 'now');
+    this.bus.publish('expression', {
+      name: cue.name,
+      intensity: cue.intensity,
+      duration_ms: cue.durationMs ?? null,
+      start_ms: Math.round(cue.startMs),
+      source: 'api',
+    });
+    return cue;
   }
 
   /** The session's tools as the client defined them (create or customize). */

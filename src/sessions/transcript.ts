@@ -17,6 +17,8 @@ export const TRANSCRIPT_MAX_TURNS = 200;
  * bounded even if that bound grows.
  */
 export const TRANSCRIPT_MAX_TOOL_CALLS = 64;
+/** Expressions kept per turn: a reply tags a few; a client posting them in a loop must not grow the transcript. */
+export const TRANSCRIPT_MAX_EXPRESSIONS = 64;
 
 /** A turn as it is being recorded: the transcript entry plus the segments its speech queued. */
 interface OpenTurn {
@@ -70,7 +72,11 @@ export class TranscriptRecorder {
       }
       const turn = this.current ? this.open.get(this.current) : undefined;
       if (!turn) return;
-      if (record.type === 'llm') turn.entry.assistant_text = (turn.entry.assistant_text ?? '') + record.data.delta;
+      if (record.type === 'expression') {
+        const { name, intensity, source, start_ms } = record.data;
+        const expressions = (turn.entry.expressions ??= []);
+        if (expressions.length < TRANSCRIPT_MAX_EXPRESSIONS) expressions.push({ name, intensity, source, start_ms });
+      } else if (record.type === 'llm') turn.entry.assistant_text = (turn.entry.assistant_text ?? '') + record.data.delta;
       else if (record.type === 'transcript' && record.data.is_final) turn.entry.user_text = record.data.text;
     });
   }
