@@ -64,6 +64,23 @@ describe('expressions in a live session', () => {
     expect(refused.json().detail).toMatch(/terminated/);
   });
 
+  it('motion: 0–1 on create and customize (kept in the record); outside it, or not a number, is a 400', async () => {
+    for (const motion of [1.5, -0.01, 'still']) {
+      const res = await t.app.inject({ method: 'POST', url: '/sessions', payload: { avatar_id: 'demo-rt', model: 'rt', motion } });
+      expect(res.statusCode).toBe(400);
+      expect(typeof res.json().detail).toBe('string');
+      const patch = await t.app.inject({ method: 'POST', url: `/sessions/${s.sessionId}/customize`, payload: { motion } });
+      expect(patch.statusCode).toBe(400);
+    }
+    const created = await t.app.inject({ method: 'POST', url: '/sessions', payload: { avatar_id: 'demo-rt', model: 'rt', motion: 0 } });
+    expect(created.statusCode).toBe(200);
+    const id = created.json().session_id;
+    expect((await t.services.supervisor.requireSession(id)).record.motion).toBe(0);
+    expect((await t.app.inject({ method: 'POST', url: `/sessions/${id}/customize`, payload: { motion: 0.5 } })).statusCode).toBe(200);
+    expect((await t.services.supervisor.requireSession(id)).record.motion).toBe(0.5);
+    await t.app.inject({ method: 'DELETE', url: `/sessions/${id}` });
+  });
+
   it('a reply with tags split across tokens speaks without them; SSE, transcript and history keep no tag; the tags become expressions', async () => {
     const session = await t.services.supervisor.requireSession(s.sessionId);
     const spoken: string[] = [];

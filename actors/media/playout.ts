@@ -244,6 +244,12 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     return startMs;
   }
 
+  /** Scales the avatar's motion besides blinks and the mouth (0..1); frames rendered ahead are rendered again. */
+  setMotion(motion: number): void {
+    this.timeline.motion = Math.min(1, Math.max(0, motion));
+    this.invalidateRenderedFrom(this.playedSamples);
+  }
+
   /**
    * Shows an expression from now on (`at: 'now'`, the API), or from the end of the speech already queued
    * (`'after-queued'`, a language model's tag: it goes with the words after it). Frames rendered ahead from then on

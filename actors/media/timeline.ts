@@ -63,6 +63,8 @@ export class FrameTimeline {
   private audioLag = 0;
   /** The session's expression cues; every frame's request carries their weights at its presentation time. */
   readonly expressions = new ExpressionTrack();
+  /** The session's `motion` (0..1): put on every request below 1, so renderers scale sway, breathing and nods. */
+  motion = 1;
 
   constructor(
     readonly sampleRate: number,
@@ -121,6 +123,7 @@ export class FrameTimeline {
     const request: TimedFrameRequest = { frameIdx, ptsMs, ...under, prosody: this.prosodyAt(frameIdx) };
     const expression = this.expressions.weightsAt(ptsMs);
     if (!isNeutral(expression)) request.expression = expression;
+    if (this.motion < 1) request.motion = this.motion;
     if (this.audioLead + this.audioLag > 0) {
       const audio = this.audioAround(pts);
       if (audio) request.audio = audio;

@@ -43,6 +43,11 @@ export interface FrameRequest {
    */
   expression?: ExpressionWeights;
   /**
+   * The session's `motion` option, 0..1 (absent: 1): scales idle sway, breathing, nods and head motion with speech;
+   * at 0 only blinks and the mouth move.
+   */
+  motion?: number;
+  /**
    * The audio around this frame, only for renderers that ask for it (`FrameRenderer.audioWindow`, neural
    * lip-sync) and only when speech plays somewhere in that window; silence where nothing plays.
    */

@@ -32,6 +32,8 @@ export type CreateSessionRequest = {
     /** http(s) URL the service POSTs each call to (signed per Standard Webhooks when SERVICE_WEBHOOK_SECRET is set); its host must be in SERVICE_WEBHOOK_ALLOWED_HOSTS. Without it the tool is a client tool: SSE tool_call, answered on POST /sessions/{id}/tool_results. */
     webhook?: string;
   }>;
+  /** Scales idle sway, breathing, nods and thinking cues (default 1); 0 leaves only blinks and the mouth; outside 0–1 → 400 */
+  motion?: number;
   webhook_url?: string | null;
 };
 

@@ -12,6 +12,7 @@ export const CreateSessionRequest = Type.Object(
     llm_system_prompt: Type.Optional(Nullable(Type.String({ maxLength: 20_000, description: 'Overrides SERVICE_LLM_SYSTEM_PROMPT' }))),
     lipsync_postprocess_mode: Type.Optional(Nullable(Type.String({ maxLength: 64, description: 'Post-processing flag for the lipsync model' }))),
     tools: Type.Optional(ToolList),
+    motion: Type.Optional(Type.Number({ minimum: 0, maximum: 1, description: 'Scales idle sway, breathing, nods and thinking cues (default 1); 0 leaves only blinks and the mouth; outside 0–1 → 400' })),
     webhook_url: Type.Optional(
       Nullable(
         Type.String({

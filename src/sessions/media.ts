@@ -167,6 +167,11 @@ export class SessionMedia implements StageMedia {
     this.playout.endTurn(turnId);
   }
 
+  /** How much the avatar moves besides blinks and the mouth, 0..1, from the next frame rendered on. */
+  setMotion(motion: number): void {
+    this.playout.setMotion(motion);
+  }
+
   /** Shows an expression on the avatar, now or after the speech already queued (`PlayoutClock.express`). */
   express(expression: ExpressionRequest, at: 'now' | 'after-queued'): ExpressionCue {
     return this.playout.express(expression, at);

@@ -75,6 +75,8 @@ export interface PersonaChange {
   systemPrompt?: string | null;
   /** Replaces the session's tools (`[]` removes them all). */
   tools?: SessionToolDefinition[];
+  /** How much the avatar moves besides blinks and the mouth, 0..1 (`FrameRequest.motion`). */
+  motion?: number;
 }
 
 let partsOf: (session: Session) => SessionParts;
@@ -283,12 +285,14 @@ export class Session {
     const tools = change.tools && this.stage.tools.check(change.tools);
     this.admit({ type: 'CUSTOMIZE', tts, ...(systemPrompt !== undefined ? { systemPrompt: systemPrompt ?? '' } : {}) });
     if (tools) this.stage.tools.replace(tools);
+    if (change.motion !== undefined) this.media.setMotion(change.motion);
     this.stored = {
       ...this.stored,
       tts_provider: tts.provider,
       tts_voice: tts.voice,
       tts_model: tts.model,
       ...(systemPrompt !== undefined ? { llm_system_prompt: systemPrompt } : {}),
+      ...(change.motion !== undefined ? { motion: change.motion } : {}),
     };
   }
 

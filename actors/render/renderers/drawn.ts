@@ -91,9 +91,17 @@ function spriteAt(image: RgbaImage, left: number, top: number, frameWidth: numbe
   return canvas;
 }
 
-/** Breathing step (0..BREATH_STEPS-1) of a frame: a pure function of its index, like every idle motion. */
-export function breathStepAt(frameIdx: number, fps: number): number {
-  return quantise(0.5 + 0.5 * oscillate(frameIdx, fps, BREATH_PERIOD_SECONDS), BREATH_STEPS);
+/**
+ * Breathing step (0..BREATH_STEPS-1) of a frame: a pure function of its index, like every idle motion, scaled by the
+ * session's `motion` (0: the middle step always, the figure still).
+ */
+export function breathStepAt(frameIdx: number, fps: number, motion = 1): number {
+  return quantise(0.5 + 0.5 * motionScale(motion) * oscillate(frameIdx, fps, BREATH_PERIOD_SECONDS), BREATH_STEPS);
+}
+
+/** A request's `motion` as a factor 0..1 (absent: 1). */
+export function motionScale(motion: number | undefined): number {
+  return motion === undefined || !Number.isFinite(motion) ? 1 : Math.min(1, Math.max(0, motion));
 }
 
 /** Eyelid step (0 = open .. BLINK_STEPS-1 = shut) of a frame. */
@@ -128,7 +136,7 @@ function browPoseOf(step: number): BrowPose {
  */
 export function rtLookKey(request: FrameRequest, fps: number): string {
   const expression = drawnExpressionSteps(request);
-  return `${breathStepAt(request.frameIdx, fps)}:${drawnMouthKey(request)}:${blinkStepAt(request.frameIdx, fps)}:${expression.curve}:${expression.brows}`;
+  return `${breathStepAt(request.frameIdx, fps, request.motion)}:${drawnMouthKey(request)}:${blinkStepAt(request.frameIdx, fps)}:${expression.curve}:${expression.brows}`;
 }
 
 export interface HeadMotion {
@@ -254,13 +262,13 @@ export abstract class DrawnRenderer implements Renderer {
     return Math.round(this.bodyRise(step) * 0.75);
   }
 
-  private breathStep(frameIdx: number): number {
-    return breathStepAt(frameIdx, this.fps);
+  private breathStep(request: FrameRequest): number {
+    return breathStepAt(request.frameIdx, this.fps, request.motion);
   }
 
   render(request: FrameRequest, target?: SharedArrayBuffer): I420Frame {
     if (!this.geometry || this.bases.length === 0) throw new Error('drawn renderer used before prepare');
-    const step = this.breathStep(request.frameIdx);
+    const step = this.breathStep(request);
     const base = this.bases[step];
     const frame = frameFromBase(base, target);
     const expression = drawnExpressionSteps(request);
@@ -280,8 +288,9 @@ export abstract class DrawnRenderer implements Renderer {
     blendLayerInto(head, this.layer(this.mouthLayers, mouthKey, mouthCell, this.mouthOrigin));
     if (blink > 0) blendLayerInto(head, this.layer(this.eyelidLayers, blink, () => this.eyelidCells[blink], this.eyelidOrigin));
     const motion = this.headMotion(request);
+    const scale = motionScale(request.motion);
     const g = this.geometry;
-    compositeTransformed(frame, head, motion.tilt, g.pivotX, g.pivotY, 0, motion.nod - this.headRise(step));
+    compositeTransformed(frame, head, motion.tilt * scale, g.pivotX, g.pivotY, 0, motion.nod * scale - this.headRise(step));
     return frame;
   }
 
