@@ -79,9 +79,11 @@ export interface SessionContext {
   transcribe: TranscribeRequest | null;
   /** The turn is a chat the machine started from a transcript: the transcription's kind (it stays that one turn). */
   chatFrom: 'transcribe' | 'voice' | null;
+  /** The expression a client last asked for (`EXPRESS`; the renderers' vocabulary is `actors/render/expression.ts`). */
+  expression: string;
 }
 
-export type SessionInput = Omit<SessionContext, 'turn' | 'transcribe' | 'chatFrom'>;
+export type SessionInput = Omit<SessionContext, 'turn' | 'transcribe' | 'chatFrom' | 'expression'>;
 
 export type SessionEvent =
   | { type: 'START' }
@@ -108,6 +110,8 @@ export type SessionEvent =
   | { type: 'TTS.DONE' }
   | { type: 'MEDIA.FLUSHED' }
   | { type: 'CUSTOMIZE'; systemPrompt?: string; tts?: TtsSelection }
+  /** A client asks for an expression (`POST /sessions/{id}/expression`): admitted in every state but terminated. */
+  | { type: 'EXPRESS'; name: string }
   | { type: 'STAGE.ERROR'; code: string; message: string; fatal: boolean };
 
 /** What the llm actor hears from the machine while its chat turn lasts. */
@@ -234,7 +238,7 @@ export const sessionMachine = setup({
 }).createMachine({
   id: 'session',
   initial: 'created',
-  context: ({ input }) => ({ ...input, turn: null, transcribe: null, chatFrom: null }),
+  context: ({ input }) => ({ ...input, turn: null, transcribe: null, chatFrom: null, expression: 'neutral' }),
   invoke: { id: 'media', src: 'media', input: ({ context }) => ({ sessionId: context.sessionId }) },
   on: {
     TERMINATE: { target: '.terminated' },
@@ -246,6 +250,7 @@ export const sessionMachine = setup({
         tts: event.tts ?? context.tts,
       })),
     },
+    EXPRESS: { actions: assign({ expression: ({ event }) => event.name }) },
   },
   states: {
     created: {
@@ -430,7 +435,7 @@ export function isBusy(snapshot: SessionSnapshot): boolean {
 }
 
 /** The events a client's call becomes. Each is admitted exactly when `snapshot.can(event)` is true. */
-export type RequestEventType = 'START' | 'PAUSE' | 'RESUME' | 'SPEAK' | 'CHAT' | 'SPEAK_AUDIO' | 'TRANSCRIBE' | 'CUSTOMIZE';
+export type RequestEventType = 'START' | 'PAUSE' | 'RESUME' | 'SPEAK' | 'CHAT' | 'SPEAK_AUDIO' | 'TRANSCRIBE' | 'CUSTOMIZE' | 'EXPRESS';
 
 /**
  * Whether a request of this type would be admitted now, asked before its payload exists (a route checks

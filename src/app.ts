@@ -15,6 +15,7 @@ import avatarRoutes from './routes/avatars.ts';
 import customAvatarRoutes from './routes/avatars-custom.ts';
 import sessionRoutes from './routes/sessions.ts';
 import interactionRoutes from './routes/interaction.ts';
+import expressionRoutes from './routes/expression.ts';
 import webrtcRoutes from './routes/webrtc.ts';
 import whepRoutes from './routes/whep.ts';
 import outputRoutes from './routes/outputs.ts';
@@ -70,7 +71,7 @@ export const PLUGIN_START_TIMEOUT_MS = 120_000;
 const DROPPED_CONNECTIONS_LOG_EVERY_MS = 10_000;
 
 /** Route plugins, each encapsulated; later capabilities add theirs here. */
-const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, webrtcRoutes, whepRoutes, outputRoutes, eventRoutes, audioStreamRoutes, listenRoutes, customizeRoutes, toolRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, ttsVoiceRoutes, voiceRoutes, recordingRoutes, offlineRoutes, inspectRoutes, uiRoutes];
+const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, expressionRoutes, webrtcRoutes, whepRoutes, outputRoutes, eventRoutes, audioStreamRoutes, listenRoutes, customizeRoutes, toolRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, ttsVoiceRoutes, voiceRoutes, recordingRoutes, offlineRoutes, inspectRoutes, uiRoutes];
 
 export interface BuiltApp {
   app: FastifyInstance;

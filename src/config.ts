@@ -7,6 +7,7 @@ import { envVarName } from '../actors/tts/providers/common.ts';
 import { DEFAULT_VIDEO_DELAY_MS } from '../actors/media/playout.ts';
 import { DEFAULT_MIN_SILENCE_MS, DEFAULT_MIN_SPEECH_MS } from '../actors/vad/silero.ts';
 import { isWebhookSecret } from '../actors/upstream/webhook-signing.ts';
+import { EXPRESSION_TAGS_PROMPT } from '../actors/llm/expression-tags.ts';
 
 /**
  * Every `SERVICE_*` variable the service reads, validated once at start-up.
@@ -122,8 +123,9 @@ export class ConfigError extends Error {
 /** The tool filler is one short sentence said while the user waits; a paragraph would outlast the tool. */
 const MAX_TOOL_FILLER_CHARS = 200;
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+/** The built-in persona, with the sentence that teaches the model the expression tags the service strips (`[smile]`). */
 const DEFAULT_SYSTEM_PROMPT =
-  'You are a friendly talking avatar. Answer in short spoken sentences without markdown, lists or emoji.';
+  `You are a friendly talking avatar. Answer in short spoken sentences without markdown, lists or emoji. ${EXPRESSION_TAGS_PROMPT}`;
 
 export function loadConfig(env: Record<string, string | undefined> = process.env, cwd = process.cwd()): ServiceConfig {
   const problems: string[] = [];

@@ -52,6 +52,7 @@ const ADMITTED: Record<RequestEventType, (where: Where) => boolean> = {
   SPEAK_AUDIO: (where) => WORK.has(where),
   TRANSCRIBE: (where) => WORK.has(where),
   CUSTOMIZE: (where) => where !== 'terminated',
+  EXPRESS: (where) => where !== 'terminated',
 };
 
 /** Every request with a real payload, as the routes send it. */
@@ -65,6 +66,7 @@ const REQUESTS: ReadonlyArray<SessionEvent & { type: RequestEventType }> = [
   { type: 'SPEAK_AUDIO', turn: STREAM_TURN },
   { type: 'TRANSCRIBE', request: transcribeRequest('admission', true) },
   { type: 'CUSTOMIZE', systemPrompt: 'Be brief.', tts: { provider: 'builtin', voice: null, model: null } },
+  { type: 'EXPRESS', name: 'smile' },
 ];
 
 const paths = getShortestPaths(sessionMachine, { input: TEST_SESSION_INPUT, events: [...REPRESENTATIVE_EVENTS] });

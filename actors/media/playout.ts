@@ -8,6 +8,10 @@ import { EventEmitter } from 'node:events';
 import { CLOSED_MOUTH, type FrameRequest, type I420Frame } from '../render/types.ts';
 import { releaseFrame, retainFrame } from '../render/frame-buffers.ts';
 import { FrameTimeline, type AudioWindow, type MouthSource, type TimedFrameRequest } from './timeline.ts';
+import type { ExpressionCue } from '../render/expression.ts';
+
+/** An expression to show: the cue without its place on the clock, which the clock decides. */
+export type ExpressionRequest = Omit<ExpressionCue, 'startMs'>;
 
 export type { MouthSource } from './timeline.ts';
 
@@ -298,6 +302,24 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     // leaves now rather than at the next tick — up to TICK_MS off the time to first sound.
     if (startsOnSilence && this.timer) this.tick();
     return startMs;
+  }
+
+  /** Scales the avatar's motion besides blinks and the mouth (0..1); frames rendered ahead are rendered again. */
+  setMotion(motion: number): void {
+    this.timeline.motion = Math.min(1, Math.max(0, motion));
+    this.invalidateRenderedFrom(this.playedSamples);
+  }
+
+  /**
+   * Shows an expression from now on (`at: 'now'`, the API), or from the end of the speech already queued
+   * (`'after-queued'`, a language model's tag: it goes with the words after it). Frames rendered ahead from then on
+   * are rendered again. Returns the cue as placed on the media clock.
+   */
+  express(expression: ExpressionRequest, at: 'now' | 'after-queued'): ExpressionCue {
+    const from = at === 'now' ? this.playedSamples : Math.max(this.playedSamples, this.timeline.endSample);
+    const cue = this.timeline.expressions.add({ ...expression, startMs: (from * 1000) / this.sampleRate });
+    this.invalidateRenderedFrom(Math.round((cue.startMs * this.sampleRate) / 1000));
+    return cue;
   }
 
   /** Marks that no more audio will come for the turn; `whenDrained` resolves once it has all played. */

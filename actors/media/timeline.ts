@@ -10,6 +10,7 @@
  */
 import { CLOSED_MOUTH, type FrameAudio, type FrameRequest, type MouthPose, type Prosody } from '../render/types.ts';
 import { SILENT_PROSODY, stepProsody } from '../render/prosody.ts';
+import { ExpressionTrack, isNeutral } from '../render/expression.ts';
 
 export interface MouthSource {
   durationMs: number;
@@ -72,6 +73,10 @@ export class FrameTimeline {
   private audioLead = 0;
   private audioLag = 0;
   private readonly mouthLookahead: number;
+  /** The session's expression cues; every frame's request carries their weights at its presentation time. */
+  readonly expressions = new ExpressionTrack();
+  /** The session's `motion` (0..1): put on every request below 1, so renderers scale sway, breathing and nods. */
+  motion = 1;
 
   constructor(
     readonly sampleRate: number,
@@ -128,7 +133,11 @@ export class FrameTimeline {
   requestFor(frameIdx: number): TimedFrameRequest {
     const pts = this.frameStart(frameIdx);
     const under = this.underFrame(frameIdx);
-    const request: TimedFrameRequest = { frameIdx, ptsMs: (pts * 1000) / this.sampleRate, ...under, prosody: this.prosodyAt(frameIdx) };
+    const ptsMs = (pts * 1000) / this.sampleRate;
+    const request: TimedFrameRequest = { frameIdx, ptsMs, ...under, prosody: this.prosodyAt(frameIdx) };
+    const expression = this.expressions.weightsAt(ptsMs);
+    if (!isNeutral(expression)) request.expression = expression;
+    if (this.motion < 1) request.motion = this.motion;
     if (this.audioLead + this.audioLag > 0) {
       const audio = this.audioAround(pts);
       if (audio) request.audio = audio;

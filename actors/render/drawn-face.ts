@@ -3,6 +3,7 @@
  * and SVG layers rasterised once at prepare time through sharp (librsvg). See docs/renderers.md for
  * the parameter table.
  */
+import type { RgbaImage } from './image.ts';
 import type { AvatarManifest } from './types.ts';
 
 export type HairStyle = 'short' | 'bob' | 'long' | 'bald';
@@ -170,7 +171,7 @@ export function bodySvg(p: FaceParams, g: FaceGeometry, rise: number): string {
 }
 
 /** Head without mouth and with open eyes: back hair, ears, face, nose, brows, eyes, fringe. */
-export function headSvg(p: FaceParams, g: FaceGeometry): string {
+export function headSvg(p: FaceParams, g: FaceGeometry, brows: BrowPose = NEUTRAL_BROWS): string {
   const { centreX: cx, centreY: cy, radiusX: rx, radiusY: ry } = g;
   const top = cy - ry;
   const stroke = g.width / 256;
@@ -191,7 +192,7 @@ export function headSvg(p: FaceParams, g: FaceGeometry): string {
     <circle cx="${ex}" cy="${g.eyeY}" r="${g.eyeRadiusY * 0.42}" fill="#151515"/>
     <circle cx="${ex + g.eyeRadiusY * 0.3}" cy="${g.eyeY - g.eyeRadiusY * 0.35}" r="${g.eyeRadiusY * 0.2}" fill="#ffffff"/>
     <path d="M ${ex - g.eyeRadiusX * 1.05} ${g.eyeY - g.eyeRadiusY * 0.2} Q ${ex} ${g.eyeY - g.eyeRadiusY * 1.45} ${ex + g.eyeRadiusX * 1.05} ${g.eyeY - g.eyeRadiusY * 0.2}" fill="none" stroke="${shade(p.skin, 0.45)}" stroke-width="${stroke * 1.6}"/>
-    <path d="M ${ex - g.eyeRadiusX * 1.1} ${g.eyeY - g.eyeRadiusY * 2.1} Q ${ex} ${g.eyeY - g.eyeRadiusY * 2.9} ${ex + g.eyeRadiusX * 1.1} ${g.eyeY - g.eyeRadiusY * 2.2}" fill="none" stroke="${shade(p.hair, 0.9)}" stroke-width="${stroke * 3.2}" stroke-linecap="round"/>`;
+    ${browPath(p, g, ex, brows)}`;
   return svgDocument(
     g.width,
     g.height,
@@ -207,6 +208,46 @@ export function headSvg(p: FaceParams, g: FaceGeometry): string {
      ${eye(g.leftEyeX)}${eye(g.rightEyeX)}
      ${crown}`,
   );
+}
+
+/** Brow pose of an expression (`actors/render/expression.ts`): `raise` lifts both brows, `knit` lifts and draws in their inner ends. 0..1. */
+export interface BrowPose {
+  raise: number;
+  knit: number;
+}
+
+export const NEUTRAL_BROWS: BrowPose = Object.freeze({ raise: 0, knit: 0 });
+/** A full brow raise lifts the brows this many eye half-heights: ~35 % of the eye–brow distance, a clear surprise. */
+const BROW_RAISE_EYE_HEIGHTS = 0.9;
+/** A full knit lifts the inner brow ends this many eye half-heights and lowers the outer ends a little. */
+const BROW_KNIT_INNER_EYE_HEIGHTS = 0.8;
+const BROW_KNIT_OUTER_EYE_HEIGHTS = 0.2;
+
+/** One brow over the eye at `ex`: its neutral arch moved by the pose. */
+function browPath(p: FaceParams, g: FaceGeometry, ex: number, brows: BrowPose): string {
+  const stroke = g.width / 256;
+  const ry = g.eyeRadiusY;
+  const lift = brows.raise * BROW_RAISE_EYE_HEIGHTS * ry;
+  // The inner end is the one towards the face's centre line.
+  const innerSign = ex < g.centreX ? 1 : -1;
+  const innerX = ex + innerSign * g.eyeRadiusX * (1.1 - 0.15 * brows.knit);
+  const outerX = ex - innerSign * g.eyeRadiusX * 1.1;
+  const innerY = g.eyeY - ry * (innerSign > 0 ? 2.2 : 2.1) - lift - brows.knit * BROW_KNIT_INNER_EYE_HEIGHTS * ry;
+  const outerY = g.eyeY - ry * (innerSign > 0 ? 2.1 : 2.2) - lift + brows.knit * BROW_KNIT_OUTER_EYE_HEIGHTS * ry;
+  const peakY = g.eyeY - ry * 2.9 - lift - brows.knit * 0.3 * ry;
+  const [x1, y1, x2, y2] = innerSign > 0 ? [outerX, outerY, innerX, innerY] : [innerX, innerY, outerX, outerY];
+  return `<path d="M ${x1} ${y1} Q ${ex} ${peakY} ${x2} ${y2}" fill="none" stroke="${shade(p.hair, 0.9)}" stroke-width="${stroke * 3.2}" stroke-linecap="round"/>`;
+}
+
+/**
+ * Box (relative to the left eye centre) covering both brows in every pose and the skin around them, down to
+ * above the eye crease: a brow pose is drawn by replacing this box of the head.
+ */
+export function browBox(g: FaceGeometry): { x: number; y: number; width: number; height: number } {
+  const padX = Math.ceil(g.eyeRadiusX * 1.45);
+  const top = Math.floor(-g.eyeRadiusY * (2.9 + BROW_RAISE_EYE_HEIGHTS + BROW_KNIT_INNER_EYE_HEIGHTS + 0.6));
+  const bottom = Math.ceil(-g.eyeRadiusY * 1.3);
+  return { x: -padX, y: top, width: Math.ceil(g.rightEyeX - g.leftEyeX) + 2 * padX, height: bottom - top };
 }
 
 /** Box (relative to the mouth centre) that every mouth sprite fits in. */
@@ -242,6 +283,49 @@ export function mouthShape(p: FaceParams, g: FaceGeometry, open: number, wide: n
       <ellipse cx="${ox}" cy="${innerBottom + gap * 0.05}" rx="${half * 0.55}" ry="${gap * 0.35}" fill="#b5505a"/>
       <rect x="${left}" y="${innerTop - gap}" width="${2 * half}" height="${gap + teethHeight}" fill="#f4f1ea"/>
     </g>`;
+}
+
+/** A full smile widens the mouth by this share of its width (≥ 8 % reads as a smile, not a viseme). */
+export const SMILE_WIDEN = 0.12;
+/** A full smile lifts the mouth corners this many mouth half-widths above the centre (concern lowers them). */
+export const SMILE_CORNER_LIFT = 0.22;
+
+/**
+ * A mouth sprite (straight-alpha RGBA, mouth centre at `centre`) bent by an expression: `curve` +1 widens it and
+ * lifts the corners (smile), negative lowers them (concern). The viseme drawn in the sprite is kept: this moves
+ * its pixels, it does not redraw the lips, so a smile while speaking still shows the spoken shape.
+ */
+export function curveMouth(image: RgbaImage, centre: { x: number; y: number }, halfWidth: number, curve: number): RgbaImage {
+  const widen = 1 + SMILE_WIDEN * Math.max(0, curve);
+  const lift = SMILE_CORNER_LIFT * halfWidth * curve;
+  const { width, height, data } = image;
+  const out = new Uint8Array(data.length);
+  for (let y = 0; y < height; y++) {
+    for (let x = 0; x < width; x++) {
+      const u = (x - centre.x) / halfWidth;
+      const sx = centre.x + (x - centre.x) / widen;
+      const sy = y + lift * Math.min(1.5, u * u);
+      const x0 = Math.floor(sx), y0 = Math.floor(sy);
+      const fx = sx - x0, fy = sy - y0;
+      let r = 0, g = 0, b = 0, a = 0;
+      for (const [px, py, w] of [[x0, y0, (1 - fx) * (1 - fy)], [x0 + 1, y0, fx * (1 - fy)], [x0, y0 + 1, (1 - fx) * fy], [x0 + 1, y0 + 1, fx * fy]] as const) {
+        if (w === 0 || px < 0 || py < 0 || px >= width || py >= height) continue;
+        const i = (py * width + px) * 4;
+        const alpha = data[i + 3] * w;
+        r += data[i] * alpha;
+        g += data[i + 1] * alpha;
+        b += data[i + 2] * alpha;
+        a += alpha;
+      }
+      if (a <= 0) continue;
+      const o = (y * width + x) * 4;
+      out[o] = r / a;
+      out[o + 1] = g / a;
+      out[o + 2] = b / a;
+      out[o + 3] = Math.round(a);
+    }
+  }
+  return { width, height, data: out };
 }
 
 /** Box (relative to the left eye centre) that covers both eyelids. */

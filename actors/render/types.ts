@@ -4,6 +4,7 @@
  * (prepared avatar, frame request) → I420 frame, so the same renderer serves the live session,
  * recording and offline MP4 rendering.
  */
+import type { ExpressionWeights } from './expression.ts';
 
 export const MODEL_TYPES = ['lipsync', 'lipsync_b', 'lipsync_c', 'rt', 'rt_head', 'mock'] as const;
 export type ModelType = (typeof MODEL_TYPES)[number];
@@ -35,6 +36,17 @@ export interface FrameRequest {
    * pool / inline batch so head motion (rt_head) stays continuous when frames are spread over workers.
    */
   prosody?: Prosody;
+  /**
+   * Expression weights at this frame (`actors/render/expression.ts`), a pure function of the session's cues and
+   * `ptsMs` filled in by the media timeline like `prosody`; absent means neutral. Renderers read them through
+   * `faceExpression` (mouth curve, brow raise, brow knit).
+   */
+  expression?: ExpressionWeights;
+  /**
+   * The session's `motion` option, 0..1 (absent: 1): scales idle sway, breathing, nods and head motion with speech;
+   * at 0 only blinks and the mouth move.
+   */
+  motion?: number;
   /**
    * The audio around this frame, only for renderers that ask for it (`FrameRenderer.audioWindow`, neural
    * lip-sync) and only when speech plays somewhere in that window; silence where nothing plays.

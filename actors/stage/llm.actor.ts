@@ -1,6 +1,7 @@
 import { fromCallback } from 'xstate';
 import type { LlmActorEvent, LlmInput } from '../../machines/session.machine.ts';
 import { EagerSentenceStream } from '../tts/sentences.ts';
+import { ExpressionTagFilter, type TagFilterPiece } from '../llm/expression-tags.ts';
 import { heardReply, type QueuedSegment } from '../llm/heard.ts';
 import { runToolRound } from '../llm/tool-round.ts';
 import type { ChatMessage, LlmToolCall } from '../llm/types.ts';
@@ -45,6 +46,21 @@ export function createLlmActor(ctx: StageContext) {
     const stop = runStage(ctx, 'llm', sendBack, async (signal) => {
       const splitter = new EagerSentenceStream();
       const speak = (sentences: string[]) => sentences.forEach((text) => sendBack({ type: 'LLM.SEGMENT', text }));
+      // Expression tags (`[smile]`) leave the text here, before the reply, SSE `llm`, TTS and the history see it.
+      const tags = new ExpressionTagFilter();
+      const take = (pieces: TagFilterPiece[]): string => {
+        let text = '';
+        for (const piece of pieces) {
+          if ('text' in piece) {
+            text += piece.text;
+            continue;
+          }
+          // The tag goes with the words after it: shown once the speech queued before it has played.
+          const cue = ctx.media.express({ name: piece.tag.name, intensity: piece.tag.intensity }, 'after-queued');
+          ctx.events.publish('expression', { name: cue.name, intensity: cue.intensity, duration_ms: null, start_ms: Math.round(cue.startMs), source: 'llm' });
+        }
+        return text;
+      };
       try {
         ctx.history.systemPrompt = input.systemPrompt || null;
         const messages: ChatMessage[] = ctx.history.messagesFor(prompt);
@@ -54,16 +70,26 @@ export function createLlmActor(ctx: StageContext) {
           let calls: LlmToolCall[] = [];
           let roundText = '';
           const offered = tools.length > 0 && round < MAX_TOOL_ROUNDS_PER_TURN ? tools : undefined;
-          for await (const delta of ctx.llm.stream({ messages, signal, tools: offered, onToolCalls: (made) => (calls = made) })) {
+          for await (const raw of ctx.llm.stream({ messages, signal, tools: offered, onToolCalls: (made) => (calls = made) })) {
             turn.accepted?.resolve();
-            if (!delta) continue;
+            if (!raw) continue;
             ctx.metrics.mark(turn.id, 'llm_first_token_ms');
+            const delta = take(tags.push(raw));
+            if (!delta) continue;
             reply += delta;
             roundText += delta;
             ctx.events.publish('llm', { delta });
             speak(splitter.push(delta));
           }
           turn.accepted?.resolve();
+          // A round ends the text it streamed: whatever a `[` held back was not a tag.
+          const held = take(tags.flush());
+          if (held) {
+            reply += held;
+            roundText += held;
+            ctx.events.publish('llm', { delta: held });
+            speak(splitter.push(held));
+          }
           if (calls.length === 0 || !ctx.tools) break;
           // What the model said before calling is spoken while the tools run.
           speak(splitter.flush());

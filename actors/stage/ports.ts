@@ -1,5 +1,6 @@
 import type { PlayoutClock } from '../media/playout.ts';
 import type { QueuedSegment } from '../llm/heard.ts';
+import type { ExpressionName } from '../render/expression.ts';
 
 /**
  * What the stage actors need from the session that runs them, declared here so that `actors/` never imports
@@ -12,6 +13,8 @@ export interface StageEventMap {
   transcript: { text: string; is_final: boolean };
   llm: { delta: string };
   tts: { stage: 'start' | 'first_audio' | 'complete'; ms_elapsed: number; sentence_index?: number };
+  /** An expression cue (`actors/render/expression.ts`): from the language model's tags or `POST /sessions/{id}/expression`. */
+  expression: { name: ExpressionName; intensity: number; duration_ms: number | null; start_ms: number; source: 'llm' | 'api' };
 }
 
 /**
@@ -24,7 +27,7 @@ export interface StageBus {
 }
 
 /** The session's media as a stage sees it: the media clock it feeds, what of a turn was heard, flush and failures. */
-export interface StageMedia extends Pick<PlayoutClock, 'enqueue' | 'waitForRoom' | 'endTurn' | 'whenDrained'> {
+export interface StageMedia extends Pick<PlayoutClock, 'enqueue' | 'waitForRoom' | 'endTurn' | 'whenDrained' | 'express'> {
   /** Ms of a turn's audio that left for WebRTC (what the listener heard of it). */
   playedMsOf(turnId: string): number;
   /** Barge-in: everything queued or scheduled goes. */

@@ -32,6 +32,8 @@ export type CreateSessionRequest = {
     /** http(s) URL the service POSTs each call to (signed per Standard Webhooks when SERVICE_WEBHOOK_SECRET is set); its host must be in SERVICE_WEBHOOK_ALLOWED_HOSTS. Without it the tool is a client tool: SSE tool_call, answered on POST /sessions/{id}/tool_results. */
     webhook?: string;
   }>;
+  /** Scales idle sway, breathing, nods and thinking cues (default 1); 0 leaves only blinks and the mouth; outside 0–1 → 400 */
+  motion?: number;
   webhook_url?: string | null;
 };
 
@@ -74,6 +76,15 @@ export type TranscriptTurn = {
     arguments: Record<string, unknown>;
     ok: boolean | null;
   }>;
+  /** Expressions shown during the turn (tags in the reply, POST /sessions/{id}/expression), in order */
+  expressions?: Array<{
+    /** neutral, smile, concern, surprise or emphasis */
+    name: string;
+    intensity: number;
+    source: "llm" | "api";
+    /** On the session media clock, as on the SSE `expression` event */
+    start_ms: number;
+  }>;
   outcome: "completed" | "interrupted" | "error" | "paused";
   started_at: string;
   ended_at: string;
@@ -95,6 +106,15 @@ export type SessionTranscript = {
       /** The model's arguments, parsed (as in the SSE `tool_call` event) */
       arguments: Record<string, unknown>;
       ok: boolean | null;
+    }>;
+    /** Expressions shown during the turn (tags in the reply, POST /sessions/{id}/expression), in order */
+    expressions?: Array<{
+      /** neutral, smile, concern, surprise or emphasis */
+      name: string;
+      intensity: number;
+      source: "llm" | "api";
+      /** On the session media clock, as on the SSE `expression` event */
+      start_ms: number;
     }>;
     outcome: "completed" | "interrupted" | "error" | "paused";
     started_at: string;
@@ -221,6 +241,19 @@ export interface ServerEvents {
     start_ms: number;
     /** Where it ends, ms from the turn's first sample: its audio queued when the event was sent; cut to what played for an interrupted turn */
     end_ms: number;
+  };
+  "expression": {
+    /** neutral, smile, concern, surprise or emphasis */
+    name: "neutral" | "smile" | "concern" | "surprise" | "emphasis";
+    intensity: number;
+    /** How long it is held; null: until the next expression */
+    duration_ms: number | null;
+    /** When it starts blending in (~300 ms), on the session media clock */
+    start_ms: number;
+    /** A tag in the reply, or POST /sessions/{id}/expression */
+    source: "llm" | "api";
+    /** The turn this event belongs to (docs/events.md) */
+    turn_id?: string;
   };
 }
 

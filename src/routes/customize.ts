@@ -22,7 +22,7 @@ const PersonaPatch = Type.Object(
 
 /** A session's persona patch: the service-wide one plus the session's tools, which only a session has. */
 const SessionPersonaPatch = Type.Object(
-  { ...PersonaPatch.properties, tools: Type.Optional(ToolList) },
+  { ...PersonaPatch.properties, tools: Type.Optional(ToolList), motion: Type.Optional(Type.Number({ minimum: 0, maximum: 1, description: 'Scales idle sway, breathing, nods and thinking cues (default 1); 0 leaves only blinks and the mouth; outside 0–1 → 400' })) },
   {
     $id: 'SessionPersonaPatch',
     additionalProperties: false,
@@ -52,7 +52,7 @@ const Persona = Type.Object(
 );
 
 type Patch = { system_prompt?: string | null; tts_provider?: string; tts_voice?: string | null; tts_model?: string | null };
-type SessionPatch = Patch & { tools?: SessionToolDefinition[] };
+type SessionPatch = Patch & { tools?: SessionToolDefinition[]; motion?: number };
 
 /**
  * Persona customisation. With a session id the change applies to that session's following turns (a turn
@@ -119,7 +119,12 @@ async function applyToSession(services: Services, sessionId: string, patch: Sess
   const tts = resolveTtsSelection((id) => services.tts.get(id), session.persona, overridesOf(patch));
   const systemPrompt = patch.system_prompt === undefined ? session.systemPrompt : (patch.system_prompt ?? services.config.llmSystemPrompt);
   // The machine decides whether the session still takes changes (a terminated one does not: 409).
-  session.customize({ tts, systemPrompt, ...(patch.tools !== undefined ? { tools: patch.tools } : {}) });
+  session.customize({
+    tts,
+    systemPrompt,
+    ...(patch.tools !== undefined ? { tools: patch.tools } : {}),
+    ...(patch.motion !== undefined ? { motion: patch.motion } : {}),
+  });
   await services.supervisor.persistState(session);
   const persona = session.persona;
   return {

@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
 import type { SessionEventMap } from '../sessions/session-events.ts';
+import { EXPRESSION_NAMES } from '../../actors/render/expression.ts';
 import { ToolCallEvent } from './tools.ts';
 
 /**
@@ -49,6 +50,18 @@ export const CaptionEvent = Type.Object(
   },
   { $id: 'CaptionEvent', description: 'SSE event `caption`: sent as the sentence starts to be heard at the viewer (docs/events.md)' },
 );
+
+export const ExpressionEvent = Type.Object(
+  {
+    name: Type.Union(EXPRESSION_NAMES.map((name) => Type.Literal(name)), { description: 'neutral, smile, concern, surprise or emphasis' }),
+    intensity: Type.Number({ minimum: 0, maximum: 1 }),
+    duration_ms: Type.Union([Type.Number(), Type.Null()], { description: 'How long it is held; null: until the next expression' }),
+    start_ms: Type.Number({ description: 'When it starts blending in (~300 ms), on the session media clock' }),
+    source: Type.Union([Type.Literal('llm'), Type.Literal('api')], { description: 'A tag in the reply, or POST /sessions/{id}/expression' }),
+    turn_id: turnId,
+  },
+  { $id: 'ExpressionEvent' },
+);
 export const SessionTerminatedEvent = Type.Object({}, { $id: 'SessionTerminatedEvent' });
 
 /** Every SSE event type with its data. */
@@ -62,6 +75,7 @@ export const SSE_EVENT_SCHEMAS = {
   'session.terminated': SessionTerminatedEvent,
   tool_call: ToolCallEvent,
   caption: CaptionEvent,
+  expression: ExpressionEvent,
 } as const;
 
 // Compile-time: each schema accepts what the hub publishes for its type, and the hub publishes every type listed.

@@ -12,6 +12,7 @@ export const CreateSessionRequest = Type.Object(
     llm_system_prompt: Type.Optional(Nullable(Type.String({ maxLength: 20_000, description: 'Overrides SERVICE_LLM_SYSTEM_PROMPT' }))),
     lipsync_postprocess_mode: Type.Optional(Nullable(Type.String({ maxLength: 64, description: 'Post-processing flag for the lipsync model' }))),
     tools: Type.Optional(ToolList),
+    motion: Type.Optional(Type.Number({ minimum: 0, maximum: 1, description: 'Scales idle sway, breathing, nods and thinking cues (default 1); 0 leaves only blinks and the mouth; outside 0–1 → 400' })),
     webhook_url: Type.Optional(
       Nullable(
         Type.String({
@@ -75,6 +76,13 @@ export const TranscriptToolCall = Type.Object({
   ok: Nullable(Type.Boolean({ description: 'Whether the call succeeded; null until its result came' })),
 });
 
+export const TranscriptExpression = Type.Object({
+  name: Type.String({ description: 'neutral, smile, concern, surprise or emphasis' }),
+  intensity: Type.Number(),
+  source: Type.Union([Type.Literal('llm'), Type.Literal('api')]),
+  start_ms: Type.Number({ description: 'On the session media clock, as on the SSE `expression` event' }),
+});
+
 export const TranscriptTurn = Type.Object({
   turn_id: Type.String(),
   kind: Type.String({ description: 'speak, chat, audio, audio_stream, transcribe or voice' }),
@@ -84,6 +92,9 @@ export const TranscriptTurn = Type.Object({
     Type.String({ description: 'What of assistant_text was played: all of it when completed, the segments that had started playing when cut short' }),
   ),
   tool_calls: Type.Array(TranscriptToolCall),
+  expressions: Type.Optional(
+    Type.Array(TranscriptExpression, { description: 'Expressions shown during the turn (tags in the reply, POST /sessions/{id}/expression), in order' }),
+  ),
   outcome: Type.Union([Type.Literal('completed'), Type.Literal('interrupted'), Type.Literal('error'), Type.Literal('paused')]),
   started_at: Type.String({ format: 'date-time' }),
   ended_at: Type.String({ format: 'date-time' }),

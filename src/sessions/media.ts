@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { PlayoutClock, type FrameRenderer, type MouthSource } from '../../actors/media/playout.ts';
+import { PlayoutClock, type ExpressionRequest, type FrameRenderer, type MouthSource } from '../../actors/media/playout.ts';
+import type { ExpressionCue } from '../../actors/render/expression.ts';
 import { WebRtcOutput, type IceServer } from '../../actors/media/webrtc.ts';
 import { WhepViewers } from '../../actors/media/whep.ts';
 import { RecoverableStageError, UnrecoverableStageError } from '../../actors/stage/errors.ts';
@@ -156,6 +157,16 @@ export class SessionMedia implements StageMedia {
   /** No more audio comes for this turn: its end plays out after what is queued. */
   endTurn(turnId: string): void {
     this.playout.endTurn(turnId);
+  }
+
+  /** How much the avatar moves besides blinks and the mouth, 0..1, from the next frame rendered on. */
+  setMotion(motion: number): void {
+    this.playout.setMotion(motion);
+  }
+
+  /** Shows an expression on the avatar, now or after the speech already queued (`PlayoutClock.express`). */
+  express(expression: ExpressionRequest, at: 'now' | 'after-queued'): ExpressionCue {
+    return this.playout.express(expression, at);
   }
 
   /** Resolves once everything queued for the turn has been played. */

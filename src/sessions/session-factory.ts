@@ -66,6 +66,8 @@ export interface CreateSessionInput {
   tools?: SessionToolDefinition[];
   /** A callback URL of this session's own (checked against SERVICE_WEBHOOK_ALLOWED_HOSTS by the supervisor). */
   webhook_url?: string | null;
+  /** 0..1, default 1: scales idle sway, breathing, nods and thinking cues. */
+  motion?: number;
 }
 
 /**
@@ -127,6 +129,7 @@ export class SessionFactory {
       llm_system_prompt: input.llm_system_prompt ?? defaults.systemPrompt ?? config.llmSystemPrompt,
       lipsync_postprocess_mode: input.lipsync_postprocess_mode ?? null,
       ...(input.webhook_url ? { webhook_url: input.webhook_url } : {}),
+      ...(input.motion !== undefined ? { motion: input.motion } : {}),
       state: 'created',
       created_at: now,
       updated_at: now,
@@ -143,6 +146,7 @@ export class SessionFactory {
       bus,
       logger,
     });
+    if (input.motion !== undefined) media.setMotion(input.motion);
     const stage: SessionStage = {
       sessionId,
       sampleRate: config.sampleRate,

@@ -31,6 +31,8 @@ import { SessionConsumers, type ConsumerKind } from './consumers.ts';
 import { sessionPersona, type PersonaBase } from './persona.ts';
 import type { TtsSelection } from '../../actors/tts/types.ts';
 import { deferred, type AsyncQueue } from '../../actors/async-queue.ts';
+import type { ExpressionRequest } from '../../actors/media/playout.ts';
+import type { ExpressionCue } from '../../actors/render/expression.ts';
 import { VoiceInput, type VoiceInputOptions, type VoiceSource } from './voice-input.ts';
 import type { SessionToolDefinition, SessionTools } from './tools.ts';
 import type { SessionTranscripts, TranscriptTurn } from './transcript.ts';
@@ -75,6 +77,8 @@ export interface PersonaChange {
   systemPrompt?: string | null;
   /** Replaces the session's tools (`[]` removes them all). */
   tools?: SessionToolDefinition[];
+  /** How much the avatar moves besides blinks and the mouth, 0..1 (`FrameRequest.motion`). */
+  motion?: number;
 }
 
 /**
@@ -348,13 +352,32 @@ export class Session {
     const tools = change.tools && this.stage.tools.check(change.tools);
     this.admit({ type: 'CUSTOMIZE', tts, ...(systemPrompt !== undefined ? { systemPrompt: systemPrompt ?? '' } : {}) });
     if (tools) this.stage.tools.replace(tools);
+    if (change.motion !== undefined) this.media.setMotion(change.motion);
     this.stored = {
       ...this.stored,
       tts_provider: tts.provider,
       tts_voice: tts.voice,
       tts_model: tts.model,
       ...(systemPrompt !== undefined ? { llm_system_prompt: systemPrompt } : {}),
+      ...(change.motion !== undefined ? { motion: change.motion } : {}),
     };
+  }
+
+  /**
+   * An expression on the avatar from now on (`POST /sessions/{id}/expression`): admitted as `EXPRESS` (409 once
+   * terminated), placed on the media clock, and published as SSE `expression` (the transcript records it with the turn).
+   */
+  setExpression(request: ExpressionRequest): ExpressionCue {
+    this.admit({ type: 'EXPRESS', name: request.name });
+    const cue = this.media.express(request, 'now');
+    this.bus.publish('expression', {
+      name: cue.name,
+      intensity: cue.intensity,
+      duration_ms: cue.durationMs ?? null,
+      start_ms: Math.round(cue.startMs),
+      source: 'api',
+    });
+    return cue;
   }
 
   /** The session's tools as the client defined them (create or customize). */

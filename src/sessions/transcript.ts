@@ -42,6 +42,8 @@ export const TRANSCRIPTS_MAX_TOTAL_BYTES = 64 * 1024 * 1024;
  * bounded even if that bound grows.
  */
 export const TRANSCRIPT_MAX_TOOL_CALLS = 64;
+/** Expressions kept per turn: a reply tags a few; a client posting them in a loop must not grow the transcript. */
+export const TRANSCRIPT_MAX_EXPRESSIONS = 64;
 
 /** A turn as it is being recorded: the transcript entry plus the segments its speech queued. */
 interface OpenTurn {
@@ -94,7 +96,11 @@ export class TranscriptRecorder {
       }
       const turn = this.current ? this.open.get(this.current) : undefined;
       if (!turn) return;
-      if (record.type === 'llm') turn.entry.assistant_text = (turn.entry.assistant_text ?? '') + record.data.delta;
+      if (record.type === 'expression') {
+        const { name, intensity, source, start_ms } = record.data;
+        const expressions = (turn.entry.expressions ??= []);
+        if (expressions.length < TRANSCRIPT_MAX_EXPRESSIONS) expressions.push({ name, intensity, source, start_ms });
+      } else if (record.type === 'llm') turn.entry.assistant_text = (turn.entry.assistant_text ?? '') + record.data.delta;
       else if (record.type === 'transcript' && record.data.is_final) turn.entry.user_text = record.data.text;
     });
   }

@@ -14,6 +14,8 @@ export interface StoredSession {
   tts_model?: string | null;
   llm_system_prompt: string | null;
   lipsync_postprocess_mode: string | null;
+  /** How much the avatar moves besides blinks and the mouth (create and customize `motion`); absent: 1. */
+  motion?: number;
   state: SessionState;
   created_at: string;
   updated_at: string;

@@ -11,9 +11,12 @@ import { rasteriseSvg, type RgbaImage } from '../image.ts';
 import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
 import { blinkClosure, oscillate, quantise } from '../idle-motion.ts';
 import { blendLayerInto, cloneLayer, compositeTransformed, dilateColour, yuvaFromRgba, type YuvaLayer } from '../yuva.ts';
+import { faceExpression, isNeutral } from '../expression.ts';
 import {
   backgroundSvg,
   bodySvg,
+  browBox,
+  curveMouth,
   eyelidBox,
   eyelidShape,
   faceGeometry,
@@ -21,6 +24,7 @@ import {
   headSvg,
   mouthBox,
   mouthShape,
+  type BrowPose,
   type FaceGeometry,
   type FaceParams,
 } from '../drawn-face.ts';
@@ -29,6 +33,12 @@ export const OPEN_STEPS = 8;
 export const SHAPE_STEPS = 3;
 const BLINK_STEPS = 4;
 const BREATH_STEPS = 5;
+/** Mouth curve steps over -1..1 (concern .. smile); odd, so the middle one is the neutral mouth. */
+const CURVE_STEPS = 9;
+/** Brow raise and knit steps over 0..1: every pose is drawn at prepare, 5 × 3 = 15 small brow sprites. */
+const BROW_RAISE_STEPS = 5;
+const BROW_KNIT_STEPS = 3;
+const MOUTH_SHAPES = OPEN_STEPS * SHAPE_STEPS * SHAPE_STEPS;
 /** Breathing lifts the shoulders this much at 512 px frame height (scaled with the frame). */
 const BREATH_RISE_PX_AT_512 = 4;
 /** Resting breath rate: one breath every ~4 s. */
@@ -81,9 +91,17 @@ function spriteAt(image: RgbaImage, left: number, top: number, frameWidth: numbe
   return canvas;
 }
 
-/** Breathing step (0..BREATH_STEPS-1) of a frame: a pure function of its index, like every idle motion. */
-export function breathStepAt(frameIdx: number, fps: number): number {
-  return quantise(0.5 + 0.5 * oscillate(frameIdx, fps, BREATH_PERIOD_SECONDS), BREATH_STEPS);
+/**
+ * Breathing step (0..BREATH_STEPS-1) of a frame: a pure function of its index, like every idle motion, scaled by the
+ * session's `motion` (0: the middle step always, the figure still).
+ */
+export function breathStepAt(frameIdx: number, fps: number, motion = 1): number {
+  return quantise(0.5 + 0.5 * motionScale(motion) * oscillate(frameIdx, fps, BREATH_PERIOD_SECONDS), BREATH_STEPS);
+}
+
+/** A request's `motion` as a factor 0..1 (absent: 1). */
+export function motionScale(motion: number | undefined): number {
+  return motion === undefined || !Number.isFinite(motion) ? 1 : Math.min(1, Math.max(0, motion));
 }
 
 /** Eyelid step (0 = open .. BLINK_STEPS-1 = shut) of a frame. */
@@ -99,12 +117,26 @@ export function drawnMouthKey(request: FrameRequest): number {
   return open * SHAPE_STEPS * SHAPE_STEPS + wide * SHAPE_STEPS + round;
 }
 
+/** The quantised expression a request shows: mouth curve step and brow pose step (0 = neutral brows). */
+export function drawnExpressionSteps(request: FrameRequest): { curve: number; brows: number } {
+  if (isNeutral(request.expression)) return { curve: (CURVE_STEPS - 1) / 2, brows: 0 };
+  const face = faceExpression(request.expression);
+  const raise = quantise(face.browRaise, BROW_RAISE_STEPS);
+  const knit = quantise(face.browKnit, BROW_KNIT_STEPS);
+  return { curve: quantise((face.mouthCurve + 1) / 2, CURVE_STEPS), brows: raise * BROW_KNIT_STEPS + knit };
+}
+
+function browPoseOf(step: number): BrowPose {
+  return { raise: Math.floor(step / BROW_KNIT_STEPS) / (BROW_RAISE_STEPS - 1), knit: (step % BROW_KNIT_STEPS) / (BROW_KNIT_STEPS - 1) };
+}
+
 /**
- * Everything an `rt` frame's pixels depend on: breathing step, mouth shape and eyelid step (rt keeps the
- * head still, so nothing else). Two requests with the same key render the same frame.
+ * Everything an `rt` frame's pixels depend on: breathing step, mouth shape, eyelid step and expression (rt keeps
+ * the head still, so nothing else). Two requests with the same key render the same frame.
  */
 export function rtLookKey(request: FrameRequest, fps: number): string {
-  return `${breathStepAt(request.frameIdx, fps)}:${drawnMouthKey(request)}:${blinkStepAt(request.frameIdx, fps)}`;
+  const expression = drawnExpressionSteps(request);
+  return `${breathStepAt(request.frameIdx, fps, request.motion)}:${drawnMouthKey(request)}:${blinkStepAt(request.frameIdx, fps)}:${expression.curve}:${expression.brows}`;
 }
 
 export interface HeadMotion {
@@ -123,6 +155,11 @@ export abstract class DrawnRenderer implements Renderer {
   private eyelidCells: RgbaImage[] = [];
   private mouthOrigin = { x: 0, y: 0 };
   private eyelidOrigin = { x: 0, y: 0 };
+  /** Brow sprites by pose step (index 0, neutral, is the head as drawn and never blended). */
+  private browCells: RgbaImage[] = [];
+  private browOrigin = { x: 0, y: 0 };
+  private readonly browPatches = new Map<number, I420Patch>();
+  private readonly browLayers = new Map<number, YuvaLayer>();
   private readonly mouthPatches = new Map<number, I420Patch>();
   private readonly eyelidPatches = new Map<number, I420Patch>();
   private readonly mouthLayers = new Map<number, YuvaLayer>();
@@ -148,11 +185,14 @@ export abstract class DrawnRenderer implements Renderer {
     this.eyelidPatches.clear();
     this.mouthLayers.clear();
     this.eyelidLayers.clear();
+    this.browPatches.clear();
+    this.browLayers.clear();
 
-    const [background, head, , ...bodies] = await Promise.all([
+    const [background, head, , , ...bodies] = await Promise.all([
       rasteriseSvg(backgroundSvg(params, geometry)),
       rasteriseSvg(headSvg(params, geometry)),
       this.renderAtlas(params, geometry),
+      this.renderBrows(params, geometry),
       ...Array.from({ length: BREATH_STEPS }, (_, step) => rasteriseSvg(bodySvg(params, geometry, this.bodyRise(step)))),
     ]);
     this.bases = bodies.map((body, step) => {
@@ -202,6 +242,17 @@ export abstract class DrawnRenderer implements Renderer {
     return atlas;
   }
 
+  /** Each brow pose as the head region around the brows, drawn with the head's own SVG in that pose. */
+  private async renderBrows(params: FaceParams, geometry: FaceGeometry): Promise<void> {
+    const box = browBox(geometry);
+    const left = Math.round(geometry.leftEyeX + box.x);
+    const top = Math.round(geometry.eyeY + box.y);
+    const crop = (svg: string) => svg.replace(/^<svg [^>]*>/u, `<svg xmlns="http://www.w3.org/2000/svg" width="${box.width}" height="${box.height}" viewBox="${left} ${top} ${box.width} ${box.height}">`);
+    this.browOrigin = { x: left, y: top };
+    const poses = Array.from({ length: BROW_RAISE_STEPS * BROW_KNIT_STEPS }, (_, step) => step);
+    this.browCells = await Promise.all(poses.map((step) => rasteriseSvg(crop(headSvg(params, geometry, browPoseOf(step))))));
+  }
+
   private bodyRise(step: number): number {
     return Math.round((step / (BREATH_STEPS - 1)) * BREATH_RISE_PX_AT_512 * ((this.geometry?.height ?? 512) / 512));
   }
@@ -211,34 +262,50 @@ export abstract class DrawnRenderer implements Renderer {
     return Math.round(this.bodyRise(step) * 0.75);
   }
 
-  private breathStep(frameIdx: number): number {
-    return breathStepAt(frameIdx, this.fps);
+  private breathStep(request: FrameRequest): number {
+    return breathStepAt(request.frameIdx, this.fps, request.motion);
   }
 
   render(request: FrameRequest, target?: SharedArrayBuffer): I420Frame {
     if (!this.geometry || this.bases.length === 0) throw new Error('drawn renderer used before prepare');
-    const step = this.breathStep(request.frameIdx);
+    const step = this.breathStep(request);
     const base = this.bases[step];
     const frame = frameFromBase(base, target);
-    const mouthKey = this.mouthKey(request);
+    const expression = drawnExpressionSteps(request);
+    const mouthKey = expression.curve * MOUTH_SHAPES + this.mouthKey(request);
+    const mouthCell = () => this.curvedMouth(mouthKey);
+    const brows = expression.brows;
     const blink = blinkStepAt(request.frameIdx, this.fps);
     if (!this.movesHead) {
       const lift = -this.headRise(step);
-      blendPatch(frame, this.sprite(this.mouthPatches, mouthKey, () => this.mouthCells[mouthKey], this.mouthOrigin), 0, lift);
+      if (brows > 0) blendPatch(frame, this.sprite(this.browPatches, brows, () => this.browCells[brows], this.browOrigin), 0, lift);
+      blendPatch(frame, this.sprite(this.mouthPatches, mouthKey, mouthCell, this.mouthOrigin), 0, lift);
       if (blink > 0) blendPatch(frame, this.sprite(this.eyelidPatches, blink, () => this.eyelidCells[blink], this.eyelidOrigin), 0, lift);
       return frame;
     }
     const head = cloneLayer(this.headLayer!);
-    blendLayerInto(head, this.layer(this.mouthLayers, mouthKey, this.mouthCells[mouthKey], this.mouthOrigin));
-    if (blink > 0) blendLayerInto(head, this.layer(this.eyelidLayers, blink, this.eyelidCells[blink], this.eyelidOrigin));
+    if (brows > 0) blendLayerInto(head, this.layer(this.browLayers, brows, () => this.browCells[brows], this.browOrigin));
+    blendLayerInto(head, this.layer(this.mouthLayers, mouthKey, mouthCell, this.mouthOrigin));
+    if (blink > 0) blendLayerInto(head, this.layer(this.eyelidLayers, blink, () => this.eyelidCells[blink], this.eyelidOrigin));
     const motion = this.headMotion(request);
+    const scale = motionScale(request.motion);
     const g = this.geometry;
-    compositeTransformed(frame, head, motion.tilt, g.pivotX, g.pivotY, 0, motion.nod - this.headRise(step));
+    compositeTransformed(frame, head, motion.tilt * scale, g.pivotX, g.pivotY, 0, motion.nod * scale - this.headRise(step));
     return frame;
   }
 
   private mouthKey(request: FrameRequest): number {
     return drawnMouthKey(request);
+  }
+
+  /** The mouth sprite for a key of curve step × viseme; bent on first use (the neutral curve is the atlas cell). */
+  private curvedMouth(key: number): RgbaImage {
+    const cell = this.mouthCells[key % MOUTH_SHAPES];
+    const curve = (Math.floor(key / MOUTH_SHAPES) / (CURVE_STEPS - 1)) * 2 - 1;
+    if (curve === 0) return cell;
+    const g = this.geometry!;
+    const box = mouthBox(g);
+    return curveMouth(cell, { x: -box.x, y: -box.y }, g.mouthHalfWidth, curve);
   }
 
   private sprite(cache: Map<number, I420Patch>, key: number, cell: () => RgbaImage, origin: { x: number; y: number }): I420Patch {
@@ -253,9 +320,10 @@ export abstract class DrawnRenderer implements Renderer {
     return patch;
   }
 
-  private layer(cache: Map<number, YuvaLayer>, key: number, image: RgbaImage, origin: { x: number; y: number }): YuvaLayer {
+  private layer(cache: Map<number, YuvaLayer>, key: number, cell: () => RgbaImage, origin: { x: number; y: number }): YuvaLayer {
     let layer = cache.get(key);
     if (!layer) {
+      const image = cell();
       layer = yuvaFromRgba(image, 0, 0, image.width, image.height);
       layer.x = origin.x;
       layer.y = origin.y;
