@@ -79,7 +79,7 @@ export interface SessionContext {
   transcribe: TranscribeRequest | null;
   /** The turn is a chat the machine started from a transcript: the transcription's kind (it stays that one turn). */
   chatFrom: 'transcribe' | 'voice' | null;
-  /** The expression a client last asked for (`EXPRESS`; the renderers' vocabulary is `actors/render/expression.ts`). */
+  /** The expression a client last asked for (`EXPRESS`; the renderers' vocabulary is `actors/expression.ts`). */
   expression: string;
 }
 

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ExpressionTagFilter, MAX_TAG_CHARS, stripExpressionTags, type TagFilterPiece } from '../actors/llm/expression-tags.ts';
-import { EXPRESSION_BLEND_MS, expressionWeightsAt, ExpressionTrack, MAX_EXPRESSION_CUES } from '../actors/render/expression.ts';
+import { EXPRESSION_BLEND_MS, expressionWeightsAt, ExpressionTrack, MAX_EXPRESSION_CUES } from '../actors/expression.ts';
 
 function streamed(reply: string, cuts: number[]): { text: string; tags: string[] } {
   const filter = new ExpressionTagFilter();

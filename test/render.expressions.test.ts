@@ -2,7 +2,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { faceGeometry, faceParams, type FaceGeometry } from '../actors/render/drawn-face.ts';
-import { NEUTRAL_WEIGHTS, type ExpressionWeights } from '../actors/render/expression.ts';
+import { NEUTRAL_WEIGHTS, type ExpressionWeights } from '../actors/expression.ts';
 import { createRenderer } from '../actors/render/renderers/index.ts';
 import type { AvatarManifest, AvatarSource, I420Frame, MouthPose, Renderer } from '../actors/render/types.ts';
 import { request } from './render.fixtures.ts';

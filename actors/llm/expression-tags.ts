@@ -5,7 +5,7 @@
  * character and holds back at most `MAX_TAG_CHARS` after a `[`, so its output is the same for any split.
  * Bracketed text that is not a tag (`[1]`, `[see above]`) passes through unchanged.
  */
-import { isExpressionName, type ExpressionName } from '../render/expression.ts';
+import { isExpressionName, type ExpressionName } from '../expression.ts';
 
 /**
  * Longest text held back after a `[` while deciding whether it opens a tag: the longest name with an

@@ -8,7 +8,7 @@ import { EventEmitter } from 'node:events';
 import { CLOSED_MOUTH, type FrameRequest, type I420Frame } from '../render/types.ts';
 import { releaseFrame, retainFrame } from '../render/frame-buffers.ts';
 import { FrameTimeline, type AudioWindow, type MouthSource, type TimedFrameRequest } from './timeline.ts';
-import type { ExpressionCue } from '../render/expression.ts';
+import type { ExpressionCue } from '../expression.ts';
 
 /** An expression to show: the cue without its place on the clock, which the clock decides. */
 export type ExpressionRequest = Omit<ExpressionCue, 'startMs'>;

@@ -10,7 +10,7 @@
  */
 import { CLOSED_MOUTH, type FrameAudio, type FrameRequest, type MouthPose, type Prosody } from '../render/types.ts';
 import { SILENT_PROSODY, stepProsody } from '../render/prosody.ts';
-import { ExpressionTrack, isNeutral } from '../render/expression.ts';
+import { ExpressionTrack, isNeutral } from '../expression.ts';
 
 export interface MouthSource {
   durationMs: number;

@@ -210,7 +210,7 @@ export function headSvg(p: FaceParams, g: FaceGeometry, brows: BrowPose = NEUTRA
   );
 }
 
-/** Brow pose of an expression (`actors/render/expression.ts`): `raise` lifts both brows, `knit` lifts and draws in their inner ends. 0..1. */
+/** Brow pose of an expression (`actors/expression.ts`): `raise` lifts both brows, `knit` lifts and draws in their inner ends. 0..1. */
 export interface BrowPose {
   raise: number;
   knit: number;

@@ -4,7 +4,7 @@
  * (prepared avatar, frame request) → I420 frame, so the same renderer serves the live session,
  * recording and offline MP4 rendering.
  */
-import type { ExpressionWeights } from './expression.ts';
+import type { ExpressionWeights } from '../expression.ts';
 
 export const MODEL_TYPES = ['lipsync', 'lipsync_b', 'lipsync_c', 'rt', 'rt_head', 'mock'] as const;
 export type ModelType = (typeof MODEL_TYPES)[number];
@@ -37,7 +37,7 @@ export interface FrameRequest {
    */
   prosody?: Prosody;
   /**
-   * Expression weights at this frame (`actors/render/expression.ts`), a pure function of the session's cues and
+   * Expression weights at this frame (`actors/expression.ts`), a pure function of the session's cues and
    * `ptsMs` filled in by the media timeline like `prosody`; absent means neutral. Renderers read them through
    * `faceExpression` (mouth curve, brow raise, brow knit).
    */

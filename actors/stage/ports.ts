@@ -1,6 +1,6 @@
 import type { PlayoutClock } from '../media/playout.ts';
 import type { QueuedSegment } from '../llm/heard.ts';
-import type { ExpressionName } from '../render/expression.ts';
+import type { ExpressionName } from '../expression.ts';
 
 /**
  * What the stage actors need from the session that runs them, declared here so that `actors/` never imports
@@ -13,7 +13,7 @@ export interface StageEventMap {
   transcript: { text: string; is_final: boolean };
   llm: { delta: string };
   tts: { stage: 'start' | 'first_audio' | 'complete'; ms_elapsed: number; sentence_index?: number };
-  /** An expression cue (`actors/render/expression.ts`): from the language model's tags or `POST /sessions/{id}/expression`. */
+  /** An expression cue (`actors/expression.ts`): from the language model's tags or `POST /sessions/{id}/expression`. */
   expression: { name: ExpressionName; intensity: number; duration_ms: number | null; start_ms: number; source: 'llm' | 'api' };
 }
 

@@ -1,6 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
 import type { SessionEventMap } from '../sessions/session-events.ts';
-import { EXPRESSION_NAMES } from '../../actors/render/expression.ts';
+import { EXPRESSION_NAMES } from '../../actors/expression.ts';
 import { ToolCallEvent } from './tools.ts';
 
 /**

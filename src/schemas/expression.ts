@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
-import { EXPRESSION_BLEND_MS, EXPRESSION_NAMES, MAX_EXPRESSION_DURATION_MS } from '../../actors/render/expression.ts';
+import { EXPRESSION_BLEND_MS, EXPRESSION_NAMES, MAX_EXPRESSION_DURATION_MS } from '../../actors/expression.ts';
 
-/** `POST /sessions/{id}/expression` (docs/api.md): the vocabulary and ranges are the renderers' (`actors/render/expression.ts`). */
+/** `POST /sessions/{id}/expression` (docs/api.md): the vocabulary and ranges are the renderers' (`actors/expression.ts`). */
 export const ExpressionRequest = Type.Object(
   {
     name: Type.Union(

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { PlayoutClock, type ExpressionRequest, type FrameRenderer, type MouthSource } from '../../actors/media/playout.ts';
-import type { ExpressionCue } from '../../actors/render/expression.ts';
+import type { ExpressionCue } from '../../actors/expression.ts';
 import { WebRtcOutput, type IceServer } from '../../actors/media/webrtc.ts';
 import { WhepViewers } from '../../actors/media/whep.ts';
 import { RecoverableStageError, UnrecoverableStageError } from '../../actors/stage/errors.ts';

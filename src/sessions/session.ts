@@ -32,7 +32,7 @@ import { sessionPersona, type PersonaBase } from './persona.ts';
 import type { TtsSelection } from '../../actors/tts/types.ts';
 import { deferred, type AsyncQueue } from '../../actors/async-queue.ts';
 import type { ExpressionRequest } from '../../actors/media/playout.ts';
-import type { ExpressionCue } from '../../actors/render/expression.ts';
+import type { ExpressionCue } from '../../actors/expression.ts';
 import { VoiceInput, type VoiceInputOptions, type VoiceSource } from './voice-input.ts';
 import type { SessionToolDefinition, SessionTools } from './tools.ts';
 import type { SessionTranscripts, TranscriptTurn } from './transcript.ts';

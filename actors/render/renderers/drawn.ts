@@ -11,7 +11,7 @@ import { rasteriseSvg, type RgbaImage } from '../image.ts';
 import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
 import { blinkClosure, oscillate, quantise } from '../idle-motion.ts';
 import { blendLayerInto, cloneLayer, compositeTransformed, dilateColour, yuvaFromRgba, type YuvaLayer } from '../yuva.ts';
-import { faceExpression, isNeutral } from '../expression.ts';
+import { faceExpression, isNeutral } from '../../expression.ts';
 import {
   backgroundSvg,
   bodySvg,
