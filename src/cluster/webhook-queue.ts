@@ -61,24 +61,30 @@ return 0`;
  */
 const CLAIM_RECEIVER = `
 local now = tonumber(ARGV[1])
-local state = redis.call('HMGET', KEYS[1], 'failures', 'nextAt', 'probeUntil')
+local state = redis.call('HMGET', KEYS[1], 'failures', 'nextAt', 'probeUntil', 'stepMs')
 local failures, nextAt, probeUntil = tonumber(state[1] or '0'), tonumber(state[2] or '0'), tonumber(state[3] or '0')
 if failures == 0 then return 0 end
-local waitUntil = math.max(nextAt, probeUntil)
-if waitUntil > now then return waitUntil end
+if nextAt > now then return nextAt end
+-- A probe in flight: look again a back-off step later (or when its lease ends), not a whole lease after it answered.
+if probeUntil > now then return math.min(probeUntil, now + tonumber(state[4] or ARGV[2])) end
 redis.call('HSET', KEYS[1], 'probeUntil', now + tonumber(ARGV[2]))
 return 0`;
 /**
- * A failed attempt: one more back-off step unless the receiver is already backed off (attempts in flight when it went
- * down add no further step). Answers the new failure count, or 0 for no step. ARGV: now, state lifetime.
+ * A failed attempt: one more back-off step, unless the receiver is already backed off (attempts in flight when it went
+ * down add no further step). A compare-and-set on the failure count the caller read (ARGV[2]), so the delay
+ * (ARGV[3], `backoffDelayMs` of that count plus one) is computed in one place. Answers when the next attempt may go.
+ * ARGV: now, failures read, delay, state lifetime.
  */
 const STEP_RECEIVER = `
 local now = tonumber(ARGV[1])
-local nextAt = tonumber(redis.call('HGET', KEYS[1], 'nextAt') or '0')
-if nextAt > now then return 0 end
-local failures = redis.call('HINCRBY', KEYS[1], 'failures', 1)
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return failures`;
+local state = redis.call('HMGET', KEYS[1], 'failures', 'nextAt')
+local failures, nextAt = tonumber(state[1] or '0'), tonumber(state[2] or '0')
+if nextAt > now or failures ~= tonumber(ARGV[2]) then return math.max(nextAt, now) end
+nextAt = now + tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], 'failures', failures + 1, 'nextAt', nextAt, 'stepMs', ARGV[3])
+redis.call('HDEL', KEYS[1], 'probeUntil')
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return nextAt`;
 
 type Message = Omit<OutboxEntry, 'key' | 'attempts' | 'nextAt'>;
 
@@ -209,14 +215,9 @@ export class ClusterWebhookQueue {
   /** A failed attempt: the receiver's next back-off step (in Redis, for every node), or the one it is already in. */
   private async stepReceiver(url: string): Promise<number> {
     const key = receiverKey(url);
-    const now = Date.now();
-    const failures = Number(await this.deps.connection.eval(STEP_RECEIVER, 1, key, now, WEBHOOK_RETRY_PERIOD_MS));
-    if (failures > 0) {
-      const nextAt = now + backoffDelayMs(failures, this.backoffBaseMs, WEBHOOK_BACKOFF_MAX_MS);
-      await this.deps.connection.multi().hset(key, 'nextAt', nextAt).hdel(key, 'probeUntil').exec();
-      return nextAt;
-    }
-    return Number((await this.deps.connection.hget(key, 'nextAt')) ?? now);
+    const failures = Number((await this.deps.connection.hget(key, 'failures')) ?? 0);
+    const delayMs = backoffDelayMs(failures + 1, this.backoffBaseMs, WEBHOOK_BACKOFF_MAX_MS);
+    return Number(await this.deps.connection.eval(STEP_RECEIVER, 1, key, Date.now(), failures, delayMs, WEBHOOK_RETRY_PERIOD_MS));
   }
 
   private async process(job: Job<Message>, token: string | undefined): Promise<void> {
