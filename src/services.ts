@@ -154,6 +154,7 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
       counters: metrics.webhookDeliveries,
       backoffBaseMs: overrides.webhooks?.backoffBaseMs,
       maxEntries: overrides.webhooks?.outboxMaxEntries,
+      maxBytes: overrides.webhooks?.outboxMaxBytes,
     });
     queue.start();
     webhookSink = queue;
