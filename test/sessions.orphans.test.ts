@@ -213,7 +213,7 @@ describe.skipIf(!fs.existsSync(CHROMIUM))('the demo page leaves no session behin
     page.on('request', (request) => {
       if (request.method() === 'POST' && new URL(request.url()).pathname === '/sessions') creates++;
     });
-    await page.goto(`${t.baseUrl}/`);
+    await page.goto(`${t.baseUrl}/?debug`); // `mock` is offered behind the debug switch
     await page.waitForFunction(() => (document.getElementById('model') as HTMLSelectElement).options.length > 0);
     await page.selectOption('#model', 'mock');
     await page.dblclick('#start');
