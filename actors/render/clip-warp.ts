@@ -47,7 +47,7 @@ const MOUTH_DEEP = yuv(24, 8, 10);
 const TEETH = yuv(226, 216, 200);
 
 /** The frame's own lips in the mouth's upright frame: piecewise-linear edges over u (pixels from the mouth centre). */
-interface OwnLips {
+export interface OwnLips {
   /** Inner-lip points (u, v) of the upper edge, left corner to right corner, and of the lower edge. */
   upper: Point[];
   lower: Point[];
@@ -88,19 +88,48 @@ export function warpLoopFrame(frame: I420Frame, source: I420Frame, face: MouthAn
   warpPlane(dst.v, src.v, dst.cw, dst.ch, 2, 2, geometry);
 }
 
+/**
+ * A closed lip contour (upright: u right, v down) as its upper and lower edges, each from the leftmost point to the
+ * rightmost sorted by u: iBUG order (48–59, 60–67) or any other order around the contour.
+ */
+export function lipEdges(contour: Point[]): OwnLips {
+  let left = 0;
+  let right = 0;
+  contour.forEach((p, i) => {
+    if (p.x < contour[left].x) left = i;
+    if (p.x > contour[right].x) right = i;
+  });
+  const path = (from: number, to: number): Point[] => {
+    const out: Point[] = [];
+    for (let i = from; ; i = (i + 1) % contour.length) {
+      out.push(contour[i]);
+      if (i === to) return out;
+    }
+  };
+  const meanV = (points: Point[]) => points.reduce((sum, p) => sum + p.y, 0) / points.length;
+  const byU = (points: Point[]) => [...points].sort((a, b) => a.x - b.x);
+  const one = path(left, right);
+  const other = path(right, left);
+  return meanV(one) <= meanV(other) ? { upper: byU(one), lower: byU(other) } : { upper: byU(other), lower: byU(one) };
+}
+
+/** The mouth's roll: the angle of the line through its outer corners (leftmost and rightmost outer-lip points), radians. */
+export function lipRoll(face: MouthAnimation): number {
+  const lip = face.outer_lip?.length >= 3 ? face.outer_lip : face.inner_lip;
+  const left = lip.reduce((a, b) => (b.x < a.x ? b : a));
+  const right = lip.reduce((a, b) => (b.x > a.x ? b : a));
+  return Math.atan2(right.y - left.y, right.x - left.x);
+}
+
 function geometryOf(face: MouthAnimation, pose: MouthPose): WarpGeometry | null {
   const mw = face.mouth_width;
   if (!(mw > 4) || !face.inner_lip || face.inner_lip.length < 8 || pose.open <= 0) return null;
-  const left = face.outer_lip?.[0] ?? face.inner_lip[0];
-  const right = face.outer_lip?.[6] ?? face.inner_lip[4];
-  const roll = Math.atan2(right.y - left.y, right.x - left.x);
+  const roll = lipRoll(face);
   const cos = Math.cos(roll);
   const sin = Math.sin(roll);
   const { x: cx, y: cy } = face.mouth_center;
   const toUpright = (p: Point): Point => ({ x: (p.x - cx) * cos + (p.y - cy) * sin, y: -(p.x - cx) * sin + (p.y - cy) * cos });
-  const lip = face.inner_lip.map(toUpright);
-  const upper = [lip[0], lip[1], lip[2], lip[3], lip[4]];
-  const lower = [lip[0], lip[7], lip[6], lip[5], lip[4]];
+  const { upper, lower } = lipEdges(face.inner_lip.map(toUpright));
   const spread = WIDE_SPREAD * pose.wide - ROUND_NARROWING * pose.round;
   const jawDrop = jawDropOf(pose, mw);
   return {
@@ -110,7 +139,7 @@ function geometryOf(face: MouthAnimation, pose: MouthPose): WarpGeometry | null 
     sin,
     mw,
     columns: columnsOf({ upper, lower }, mw),
-    halfWidth: Math.max(MIN_OPENING_HALF_WIDTH * mw, (lip[4].x - lip[0].x) / 2) * (1 + spread),
+    halfWidth: Math.max(MIN_OPENING_HALF_WIDTH * mw, (upper[upper.length - 1].x - upper[0].x) / 2) * (1 + spread),
     jawDrop,
     upperLift: UPPER_LIFT * jawDrop * (1 + 0.5 * pose.round),
     spread,
@@ -136,8 +165,8 @@ function columnsOf(own: OwnLips, mw: number): WarpGeometry['columns'] {
   return { from, upper, mid };
 }
 
-/** The edge's v at `u` (linear between points, held beyond the corners). */
-function edgeAt(edge: Point[], u: number): number {
+/** A lip edge's v at `u` (linear between points sorted by u, held beyond the corners). */
+export function edgeAt(edge: Point[], u: number): number {
   if (u <= edge[0].x) return edge[0].y;
   for (let i = 1; i < edge.length; i++) {
     const a = edge[i - 1];

@@ -228,12 +228,9 @@ export class LipsyncRenderer implements Renderer {
     // In the render pool the mouths travel with the shared loop (tasks carry no `clip`); read directly, with the clip.
     const mouths = avatar.loop?.mouths ?? avatar.clip?.mouths;
     if (this.loop && mouths) {
-      const harvested = await HarvestedMouths.prepare(mouths, this.animation, width, height);
-      // An index with no sample that fits its atlas is a broken bundle: warp as for a silent clip.
-      if (harvested.count > 0) {
-        this.harvested = harvested;
-        return;
-      }
+      // A harvest too thin to follow speech, or an index with no sample that fits its atlas: warp as for a silent clip.
+      this.harvested = await HarvestedMouths.prepare(mouths);
+      if (this.harvested) return;
     }
     // A video avatar's speaking frames warp the loop frame they show (`clip-warp.ts`): nothing to build here.
     if (this.loop) return;
@@ -285,7 +282,7 @@ export class LipsyncRenderer implements Renderer {
       // While speaking a closed pose (m/b/p, a pause) is the closed sample whatever the loop frame's own lips do:
       // left as it was, a talking clip's own mouth moved against the audio on a third of the speaking frames.
       if (!closed || request.speaking || this.harvested.ownMouthOpen(face)) {
-        this.harvested.lay(frame, { open: open / (OPEN_STEPS - 1), wide: wide / (SHAPE_STEPS - 1), round: round / (SHAPE_STEPS - 1) }, face);
+        this.harvested.lay(frame, loopFrame, { open: open / (OPEN_STEPS - 1), wide: wide / (SHAPE_STEPS - 1), round: round / (SHAPE_STEPS - 1) }, face);
       }
       return frame;
     }
