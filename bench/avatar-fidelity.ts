@@ -113,7 +113,7 @@ async function landmarksOf(frames: ReceivingPeer['frames']): Promise<Array<Mouth
 }
 
 /** Inner-lip opening (mean gap between the upper and lower inner lip) over the mouth width. */
-function mouthOpening(a: MouthAnimation): number {
+export function mouthOpening(a: MouthAnimation): number {
   const lip = a.inner_lip;
   const gap = (Math.abs(lip[7].y - lip[1].y) + Math.abs(lip[6].y - lip[2].y) + Math.abs(lip[5].y - lip[3].y)) / 3;
   return gap / Math.max(1, a.mouth_width);

@@ -11,6 +11,7 @@
  *   npm run bench -- stage_costs         # wrtc calls, VP8/Opus encoder threads and GC in isolation
  *   BENCH_SERVICE_DIR=<checkout> npm run bench -- session_cpu   # the process steps against another checkout
  *   npm run bench -- streaming_cpu       # a WHEP viewer's and an RTMP output's CPU beside the session's
+ *   npm run bench -- mouth_sheet [clip-or-photo …]   # contact sheets of mouth crops and the artefact measures
  */
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -21,6 +22,8 @@ import { benchAvSync } from './av-sync.ts';
 import { benchServerSync } from './server-sync.ts';
 import { benchLeak } from './leak.ts';
 import { benchBrowserSync } from './browser-sync.ts';
+import { benchMouthSyncBrowser } from './mouth-sync-browser.ts';
+import { benchMouthSheet } from './mouth-sheet.ts';
 import { benchRenderers } from './renderers.ts';
 import { benchNeuralLipsync } from './neural-lipsync.ts';
 import { benchCapacity } from './capacity.ts';
@@ -47,10 +50,12 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['av_sync_sender', benchServerSync],
   ['av_sync_receiver', () => benchAvSync()],
   ['av_sync_browser', benchBrowserSync],
+  ['mouth_sync_browser', benchMouthSyncBrowser],
   ['chat', benchChat],
   ['voice', benchVoice],
   ['custom_avatar', benchCustomAvatar],
   ['avatar_fidelity', benchAvatarFidelity],
+  ['mouth_sheet', benchMouthSheet],
   ['offline', () => benchOffline()],
   ['session_churn', benchLeak],
   ['capacity_rt', () => benchCapacity('rt')],
@@ -63,8 +68,11 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['cluster', benchCluster],
   ['hostile', benchHostile],
 ];
-/** Steps that run only when named: diagnostics behind the figures (the profile repeats session_cpu's load under the sampler). */
-const OPT_IN = new Set(['profile', 'stage_costs']);
+/**
+ * Steps that run only when named: diagnostics behind the figures (the profile repeats session_cpu's load under the
+ * sampler) and contact sheets for people to look at (`mouth_sheet`, which takes clips and photos as further arguments).
+ */
+const OPT_IN = new Set(['profile', 'stage_costs', 'mouth_sheet']);
 
 const results: Record<string, unknown> = {
   machine: { cpus: os.cpus().length, cpu: os.cpus()[0]?.model, memory_gb: Math.round(os.totalmem() / 1e9), node: process.version, platform: `${os.platform()} ${os.arch()}` },

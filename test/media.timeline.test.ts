@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PlayoutClock, type FrameRenderer } from '../actors/media/playout.ts';
-import { framesCovering } from '../actors/media/timeline.ts';
+import { MOUTH_LOOKAHEAD_MS, framesCovering } from '../actors/media/timeline.ts';
 import { buildMouthTimeline, type MouthTimeline } from '../actors/mouth/timeline.ts';
 import { RenderPool, type RenderHandle } from '../actors/render/pool.ts';
 import type { AvatarManifest, AvatarSource, FrameRequest, I420Frame } from '../actors/render/types.ts';
@@ -126,7 +126,9 @@ describe('one frame timeline for live playout and offline rendering', () => {
       pieces.push({ pcm, mouth: buildMouthTimeline({ pcm, sampleRate: SAMPLE_RATE }) });
     }
     const live = new CapturingRenderer(await pool.open(source, 'rt_head'));
-    const sent = await playLive(live, pieces, 2 * WS_CHUNK_MS);
+    // The producer keeps two WebSocket chunks queued beyond what a frame's mouth looks into (`MOUTH_LOOKAHEAD_MS`):
+    // render-ahead (2 frames, 80 ms) still outruns the audio, and each frame's audio has arrived before it leaves.
+    const sent = await playLive(live, pieces, 2 * WS_CHUNK_MS + MOUTH_LOOKAHEAD_MS);
     const offline = new CapturingRenderer(await pool.open(source, 'rt_head'));
     await renderOffline(offline, pieces, dir);
 

@@ -232,8 +232,8 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     const startsOnSilence = this.queue.length === 0;
     this.queue.push({ turnId, pcm, offset: 0 });
     // Frames rendered ahead before this audio arrived showed silence from its start on (or, for a renderer that
-    // reads audio after its frames, from that much earlier); earlier ones stand.
-    this.invalidateRenderedFrom(span.start - this.timeline.audioLagSamples);
+    // reads audio after its frames and for a mouth that looks ahead, from that much earlier); earlier ones stand.
+    this.invalidateRenderedFrom(span.start - this.timeline.readsAheadSamples);
     // Speech after silence: its first chunk is due already (the clock sends a chunk as its span begins), so it
     // leaves now rather than at the next tick — up to TICK_MS off the time to first sound.
     if (startsOnSilence && this.timer) this.tick();

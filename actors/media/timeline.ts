@@ -43,6 +43,17 @@ export type TimedFrameRequest = FrameRequest & { turnId: string | null };
  */
 const MAX_PROSODY_STEPS_SECONDS = 3;
 
+/**
+ * A frame shows the mouth of the audio this long after its presentation time. A person's mouth leads its sound (lips
+ * and jaw move 0–150 ms before the acoustic event they shape), and a frame stands for its whole 40 ms, while a pose
+ * taken at its start, held through the frame and smoothed by the track's attack, reached a Chromium viewer ~80 ms
+ * after its sound (issue 44: astronaut r 0.43, lag +80 ms). Looking this far ahead costs nothing: the audio is
+ * already queued when frames render (TTS and uploads run up to `PLAYOUT_HIGH_WATER_MS` ahead), and audio that
+ * arrives later re-renders the frames that now look into it (`readsAheadSamples`). Measured at a Chromium page with
+ * `<avatar-chat>`: `npm run bench -- mouth_sync_browser` (docs/performance.md).
+ */
+export const MOUTH_LOOKAHEAD_MS = 80;
+
 /** Presentation time of a frame, in samples of the audio timeline. */
 export function frameStartSample(frameIdx: number, sampleRate: number, fps: number): number {
   return Math.round((frameIdx * sampleRate) / fps);
@@ -60,11 +71,14 @@ export class FrameTimeline {
   private committedProsody: Prosody = SILENT_PROSODY;
   private audioLead = 0;
   private audioLag = 0;
+  private readonly mouthLookahead: number;
 
   constructor(
     readonly sampleRate: number,
     readonly fps: number,
-  ) {}
+  ) {
+    this.mouthLookahead = Math.round((MOUTH_LOOKAHEAD_MS * sampleRate) / 1000);
+  }
 
   /** Sample just past the last span (0 when empty). */
   get endSample(): number {
@@ -75,9 +89,9 @@ export class FrameTimeline {
     return frameStartSample(frameIdx, this.sampleRate, this.fps);
   }
 
-  /** Samples of audio after a frame's presentation time that its request carries (0 without an audio window). */
-  get audioLagSamples(): number {
-    return this.audioLag;
+  /** How far past a frame's presentation time its request depends on audio: its audio window or its mouth's lookahead. */
+  get readsAheadSamples(): number {
+    return Math.max(this.audioLag, this.mouthLookahead);
   }
 
   /** From now on requests carry the audio around their frame (null: none, the default). */
@@ -146,12 +160,23 @@ export class FrameTimeline {
     this.committedProsody = request.prosody ?? this.prosodyAt(request.frameIdx);
   }
 
+  /**
+   * The sound under the frame (level, speaking, turn) at its presentation time; its mouth `MOUTH_LOOKAHEAD_MS` later,
+   * so it opens before a syllable it shapes and closes before the sound ends.
+   */
   private underFrame(frameIdx: number): { mouth: MouthPose; level: number; speaking: boolean; turnId: string | null } {
     const pts = this.frameStart(frameIdx);
+    const mouth = this.mouthAt(pts + this.mouthLookahead);
     const span = this.spanAt(pts);
-    if (!span?.mouth) return { mouth: CLOSED_MOUTH, level: 0, speaking: false, turnId: span?.turnId ?? null };
+    if (!span?.mouth) return { mouth, level: 0, speaking: false, turnId: span?.turnId ?? null };
     const ms = ((pts - span.start) * 1000) / this.sampleRate;
-    return { mouth: span.mouth.poseAt(ms), level: span.mouth.levelAt(ms), speaking: true, turnId: span.turnId };
+    return { mouth, level: span.mouth.levelAt(ms), speaking: true, turnId: span.turnId };
+  }
+
+  private mouthAt(sample: number): MouthPose {
+    const span = this.spanAt(sample);
+    if (!span?.mouth) return CLOSED_MOUTH;
+    return span.mouth.poseAt(((sample - span.start) * 1000) / this.sampleRate);
   }
 
   private prosodyAt(frameIdx: number): Prosody {

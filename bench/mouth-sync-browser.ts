@@ -1,0 +1,250 @@
+/**
+ * Whether the mouth leads or meets its sound where a person hears it (issue 44, point 4): headless Chromium runs an
+ * `<avatar-chat>` from the service's `/widget.js`; the page records the heard audio's RMS envelope (WebAudio on the
+ * received track, shifted by the context's output latency, as `browser-sync.page.js` does) and every presented
+ * frame with the time the compositor shows it. Here the face detector reads each frame's inner-lip opening (as
+ * `avatar_fidelity` does), and the opening, held for as long as its frame is shown, is correlated with the envelope
+ * on a 10 ms grid at lags of −200 … +200 ms. Reported: the lag where r peaks (positive: the mouth is LATER than its
+ * sound) and r there. Target: r ≥ 0.5 at a lag ≤ +20 ms (`MOUTH_SYNC_TARGET`).
+ *
+ * Rows: the astronaut photo, a video avatar made from a clip of the astronaut speaking (`speakingClipMp4`: mouths
+ * harvested) and one from a clip whose window sways over the photo (`landscapeMp4`: the warp), plus a row per local
+ * clip of a real person in `BENCH_MOUTH_FOOTAGE` (comma-separated paths; never committed).
+ *
+ * Before/after in one run: each avatar is measured twice on the same service, once with the frame timeline's mouth
+ * lookahead undone (`MOUTH_LOOKAHEAD_MS`: the session's renderer is handed, for each frame, the mouth the timeline
+ * gave the frame that many ms earlier, i.e. the pose at the frame's own presentation time, as before the lookahead)
+ * and once as the service runs.
+ *
+ *   npm run bench -- mouth_sync_browser
+ *   BENCH_MOUTH_FOOTAGE=/work/footage/sun.mp4 BENCH_MOUTH_SESSIONS=3 npm run bench -- mouth_sync_browser
+ */
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium, type Page } from 'playwright-core';
+import sharp from 'sharp';
+import { closeFaceDetector, detectMouth } from '../actors/faces/detector.ts';
+import { faceHint } from '../actors/faces/landmarks.ts';
+import type { FrameRenderer } from '../actors/media/playout.ts';
+import { MOUTH_LOOKAHEAD_MS } from '../actors/media/timeline.ts';
+import type { FrameRequest, MouthAnimation, MouthPose } from '../actors/render/types.ts';
+import { post, startTestApp, type TestApp } from '../test/helpers/app.ts';
+import { SseClient } from '../test/helpers/sse.ts';
+import { landscapeMp4, speakingClipMp4 } from '../test/helpers/clips.ts';
+import { pearson } from '../test/helpers/neural-lipsync.ts';
+import { postCustomAvatar } from './custom-avatar.ts';
+import { mouthOpening } from './avatar-fidelity.ts';
+import { round } from './stats.ts';
+
+const CHROMIUM = '/usr/bin/chromium';
+const PAGE_SCRIPT = fs.readFileSync(path.join(path.dirname(fileURLToPath(import.meta.url)), 'mouth-sync-browser.page.js'), 'utf8');
+const FOOTAGE = (process.env.BENCH_MOUTH_FOOTAGE ?? '').split(',').filter(Boolean);
+/** Speak turns per avatar and mode; r and lag are read over all of their frames together. */
+const TURNS = Math.max(1, Number(process.env.BENCH_MOUTH_SESSIONS ?? 2));
+const SPEECH = 'Open wide and say ah. Then close your lips: mama, papa, baby. How about a long, loud, open vowel?';
+/** The issue's target: r at least this, at a lag no later than this (ms, mouth after sound). */
+export const MOUTH_SYNC_TARGET = { r: 0.5, maxLagMs: 20 };
+const GRID_MS = 10;
+const MAX_LAG_MS = 200;
+/** The heard envelope is averaged over ±20 ms (one frame), centred: no lag of its own. */
+const ENVELOPE_HALF_MS = 20;
+/** Session set-up and a turn on 2 loaded cores. */
+const STEP_MS = 60_000;
+
+interface PageFrame {
+  at: number;
+  jpeg: string;
+}
+interface PageAudio {
+  at: number;
+  rms: number;
+}
+
+export interface MouthSync {
+  r: number | null;
+  lag_ms: number | null;
+  /** r at lag 0, for reference. */
+  r_at_0: number | null;
+  frames: number;
+  frames_with_face: number;
+}
+
+/**
+ * A renderer that shows each frame the mouth the timeline gave the frame `MOUTH_LOOKAHEAD_MS` earlier: the pose at
+ * the frame's own presentation time, as the timeline gave before the lookahead (exact while the lookahead is a whole
+ * number of frames).
+ */
+function withoutLookahead(inner: FrameRenderer & { close(): void }): FrameRenderer & { close(): void } {
+  const shift = Math.round((MOUTH_LOOKAHEAD_MS * inner.fps) / 1000);
+  const mouths = new Map<number, MouthPose>();
+  return {
+    get width() {
+      return inner.width;
+    },
+    get height() {
+      return inner.height;
+    },
+    get fps() {
+      return inner.fps;
+    },
+    ...(inner.audioWindow ? { audioWindow: inner.audioWindow } : {}),
+    ...(inner.renderAhead ? { renderAhead: inner.renderAhead } : {}),
+    render(requests: FrameRequest[], signal?: AbortSignal) {
+      for (const r of requests) mouths.set(r.frameIdx, r.mouth);
+      for (const idx of mouths.keys()) if (idx < requests[0].frameIdx - 4 * shift - 50) mouths.delete(idx);
+      const shifted = requests.map((r) => ({ ...r, mouth: mouths.get(r.frameIdx - shift) ?? { open: 0, wide: 0, round: 0 } }));
+      return inner.render(shifted, signal);
+    },
+    close: () => inner.close(),
+  };
+}
+
+async function landmarks(frames: PageFrame[]): Promise<Array<MouthAnimation | null>> {
+  const out: Array<MouthAnimation | null> = [];
+  let last: MouthAnimation | null = null;
+  for (const frame of frames) {
+    const { data, info } = await sharp(Buffer.from(frame.jpeg.slice(frame.jpeg.indexOf(',') + 1), 'base64')).ensureAlpha().raw().toBuffer({ resolveWithObject: true });
+    const result = await detectMouth({ rgba: data, width: info.width, height: info.height, ...(last ? { near: faceHint(last) } : {}) });
+    last = result.ok ? result.animation : null;
+    out.push(last);
+  }
+  return out;
+}
+
+/** Peak r of the mouth opening (held while its frame shows) against the heard envelope, over lags of ±200 ms. */
+export function mouthSync(frames: Array<{ at: number; opening: number | null }>, audio: PageAudio[]): Omit<MouthSync, 'frames' | 'frames_with_face'> {
+  const shown = frames.filter((f) => f.opening !== null).sort((a, b) => a.at - b.at);
+  if (shown.length < 25 || audio.length === 0) return { r: null, lag_ms: null, r_at_0: null };
+  const openingAt = (t: number): number | null => {
+    let lo = 0;
+    let hi = shown.length - 1;
+    if (t < shown[0].at) return null;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (shown[mid].at <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    return shown[lo].opening;
+  };
+  const sortedAudio = [...audio].sort((a, b) => a.at - b.at);
+  const envelopeAt = (t: number): number => {
+    let sum = 0;
+    let n = 0;
+    for (const a of sortedAudio) {
+      if (a.at < t - ENVELOPE_HALF_MS) continue;
+      if (a.at > t + ENVELOPE_HALF_MS) break;
+      sum += a.rms;
+      n++;
+    }
+    return n ? sum / n : 0;
+  };
+  const from = shown[0].at + MAX_LAG_MS;
+  const to = shown[shown.length - 1].at - MAX_LAG_MS;
+  const grid: number[] = [];
+  for (let t = from; t < to; t += GRID_MS) grid.push(t);
+  const envelope = grid.map(envelopeAt);
+  let best: { r: number; lag: number } | null = null;
+  let atZero: number | null = null;
+  for (let lag = -MAX_LAG_MS; lag <= MAX_LAG_MS; lag += GRID_MS) {
+    // Positive lag: the sound at t is compared with the mouth at t + lag (the mouth later than its sound).
+    const xs: number[] = [];
+    const ys: number[] = [];
+    grid.forEach((t, i) => {
+      const opening = openingAt(t + lag);
+      if (opening === null) return;
+      xs.push(opening);
+      ys.push(envelope[i]);
+    });
+    if (xs.length < 50) continue;
+    const r = pearson(xs, ys);
+    if (lag === 0) atZero = r;
+    if (!best || r > best.r) best = { r, lag };
+  }
+  return { r: best ? round(best.r, 2) : null, lag_ms: best ? best.lag : null, r_at_0: atZero === null ? null : round(atZero, 2) };
+}
+
+async function measure(app: TestApp, page: Page, avatarId: string): Promise<MouthSync> {
+  await page.goto(`${app.baseUrl}/healthz`);
+  await page.evaluate(`${PAGE_SCRIPT}\nmouthSyncPage(${JSON.stringify({ avatar: avatarId })})`);
+  await page.waitForFunction('window.bench && (window.bench.sessionId || window.bench.error)', null, { timeout: STEP_MS });
+  const sessionId = (await page.evaluate('window.bench.sessionId')) as string | null;
+  if (!sessionId) throw new Error(`the widget did not start: ${String(await page.evaluate('window.bench.error'))}`);
+  const sse = await SseClient.open(`${app.baseUrl}/sessions/${sessionId}/events`);
+  try {
+    await page.waitForFunction('document.querySelector("avatar-chat").shadowRoot.querySelector("video").videoWidth > 0', null, { timeout: STEP_MS });
+    // The first second is the encoder ramping up its quality.
+    await page.waitForTimeout(1_500);
+    const frames: PageFrame[] = [];
+    const audio: PageAudio[] = [];
+    for (let turn = 0; turn < TURNS; turn++) {
+      await page.evaluate('window.bench.frames = []; window.bench.audio = []; window.bench.recording = true');
+      const from = sse.events.length;
+      await post(app.baseUrl, `/sessions/${sessionId}/speak`, { text: SPEECH });
+      await sse.waitFor((e) => e.type === 'status' && e.data?.stage === 'idle', STEP_MS, 'speech done', from);
+      // The last frames and sound reach the page after the service's idle (video held for the wire, jitter buffers).
+      await page.waitForTimeout(400);
+      await page.evaluate('window.bench.recording = false');
+      frames.push(...((await page.evaluate('window.bench.frames')) as PageFrame[]));
+      audio.push(...((await page.evaluate('window.bench.audio')) as PageAudio[]));
+    }
+    const faces = await landmarks(frames);
+    const openings = frames.map((f, i) => ({ at: f.at, opening: faces[i] ? mouthOpening(faces[i]!) : null }));
+    return { ...mouthSync(openings, audio), frames: frames.length, frames_with_face: faces.filter(Boolean).length };
+  } finally {
+    sse.close();
+    await fetch(`${app.baseUrl}/sessions/${sessionId}`, { method: 'DELETE' });
+  }
+}
+
+export async function benchMouthSyncBrowser(): Promise<Record<string, unknown>> {
+  if (!fs.existsSync(CHROMIUM)) return { skipped: 'chromium not installed' };
+  let undoLookahead = false;
+  let app: TestApp | null = null;
+  app = await startTestApp({
+    overrides: {
+      render: {
+        open: async (avatar, model, signal) => {
+          const renderer = await app!.services.renderPool.open(avatar, model, signal, { reuseFrameBuffers: true });
+          return undoLookahead ? withoutLookahead(renderer) : renderer;
+        },
+      },
+    },
+  });
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--autoplay-policy=no-user-gesture-required'],
+  });
+  const dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'bench-mouth-sync-'));
+  try {
+    const avatars: Array<[string, string]> = [['astronaut', 'astronaut']];
+    avatars.push(['speaking_clip', (await postCustomAvatar(app.baseUrl, await fsp.readFile(await speakingClipMp4(dir)), 'mouth sync speaking clip', 'video')).id]);
+    avatars.push(['swaying_clip', (await postCustomAvatar(app.baseUrl, await fsp.readFile(await landscapeMp4(dir, 10)), 'mouth sync swaying clip', 'video')).id]);
+    for (const file of FOOTAGE) {
+      avatars.push([path.basename(file, path.extname(file)), (await postCustomAvatar(app.baseUrl, await fsp.readFile(file), 'mouth sync footage', 'video')).id]);
+    }
+    const rows: Record<string, unknown> = {};
+    for (const [name, id] of avatars) {
+      const page = await browser.newPage();
+      try {
+        undoLookahead = true;
+        const before = await measure(app, page, id);
+        undoLookahead = false;
+        const after = await measure(app, page, id);
+        const met = after.r !== null && after.lag_ms !== null && after.r >= MOUTH_SYNC_TARGET.r && after.lag_ms <= MOUTH_SYNC_TARGET.maxLagMs;
+        rows[name] = { before_lookahead: before, with_lookahead: after, met };
+        console.log(`  ${name}:`, JSON.stringify(rows[name]));
+      } finally {
+        await page.close();
+      }
+    }
+    return { lookahead_ms: MOUTH_LOOKAHEAD_MS, turns: TURNS, target: MOUTH_SYNC_TARGET, ...rows };
+  } finally {
+    await browser.close();
+    await app.close();
+    await closeFaceDetector();
+    await fsp.rm(dir, { recursive: true, force: true });
+  }
+}

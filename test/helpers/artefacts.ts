@@ -1,0 +1,386 @@
+/**
+ * Artefact measures of a rendered speaking frame (issue 44, point 1): what a person sees when zoomed on the mouth —
+ * a seam where a composite ends, a halo or a moved face outside the mouth–jaw region, a split or notched upper lip,
+ * dark mouth interior outside the lips, two rows of teeth. Pure functions of I420 frames and lip landmarks, shared by
+ * the suite (`test/render.artefacts*.test.ts`) and the bench (`npm run bench -- mouth_sheet`), so both report the
+ * same figures. They need nothing from the renderer but its output and what it already knows: the base frame (a
+ * photo's rest face, a clip's loop frame under this frame), optionally its composite mask, and lip landmarks of the
+ * RENDERED frame (the face detector run on it, `MouthAnimation` as `actors/faces/landmarks.ts` builds it: iBUG
+ * 48–59 as `outer_lip`, 60–67 as `inner_lip`; any order, they are split into upper and lower chains here).
+ *
+ * API (all luma in 8-bit levels of the I420 Y plane):
+ * - `measureArtefacts(base, frame, lips, mask?)` → `ArtefactReport`: every measure below at once.
+ * - `seamStep(base, frame, mask?)`: for each pair of 4-neighbours across the composite's boundary (one inside the
+ *   mask, one outside), the step the composite adds over the base's own step there,
+ *   `max(0, |f(p) − f(q)| − |b(p) − b(q)|)`; `.p98` is the headline (`SEAM_MAX_LEVELS`). Without a mask the composite
+ *   is every pixel the frame changed by ≥ `COMPOSITE_MIN_DIFF` and the holes they enclose (`compositeMask`).
+ * - `outsideDifference(base, frame, lips)`: mean |frame − base| in a ring around the mouth–jaw region
+ *   (`mouthJawRegion`; ring out to `OUTSIDE_RING_SCALE` times it), `.mean` (`OUTSIDE_MAX_LEVELS`), and how smoothly
+ *   the difference fades there (`.fadeP99`: 99th percentile of the difference's 1-px gradient).
+ * - `teethAboveUpperLip(frame, lips)` / `teethBelowLowerLip(frame, lips)`: teeth-bright pixels (`isTeethBright`) in
+ *   the upper lip and the skin above it (down to `LIP_EDGE_MARGIN` px above the inner edge), or in the lower lip and
+ *   the skin below it: a split or notched lip, teeth riding on a lip. Headline: 0 above.
+ * - `darkOutsideLips(base, frame, lips)`: pixels the composite made dark (`DARK_LUMA`, and ≥ `DARK_ADDED` darker
+ *   than the base) in a band just outside the outer lip contour: mouth interior leaking past the lips.
+ * - `teethRows(frame, lips)`: separate bands of teeth-bright pixels down the central columns of the mouth (median
+ *   over columns that show teeth): 1 is one row of upper teeth, 2 a second row (a photo's own teeth riding down).
+ * - `mouthCrop(frame, lips, scale)`: the RGBA crop of the mouth–jaw region the contact sheets show.
+ */
+import type { I420Frame, MouthAnimation, Point } from '../../actors/render/types.ts';
+import { i420ToRgba } from '../../actors/render/i420.ts';
+
+/** Done-when thresholds of issue 44. */
+export const SEAM_MAX_LEVELS = 3;
+export const OUTSIDE_MAX_LEVELS = 1;
+export const MAX_TEETH_ABOVE_UPPER_LIP = 0;
+export const MAX_TEETH_ROWS = 1;
+
+/** A pixel belongs to the composite when the frame changed its luma by at least this (1 is rounding of a blend). */
+export const COMPOSITE_MIN_DIFF = 2;
+/**
+ * Teeth are bright and nearly neutral: skin and lips are red (V well above 128), a tooth is white or ivory. The
+ * astronaut's painted teeth sit at Y≈210, V≈135, U≈118; its skin and lips at V ≥ 141 (test/helpers/mouth-metrics.ts).
+ */
+export const TEETH_MIN_LUMA = 150;
+export const TEETH_MAX_RED = 10;
+export const TEETH_MAX_BLUE_SHIFT = 16;
+/** Below this luma a pixel is the dark inside of a mouth; `DARK_ADDED`: the composite darkened it by this much. */
+export const DARK_LUMA = 70;
+export const DARK_ADDED = 25;
+/** Pixels this close to a lip edge landmark line are the edge's own anti-aliasing, not a notch. */
+export const LIP_EDGE_MARGIN = 1.5;
+/** How far above the upper lip (and below the lower lip) teeth are looked for, in mouth widths: halo and notch. */
+export const LIP_SKIN_REACH = 0.25;
+/** Band outside the outer lip contour where dark interior must not be, in mouth widths. */
+export const DARK_BAND = 0.15;
+/** The ring where a speaking frame must equal its base: the mouth–jaw ellipse grown this many times. */
+export const OUTSIDE_RING_SCALE = 2;
+/** Teeth bands closer than this (px) are one band; thinner bands than `MIN_TEETH_BAND` px are speckle. */
+const TEETH_BAND_GAP = 2;
+const MIN_TEETH_BAND = 2;
+
+export type LipGeometry = Pick<MouthAnimation, 'mouth_center' | 'mouth_width' | 'outer_lip' | 'inner_lip'>;
+
+export interface SeamStep {
+  /** 98th percentile of the added step over the boundary pairs: the headline figure. */
+  p98: number;
+  max: number;
+  mean: number;
+  /** Boundary pairs measured. */
+  pairs: number;
+}
+
+export interface OutsideDifference {
+  /** Mean |frame − base| luma in the ring around the mouth–jaw region. */
+  mean: number;
+  /** 99th percentile of the difference's 1-px gradient in that ring: how smoothly it fades (0: not at all there). */
+  fadeP99: number;
+  pixels: number;
+}
+
+export interface ArtefactReport {
+  seam: SeamStep;
+  outside: OutsideDifference;
+  teethAboveUpperLip: number;
+  teethBelowLowerLip: number;
+  darkOutsideLips: number;
+  teethRows: number;
+}
+
+/** Ellipse of the mouth–jaw region: where speech may change the face (mouth, lips, chin, jaw line beside them). */
+export interface Ellipse {
+  cx: number;
+  cy: number;
+  rx: number;
+  ry: number;
+}
+
+export function mouthJawRegion(lips: LipGeometry): Ellipse {
+  const { x, y } = lips.mouth_center;
+  const mw = lips.mouth_width;
+  // From 0.8 mouth widths above the mouth centre (under the nose) to 1.9 below (under the chin), 1.5 to each side.
+  return { cx: x, cy: y + 0.55 * mw, rx: 1.5 * mw, ry: 1.35 * mw };
+}
+
+function insideEllipse(e: Ellipse, x: number, y: number, scale = 1): boolean {
+  const nx = (x - e.cx) / (e.rx * scale);
+  const ny = (y - e.cy) / (e.ry * scale);
+  return nx * nx + ny * ny <= 1;
+}
+
+function luma(frame: I420Frame, x: number, y: number): number {
+  return frame.data[y * frame.width + x];
+}
+
+function chroma(frame: I420Frame, x: number, y: number): { u: number; v: number } {
+  const cw = (frame.width + 1) >> 1;
+  const uOffset = frame.width * frame.height;
+  const vOffset = uOffset + cw * ((frame.height + 1) >> 1);
+  const i = (y >> 1) * cw + (x >> 1);
+  return { u: frame.data[uOffset + i], v: frame.data[vOffset + i] };
+}
+
+/** Bright and nearly neutral: a tooth, not skin or lip (both red) nor a shadow. */
+export function isTeethBright(frame: I420Frame, x: number, y: number): boolean {
+  if (luma(frame, x, y) < TEETH_MIN_LUMA) return false;
+  const { u, v } = chroma(frame, x, y);
+  return v - 128 <= TEETH_MAX_RED && Math.abs(u - 128) <= TEETH_MAX_BLUE_SHIFT;
+}
+
+function percentile(values: number[], p: number): number {
+  if (values.length === 0) return 0;
+  const sorted = Float64Array.from(values).sort();
+  return sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
+}
+
+/**
+ * 1 where the frame's luma differs from the base's by at least `COMPOSITE_MIN_DIFF`, and in every hole such pixels
+ * enclose (lips that moved onto lips stay unchanged inside an open mouth: they are inside the composite, not its edge).
+ */
+export function compositeMask(base: I420Frame, frame: I420Frame): Uint8Array {
+  const { width, height } = frame;
+  const n = width * height;
+  const changed = new Uint8Array(n);
+  for (let i = 0; i < n; i++) changed[i] = Math.abs(frame.data[i] - base.data[i]) >= COMPOSITE_MIN_DIFF ? 1 : 0;
+  // Unchanged pixels reachable from the frame's border are outside; everything else is the composite.
+  const outside = new Uint8Array(n);
+  const stack: number[] = [];
+  const visit = (i: number): void => {
+    if (changed[i] || outside[i]) return;
+    outside[i] = 1;
+    stack.push(i);
+  };
+  for (let x = 0; x < width; x++) {
+    visit(x);
+    visit((height - 1) * width + x);
+  }
+  for (let y = 0; y < height; y++) {
+    visit(y * width);
+    visit(y * width + width - 1);
+  }
+  while (stack.length > 0) {
+    const i = stack.pop()!;
+    const x = i % width;
+    if (x > 0) visit(i - 1);
+    if (x + 1 < width) visit(i + 1);
+    if (i >= width) visit(i - width);
+    if (i + width < n) visit(i + width);
+  }
+  const mask = new Uint8Array(n);
+  for (let i = 0; i < n; i++) mask[i] = outside[i] ? 0 : 1;
+  return mask;
+}
+
+/** The step the composite adds over the base's own step, across every boundary of `mask` (non-zero = composite). */
+export function seamStep(base: I420Frame, frame: I420Frame, mask: Uint8Array = compositeMask(base, frame)): SeamStep {
+  const { width, height } = frame;
+  const steps: number[] = [];
+  const pair = (p: number, q: number): void => {
+    if ((mask[p] !== 0) === (mask[q] !== 0)) return;
+    steps.push(Math.max(0, Math.abs(frame.data[p] - frame.data[q]) - Math.abs(base.data[p] - base.data[q])));
+  };
+  for (let y = 0; y < height; y++) {
+    for (let x = 0; x < width; x++) {
+      const p = y * width + x;
+      if (x + 1 < width) pair(p, p + 1);
+      if (y + 1 < height) pair(p, p + width);
+    }
+  }
+  const sum = steps.reduce((s, v) => s + v, 0);
+  return { p98: percentile(steps, 0.98), max: steps.reduce((m, v) => Math.max(m, v), 0), mean: steps.length ? sum / steps.length : 0, pairs: steps.length };
+}
+
+/** Mean difference from the base in the ring around the mouth–jaw region, and its gradient there. */
+export function outsideDifference(base: I420Frame, frame: I420Frame, lips: LipGeometry): OutsideDifference {
+  const region = mouthJawRegion(lips);
+  const { width, height } = frame;
+  const x0 = Math.max(0, Math.floor(region.cx - OUTSIDE_RING_SCALE * region.rx));
+  const x1 = Math.min(width - 1, Math.ceil(region.cx + OUTSIDE_RING_SCALE * region.rx));
+  const y0 = Math.max(0, Math.floor(region.cy - OUTSIDE_RING_SCALE * region.ry));
+  const y1 = Math.min(height - 1, Math.ceil(region.cy + OUTSIDE_RING_SCALE * region.ry));
+  const diff = (x: number, y: number): number => frame.data[y * width + x] - base.data[y * width + x];
+  let sum = 0;
+  let pixels = 0;
+  const gradients: number[] = [];
+  for (let y = y0; y < y1; y++) {
+    for (let x = x0; x < x1; x++) {
+      if (insideEllipse(region, x, y) || !insideEllipse(region, x, y, OUTSIDE_RING_SCALE)) continue;
+      const d = diff(x, y);
+      sum += Math.abs(d);
+      pixels++;
+      gradients.push(Math.max(Math.abs(diff(x + 1, y) - d), Math.abs(diff(x, y + 1) - d)));
+    }
+  }
+  return { mean: pixels ? sum / pixels : 0, fadeP99: percentile(gradients, 0.99), pixels };
+}
+
+/** A lip contour split into its upper and lower chains, each a polyline sorted by x. */
+interface LipChains {
+  upper: Point[];
+  lower: Point[];
+}
+
+function chains(contour: Point[]): LipChains {
+  const left = contour.reduce((a, p) => (p.x < a.x ? p : a), contour[0]);
+  const right = contour.reduce((a, p) => (p.x > a.x ? p : a), contour[0]);
+  const chordY = (x: number): number => (right.x === left.x ? left.y : left.y + ((x - left.x) * (right.y - left.y)) / (right.x - left.x));
+  const rest = contour.filter((p) => p !== left && p !== right);
+  const byX = (a: Point, b: Point): number => a.x - b.x;
+  const upper = [left, ...rest.filter((p) => p.y <= chordY(p.x)), right].sort(byX);
+  const lower = [left, ...rest.filter((p) => p.y > chordY(p.x)), right].sort(byX);
+  return { upper, lower };
+}
+
+/** y of a polyline (sorted by x) at column x, or null outside its span. */
+function chainAt(chain: Point[], x: number): number | null {
+  if (chain.length === 0 || x < chain[0].x || x > chain[chain.length - 1].x) return null;
+  for (let i = 1; i < chain.length; i++) {
+    const a = chain[i - 1];
+    const b = chain[i];
+    if (x <= b.x) return b.x === a.x ? Math.min(a.y, b.y) : a.y + ((x - a.x) * (b.y - a.y)) / (b.x - a.x);
+  }
+  return chain[chain.length - 1].y;
+}
+
+interface LipColumns {
+  x0: number;
+  x1: number;
+  outerTop: (x: number) => number | null;
+  outerBottom: (x: number) => number | null;
+  innerTop: (x: number) => number | null;
+  innerBottom: (x: number) => number | null;
+}
+
+function lipColumns(lips: LipGeometry): LipColumns {
+  const outer = chains(lips.outer_lip);
+  const inner = chains(lips.inner_lip);
+  return {
+    x0: Math.ceil(outer.upper[0].x),
+    x1: Math.floor(outer.upper[outer.upper.length - 1].x),
+    outerTop: (x) => chainAt(outer.upper, x),
+    outerBottom: (x) => chainAt(outer.lower, x),
+    innerTop: (x) => chainAt(inner.upper, x),
+    innerBottom: (x) => chainAt(inner.lower, x),
+  };
+}
+
+function countTeeth(frame: I420Frame, x: number, from: number, to: number): number {
+  let count = 0;
+  for (let y = Math.max(0, Math.ceil(from)); y <= Math.min(frame.height - 1, Math.floor(to)); y++) if (isTeethBright(frame, x, y)) count++;
+  return count;
+}
+
+/** Teeth-bright pixels in the upper lip and the skin above it, within the inner lip's span. */
+export function teethAboveUpperLip(frame: I420Frame, lips: LipGeometry): number {
+  const c = lipColumns(lips);
+  const reach = LIP_SKIN_REACH * lips.mouth_width;
+  let count = 0;
+  for (let x = c.x0; x <= c.x1; x++) {
+    const inner = c.innerTop(x);
+    const outer = c.outerTop(x);
+    if (inner === null || outer === null) continue;
+    count += countTeeth(frame, x, Math.min(outer, inner) - reach, inner - LIP_EDGE_MARGIN);
+  }
+  return count;
+}
+
+/** Teeth-bright pixels in the lower lip and the skin below it. */
+export function teethBelowLowerLip(frame: I420Frame, lips: LipGeometry): number {
+  const c = lipColumns(lips);
+  const reach = LIP_SKIN_REACH * lips.mouth_width;
+  let count = 0;
+  for (let x = c.x0; x <= c.x1; x++) {
+    const inner = c.innerBottom(x);
+    const outer = c.outerBottom(x);
+    if (inner === null || outer === null) continue;
+    count += countTeeth(frame, x, inner + LIP_EDGE_MARGIN, Math.max(outer, inner) + reach);
+  }
+  return count;
+}
+
+/** Pixels the composite made dark in a band just outside the outer lip contour. */
+export function darkOutsideLips(base: I420Frame, frame: I420Frame, lips: LipGeometry): number {
+  const c = lipColumns(lips);
+  const band = DARK_BAND * lips.mouth_width;
+  let count = 0;
+  const dark = (x: number, y: number): boolean => luma(frame, x, y) < DARK_LUMA && luma(base, x, y) - luma(frame, x, y) >= DARK_ADDED;
+  for (let x = Math.max(0, Math.floor(c.x0 - band)); x <= Math.min(frame.width - 1, Math.ceil(c.x1 + band)); x++) {
+    const top = c.outerTop(Math.min(c.x1, Math.max(c.x0, x)))!;
+    const bottom = c.outerBottom(Math.min(c.x1, Math.max(c.x0, x)))!;
+    const beside = x < c.x0 || x > c.x1;
+    for (let y = Math.max(0, Math.floor(top - band)); y <= Math.min(frame.height - 1, Math.ceil(bottom + band)); y++) {
+      const outside = beside || y < top - LIP_EDGE_MARGIN || y > bottom + LIP_EDGE_MARGIN;
+      if (outside && dark(x, y)) count++;
+    }
+  }
+  return count;
+}
+
+/** Bands of teeth-bright pixels down the central columns of the mouth (median over the columns showing teeth). */
+export function teethRows(frame: I420Frame, lips: LipGeometry): number {
+  const c = lipColumns(lips);
+  const mw = lips.mouth_width;
+  const cx = lips.mouth_center.x;
+  const bandsPerColumn: number[] = [];
+  for (let x = Math.max(c.x0, Math.round(cx - 0.25 * mw)); x <= Math.min(c.x1, Math.round(cx + 0.25 * mw)); x++) {
+    const top = c.outerTop(x);
+    const bottom = c.outerBottom(x);
+    if (top === null || bottom === null) continue;
+    let bands = 0;
+    let run = 0;
+    let gap = TEETH_BAND_GAP;
+    for (let y = Math.max(0, Math.floor(top - 0.1 * mw)); y <= Math.min(frame.height - 1, Math.ceil(bottom + 0.1 * mw)); y++) {
+      if (isTeethBright(frame, x, y)) {
+        if (gap >= TEETH_BAND_GAP) run = 0;
+        run++;
+        gap = 0;
+        if (run === MIN_TEETH_BAND) bands++;
+      } else {
+        gap++;
+      }
+    }
+    if (bands > 0) bandsPerColumn.push(bands);
+  }
+  return bandsPerColumn.length === 0 ? 0 : percentile(bandsPerColumn, 0.5);
+}
+
+export function measureArtefacts(base: I420Frame, frame: I420Frame, lips: LipGeometry, mask?: Uint8Array): ArtefactReport {
+  return {
+    seam: seamStep(base, frame, mask),
+    outside: outsideDifference(base, frame, lips),
+    teethAboveUpperLip: teethAboveUpperLip(frame, lips),
+    teethBelowLowerLip: teethBelowLowerLip(frame, lips),
+    darkOutsideLips: darkOutsideLips(base, frame, lips),
+    teethRows: teethRows(frame, lips),
+  };
+}
+
+/** Which Done-when thresholds a report breaks, as readable lines (empty: it holds them all). */
+export function brokenThresholds(report: ArtefactReport): string[] {
+  const broken: string[] = [];
+  if (report.seam.p98 > SEAM_MAX_LEVELS) broken.push(`seam step ${report.seam.p98} > ${SEAM_MAX_LEVELS} levels`);
+  if (report.outside.mean > OUTSIDE_MAX_LEVELS) broken.push(`outside the mouth–jaw region ${report.outside.mean.toFixed(2)} > ${OUTSIDE_MAX_LEVELS} level`);
+  if (report.teethAboveUpperLip > MAX_TEETH_ABOVE_UPPER_LIP) broken.push(`${report.teethAboveUpperLip} teeth-bright px above the upper lip's inner edge`);
+  if (report.teethRows > MAX_TEETH_ROWS) broken.push(`${report.teethRows} rows of teeth`);
+  return broken;
+}
+
+/** The mouth–jaw region's bounding box as an RGBA crop, scaled up `scale` times (nearest neighbour). */
+export function mouthCrop(frame: I420Frame, lips: LipGeometry, scale = 3): { rgba: Uint8Array; width: number; height: number } {
+  const region = mouthJawRegion(lips);
+  const x0 = Math.max(0, Math.floor(region.cx - region.rx));
+  const y0 = Math.max(0, Math.floor(region.cy - region.ry));
+  const x1 = Math.min(frame.width, Math.ceil(region.cx + region.rx));
+  const y1 = Math.min(frame.height, Math.ceil(region.cy + region.ry));
+  const rgba = i420ToRgba(frame);
+  const width = (x1 - x0) * scale;
+  const height = (y1 - y0) * scale;
+  const out = new Uint8Array(width * height * 4);
+  for (let y = 0; y < height; y++) {
+    for (let x = 0; x < width; x++) {
+      const from = ((y0 + Math.floor(y / scale)) * frame.width + x0 + Math.floor(x / scale)) * 4;
+      out.set(rgba.subarray(from, from + 4), (y * width + x) * 4);
+    }
+  }
+  return { rgba: out, width, height };
+}
