@@ -31,10 +31,17 @@ const LIP_ZONE_HEIGHT = 0.12;
  * (the jaw at |u| 1.25, the upper lip 0.55 above the midline, the chin's drop 1.6 below it).
  */
 const REGION = { left: -1.35, right: 1.35, top: -0.75, bottom: 1.75 };
+/** The upper lip's lift fades out over its own height (outer edge to inner), within these bounds (mouth widths; the most without outer points). */
+const MIN_LIFT_REACH = 0.06;
+const MAX_LIFT_REACH = 0.4;
+/** …and is gone this far up that height: the outline's own anti-aliased pixels and a tracked outline a pixel off stay put. */
+const LIFT_FADE = 0.7;
+/** The jaw's drop is full within `flat` mouth widths of the mouth centre and gone at `end`. */
+const JAW_WINDOW = { flat: 0.25, end: 0.9 };
 /** Columns of the own-lip table per pixel. */
 const COLUMNS_PER_PX = 4;
-/** Mouth widths above the jaws' parting beyond which nothing moves (the lift fades out by 0.55, plus the lift itself). */
-const UNMOVED_ABOVE = 0.66;
+/** Mouth widths above the jaws' parting beyond which nothing moves (the lift's reach at most, plus the lift itself). */
+const UNMOVED_ABOVE = MAX_LIFT_REACH + 0.12;
 /** Where the jaw parts within the frame's own lip gap: this fraction of the gap above its lower lip. */
 const SPLIT_ABOVE_LOWER_LIP = 0;
 /** How far (px) the gap's shading reaches over the lower lip's inner edge. */
@@ -61,7 +68,7 @@ interface WarpGeometry {
   sin: number;
   mw: number;
   /** The own lips per column of u (every 1/`COLUMNS_PER_PX` px from `from`): upper inner edge, and where the jaws part. */
-  columns: { from: number; upper: Float64Array; mid: Float64Array };
+  columns: { from: number; upper: Float64Array; mid: Float64Array; lipHeight: Float64Array };
   halfWidth: number;
   jawDrop: number;
   upperLift: number;
@@ -138,7 +145,7 @@ function geometryOf(face: MouthAnimation, pose: MouthPose): WarpGeometry | null 
     cos,
     sin,
     mw,
-    columns: columnsOf({ upper, lower }, mw),
+    columns: columnsOf({ upper, lower }, outerTopOf(face, toUpright), mw),
     halfWidth: Math.max(MIN_OPENING_HALF_WIDTH * mw, (upper[upper.length - 1].x - upper[0].x) / 2) * (1 + spread),
     jawDrop,
     upperLift: UPPER_LIFT * jawDrop * (1 + 0.5 * pose.round),
@@ -151,18 +158,25 @@ function geometryOf(face: MouthAnimation, pose: MouthPose): WarpGeometry | null 
  * The own lips per column. The jaws part just above the frame's own lower inner lip, so what its opening shows (upper
  * teeth, mostly) stays with the upper lip as one row, and only the lower lip and what hangs below goes down.
  */
-function columnsOf(own: OwnLips, mw: number): WarpGeometry['columns'] {
+/** The outer upper lip's edge (upright), sorted by u; null without outer-lip points. */
+function outerTopOf(face: MouthAnimation, toUpright: (p: Point) => Point): Point[] | null {
+  return face.outer_lip && face.outer_lip.length >= 6 ? lipEdges(face.outer_lip.map(toUpright)).upper : null;
+}
+
+function columnsOf(own: OwnLips, outerTop: Point[] | null, mw: number): WarpGeometry['columns'] {
   const from = REGION.left * mw - 1;
   const count = Math.ceil((REGION.right - REGION.left) * mw * COLUMNS_PER_PX) + 2 * COLUMNS_PER_PX + 1;
   const upper = new Float64Array(count);
   const mid = new Float64Array(count);
+  const lipHeight = new Float64Array(count);
   for (let i = 0; i < count; i++) {
     const u = from + i / COLUMNS_PER_PX;
     upper[i] = edgeAt(own.upper, u);
     const lower = edgeAt(own.lower, u);
     mid[i] = lower - SPLIT_ABOVE_LOWER_LIP * Math.max(0, lower - upper[i]);
+    lipHeight[i] = Math.min(MAX_LIFT_REACH, Math.max(MIN_LIFT_REACH, outerTop ? (mid[i] - edgeAt(outerTop, u)) / mw : MAX_LIFT_REACH)) * mw;
   }
-  return { from, upper, mid };
+  return { from, upper, mid, lipHeight };
 }
 
 /** A lip edge's v at `u` (linear between points sorted by u, held beyond the corners). */
@@ -223,6 +237,7 @@ function warpPlane(dst: Uint8Array, src: Uint8Array, width: number, height: numb
       const column = Math.round((u - g.columns.from) * COLUMNS_PER_PX);
       const upper = g.columns.upper[column];
       const mid = g.columns.mid[column];
+      const lipHeight = g.columns.lipHeight[column];
       // Nothing moves this far above the lips (the upper lip's lift has faded out).
       if ((mid - v) / mw > UNMOVED_ABOVE) continue;
       const lipZone = g.spread === 0 ? 0 : Math.exp(-(an * an) / LIP_ZONE_WIDTH - ((v - mid) / mw) ** 2 / LIP_ZONE_HEIGHT) * (1 - smoothstep(1.0, 1.3, Math.abs(an)));
@@ -230,7 +245,8 @@ function warpPlane(dst: Uint8Array, src: Uint8Array, width: number, height: numb
       const profile = lensProfile(Math.abs(us) / g.halfWidth);
       const drop = g.jawDrop * profile;
       const lift = g.upperLift * profile;
-      const jawWindow = g.jawDrop * (1 - smoothstep(0.3, 1.2, Math.abs(an)));
+      // The jaw drops under the mouth and not at the face's sides: there its outline meets hair or background.
+      const jawWindow = g.jawDrop * (1 - smoothstep(JAW_WINDOW.flat, JAW_WINDOW.end, Math.abs(an)));
       // Below the midline: lower lip, lower teeth and chin drop (fixed point: the drop depends on where the pixel comes from).
       let vs = v - drop;
       for (let k = 0; k < 3; k++) {
@@ -242,7 +258,9 @@ function warpPlane(dst: Uint8Array, src: Uint8Array, width: number, height: numb
       if (vs < mid) {
         // Above the midline: the upper lip (and upper teeth) lift, fading out towards the nose.
         let up = v + lift;
-        for (let k = 0; k < 2; k++) up = v + lift * (1 - smoothstep(0.12, 0.55, (mid - up) / mw));
+        // The lift fades out within the upper lip itself: its outline against the skin above stays where it is (an
+        // edge moved against smooth skin is a step where the warp ends).
+        for (let k = 0; k < 2; k++) up = v + lift * (1 - smoothstep(0, LIFT_FADE * lipHeight, mid - up));
         vs = up < mid ? up : v < mid ? mid - 0.5 : mid + 0.5;
       }
       // The gap's lower edge reaches a little onto the lower lip, as the lip's own shadow: a tracked inner lip a pixel
