@@ -128,22 +128,23 @@ export function lipRoll(face: MouthAnimation): number {
   return Math.atan2(right.y - left.y, right.x - left.x);
 }
 
+/** The mouth's upright frame: centred on `centre`, turned by `roll`; `toUpright` maps a frame point into it. */
+export function uprightAt(centre: Point, roll: number): { cx: number; cy: number; cos: number; sin: number; toUpright: (p: Point) => Point } {
+  const cos = Math.cos(roll);
+  const sin = Math.sin(roll);
+  const { x: cx, y: cy } = centre;
+  return { cx, cy, cos, sin, toUpright: (p) => ({ x: (p.x - cx) * cos + (p.y - cy) * sin, y: -(p.x - cx) * sin + (p.y - cy) * cos }) };
+}
+
 function geometryOf(face: MouthAnimation, pose: MouthPose): WarpGeometry | null {
   const mw = face.mouth_width;
   if (!(mw > 4) || !face.inner_lip || face.inner_lip.length < 8 || pose.open <= 0) return null;
-  const roll = lipRoll(face);
-  const cos = Math.cos(roll);
-  const sin = Math.sin(roll);
-  const { x: cx, y: cy } = face.mouth_center;
-  const toUpright = (p: Point): Point => ({ x: (p.x - cx) * cos + (p.y - cy) * sin, y: -(p.x - cx) * sin + (p.y - cy) * cos });
+  const { toUpright, ...upright } = uprightAt(face.mouth_center, lipRoll(face));
   const { upper, lower } = lipEdges(face.inner_lip.map(toUpright));
   const spread = WIDE_SPREAD * pose.wide - ROUND_NARROWING * pose.round;
   const jawDrop = jawDropOf(pose, mw);
   return {
-    cx,
-    cy,
-    cos,
-    sin,
+    ...upright,
     mw,
     columns: columnsOf({ upper, lower }, outerTopOf(face, toUpright), mw),
     halfWidth: Math.max(MIN_OPENING_HALF_WIDTH * mw, (upper[upper.length - 1].x - upper[0].x) / 2) * (1 + spread),
@@ -202,24 +203,39 @@ const LENS_PROFILE_STEPS = 512;
 const LENS_PROFILE = Float64Array.from({ length: LENS_PROFILE_STEPS + 1 }, (_, i) => Math.pow(1 - (i / LENS_PROFILE_STEPS) ** 3, 1.3));
 
 /**
+ * The plane pixels (`scale` frame pixels each) covering an upright box (pixels from the mouth centre `cx, cy`, turned
+ * by the roll `cos, sin`), clipped to the plane.
+ */
+export function planeBoxOf(
+  at: { cx: number; cy: number; cos: number; sin: number },
+  box: { left: number; right: number; top: number; bottom: number },
+  scale: number,
+  width: number,
+  height: number,
+): { x0: number; x1: number; y0: number; y1: number } {
+  let left = Infinity, right = -Infinity, top = Infinity, bottom = -Infinity;
+  for (const u of [box.left, box.right]) {
+    for (const v of [box.top, box.bottom]) {
+      const x = at.cx + u * at.cos - v * at.sin;
+      const y = at.cy + u * at.sin + v * at.cos;
+      [left, right, top, bottom] = [Math.min(left, x), Math.max(right, x), Math.min(top, y), Math.max(bottom, y)];
+    }
+  }
+  return {
+    x0: Math.max(0, Math.floor(left / scale) - 1),
+    x1: Math.min(width - 1, Math.ceil(right / scale) + 1),
+    y0: Math.max(0, Math.floor(top / scale) - 1),
+    y1: Math.min(height - 1, Math.ceil(bottom / scale) + 1),
+  };
+}
+
+/**
  * One plane (`scale` frame pixels per plane pixel; `channel` 0 Y, 1 U, 2 V): every pixel of the region maps back
  * to the source plane (bilinear), except the opening's gap, painted.
  */
 function warpPlane(dst: Uint8Array, src: Uint8Array, width: number, height: number, scale: number, channel: 0 | 1 | 2, g: WarpGeometry): void {
   const { cx, cy, cos, sin, mw } = g;
-  // The region's bounding box in the frame (its corners turned by the roll).
-  let left = Infinity, right = -Infinity, top = Infinity, bottom = -Infinity;
-  for (const u of [REGION.left * mw, REGION.right * mw]) {
-    for (const v of [REGION.top * mw, REGION.bottom * mw]) {
-      const x = cx + u * cos - v * sin;
-      const y = cy + u * sin + v * cos;
-      [left, right, top, bottom] = [Math.min(left, x), Math.max(right, x), Math.min(top, y), Math.max(bottom, y)];
-    }
-  }
-  const x0 = Math.max(0, Math.floor(left / scale) - 1);
-  const x1 = Math.min(width - 1, Math.ceil(right / scale) + 1);
-  const y0 = Math.max(0, Math.floor(top / scale) - 1);
-  const y1 = Math.min(height - 1, Math.ceil(bottom / scale) + 1);
+  const { x0, x1, y0, y1 } = planeBoxOf(g, { left: REGION.left * mw, right: REGION.right * mw, top: REGION.top * mw, bottom: REGION.bottom * mw }, scale, width, height);
   // Plane pixel centre → frame coordinates: chroma sample k covers frame pixels 2k and 2k+1.
   const offset = scale === 1 ? 0 : 0.5;
   const edge = channel === 0 ? MOUTH_EDGE.y : channel === 1 ? MOUTH_EDGE.u : MOUTH_EDGE.v;

@@ -12,7 +12,7 @@ import sharp from 'sharp';
 import { planes } from './i420.ts';
 import type { RgbaImage } from './image.ts';
 import { smoothstep } from './idle-motion.ts';
-import { edgeAt, jawDropOf, lipEdges, warpLoopFrame } from './clip-warp.ts';
+import { edgeAt, jawDropOf, lipEdges, planeBoxOf, uprightAt, warpLoopFrame } from './clip-warp.ts';
 import type { I420Frame, MouthAnimation, MouthPose, Point } from './types.ts';
 
 /**
@@ -229,17 +229,11 @@ function lipMaskOf(face: MouthAnimation, pose: MouthPose): LipMask | null {
   const outer = face.outer_lip;
   if (!(mw > 4) || !outer || outer.length < 6) return null;
   // The cells were cut upright by the head's roll (`cutCell`): the same roll aligns them back.
-  const roll = headRoll(face);
-  const cos = Math.cos(roll);
-  const sin = Math.sin(roll);
-  const { x: cx, y: cy } = face.mouth_center;
-  const { upper, lower } = lipEdges(outer.map((p) => ({ x: (p.x - cx) * cos + (p.y - cy) * sin, y: -(p.x - cx) * sin + (p.y - cy) * cos })));
+  const { toUpright, ...upright } = uprightAt(face.mouth_center, headRoll(face));
+  const { upper, lower } = lipEdges(outer.map(toUpright));
   const margin = LIP_MARGIN * mw;
   return {
-    cx,
-    cy,
-    cos,
-    sin,
+    ...upright,
     mw,
     left: upper[0].x - margin,
     right: upper[upper.length - 1].x + margin,
@@ -280,22 +274,13 @@ function layPlane(dst: Uint8Array, width: number, height: number, scale: number,
   const { cx, cy, cos, sin, mw, feather } = m;
   const offset = scale === 1 ? 0 : 0.5;
   const perPixel = cell.mouth_width / mw;
-  const uMin = m.left - feather;
-  const uMax = m.right + feather;
-  const vMin = Math.min(...m.upper.map((q) => q.y)) - feather;
-  const vMax = Math.max(...m.lower.map((q) => q.y)) + m.drop + feather;
-  let left = Infinity, right = -Infinity, top = Infinity, bottom = -Infinity;
-  for (const u of [uMin, uMax]) {
-    for (const v of [vMin, vMax]) {
-      const x = cx + u * cos - v * sin;
-      const y = cy + u * sin + v * cos;
-      [left, right, top, bottom] = [Math.min(left, x), Math.max(right, x), Math.min(top, y), Math.max(bottom, y)];
-    }
-  }
-  const x0 = Math.max(0, Math.floor(left / scale) - 1);
-  const x1 = Math.min(width - 1, Math.ceil(right / scale) + 1);
-  const y0 = Math.max(0, Math.floor(top / scale) - 1);
-  const y1 = Math.min(height - 1, Math.ceil(bottom / scale) + 1);
+  const box = {
+    left: m.left - feather,
+    right: m.right + feather,
+    top: Math.min(...m.upper.map((q) => q.y)) - feather,
+    bottom: Math.max(...m.lower.map((q) => q.y)) + m.drop + feather,
+  };
+  const { x0, x1, y0, y1 } = planeBoxOf(m, box, scale, width, height);
   const boxWidth = x1 - x0 + 1;
   const alpha = new Float32Array(Math.max(0, boxWidth * (y1 - y0 + 1)));
   const value = new Float32Array(alpha.length);
