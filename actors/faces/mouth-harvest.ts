@@ -20,6 +20,7 @@ import {
   MOUTH_CELL_HEIGHT,
   MOUTH_CELL_WIDTH,
   MOUTH_SAMPLE_WIDTH_PX,
+  usableHarvest,
   type MouthSample,
   type MouthSampleIndex,
 } from '../render/harvested-mouths.ts';
@@ -120,6 +121,8 @@ export class MouthHarvest {
     }
     const chosen = [...bySlot.values()].sort((a, b) => a.slot - b.slot);
     if (new Set(chosen.filter((k) => k.step > 0).map((k) => k.step)).size < MIN_HARVESTED_OPENINGS) return null;
+    // What a session would not lay (too few openings or no closed mouth, `usableHarvest`) is not stored either.
+    if (!usableHarvest(chosen.map((k) => k.pose))) return null;
     const samples: MouthSample[] = chosen.map((k, cell) => ({ open: round3(k.pose.open), wide: round3(k.pose.wide), round: round3(k.pose.round), cell, frame: k.c.frame }));
     const rows = Math.ceil(chosen.length / MOUTH_ATLAS_COLUMNS);
     const atlasWidth = MOUTH_ATLAS_COLUMNS * MOUTH_CELL_WIDTH;

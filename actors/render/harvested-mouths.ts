@@ -2,15 +2,17 @@
  * A video avatar's harvested mouths (`metadata.clip.mouths`, docs/avatars.md): the person's own lips, teeth and
  * tongue cut from the clip at creation (`actors/faces/mouth-harvest.ts`), stored as one PNG atlas of equal cells
  * plus a JSON index keyed by the mouth pose each cell shows. This module is the format both sides share and the
- * render side: the atlas becomes one feathered I420 patch per sample at the reference frame's mouth, and a
- * speaking frame lays the sample nearest to the wanted pose at that frame's tracked mouth, its colour shifted to
- * the frame's own skin around it, so nothing dark is drawn and no seam shows.
+ * render side: a speaking frame first warps the loop frame along its own lips to the sample's opening (the chin
+ * drops with the mouth, `clip-warp.ts`), then lays the sample nearest to the wanted pose aligned to that frame's lips
+ * (a similarity transform: the mouth's centre, width and roll), its colour shifted to the frame's skin on the
+ * feather, through a mask that follows the frame's lip contour. A harvest too thin to follow speech
+ * (`MIN_USABLE_OPENINGS`) is not laid at all: the renderer warps.
  */
 import sharp from 'sharp';
 import { planes } from './i420.ts';
 import type { RgbaImage } from './image.ts';
-import { blendPlane, patchFromRgba, type I420Patch } from './patch.ts';
 import { smoothstep } from './idle-motion.ts';
+import { edgeAt, jawDropOf, lipEdges, planeBoxOf, uprightAt, warpLoopFrame } from './clip-warp.ts';
 import type { I420Frame, MouthAnimation, MouthPose, Point } from './types.ts';
 
 /**
@@ -28,13 +30,21 @@ export const MOUTH_CELL_HEIGHT = Math.round((MOUTH_CELL_REGION.bottom - MOUTH_CE
 /** Where the mouth centre lies in a cell. */
 export const MOUTH_CELL_CENTER: Point = { x: -MOUTH_CELL_REGION.left * MOUTH_SAMPLE_WIDTH_PX, y: -MOUTH_CELL_REGION.top * MOUTH_SAMPLE_WIDTH_PX };
 /**
- * The laid sample is opaque inside this ellipse (mouth widths around the centre: the lips and their opening,
- * whatever the loop frame's own mouth does) and fades to transparent at the outer one, on skin.
+ * The laid sample is opaque over the frame's lips (its outer-lip contour, the lower lip lowered by the pose's jaw
+ * drop, grown by this margin, mouth widths) and fades to the frame over this feather beyond it, on the skin right
+ * around the lips: a seam cannot fall on the chin or cheeks, where the sample and the frame differ most.
  */
-const OPAQUE_RADII = { x: 0.72, up: 0.38, down: 0.7 };
-const FEATHER_RADII = { x: 1.2, up: 0.58, down: 1.35 };
+const LIP_MARGIN = 0.05;
+const LIP_FEATHER = 0.22;
 /** The colour shift towards the frame's skin is limited to this (levels): beyond, the sample is not the same face. */
 const MAX_COLOUR_SHIFT = 48;
+/**
+ * Distinct opening steps (of `USABILITY_STEPS`, closed included) a harvest must cover for a session to lay it: fewer,
+ * and most openings speech asks for would be laid as a neighbour far too open or too closed (one flat mouth for
+ * every vowel), so the renderer warps the loop frame instead. A closed sample is required too (silence and m/b/p).
+ */
+export const MIN_USABLE_OPENINGS = 4;
+const USABILITY_STEPS = 5;
 /**
  * Samples a render worker prepares at most from a bundle's index (creation writes ≤ 18): a bundle made elsewhere
  * cannot make a worker hold more than 64 patches (~2 MB at a 512² avatar).
@@ -89,14 +99,14 @@ export function headRoll(a: MouthAnimation): number {
   return Math.atan2(a.right_eye.y - a.left_eye.y, a.right_eye.x - a.left_eye.x);
 }
 
+/** One sample ready to lay: its cell as Y, U, V planes (full cell resolution), upright, mouth at the cell centre. */
 interface PreparedSample {
   pose: MouthPose;
-  patch: I420Patch;
-  /** Patch pixels on the feather ring (luma index, chroma index) and the sample's mean colour there. */
-  ringLuma: Int32Array;
-  ringChroma: Int32Array;
-  mean: { y: number; u: number; v: number };
+  planes: [Float32Array, Float32Array, Float32Array];
 }
+
+/** The cell's geometry as the index gives it. */
+type CellGeometry = MouthSampleIndex['cell'];
 
 /** The harvested mouths of one avatar, ready to lay on loop frames. */
 export class HarvestedMouths {
@@ -105,24 +115,26 @@ export class HarvestedMouths {
 
   private constructor(
     private readonly samples: PreparedSample[],
-    /** The reference mouth the patches were made at (the loop's first frame). */
-    readonly reference: MouthAnimation,
+    private readonly cell: CellGeometry,
     readonly restGap: number,
   ) {}
 
-  /** Decodes the atlas and makes every sample's patch at `reference`'s mouth (size, roll, position). */
-  static async prepare(source: MouthsSource, reference: MouthAnimation, frameWidth: number, frameHeight: number): Promise<HarvestedMouths> {
+  /** Decodes the atlas into per-sample planes; null when the harvest cannot follow speech (`MIN_USABLE_OPENINGS`). */
+  static async prepare(source: MouthsSource): Promise<HarvestedMouths | null> {
     const index = JSON.parse(Buffer.from(source.indexJson).toString('utf8')) as MouthSampleIndex;
     const { data, info } = await sharp(Buffer.from(source.atlasPng)).ensureAlpha().raw().toBuffer({ resolveWithObject: true });
     const atlas: RgbaImage = { width: info.width, height: info.height, data: new Uint8Array(data.buffer, data.byteOffset, data.length) };
     const { width: cellWidth, height: cellHeight } = index.cell;
+    if (!(cellWidth > 1 && cellHeight > 1 && index.cell.mouth_width > 0)) return null;
     const fits = (sample: MouthSample) =>
       Number.isInteger(sample.cell) && sample.cell >= 0 && ((sample.cell % index.columns) + 1) * cellWidth <= atlas.width && (Math.floor(sample.cell / index.columns) + 1) * cellHeight <= atlas.height;
-    const samples = index.samples
-      .filter(fits)
-      .slice(0, MAX_SAMPLES_PREPARED)
-      .map((sample) => prepareSample(atlas, index, sample, reference, frameWidth, frameHeight));
-    return new HarvestedMouths(samples, reference, index.rest_gap);
+    const kept = index.samples.filter(fits).slice(0, MAX_SAMPLES_PREPARED);
+    if (!usableHarvest(kept)) return null;
+    const samples = kept.map((sample) => ({
+      pose: { open: sample.open, wide: sample.wide, round: sample.round },
+      planes: cellPlanes(atlas, (sample.cell % index.columns) * cellWidth, Math.floor(sample.cell / index.columns) * cellHeight, cellWidth, cellHeight),
+    }));
+    return new HarvestedMouths(samples, index.cell, index.rest_gap);
   }
 
   get count(): number {
@@ -150,134 +162,172 @@ export class HarvestedMouths {
   }
 
   /**
-   * Lays the sample nearest to `pose` on `frame`, moved to `face`'s mouth, its colour shifted by the difference
-   * between the frame's skin and the sample's on the feather ring.
+   * Lays the sample nearest to `pose` on `frame` (a copy of `source`, the loop frame it shows, whose tracked face is
+   * `face`): the frame warped to the sample's opening, then the sample aligned to its lips and colour-matched.
    */
-  lay(frame: I420Frame, pose: MouthPose, face: MouthAnimation): void {
+  lay(frame: I420Frame, source: I420Frame, pose: MouthPose, face: MouthAnimation): void {
     const sample = this.nearest(pose);
-    const dx = Math.round(face.mouth_center.x - this.reference.mouth_center.x);
-    const dy = Math.round(face.mouth_center.y - this.reference.mouth_center.y);
-    blendShifted(frame, sample, dx, dy);
+    warpLoopFrame(frame, source, face, sample.pose);
+    layAligned(frame, sample, this.cell, face, sample.pose);
   }
+}
+
+/** Whether a harvest shows enough of speech to lay: a closed sample and `MIN_USABLE_OPENINGS` distinct opening steps. */
+export function usableHarvest(samples: readonly MouthPose[]): boolean {
+  const steps = new Set(samples.map((s) => Math.round(s.open * (USABILITY_STEPS - 1))));
+  return steps.has(0) && steps.size >= MIN_USABLE_OPENINGS;
 }
 
 /**
  * Lays one harvest cell (upright RGBA as cut at creation, `MOUTH_CELL_WIDTH` × `MOUTH_CELL_HEIGHT`) on `frame` at
- * `reference`'s mouth exactly as a session lays a sample there: creation reads how each candidate looks once laid.
+ * `reference`'s lips as a session lays a sample there (its mask grown to the widest opening, since the cell's is not
+ * known yet): creation reads how each candidate looks once laid.
  */
 export function layCell(frame: I420Frame, cell: Uint8Array, reference: MouthAnimation): void {
-  const single = { cell: { width: MOUTH_CELL_WIDTH, height: MOUTH_CELL_HEIGHT, center: MOUTH_CELL_CENTER, mouth_width: MOUTH_SAMPLE_WIDTH_PX }, columns: 1 };
+  const geometry: CellGeometry = { width: MOUTH_CELL_WIDTH, height: MOUTH_CELL_HEIGHT, center: MOUTH_CELL_CENTER, mouth_width: MOUTH_SAMPLE_WIDTH_PX };
   const atlas: RgbaImage = { width: MOUTH_CELL_WIDTH, height: MOUTH_CELL_HEIGHT, data: cell };
-  blendShifted(frame, prepareSample(atlas, single, { cell: 0, frame: 0, open: 0, wide: 0, round: 0 }, reference, frame.width, frame.height), 0, 0);
+  const pose = { open: 1, wide: 0, round: 0 };
+  layAligned(frame, { pose, planes: cellPlanes(atlas, 0, 0, MOUTH_CELL_WIDTH, MOUTH_CELL_HEIGHT) }, geometry, reference, pose);
 }
 
-function prepareSample(atlas: RgbaImage, index: Pick<MouthSampleIndex, 'cell' | 'columns'>, sample: MouthSample, reference: MouthAnimation, frameWidth: number, frameHeight: number): PreparedSample {
-  const { cell } = index;
-  const cellX = (sample.cell % index.columns) * cell.width;
-  const cellY = Math.floor(sample.cell / index.columns) * cell.height;
-  const mw = reference.mouth_width;
-  const roll = headRoll(reference);
-  const cos = Math.cos(roll);
-  const sin = Math.sin(roll);
-  const { x: cx, y: cy } = reference.mouth_center;
-  const reach = Math.hypot(FEATHER_RADII.x, FEATHER_RADII.down) * mw;
-  const left = Math.max(0, Math.floor((cx - reach) / 2) * 2);
-  const top = Math.max(0, Math.floor((cy - reach) / 2) * 2);
-  const right = Math.min(frameWidth, Math.ceil(cx + reach));
-  const bottom = Math.min(frameHeight, Math.ceil(cy + reach));
-  const width = Math.max(0, right - left);
-  const height = Math.max(0, bottom - top);
-  const image: RgbaImage = { width, height, data: new Uint8Array(width * height * 4) };
-  const ring: number[] = [];
-  const rgb = [0, 0, 0];
-  for (let y = 0; y < height; y++) {
-    for (let x = 0; x < width; x++) {
-      // Into the upright face's frame (the cell is stored upright), in mouth widths.
-      const fx = x + left - cx;
-      const fy = y + top - cy;
-      const u = (fx * cos + fy * sin) / mw;
-      const v = (-fx * sin + fy * cos) / mw;
-      const alpha = featherAlpha(u, v);
-      if (alpha <= 0) continue;
-      if (!sampleCell(atlas, cellX + MOUTH_CELL_CENTER.x + u * cell.mouth_width, cellY + MOUTH_CELL_CENTER.y + v * cell.mouth_width, cellX, cellY, cell, rgb)) continue;
-      const o = (y * width + x) * 4;
-      image.data[o] = rgb[0];
-      image.data[o + 1] = rgb[1];
-      image.data[o + 2] = rgb[2];
-      image.data[o + 3] = Math.round(alpha * 255);
-      if (alpha < 0.6) ring.push(y * width + x);
+/** One atlas cell as Y, U, V float planes (BT.601 limited range, as `rgbaToI420`), each at the cell's resolution. */
+function cellPlanes(atlas: RgbaImage, left: number, top: number, width: number, height: number): [Float32Array, Float32Array, Float32Array] {
+  const y = new Float32Array(width * height);
+  const u = new Float32Array(width * height);
+  const v = new Float32Array(width * height);
+  for (let row = 0; row < height; row++) {
+    for (let col = 0; col < width; col++) {
+      const o = ((top + row) * atlas.width + left + col) * 4;
+      const [r, g, b] = [atlas.data[o], atlas.data[o + 1], atlas.data[o + 2]];
+      const i = row * width + col;
+      y[i] = 16 + 0.2568 * r + 0.5041 * g + 0.0979 * b;
+      u[i] = 128 - 0.1482 * r - 0.291 * g + 0.4392 * b;
+      v[i] = 128 + 0.4392 * r - 0.3678 * g - 0.0714 * b;
     }
   }
-  const patch = patchFromRgba(image, 0, 0, width, height);
-  patch.x = left;
-  patch.y = top;
-  const cw = (width + 1) >> 1;
-  const ringChroma = [...new Set(ring.map((i) => (Math.floor(i / width) >> 1) * cw + ((i % width) >> 1)))];
-  const mean = { y: meanAt(patch.luma, ring), u: meanAt(patch.u, ringChroma), v: meanAt(patch.v, ringChroma) };
-  return { pose: { open: sample.open, wide: sample.wide, round: sample.round }, patch, ringLuma: Int32Array.from(ring), ringChroma: Int32Array.from(ringChroma), mean };
+  return [y, u, v];
 }
 
-/** 1 inside the opaque ellipse, 0 outside the feather ellipse, smooth between (u, v in mouth widths, v down). */
-function featherAlpha(u: number, v: number): number {
-  const inner = Math.hypot(u / OPAQUE_RADII.x, v / (v < 0 ? OPAQUE_RADII.up : OPAQUE_RADII.down));
-  const outer = Math.hypot(u / FEATHER_RADII.x, v / (v < 0 ? FEATHER_RADII.up : FEATHER_RADII.down));
-  if (inner <= 1) return 1;
-  if (outer >= 1) return 0;
-  // Both radii grow linearly along a ray from the centre: where this pixel lies between the two ellipses on its ray.
-  const t = (inner - 1) / (inner / outer - 1);
-  return 1 - smoothstep(0, 1, t);
+/** The frame's lips in their upright frame (pixels from the mouth centre), for the mask. */
+interface LipMask {
+  cx: number;
+  cy: number;
+  cos: number;
+  sin: number;
+  mw: number;
+  /** Outer-lip corners (u) and, per column between them, the upper lip's top and the (lowered) lower lip's bottom. */
+  left: number;
+  right: number;
+  upper: Point[];
+  lower: Point[];
+  drop: number;
+  feather: number;
 }
 
-/** Bilinear RGB from the atlas inside one cell; false outside it. */
-function sampleCell(atlas: RgbaImage, x: number, y: number, cellX: number, cellY: number, cell: { width: number; height: number }, out: number[]): boolean {
-  if (x < cellX || y < cellY || x > cellX + cell.width - 1 || y > cellY + cell.height - 1) return false;
-  const x0 = Math.min(Math.floor(x), cellX + cell.width - 2);
-  const y0 = Math.min(Math.floor(y), cellY + cell.height - 2);
+function lipMaskOf(face: MouthAnimation, pose: MouthPose): LipMask | null {
+  const mw = face.mouth_width;
+  const outer = face.outer_lip;
+  if (!(mw > 4) || !outer || outer.length < 6) return null;
+  // The cells were cut upright by the head's roll (`cutCell`): the same roll aligns them back.
+  const { toUpright, ...upright } = uprightAt(face.mouth_center, headRoll(face));
+  const { upper, lower } = lipEdges(outer.map(toUpright));
+  const margin = LIP_MARGIN * mw;
+  return {
+    ...upright,
+    mw,
+    left: upper[0].x - margin,
+    right: upper[upper.length - 1].x + margin,
+    upper: upper.map((p) => ({ x: p.x, y: p.y - margin })),
+    lower: lower.map((p) => ({ x: p.x, y: p.y + margin })),
+    drop: jawDropOf(pose, mw),
+    feather: LIP_FEATHER * mw,
+  };
+}
+
+/** The mask at upright (u, v): 1 over the lips, fading to 0 across the feather. */
+function maskAt(m: LipMask, u: number, v: number): number {
+  const half = (m.right - m.left) / 2;
+  const lateral = Math.abs(u - (m.left + m.right) / 2) / half;
+  const top = edgeAt(m.upper, u);
+  const bottom = edgeAt(m.lower, u) + m.drop * Math.max(0, 1 - lateral * lateral);
+  const dv = Math.max(0, top - v, v - bottom);
+  const du = Math.max(0, m.left - u, u - m.right);
+  const d = Math.hypot(du, dv);
+  return d >= m.feather ? 0 : 1 - smoothstep(0, m.feather, d);
+}
+
+/**
+ * Lays `sample` on `frame` aligned to `face`'s lips: every pixel under the mask maps to the cell by the similarity
+ * that takes the frame's mouth (centre, width, roll) to the cell's, each plane shifted by the frame's mean minus the
+ * sample's over the feather (the skin right around the lips), so the laid mouth takes the frame's light.
+ */
+function layAligned(frame: I420Frame, sample: PreparedSample, cell: CellGeometry, face: MouthAnimation, pose: MouthPose): void {
+  const mask = lipMaskOf(face, pose);
+  if (!mask) return;
+  const p = planes(frame);
+  layPlane(p.y, frame.width, frame.height, 1, sample.planes[0], cell, mask);
+  layPlane(p.u, p.cw, p.ch, 2, sample.planes[1], cell, mask);
+  layPlane(p.v, p.cw, p.ch, 2, sample.planes[2], cell, mask);
+}
+
+function layPlane(dst: Uint8Array, width: number, height: number, scale: number, cellPlane: Float32Array, cell: CellGeometry, m: LipMask): void {
+  const { cx, cy, cos, sin, mw, feather } = m;
+  const offset = scale === 1 ? 0 : 0.5;
+  const perPixel = cell.mouth_width / mw;
+  const box = {
+    left: m.left - feather,
+    right: m.right + feather,
+    top: Math.min(...m.upper.map((q) => q.y)) - feather,
+    bottom: Math.max(...m.lower.map((q) => q.y)) + m.drop + feather,
+  };
+  const { x0, x1, y0, y1 } = planeBoxOf(m, box, scale, width, height);
+  const boxWidth = x1 - x0 + 1;
+  const alpha = new Float32Array(Math.max(0, boxWidth * (y1 - y0 + 1)));
+  const value = new Float32Array(alpha.length);
+  // Pass 1: the mask and the aligned sample; the colour offset from the feather's outer part.
+  let ringSum = 0;
+  let ringCount = 0;
+  for (let py = y0; py <= y1; py++) {
+    for (let px = x0; px <= x1; px++) {
+      const fx = px * scale + offset - cx;
+      const fy = py * scale + offset - cy;
+      const u = fx * cos + fy * sin;
+      const v = -fx * sin + fy * cos;
+      const a = maskAt(m, u, v);
+      if (a <= 0) continue;
+      const sampled = sampleCell(cellPlane, cell, cell.center.x + u * perPixel, cell.center.y + v * perPixel);
+      if (Number.isNaN(sampled)) continue;
+      const i = (py - y0) * boxWidth + px - x0;
+      alpha[i] = a;
+      value[i] = sampled;
+      if (a < 0.5) {
+        ringSum += dst[py * width + px] - sampled;
+        ringCount++;
+      }
+    }
+  }
+  const shift = ringCount > 0 ? Math.max(-MAX_COLOUR_SHIFT, Math.min(MAX_COLOUR_SHIFT, ringSum / ringCount)) : 0;
+  // Pass 2: blend.
+  for (let py = y0; py <= y1; py++) {
+    for (let px = x0; px <= x1; px++) {
+      const i = (py - y0) * boxWidth + px - x0;
+      const a = alpha[i];
+      if (a <= 0) continue;
+      const d = py * width + px;
+      const blended = dst[d] + (value[i] + shift - dst[d]) * a;
+      dst[d] = blended < 0 ? 0 : blended > 255 ? 255 : (blended + 0.5) | 0;
+    }
+  }
+}
+
+/** Bilinear from one cell plane; NaN outside the cell. */
+function sampleCell(plane: Float32Array, cell: CellGeometry, x: number, y: number): number {
+  if (x < 0 || y < 0 || x > cell.width - 1 || y > cell.height - 1) return NaN;
+  const x0 = Math.min(Math.floor(x), cell.width - 2);
+  const y0 = Math.min(Math.floor(y), cell.height - 2);
   const fx = x - x0;
   const fy = y - y0;
-  const d = atlas.data;
-  const a = (y0 * atlas.width + x0) * 4;
-  const b = a + 4;
-  const c = a + atlas.width * 4;
-  const e = c + 4;
-  for (let k = 0; k < 3; k++) out[k] = (d[a + k] * (1 - fx) + d[b + k] * fx) * (1 - fy) + (d[c + k] * (1 - fx) + d[e + k] * fx) * fy;
-  return true;
-}
-
-function meanAt(plane: Uint8Array, indices: number[]): number {
-  if (indices.length === 0) return 0;
-  let sum = 0;
-  for (const i of indices) sum += plane[i];
-  return sum / indices.length;
-}
-
-/** Mean of a frame plane at the patch's ring positions placed at (left, top); NaN when none lies inside. */
-function frameMeanAt(plane: Uint8Array, stride: number, rows: number, ring: Int32Array, patchWidth: number, left: number, top: number): number {
-  let sum = 0;
-  let count = 0;
-  for (const i of ring) {
-    const x = left + (i % patchWidth);
-    const y = top + Math.floor(i / patchWidth);
-    if (x < 0 || y < 0 || x >= stride || y >= rows) continue;
-    sum += plane[y * stride + x];
-    count++;
-  }
-  return count > 0 ? sum / count : NaN;
-}
-
-/** `blendPatch` with each plane's values shifted by the frame's mean minus the sample's on the feather ring. */
-function blendShifted(frame: I420Frame, sample: PreparedSample, dx: number, dy: number): void {
-  const p = planes(frame);
-  const { patch } = sample;
-  const left = patch.x + dx;
-  const top = patch.y + dy;
-  const cw = (patch.width + 1) >> 1;
-  const ch = (patch.height + 1) >> 1;
-  const shift = (frameMean: number, sampleMean: number) => (Number.isNaN(frameMean) ? 0 : Math.max(-MAX_COLOUR_SHIFT, Math.min(MAX_COLOUR_SHIFT, Math.round(frameMean - sampleMean))));
-  const shiftY = shift(frameMeanAt(p.y, frame.width, frame.height, sample.ringLuma, patch.width, left, top), sample.mean.y);
-  const shiftU = shift(frameMeanAt(p.u, p.cw, p.ch, sample.ringChroma, cw, left >> 1, top >> 1), sample.mean.u);
-  const shiftV = shift(frameMeanAt(p.v, p.cw, p.ch, sample.ringChroma, cw, left >> 1, top >> 1), sample.mean.v);
-  blendPlane(p.y, frame.width, frame.height, patch.luma, patch.lumaAlpha, patch.width, patch.height, left, top, shiftY);
-  blendPlane(p.u, p.cw, p.ch, patch.u, patch.chromaAlpha, cw, ch, left >> 1, top >> 1, shiftU);
-  blendPlane(p.v, p.cw, p.ch, patch.v, patch.chromaAlpha, cw, ch, left >> 1, top >> 1, shiftV);
+  const a = y0 * cell.width + x0;
+  const b = a + cell.width;
+  return (plane[a] * (1 - fx) + plane[a + 1] * fx) * (1 - fy) + (plane[b] * (1 - fx) + plane[b + 1] * fx) * fy;
 }

@@ -14,19 +14,16 @@
  *
  * A video avatar (`metadata.clip`) plays its loop instead of the still (`clip-loop.ts`, decoded once per avatar for
  * every worker: `shared-clip-loops.ts`): idle frames are the
- * loop's own (the person's blinks and motion, so no drawn blinks or sway). Mouth poses are warped once on the
- * loop's first frame (the reference: `frame_00000.png` and `metadata.animation`), all of them at prepare (before the
- * session is ready), with alpha only where the warp changed something; a speaking frame lays the pose over the loop frame it shows,
- * moved to that frame's tracked mouth, so a frame costs what a photo's does (warping every frame afresh cost
- * 10–40× more on a close-up clip). Speech opens from the clip's own resting lips (`MAX_REST_OPEN`), not from
- * closed ones. A clip that shows the person speaking brings its own mouths
- * (`metadata.clip.mouths`, `harvested-mouths.ts`): the one nearest to the pose is laid instead of the warp.
+ * loop's own (the person's blinks and motion, so no drawn blinks or sway). A speaking frame warps the loop frame
+ * it shows along that frame's own tracked lips (`clip-warp.ts`), opening from the lips as the frame shows them. A
+ * clip that shows the person speaking brings its own mouths (`metadata.clip.mouths`, `harvested-mouths.ts`): the
+ * one nearest to the pose is aligned to the frame's lips and laid instead of the warp.
  */
 import { frameFromBase } from '../frame-buffers.ts';
 import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, Renderer } from '../types.ts';
 import { rgbaToI420 } from '../i420.ts';
 import { clipLoopView, decodeClipLoop, loopFrameAt, type ClipLoop } from '../clip-loop.ts';
-import { HarvestedMouths, innerLipGap } from '../harvested-mouths.ts';
+import { HarvestedMouths } from '../harvested-mouths.ts';
 import { loadBundleFrame, type RgbaImage } from '../image.ts';
 import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
 import { blinkClosure, quantise, smoothstep } from '../idle-motion.ts';
@@ -34,32 +31,11 @@ import { closeLips } from '../photo-lips.ts';
 import { PhotoHead } from '../photo-head.ts';
 import { warpFreedom } from '../photo-jaw.ts';
 import { mouthPalette, paintInside, type MouthPalette, type OpeningColumn, type Rgb } from '../photo-mouth.ts';
+import { warpLoopFrame } from '../clip-warp.ts';
 
 export const OPEN_STEPS = 8;
 export const SHAPE_STEPS = 3;
 const BLINK_STEPS = 4;
-/**
- * A video avatar's mouth patch is opaque where the warp changed a pixel by this much (sum over R, G, B) and
- * fades to transparent with smaller changes, so it melts into the loop frame it is laid on.
- */
-const LOOP_PATCH_FULL_CHANGE = 24;
-/**
- * …and transparent where the warp changed it by this much or less (2 levels per channel): the loop frame's own pixel
- * is as good there, and the warp resamples its whole box, so without a floor a close-up's patch was ~45 % larger
- * (68 475 vs 47 260 px of alpha above 0 in a 99 572 px box), all of it blended on every speaking frame
- * (docs/performance.md, "Seventeenth session").
- */
-const LOOP_PATCH_MIN_CHANGE = 6;
-
-/**
- * A video avatar whose lips rest parted (a clip of someone breathing through the mouth: 0.2 mouth widths on one
- * real clip) starts speech's opening at that rest instead of at closed lips: warped from closed lips, the first
- * steps showed a mouth *narrower* than the idle loop's own, so 40 % of speaking frames moved against the audio
- * (mouth vs audio r 0.51 → 0.77 on that clip, renderer only). Capped so that the loudest vowels still open
- * visibly wider than any rest.
- */
-const MAX_REST_OPEN = 0.6;
-
 /** Region geometry in units of mouth width, relative to the mouth centre. */
 const REGION = { left: -1.35, right: 1.35, top: -0.75, bottom: 1.7 };
 /** Maximum jaw drop as a fraction of mouth width (a wide-open "ah" at conversational effort). */
@@ -125,12 +101,6 @@ function clampBox(x0: number, y0: number, x1: number, y1: number, width: number,
   const right = Math.min(width, Math.ceil(x1));
   const bottom = Math.min(height, Math.ceil(y1));
   return { x: left, y: top, width: Math.max(0, right - left), height: Math.max(0, bottom - top) };
-}
-
-/** The warp's `open` whose lip gap (jaw drop plus upper lift) equals `a`'s own inner-lip gap, at most `MAX_REST_OPEN`. */
-function restOpening(a: MouthAnimation): number {
-  if (!(a.mouth_width > 0)) return 0;
-  return Math.min(MAX_REST_OPEN, innerLipGap(a) / a.mouth_width / ((1 + UPPER_LIFT) * MAX_JAW_DROP));
 }
 
 /** The opening of one pose, in pixels. */
@@ -220,8 +190,6 @@ export class LipsyncRenderer implements Renderer {
   private loop: ClipLoop | null = null;
   /** A speaking clip's own mouths (`metadata.clip.mouths`), laid instead of the warp; null: warp. */
   private harvested: HarvestedMouths | null = null;
-  /** The warp's `open` that shows a video avatar's resting lips (see `MAX_REST_OPEN`); 0 on photos. */
-  private restOpen = 0;
   /** A photo's edge-aware falloff of the mouth warp over its box (`photo-jaw.ts`); null on video avatars. */
   private freedom: Float32Array | null = null;
 
@@ -243,29 +211,17 @@ export class LipsyncRenderer implements Renderer {
     this.blinkPatches.clear();
     this.head = null;
     this.harvested = null;
-    this.restOpen = 0;
     this.freedom = null;
     if (!this.animation) return;
     // In the render pool the mouths travel with the shared loop (tasks carry no `clip`); read directly, with the clip.
     const mouths = avatar.loop?.mouths ?? avatar.clip?.mouths;
     if (this.loop && mouths) {
-      const harvested = await HarvestedMouths.prepare(mouths, this.animation, width, height);
-      // An index with no sample that fits its atlas is a broken bundle: warp as for a silent clip.
-      if (harvested.count > 0) {
-        this.harvested = harvested;
-        return;
-      }
+      // A harvest too thin to follow speech, or an index with no sample that fits its atlas: warp as for a silent clip.
+      this.harvested = await HarvestedMouths.prepare(mouths);
+      if (this.harvested) return;
     }
-    if (this.loop) {
-      this.restOpen = restOpening(this.animation);
-      // Every pose of a video avatar is built here, before the session is ready: one built at first use held every
-      // session's frames on this worker behind it (150–1050 ms each on a loaded core), in mid-speech.
-      // (The closed pose is the loop frame itself.)
-      for (let open = 0; open < OPEN_STEPS; open++) {
-        for (let wide = 0; wide < SHAPE_STEPS; wide++) for (let round = 0; round < SHAPE_STEPS; round++) if (open + wide + round > 0) this.mouthPatch(open, wide, round);
-      }
-      return;
-    }
+    // A video avatar's speaking frames warp the loop frame they show (`clip-warp.ts`): nothing to build here.
+    if (this.loop) return;
     this.head = new PhotoHead(this.animation, width, height, this.fps);
     this.freedom = warpFreedom(this.source, warpBox(this.animation, this.source), { x: this.animation.mouth_center.x, width: this.animation.mouth_width, seamAt: this.seamAt });
     // Warm the cache for the poses speech hits most (jaw steps at neutral shape); the rest fill lazily.
@@ -299,8 +255,7 @@ export class LipsyncRenderer implements Renderer {
   }
 
   /**
-   * A loop frame; while speaking, the mouth pose made on the reference frame (the loop's first, see
-   * `buildMouthPatch`) is laid over it where this frame's tracked mouth is. With harvested mouths, the person's
+   * A loop frame; while speaking, warped to the mouth pose along its own tracked lips. With harvested mouths, the person's
    * own mouth nearest to the pose is laid instead; and on a frame where the clip's own lips are parted, silence
    * lays the closed one, so the idle loop of a talking clip does not mumble (while speaking, a closed pose always
    * lays it: the mouth follows the audio, not the clip).
@@ -317,13 +272,11 @@ export class LipsyncRenderer implements Renderer {
       // While speaking a closed pose (m/b/p, a pause) is the closed sample whatever the loop frame's own lips do:
       // left as it was, a talking clip's own mouth moved against the audio on a third of the speaking frames.
       if (!closed || request.speaking || this.harvested.ownMouthOpen(face)) {
-        this.harvested.lay(frame, { open: open / (OPEN_STEPS - 1), wide: wide / (SHAPE_STEPS - 1), round: round / (SHAPE_STEPS - 1) }, face);
+        this.harvested.lay(frame, loopFrame, { open: open / (OPEN_STEPS - 1), wide: wide / (SHAPE_STEPS - 1), round: round / (SHAPE_STEPS - 1) }, face);
       }
       return frame;
     }
-    if (closed) return frame;
-    const reference = this.animation.mouth_center;
-    blendPatch(frame, this.mouthPatch(open, wide, round), face.mouth_center.x - reference.x, face.mouth_center.y - reference.y);
+    if (!closed) warpLoopFrame(frame, loopFrame, face, { open: open / (OPEN_STEPS - 1), wide: wide / (SHAPE_STEPS - 1), round: round / (SHAPE_STEPS - 1) });
     return frame;
   }
 
@@ -338,25 +291,10 @@ export class LipsyncRenderer implements Renderer {
     return patch;
   }
 
-  /**
-   * One mouth pose over the closed-lips rest image (`warpMouth`), as a patch: opaque on a photo (it is laid
-   * where it was made); on a video avatar's reference frame only what the warp changed, feathered, since it is
-   * laid over other frames of the loop, whose skin around the mouth is their own.
-   */
+  /** One mouth pose over the closed-lips rest image (`warpMouth`), as an opaque patch (a photo's: laid where it was made). */
   private buildMouthPatch(open: number, wide: number, round: number): I420Patch {
-    const source = this.source!;
-    const shown = open > 0 ? this.restOpen + (1 - this.restOpen) * open : 0;
-    const { image, box } = warpMouth(shown, wide, round, { src: source, anim: this.animation!, seamAt: this.seamAt, palette: this.palette!, freedom: this.freedom });
-    if (!this.loop) return patchFromRgba(image, box.x, box.y, box.width, box.height, true);
-    for (let y = box.y; y < box.y + box.height; y++) {
-      for (let x = box.x; x < box.x + box.width; x++) {
-        const o = (y * image.width + x) * 4;
-        const change = Math.abs(image.data[o] - source.data[o]) + Math.abs(image.data[o + 1] - source.data[o + 1]) + Math.abs(image.data[o + 2] - source.data[o + 2]);
-        const over = change - LOOP_PATCH_MIN_CHANGE;
-        image.data[o + 3] = over <= 0 ? 0 : Math.min(255, Math.round((over * 255) / (LOOP_PATCH_FULL_CHANGE - LOOP_PATCH_MIN_CHANGE)));
-      }
-    }
-    return patchFromRgba(image, box.x, box.y, box.width, box.height);
+    const { image, box } = warpMouth(open, wide, round, { src: this.source!, anim: this.animation!, seamAt: this.seamAt, palette: this.palette!, freedom: this.freedom });
+    return patchFromRgba(image, box.x, box.y, box.width, box.height, true);
   }
 
   private blinkPatch(step: number): I420Patch[] {
