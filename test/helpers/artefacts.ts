@@ -356,9 +356,9 @@ export function measureArtefacts(base: I420Frame, frame: I420Frame, lips: LipGeo
 }
 
 /** Which Done-when thresholds a report breaks, as readable lines (empty: it holds them all). */
-export function brokenThresholds(report: ArtefactReport): string[] {
+export function brokenThresholds(report: ArtefactReport, seamMaxLevels = SEAM_MAX_LEVELS): string[] {
   const broken: string[] = [];
-  if (report.seam.p98 > SEAM_MAX_LEVELS) broken.push(`seam step ${report.seam.p98} > ${SEAM_MAX_LEVELS} levels`);
+  if (report.seam.p98 > seamMaxLevels) broken.push(`seam step ${report.seam.p98} > ${seamMaxLevels} levels`);
   if (report.outside.mean > OUTSIDE_MAX_LEVELS) broken.push(`outside the mouth–jaw region ${report.outside.mean.toFixed(2)} > ${OUTSIDE_MAX_LEVELS} level`);
   if (report.teethAboveUpperLip > MAX_TEETH_ABOVE_UPPER_LIP) broken.push(`${report.teethAboveUpperLip} teeth-bright px above the upper lip's inner edge`);
   if (report.teethRows > MAX_TEETH_ROWS) broken.push(`${report.teethRows} rows of teeth`);
