@@ -2,6 +2,7 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 import globals from 'globals';
+import prettierConfig from 'eslint-config-prettier';
 import { LAYER_RULES } from './tools/layer-rules.js';
 
 export default tseslint.config(
@@ -19,4 +20,6 @@ export default tseslint.config(
   },
   // The layers point down only: src → actors → machines (docs/architecture.md, "Layers"). A crossing fails lint.
   ...LAYER_RULES,
+  // Layout is Prettier's (`.prettierrc.json`, checked by `npm run lint`): the stylistic rules that would fight it are off.
+  prettierConfig,
 );
