@@ -60,7 +60,12 @@ function clamp01(value: number): number {
 
 /** When a cue starts blending out: its own duration, or the next cue's start, whichever comes first. */
 function cueEnd(cue: ExpressionCue, next: ExpressionCue | undefined): number {
-  const own = cue.durationMs !== undefined ? cue.startMs + cue.durationMs : cue.name === 'emphasis' ? cue.startMs + EMPHASIS_DEFAULT_MS : Infinity;
+  const own =
+    cue.durationMs !== undefined
+      ? cue.startMs + cue.durationMs
+      : cue.name === 'emphasis'
+        ? cue.startMs + EMPHASIS_DEFAULT_MS
+        : Infinity;
   return Math.min(own, next ? next.startMs : Infinity);
 }
 
@@ -99,7 +104,11 @@ export class ExpressionTrack {
   /** Adds a cue; one starting before the latest is placed at the latest's start (the clock does not go back). */
   add(cue: ExpressionCue): ExpressionCue {
     const last = this.cues[this.cues.length - 1];
-    const placed = { ...cue, intensity: clamp01(cue.intensity), startMs: last ? Math.max(last.startMs, cue.startMs) : cue.startMs };
+    const placed = {
+      ...cue,
+      intensity: clamp01(cue.intensity),
+      startMs: last ? Math.max(last.startMs, cue.startMs) : cue.startMs,
+    };
     this.cues.push(placed);
     if (this.cues.length > MAX_EXPRESSION_CUES) this.cues.splice(0, this.cues.length - MAX_EXPRESSION_CUES);
     return placed;

@@ -30,8 +30,14 @@ export async function benchAvSync(app?: TestApp): Promise<Record<string, ReturnT
     const firstFrame = await sse.waitFor((e) => e.type === 'frame', 15_000, 'frame event', from);
     await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, 15_000, 'audible');
     const audioAt = peer.firstAudible(sentAt, AUDIBLE_RMS)!.at;
-    await peer.until(() => peer.frames.some((f) => f.at > sentAt && (decodeTimecode(f)?.frameIdx ?? -1) >= firstFrame.data.frame_idx), 5_000, 'stamped frame');
-    const frame = peer.frames.find((f) => f.at > sentAt && (decodeTimecode(f)?.frameIdx ?? -1) >= firstFrame.data.frame_idx)!;
+    await peer.until(
+      () => peer.frames.some((f) => f.at > sentAt && (decodeTimecode(f)?.frameIdx ?? -1) >= firstFrame.data.frame_idx),
+      5_000,
+      'stamped frame',
+    );
+    const frame = peer.frames.find(
+      (f) => f.at > sentAt && (decodeTimecode(f)?.frameIdx ?? -1) >= firstFrame.data.frame_idx,
+    )!;
     offsets.push(frame.at - audioAt - firstFrame.data.pts_ms);
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 20_000, 'idle', from);
   }

@@ -104,7 +104,14 @@ interface RowFidelity extends Fidelity {
  * The face on each of a run of video frames (`imageOf` gives one as RGBA): refitted in the previous frame's box where
  * the face was found there, searched for afresh otherwise; null where none was found.
  */
-export async function followFaces<T>(frames: readonly T[], imageOf: (frame: T) => Promise<{ rgba: Uint8Array; width: number; height: number }> | { rgba: Uint8Array; width: number; height: number }): Promise<Array<MouthAnimation | null>> {
+export async function followFaces<T>(
+  frames: readonly T[],
+  imageOf: (
+    frame: T,
+  ) =>
+    | Promise<{ rgba: Uint8Array; width: number; height: number }>
+    | { rgba: Uint8Array; width: number; height: number },
+): Promise<Array<MouthAnimation | null>> {
   const out: Array<MouthAnimation | null> = [];
   let last: MouthAnimation | null = null;
   for (const frame of frames) {
@@ -117,7 +124,11 @@ export async function followFaces<T>(frames: readonly T[], imageOf: (frame: T) =
 }
 
 function landmarksOf(frames: ReceivingPeer['frames']): Promise<Array<MouthAnimation | null>> {
-  return followFaces(frames, (frame) => ({ rgba: i420ToRgba({ width: frame.width, height: frame.height, data: frame.data }), width: frame.width, height: frame.height }));
+  return followFaces(frames, (frame) => ({
+    rgba: i420ToRgba({ width: frame.width, height: frame.height, data: frame.data }),
+    width: frame.width,
+    height: frame.height,
+  }));
 }
 
 /** Inner-lip opening (mean gap between the upper and lower inner lip) over the mouth width. */
@@ -149,10 +160,27 @@ async function clipTrackMotion(app: TestApp, avatarId: string): Promise<number |
 }
 
 /** Descriptor distances from the idle frames' mean descriptor to the speaking frames with the widest mouths. */
-async function identity(descriptors: FaceDescriptors, idle: ReceivingPeer['frames'], speaking: ReceivingPeer['frames'], openings: Array<number | null>) {
-  const of = (frame: ReceivingPeer['frames'][number]) => descriptors.of(i420ToRgba({ width: frame.width, height: frame.height, data: frame.data }), frame.width, frame.height);
+async function identity(
+  descriptors: FaceDescriptors,
+  idle: ReceivingPeer['frames'],
+  speaking: ReceivingPeer['frames'],
+  openings: Array<number | null>,
+) {
+  const of = (frame: ReceivingPeer['frames'][number]) =>
+    descriptors.of(
+      i420ToRgba({ width: frame.width, height: frame.height, data: frame.data }),
+      frame.width,
+      frame.height,
+    );
   const step = Math.max(1, Math.floor(idle.length / IDENTITY_IDLE_FRAMES));
-  const reference = (await Promise.all(idle.filter((_, i) => i % step === 0).slice(0, IDENTITY_IDLE_FRAMES).map(of))).filter((d): d is number[] => d !== null);
+  const reference = (
+    await Promise.all(
+      idle
+        .filter((_, i) => i % step === 0)
+        .slice(0, IDENTITY_IDLE_FRAMES)
+        .map(of),
+    )
+  ).filter((d): d is number[] => d !== null);
   const widest = openings
     .map((opening, i) => ({ opening: opening ?? -1, i }))
     .sort((a, b) => b.opening - a.opening)
@@ -161,7 +189,10 @@ async function identity(descriptors: FaceDescriptors, idle: ReceivingPeer['frame
   if (reference.length === 0 || spoken.length === 0) return { mean: null, max: null };
   const centre = meanDescriptor(reference);
   const distances = spoken.map((d) => descriptorDistance(centre, d));
-  return { mean: round(distances.reduce((a, b) => a + b, 0) / distances.length, 3), max: round(Math.max(...distances), 3) };
+  return {
+    mean: round(distances.reduce((a, b) => a + b, 0) / distances.length, 3),
+    max: round(Math.max(...distances), 3),
+  };
 }
 
 async function measure(app: TestApp, avatarId: string, descriptors: FaceDescriptors): Promise<Fidelity> {
@@ -176,7 +207,11 @@ async function measure(app: TestApp, avatarId: string, descriptors: FaceDescript
     const idle = peer.frames.slice(idleFrom, idleFrom + IDLE_FRAMES);
     const from = sse.events.length;
     const speakFrom = peer.frames.length;
-    const mediaMetrics = async () => (await json(await fetch(`${app.baseUrl}/sessions/${session_id}/metrics`))).media as { frames_sent: number; frames_late: number };
+    const mediaMetrics = async () =>
+      (await json(await fetch(`${app.baseUrl}/sessions/${session_id}/metrics`))).media as {
+        frames_sent: number;
+        frames_late: number;
+      };
     const metricsBefore = await mediaMetrics();
     const speakAt = performance.now();
     await post(app.baseUrl, `/sessions/${session_id}/speak`, { text: SPEECH });
@@ -227,7 +262,10 @@ async function measure(app: TestApp, avatarId: string, descriptors: FaceDescript
       frames_idle: idle.length,
       frames_speaking: speaking.length,
       received_fps_speaking: round(receivedWhileSpeaking / ((idleAt - speakAt) / 1000), 1),
-      late_percent_speaking: round((100 * (metricsAfter.frames_late - metricsBefore.frames_late)) / Math.max(1, sentWhileSpeaking), 2),
+      late_percent_speaking: round(
+        (100 * (metricsAfter.frames_late - metricsBefore.frames_late)) / Math.max(1, sentWhileSpeaking),
+        2,
+      ),
     };
   } finally {
     peer.close();
@@ -249,12 +287,22 @@ export async function benchAvatarFidelity(): Promise<Record<string, unknown>> {
   const descriptors = new FaceDescriptors();
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-fidelity-'));
   try {
-    const { id: clipId } = await postCustomAvatar(app.baseUrl, await fs.readFile(await landscapeMp4(dir, 10)), 'fidelity clip', 'video');
+    const { id: clipId } = await postCustomAvatar(
+      app.baseUrl,
+      await fs.readFile(await landscapeMp4(dir, 10)),
+      'fidelity clip',
+      'video',
+    );
     const photo = await measureRow(app, 'astronaut', descriptors);
     console.log('  photo:', photo);
     const clip = await measureRow(app, clipId, descriptors);
     console.log('  clip:', clip);
-    const { id: speakingId } = await postCustomAvatar(app.baseUrl, await fs.readFile(await speakingClipMp4(dir)), 'fidelity speaking clip', 'video');
+    const { id: speakingId } = await postCustomAvatar(
+      app.baseUrl,
+      await fs.readFile(await speakingClipMp4(dir)),
+      'fidelity speaking clip',
+      'video',
+    );
     const speakingClip = await measureRow(app, speakingId, descriptors);
     console.log('  speaking clip:', speakingClip);
     const footage: Record<string, unknown> = {};
@@ -264,7 +312,13 @@ export async function benchAvatarFidelity(): Promise<Record<string, unknown>> {
       footage[name] = { creation_ms: Math.round(ms), ...(await measureRow(app, id, descriptors)) };
       console.log(`  footage ${name}:`, footage[name]);
     }
-    return { sessions_per_row: SESSIONS_PER_ROW, photo, clip, speaking_clip: speakingClip, ...(FOOTAGE.length > 0 ? { footage } : {}) };
+    return {
+      sessions_per_row: SESSIONS_PER_ROW,
+      photo,
+      clip,
+      speaking_clip: speakingClip,
+      ...(FOOTAGE.length > 0 ? { footage } : {}),
+    };
   } finally {
     await fs.rm(dir, { recursive: true, force: true });
     await app.close();

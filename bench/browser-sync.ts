@@ -9,7 +9,10 @@ import { summary } from './stats.ts';
 const CHROMIUM = '/usr/bin/chromium';
 /** Speech onsets per run: each is one speak turn; 6 is the quick default, BENCH_AV_RUNS=20+ for a before/after comparison (p95 of 6 is just the max). */
 const RUNS = Math.max(1, Number(process.env.BENCH_AV_RUNS ?? 6));
-const PAGE_SCRIPT = fs.readFileSync(path.join(path.dirname(fileURLToPath(import.meta.url)), 'browser-sync.page.js'), 'utf8');
+const PAGE_SCRIPT = fs.readFileSync(
+  path.join(path.dirname(fileURLToPath(import.meta.url)), 'browser-sync.page.js'),
+  'utf8',
+);
 
 /**
  * A/V offset as a browser user gets it: headless Chromium plays the session; WebAudio taps the audio track
@@ -24,7 +27,12 @@ export async function benchBrowserSync(): Promise<Record<string, unknown>> {
   const t = await startTestApp(delay ? { env: { SERVICE_VIDEO_DELAY_MS: delay } } : {});
   const browser = await chromium.launch({
     executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--autoplay-policy=no-user-gesture-required'],
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--autoplay-policy=no-user-gesture-required',
+    ],
   });
   try {
     const avatars = await json(await fetch(`${t.baseUrl}/avatars`));
@@ -47,15 +55,19 @@ export async function benchBrowserSync(): Promise<Record<string, unknown>> {
         `(() => { const b = window.bench; const f = b.frames.find((x) => x.idx >= ${Number(first.data.frame_idx)});
           return { onset: b.onsets[0], frameAt: f ? f.at : undefined, framePts: f ? (f.idx - ${Number(first.data.frame_idx)}) * 40 : 0 }; })()`,
       );
-      if (result.onset !== undefined && result.frameAt !== undefined) offsets.push(result.frameAt - result.framePts - first.data.pts_ms - result.onset);
+      if (result.onset !== undefined && result.frameAt !== undefined)
+        offsets.push(result.frameAt - result.framePts - first.data.pts_ms - result.onset);
       await new Promise((r) => setTimeout(r, 500));
     }
     sse.close();
     const audioOutputLatencyMs = await page.evaluate('window.bench.audioLatencyMs');
-    return { browserAvOffsetMs: summary(offsets), browserAvAbsOffsetMs: summary(offsets.map(Math.abs)), audioOutputLatencyMs };
+    return {
+      browserAvOffsetMs: summary(offsets),
+      browserAvAbsOffsetMs: summary(offsets.map(Math.abs)),
+      audioOutputLatencyMs,
+    };
   } finally {
     await browser.close();
     await t.close();
   }
 }
-

@@ -7,7 +7,8 @@ const STEP_MS = 12_000;
 const WARMUP_MS = 3_000;
 const MAX_SESSIONS = 12;
 const LATE_LIMIT = 0.01;
-const TEXT = 'The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. How vexingly quick daft zebras jump.';
+const TEXT =
+  'The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. How vexingly quick daft zebras jump.';
 
 /**
  * The largest number of concurrent sessions that hold the avatar's fps with under 1% late frames, each
@@ -50,7 +51,9 @@ export async function benchCapacity(model = 'rt'): Promise<Record<string, number
       });
       const lateRatio = sent ? late / sent : 1;
       const rss = process.memoryUsage().rss;
-      console.log(`  ${n} session(s): ${sent} frames, ${(lateRatio * 100).toFixed(2)}% late, rss ${Math.round(rss / 1e6)} MB`);
+      console.log(
+        `  ${n} session(s): ${sent} frames, ${(lateRatio * 100).toFixed(2)}% late, rss ${Math.round(rss / 1e6)} MB`,
+      );
       if (lateRatio >= LATE_LIMIT) break;
       best = n;
       rssPerSession = (rss - rssBase) / n;
@@ -62,7 +65,10 @@ export async function benchCapacity(model = 'rt'): Promise<Record<string, number
     }
     await t.close();
   }
-  return { [`capacity_${model}_sessions`]: best, [`capacity_${model}_rss_mb_per_session`]: round(rssPerSession / 1e6, 1) };
+  return {
+    [`capacity_${model}_sessions`]: best,
+    [`capacity_${model}_rss_mb_per_session`]: round(rssPerSession / 1e6, 1),
+  };
 }
 
 function statsOf(t: Awaited<ReturnType<typeof startTestApp>>, id: string): { sent: number; late: number } {

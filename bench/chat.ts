@@ -13,7 +13,11 @@ const QUIET_BUFFERS = 20;
 /** chat → first audible sample with a loopback LLM of fixed time-to-first-token; reports the service's overhead beyond it. */
 export async function benchChat(): Promise<Record<string, ReturnType<typeof summary>>> {
   const upstream = await startOpenAiUpstream({
-    chat: { replyTokens: ['Sure', '!', ' Here', ' is', ' a', ' short', ' answer', '.', ' And', ' more', ' text', '.'], firstTokenDelayMs: TTFT_MS, tokenDelayMs: 20 },
+    chat: {
+      replyTokens: ['Sure', '!', ' Here', ' is', ' a', ' short', ' answer', '.', ' And', ' more', ' text', '.'],
+      firstTokenDelayMs: TTFT_MS,
+      tokenDelayMs: 20,
+    },
   });
   const t = await startTestApp({ env: { SERVICE_LLM_BASE_URL: upstream.baseUrl } });
   const { session_id, sse, peer } = await openWarmSession(t.baseUrl);
@@ -23,10 +27,16 @@ export async function benchChat(): Promise<Record<string, ReturnType<typeof summ
       // `status idle` comes when the last sample is handed to WebRTC; the receiver hears it ~100 ms later. Start
       // only once the receiver has been silent for a while, or that tail counts as this run's first audible sample.
       const quietSince = performance.now();
-      await peer.until(() => {
-        const recent = peer.audio.slice(-QUIET_BUFFERS);
-        return recent.length === QUIET_BUFFERS && recent[0].at > quietSince && recent.every((a) => a.rms < AUDIBLE_RMS);
-      }, 10_000, 'silence before the next chat');
+      await peer.until(
+        () => {
+          const recent = peer.audio.slice(-QUIET_BUFFERS);
+          return (
+            recent.length === QUIET_BUFFERS && recent[0].at > quietSince && recent.every((a) => a.rms < AUDIBLE_RMS)
+          );
+        },
+        10_000,
+        'silence before the next chat',
+      );
       const from = sse.events.length;
       const sentAt = performance.now();
       const res = await post(t.baseUrl, `/sessions/${session_id}/chat`, { prompt: 'Say something.' });
@@ -48,10 +58,14 @@ export async function benchChat(): Promise<Record<string, ReturnType<typeof summ
  * A started `rt` session (or the first avatar's on `mock`) with SSE and a receiving wrtc peer, after one warm-up
  * speak turn, so the measured turns do not pay for cold engines: the setup of the chat and voice steps.
  */
-export async function openWarmSession(baseUrl: string): Promise<{ session_id: string; sse: SseClient; peer: ReceivingPeer }> {
+export async function openWarmSession(
+  baseUrl: string,
+): Promise<{ session_id: string; sse: SseClient; peer: ReceivingPeer }> {
   const avatars = await json(await fetch(`${baseUrl}/avatars`));
   const avatar = avatars.find((a: { model_type: string }) => a.model_type === 'rt') ?? avatars[0];
-  const { session_id } = await json(await post(baseUrl, '/sessions', { avatar_id: avatar.id, model: avatar.model_type === 'rt' ? 'rt' : 'mock' }));
+  const { session_id } = await json(
+    await post(baseUrl, '/sessions', { avatar_id: avatar.id, model: avatar.model_type === 'rt' ? 'rt' : 'mock' }),
+  );
   const sse = await SseClient.open(`${baseUrl}/sessions/${session_id}/events`);
   const peer = await ReceivingPeer.connect(baseUrl, session_id);
   peer.keepFrames = false;

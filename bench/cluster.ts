@@ -71,14 +71,20 @@ const SCRIPTS = new Map<string, string>(
   }).map(([name, lua]) => [sha1(lua), name]),
 );
 /** A key as a pattern: session ids and node ids replaced, so the lists read the same on every run. */
-const keyPattern = (key: string) => key.replace(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gu, '<session>').replace(/\b[0-9a-f]{16}\b/gu, '<node>');
+const keyPattern = (key: string) =>
+  key
+    .replace(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gu, '<session>')
+    .replace(/\b[0-9a-f]{16}\b/gu, '<node>');
 const commandName = (command: ProxiedCommand) => {
   if (command.sha) return `script:${SCRIPTS.get(command.sha) ?? 'bullmq'}`;
-  return command.key !== null && command.key.startsWith('avs') ? `${command.name} ${keyPattern(command.key)}` : command.name;
+  return command.key !== null && command.key.startsWith('avs')
+    ? `${command.name} ${keyPattern(command.key)}`
+    : command.name;
 };
 
 /** The service's own connection: the one that runs the service's scripts (the others are BullMQ's and the subscriber). */
-const isService = (connection: ProxiedConnection) => !connection.subscriber && connection.commands.some((command) => command.sha !== null && SCRIPTS.has(command.sha));
+const isService = (connection: ProxiedConnection) =>
+  !connection.subscriber && connection.commands.some((command) => command.sha !== null && SCRIPTS.has(command.sha));
 const isBullmq = (connection: ProxiedConnection) => !connection.subscriber && !isService(connection);
 
 interface Traffic {
@@ -135,7 +141,12 @@ function serviceTraffic(proxy: CountingProxy, from: number, to: number): Traffic
 }
 
 /** Everything a node's connections of one kind sent in [from, to) (ticks included). */
-function trafficOf(proxy: CountingProxy, which: (connection: ProxiedConnection) => boolean, from: number, to: number): Traffic {
+function trafficOf(
+  proxy: CountingProxy,
+  which: (connection: ProxiedConnection) => boolean,
+  from: number,
+  to: number,
+): Traffic {
   const total = empty();
   for (const connection of proxy.connections.filter(which)) {
     for (const command of connection.commands) if (command.at >= from && command.at < to) add(total, command);
@@ -182,7 +193,8 @@ function attachInner(proxies: CountingProxy[], byAddress: Map<string, MonitoredS
   for (const connection of proxies.flatMap((proxy) => proxy.connections)) {
     const seen = byAddress.get(`127.0.0.1:${connection.upstreamPort}`) ?? [];
     const calls = connection.commands.filter((command) => command.sha !== null);
-    for (let i = 1; i <= Math.min(seen.length, calls.length); i++) calls[calls.length - i].inner = seen[seen.length - i].inner;
+    for (let i = 1; i <= Math.min(seen.length, calls.length); i++)
+      calls[calls.length - i].inner = seen[seen.length - i].inner;
   }
 }
 
@@ -209,25 +221,43 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  * every node is scored), then PLACEMENT_CALLS placements. `INFO commandstats` gives Redis's own time per
  * call (no network) and the commands each call ran inside Redis. Run on an emptied Redis after the nodes stopped.
  */
-async function placementCost(redis: Redis): Promise<Array<{ nodes: number; usec_per_call: number; inner_commands_per_call: number }>> {
+async function placementCost(
+  redis: Redis,
+): Promise<Array<{ nodes: number; usec_per_call: number; inner_commands_per_call: number }>> {
   const stat = async () => {
     const text = await redis.info('commandstats');
     const of = (command: string) => {
       const match = new RegExp(`^cmdstat_${command}:calls=(\\d+),usec=(\\d+)`, 'mu').exec(text);
       return { calls: Number(match?.[1] ?? 0), usec: Number(match?.[2] ?? 0) };
     };
-    const inner = ['time', 'smembers', 'hmget', 'zremrangebyscore', 'zcard', 'zadd', 'pexpire'].reduce((sum, command) => sum + of(command).calls, 0);
+    const inner = ['time', 'smembers', 'hmget', 'zremrangebyscore', 'zcard', 'zadd', 'pexpire'].reduce(
+      (sum, command) => sum + of(command).calls,
+      0,
+    );
     return { evalsha: of('evalsha'), inner };
   };
   const out: Array<{ nodes: number; usec_per_call: number; inner_commands_per_call: number }> = [];
   redis.defineCommand('benchPlace', { numberOfKeys: 0, lua: PLACE_LUA });
-  const place = (token: string) => (redis as unknown as { benchPlace(...args: Array<string | number>): Promise<string | null> }).benchPlace(token, PLACEMENT_RESERVATION_MS, '', '');
+  const place = (token: string) =>
+    (redis as unknown as { benchPlace(...args: Array<string | number>): Promise<string | null> }).benchPlace(
+      token,
+      PLACEMENT_RESERVATION_MS,
+      '',
+      '',
+    );
   for (const size of PLACEMENT_CLUSTER_SIZES) {
     await redis.flushall();
     const setup = redis.pipeline();
     for (let i = 0; i < size; i++) {
       const id = i.toString(16).padStart(16, '0');
-      setup.hset(nodeKey(id), { url: `http://10.0.${i >> 8}.${i & 255}:8000`, maxActive: 12, maxPending: 12 * PLACEMENT_CALLS, active: 0, pending: 0, draining: 0 });
+      setup.hset(nodeKey(id), {
+        url: `http://10.0.${i >> 8}.${i & 255}:8000`,
+        maxActive: 12,
+        maxPending: 12 * PLACEMENT_CALLS,
+        active: 0,
+        pending: 0,
+        draining: 0,
+      });
       setup.sadd(NODES_KEY, id);
     }
     await setup.exec();
@@ -289,12 +319,17 @@ export async function benchCluster(): Promise<Record<string, unknown>> {
     nodes.push(await startServiceProcess({ env: env(1), avatarsDir: nodes[0].avatarsDir, dataDir: nodes[0].dataDir }));
     const proxyOf = (node: ServiceProcess) => proxies[nodes.indexOf(node)];
     const nodeById = (id: string) => nodes.find((node) => nodeIdOf(node.baseUrl) === id)!;
-    const ownerOf = async (sessionId: string) => nodeById(JSON.parse((await redis.get(sessionKey(sessionId)))!).node as string);
+    const ownerOf = async (sessionId: string) =>
+      nodeById(JSON.parse((await redis.get(sessionKey(sessionId)))!).node as string);
 
     // Warm-up: each node places, creates and deletes once, so each connection has sent every script it uses
     // once in full (ioredis sends a script's text on its first use on a connection, its SHA after that).
     for (const node of nodes) {
-      const warm = ((await (await post(node.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'mock' })).json()) as { session_id: string }).session_id;
+      const warm = (
+        (await (await post(node.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'mock' })).json()) as {
+          session_id: string;
+        }
+      ).session_id;
       await fetch(`${node.baseUrl}/sessions/${warm}`, { method: 'DELETE' });
     }
     // Background: every connection of each node over an idle window.
@@ -304,7 +339,12 @@ export async function benchCluster(): Promise<Record<string, unknown>> {
     const idleTo = performance.now();
 
     /** Runs one client step; the owner is read after it (a create learns it then). */
-    const measure = async (step: string, entry: ServiceProcess, ownerAfter: () => Promise<ServiceProcess>, run: () => Promise<void>): Promise<StepWindow> => {
+    const measure = async (
+      step: string,
+      entry: ServiceProcess,
+      ownerAfter: () => Promise<ServiceProcess>,
+      run: () => Promise<void>,
+    ): Promise<StepWindow> => {
       const from = performance.now();
       await run();
       await sleep(SETTLE_MS);
@@ -331,32 +371,64 @@ export async function benchCluster(): Promise<Record<string, unknown>> {
       if (!expectOwner(owner)) throw new Error('the session was not placed where the scenario needs it');
       const recordBytes = Number(await redis.memory('USAGE', sessionKey(id)));
       windows.push(
-        await measure('events stream opened', entry, async () => owner, async () => {
-          sse = await SseClient.open(`${entry.baseUrl}/sessions/${id}/events`);
-        }),
+        await measure(
+          'events stream opened',
+          entry,
+          async () => owner,
+          async () => {
+            sse = await SseClient.open(`${entry.baseUrl}/sessions/${id}/events`);
+          },
+        ),
       );
       windows.push(
-        await measure('start', entry, async () => owner, async () => {
-          if ((await post(entry.baseUrl, `/sessions/${id}/start`)).status !== 200) throw new Error('start failed');
-        }),
+        await measure(
+          'start',
+          entry,
+          async () => owner,
+          async () => {
+            if ((await post(entry.baseUrl, `/sessions/${id}/start`)).status !== 200) throw new Error('start failed');
+          },
+        ),
       );
       windows.push(
-        await measure('speak turn (until status idle on the stream)', entry, async () => owner, async () => {
-          const from = sse!.events.length;
-          if ((await post(entry.baseUrl, `/sessions/${id}/speak`, { text: 'One short sentence.' })).status !== 200) throw new Error('speak failed');
-          await sse!.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', TURN_TIMEOUT_MS, 'the turn to end', from);
-        }),
+        await measure(
+          'speak turn (until status idle on the stream)',
+          entry,
+          async () => owner,
+          async () => {
+            const from = sse!.events.length;
+            if ((await post(entry.baseUrl, `/sessions/${id}/speak`, { text: 'One short sentence.' })).status !== 200)
+              throw new Error('speak failed');
+            await sse!.waitFor(
+              (e) => e.type === 'status' && e.data.stage === 'idle',
+              TURN_TIMEOUT_MS,
+              'the turn to end',
+              from,
+            );
+          },
+        ),
       );
       windows.push(
-        await measure('status read (GET /sessions/{id})', entry, async () => owner, async () => {
-          await (await fetch(`${entry.baseUrl}/sessions/${id}`)).arrayBuffer();
-        }),
+        await measure(
+          'status read (GET /sessions/{id})',
+          entry,
+          async () => owner,
+          async () => {
+            await (await fetch(`${entry.baseUrl}/sessions/${id}`)).arrayBuffer();
+          },
+        ),
       );
       windows.push(
-        await measure('delete', entry, async () => owner, async () => {
-          if ((await fetch(`${entry.baseUrl}/sessions/${id}`, { method: 'DELETE' })).status !== 200) throw new Error('delete failed');
-          await sse!.waitFor((e) => e.type === 'session.terminated', TURN_TIMEOUT_MS, 'session.terminated');
-        }),
+        await measure(
+          'delete',
+          entry,
+          async () => owner,
+          async () => {
+            if ((await fetch(`${entry.baseUrl}/sessions/${id}`, { method: 'DELETE' })).status !== 200)
+              throw new Error('delete failed');
+            await sse!.waitFor((e) => e.type === 'session.terminated', TURN_TIMEOUT_MS, 'session.terminated');
+          },
+        ),
       );
       (sse as SseClient | null)?.close();
       const tombstoneBytes = Number(await redis.memory('USAGE', sessionKey(id)));
@@ -365,7 +437,11 @@ export async function benchCluster(): Promise<Record<string, unknown>> {
 
     // Round-robin: a ballast session on one node makes placement choose the other, and every request of the
     // measured session goes to the node that does not own it.
-    const ballast = ((await (await post(nodes[0].baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'mock' })).json()) as { session_id: string }).session_id;
+    const ballast = (
+      (await (await post(nodes[0].baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'mock' })).json()) as {
+        session_id: string;
+      }
+    ).session_id;
     const ballastOwner = await ownerOf(ballast);
     await sleep(SETTLE_MS);
     const roundRobin = await session(ballastOwner, (owner) => owner !== ballastOwner);
@@ -391,7 +467,10 @@ export async function benchCluster(): Promise<Record<string, unknown>> {
 
     const figure = (window: StepWindow): StepFigure => {
       const ofEntry = serviceTraffic(proxyOf(window.entry), window.from, window.to);
-      const ofOwner = window.entry === window.owner ? { ...empty(), ticks: 0 } : serviceTraffic(proxyOf(window.owner), window.from, window.to);
+      const ofOwner =
+        window.entry === window.owner
+          ? { ...empty(), ticks: 0 }
+          : serviceTraffic(proxyOf(window.owner), window.from, window.to);
       return {
         step: window.step,
         commands: ofEntry.commands + ofOwner.commands,

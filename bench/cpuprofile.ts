@@ -44,7 +44,10 @@ export function parseProfileName(file: string): ProfileFileInfo | null {
   return match ? { file, pid: Number(match[1]), threadId: Number(match[2]) } : null;
 }
 
-const ROOTS = [path.resolve(import.meta.dirname, '..'), ...(process.env.BENCH_SERVICE_DIR ? [path.resolve(process.env.BENCH_SERVICE_DIR)] : [])];
+const ROOTS = [
+  path.resolve(import.meta.dirname, '..'),
+  ...(process.env.BENCH_SERVICE_DIR ? [path.resolve(process.env.BENCH_SERVICE_DIR)] : []),
+];
 
 /** Repository-relative for the project's files, `<package>/…` for dependencies, `node:…` for node's own. */
 export function shortUrl(url: string): string {
@@ -65,27 +68,65 @@ const CATEGORY_RULES: Array<[string, (fn: string, url: string) => boolean]> = [
   ['native / VM (program)', (fn) => fn === '(program)'],
   // The native calls of @roamhq/wrtc have no frame of their own: their time is the self time of the JS function
   // that calls them (WebRtcOutput.pushAudio → audioSource.onData; the delayed-video timer → videoSource.onFrame).
-  ['wrtc audioSource.onData (10 ms PCM → audio track; native time inside)', (fn, url) => (fn === 'onData' && url === '') || (fn === 'pushAudio' && url.startsWith('actors/media/webrtc'))],
-  ['wrtc videoSource.onFrame (I420 → video track; native time inside)', (fn, url) => (fn === 'onFrame' && url === '') || url.startsWith('actors/media/webrtc')],
+  [
+    'wrtc audioSource.onData (10 ms PCM → audio track; native time inside)',
+    (fn, url) => (fn === 'onData' && url === '') || (fn === 'pushAudio' && url.startsWith('actors/media/webrtc')),
+  ],
+  [
+    'wrtc videoSource.onFrame (I420 → video track; native time inside)',
+    (fn, url) => (fn === 'onFrame' && url === '') || url.startsWith('actors/media/webrtc'),
+  ],
   ['wrtc other', (_fn, url) => url.startsWith('@roamhq/wrtc')],
   ['render: RGBA→I420 / YUV blending', (_fn, url) => /actors\/render\/(i420|yuva|patch|draw-i420)\.ts$/.test(url)],
-  ['render: drawing', (_fn, url) => url.startsWith('actors/render/') && !/actors\/render\/(pool|worker)\.ts$/.test(url)],
-  ['render pool messaging (piscina, structured clone)', (fn, url) =>
-    /actors\/render\/(pool|worker)\.ts$/.test(url) || url.startsWith('piscina/') || url.startsWith('node:internal/worker') || /^(postMessage|structuredClone|deserialize|serialize|receiveMessageOnPort)/.test(fn)],
+  [
+    'render: drawing',
+    (_fn, url) => url.startsWith('actors/render/') && !/actors\/render\/(pool|worker)\.ts$/.test(url),
+  ],
+  [
+    'render pool messaging (piscina, structured clone)',
+    (fn, url) =>
+      /actors\/render\/(pool|worker)\.ts$/.test(url) ||
+      url.startsWith('piscina/') ||
+      url.startsWith('node:internal/worker') ||
+      /^(postMessage|structuredClone|deserialize|serialize|receiveMessageOnPort)/.test(fn),
+  ],
   ['media clock (playout)', (_fn, url) => url.startsWith('actors/media/playout')],
   ['media (other)', (_fn, url) => url.startsWith('actors/media/') || url === 'src/sessions/media.ts'],
   ['audio / mouth / TTS client', (_fn, url) => /^actors\/(audio|mouth|tts|vad)\//.test(url)],
-  ['session actors & machine', (_fn, url) => /^(actors\/session|src\/sessions|machines)\//.test(url) || url.startsWith('xstate/')],
-  ['timers', (fn, url) => url.startsWith('node:internal/timers') || /^(listOnTimeout|processTimers|setTimeout|setInterval|clearTimeout|clearInterval)$/.test(fn)],
+  [
+    'session actors & machine',
+    (_fn, url) => /^(actors\/session|src\/sessions|machines)\//.test(url) || url.startsWith('xstate/'),
+  ],
+  [
+    'timers',
+    (fn, url) =>
+      url.startsWith('node:internal/timers') ||
+      /^(listOnTimeout|processTimers|setTimeout|setInterval|clearTimeout|clearInterval)$/.test(fn),
+  ],
   ['events (EventEmitter)', (_fn, url) => url === 'node:events' || url.startsWith('node:internal/event_target')],
-  ['promises / microtasks', (fn, url) => url.startsWith('node:internal/process/task_queues') || fn === 'runMicrotasks' || url.startsWith('node:internal/async_hooks')],
-  ['logging', (_fn, url) => /^(pino|sonic-boom|thread-stream|pino-std-serializers)\//.test(url) || url === 'src/logger.ts'],
-  ['HTTP / SSE / routes', (_fn, url) =>
-    /^(fastify|@fastify|find-my-way|avvio|light-my-request|fast-json-stringify|ajv|undici)/.test(url) ||
-    /^src\/(routes|plugins|app|shutdown)/.test(url) ||
-    /^node:(_http|http|net|internal\/http|internal\/stream_base|internal\/deps\/undici)/.test(url)],
+  [
+    'promises / microtasks',
+    (fn, url) =>
+      url.startsWith('node:internal/process/task_queues') ||
+      fn === 'runMicrotasks' ||
+      url.startsWith('node:internal/async_hooks'),
+  ],
+  [
+    'logging',
+    (_fn, url) => /^(pino|sonic-boom|thread-stream|pino-std-serializers)\//.test(url) || url === 'src/logger.ts',
+  ],
+  [
+    'HTTP / SSE / routes',
+    (_fn, url) =>
+      /^(fastify|@fastify|find-my-way|avvio|light-my-request|fast-json-stringify|ajv|undici)/.test(url) ||
+      /^src\/(routes|plugins|app|shutdown)/.test(url) ||
+      /^node:(_http|http|net|internal\/http|internal\/stream_base|internal\/deps\/undici)/.test(url),
+  ],
   ['streams / buffers', (_fn, url) => /^node:(internal\/streams|stream|buffer|internal\/buffer)/.test(url)],
-  ['module loading / transpile', (_fn, url) => /^(tsx|esbuild|get-tsconfig)\//.test(url) || url.startsWith('node:internal/modules')],
+  [
+    'module loading / transpile',
+    (_fn, url) => /^(tsx|esbuild|get-tsconfig)\//.test(url) || url.startsWith('node:internal/modules'),
+  ],
 ];
 
 export function categorise(functionName: string, url: string): string {
@@ -108,7 +149,13 @@ export interface ProfileSummary {
 }
 
 /** Self time per function, file and category for samples whose timestamp falls in [startUs, endUs). */
-export function summariseProfile(profile: CpuProfile, info: { pid: number; threadId: number }, startUs = -Infinity, endUs = Infinity, top = 25): ProfileSummary {
+export function summariseProfile(
+  profile: CpuProfile,
+  info: { pid: number; threadId: number },
+  startUs = -Infinity,
+  endUs = Infinity,
+  top = 25,
+): ProfileSummary {
   const nodes = new Map(profile.nodes.map((n) => [n.id, n.callFrame]));
   const byFunction = new Map<string, { us: number; category: string }>();
   const byFile = new Map<string, number>();

@@ -13,11 +13,20 @@ const WARM_RUNS = 3;
 const BENCH_CLIP_SECONDS = 10;
 
 /** `POST /avatars/custom` on the astronaut base with a portrait (`image`) or a clip (`video`): the new id and the wall time. */
-export async function postCustomAvatar(baseUrl: string, bytes: Buffer, name: string, field: 'image' | 'video' = 'image'): Promise<{ id: string; ms: number }> {
+export async function postCustomAvatar(
+  baseUrl: string,
+  bytes: Buffer,
+  name: string,
+  field: 'image' | 'video' = 'image',
+): Promise<{ id: string; ms: number }> {
   const body = new FormData();
   body.append('name', name);
   body.append('base_avatar_id', 'astronaut');
-  body.append(field, new Blob([new Uint8Array(bytes)], { type: field === 'image' ? 'image/png' : 'video/mp4' }), field === 'image' ? 'portrait.png' : 'clip.mp4');
+  body.append(
+    field,
+    new Blob([new Uint8Array(bytes)], { type: field === 'image' ? 'image/png' : 'video/mp4' }),
+    field === 'image' ? 'portrait.png' : 'clip.mp4',
+  );
   const started = performance.now();
   const res = await fetch(`${baseUrl}/avatars/custom`, { method: 'POST', body });
   const ms = performance.now() - started;
@@ -26,7 +35,12 @@ export async function postCustomAvatar(baseUrl: string, bytes: Buffer, name: str
   return { id, ms };
 }
 
-async function createOnce(app: TestApp, image: Buffer, name: string, field: 'image' | 'video' = 'image'): Promise<number> {
+async function createOnce(
+  app: TestApp,
+  image: Buffer,
+  name: string,
+  field: 'image' | 'video' = 'image',
+): Promise<number> {
   const { id, ms } = await postCustomAvatar(app.baseUrl, image, name, field);
   await fetch(`${app.baseUrl}/avatars/${id}`, { method: 'DELETE' });
   return ms;

@@ -57,7 +57,9 @@ export class FaceDescriptors {
 async function serve(): Promise<void> {
   // face-api's recognition calls are outside the runtime's narrow typing.
   const faceapi = (await loadFaceApi()) as any;
-  const modelDir = path.dirname(createRequire(import.meta.url).resolve('@vladmandic/face-api/model/face_recognition_model-weights_manifest.json'));
+  const modelDir = path.dirname(
+    createRequire(import.meta.url).resolve('@vladmandic/face-api/model/face_recognition_model-weights_manifest.json'),
+  );
   await faceapi.nets.faceRecognitionNet.loadFromDisk(modelDir);
   parentPort!.on('message', async ({ id, rgba, width, height }: DescriptorRequest) => {
     const rgb = new Int32Array(width * height * 3);
@@ -68,7 +70,10 @@ async function serve(): Promise<void> {
     }
     const input = faceapi.tf.tensor3d(rgb, [height, width, 3], 'int32');
     try {
-      const face = await faceapi.detectSingleFace(input, new faceapi.SsdMobilenetv1Options({ minConfidence: 0.3, maxResults: 1 })).withFaceLandmarks().withFaceDescriptor();
+      const face = await faceapi
+        .detectSingleFace(input, new faceapi.SsdMobilenetv1Options({ minConfidence: 0.3, maxResults: 1 }))
+        .withFaceLandmarks()
+        .withFaceDescriptor();
       parentPort!.postMessage({ id, descriptor: face ? Array.from(face.descriptor as Float32Array) : null });
     } finally {
       input.dispose();

@@ -26,7 +26,13 @@ const RETRY_PAUSE_MS = 100;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function multipart(field: string, file: Buffer, filename: string, type: string, fields: Record<string, string> = {}): FormData {
+function multipart(
+  field: string,
+  file: Buffer,
+  filename: string,
+  type: string,
+  fields: Record<string, string> = {},
+): FormData {
   const form = new FormData();
   for (const [name, value] of Object.entries(fields)) form.append(name, value);
   form.append(field, new Blob([new Uint8Array(file)], { type }), filename);
@@ -39,7 +45,11 @@ async function requestOf(order: AttackOrder): Promise<(signal: AbortSignal) => P
     case 'mp3': {
       const mp3 = await fs.readFile(order.mp3File);
       return (signal) =>
-        fetch(`${baseUrl}/sessions/${order.targetSessionId}/speak_audio`, { method: 'POST', body: multipart('audio', mp3, 'long.mp3', 'audio/mpeg'), signal });
+        fetch(`${baseUrl}/sessions/${order.targetSessionId}/speak_audio`, {
+          method: 'POST',
+          body: multipart('audio', mp3, 'long.mp3', 'audio/mpeg'),
+          signal,
+        });
     }
     case 'png': {
       const png = await fs.readFile(order.pngFile);

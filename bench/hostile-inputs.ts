@@ -17,8 +17,21 @@ export async function lowBitrateMp3(seconds: number): Promise<Buffer> {
   const file = path.join(dir, 'long.mp3');
   try {
     await promisify(execFile)(FFMPEG, [
-      '-v', 'error', '-f', 'lavfi', '-i', `anoisesrc=a=0.02:r=8000:d=${seconds}`,
-      '-ac', '1', '-ar', '8000', '-b:a', '8k', '-codec:a', 'libmp3lame', file,
+      '-v',
+      'error',
+      '-f',
+      'lavfi',
+      '-i',
+      `anoisesrc=a=0.02:r=8000:d=${seconds}`,
+      '-ac',
+      '1',
+      '-ar',
+      '8000',
+      '-b:a',
+      '8k',
+      '-codec:a',
+      'libmp3lame',
+      file,
     ]);
     return await fs.readFile(file);
   } finally {

@@ -82,7 +82,9 @@ async function firstAudioOfOneTurn(baseUrl: string, sessionId: string): Promise<
   const deadline = performance.now() + TURN_WAIT_MS;
   let firstAudio: number | null = null;
   while (performance.now() < deadline) {
-    const turn = (await getJson<TurnFigures>(baseUrl, `/sessions/${sessionId}/metrics`)).turns.find((t) => t.turn_id === turnId);
+    const turn = (await getJson<TurnFigures>(baseUrl, `/sessions/${sessionId}/metrics`)).turns.find(
+      (t) => t.turn_id === turnId,
+    );
     firstAudio = turn?.first_audio_queued_ms ?? null;
     if (turn && turn.outcome !== 'running') break;
     await sleep(50);
@@ -94,7 +96,9 @@ async function firstAudioOfOneTurn(baseUrl: string, sessionId: string): Promise<
 
 /** The attack, forked; `stop()` ends it and resolves to what its requests were answered (status → count). */
 function startAttack(order: AttackOrder): { stop(): Promise<Record<string, number>> } {
-  const child = fork(path.join(import.meta.dirname, 'hostile-attacker.ts'), [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(path.join(import.meta.dirname, 'hostile-attacker.ts'), [], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   const result = new Promise<Record<string, number>>((resolve, reject) => {
     child.once('message', (message: { answers?: Record<string, number>; error?: string }) =>
       message.answers ? resolve(message.answers) : reject(new Error(`attacker failed: ${message.error}`)),
@@ -141,7 +145,10 @@ async function phase(baseUrl: string, sessionId: string, attack?: AttackOrder): 
 }
 
 export async function benchHostile(): Promise<Record<string, unknown>> {
-  const [mp3, png] = await Promise.all([lowBitrateMp3(MP3_SECONDS), Promise.resolve(blackPng(PNG_SHAPE.width, PNG_SHAPE.height))]);
+  const [mp3, png] = await Promise.all([
+    lowBitrateMp3(MP3_SECONDS),
+    Promise.resolve(blackPng(PNG_SHAPE.width, PNG_SHAPE.height)),
+  ]);
   const inputs = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-hostile-'));
   const [mp3File, pngFile] = [path.join(inputs, 'long.mp3'), path.join(inputs, 'tall.png')];
   await Promise.all([fs.writeFile(mp3File, mp3), fs.writeFile(pngFile, png)]);
@@ -155,20 +162,36 @@ export async function benchHostile(): Promise<Record<string, unknown>> {
     const liveId = live.sessions[0].id;
     const targetId = target.sessions[0].id;
     const attacks: AttackName[] = ['mp3', 'png', 'preview'];
-    const order = (name: AttackName): AttackOrder => ({ name, baseUrl: service.baseUrl, targetSessionId: targetId, mp3File, pngFile, previewText: PREVIEW_TEXT });
+    const order = (name: AttackName): AttackOrder => ({
+      name,
+      baseUrl: service.baseUrl,
+      targetSessionId: targetId,
+      mp3File,
+      pngFile,
+      previewText: PREVIEW_TEXT,
+    });
     const out: Record<string, unknown> = {
       phase_s: PHASE_S,
-      inputs: { mp3_bytes: mp3.length, mp3_seconds: MP3_SECONDS, png_bytes: png.length, png_shape: `${PNG_SHAPE.width}x${PNG_SHAPE.height}` },
+      inputs: {
+        mp3_bytes: mp3.length,
+        mp3_seconds: MP3_SECONDS,
+        png_bytes: png.length,
+        png_shape: `${PNG_SHAPE.width}x${PNG_SHAPE.height}`,
+      },
     };
     out.unloaded = await phase(service.baseUrl, liveId);
     for (const name of attacks) {
       out[name] = await phase(service.baseUrl, liveId, order(name));
-      console.log(`  ${name}: healthz p99 ${(out[name] as PhaseResult).healthz_p99_ms} ms, first audio p50 ${(out[name] as PhaseResult).first_audio_ms_p50} ms`);
+      console.log(
+        `  ${name}: healthz p99 ${(out[name] as PhaseResult).healthz_p99_ms} ms, first audio p50 ${(out[name] as PhaseResult).first_audio_ms_p50} ms`,
+      );
     }
     const unloaded = out.unloaded as PhaseResult;
     const preview = out.preview as PhaseResult;
     out.preview_first_audio_ratio =
-      unloaded.first_audio_ms_p50 && preview.first_audio_ms_p50 !== null ? round(preview.first_audio_ms_p50 / unloaded.first_audio_ms_p50, 2) : null;
+      unloaded.first_audio_ms_p50 && preview.first_audio_ms_p50 !== null
+        ? round(preview.first_audio_ms_p50 / unloaded.first_audio_ms_p50, 2)
+        : null;
     out.healthz_p99_worst_ms = Math.max(...attacks.map((name) => (out[name] as PhaseResult).healthz_p99_ms));
     out.load_average = loadAverage();
     return out;

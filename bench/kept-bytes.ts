@@ -54,9 +54,27 @@ const SECRET = `whsec_${Buffer.from('the kept-bytes bench secret, 32B').toString
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function randomWords(chars: number): string {
-  const words = ['avatar', 'speaks', 'while', 'the', 'listener', 'waits', 'for', 'a', 'reply', 'about', 'mars', 'weather', 'dust', 'cold', 'orbit', 'rover'];
+  const words = [
+    'avatar',
+    'speaks',
+    'while',
+    'the',
+    'listener',
+    'waits',
+    'for',
+    'a',
+    'reply',
+    'about',
+    'mars',
+    'weather',
+    'dust',
+    'cold',
+    'orbit',
+    'rover',
+  ];
   let text = '';
-  while (text.length < chars) text += `${words[Math.floor(Math.random() * words.length)]}${Math.random() < 0.1 ? '. ' : ' '}`;
+  while (text.length < chars)
+    text += `${words[Math.floor(Math.random() * words.length)]}${Math.random() < 0.1 ? '. ' : ' '}`;
   return text.slice(0, chars);
 }
 
@@ -122,7 +140,12 @@ async function probeHealthz(baseUrl: string, until: number): Promise<number[]> {
 function startReaders(url: string, readers: number, until: number): Promise<{ reads: number; bytes: number }> {
   if (readers === 0) return Promise.resolve({ reads: 0, bytes: 0 });
   const child = fork(import.meta.filename, [], {
-    env: { ...process.env, BENCH_KEPT_READ_URL: url, BENCH_KEPT_READERS: String(readers), BENCH_KEPT_READ_MS: String(until - performance.now()) },
+    env: {
+      ...process.env,
+      BENCH_KEPT_READ_URL: url,
+      BENCH_KEPT_READERS: String(readers),
+      BENCH_KEPT_READ_MS: String(until - performance.now()),
+    },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   return new Promise((resolve, reject) => {
@@ -234,7 +257,9 @@ export async function benchKeptBytes(): Promise<Record<string, unknown>> {
       reads_ended: ended,
       healthz_p95_worst_ms: Math.max(live.healthz_p95_ms, ended.healthz_p95_ms),
     };
-    console.log(`  transcripts: data dir +${round(growth / 1e6, 2)} MB (budget ${round(budget / 1e6, 2)}), /healthz p95 ${live.healthz_p95_ms} / ${ended.healthz_p95_ms} ms`);
+    console.log(
+      `  transcripts: data dir +${round(growth / 1e6, 2)} MB (budget ${round(budget / 1e6, 2)}), /healthz p95 ${live.healthz_p95_ms} / ${ended.healthz_p95_ms} ms`,
+    );
     await plain.stop();
     if (OUTBOX_TURNS === 0) return out;
 
@@ -255,7 +280,8 @@ export async function benchKeptBytes(): Promise<Record<string, unknown>> {
     await sleep(2_000);
     clearInterval(sampler);
     // Idle: the sessions are ended, nothing arrives; only the dead receiver's deliveries wait.
-    for (const id of hookSessions) await (await fetch(`${hooked.baseUrl}/sessions/${id}`, { method: 'DELETE' })).body?.cancel();
+    for (const id of hookSessions)
+      await (await fetch(`${hooked.baseUrl}/sessions/${id}`, { method: 'DELETE' })).body?.cancel();
     await sleep(2_000);
     const idle = await idleCpuPercent(hooked.pid);
     const rssIdle = sampleTree(hooked.pid).rootRss;
@@ -291,7 +317,11 @@ export async function benchKeptBytes(): Promise<Record<string, unknown>> {
 
 if (process.env.BENCH_KEPT_READ_URL && process.send) {
   const env = process.env;
-  const result = await readInChild(env.BENCH_KEPT_READ_URL!, Number(env.BENCH_KEPT_READERS), Number(env.BENCH_KEPT_READ_MS));
+  const result = await readInChild(
+    env.BENCH_KEPT_READ_URL!,
+    Number(env.BENCH_KEPT_READERS),
+    Number(env.BENCH_KEPT_READ_MS),
+  );
   process.send(result, () => process.exit(0));
 } else if (import.meta.url === `file://${process.argv[1]}`) {
   console.log(JSON.stringify(await benchKeptBytes(), null, 2));

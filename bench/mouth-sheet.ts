@@ -50,7 +50,30 @@ async function localCopy(input: string, dir: string): Promise<string> {
 
 async function firstSeconds(file: string, dir: string): Promise<Buffer> {
   const out = path.join(dir, `cut-${path.basename(file, path.extname(file))}.mp4`);
-  await promisify(execFile)(FFMPEG, ['-hide_banner', '-loglevel', 'error', '-y', '-i', file, '-t', String(CLIP_SECONDS), '-c:v', 'libx264', '-preset', 'veryfast', '-crf', '16', '-pix_fmt', 'yuv420p', '-an', out], { timeout: 300_000 });
+  await promisify(execFile)(
+    FFMPEG,
+    [
+      '-hide_banner',
+      '-loglevel',
+      'error',
+      '-y',
+      '-i',
+      file,
+      '-t',
+      String(CLIP_SECONDS),
+      '-c:v',
+      'libx264',
+      '-preset',
+      'veryfast',
+      '-crf',
+      '16',
+      '-pix_fmt',
+      'yuv420p',
+      '-an',
+      out,
+    ],
+    { timeout: 300_000 },
+  );
   return fs.readFile(out);
 }
 
@@ -61,14 +84,26 @@ export async function benchMouthSheet(): Promise<Record<string, unknown>> {
   try {
     const avatars: Array<[string, string]> = [];
     for (const id of await fs.readdir(REPO_AVATARS)) {
-      const manifest = JSON.parse(await fs.readFile(path.join(REPO_AVATARS, id, 'manifest.json'), 'utf8')) as AvatarManifest;
+      const manifest = JSON.parse(
+        await fs.readFile(path.join(REPO_AVATARS, id, 'manifest.json'), 'utf8'),
+      ) as AvatarManifest;
       if (manifest.model_type === 'lipsync') avatars.push([id, path.join(app.avatarsDir, id)]);
     }
     const inputs = givenInputs();
     if (inputs.length === 0) {
-      const speaking = await postCustomAvatar(app.baseUrl, await fs.readFile(await speakingClipMp4(dir)), 'sheet speaking clip', 'video');
+      const speaking = await postCustomAvatar(
+        app.baseUrl,
+        await fs.readFile(await speakingClipMp4(dir)),
+        'sheet speaking clip',
+        'video',
+      );
       avatars.push(['speaking_clip', path.join(app.avatarsDir, speaking.id)]);
-      const swaying = await postCustomAvatar(app.baseUrl, await fs.readFile(await landscapeMp4(dir, 10)), 'sheet swaying clip', 'video');
+      const swaying = await postCustomAvatar(
+        app.baseUrl,
+        await fs.readFile(await landscapeMp4(dir, 10)),
+        'sheet swaying clip',
+        'video',
+      );
       avatars.push(['swaying_clip', path.join(app.avatarsDir, swaying.id)]);
     }
     for (const input of inputs) {
@@ -95,7 +130,12 @@ export async function benchMouthSheet(): Promise<Record<string, unknown>> {
         const lines = frame.report ? brokenThresholds(frame.report) : ['no face found'];
         if (lines.length > 0) broken[frame.name] = lines;
       }
-      rows[name] = { kind: measured.kind, sheet: path.relative(process.cwd(), sheet), worst: worstOf(measured), broken };
+      rows[name] = {
+        kind: measured.kind,
+        sheet: path.relative(process.cwd(), sheet),
+        worst: worstOf(measured),
+        broken,
+      };
       console.log(`  ${name}:`, JSON.stringify(rows[name]));
     }
     return rows;

@@ -52,7 +52,10 @@ async function mouthSyncPage({ avatar }) {
       canvas.width = video.videoWidth;
       canvas.height = video.videoHeight;
       context.drawImage(video, 0, 0);
-      bench.frames.push({ at: metadata && metadata.expectedDisplayTime ? metadata.expectedDisplayTime : now, jpeg: canvas.toDataURL('image/jpeg', 0.92) });
+      bench.frames.push({
+        at: metadata && metadata.expectedDisplayTime ? metadata.expectedDisplayTime : now,
+        jpeg: canvas.toDataURL('image/jpeg', 0.92),
+      });
     }
     video.requestVideoFrameCallback(onFrame);
   };

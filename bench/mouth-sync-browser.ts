@@ -39,7 +39,10 @@ import { followFaces, mouthOpening } from './avatar-fidelity.ts';
 import { round } from './stats.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
-const PAGE_SCRIPT = fs.readFileSync(path.join(path.dirname(fileURLToPath(import.meta.url)), 'mouth-sync-browser.page.js'), 'utf8');
+const PAGE_SCRIPT = fs.readFileSync(
+  path.join(path.dirname(fileURLToPath(import.meta.url)), 'mouth-sync-browser.page.js'),
+  'utf8',
+);
 const FOOTAGE = (process.env.BENCH_MOUTH_FOOTAGE ?? '').split(',').filter(Boolean);
 /** Speak turns per avatar and mode; r and lag are read over all of their frames together. */
 const TURNS = Math.max(1, Number(process.env.BENCH_MOUTH_SESSIONS ?? 2));
@@ -94,7 +97,10 @@ function withoutLookahead(inner: FrameRenderer & { close(): void }): FrameRender
     render(requests: FrameRequest[], signal?: AbortSignal) {
       for (const r of requests) mouths.set(r.frameIdx, r.mouth);
       for (const idx of mouths.keys()) if (idx < requests[0].frameIdx - 4 * shift - 50) mouths.delete(idx);
-      const shifted = requests.map((r) => ({ ...r, mouth: mouths.get(r.frameIdx - shift) ?? { open: 0, wide: 0, round: 0 } }));
+      const shifted = requests.map((r) => ({
+        ...r,
+        mouth: mouths.get(r.frameIdx - shift) ?? { open: 0, wide: 0, round: 0 },
+      }));
       return inner.render(shifted, signal);
     },
     close: () => inner.close(),
@@ -103,13 +109,19 @@ function withoutLookahead(inner: FrameRenderer & { close(): void }): FrameRender
 
 function landmarks(frames: PageFrame[]): Promise<Array<MouthAnimation | null>> {
   return followFaces(frames, async (frame) => {
-    const { data, info } = await sharp(Buffer.from(frame.jpeg.slice(frame.jpeg.indexOf(',') + 1), 'base64')).ensureAlpha().raw().toBuffer({ resolveWithObject: true });
+    const { data, info } = await sharp(Buffer.from(frame.jpeg.slice(frame.jpeg.indexOf(',') + 1), 'base64'))
+      .ensureAlpha()
+      .raw()
+      .toBuffer({ resolveWithObject: true });
     return { rgba: data, width: info.width, height: info.height };
   });
 }
 
 /** Peak r of the mouth opening (held while its frame shows) against the heard envelope, over lags of ±200 ms. */
-export function mouthSync(frames: Array<{ at: number; opening: number | null }>, audio: PageAudio[]): Omit<MouthSync, 'frames' | 'frames_with_face'> {
+export function mouthSync(
+  frames: Array<{ at: number; opening: number | null }>,
+  audio: PageAudio[],
+): Omit<MouthSync, 'frames' | 'frames_with_face'> {
   const shown = frames.filter((f) => f.opening !== null).sort((a, b) => a.at - b.at);
   if (shown.length < 25 || audio.length === 0) return { r: null, lag_ms: null, r_at_0: null };
   const openingAt = (t: number): number | null => {
@@ -157,18 +169,28 @@ export function mouthSync(frames: Array<{ at: number; opening: number | null }>,
     if (lag === 0) atZero = r;
     if (!best || r > best.r) best = { r, lag };
   }
-  return { r: best ? round(best.r, 2) : null, lag_ms: best ? best.lag : null, r_at_0: atZero === null ? null : round(atZero, 2) };
+  return {
+    r: best ? round(best.r, 2) : null,
+    lag_ms: best ? best.lag : null,
+    r_at_0: atZero === null ? null : round(atZero, 2),
+  };
 }
 
 async function measure(app: TestApp, page: Page, avatarId: string): Promise<MouthSync> {
   await page.goto(`${app.baseUrl}/healthz`);
   await page.evaluate(`${PAGE_SCRIPT}\nmouthSyncPage(${JSON.stringify({ avatar: avatarId })})`);
-  await page.waitForFunction('window.bench && (window.bench.sessionId || window.bench.error)', null, { timeout: STEP_MS });
+  await page.waitForFunction('window.bench && (window.bench.sessionId || window.bench.error)', null, {
+    timeout: STEP_MS,
+  });
   const sessionId = (await page.evaluate('window.bench.sessionId')) as string | null;
   if (!sessionId) throw new Error(`the widget did not start: ${String(await page.evaluate('window.bench.error'))}`);
   const sse = await SseClient.open(`${app.baseUrl}/sessions/${sessionId}/events`);
   try {
-    await page.waitForFunction('document.querySelector("avatar-chat").shadowRoot.querySelector("video").videoWidth > 0', null, { timeout: STEP_MS });
+    await page.waitForFunction(
+      'document.querySelector("avatar-chat").shadowRoot.querySelector("video").videoWidth > 0',
+      null,
+      { timeout: STEP_MS },
+    );
     // The first second is the encoder ramping up its quality.
     await page.waitForTimeout(1_500);
     const frames: PageFrame[] = [];
@@ -209,15 +231,43 @@ export async function benchMouthSyncBrowser(): Promise<Record<string, unknown>> 
   });
   const browser = await chromium.launch({
     executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--autoplay-policy=no-user-gesture-required'],
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--autoplay-policy=no-user-gesture-required',
+    ],
   });
   const dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'bench-mouth-sync-'));
   try {
     const avatars: Array<[string, string]> = [['astronaut', 'astronaut']];
-    avatars.push(['speaking_clip', (await postCustomAvatar(app.baseUrl, await fsp.readFile(await speakingClipMp4(dir)), 'mouth sync speaking clip', 'video')).id]);
-    avatars.push(['swaying_clip', (await postCustomAvatar(app.baseUrl, await fsp.readFile(await landscapeMp4(dir, 10)), 'mouth sync swaying clip', 'video')).id]);
+    avatars.push([
+      'speaking_clip',
+      (
+        await postCustomAvatar(
+          app.baseUrl,
+          await fsp.readFile(await speakingClipMp4(dir)),
+          'mouth sync speaking clip',
+          'video',
+        )
+      ).id,
+    ]);
+    avatars.push([
+      'swaying_clip',
+      (
+        await postCustomAvatar(
+          app.baseUrl,
+          await fsp.readFile(await landscapeMp4(dir, 10)),
+          'mouth sync swaying clip',
+          'video',
+        )
+      ).id,
+    ]);
     for (const file of FOOTAGE) {
-      avatars.push([path.basename(file, path.extname(file)), (await postCustomAvatar(app.baseUrl, await fsp.readFile(file), 'mouth sync footage', 'video')).id]);
+      avatars.push([
+        path.basename(file, path.extname(file)),
+        (await postCustomAvatar(app.baseUrl, await fsp.readFile(file), 'mouth sync footage', 'video')).id,
+      ]);
     }
     const rows: Record<string, unknown> = {};
     for (const [name, id] of avatars) {
@@ -227,7 +277,11 @@ export async function benchMouthSyncBrowser(): Promise<Record<string, unknown>> 
         const before = await measure(app, page, id);
         undoLookahead = false;
         const after = await measure(app, page, id);
-        const met = after.r !== null && after.lag_ms !== null && after.r >= MOUTH_SYNC_TARGET.r && after.lag_ms <= MOUTH_SYNC_TARGET.maxLagMs;
+        const met =
+          after.r !== null &&
+          after.lag_ms !== null &&
+          after.r >= MOUTH_SYNC_TARGET.r &&
+          after.lag_ms <= MOUTH_SYNC_TARGET.maxLagMs;
         rows[name] = { before_lookahead: before, with_lookahead: after, met };
         console.log(`  ${name}:`, JSON.stringify(rows[name]));
       } finally {

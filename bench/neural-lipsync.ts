@@ -38,7 +38,9 @@ function median(values: number[]): number {
 
 /** `file`: a real model to measure instead of the tiny one (BENCH_LIPSYNC_MODEL); its S comes from the file. */
 async function poolFigures(tinySize: number, file?: string, prefix = ''): Promise<Record<string, number>> {
-  const model = file ? { path: file, remove: async () => undefined } : await writeModelFile(tinyLipsyncModel({ size: tinySize }), `tiny_${tinySize}.onnx`);
+  const model = file
+    ? { path: file, remove: async () => undefined }
+    : await writeModelFile(tinyLipsyncModel({ size: tinySize }), `tiny_${tinySize}.onnx`);
   const pool = new InferencePool({ batchWindowMs: 1 });
   const out: Record<string, number> = {};
   try {
@@ -50,7 +52,10 @@ async function poolFigures(tinySize: number, file?: string, prefix = ''): Promis
     const key = local.poolKey;
     const mel = new Float32Array(80 * 16).fill(-1);
     const face = new Float32Array(6 * size * size).fill(0.5);
-    const item = () => ({ [melInput]: tensor('float32', mel, [1, 1, 80, 16]), [faceInput]: tensor('float32', face, [1, 6, size, size]) });
+    const item = () => ({
+      [melInput]: tensor('float32', mel, [1, 1, 80, 16]),
+      [faceInput]: tensor('float32', face, [1, 6, size, size]),
+    });
     const batch = (count: number) => Promise.all(Array.from({ length: count }, () => pool.infer(key, item())));
     await pool.warmUp(key);
     for (let i = 0; i < 5; i++) await batch(4);
@@ -65,9 +70,11 @@ async function poolFigures(tinySize: number, file?: string, prefix = ''): Promis
       const runMs = (pool.stats.runMs - runBefore) / ROUNDS;
       // Saturated: one loop per worker, each sending its next batch when the last came back.
       const started = performance.now();
-      await Promise.all(Array.from({ length: pool.threadCount }, async () => {
-        for (let r = 0; r < ROUNDS; r++) await batch(count);
-      }));
+      await Promise.all(
+        Array.from({ length: pool.threadCount }, async () => {
+          for (let r = 0; r < ROUNDS; r++) await batch(count);
+        }),
+      );
       const seconds = (performance.now() - started) / 1000;
       out[`${prefix}s${size}_b${count}_frames_per_s`] = round((count * ROUNDS * pool.threadCount) / seconds, 0);
       out[`${prefix}s${size}_b${count}_latency_ms`] = round(median(latencies), 2);
@@ -82,7 +89,11 @@ async function poolFigures(tinySize: number, file?: string, prefix = ''): Promis
 
 async function pipelineFigures(): Promise<Record<string, number>> {
   const dir = path.join(REPO_AVATARS, 'astronaut');
-  const avatar: AvatarSource = { id: 'astronaut', dir, manifest: JSON.parse(readFileSync(path.join(dir, 'manifest.json'), 'utf8')) };
+  const avatar: AvatarSource = {
+    id: 'astronaut',
+    dir,
+    manifest: JSON.parse(readFileSync(path.join(dir, 'manifest.json'), 'utf8')),
+  };
   const out: Record<string, number> = {};
   let state = 1;
   const pcm = Int16Array.from({ length: 4000 }, () => {
@@ -90,7 +101,11 @@ async function pipelineFigures(): Promise<Record<string, number>> {
     return (state >> 20) - 2048;
   });
   for (const rate of [16_000, 48_000]) {
-    const audio = { sampleRate: rate, pcm: rate === 16_000 ? pcm : Int16Array.from({ length: 12_000 }, (_, i) => pcm[Math.floor(i / 3)]), leadSamples: rate === 16_000 ? 500 : 1500 };
+    const audio = {
+      sampleRate: rate,
+      pcm: rate === 16_000 ? pcm : Int16Array.from({ length: 12_000 }, (_, i) => pcm[Math.floor(i / 3)]),
+      leadSamples: rate === 16_000 ? 500 : 1500,
+    };
     for (let i = 0; i < 20; i++) melWindowFromStream(streamWindowOf(audio));
     const started = performance.now();
     for (let i = 0; i < PIPELINE_FRAMES; i++) melWindowFromStream(streamWindowOf(audio));
@@ -138,12 +153,16 @@ async function eventLoopLag(baseUrl: string): Promise<{ p50: number; p99: number
  * same photo, each on a fresh service: late frames (the service's own count) and the service main thread's
  * event-loop delay over the window (its Prometheus monitor, 10 ms sampling).
  */
-export async function liveFigures(variants: ReadonlyArray<'lipsync' | 'lipsync_b'> = ['lipsync', 'lipsync_b']): Promise<Record<string, number>> {
+export async function liveFigures(
+  variants: ReadonlyArray<'lipsync' | 'lipsync_b'> = ['lipsync', 'lipsync_b'],
+): Promise<Record<string, number>> {
   const model = await writeModelFile(tinyLipsyncModel({ size: 96 }), 'tiny_live_96.onnx');
   const out: Record<string, number> = {};
   try {
     for (const variant of variants) {
-      const service = await startBenchService({ env: variant === 'lipsync_b' ? { SERVICE_LIPSYNC_B_MODEL: model.path } : {} });
+      const service = await startBenchService({
+        env: variant === 'lipsync_b' ? { SERVICE_LIPSYNC_B_MODEL: model.path } : {},
+      });
       const load = new SessionLoad(service.baseUrl, service.pid);
       try {
         await warmUp(service.baseUrl, service.pid, variant);
@@ -160,8 +179,13 @@ export async function liveFigures(variants: ReadonlyArray<'lipsync' | 'lipsync_b
         out[`${key}_loop_delay_p99_ms`] = lag.p99;
         out[`${key}_loop_delay_max_ms`] = lag.max;
         out[`${key}_cpu_ms_per_session_second`] = window.cpu_ms_per_session_second;
-        out[`${key}_main_thread_cpu_ms_per_s`] = round((window.cpu_ms_by_thread['main (JS event loop)'] ?? NaN) / window.window_s, 0);
-        console.log(`  ${key}: ${JSON.stringify({ late: window.late_percent, fps: window.fps_per_session, lag, threads: window.cpu_ms_by_thread })}`);
+        out[`${key}_main_thread_cpu_ms_per_s`] = round(
+          (window.cpu_ms_by_thread['main (JS event loop)'] ?? NaN) / window.window_s,
+          0,
+        );
+        console.log(
+          `  ${key}: ${JSON.stringify({ late: window.late_percent, fps: window.fps_per_session, lag, threads: window.cpu_ms_by_thread })}`,
+        );
       } finally {
         await load.close();
         await service.stop();
@@ -181,6 +205,12 @@ export async function benchNeuralLipsync(): Promise<Record<string, number>> {
   const real = process.env.BENCH_LIPSYNC_MODEL;
   if (real) Object.assign(out, await poolFigures(0, real, 'model_'));
   // Main-thread work per frame at 16 kHz and S = 96, plus what the pool adds to a lone frame beyond the model run.
-  out.pipeline_overhead_ms_per_frame_s96 = round(out['mel_window_ms_per_frame_16k'] + out.paste_back_ms_per_frame_s96 + out.s96_b1_latency_ms - out.s96_b1_run_ms_per_item, 2);
+  out.pipeline_overhead_ms_per_frame_s96 = round(
+    out['mel_window_ms_per_frame_16k'] +
+      out.paste_back_ms_per_frame_s96 +
+      out.s96_b1_latency_ms -
+      out.s96_b1_run_ms_per_item,
+    2,
+  );
   return out;
 }

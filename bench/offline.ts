@@ -18,7 +18,8 @@ function speechLikePcmBase64(seconds: number): string {
     const t = i / SAMPLE_RATE;
     const syllable = Math.max(0, Math.sin(2 * Math.PI * 4 * t));
     const pause = Math.floor(t / 1.5) % 3 === 2 && t % 1.5 < 0.3 ? 0 : 1;
-    const buzz = Math.sin(2 * Math.PI * 140 * t) + 0.5 * Math.sin(2 * Math.PI * 700 * t) + 0.3 * Math.sin(2 * Math.PI * 1200 * t);
+    const buzz =
+      Math.sin(2 * Math.PI * 140 * t) + 0.5 * Math.sin(2 * Math.PI * 700 * t) + 0.3 * Math.sin(2 * Math.PI * 1200 * t);
     pcm[i] = Math.round(6000 * syllable * pause * buzz);
   }
   return Buffer.from(pcm.buffer).toString('base64');
@@ -40,7 +41,9 @@ export async function benchOffline(existing?: TestApp): Promise<Record<string, n
     await warmUp(app.baseUrl, avatars, speechLikePcmBase64(1));
     for (const model of BENCH_MODELS) {
       const key = `offline_${model}_x_realtime`;
-      const avatar = avatars.find((a) => a.model_type === model) ?? avatars.find((a) => RENDERABLE_AVATARS[model].includes(a.model_type));
+      const avatar =
+        avatars.find((a) => a.model_type === model) ??
+        avatars.find((a) => RENDERABLE_AVATARS[model].includes(a.model_type));
       if (!avatar) {
         results[key] = NaN;
         continue;
@@ -53,7 +56,9 @@ export async function benchOffline(existing?: TestApp): Promise<Record<string, n
       const { session_id } = await json(created);
       const started = performance.now();
       const { job_id } = await json(
-        await post(app.baseUrl, `/sessions/${session_id}/rt-offline-bundle`, { segments: [{ audio_base64: audio, pause_after_ms: 0 }] }),
+        await post(app.baseUrl, `/sessions/${session_id}/rt-offline-bundle`, {
+          segments: [{ audio_base64: audio, pause_after_ms: 0 }],
+        }),
       );
       let status = 'pending';
       while ((status === 'pending' || status === 'running') && performance.now() - started < RUN_TIMEOUT_MS) {
@@ -70,13 +75,21 @@ export async function benchOffline(existing?: TestApp): Promise<Record<string, n
   return results;
 }
 
-async function warmUp(baseUrl: string, avatars: Array<{ id: string; model_type: ModelType }>, audio: string): Promise<void> {
+async function warmUp(
+  baseUrl: string,
+  avatars: Array<{ id: string; model_type: ModelType }>,
+  audio: string,
+): Promise<void> {
   const avatar = avatars.find((a) => a.model_type === 'rt') ?? avatars[0];
   if (!avatar) return;
   const created = await post(baseUrl, '/sessions', { avatar_id: avatar.id, model: avatar.model_type });
   if (created.status !== 200) return;
   const { session_id } = await json(created);
-  const { job_id } = await json(await post(baseUrl, `/sessions/${session_id}/rt-offline-bundle`, { segments: [{ audio_base64: audio, pause_after_ms: 0 }] }));
+  const { job_id } = await json(
+    await post(baseUrl, `/sessions/${session_id}/rt-offline-bundle`, {
+      segments: [{ audio_base64: audio, pause_after_ms: 0 }],
+    }),
+  );
   const started = performance.now();
   let status = 'pending';
   while ((status === 'pending' || status === 'running') && performance.now() - started < RUN_TIMEOUT_MS) {

@@ -29,7 +29,8 @@ const WINDOW_S = Number(process.env.BENCH_PROFILE_WINDOW_S ?? 20);
 const CLIP = ((): 'still' | 'swaying' | undefined => {
   const clip = process.env.BENCH_PROFILE_CLIP;
   if (clip === undefined || clip === '') return undefined;
-  if (clip !== 'still' && clip !== 'swaying') throw new Error(`BENCH_PROFILE_CLIP must be still or swaying, not ${clip}`);
+  if (clip !== 'still' && clip !== 'swaying')
+    throw new Error(`BENCH_PROFILE_CLIP must be still or swaying, not ${clip}`);
   return clip;
 })();
 const WARMUP_S = 5;
@@ -47,7 +48,9 @@ async function profileModel(model: SessionModel, dir: string, clip?: 'still' | '
   const name = clip ? `${model}_${clip}_clip` : model;
   const profileDir = path.join(dir, name);
   await fs.mkdir(profileDir, { recursive: true });
-  const service = await startBenchService({ nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, `--cpu-prof-interval=${SAMPLING_INTERVAL_US}`] });
+  const service = await startBenchService({
+    nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, `--cpu-prof-interval=${SAMPLING_INTERVAL_US}`],
+  });
   const load = new SessionLoad(service.baseUrl, service.pid);
   const windows: Array<{ name: string; proc: WindowResult }> = [];
   try {
@@ -63,7 +66,9 @@ async function profileModel(model: SessionModel, dir: string, clip?: 'still' | '
     await load.close();
     await service.stop();
   }
-  const files = (await fs.readdir(profileDir)).map((f) => parseProfileName(path.join(profileDir, f))).filter((f) => f !== null);
+  const files = (await fs.readdir(profileDir))
+    .map((f) => parseProfileName(path.join(profileDir, f)))
+    .filter((f) => f !== null);
   const profiles = files.map((info) => ({ info, profile: readProfile(info.file) }));
   return windows.map(({ name, proc }) => ({
     name,
@@ -86,7 +91,8 @@ const PROFILER_THREAD = 'v8:ProfEvntProc';
 export function sessionSecondBudget(w: ProfileWindow): Array<{ item: string; ms: number }> {
   const per = (ms: number) => Math.round((ms / (w.proc.sessions * w.proc.window_s)) * 10) / 10;
   const threads = w.proc.cpu_ms_by_thread;
-  const sum = (pick: (name: string) => boolean) => Object.entries(threads).reduce((n, [k, v]) => n + (pick(k) ? v : 0), 0);
+  const sum = (pick: (name: string) => boolean) =>
+    Object.entries(threads).reduce((n, [k, v]) => n + (pick(k) ? v : 0), 0);
   const lines: Array<{ item: string; ms: number }> = [];
   const main = threads['main (JS event loop)'] ?? 0;
   const mainProfile = w.threads.find((t) => t.threadId === 0);
@@ -104,14 +110,23 @@ export function sessionSecondBudget(w: ProfileWindow): Array<{ item: string; ms:
   const workerBusy = w.threads.filter((t) => t.threadId !== 0).reduce((n, t) => n + t.busy_ms, 0);
   const nodeThreads = sum((k) => k.startsWith('node thread'));
   lines.push({ item: 'JS worker threads (render pool; busy samples)', ms: per(Math.min(workerBusy, nodeThreads)) });
-  lines.push({ item: "node's other threads (V8 concurrent GC/compiler, libuv)", ms: per(Math.max(0, nodeThreads - workerBusy)) });
+  lines.push({
+    item: "node's other threads (V8 concurrent GC/compiler, libuv)",
+    ms: per(Math.max(0, nodeThreads - workerBusy)),
+  });
   lines.push({ item: 'libwebrtc EncoderQueue (VP8 encode)', ms: per(threads.EncoderQueue ?? 0) });
   lines.push({ item: 'libwebrtc AudioEncoder (Opus encode)', ms: per(threads.AudioEncoder ?? 0) });
   const known = new Set(['main (JS event loop)', 'EncoderQueue', 'AudioEncoder', PROFILER_THREAD]);
-  lines.push({ item: 'libwebrtc RTP send path & other threads (pacer, rtp_send, PeerConnectionFactory, …)', ms: per(sum((k) => !known.has(k) && !k.startsWith('node thread'))) });
+  lines.push({
+    item: 'libwebrtc RTP send path & other threads (pacer, rtp_send, PeerConnectionFactory, …)',
+    ms: per(sum((k) => !known.has(k) && !k.startsWith('node thread'))),
+  });
   for (const [proc, ms] of Object.entries(w.proc.cpu_ms_by_process)) {
     if (proc === 'service') continue;
-    lines.push({ item: proc === 'child node' ? 'TTS engine process(es)' : proc === 'child esbuild' ? 'tsx/esbuild process' : proc, ms: per(ms) });
+    lines.push({
+      item: proc === 'child node' ? 'TTS engine process(es)' : proc === 'child esbuild' ? 'tsx/esbuild process' : proc,
+      ms: per(ms),
+    });
   }
   lines.sort((a, b) => b.ms - a.ms);
   const total = w.proc.cpu_ms - (threads[PROFILER_THREAD] ?? 0);
@@ -122,9 +137,21 @@ export function sessionSecondBudget(w: ProfileWindow): Array<{ item: string; ms:
 /** Busy time of each JS thread as shares by category, scaled to ms of CPU per session-second. */
 function printWindow(w: ProfileWindow): void {
   const perSessionSecond = (ms: number) => Math.round((ms / (w.proc.sessions * w.proc.window_s)) * 10) / 10;
-  console.log(`\n  == ${w.name}: ${w.proc.cpu_ms_per_session_second} ms CPU per session-second (service tree), ${w.proc.late_percent}% late, load ${w.proc.load_average.join(' ')}`);
-  console.log('  CPU by process (ms per session-second):', JSON.stringify(Object.fromEntries(Object.entries(w.proc.cpu_ms_by_process).map(([k, v]) => [k, perSessionSecond(v)]))));
-  console.log('  CPU by thread (ms per session-second):', JSON.stringify(Object.fromEntries(Object.entries(w.proc.cpu_ms_by_thread).map(([k, v]) => [k, perSessionSecond(v)]))));
+  console.log(
+    `\n  == ${w.name}: ${w.proc.cpu_ms_per_session_second} ms CPU per session-second (service tree), ${w.proc.late_percent}% late, load ${w.proc.load_average.join(' ')}`,
+  );
+  console.log(
+    '  CPU by process (ms per session-second):',
+    JSON.stringify(
+      Object.fromEntries(Object.entries(w.proc.cpu_ms_by_process).map(([k, v]) => [k, perSessionSecond(v)])),
+    ),
+  );
+  console.log(
+    '  CPU by thread (ms per session-second):',
+    JSON.stringify(
+      Object.fromEntries(Object.entries(w.proc.cpu_ms_by_thread).map(([k, v]) => [k, perSessionSecond(v)])),
+    ),
+  );
   console.log('  where a session-second goes (ms CPU per session-second):');
   for (const line of sessionSecondBudget(w)) console.log(`     ${String(line.ms).padStart(6)}  ${line.item}`);
   for (const t of w.threads) {
@@ -138,7 +165,11 @@ function printWindow(w: ProfileWindow): void {
 }
 
 export async function benchProfile(): Promise<Record<string, unknown>> {
-  const root = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results', `profile-${new Date().toISOString().replace(/[:.]/g, '-')}`);
+  const root = path.join(
+    path.dirname(fileURLToPath(import.meta.url)),
+    'results',
+    `profile-${new Date().toISOString().replace(/[:.]/g, '-')}`,
+  );
   const out: Record<string, unknown> = { profiles_dir: path.relative(process.cwd(), root) };
   for (const model of ['rt', 'lipsync'] as SessionModel[]) {
     for (const w of await profileModel(model, root)) {

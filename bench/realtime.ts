@@ -41,7 +41,9 @@ export async function benchRealtime(app?: TestApp): Promise<RealtimeResults> {
     await sleep(300);
     const from = sse.events.length;
     const sentAt = performance.now();
-    await post(t.baseUrl, `/sessions/${session_id}/speak`, { text: `Run number ${i + 1}. This sentence is long enough to be interrupted while it is still playing out loud.` });
+    await post(t.baseUrl, `/sessions/${session_id}/speak`, {
+      text: `Run number ${i + 1}. This sentence is long enough to be interrupted while it is still playing out loud.`,
+    });
     await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, 15_000, 'audible');
     firstAudible.push(peer.firstAudible(sentAt, AUDIBLE_RMS)!.at - sentAt);
     await sleep(400);
@@ -49,17 +51,30 @@ export async function benchRealtime(app?: TestApp): Promise<RealtimeResults> {
     await post(t.baseUrl, `/sessions/${session_id}/interrupt`);
     const idle = await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 5_000, 'idle', from);
     toIdle.push(idle.at - interruptAt);
-    await peer.until(() => {
-      const after = peer.audio.filter((a) => a.at > interruptAt);
-      return after.some((a, idx) => after.slice(idx, idx + 5).length === 5 && after.slice(idx, idx + 5).every((b) => b.rms < AUDIBLE_RMS));
-    }, 5_000, 'silence');
+    await peer.until(
+      () => {
+        const after = peer.audio.filter((a) => a.at > interruptAt);
+        return after.some(
+          (a, idx) =>
+            after.slice(idx, idx + 5).length === 5 && after.slice(idx, idx + 5).every((b) => b.rms < AUDIBLE_RMS),
+        );
+      },
+      5_000,
+      'silence',
+    );
     const after = peer.audio.filter((a) => a.at > interruptAt);
-    const idx = after.findIndex((a, k) => after.slice(k, k + 5).length === 5 && after.slice(k, k + 5).every((b) => b.rms < AUDIBLE_RMS));
+    const idx = after.findIndex(
+      (a, k) => after.slice(k, k + 5).length === 5 && after.slice(k, k + 5).every((b) => b.rms < AUDIBLE_RMS),
+    );
     toSilence.push(after[idx].at - interruptAt);
   }
   peer.close();
   sse.close();
   await fetch(`${t.baseUrl}/sessions/${session_id}`, { method: 'DELETE' });
   if (!app) await t.close();
-  return { speakToFirstAudibleMs: summary(firstAudible), interruptToSilenceMs: summary(toSilence), serverInterruptToIdleMs: summary(toIdle) };
+  return {
+    speakToFirstAudibleMs: summary(firstAudible),
+    interruptToSilenceMs: summary(toSilence),
+    serverInterruptToIdleMs: summary(toIdle),
+  };
 }

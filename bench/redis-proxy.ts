@@ -95,7 +95,10 @@ function framer(onFrame: (frame: Buffer) => void): (chunk: Buffer) => void {
   };
 }
 
-export async function startCountingProxy(redisPort: number, scriptSha: (script: string) => string): Promise<CountingProxy> {
+export async function startCountingProxy(
+  redisPort: number,
+  scriptSha: (script: string) => string,
+): Promise<CountingProxy> {
   const connections: ProxiedConnection[] = [];
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {

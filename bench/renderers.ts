@@ -46,10 +46,23 @@ export async function benchRenderers(): Promise<Record<string, number>> {
     }
     const renderer = createRenderer(model);
     await renderer.prepare({ id: avatarId, dir, manifest });
-    for (let i = 0; i < 20; i++) renderer.render({ frameIdx: i, ptsMs: i * 40, mouth: { open: (i % 8) / 7, wide: 0.3, round: 0.1 }, level: 0.4, speaking: true });
+    for (let i = 0; i < 20; i++)
+      renderer.render({
+        frameIdx: i,
+        ptsMs: i * 40,
+        mouth: { open: (i % 8) / 7, wide: 0.3, round: 0.1 },
+        level: 0.4,
+        speaking: true,
+      });
     const start = performance.now();
     for (let i = 0; i < FRAMES; i++) {
-      renderer.render({ frameIdx: i, ptsMs: i * 40, mouth: { open: Math.abs(Math.sin(i / 3)), wide: (i % 5) / 4, round: (i % 3) / 2 }, level: 0.5, speaking: i % 10 !== 0 });
+      renderer.render({
+        frameIdx: i,
+        ptsMs: i * 40,
+        mouth: { open: Math.abs(Math.sin(i / 3)), wide: (i % 5) / 4, round: (i % 3) / 2 },
+        level: 0.5,
+        speaking: i % 10 !== 0,
+      });
     }
     out[`render_${model}_ms_per_frame`] = round((performance.now() - start) / FRAMES, 2);
     out[`render_${model}_size`] = manifest.width;

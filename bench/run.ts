@@ -80,7 +80,13 @@ const steps: Array<[string, () => Promise<unknown>]> = [
 const OPT_IN = new Set(['profile', 'stage_costs', 'mouth_sheet']);
 
 const results: Record<string, unknown> = {
-  machine: { cpus: os.cpus().length, cpu: os.cpus()[0]?.model, memory_gb: Math.round(os.totalmem() / 1e9), node: process.version, platform: `${os.platform()} ${os.arch()}` },
+  machine: {
+    cpus: os.cpus().length,
+    cpu: os.cpus()[0]?.model,
+    memory_gb: Math.round(os.totalmem() / 1e9),
+    node: process.version,
+    platform: `${os.platform()} ${os.arch()}`,
+  },
   date: new Date().toISOString(),
   load_average_at_start: loadAverage(),
   service_dir: process.env.BENCH_SERVICE_DIR ? 'BENCH_SERVICE_DIR' : 'this repository',
@@ -99,7 +105,9 @@ for (const [name, run] of steps) {
 results.load_average_at_end = loadAverage();
 const summary = summarise(results);
 results.summary = summary;
-console.log(`\nsummary (load average ${(results.load_average_at_start as number[]).join(' ')} at start, ${(results.load_average_at_end as number[]).join(' ')} at end; ${os.cpus().length} cores):\n`);
+console.log(
+  `\nsummary (load average ${(results.load_average_at_start as number[]).join(' ')} at start, ${(results.load_average_at_end as number[]).join(' ')} at end; ${os.cpus().length} cores):\n`,
+);
 console.log(formatSummary(summary));
 const dir = path.join(path.dirname(fileURLToPath(import.meta.url)), 'results');
 await fs.mkdir(dir, { recursive: true });

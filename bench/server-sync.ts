@@ -21,14 +21,18 @@ export async function benchServerSync(): Promise<Record<string, ReturnType<typeo
   const playout = sessionParts(t.services.supervisor.liveSession(session_id)!).media.playout;
   const offsets: number[] = [];
   playout.on('video', (_frame, _idx, ptsMs) => offsets.push(playout.mediaMs - ptsMs));
-  const longText = Array.from({ length: 6 }, (_, i) => `Sentence ${i + 1} of a long answer that keeps the avatar talking for a while.`).join(' ');
+  const longText = Array.from(
+    { length: 6 },
+    (_, i) => `Sentence ${i + 1} of a long answer that keeps the avatar talking for a while.`,
+  ).join(' ');
   const from = sse.events.length;
   await post(t.baseUrl, `/sessions/${session_id}/speak`, { text: longText });
   await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 120_000, 'idle', from);
   const frameIntervalMs = 1000 / playout.fps;
   const result = {
     senderVideoBehindAudioMs: summary(offsets),
-    framesWithinOneFrame: Math.round((offsets.filter((o) => Math.abs(o) <= frameIntervalMs).length / offsets.length) * 1000) / 10,
+    framesWithinOneFrame:
+      Math.round((offsets.filter((o) => Math.abs(o) <= frameIntervalMs).length / offsets.length) * 1000) / 10,
     lateFrames: playout.lateFrames,
     sentFrames: playout.sentFrames,
   };

@@ -61,7 +61,9 @@ export function startScriptEnv(root = SERVICE_ROOT): Record<string, string> {
   if (process.env.BENCH_START_SCRIPT_ENV === '0') return {};
   let script = '';
   try {
-    script = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts?: { start?: string } }).scripts?.start ?? '';
+    script =
+      (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts?: { start?: string } }).scripts
+        ?.start ?? '';
   } catch {
     return {};
   }
@@ -90,11 +92,18 @@ export async function startBenchService(options: BenchServiceOptions = {}): Prom
     const service = await startServiceProcess({ env: { SERVICE_RENDER_THREADS: '0', ...env } });
     const stop = async () => {
       const exit = await service.stop();
-      for (const dir of [service.dataDir, service.avatarsDir, service.tmpDir]) await fs.rm(dir, { recursive: true, force: true });
+      for (const dir of [service.dataDir, service.avatarsDir, service.tmpDir])
+        await fs.rm(dir, { recursive: true, force: true });
       return exit;
     };
     const logs = () => service.logs();
-    return { baseUrl: service.baseUrl, pid: service.pid, stop, logs, collectGarbage: garbageCollector(service.pid, logs) };
+    return {
+      baseUrl: service.baseUrl,
+      pid: service.pid,
+      stop,
+      logs,
+      collectGarbage: garbageCollector(service.pid, logs),
+    };
   }
   return spawnWithFlags(options.nodeArgs ?? [], env);
 }
@@ -172,23 +181,30 @@ async function spawnWithFlags(nodeArgs: string[], env: Record<string, string>): 
   const tmpDir = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-svc-tmp-'));
   const repoAvatars = path.join(SERVICE_ROOT, 'avatars');
   const skip = (name: string) => name.startsWith('.') || name.startsWith('custom-');
-  await fs.cp(repoAvatars, avatarsDir, { recursive: true, filter: (src) => src === repoAvatars || !skip(path.basename(src)) });
+  await fs.cp(repoAvatars, avatarsDir, {
+    recursive: true,
+    filter: (src) => src === repoAvatars || !skip(path.basename(src)),
+  });
   const port = await freePort();
   const baseUrl = `http://127.0.0.1:${port}`;
-  const child = spawn(process.execPath, ['--no-turbo-fast-api-calls', ...nodeArgs, '--import', 'tsx', '--import', WATCHDOG, 'src/main.ts'], {
-    cwd: SERVICE_ROOT,
-    env: {
-      ...process.env,
-      SERVICE_HOST: '127.0.0.1',
-      SERVICE_PORT: String(port),
-      SERVICE_DATA_DIR: dataDir,
-      SERVICE_AVATARS_DIR: avatarsDir,
-      TMPDIR: tmpDir,
-      SERVICE_RENDER_THREADS: '0',
-      ...env,
+  const child = spawn(
+    process.execPath,
+    ['--no-turbo-fast-api-calls', ...nodeArgs, '--import', 'tsx', '--import', WATCHDOG, 'src/main.ts'],
+    {
+      cwd: SERVICE_ROOT,
+      env: {
+        ...process.env,
+        SERVICE_HOST: '127.0.0.1',
+        SERVICE_PORT: String(port),
+        SERVICE_DATA_DIR: dataDir,
+        SERVICE_AVATARS_DIR: avatarsDir,
+        TMPDIR: tmpDir,
+        SERVICE_RENDER_THREADS: '0',
+        ...env,
+      },
+      stdio: ['pipe', 'pipe', 'pipe'],
     },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
+  );
   const killOnExit = () => child.kill('SIGKILL');
   process.on('exit', killOnExit);
   let tail = '';
@@ -205,7 +221,10 @@ async function spawnWithFlags(nodeArgs: string[], env: Record<string, string>): 
       status = { code, signal };
       process.off('exit', killOnExit);
       // A service that dies on its own while measured: its last lines say why (a bench client only sees a closed socket).
-      if (!stopRequested) process.stderr.write(`bench service exited unexpectedly (${JSON.stringify(status)}); its last output:\n${tail.slice(-4000)}\n`);
+      if (!stopRequested)
+        process.stderr.write(
+          `bench service exited unexpectedly (${JSON.stringify(status)}); its last output:\n${tail.slice(-4000)}\n`,
+        );
       resolve(status);
     }),
   );

@@ -118,7 +118,8 @@ export async function measureCpuRow(row: CpuRow, sessions = SESSIONS, windowS = 
     // Memory after the CPU window (a forced GC would count in it): sessions still live and speaking.
     const during = await settledMemory(service);
     const active = await getJson<{ sessions: { active: number } }>(service.baseUrl, '/metrics');
-    if (active.sessions.active !== sessions) throw new Error(`expected ${sessions} active sessions, the service reports ${active.sessions.active}`);
+    if (active.sessions.active !== sessions)
+      throw new Error(`expected ${sessions} active sessions, the service reports ${active.sessions.active}`);
     const result: CpuRowResult = {
       model: row.model,
       speaking: row.speaking,
@@ -150,10 +151,16 @@ const RATIO_ROUNDS = Math.max(1, Number(process.env.BENCH_CPU_RATIO_ROUNDS ?? 3)
 const RATIO_ROWS = new Set(['lipsync_speaking', 'lipsync_clip_speaking', 'lipsync_still_clip_speaking']);
 
 type RowOutcome = CpuRowResult | { error: string };
-const measured = (outcome: RowOutcome | undefined): outcome is CpuRowResult => outcome !== undefined && !('error' in outcome);
+const measured = (outcome: RowOutcome | undefined): outcome is CpuRowResult =>
+  outcome !== undefined && !('error' in outcome);
 
 export async function benchSessionCpu(): Promise<Record<string, unknown>> {
-  const out: Record<string, unknown> = { sessions: SESSIONS, window_s: WINDOW_S, ratio_rounds: RATIO_ROUNDS, load_average_before: loadAverage() };
+  const out: Record<string, unknown> = {
+    sessions: SESSIONS,
+    window_s: WINDOW_S,
+    ratio_rounds: RATIO_ROUNDS,
+    load_average_before: loadAverage(),
+  };
   // Before the rows, with nothing of ours running: how fast this host is today (bench/host-probe.ts).
   out.host_probe_ms = hostProbeMs();
   // The same media sent by bare wrtc senders, nothing else: each row is also read as a multiple of it, which
@@ -163,7 +170,8 @@ export async function benchSessionCpu(): Promise<Record<string, unknown>> {
   const measureRow = async (row: CpuRow): Promise<RowOutcome> => {
     try {
       const result = await measureCpuRow(row);
-      result.cpu_ratio_to_transport_floor = 'error' in floor ? null : floorRatio(result.cpu_ms_per_session_second, floor);
+      result.cpu_ratio_to_transport_floor =
+        'error' in floor ? null : floorRatio(result.cpu_ms_per_session_second, floor);
       return result;
     } catch (error) {
       return { error: (error as Error).message };
@@ -173,7 +181,8 @@ export async function benchSessionCpu(): Promise<Record<string, unknown>> {
   for (const row of selected.filter((r) => !RATIO_ROWS.has(r.key))) out[row.key] = await measureRow(row);
   const rounds: Record<string, RowOutcome[]> = {};
   for (let round = 0; round < RATIO_ROUNDS; round++) {
-    for (const row of selected.filter((r) => RATIO_ROWS.has(r.key))) (rounds[row.key] ??= []).push(await measureRow(row));
+    for (const row of selected.filter((r) => RATIO_ROWS.has(r.key)))
+      (rounds[row.key] ??= []).push(await measureRow(row));
   }
   for (const [key, outcomes] of Object.entries(rounds)) out[key] = medianRound(outcomes);
   Object.assign(out, clipVsPhotoRounds(rounds.lipsync_speaking, rounds.lipsync_clip_speaking));
@@ -182,7 +191,10 @@ export async function benchSessionCpu(): Promise<Record<string, unknown>> {
 }
 
 /** A row measured in rounds: the round with the median CPU (the lower middle for an even count), each round's CPU and late frames beside it. */
-function medianRound(outcomes: RowOutcome[]): RowOutcome & { cpu_ms_per_session_second_rounds?: Array<number | null>; late_percent_rounds?: Array<number | null> } {
+function medianRound(outcomes: RowOutcome[]): RowOutcome & {
+  cpu_ms_per_session_second_rounds?: Array<number | null>;
+  late_percent_rounds?: Array<number | null>;
+} {
   const results = outcomes.filter(measured);
   if (results.length === 0) return outcomes[0];
   const median = medianBy(results, (r) => r.cpu_ms_per_session_second)!;
@@ -197,14 +209,20 @@ function medianRound(outcomes: RowOutcome[]): RowOutcome & { cpu_ms_per_session_
  * The clip-vs-photo ratio over rounds: each round's ratio (`clipVsPhoto`), then the median of the valid ones, reported
  * with that round's side-by-side figures and every round's ratio; invalid only when no round is valid.
  */
-function clipVsPhotoRounds(photo: RowOutcome[] | undefined, clip: RowOutcome[] | undefined, name = 'clip'): Record<string, unknown> {
+function clipVsPhotoRounds(
+  photo: RowOutcome[] | undefined,
+  clip: RowOutcome[] | undefined,
+  name = 'clip',
+): Record<string, unknown> {
   if (!photo || !clip) return {};
   const perRound = photo.map((p, i) => (measured(p) && measured(clip[i]) ? clipVsPhoto(p, clip[i], name) : null));
   const valid = perRound.filter((r): r is ClipVsPhoto => r !== null && r.invalid === null);
   const ratios = perRound.map((r) => r?.ratio ?? null);
   const reported = medianBy(valid, (r) => r.ratio) ?? perRound.find((r) => r !== null);
   if (!reported) return {};
-  console.log(`  ${name} vs photo over ${photo.length} rounds: ${ratios.join(', ')} → ${reported.ratio}× (${valid.length} valid)`);
+  console.log(
+    `  ${name} vs photo over ${photo.length} rounds: ${ratios.join(', ')} → ${reported.ratio}× (${valid.length} valid)`,
+  );
   return {
     [`${name}_vs_photo_cpu_ratio`]: reported.ratio,
     [`${name}_vs_photo_cpu_ratio_rounds`]: ratios,
@@ -231,7 +249,12 @@ interface ClipVsPhoto {
  * it is valid (both sessions at ≥ `RATIO_MIN_FPS`). A clip session that fell behind once read as a good 0.87× at 1 fps.
  */
 function clipVsPhoto(photo: CpuRowResult, clip: CpuRowResult, name = 'clip'): ClipVsPhoto {
-  const side = (row: CpuRowResult) => ({ cpu_ms_per_session_second: row.cpu_ms_per_session_second, fps_per_session: row.fps_per_session, late_percent: row.late_percent, host_steal_percent: row.host_steal_percent });
+  const side = (row: CpuRowResult) => ({
+    cpu_ms_per_session_second: row.cpu_ms_per_session_second,
+    fps_per_session: row.fps_per_session,
+    late_percent: row.late_percent,
+    host_steal_percent: row.host_steal_percent,
+  });
   const slow = [
     ...(photo.fps_per_session < RATIO_MIN_FPS ? [`photo ${photo.fps_per_session} fps`] : []),
     ...(clip.fps_per_session < RATIO_MIN_FPS ? [`clip ${clip.fps_per_session} fps`] : []),
@@ -241,7 +264,8 @@ function clipVsPhoto(photo: CpuRowResult, clip: CpuRowResult, name = 'clip'): Cl
   // row's window and varied 2× between rows (docs/performance.md), which moves the tree's ratio by ±0.1.
   const serviceOnly = (row: CpuRowResult) => (row.cpu_ms_by_process.service ?? 0) / (row.sessions * row.window_s);
   const serviceRatio = serviceOnly(photo) > 0 ? round(serviceOnly(clip) / serviceOnly(photo), 2) : null;
-  const invalid = slow.length > 0 ? `${slow.join(', ')} (< ${RATIO_MIN_FPS}): the sessions did not do the same work` : null;
+  const invalid =
+    slow.length > 0 ? `${slow.join(', ')} (< ${RATIO_MIN_FPS}): the sessions did not do the same work` : null;
   console.log(
     `  ${name} vs photo: CPU ${ratio}× (service process alone ${serviceRatio}×; clip ${clip.cpu_ms_per_session_second} ms, ${clip.fps_per_session} fps, ${clip.late_percent}% late; ` +
       `photo ${photo.cpu_ms_per_session_second} ms, ${photo.fps_per_session} fps, ${photo.late_percent}% late)${invalid ? ` — INVALID: ${invalid}` : ''}`,

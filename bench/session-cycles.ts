@@ -157,9 +157,13 @@ export function lastMallocStats(output: string): MallocTotals | null {
 
 async function mallocStatsOf(pid: number, logs: () => string): Promise<MallocTotals | null> {
   try {
-    await promisify(execFile)('gdb', ['--readnever', '-nx', '-batch', '-p', String(pid), '-ex', 'call (void)malloc_stats()'], {
-      timeout: GDB_TIMEOUT_MS,
-    });
+    await promisify(execFile)(
+      'gdb',
+      ['--readnever', '-nx', '-batch', '-p', String(pid), '-ex', 'call (void)malloc_stats()'],
+      {
+        timeout: GDB_TIMEOUT_MS,
+      },
+    );
   } catch (error) {
     console.log(`  malloc_stats via gdb failed: ${(error as Error).message.split('\n')[0]}`);
     return null;
@@ -248,7 +252,10 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
         elapsed_s: round((performance.now() - started) / 1000, 1),
       };
       samples.push(s);
-      const mallocText = s.malloc_in_use_mb === undefined ? '' : `, malloc in use ${s.malloc_in_use_mb} of ${s.malloc_system_mb} MB (${s.malloc_arenas} arenas)`;
+      const mallocText =
+        s.malloc_in_use_mb === undefined
+          ? ''
+          : `, malloc in use ${s.malloc_in_use_mb} of ${s.malloc_system_mb} MB (${s.malloc_arenas} arenas)`;
       console.log(
         `  ${s.cycles} cycles: rss ${s.service_rss_mb} MB (anon ${s.rss_anon_mb}, file ${s.rss_file_mb}; tree ${s.tree_rss_mb} MB)${mallocText}, heap used ${s.heap_used_mb} MB ` +
           `(total ${s.heap_total_mb}: new ${s.new_space_mb}, old ${s.old_space_mb}; resident ${s.heap_physical_mb}; V8 malloc ${s.v8_malloced_mb}), external ${s.external_mb} MB (arrayBuffers ${s.array_buffers_mb}), ` +
@@ -323,7 +330,9 @@ export async function benchSessionCycles(cycles = CYCLES): Promise<Record<string
     peer_every: PEER_EVERY,
     // The glibc malloc settings the service ran with (from `npm start`'s script or the bench's own environment),
     // so runs compare like for like.
-    service_malloc_env: Object.fromEntries(Object.entries({ ...process.env, ...startScriptEnv() }).filter(([name]) => name.startsWith('MALLOC_'))),
+    service_malloc_env: Object.fromEntries(
+      Object.entries({ ...process.env, ...startScriptEnv() }).filter(([name]) => name.startsWith('MALLOC_')),
+    ),
     failures,
     last_error: lastError || undefined,
     seconds: round((performance.now() - started) / 1000, 1),
@@ -344,7 +353,11 @@ function smapsReport(samples: CycleSample[], smaps: Map<number, Mapping[]>): Rec
     smaps_second_half: smapsGrowth(at(halfway), at(last)),
     smaps_mappings_grown_second_half: mappingsThatGrew(at(halfway), at(last)),
   };
-  console.log('  smaps, second half:', JSON.stringify(report.smaps_second_half), JSON.stringify(report.smaps_mappings_grown_second_half));
+  console.log(
+    '  smaps, second half:',
+    JSON.stringify(report.smaps_second_half),
+    JSON.stringify(report.smaps_mappings_grown_second_half),
+  );
   return report;
 }
 
@@ -360,8 +373,24 @@ export function cycleGrowth(samples: CycleSample[]): Record<string, number> {
   const afterWarm = samples.filter((s) => s.cycles >= warm.cycles);
   const secondHalf = samples.filter((s) => s.cycles >= halfway.cycles);
   // The same slopes for the service's own figures: if RSS climbs while these stay flat, nothing JS-visible is retained.
-  type Figure = 'heap_used_mb' | 'heap_total_mb' | 'new_space_mb' | 'old_space_mb' | 'heap_physical_mb' | 'v8_malloced_mb' | 'worker_heap_used_mb' | 'worker_heap_total_mb' | 'external_mb' | 'array_buffers_mb';
-  type OtherFigure = 'handles' | 'rss_anon_mb' | 'rss_file_mb' | 'outside_v8_mb' | 'malloc_in_use_mb' | 'malloc_system_mb';
+  type Figure =
+    | 'heap_used_mb'
+    | 'heap_total_mb'
+    | 'new_space_mb'
+    | 'old_space_mb'
+    | 'heap_physical_mb'
+    | 'v8_malloced_mb'
+    | 'worker_heap_used_mb'
+    | 'worker_heap_total_mb'
+    | 'external_mb'
+    | 'array_buffers_mb';
+  type OtherFigure =
+    | 'handles'
+    | 'rss_anon_mb'
+    | 'rss_file_mb'
+    | 'outside_v8_mb'
+    | 'malloc_in_use_mb'
+    | 'malloc_system_mb';
   const slopes = (key: Figure | OtherFigure) => ({
     [`${key}_growth_after_warm`]: round((last[key] ?? NaN) - (warm[key] ?? NaN), 1),
     [`${key}_slope_per_1000_cycles`]: slopePer1000(afterWarm, (s) => s[key] ?? NaN),

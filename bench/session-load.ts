@@ -10,7 +10,8 @@ import { SseClient } from '../test/helpers/sse.ts';
 import { hostStealMs, loadAverage, sampleTree, threadCpu, threadCpuDelta, type TreeSample } from './proc.ts';
 
 /** ~8 s of speech per turn with the built-in voice: turns end rarely, so the gaps between them are a small share. */
-export const SPEECH_TEXT = 'The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. How vexingly quick daft zebras jump.';
+export const SPEECH_TEXT =
+  'The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. How vexingly quick daft zebras jump.';
 /** How often the speaking loop looks for the end of its turn (polling faster only costs the bench's own CPU). */
 const TURN_POLL_MS = 25;
 /** A turn that does not come back to idle within this long is abandoned (the loop speaks again). */
@@ -50,7 +51,8 @@ export async function getJson<T>(baseUrl: string, route: string): Promise<T> {
 export async function avatarFor(baseUrl: string, model: SessionModel): Promise<AvatarInfo> {
   const avatars = await getJson<AvatarInfo[]>(baseUrl, '/avatars');
   // lipsync_b renders photo avatars (model_type lipsync) once the service has a model (SERVICE_LIPSYNC_B_MODEL).
-  const preferred = model === 'lipsync' || model === 'lipsync_b' ? avatars.find((a) => a.id === 'astronaut') : undefined;
+  const preferred =
+    model === 'lipsync' || model === 'lipsync_b' ? avatars.find((a) => a.id === 'astronaut') : undefined;
   const avatar = preferred ?? avatars.find((a) => a.model_type === model);
   if (!avatar) throw new Error(`no avatar of model type ${model}`);
   return avatar;
@@ -113,7 +115,10 @@ export class SessionLoad {
   async open(model: SessionModel, count: number, avatarId?: string): Promise<void> {
     const avatar = avatarId ?? (await avatarFor(this.baseUrl, model)).id;
     for (let i = 0; i < count; i++) {
-      const { session_id } = await postJson<{ session_id: string }>(this.baseUrl, '/sessions', { avatar_id: avatar, model });
+      const { session_id } = await postJson<{ session_id: string }>(this.baseUrl, '/sessions', {
+        avatar_id: avatar,
+        model,
+      });
       const sse = await SseClient.open(`${this.baseUrl}/sessions/${session_id}/events`);
       const peer = await ReceivingPeer.connect(this.baseUrl, session_id);
       peer.keepFrames = false;
@@ -133,7 +138,9 @@ export class SessionLoad {
   /** Stops starting new turns and waits for the current ones to end (interrupting them). */
   async stopSpeaking(): Promise<void> {
     this.speaking = false;
-    await Promise.all(this.sessions.map((s) => post(this.baseUrl, `/sessions/${s.id}/interrupt`).then((r) => r.text())));
+    await Promise.all(
+      this.sessions.map((s) => post(this.baseUrl, `/sessions/${s.id}/interrupt`).then((r) => r.text())),
+    );
     await Promise.all(this.loops);
     this.loops = [];
   }
@@ -211,7 +218,9 @@ export class SessionLoad {
       turns_completed: turnsAfter - turnsBefore,
       service_rss_mb: round(mean(samples.map((x) => x.rootRss)) / 1e6, 1),
       tree_rss_mb: round(mean(samples.map((x) => x.treeRss)) / 1e6, 1),
-      cpu_ms_per_s_series: samples.slice(1).map((x, i) => Math.round(((x.cpuMs - samples[i].cpuMs) * 1000) / (x.at - samples[i].at))),
+      cpu_ms_per_s_series: samples
+        .slice(1)
+        .map((x, i) => Math.round(((x.cpuMs - samples[i].cpuMs) * 1000) / (x.at - samples[i].at))),
       host_steal_percent: round((stealMs / (seconds * 1000 * os.cpus().length)) * 100, 2),
       load_average: loadAverage(),
       hr_us: { start: hrStart, end: hrEnd },
@@ -233,7 +242,9 @@ export class SessionLoad {
   async close(): Promise<void> {
     if (this.speaking) await this.stopSpeaking();
     for (const s of this.sessions) {
-      await fetch(`${this.baseUrl}/sessions/${s.id}`, { method: 'DELETE' }).then((r) => r.text()).catch(() => undefined);
+      await fetch(`${this.baseUrl}/sessions/${s.id}`, { method: 'DELETE' })
+        .then((r) => r.text())
+        .catch(() => undefined);
       s.peer.close();
       s.sse.close();
     }
@@ -242,7 +253,12 @@ export class SessionLoad {
 }
 
 /** One full session lifetime that loads what the first session of a process loads (render worker code, TTS engines). */
-export async function warmUp(baseUrl: string, servicePid: number, model: SessionModel, avatarId?: string): Promise<void> {
+export async function warmUp(
+  baseUrl: string,
+  servicePid: number,
+  model: SessionModel,
+  avatarId?: string,
+): Promise<void> {
   const load = new SessionLoad(baseUrl, servicePid);
   try {
     await load.open(model, 1, avatarId);
@@ -263,7 +279,8 @@ export function hrUs(): number {
 
 function diffRecords(before: TreeSample, after: TreeSample): Record<string, number> {
   const out: Record<string, number> = {};
-  for (const [key, value] of Object.entries(after.byProcess)) out[key] = Math.round(value - (before.byProcess[key] ?? 0));
+  for (const [key, value] of Object.entries(after.byProcess))
+    out[key] = Math.round(value - (before.byProcess[key] ?? 0));
   return out;
 }
 

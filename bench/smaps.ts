@@ -31,7 +31,13 @@ export function parseSmaps(text: string): Mapping[] {
   for (const line of text.split('\n')) {
     const header = /^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$/.exec(line);
     if (header) {
-      current = { start: parseInt(header[1], 16), end: parseInt(header[2], 16), perms: header[3], name: header[4].trim(), rssKb: 0 };
+      current = {
+        start: parseInt(header[1], 16),
+        end: parseInt(header[2], 16),
+        perms: header[3],
+        name: header[4].trim(),
+        rssKb: 0,
+      };
       out.push(current);
       continue;
     }
@@ -51,7 +57,20 @@ export function mappingKind(m: Mapping): string {
   if (m.name.startsWith('/')) return `file ${m.name.slice(m.name.lastIndexOf('/') + 1)}`;
   if (m.name) return m.name;
   const kb = (m.end - m.start) / 1024;
-  const size = kb < 256 ? '<256K' : kb === 256 ? '256K' : kb < 1024 ? '256K-1M' : kb < 8192 ? '1M-8M' : kb <= 8200 ? '8M' : kb < 65536 ? '8M-64M' : '64M+';
+  const size =
+    kb < 256
+      ? '<256K'
+      : kb === 256
+        ? '256K'
+        : kb < 1024
+          ? '256K-1M'
+          : kb < 8192
+            ? '1M-8M'
+            : kb <= 8200
+              ? '8M'
+              : kb < 65536
+                ? '8M-64M'
+                : '64M+';
   return `anon ${m.perms} ${size}`;
 }
 
@@ -90,7 +109,12 @@ export function smapsGrowth(before: Mapping[], after: Mapping[], minKb = 256): K
     const y = b.get(kind);
     const delta = (y?.rssKb ?? 0) - (x?.rssKb ?? 0);
     if (Math.abs(delta) < minKb) continue;
-    out.push({ kind, mappings: [x?.mappings ?? 0, y?.mappings ?? 0], rss_kb: [x?.rssKb ?? 0, y?.rssKb ?? 0], rss_delta_kb: delta });
+    out.push({
+      kind,
+      mappings: [x?.mappings ?? 0, y?.mappings ?? 0],
+      rss_kb: [x?.rssKb ?? 0, y?.rssKb ?? 0],
+      rss_delta_kb: delta,
+    });
   }
   return out.sort((p, q) => Math.abs(q.rss_delta_kb) - Math.abs(p.rss_delta_kb));
 }
@@ -112,7 +136,12 @@ export function mappingsThatGrew(before: Mapping[], after: Mapping[], top = 10):
   for (const m of after) {
     const old = earlier.get(m.start);
     if (!old || m.rssKb <= old.rssKb) continue;
-    out.push({ start: m.start.toString(16), size_kb: (m.end - m.start) / 1024, kind: mappingKind(m), rss_kb: [old.rssKb, m.rssKb] });
+    out.push({
+      start: m.start.toString(16),
+      size_kb: (m.end - m.start) / 1024,
+      kind: mappingKind(m),
+      rss_kb: [old.rssKb, m.rssKb],
+    });
   }
   return out.sort((p, q) => q.rss_kb[1] - q.rss_kb[0] - (p.rss_kb[1] - p.rss_kb[0])).slice(0, top);
 }

@@ -63,7 +63,9 @@ async function connectPair(videoKbps?: number): Promise<PeerPair> {
   await receiver.setRemoteDescription(sender.localDescription!);
   await receiver.setLocalDescription(await receiver.createAnswer());
   const answer = receiver.localDescription!;
-  await sender.setRemoteDescription(videoKbps ? { type: answer.type, sdp: withVideoBitrateCap(answer.sdp, videoKbps) } : answer);
+  await sender.setRemoteDescription(
+    videoKbps ? { type: answer.type, sdp: withVideoBitrateCap(answer.sdp, videoKbps) } : answer,
+  );
   const deadline = performance.now() + 10_000;
   while (sender.connectionState !== 'connected' && performance.now() < deadline) await sleep(20);
   return {
@@ -95,7 +97,10 @@ interface FeedResult {
   processCpuMsPerS: number;
 }
 
-async function feed(pair: PeerPair, opts: { audioRate: number; video: boolean; freshBuffers: boolean }): Promise<FeedResult> {
+async function feed(
+  pair: PeerPair,
+  opts: { audioRate: number; video: boolean; freshBuffers: boolean },
+): Promise<FeedResult> {
   const pid = process.pid;
   const pcm = toneChunk(opts.audioRate);
   const samples = pcm.length;
@@ -114,7 +119,13 @@ async function feed(pair: PeerPair, opts: { audioRate: number; video: boolean; f
     const due = Math.floor((performance.now() - start) / 10);
     while (chunks < due) {
       const t0 = performance.now();
-      pair.audio.onData({ samples: pcm, sampleRate: opts.audioRate, bitsPerSample: 16, channelCount: 1, numberOfFrames: samples });
+      pair.audio.onData({
+        samples: pcm,
+        sampleRate: opts.audioRate,
+        bitsPerSample: 16,
+        channelCount: 1,
+        numberOfFrames: samples,
+      });
       onDataUs += (performance.now() - t0) * 1000;
       onDataCalls++;
       chunks++;
@@ -135,11 +146,17 @@ async function feed(pair: PeerPair, opts: { audioRate: number; video: boolean; f
   const groups: Record<string, number> = {};
   for (const [name, ms] of Object.entries(byThread)) {
     const group =
-      name === 'EncoderQueue' ? 'EncoderQueue (VP8)' :
-      name === 'AudioEncoder' ? 'AudioEncoder (Opus)' :
-      name === 'main (JS event loop)' ? 'main thread' :
-      name.startsWith('node thread') ? "node's threads (V8 GC helpers, libuv)" :
-      RECEIVER_THREADS.test(name) ? 'receiver side (decode, playout; not the sender)' : 'RTP send path & other libwebrtc threads';
+      name === 'EncoderQueue'
+        ? 'EncoderQueue (VP8)'
+        : name === 'AudioEncoder'
+          ? 'AudioEncoder (Opus)'
+          : name === 'main (JS event loop)'
+            ? 'main thread'
+            : name.startsWith('node thread')
+              ? "node's threads (V8 GC helpers, libuv)"
+              : RECEIVER_THREADS.test(name)
+                ? 'receiver side (decode, playout; not the sender)'
+                : 'RTP send path & other libwebrtc threads';
     groups[group] = (groups[group] ?? 0) + ms;
   }
   const bytesAfter = await pair.videoBytesSent();
@@ -147,7 +164,11 @@ async function feed(pair: PeerPair, opts: { audioRate: number; video: boolean; f
     videoKbps: round(((bytesAfter - bytesBefore) * 8) / 1000 / seconds, 0),
     onDataUsPerCall: round(onDataUs / Math.max(1, onDataCalls), 1),
     onFrameUsPerCall: round(onFrameUs / Math.max(1, onFrameCalls), 1),
-    threadsMsPerS: Object.fromEntries(Object.entries(groups).map(([k, v]) => [k, round(v / seconds, 1)]).sort((a, b) => (b[1] as number) - (a[1] as number))),
+    threadsMsPerS: Object.fromEntries(
+      Object.entries(groups)
+        .map(([k, v]) => [k, round(v / seconds, 1)])
+        .sort((a, b) => (b[1] as number) - (a[1] as number)),
+    ),
     processCpuMsPerS: round((cpu.user + cpu.system) / 1000 / seconds, 1),
   };
 }

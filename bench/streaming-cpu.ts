@@ -30,7 +30,11 @@ export async function benchStreamingCpu(): Promise<Record<string, unknown>> {
     const alone = await load.measure(WINDOW_S * 1000, SETTLE_S * 1000);
 
     viewer = await ReceivingPeer.connectWith(async (offer) => {
-      const res = await fetch(`${service.baseUrl}/sessions/${sessionId}/whep`, { method: 'POST', headers: { 'content-type': 'application/sdp' }, body: offer.sdp });
+      const res = await fetch(`${service.baseUrl}/sessions/${sessionId}/whep`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/sdp' },
+        body: offer.sdp,
+      });
       if (res.status !== 201) throw new Error(`whep refused: ${res.status} ${await res.text()}`);
       return { type: 'answer', sdp: await res.text() };
     });
@@ -44,14 +48,22 @@ export async function benchStreamingCpu(): Promise<Record<string, unknown>> {
     });
     if (created.status !== 201) throw new Error(`output refused: ${created.status} ${await created.text()}`);
     const withRtmp = await load.measure(WINDOW_S * 1000, SETTLE_S * 1000);
-    const outputs = (await (await fetch(`${service.baseUrl}/sessions/${sessionId}/outputs`)).json()) as { outputs: Array<{ state: string }> };
+    const outputs = (await (await fetch(`${service.baseUrl}/sessions/${sessionId}/outputs`)).json()) as {
+      outputs: Array<{ state: string }>;
+    };
 
     const perSecond = (cpuMs: number, windowS: number) => round(cpuMs / windowS, 1);
     const result = {
       window_s: WINDOW_S,
       session_cpu_ms_per_s: perSecond(alone.cpu_ms, alone.window_s),
-      whep_viewer_cpu_ms_per_s: round(perSecond(withViewer.cpu_ms, withViewer.window_s) - perSecond(alone.cpu_ms, alone.window_s), 1),
-      rtmp_output_cpu_ms_per_s: round(perSecond(withRtmp.cpu_ms, withRtmp.window_s) - perSecond(withViewer.cpu_ms, withViewer.window_s), 1),
+      whep_viewer_cpu_ms_per_s: round(
+        perSecond(withViewer.cpu_ms, withViewer.window_s) - perSecond(alone.cpu_ms, alone.window_s),
+        1,
+      ),
+      rtmp_output_cpu_ms_per_s: round(
+        perSecond(withRtmp.cpu_ms, withRtmp.window_s) - perSecond(withViewer.cpu_ms, withViewer.window_s),
+        1,
+      ),
       rtmp_output_state: outputs.outputs[0]?.state,
       late_percent: [alone.late_percent, withViewer.late_percent, withRtmp.late_percent],
       cpu_ms_by_process_with_rtmp: withRtmp.cpu_ms_by_process,

@@ -64,7 +64,11 @@ function speakingFrames(base: Uint8Array, count: number): Uint8Array[] {
     const frame = Uint8Array.from(base);
     const open = Math.round(MOUTH.maxOpen * (0.5 + 0.5 * Math.sin((2 * Math.PI * i) / count)));
     for (let y = MOUTH.y - open / 2; y < MOUTH.y + open / 2; y++) {
-      frame.fill(40, Math.round(y) * WIDTH + MOUTH.x - MOUTH.halfWidth, Math.round(y) * WIDTH + MOUTH.x + MOUTH.halfWidth);
+      frame.fill(
+        40,
+        Math.round(y) * WIDTH + MOUTH.x - MOUTH.halfWidth,
+        Math.round(y) * WIDTH + MOUTH.x + MOUTH.halfWidth,
+      );
     }
     return frame;
   });
@@ -85,7 +89,13 @@ async function feed(): Promise<void> {
       chunks++;
       const frame = chunks % (100 / FPS) === 0 ? frames[frameIndex++ % frames.length] : null;
       for (const sender of senders) {
-        sender.audio.onData({ samples: pcm, sampleRate: SAMPLE_RATE, bitsPerSample: 16, channelCount: 1, numberOfFrames: pcm.length });
+        sender.audio.onData({
+          samples: pcm,
+          sampleRate: SAMPLE_RATE,
+          bitsPerSample: 16,
+          channelCount: 1,
+          numberOfFrames: pcm.length,
+        });
         if (frame) sender.video.onFrame({ width: WIDTH, height: HEIGHT, data: frame });
       }
     }

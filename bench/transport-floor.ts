@@ -34,10 +34,17 @@ export interface TransportFloor {
   load_average: [number, number, number];
 }
 
-type SenderMessage = { type: 'ready' } | { type: 'offer'; index: number; sdp: string } | { type: 'feeding' } | { type: 'error'; message: string };
+type SenderMessage =
+  | { type: 'ready' }
+  | { type: 'offer'; index: number; sdp: string }
+  | { type: 'feeding' }
+  | { type: 'error'; message: string };
 
 export async function measureTransportFloor(streams = STREAMS, windowS = WINDOW_S): Promise<TransportFloor> {
-  const child = fork(SENDER, [], { execArgv: ['--no-turbo-fast-api-calls', '--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(SENDER, [], {
+    execArgv: ['--no-turbo-fast-api-calls', '--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   const receivers: Array<InstanceType<typeof RTCPeerConnection>> = [];
   const sinks: Array<{ stop(): void }> = [];
   let framesReceived = 0;
@@ -91,8 +98,11 @@ export async function measureTransportFloor(streams = STREAMS, windowS = WINDOW_
       fps_per_stream: round((framesReceived - framesBefore) / streams / seconds, 1),
       load_average: loadAverage(),
     };
-    if (result.fps_per_stream < 20) throw new Error(`transport floor: receivers got ${result.fps_per_stream} fps per stream`);
-    console.log(`  transport floor: ${result.cpu_ms_per_stream_second} ms CPU per stream-second (${streams} bare wrtc senders, ${result.fps_per_stream} fps received)`);
+    if (result.fps_per_stream < 20)
+      throw new Error(`transport floor: receivers got ${result.fps_per_stream} fps per stream`);
+    console.log(
+      `  transport floor: ${result.cpu_ms_per_stream_second} ms CPU per stream-second (${streams} bare wrtc senders, ${result.fps_per_stream} fps received)`,
+    );
     return result;
   } finally {
     for (const sink of sinks) sink.stop();

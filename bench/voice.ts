@@ -25,9 +25,15 @@ export async function benchVoice(): Promise<Record<string, unknown>> {
   const upstream = await startOpenAiUpstream({
     transcription: { transcript: 'What will the weather be like tomorrow?', delayMs: ASR_MS },
     // As in the chat step: a first sentence complete at the second token, so token pacing hardly counts.
-    chat: { replyTokens: ['Sure', '!', ' It', ' will', ' be', ' sunny', '.'], firstTokenDelayMs: TTFT_MS, tokenDelayMs: 20 },
+    chat: {
+      replyTokens: ['Sure', '!', ' It', ' will', ' be', ' sunny', '.'],
+      firstTokenDelayMs: TTFT_MS,
+      tokenDelayMs: 20,
+    },
   });
-  const t = await startTestApp({ env: { SERVICE_LLM_BASE_URL: upstream.baseUrl, SERVICE_ASR_BASE_URL: upstream.baseUrl } });
+  const t = await startTestApp({
+    env: { SERVICE_LLM_BASE_URL: upstream.baseUrl, SERVICE_ASR_BASE_URL: upstream.baseUrl },
+  });
   const { session_id, sse, peer } = await openWarmSession(t.baseUrl);
   const listen = AudioStreamClient.connectTo(`${t.baseUrl.replace(/^http/, 'ws')}/sessions/${session_id}/listen`);
   await listen.waitOpen();
@@ -38,10 +44,16 @@ export async function benchVoice(): Promise<Record<string, unknown>> {
   try {
     for (let run = 0; run < RUNS; run++) {
       const quietSince = performance.now();
-      await peer.until(() => {
-        const recent = peer.audio.slice(-QUIET_BUFFERS);
-        return recent.length === QUIET_BUFFERS && recent[0].at > quietSince && recent.every((a) => a.rms < AUDIBLE_RMS);
-      }, 10_000, 'silence before the next turn');
+      await peer.until(
+        () => {
+          const recent = peer.audio.slice(-QUIET_BUFFERS);
+          return (
+            recent.length === QUIET_BUFFERS && recent[0].at > quietSince && recent.every((a) => a.rms < AUDIBLE_RMS)
+          );
+        },
+        10_000,
+        'silence before the next turn',
+      );
       const { startMs, endMs } = utterances[run % utterances.length];
       const lead = new Int16Array(16 * 300);
       const spoken = fixture.pcm.subarray(startMs * 16, endMs * 16);
@@ -52,7 +64,11 @@ export async function benchVoice(): Promise<Record<string, unknown>> {
       // The user's speech ends when its last sample is sent; the rest is the silence a live microphone sends.
       const userEndAt = startedAt + 300 + (endMs - startMs);
       const sending = streamPcm(listen, framesOf(pcmBytes(concat(lead, spoken, trail)), 640));
-      await until(() => listen.messages.slice(messagesBefore).some((m) => m.type === 'speech_end'), 10_000, 'speech_end');
+      await until(
+        () => listen.messages.slice(messagesBefore).some((m) => m.type === 'speech_end'),
+        10_000,
+        'speech_end',
+      );
       const endOfTurnAt = listen.messages.slice(messagesBefore).find((m) => m.type === 'speech_end')!.at;
       await peer.until(() => peer.firstAudible(endOfTurnAt, AUDIBLE_RMS) !== undefined, 15_000, 'audible');
       const audibleAt = peer.firstAudible(endOfTurnAt, AUDIBLE_RMS)!.at;
@@ -64,8 +80,11 @@ export async function benchVoice(): Promise<Record<string, unknown>> {
       await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 30_000, 'idle', from);
     }
     const metrics = await json(await fetch(`${t.baseUrl}/sessions/${session_id}/metrics`));
-    const turns = (metrics.turns as Array<Record<string, number | string | null>>).filter((turn) => turn.mode === 'voice');
-    const figures = (key: string) => summary(turns.map((turn) => turn[key]).filter((v): v is number => typeof v === 'number'));
+    const turns = (metrics.turns as Array<Record<string, number | string | null>>).filter(
+      (turn) => turn.mode === 'voice',
+    );
+    const figures = (key: string) =>
+      summary(turns.map((turn) => turn[key]).filter((v): v is number => typeof v === 'number'));
     return {
       asr_ms: ASR_MS,
       ttft_ms: TTFT_MS,

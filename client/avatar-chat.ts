@@ -121,7 +121,12 @@ export class AvatarChatElement extends HTMLElement {
     try {
       const response = await fetch(`${this.server}/avatars/${encodeURIComponent(avatarId)}`);
       if (!response.ok) return null;
-      const manifest = (await response.json()) as { model_type: string; width: number; height: number; metadata?: Record<string, unknown> };
+      const manifest = (await response.json()) as {
+        model_type: string;
+        width: number;
+        height: number;
+        metadata?: Record<string, unknown>;
+      };
       Object.assign(video.style, faceCrop(manifest) ?? { left: '0', top: '0', width: '100%', height: '100%' });
       return manifest;
     } catch {
@@ -132,9 +137,11 @@ export class AvatarChatElement extends HTMLElement {
   /** Chat or speak, Talk or not, from what the service has; says once in the element what is missing. */
   private applyCapabilities(capabilities: Capabilities | null): void {
     const attribute = this.getAttribute('reply');
-    this.replyMode = attribute === 'speak' || attribute === 'chat' ? attribute : capabilities && !capabilities.llm ? 'speak' : 'chat';
+    this.replyMode =
+      attribute === 'speak' || attribute === 'chat' ? attribute : capabilities && !capabilities.llm ? 'speak' : 'chat';
     const notes: string[] = [];
-    if (!attribute && this.replyMode === 'speak') notes.push('This service has no language model: the avatar says what you type.');
+    if (!attribute && this.replyMode === 'speak')
+      notes.push('This service has no language model: the avatar says what you type.');
     const talkOff = capabilities !== null && !capabilities.asr && this.getAttribute('mode') !== 'text';
     this.talkReason = talkOff ? 'Talk is off: this service has no speech recognition.' : null;
     if (this.talkReason) notes.push(this.talkReason);
@@ -171,12 +178,19 @@ export class AvatarChatElement extends HTMLElement {
     this.client = client;
     this.listen(client);
     try {
-      const avatarId = this.getAttribute('avatar') ?? (await client.request<Array<{ id: string }>>('GET', '/avatars')).data[0]?.id;
+      const avatarId =
+        this.getAttribute('avatar') ?? (await client.request<Array<{ id: string }>>('GET', '/avatars')).data[0]?.id;
       if (!avatarId) throw new Error('the avatar service has no avatars');
-      const [provider, voice] = (this.getAttribute('voice') ?? '').includes('|') ? this.getAttribute('voice')!.split('|') : [null, this.getAttribute('voice')];
+      const [provider, voice] = (this.getAttribute('voice') ?? '').includes('|')
+        ? this.getAttribute('voice')!.split('|')
+        : [null, this.getAttribute('voice')];
       const manifest = await this.showAvatar(avatarId);
       this.applyCapabilities(await this.capabilities);
-      const model = this.getAttribute('model') ?? manifest?.model_type ?? (await client.request<{ model_type: string }>('GET', `/avatars/${encodeURIComponent(avatarId)}`)).data.model_type;
+      const model =
+        this.getAttribute('model') ??
+        manifest?.model_type ??
+        (await client.request<{ model_type: string }>('GET', `/avatars/${encodeURIComponent(avatarId)}`)).data
+          .model_type;
       await client.createSession({
         avatar_id: avatarId,
         model,
@@ -227,7 +241,11 @@ export class AvatarChatElement extends HTMLElement {
       if (stage === 'speaking') this.dispatch('speaking', { speaking: true, turnId: turn_id });
       if (stage === 'idle' || stage === 'interrupted') this.dispatch('speaking', { speaking: false, turnId: turn_id });
       if (stage === 'idle' && turn_id && this.captions.has(turn_id)) {
-        this.dispatch('transcript', { role: 'assistant', text: this.captions.get(turn_id)!.textContent, turnId: turn_id });
+        this.dispatch('transcript', {
+          role: 'assistant',
+          text: this.captions.get(turn_id)!.textContent,
+          turnId: turn_id,
+        });
         this.captions.delete(turn_id);
       }
     });

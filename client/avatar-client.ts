@@ -36,8 +36,14 @@ export const FACE_CROP_WIDTHS = 2.4;
  * `overflow: hidden` (`width`/`height` of the element, `left`/`top` its offset). Null when the manifest has no face
  * box (drawn and clip avatars are framed on the face already) or the crop would be the whole frame.
  */
-export function faceCrop(manifest: { width: number; height: number; metadata?: Record<string, unknown> }): { left: string; top: string; width: string; height: string } | null {
-  const box = (manifest.metadata?.animation as { face_box?: { x: number; y: number; width: number; height: number } } | undefined)?.face_box;
+export function faceCrop(manifest: {
+  width: number;
+  height: number;
+  metadata?: Record<string, unknown>;
+}): { left: string; top: string; width: string; height: string } | null {
+  const box = (
+    manifest.metadata?.animation as { face_box?: { x: number; y: number; width: number; height: number } } | undefined
+  )?.face_box;
   if (!box || !(box.width > 0) || !(box.height > 0)) return null;
   const side = Math.min(manifest.width, manifest.height, Math.max(box.width, box.height) * FACE_CROP_WIDTHS);
   if (side >= Math.min(manifest.width, manifest.height)) return null;
@@ -173,7 +179,8 @@ export class AvatarClient {
     const sessionId = this.sessionId;
     this.disconnect();
     this.sessionId = null;
-    if (sessionId !== null) await this.request('DELETE', `/sessions/${encodeURIComponent(sessionId)}`, undefined, { keepalive });
+    if (sessionId !== null)
+      await this.request('DELETE', `/sessions/${encodeURIComponent(sessionId)}`, undefined, { keepalive });
   }
 
   /** Closes media and events without ending the session. Idempotent. */
@@ -202,8 +209,11 @@ export class AvatarClient {
    */
   async talk(): Promise<MediaStream> {
     if (this.microphone) return this.microphone;
-    const getUserMedia = this.options.getUserMedia ?? ((c: MediaStreamConstraints) => navigator.mediaDevices.getUserMedia(c));
-    const microphone = await getUserMedia({ audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true } });
+    const getUserMedia =
+      this.options.getUserMedia ?? ((c: MediaStreamConstraints) => navigator.mediaDevices.getUserMedia(c));
+    const microphone = await getUserMedia({
+      audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true },
+    });
     this.microphone = microphone;
     try {
       await this.offer(microphone);
@@ -247,7 +257,9 @@ export class AvatarClient {
 
   /** Answers a client tool's call by hand (handlers registered in `tools` do this automatically). */
   async sendToolResult(callId: string, output: unknown): Promise<ToolResultResponse> {
-    return (await this.request<ToolResultResponse>('POST', this.sessionPath('/tool_results'), { call_id: callId, output })).data;
+    return (
+      await this.request<ToolResultResponse>('POST', this.sessionPath('/tool_results'), { call_id: callId, output })
+    ).data;
   }
 
   // ——— internals ———
@@ -291,7 +303,10 @@ export class AvatarClient {
       data = text;
     }
     if (!response.ok) {
-      const detail = typeof (data as { detail?: unknown } | null)?.detail === 'string' ? (data as { detail: string }).detail : text || response.statusText;
+      const detail =
+        typeof (data as { detail?: unknown } | null)?.detail === 'string'
+          ? (data as { detail: string }).detail
+          : text || response.statusText;
       throw new AvatarApiError(method, path, response.status, detail);
     }
     return { data: data as T, turnId: response.headers.get('x-turn-id') };
@@ -308,10 +323,15 @@ export class AvatarClient {
       const track = microphone?.getAudioTracks()[0];
       if (track) pc.addTransceiver(track, { direction: 'sendrecv', streams: [microphone!] });
       else pc.addTransceiver('audio', { direction: 'recvonly' });
-      pc.addEventListener('track', (event) => this.emit('track', { track: event.track, stream: event.streams[0] ?? null }));
+      pc.addEventListener('track', (event) =>
+        this.emit('track', { track: event.track, stream: event.streams[0] ?? null }),
+      );
       await pc.setLocalDescription(await pc.createOffer());
       await gatherIce(pc);
-      const { data: answer } = await this.request<SdpAnswer>('POST', path, { type: 'offer', sdp: pc.localDescription!.sdp });
+      const { data: answer } = await this.request<SdpAnswer>('POST', path, {
+        type: 'offer',
+        sdp: pc.localDescription!.sdp,
+      });
       await pc.setRemoteDescription(answer);
     } catch (error) {
       pc.close();
@@ -334,7 +354,10 @@ export class AvatarClient {
       for (let attempt = 1; !controller.signal.aborted; attempt++) {
         let terminated = false;
         try {
-          const response = await this.fetchImpl(`${this.server}${path}`, { headers: { accept: 'text/event-stream' }, signal: controller.signal });
+          const response = await this.fetchImpl(`${this.server}${path}`, {
+            headers: { accept: 'text/event-stream' },
+            signal: controller.signal,
+          });
           if (response.status === 404 || response.status === 409) {
             // Gone or over: nothing to reconnect to.
             this.emit('session.terminated', {});

@@ -12,8 +12,19 @@ export function showLiveCaptions(client: AvatarClient, stage: HTMLElement): () =
   line.setAttribute('aria-hidden', 'true');
   line.hidden = true;
   Object.assign(line.style, {
-    position: 'absolute', left: '8px', right: '8px', bottom: '8px', margin: '0', padding: '2px 8px', textAlign: 'center',
-    fontSize: '.85rem', lineHeight: '1.3', color: '#fff', background: '#000a', borderRadius: '6px', pointerEvents: 'none',
+    position: 'absolute',
+    left: '8px',
+    right: '8px',
+    bottom: '8px',
+    margin: '0',
+    padding: '2px 8px',
+    textAlign: 'center',
+    fontSize: '.85rem',
+    lineHeight: '1.3',
+    color: '#fff',
+    background: '#000a',
+    borderRadius: '6px',
+    pointerEvents: 'none',
   });
   stage.append(line);
   let hideTimer: ReturnType<typeof setTimeout> | undefined;

@@ -1,4 +1,15 @@
-import { assign, emit, enqueueActions, fromCallback, raise, sendTo, setup, type ActorRefFrom, type EventObject, type SnapshotFrom } from 'xstate';
+import {
+  assign,
+  emit,
+  enqueueActions,
+  fromCallback,
+  raise,
+  sendTo,
+  setup,
+  type ActorRefFrom,
+  type EventObject,
+  type SnapshotFrom,
+} from 'xstate';
 import type { TtsSelection } from '../actors/tts/types.ts';
 
 /**
@@ -157,13 +168,22 @@ export interface AsrInput {
 /** The turn in the context (a turn, else a transcription): its id, kind and the TTS provider it speaks with. */
 function currentTurn(context: SessionContext): { turnId: string; kind: TurnKind; ttsProvider: string } | null {
   const { turn, transcribe, tts } = context;
-  if (turn) return { turnId: turn.id, kind: context.chatFrom ?? turn.mode, ttsProvider: turn.tts?.provider ?? tts.provider };
-  if (transcribe) return { turnId: transcribe.id, kind: transcribe.source === 'voice' ? 'voice' : 'transcribe', ttsProvider: tts.provider };
+  if (turn)
+    return { turnId: turn.id, kind: context.chatFrom ?? turn.mode, ttsProvider: turn.tts?.provider ?? tts.provider };
+  if (transcribe)
+    return {
+      turnId: transcribe.id,
+      kind: transcribe.source === 'voice' ? 'voice' : 'transcribe',
+      ttsProvider: tts.provider,
+    };
   return null;
 }
 
 /** `turn.finished` for the turn in the context, ended by `event`; null without a turn. */
-function finishedTurn(context: SessionContext, event: SessionEvent): Extract<SessionEmitted, { type: 'turn.finished' }> | null {
+function finishedTurn(
+  context: SessionContext,
+  event: SessionEvent,
+): Extract<SessionEmitted, { type: 'turn.finished' }> | null {
   const ended = currentTurn(context);
   return ended && { type: 'turn.finished', turnId: ended.turnId, kind: ended.kind, outcome: turnOutcomeOf(event) };
 }
@@ -265,7 +285,10 @@ export const sessionMachine = setup({
           target: '.interrupted',
         },
         // Clients watching SSE must see the turn end when a pause cuts it short.
-        PAUSE: { target: 'paused', actions: ['flushMedia', { type: 'emitStatus', params: { stage: 'idle', message: 'paused' } }] },
+        PAUSE: {
+          target: 'paused',
+          actions: ['flushMedia', { type: 'emitStatus', params: { stage: 'idle', message: 'paused' } }],
+        },
         'STAGE.ERROR': [
           { guard: 'isFatal', target: 'terminated', actions: 'emitError' },
           { target: '.error', actions: 'emitError' },
@@ -293,7 +316,10 @@ export const sessionMachine = setup({
         // utterance goes to recognition. Not busy: a client's request still goes ahead (dropping this turn).
         hearing: {
           on: {
-            'VOICE.END': { target: 'listening', actions: [assign({ transcribe: ({ event }) => event.request }), 'emitTurnStarted'] },
+            'VOICE.END': {
+              target: 'listening',
+              actions: [assign({ transcribe: ({ event }) => event.request }), 'emitTurnStarted'],
+            },
             'VOICE.CANCEL': { target: 'idle', actions: { type: 'emitStatus', params: { stage: 'idle' } } },
             SPEAK: { target: 'idle', actions: 'replayEvent' },
             CHAT: { target: 'idle', actions: 'replayEvent' },
@@ -313,7 +339,11 @@ export const sessionMachine = setup({
                 guard: 'shouldChatAfterTranscript',
                 target: 'turn',
                 actions: assign({
-                  turn: ({ context, event }) => ({ id: context.transcribe!.id, mode: 'chat' as const, text: event.text }),
+                  turn: ({ context, event }) => ({
+                    id: context.transcribe!.id,
+                    mode: 'chat' as const,
+                    text: event.text,
+                  }),
                   chatFrom: ({ context }) => (context.transcribe!.source === 'voice' ? 'voice' : 'transcribe'),
                   transcribe: null,
                 }),
@@ -327,7 +357,11 @@ export const sessionMachine = setup({
           invoke: {
             id: 'tts',
             src: 'tts',
-            input: ({ context }) => ({ sessionId: context.sessionId, turn: context.turn!, tts: context.turn!.tts ?? context.tts }),
+            input: ({ context }) => ({
+              sessionId: context.sessionId,
+              turn: context.turn!,
+              tts: context.turn!.tts ?? context.tts,
+            }),
           },
           on: {
             'TTS.DONE': { target: 'idle', actions: { type: 'emitStatus', params: { stage: 'idle' } } },
@@ -343,15 +377,28 @@ export const sessionMachine = setup({
                   invoke: {
                     id: 'llm',
                     src: 'llm',
-                    input: ({ context }) => ({ sessionId: context.sessionId, turn: context.turn!, systemPrompt: context.systemPrompt }),
+                    input: ({ context }) => ({
+                      sessionId: context.sessionId,
+                      turn: context.turn!,
+                      systemPrompt: context.systemPrompt,
+                    }),
                   },
                   // Exit actions reach the child before it is stopped; only TTS.DONE ends a turn whose audio all played.
-                  exit: sendTo('llm', ({ event }) => ({ type: 'TURN.END' as const, completed: event.type === 'TTS.DONE' })),
+                  exit: sendTo('llm', ({ event }) => ({
+                    type: 'TURN.END' as const,
+                    completed: event.type === 'TTS.DONE',
+                  })),
                   on: {
-                    'LLM.SEGMENT': { actions: sendTo('tts', ({ event }) => ({ type: 'TEXT.SEGMENT' as const, text: event.text })) },
+                    'LLM.SEGMENT': {
+                      actions: sendTo('tts', ({ event }) => ({ type: 'TEXT.SEGMENT' as const, text: event.text })),
+                    },
                     'LLM.DONE': { actions: sendTo('tts', { type: 'TEXT.END' as const }) },
                     'TTS.QUEUED': {
-                      actions: sendTo('llm', ({ event }) => ({ type: 'TTS.QUEUED' as const, text: event.text, durationMs: event.durationMs })),
+                      actions: sendTo('llm', ({ event }) => ({
+                        type: 'TTS.QUEUED' as const,
+                        text: event.text,
+                        durationMs: event.durationMs,
+                      })),
                     },
                   },
                 },
@@ -380,12 +427,20 @@ export const sessionMachine = setup({
             // (a dropped TRANSCRIBE would leave its request waiting forever).
             SPEAK: { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
             CHAT: { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
-            SPEAK_AUDIO: { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
+            SPEAK_AUDIO: {
+              target: 'idle',
+              actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'],
+            },
             TRANSCRIBE: { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
             // Barge-in by voice: the interrupt, then the user's speech.
-            'VOICE.START': { target: 'idle', actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'] },
+            'VOICE.START': {
+              target: 'idle',
+              actions: [{ type: 'emitStatus', params: { stage: 'idle' } }, 'replayEvent'],
+            },
           },
-          after: { [INTERRUPT_SETTLE_MS]: { target: 'idle', actions: { type: 'emitStatus', params: { stage: 'idle' } } } },
+          after: {
+            [INTERRUPT_SETTLE_MS]: { target: 'idle', actions: { type: 'emitStatus', params: { stage: 'idle' } } },
+          },
         },
         error: {
           entry: ['flushMedia', { type: 'emitStatus', params: { stage: 'error' } }, 'clearTurn'],
@@ -396,7 +451,9 @@ export const sessionMachine = setup({
     paused: {
       entry: 'clearTurn',
       // Every client watching SSE (another tab, a kiosk's operator console) learns the session runs again.
-      on: { RESUME: { target: 'running', actions: { type: 'emitStatus', params: { stage: 'idle', message: 'resumed' } } } },
+      on: {
+        RESUME: { target: 'running', actions: { type: 'emitStatus', params: { stage: 'idle', message: 'resumed' } } },
+      },
     },
     terminated: {
       type: 'final',
@@ -435,7 +492,16 @@ export function isBusy(snapshot: SessionSnapshot): boolean {
 }
 
 /** The events a client's call becomes. Each is admitted exactly when `snapshot.can(event)` is true. */
-export type RequestEventType = 'START' | 'PAUSE' | 'RESUME' | 'SPEAK' | 'CHAT' | 'SPEAK_AUDIO' | 'TRANSCRIBE' | 'CUSTOMIZE' | 'EXPRESS';
+export type RequestEventType =
+  | 'START'
+  | 'PAUSE'
+  | 'RESUME'
+  | 'SPEAK'
+  | 'CHAT'
+  | 'SPEAK_AUDIO'
+  | 'TRANSCRIBE'
+  | 'CUSTOMIZE'
+  | 'EXPRESS';
 
 /**
  * Whether a request of this type would be admitted now, asked before its payload exists (a route checks

@@ -71,7 +71,31 @@ export const PLUGIN_START_TIMEOUT_MS = 120_000;
 const DROPPED_CONNECTIONS_LOG_EVERY_MS = 10_000;
 
 /** Route plugins, each encapsulated; later capabilities add theirs here. */
-const ROUTES = [healthRoutes, avatarRoutes, customAvatarRoutes, sessionRoutes, interactionRoutes, expressionRoutes, webrtcRoutes, whepRoutes, outputRoutes, eventRoutes, audioStreamRoutes, listenRoutes, customizeRoutes, toolRoutes, metricsRoutes, customizeReferenceRoutes, ttsRoutes, ttsVoiceRoutes, voiceRoutes, recordingRoutes, offlineRoutes, inspectRoutes, uiRoutes];
+const ROUTES = [
+  healthRoutes,
+  avatarRoutes,
+  customAvatarRoutes,
+  sessionRoutes,
+  interactionRoutes,
+  expressionRoutes,
+  webrtcRoutes,
+  whepRoutes,
+  outputRoutes,
+  eventRoutes,
+  audioStreamRoutes,
+  listenRoutes,
+  customizeRoutes,
+  toolRoutes,
+  metricsRoutes,
+  customizeReferenceRoutes,
+  ttsRoutes,
+  ttsVoiceRoutes,
+  voiceRoutes,
+  recordingRoutes,
+  offlineRoutes,
+  inspectRoutes,
+  uiRoutes,
+];
 
 export interface BuiltApp {
   app: FastifyInstance;
@@ -84,7 +108,11 @@ export interface BuiltApp {
  * Builds the service in three layers like fastify/demo: external plugins, app plugins (decorators and
  * error handling), then encapsulated route plugins.
  */
-export async function buildApp(config: ServiceConfig, logger: Logger, overrides: ServiceOverrides = {}): Promise<BuiltApp> {
+export async function buildApp(
+  config: ServiceConfig,
+  logger: Logger,
+  overrides: ServiceOverrides = {},
+): Promise<BuiltApp> {
   const services = await createServices(config, logger, overrides);
   const schemaCompilers = new LazySchemaCompilers();
   const app = Fastify({

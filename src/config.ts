@@ -124,8 +124,7 @@ export class ConfigError extends Error {
 const MAX_TOOL_FILLER_CHARS = 200;
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 /** The built-in persona, with the sentence that teaches the model the expression tags the service strips (`[smile]`). */
-const DEFAULT_SYSTEM_PROMPT =
-  `You are a friendly talking avatar. Answer in short spoken sentences without markdown, lists or emoji. ${EXPRESSION_TAGS_PROMPT}`;
+const DEFAULT_SYSTEM_PROMPT = `You are a friendly talking avatar. Answer in short spoken sentences without markdown, lists or emoji. ${EXPRESSION_TAGS_PROMPT}`;
 
 export function loadConfig(env: Record<string, string | undefined> = process.env, cwd = process.cwd()): ServiceConfig {
   const problems: string[] = [];
@@ -160,10 +159,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const port = integer('SERVICE_PORT', 8000, 0, 65535);
 
   const provider = read('SERVICE_TTS_DEFAULT_PROVIDER') ?? 'builtin';
-  if (!isTtsProviderId(provider)) problems.push(`SERVICE_TTS_DEFAULT_PROVIDER must be a known provider id (got "${provider}")`);
+  if (!isTtsProviderId(provider))
+    problems.push(`SERVICE_TTS_DEFAULT_PROVIDER must be a known provider id (got "${provider}")`);
 
   const logLevel = read('SERVICE_LOG_LEVEL') ?? 'info';
-  if (!LOG_LEVELS.includes(logLevel)) problems.push(`SERVICE_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')} (got "${logLevel}")`);
+  if (!LOG_LEVELS.includes(logLevel))
+    problems.push(`SERVICE_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')} (got "${logLevel}")`);
   const logFormat = read('SERVICE_LOG_FORMAT') ?? 'auto';
   if (!isLogFormat(logFormat)) problems.push(`SERVICE_LOG_FORMAT must be json, pretty or auto (got "${logFormat}")`);
 
@@ -185,12 +186,15 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     .filter(Boolean);
   for (const name of allowedHosts) {
     if (!isAllowedHostEntry(name)) {
-      problems.push(`SERVICE_ALLOWED_HOSTS entries must be host names or IP addresses without scheme or port (app.example.com, .example.com, 10.0.0.5) or * (got "${name}")`);
+      problems.push(
+        `SERVICE_ALLOWED_HOSTS entries must be host names or IP addresses without scheme or port (app.example.com, .example.com, 10.0.0.5) or * (got "${name}")`,
+      );
     }
   }
 
   const toolFillerText = read('SERVICE_TOOL_FILLER_TEXT') ?? null;
-  if (toolFillerText !== null && toolFillerText.length > MAX_TOOL_FILLER_CHARS) problems.push(`SERVICE_TOOL_FILLER_TEXT must be at most ${MAX_TOOL_FILLER_CHARS} characters`);
+  if (toolFillerText !== null && toolFillerText.length > MAX_TOOL_FILLER_CHARS)
+    problems.push(`SERVICE_TOOL_FILLER_TEXT must be at most ${MAX_TOOL_FILLER_CHARS} characters`);
 
   let iceServers: ServiceConfig['iceServers'] = [];
   const iceRaw = read('SERVICE_ICE_SERVERS');
@@ -208,11 +212,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
 
   // Off on every bind: on a loopback bind, any web page the user opens is a neighbour too (docs/security.md).
   const inspectorRaw = (read('SERVICE_INSPECTOR') ?? 'off').toLowerCase();
-  if (inspectorRaw !== 'on' && inspectorRaw !== 'off') problems.push(`SERVICE_INSPECTOR must be on or off (got "${inspectorRaw}")`);
+  if (inspectorRaw !== 'on' && inspectorRaw !== 'off')
+    problems.push(`SERVICE_INSPECTOR must be on or off (got "${inspectorRaw}")`);
   const inspector = inspectorRaw === 'on';
 
   const onnxProvider = (read('SERVICE_ONNX_PROVIDER') ?? 'cpu').toLowerCase();
-  if (onnxProvider !== 'cpu' && onnxProvider !== 'cuda') problems.push(`SERVICE_ONNX_PROVIDER must be cpu or cuda (got "${onnxProvider}")`);
+  if (onnxProvider !== 'cpu' && onnxProvider !== 'cuda')
+    problems.push(`SERVICE_ONNX_PROVIDER must be cpu or cuda (got "${onnxProvider}")`);
   const lipsyncBModel = read('SERVICE_LIPSYNC_B_MODEL');
 
   const publicBaseUrl = url('SERVICE_PUBLIC_BASE_URL') ?? `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
@@ -293,22 +299,31 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
 }
 
 /** The webhook variables: a receiver needs a secret (unsigned events would be worthless to verify). */
-function webhookConfig(read: (name: string) => string | undefined, url: (name: string) => string | null, problems: string[]): WebhookConfig {
+function webhookConfig(
+  read: (name: string) => string | undefined,
+  url: (name: string) => string | null,
+  problems: string[],
+): WebhookConfig {
   const secret = read('SERVICE_WEBHOOK_SECRET') ?? null;
   // The secret itself never goes into a message.
-  if (secret !== null && !isWebhookSecret(secret)) problems.push('SERVICE_WEBHOOK_SECRET must be whsec_ followed by a base64 key of at least 16 bytes');
+  if (secret !== null && !isWebhookSecret(secret))
+    problems.push('SERVICE_WEBHOOK_SECRET must be whsec_ followed by a base64 key of at least 16 bytes');
   const allowedHosts = (read('SERVICE_WEBHOOK_ALLOWED_HOSTS') ?? '')
     .split(',')
     .map((name) => name.trim().toLowerCase())
     .filter(Boolean);
   for (const name of allowedHosts) {
     if (name === '*' || !isAllowedHostEntry(name)) {
-      problems.push(`SERVICE_WEBHOOK_ALLOWED_HOSTS entries must be host names or IP addresses without scheme or port (hooks.example.com, .example.com, 10.0.0.5) (got "${name}")`);
+      problems.push(
+        `SERVICE_WEBHOOK_ALLOWED_HOSTS entries must be host names or IP addresses without scheme or port (hooks.example.com, .example.com, 10.0.0.5) (got "${name}")`,
+      );
     }
   }
   const webhookUrl = url('SERVICE_WEBHOOK_URL');
   if ((webhookUrl !== null || allowedHosts.length > 0) && secret === null) {
-    problems.push('SERVICE_WEBHOOK_SECRET is required when SERVICE_WEBHOOK_URL or SERVICE_WEBHOOK_ALLOWED_HOSTS is set (every callback is signed)');
+    problems.push(
+      'SERVICE_WEBHOOK_SECRET is required when SERVICE_WEBHOOK_URL or SERVICE_WEBHOOK_ALLOWED_HOSTS is set (every callback is signed)',
+    );
   }
   return { url: webhookUrl, secret, allowedHosts };
 }
@@ -381,5 +396,7 @@ function isLogFormat(value: string): value is ServiceConfig['logFormat'] {
 function isAllowedHostEntry(name: string): boolean {
   if (name === '*') return true;
   if (net.isIP(name.replace(/^\[(.*)\]$/u, '$1')) !== 0) return true;
-  return /^\.?(?=.{1,253}$)[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*\.?$/u.test(name);
+  return /^\.?(?=.{1,253}$)[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*\.?$/u.test(
+    name,
+  );
 }

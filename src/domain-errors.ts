@@ -85,7 +85,11 @@ const OUT_OF_FILES_TEXT = /\bE[MN]FILE\b/u;
  * the request was fine, so it is refused with `outOfFileDescriptors` (503 with Retry-After), never 500 or 502.
  */
 export function isOutOfFileDescriptors(error: unknown): boolean {
-  for (let current = error, depth = 0; current instanceof Error && depth < CAUSE_DEPTH; current = current.cause, depth++) {
+  for (
+    let current = error, depth = 0;
+    current instanceof Error && depth < CAUSE_DEPTH;
+    current = current.cause, depth++
+  ) {
     const code = (current as NodeJS.ErrnoException).code;
     if (code === 'EMFILE' || code === 'ENFILE' || OUT_OF_FILES_TEXT.test(current.message)) return true;
   }
@@ -93,4 +97,7 @@ export function isOutOfFileDescriptors(error: unknown): boolean {
 }
 
 export const outOfFileDescriptors = () =>
-  new Overloaded('the service has too many files and connections open right now; retry later', OUT_OF_FILES_RETRY_AFTER_S);
+  new Overloaded(
+    'the service has too many files and connections open right now; retry later',
+    OUT_OF_FILES_RETRY_AFTER_S,
+  );

@@ -24,7 +24,8 @@ const ROUTER_DETAILS: Record<string, string> = {
 };
 
 export function frameworkErrors(error: FastifyError, _request: FastifyRequest, reply: FastifyReply): void {
-  const status = typeof error.statusCode === 'number' && error.statusCode >= 400 && error.statusCode < 500 ? error.statusCode : 400;
+  const status =
+    typeof error.statusCode === 'number' && error.statusCode >= 400 && error.statusCode < 500 ? error.statusCode : 400;
   reply.code(status).send({ detail: ROUTER_DETAILS[error.code] ?? 'the request URL cannot be routed' });
 }
 
@@ -62,7 +63,13 @@ export function clientErrorHandler(error: NodeJS.ErrnoException, socket: Duplex)
  * body (if any) was never read.
  */
 export function expectationFailed(_request: IncomingMessage, response: ServerResponse): void {
-  const body = JSON.stringify({ detail: 'the Expect header names an expectation this service does not support; only 100-continue is' });
-  response.writeHead(417, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' });
+  const body = JSON.stringify({
+    detail: 'the Expect header names an expectation this service does not support; only 100-continue is',
+  });
+  response.writeHead(417, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(body),
+    connection: 'close',
+  });
   response.end(body);
 }

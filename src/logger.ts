@@ -16,7 +16,14 @@ export function createLogger(level: string, destination?: DestinationStream, for
   const options: pino.LoggerOptions = {
     level,
     redact: {
-      paths: ['req.headers.authorization', 'req.headers.cookie', '*.apiKey', '*.api_key', 'apiKey', 'headers.authorization'],
+      paths: [
+        'req.headers.authorization',
+        'req.headers.cookie',
+        '*.apiKey',
+        '*.api_key',
+        'apiKey',
+        'headers.authorization',
+      ],
       censor: '[redacted]',
     },
     serializers: { err: serializeErrorForLog, error: serializeErrorForLog },
@@ -27,11 +34,15 @@ export function createLogger(level: string, destination?: DestinationStream, for
         if (first instanceof Error && typeof rest[0] !== 'string') {
           return method.apply(this, [{ err: first }, scrubPaths(first.message)] as Parameters<typeof method>);
         }
-        return method.apply(this, args.map((arg) => (typeof arg === 'string' ? scrubPaths(arg) : arg)) as Parameters<typeof method>);
+        return method.apply(
+          this,
+          args.map((arg) => (typeof arg === 'string' ? scrubPaths(arg) : arg)) as Parameters<typeof method>,
+        );
       },
     },
   };
-  if (format === 'pretty') return pino(options, prettyDestination(destination ?? process.stdout, { color: shouldColor(destination) }));
+  if (format === 'pretty')
+    return pino(options, prettyDestination(destination ?? process.stdout, { color: shouldColor(destination) }));
   return destination ? pino(options, destination) : pino(options);
 }
 
@@ -40,7 +51,14 @@ function shouldColor(destination: DestinationStream | undefined): boolean {
   return destination === undefined && process.stdout.isTTY === true && !process.env.NO_COLOR;
 }
 
-const LEVEL_NAMES: Record<number, string> = { 10: 'TRACE', 20: 'DEBUG', 30: 'INFO', 40: 'WARN', 50: 'ERROR', 60: 'FATAL' };
+const LEVEL_NAMES: Record<number, string> = {
+  10: 'TRACE',
+  20: 'DEBUG',
+  30: 'INFO',
+  40: 'WARN',
+  50: 'ERROR',
+  60: 'FATAL',
+};
 const LEVEL_COLORS: Record<number, string> = { 10: '90', 20: '36', 30: '32', 40: '33', 50: '31', 60: '35' };
 /** Fields every line has, shown in the line's head (time, level, message) or not at all (pid, hostname). */
 const HEAD_FIELDS = new Set(['level', 'time', 'msg', 'pid', 'hostname']);
@@ -50,7 +68,10 @@ const HEAD_FIELDS = new Set(['level', 'time', 'msg', 'pid', 'hostname']);
  * Fastify's request fields are shortened to what a person reads (`GET /health 200 4ms`); an error shows its
  * type and message on the line and its (path-scrubbed) stack below. A line that is not JSON passes unchanged.
  */
-export function prettyDestination(target: { write(text: string): unknown }, options: { color: boolean }): DestinationStream {
+export function prettyDestination(
+  target: { write(text: string): unknown },
+  options: { color: boolean },
+): DestinationStream {
   const paint = (code: string, text: string) => (options.color ? `\u001b[${code}m${text}\u001b[0m` : text);
   return {
     write(line: string) {
@@ -86,12 +107,17 @@ function formatEntry(entry: Record<string, unknown>, paint: (code: string, text:
     } else if (key === 'responseTime' && typeof value === 'number') {
       fields.push(`${Math.round(value)}ms`);
     } else {
-      fields.push(`${key}=${typeof value === 'string' && /^[\w.:/@+-]+$/u.test(value) ? value : JSON.stringify(value)}`);
+      fields.push(
+        `${key}=${typeof value === 'string' && /^[\w.:/@+-]+$/u.test(value) ? value : JSON.stringify(value)}`,
+      );
     }
   }
   const body = fields.length > 0 ? `${head} ${paint('2', fields.join(' '))}` : head;
   if (!stack || level < 50) return body;
-  const frames = stack.split('\n').slice(1).map((frame) => `    ${frame.trim()}`);
+  const frames = stack
+    .split('\n')
+    .slice(1)
+    .map((frame) => `    ${frame.trim()}`);
   return frames.length > 0 ? `${body}\n${paint('2', frames.join('\n'))}` : body;
 }
 
@@ -153,7 +179,10 @@ function buildAbsolutePathPattern(): RegExp | null {
   }
   if (roots.length === 0) return null;
   // Path characters stop at whitespace, quotes, brackets and ':' so a stack frame keeps its ':line:column'.
-  return new RegExp(`(?:file://|(?<![\\w.~/-]))/(?:${roots.join('|')})(?![\\w.-])(?:/[^\\s'"\`()<>\\[\\]{},;:]*)*`, 'g');
+  return new RegExp(
+    `(?:file://|(?<![\\w.~/-]))/(?:${roots.join('|')})(?![\\w.-])(?:/[^\\s'"\`()<>\\[\\]{},;:]*)*`,
+    'g',
+  );
 }
 
 /**

@@ -56,7 +56,10 @@ async function main(): Promise<void> {
     throw new StartupFailure(sentence);
   }
   const address = app.server.address() as AddressInfo;
-  logger.info({ host: address.address, port: address.port, maxConnections: config.maxConnections }, 'service listening');
+  logger.info(
+    { host: address.address, port: address.port, maxConnections: config.maxConnections },
+    'service listening',
+  );
   process.stdout.write(`${readyLine(address)}\n`);
 }
 
@@ -131,7 +134,10 @@ function shownPath(dir: string): string {
 
 async function closeWithin(close: () => Promise<unknown>, ms: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
-  await Promise.race([close().catch(() => undefined), new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+  await Promise.race([
+    close().catch(() => undefined),
+    new Promise<void>((resolve) => (timer = setTimeout(resolve, ms))),
+  ]);
   clearTimeout(timer);
 }
 

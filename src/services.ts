@@ -94,7 +94,11 @@ export interface ServiceOverrides {
 }
 
 /** Builds every long-lived service object in dependency order; `close()` tears them down in reverse. */
-export async function createServices(config: ServiceConfig, logger: Logger, overrides: ServiceOverrides = {}): Promise<Services> {
+export async function createServices(
+  config: ServiceConfig,
+  logger: Logger,
+  overrides: ServiceOverrides = {},
+): Promise<Services> {
   // Cluster mode: sessions, voices, defaults and jobs live in Redis; the LevelDB is this node's own. The cluster
   // modules (BullMQ, ioredis: a third of a second of loading) are imported only when a Redis URL is configured.
   const cluster = config.cluster ? await (await import('./cluster/index.ts')).openCluster(config, logger) : null;
@@ -112,7 +116,12 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
   const inference = (): InferencePool => (inferencePool ??= new InferencePool());
   const lipsync = {
     // Mel windows and paste-back run in the render workers, off the event loop the media clocks share.
-    b: new LocalLipsyncModel({ file: config.lipsync.bModel, provider: config.lipsync.onnxProvider, pool: inference, offload: renderPool }),
+    b: new LocalLipsyncModel({
+      file: config.lipsync.bModel,
+      provider: config.lipsync.onnxProvider,
+      pool: inference,
+      offload: renderPool,
+    }),
     c: new RemoteLipsyncModel({
       baseUrl: config.lipsync.cUrl,
       model: config.lipsync.cModel,
@@ -134,7 +143,10 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
   const uploads = new VoiceUploads({ dir: path.join(config.dataDir, 'voice-uploads') });
   const tts =
     overrides.tts ??
-    createTtsRegistry(ttsConfig, { logger: logger.child({ component: 'tts' }), voiceLookup: catalogVoiceLookup(voices) });
+    createTtsRegistry(ttsConfig, {
+      logger: logger.child({ component: 'tts' }),
+      voiceLookup: catalogVoiceLookup(voices),
+    });
   const llm = overrides.llm ?? createOpenAiLlm(endpointFromServiceConfig(config.llm));
   const asr = overrides.asr ?? createOpenAiAsr(endpointFromServiceConfig(config.asr));
 
@@ -160,7 +172,12 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     webhookSink = queue;
     delivery = { kick: () => undefined, close: () => queue.close() };
   } else {
-    const outbox = new WebhookOutbox(store, overrides.webhooks?.outboxMaxEntries, metrics.webhookDeliveries.dropped, overrides.webhooks?.outboxMaxBytes);
+    const outbox = new WebhookOutbox(
+      store,
+      overrides.webhooks?.outboxMaxEntries,
+      metrics.webhookDeliveries.dropped,
+      overrides.webhooks?.outboxMaxBytes,
+    );
     await outbox.load();
     webhookSink = outbox;
     if (signer) {
@@ -181,7 +198,11 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     logger: webhookLogger,
     sessionUrlOf: (sessionId) => supervisor.liveSession(sessionId)?.record.webhook_url,
   });
-  const transcripts = new SessionTranscripts(new TranscriptStore(store), logger.child({ component: 'transcripts' }), overrides.transcripts);
+  const transcripts = new SessionTranscripts(
+    new TranscriptStore(store),
+    logger.child({ component: 'transcripts' }),
+    overrides.transcripts,
+  );
   await transcripts.load();
   const supervisor = new SessionSupervisor({
     config,
@@ -222,7 +243,10 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
   delivery?.kick();
   // Load the built-in speech engines now (in their engine process) so the first speak does not pay for WASM compilation.
   if (config.ttsDefaultProvider === 'builtin') tts.get('builtin');
-  const recordings = new RecordingRegistry(cluster ? cluster.nodeDataDir : config.dataDir, logger.child({ component: 'recording' }));
+  const recordings = new RecordingRegistry(
+    cluster ? cluster.nodeDataDir : config.dataDir,
+    logger.child({ component: 'recording' }),
+  );
   recordings.onReady((sessionId, recording) => void webhooks.recordingReady(sessionId, recording));
   const jobDeps = {
     dataDir: config.dataDir,
@@ -235,12 +259,24 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
     },
     tts: (id: string) => tts.get(id as never),
     logger: logger.child({ component: 'offline' }),
-    onSettled: (job: StoredJob) => void webhooks.bundleSettled(job, `/sessions/${job.session_id}/rt-offline-bundle/${job.job_id}/download`),
+    onSettled: (job: StoredJob) =>
+      void webhooks.bundleSettled(job, `/sessions/${job.session_id}/rt-offline-bundle/${job.job_id}/download`),
   };
-  const jobs: OfflineJobs = cluster ? cluster.offlineQueue(jobDeps) : new OfflineJobQueue({ ...jobDeps, store: new JobStore(store) });
+  const jobs: OfflineJobs = cluster
+    ? cluster.offlineQueue(jobDeps)
+    : new OfflineJobQueue({ ...jobDeps, store: new JobStore(store) });
   // Before listening: what a crash left (temp names, files no record points to) goes; unfinished jobs fail.
   await sweepStartupLeftovers(
-    { voices, voiceDir: ttsConfig.voiceDir, uploads, avatarsDir: config.avatarsDir, recordings, jobs, shared: cluster !== null, avatarTag: cluster?.nodeId },
+    {
+      voices,
+      voiceDir: ttsConfig.voiceDir,
+      uploads,
+      avatarsDir: config.avatarsDir,
+      recordings,
+      jobs,
+      shared: cluster !== null,
+      avatarTag: cluster?.nodeId,
+    },
     logger.child({ component: 'sweep' }),
   );
   // Expired clone samples are swept periodically too, so a long-running service never keeps one.
@@ -295,9 +331,18 @@ export async function createServices(config: ServiceConfig, logger: Logger, over
 }
 
 /** Cluster mode: the bundles stay on the shared directory, their entries live in Redis (every node sees a change at once). */
-async function openSharedAvatarCatalog(config: ServiceConfig, logger: Logger, cluster: ClusterNode): Promise<AvatarCatalog> {
+async function openSharedAvatarCatalog(
+  config: ServiceConfig,
+  logger: Logger,
+  cluster: ClusterNode,
+): Promise<AvatarCatalog> {
   const { RedisAvatarCatalog } = await import('./cluster/avatar-catalog.ts');
-  const catalog = new RedisAvatarCatalog(config.avatarsDir, logger.child({ component: 'catalog' }), cluster.redis, cluster.nodeId);
+  const catalog = new RedisAvatarCatalog(
+    config.avatarsDir,
+    logger.child({ component: 'catalog' }),
+    cluster.redis,
+    cluster.nodeId,
+  );
   await catalog.seed();
   const orphans = await catalog.sweepOrphans().catch(() => 0);
   if (orphans > 0) logger.info({ orphans }, 'custom avatar directories without a catalog entry removed');

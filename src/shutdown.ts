@@ -142,7 +142,8 @@ async function shutDown({ app, services, gate, logger }: GracefulShutdownDeps, s
   // Sessions first: each SSE stream gets `session.terminated` and ends, WebSockets close.
   await services.supervisor.closeAll();
   const drained = await gate.whenIdle(REQUEST_DRAIN_MS);
-  if (!drained) logger.warn({ requestsInFlight: gate.requestsInFlight }, 'requests still in flight at shutdown are cut off');
+  if (!drained)
+    logger.warn({ requestsInFlight: gate.requestsInFlight }, 'requests still in flight at shutdown are cut off');
   // Closes the sockets and then the services: jobs fail as interrupted, recordings are finalised, the store is closed.
   await app.close();
   logger.info({ ms: Math.round(performance.now() - started) }, 'shutdown complete');

@@ -58,9 +58,18 @@ export async function sweepStartupLeftovers(parts: StartupSweepParts, logger: Lo
   const [voiceFiles, uploadSamples, avatarDirs, conversionDirs, recordingFiles, jobs] = await Promise.all([
     parts.shared
       ? { orphanReferences: 0, temporaryFiles: 0 }
-      : attempt('voice references', sweepVoiceFiles({ catalog: parts.voices, voiceDir: parts.voiceDir }), { orphanReferences: 0, temporaryFiles: 0 }),
+      : attempt('voice references', sweepVoiceFiles({ catalog: parts.voices, voiceDir: parts.voiceDir }), {
+          orphanReferences: 0,
+          temporaryFiles: 0,
+        }),
     parts.shared ? 0 : attempt('clone samples', parts.uploads.recover(), 0),
-    parts.shared && !parts.avatarTag ? 0 : attempt('avatar bundles', sweepBundleLeftovers(parts.avatarsDir, parts.shared ? parts.avatarTag : undefined), 0),
+    parts.shared && !parts.avatarTag
+      ? 0
+      : attempt(
+          'avatar bundles',
+          sweepBundleLeftovers(parts.avatarsDir, parts.shared ? parts.avatarTag : undefined),
+          0,
+        ),
     attempt('conversion temp dirs', sweepConversionLeftovers(), 0),
     attempt('recordings', parts.recordings.recover(), 0),
     attempt('offline jobs', parts.jobs.recover(), { interruptedJobs: 0, filesRemoved: 0 }),

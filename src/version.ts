@@ -1,4 +1,6 @@
 import { readFileSync } from 'node:fs';
 
 /** The service's version, from package.json: one source for OpenAPI `info.version` and `avatar_build_info`. */
-export const SERVICE_VERSION: string = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+export const SERVICE_VERSION: string = (
+  JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;

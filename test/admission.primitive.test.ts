@@ -116,7 +116,10 @@ describe('admission primitive', () => {
         body: { detail: 'offline bundle queue is full (16 waiting); retry later' },
       });
       const decoder = await app.inject({ method: 'GET', url: '/decoder' });
-      expect({ status: decoder.statusCode, retryAfter: decoder.headers['retry-after'] }).toEqual({ status: 503, retryAfter: String(AUDIO_DECODER_BUSY_RETRY_AFTER_S) });
+      expect({ status: decoder.statusCode, retryAfter: decoder.headers['retry-after'] }).toEqual({
+        status: 503,
+        retryAfter: String(AUDIO_DECODER_BUSY_RETRY_AFTER_S),
+      });
     } finally {
       await app.close();
     }

@@ -6,10 +6,10 @@ import { caught } from './helpers/caught.ts';
 
 function sine(frequencyHz: number, sampleRate: number, seconds: number): Int16Array {
   const pcm = new Int16Array(Math.round(sampleRate * seconds));
-  for (let i = 0; i < pcm.length; i++) pcm[i] = Math.round(9000 * Math.sin((2 * Math.PI * frequencyHz * i) / sampleRate));
+  for (let i = 0; i < pcm.length; i++)
+    pcm[i] = Math.round(9000 * Math.sin((2 * Math.PI * frequencyHz * i) / sampleRate));
   return pcm;
 }
-
 
 let upstream: OpenAiUpstream;
 beforeAll(async () => {
@@ -20,7 +20,10 @@ afterAll(async () => {
 });
 beforeEach(() => {
   upstream.requests.length = 0;
-  upstream.setScenario({ transcription: { transcript: ' hello world ', delayMs: 0, failStatus: undefined }, requiredApiKey: null });
+  upstream.setScenario({
+    transcription: { transcript: ' hello world ', delayMs: 0, failStatus: undefined },
+    requiredApiKey: null,
+  });
 });
 
 describe('OpenAI-compatible ASR provider', () => {
@@ -29,7 +32,12 @@ describe('OpenAI-compatible ASR provider', () => {
     const asr = createOpenAiAsr({ baseUrl: upstream.baseUrl, apiKey: 'sk-asr', model: 'Systran/faster-whisper-small' });
     const pcm = sine(300, 16_000, 1.25);
 
-    const result = await asr.transcribe({ pcm, sampleRate: 16_000, language: 'en', signal: new AbortController().signal });
+    const result = await asr.transcribe({
+      pcm,
+      sampleRate: 16_000,
+      language: 'en',
+      signal: new AbortController().signal,
+    });
 
     expect(result).toEqual({ text: 'hello world' });
     const [request] = upstream.requests;
@@ -43,7 +51,12 @@ describe('OpenAI-compatible ASR provider', () => {
     });
     expect(request.transcription?.fileName).toBe('audio.wav');
     expect(request.transcription?.fileType).toBe('audio/wav');
-    expect(request.transcription?.wav).toEqual({ sampleRate: 16_000, channels: 1, bitDepth: '16', samples: pcm.length });
+    expect(request.transcription?.wav).toEqual({
+      sampleRate: 16_000,
+      channels: 1,
+      bitDepth: '16',
+      samples: pcm.length,
+    });
     expect(Array.from(request.transcription!.samples!)).toEqual(Array.from(pcm));
   });
 
@@ -61,7 +74,9 @@ describe('OpenAI-compatible ASR provider', () => {
   it('turns a 401 into UpstreamError with the upstream status and text', async () => {
     upstream.setScenario({ requiredApiKey: 'sk-right' });
     const asr = createOpenAiAsr({ baseUrl: upstream.baseUrl, apiKey: 'sk-wrong' });
-    const error = await caught(asr.transcribe({ pcm: sine(300, 16_000, 0.5), sampleRate: 16_000, signal: new AbortController().signal }));
+    const error = await caught(
+      asr.transcribe({ pcm: sine(300, 16_000, 0.5), sampleRate: 16_000, signal: new AbortController().signal }),
+    );
     expect(error).toBeInstanceOf(UpstreamError);
     expect((error as UpstreamError).upstreamStatus).toBe(401);
     expect((error as Error).message).toContain('Incorrect API key provided.');
@@ -70,7 +85,9 @@ describe('OpenAI-compatible ASR provider', () => {
   it('turns a 500 into UpstreamError with the upstream text', async () => {
     upstream.setScenario({ transcription: { failStatus: 500, failMessage: 'CUDA out of memory' } });
     const asr = createOpenAiAsr({ baseUrl: upstream.baseUrl });
-    const error = await caught(asr.transcribe({ pcm: sine(300, 16_000, 0.5), sampleRate: 16_000, signal: new AbortController().signal }));
+    const error = await caught(
+      asr.transcribe({ pcm: sine(300, 16_000, 0.5), sampleRate: 16_000, signal: new AbortController().signal }),
+    );
     expect(error).toBeInstanceOf(UpstreamError);
     expect((error as UpstreamError).upstreamStatus).toBe(500);
     expect((error as Error).message).toContain('CUDA out of memory');
@@ -82,7 +99,9 @@ describe('OpenAI-compatible ASR provider', () => {
     const controller = new AbortController();
     setTimeout(() => controller.abort(), 100);
     const started = performance.now();
-    const error = await caught(asr.transcribe({ pcm: sine(300, 16_000, 0.5), sampleRate: 16_000, signal: controller.signal }));
+    const error = await caught(
+      asr.transcribe({ pcm: sine(300, 16_000, 0.5), sampleRate: 16_000, signal: controller.signal }),
+    );
     expect((error as Error).name).toBe('AbortError');
     expect(performance.now() - started).toBeLessThan(400);
   });
@@ -91,7 +110,9 @@ describe('OpenAI-compatible ASR provider', () => {
     upstream.setScenario({ transcription: { delayMs: 3_000 } });
     const asr = createOpenAiAsr({ baseUrl: upstream.baseUrl, responseTimeoutMs: 150 });
     const started = performance.now();
-    const error = await caught(asr.transcribe({ pcm: sine(300, 16_000, 0.5), sampleRate: 16_000, signal: new AbortController().signal }));
+    const error = await caught(
+      asr.transcribe({ pcm: sine(300, 16_000, 0.5), sampleRate: 16_000, signal: new AbortController().signal }),
+    );
     expect(error).toBeInstanceOf(UpstreamError);
     expect((error as Error).message).toMatch(/timed out: no transcription response within 150 ms/);
     expect(performance.now() - started).toBeLessThan(1_000);
@@ -99,14 +120,18 @@ describe('OpenAI-compatible ASR provider', () => {
 
   it('returns empty text for empty audio without calling the server', async () => {
     const asr = createOpenAiAsr({ baseUrl: upstream.baseUrl });
-    expect(await asr.transcribe({ pcm: new Int16Array(0), sampleRate: 16_000, signal: new AbortController().signal })).toEqual({ text: '' });
+    expect(
+      await asr.transcribe({ pcm: new Int16Array(0), sampleRate: 16_000, signal: new AbortController().signal }),
+    ).toEqual({ text: '' });
     expect(upstream.requests).toHaveLength(0);
   });
 
   it('is not configured without a base URL and says which variable to set', async () => {
     const asr = createOpenAiAsr({});
     expect(asr.status()).toEqual({ configured: false, reason: 'set SERVICE_ASR_BASE_URL' });
-    const error = await caught(asr.transcribe({ pcm: sine(300, 16_000, 0.1), sampleRate: 16_000, signal: new AbortController().signal }));
+    const error = await caught(
+      asr.transcribe({ pcm: sine(300, 16_000, 0.1), sampleRate: 16_000, signal: new AbortController().signal }),
+    );
     expect(error).toBeInstanceOf(ProviderNotConfiguredError);
   });
 });

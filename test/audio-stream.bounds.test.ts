@@ -1,6 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { post, startTestApp, type TestApp } from './helpers/app.ts';
-import { AUDIBLE_RMS, labels, openSession, pcmBytes, sleep, tone, waitForSilence, type LiveSession } from './helpers/conversation.ts';
+import {
+  AUDIBLE_RMS,
+  labels,
+  openSession,
+  pcmBytes,
+  sleep,
+  tone,
+  waitForSilence,
+  type LiveSession,
+} from './helpers/conversation.ts';
 import { AudioStreamClient, framesOf, streamPcm, streamQueuedMs } from './helpers/ws-audio.ts';
 import { INBOUND_AUDIO_LIMIT_MS, MAX_CONTROL_MESSAGE_BYTES } from '../src/ws/audio-stream.ts';
 import { PLAYOUT_HIGH_WATER_MS } from '../actors/media/playout.ts';
@@ -143,7 +152,8 @@ describe('audio WebSocket: every message validated, inbound audio bounded', () =
       const closedAt = performance.now();
       client.close();
       const idle = await idleAfter(s, from, 10_000);
-      if (process.env.DEBUG_BOUNDS) console.log({ idleAfterCloseMs: idle.at - closedAt, maxStreamQueuedMs, maxPlayoutMs });
+      if (process.env.DEBUG_BOUNDS)
+        console.log({ idleAfterCloseMs: idle.at - closedAt, maxStreamQueuedMs, maxPlayoutMs });
       expect(idle.at - closedAt).toBeLessThan(IDLE_AFTER_CLOSE_MS);
       expect(live.busy).toBe(false);
       expect(maxStreamQueuedMs).toBeGreaterThan(0);
@@ -164,7 +174,12 @@ describe('audio WebSocket: every message validated, inbound audio bounded', () =
     for (const frame of framesOf(pcmBytes(tone(16_000, 10_000)), FRAME_BYTES)) client.sendPcm(frame);
     const sentAt = performance.now();
     client.sendJson({ type: 'interrupt' });
-    const interrupted = await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'interrupted', BEHIND_FLOOD_MS, 'interrupted', from);
+    const interrupted = await s.sse.waitFor(
+      (e) => e.type === 'status' && e.data.stage === 'interrupted',
+      BEHIND_FLOOD_MS,
+      'interrupted',
+      from,
+    );
     // Behind 10 s of audio, yet not played through: the flood was read and dropped, not paced at real time.
     expect(interrupted.at - sentAt).toBeLessThan(BEHIND_FLOOD_MS);
     const idle = await idleAfter(s, from, REPLY_MS);

@@ -1,6 +1,16 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { post, startTestApp, type TestApp } from './helpers/app.ts';
-import { AUDIBLE_RMS, labels, openSession, pcmBytes, recordSentAudio, sleep, tone, waitForSilence, type LiveSession } from './helpers/conversation.ts';
+import {
+  AUDIBLE_RMS,
+  labels,
+  openSession,
+  pcmBytes,
+  recordSentAudio,
+  sleep,
+  tone,
+  waitForSilence,
+  type LiveSession,
+} from './helpers/conversation.ts';
 import { AudioStreamClient, framesOf, streamPcm, kernelQueuedBytes, streamQueuedMs } from './helpers/ws-audio.ts';
 import { PLAYOUT_HIGH_WATER_MS } from '../actors/media/playout.ts';
 import { INBOUND_AUDIO_LIMIT_MS } from '../src/ws/audio-stream.ts';
@@ -137,7 +147,11 @@ describe('WebSocket /sessions/{id}/speak_audio_stream', () => {
     expect((await client.waitClosed(TURN_MS)).code).toBe(1000);
     await idleAfter(again);
     // Heard at the receiver, which may still be decoding it when idle arrives on a loaded host.
-    await s.peer.until(() => s.peer.firstAudible(secondAt, AUDIBLE_RMS) !== undefined, TURN_MS, 'the second burst at the receiver');
+    await s.peer.until(
+      () => s.peer.firstAudible(secondAt, AUDIBLE_RMS) !== undefined,
+      TURN_MS,
+      'the second burst at the receiver',
+    );
   });
 
   it('an odd byte count gets an invalid_audio error; the socket stays open and still streams', async () => {
@@ -176,7 +190,9 @@ describe('WebSocket /sessions/{id}/speak_audio_stream', () => {
 
   it('audio while a speak is in flight gets one busy error and is dropped; once idle, the same socket streams', async () => {
     const from = s.sse.events.length;
-    expect((await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, { text: 'I am busy speaking a sentence.' })).status).toBe(200);
+    expect(
+      (await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, { text: 'I am busy speaking a sentence.' })).status,
+    ).toBe(200);
     const client = connect();
     await client.waitOpen();
     await streamPcm(client, framesOf(pcmBytes(tone(16_000, 100)), FRAME_BYTES));
@@ -233,10 +249,23 @@ describe('WebSocket /sessions/{id}/speak_audio_stream', () => {
       await kernelSampler;
       const elapsedMs = performance.now() - startedAt;
       // Everything the server kept: played, queued for playout, queued in the stream.
-      const consumedMs = sessionParts(live).media.playout.mediaMs - playedAt0 + sessionParts(live).media.playout.queuedMs + streamQueuedMs(live);
+      const consumedMs =
+        sessionParts(live).media.playout.mediaMs -
+        playedAt0 +
+        sessionParts(live).media.playout.queuedMs +
+        streamQueuedMs(live);
       const { unreadAtServer, unsentAtClient } = await kernelQueuedBytes(serverPort);
       if (process.env.DEBUG_BACKPRESSURE) {
-        console.log({ sendCallsDoneMs, elapsedMs, consumedMs, maxQueuedMs, maxStreamQueuedMs, maxKernelQueued, unreadAtServer, unsentAtClient });
+        console.log({
+          sendCallsDoneMs,
+          elapsedMs,
+          consumedMs,
+          maxQueuedMs,
+          maxStreamQueuedMs,
+          maxKernelQueued,
+          unreadAtServer,
+          unsentAtClient,
+        });
       }
       expect(sendCallsDoneMs).toBeLessThan(4_000);
       // Back-pressure came first: while the server stopped reading, what the client wrote waited in TCP.

@@ -15,7 +15,8 @@ const run = promisify(execFile);
 
 function sine(frequencyHz: number, sampleRate: number, seconds: number, amplitude = 12_000): Int16Array {
   const pcm = new Int16Array(Math.round(sampleRate * seconds));
-  for (let i = 0; i < pcm.length; i++) pcm[i] = Math.round(amplitude * Math.sin((2 * Math.PI * frequencyHz * i) / sampleRate));
+  for (let i = 0; i < pcm.length; i++)
+    pcm[i] = Math.round(amplitude * Math.sin((2 * Math.PI * frequencyHz * i) / sampleRate));
   return pcm;
 }
 
@@ -64,7 +65,19 @@ async function makeMp3(name: string, extraArgs: string[]): Promise<Buffer> {
   const tone = Array.from(sine(440, 44_100, 1));
   source.fromScratch(2, 44_100, '16', [tone, tone]);
   await import('node:fs/promises').then((fs) => fs.writeFile(wavPath, source.toBuffer()));
-  await run(ffmpegPath, ['-y', '-loglevel', 'error', '-i', wavPath, '-codec:a', 'libmp3lame', '-b:a', '96k', ...extraArgs, mp3Path]);
+  await run(ffmpegPath, [
+    '-y',
+    '-loglevel',
+    'error',
+    '-i',
+    wavPath,
+    '-codec:a',
+    'libmp3lame',
+    '-b:a',
+    '96k',
+    ...extraArgs,
+    mp3Path,
+  ]);
   return readFile(mp3Path);
 }
 
@@ -82,26 +95,34 @@ describe('decodeAudioToPcm16', () => {
     ['24-bit stereo', '24', 2],
     ['32-bit int mono', '32', 1],
     ['32-bit float stereo', '32f', 2],
-  ] as const)('decodes a %s WAV written by wavefile, downmixed to mono and resampled', async (_label, depth, channels) => {
-    const tone = sine(440, 22_050, 1);
-    const scale = depth === '8' ? 1 / 256 : depth === '24' ? 256 : depth === '32' ? 65_536 : 1 / 32_768;
-    const samples = Array.from(tone, (value) => (depth === '8' ? Math.round(value * scale) + 128 : value * scale));
-    const file = new wavefile.WaveFile();
-    file.fromScratch(channels, 22_050, depth, channels === 2 ? [samples, samples] : samples);
+  ] as const)(
+    'decodes a %s WAV written by wavefile, downmixed to mono and resampled',
+    async (_label, depth, channels) => {
+      const tone = sine(440, 22_050, 1);
+      const scale = depth === '8' ? 1 / 256 : depth === '24' ? 256 : depth === '32' ? 65_536 : 1 / 32_768;
+      const samples = Array.from(tone, (value) => (depth === '8' ? Math.round(value * scale) + 128 : value * scale));
+      const file = new wavefile.WaveFile();
+      file.fromScratch(channels, 22_050, depth, channels === 2 ? [samples, samples] : samples);
 
-    const decoded = await decodeAudioToPcm16(Buffer.from(file.toBuffer()), { targetRate: 16_000 });
+      const decoded = await decodeAudioToPcm16(Buffer.from(file.toBuffer()), { targetRate: 16_000 });
 
-    expect(decoded.format).toBe('wav');
-    expect(Math.abs(decoded.pcm.length - 16_000)).toBeLessThanOrEqual(2);
-    expect(estimateFrequency(decoded.pcm, 16_000)).toBeCloseTo(440, 0);
-    expect(rms(decoded.pcm) / rms(tone)).toBeGreaterThan(0.95);
-    expect(rms(decoded.pcm) / rms(tone)).toBeLessThan(1.05);
-  });
+      expect(decoded.format).toBe('wav');
+      expect(Math.abs(decoded.pcm.length - 16_000)).toBeLessThanOrEqual(2);
+      expect(estimateFrequency(decoded.pcm, 16_000)).toBeCloseTo(440, 0);
+      expect(rms(decoded.pcm) / rms(tone)).toBeGreaterThan(0.95);
+      expect(rms(decoded.pcm) / rms(tone)).toBeLessThan(1.05);
+    },
+  );
 
   it('skips extra chunks (odd-sized, padded) before the data chunk and honours a 0 data size', () => {
     const pcm = sine(1_000, 8_000, 0.1);
     const plain = encodeWav(pcm, 8_000);
-    const listChunk = Buffer.concat([Buffer.from('LIST'), Buffer.from([3, 0, 0, 0]), Buffer.from('abc'), Buffer.from([0])]);
+    const listChunk = Buffer.concat([
+      Buffer.from('LIST'),
+      Buffer.from([3, 0, 0, 0]),
+      Buffer.from('abc'),
+      Buffer.from([0]),
+    ]);
     const data = Buffer.from(plain.subarray(36));
     data.writeUInt32LE(0, 4); // streamed writer that never patched the size
     const withExtras = Buffer.concat([plain.subarray(0, 36), listChunk, data]);
@@ -148,23 +169,34 @@ describe('decodeAudioToPcm16', () => {
   });
 
   it('rejects empty input and odd-length raw PCM with InvalidAudioError', async () => {
-    expect(await rejection(decodeAudioToPcm16(Buffer.alloc(0), { targetRate: 16_000 }))).toBeInstanceOf(InvalidAudioError);
+    expect(await rejection(decodeAudioToPcm16(Buffer.alloc(0), { targetRate: 16_000 }))).toBeInstanceOf(
+      InvalidAudioError,
+    );
     const odd = await rejection(decodeAudioToPcm16(Buffer.alloc(641, 1), { targetRate: 16_000 }));
     expect(odd).toBeInstanceOf(InvalidAudioError);
     expect(odd.message).toMatch(/odd byte count/);
   });
 
   it.each([
-    ['truncated WAV header', Buffer.concat([Buffer.from('RIFF'), Buffer.alloc(4), Buffer.from('WAVEfmt '), Buffer.from([4, 0, 0, 0, 1, 0])])],
-    ['ID3 tag followed by garbage', Buffer.concat([Buffer.from('ID3'), Buffer.from([3, 0, 0, 0, 0, 0, 10]), Buffer.alloc(4_000, 0x55)])],
+    [
+      'truncated WAV header',
+      Buffer.concat([Buffer.from('RIFF'), Buffer.alloc(4), Buffer.from('WAVEfmt '), Buffer.from([4, 0, 0, 0, 1, 0])]),
+    ],
+    [
+      'ID3 tag followed by garbage',
+      Buffer.concat([Buffer.from('ID3'), Buffer.from([3, 0, 0, 0, 0, 0, 10]), Buffer.alloc(4_000, 0x55)]),
+    ],
     ['a JSON body', Buffer.from(JSON.stringify({ audio: 'not really audio, just some text sent by mistake' }))],
     ['an Ogg stream', Buffer.concat([Buffer.from('OggS'), Buffer.alloc(200)])],
     ['a PNG image', Buffer.concat([Buffer.from('\x89PNG\r\n\x1a\n', 'latin1'), Buffer.alloc(200)])],
-    ['a WAV with an unsupported codec', (() => {
-      const wav = encodeWav(sine(440, 8_000, 0.1), 8_000);
-      wav.writeUInt16LE(0x0011, 20); // IMA ADPCM
-      return wav;
-    })()],
+    [
+      'a WAV with an unsupported codec',
+      (() => {
+        const wav = encodeWav(sine(440, 8_000, 0.1), 8_000);
+        wav.writeUInt16LE(0x0011, 20); // IMA ADPCM
+        return wav;
+      })(),
+    ],
   ])('rejects %s with InvalidAudioError', async (_label, bytes) => {
     expect(await rejection(decodeAudioToPcm16(bytes, { targetRate: 16_000 }))).toBeInstanceOf(InvalidAudioError);
   });
@@ -202,7 +234,9 @@ describe('decodeAudioToPcm16', () => {
   it('honours an already-aborted signal', async () => {
     const controller = new AbortController();
     controller.abort();
-    const error = await rejection(decodeAudioToPcm16(pcmBytes(sine(440, 16_000, 0.1)), { targetRate: 16_000, signal: controller.signal }));
+    const error = await rejection(
+      decodeAudioToPcm16(pcmBytes(sine(440, 16_000, 0.1)), { targetRate: 16_000, signal: controller.signal }),
+    );
     expect(error.name).toBe('AbortError');
   });
 });

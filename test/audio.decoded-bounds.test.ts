@@ -25,7 +25,8 @@ const run = promisify(execFile);
 /** `/healthz` while a decode runs: the design keeps the event loop free, so this is generous (the bench holds 50 ms). */
 const HEALTHZ_RESPONSIVE_MS = 500;
 /** A speak that keeps the builtin voice talking for several seconds. */
-const LONG_TEXT = 'This sentence is long enough to keep the avatar talking for several seconds, so every other request must wait for it.';
+const LONG_TEXT =
+  'This sentence is long enough to keep the avatar talking for several seconds, so every other request must wait for it.';
 
 const MINUTE_MS = 60_000;
 /**
@@ -54,18 +55,61 @@ beforeAll(async () => {
   const dir = await tempDir('decoded-bounds-');
   const minute = path.join(dir, 'minute.mp3');
   const source = 'sine=frequency=300:sample_rate=8000:duration=60';
-  await run(ffmpegPath, ['-hide_banner', '-loglevel', 'error', '-y', '-f', 'lavfi', '-i', source, '-ac', '1', '-ar', '8000', '-codec:a', 'libmp3lame', '-b:a', '8k', '-write_xing', '0', '-id3v2_version', '0', minute]);
+  await run(ffmpegPath, [
+    '-hide_banner',
+    '-loglevel',
+    'error',
+    '-y',
+    '-f',
+    'lavfi',
+    '-i',
+    source,
+    '-ac',
+    '1',
+    '-ar',
+    '8000',
+    '-codec:a',
+    'libmp3lame',
+    '-b:a',
+    '8k',
+    '-write_xing',
+    '0',
+    '-id3v2_version',
+    '0',
+    minute,
+  ]);
   // The minute's frames copied `minutes` times (no re-encoding: encoding an hour cost seconds of CPU) behind an Info
   // header that ffmpeg's muxer writes counting every frame.
   const withXing = async (name: string, minutes: number) => {
     const list = path.join(dir, `${name}.txt`);
     await fs.writeFile(list, `file '${minute}'\n`.repeat(minutes));
     const target = path.join(dir, name);
-    await run(ffmpegPath, ['-hide_banner', '-loglevel', 'error', '-y', '-f', 'concat', '-safe', '0', '-i', list, '-c', 'copy', '-write_xing', '1', '-id3v2_version', '0', target]);
+    await run(ffmpegPath, [
+      '-hide_banner',
+      '-loglevel',
+      'error',
+      '-y',
+      '-f',
+      'concat',
+      '-safe',
+      '0',
+      '-i',
+      list,
+      '-c',
+      'copy',
+      '-write_xing',
+      '1',
+      '-id3v2_version',
+      '0',
+      target,
+    ]);
     return fs.readFile(target);
   };
   oneMinuteMp3 = await fs.readFile(minute);
-  [oneMinuteMp3WithXing, oneHourMp3WithXing] = await Promise.all([withXing('minute-xing.mp3', 1), withXing('hour-xing.mp3', 60)]);
+  [oneMinuteMp3WithXing, oneHourMp3WithXing] = await Promise.all([
+    withXing('minute-xing.mp3', 1),
+    withXing('hour-xing.mp3', 60),
+  ]);
   await fs.rm(dir, { recursive: true, force: true });
 }, ENCODE_TIMEOUT_MS);
 
@@ -73,13 +117,18 @@ describe('decoder: the duration bound', () => {
   it('an 8 kb/s MP3 twelve minutes long is refused at the 10-minute bound, though it is only ~720 KB', async () => {
     const mp3 = lowBitrateMp3(oneMinuteMp3, 12);
     expect(mp3.length).toBeLessThan(1024 * 1024);
-    const error = await decodeAudioToPcm16(mp3, { targetRate: 16_000, maxDurationMs: TURN_AUDIO_MAX_MS }).catch((e: unknown) => e);
+    const error = await decodeAudioToPcm16(mp3, { targetRate: 16_000, maxDurationMs: TURN_AUDIO_MAX_MS }).catch(
+      (e: unknown) => e,
+    );
     expect(error).toBeInstanceOf(AudioTooLongError);
     expect((error as Error).message).toBe('audio decodes to more than 10 min');
   });
 
   it('audio inside the bound decodes whole', async () => {
-    const decoded = await decodeAudioToPcm16(lowBitrateMp3(oneMinuteMp3, 2), { targetRate: 16_000, maxDurationMs: 3 * MINUTE_MS });
+    const decoded = await decodeAudioToPcm16(lowBitrateMp3(oneMinuteMp3, 2), {
+      targetRate: 16_000,
+      maxDurationMs: 3 * MINUTE_MS,
+    });
     expect(decoded.pcm.length / 16_000).toBeGreaterThan(119);
     expect(decoded.pcm.length / 16_000).toBeLessThan(121);
   });
@@ -91,14 +140,20 @@ describe('decoder: the duration bound', () => {
     expect(declared.samples / declared.sampleRate).toBeLessThan(61);
     expect(mp3DeclaredDuration(oneMinuteMp3)).toBeUndefined();
     const wav = wavBytes(tone(16_000, 2_000), 16_000);
-    await expect(decodeAudioToPcm16(wav, { targetRate: 16_000, maxDurationMs: 1_999 })).rejects.toBeInstanceOf(AudioTooLongError);
+    await expect(decodeAudioToPcm16(wav, { targetRate: 16_000, maxDurationMs: 1_999 })).rejects.toBeInstanceOf(
+      AudioTooLongError,
+    );
     expect((await decodeAudioToPcm16(wav, { targetRate: 16_000, maxDurationMs: 2_000 })).pcm.length).toBe(32_000);
-    await expect(decodeAudioToPcm16(Buffer.alloc(32_002), { targetRate: 16_000, maxDurationMs: 1_000 })).rejects.toBeInstanceOf(AudioTooLongError);
+    await expect(
+      decodeAudioToPcm16(Buffer.alloc(32_002), { targetRate: 16_000, maxDurationMs: 1_000 }),
+    ).rejects.toBeInstanceOf(AudioTooLongError);
   });
 
   it('a clone sample that converts to more than 15 minutes is refused while converting, though it is under 1 MB', async () => {
     expect(MAX_CLONE_SAMPLE_MS).toBe(15 * MINUTE_MS);
-    const error = await convertTo24kMonoWav(lowBitrateMp3(oneMinuteMp3, 16), AbortSignal.timeout(60_000)).catch((e: unknown) => e);
+    const error = await convertTo24kMonoWav(lowBitrateMp3(oneMinuteMp3, 16), AbortSignal.timeout(60_000)).catch(
+      (e: unknown) => e,
+    );
     expect(error).toBeInstanceOf(AudioConversionError);
     expect((error as Error).message).toMatch(/decodes to more than 15 min/);
   });
@@ -111,7 +166,11 @@ describe('upload routes: decoded-duration bounds, admission before the body, a f
     const avatarsDir = await tempDir('decoded-bounds-avatars-');
     await makeAvatarBundle(avatarsDir, 'card');
     // Configured but never reached: every transcribe here is refused before the recognizer is asked.
-    t = await startTestApp({ avatarsDir, withRepoAvatars: false, env: { SERVICE_ASR_BASE_URL: 'http://127.0.0.1:9/v1' } });
+    t = await startTestApp({
+      avatarsDir,
+      withRepoAvatars: false,
+      env: { SERVICE_ASR_BASE_URL: 'http://127.0.0.1:9/v1' },
+    });
   });
   afterAll(async () => t?.close());
 
@@ -123,46 +182,82 @@ describe('upload routes: decoded-duration bounds, admission before the body, a f
     return id;
   }
 
-  it('speak_audio and speak_rt_audio: a 12-minute 8 kb/s MP3 → 413 {detail} naming the 10-minute bound', async () => {
-    expect(TURN_AUDIO_MAX_MS).toBe(10 * MINUTE_MS);
-    const id = await startedSession();
-    for (const route of ['speak_audio', 'speak_rt_audio']) {
-      const res = await postAudio(t.baseUrl, `/sessions/${id}/${route}`, lowBitrateMp3(oneMinuteMp3, 12), {}, 'long.mp3');
-      expect(res.status, route).toBe(413);
-      expect(await json(res), route).toEqual({ detail: 'audio is too long: it decodes to more than 10 min' });
-    }
-    // The session is still idle and takes audio inside the bound.
-    const short = await postAudio(t.baseUrl, `/sessions/${id}/speak_audio`, lowBitrateMp3(oneMinuteMp3, 1), {}, 'short.mp3');
-    expect(short.status).toBe(200);
-  }, LONG_DECODE_TEST_MS);
+  it(
+    'speak_audio and speak_rt_audio: a 12-minute 8 kb/s MP3 → 413 {detail} naming the 10-minute bound',
+    async () => {
+      expect(TURN_AUDIO_MAX_MS).toBe(10 * MINUTE_MS);
+      const id = await startedSession();
+      for (const route of ['speak_audio', 'speak_rt_audio']) {
+        const res = await postAudio(
+          t.baseUrl,
+          `/sessions/${id}/${route}`,
+          lowBitrateMp3(oneMinuteMp3, 12),
+          {},
+          'long.mp3',
+        );
+        expect(res.status, route).toBe(413);
+        expect(await json(res), route).toEqual({ detail: 'audio is too long: it decodes to more than 10 min' });
+      }
+      // The session is still idle and takes audio inside the bound.
+      const short = await postAudio(
+        t.baseUrl,
+        `/sessions/${id}/speak_audio`,
+        lowBitrateMp3(oneMinuteMp3, 1),
+        {},
+        'short.mp3',
+      );
+      expect(short.status).toBe(200);
+    },
+    LONG_DECODE_TEST_MS,
+  );
 
-  it('transcribe: a 12-minute 8 kb/s MP3 → 413 {detail}', async () => {
-    expect(TRANSCRIBE_AUDIO_MAX_MS).toBe(10 * MINUTE_MS);
-    const id = await startedSession();
-    const res = await postAudio(t.baseUrl, `/sessions/${id}/transcribe`, lowBitrateMp3(oneMinuteMp3, 12), {}, 'long.mp3');
-    expect(res.status).toBe(413);
-    expect((await json(res)).detail).toMatch(/decodes to more than 10 min/);
-  }, LONG_DECODE_TEST_MS);
+  it(
+    'transcribe: a 12-minute 8 kb/s MP3 → 413 {detail}',
+    async () => {
+      expect(TRANSCRIBE_AUDIO_MAX_MS).toBe(10 * MINUTE_MS);
+      const id = await startedSession();
+      const res = await postAudio(
+        t.baseUrl,
+        `/sessions/${id}/transcribe`,
+        lowBitrateMp3(oneMinuteMp3, 12),
+        {},
+        'long.mp3',
+      );
+      expect(res.status).toBe(413);
+      expect((await json(res)).detail).toMatch(/decodes to more than 10 min/);
+    },
+    LONG_DECODE_TEST_MS,
+  );
 
-  it('offline bundle: audio segments decoding past 30 minutes in total → 413 {detail} naming the segment that crossed it', async () => {
-    expect(OFFLINE_LIMITS.audioMs).toBe(30 * MINUTE_MS);
-    const id = await startedSession();
-    // 29 minutes alone is inside the bound; after a minute and its pause it is not.
-    const res = await post(t.baseUrl, `/sessions/${id}/rt-offline-bundle`, {
-      segments: [
-        { audio_base64: lowBitrateMp3(oneMinuteMp3, 1).toString('base64'), pause_after_ms: 1_000 },
-        { text: 'Between the two.' },
-        { audio_base64: lowBitrateMp3(oneMinuteMp3, 29).toString('base64') },
-      ],
-    });
-    expect(res.status).toBe(413);
-    expect((await json(res)).detail).toMatch(/^segments\[2\]: .*decodes to more than 30 min/);
-  }, LONG_DECODE_TEST_MS);
+  it(
+    'offline bundle: audio segments decoding past 30 minutes in total → 413 {detail} naming the segment that crossed it',
+    async () => {
+      expect(OFFLINE_LIMITS.audioMs).toBe(30 * MINUTE_MS);
+      const id = await startedSession();
+      // 29 minutes alone is inside the bound; after a minute and its pause it is not.
+      const res = await post(t.baseUrl, `/sessions/${id}/rt-offline-bundle`, {
+        segments: [
+          { audio_base64: lowBitrateMp3(oneMinuteMp3, 1).toString('base64'), pause_after_ms: 1_000 },
+          { text: 'Between the two.' },
+          { audio_base64: lowBitrateMp3(oneMinuteMp3, 29).toString('base64') },
+        ],
+      });
+      expect(res.status).toBe(413);
+      expect((await json(res)).detail).toMatch(/^segments\[2\]: .*decodes to more than 30 min/);
+    },
+    LONG_DECODE_TEST_MS,
+  );
 
   it('/healthz answers promptly over a real socket while a long MP3 is decoded', async () => {
     const id = await startedSession();
     let uploading = true;
-    const upload = postAudio(t.baseUrl, `/sessions/${id}/speak_audio`, lowBitrateMp3(oneMinuteMp3, 12), {}, 'long.mp3').finally(() => {
+    const upload = postAudio(
+      t.baseUrl,
+      `/sessions/${id}/speak_audio`,
+      lowBitrateMp3(oneMinuteMp3, 12),
+      {},
+      'long.mp3',
+    ).finally(() => {
       uploading = false;
     });
     const latencies: number[] = [];
@@ -210,7 +305,9 @@ describe('upload routes: decoded-duration bounds, admission before the body, a f
       for (const route of ['speak_rt_audio', 'transcribe']) {
         await expectTooLongWhileSending(`/sessions/${id}/${route}`, elevenMinutes);
         // The refused upload's slot is free once its connection is gone.
-        expect(await eventually(() => uploadAdmission(t.services).uploadsInProgress === 0, ANSWER_WITHOUT_BODY_MS)).toBe(true);
+        expect(
+          await eventually(() => uploadAdmission(t.services).uploadsInProgress === 0, ANSWER_WITHOUT_BODY_MS),
+        ).toBe(true);
       }
     });
 
@@ -224,7 +321,13 @@ describe('upload routes: decoded-duration bounds, admission before the body, a f
       const refused = await postAudio(t.baseUrl, `/sessions/${id}/speak_audio`, oneHourMp3WithXing, {}, 'hour.mp3');
       expect(refused.status).toBe(413);
       expect(await json(refused)).toEqual(TOO_LONG);
-      const next = await postAudio(t.baseUrl, `/sessions/${id}/speak_audio`, lowBitrateMp3(oneMinuteMp3, 1), {}, 'short.mp3');
+      const next = await postAudio(
+        t.baseUrl,
+        `/sessions/${id}/speak_audio`,
+        lowBitrateMp3(oneMinuteMp3, 1),
+        {},
+        'short.mp3',
+      );
       expect(next.status).toBe(200);
     });
   });
@@ -248,25 +351,35 @@ describe('upload routes: decoded-duration bounds, admission before the body, a f
     const second = endlessUpload(t.baseUrl, `/sessions/${id}/transcribe`);
     try {
       await first.sent;
-      expect(await eventually(() => uploadAdmission(t.services).uploadsInProgress === 1, ANSWER_WITHOUT_BODY_MS)).toBe(true);
+      expect(await eventually(() => uploadAdmission(t.services).uploadsInProgress === 1, ANSWER_WITHOUT_BODY_MS)).toBe(
+        true,
+      );
       const answer = await second.answer;
       expect(answer.status).toBe(409);
-      expect(JSON.parse(answer.body)).toEqual({ detail: 'another audio upload to this session is still being received' });
+      expect(JSON.parse(answer.body)).toEqual({
+        detail: 'another audio upload to this session is still being received',
+      });
     } finally {
       first.abort();
       second.abort();
     }
     // The first upload's connection went away: its slot is free again and the session takes the next upload.
-    expect(await eventually(() => uploadAdmission(t.services).uploadsInProgress === 0, ANSWER_WITHOUT_BODY_MS)).toBe(true);
+    expect(await eventually(() => uploadAdmission(t.services).uploadsInProgress === 0, ANSWER_WITHOUT_BODY_MS)).toBe(
+      true,
+    );
     const next = await postAudio(t.baseUrl, `/sessions/${id}/speak_audio`, wavBytes(tone(16_000, 300), 16_000));
     expect(next.status).toBe(200);
   });
 
   it(`past ${MAX_CONCURRENT_AUDIO_UPLOADS} uploads in progress across the service, the next → 503 with Retry-After, unread`, async () => {
     const admission = uploadAdmission(t.services);
-    const stalled = Array.from({ length: MAX_CONCURRENT_AUDIO_UPLOADS }, () => endlessUpload(t.baseUrl, '/voices/clone'));
+    const stalled = Array.from({ length: MAX_CONCURRENT_AUDIO_UPLOADS }, () =>
+      endlessUpload(t.baseUrl, '/voices/clone'),
+    );
     try {
-      expect(await eventually(() => admission.uploadsInProgress === MAX_CONCURRENT_AUDIO_UPLOADS, ANSWER_WITHOUT_BODY_MS)).toBe(true);
+      expect(
+        await eventually(() => admission.uploadsInProgress === MAX_CONCURRENT_AUDIO_UPLOADS, ANSWER_WITHOUT_BODY_MS),
+      ).toBe(true);
       for (const route of ['/voices/clone', '/customize/reference']) {
         const refused = endlessUpload(t.baseUrl, route);
         try {

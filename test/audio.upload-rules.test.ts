@@ -58,10 +58,18 @@ const BAD_WAVS: Array<[string, Buffer, RegExp]> = [
   ['sample rate 2^32-1', wav({ rate: 2 ** 32 - 1 }), /sample rate 4294967295 Hz/],
   ['8-bit samples', wav({ rate: 16_000, bits: 8 }), /16-bit integer PCM; this one is 8-bit/],
   ['24-bit samples', wav({ rate: 16_000, bits: 24 }), /16-bit integer PCM; this one is 24-bit/],
-  ['32-bit float samples', wav({ rate: 16_000, bits: 32, formatTag: 3 }), /16-bit integer PCM; this one is 32-bit float/],
+  [
+    '32-bit float samples',
+    wav({ rate: 16_000, bits: 32, formatTag: 3 }),
+    /16-bit integer PCM; this one is 32-bit float/,
+  ],
   ['3 channels', wav({ rate: 16_000, channels: 3 }), /3 channels; at most 2/],
   ['a header cut off inside the fmt chunk', wav({ rate: 16_000 }).subarray(0, 30), /fmt chunk is truncated/],
-  ['a data chunk longer than the file', wav({ rate: 16_000, declaredDataBytes: 1_000_000 }), /declares 1000000 bytes .* truncated/],
+  [
+    'a data chunk longer than the file',
+    wav({ rate: 16_000, declaredDataBytes: 1_000_000 }),
+    /declares 1000000 bytes .* truncated/,
+  ],
 ];
 
 async function rejection(promise: Promise<unknown>): Promise<Error> {
@@ -83,13 +91,20 @@ describe('decodeAudioToPcm16 with UPLOAD_AUDIO_RULES', () => {
   it('refuses raw PCM declared outside 8000-48000 Hz', async () => {
     const pcm = pcmBytes(tone(16_000, 50));
     for (const rawSampleRate of [7_999, 48_001]) {
-      const error = await rejection(decodeAudioToPcm16(pcm, { targetRate: 16_000, rawSampleRate, rules: UPLOAD_AUDIO_RULES }));
+      const error = await rejection(
+        decodeAudioToPcm16(pcm, { targetRate: 16_000, rawSampleRate, rules: UPLOAD_AUDIO_RULES }),
+      );
       expect(error).toBeInstanceOf(InvalidAudioError);
     }
   });
 
   it('accepts a 16-bit stereo WAV at 8 and 48 kHz and a streamed one whose data size is unknown (0 or 0xFFFFFFFF)', async () => {
-    for (const spec of [{ rate: 8_000, channels: 2 }, { rate: 48_000 }, { rate: 16_000, declaredDataBytes: 0 }, { rate: 16_000, declaredDataBytes: 0xffffffff }]) {
+    for (const spec of [
+      { rate: 8_000, channels: 2 },
+      { rate: 48_000 },
+      { rate: 16_000, declaredDataBytes: 0 },
+      { rate: 16_000, declaredDataBytes: 0xffffffff },
+    ]) {
       const decoded = await decodeAudioToPcm16(wav(spec), { targetRate: 16_000, rules: UPLOAD_AUDIO_RULES });
       expect(decoded.format).toBe('wav');
       expect(Math.abs(decoded.pcm.length - Math.round((1_600 * 16_000) / spec.rate))).toBeLessThanOrEqual(2);
@@ -119,13 +134,16 @@ describe('speak_audio and transcribe refuse audio outside the upload rules with 
     await t?.close();
   });
 
-  it.each(['speak_audio', 'speak_rt_audio', 'transcribe'])('%s: every bad WAV header → 400 naming the problem', async (route) => {
-    for (const [label, bytes, message] of BAD_WAVS) {
-      const res = await postAudio(t.baseUrl, `/sessions/${s.sessionId}/${route}`, bytes, {}, 'clip.wav');
-      expect(res.status, label).toBe(400);
-      expect((await json(res)).detail, label).toMatch(message);
-    }
-  });
+  it.each(['speak_audio', 'speak_rt_audio', 'transcribe'])(
+    '%s: every bad WAV header → 400 naming the problem',
+    async (route) => {
+      for (const [label, bytes, message] of BAD_WAVS) {
+        const res = await postAudio(t.baseUrl, `/sessions/${s.sessionId}/${route}`, bytes, {}, 'clip.wav');
+        expect(res.status, label).toBe(400);
+        expect((await json(res)).detail, label).toMatch(message);
+      }
+    },
+  );
 
   it('speak_audio: a sample_rate field that is not a plain integer in 8000-48000 → 400', async () => {
     const pcm = pcmBytes(tone(16_000, 100));
@@ -138,7 +156,13 @@ describe('speak_audio and transcribe refuse audio outside the upload rules with 
 
   it('speak_audio still plays a 16-bit stereo WAV at 44.1 kHz (200), and the session is idle again after interrupt', async () => {
     const from = s.sse.events.length;
-    const res = await postAudio(t.baseUrl, `/sessions/${s.sessionId}/speak_audio`, wav({ rate: 44_100, channels: 2 }), {}, 'clip.wav');
+    const res = await postAudio(
+      t.baseUrl,
+      `/sessions/${s.sessionId}/speak_audio`,
+      wav({ rate: 44_100, channels: 2 }),
+      {},
+      'clip.wav',
+    );
     expect(res.status, await res.clone().text()).toBe(200);
     await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'speaking', 5_000, 'speaking', from);
     await post(t.baseUrl, `/sessions/${s.sessionId}/interrupt`);

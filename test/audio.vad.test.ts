@@ -50,9 +50,21 @@ describe('detectSpeechSegments (WebRTC VAD)', () => {
   });
 
   it('bridges a short pause but keeps a long pause as two segments', async () => {
-    const shortPause = await detectSpeechSegments(recording(16_000, 4, [[0.5, 1.5], [1.65, 2.5]]), 16_000);
+    const shortPause = await detectSpeechSegments(
+      recording(16_000, 4, [
+        [0.5, 1.5],
+        [1.65, 2.5],
+      ]),
+      16_000,
+    );
     expect(shortPause).toHaveLength(1);
-    const longPause = await detectSpeechSegments(recording(16_000, 4, [[0.5, 1.3], [2.3, 3.2]]), 16_000);
+    const longPause = await detectSpeechSegments(
+      recording(16_000, 4, [
+        [0.5, 1.3],
+        [2.3, 3.2],
+      ]),
+      16_000,
+    );
     expect(longPause).toHaveLength(2);
     expect(longPause[0].endMs).toBeLessThan(longPause[1].startMs);
   });
@@ -89,7 +101,12 @@ describe('trimSilence', () => {
 
 describe('splitForAsr', () => {
   it('cuts in the pauses, each piece within the limit, covering every burst', async () => {
-    const bursts: Array<[number, number]> = [[0.5, 1.7], [2.5, 3.7], [4.5, 5.7], [6.5, 7.7]];
+    const bursts: Array<[number, number]> = [
+      [0.5, 1.7],
+      [2.5, 3.7],
+      [4.5, 5.7],
+      [6.5, 7.7],
+    ];
     const pieces = await splitForAsr(recording(16_000, 8.5, bursts), 16_000, 3_000);
     expect(pieces.length).toBeGreaterThanOrEqual(2);
     for (const piece of pieces) {

@@ -11,7 +11,10 @@ describe('avatar catalog over SERVICE_AVATARS_DIR', () => {
     await makeAvatarBundle(avatarsDir, 'good-rt', { model_type: 'rt' });
     await makeAvatarBundle(avatarsDir, '图像-avatar', { model_type: 'mock' });
     await makeAvatarBundle(avatarsDir, 'secret', { model_type: 'rt', metadata: { hidden: true } });
-    await makeAvatarBundle(avatarsDir, 'custom-x-1', { model_type: 'lipsync', metadata: { custom_avatar: true, base_avatar_id: 'good-rt' } });
+    await makeAvatarBundle(avatarsDir, 'custom-x-1', {
+      model_type: 'lipsync',
+      metadata: { custom_avatar: true, base_avatar_id: 'good-rt' },
+    });
     // Broken bundles: each must be skipped without taking the catalog down.
     await fs.mkdir(path.join(avatarsDir, 'no-manifest'));
     const badJson = await makeAvatarBundle(avatarsDir, 'bad-json');
@@ -23,7 +26,10 @@ describe('avatar catalog over SERVICE_AVATARS_DIR', () => {
     const manifest = JSON.parse(await fs.readFile(path.join(mismatch, 'manifest.json'), 'utf8'));
     await fs.writeFile(path.join(mismatch, 'manifest.json'), JSON.stringify({ ...manifest, id: 'other' }));
     const oddSize = await makeAvatarBundle(avatarsDir, 'odd-size');
-    await fs.writeFile(path.join(oddSize, 'manifest.json'), JSON.stringify({ ...manifest, id: 'odd-size', width: 127 }));
+    await fs.writeFile(
+      path.join(oddSize, 'manifest.json'),
+      JSON.stringify({ ...manifest, id: 'odd-size', width: 127 }),
+    );
     const noPreview = await makeAvatarBundle(avatarsDir, 'no-preview');
     await fs.rm(path.join(noPreview, 'preview.png'));
     await fs.writeFile(path.join(avatarsDir, 'stray-file.txt'), 'not a bundle');
@@ -36,9 +42,19 @@ describe('avatar catalog over SERVICE_AVATARS_DIR', () => {
     const res = await fetch(`${t.baseUrl}/avatars`);
     expect(res.status).toBe(200);
     const list = await json(res);
-    expect(list.map((a: { id: string }) => a.id).sort()).toEqual(['custom-x-1', 'good-rt', 'no-preview', '图像-avatar'].sort());
+    expect(list.map((a: { id: string }) => a.id).sort()).toEqual(
+      ['custom-x-1', 'good-rt', 'no-preview', '图像-avatar'].sort(),
+    );
     const custom = list.find((a: { id: string }) => a.id === 'custom-x-1');
-    expect(custom).toEqual({ id: 'custom-x-1', name: 'custom-x-1', model_type: 'lipsync', width: 128, height: 128, is_custom: true, animated: false });
+    expect(custom).toEqual({
+      id: 'custom-x-1',
+      name: 'custom-x-1',
+      model_type: 'lipsync',
+      width: 128,
+      height: 128,
+      is_custom: true,
+      animated: false,
+    });
   });
 
   it('serves the full manifest, hidden avatars included, and 404 for unknown ids', async () => {

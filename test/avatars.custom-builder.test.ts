@@ -106,13 +106,23 @@ describe('buildCustomAvatar (real sharp, real detector, real files)', () => {
     expect(onDisk).toEqual(built.manifest);
     const { animation, ...metadata } = onDisk.metadata;
     expect(metadata).toEqual({ source: 'kept', custom_avatar: true, base_avatar_id: 'astronaut' });
-    expect({ ...onDisk, metadata: undefined }).toEqual({ ...baseManifest, id: built.id, name: 'My Astronaut!', metadata: undefined });
+    expect({ ...onDisk, metadata: undefined }).toEqual({
+      ...baseManifest,
+      id: built.id,
+      name: 'My Astronaut!',
+      metadata: undefined,
+    });
     expect(animation?.detector).toBe('face-api/ssd_mobilenetv1+landmark68');
     expect(distance(animation!.mouth_center, EXPECTED_MOUTH)).toBeLessThan(MOUTH_TOLERANCE_PX);
 
     for (const file of ['frames/frame_00000.png', 'preview.png']) {
       const meta = await sharp(path.join(built.dir, file)).metadata();
-      expect({ format: meta.format, width: meta.width, height: meta.height, channels: meta.channels }).toEqual({ format: 'png', width: 512, height: 512, channels: 3 });
+      expect({ format: meta.format, width: meta.width, height: meta.height, channels: meta.channels }).toEqual({
+        format: 'png',
+        width: 512,
+        height: 512,
+        channels: 3,
+      });
     }
     expect(await leftovers()).toEqual([]);
   });
@@ -147,17 +157,28 @@ describe('buildCustomAvatar (real sharp, real detector, real files)', () => {
     const original = await sharp(fixture).raw().toBuffer();
     const faceCentreInFixture = 223;
     const offsetX = Math.round(faceCentreX - faceCentreInFixture);
-    expect(distance(a.mouth_center, { x: EXPECTED_MOUTH.x + offsetX, y: EXPECTED_MOUTH.y })).toBeLessThan(MOUTH_TOLERANCE_PX);
+    expect(distance(a.mouth_center, { x: EXPECTED_MOUTH.x + offsetX, y: EXPECTED_MOUTH.y })).toBeLessThan(
+      MOUTH_TOLERANCE_PX,
+    );
     let diff = 0;
     for (let y = 130; y < 160; y++) {
-      for (let x = 200; x < 245; x++) diff += Math.abs(frame[(y * 512 + x + offsetX) * 3] - original[(y * 512 + x) * 3]);
+      for (let x = 200; x < 245; x++)
+        diff += Math.abs(frame[(y * 512 + x + offsetX) * 3] - original[(y * 512 + x) * 3]);
     }
     expect(diff / (30 * 45)).toBeLessThan(12);
   });
 
   it('an image without a face still gives an avatar, cover-cropped, without animation', async () => {
     const gradient = await sharp({ create: { width: 900, height: 300, channels: 3, background: '#3366aa' } })
-      .composite([{ input: Buffer.from('<svg width="900" height="300"><rect x="300" width="300" height="300" fill="#ddaa33"/></svg>'), left: 0, top: 0 }])
+      .composite([
+        {
+          input: Buffer.from(
+            '<svg width="900" height="300"><rect x="300" width="300" height="300" fill="#ddaa33"/></svg>',
+          ),
+          left: 0,
+          top: 0,
+        },
+      ])
       .png()
       .toBuffer();
     const built = await buildCustomAvatar({ ...baseInput(), name: 'no face', image: gradient });
@@ -165,7 +186,9 @@ describe('buildCustomAvatar (real sharp, real detector, real files)', () => {
     expect(built.manifest.metadata.animation).toBeUndefined();
     expect('animation' in built.manifest.metadata).toBe(false);
     // Centre crop of 900×300 → the middle 300×300, the yellow square, scaled to 512×512.
-    const { data } = await sharp(path.join(built.dir, 'frames/frame_00000.png')).raw().toBuffer({ resolveWithObject: true });
+    const { data } = await sharp(path.join(built.dir, 'frames/frame_00000.png'))
+      .raw()
+      .toBuffer({ resolveWithObject: true });
     expect([data[0], data[1], data[2]]).toEqual([0xdd, 0xaa, 0x33]);
   });
 
@@ -174,7 +197,9 @@ describe('buildCustomAvatar (real sharp, real detector, real files)', () => {
     ['empty', Buffer.alloc(0)],
     ['truncated PNG', Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13])],
   ])('%s → InvalidImageError, nothing left behind', async (_label, bytes) => {
-    await expect(buildCustomAvatar({ ...baseInput(), name: 'bad', image: bytes })).rejects.toBeInstanceOf(InvalidImageError);
+    await expect(buildCustomAvatar({ ...baseInput(), name: 'bad', image: bytes })).rejects.toBeInstanceOf(
+      InvalidImageError,
+    );
     expect(await leftovers()).toEqual([]);
   });
 
@@ -239,7 +264,12 @@ describe('buildCustomAvatar (real sharp, real detector, real files)', () => {
   });
 
   it('removeCustomAvatarDir deletes a custom bundle and refuses anything else', async () => {
-    const built = await buildCustomAvatar({ ...baseInput(), name: 'short lived', image: fixture, detect: async () => ({ ok: false, reason: 'no_face' }) });
+    const built = await buildCustomAvatar({
+      ...baseInput(),
+      name: 'short lived',
+      image: fixture,
+      detect: async () => ({ ok: false, reason: 'no_face' }),
+    });
     await removeCustomAvatarDir(avatarsDir, built.id);
     await expect(fs.access(built.dir)).rejects.toThrow();
     expect(await leftovers()).toEqual([]);

@@ -23,7 +23,12 @@ function upload(baseUrl: string, form: Upload): Promise<Response> {
   const body = new FormData();
   if (form.name !== undefined) body.append('name', form.name);
   if (form.base_avatar_id !== undefined) body.append('base_avatar_id', form.base_avatar_id);
-  if (form.image) body.append('image', new Blob([new Uint8Array(form.image.bytes)], { type: form.image.type ?? 'application/octet-stream' }), form.image.filename ?? 'portrait');
+  if (form.image)
+    body.append(
+      'image',
+      new Blob([new Uint8Array(form.image.bytes)], { type: form.image.type ?? 'application/octet-stream' }),
+      form.image.filename ?? 'portrait',
+    );
   return fetch(`${baseUrl}/avatars/custom`, { method: 'POST', body });
 }
 
@@ -53,16 +58,27 @@ afterAll(async () => {
 });
 
 describe('POST /avatars/custom (real app, real detector)', () => {
-
   async function avatarIds(): Promise<string[]> {
     return (await json(await fetch(`${t.baseUrl}/avatars`))).map((a: { id: string }) => a.id);
   }
 
   it('creates an animated avatar from the astronaut PNG; GET shows the detected mouth', async () => {
-    const res = await upload(t.baseUrl, { name: 'My Astronaut!', base_avatar_id: 'astronaut', image: { bytes: fixture, type: 'image/png' } });
+    const res = await upload(t.baseUrl, {
+      name: 'My Astronaut!',
+      base_avatar_id: 'astronaut',
+      image: { bytes: fixture, type: 'image/png' },
+    });
     expect(res.status).toBe(200);
     const summary = await json(res);
-    expect(summary).toEqual({ id: expect.stringMatching(/^custom-my-astronaut-\d{13}$/), name: 'My Astronaut!', model_type: 'lipsync', width: 512, height: 512, is_custom: true, animated: true });
+    expect(summary).toEqual({
+      id: expect.stringMatching(/^custom-my-astronaut-\d{13}$/),
+      name: 'My Astronaut!',
+      model_type: 'lipsync',
+      width: 512,
+      height: 512,
+      is_custom: true,
+      animated: true,
+    });
     expect(await avatarIds()).toContain(summary.id);
 
     const manifest = await json(await fetch(`${t.baseUrl}/avatars/${summary.id}`));
@@ -76,7 +92,12 @@ describe('POST /avatars/custom (real app, real detector)', () => {
     expect(manifest.metadata.animation.inner_lip).toHaveLength(8);
 
     const frame = await sharp(path.join(t.avatarsDir, summary.id, 'frames', 'frame_00000.png')).metadata();
-    expect({ width: frame.width, height: frame.height, channels: frame.channels, format: frame.format }).toEqual({ width: 512, height: 512, channels: 3, format: 'png' });
+    expect({ width: frame.width, height: frame.height, channels: frame.channels, format: frame.format }).toEqual({
+      width: 512,
+      height: 512,
+      channels: 3,
+      format: 'png',
+    });
     const preview = await fetch(`${t.baseUrl}/avatars/${summary.id}/preview`);
     expect(preview.status).toBe(200);
     expect(preview.headers.get('content-type')).toBe('image/png');
@@ -84,16 +105,27 @@ describe('POST /avatars/custom (real app, real detector)', () => {
 
   it('accepts WebP, and a JPEG stored sideways with EXIF orientation 6 comes out upright', async () => {
     const webp = await sharp(fixture).webp({ quality: 90 }).toBuffer();
-    const webpRes = await upload(t.baseUrl, { name: 'webp', base_avatar_id: 'astronaut', image: { bytes: webp, type: 'image/webp' } });
+    const webpRes = await upload(t.baseUrl, {
+      name: 'webp',
+      base_avatar_id: 'astronaut',
+      image: { bytes: webp, type: 'image/webp' },
+    });
     expect(webpRes.status).toBe(200);
     const webpManifest = await json(await fetch(`${t.baseUrl}/avatars/${(await json(webpRes)).id}`));
     expect(distanceToExpected(webpManifest.metadata.animation.mouth_center)).toBeLessThan(MOUTH_TOLERANCE_PX);
 
     // Orientation 6 = "rotate 90° clockwise to display": store the pixels turned 90° counter-clockwise.
     // Read without EXIF, the mouth would sit near (145, 289); upright it is back near (222, 145).
-    const sideways = await sharp(await sharp(fixture).rotate(270).toBuffer()).jpeg({ quality: 92 }).withMetadata({ orientation: 6 }).toBuffer();
+    const sideways = await sharp(await sharp(fixture).rotate(270).toBuffer())
+      .jpeg({ quality: 92 })
+      .withMetadata({ orientation: 6 })
+      .toBuffer();
     expect((await sharp(sideways).metadata()).orientation).toBe(6);
-    const jpegRes = await upload(t.baseUrl, { name: 'sideways jpeg', base_avatar_id: 'astronaut', image: { bytes: sideways, type: 'image/jpeg' } });
+    const jpegRes = await upload(t.baseUrl, {
+      name: 'sideways jpeg',
+      base_avatar_id: 'astronaut',
+      image: { bytes: sideways, type: 'image/jpeg' },
+    });
     expect(jpegRes.status).toBe(200);
     const jpegManifest = await json(await fetch(`${t.baseUrl}/avatars/${(await json(jpegRes)).id}`));
     expect(distanceToExpected(jpegManifest.metadata.animation.mouth_center)).toBeLessThan(MOUTH_TOLERANCE_PX);
@@ -115,12 +147,18 @@ describe('POST /avatars/custom (real app, real detector)', () => {
   });
 
   it('an image without a face still makes an avatar, without animation', async () => {
-    const res = await upload(t.baseUrl, { name: 'landscape', base_avatar_id: 'astronaut', image: { bytes: await noFacePng() } });
+    const res = await upload(t.baseUrl, {
+      name: 'landscape',
+      base_avatar_id: 'astronaut',
+      image: { bytes: await noFacePng() },
+    });
     expect(res.status).toBe(200);
     const summary = await json(res);
     // The answer itself says the mouth will not move, and why, in words for the uploader.
     expect(summary.animated).toBe(false);
-    expect(summary.reason).toBe('No face was found in the picture: use a photo of one person facing the camera, face clearly visible.');
+    expect(summary.reason).toBe(
+      'No face was found in the picture: use a photo of one person facing the camera, face clearly visible.',
+    );
     const manifest = await json(await fetch(`${t.baseUrl}/avatars/${summary.id}`));
     expect(manifest.metadata.animation).toBeUndefined();
     expect(manifest.metadata.animated).toBe(false);
@@ -132,10 +170,26 @@ describe('POST /avatars/custom (real app, real detector)', () => {
     await makeAvatarBundle(t.avatarsDir, 'drawn-base', { model_type: 'rt' });
     t.services.catalog.invalidate();
     const cases: Array<[Upload, number, RegExp]> = [
-      [{ name: 'x', base_avatar_id: 'astronaut', image: { bytes: Buffer.from('definitely not an image, just some text') } }, 400, /JPEG, PNG or WebP/],
+      [
+        {
+          name: 'x',
+          base_avatar_id: 'astronaut',
+          image: { bytes: Buffer.from('definitely not an image, just some text') },
+        },
+        400,
+        /JPEG, PNG or WebP/,
+      ],
       [{ name: 'x', base_avatar_id: 'astronaut', image: { bytes: new Uint8Array(0) } }, 400, /empty/],
       // Right magic number, garbage after it.
-      [{ name: 'x', base_avatar_id: 'astronaut', image: { bytes: Buffer.concat([fixture.subarray(0, 64), Buffer.alloc(2000, 7)]) } }, 400, /decoded/],
+      [
+        {
+          name: 'x',
+          base_avatar_id: 'astronaut',
+          image: { bytes: Buffer.concat([fixture.subarray(0, 64), Buffer.alloc(2000, 7)]) },
+        },
+        400,
+        /decoded/,
+      ],
       [{ name: 'x', base_avatar_id: 'no-such-avatar', image: { bytes: fixture } }, 404, /base avatar/],
       [{ name: 'x', base_avatar_id: 'drawn-base', image: { bytes: fixture } }, 400, /lipsync/],
       [{ base_avatar_id: 'astronaut', image: { bytes: fixture } }, 400, /name/],
@@ -158,13 +212,19 @@ describe('POST /avatars/custom (real app, real detector)', () => {
     const res = await upload(t.baseUrl, { name: 'big', base_avatar_id: 'astronaut', image: { bytes: over } });
     expect(res.status).toBe(413);
     expect((await json(res)).detail).toMatch(/10 MB/);
-    const atLimit = await upload(t.baseUrl, { name: 'big', base_avatar_id: 'astronaut', image: { bytes: over.subarray(0, TEN_MB) } });
+    const atLimit = await upload(t.baseUrl, {
+      name: 'big',
+      base_avatar_id: 'astronaut',
+      image: { bytes: over.subarray(0, TEN_MB) },
+    });
     expect(atLimit.status).toBe(200);
     expect((await fs.readdir(t.avatarsDir)).filter((e) => e.startsWith('.tmp-'))).toEqual([]);
   });
 
   it('a decompression bomb (huge declared size, tiny file) is a 400', async () => {
-    const bomb = await sharp({ create: { width: 10_000, height: 10_000, channels: 3, background: '#fff' } }).png({ compressionLevel: 9 }).toBuffer();
+    const bomb = await sharp({ create: { width: 10_000, height: 10_000, channels: 3, background: '#fff' } })
+      .png({ compressionLevel: 9 })
+      .toBuffer();
     expect(bomb.length).toBeLessThan(TEN_MB);
     const res = await upload(t.baseUrl, { name: 'bomb', base_avatar_id: 'astronaut', image: { bytes: bomb } });
     expect(res.status).toBe(400);
@@ -175,7 +235,15 @@ describe('POST /avatars/custom (real app, real detector)', () => {
     const before = await avatarIds();
     const catalog = t.services.catalog;
     await expect(
-      createCustomAvatar({ catalog, name: 'doomed', baseAvatarId: 'astronaut', image: fixture, detect: async () => { throw new Error('detector crashed'); } }),
+      createCustomAvatar({
+        catalog,
+        name: 'doomed',
+        baseAvatarId: 'astronaut',
+        image: fixture,
+        detect: async () => {
+          throw new Error('detector crashed');
+        },
+      }),
     ).rejects.toThrow('detector crashed');
     const controller = new AbortController();
     await expect(
@@ -198,7 +266,9 @@ describe('POST /avatars/custom (real app, real detector)', () => {
   });
 
   it('DELETE removes the custom avatar and its files', async () => {
-    const { id } = await json(await upload(t.baseUrl, { name: 'short lived', base_avatar_id: 'astronaut', image: { bytes: fixture } }));
+    const { id } = await json(
+      await upload(t.baseUrl, { name: 'short lived', base_avatar_id: 'astronaut', image: { bytes: fixture } }),
+    );
     const res = await fetch(`${t.baseUrl}/avatars/${id}`, { method: 'DELETE' });
     expect(await json(res)).toEqual({ deleted: true });
     await expect(fs.access(path.join(t.avatarsDir, id))).rejects.toThrow();
@@ -208,7 +278,9 @@ describe('POST /avatars/custom (real app, real detector)', () => {
   });
 
   it('survives an app restart', async () => {
-    const { id } = await json(await upload(t.baseUrl, { name: 'persistent', base_avatar_id: 'astronaut', image: { bytes: fixture } }));
+    const { id } = await json(
+      await upload(t.baseUrl, { name: 'persistent', base_avatar_id: 'astronaut', image: { bytes: fixture } }),
+    );
     const { dataDir, avatarsDir } = t;
     await t.close();
     t = await startTestApp({ dataDir, avatarsDir });
@@ -246,7 +318,13 @@ describe('a lipsync session on a custom avatar', () => {
 
     const before = peer.frames.length;
     const from = sse.events.length;
-    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Hello, I am an astronaut. Watch my mouth move while I talk.' })).status).toBe(200);
+    expect(
+      (
+        await post(t.baseUrl, `/sessions/${sessionId}/speak`, {
+          text: 'Hello, I am an astronaut. Watch my mouth move while I talk.',
+        })
+      ).status,
+    ).toBe(200);
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 30_000, 'status idle', from);
 
     const speaking = peer.frames.slice(before);
@@ -267,7 +345,10 @@ describe('a lipsync session on a custom avatar', () => {
     expect(await json(await fetch(`${t.baseUrl}/avatars/${id}`, { method: 'DELETE' }))).toEqual({ deleted: true });
     const afterDelete = peer.frames.length;
     const again = sse.events.length;
-    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Still talking after my avatar was deleted.' })).status).toBe(200);
+    expect(
+      (await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Still talking after my avatar was deleted.' }))
+        .status,
+    ).toBe(200);
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 30_000, 'status idle after delete', again);
     expect(sse.events.slice(again).some((e) => e.type === 'error')).toBe(false);
     const later = peer.frames.slice(afterDelete);

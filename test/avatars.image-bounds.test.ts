@@ -121,13 +121,23 @@ describe('POST /avatars/custom: extreme shapes are refused from the header', () 
         { status: 503, body: { detail: expect.stringContaining('retry') } },
       ]).toContainEqual(answer);
     }
-    expect(answers.filter((answer) => answer.status === 400).length).toBeGreaterThanOrEqual(MAX_RUNNING_IMAGE_JOBS + MAX_WAITING_IMAGE_JOBS);
+    expect(answers.filter((answer) => answer.status === 400).length).toBeGreaterThanOrEqual(
+      MAX_RUNNING_IMAGE_JOBS + MAX_WAITING_IMAGE_JOBS,
+    );
   }, 60_000);
 
   it(`a portrait of exactly ${MAX_PORTRAIT_SIDE} px on its long side is accepted; one more pixel is refused`, async () => {
-    const atLimit = await sharp({ create: { width: MAX_PORTRAIT_SIDE, height: 64, channels: 3, background: '#c8a08c' } }).png().toBuffer();
+    const atLimit = await sharp({
+      create: { width: MAX_PORTRAIT_SIDE, height: 64, channels: 3, background: '#c8a08c' },
+    })
+      .png()
+      .toBuffer();
     expect((await upload(t.baseUrl, atLimit)).status).toBe(200);
-    const overLimit = await sharp({ create: { width: 64, height: MAX_PORTRAIT_SIDE + 1, channels: 3, background: '#c8a08c' } }).png().toBuffer();
+    const overLimit = await sharp({
+      create: { width: 64, height: MAX_PORTRAIT_SIDE + 1, channels: 3, background: '#c8a08c' },
+    })
+      .png()
+      .toBuffer();
     const res = await upload(t.baseUrl, overLimit);
     expect(res.status).toBe(400);
     expect((await json(res)).detail).toContain('px on a side');
@@ -180,7 +190,9 @@ describe('image jobs: bounded, with a deadline, killed at once', () => {
 
   it('an abort while waiting frees the place in the queue; one while running kills the process', async () => {
     const running = new AbortController();
-    const first = withImageProcess(() => new Promise(() => undefined), { signal: running.signal }).catch((error: unknown) => error);
+    const first = withImageProcess(() => new Promise(() => undefined), { signal: running.signal }).catch(
+      (error: unknown) => error,
+    );
     const pid = await imageProcessPid();
     const queued = new AbortController();
     const second = withImageProcess(async () => 'ran', { signal: queued.signal }).catch((error: unknown) => error);

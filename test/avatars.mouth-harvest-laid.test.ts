@@ -23,8 +23,14 @@ const REST_GAP = 0.114;
 function innerLip(gap: number): Point[] {
   const half = (gap * MW) / 2;
   return [
-    { x: CX - 16, y: CY }, { x: CX - 8, y: CY - half }, { x: CX, y: CY - half }, { x: CX + 8, y: CY - half },
-    { x: CX + 16, y: CY }, { x: CX + 8, y: CY + half }, { x: CX, y: CY + half }, { x: CX - 8, y: CY + half },
+    { x: CX - 16, y: CY },
+    { x: CX - 8, y: CY - half },
+    { x: CX, y: CY - half },
+    { x: CX + 8, y: CY - half },
+    { x: CX + 16, y: CY },
+    { x: CX + 8, y: CY + half },
+    { x: CX, y: CY + half },
+    { x: CX - 8, y: CY + half },
   ];
 }
 
@@ -37,7 +43,10 @@ describe('harvested mouths keyed by how they read once laid on the reference fra
   const misreadHarvest = () => {
     const harvest = new MouthHarvest();
     frames.forEach((rgba, index) => {
-      const claimed: MouthAnimation = { ...ASTRONAUT_ANIMATION, inner_lip: innerLip(REST_GAP + (1 - OPENINGS[index]) * 0.4) };
+      const claimed: MouthAnimation = {
+        ...ASTRONAUT_ANIMATION,
+        inner_lip: innerLip(REST_GAP + (1 - OPENINGS[index]) * 0.4),
+      };
       harvest.add(rgba, 512, 512, claimed, index);
     });
     return harvest;
@@ -52,7 +61,9 @@ describe('harvested mouths keyed by how they read once laid on the reference fra
     const renderer = new LipsyncRenderer();
     await renderer.prepare(photo.source);
     reference = i420ToRgba(renderer.render(request(0)));
-    frames = OPENINGS.map((open) => i420ToRgba(renderer.render(request(0, { mouth: { open, wide: 0, round: 0 }, speaking: true }))));
+    frames = OPENINGS.map((open) =>
+      i420ToRgba(renderer.render(request(0, { mouth: { open, wide: 0, round: 0 }, speaking: true }))),
+    );
   });
   afterAll(async () => {
     cleanup?.();

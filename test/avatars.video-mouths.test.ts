@@ -11,7 +11,11 @@ import { landscapeMp4, speakingClipMp4 } from './helpers/clips.ts';
 /** The speaking clip is made (flite, ~100 rendered frames) and detected on ~20 frames: 195 s seen with twice that on a core shared by four engineers (load 21). */
 const CREATION_TIMEOUT_MS = 600_000;
 
-async function createFromClip(baseUrl: string, file: string, name: string): Promise<{ id: string; manifest: { metadata: { clip: Record<string, unknown> } } }> {
+async function createFromClip(
+  baseUrl: string,
+  file: string,
+  name: string,
+): Promise<{ id: string; manifest: { metadata: { clip: Record<string, unknown> } } }> {
   const body = new FormData();
   body.append('name', name);
   body.append('base_avatar_id', 'astronaut');
@@ -38,10 +42,14 @@ describe('mouth harvesting when a clip becomes a video avatar (real app, real ff
   });
 
   it(
-    "a clip of the person speaking stores their mouths at several openings (mouths/ atlas and index, metadata.clip.mouths), cut at the tracked mouth",
+    'a clip of the person speaking stores their mouths at several openings (mouths/ atlas and index, metadata.clip.mouths), cut at the tracked mouth',
     async () => {
       const { id, manifest } = await createFromClip(t.baseUrl, await speakingClipMp4(clips), 'Speaking Person');
-      expect(manifest.metadata.clip.mouths).toEqual({ count: expect.any(Number), index_file: 'mouths/index.json', atlas_file: 'mouths/atlas.png' });
+      expect(manifest.metadata.clip.mouths).toEqual({
+        count: expect.any(Number),
+        index_file: 'mouths/index.json',
+        atlas_file: 'mouths/atlas.png',
+      });
       const dir = path.join(t.avatarsDir, id);
       const index: MouthSampleIndex = JSON.parse(await fs.readFile(path.join(dir, 'mouths', 'index.json'), 'utf8'));
       const { samples } = index;
@@ -55,7 +63,9 @@ describe('mouth harvesting when a clip becomes a video avatar (real app, real ff
       expect(openings.at(-1)).toBeGreaterThan(0.85);
       expect(new Set(openings.map((o) => Math.round(o * 5))).size).toBeGreaterThanOrEqual(MIN_HARVESTED_OPENINGS + 1);
       // The atlas holds one cell per sample; a wider-open sample shows more dark mouth inside its cell's middle.
-      const atlas = await sharp(path.join(dir, 'mouths', 'atlas.png')).raw().toBuffer({ resolveWithObject: true });
+      const atlas = await sharp(path.join(dir, 'mouths', 'atlas.png'))
+        .raw()
+        .toBuffer({ resolveWithObject: true });
       expect(atlas.info.width).toBe(MOUTH_ATLAS_COLUMNS * index.cell.width);
       expect(atlas.info.height).toBe(Math.ceil(samples.length / MOUTH_ATLAS_COLUMNS) * index.cell.height);
       const darkInMouth = (cell: number) => {

@@ -8,7 +8,12 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeFaceDetector } from '../actors/faces/detector.ts';
-import { IMAGE_JOBS_RETRY_AFTER_S, MAX_RUNNING_IMAGE_JOBS, MAX_WAITING_IMAGE_JOBS, admittedImageJobs } from '../actors/faces/image-jobs.ts';
+import {
+  IMAGE_JOBS_RETRY_AFTER_S,
+  MAX_RUNNING_IMAGE_JOBS,
+  MAX_WAITING_IMAGE_JOBS,
+  admittedImageJobs,
+} from '../actors/faces/image-jobs.ts';
 import { json, post, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import {
   HEAD_MOTION,
@@ -24,7 +29,11 @@ import {
 import { facelessMp4, landscapeMp4 } from './helpers/clips.ts';
 import { ANSWER_WITHOUT_BODY_MS, endlessUpload } from './helpers/endless-upload.ts';
 import { eventually } from './helpers/conversation.ts';
-import { CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES, admitCustomAvatarUpload, openCustomAvatarUpload } from '../src/catalog/custom-avatar.ts';
+import {
+  CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES,
+  admitCustomAvatarUpload,
+  openCustomAvatarUpload,
+} from '../src/catalog/custom-avatar.ts';
 import { AtCapacity } from '../src/domain-errors.ts';
 
 /** A 2 s clip is a 50-frame loop: forwards and back in 98 frames (3.9 s). */
@@ -99,31 +108,38 @@ describe('a video avatar in offline bundles and recordings (real app, real ffmpe
     expect(found.speakingAboveMouth).toBeLessThan(SAME_FRAME);
   }, 120_000);
 
-  it('a recording of a session on the video avatar holds the clip motion: every frame is a loop frame, the head moving through the loop', async () => {
-    const sessionId = await lipsyncSession();
-    const recording = `/sessions/${sessionId}/rt-recording`;
-    expect((await post(t.baseUrl, `/sessions/${sessionId}/start`)).status).toBe(200);
-    expect((await post(t.baseUrl, `${recording}/start`)).status).toBe(200);
-    // Recorded time counts written frames; the first comes once the render worker has decoded the loop (seconds on a loaded host).
-    await expect
-      .poll(async () => (await json(await fetch(`${t.baseUrl}${recording}`))).duration_ms, { timeout: RECORDING_TIMEOUT_MS, interval: 200 })
-      .toBeGreaterThanOrEqual(RECORD_MS);
-    const stopped = await post(t.baseUrl, `${recording}/stop`);
-    expect(stopped.status).toBe(200);
-    const status = await json(stopped);
-    expect(status.state).toBe('complete');
-    const download = await fetch(`${t.baseUrl}${status.artifact_url}`);
-    expect(download.status).toBe(200);
-    const file = path.join(files, 'recording.mp4');
-    await fs.writeFile(file, Buffer.from(await download.arrayBuffer()));
+  it(
+    'a recording of a session on the video avatar holds the clip motion: every frame is a loop frame, the head moving through the loop',
+    async () => {
+      const sessionId = await lipsyncSession();
+      const recording = `/sessions/${sessionId}/rt-recording`;
+      expect((await post(t.baseUrl, `/sessions/${sessionId}/start`)).status).toBe(200);
+      expect((await post(t.baseUrl, `${recording}/start`)).status).toBe(200);
+      // Recorded time counts written frames; the first comes once the render worker has decoded the loop (seconds on a loaded host).
+      await expect
+        .poll(async () => (await json(await fetch(`${t.baseUrl}${recording}`))).duration_ms, {
+          timeout: RECORDING_TIMEOUT_MS,
+          interval: 200,
+        })
+        .toBeGreaterThanOrEqual(RECORD_MS);
+      const stopped = await post(t.baseUrl, `${recording}/stop`);
+      expect(stopped.status).toBe(200);
+      const status = await json(stopped);
+      expect(status.state).toBe('complete');
+      const download = await fetch(`${t.baseUrl}${status.artifact_url}`);
+      expect(download.status).toBe(200);
+      const file = path.join(files, 'recording.mp4');
+      await fs.writeFile(file, Buffer.from(await download.arrayBuffer()));
 
-    const found = await measureRecordedClip(file, loop);
-    expect(found.frames).toBeGreaterThanOrEqual(PING_PONG_FRAMES);
-    // Each recorded frame is one of the clip's loop frames, and together they pass through most of the loop.
-    expect(found.fromNearestLoopFrame).toBeLessThan(SAME_FRAME);
-    expect(found.loopFramesSeen).toBeGreaterThanOrEqual(loop.lumas.length / 2);
-    expect(found.headMotion).toBeGreaterThan(HEAD_MOTION);
-  }, 2 * RECORDING_TIMEOUT_MS);
+      const found = await measureRecordedClip(file, loop);
+      expect(found.frames).toBeGreaterThanOrEqual(PING_PONG_FRAMES);
+      // Each recorded frame is one of the clip's loop frames, and together they pass through most of the loop.
+      expect(found.fromNearestLoopFrame).toBeLessThan(SAME_FRAME);
+      expect(found.loopFramesSeen).toBeGreaterThanOrEqual(loop.lumas.length / 2);
+      expect(found.headMotion).toBeGreaterThan(HEAD_MOTION);
+    },
+    2 * RECORDING_TIMEOUT_MS,
+  );
 });
 
 describe('bounded concurrent clip creations (real app, real ffmpeg, real detector)', () => {
@@ -136,48 +152,74 @@ describe('bounded concurrent clip creations (real app, real ffmpeg, real detecto
   }, 60_000);
 
   const hidden = async () => (await fs.readdir(t.avatarsDir)).filter((name) => name.startsWith('.'));
-  const customIds = async () => (await json(await fetch(`${t.baseUrl}/avatars`))).filter((a: { is_custom: boolean }) => a.is_custom).map((a: { id: string }) => a.id);
+  const customIds = async () =>
+    (await json(await fetch(`${t.baseUrl}/avatars`)))
+      .filter((a: { is_custom: boolean }) => a.is_custom)
+      .map((a: { id: string }) => a.id);
 
-  it(`while ${PLACES} uploads trickle in at 1 KB/s they hold no creation place: a whole clip uploaded meanwhile becomes an avatar (issue 42, M3)`, async () => {
-    const fields = { name: 'Trickling', base_avatar_id: 'astronaut' };
-    const trickling = Array.from({ length: PLACES }, () =>
-      endlessUpload(t.baseUrl, '/avatars/custom', clip.subarray(0, 1024), { fileField: 'video', filename: 'clip.mp4', fields, trickleBytesPerS: 1024 }),
-    );
-    try {
-      await Promise.all(trickling.map((upload) => upload.sent));
-      const answered = trickling.map(() => false);
-      trickling.forEach((upload, k) => void upload.answer.then(() => (answered[k] = true), () => undefined));
-      const res = await uploadClip(t.baseUrl, clip, 'Beside the trickles');
-      const summary = await json(res);
-      expect(res.status, JSON.stringify(summary)).toBe(200);
-      expect(summary.id).toMatch(/^custom-beside-the-trickles-/);
-      // The trickling uploads are still being read, unanswered, and none of them took a place.
-      expect(answered).toEqual(trickling.map(() => false));
-      expect(await eventually(() => admittedImageJobs() === 0, ANSWER_WITHOUT_BODY_MS)).toBe(true);
-    } finally {
-      for (const upload of trickling) upload.abort();
-    }
-    expect(await hidden()).toEqual([]);
-  }, CREATION_TIMEOUT_MS);
-
-  it(`while every place is held by an upload that is in, the next is answered 503 with Retry-After before its body is read`, async () => {
-    const held = Array.from({ length: PLACES }, () => admitCustomAvatarUpload());
-    try {
-      const next = endlessUpload(t.baseUrl, '/avatars/custom', clip.subarray(0, 64 * 1024), { fileField: 'video', filename: 'clip.mp4', fields: { name: 'Late', base_avatar_id: 'astronaut' } });
+  it(
+    `while ${PLACES} uploads trickle in at 1 KB/s they hold no creation place: a whole clip uploaded meanwhile becomes an avatar (issue 42, M3)`,
+    async () => {
+      const fields = { name: 'Trickling', base_avatar_id: 'astronaut' };
+      const trickling = Array.from({ length: PLACES }, () =>
+        endlessUpload(t.baseUrl, '/avatars/custom', clip.subarray(0, 1024), {
+          fileField: 'video',
+          filename: 'clip.mp4',
+          fields,
+          trickleBytesPerS: 1024,
+        }),
+      );
       try {
-        const refused = await next.answer;
-        expect(refused.status).toBe(503);
-        expect(refused.headers['retry-after']).toBe(String(IMAGE_JOBS_RETRY_AFTER_S));
-        expect(JSON.parse(refused.body).detail).toMatch(/retry/);
+        await Promise.all(trickling.map((upload) => upload.sent));
+        const answered = trickling.map(() => false);
+        trickling.forEach(
+          (upload, k) =>
+            void upload.answer.then(
+              () => (answered[k] = true),
+              () => undefined,
+            ),
+        );
+        const res = await uploadClip(t.baseUrl, clip, 'Beside the trickles');
+        const summary = await json(res);
+        expect(res.status, JSON.stringify(summary)).toBe(200);
+        expect(summary.id).toMatch(/^custom-beside-the-trickles-/);
+        // The trickling uploads are still being read, unanswered, and none of them took a place.
+        expect(answered).toEqual(trickling.map(() => false));
+        expect(await eventually(() => admittedImageJobs() === 0, ANSWER_WITHOUT_BODY_MS)).toBe(true);
       } finally {
-        next.abort();
+        for (const upload of trickling) upload.abort();
       }
-    } finally {
-      for (const release of held) release();
-    }
-    // The places free again, a whole (faceless) clip is read and judged.
-    expect((await uploadClip(t.baseUrl, faceless)).status).toBe(400);
-  }, CREATION_TIMEOUT_MS);
+      expect(await hidden()).toEqual([]);
+    },
+    CREATION_TIMEOUT_MS,
+  );
+
+  it(
+    `while every place is held by an upload that is in, the next is answered 503 with Retry-After before its body is read`,
+    async () => {
+      const held = Array.from({ length: PLACES }, () => admitCustomAvatarUpload());
+      try {
+        const next = endlessUpload(t.baseUrl, '/avatars/custom', clip.subarray(0, 64 * 1024), {
+          fileField: 'video',
+          filename: 'clip.mp4',
+          fields: { name: 'Late', base_avatar_id: 'astronaut' },
+        });
+        try {
+          const refused = await next.answer;
+          expect(refused.status).toBe(503);
+          expect(refused.headers['retry-after']).toBe(String(IMAGE_JOBS_RETRY_AFTER_S));
+          expect(JSON.parse(refused.body).detail).toMatch(/retry/);
+        } finally {
+          next.abort();
+        }
+      } finally {
+        for (const release of held) release();
+      }
+      // The places free again, a whole (faceless) clip is read and judged.
+      expect((await uploadClip(t.baseUrl, faceless)).status).toBe(400);
+    },
+    CREATION_TIMEOUT_MS,
+  );
 
   it(`uploads arriving share a byte budget of ${CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES / 2 ** 20} MB: past it the next chunk is refused (AtCapacity), and released bytes count no more`, () => {
     const first = openCustomAvatarUpload();
@@ -191,22 +233,26 @@ describe('bounded concurrent clip creations (real app, real ffmpeg, real detecto
     second.release();
   });
 
-  it(`${PLACES + 2} clip uploads at once: ${PLACES} become avatars, 2 get 503 with Retry-After, none 5xx, nothing half-made`, async () => {
-    const before = await customIds();
-    const answers = await Promise.all(
-      Array.from({ length: PLACES + 2 }, async (_, k) => {
-        const res = await uploadClip(t.baseUrl, clip, `Burst ${k}`);
-        return { status: res.status, retryAfter: res.headers.get('retry-after'), body: await json(res) };
-      }),
-    );
-    const created = answers.filter((answer) => answer.status === 200);
-    const refused = answers.filter((answer) => answer.status === 503);
-    expect(answers.map((answer) => answer.status).sort()).toEqual([...Array(PLACES).fill(200), 503, 503]);
-    for (const answer of refused) {
-      expect(answer.retryAfter).toBe(String(IMAGE_JOBS_RETRY_AFTER_S));
-      expect(answer.body.detail).toMatch(/retry/);
-    }
-    expect((await customIds()).sort()).toEqual([...before, ...created.map((answer) => answer.body.id)].sort());
-    expect(await hidden()).toEqual([]);
-  }, PLACES * CREATION_TIMEOUT_MS);
+  it(
+    `${PLACES + 2} clip uploads at once: ${PLACES} become avatars, 2 get 503 with Retry-After, none 5xx, nothing half-made`,
+    async () => {
+      const before = await customIds();
+      const answers = await Promise.all(
+        Array.from({ length: PLACES + 2 }, async (_, k) => {
+          const res = await uploadClip(t.baseUrl, clip, `Burst ${k}`);
+          return { status: res.status, retryAfter: res.headers.get('retry-after'), body: await json(res) };
+        }),
+      );
+      const created = answers.filter((answer) => answer.status === 200);
+      const refused = answers.filter((answer) => answer.status === 503);
+      expect(answers.map((answer) => answer.status).sort()).toEqual([...Array(PLACES).fill(200), 503, 503]);
+      for (const answer of refused) {
+        expect(answer.retryAfter).toBe(String(IMAGE_JOBS_RETRY_AFTER_S));
+        expect(answer.body.detail).toMatch(/retry/);
+      }
+      expect((await customIds()).sort()).toEqual([...before, ...created.map((answer) => answer.body.id)].sort());
+      expect(await hidden()).toEqual([]);
+    },
+    PLACES * CREATION_TIMEOUT_MS,
+  );
 });

@@ -32,7 +32,11 @@ function mouthBand(track: Face[]): { x: number; y: number; w: number; h: number 
 }
 
 /** How far `frame` is, in the band, from the nearest idle frame: what speech changed beyond the loop's own motion. */
-function beyondLoop(frame: ReceivedFrame, idle: ReceivedFrame[], band: { x: number; y: number; w: number; h: number }): number {
+function beyondLoop(
+  frame: ReceivedFrame,
+  idle: ReceivedFrame[],
+  band: { x: number; y: number; w: number; h: number },
+): number {
   return Math.min(...idle.map((look) => lumaDiff(frame, look, band)));
 }
 
@@ -59,7 +63,11 @@ describe('a lipsync session on a video avatar (real HTTP, real ffmpeg, real dete
     const body = new FormData();
     body.append('name', 'clip talker');
     body.append('base_avatar_id', 'astronaut');
-    body.append('video', new Blob([new Uint8Array(await fs.readFile(await landscapeMp4(clips, CLIP_SECONDS)))], { type: 'video/mp4' }), 'clip.mp4');
+    body.append(
+      'video',
+      new Blob([new Uint8Array(await fs.readFile(await landscapeMp4(clips, CLIP_SECONDS)))], { type: 'video/mp4' }),
+      'clip.mp4',
+    );
     const created = await fetch(`${t.baseUrl}/avatars/custom`, { method: 'POST', body });
     const summary = await json(created);
     expect(created.status, JSON.stringify(summary)).toBe(200);
@@ -83,7 +91,13 @@ describe('a lipsync session on a video avatar (real HTTP, real ffmpeg, real dete
 
     const before = peer.frames.length;
     const from = sse.events.length;
-    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Hello, I am a video avatar. Watch my mouth open while I talk.' })).status).toBe(200);
+    expect(
+      (
+        await post(t.baseUrl, `/sessions/${sessionId}/speak`, {
+          text: 'Hello, I am a video avatar. Watch my mouth open while I talk.',
+        })
+      ).status,
+    ).toBe(200);
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle', from);
     const speaking = peer.frames.slice(before);
     expect(speaking.length).toBeGreaterThan(20);
@@ -95,7 +109,10 @@ describe('a lipsync session on a video avatar (real HTTP, real ffmpeg, real dete
     expect(await json(await fetch(`${t.baseUrl}/avatars/${id}`, { method: 'DELETE' }))).toEqual({ deleted: true });
     const afterDelete = peer.frames.length;
     const again = sse.events.length;
-    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Still talking after my clip was deleted.' })).status).toBe(200);
+    expect(
+      (await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Still talking after my clip was deleted.' }))
+        .status,
+    ).toBe(200);
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle after delete', again);
     expect(sse.events.slice(again).some((e) => e.type === 'error')).toBe(false);
     const later = peer.frames.slice(afterDelete);

@@ -16,7 +16,12 @@ const CREATION_TIMEOUT_MS = 180_000;
 /** The shortest clip accepted (MIN_CLIP_SECONDS): a 50-frame loop, all the assertions need. */
 const CLIP_SECONDS = 2;
 
-function uploadVideo(baseUrl: string, bytes: Uint8Array, filename = 'clip.mp4', name = 'Clip Person'): Promise<Response> {
+function uploadVideo(
+  baseUrl: string,
+  bytes: Uint8Array,
+  filename = 'clip.mp4',
+  name = 'Clip Person',
+): Promise<Response> {
   const body = new FormData();
   body.append('name', name);
   body.append('base_avatar_id', 'astronaut');
@@ -55,13 +60,26 @@ describe('POST /avatars/custom with a video (real app, real ffmpeg, real detecto
       const res = await uploadVideo(t.baseUrl, await fs.readFile(await landscapeMp4(clips, CLIP_SECONDS)));
       const summary = await json(res);
       expect(res.status, JSON.stringify(summary)).toBe(200);
-      expect(summary).toEqual({ id: expect.stringMatching(/^custom-clip-person-\d{13}$/), name: 'Clip Person', model_type: 'lipsync', width: 512, height: 512, is_custom: true, animated: true });
+      expect(summary).toEqual({
+        id: expect.stringMatching(/^custom-clip-person-\d{13}$/),
+        name: 'Clip Person',
+        model_type: 'lipsync',
+        width: 512,
+        height: 512,
+        is_custom: true,
+        animated: true,
+      });
 
       const manifest = await json(await fetch(`${t.baseUrl}/avatars/${summary.id}`));
       expect(manifest.metadata.custom_avatar).toBe(true);
       expect(manifest.metadata.animated).toBe(true);
       const clip = manifest.metadata.clip;
-      expect(clip).toMatchObject({ fps: CLIP_FPS, loop: 'ping-pong', track_file: 'face_track.json', source: { width: 640, height: 360, codec: 'h264', has_audio: true, rotation: 0 } });
+      expect(clip).toMatchObject({
+        fps: CLIP_FPS,
+        loop: 'ping-pong',
+        track_file: 'face_track.json',
+        source: { width: 640, height: 360, codec: 'h264', has_audio: true, rotation: 0 },
+      });
       expect(clip.frame_count).toBeGreaterThanOrEqual(CLIP_SECONDS * CLIP_FPS - 2);
       expect(clip.frame_count).toBeLessThanOrEqual(CLIP_SECONDS * CLIP_FPS);
       expect(clip.face_found_fraction).toBeGreaterThanOrEqual(0.9);
@@ -71,8 +89,14 @@ describe('POST /avatars/custom with a video (real app, real ffmpeg, real detecto
       expect(frames).toHaveLength(clip.frame_count);
       expect(frames[0]).toBe('frame_00000.png');
       const first = await sharp(path.join(dir, 'frames', frames.at(-1)!)).metadata();
-      expect({ width: first.width, height: first.height, format: first.format }).toEqual({ width: 512, height: 512, format: 'png' });
-      expect(await fs.readdir(dir)).toEqual(expect.arrayContaining(['face_track.json', 'preview.png', 'manifest.json', 'frames']));
+      expect({ width: first.width, height: first.height, format: first.format }).toEqual({
+        width: 512,
+        height: 512,
+        format: 'png',
+      });
+      expect(await fs.readdir(dir)).toEqual(
+        expect.arrayContaining(['face_track.json', 'preview.png', 'manifest.json', 'frames']),
+      );
       expect(await fs.readdir(dir)).not.toContain('upload.video');
 
       const track: Track[] = JSON.parse(await fs.readFile(path.join(dir, 'face_track.json'), 'utf8'));
@@ -87,7 +111,8 @@ describe('POST /avatars/custom with a video (real app, real ffmpeg, real detecto
       const xs = track.map((f) => f.mouth_center.x);
       expect(Math.max(...xs) - Math.min(...xs)).toBeGreaterThan(10);
       // Smoothed: no jump between neighbouring frames larger than the motion itself allows.
-      for (let i = 1; i < track.length; i++) expect(Math.abs(track[i].mouth_center.x - track[i - 1].mouth_center.x)).toBeLessThan(4);
+      for (let i = 1; i < track.length; i++)
+        expect(Math.abs(track[i].mouth_center.x - track[i - 1].mouth_center.x)).toBeLessThan(4);
       expect(await leftovers()).toEqual([]);
     },
     CREATION_TIMEOUT_MS,
@@ -119,7 +144,8 @@ describe('POST /avatars/custom with a video (real app, real ffmpeg, real detecto
     'empty, non-video (a PNG named .mp4), audio-only, truncated, faceless and over-long clips get 400 {detail}; an over-size one 413; nothing is left behind',
     async () => {
       const landscape = await fs.readFile(await landscapeMp4(clips, CLIP_SECONDS));
-      const avatarIds = async () => (await json(await fetch(`${t.baseUrl}/avatars`))).map((a: { id: string }) => a.id).sort();
+      const avatarIds = async () =>
+        (await json(await fetch(`${t.baseUrl}/avatars`))).map((a: { id: string }) => a.id).sort();
       const before = await avatarIds();
       const cases: Array<[string, Uint8Array, RegExp]> = [
         ['empty', new Uint8Array(0), /empty/],
@@ -152,10 +178,19 @@ describe('POST /avatars/custom with a video (real app, real ffmpeg, real detecto
     async () => {
       const video = await fs.readFile(await landscapeMp4(clips, CLIP_SECONDS));
       const baseDir = path.join(t.avatarsDir, 'astronaut');
-      const base = { dir: baseDir, manifest: validateManifest(JSON.parse(await fs.readFile(path.join(baseDir, 'manifest.json'), 'utf8'))) };
+      const base = {
+        dir: baseDir,
+        manifest: validateManifest(JSON.parse(await fs.readFile(path.join(baseDir, 'manifest.json'), 'utf8'))),
+      };
       const before = (await fs.readdir(t.avatarsDir)).sort();
       const controller = new AbortController();
-      const building = buildCustomAvatar({ avatarsDir: t.avatarsDir, base, name: 'aborted clip', video, signal: controller.signal });
+      const building = buildCustomAvatar({
+        avatarsDir: t.avatarsDir,
+        base,
+        name: 'aborted clip',
+        video,
+        signal: controller.signal,
+      });
       // Wait until ffmpeg runs (its first frames are on disk in the temporary directory), then leave.
       for (let i = 0; i < 600; i++) {
         const temporary = (await fs.readdir(t.avatarsDir)).find((name) => name.startsWith('.tmp-'));
@@ -168,8 +203,11 @@ describe('POST /avatars/custom with a video (real app, real ffmpeg, real detecto
       expect((await fs.readdir(t.avatarsDir)).sort()).toEqual(before);
       // The creation rejects as the abort fires; ffmpeg got SIGKILL in that same moment and is gone once reaped.
       const ffmpegChildren = () =>
-        execFileSync('ps', ['-o', 'comm=', '--ppid', String(process.pid)], { encoding: 'utf8' }).split('\n').filter((name) => name.includes('ffmpeg'));
-      for (let i = 0; i < 50 && ffmpegChildren().length > 0; i++) await new Promise((resolve) => setTimeout(resolve, 100));
+        execFileSync('ps', ['-o', 'comm=', '--ppid', String(process.pid)], { encoding: 'utf8' })
+          .split('\n')
+          .filter((name) => name.includes('ffmpeg'));
+      for (let i = 0; i < 50 && ffmpegChildren().length > 0; i++)
+        await new Promise((resolve) => setTimeout(resolve, 100));
       expect(ffmpegChildren()).toEqual([]);
     },
     CREATION_TIMEOUT_MS,

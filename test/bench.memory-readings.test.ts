@@ -31,7 +31,9 @@ worker.once('message', () => process.kill(process.pid, 'SIGUSR2'));`;
 /** Runs PROGRAM with the preload, resolves to the report line it wrote to stderr, then ends the child. */
 function reportOfChild(): Promise<MemoryAfterGc> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', GC_ON_SIGNAL, '--input-type=module', '-e', PROGRAM], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', GC_ON_SIGNAL, '--input-type=module', '-e', PROGRAM], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     let stderr = '';
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
@@ -39,7 +41,10 @@ function reportOfChild(): Promise<MemoryAfterGc> {
     }, CHILD_TIMEOUT_MS);
     child.stderr!.on('data', (chunk: Buffer) => {
       stderr += chunk.toString('utf8');
-      const line = stderr.split('\n').slice(0, -1).find((l) => l.startsWith('{"bench_memory_after_gc":'));
+      const line = stderr
+        .split('\n')
+        .slice(0, -1)
+        .find((l) => l.startsWith('{"bench_memory_after_gc":'));
       if (!line) return;
       clearTimeout(timer);
       child.kill('SIGKILL');
@@ -53,7 +58,8 @@ describe('bench memory readings', () => {
   it('SIGUSR2 reports the main thread after a full GC, and the heap of a worker thread that loaded the preload', async () => {
     const report = await reportOfChild();
     expect(report.sequence).toBe(1);
-    for (const key of ['rss', 'heapUsed', 'heapTotal', 'external', 'arrayBuffers'] as const) expect(report[key]).toBeGreaterThan(0);
+    for (const key of ['rss', 'heapUsed', 'heapTotal', 'external', 'arrayBuffers'] as const)
+      expect(report[key]).toBeGreaterThan(0);
     expect(report.heapUsed).toBeLessThanOrEqual(report.heapTotal);
     // V8's own split: committed spaces add up to the heap total; the resident part cannot exceed it.
     expect(report.spaces.new_space).toBeGreaterThan(0);
@@ -71,7 +77,10 @@ describe('bench memory readings', () => {
   it('reads the totals and the arena count of the last complete malloc_stats() report', () => {
     const report = (arenas: number, system: number, inUse: number) =>
       [
-        ...Array.from({ length: arenas }, (_, i) => `Arena ${i}:\nsystem bytes     =    1000000\nin use bytes     =     500000`),
+        ...Array.from(
+          { length: arenas },
+          (_, i) => `Arena ${i}:\nsystem bytes     =    1000000\nin use bytes     =     500000`,
+        ),
         'Total (incl. mmap):',
         `system bytes     = ${String(system).padStart(10)}`,
         `in use bytes     = ${String(inUse).padStart(10)}`,
@@ -81,7 +90,9 @@ describe('bench memory readings', () => {
     const logs = `{"level":40}\n${report(2, 5_000_000, 3_000_000)}\n{"level":40}\n${report(16, 60_200_000, 35_300_000)}\n`;
     expect(lastMallocStats(logs)).toEqual({ systemBytes: 60_200_000, inUseBytes: 35_300_000, arenas: 16 });
     // A report cut off before its totals end is not read as one.
-    expect(lastMallocStats('Arena 0:\nsystem bytes = 1\nin use bytes = 1\nTotal (incl. mmap):\nsystem bytes     =   5')).toBeNull();
+    expect(
+      lastMallocStats('Arena 0:\nsystem bytes = 1\nin use bytes = 1\nTotal (incl. mmap):\nsystem bytes     =   5'),
+    ).toBeNull();
     expect(lastMallocStats('no report')).toBeNull();
   });
 
@@ -90,14 +101,23 @@ describe('bench memory readings', () => {
       `${start.toString(16)}-${(start + sizeKb * 1024).toString(16)} rw-p 00000000 00:00 0 ${name}\nSize: ${sizeKb} kB\nRss: ${rssKb} kB\nAnonymous: ${rssKb} kB\n`;
     const v8Page = 0x10000000;
     const arena = 0x7f0000000000;
-    const before = parseSmaps(entry(v8Page, 256, '', 8) + entry(arena, 4096, '', 1000) + entry(0x400000, 7612, '/usr/bin/node', 7000));
+    const before = parseSmaps(
+      entry(v8Page, 256, '', 8) + entry(arena, 4096, '', 1000) + entry(0x400000, 7612, '/usr/bin/node', 7000),
+    );
     const after = parseSmaps(
-      entry(v8Page, 256, '', 256) + entry(v8Page + 0x40000, 256, '', 256) + entry(arena, 4096, '', 1000) + entry(0x400000, 7612, '/usr/bin/node', 7000),
+      entry(v8Page, 256, '', 256) +
+        entry(v8Page + 0x40000, 256, '', 256) +
+        entry(arena, 4096, '', 1000) +
+        entry(0x400000, 7612, '/usr/bin/node', 7000),
     );
     expect(before[2]).toMatchObject({ name: '/usr/bin/node', perms: 'rw-p', rssKb: 7000 });
     // One 256 KiB page became resident and another appeared; the arena and the binary did not move.
-    expect(smapsGrowth(before, after)).toEqual([{ kind: 'anon rw-p 256K', mappings: [1, 2], rss_kb: [8, 512], rss_delta_kb: 504 }]);
-    expect(mappingsThatGrew(before, after)).toEqual([{ start: v8Page.toString(16), size_kb: 256, kind: 'anon rw-p 256K', rss_kb: [8, 256] }]);
+    expect(smapsGrowth(before, after)).toEqual([
+      { kind: 'anon rw-p 256K', mappings: [1, 2], rss_kb: [8, 512], rss_delta_kb: 504 },
+    ]);
+    expect(mappingsThatGrew(before, after)).toEqual([
+      { start: v8Page.toString(16), size_kb: 256, kind: 'anon rw-p 256K', rss_kb: [8, 256] },
+    ]);
     // The real file of this process parses, and its resident total matches what the kernel reports.
     const own = readSmaps(process.pid);
     const status = /^VmRSS:\s+(\d+)/m.exec(readFileSync('/proc/self/status', 'utf8'));
@@ -106,7 +126,7 @@ describe('bench memory readings', () => {
     expect(Math.abs(total - Number(status![1]))).toBeLessThan(Number(status![1]) * 0.1);
   });
 
-  it('`npm start` fixes glibc\'s mmap threshold, and the bench runs its service with the same setting', () => {
+  it("`npm start` fixes glibc's mmap threshold, and the bench runs its service with the same setting", () => {
     const previous = process.env.MALLOC_MMAP_THRESHOLD_;
     delete process.env.MALLOC_MMAP_THRESHOLD_;
     try {

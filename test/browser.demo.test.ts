@@ -15,7 +15,14 @@ describe.skipIf(!hasChromium)('the demo page in headless Chromium', () => {
       startTestApp(),
       chromium.launch({
         executablePath: CHROMIUM,
-        args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--autoplay-policy=no-user-gesture-required', '--disable-component-update', '--no-first-run'],
+        args: [
+          '--no-sandbox',
+          '--disable-gpu',
+          '--disable-background-networking',
+          '--autoplay-policy=no-user-gesture-required',
+          '--disable-component-update',
+          '--no-first-run',
+        ],
       }),
     ]);
   });
@@ -30,10 +37,16 @@ describe.skipIf(!hasChromium)('the demo page in headless Chromium', () => {
     await page.waitForFunction(() => (document.getElementById('model') as HTMLSelectElement).options.length > 0);
     await page.getByRole('radio', { name: 'Demo (drawn, real-time)' }).check();
     await page.click('#start');
-    await page.waitForFunction(() => document.getElementById('state')!.textContent === 'running', null, { timeout: 20_000 });
+    await page.waitForFunction(() => document.getElementById('state')!.textContent === 'running', null, {
+      timeout: 20_000,
+    });
     await page.fill('#text', 'Hello from the browser test. The avatar should be talking now.');
     await page.click('#speak');
-    await page.waitForFunction(() => document.getElementById('timeline')!.textContent!.includes('first audio synthesised'), null, { timeout: 20_000 });
+    await page.waitForFunction(
+      () => document.getElementById('timeline')!.textContent!.includes('first audio synthesised'),
+      null,
+      { timeout: 20_000 },
+    );
     const received = () =>
       page.evaluate(async () => {
         const pc = (window as unknown as { demo: { pc: RTCPeerConnection } }).demo.pc;
@@ -62,7 +75,11 @@ describe.skipIf(!hasChromium)('the demo page in headless Chromium', () => {
     expect(stats.frameWidth).toBeGreaterThan(0);
     expect(stats.audioBytes).toBeGreaterThan(1000);
     expect(stats.totalAudioEnergy).toBeGreaterThan(0);
-    await page.waitForFunction(() => document.getElementById('timeline')!.textContent!.includes('avatar speaking'), null, { timeout: 20_000 });
+    await page.waitForFunction(
+      () => document.getElementById('timeline')!.textContent!.includes('avatar speaking'),
+      null,
+      { timeout: 20_000 },
+    );
     expect(await page.textContent('#timeline')).toContain('avatar speaking');
     await page.close();
   });

@@ -32,14 +32,23 @@ const FIRST_PREVIEW_MS = ENGINE_START_TIMEOUT_MS + STEP_MS;
 async function launch(args: string[] = []): Promise<Browser> {
   return chromium.launch({
     executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--autoplay-policy=no-user-gesture-required', ...args],
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--autoplay-policy=no-user-gesture-required',
+      ...args,
+    ],
   });
 }
 
 const timelineText = (page: Page) => page.getByRole('log', { name: 'Event timeline' }).innerText();
 const waitTimeline = (page: Page, needle: string | RegExp) =>
   page.waitForFunction(
-    ([source, flags]) => new RegExp(source, flags).test(document.querySelector('[aria-label="Event timeline"]')!.textContent ?? ''),
+    ([source, flags]) =>
+      new RegExp(source, flags).test(document.querySelector('[aria-label="Event timeline"]')!.textContent ?? ''),
     typeof needle === 'string' ? [needle.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), ''] : [needle.source, needle.flags],
     { timeout: STEP_MS },
   );
@@ -57,9 +66,20 @@ beforeAll(async () => {
   dir = await tempDir('page-');
   const wav = path.join(dir, 'mic.wav');
   await fs.writeFile(wav, wavBytes(pcm, 16_000));
-  const portrait = async () => fs.writeFile(path.join(dir, 'portrait.jpg'), await sharp(await fs.readFile(PORTRAIT_FIXTURE)).resize(320, 320).jpeg().toBuffer());
+  const portrait = async () =>
+    fs.writeFile(
+      path.join(dir, 'portrait.jpg'),
+      await sharp(await fs.readFile(PORTRAIT_FIXTURE))
+        .resize(320, 320)
+        .jpeg()
+        .toBuffer(),
+    );
   [browser] = await Promise.all([
-    launch(['--use-fake-ui-for-media-stream', '--use-fake-device-for-media-stream', `--use-file-for-fake-audio-capture=${wav}%noloop`]),
+    launch([
+      '--use-fake-ui-for-media-stream',
+      '--use-fake-device-for-media-stream',
+      `--use-file-for-fake-audio-capture=${wav}%noloop`,
+    ]),
     portrait(),
   ]);
 }, 120_000);
@@ -76,7 +96,10 @@ describe('the page at / driven by accessible names (Chromium)', () => {
   let page: Page;
 
   beforeAll(async () => {
-    upstream = await startOpenAiUpstream({ transcription: { transcript: 'Hello there, can you hear me clearly?' }, chat: { replyTokens: REPLY } });
+    upstream = await startOpenAiUpstream({
+      transcription: { transcript: 'Hello there, can you hear me clearly?' },
+      chat: { replyTokens: REPLY },
+    });
     t = await startTestApp({ env: { SERVICE_LLM_BASE_URL: upstream.baseUrl, SERVICE_ASR_BASE_URL: upstream.baseUrl } });
     // One context for the whole path: each step goes on from where the previous one left the page.
     context = await browser.newContext({ permissions: ['microphone'], acceptDownloads: true });
@@ -90,42 +113,84 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     await upstream?.close();
   });
 
-  it('choose avatar, model (only those rendering it), voice with a preview, and a system prompt; start', async () => {
-    const avatar = page.getByRole('radio', { name: 'Demo (drawn, real-time)' });
-    await avatar.check();
-    await page.waitForFunction(() => document.querySelectorAll('#model option').length > 0 && document.querySelectorAll('#voice option').length > 0, null, { timeout: STEP_MS });
-    const model = page.getByLabel('Model', { exact: true });
-    const models = await model.locator('option').evaluateAll((options) => options.map((o) => (o as HTMLOptionElement).value));
-    // Exactly the models whose `renders` include the avatar's model type: lipsync models are not offered for it.
-    const all = (await (await fetch(`${t.baseUrl}/models`)).json()).models as Array<{ id: string; renders: string[] }>;
-    // `mock` (a debug overlay) only with `?debug` in the address.
-    expect(models.sort()).toEqual(all.filter((m) => m.renders.includes('rt') && m.id !== 'mock').map((m) => m.id).sort());
-    expect(models).not.toContain('lipsync');
-    await page.getByRole('radio', { name: 'Astronaut' }).check();
-    expect(await model.locator('option').evaluateAll((options) => options.map((o) => (o as HTMLOptionElement).value))).toContain('lipsync');
-    await avatar.check();
-    await model.selectOption('rt');
+  it(
+    'choose avatar, model (only those rendering it), voice with a preview, and a system prompt; start',
+    async () => {
+      const avatar = page.getByRole('radio', { name: 'Demo (drawn, real-time)' });
+      await avatar.check();
+      await page.waitForFunction(
+        () =>
+          document.querySelectorAll('#model option').length > 0 &&
+          document.querySelectorAll('#voice option').length > 0,
+        null,
+        { timeout: STEP_MS },
+      );
+      const model = page.getByLabel('Model', { exact: true });
+      const models = await model
+        .locator('option')
+        .evaluateAll((options) => options.map((o) => (o as HTMLOptionElement).value));
+      // Exactly the models whose `renders` include the avatar's model type: lipsync models are not offered for it.
+      const all = (await (await fetch(`${t.baseUrl}/models`)).json()).models as Array<{
+        id: string;
+        renders: string[];
+      }>;
+      // `mock` (a debug overlay) only with `?debug` in the address.
+      expect(models.sort()).toEqual(
+        all
+          .filter((m) => m.renders.includes('rt') && m.id !== 'mock')
+          .map((m) => m.id)
+          .sort(),
+      );
+      expect(models).not.toContain('lipsync');
+      await page.getByRole('radio', { name: 'Astronaut' }).check();
+      expect(
+        await model.locator('option').evaluateAll((options) => options.map((o) => (o as HTMLOptionElement).value)),
+      ).toContain('lipsync');
+      await avatar.check();
+      await model.selectOption('rt');
 
-    const voice = page.getByLabel('Voice', { exact: true });
-    // Each provider's group names its service and id; each built-in voice its engine and character.
-    expect(await voice.locator('optgroup[label="Built-in offline voices (flite and eSpeak NG) (builtin)"] option').count()).toBeGreaterThan(5);
-    expect(await voice.locator('option[value="builtin|en-US-AriaNeural"]').textContent()).toBe('Aria: flite “slt”, American English, female (same voice as Jenny)');
-    await voice.selectOption('builtin|en-GB-RyanNeural');
-    await page.getByRole('button', { name: 'Preview voice' }).click();
-    await page.waitForFunction(() => document.getElementById('preview-status')!.textContent!.startsWith('Playing a preview of'), null, { timeout: FIRST_PREVIEW_MS });
+      const voice = page.getByLabel('Voice', { exact: true });
+      // Each provider's group names its service and id; each built-in voice its engine and character.
+      expect(
+        await voice.locator('optgroup[label="Built-in offline voices (flite and eSpeak NG) (builtin)"] option').count(),
+      ).toBeGreaterThan(5);
+      expect(await voice.locator('option[value="builtin|en-US-AriaNeural"]').textContent()).toBe(
+        'Aria: flite “slt”, American English, female (same voice as Jenny)',
+      );
+      await voice.selectOption('builtin|en-GB-RyanNeural');
+      await page.getByRole('button', { name: 'Preview voice' }).click();
+      await page.waitForFunction(
+        () => document.getElementById('preview-status')!.textContent!.startsWith('Playing a preview of'),
+        null,
+        { timeout: FIRST_PREVIEW_MS },
+      );
 
-    await page.getByLabel('System prompt').fill('You are a test avatar. Answer in one sentence.');
-    await page.getByRole('button', { name: 'Start session' }).click();
-    await page.waitForFunction(() => document.getElementById('state')!.textContent === 'running', null, { timeout: STEP_MS });
-    const sessionId = await page.evaluate(() => (window as unknown as { demo: { sessionId: string } }).demo.sessionId);
-    const info = await (await fetch(`${t.baseUrl}/sessions/${sessionId}`)).json();
-    expect(info).toMatchObject({ avatar_id: 'demo-rt', model: 'rt', tts_provider: 'builtin', tts_voice: 'en-GB-RyanNeural', llm_system_prompt: 'You are a test avatar. Answer in one sentence.' });
-  }, FIRST_PREVIEW_MS + 2 * STEP_MS);
+      await page.getByLabel('System prompt').fill('You are a test avatar. Answer in one sentence.');
+      await page.getByRole('button', { name: 'Start session' }).click();
+      await page.waitForFunction(() => document.getElementById('state')!.textContent === 'running', null, {
+        timeout: STEP_MS,
+      });
+      const sessionId = await page.evaluate(
+        () => (window as unknown as { demo: { sessionId: string } }).demo.sessionId,
+      );
+      const info = await (await fetch(`${t.baseUrl}/sessions/${sessionId}`)).json();
+      expect(info).toMatchObject({
+        avatar_id: 'demo-rt',
+        model: 'rt',
+        tts_provider: 'builtin',
+        tts_voice: 'en-GB-RyanNeural',
+        llm_system_prompt: 'You are a test avatar. Answer in one sentence.',
+      });
+    },
+    FIRST_PREVIEW_MS + 2 * STEP_MS,
+  );
 
   it('type and Speak: captions show the words, the avatar state shows speaking, the timeline the request → first audio latency', async () => {
     await page.getByLabel('Message').fill('Hello from the page test.');
     await page.getByRole('button', { name: 'Speak', exact: true }).click();
-    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'speaking', null, { timeout: STEP_MS });
+    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'speaking', null, {
+      timeout: STEP_MS,
+    });
     expect(await page.getByRole('region', { name: 'Captions' }).innerText()).toBe('Hello from the page test.');
     await waitTimeline(page, /speak request → first audio \d+ ms/);
     const stats = await page.evaluate(async () => {
@@ -141,19 +206,27 @@ describe('the page at / driven by accessible names (Chromium)', () => {
 
   it('Pause while a Speak turn is speaking cuts it; Resume; then Chat: the whole reply reaches the captions and the avatar returns to idle', async () => {
     // The previous step's turn first plays out: a Speak while it still speaks would be a 409.
-    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'idle', null, { timeout: STEP_MS });
+    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'idle', null, {
+      timeout: STEP_MS,
+    });
     // Long enough that the turn is still speaking when Pause is pressed (several sentences of synthesis).
-    await page.getByLabel('Message').fill(
-      'This is a long announcement that keeps the avatar talking for many seconds. It goes on with a second sentence. ' +
-        'And a third one, so that the pause certainly cuts the turn in the middle of its speech.',
-    );
+    await page
+      .getByLabel('Message')
+      .fill(
+        'This is a long announcement that keeps the avatar talking for many seconds. It goes on with a second sentence. ' +
+          'And a third one, so that the pause certainly cuts the turn in the middle of its speech.',
+      );
     await page.getByRole('button', { name: 'Speak', exact: true }).click();
-    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'speaking', null, { timeout: STEP_MS });
+    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'speaking', null, {
+      timeout: STEP_MS,
+    });
     await page.getByRole('button', { name: 'Pause' }).click();
     await page.getByRole('button', { name: 'Resume' }).waitFor({ timeout: STEP_MS });
     expect(await page.textContent('#state')).toBe('paused');
     // The pause ended the turn: the service says `status idle (paused)` and the page shows the avatar idle.
-    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'idle', null, { timeout: STEP_MS });
+    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'idle', null, {
+      timeout: STEP_MS,
+    });
     await waitTimeline(page, 'avatar idle (paused)');
     // The paused turn is closed like any other: its latency line, with the outcome the service recorded.
     await waitTimeline(page, /turn paused: speak request → first audio \d+ ms/);
@@ -176,7 +249,10 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     // answer came, leaving them empty. Holding the answer until the page's event stream (its AvatarClient) has
     // delivered the reply tests that order on every run instead of by chance.
     await page.evaluate(() => {
-      const w = window as unknown as { demo: { client: { on(type: string, listener: (data: { delta: string }) => void): void } }; chatDeltas: string };
+      const w = window as unknown as {
+        demo: { client: { on(type: string, listener: (data: { delta: string }) => void): void } };
+        chatDeltas: string;
+      };
       w.chatDeltas = '';
       w.demo.client.on('llm', (data) => (w.chatDeltas += data.delta));
     });
@@ -186,7 +262,11 @@ describe('the page at / driven by accessible names (Chromium)', () => {
       async (route) => {
         const response = await route.fetch();
         try {
-          await page.waitForFunction((reply) => (window as unknown as { chatDeltas: string }).chatDeltas === reply, REPLY.join(''), { timeout: STEP_MS });
+          await page.waitForFunction(
+            (reply) => (window as unknown as { chatDeltas: string }).chatDeltas === reply,
+            REPLY.join(''),
+            { timeout: STEP_MS },
+          );
           replyBeforeAnswer = true;
         } finally {
           await route.fulfill({ response });
@@ -199,17 +279,27 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     await waitTimeline(page, 'you asked: “Can you hear me?”');
     expect(replyBeforeAnswer).toBe(true);
     await page.unrouteAll();
-    await page.waitForFunction((reply) => document.getElementById('captions')!.textContent === reply, REPLY.join(''), { timeout: STEP_MS });
+    await page.waitForFunction((reply) => document.getElementById('captions')!.textContent === reply, REPLY.join(''), {
+      timeout: STEP_MS,
+    });
     await waitTimeline(page, /chat request → first audio \d+ ms, first LLM token \d+ ms/);
-    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'idle', null, { timeout: STEP_MS });
+    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'idle', null, {
+      timeout: STEP_MS,
+    });
     expect(await page.getByRole('region', { name: 'Captions' }).innerText()).toBe(REPLY.join(''));
     expect(await page.getByRole('alert').count()).toBe(0);
   }, 180_000);
 
   it('Stop interrupts; Speak while speaking is a banner saying what to do, dismissed by its button', async () => {
-    await page.getByLabel('Message').fill('This is a long sentence that keeps the avatar busy for a while, so that the next request finds it speaking.');
+    await page
+      .getByLabel('Message')
+      .fill(
+        'This is a long sentence that keeps the avatar busy for a while, so that the next request finds it speaking.',
+      );
     await page.getByRole('button', { name: 'Speak', exact: true }).click();
-    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'speaking', null, { timeout: STEP_MS });
+    await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'speaking', null, {
+      timeout: STEP_MS,
+    });
     await page.getByRole('button', { name: 'Speak', exact: true }).click();
     const alert = page.getByRole('alert');
     await alert.waitFor({ timeout: STEP_MS });
@@ -225,7 +315,8 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     await page.getByRole('button', { name: 'Start recording' }).click();
     await page.getByRole('button', { name: 'Stop recording' }).waitFor({ timeout: STEP_MS });
     // Earlier turns already put latency lines on the timeline: wait for one more, the recorded turn's.
-    const latencyLines = async () => (await timelineText(page)).match(/speak request → first audio \d+ ms/g)?.length ?? 0;
+    const latencyLines = async () =>
+      (await timelineText(page)).match(/speak request → first audio \d+ ms/g)?.length ?? 0;
     const before = await latencyLines();
     await page.getByLabel('Message').fill('Recorded words.');
     await page.getByRole('button', { name: 'Speak', exact: true }).click();
@@ -272,11 +363,16 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     // Each event as the browser dispatches it during a drag; `true` when the page cancelled it.
     const drag = (type: 'dragenter' | 'dragover' | 'drop', transfer: Awaited<ReturnType<typeof carrying>>) =>
       zone.evaluate(
-        (element, [eventType, dataTransfer]) => !element.dispatchEvent(new DragEvent(eventType, { bubbles: true, cancelable: true, dataTransfer })),
+        (element, [eventType, dataTransfer]) =>
+          !element.dispatchEvent(new DragEvent(eventType, { bubbles: true, cancelable: true, dataTransfer })),
         [type, transfer] as const,
       );
 
-    const text = await carrying({ base64: Buffer.from('not a photo').toString('base64'), name: 'notes.txt', type: 'text/plain' });
+    const text = await carrying({
+      base64: Buffer.from('not a photo').toString('base64'),
+      name: 'notes.txt',
+      type: 'text/plain',
+    });
     expect(await drag('dragenter', text)).toBe(true);
     expect(await drag('drop', text)).toBe(true);
     const refusal = page.getByRole('alert');
@@ -285,7 +381,11 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     await page.getByRole('button', { name: 'Dismiss error' }).click();
 
     await page.getByLabel('Portrait name').fill('Dropped portrait');
-    const portrait = await carrying({ base64: (await fs.readFile(PORTRAIT_FIXTURE)).toString('base64'), name: path.basename(PORTRAIT_FIXTURE), type: 'image/png' });
+    const portrait = await carrying({
+      base64: (await fs.readFile(PORTRAIT_FIXTURE)).toString('base64'),
+      name: path.basename(PORTRAIT_FIXTURE),
+      type: 'image/png',
+    });
     // Cancelled dragenter/dragover make the zone a drop target (and highlight it); a cancelled drop keeps the
     // browser from opening the file in place of the page.
     expect(await drag('dragenter', portrait)).toBe(true);
@@ -296,7 +396,9 @@ describe('the page at / driven by accessible names (Chromium)', () => {
     await page.getByRole('radio', { name: 'Dropped portrait' }).waitFor({ state: 'attached', timeout: 60_000 });
     expect(await page.getByRole('radio', { name: 'Dropped portrait' }).isChecked()).toBe(true);
     expect(await page.getByRole('progressbar', { name: 'Upload progress' }).getAttribute('value')).toBe('1');
-    expect(await page.getByRole('status').filter({ hasText: 'New avatar “Dropped portrait” is ready' }).count()).toBe(1);
+    expect(await page.getByRole('status').filter({ hasText: 'New avatar “Dropped portrait” is ready' }).count()).toBe(
+      1,
+    );
     const avatars = (await (await fetch(`${t.baseUrl}/avatars`)).json()) as Array<{ id: string; name: string }>;
     expect(avatars.filter((avatar) => avatar.name === 'Dropped portrait')).toHaveLength(1);
     expect(await page.getByRole('alert').count()).toBe(0);
@@ -305,14 +407,23 @@ describe('the page at / driven by accessible names (Chromium)', () => {
   it('Talk: the fake microphone is heard (level meter moves), the avatar shows listening, the transcript and the reply, and receives its audio', async () => {
     const talk = page.getByRole('button', { name: 'Talk' });
     await talk.click();
-    await page.waitForFunction(() => document.getElementById('talk')!.getAttribute('aria-pressed') === 'true', null, { timeout: STEP_MS });
-    await page.waitForFunction(() => (document.getElementById('mic-level') as HTMLMeterElement).value > 0.01, null, { timeout: STEP_MS });
+    await page.waitForFunction(() => document.getElementById('talk')!.getAttribute('aria-pressed') === 'true', null, {
+      timeout: STEP_MS,
+    });
+    await page.waitForFunction(() => (document.getElementById('mic-level') as HTMLMeterElement).value > 0.01, null, {
+      timeout: STEP_MS,
+    });
     await waitTimeline(page, 'avatar listening');
     await waitTimeline(page, 'you said: “Hello there, can you hear me clearly?”');
     // The page listened before it showed the transcript, and the answer speaks after it.
-    await waitTimeline(page, /avatar listening[\s\S]*you said: “Hello there, can you hear me clearly\?”[\s\S]*avatar speaking/);
+    await waitTimeline(
+      page,
+      /avatar listening[\s\S]*you said: “Hello there, can you hear me clearly\?”[\s\S]*avatar speaking/,
+    );
     await waitTimeline(page, /end of speech → first audio \d+ ms/);
-    await page.waitForFunction((reply) => document.getElementById('captions')!.textContent === reply, REPLY.join(''), { timeout: STEP_MS });
+    await page.waitForFunction((reply) => document.getElementById('captions')!.textContent === reply, REPLY.join(''), {
+      timeout: STEP_MS,
+    });
     expect(await page.getByRole('region', { name: 'Captions' }).innerText()).toBe(REPLY.join(''));
 
     // The recogniser got the utterance the fake microphone played (≈ 1.9 s with the service's pre/post-roll).
@@ -347,7 +458,9 @@ describe('the page at / driven by accessible names (Chromium)', () => {
 
   it('End session', async () => {
     await page.getByRole('button', { name: 'End session' }).click();
-    await page.waitForFunction(() => document.getElementById('state')!.textContent === 'terminated', null, { timeout: STEP_MS });
+    await page.waitForFunction(() => document.getElementById('state')!.textContent === 'terminated', null, {
+      timeout: STEP_MS,
+    });
     expect(await page.getByRole('button', { name: 'Start session' }).isEnabled()).toBe(true);
     expect(await page.getByRole('button', { name: 'Speak', exact: true }).isDisabled()).toBe(true);
     expect(t.services.supervisor.liveCount).toBe(0);
@@ -371,7 +484,12 @@ describe('the page on a 390 px phone, without a language model (Chromium)', () =
     const foreign: string[] = [];
     const failed: string[] = [];
     page.on('request', (request) => {
-      if (new URL(request.url()).hostname !== '127.0.0.1' && !request.url().startsWith('data:') && !request.url().startsWith('blob:')) foreign.push(request.url());
+      if (
+        new URL(request.url()).hostname !== '127.0.0.1' &&
+        !request.url().startsWith('data:') &&
+        !request.url().startsWith('blob:')
+      )
+        foreign.push(request.url());
     });
     page.on('response', (response) => {
       if (response.status() >= 400) failed.push(`${response.status()} ${response.url()}`);
@@ -382,10 +500,24 @@ describe('the page on a 390 px phone, without a language model (Chromium)', () =
     expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
 
     const names = [
-      ['button', 'Start session'], ['button', 'End session'], ['button', 'Preview voice'], ['button', 'Talk'], ['button', 'Speak'],
-      ['button', 'Chat'], ['button', 'Stop: interrupt the avatar'], ['button', 'Pause'], ['button', 'Start recording'],
-      ['button', 'Render last answer offline'], ['combobox', 'Model'], ['combobox', 'Voice'], ['textbox', 'System prompt'],
-      ['textbox', 'Message'], ['textbox', 'Portrait name'], ['meter', 'Microphone level'], ['region', 'Captions'], ['log', 'Event timeline'],
+      ['button', 'Start session'],
+      ['button', 'End session'],
+      ['button', 'Preview voice'],
+      ['button', 'Talk'],
+      ['button', 'Speak'],
+      ['button', 'Chat'],
+      ['button', 'Stop: interrupt the avatar'],
+      ['button', 'Pause'],
+      ['button', 'Start recording'],
+      ['button', 'Render last answer offline'],
+      ['combobox', 'Model'],
+      ['combobox', 'Voice'],
+      ['textbox', 'System prompt'],
+      ['textbox', 'Message'],
+      ['textbox', 'Portrait name'],
+      ['meter', 'Microphone level'],
+      ['region', 'Captions'],
+      ['log', 'Event timeline'],
     ] as const;
     for (const [role, name] of names) {
       const control = page.getByRole(role, { name, exact: true });
@@ -399,7 +531,8 @@ describe('the page on a 390 px phone, without a language model (Chromium)', () =
     const unnamed = await page.evaluate(() =>
       [...document.querySelectorAll('button, select, textarea, input, a[href]')]
         .filter((el) => {
-          const labelled = (el as HTMLInputElement).labels?.length || el.getAttribute('aria-label') || el.textContent!.trim();
+          const labelled =
+            (el as HTMLInputElement).labels?.length || el.getAttribute('aria-label') || el.textContent!.trim();
           return !labelled;
         })
         .map((el) => el.outerHTML.slice(0, 80)),
@@ -412,7 +545,9 @@ describe('the page on a 390 px phone, without a language model (Chromium)', () =
     await page.keyboard.press('Tab');
     expect(await page.evaluate(() => document.activeElement?.textContent)).toBe('Start session');
     await page.keyboard.press('Enter');
-    await page.waitForFunction(() => document.getElementById('state')!.textContent === 'running', null, { timeout: STEP_MS });
+    await page.waitForFunction(() => document.getElementById('state')!.textContent === 'running', null, {
+      timeout: STEP_MS,
+    });
     const chat = page.getByRole('button', { name: 'Chat' });
     expect(await chat.isDisabled()).toBe(true);
     expect(await page.textContent('#chat-hint')).toContain('SERVICE_LLM_BASE_URL');

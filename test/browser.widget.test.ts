@@ -11,7 +11,8 @@ const hasChromium = fs.existsSync(CHROMIUM);
 /** Session setup, a chat turn and its first audio on 2 shared cores under load. */
 const STEP_MS = 30_000;
 /** The fake model's reply: several sentences, so the avatar is still speaking when Stop is pressed. */
-const REPLY = 'Hello from the avatar on another page. I will keep talking for a while. This sentence is here so that Stop has something to cut short. And one more for good measure.';
+const REPLY =
+  'Hello from the avatar on another page. I will keep talking for a while. This sentence is here so that Stop has something to cut short. And one more for good measure.';
 
 /** A host page on its own port (its own origin) holding exactly the two lines of docs/embedding.md. */
 async function startHostPage(serviceUrl: string): Promise<{ origin: string; close(): Promise<void> }> {
@@ -47,9 +48,15 @@ async function mouthOpeningRange(page: Page, frames = 25, intervalMs = 80): Prom
       for (let i = 0; i < frames; i++) {
         if (i > 0) await new Promise((resolve) => setTimeout(resolve, intervalMs));
         context.drawImage(video, 0, 0);
-        const data = context.getImageData(canvas.width * 0.35, canvas.height * 0.45, canvas.width * 0.3, canvas.height * 0.25).data;
+        const data = context.getImageData(
+          canvas.width * 0.35,
+          canvas.height * 0.45,
+          canvas.width * 0.3,
+          canvas.height * 0.25,
+        ).data;
         let open = 0;
-        for (let p = 0; p < data.length; p += 4) if (data[p]! > 60 && data[p]! < 170 && data[p + 1]! < 70 && data[p + 2]! < 90) open++;
+        for (let p = 0; p < data.length; p += 4)
+          if (data[p]! > 60 && data[p]! < 170 && data[p + 1]! < 70 && data[p + 2]! < 90) open++;
         counts.push(open);
       }
       return Math.max(...counts) - Math.min(...counts);
@@ -60,7 +67,8 @@ async function mouthOpeningRange(page: Page, frames = 25, intervalMs = 80): Prom
 
 async function inboundAudioEnergy(page: Page): Promise<number> {
   return page.evaluate(async () => {
-    const pc = (document.querySelector('avatar-chat') as unknown as { client: { peer: RTCPeerConnection } }).client.peer;
+    const pc = (document.querySelector('avatar-chat') as unknown as { client: { peer: RTCPeerConnection } }).client
+      .peer;
     let energy = 0;
     (await pc.getStats()).forEach((s: any) => {
       if (s.type === 'inbound-rtp' && s.kind === 'audio') energy = s.totalAudioEnergy ?? 0;
@@ -76,14 +84,25 @@ describe.skipIf(!hasChromium)('<avatar-chat> embedded in a page of another origi
   let listedPort: number;
 
   beforeAll(async () => {
-    upstream = await startOpenAiUpstream({ chat: { replyTokens: REPLY.split(/(?<= )/), tokenDelayMs: 5, firstTokenDelayMs: 0 } });
+    upstream = await startOpenAiUpstream({
+      chat: { replyTokens: REPLY.split(/(?<= )/), tokenDelayMs: 5, firstTokenDelayMs: 0 },
+    });
     const reserved = await reserveHost();
     listedPort = reserved.port;
     await new Promise((resolve) => reserved.server.close(resolve));
-    t = await startTestApp({ env: { SERVICE_LLM_BASE_URL: upstream.baseUrl, SERVICE_CORS_ORIGINS: `http://127.0.0.1:${listedPort}` } });
+    t = await startTestApp({
+      env: { SERVICE_LLM_BASE_URL: upstream.baseUrl, SERVICE_CORS_ORIGINS: `http://127.0.0.1:${listedPort}` },
+    });
     browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--autoplay-policy=no-user-gesture-required', '--disable-component-update', '--no-first-run'],
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-background-networking',
+        '--autoplay-policy=no-user-gesture-required',
+        '--disable-component-update',
+        '--no-first-run',
+      ],
     });
   });
   afterAll(async () => {
@@ -103,14 +122,24 @@ describe.skipIf(!hasChromium)('<avatar-chat> embedded in a page of another origi
         const seen: Array<{ type: string; detail: any }> = [];
         (window as any).seen = seen;
         for (const type of ['ready', 'speaking', 'transcript', 'tool-call', 'error']) {
-          document.querySelector('avatar-chat')!.addEventListener(type, (e) => seen.push({ type, detail: (e as CustomEvent).detail }));
+          document
+            .querySelector('avatar-chat')!
+            .addEventListener(type, (e) => seen.push({ type, detail: (e as CustomEvent).detail }));
         }
       });
       await tab.getByRole('button', { name: 'Start conversation' }).click();
-      await tab.waitForFunction(() => (window as any).seen.some((e: any) => e.type === 'ready'), null, { timeout: STEP_MS });
-      const sessionId = await tab.evaluate(() => (window as any).seen.find((e: any) => e.type === 'ready').detail.sessionId as string);
+      await tab.waitForFunction(() => (window as any).seen.some((e: any) => e.type === 'ready'), null, {
+        timeout: STEP_MS,
+      });
+      const sessionId = await tab.evaluate(
+        () => (window as any).seen.find((e: any) => e.type === 'ready').detail.sessionId as string,
+      );
       expect(t.services.supervisor.liveIds()).toContain(sessionId);
-      await tab.waitForFunction(() => document.querySelector('avatar-chat')!.shadowRoot!.querySelector('video')!.videoWidth > 0, null, { timeout: STEP_MS });
+      await tab.waitForFunction(
+        () => document.querySelector('avatar-chat')!.shadowRoot!.querySelector('video')!.videoWidth > 0,
+        null,
+        { timeout: STEP_MS },
+      );
       // The first second of video is the encoder ramping up its quality, not the avatar.
       await tab.waitForTimeout(1_000);
       const idleMotion = await mouthOpeningRange(tab);
@@ -119,7 +148,11 @@ describe.skipIf(!hasChromium)('<avatar-chat> embedded in a page of another origi
       // Keyboard only: type into the labelled field and press Enter.
       await tab.getByLabel('Message').fill('Say something long, please.');
       await tab.getByLabel('Message').press('Enter');
-      await tab.waitForFunction(() => (window as any).seen.some((e: any) => e.type === 'speaking' && e.detail.speaking), null, { timeout: STEP_MS });
+      await tab.waitForFunction(
+        () => (window as any).seen.some((e: any) => e.type === 'speaking' && e.detail.speaking),
+        null,
+        { timeout: STEP_MS },
+      );
       const speakingMotion = await mouthOpeningRange(tab);
       const energyWhileSpeaking = await inboundAudioEnergy(tab);
       expect(energyWhileSpeaking).toBeGreaterThan(energyBefore);
@@ -127,10 +160,19 @@ describe.skipIf(!hasChromium)('<avatar-chat> embedded in a page of another origi
       expect(speakingMotion).toBeGreaterThan(idleMotion + 30);
 
       await tab.getByRole('button', { name: 'Stop' }).click();
-      await tab.waitForFunction(() => (window as any).seen.some((e: any) => e.type === 'speaking' && !e.detail.speaking), null, { timeout: STEP_MS });
+      await tab.waitForFunction(
+        () => (window as any).seen.some((e: any) => e.type === 'speaking' && !e.detail.speaking),
+        null,
+        { timeout: STEP_MS },
+      );
       await tab.locator('avatar-chat .badge').filter({ hasText: 'idle' }).waitFor({ timeout: STEP_MS });
-      const transcript = (await (await fetch(`${t.baseUrl}/sessions/${sessionId}/transcript`)).json()) as { turns: Array<{ outcome: string; user_text: string }> };
-      expect(transcript.turns.at(-1)).toMatchObject({ outcome: 'interrupted', user_text: 'Say something long, please.' });
+      const transcript = (await (await fetch(`${t.baseUrl}/sessions/${sessionId}/transcript`)).json()) as {
+        turns: Array<{ outcome: string; user_text: string }>;
+      };
+      expect(transcript.turns.at(-1)).toMatchObject({
+        outcome: 'interrupted',
+        user_text: 'Say something long, please.',
+      });
 
       const lines = await tab.locator('avatar-chat ol li').allTextContents();
       // Each line once, saying who spoke.
@@ -139,12 +181,17 @@ describe.skipIf(!hasChromium)('<avatar-chat> embedded in a page of another origi
       expect(lines[1]).toMatch(/^Avatar: Hello from the avatar/);
       const seen = await tab.evaluate(() => (window as any).seen as Array<{ type: string; detail: any }>);
       expect(seen.filter((e) => e.type === 'error')).toEqual([]);
-      expect(seen.filter((e) => e.type === 'transcript')[0].detail).toMatchObject({ role: 'user', text: 'Say something long, please.' });
+      expect(seen.filter((e) => e.type === 'transcript')[0].detail).toMatchObject({
+        role: 'user',
+        text: 'Say something long, please.',
+      });
       await tab.getByRole('button', { name: 'End', exact: true }).click();
       await expect.poll(() => t.services.supervisor.liveIds().includes(sessionId), { timeout: STEP_MS }).toBe(false);
       expect(await tab.locator('avatar-chat .badge').textContent()).toBe('ended');
       // Disabled controls look disabled: Stop, Talk and End fade once the conversation is over.
-      expect(await tab.locator('avatar-chat button[data-action="end"]').evaluate((b) => Number(getComputedStyle(b).opacity))).toBeLessThan(0.6);
+      expect(
+        await tab.locator('avatar-chat button[data-action="end"]').evaluate((b) => Number(getComputedStyle(b).opacity)),
+      ).toBeLessThan(0.6);
     } finally {
       await tab.close();
       await new Promise((resolve) => server.close(resolve));
@@ -159,7 +206,9 @@ describe.skipIf(!hasChromium)('<avatar-chat> embedded in a page of another origi
       await tab.goto(`${host.origin}/`);
       await tab.evaluate(() => {
         (window as any).errors = [];
-        document.querySelector('avatar-chat')!.addEventListener('error', (e) => (window as any).errors.push((e as CustomEvent).detail));
+        document
+          .querySelector('avatar-chat')!
+          .addEventListener('error', (e) => (window as any).errors.push((e as CustomEvent).detail));
       });
       await tab.getByRole('button', { name: 'Start conversation' }).click();
       const alert = tab.locator('avatar-chat [role="alert"]');
@@ -167,7 +216,9 @@ describe.skipIf(!hasChromium)('<avatar-chat> embedded in a page of another origi
       expect(await alert.textContent()).toBe(
         `This page (${host.origin}) is not allowed to use the avatar service at ${t.baseUrl}: add ${host.origin} to SERVICE_CORS_ORIGINS on the service.`,
       );
-      expect(await tab.evaluate(() => (window as any).errors)).toEqual([{ message: await alert.textContent(), status: null }]);
+      expect(await tab.evaluate(() => (window as any).errors)).toEqual([
+        { message: await alert.textContent(), status: null },
+      ]);
       expect(t.services.supervisor.liveIds().length).toBe(before);
       expect(await tab.getByRole('button', { name: 'Start conversation' }).isEnabled()).toBe(true);
       // The badge follows the refusal instead of staying on "connecting".

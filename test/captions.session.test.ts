@@ -4,7 +4,8 @@ import { ReceivingPeer } from './helpers/peer.ts';
 import { SseClient, type SseEvent } from './helpers/sse.ts';
 import { AUDIBLE_RMS } from './helpers/conversation.ts';
 
-const THREE_SENTENCES = 'The first sentence is here. Then comes a second one, a little longer. And the third closes it.';
+const THREE_SENTENCES =
+  'The first sentence is here. Then comes a second one, a little longer. And the third closes it.';
 
 /** Parses a WebVTT file into cues with ms times. */
 function parseVtt(text: string): Array<{ fromMs: number; toMs: number; text: string }> {
@@ -65,12 +66,18 @@ describe('SSE caption events of a session, and the recording captions.vtt made f
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 30_000, 'status idle', from);
     const turn = sse.events.slice(from);
     const captions = turn.filter((e) => e.type === 'caption').map((e) => e.data);
-    expect(captions.map((c) => c.text)).toEqual(['The first sentence is here.', 'Then comes a second one, a little longer.', 'And the third closes it.']);
+    expect(captions.map((c) => c.text)).toEqual([
+      'The first sentence is here.',
+      'Then comes a second one, a little longer.',
+      'And the third closes it.',
+    ]);
     for (const c of captions) expect(c.turn_id).toBe(turnId);
     expect(captions[0].start_ms).toBe(0);
     for (let i = 1; i < captions.length; i++) expect(captions[i].start_ms).toBe(captions[i - 1].end_ms);
     // Sent as the audio plays: never before the turn is speaking, the first after tts first_audio.
-    const kinds = turn.map((e: SseEvent) => (e.type === 'tts' || e.type === 'status' ? `${e.type}:${e.data.stage}` : e.type));
+    const kinds = turn.map((e: SseEvent) =>
+      e.type === 'tts' || e.type === 'status' ? `${e.type}:${e.data.stage}` : e.type,
+    );
     expect(kinds.indexOf('caption')).toBeGreaterThan(kinds.indexOf('tts:first_audio'));
 
     const stopped = await json(await post(t.baseUrl, `/sessions/${sessionId}/rt-recording/stop`));
@@ -82,7 +89,9 @@ describe('SSE caption events of a session, and the recording captions.vtt made f
     expect(cues.map((c) => c.text)).toEqual(captions.map((c) => c.text));
     // Same durations and spacing as the events, on the file's timeline (within a ms of rounding).
     for (let i = 0; i < cues.length; i++) {
-      expect(Math.abs(cues[i].toMs - cues[i].fromMs - (captions[i].end_ms - captions[i].start_ms))).toBeLessThanOrEqual(1);
+      expect(Math.abs(cues[i].toMs - cues[i].fromMs - (captions[i].end_ms - captions[i].start_ms))).toBeLessThanOrEqual(
+        1,
+      );
       expect(Math.abs(cues[i].fromMs - cues[0].fromMs - captions[i].start_ms)).toBeLessThanOrEqual(1);
     }
     expect(cues[0].fromMs).toBeGreaterThan(0);
@@ -98,7 +107,10 @@ describe('SSE caption events of a session, and the recording captions.vtt made f
     expect(await json(await post(t.baseUrl, `/sessions/${sessionId}/interrupt`))).toEqual({ interrupted: true });
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 5_000, 'status idle', from);
     await new Promise((r) => setTimeout(r, 500));
-    const captions = sse.events.slice(from).filter((e) => e.type === 'caption').map((e) => e.data.text);
+    const captions = sse.events
+      .slice(from)
+      .filter((e) => e.type === 'caption')
+      .map((e) => e.data.text);
     expect(captions[0]).toBe('The first sentence is here.');
     expect(captions).not.toContain('And the third closes it.');
   }, 60_000);

@@ -28,7 +28,11 @@ function sentence(toneMs: number, silenceMs: number): Int16Array {
   pcm.set(tone(toneMs));
   return pcm;
 }
-const mouth = (durationMs: number) => ({ durationMs, poseAt: () => ({ open: 0.5, wide: 0.2, round: 0 }), levelAt: () => 0.5 });
+const mouth = (durationMs: number) => ({
+  durationMs,
+  poseAt: () => ({ open: 0.5, wide: 0.2, round: 0 }),
+  levelAt: () => 0.5,
+});
 
 const cleanups: Array<() => unknown> = [];
 afterEach(async () => {
@@ -37,7 +41,10 @@ afterEach(async () => {
 
 async function captionedMedia() {
   const renderer = new TimecodeTestRenderer(64, 48, FPS);
-  const { media, peer } = await startMediaWithPeer({ renderer, sampleRate: SAMPLE_RATE, videoDelayMs: VIDEO_DELAY_MS }, cleanups);
+  const { media, peer } = await startMediaWithPeer(
+    { renderer, sampleRate: SAMPLE_RATE, videoDelayMs: VIDEO_DELAY_MS },
+    cleanups,
+  );
   const captions: Array<CaptionCue & { at: number }> = [];
   media.playout.on('caption', (cue) => captions.push({ ...cue, at: performance.now() }));
   await peer.until(() => peer.audio.length >= 20, 10_000, 'silent audio at the receiver');
@@ -71,11 +78,21 @@ describe('captions keep time with the audio at a wrtc receiver', () => {
     await sleep(600);
 
     expect(captions.map((c) => c.text)).toEqual(texts);
-    expect(captions.map((c) => [c.startMs, c.endMs])).toEqual([[0, 1000], [1000, 2000], [2000, 3000]]);
+    expect(captions.map((c) => [c.startMs, c.endMs])).toEqual([
+      [0, 1000],
+      [1000, 2000],
+      [2000, 3000],
+    ]);
     const starts = soundStarts(peer.audio, since - 1);
-    expect(starts, `sound starts ${starts.map((s) => Math.round(s - since)).join(', ')}; captions ${captions.map((c) => Math.round(c.at - since)).join(', ')}`).toHaveLength(3);
+    expect(
+      starts,
+      `sound starts ${starts.map((s) => Math.round(s - since)).join(', ')}; captions ${captions.map((c) => Math.round(c.at - since)).join(', ')}`,
+    ).toHaveLength(3);
     const offsets = captions.map((c, i) => Math.round(c.at - starts[i]));
-    for (const offset of offsets) expect(Math.abs(offset), `caption − audio start: ${offsets.join(', ')} ms`).toBeLessThanOrEqual(TEST_TOLERANCE_MS);
+    for (const offset of offsets)
+      expect(Math.abs(offset), `caption − audio start: ${offsets.join(', ')} ms`).toBeLessThanOrEqual(
+        TEST_TOLERANCE_MS,
+      );
   }, 30_000);
 
   it('an interrupted turn gets no caption for a sentence that never played, and its last one ends where the audio stopped', async () => {

@@ -25,7 +25,10 @@ const clipManifest = (mouths?: unknown) => ({
 
 describe('a video avatar manifest with harvested mouths (metadata.clip.mouths)', () => {
   it('is accepted when it names the bundle’s mouths/index.json and mouths/atlas.png, and without mouths at all', () => {
-    expect(validateManifest(clipManifest({ count: 11, index_file: 'mouths/index.json', atlas_file: 'mouths/atlas.png' })).metadata.clip?.mouths?.count).toBe(11);
+    expect(
+      validateManifest(clipManifest({ count: 11, index_file: 'mouths/index.json', atlas_file: 'mouths/atlas.png' }))
+        .metadata.clip?.mouths?.count,
+    ).toBe(11);
     expect(validateManifest(clipManifest()).metadata.clip?.mouths).toBeUndefined();
   });
 
@@ -36,7 +39,9 @@ describe('a video avatar manifest with harvested mouths (metadata.clip.mouths)',
       null,
       'mouths',
     ]) {
-      expect(() => validateManifest(clipManifest(mouths)), JSON.stringify(mouths)).toThrow(/metadata\.clip\.mouths must name mouths\/index\.json and mouths\/atlas\.png/);
+      expect(() => validateManifest(clipManifest(mouths)), JSON.stringify(mouths)).toThrow(
+        /metadata\.clip\.mouths must name mouths\/index\.json and mouths\/atlas\.png/,
+      );
     }
   });
 });

@@ -1,6 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
-import { AUDIBLE_RMS, eventually, expectCausalOrder, labels, openSession, waitForSilence, type LiveSession } from './helpers/conversation.ts';
+import {
+  AUDIBLE_RMS,
+  eventually,
+  expectCausalOrder,
+  labels,
+  openSession,
+  waitForSilence,
+  type LiveSession,
+} from './helpers/conversation.ts';
 import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstream.ts';
 import type { TtsProvider, TtsProviderId } from '../actors/tts/types.ts';
 import { sessionParts } from '../src/sessions/session.ts';
@@ -70,7 +78,12 @@ describe('POST /sessions/{id}/chat through an OpenAI-compatible language model',
     expectCausalOrder(kinds, ['status:thinking', 'llm', 'tts:start', 'tts:first_audio', 'frame']);
     expect(kinds).not.toContain('error');
     // The full reply is the concatenation of the deltas.
-    expect(turn.filter((e) => e.type === 'llm').map((e) => e.data.delta).join('')).toBe(REPLY.join(''));
+    expect(
+      turn
+        .filter((e) => e.type === 'llm')
+        .map((e) => e.data.delta)
+        .join(''),
+    ).toBe(REPLY.join(''));
 
     // What reached the upstream: a streaming request with the system prompt and the user's prompt.
     const sent = upstream.requests.slice(requestsBefore).filter((r) => r.chat);
@@ -83,7 +96,9 @@ describe('POST /sessions/{id}/chat through an OpenAI-compatible language model',
 
   it('rejects chat while a speak is in flight', async () => {
     const from = s.sse.events.length;
-    expect((await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, { text: 'I am speaking now, please wait.' })).status).toBe(200);
+    expect(
+      (await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, { text: 'I am speaking now, please wait.' })).status,
+    ).toBe(200);
     expect((await chat({ prompt: 'hi' })).status).toBe(409);
     await idleAfter(from);
   });
@@ -91,7 +106,11 @@ describe('POST /sessions/{id}/chat through an OpenAI-compatible language model',
   it('interrupt during a slow stream aborts the upstream request; the history keeps what was heard, marked interrupted', async () => {
     const spoken = 'Once upon a time there was a talking avatar.';
     upstream.setScenario({
-      chat: { replyTokens: [spoken, ...Array.from({ length: 40 }, (_, i) => ` word${i}`)], firstTokenDelayMs: 0, tokenDelayMs: 150 },
+      chat: {
+        replyTokens: [spoken, ...Array.from({ length: 40 }, (_, i) => ` word${i}`)],
+        firstTokenDelayMs: 0,
+        tokenDelayMs: 150,
+      },
     });
     const from = s.sse.events.length;
     const res = await chat({ prompt: 'Tell me a long story.' });
@@ -105,7 +124,12 @@ describe('POST /sessions/{id}/chat through an OpenAI-compatible language model',
 
     const interruptAt = performance.now();
     expect(await json(await post(t.baseUrl, `/sessions/${s.sessionId}/interrupt`))).toEqual({ interrupted: true });
-    await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'interrupted', INTERRUPT_SETTLE_MS, 'interrupted', from);
+    await s.sse.waitFor(
+      (e) => e.type === 'status' && e.data.stage === 'interrupted',
+      INTERRUPT_SETTLE_MS,
+      'interrupted',
+      from,
+    );
     const idle = await idleAfter(from, INTERRUPT_SETTLE_MS);
     expect(idle.at - interruptAt).toBeLessThan(INTERRUPT_SETTLE_MS);
     expect(await eventually(() => upstream.openStreams() === 0, UPSTREAM_CLOSE_MS)).toBe(true);
@@ -185,7 +209,13 @@ describe('POST /sessions/{id}/chat through an OpenAI-compatible language model',
     const used: Array<{ provider: TtsProviderId; voice: string | null }> = [];
     sessionParts(live).stage.tts = (id: TtsProviderId): TtsProvider => {
       const provider = realTts(id);
-      return { ...provider, synthesize: (request) => (used.push({ provider: id, voice: request.voice ?? null }), provider.synthesize(request)) };
+      return {
+        ...provider,
+        synthesize: (request) => (
+          used.push({ provider: id, voice: request.voice ?? null }),
+          provider.synthesize(request)
+        ),
+      };
     };
     try {
       upstream.setScenario({ chat: { replyTokens: ['Hi.'] } });

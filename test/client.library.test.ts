@@ -2,19 +2,30 @@ import wrtc from '@roamhq/wrtc';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from './helpers/app.ts';
 import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstream.ts';
-import { AvatarApiError, AvatarClient, AvatarNetworkError, type ServerEvents, type ToolDefinition } from '../client/avatar-client.ts';
+import {
+  AvatarApiError,
+  AvatarClient,
+  AvatarNetworkError,
+  type ServerEvents,
+  type ToolDefinition,
+} from '../client/avatar-client.ts';
 
 /** A turn of a short sentence, synthesised and played by the built-in TTS, on 2 shared cores. */
 const TURN_MS = 30_000;
 const MAP_TOOL: ToolDefinition = {
   type: 'function',
-  function: { name: 'show_map', description: 'Shows a place', parameters: { type: 'object', properties: { place: { type: 'string' } } } },
+  function: {
+    name: 'show_map',
+    description: 'Shows a place',
+    parameters: { type: 'object', properties: { place: { type: 'string' } } },
+  },
 };
 
 /** Records a client's SSE events and waits for one. */
 function recorder(client: AvatarClient) {
   const seen: Array<{ type: string; data: any }> = [];
-  for (const type of ['status', 'tts', 'llm', 'tool_call', 'session.terminated', 'error'] as const) client.on(type, (data) => seen.push({ type, data }));
+  for (const type of ['status', 'tts', 'llm', 'tool_call', 'session.terminated', 'error'] as const)
+    client.on(type, (data) => seen.push({ type, data }));
   const waitFor = async (match: (e: { type: string; data: any }) => boolean, from = 0, timeout = TURN_MS) => {
     const end = Date.now() + timeout;
     while (Date.now() < end) {
@@ -43,7 +54,11 @@ describe('the typed client library against the real service on loopback', () => 
   let avatarId: string;
   const clients: AvatarClient[] = [];
   const newClient = (options: ConstructorParameters<typeof AvatarClient>[0] = {}) => {
-    const client = new AvatarClient({ server: t.baseUrl, RTCPeerConnection: wrtc.RTCPeerConnection as never, ...options });
+    const client = new AvatarClient({
+      server: t.baseUrl,
+      RTCPeerConnection: wrtc.RTCPeerConnection as never,
+      ...options,
+    });
     clients.push(client);
     return client;
   };
@@ -101,7 +116,10 @@ describe('the typed client library against the real service on loopback', () => 
     upstream.setScenario({
       chat: {
         scripted: [
-          { tokens: ['One moment.'], toolCalls: [{ id: 'call_map', name: 'show_map', arguments: '{"place": "Lyon"}' }] },
+          {
+            tokens: ['One moment.'],
+            toolCalls: [{ id: 'call_map', name: 'show_map', arguments: '{"place": "Lyon"}' }],
+          },
           { tokens: (messages) => [`Shown: ${messages.at(-1)!.content}`, '.'] },
         ],
       },
@@ -115,10 +133,15 @@ describe('the typed client library against the real service on loopback', () => 
     const turnId = await client.chat('Show me Lyon');
     await events.waitFor((e) => e.type === 'status' && e.data.stage === 'idle' && e.data.turn_id === turnId);
     expect(calls).toEqual([{ turn_id: turnId, call_id: 'call_map', name: 'show_map', arguments: { place: 'Lyon' } }]);
-    const llmText = events.seen.filter((e) => e.type === 'llm').map((e) => e.data.delta).join('');
+    const llmText = events.seen
+      .filter((e) => e.type === 'llm')
+      .map((e) => e.data.delta)
+      .join('');
     expect(llmText).toContain('Shown: {"shown":"Lyon"}');
     const transcript = await client.transcript();
-    expect(transcript.turns.at(-1)!.tool_calls).toEqual([{ call_id: 'call_map', name: 'show_map', arguments: { place: 'Lyon' }, ok: true }]);
+    expect(transcript.turns.at(-1)!.tool_calls).toEqual([
+      { call_id: 'call_map', name: 'show_map', arguments: { place: 'Lyon' }, ok: true },
+    ]);
     await client.end();
   });
 
@@ -126,7 +149,10 @@ describe('the typed client library against the real service on loopback', () => 
     const source = new (wrtc as any).nonstandard.RTCAudioSource();
     const asked: MediaStreamConstraints[] = [];
     const client = newClient({
-      getUserMedia: async (constraints) => (asked.push(constraints), new (wrtc as any).MediaStream([source.createTrack()])),
+      getUserMedia: async (constraints) => (
+        asked.push(constraints),
+        new (wrtc as any).MediaStream([source.createTrack()])
+      ),
     });
     await client.createSession({ avatar_id: avatarId, model: 'rt' });
     const first = await client.connect();
@@ -148,7 +174,10 @@ describe('the typed client library against the real service on loopback', () => 
     upstream.setScenario({
       chat: {
         scripted: [
-          { tokens: ['Checking.'], toolCalls: [{ id: 'call_fail', name: 'show_map', arguments: '{"place": "Nowhere"}' }] },
+          {
+            tokens: ['Checking.'],
+            toolCalls: [{ id: 'call_fail', name: 'show_map', arguments: '{"place": "Nowhere"}' }],
+          },
           { tokens: (messages) => [`Result ${messages.at(-1)!.content}`, '.'] },
         ],
       },
@@ -166,7 +195,12 @@ describe('the typed client library against the real service on loopback', () => 
     const turnId = await client.chat('Show me nowhere');
     await events.waitFor((e) => e.type === 'status' && e.data.stage === 'idle' && e.data.turn_id === turnId);
     expect(failures).toEqual(['map service down']);
-    expect(events.seen.filter((e) => e.type === 'llm').map((e) => e.data.delta).join('')).toContain('Result {"error":"map service down"}');
+    expect(
+      events.seen
+        .filter((e) => e.type === 'llm')
+        .map((e) => e.data.delta)
+        .join(''),
+    ).toContain('Result {"error":"map service down"}');
     await client.end();
   });
 
@@ -179,7 +213,10 @@ describe('the typed client library against the real service on loopback', () => 
       const reader = response.body!.getReader();
       const first = await reader.read();
       await reader.cancel();
-      return new Response(new ReadableStream({ start: (c) => (c.enqueue(first.value), c.close()) }), { status: 200, headers: response.headers });
+      return new Response(new ReadableStream({ start: (c) => (c.enqueue(first.value), c.close()) }), {
+        status: 200,
+        headers: response.headers,
+      });
     };
     const client = newClient({ fetch: droppingFetch });
     const events = recorder(client);
@@ -199,7 +236,7 @@ describe('the typed client library against the real service on loopback', () => 
     client.disconnect();
   });
 
-  it('turns every refusal into an AvatarApiError carrying the status and the service\'s detail', async () => {
+  it("turns every refusal into an AvatarApiError carrying the status and the service's detail", async () => {
     const client = newClient();
     await expectApiError(client.createSession({ avatar_id: 'no-such-avatar', model: 'rt' }), 400, /avatar/);
     await expectApiError(client.createSession({ avatar_id: avatarId, model: '' } as never), 400, /model/);
@@ -219,7 +256,11 @@ describe('the typed client library against the real service on loopback', () => 
     await expectApiError(client.sendToolResult('call_unknown', { ok: true }), 404, /call/);
     await expectApiError(client.speak(''), 400, /text/);
     await client.end();
-    await expectApiError(new AvatarClient({ server: t.baseUrl }).request('POST', '/sessions', { avatar_id: avatarId }), 400, /model/);
+    await expectApiError(
+      new AvatarClient({ server: t.baseUrl }).request('POST', '/sessions', { avatar_id: avatarId }),
+      400,
+      /model/,
+    );
   });
 
   it('says the service was not reached with an AvatarNetworkError, and needs a session before a session verb', async () => {

@@ -31,7 +31,12 @@ const POLL_MS = 50;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-async function until<T>(probe: () => Promise<T | undefined | null | false>, what: string, timeoutMs: number, stepMs = 100): Promise<T> {
+async function until<T>(
+  probe: () => Promise<T | undefined | null | false>,
+  what: string,
+  timeoutMs: number,
+  stepMs = 100,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe().catch(() => undefined);
@@ -115,16 +120,28 @@ describe('a cluster of three nodes on one redis-server', () => {
       expect((await getJson(b.baseUrl, `/sessions/${sessionId}`)).state).toBe('running');
       const spoke = await post(b.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Hello from another node.' });
       expect(spoke.status).toBe(200);
-      await sse.waitFor((e) => e.type === 'tts' && e.data.stage === 'first_audio', 60_000, 'first audio over SSE through the forwarding node');
+      await sse.waitFor(
+        (e) => e.type === 'tts' && e.data.stage === 'first_audio',
+        60_000,
+        'first audio over SSE through the forwarding node',
+      );
       await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'the turn to end');
       expect(sse.of('frame').length).toBeGreaterThan(0);
-      await until(async () => peer.frames.length > 0 && peer.audio.length > 0, 'frames and audio on the wrtc peer', 30_000);
+      await until(
+        async () => peer.frames.length > 0 && peer.audio.length > 0,
+        'frames and audio on the wrtc peer',
+        30_000,
+      );
 
       // The audio WebSocket is tunnelled to the owner: it opens and the owner answers a malformed control message.
       const ws = AudioStreamClient.connect(b.baseUrl, sessionId);
       await ws.waitOpen(10_000);
       ws.sendText('{not json');
-      await until(async () => ws.messages.length > 0 || ws.closed !== null, 'an answer from the owner over the tunnel', 10_000);
+      await until(
+        async () => ws.messages.length > 0 || ws.closed !== null,
+        'an answer from the owner over the tunnel',
+        10_000,
+      );
       expect(ws.closed?.code ?? 1000).not.toBe(1006);
       ws.socket.close();
 
@@ -144,7 +161,9 @@ describe('a cluster of three nodes on one redis-server', () => {
   it('30 concurrent creates across the three nodes never exceed the cluster cap, and every node takes a share', async () => {
     const cap = MAX_PENDING * NODE_COUNT;
     const results = await Promise.all(
-      Array.from({ length: 30 }, (_, i) => post(nodes[i % NODE_COUNT].baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'mock' })),
+      Array.from({ length: 30 }, (_, i) =>
+        post(nodes[i % NODE_COUNT].baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'mock' }),
+      ),
     );
     const bodies = await Promise.all(results.map((res) => res.json()));
     const ok = bodies.filter((_, i) => results[i].status === 200).map((body) => body.session_id as string);
@@ -164,8 +183,11 @@ describe('a cluster of three nodes on one redis-server', () => {
     for (const count of perNode.values()) expect(count).toBeLessThanOrEqual(MAX_PENDING);
     expect(perNode.size).toBe(NODE_COUNT);
     // A full cluster keeps refusing until a slot frees.
-    expect((await post(nodes[0].baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'mock' })).status).toBe(ok.length === cap ? 503 : 200);
-    for (const id of ok) expect((await fetch(`${nodes[1].baseUrl}/sessions/${id}`, { method: 'DELETE' })).status).toBe(200);
+    expect((await post(nodes[0].baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'mock' })).status).toBe(
+      ok.length === cap ? 503 : 200,
+    );
+    for (const id of ok)
+      expect((await fetch(`${nodes[1].baseUrl}/sessions/${id}`, { method: 'DELETE' })).status).toBe(200);
     // The cluster counts catch up (each node publishes its load after a delete): the freed slots are placeable again.
     await until(
       async () => {
@@ -185,7 +207,11 @@ describe('a cluster of three nodes on one redis-server', () => {
     const form = new FormData();
     form.append('name', 'Shared');
     form.append('base_avatar_id', 'astronaut');
-    form.append('image', new Blob([new Uint8Array(await fs.readFile(PORTRAIT_FIXTURE))], { type: 'image/png' }), 'portrait.png');
+    form.append(
+      'image',
+      new Blob([new Uint8Array(await fs.readFile(PORTRAIT_FIXTURE))], { type: 'image/png' }),
+      'portrait.png',
+    );
     const made = await fetch(`${a.baseUrl}/avatars/custom`, { method: 'POST', body: form });
     expect(made.status).toBe(200);
     const avatarId = (await made.json()).id as string;
@@ -205,17 +231,25 @@ describe('a cluster of three nodes on one redis-server', () => {
     const pcm = (ms: number) => Buffer.from(tone(16000, ms, 300).buffer).toString('base64');
     // 60 s of video: seconds of rendering for the mock (~20× real time, docs/performance.md), many times the
     // ~0.1 s between the progress write that triggers the kill and the kill; the re-render stays short.
-    const segments = Array.from({ length: OFFLINE_SEGMENTS }, () => ({ audio_base64: pcm(1000), pause_after_ms: 9000 }));
+    const segments = Array.from({ length: OFFLINE_SEGMENTS }, () => ({
+      audio_base64: pcm(1000),
+      pause_after_ms: 9000,
+    }));
     const submitted = await post(a.baseUrl, bundle, { segments });
     expect(submitted.status).toBe(200);
     const jobId = (await submitted.json()).job_id as string;
     const jobKey = `avs-bull:offline:${jobId}`;
 
-    const runner = await until(async () => {
-      // BullMQ keeps the worker name (the node id) in the job hash as `pb`.
-      const [processedBy, progress] = await client.hmget(jobKey, 'pb', 'progress');
-      return processedBy && Number(progress ?? 0) > 0 ? byId.get(processedBy) : undefined;
-    }, 'a node to be rendering the job', 60_000, 20);
+    const runner = await until(
+      async () => {
+        // BullMQ keeps the worker name (the node id) in the job hash as `pb`.
+        const [processedBy, progress] = await client.hmget(jobKey, 'pb', 'progress');
+        return processedBy && Number(progress ?? 0) > 0 ? byId.get(processedBy) : undefined;
+      },
+      'a node to be rendering the job',
+      60_000,
+      20,
+    );
     const observer = alive().find((node) => node !== runner)!;
 
     // A client polling the job through a node that survives.
@@ -234,9 +268,19 @@ describe('a cluster of three nodes on one redis-server', () => {
       }
     })();
 
-    await until(async () => seen.some((job) => job.status === 'running' && job.progress > 0.05), 'the job to be under way', 60_000, 10);
+    await until(
+      async () => seen.some((job) => job.status === 'running' && job.progress > 0.05),
+      'the job to be under way',
+      60_000,
+      10,
+    );
     await runner.kill();
-    const done = await until(async () => seen.find((job) => job.status === 'complete' || job.status === 'failed'), 'the job to finish on another node', 180_000, POLL_MS);
+    const done = await until(
+      async () => seen.find((job) => job.status === 'complete' || job.status === 'failed'),
+      'the job to finish on another node',
+      180_000,
+      POLL_MS,
+    );
     polling = false;
     await poller;
     expect(done.status).toBe('complete');
@@ -264,7 +308,10 @@ describe('a cluster of three nodes on one redis-server', () => {
     expect(survivors.length).toBeGreaterThanOrEqual(2);
     const ids: string[] = [];
     for (let i = 0; i < 2 * survivors.length; i++) {
-      const res = await post(survivors[i % survivors.length].baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'mock' });
+      const res = await post(survivors[i % survivors.length].baseUrl, '/sessions', {
+        avatar_id: 'astronaut',
+        model: 'mock',
+      });
       expect(res.status).toBe(200);
       ids.push((await res.json()).session_id);
     }
@@ -291,13 +338,18 @@ describe('a cluster of three nodes on one redis-server', () => {
     // Expiry is at most one TTL after the last heartbeat; a request finding the owner gone reaps it then.
     expect(elapsedMs).toBeLessThanOrEqual(NODE_TTL_S * 1000 + 1_500);
     for (const state of states) expect(state.terminated_reason).toBe('node_lost');
-    await sse.waitFor((e) => e.type === 'session.terminated', 2 * NODE_TTL_S * 1000, 'session.terminated through the watching node');
+    await sse.waitFor(
+      (e) => e.type === 'session.terminated',
+      2 * NODE_TTL_S * 1000,
+      'session.terminated through the watching node',
+    );
     sse.close();
     // Every other node agrees, and the lost sessions answer as tombstones (409 on start).
     for (const node of alive()) {
       for (const id of theirs) expect((await getJson(node.baseUrl, `/sessions/${id}`)).state).toBe('terminated');
       expect((await post(node.baseUrl, `/sessions/${theirs[0]}/start`)).status).toBe(409);
     }
-    for (const id of ids.filter((id) => !theirs.includes(id))) await fetch(`${watcher.baseUrl}/sessions/${id}`, { method: 'DELETE' });
+    for (const id of ids.filter((id) => !theirs.includes(id)))
+      await fetch(`${watcher.baseUrl}/sessions/${id}`, { method: 'DELETE' });
   }, 120_000);
 });

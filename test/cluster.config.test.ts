@@ -7,16 +7,34 @@ describe('cluster mode configuration', () => {
   });
 
   it('is on with a redis URL; the node URL defaults to host and port, the TTL to 10 s', () => {
-    const config = loadConfig({ SERVICE_REDIS_URL: 'redis://127.0.0.1:6379', SERVICE_HOST: '127.0.0.1', SERVICE_PORT: '8123' });
-    expect(config.cluster).toEqual({ redisUrl: 'redis://127.0.0.1:6379', nodeUrl: 'http://127.0.0.1:8123', nodeTtlMs: 10_000, nodeSlot: null, secret: null });
+    const config = loadConfig({
+      SERVICE_REDIS_URL: 'redis://127.0.0.1:6379',
+      SERVICE_HOST: '127.0.0.1',
+      SERVICE_PORT: '8123',
+    });
+    expect(config.cluster).toEqual({
+      redisUrl: 'redis://127.0.0.1:6379',
+      nodeUrl: 'http://127.0.0.1:8123',
+      nodeTtlMs: 10_000,
+      nodeSlot: null,
+      secret: null,
+    });
   });
 
   it('takes a routing slot (0–4095) and a cluster secret of at least 16 characters, never echoing the secret', () => {
-    const config = loadConfig({ SERVICE_REDIS_URL: 'redis://127.0.0.1:6379', SERVICE_NODE_SLOT: '7', SERVICE_CLUSTER_SECRET: 'a-long-enough-secret' });
+    const config = loadConfig({
+      SERVICE_REDIS_URL: 'redis://127.0.0.1:6379',
+      SERVICE_NODE_SLOT: '7',
+      SERVICE_CLUSTER_SECRET: 'a-long-enough-secret',
+    });
     expect(config.cluster).toMatchObject({ nodeSlot: 7, secret: 'a-long-enough-secret' });
     let caught: unknown;
     try {
-      loadConfig({ SERVICE_REDIS_URL: 'redis://127.0.0.1:6379', SERVICE_NODE_SLOT: '4096', SERVICE_CLUSTER_SECRET: 'shortpw' });
+      loadConfig({
+        SERVICE_REDIS_URL: 'redis://127.0.0.1:6379',
+        SERVICE_NODE_SLOT: '4096',
+        SERVICE_CLUSTER_SECRET: 'shortpw',
+      });
     } catch (error) {
       caught = error;
     }

@@ -56,7 +56,12 @@ const POLL_MS = 50;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-async function until<T>(probe: () => Promise<T | undefined | null | false>, what: string, timeoutMs: number, stepMs = 100): Promise<T> {
+async function until<T>(
+  probe: () => Promise<T | undefined | null | false>,
+  what: string,
+  timeoutMs: number,
+  stepMs = 100,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe().catch(() => undefined);
@@ -84,7 +89,10 @@ async function getJson(base: string, route: string, headers: Record<string, stri
 /** The node's forwarded-request counter, by kind (0 when it has not forwarded that kind yet). */
 async function forwards(node: ServiceProcess): Promise<Record<'http' | 'websocket' | 'create', number>> {
   const text = await (await fetch(`${node.baseUrl}/metrics`, { signal: AbortSignal.timeout(10_000) })).text();
-  const count = (kind: string) => Number(new RegExp(`^avatar_cluster_forwarded_requests_total\\{kind="${kind}"\\} (\\d+)$`, 'mu').exec(text)?.[1] ?? 0);
+  const count = (kind: string) =>
+    Number(
+      new RegExp(`^avatar_cluster_forwarded_requests_total\\{kind="${kind}"\\} (\\d+)$`, 'mu').exec(text)?.[1] ?? 0,
+    );
   return { http: count('http'), websocket: count('websocket'), create: count('create') };
 }
 
@@ -101,7 +109,8 @@ async function documentedNginx(): Promise<{ text: string; route(pathname: string
   const docs = await fs.readFile(DOCS, 'utf8');
   const text = /```nginx\n([\s\S]*?)```/u.exec(docs)![1];
   const primaries = new Map<string, string>();
-  for (const match of text.matchAll(/upstream\s+(\S+)\s*\{\s*server\s+([^\s;]+)\s*;/gu)) primaries.set(match[1], match[2]);
+  for (const match of text.matchAll(/upstream\s+(\S+)\s*\{\s*server\s+([^\s;]+)\s*;/gu))
+    primaries.set(match[1], match[2]);
   const mapBlock = /map \$uri \$avatar_upstream \{([\s\S]*?)\n\}/u.exec(text)![1];
   const rules: Array<{ re: RegExp; upstream: string }> = [];
   let fallback = '';
@@ -129,7 +138,9 @@ async function documentedHaproxy(): Promise<string> {
 }
 
 /** `show stat` on HAProxy's stats socket: per backend, per server name, the requests it took and its status. */
-async function haproxyStats(socketPath: string): Promise<Map<string, Map<string, { requests: number; status: string }>>> {
+async function haproxyStats(
+  socketPath: string,
+): Promise<Map<string, Map<string, { requests: number; status: string }>>> {
   const csv = await new Promise<string>((resolve, reject) => {
     const socket = net.connect(socketPath);
     let text = '';
@@ -182,7 +193,8 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     expect(res.status).toBe(200);
     return (await res.json()).session_id;
   };
-  const remove = (base: string, id: string) => fetch(`${base}/sessions/${id}`, { method: 'DELETE', signal: AbortSignal.timeout(30_000) });
+  const remove = (base: string, id: string) =>
+    fetch(`${base}/sessions/${id}`, { method: 'DELETE', signal: AbortSignal.timeout(30_000) });
   const hops = async () => {
     let total = 0;
     for (const node of alive()) {
@@ -242,12 +254,17 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     try {
       expect((await post(viaBalancer(`/sessions/${id}/start`), `/sessions/${id}/start`)).status).toBe(200);
       expect((await getJson(viaBalancer(`/sessions/${id}`), `/sessions/${id}`)).state).toBe('running');
-      expect((await post(viaBalancer(`/sessions/${id}/speak`), `/sessions/${id}/speak`, { text: 'Straight to the owner.' })).status).toBe(200);
+      expect(
+        (await post(viaBalancer(`/sessions/${id}/speak`), `/sessions/${id}/speak`, { text: 'Straight to the owner.' }))
+          .status,
+      ).toBe(200);
       await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'the turn to end');
       const ws = AudioStreamClient.connect(viaBalancer(`/sessions/${id}/speak_audio_stream`), id);
       await ws.waitOpen(10_000);
       ws.socket.close();
-      expect((await getJson(viaBalancer(`/sessions/${id}/rt-recording`), `/sessions/${id}/rt-recording`)).state).toBe('idle');
+      expect((await getJson(viaBalancer(`/sessions/${id}/rt-recording`), `/sessions/${id}/rt-recording`)).state).toBe(
+        'idle',
+      );
       for (const other of ids) expect((await remove(viaBalancer(`/sessions/${other}`), other)).status).toBe(200);
       await sse.waitFor((e) => e.type === 'session.terminated', 10_000, 'session.terminated');
     } finally {
@@ -272,15 +289,23 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'nginx-cluster-'));
     const port = await freePort();
     let config = nginx.text.replace('listen 443 ssl;', `listen 127.0.0.1:${port};`);
-    DOC_ADDRESSES.forEach((address, slot) => (config = config.replaceAll(address, new URL(bySlot.get(slot)!.baseUrl).host)));
-    const temp = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map((name) => `${name}_temp_path ${path.join(dir, name)};`).join('\n  ');
+    DOC_ADDRESSES.forEach(
+      (address, slot) => (config = config.replaceAll(address, new URL(bySlot.get(slot)!.baseUrl).host)),
+    );
+    const temp = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']
+      .map((name) => `${name}_temp_path ${path.join(dir, name)};`)
+      .join('\n  ');
     await fs.writeFile(
       path.join(dir, 'nginx.conf'),
       // One process (no master and worker): the SIGKILL at the end leaves no orphaned worker holding the port.
       `master_process off;\nworker_processes 1;\ndaemon off;\npid ${path.join(dir, 'nginx.pid')};\nerror_log ${path.join(dir, 'error.log')} warn;\n` +
         `events { worker_connections 256; }\nhttp {\n  access_log off;\n  ${temp}\n${config}\n}\n`,
     );
-    const proc: ChildProcess = spawn(nginxBinary, ['-p', dir, '-e', path.join(dir, 'error.log'), '-c', path.join(dir, 'nginx.conf')], { stdio: 'ignore' });
+    const proc: ChildProcess = spawn(
+      nginxBinary,
+      ['-p', dir, '-e', path.join(dir, 'error.log'), '-c', path.join(dir, 'nginx.conf')],
+      { stdio: 'ignore' },
+    );
     const base = `http://127.0.0.1:${port}`;
     try {
       await until(async () => (await fetch(`${base}/healthz`)).ok, 'nginx to answer', 10_000);
@@ -291,12 +316,20 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
       try {
         expect((await post(base, `/sessions/${id}/start`)).status).toBe(200);
         expect((await post(base, `/sessions/${id}/speak`, { text: 'Through nginx.' })).status).toBe(200);
-        await sse.waitFor((e) => e.type === 'tts' && e.data.stage === 'first_audio', 60_000, 'first audio through nginx');
+        await sse.waitFor(
+          (e) => e.type === 'tts' && e.data.stage === 'first_audio',
+          60_000,
+          'first audio through nginx',
+        );
         await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'the turn to end');
         const ws = AudioStreamClient.connect(base, id);
         await ws.waitOpen(10_000);
         ws.sendText('{not json');
-        await until(async () => ws.messages.length > 0 || ws.closed !== null, 'an answer over the WebSocket through nginx', 10_000);
+        await until(
+          async () => ws.messages.length > 0 || ws.closed !== null,
+          'an answer over the WebSocket through nginx',
+          10_000,
+        );
         ws.socket.close();
         expect((await remove(base, id)).status).toBe(200);
         await sse.waitFor((e) => e.type === 'session.terminated', 10_000, 'session.terminated through nginx');
@@ -320,7 +353,9 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     const port = await freePort();
     const statsSocket = path.join(dir, 'stats.sock');
     let config = snippet.replace(documentedBind, `bind 127.0.0.1:${port}`);
-    DOC_ADDRESSES.forEach((address, slot) => (config = config.replaceAll(address, new URL(bySlot.get(slot)!.baseUrl).host)));
+    DOC_ADDRESSES.forEach(
+      (address, slot) => (config = config.replaceAll(address, new URL(bySlot.get(slot)!.baseUrl).host)),
+    );
     // Only a stats socket is added (a global section, no routing): it tells which server took each request.
     const configFile = path.join(dir, 'haproxy.cfg');
     await fs.writeFile(configFile, `global\n    stats socket ${statsSocket} mode 600 level user\n${config}`);
@@ -353,13 +388,17 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     const taken = async (from: Map<string, number>) => {
       const now = new Map<string, number>();
       for (const [name, servers] of await haproxyStats(statsSocket)) {
-        for (const [server, { requests }] of servers) now.set(`${name}/${server}`, requests - (from.get(`${name}/${server}`) ?? 0));
+        for (const [server, { requests }] of servers)
+          now.set(`${name}/${server}`, requests - (from.get(`${name}/${server}`) ?? 0));
       }
       return now;
     };
     try {
       await until(
-        async () => [...(await haproxyStats(statsSocket)).values()].every((servers) => [...servers.values()].every((server) => server.status === 'UP')),
+        async () =>
+          [...(await haproxyStats(statsSocket)).values()].every((servers) =>
+            [...servers.values()].every((server) => server.status === 'UP'),
+          ),
         `HAProxy to see every node up (${output})`,
         20_000,
       );
@@ -370,7 +409,8 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
       const ids: string[] = [];
       for (let i = 0; i < BALANCED_CREATES; i++) ids.push(await create(base));
       const afterCreates = await taken(start);
-      for (const server of slotOfServer.keys()) expect(afterCreates.get(`${defaultBackend}/${server}`), server).toBe(BALANCED_CREATES / NODE_COUNT);
+      for (const server of slotOfServer.keys())
+        expect(afterCreates.get(`${defaultBackend}/${server}`), server).toBe(BALANCED_CREATES / NODE_COUNT);
 
       // Requests of each session: counted per owner, to compare with what the owner's server took.
       const expected = new Map<number, number>();
@@ -396,14 +436,22 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
         await owned(id);
         expect((await post(base, `/sessions/${id}/speak`, { text: 'Through HAProxy.' })).status).toBe(200);
         // Streamed, not buffered: the turn's events arrive while the stream stays open.
-        await sse.waitFor((e) => e.type === 'tts' && e.data.stage === 'first_audio', 60_000, 'first audio through HAProxy');
+        await sse.waitFor(
+          (e) => e.type === 'tts' && e.data.stage === 'first_audio',
+          60_000,
+          'first audio through HAProxy',
+        );
         await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'the turn to end');
         expect(sse.closed).toBe(false);
         await owned(id);
         const ws = AudioStreamClient.connect(base, id);
         await ws.waitOpen(10_000);
         ws.sendText('{not json');
-        await until(async () => ws.messages.length > 0 || ws.closed !== null, 'an answer over the WebSocket through HAProxy', 10_000);
+        await until(
+          async () => ws.messages.length > 0 || ws.closed !== null,
+          'an answer over the WebSocket through HAProxy',
+          10_000,
+        );
         ws.socket.close();
         for (const other of ids) {
           await owned(other);
@@ -422,10 +470,16 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
         if (backups.has(name)) expect(count, name).toBe(0);
       }
       for (const [server, slot] of slotOfServer) {
-        const byOwner = [...sessionRequests].filter(([name]) => name.endsWith(`/${server}`) && !name.startsWith(`${defaultBackend}/`) && !backups.has(name));
-        expect(byOwner.reduce((sum, [, count]) => sum + count, 0), `requests taken by ${server} (slot ${slot})`).toBe(expected.get(slot) ?? 0);
+        const byOwner = [...sessionRequests].filter(
+          ([name]) => name.endsWith(`/${server}`) && !name.startsWith(`${defaultBackend}/`) && !backups.has(name),
+        );
+        expect(
+          byOwner.reduce((sum, [, count]) => sum + count, 0),
+          `requests taken by ${server} (slot ${slot})`,
+        ).toBe(expected.get(slot) ?? 0);
       }
-      for (const server of slotOfServer.keys()) expect(sessionRequests.get(`${defaultBackend}/${server}`), server).toBe(0);
+      for (const server of slotOfServer.keys())
+        expect(sessionRequests.get(`${defaultBackend}/${server}`), server).toBe(0);
     } finally {
       await killAndWait(proc);
       await fs.rm(dir, { recursive: true, force: true });
@@ -441,7 +495,14 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     const forgeries = [
       { 'x-avs-forwarded': '1' },
       { 'x-avs-forwarded': nodeIdOf(other.baseUrl) },
-      { 'x-avs-forwarded': signForward('not-the-cluster-secret', nodeIdOf(owner.baseUrl), 'POST', `/sessions/${id}/start`) },
+      {
+        'x-avs-forwarded': signForward(
+          'not-the-cluster-secret',
+          nodeIdOf(owner.baseUrl),
+          'POST',
+          `/sessions/${id}/start`,
+        ),
+      },
       // Signed for another URL: not this request's signature.
       { 'x-avs-forwarded': signForward(secret, nodeIdOf(owner.baseUrl), 'POST', `/sessions/${id}/pause`) },
     ];
@@ -467,7 +528,10 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     const mine: string[] = [];
     for (let i = 0; i < MAX_PENDING; i++) {
       const token = `test-reservation-${i}`;
-      const signed = { 'x-avs-forwarded': signForward(secret, 'test', 'POST', '/sessions', token), 'x-avs-reservation': token };
+      const signed = {
+        'x-avs-forwarded': signForward(secret, 'test', 'POST', '/sessions', token),
+        'x-avs-reservation': token,
+      };
       const res = await post(target.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'mock' }, signed);
       expect(res.status).toBe(200);
       const sid = (await res.json()).session_id;
@@ -475,16 +539,26 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
       mine.push(sid);
     }
     const token = 'test-reservation-full';
-    const signedFull = { 'x-avs-forwarded': signForward(secret, 'test', 'POST', '/sessions', token), 'x-avs-reservation': token };
-    expect((await post(target.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'mock' }, signedFull)).status).toBe(503);
-    const forged = await post(target.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'mock' }, { 'x-avs-forwarded': 'x', 'x-avs-reservation': 'y' });
+    const signedFull = {
+      'x-avs-forwarded': signForward(secret, 'test', 'POST', '/sessions', token),
+      'x-avs-reservation': token,
+    };
+    expect(
+      (await post(target.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'mock' }, signedFull)).status,
+    ).toBe(503);
+    const forged = await post(
+      target.baseUrl,
+      '/sessions',
+      { avatar_id: 'astronaut', model: 'mock' },
+      { 'x-avs-forwarded': 'x', 'x-avs-reservation': 'y' },
+    );
     expect(forged.status).toBe(200);
     const placed = (await forged.json()).session_id;
     expect(await ownerOf(placed)).not.toBe(target);
     for (const sid of [...mine, placed]) expect((await remove(target.baseUrl, sid)).status).toBe(200);
   }, 120_000);
 
-  it('a foreign page is refused on the node it reached, before any hop; the page of that node\'s own origin is forwarded and tunnelled to the owner', async () => {
+  it("a foreign page is refused on the node it reached, before any hop; the page of that node's own origin is forwarded and tunnelled to the owner", async () => {
     const id = await create(nodes[0].baseUrl);
     const owner = await ownerOf(id);
     const other = alive().find((node) => node !== owner)!;
@@ -508,7 +582,11 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     const form = new FormData();
     form.append('name', 'Everywhere');
     form.append('base_avatar_id', 'astronaut');
-    form.append('image', new Blob([new Uint8Array(await fs.readFile(PORTRAIT_FIXTURE))], { type: 'image/png' }), 'portrait.png');
+    form.append(
+      'image',
+      new Blob([new Uint8Array(await fs.readFile(PORTRAIT_FIXTURE))], { type: 'image/png' }),
+      'portrait.png',
+    );
     const made = await fetch(`${a.baseUrl}/avatars/custom`, { method: 'POST', body: form });
     expect(made.status).toBe(200);
     const avatarId = (await made.json()).id as string;
@@ -537,9 +615,26 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     const other = alive().find((node) => node !== owner)!;
     /** A recording under way, its file being written on shared storage (the encoder opens its output once it has probed both inputs). */
     const recordingWritten = async (sessionId: string) => {
-      await until(async () => (await getJson(other.baseUrl, `/sessions/${sessionId}/rt-recording`)).duration_ms > 0, 'the recording to be under way', 10_000, 50);
-      const partial = path.join(dataDir, 'nodes', nodeIdOf(owner.baseUrl), 'recordings', sessionId, 'recording.partial.mp4');
-      await until(async () => (await fs.stat(partial)).size > 0, 'the recording file to be written on shared storage', 10_000, 50);
+      await until(
+        async () => (await getJson(other.baseUrl, `/sessions/${sessionId}/rt-recording`)).duration_ms > 0,
+        'the recording to be under way',
+        10_000,
+        50,
+      );
+      const partial = path.join(
+        dataDir,
+        'nodes',
+        nodeIdOf(owner.baseUrl),
+        'recordings',
+        sessionId,
+        'recording.partial.mp4',
+      );
+      await until(
+        async () => (await fs.stat(partial)).size > 0,
+        'the recording file to be written on shared storage',
+        10_000,
+        50,
+      );
     };
     expect((await post(other.baseUrl, `/sessions/${id}/start`)).status).toBe(200);
     expect((await post(other.baseUrl, `/sessions/${id}/rt-recording/start`)).status).toBe(200);
@@ -550,7 +645,9 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     expect(duration).toBeGreaterThan(0);
 
     const download = async (node: ServiceProcess) => {
-      const res = await fetch(`${node.baseUrl}/sessions/${id}/rt-recording/artifact`, { signal: AbortSignal.timeout(10_000) });
+      const res = await fetch(`${node.baseUrl}/sessions/${id}/rt-recording/artifact`, {
+        signal: AbortSignal.timeout(10_000),
+      });
       expect(res.status).toBe(200);
       expect(res.headers.get('content-type')).toBe('video/mp4');
       const bytes = Buffer.from(await res.arrayBuffer());
@@ -560,24 +657,35 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     // The session lives: the owner serves its recording, through one hop.
     let before = (await forwards(other)).http;
     const size = await download(other);
-    expect(await getJson(other.baseUrl, `/sessions/${id}/rt-recording`)).toMatchObject({ state: 'complete', duration_ms: duration });
+    expect(await getJson(other.baseUrl, `/sessions/${id}/rt-recording`)).toMatchObject({
+      state: 'complete',
+      duration_ms: duration,
+    });
     expect((await forwards(other)).http).toBe(before + 2);
 
     // Ended: the final file on shared storage is served by whichever node is asked, without a hop.
     expect((await remove(other.baseUrl, id)).status).toBe(200);
     before = (await forwards(other)).http;
     expect(await download(other)).toBe(size);
-    expect(await getJson(other.baseUrl, `/sessions/${id}/rt-recording`)).toMatchObject({ state: 'complete', duration_ms: duration });
+    expect(await getJson(other.baseUrl, `/sessions/${id}/rt-recording`)).toMatchObject({
+      state: 'complete',
+      duration_ms: duration,
+    });
     expect((await forwards(other)).http).toBe(before);
 
     // Two more sessions on the same owner (placed there with a node-signed reservation): one deleted without a
     // recording, one recording when the owner dies.
     const secret = (await client.get(SECRET_KEY))!;
     const createOnOwner = async (token: string): Promise<string> => {
-      const placed = await post(owner.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'mock' }, {
-        'x-avs-forwarded': signForward(secret, 'test', 'POST', '/sessions', token),
-        'x-avs-reservation': token,
-      });
+      const placed = await post(
+        owner.baseUrl,
+        '/sessions',
+        { avatar_id: 'astronaut', model: 'mock' },
+        {
+          'x-avs-forwarded': signForward(secret, 'test', 'POST', '/sessions', token),
+          'x-avs-reservation': token,
+        },
+      );
       expect(placed.status).toBe(200);
       const sessionId = (await placed.json()).session_id as string;
       expect(await ownerOf(sessionId)).toBe(owner);
@@ -593,23 +701,40 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     await owner.kill();
     // Until the owner's heartbeat expires it is still the owner: a bounded 503 with Retry-After, not a hang or a 5xx without a reason.
     const askedAt = Date.now();
-    const early = await fetch(`${other.baseUrl}/sessions/${recordingId}/rt-recording`, { signal: AbortSignal.timeout(10_000) });
+    const early = await fetch(`${other.baseUrl}/sessions/${recordingId}/rt-recording`, {
+      signal: AbortSignal.timeout(10_000),
+    });
     expect(Date.now() - askedAt).toBeLessThan(FORWARD_CONNECT_TIMEOUT_MS + 1_000);
     expect(early.status).toBe(503);
     expect(early.headers.get('retry-after')).toMatch(/^\d+$/u);
     expect(typeof (await early.json()).detail).toBe('string');
     // Once it is declared lost (within the TTL), every node answers: nothing is being recorded, and the artifact 404 says why.
     for (const node of alive()) {
-      await until(async () => (await getJson(node.baseUrl, `/sessions/${recordingId}`)).state === 'terminated', 'the lost session to be terminated', 4 * NODE_TTL_S * 1000);
-      expect(await getJson(node.baseUrl, `/sessions/${recordingId}`)).toMatchObject({ state: 'terminated', terminated_reason: 'node_lost' });
-      expect(await getJson(node.baseUrl, `/sessions/${recordingId}/rt-recording`)).toMatchObject({ state: 'idle', duration_ms: 0 });
-      const artifact = await fetch(`${node.baseUrl}/sessions/${recordingId}/rt-recording/artifact`, { signal: AbortSignal.timeout(10_000) });
+      await until(
+        async () => (await getJson(node.baseUrl, `/sessions/${recordingId}`)).state === 'terminated',
+        'the lost session to be terminated',
+        4 * NODE_TTL_S * 1000,
+      );
+      expect(await getJson(node.baseUrl, `/sessions/${recordingId}`)).toMatchObject({
+        state: 'terminated',
+        terminated_reason: 'node_lost',
+      });
+      expect(await getJson(node.baseUrl, `/sessions/${recordingId}/rt-recording`)).toMatchObject({
+        state: 'idle',
+        duration_ms: 0,
+      });
+      const artifact = await fetch(`${node.baseUrl}/sessions/${recordingId}/rt-recording/artifact`, {
+        signal: AbortSignal.timeout(10_000),
+      });
       expect(artifact.status).toBe(404);
       expect((await artifact.json()).detail).toMatch(/node was lost \(node_lost\).*cannot be finished/u);
     }
     // The owner is lost: the finished file is read from its directory on the shared data directory.
     for (const node of alive()) {
-      expect(await getJson(node.baseUrl, `/sessions/${id}/rt-recording`)).toMatchObject({ state: 'complete', duration_ms: duration });
+      expect(await getJson(node.baseUrl, `/sessions/${id}/rt-recording`)).toMatchObject({
+        state: 'complete',
+        duration_ms: duration,
+      });
       expect(await download(node)).toBe(size);
     }
     expect((await getJson(other.baseUrl, `/sessions/${id}`)).state).toBe('terminated');
@@ -619,7 +744,9 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     for (const node of alive()) {
       const detail = await until(
         async () => {
-          const artifact = await fetch(`${node.baseUrl}/sessions/${unrecordedId}/rt-recording/artifact`, { signal: AbortSignal.timeout(10_000) });
+          const artifact = await fetch(`${node.baseUrl}/sessions/${unrecordedId}/rt-recording/artifact`, {
+            signal: AbortSignal.timeout(10_000),
+          });
           if (artifact.status === 503) return undefined;
           expect(artifact.status).toBe(404);
           return (await artifact.json()).detail as string;
@@ -639,15 +766,23 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
     const pcm = (ms: number) => Buffer.from(tone(16000, ms, 300).buffer).toString('base64');
     // 60 s of video: seconds of rendering for the mock (~20× real time, docs/performance.md), many times the
     // ~0.1 s between the progress write that triggers the SIGTERM and the SIGTERM; the re-render stays short.
-    const segments = Array.from({ length: OFFLINE_SEGMENTS }, () => ({ audio_base64: pcm(1000), pause_after_ms: 9000 }));
+    const segments = Array.from({ length: OFFLINE_SEGMENTS }, () => ({
+      audio_base64: pcm(1000),
+      pause_after_ms: 9000,
+    }));
     const submitted = await post(survivors[0].baseUrl, bundle, { segments });
     expect(submitted.status).toBe(200);
     const jobId = (await submitted.json()).job_id as string;
     const jobKey = `avs-bull:offline:${jobId}`;
-    const runner = await until(async () => {
-      const [processedBy, progress] = await client.hmget(jobKey, 'pb', 'progress');
-      return processedBy && Number(progress ?? 0) > 0 ? byId.get(processedBy) : undefined;
-    }, 'a node to be rendering the job', 60_000, 20);
+    const runner = await until(
+      async () => {
+        const [processedBy, progress] = await client.hmget(jobKey, 'pb', 'progress');
+        return processedBy && Number(progress ?? 0) > 0 ? byId.get(processedBy) : undefined;
+      },
+      'a node to be rendering the job',
+      60_000,
+      20,
+    );
     const observer = survivors.find((node) => node !== runner)!;
     const seen: Array<{ status: string; progress: number }> = [];
     let polling = true;
@@ -663,7 +798,12 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
         await sleep(POLL_MS);
       }
     })();
-    await until(async () => seen.some((job) => job.status === 'running' && job.progress > 0.05), 'the job to be under way', 60_000, 10);
+    await until(
+      async () => seen.some((job) => job.status === 'running' && job.progress > 0.05),
+      'the job to be under way',
+      60_000,
+      10,
+    );
 
     // Leftovers in the shared avatars directory: the runner's own (a crash's) and another node's upload in progress.
     const runnerId = nodeIdOf(runner.baseUrl);
@@ -674,7 +814,12 @@ describe('cluster routing: slots, signed headers, shared avatars, recordings, gr
 
     const exit = await runner.stop();
     expect(exit.signal ?? 'exited').not.toBe('SIGKILL');
-    const done = await until(async () => seen.find((job) => job.status === 'complete' || job.status === 'failed'), 'the job to finish on another node', 180_000, POLL_MS);
+    const done = await until(
+      async () => seen.find((job) => job.status === 'complete' || job.status === 'failed'),
+      'the job to finish on another node',
+      180_000,
+      POLL_MS,
+    );
     polling = false;
     await poller;
     expect(done.status).toBe('complete');

@@ -68,9 +68,29 @@ describe('internal forwarding headers are signed with the cluster secret', () =>
     const now = Date.now();
     expect(verifyForward(secret, 'node-a', 'GET', url, undefined)).toBe(false);
     expect(verifyForward(secret, '1', 'GET', url, undefined)).toBe(false);
-    expect(verifyForward(secret, signForward('another-secret-of-length', 'node-a', 'GET', url), 'GET', url, undefined)).toBe(false);
-    expect(verifyForward(secret, signForward(secret, 'node-a', 'GET', url, '', now - SIGNATURE_MAX_SKEW_MS - 1), 'GET', url, undefined, now)).toBe(false);
-    expect(verifyForward(secret, signForward(secret, 'node-a', 'GET', url, '', now + SIGNATURE_MAX_SKEW_MS + 1), 'GET', url, undefined, now)).toBe(false);
+    expect(
+      verifyForward(secret, signForward('another-secret-of-length', 'node-a', 'GET', url), 'GET', url, undefined),
+    ).toBe(false);
+    expect(
+      verifyForward(
+        secret,
+        signForward(secret, 'node-a', 'GET', url, '', now - SIGNATURE_MAX_SKEW_MS - 1),
+        'GET',
+        url,
+        undefined,
+        now,
+      ),
+    ).toBe(false);
+    expect(
+      verifyForward(
+        secret,
+        signForward(secret, 'node-a', 'GET', url, '', now + SIGNATURE_MAX_SKEW_MS + 1),
+        'GET',
+        url,
+        undefined,
+        now,
+      ),
+    ).toBe(false);
     expect(verifyForward(secret, [signForward(secret, 'node-a', 'GET', url)], 'GET', url, undefined)).toBe(false);
     fc.assert(
       fc.property(fc.string(), (forged) => {

@@ -33,7 +33,15 @@ describe('configuration from SERVICE_* variables', () => {
     expect(error).toBeInstanceOf(ConfigError);
     const problems = (error as ConfigError).problems;
     expect(problems).toHaveLength(7);
-    for (const name of ['SERVICE_PORT', 'SERVICE_TTS_DEFAULT_PROVIDER', 'SERVICE_LOG_LEVEL', 'SERVICE_MAX_SESSIONS', 'SERVICE_LLM_BASE_URL', 'SERVICE_CORS_ORIGINS', 'SERVICE_ICE_SERVERS']) {
+    for (const name of [
+      'SERVICE_PORT',
+      'SERVICE_TTS_DEFAULT_PROVIDER',
+      'SERVICE_LOG_LEVEL',
+      'SERVICE_MAX_SESSIONS',
+      'SERVICE_LLM_BASE_URL',
+      'SERVICE_CORS_ORIGINS',
+      'SERVICE_ICE_SERVERS',
+    ]) {
       expect(problems.some((p) => p.startsWith(name))).toBe(true);
     }
   });
@@ -41,7 +49,10 @@ describe('configuration from SERVICE_* variables', () => {
   it('validates provider settings with the rest: a TTS base URL that is not http(s) is a start-up error naming its variable', () => {
     let error: unknown;
     try {
-      loadConfig({ SERVICE_TTS_COMPAT_HTTP_BASE_URL: 'tts.lan:8880', SERVICE_TTS_CLOUD_E_BASE_URL: 'ftp://speech.example.com' });
+      loadConfig({
+        SERVICE_TTS_COMPAT_HTTP_BASE_URL: 'tts.lan:8880',
+        SERVICE_TTS_CLOUD_E_BASE_URL: 'ftp://speech.example.com',
+      });
     } catch (e) {
       error = e;
     }
@@ -50,7 +61,10 @@ describe('configuration from SERVICE_* variables', () => {
       expect.stringMatching(/^SERVICE_TTS_CLOUD_E_BASE_URL must be an http\(s\) URL/),
       expect.stringMatching(/^SERVICE_TTS_COMPAT_HTTP_BASE_URL must be an http\(s\) URL/),
     ]);
-    const config = loadConfig({ SERVICE_TTS_COMPAT_HTTP_BASE_URL: 'http://127.0.0.1:8880/', SERVICE_TTS_COMPAT_HTTP_API_KEY: ' k ' }, '/srv/app');
+    const config = loadConfig(
+      { SERVICE_TTS_COMPAT_HTTP_BASE_URL: 'http://127.0.0.1:8880/', SERVICE_TTS_COMPAT_HTTP_API_KEY: ' k ' },
+      '/srv/app',
+    );
     expect(config.tts.providers.compat_http).toEqual({ baseUrl: 'http://127.0.0.1:8880', apiKey: 'k' });
     expect(config.tts.voiceDir).toBe('/srv/app/data/voices');
     // Nothing downstream reads the raw environment any more.
@@ -85,14 +99,22 @@ describe('tool calling settings', () => {
 
   it('take hosts, a whsec_ secret and a short filler; refuse `*`, URLs, a malformed secret (never echoed) and a long filler', () => {
     const secret = `whsec_${Buffer.alloc(24, 7).toString('base64')}`;
-    const config = loadConfig({ SERVICE_WEBHOOK_ALLOWED_HOSTS: 'Hooks.Example.com, .example.net,10.0.0.5', SERVICE_WEBHOOK_SECRET: secret, SERVICE_TOOL_FILLER_TEXT: 'One moment.' });
+    const config = loadConfig({
+      SERVICE_WEBHOOK_ALLOWED_HOSTS: 'Hooks.Example.com, .example.net,10.0.0.5',
+      SERVICE_WEBHOOK_SECRET: secret,
+      SERVICE_TOOL_FILLER_TEXT: 'One moment.',
+    });
     expect(config.webhooks.allowedHosts).toEqual(['hooks.example.com', '.example.net', '10.0.0.5']);
     expect(config.webhooks.secret).toBe(secret);
     expect(config.toolFillerText).toBe('One moment.');
 
     let error: unknown;
     try {
-      loadConfig({ SERVICE_WEBHOOK_ALLOWED_HOSTS: '*,https://hooks.example.com', SERVICE_WEBHOOK_SECRET: 'hunter2-not-a-secret', SERVICE_TOOL_FILLER_TEXT: 'x'.repeat(201) });
+      loadConfig({
+        SERVICE_WEBHOOK_ALLOWED_HOSTS: '*,https://hooks.example.com',
+        SERVICE_WEBHOOK_SECRET: 'hunter2-not-a-secret',
+        SERVICE_TOOL_FILLER_TEXT: 'x'.repeat(201),
+      });
     } catch (e) {
       error = e;
     }

@@ -103,21 +103,31 @@ async function freshDirs(): Promise<Dirs> {
   const [dataDir, avatarsDir, tmpDir] = await Promise.all([mk('kill9-data-'), mk('kill9-avatars-'), mk('kill9-tmp-')]);
   madeDirs.push(dataDir, avatarsDir, tmpDir);
   const repoAvatars = path.resolve(import.meta.dirname, '..', 'avatars');
-  await fs.cp(repoAvatars, avatarsDir, { recursive: true, filter: (src) => src === repoAvatars || !path.basename(src).startsWith('.') });
+  await fs.cp(repoAvatars, avatarsDir, {
+    recursive: true,
+    filter: (src) => src === repoAvatars || !path.basename(src).startsWith('.'),
+  });
   return { dataDir, avatarsDir, tmpDir };
 }
 
 const running: ServiceProcess[] = [];
 async function start(dirs: Dirs, env: Record<string, string> = {}): Promise<ServiceProcess> {
   // info level: the start-up sweep reports what it removed in one line.
-  const service = await startServiceProcess({ dataDir: dirs.dataDir, avatarsDir: dirs.avatarsDir, env: { TMPDIR: dirs.tmpDir, SERVICE_LOG_LEVEL: 'info', ...env } });
+  const service = await startServiceProcess({
+    dataDir: dirs.dataDir,
+    avatarsDir: dirs.avatarsDir,
+    env: { TMPDIR: dirs.tmpDir, SERVICE_LOG_LEVEL: 'info', ...env },
+  });
   running.push(service);
   return service;
 }
 
 /** The counts of the start-up sweep's log line: proof that the restart removed the leftovers, not that none were made. */
 function sweepReport(service: ServiceProcess): Record<string, number> {
-  const line = service.logs().split('\n').find((text) => text.includes('"start-up sweep complete"'));
+  const line = service
+    .logs()
+    .split('\n')
+    .find((text) => text.includes('"start-up sweep complete"'));
   if (!line) throw new Error(`no start-up sweep line in the logs:\n${service.logs()}`);
   return JSON.parse(line);
 }
@@ -134,11 +144,15 @@ afterAll(async () => {
 async function expectConsistent(service: ServiceProcess, dirs: Dirs, completeJobIds: string[] = []): Promise<void> {
   const { items } = await getJson(service.baseUrl, '/voices');
   for (const provider of LOCAL_CLONE_PROVIDERS) {
-    const expected = items.filter((entry: any) => entry.provider === provider).map((entry: any) => `${entry.voice_id}.wav`).sort();
+    const expected = items
+      .filter((entry: any) => entry.provider === provider)
+      .map((entry: any) => `${entry.voice_id}.wav`)
+      .sort();
     expect(await listDir(path.join(dirs.dataDir, 'voices', provider)), `${provider} reference WAVs`).toEqual(expected);
   }
   // Clone samples for cloud_b: only committed ones (`<token>.<expiry>.wav`) may survive a restart.
-  for (const name of await listDir(path.join(dirs.dataDir, 'voice-uploads'))) expect(name).toMatch(/^[0-9a-f]{32}\.\d+\.wav$/);
+  for (const name of await listDir(path.join(dirs.dataDir, 'voice-uploads')))
+    expect(name).toMatch(/^[0-9a-f]{32}\.\d+\.wav$/);
 
   const listed: string[] = (await getJson(service.baseUrl, '/avatars')).map((avatar: any) => avatar.id).sort();
   expect(await listDir(dirs.avatarsDir), 'avatar directories').toEqual(listed);
@@ -148,18 +162,40 @@ async function expectConsistent(service: ServiceProcess, dirs: Dirs, completeJob
     }
   }
 
-  expect(await listDir(path.join(dirs.dataDir, 'bundles')), 'offline bundle files').toEqual(completeJobIds.map((id) => `${id}.mp4`).sort());
+  expect(await listDir(path.join(dirs.dataDir, 'bundles')), 'offline bundle files').toEqual(
+    completeJobIds.map((id) => `${id}.mp4`).sort(),
+  );
   for (const session of await listDir(path.join(dirs.dataDir, 'recordings'))) {
-    expect((await listDir(path.join(dirs.dataDir, 'recordings', session))).sort(), 'a kept recording').toEqual(['recording.json', 'recording.mp4']);
+    expect((await listDir(path.join(dirs.dataDir, 'recordings', session))).sort(), 'a kept recording').toEqual([
+      'recording.json',
+      'recording.mp4',
+    ]);
   }
-  expect((await listDir(dirs.tmpDir)).filter((name) => name.startsWith('clone-sample-')), 'conversion temp dirs').toEqual([]);
+  expect(
+    (await listDir(dirs.tmpDir)).filter((name) => name.startsWith('clone-sample-')),
+    'conversion temp dirs',
+  ).toEqual([]);
 }
 
 /** A 5 s AAC-in-MP4 sample with its index at the end: ffmpeg cannot read it from a pipe, so the service converts it from a temp file. */
 async function m4aSample(dir: string): Promise<Buffer> {
   const file = path.join(dir, 'sample.m4a');
   await new Promise<void>((resolve, reject) => {
-    const child = spawn(FFMPEG_PATH, ['-hide_banner', '-loglevel', 'error', '-y', '-f', 'lavfi', '-i', 'sine=frequency=220:duration=5', '-c:a', 'aac', '-f', 'mp4', file]);
+    const child = spawn(FFMPEG_PATH, [
+      '-hide_banner',
+      '-loglevel',
+      'error',
+      '-y',
+      '-f',
+      'lavfi',
+      '-i',
+      'sine=frequency=220:duration=5',
+      '-c:a',
+      'aac',
+      '-f',
+      'mp4',
+      file,
+    ]);
     child.on('error', reject);
     child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`ffmpeg exit ${code}`))));
   });
@@ -183,10 +219,18 @@ describe('kill -9 during a voice clone', () => {
   });
 
   it('leaves no orphan reference WAV, clone sample, temp WAV or conversion temp dir after a restart; finished clones survive', async () => {
-    const [xtts, dashscope, dirs] = await Promise.all([startXttsFake(), startDashscopeFake({ apiKey: 'crash-key' }), freshDirs()]);
+    const [xtts, dashscope, dirs] = await Promise.all([
+      startXttsFake(),
+      startDashscopeFake({ apiKey: 'crash-key' }),
+      freshDirs(),
+    ]);
     fakes.push(xtts, dashscope);
     // cloud_b fetches its sample from the service (SERVICE_PUBLIC_BASE_URL defaults to the service's own port).
-    const env = { SERVICE_TTS_LOCAL_CLONE_A_BASE_URL: xtts.url, SERVICE_TTS_CLOUD_B_BASE_URL: dashscope.url, SERVICE_TTS_CLOUD_B_API_KEY: 'crash-key' };
+    const env = {
+      SERVICE_TTS_LOCAL_CLONE_A_BASE_URL: xtts.url,
+      SERVICE_TTS_CLOUD_B_BASE_URL: dashscope.url,
+      SERVICE_TTS_CLOUD_B_API_KEY: 'crash-key',
+    };
     const wav = encodeWav(tone(16000, 1, 200), 16000);
     const referenceDir = path.join(dirs.dataDir, 'voices', 'local_clone_a');
     const uploadsDir = path.join(dirs.dataDir, 'voice-uploads');
@@ -197,7 +241,10 @@ describe('kill -9 during a voice clone', () => {
     const kept = await fetch(`${service.baseUrl}/voices/clone`, { method: 'POST', body: cloneForm(wav, 'Kept') });
     expect(kept.status).toBe(200);
     const keptEntry = await kept.json();
-    const keptCloud = await fetch(`${service.baseUrl}/voices/clone`, { method: 'POST', body: cloneForm(wav, 'Kept cloud', 'k.wav', 'cloud_b') });
+    const keptCloud = await fetch(`${service.baseUrl}/voices/clone`, {
+      method: 'POST',
+      body: cloneForm(wav, 'Kept cloud', 'k.wav', 'cloud_b'),
+    });
     expect(keptCloud.status).toBe(200);
     const keptCloudEntry = await keptCloud.json();
     // The accepted clone's sample stays downloadable until it expires, restarts included.
@@ -210,7 +257,14 @@ describe('kill -9 during a voice clone', () => {
       fake.slowMs = 600_000;
     }
     type Report = Record<string, number>;
-    const moments: Array<{ what: string; audio: Buffer; filename: string; provider?: string; arm: () => () => Promise<boolean>; swept: (report: Report) => boolean }> = [
+    const moments: Array<{
+      what: string;
+      audio: Buffer;
+      filename: string;
+      provider?: string;
+      arm: () => () => Promise<boolean>;
+      swept: (report: Report) => boolean;
+    }> = [
       {
         what: 'reference WAV written, catalog record not',
         audio: wav,
@@ -236,14 +290,22 @@ describe('kill -9 during a voice clone', () => {
       { what: '30 ms after the request', audio: wav, filename: 'a.wav', arm: after(30), swept: () => true },
     ];
     for (const moment of moments) {
-      fireAndForget(fetch(`${service.baseUrl}/voices/clone`, { method: 'POST', body: cloneForm(moment.audio, 'Doomed', moment.filename, moment.provider) }));
+      fireAndForget(
+        fetch(`${service.baseUrl}/voices/clone`, {
+          method: 'POST',
+          body: cloneForm(moment.audio, 'Doomed', moment.filename, moment.provider),
+        }),
+      );
       await when(moment.arm(), moment.what);
       await service.kill();
       service = await start(dirs, env);
       expect(moment.swept(sweepReport(service)), `${moment.what}: ${JSON.stringify(sweepReport(service))}`).toBe(true);
       await expectConsistent(service, dirs);
       const { items } = await getJson(service.baseUrl, '/voices');
-      expect(items.map((entry: any) => entry.id), moment.what).toEqual([keptEntry.entry_id, keptCloudEntry.entry_id]);
+      expect(
+        items.map((entry: any) => entry.id),
+        moment.what,
+      ).toEqual([keptEntry.entry_id, keptCloudEntry.entry_id]);
       expect(await listDir(uploadsDir), moment.what).toEqual(keptSamples);
     }
     expect(await exists(path.join(referenceDir, `${keptEntry.voice_id}.wav`))).toBe(true);
@@ -279,12 +341,16 @@ describe('kill -9 during a custom avatar upload', () => {
       await when(moment.arm(), moment.what);
       await service.kill();
       // A delete that a crash cut between its rename and its removal leaves a `.trash-*` directory behind.
-      await fs.cp(path.join(dirs.avatarsDir, keptId), path.join(dirs.avatarsDir, `.trash-${keptId}-0badf00d`), { recursive: true });
+      await fs.cp(path.join(dirs.avatarsDir, keptId), path.join(dirs.avatarsDir, `.trash-${keptId}-0badf00d`), {
+        recursive: true,
+      });
       const hiddenLeftovers = (await listDir(dirs.avatarsDir)).filter((name) => name.startsWith('.')).length;
       service = await start(dirs);
       expect(sweepReport(service).avatarDirs, moment.what).toBe(hiddenLeftovers);
       await expectConsistent(service, dirs);
-      const customs = (await getJson(service.baseUrl, '/avatars')).filter((avatar: any) => avatar.is_custom).map((avatar: any) => avatar.id);
+      const customs = (await getJson(service.baseUrl, '/avatars'))
+        .filter((avatar: any) => avatar.is_custom)
+        .map((avatar: any) => avatar.id);
       // The doomed upload either finished just before the kill (a complete bundle) or left nothing.
       expect(customs, moment.what).toContain(keptId);
       for (const id of customs.filter((id: string) => id !== keptId)) {
@@ -296,46 +362,58 @@ describe('kill -9 during a custom avatar upload', () => {
 });
 
 describe('kill -9 while a clip is being made into a video avatar', () => {
-  it('leaves no .tmp-* bundle, half avatar or running ffmpeg after a restart, at any step of the decode and the face track; a finished video avatar survives whole', async () => {
-    const dirs = await freshDirs();
-    // The clip is encoded (ffmpeg) while the service starts.
-    const [first, clip] = await Promise.all([start(dirs), landscapeMp4(dirs.dataDir, 3).then((file) => fs.readFile(file))]);
-    let service = first;
-    const kept = await uploadClip(service.baseUrl, clip, 'Kept clip');
-    expect(kept.status).toBe(200);
-    const keptId = (await kept.json()).id;
+  it(
+    'leaves no .tmp-* bundle, half avatar or running ffmpeg after a restart, at any step of the decode and the face track; a finished video avatar survives whole',
+    async () => {
+      const dirs = await freshDirs();
+      // The clip is encoded (ffmpeg) while the service starts.
+      const [first, clip] = await Promise.all([
+        start(dirs),
+        landscapeMp4(dirs.dataDir, 3).then((file) => fs.readFile(file)),
+      ]);
+      let service = first;
+      const kept = await uploadClip(service.baseUrl, clip, 'Kept clip');
+      expect(kept.status).toBe(200);
+      const keptId = (await kept.json()).id;
 
-    const building = async () => (await listDir(dirs.avatarsDir)).filter((name) => name.startsWith('.tmp-'));
-    const inBuilding = async (...parts: string[]): Promise<string[]> => {
-      const [dir] = await building();
-      return dir ? listDir(path.join(dirs.avatarsDir, dir, ...parts)) : [];
-    };
-    const framesBuilt = async () => (await inBuilding('frames')).length;
-    const moments: Array<{ what: string; arm: () => () => Promise<boolean> }> = [
-      { what: 'the clip written, its header or first face being read', arm: () => async () => (await inBuilding()).includes('upload.video') && (await framesBuilt()) === 0 },
-      { what: 'ffmpeg decoding, the first faces being tracked', arm: () => async () => (await framesBuilt()) >= 5 },
-      { what: 'most loop frames written, the track not yet', arm: () => async () => (await framesBuilt()) >= 60 },
-    ];
-    for (const moment of moments) {
-      fireAndForget(uploadClip(service.baseUrl, clip, 'Doomed clip'));
-      await when(moment.arm(), moment.what, CLIP_STEP_TIMEOUT_MS);
-      await service.kill();
-      const hiddenLeftovers = (await listDir(dirs.avatarsDir)).filter((name) => name.startsWith('.')).length;
-      service = await start(dirs);
-      expect(sweepReport(service).avatarDirs, moment.what).toBe(hiddenLeftovers);
-      await expectConsistent(service, dirs);
-      // No decoder outlived the service (it would go on writing frames into a directory the sweep removed).
-      expect(await ffmpegsWorkingIn(dirs.avatarsDir), moment.what).toEqual([]);
-      const customs = (await getJson(service.baseUrl, '/avatars')).filter((avatar: any) => avatar.is_custom).map((avatar: any) => avatar.id);
-      expect(customs, moment.what).toContain(keptId);
-      // Every video avatar listed is whole: each loop frame and the face track (the doomed one, had it finished).
-      for (const id of customs) await expectWholeVideoAvatar(path.join(dirs.avatarsDir, id));
-      for (const id of customs.filter((id: string) => id !== keptId)) {
-        expect((await fetch(`${service.baseUrl}/avatars/${id}`, { method: 'DELETE' })).status).toBe(200);
+      const building = async () => (await listDir(dirs.avatarsDir)).filter((name) => name.startsWith('.tmp-'));
+      const inBuilding = async (...parts: string[]): Promise<string[]> => {
+        const [dir] = await building();
+        return dir ? listDir(path.join(dirs.avatarsDir, dir, ...parts)) : [];
+      };
+      const framesBuilt = async () => (await inBuilding('frames')).length;
+      const moments: Array<{ what: string; arm: () => () => Promise<boolean> }> = [
+        {
+          what: 'the clip written, its header or first face being read',
+          arm: () => async () => (await inBuilding()).includes('upload.video') && (await framesBuilt()) === 0,
+        },
+        { what: 'ffmpeg decoding, the first faces being tracked', arm: () => async () => (await framesBuilt()) >= 5 },
+        { what: 'most loop frames written, the track not yet', arm: () => async () => (await framesBuilt()) >= 60 },
+      ];
+      for (const moment of moments) {
+        fireAndForget(uploadClip(service.baseUrl, clip, 'Doomed clip'));
+        await when(moment.arm(), moment.what, CLIP_STEP_TIMEOUT_MS);
+        await service.kill();
+        const hiddenLeftovers = (await listDir(dirs.avatarsDir)).filter((name) => name.startsWith('.')).length;
+        service = await start(dirs);
+        expect(sweepReport(service).avatarDirs, moment.what).toBe(hiddenLeftovers);
+        await expectConsistent(service, dirs);
+        // No decoder outlived the service (it would go on writing frames into a directory the sweep removed).
+        expect(await ffmpegsWorkingIn(dirs.avatarsDir), moment.what).toEqual([]);
+        const customs = (await getJson(service.baseUrl, '/avatars'))
+          .filter((avatar: any) => avatar.is_custom)
+          .map((avatar: any) => avatar.id);
+        expect(customs, moment.what).toContain(keptId);
+        // Every video avatar listed is whole: each loop frame and the face track (the doomed one, had it finished).
+        for (const id of customs) await expectWholeVideoAvatar(path.join(dirs.avatarsDir, id));
+        for (const id of customs.filter((id: string) => id !== keptId)) {
+          expect((await fetch(`${service.baseUrl}/avatars/${id}`, { method: 'DELETE' })).status).toBe(200);
+        }
       }
-    }
-    await service.stop();
-  }, 4 * CLIP_STEP_TIMEOUT_MS + 240_000);
+      await service.stop();
+    },
+    4 * CLIP_STEP_TIMEOUT_MS + 240_000,
+  );
 });
 
 /** ffmpeg processes (anyone's children) whose command line names a path under `dir`. */
@@ -364,7 +442,11 @@ describe('kill -9 while an offline job and a recording are running', () => {
     const pcm = (ms: number) => Buffer.from(tone(16000, ms / 1000, 300).buffer).toString('base64');
 
     const short = await (await postJson(service.baseUrl, bundle, { segments: [{ audio_base64: pcm(400) }] })).json();
-    await when(async () => (await getJson(service.baseUrl, `${bundle}/${short.job_id}`)).status === 'complete', 'the short job to complete', 60_000);
+    await when(
+      async () => (await getJson(service.baseUrl, `${bundle}/${short.job_id}`)).status === 'complete',
+      'the short job to complete',
+      60_000,
+    );
 
     expect((await postJson(service.baseUrl, `/sessions/${sessionId}/start`)).status).toBe(200);
     expect((await postJson(service.baseUrl, `/sessions/${sessionId}/rt-recording/start`)).status).toBe(200);
@@ -392,9 +474,16 @@ describe('kill -9 while an offline job and a recording are running', () => {
       }
     })();
 
-    await when(async () => seen.some((job) => job.status === 'running' && job.progress >= 0.2), 'the long job to be well under way', 60_000);
+    await when(
+      async () => seen.some((job) => job.status === 'running' && job.progress >= 0.2),
+      'the long job to be well under way',
+      60_000,
+    );
     const partialRecording = path.join(dirs.dataDir, 'recordings', sessionId, 'recording.partial.mp4');
-    await when(async () => ((await fs.stat(partialRecording).catch(() => null))?.size ?? 0) > 0, 'recording bytes on disk');
+    await when(
+      async () => ((await fs.stat(partialRecording).catch(() => null))?.size ?? 0) > 0,
+      'recording bytes on disk',
+    );
     const beforeKill = seen.length;
     await service.kill();
     base = null;
@@ -407,11 +496,16 @@ describe('kill -9 while an offline job and a recording are running', () => {
     await poller;
 
     for (let i = 1; i < seen.length; i++) {
-      expect(seen[i].progress, `poll ${i}: ${seen[i - 1].progress} → ${seen[i].progress}`).toBeGreaterThanOrEqual(seen[i - 1].progress);
+      expect(seen[i].progress, `poll ${i}: ${seen[i - 1].progress} → ${seen[i].progress}`).toBeGreaterThanOrEqual(
+        seen[i - 1].progress,
+      );
     }
     expect(seen[seen.length - 1]).toMatchObject({ status: 'failed', error: 'interrupted by restart' });
     expect(seen[beforeKill - 1].progress).toBeGreaterThanOrEqual(0.2);
-    expect(await getJson(service.baseUrl, `${bundle}/${short.job_id}`)).toMatchObject({ status: 'complete', progress: 1 });
+    expect(await getJson(service.baseUrl, `${bundle}/${short.job_id}`)).toMatchObject({
+      status: 'complete',
+      progress: 1,
+    });
     expect((await fetch(`${service.baseUrl}${bundle}/${short.job_id}/download`)).status).toBe(200);
     expect((await fetch(`${service.baseUrl}${bundle}/${long.job_id}/download`)).status).toBe(409);
     expect(await getJson(service.baseUrl, `/sessions/${sessionId}/rt-recording`)).toMatchObject({ state: 'idle' });

@@ -21,7 +21,11 @@ describe('persona customisation', () => {
     await upstream?.close();
   });
 
-  const lastSystemPrompt = () => upstream.requests.filter((r) => r.chat).at(-1)!.chat!.messages.find((m) => m.role === 'system')?.content;
+  const lastSystemPrompt = () =>
+    upstream.requests
+      .filter((r) => r.chat)
+      .at(-1)!
+      .chat!.messages.find((m) => m.role === 'system')?.content;
   const chatOnce = async () => {
     const from = s.sse.events.length;
     expect((await post(t.baseUrl, `/sessions/${s.sessionId}/chat`, { prompt: 'How are you?' })).status).toBe(200);
@@ -29,23 +33,37 @@ describe('persona customisation', () => {
   };
 
   it('customize/prompt replaces the system prompt from the next chat turn', async () => {
-    const res = await post(t.baseUrl, `/sessions/${s.sessionId}/customize/prompt`, { system_prompt: 'You are a pirate.' });
+    const res = await post(t.baseUrl, `/sessions/${s.sessionId}/customize/prompt`, {
+      system_prompt: 'You are a pirate.',
+    });
     expect(res.status).toBe(200);
     expect(await json(res)).toMatchObject({ system_prompt: 'You are a pirate.', tts_provider: 'builtin' });
     await chatOnce();
     expect(lastSystemPrompt()).toBe('You are a pirate.');
-    expect((await json(await fetch(`${t.baseUrl}/sessions/${s.sessionId}`))).llm_system_prompt).toBe('You are a pirate.');
+    expect((await json(await fetch(`${t.baseUrl}/sessions/${s.sessionId}`))).llm_system_prompt).toBe(
+      'You are a pirate.',
+    );
   });
 
   it('customize sets several attributes at once and validates them like session creation', async () => {
-    const res = await post(t.baseUrl, `/sessions/${s.sessionId}/customize`, { system_prompt: 'Be brief.', tts_voice: 'en-US-GuyNeural' });
-    expect(await json(res)).toEqual({ system_prompt: 'Be brief.', tts_provider: 'builtin', tts_voice: 'en-US-GuyNeural', tts_model: null });
+    const res = await post(t.baseUrl, `/sessions/${s.sessionId}/customize`, {
+      system_prompt: 'Be brief.',
+      tts_voice: 'en-US-GuyNeural',
+    });
+    expect(await json(res)).toEqual({
+      system_prompt: 'Be brief.',
+      tts_provider: 'builtin',
+      tts_voice: 'en-US-GuyNeural',
+      tts_model: null,
+    });
     const info = await json(await fetch(`${t.baseUrl}/sessions/${s.sessionId}`));
     expect(info).toMatchObject({ tts_voice: 'en-US-GuyNeural', llm_system_prompt: 'Be brief.' });
     await chatOnce();
     expect(lastSystemPrompt()).toBe('Be brief.');
     // null restores the service default prompt.
-    expect((await json(await post(t.baseUrl, `/sessions/${s.sessionId}/customize`, { system_prompt: null }))).system_prompt).toBe(t.config.llmSystemPrompt);
+    expect(
+      (await json(await post(t.baseUrl, `/sessions/${s.sessionId}/customize`, { system_prompt: null }))).system_prompt,
+    ).toBe(t.config.llmSystemPrompt);
 
     for (const [body, pattern] of [
       [{ tts_provider: 'acme' }, /unknown/],
@@ -58,14 +76,26 @@ describe('persona customisation', () => {
       expect(bad.status).toBe(400);
       expect((await json(bad)).detail).toMatch(pattern);
     }
-    expect((await post(t.baseUrl, '/sessions/00000000-0000-4000-8000-000000000000/customize/prompt', { system_prompt: 'x' })).status).toBe(404);
-    expect((await post(t.baseUrl, `/sessions/${s.sessionId}/customize/prompt`, { system_prompt: '' })).status).toBe(400);
+    expect(
+      (await post(t.baseUrl, '/sessions/00000000-0000-4000-8000-000000000000/customize/prompt', { system_prompt: 'x' }))
+        .status,
+    ).toBe(404);
+    expect((await post(t.baseUrl, `/sessions/${s.sessionId}/customize/prompt`, { system_prompt: '' })).status).toBe(
+      400,
+    );
   });
 
   it('session-less customize sets defaults for new sessions, persisted across a restart', async () => {
-    const res = await post(t.baseUrl, '/customize', { system_prompt: 'Default persona.', tts_voice: 'en-GB-RyanNeural' });
+    const res = await post(t.baseUrl, '/customize', {
+      system_prompt: 'Default persona.',
+      tts_voice: 'en-GB-RyanNeural',
+    });
     expect(res.status).toBe(200);
-    expect(await json(res)).toMatchObject({ system_prompt: 'Default persona.', tts_provider: 'builtin', tts_voice: 'en-GB-RyanNeural' });
+    expect(await json(res)).toMatchObject({
+      system_prompt: 'Default persona.',
+      tts_provider: 'builtin',
+      tts_voice: 'en-GB-RyanNeural',
+    });
     expect((await post(t.baseUrl, '/customize/prompt', { system_prompt: 'Default persona, v2.' })).status).toBe(200);
     expect((await post(t.baseUrl, '/customize', { tts_voice: 'xx-XX-NobodyNeural' })).status).toBe(400);
 
@@ -73,7 +103,9 @@ describe('persona customisation', () => {
     const info = await json(await fetch(`${t.baseUrl}/sessions/${fresh.session_id}`));
     expect(info).toMatchObject({ llm_system_prompt: 'Default persona, v2.', tts_voice: 'en-GB-RyanNeural' });
     // A request that names its own prompt still wins.
-    const own = await json(await post(t.baseUrl, '/sessions', { avatar_id: 'demo-rt', model: 'rt', llm_system_prompt: 'Mine.' }));
+    const own = await json(
+      await post(t.baseUrl, '/sessions', { avatar_id: 'demo-rt', model: 'rt', llm_system_prompt: 'Mine.' }),
+    );
     expect((await json(await fetch(`${t.baseUrl}/sessions/${own.session_id}`))).llm_system_prompt).toBe('Mine.');
 
     s.close();

@@ -55,14 +55,22 @@ describe('persona reference audio: /sessions/{id}/customize/reference and /custo
 
     expect(await describeSession(id)).toMatchObject({ tts_provider: 'local_clone_a', tts_voice: body.tts_voice });
     const { items } = await json(await fetch(`${t.baseUrl}/voices`));
-    expect(items).toContainEqual(expect.objectContaining({ id: body.entry_id, voice_id: body.tts_voice, display_label: `reference ${id}`, provider: 'local_clone_a' }));
+    expect(items).toContainEqual(
+      expect.objectContaining({
+        id: body.entry_id,
+        voice_id: body.tts_voice,
+        display_label: `reference ${id}`,
+        provider: 'local_clone_a',
+      }),
+    );
 
     // The next turn speaks with the reference voice.
     expect((await post(t.baseUrl, `/sessions/${id}/start`)).status).toBe(200);
     const reference = path.join(t.services.voiceDir, 'local_clone_a', `${body.tts_voice}.wav`);
     expect((await post(t.baseUrl, `/sessions/${id}/speak`, { text: 'Continuity check.' })).status).toBe(200);
     const deadline = Date.now() + 10_000;
-    const matching = () => xtts.requests.filter((r) => r.path === '/tts_to_audio/' && r.json?.speaker_wav === reference);
+    const matching = () =>
+      xtts.requests.filter((r) => r.path === '/tts_to_audio/' && r.json?.speaker_wav === reference);
     while (matching().length === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 25));
     expect(matching().map((r) => r.json.text)).toContain('Continuity check.');
     await fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' });
@@ -87,7 +95,11 @@ describe('persona reference audio: /sessions/{id}/customize/reference and /custo
     ['too short audio', { tts_provider: 'local_clone_a' }, SAMPLE.subarray(0, 100), /too short/],
   ])('answers 400 for %s and leaves the session as it was', async (_name, fields, audio, pattern) => {
     const id = await createSession();
-    const res = await sendReference(`/sessions/${id}/customize/reference`, fields as Record<string, string>, audio as Buffer | null);
+    const res = await sendReference(
+      `/sessions/${id}/customize/reference`,
+      fields as Record<string, string>,
+      audio as Buffer | null,
+    );
     expect(res.status).toBe(400);
     expect((await json(res)).detail).toMatch(pattern);
     expect(await describeSession(id)).toMatchObject({ tts_provider: 'builtin' });
@@ -95,7 +107,9 @@ describe('persona reference audio: /sessions/{id}/customize/reference and /custo
   });
 
   it('answers 404 for an unknown session and 502 with the upstream text when the provider fails', async () => {
-    const missing = await sendReference('/sessions/00000000-0000-4000-8000-000000000000/customize/reference', { tts_provider: 'local_clone_a' });
+    const missing = await sendReference('/sessions/00000000-0000-4000-8000-000000000000/customize/reference', {
+      tts_provider: 'local_clone_a',
+    });
     expect(missing.status).toBe(404);
 
     const id = await createSession();
@@ -114,12 +128,21 @@ describe('persona reference audio: /sessions/{id}/customize/reference and /custo
   });
 
   it('sets the service-wide default voice: new sessions and previews use the clone', async () => {
-    const res = await sendReference('/customize/reference', { tts_provider: 'local_clone_b', target_model: 'CosyVoice2-0.5B' });
+    const res = await sendReference('/customize/reference', {
+      tts_provider: 'local_clone_b',
+      target_model: 'CosyVoice2-0.5B',
+    });
     const body = await json(res);
     expect(res.status, JSON.stringify(body)).toBe(200);
     expect(body).toMatchObject({ tts_provider: 'local_clone_b', tts_model: 'CosyVoice2-0.5B' });
     const { items } = await json(await fetch(`${t.baseUrl}/voices`));
-    expect(items).toContainEqual(expect.objectContaining({ id: body.entry_id, voice_id: body.tts_voice, display_label: expect.stringMatching(/^reference default/) }));
+    expect(items).toContainEqual(
+      expect.objectContaining({
+        id: body.entry_id,
+        voice_id: body.tts_voice,
+        display_label: expect.stringMatching(/^reference default/),
+      }),
+    );
 
     try {
       const id = await createSession();

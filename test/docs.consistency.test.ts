@@ -17,7 +17,18 @@ const DOCS = fs
 const CONFIG_SOURCE = read('src/config.ts');
 const DEFAULTS = loadConfig({}, REPO_ROOT);
 
-const NUMBER_WORDS: Record<string, number> = { one: 1, two: 2, three: 3, four: 4, five: 5, six: 6, seven: 7, eight: 8, nine: 9, ten: 10 };
+const NUMBER_WORDS: Record<string, number> = {
+  one: 1,
+  two: 2,
+  three: 3,
+  four: 4,
+  five: 5,
+  six: 6,
+  seven: 7,
+  eight: 8,
+  nine: 9,
+  ten: 10,
+};
 
 /** Bundles the catalog lists: directories with a manifest, not hidden, not in-progress (`.`) or custom. */
 function builtInAvatarCount(): number {
@@ -26,20 +37,26 @@ function builtInAvatarCount(): number {
     if (!entry.isDirectory() || entry.name.startsWith('.') || entry.name.startsWith('custom-')) return false;
     const manifest = path.join(dir, entry.name, 'manifest.json');
     if (!fs.existsSync(manifest)) return false;
-    return (JSON.parse(fs.readFileSync(manifest, 'utf8')) as { metadata?: { hidden?: unknown } }).metadata?.hidden !== true;
+    return (
+      (JSON.parse(fs.readFileSync(manifest, 'utf8')) as { metadata?: { hidden?: unknown } }).metadata?.hidden !== true
+    );
   }).length;
 }
 
 /** Every variable the service reads: the literal names in src/config.ts and the TTS providers' endpoint variables. */
 function variablesRead(): { literal: Set<string>; provider: Set<string> } {
   const literal = new Set([...CONFIG_SOURCE.matchAll(/'(SERVICE_[A-Z0-9_]+)'/gu)].map((match) => match[1]));
-  const provider = new Set(REMOTE_TTS_PROVIDER_IDS.flatMap((id) => [envVarName(id, 'BASE_URL'), envVarName(id, 'API_KEY')]));
+  const provider = new Set(
+    REMOTE_TTS_PROVIDER_IDS.flatMap((id) => [envVarName(id, 'BASE_URL'), envVarName(id, 'API_KEY')]),
+  );
   return { literal, provider };
 }
 
 /** `SERVICE_*` names in a text; templates such as `SERVICE_TTS_<ID>_BASE_URL` or `SERVICE_*` are not names. */
 function namesIn(text: string): string[] {
-  return [...text.matchAll(/(?<![A-Z0-9_])SERVICE_[A-Z0-9_]*/gu)].map((match) => match[0]).filter((name) => !name.endsWith('_'));
+  return [...text.matchAll(/(?<![A-Z0-9_])SERVICE_[A-Z0-9_]*/gu)]
+    .map((match) => match[0])
+    .filter((name) => !name.endsWith('_'));
 }
 
 describe('README numbers', () => {
@@ -58,8 +75,12 @@ describe('README numbers', () => {
   it('never suggests running an upstream server on the service’s own default port', () => {
     const upstreamUrls = [
       ...[...README.matchAll(/_BASE_URL=(\S+)/gu)].map((match) => ({ file: 'README.md', url: match[1] })),
-      ...DOCS.filter(({ file }) => file === 'docs/llm-asr.md' || file === 'docs/providers.md').flatMap(({ file, text }) =>
-        [...text.matchAll(/https?:\/\/(?:127\.0\.0\.1|localhost):\d+[^\s`|)]*/gu)].map((match) => ({ file, url: match[0] })),
+      ...DOCS.filter(({ file }) => file === 'docs/llm-asr.md' || file === 'docs/providers.md').flatMap(
+        ({ file, text }) =>
+          [...text.matchAll(/https?:\/\/(?:127\.0\.0\.1|localhost):\d+[^\s`|)]*/gu)].map((match) => ({
+            file,
+            url: match[0],
+          })),
       ),
     ];
     expect(upstreamUrls.length).toBeGreaterThan(3);

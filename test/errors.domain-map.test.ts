@@ -42,9 +42,15 @@ describe('error plugin: the domain errors table', () => {
 
   it('answers each domain error with its status and detail, and a capacity refusal with Retry-After', async () => {
     const notFound = await app.inject({ method: 'GET', url: '/throw/not-found' });
-    expect({ status: notFound.statusCode, body: notFound.json() }).toEqual({ status: 404, body: { detail: 'session not found' } });
+    expect({ status: notFound.statusCode, body: notFound.json() }).toEqual({
+      status: 404,
+      body: { detail: 'session not found' },
+    });
     const refused = await app.inject({ method: 'GET', url: '/throw/not-admitted' });
-    expect({ status: refused.statusCode, body: refused.json() }).toEqual({ status: 409, body: { detail: 'session is not started' } });
+    expect({ status: refused.statusCode, body: refused.json() }).toEqual({
+      status: 409,
+      body: { detail: 'session is not started' },
+    });
     const full = await app.inject({ method: 'GET', url: '/throw/full' });
     expect(full.statusCode).toBe(503);
     expect(full.headers['retry-after']).toBe('7');
@@ -53,6 +59,9 @@ describe('error plugin: the domain errors table', () => {
 
   it('answers a domain refusal quoting "EMFILE" from the client as itself, not as a descriptor shortage', async () => {
     const res = await app.inject({ method: 'GET', url: '/throw/emfile-named' });
-    expect({ status: res.statusCode, body: res.json() }).toEqual({ status: 400, body: { detail: 'tts_provider "EMFILE" is unknown' } });
+    expect({ status: res.statusCode, body: res.json() }).toEqual({
+      status: 400,
+      body: { detail: 'tts_provider "EMFILE" is unknown' },
+    });
   });
 });

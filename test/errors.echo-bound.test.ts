@@ -12,8 +12,14 @@ describe('error details quote client values briefly', () => {
   afterAll(async () => t?.close());
 
   it.each([
-    ['POST /sessions tts_provider', { method: 'POST' as const, url: '/sessions', payload: { avatar_id: 'demo-rt', model: 'rt', tts_provider: huge } }],
-    ['POST /tts/preview tts_provider', { method: 'POST' as const, url: '/tts/preview', payload: { text: 'hi', tts_provider: huge } }],
+    [
+      'POST /sessions tts_provider',
+      { method: 'POST' as const, url: '/sessions', payload: { avatar_id: 'demo-rt', model: 'rt', tts_provider: huge } },
+    ],
+    [
+      'POST /tts/preview tts_provider',
+      { method: 'POST' as const, url: '/tts/preview', payload: { text: 'hi', tts_provider: huge } },
+    ],
     ['GET /voices provider', { method: 'GET' as const, url: `/voices?provider=${huge.slice(0, 4000)}` }],
     ['GET /tts/voices provider', { method: 'GET' as const, url: `/tts/voices?provider=${huge.slice(0, 4000)}` }],
   ])('%s: 400 whose detail stays short', async (_name, request) => {

@@ -19,7 +19,11 @@ describe('edge refusals answer with {detail}', () => {
   const HUGE = 100 * 1024;
 
   it('a 100 KB Cookie header answers 431 {detail}, not a connection reset', async () => {
-    const res = await exchangeOnce(t.baseUrl, { method: 'GET', path: '/healthz', headers: { cookie: `c=${'x'.repeat(HUGE)}` } });
+    const res = await exchangeOnce(t.baseUrl, {
+      method: 'GET',
+      path: '/healthz',
+      headers: { cookie: `c=${'x'.repeat(HUGE)}` },
+    });
     expect(res.status).toBe(431);
     expect(res.headers['content-type']).toMatch(/application\/json/u);
     expect(JSON.parse(res.body).detail).toMatch(/too large/u);

@@ -42,7 +42,12 @@ describe('error plugin: a request body left paused half-read', () => {
   it('answers the 400 with Connection: close instead of stalling the keep-alive socket', async () => {
     const exchange = await keepAliveExchange(
       baseUrl,
-      { method: 'POST', path: '/first-chunk-only', headers: { 'content-type': 'application/x-stream' }, body: Buffer.alloc(4 * 1024 * 1024, 0x55) },
+      {
+        method: 'POST',
+        path: '/first-chunk-only',
+        headers: { 'content-type': 'application/x-stream' },
+        body: Buffer.alloc(4 * 1024 * 1024, 0x55),
+      },
       { method: 'GET', path: '/missing' },
       ANSWER_WITHIN_MS,
     );

@@ -14,7 +14,8 @@ describe('expressions in a live session', () => {
   let upstream: OpenAiUpstream;
   let t: TestApp;
   let s: LiveSession;
-  const express = (sessionId: string, body: unknown) => t.app.inject({ method: 'POST', url: `/sessions/${sessionId}/expression`, payload: body as object });
+  const express = (sessionId: string, body: unknown) =>
+    t.app.inject({ method: 'POST', url: `/sessions/${sessionId}/expression`, payload: body as object });
 
   beforeAll(async () => {
     upstream = await startOpenAiUpstream({ chat: { replyTokens: REPLY } });
@@ -36,7 +37,13 @@ describe('expressions in a live session', () => {
     expect(cue).toMatchObject({ name: 'surprise', intensity: 0.7, duration_ms: 800 });
     expect(cue.start_ms).toBeGreaterThan(0);
     const event = await s.sse.waitFor((e) => e.type === 'expression', 5_000, 'expression event', from);
-    expect(event.data).toMatchObject({ name: 'surprise', intensity: 0.7, duration_ms: 800, source: 'api', start_ms: cue.start_ms });
+    expect(event.data).toMatchObject({
+      name: 'surprise',
+      intensity: 0.7,
+      duration_ms: 800,
+      source: 'api',
+      start_ms: cue.start_ms,
+    });
     expect((await express(s.sessionId, { name: 'smile' })).json()).toMatchObject({ intensity: 1, duration_ms: null });
   });
 
@@ -66,17 +73,31 @@ describe('expressions in a live session', () => {
 
   it('motion: 0–1 on create and customize (kept in the record); outside it, or not a number, is a 400', async () => {
     for (const motion of [1.5, -0.01, 'still']) {
-      const res = await t.app.inject({ method: 'POST', url: '/sessions', payload: { avatar_id: 'demo-rt', model: 'rt', motion } });
+      const res = await t.app.inject({
+        method: 'POST',
+        url: '/sessions',
+        payload: { avatar_id: 'demo-rt', model: 'rt', motion },
+      });
       expect(res.statusCode).toBe(400);
       expect(typeof res.json().detail).toBe('string');
-      const patch = await t.app.inject({ method: 'POST', url: `/sessions/${s.sessionId}/customize`, payload: { motion } });
+      const patch = await t.app.inject({
+        method: 'POST',
+        url: `/sessions/${s.sessionId}/customize`,
+        payload: { motion },
+      });
       expect(patch.statusCode).toBe(400);
     }
-    const created = await t.app.inject({ method: 'POST', url: '/sessions', payload: { avatar_id: 'demo-rt', model: 'rt', motion: 0 } });
+    const created = await t.app.inject({
+      method: 'POST',
+      url: '/sessions',
+      payload: { avatar_id: 'demo-rt', model: 'rt', motion: 0 },
+    });
     expect(created.statusCode).toBe(200);
     const id = created.json().session_id;
     expect((await t.services.supervisor.requireSession(id)).record.motion).toBe(0);
-    expect((await t.app.inject({ method: 'POST', url: `/sessions/${id}/customize`, payload: { motion: 0.5 } })).statusCode).toBe(200);
+    expect(
+      (await t.app.inject({ method: 'POST', url: `/sessions/${id}/customize`, payload: { motion: 0.5 } })).statusCode,
+    ).toBe(200);
     expect((await t.services.supervisor.requireSession(id)).record.motion).toBe(0.5);
     await t.app.inject({ method: 'DELETE', url: `/sessions/${id}` });
   });
@@ -93,7 +114,10 @@ describe('expressions in a live session', () => {
       off();
     }
     const turn = s.sse.events.slice(from);
-    const replyText = turn.filter((e) => e.type === 'llm').map((e) => e.data.delta).join('');
+    const replyText = turn
+      .filter((e) => e.type === 'llm')
+      .map((e) => e.data.delta)
+      .join('');
     expect(replyText).toBe(SPOKEN);
     expect(spoken.join(' ')).toBe(SPOKEN);
     const expressions = turn.filter((e) => e.type === 'expression').map((e) => e.data);
@@ -114,7 +138,12 @@ describe('expressions in a live session', () => {
 
     // The next request's history holds the reply as spoken.
     expect((await post(t.baseUrl, `/sessions/${s.sessionId}/chat`, { prompt: 'Again.' })).status).toBe(200);
-    await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', TURN_MS, 'status idle', s.sse.events.length);
+    await s.sse.waitFor(
+      (e) => e.type === 'status' && e.data.stage === 'idle',
+      TURN_MS,
+      'status idle',
+      s.sse.events.length,
+    );
     const history = upstream.requests.filter((r) => r.chat).at(-1)!.chat!.messages;
     expect(history.find((m) => m.role === 'assistant')?.content).toBe(SPOKEN);
   });

@@ -1,7 +1,17 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { ExpressionTagFilter, MAX_TAG_CHARS, stripExpressionTags, type TagFilterPiece } from '../actors/llm/expression-tags.ts';
-import { EXPRESSION_BLEND_MS, expressionWeightsAt, ExpressionTrack, MAX_EXPRESSION_CUES } from '../actors/expression.ts';
+import {
+  ExpressionTagFilter,
+  MAX_TAG_CHARS,
+  stripExpressionTags,
+  type TagFilterPiece,
+} from '../actors/llm/expression-tags.ts';
+import {
+  EXPRESSION_BLEND_MS,
+  expressionWeightsAt,
+  ExpressionTrack,
+  MAX_EXPRESSION_CUES,
+} from '../actors/expression.ts';
 
 function streamed(reply: string, cuts: number[]): { text: string; tags: string[] } {
   const filter = new ExpressionTagFilter();
@@ -18,8 +28,32 @@ function streamed(reply: string, cuts: number[]): { text: string; tags: string[]
   };
 }
 
-const words = fc.constantFrom('Hello', 'there', 'great', 'news', '3.5', 'ok!', '[1]', '[see above]', '[', ']', ' ', '  ', 'smile', '[[smile]');
-const tags = fc.constantFrom('[smile]', '[Surprise]', '[concern 0.5]', '[emphasis:1]', '[neutral]', '[smile .25]', '[smil', '[frown]');
+const words = fc.constantFrom(
+  'Hello',
+  'there',
+  'great',
+  'news',
+  '3.5',
+  'ok!',
+  '[1]',
+  '[see above]',
+  '[',
+  ']',
+  ' ',
+  '  ',
+  'smile',
+  '[[smile]',
+);
+const tags = fc.constantFrom(
+  '[smile]',
+  '[Surprise]',
+  '[concern 0.5]',
+  '[emphasis:1]',
+  '[neutral]',
+  '[smile .25]',
+  '[smil',
+  '[frown]',
+);
 const reply = fc.array(fc.oneof(words, tags), { maxLength: 30 }).map((parts) => parts.join(' '));
 
 describe('expression tags in a streamed reply', () => {
@@ -39,7 +73,10 @@ describe('expression tags in a streamed reply', () => {
     fc.assert(
       fc.property(reply, fc.array(fc.nat(400), { maxLength: 12 }), (text, cuts) => {
         const whole = stripExpressionTags(text);
-        const pieces = streamed(text, cuts.map((cut) => cut % (text.length + 1)));
+        const pieces = streamed(
+          text,
+          cuts.map((cut) => cut % (text.length + 1)),
+        );
         expect(pieces.text).toBe(whole.text);
         expect(pieces.tags).toEqual(whole.tags.map((tag) => `${tag.name}:${tag.intensity}`));
         expect(pieces.text).not.toMatch(/\[(smile|surprise|concern|emphasis|neutral)( \.?[\d.]+|:1)?\]/iu);
@@ -95,7 +132,8 @@ describe('expression weights on the media clock', () => {
 
   it('a track keeps only its latest cues and never goes back in time', () => {
     const track = new ExpressionTrack();
-    for (let index = 0; index < MAX_EXPRESSION_CUES * 3; index++) track.add({ name: 'smile', intensity: 1, startMs: index * 10 });
+    for (let index = 0; index < MAX_EXPRESSION_CUES * 3; index++)
+      track.add({ name: 'smile', intensity: 1, startMs: index * 10 });
     expect(track.add({ name: 'surprise', intensity: 1, startMs: 0 }).startMs).toBe((MAX_EXPRESSION_CUES * 3 - 1) * 10);
     expect(track.weightsAt(10_000).surprise).toBe(1);
   });

@@ -9,10 +9,19 @@ const shifted = (dx: number) => transformAnimation(ASTRONAUT_ANIMATION, -dx, 0, 
 
 describe('face track of a clip', () => {
   it('interpolates frames between detections, holds the ends, and keeps the animation shape', () => {
-    const track = buildFaceTrack(11, new Map([[2, shifted(0)], [7, shifted(10)]]), 0);
+    const track = buildFaceTrack(
+      11,
+      new Map([
+        [2, shifted(0)],
+        [7, shifted(10)],
+      ]),
+      0,
+    );
     expect(track).toHaveLength(11);
     const x0 = ASTRONAUT_ANIMATION.mouth_center.x;
-    expect(track.map((f) => Math.round((f.mouth_center.x - x0) * 10) / 10)).toEqual([0, 0, 0, 2, 4, 6, 8, 10, 10, 10, 10]);
+    expect(track.map((f) => Math.round((f.mouth_center.x - x0) * 10) / 10)).toEqual([
+      0, 0, 0, 2, 4, 6, 8, 10, 10, 10, 10,
+    ]);
     for (const frame of track) {
       expect(frame.outer_lip).toHaveLength(12);
       expect(frame.inner_lip).toHaveLength(8);
@@ -34,7 +43,7 @@ describe('face track of a clip', () => {
 });
 
 describe("reading ffmpeg's framecrc report of a clip", () => {
-  it('takes each stream\'s media type, codec, size, time base and timed lines, skipping lines without a timestamp', () => {
+  it("takes each stream's media type, codec, size, time base and timed lines, skipping lines without a timestamp", () => {
     const report = [
       '#extradata 0:       41, 0x34980d21',
       '#software: Lavf58.24.100',
@@ -53,10 +62,23 @@ describe("reading ffmpeg's framecrc report of a clip", () => {
     ].join('\n');
     const streams = parseFrameReport(report);
     expect(streams.get(0)).toEqual({
-      mediaType: 'video', codec: 'h264', width: 640, height: 360, timeBase: 1 / 12800,
-      lines: [{ pts: 0, duration: 512, hash: '0x20d8417c' }, { pts: 512, duration: 512, hash: '0x01872a66' }],
+      mediaType: 'video',
+      codec: 'h264',
+      width: 640,
+      height: 360,
+      timeBase: 1 / 12800,
+      lines: [
+        { pts: 0, duration: 512, hash: '0x20d8417c' },
+        { pts: 512, duration: 512, hash: '0x01872a66' },
+      ],
     });
-    expect(streams.get(1)).toMatchObject({ mediaType: 'audio', codec: 'aac', width: 0, height: 0, lines: [{ pts: -1024, duration: 1024 }] });
+    expect(streams.get(1)).toMatchObject({
+      mediaType: 'audio',
+      codec: 'aac',
+      width: 0,
+      height: 0,
+      lines: [{ pts: -1024, duration: 1024 }],
+    });
     expect(parseFrameReport('')).toEqual(new Map());
   });
 

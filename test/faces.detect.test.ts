@@ -2,7 +2,13 @@ import sharp from 'sharp';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { closeFaceDetector, detectMouth } from '../actors/faces/detector.ts';
-import { faceAnchor, faceHint, MIN_FACE_SCORE, toMouthDetection, transformAnimation } from '../actors/faces/landmarks.ts';
+import {
+  faceAnchor,
+  faceHint,
+  MIN_FACE_SCORE,
+  toMouthDetection,
+  transformAnimation,
+} from '../actors/faces/landmarks.ts';
 import type { RawFace } from '../actors/faces/types.ts';
 
 import { PORTRAIT_FIXTURE as FIXTURE } from './helpers/fixtures.ts';
@@ -17,7 +23,10 @@ async function rgbaOf(input: sharp.Sharp) {
 
 /** A synthetic face: 68 landmarks laid out around a box, for the pure failure-rule tests. */
 function fakeFace(x: number, y: number, size: number, score: number): RawFace {
-  const landmarks = Array.from({ length: 68 }, (_, i) => ({ x: x + (size * ((i * 7) % 17)) / 17, y: y + (size * ((i * 5) % 13)) / 13 }));
+  const landmarks = Array.from({ length: 68 }, (_, i) => ({
+    x: x + (size * ((i * 7) % 17)) / 17,
+    y: y + (size * ((i * 5) % 13)) / 13,
+  }));
   return { box: { x, y, width: size, height: size }, score, landmarks };
 }
 
@@ -34,7 +43,9 @@ describe('face detection (face-api on tfjs wasm, offline)', () => {
     expect(result.ok).toBe(true);
     if (!result.ok) return;
     const a = result.animation;
-    expect(Math.hypot(a.mouth_center.x - EXPECTED_MOUTH.x, a.mouth_center.y - EXPECTED_MOUTH.y)).toBeLessThan(MOUTH_TOLERANCE_PX);
+    expect(Math.hypot(a.mouth_center.x - EXPECTED_MOUTH.x, a.mouth_center.y - EXPECTED_MOUTH.y)).toBeLessThan(
+      MOUTH_TOLERANCE_PX,
+    );
     expect(a.outer_lip).toHaveLength(12);
     expect(a.inner_lip).toHaveLength(8);
     expect(a.left_eye_contour).toHaveLength(6);
@@ -61,20 +72,29 @@ describe('face detection (face-api on tfjs wasm, offline)', () => {
     console.info(`face detection, warm: ${Math.round(warmMs)} ms`);
     expect(result.ok).toBe(true);
     if (!result.ok) return;
-    expect(Math.hypot(result.animation.mouth_center.x - EXPECTED_MOUTH.x, result.animation.mouth_center.y - EXPECTED_MOUTH.y)).toBeLessThan(MOUTH_TOLERANCE_PX);
+    expect(
+      Math.hypot(
+        result.animation.mouth_center.x - EXPECTED_MOUTH.x,
+        result.animation.mouth_center.y - EXPECTED_MOUTH.y,
+      ),
+    ).toBeLessThan(MOUTH_TOLERANCE_PX);
     // Generous: ~0.6 s on the 2-core dev machine; only a detector that reloads its models per call would pass 10 s.
     expect(warmMs).toBeLessThan(10_000);
   });
 
   it('a pixel buffer of the wrong length is an error result, not a crash', async () => {
-    expect(await detectMouth({ rgba: new Uint8Array(10), width: 4, height: 4 })).toMatchObject({ ok: false, reason: 'error' });
+    expect(await detectMouth({ rgba: new Uint8Array(10), width: 4, height: 4 })).toMatchObject({
+      ok: false,
+      reason: 'error',
+    });
   });
 
   it('reports no_face for an image without a face', async () => {
     const noise = Buffer.alloc(320 * 240 * 3);
     for (let i = 0; i < noise.length; i++) noise[i] = (i * 2654435761) >>> 24;
-    const image = sharp({ create: { width: 320, height: 240, channels: 3, background: '#7fa0c0' } })
-      .composite([{ input: noise, raw: { width: 320, height: 240, channels: 3 }, blend: 'soft-light' }]);
+    const image = sharp({ create: { width: 320, height: 240, channels: 3, background: '#7fa0c0' } }).composite([
+      { input: noise, raw: { width: 320, height: 240, channels: 3 }, blend: 'soft-light' },
+    ]);
     const result = await detectMouth(await rgbaOf(sharp(await image.png().toBuffer())));
     expect(result).toEqual({ ok: false, reason: 'no_face' });
   });
@@ -102,7 +122,9 @@ describe('face detection (face-api on tfjs wasm, offline)', () => {
     const a = followed.animation;
     // No SSD pass ran: the score is the hint's, not a new detection's.
     expect(a.confidence).toBe(0.777);
-    expect(Math.hypot(a.mouth_center.x - full.animation.mouth_center.x, a.mouth_center.y - full.animation.mouth_center.y)).toBeLessThan(4);
+    expect(
+      Math.hypot(a.mouth_center.x - full.animation.mouth_center.x, a.mouth_center.y - full.animation.mouth_center.y),
+    ).toBeLessThan(4);
     expect(Math.abs(a.face_box.x - (neighbour.face_box.x + (faceAnchor(a).x - hint.anchor.x)))).toBeLessThan(0.1);
     expect(a.face_box.x).toBeGreaterThan(neighbour.face_box.x + 2);
     expect(a.outer_lip).toHaveLength(12);

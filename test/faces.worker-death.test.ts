@@ -14,7 +14,10 @@ async function portrait() {
 const NO_HANG_MS = 30_000;
 
 function within<T>(work: Promise<T>, ms: number): Promise<T | 'timed out'> {
-  return Promise.race([work, new Promise<'timed out'>((resolve) => setTimeout(() => resolve('timed out'), ms).unref())]);
+  return Promise.race([
+    work,
+    new Promise<'timed out'>((resolve) => setTimeout(() => resolve('timed out'), ms).unref()),
+  ]);
 }
 
 describe('face detector: a worker thread that dies', () => {
@@ -35,7 +38,11 @@ describe('face detector: a worker thread that dies', () => {
     const detection = detectMouth(image);
     expect(await eventually(() => faceDetectorWorkers().length === 1, 5_000)).toBe(true);
     await faceDetectorWorkers()[0].terminate();
-    expect(await within(detection, NO_HANG_MS)).toMatchObject({ ok: false, reason: 'error', detail: expect.stringMatching(/worker exited/) });
+    expect(await within(detection, NO_HANG_MS)).toMatchObject({
+      ok: false,
+      reason: 'error',
+      detail: expect.stringMatching(/worker exited/),
+    });
     expect(await within(detectMouth(image), NO_HANG_MS)).toMatchObject({ ok: true });
   }, 60_000);
 

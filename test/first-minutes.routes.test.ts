@@ -15,7 +15,9 @@ describe('honest names and the rename route', () => {
   afterAll(async () => t?.close());
 
   it('GET /tts/voices: each built-in voice says its engine, engine voice, language and gender, and which ids sound the same', async () => {
-    const { providers } = (await t.app.inject({ url: '/tts/voices?provider=builtin' })).json() as { providers: Array<{ id: string; service: string; voices: Array<{ id: string; description?: string }> }> };
+    const { providers } = (await t.app.inject({ url: '/tts/voices?provider=builtin' })).json() as {
+      providers: Array<{ id: string; service: string; voices: Array<{ id: string; description?: string }> }>;
+    };
     const builtin = providers[0]!;
     expect(builtin.service).toBe('Built-in offline voices (flite and eSpeak NG)');
     const byId = new Map(builtin.voices.map((v) => [v.id, v.description]));
@@ -27,26 +29,47 @@ describe('honest names and the rename route', () => {
   });
 
   it('every provider id carries its service and whether it is configured: /tts/voices, /voices and /health', async () => {
-    const voices = (await t.app.inject({ url: '/tts/voices' })).json() as { providers: Array<{ id: string; service: string; configured: boolean }> };
+    const voices = (await t.app.inject({ url: '/tts/voices' })).json() as {
+      providers: Array<{ id: string; service: string; configured: boolean }>;
+    };
     expect(voices.providers.map((p) => p.id).sort()).toEqual([...TTS_PROVIDER_IDS].sort());
-    expect(voices.providers.find((p) => p.id === 'cloud_c')).toMatchObject({ service: 'ElevenLabs', configured: false });
-    expect(voices.providers.find((p) => p.id === 'cloud_e')).toMatchObject({ service: 'Azure AI Speech', configured: false });
+    expect(voices.providers.find((p) => p.id === 'cloud_c')).toMatchObject({
+      service: 'ElevenLabs',
+      configured: false,
+    });
+    expect(voices.providers.find((p) => p.id === 'cloud_e')).toMatchObject({
+      service: 'Azure AI Speech',
+      configured: false,
+    });
 
-    const clones = (await t.app.inject({ url: '/voices' })).json() as { items: unknown[]; providers: Array<{ id: string; service: string; configured: boolean; can_clone: boolean }> };
+    const clones = (await t.app.inject({ url: '/voices' })).json() as {
+      items: unknown[];
+      providers: Array<{ id: string; service: string; configured: boolean; can_clone: boolean }>;
+    };
     expect(clones.providers).toHaveLength(TTS_PROVIDER_IDS.length);
-    expect(clones.providers.find((p) => p.id === 'cloud_a')).toEqual({ id: 'cloud_a', service: 'Alibaba Cloud DashScope Qwen-TTS', configured: false, can_clone: true });
+    expect(clones.providers.find((p) => p.id === 'cloud_a')).toEqual({
+      id: 'cloud_a',
+      service: 'Alibaba Cloud DashScope Qwen-TTS',
+      configured: false,
+      can_clone: true,
+    });
     expect(clones.providers.find((p) => p.id === 'builtin')).toMatchObject({ configured: true, can_clone: false });
-    const filtered = (await t.app.inject({ url: '/voices?provider=cloud_f' })).json() as { providers: Array<{ id: string }> };
+    const filtered = (await t.app.inject({ url: '/voices?provider=cloud_f' })).json() as {
+      providers: Array<{ id: string }>;
+    };
     expect(filtered.providers.map((p) => p.id)).toEqual(['cloud_f']);
 
-    const health = (await t.app.inject({ url: '/health' })).json() as { components: Record<string, { status: string; service?: string }> };
+    const health = (await t.app.inject({ url: '/health' })).json() as {
+      components: Record<string, { status: string; service?: string }>;
+    };
     expect(health.components['tts.cloud_c']).toMatchObject({ status: 'not_configured', service: 'ElevenLabs' });
     expect(health.components['tts.builtin']!.service).toBe('Built-in offline voices (flite and eSpeak NG)');
     expect(health.components.llm!.service).toBeUndefined();
   });
 
   it('PATCH /avatars/{id}: 403 for a built-in avatar, 404 for an unknown one, 400 for an empty or over-long name', async () => {
-    const rename = (id: string, name: unknown) => t.app.inject({ method: 'PATCH', url: `/avatars/${id}`, payload: { name } });
+    const rename = (id: string, name: unknown) =>
+      t.app.inject({ method: 'PATCH', url: `/avatars/${id}`, payload: { name } });
     expect((await rename('astronaut', 'Nope')).statusCode).toBe(403);
     expect((await rename('no-such-avatar', 'Nope')).statusCode).toBe(404);
     expect((await rename('astronaut', '')).statusCode).toBe(400);

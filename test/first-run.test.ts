@@ -18,7 +18,8 @@ const START_TIMEOUT_MS = 60_000;
 /** A refused start still builds the app before listening fails, then closes it (bounded at 5 s in main.ts). */
 const REFUSED_EXIT_MS = 60_000;
 const STACK_FRAME = /^\s+at /mu;
-const READY_LINE = /^Avatar service ready at (http:\/\/[^\s]+) — open it in a browser( \(it listens on all interfaces\))?$/mu;
+const READY_LINE =
+  /^Avatar service ready at (http:\/\/[^\s]+) — open it in a browser( \(it listens on all interfaces\))?$/mu;
 
 interface RunningService {
   child: ChildProcess;
@@ -39,18 +40,22 @@ async function tempDir(prefix: string): Promise<string> {
 let avatarsDir: string;
 
 function runService(env: Record<string, string>): RunningService {
-  const child = spawn(process.execPath, ['--no-turbo-fast-api-calls', '--import', 'tsx', '--import', WATCHDOG, 'src/main.ts'], {
-    cwd: REPO_ROOT,
-    env: {
-      ...process.env,
-      SERVICE_HOST: '127.0.0.1',
-      SERVICE_AVATARS_DIR: avatarsDir,
-      SERVICE_LOG_LEVEL: 'info',
-      SERVICE_RENDER_THREADS: '1',
-      ...env,
+  const child = spawn(
+    process.execPath,
+    ['--no-turbo-fast-api-calls', '--import', 'tsx', '--import', WATCHDOG, 'src/main.ts'],
+    {
+      cwd: REPO_ROOT,
+      env: {
+        ...process.env,
+        SERVICE_HOST: '127.0.0.1',
+        SERVICE_AVATARS_DIR: avatarsDir,
+        SERVICE_LOG_LEVEL: 'info',
+        SERVICE_RENDER_THREADS: '1',
+        ...env,
+      },
+      stdio: ['pipe', 'pipe', 'pipe'],
     },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
+  );
   children.add(child);
   child.stdin!.on('error', () => undefined);
   let stdout = '';
@@ -74,15 +79,22 @@ async function readyUrl(service: RunningService): Promise<{ url: string; line: s
   for (;;) {
     const match = READY_LINE.exec(service.stdout());
     if (match) return { url: match[1], line: match[0] };
-    if (exited || Date.now() > deadline) throw new Error(`no ready line (exited: ${exited}):\n${service.stdout()}\n${service.stderr()}`);
+    if (exited || Date.now() > deadline)
+      throw new Error(`no ready line (exited: ${exited}):\n${service.stdout()}\n${service.stderr()}`);
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
 }
 
-async function exitWithin(service: RunningService, ms: number): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+async function exitWithin(
+  service: RunningService,
+  ms: number,
+): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
   let timer: NodeJS.Timeout | undefined;
   const timedOut = new Promise<never>((_resolve, reject) => {
-    timer = setTimeout(() => reject(new Error(`still running after ${ms} ms:\n${service.stdout()}\n${service.stderr()}`)), ms);
+    timer = setTimeout(
+      () => reject(new Error(`still running after ${ms} ms:\n${service.stdout()}\n${service.stderr()}`)),
+      ms,
+    );
   });
   try {
     return await Promise.race([service.exited, timedOut]);
@@ -129,7 +141,10 @@ describe('first run of the real service', () => {
     expect(line).not.toContain('listens on all interfaces');
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
     // Not a terminal: every other stdout line is a JSON log line.
-    const others = first.stdout().split('\n').filter((text) => text.trim() !== '' && text !== line);
+    const others = first
+      .stdout()
+      .split('\n')
+      .filter((text) => text.trim() !== '' && text !== line);
     expect(others.length).toBeGreaterThan(0);
     for (const text of others) expect(() => JSON.parse(text), text).not.toThrow();
   });
@@ -165,14 +180,19 @@ describe('start-up failures before anything runs', () => {
     const parent = await tempDir('first-run-file-');
     const blocker = path.join(parent, 'not-a-directory');
     await fs.writeFile(blocker, 'a file where the data directory should go');
-    const service = runService({ SERVICE_PORT: String(await freePort()), SERVICE_DATA_DIR: path.join(blocker, 'data') });
+    const service = runService({
+      SERVICE_PORT: String(await freePort()),
+      SERVICE_DATA_DIR: path.join(blocker, 'data'),
+    });
     const exit = await exitWithin(service, REFUSED_EXIT_MS);
     expect(exit.code).not.toBe(0);
     expect(exit.code).not.toBeNull();
     // Shown relative to the working directory: recognisable, and no absolute path on the console.
     const shown = path.relative(REPO_ROOT, path.join(blocker, 'data'));
     expect(path.isAbsolute(shown)).toBe(false);
-    expect(service.stderr().trim()).toBe(`the data directory ${shown} cannot be created (ENOTDIR) — check the path or set SERVICE_DATA_DIR`);
+    expect(service.stderr().trim()).toBe(
+      `the data directory ${shown} cannot be created (ENOTDIR) — check the path or set SERVICE_DATA_DIR`,
+    );
     expect(service.stdout() + service.stderr()).not.toMatch(STACK_FRAME);
   });
 });
@@ -183,7 +203,11 @@ describe('a service bound to all interfaces', () => {
 
   it('shows the loopback address in the ready line and says it listens on all interfaces', async () => {
     const port = await freePort();
-    service = runService({ SERVICE_HOST: '0.0.0.0', SERVICE_PORT: String(port), SERVICE_DATA_DIR: await tempDir('first-run-data-') });
+    service = runService({
+      SERVICE_HOST: '0.0.0.0',
+      SERVICE_PORT: String(port),
+      SERVICE_DATA_DIR: await tempDir('first-run-data-'),
+    });
     const { url, line } = await readyUrl(service);
     expect(url).toBe(`http://127.0.0.1:${port}`);
     expect(line).toContain('(it listens on all interfaces)');
@@ -200,7 +224,9 @@ describe('pretty log lines', () => {
     logger.error({ err: new TypeError('boom') }, 'render worker failed between tasks');
     expect(lines[0]).toMatch(/^\d\d:\d\d:\d\d INFO {2}service listening host=127\.0\.0\.1 port=8000\n$/u);
     expect(lines[1]).toMatch(/^\d\d:\d\d:\d\d WARN {2}session orphaned sessionId=abc reason="no consumer left"\n$/u);
-    expect(lines[2]).toMatch(/^\d\d:\d\d:\d\d ERROR render worker failed between tasks err="TypeError: boom"\n {4}at /u);
+    expect(lines[2]).toMatch(
+      /^\d\d:\d\d:\d\d ERROR render worker failed between tasks err="TypeError: boom"\n {4}at /u,
+    );
     // Not a terminal here: no colour codes.
     for (const line of lines) expect(line).not.toContain('\u001b[');
   });

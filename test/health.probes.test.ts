@@ -75,7 +75,8 @@ async function waitForComponent(t: TestApp, name: string, status: string): Promi
   }
 }
 
-const modelProbes = (upstream: OpenAiUpstream) => upstream.requests.filter((r) => r.method === 'GET' && r.path === '/v1/models');
+const modelProbes = (upstream: OpenAiUpstream) =>
+  upstream.requests.filter((r) => r.method === 'GET' && r.path === '/v1/models');
 
 describe('GET /health with nothing but the embedded defaults', () => {
   let t: TestApp;
@@ -86,14 +87,32 @@ describe('GET /health with nothing but the embedded defaults', () => {
 
   it('reports llm and asr as not_configured with the variable to set, every TTS provider and renderer, and overall ok', async () => {
     const body = await waitForComponent(t, 'tts.builtin', 'ok');
-    expect(body.components.llm).toMatchObject({ status: 'not_configured', reason: expect.stringContaining('SERVICE_LLM_BASE_URL') });
-    expect(body.components.asr).toMatchObject({ status: 'not_configured', reason: expect.stringContaining('SERVICE_ASR_BASE_URL') });
+    expect(body.components.llm).toMatchObject({
+      status: 'not_configured',
+      reason: expect.stringContaining('SERVICE_LLM_BASE_URL'),
+    });
+    expect(body.components.asr).toMatchObject({
+      status: 'not_configured',
+      reason: expect.stringContaining('SERVICE_ASR_BASE_URL'),
+    });
     expect(body.components.storage.status).toBe('ok');
     expect(body.components.avatars).toMatchObject({ status: 'ok', detail: expect.stringMatching(/^\d+ avatars$/) });
-    expect(body.components['tts.builtin']).toMatchObject({ status: 'ok', detail: expect.stringMatching(/engine process(es)? ready/) });
-    expect(body.components['tts.cloud_a']).toMatchObject({ status: 'not_configured', reason: expect.stringContaining('SERVICE_TTS_CLOUD_A_API_KEY') });
-    expect(body.components['tts.compat_http']).toMatchObject({ status: 'not_configured', reason: expect.stringContaining('SERVICE_TTS_COMPAT_HTTP_BASE_URL') });
-    expect(body.components['renderer.rt']).toMatchObject({ status: 'ok', detail: expect.stringContaining('render worker thread') });
+    expect(body.components['tts.builtin']).toMatchObject({
+      status: 'ok',
+      detail: expect.stringMatching(/engine process(es)? ready/),
+    });
+    expect(body.components['tts.cloud_a']).toMatchObject({
+      status: 'not_configured',
+      reason: expect.stringContaining('SERVICE_TTS_CLOUD_A_API_KEY'),
+    });
+    expect(body.components['tts.compat_http']).toMatchObject({
+      status: 'not_configured',
+      reason: expect.stringContaining('SERVICE_TTS_COMPAT_HTTP_BASE_URL'),
+    });
+    expect(body.components['renderer.rt']).toMatchObject({
+      status: 'ok',
+      detail: expect.stringContaining('render worker thread'),
+    });
     expect(body.components['renderer.lipsync_b'].status).toBe('not_configured');
     for (const component of Object.values(body.components)) expect(Date.parse(component.checked_at)).not.toBeNaN();
     // Nothing configured is failing, so not_configured parts do not make the service degraded.
@@ -136,7 +155,9 @@ describe('GET /health with an LLM whose server is down and TTS servers up and do
   it('shows llm as error with a reason free of the URL and key, and the service as degraded', async () => {
     const { body, text } = await health(t);
     expect(body.components.llm.status).toBe('error');
-    expect(body.components.llm.reason).toMatch(/cannot connect to the server \(ECONNREFUSED\); check SERVICE_LLM_BASE_URL/);
+    expect(body.components.llm.reason).toMatch(
+      /cannot connect to the server \(ECONNREFUSED\); check SERVICE_LLM_BASE_URL/,
+    );
     expect(body.status).toBe('degraded');
     expect(text).not.toContain(String(llmPort));
     expect(text).not.toContain(API_KEY);
@@ -150,7 +171,10 @@ describe('GET /health with an LLM whose server is down and TTS servers up and do
 
   it('checks TTS servers with a base URL for reachability: a closed port is error, a live server ok', async () => {
     const { body, text } = await health(t);
-    expect(body.components['tts.compat_http']).toMatchObject({ status: 'error', reason: expect.stringContaining('ECONNREFUSED') });
+    expect(body.components['tts.compat_http']).toMatchObject({
+      status: 'error',
+      reason: expect.stringContaining('ECONNREFUSED'),
+    });
     expect(body.components['tts.local_clone_a']).toMatchObject({ status: 'ok', detail: 'reachable' });
     expect(xtts.requests.some((r) => r.method === 'GET' && r.path === '/')).toBe(true);
     expect(xtts.requests.every((r) => r.headers.authorization === undefined)).toBe(true);
@@ -163,7 +187,9 @@ describe('GET /health with a working LLM server', () => {
   let upstream: OpenAiUpstream;
   beforeAll(async () => {
     upstream = await startOpenAiUpstream({ requiredApiKey: API_KEY, models: { ids: ['llama3.2', 'qwen2.5'] } });
-    t = await startTestApp({ env: { SERVICE_LLM_BASE_URL: upstream.baseUrl, SERVICE_LLM_API_KEY: API_KEY, SERVICE_LLM_MODEL: 'qwen2.5' } });
+    t = await startTestApp({
+      env: { SERVICE_LLM_BASE_URL: upstream.baseUrl, SERVICE_LLM_API_KEY: API_KEY, SERVICE_LLM_MODEL: 'qwen2.5' },
+    });
   });
   afterAll(async () => {
     await t?.close();
@@ -227,7 +253,11 @@ describe('GET /health with wrong LLM credentials or a wrong base URL', () => {
   });
 
   for (const scenario of [
-    { name: 'a rejected key', baseUrl: () => keyed.baseUrl, reason: 'GET /models answered HTTP 401; check SERVICE_LLM_API_KEY' },
+    {
+      name: 'a rejected key',
+      baseUrl: () => keyed.baseUrl,
+      reason: 'GET /models answered HTTP 401; check SERVICE_LLM_API_KEY',
+    },
     {
       name: 'a base URL without /v1',
       baseUrl: () => open.baseUrl.replace(/\/v1$/, ''),
@@ -252,9 +282,13 @@ describe('probe functions against real loopback servers', () => {
   it('probeReachable: a server answering 5xx is an error, one answering 404 is reachable', async () => {
     const xtts = await startXttsFake();
     try {
-      expect(await probeReachable(xtts.url, 'SERVICE_TTS_LOCAL_CLONE_A_BASE_URL', AbortSignal.timeout(PROBE_TIMEOUT_MS))).toEqual({ status: 'ok', detail: 'reachable' });
+      expect(
+        await probeReachable(xtts.url, 'SERVICE_TTS_LOCAL_CLONE_A_BASE_URL', AbortSignal.timeout(PROBE_TIMEOUT_MS)),
+      ).toEqual({ status: 'ok', detail: 'reachable' });
       xtts.scenario = 'server_error';
-      expect(await probeReachable(xtts.url, 'SERVICE_TTS_LOCAL_CLONE_A_BASE_URL', AbortSignal.timeout(PROBE_TIMEOUT_MS))).toEqual({
+      expect(
+        await probeReachable(xtts.url, 'SERVICE_TTS_LOCAL_CLONE_A_BASE_URL', AbortSignal.timeout(PROBE_TIMEOUT_MS)),
+      ).toEqual({
         status: 'error',
         reason: 'the server answered HTTP 500',
       });
@@ -288,7 +322,10 @@ describe('ProbeCache', () => {
 
   it('after close, a running probe ends at once as an error', async () => {
     const cache = new ProbeCache();
-    const pending = cache.check('llm', (signal) => new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason))));
+    const pending = cache.check(
+      'llm',
+      (signal) => new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
+    );
     cache.close();
     expect(await pending).toMatchObject({ status: 'error', reason: 'the service is shutting down' });
   });

@@ -1,6 +1,10 @@
 import Fastify from 'fastify';
 import { afterAll, describe, expect, it } from 'vitest';
-import { defaultSerializerFactory, defaultValidatorFactory, LazySchemaCompilers } from '../src/http/lazy-schema-compilers.ts';
+import {
+  defaultSerializerFactory,
+  defaultValidatorFactory,
+  LazySchemaCompilers,
+} from '../src/http/lazy-schema-compilers.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
 
 describe('route schemas (request validators, response serializers) compiled on first use', () => {
@@ -31,11 +35,15 @@ describe('route schemas (request validators, response serializers) compiled on f
     const app = Fastify({ exposeHeadRoutes: false, schemaController: { compilersFactory: compilers.factory } });
     const response = { type: 'object', properties: { name: { type: 'string' }, count: { type: 'integer' } } };
     const querystring = { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] };
-    app.get<{ Querystring: { n: number } }>('/thing', { schema: { querystring, response: { 200: response, 404: response } } }, async (request) => ({
-      name: 'a',
-      count: request.query.n,
-      secret: 'dropped',
-    }));
+    app.get<{ Querystring: { n: number } }>(
+      '/thing',
+      { schema: { querystring, response: { 200: response, 404: response } } },
+      async (request) => ({
+        name: 'a',
+        count: request.query.n,
+        secret: 'dropped',
+      }),
+    );
     await app.ready();
     expect(compiled, 'nothing compiled before the first request').toEqual([]);
 

@@ -8,7 +8,10 @@ import { random } from './helpers/vad-fixture.ts';
 /** One Silero item with `rows` frames of deterministic pseudo-speech and a non-zero recurrent state. */
 function sileroItem(seed: number, rows = 1): TensorMap {
   const next = random(seed);
-  const input = Float32Array.from({ length: rows * 576 }, (_, i) => 0.3 * Math.sin(i / (3 + seed)) + 0.05 * (next() - 0.5));
+  const input = Float32Array.from(
+    { length: rows * 576 },
+    (_, i) => 0.3 * Math.sin(i / (3 + seed)) + 0.05 * (next() - 0.5),
+  );
   const state = Float32Array.from({ length: 2 * rows * 128 }, () => next() - 0.5);
   return { input: tensor('float32', input, [rows, 576]), state: tensor('float32', state, [2, rows, 128]) };
 }
@@ -16,8 +19,16 @@ function sileroItem(seed: number, rows = 1): TensorMap {
 function rowOf(item: TensorMap, row: number): TensorMap {
   const rows = item.input.dims[0];
   return {
-    input: splitAlongAxis(item.input, 0, Array.from({ length: rows }, () => 1))[row],
-    state: splitAlongAxis(item.state, 1, Array.from({ length: rows }, () => 1))[row],
+    input: splitAlongAxis(
+      item.input,
+      0,
+      Array.from({ length: rows }, () => 1),
+    )[row],
+    state: splitAlongAxis(
+      item.state,
+      1,
+      Array.from({ length: rows }, () => 1),
+    )[row],
   };
 }
 
@@ -53,7 +64,8 @@ describe('inference pool (piscina + onnxruntime-node, Silero VAD v5)', () => {
       expect(together[index].output.dims).toEqual([1, 1]);
       expect(together[index].stateN.dims).toEqual([2, 1, 128]);
       expect(together[index].output.data[0]).toBeCloseTo(alone.output.data[0] as number, 5);
-      for (let i = 0; i < 256; i += 17) expect(together[index].stateN.data[i]).toBeCloseTo(alone.stateN.data[i] as number, 5);
+      for (let i = 0; i < 256; i += 17)
+        expect(together[index].stateN.data[i]).toBeCloseTo(alone.stateN.data[i] as number, 5);
     }
     // Different inputs, different answers: the split did not hand one item's result to another.
     expect(new Set(together.map((answer) => answer.output.data[0])).size).toBe(items.length);
@@ -146,22 +158,31 @@ describe('batch tensors', () => {
   it('split undoes concat along any axis', () => {
     const shape = fc.array(fc.integer({ min: 1, max: 4 }), { minLength: 1, maxLength: 4 });
     fc.assert(
-      fc.property(shape, fc.array(fc.integer({ min: 1, max: 3 }), { minLength: 1, maxLength: 4 }), fc.nat(), (dims, rows, axisSeed) => {
-        const axis = axisSeed % dims.length;
-        let counter = 0;
-        const parts = rows.map((size) => {
-          const partDims = dims.map((length, index) => (index === axis ? size : length));
-          const count = partDims.reduce((product, length) => product * length, 1);
-          return tensor('float32', Float32Array.from({ length: count }, () => counter++), partDims);
-        });
-        const whole = concatAlongAxis(parts, axis);
-        expect(whole.dims[axis]).toBe(rows.reduce((sum, size) => sum + size, 0));
-        const back = splitAlongAxis(whole, axis, rows);
-        back.forEach((piece, index) => {
-          expect(piece.dims).toEqual(parts[index].dims);
-          expect(Array.from(piece.data as Float32Array)).toEqual(Array.from(parts[index].data as Float32Array));
-        });
-      }),
+      fc.property(
+        shape,
+        fc.array(fc.integer({ min: 1, max: 3 }), { minLength: 1, maxLength: 4 }),
+        fc.nat(),
+        (dims, rows, axisSeed) => {
+          const axis = axisSeed % dims.length;
+          let counter = 0;
+          const parts = rows.map((size) => {
+            const partDims = dims.map((length, index) => (index === axis ? size : length));
+            const count = partDims.reduce((product, length) => product * length, 1);
+            return tensor(
+              'float32',
+              Float32Array.from({ length: count }, () => counter++),
+              partDims,
+            );
+          });
+          const whole = concatAlongAxis(parts, axis);
+          expect(whole.dims[axis]).toBe(rows.reduce((sum, size) => sum + size, 0));
+          const back = splitAlongAxis(whole, axis, rows);
+          back.forEach((piece, index) => {
+            expect(piece.dims).toEqual(parts[index].dims);
+            expect(Array.from(piece.data as Float32Array)).toEqual(Array.from(parts[index].data as Float32Array));
+          });
+        },
+      ),
     );
   });
 

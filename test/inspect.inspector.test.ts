@@ -15,7 +15,11 @@ async function startedSession(t: TestApp): Promise<string> {
 }
 
 /** Reads `data:` records from the inspector's SSE stream until `done` says enough. */
-async function readInspection(url: string, done: (records: InspectionRecord[]) => boolean, timeoutMs = 15_000): Promise<InspectionRecord[]> {
+async function readInspection(
+  url: string,
+  done: (records: InspectionRecord[]) => boolean,
+  timeoutMs = 15_000,
+): Promise<InspectionRecord[]> {
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(), timeoutMs);
   const records: InspectionRecord[] = [];
@@ -59,7 +63,13 @@ describe('the live state inspector is off unless SERVICE_INSPECTOR=on, on every 
   it('answers 404 {detail} on every inspector path when off, and sessions still work', async () => {
     const t = await startTestApp({ env: { SERVICE_INSPECTOR: 'off' } });
     try {
-      for (const path of ['/inspect', '/inspect/machine', '/inspect/sessions', '/inspect/events', '/inspect/mermaid.min.js']) {
+      for (const path of [
+        '/inspect',
+        '/inspect/machine',
+        '/inspect/sessions',
+        '/inspect/events',
+        '/inspect/mermaid.min.js',
+      ]) {
         const res = await t.app.inject({ method: 'GET', url: path });
         expect(res.statusCode, path).toBe(404);
         expect(res.json().detail).toMatch(/inspector is off/u);
@@ -99,9 +109,17 @@ describe('inspection records of a live session', () => {
   it('streams actor, event and snapshot records of one session, a speak turn invoking and stopping tts', async () => {
     const sessionId = await startedSession(t);
     const other = await startedSession(t);
-    const reading = readInspection(`${t.baseUrl}/inspect/events?session_id=${sessionId}`, (records) =>
-      records.some((r) => r.type === '@xstate.event' && r.event === 'TTS.DONE') &&
-      records.some((r) => r.type === '@xstate.snapshot' && r.actor === 'session' && JSON.stringify(r.value) === '{"running":"idle"}' && r.seq > (records.find((x) => x.event === 'TTS.DONE')?.seq ?? Infinity)),
+    const reading = readInspection(
+      `${t.baseUrl}/inspect/events?session_id=${sessionId}`,
+      (records) =>
+        records.some((r) => r.type === '@xstate.event' && r.event === 'TTS.DONE') &&
+        records.some(
+          (r) =>
+            r.type === '@xstate.snapshot' &&
+            r.actor === 'session' &&
+            JSON.stringify(r.value) === '{"running":"idle"}' &&
+            r.seq > (records.find((x) => x.event === 'TTS.DONE')?.seq ?? Infinity),
+        ),
     );
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Inspect me.' })).status).toBe(200);
@@ -116,7 +134,9 @@ describe('inspection records of a live session', () => {
     expect(records.some((r) => r.type === '@xstate.actor' && r.actor === 'session/tts')).toBe(true);
     const firstAudio = records.find((r) => r.event === 'TTS.FIRST_AUDIO' && r.type === '@xstate.event')!;
     expect(firstAudio.source).toBe('session/tts');
-    const speaking = records.find((r) => r.type === '@xstate.snapshot' && r.actor === 'session' && JSON.stringify(r.value).includes('"speaking"'));
+    const speaking = records.find(
+      (r) => r.type === '@xstate.snapshot' && r.actor === 'session' && JSON.stringify(r.value).includes('"speaking"'),
+    );
     expect(speaking?.children).toContain('tts');
     const idleAgain = records.filter((r) => r.type === '@xstate.snapshot' && r.actor === 'session').at(-1)!;
     expect(idleAgain.children).not.toContain('tts');
@@ -130,7 +150,13 @@ describe.skipIf(!hasChromium)('the inspector page in headless Chromium, offline'
     t = await startTestApp({ env: { SERVICE_INSPECTOR: 'on' } });
     browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--no-first-run',
+      ],
     });
   });
   afterAll(async () => {
@@ -155,9 +181,15 @@ describe.skipIf(!hasChromium)('the inspector page in headless Chromium, offline'
     await page.waitForSelector('#chart svg', { timeout: 20_000 });
 
     const sessionId = await startedSession(t);
-    await page.waitForFunction(() => (document.getElementById('state')!.dataset.value ?? '').split(' ').includes('running.idle'), null, { timeout: 15_000 });
+    await page.waitForFunction(
+      () => (document.getElementById('state')!.dataset.value ?? '').split(' ').includes('running.idle'),
+      null,
+      { timeout: 15_000 },
+    );
     expect(await page.textContent('#sessions')).toContain(sessionId.slice(0, 8));
-    await page.waitForFunction(() => document.querySelectorAll('#chart svg .active').length > 0, null, { timeout: 10_000 });
+    await page.waitForFunction(() => document.querySelectorAll('#chart svg .active').length > 0, null, {
+      timeout: 10_000,
+    });
 
     await page.evaluate(() => {
       const state = document.getElementById('state')!;
@@ -169,18 +201,36 @@ describe.skipIf(!hasChromium)('the inspector page in headless Chromium, offline'
         add(state.dataset.value);
       }).observe(state, { attributes: true, attributeFilter: ['data-value'], attributeOldValue: true });
     });
-    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'The inspector should show me speaking for a moment or two.' })).status).toBe(200);
+    expect(
+      (
+        await post(t.baseUrl, `/sessions/${sessionId}/speak`, {
+          text: 'The inspector should show me speaking for a moment or two.',
+        })
+      ).status,
+    ).toBe(200);
     // Every state value the page shows is recorded as it is set (a mutation observer with the old values), then
     // waited for: on a starved host Chromium ran several inspection records between two animation frames, and the
     // few seconds of speaking were never seen by polling once per frame.
-    await page.waitForFunction(() => (window as unknown as { statesShown: Set<string> }).statesShown.has('running.turn.phase.speaking'), null, { timeout: 20_000 });
-    await page.waitForFunction(() => !!document.querySelector('#actors [data-actor="session/tts"]'), null, { timeout: 10_000 });
+    await page.waitForFunction(
+      () => (window as unknown as { statesShown: Set<string> }).statesShown.has('running.turn.phase.speaking'),
+      null,
+      { timeout: 20_000 },
+    );
+    await page.waitForFunction(() => !!document.querySelector('#actors [data-actor="session/tts"]'), null, {
+      timeout: 10_000,
+    });
     expect(await page.textContent('#log')).toContain('SPEAK');
-    await page.waitForFunction(() => (document.getElementById('state')!.dataset.value ?? '').split(' ').includes('running.idle'), null, { timeout: 30_000 });
+    await page.waitForFunction(
+      () => (document.getElementById('state')!.dataset.value ?? '').split(' ').includes('running.idle'),
+      null,
+      { timeout: 30_000 },
+    );
     expect(await page.getAttribute('#actors [data-actor="session/tts"]', 'class')).toBe('stopped');
 
     await fetch(`${t.baseUrl}/sessions/${sessionId}`, { method: 'DELETE' });
-    await page.waitForFunction(() => document.getElementById('state')!.textContent!.includes('terminated'), null, { timeout: 10_000 });
+    await page.waitForFunction(() => document.getElementById('state')!.textContent!.includes('terminated'), null, {
+      timeout: 10_000,
+    });
     expect(foreign).toEqual([]);
     expect(pageErrors).toEqual([]);
     await page.close();

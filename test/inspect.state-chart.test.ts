@@ -28,7 +28,12 @@ describe('session state chart generated from the machine definition', () => {
   it('highlights every active node of a nested state value', () => {
     const ids = activeChartIds('session', { running: { turn: { text: 'generating', phase: 'speaking' } } });
     expect(ids).toEqual(
-      expect.arrayContaining(['session_running', 'session_running_turn', 'session_running_turn_phase_speaking', 'session_running_turn_text_generating']),
+      expect.arrayContaining([
+        'session_running',
+        'session_running_turn',
+        'session_running_turn_phase_speaking',
+        'session_running_turn_text_generating',
+      ]),
     );
   });
 

@@ -8,7 +8,12 @@ import net from 'node:net';
 import { Writable } from 'node:stream';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { InspectionEvent } from 'xstate';
-import { INSPECT_MAX_BACKLOG_BYTES, INSPECT_MAX_VIEWERS, INSPECT_VIEWER_IDLE_MS, InspectionHub } from '../src/inspect/inspection-hub.ts';
+import {
+  INSPECT_MAX_BACKLOG_BYTES,
+  INSPECT_MAX_VIEWERS,
+  INSPECT_VIEWER_IDLE_MS,
+  InspectionHub,
+} from '../src/inspect/inspection-hub.ts';
 import { SSE_KEEPALIVE_MS } from '../src/sessions/event-hub.ts';
 import { eventually } from './helpers/conversation.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
@@ -102,20 +107,29 @@ function nonReadingViewer(baseUrl: string): Promise<net.Socket> {
 }
 
 /** Opens a reading viewer; resolves with its status, headers and body once the head arrived (the body keeps coming). */
-function viewer(baseUrl: string): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: () => string; close: () => void }> {
+function viewer(
+  baseUrl: string,
+): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: () => string; close: () => void }> {
   return new Promise((resolve, reject) => {
     const request = http.get(`${baseUrl}/inspect/events`, (response) => {
       let body = '';
       response.on('data', (chunk: Buffer) => (body += chunk.toString()));
       response.on('error', () => undefined);
-      resolve({ status: response.statusCode ?? 0, headers: response.headers, body: () => body, close: () => request.destroy() });
+      resolve({
+        status: response.statusCode ?? 0,
+        headers: response.headers,
+        body: () => body,
+        close: () => request.destroy(),
+      });
     });
     request.on('error', reject);
   });
 }
 
 function connectionsOf(server: http.Server): Promise<number> {
-  return new Promise((resolve, reject) => server.getConnections((error, count) => (error ? reject(error) : resolve(count))));
+  return new Promise((resolve, reject) =>
+    server.getConnections((error, count) => (error ? reject(error) : resolve(count))),
+  );
 }
 
 describe('GET /inspect/events over real sockets', () => {

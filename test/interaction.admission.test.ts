@@ -11,15 +11,22 @@ import { sessionParts } from '../src/sessions/session.ts';
  */
 
 /** A speak of this text keeps the builtin voice talking for several seconds: long enough to be busy. */
-const LONG_TEXT = 'This sentence is long enough to keep the avatar talking for several seconds, so every other request must wait for it.';
+const LONG_TEXT =
+  'This sentence is long enough to keep the avatar talking for several seconds, so every other request must wait for it.';
 
 /** A multipart body as fetch would send it, for inject. */
-async function multipart(fields: Record<string, string>, audio: Buffer): Promise<{ payload: Buffer; headers: Record<string, string> }> {
+async function multipart(
+  fields: Record<string, string>,
+  audio: Buffer,
+): Promise<{ payload: Buffer; headers: Record<string, string> }> {
   const form = new FormData();
   form.append('audio', new Blob([new Uint8Array(audio)]), 'audio.wav');
   for (const [name, value] of Object.entries(fields)) form.append(name, value);
   const request = new Request('http://localhost/', { method: 'POST', body: form });
-  return { payload: Buffer.from(await request.arrayBuffer()), headers: { 'content-type': request.headers.get('content-type')! } };
+  return {
+    payload: Buffer.from(await request.arrayBuffer()),
+    headers: { 'content-type': request.headers.get('content-type')! },
+  };
 }
 
 describe('409s answered from the machine (fastify.inject)', () => {
@@ -103,7 +110,9 @@ describe('409s answered from the machine (fastify.inject)', () => {
     await request('POST', `/sessions/${id}/start`);
     expect((await request('POST', `/sessions/${id}/speak`, { text: LONG_TEXT })).status).toBe(200);
     await expectRefusals(id, ['start', 'resume', 'speak', 'chat', 'speak_audio', 'speak_rt_audio', 'transcribe']);
-    expect((await request('POST', `/sessions/${id}/chat`, { prompt: 'x' })).body.detail).toBe('a previous speak is in flight (call interrupt first)');
+    expect((await request('POST', `/sessions/${id}/chat`, { prompt: 'x' })).body.detail).toBe(
+      'a previous speak is in flight (call interrupt first)',
+    );
     // After an interrupt the session is not busy any more: new work is taken at once.
     expect((await request('POST', `/sessions/${id}/interrupt`)).body).toEqual({ interrupted: true });
     expect((await request('POST', `/sessions/${id}/speak`, { text: 'Next.' })).status).toBe(200);
@@ -121,6 +130,8 @@ describe('409s answered from the machine (fastify.inject)', () => {
     expect((await t.app.inject({ method: 'DELETE', url: `/sessions/${id}` })).statusCode).toBe(200);
     const res = await request('POST', `/sessions/${id}/speak`, { text: 'x' });
     expect(res).toMatchObject({ status: 409, body: { detail: 'session is terminated' } });
-    expect((await request('POST', '/sessions/00000000-0000-4000-8000-000000000000/speak', { text: 'x' })).status).toBe(404);
+    expect((await request('POST', '/sessions/00000000-0000-4000-8000-000000000000/speak', { text: 'x' })).status).toBe(
+      404,
+    );
   });
 });

@@ -18,66 +18,113 @@ async function layerErrors(file: string, code: string): Promise<string[]> {
 
 describe('imports point down only (src → actors → machines)', () => {
   it('an actor importing the service (src/) fails lint', async () => {
-    const errors = await layerErrors('actors/tts/example.ts', "import { SessionBus } from '../../src/sessions/session-bus.ts';\nexport const x = SessionBus;\n");
+    const errors = await layerErrors(
+      'actors/tts/example.ts',
+      "import { SessionBus } from '../../src/sessions/session-bus.ts';\nexport const x = SessionBus;\n",
+    );
     expect(errors).toHaveLength(1);
     expect(errors[0]).toMatch(/never import src/);
   });
 
   it('an actor importing a type from src/ fails lint too (ports are declared in actors/)', async () => {
-    const errors = await layerErrors('actors/media/example.ts', "import type { SessionMedia } from '../../src/sessions/media.ts';\nexport type X = SessionMedia;\n");
+    const errors = await layerErrors(
+      'actors/media/example.ts',
+      "import type { SessionMedia } from '../../src/sessions/media.ts';\nexport type X = SessionMedia;\n",
+    );
     expect(errors).toHaveLength(1);
   });
 
   it('an actor importing another actor or a machine passes', async () => {
-    const code = "import { untilAborted } from '../upstream/abort.ts';\nimport { sessionMachine } from '../../machines/session.machine.ts';\nexport const x = [untilAborted, sessionMachine];\n";
+    const code =
+      "import { untilAborted } from '../upstream/abort.ts';\nimport { sessionMachine } from '../../machines/session.machine.ts';\nexport const x = [untilAborted, sessionMachine];\n";
     expect(await layerErrors('actors/tts/example.ts', code)).toEqual([]);
   });
 
   it('a machine importing a value from anywhere but xstate fails lint', async () => {
-    const fromActors = await layerErrors('machines/example.ts', "import { isTtsProviderId } from '../actors/tts/types.ts';\nexport const x = isTtsProviderId;\n");
+    const fromActors = await layerErrors(
+      'machines/example.ts',
+      "import { isTtsProviderId } from '../actors/tts/types.ts';\nexport const x = isTtsProviderId;\n",
+    );
     expect(fromActors).toHaveLength(1);
     expect(fromActors[0]).toMatch(/pure/);
     const fromNode = await layerErrors('machines/example.ts', "import fs from 'node:fs';\nexport const x = fs;\n");
     expect(fromNode).toHaveLength(1);
-    const fromSrc = await layerErrors('machines/example.ts', "import type { Services } from '../src/services.ts';\nexport type X = Services;\n");
+    const fromSrc = await layerErrors(
+      'machines/example.ts',
+      "import type { Services } from '../src/services.ts';\nexport type X = Services;\n",
+    );
     expect(fromSrc.length).toBeGreaterThanOrEqual(1);
   });
 
   it('a machine importing xstate and stage types passes', async () => {
-    const code = "import { setup } from 'xstate';\nimport type { TtsSelection } from '../actors/tts/types.ts';\nexport const x = setup;\nexport type Y = TtsSelection;\n";
+    const code =
+      "import { setup } from 'xstate';\nimport type { TtsSelection } from '../actors/tts/types.ts';\nexport const x = setup;\nexport type Y = TtsSelection;\n";
     expect(await layerErrors('machines/example.ts', code)).toEqual([]);
   });
 
   it('a route importing actors/ or machines/ directly fails lint; through src/sessions it passes', async () => {
-    expect(await layerErrors('src/routes/example.ts', "import { MODEL_TYPES } from '../../actors/render/types.ts';\nexport const x = MODEL_TYPES;\n")).toHaveLength(1);
-    expect(await layerErrors('src/routes/example.ts', "import { sessionMachine } from '../../machines/session.machine.ts';\nexport const x = sessionMachine;\n")).toHaveLength(1);
-    expect(await layerErrors('src/routes/example.ts', "import { SessionSupervisor } from '../sessions/index.ts';\nexport const x = SessionSupervisor;\n")).toEqual([]);
+    expect(
+      await layerErrors(
+        'src/routes/example.ts',
+        "import { MODEL_TYPES } from '../../actors/render/types.ts';\nexport const x = MODEL_TYPES;\n",
+      ),
+    ).toHaveLength(1);
+    expect(
+      await layerErrors(
+        'src/routes/example.ts',
+        "import { sessionMachine } from '../../machines/session.machine.ts';\nexport const x = sessionMachine;\n",
+      ),
+    ).toHaveLength(1);
+    expect(
+      await layerErrors(
+        'src/routes/example.ts',
+        "import { SessionSupervisor } from '../sessions/index.ts';\nexport const x = SessionSupervisor;\n",
+      ),
+    ).toEqual([]);
   });
 
   it('the service (src/ outside routes) may import actors and machines', async () => {
-    const code = "import { sessionMachine } from '../../machines/session.machine.ts';\nimport { untilAborted } from '../../actors/upstream/abort.ts';\nexport const x = [sessionMachine, untilAborted];\n";
+    const code =
+      "import { sessionMachine } from '../../machines/session.machine.ts';\nimport { untilAborted } from '../../actors/upstream/abort.ts';\nexport const x = [sessionMachine, untilAborted];\n";
     expect(await layerErrors('src/sessions/example.ts', code)).toEqual([]);
   });
 });
 
 describe('actors/ folders import only floors below their own (no circles between folders)', () => {
   it('a folder importing one on a higher floor fails lint, the circle render → lipsync → render included', async () => {
-    const upward = await layerErrors('actors/mouth/example.ts', "import type { PhoneTiming } from '../tts/types.ts';\nexport type X = PhoneTiming;\n");
+    const upward = await layerErrors(
+      'actors/mouth/example.ts',
+      "import type { PhoneTiming } from '../tts/types.ts';\nexport type X = PhoneTiming;\n",
+    );
     expect(upward).toHaveLength(1);
     expect(upward[0]).toMatch(/floors below/);
-    const nested = await layerErrors('actors/render/renderers/example.ts', "import { runNeuralStage } from '../../lipsync/neural-stages.ts';\nexport const x = runNeuralStage;\n");
+    const nested = await layerErrors(
+      'actors/render/renderers/example.ts',
+      "import { runNeuralStage } from '../../lipsync/neural-stages.ts';\nexport const x = runNeuralStage;\n",
+    );
     expect(nested).toHaveLength(1);
-    expect(await layerErrors('actors/stage/example.ts', "import { createStageActors } from '../session-actors.ts';\nexport const x = createStageActors;\n")).toHaveLength(1);
+    expect(
+      await layerErrors(
+        'actors/stage/example.ts',
+        "import { createStageActors } from '../session-actors.ts';\nexport const x = createStageActors;\n",
+      ),
+    ).toHaveLength(1);
   });
 
   it('a folder importing one on its own floor fails lint', async () => {
-    expect(await layerErrors('actors/tts/example.ts', "import { x } from '../lipsync/mel.ts';\nexport const y = x;\n")).toHaveLength(1);
+    expect(
+      await layerErrors('actors/tts/example.ts', "import { x } from '../lipsync/mel.ts';\nexport const y = x;\n"),
+    ).toHaveLength(1);
   });
 
   it('a folder importing lower floors and its own files passes, and the src/ ban still holds', async () => {
-    const code = "import { Admission } from '../admission.ts';\nimport type { PhoneTiming } from '../mouth/visemes.ts';\nimport { x } from './types.ts';\nexport const y = [Admission, x];\nexport type Z = PhoneTiming;\n";
+    const code =
+      "import { Admission } from '../admission.ts';\nimport type { PhoneTiming } from '../mouth/visemes.ts';\nimport { x } from './types.ts';\nexport const y = [Admission, x];\nexport type Z = PhoneTiming;\n";
     expect(await layerErrors('actors/tts/example.ts', code)).toEqual([]);
-    const fromSrc = await layerErrors('actors/render/example.ts', "import { Overloaded } from '../../src/domain-errors.ts';\nexport const x = Overloaded;\n");
+    const fromSrc = await layerErrors(
+      'actors/render/example.ts',
+      "import { Overloaded } from '../../src/domain-errors.ts';\nexport const x = Overloaded;\n",
+    );
     expect(fromSrc).toHaveLength(1);
     expect(fromSrc[0]).toMatch(/never import src/);
   });

@@ -85,9 +85,22 @@ async function sessionCycle(baseUrl: string, text: string): Promise<void> {
     expect((await postJson(baseUrl, `/sessions/${id}/start`)).status).toBe(200);
     const spoke = await postJson(baseUrl, `/sessions/${id}/speak`, { text });
     expect(spoke.status, await spoke.clone().text()).toBe(200);
-    const speaking = await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'speaking', TURN_TIMEOUT_MS, 'status speaking');
-    await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', TURN_TIMEOUT_MS, 'status idle', sse.events.indexOf(speaking));
-    const deleted = await fetch(`${baseUrl}/sessions/${id}`, { method: 'DELETE', headers: NO_KEEP_ALIVE, signal: AbortSignal.timeout(TURN_TIMEOUT_MS) });
+    const speaking = await sse.waitFor(
+      (e) => e.type === 'status' && e.data.stage === 'speaking',
+      TURN_TIMEOUT_MS,
+      'status speaking',
+    );
+    await sse.waitFor(
+      (e) => e.type === 'status' && e.data.stage === 'idle',
+      TURN_TIMEOUT_MS,
+      'status idle',
+      sse.events.indexOf(speaking),
+    );
+    const deleted = await fetch(`${baseUrl}/sessions/${id}`, {
+      method: 'DELETE',
+      headers: NO_KEEP_ALIVE,
+      signal: AbortSignal.timeout(TURN_TIMEOUT_MS),
+    });
     expect(deleted.status).toBe(200);
     await sse.waitFor((e) => e.type === 'session.terminated', TURN_TIMEOUT_MS, 'session.terminated');
   } finally {
@@ -135,75 +148,100 @@ interface Snapshot {
 async function snapshot(service: ServiceProcess): Promise<Snapshot> {
   process.kill(service.pid, 'SIGUSR2');
   await new Promise((r) => setTimeout(r, GC_SETTLE_MS));
-  return { service: await processStats(service.pid), children: await descendantStats(service.pid), tempEntries: await entriesUnder(service.tmpDir) };
+  return {
+    service: await processStats(service.pid),
+    children: await descendantStats(service.pid),
+    tempEntries: await entriesUnder(service.tmpDir),
+  };
 }
 
 describe('resources after 200 session cycles and 200 previews', () => {
   let service: ServiceProcess;
 
   beforeAll(async () => {
-    service = await startServiceProcess({ env: { NODE_OPTIONS: [process.env.NODE_OPTIONS, `--import=${GC_ON_SIGNAL}`].filter(Boolean).join(' ') } });
+    service = await startServiceProcess({
+      env: { NODE_OPTIONS: [process.env.NODE_OPTIONS, `--import=${GC_ON_SIGNAL}`].filter(Boolean).join(' ') },
+    });
   }, FILE_TIMEOUT_MS);
 
   afterAll(async () => {
     await service?.stop();
   });
 
-  it('returns open fds and temp files to the baseline and keeps RSS growth bounded', async () => {
-    const { baseUrl } = service;
-    for (let i = 0; i < WARM_UP; i++) {
-      await sessionCycle(baseUrl, 'Hi.');
-      await preview(baseUrl, 'Hello.');
-    }
-    await new Promise((r) => setTimeout(r, 1_000));
-    const before = await snapshot(service);
-    const kindsBefore = await fdKinds(service.pid);
+  it(
+    'returns open fds and temp files to the baseline and keeps RSS growth bounded',
+    async () => {
+      const { baseUrl } = service;
+      for (let i = 0; i < WARM_UP; i++) {
+        await sessionCycle(baseUrl, 'Hi.');
+        await preview(baseUrl, 'Hello.');
+      }
+      await new Promise((r) => setTimeout(r, 1_000));
+      const before = await snapshot(service);
+      const kindsBefore = await fdKinds(service.pid);
 
-    const started = performance.now();
-    await inParallel(CYCLES, (i) => sessionCycle(baseUrl, i % 2 ? 'Hi.' : 'Hello there.'));
-    const cyclesSeconds = (performance.now() - started) / 1000;
-    const previewsStarted = performance.now();
-    await inParallel(PREVIEWS, (i) => preview(baseUrl, i % 2 ? 'Hello.' : `Preview number ${i}.`));
-    const previewsSeconds = (performance.now() - previewsStarted) / 1000;
+      const started = performance.now();
+      await inParallel(CYCLES, (i) => sessionCycle(baseUrl, i % 2 ? 'Hi.' : 'Hello there.'));
+      const cyclesSeconds = (performance.now() - started) / 1000;
+      const previewsStarted = performance.now();
+      await inParallel(PREVIEWS, (i) => preview(baseUrl, i % 2 ? 'Hello.' : `Preview number ${i}.`));
+      const previewsSeconds = (performance.now() - previewsStarted) / 1000;
 
-    // Let closing sockets and ending streams settle: poll until the fds are back, within a bound.
-    let after = await snapshot(service);
-    const deadline = performance.now() + SETTLE_TIMEOUT_MS;
-    while (performance.now() < deadline && (after.service.openFds > before.service.openFds || after.tempEntries.length > before.tempEntries.length)) {
-      await new Promise((r) => setTimeout(r, 250));
-      after = await snapshot(service);
-    }
-    const kindsAfter = await fdKinds(service.pid);
-    // Reused frame buffers live in shared memory the garbage collector does not count: every one lent to a
-    // session must have come back when it closed (`actors/render/frame-buffers.ts`).
-    const metrics = parsePrometheusText(await (await fetch(`${baseUrl}/metrics`)).text());
-    const frameBuffersOutstanding = sampleValue(metrics, 'avatar_frame_buffers_outstanding');
+      // Let closing sockets and ending streams settle: poll until the fds are back, within a bound.
+      let after = await snapshot(service);
+      const deadline = performance.now() + SETTLE_TIMEOUT_MS;
+      while (
+        performance.now() < deadline &&
+        (after.service.openFds > before.service.openFds || after.tempEntries.length > before.tempEntries.length)
+      ) {
+        await new Promise((r) => setTimeout(r, 250));
+        after = await snapshot(service);
+      }
+      const kindsAfter = await fdKinds(service.pid);
+      // Reused frame buffers live in shared memory the garbage collector does not count: every one lent to a
+      // session must have come back when it closed (`actors/render/frame-buffers.ts`).
+      const metrics = parsePrometheusText(await (await fetch(`${baseUrl}/metrics`)).text());
+      const frameBuffersOutstanding = sampleValue(metrics, 'avatar_frame_buffers_outstanding');
 
-    const figures = {
-      cycles: CYCLES,
-      previews: PREVIEWS,
-      cyclesSeconds: Number(cyclesSeconds.toFixed(1)),
-      previewsSeconds: Number(previewsSeconds.toFixed(1)),
-      serviceFds: { before: before.service.openFds, after: after.service.openFds },
-      childProcesses: { before: before.children.processes, after: after.children.processes },
-      childFds: { before: before.children.openFds, after: after.children.openFds },
-      tempEntries: { before: before.tempEntries.length, after: after.tempEntries.length },
-      serviceRssMiB: { before: Math.round(before.service.rssKiB / 1024), after: Math.round(after.service.rssKiB / 1024) },
-      childRssMiB: { before: Math.round(before.children.rssKiB / 1024), after: Math.round(after.children.rssKiB / 1024) },
-      serviceThreads: { before: before.service.threads, after: after.service.threads },
-      serviceFdKinds: { before: kindsBefore, after: kindsAfter },
-      frameBuffersOutstanding,
-    };
-    console.log(`leak.cycles figures ${JSON.stringify(figures)}`);
+      const figures = {
+        cycles: CYCLES,
+        previews: PREVIEWS,
+        cyclesSeconds: Number(cyclesSeconds.toFixed(1)),
+        previewsSeconds: Number(previewsSeconds.toFixed(1)),
+        serviceFds: { before: before.service.openFds, after: after.service.openFds },
+        childProcesses: { before: before.children.processes, after: after.children.processes },
+        childFds: { before: before.children.openFds, after: after.children.openFds },
+        tempEntries: { before: before.tempEntries.length, after: after.tempEntries.length },
+        serviceRssMiB: {
+          before: Math.round(before.service.rssKiB / 1024),
+          after: Math.round(after.service.rssKiB / 1024),
+        },
+        childRssMiB: {
+          before: Math.round(before.children.rssKiB / 1024),
+          after: Math.round(after.children.rssKiB / 1024),
+        },
+        serviceThreads: { before: before.service.threads, after: after.service.threads },
+        serviceFdKinds: { before: kindsBefore, after: kindsAfter },
+        frameBuffersOutstanding,
+      };
+      console.log(`leak.cycles figures ${JSON.stringify(figures)}`);
 
-    expect(service.exitStatus(), service.logs().slice(-2000)).toBeNull();
-    expect(after.service.openFds - before.service.openFds, `fds by kind before ${JSON.stringify(kindsBefore)} after ${JSON.stringify(kindsAfter)}`).toBeLessThanOrEqual(FD_BOUND);
-    expect(after.children.processes - before.children.processes).toBeLessThanOrEqual(CHILD_PROCESS_BOUND);
-    expect(after.children.openFds - before.children.openFds).toBeLessThanOrEqual(CHILD_FD_BOUND);
-    expect(after.tempEntries.length - before.tempEntries.length, `temp entries left: ${after.tempEntries.filter((e) => !before.tempEntries.includes(e)).join(', ')}`).toBeLessThanOrEqual(TEMP_ENTRY_BOUND);
-    expect(after.service.rssKiB - before.service.rssKiB).toBeLessThanOrEqual(RSS_BOUND_KIB);
-    expect(after.children.rssKiB - before.children.rssKiB).toBeLessThanOrEqual(RSS_BOUND_KIB);
-    expect(after.service.threads).toBeLessThanOrEqual(before.service.threads + THREAD_BOUND);
-    expect(frameBuffersOutstanding).toBe(0);
-  }, FILE_TIMEOUT_MS);
+      expect(service.exitStatus(), service.logs().slice(-2000)).toBeNull();
+      expect(
+        after.service.openFds - before.service.openFds,
+        `fds by kind before ${JSON.stringify(kindsBefore)} after ${JSON.stringify(kindsAfter)}`,
+      ).toBeLessThanOrEqual(FD_BOUND);
+      expect(after.children.processes - before.children.processes).toBeLessThanOrEqual(CHILD_PROCESS_BOUND);
+      expect(after.children.openFds - before.children.openFds).toBeLessThanOrEqual(CHILD_FD_BOUND);
+      expect(
+        after.tempEntries.length - before.tempEntries.length,
+        `temp entries left: ${after.tempEntries.filter((e) => !before.tempEntries.includes(e)).join(', ')}`,
+      ).toBeLessThanOrEqual(TEMP_ENTRY_BOUND);
+      expect(after.service.rssKiB - before.service.rssKiB).toBeLessThanOrEqual(RSS_BOUND_KIB);
+      expect(after.children.rssKiB - before.children.rssKiB).toBeLessThanOrEqual(RSS_BOUND_KIB);
+      expect(after.service.threads).toBeLessThanOrEqual(before.service.threads + THREAD_BOUND);
+      expect(frameBuffersOutstanding).toBe(0);
+    },
+    FILE_TIMEOUT_MS,
+  );
 });

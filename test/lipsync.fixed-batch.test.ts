@@ -18,7 +18,11 @@ import { FakeKserveServer } from './fakes/kserve-server.ts';
 import { tinyLipsyncModel, writeModelFile } from './helpers/tiny-onnx.ts';
 
 const ASTRONAUT_DIR = path.resolve(import.meta.dirname, '..', 'avatars', 'astronaut');
-const astronaut: AvatarSource = { id: 'astronaut', dir: ASTRONAUT_DIR, manifest: JSON.parse(readFileSync(path.join(ASTRONAUT_DIR, 'manifest.json'), 'utf8')) };
+const astronaut: AvatarSource = {
+  id: 'astronaut',
+  dir: ASTRONAUT_DIR,
+  manifest: JSON.parse(readFileSync(path.join(ASTRONAUT_DIR, 'manifest.json'), 'utf8')),
+};
 
 /** Distinct loudness per frame, so a frame answered with another frame's output would show. */
 const AMPLITUDES = [0.002, 0.3, 0.01, 0.1, 0.03, 0.2];
@@ -29,10 +33,18 @@ function request(frameIdx: number, amplitude: number): FrameRequest {
     state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
     return Math.round(amplitude * 32767 * (state / 2 ** 31 - 1));
   });
-  return { frameIdx, ptsMs: frameIdx * 40, mouth: CLOSED_MOUTH, level: 0, speaking: true, audio: { sampleRate: 16_000, pcm, leadSamples: 500 } };
+  return {
+    frameIdx,
+    ptsMs: frameIdx * 40,
+    mouth: CLOSED_MOUTH,
+    level: 0,
+    speaking: true,
+    audio: { sampleRate: 16_000, pcm, leadSamples: 500 },
+  };
 }
 
-const requests = (count: number, from = 0) => AMPLITUDES.slice(0, count).map((amplitude, i) => request(from + i, amplitude));
+const requests = (count: number, from = 0) =>
+  AMPLITUDES.slice(0, count).map((amplitude, i) => request(from + i, amplitude));
 
 /** Largest per-byte difference between two frames. */
 function maxDiff(a: I420Frame, b: I420Frame): number {
@@ -98,7 +110,10 @@ describe('fixed-batch lip-sync models', () => {
 
   for (const batch of [4, 1]) {
     it(`KServe, fixed batch ${batch}: requests of exactly ${batch} rows, the last padded; frames equal the dynamic model’s`, async () => {
-      const fake = await FakeKserveServer.start({ model: tinyLipsyncModel({ size: 96, batch }), modelName: `wav2lip_b${batch}` });
+      const fake = await FakeKserveServer.start({
+        model: tinyLipsyncModel({ size: 96, batch }),
+        modelName: `wav2lip_b${batch}`,
+      });
       try {
         const remote = new RemoteLipsyncModel({ baseUrl: fake.url, model: `wav2lip_b${batch}` });
         expect((await remote.refresh()).state).toBe('connected');

@@ -5,10 +5,20 @@
  * a dead server and close().
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { KserveError, KserveLipsyncClient, type KserveClientOptions, type LipsyncBatch } from '../actors/lipsync/kserve-client.ts';
+import {
+  KserveError,
+  KserveLipsyncClient,
+  type KserveClientOptions,
+  type LipsyncBatch,
+} from '../actors/lipsync/kserve-client.ts';
 import { prepareKserveJsonReader } from '../actors/lipsync/kserve-json-pool.ts';
 import { BackendOverloadedError } from '../actors/lipsync/neural-renderer.ts';
-import { BatchingKserveInference, MAX_FRAMES_WAITING, OFFLINE_MAX_FRAMES_WAITING, REMOTE_MAX_BATCH } from '../actors/lipsync/remote-model.ts';
+import {
+  BatchingKserveInference,
+  MAX_FRAMES_WAITING,
+  OFFLINE_MAX_FRAMES_WAITING,
+  REMOTE_MAX_BATCH,
+} from '../actors/lipsync/remote-model.ts';
 import { FakeKserveServer, type FakeKserveOptions } from './fakes/kserve-server.ts';
 import { tinyLipsyncModel, tinyLipsyncReference, wrongSignatureModel } from './helpers/tiny-onnx.ts';
 
@@ -96,9 +106,16 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
   });
 
   it('falls back to JSON tensors when the server does not list the binary extension', async () => {
-    const server = await startServer({ advertiseBinary: false, model: tinyLipsyncModel({ size: 64, melName: 'audio', faceName: 'video_frames' }) });
+    const server = await startServer({
+      advertiseBinary: false,
+      model: tinyLipsyncModel({ size: 64, melName: 'audio', faceName: 'video_frames' }),
+    });
     const client = clientFor(server);
-    expect(await client.connect(never())).toMatchObject({ connected: true, encoding: 'json', signature: { melInput: 'audio', size: 64 } });
+    expect(await client.connect(never())).toMatchObject({
+      connected: true,
+      encoding: 'json',
+      signature: { melInput: 'audio', size: 64 },
+    });
     const batch = batchOf(2, 64);
     expectReferenceOutput(await client.infer(batch, never()), batch, 64);
     expect(server.stats).toMatchObject({ inferBinary: 0, inferJson: 1, binaryAnswers: 0 });
@@ -130,7 +147,7 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
     expect(server.stats.inferJson).toBe(1);
   });
 
-  it("reads a JSON answer off the event loop: the main thread never parses its megabytes of numbers", async () => {
+  it('reads a JSON answer off the event loop: the main thread never parses its megabytes of numbers', async () => {
     const server = await startServer();
     const client = clientFor(server, { encoding: 'json' });
     expect(await client.connect(never())).toMatchObject({ connected: true, encoding: 'json' });
@@ -147,7 +164,9 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
       parsed = [...parse.mock.calls];
       parse.mockRestore();
     }
-    const answersParsedHere = parsed.filter(([text]) => typeof text === 'string' && text.length > 100_000 && !text.startsWith('{"inputs"'));
+    const answersParsedHere = parsed.filter(
+      ([text]) => typeof text === 'string' && text.length > 100_000 && !text.startsWith('{"inputs"'),
+    );
     expect(answersParsedHere.map(([text]) => (text as string).length)).toEqual([]);
     expectReferenceOutput(output, batch, 96);
     expect(server.stats.inferJson).toBe(1);
@@ -158,7 +177,11 @@ describe('KServe v2 lip-sync client against a loopback server', () => {
     const client = clientFor(server);
     server.behaviour.ready = false;
     expect(await client.ready(never())).toBe(false);
-    expect(await client.connect(never())).toEqual({ connected: false, problem: 'not_ready', reason: 'the server or the model is not ready' });
+    expect(await client.connect(never())).toEqual({
+      connected: false,
+      problem: 'not_ready',
+      reason: 'the server or the model is not ready',
+    });
     server.behaviour.ready = true;
     server.behaviour.modelReady = false;
     expect(await client.ready(never())).toBe(false);

@@ -8,7 +8,13 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parseWav } from '../actors/audio/wav.ts';
 import { ComplexFft, RealFft } from '../actors/lipsync/fft.ts';
-import { MEL_SILENCE, melColumnsForSamples, melWindowForFrame, wav2lipMelSpectrogram, type MelSpectrogram } from '../actors/lipsync/mel.ts';
+import {
+  MEL_SILENCE,
+  melColumnsForSamples,
+  melWindowForFrame,
+  wav2lipMelSpectrogram,
+  type MelSpectrogram,
+} from '../actors/lipsync/mel.ts';
 
 const SR = 16_000;
 
@@ -98,7 +104,8 @@ function maxAbsDifference(actual: MelSpectrogram, expected: number[][]): number 
   expect(actual.columns).toBe(expected[0].length);
   let worst = 0;
   for (let b = 0; b < actual.bands; b++) {
-    for (let c = 0; c < actual.columns; c++) worst = Math.max(worst, Math.abs(actual.data[b * actual.columns + c] - expected[b][c]));
+    for (let c = 0; c < actual.columns; c++)
+      worst = Math.max(worst, Math.abs(actual.data[b * actual.columns + c] - expected[b][c]));
   }
   return worst;
 }
@@ -112,7 +119,8 @@ function seededNoise(length: number, seed: number): number[] {
   });
 }
 
-const tone = (hz: number, seconds: number, amplitude: number) => Array.from({ length: Math.round(seconds * SR) }, (_, n) => amplitude * Math.sin((2 * Math.PI * hz * n) / SR));
+const tone = (hz: number, seconds: number, amplitude: number) =>
+  Array.from({ length: Math.round(seconds * SR) }, (_, n) => amplitude * Math.sin((2 * Math.PI * hz * n) / SR));
 const chirp = (seconds: number) =>
   Array.from({ length: Math.round(seconds * SR) }, (_, n) => {
     const t = n / SR;
@@ -186,7 +194,9 @@ describe('Wav2Lip mel spectrogram', () => {
   });
 
   it('matches librosa on the committed reference signals (chirp, vowel, recorded speech)', () => {
-    const fixture = JSON.parse(readFileSync(new URL('./fixtures/wav2lip-mel-librosa.json', import.meta.url), 'utf8')) as {
+    const fixture = JSON.parse(
+      readFileSync(new URL('./fixtures/wav2lip-mel-librosa.json', import.meta.url), 'utf8'),
+    ) as {
       signals: Record<string, number[][]>;
     };
     const t = (n: number) => n / SR;
@@ -216,12 +226,16 @@ describe('Wav2Lip mel spectrogram', () => {
       const mel = wav2lipMelSpectrogram(Float32Array.from(tone(hz, 0.5, 0.5)));
       const column = Math.floor(mel.columns / 2);
       let loudest = 0;
-      for (let b = 1; b < mel.bands; b++) if (mel.data[b * mel.columns + column] > mel.data[loudest * mel.columns + column]) loudest = b;
+      for (let b = 1; b < mel.bands; b++)
+        if (mel.data[b * mel.columns + column] > mel.data[loudest * mel.columns + column]) loudest = b;
       let nearest = 0;
-      for (let b = 1; b < 80; b++) if (Math.abs(bandCentreMel(b) - toMel(hz)) < Math.abs(bandCentreMel(nearest) - toMel(hz))) nearest = b;
+      for (let b = 1; b < 80; b++)
+        if (Math.abs(bandCentreMel(b) - toMel(hz)) < Math.abs(bandCentreMel(nearest) - toMel(hz))) nearest = b;
       expect(loudest, `${hz} Hz`).toBe(nearest);
       // Far from the tone the spectrum is at least 2 units (25 dB) down.
-      expect(mel.data[loudest * mel.columns + column] - mel.data[(loudest > 40 ? 5 : 75) * mel.columns + column]).toBeGreaterThan(2);
+      expect(
+        mel.data[loudest * mel.columns + column] - mel.data[(loudest > 40 ? 5 : 75) * mel.columns + column],
+      ).toBeGreaterThan(2);
     }
   });
 });
@@ -233,7 +247,8 @@ describe('melWindowForFrame', () => {
     for (let b = 0; b < 80; b++) for (let c = 0; c < columns; c++) data[b * columns + c] = b * 1000 + c;
     return { bands: 80, columns, data };
   }
-  const columnsOf = (window: Float32Array, band: number) => Array.from(window.subarray(band * 16, band * 16 + 16)).map((v) => v - band * 1000);
+  const columnsOf = (window: Float32Array, band: number) =>
+    Array.from(window.subarray(band * 16, band * 16 + 16)).map((v) => v - band * 1000);
   const range = (start: number) => Array.from({ length: 16 }, (_, i) => start + i);
 
   it('takes the 16 columns from int(frame · 80 / fps), band by band', () => {

@@ -44,7 +44,12 @@ describe('lipsync_b on a video avatar', () => {
     renderPool = new RenderPool({ threads: 1 });
     model = await writeModelFile(tinyLipsyncModel({ size: 96 }), 'clip.onnx');
     const inline = new LocalLipsyncModel({ file: model.path, provider: 'cpu', pool: () => pool });
-    const offloaded = new LocalLipsyncModel({ file: model.path, provider: 'cpu', pool: () => pool, offload: renderPool });
+    const offloaded = new LocalLipsyncModel({
+      file: model.path,
+      provider: 'cpu',
+      pool: () => pool,
+      offload: renderPool,
+    });
     expect((await inline.check()).state).toBe('connected');
     expect((await offloaded.check()).state).toBe('connected');
     // Opened without the loop in memory (as a session's catalog source is): the renderer reads it itself.
@@ -85,7 +90,12 @@ describe('lipsync_b on a video avatar', () => {
       const rows = crop.y + crop.side / 2;
       expect(Buffer.compare(upperRows(spoken6, rows), upperRows(idle6, rows))).toBe(0);
       // ...and the model's face is pasted below it.
-      const mouth = { x0: crop.x + crop.side * 0.3, y0: crop.y + crop.side * 0.65, x1: crop.x + crop.side * 0.7, y1: crop.y + crop.side * 0.85 };
+      const mouth = {
+        x0: crop.x + crop.side * 0.3,
+        y0: crop.y + crop.side * 0.65,
+        x1: crop.x + crop.side * 0.7,
+        y1: crop.y + crop.side * 0.85,
+      };
       expect(lumaDiff(spoken6, idle6, mouth).inside).toBeGreaterThan(2);
       expect(renderer.counts.neural).toBeGreaterThanOrEqual(1);
     });

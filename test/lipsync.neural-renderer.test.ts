@@ -17,11 +17,21 @@ import { CLOSED_MOUTH } from '../actors/render/types.ts';
 import { tinyLipsyncModel, wrongSignatureModel, writeModelFile, WRONG_SIGNATURE_KINDS } from './helpers/tiny-onnx.ts';
 
 const ASTRONAUT_DIR = path.resolve(import.meta.dirname, '..', 'avatars', 'astronaut');
-const astronaut: AvatarSource = { id: 'astronaut', dir: ASTRONAUT_DIR, manifest: JSON.parse(readFileSync(path.join(ASTRONAUT_DIR, 'manifest.json'), 'utf8')) };
+const astronaut: AvatarSource = {
+  id: 'astronaut',
+  dir: ASTRONAUT_DIR,
+  manifest: JSON.parse(readFileSync(path.join(ASTRONAUT_DIR, 'manifest.json'), 'utf8')),
+};
 
 /** 16 kHz audio around a frame: broadband noise at `amplitude` (0 = silence) over the whole window; null = no audio. */
 function request(frameIdx: number, amplitude: number | null): FrameRequest {
-  const base: FrameRequest = { frameIdx, ptsMs: frameIdx * 40, mouth: CLOSED_MOUTH, level: 0, speaking: amplitude !== null };
+  const base: FrameRequest = {
+    frameIdx,
+    ptsMs: frameIdx * 40,
+    mouth: CLOSED_MOUTH,
+    level: 0,
+    speaking: amplitude !== null,
+  };
   if (amplitude === null) return base;
   let state = 99;
   const pcm = Int16Array.from({ length: 4000 }, () => {
@@ -45,7 +55,9 @@ describe('lipsync_b renderer on the inference pool', () => {
 
   beforeAll(async () => {
     pool = new InferencePool({ batchWindowMs: 20 });
-    model = await writeModelFile(tinyLipsyncModel({ size: 96, melName: 'audio_sequences', faceName: 'face_sequences', faceFirst: true }));
+    model = await writeModelFile(
+      tinyLipsyncModel({ size: 96, melName: 'audio_sequences', faceName: 'face_sequences', faceFirst: true }),
+    );
     local = new LocalLipsyncModel({ file: model.path, provider: 'cpu', pool: () => pool });
     const status = await local.check();
     expect(status.state, status.reason).toBe('connected');
@@ -63,17 +75,32 @@ describe('lipsync_b renderer on the inference pool', () => {
     const frames = await renderer.render(amplitudes.map((amplitude, i) => request(i, amplitude)));
     const [idle] = frames;
     const crop = faceCropOf(astronaut);
-    const mouth = { x0: crop.x + crop.side * 0.3, y0: crop.y + crop.side * 0.65, x1: crop.x + crop.side * 0.7, y1: crop.y + crop.side * 0.85 };
-    const lumas = frames.map((frame) => meanLuma(frame, Math.round(mouth.x0), Math.round(mouth.y0), Math.round(mouth.x1), Math.round(mouth.y1)));
+    const mouth = {
+      x0: crop.x + crop.side * 0.3,
+      y0: crop.y + crop.side * 0.65,
+      x1: crop.x + crop.side * 0.7,
+      y1: crop.y + crop.side * 0.85,
+    };
+    const lumas = frames.map((frame) =>
+      meanLuma(frame, Math.round(mouth.x0), Math.round(mouth.y0), Math.round(mouth.x1), Math.round(mouth.y1)),
+    );
     // Louder → brighter, strictly, from silence up.
-    for (let i = 2; i < lumas.length; i++) expect(lumas[i], `amplitude ${amplitudes[i]}`).toBeGreaterThan(lumas[i - 1] + 1);
+    for (let i = 2; i < lumas.length; i++)
+      expect(lumas[i], `amplitude ${amplitudes[i]}`).toBeGreaterThan(lumas[i - 1] + 1);
     expect(lumas.at(-1)! - lumas[1]).toBeGreaterThan(20);
     // Everything above the crop's midline (eyes, forehead, hair) and every row outside the crop is the photo.
     const upperEnd = (crop.y + crop.side / 2) * idle.width;
     const lowerStart = (crop.y + crop.side) * idle.width;
     for (const frame of frames) {
-      expect(Buffer.compare(Buffer.from(frame.data.subarray(0, upperEnd)), Buffer.from(idle.data.subarray(0, upperEnd)))).toBe(0);
-      expect(Buffer.compare(Buffer.from(frame.data.subarray(lowerStart, idle.width * idle.height)), Buffer.from(idle.data.subarray(lowerStart, idle.width * idle.height)))).toBe(0);
+      expect(
+        Buffer.compare(Buffer.from(frame.data.subarray(0, upperEnd)), Buffer.from(idle.data.subarray(0, upperEnd))),
+      ).toBe(0);
+      expect(
+        Buffer.compare(
+          Buffer.from(frame.data.subarray(lowerStart, idle.width * idle.height)),
+          Buffer.from(idle.data.subarray(lowerStart, idle.width * idle.height)),
+        ),
+      ).toBe(0);
     }
     expect(renderer.counts.idle).toBeGreaterThanOrEqual(1);
   });
@@ -100,7 +127,12 @@ describe('lipsync_b renderer with its mel windows and paste-back in the render p
     renderPool = new RenderPool({ threads: 2 });
     model = await writeModelFile(tinyLipsyncModel({ size: 96 }), 'offload.onnx');
     const plain = new LocalLipsyncModel({ file: model.path, provider: 'cpu', pool: () => pool });
-    const withWorkers = new LocalLipsyncModel({ file: model.path, provider: 'cpu', pool: () => pool, offload: renderPool });
+    const withWorkers = new LocalLipsyncModel({
+      file: model.path,
+      provider: 'cpu',
+      pool: () => pool,
+      offload: renderPool,
+    });
     expect((await plain.check()).state).toBe('connected');
     expect((await withWorkers.check()).state).toBe('connected');
     inline = await plain.open(astronaut);
@@ -122,7 +154,9 @@ describe('lipsync_b renderer with its mel windows and paste-back in the render p
     const tasksBefore = renderPool.loadSnapshot.completed;
     const got = await offloaded.render(asked);
     expect(got).toHaveLength(expected.length);
-    got.forEach((frame, i) => expect(Buffer.compare(Buffer.from(frame.data), Buffer.from(expected[i].data)), `frame ${i}`).toBe(0));
+    got.forEach((frame, i) =>
+      expect(Buffer.compare(Buffer.from(frame.data), Buffer.from(expected[i].data)), `frame ${i}`).toBe(0),
+    );
     expect(offloaded.counts).toEqual(inline.counts);
     // One mel task and one paste-back task for the call.
     expect(renderPool.loadSnapshot.completed - tasksBefore).toBe(2);
@@ -145,7 +179,11 @@ describe('lipsync_b start-up check', () => {
   });
 
   it('reports a missing file and a file that is not ONNX, without the path', async () => {
-    const missing = new LocalLipsyncModel({ file: path.join(ASTRONAUT_DIR, 'no-such-model.onnx'), provider: 'cpu', pool: () => pool });
+    const missing = new LocalLipsyncModel({
+      file: path.join(ASTRONAUT_DIR, 'no-such-model.onnx'),
+      provider: 'cpu',
+      pool: () => pool,
+    });
     const status = await missing.check();
     expect(status.state).toBe('error');
     expect(status.reason).toMatch(/does not exist/);
@@ -161,18 +199,21 @@ describe('lipsync_b start-up check', () => {
     }
   });
 
-  it.each(WRONG_SIGNATURE_KINDS)('leaves a model with a wrong signature (%s) not connected, with the declared tensors as the reason', async (kind) => {
-    const file = await writeModelFile(wrongSignatureModel(kind), `${kind}.onnx`);
-    try {
-      const local = new LocalLipsyncModel({ file: file.path, provider: 'cpu', pool: () => pool });
-      const status = await local.check();
-      expect(status.state).toBe('error');
-      expect(status.reason).toMatch(/Wav2Lip signature/);
-      expect(status.reason).toMatch(/\[/);
-      expect(status.reason).not.toContain(file.path);
-      await expect(local.open(astronaut)).rejects.toThrow(/not connected/);
-    } finally {
-      await file.remove();
-    }
-  });
+  it.each(WRONG_SIGNATURE_KINDS)(
+    'leaves a model with a wrong signature (%s) not connected, with the declared tensors as the reason',
+    async (kind) => {
+      const file = await writeModelFile(wrongSignatureModel(kind), `${kind}.onnx`);
+      try {
+        const local = new LocalLipsyncModel({ file: file.path, provider: 'cpu', pool: () => pool });
+        const status = await local.check();
+        expect(status.state).toBe('error');
+        expect(status.reason).toMatch(/Wav2Lip signature/);
+        expect(status.reason).toMatch(/\[/);
+        expect(status.reason).not.toContain(file.path);
+        await expect(local.open(astronaut)).rejects.toThrow(/not connected/);
+      } finally {
+        await file.remove();
+      }
+    },
+  );
 });

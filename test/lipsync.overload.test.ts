@@ -9,20 +9,40 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { BackendOverloadedError, type FallbackRenderer, type NeuralLipsyncRenderer } from '../actors/lipsync/neural-renderer.ts';
-import { MAX_FRAMES_WAITING, MAX_TIMEOUTS_IN_A_ROW, REMOTE_MAX_BATCH, RemoteLipsyncModel } from '../actors/lipsync/remote-model.ts';
+import {
+  BackendOverloadedError,
+  type FallbackRenderer,
+  type NeuralLipsyncRenderer,
+} from '../actors/lipsync/neural-renderer.ts';
+import {
+  MAX_FRAMES_WAITING,
+  MAX_TIMEOUTS_IN_A_ROW,
+  REMOTE_MAX_BATCH,
+  RemoteLipsyncModel,
+} from '../actors/lipsync/remote-model.ts';
 import type { AvatarSource, FrameRequest, I420Frame } from '../actors/render/types.ts';
 import { CLOSED_MOUTH } from '../actors/render/types.ts';
 import { FakeKserveServer } from './fakes/kserve-server.ts';
 
 const ASTRONAUT_DIR = path.resolve(import.meta.dirname, '..', 'avatars', 'astronaut');
-const astronaut: AvatarSource = { id: 'astronaut', dir: ASTRONAUT_DIR, manifest: JSON.parse(readFileSync(path.join(ASTRONAUT_DIR, 'manifest.json'), 'utf8')) };
+const astronaut: AvatarSource = {
+  id: 'astronaut',
+  dir: ASTRONAUT_DIR,
+  manifest: JSON.parse(readFileSync(path.join(ASTRONAUT_DIR, 'manifest.json'), 'utf8')),
+};
 /** A fallback frame: every byte this value, which no rendered photo is. */
 const FALLBACK_BYTE = 7;
 
 function speech(frameIdx: number): FrameRequest {
   const pcm = Int16Array.from({ length: 4000 }, (_, i) => Math.round(8000 * Math.sin(i / 3)));
-  return { frameIdx, ptsMs: frameIdx * 40, mouth: CLOSED_MOUTH, level: 0, speaking: true, audio: { sampleRate: 16_000, pcm, leadSamples: 500 } };
+  return {
+    frameIdx,
+    ptsMs: frameIdx * 40,
+    mouth: CLOSED_MOUTH,
+    level: 0,
+    speaking: true,
+    audio: { sampleRate: 16_000, pcm, leadSamples: 500 },
+  };
 }
 const speechFrames = (count: number, from = 0) => Array.from({ length: count }, (_, i) => speech(from + i));
 const isFallback = (frame: I420Frame) => frame.data.every((byte) => byte === FALLBACK_BYTE);
@@ -42,7 +62,8 @@ async function openRenderer(inferTimeoutMs?: number) {
     width: 0,
     height: 0,
     fps: 25,
-    render: async (requests) => requests.map(() => ({ width: 2, height: 2, data: new Uint8Array(6).fill(FALLBACK_BYTE) })),
+    render: async (requests) =>
+      requests.map(() => ({ width: 2, height: 2, data: new Uint8Array(6).fill(FALLBACK_BYTE) })),
     close: () => undefined,
   });
   const model = new RemoteLipsyncModel({ baseUrl: server.url, model: server.modelName, fallback, inferTimeoutMs });

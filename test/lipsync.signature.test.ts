@@ -21,7 +21,8 @@ import {
 
 const sessions: ort.InferenceSession[] = [];
 async function load(model: Uint8Array | string): Promise<ort.InferenceSession> {
-  const session = typeof model === 'string' ? await ort.InferenceSession.create(model) : await ort.InferenceSession.create(model);
+  const session =
+    typeof model === 'string' ? await ort.InferenceSession.create(model) : await ort.InferenceSession.create(model);
   sessions.push(session);
   return session;
 }
@@ -38,7 +39,8 @@ function faceOf(batch: number, size: number): Float32Array {
 
 function meanOfRows(image: Float32Array, size: number, channel: number, rows: [number, number]): number {
   let sum = 0;
-  for (let y = rows[0]; y < rows[1]; y++) for (let x = 0; x < size; x++) sum += image[channel * size * size + y * size + x];
+  for (let y = rows[0]; y < rows[1]; y++)
+    for (let x = 0; x < size; x++) sum += image[channel * size * size + y * size + x];
   return sum / ((rows[1] - rows[0]) * size);
 }
 
@@ -55,7 +57,13 @@ describe('a tiny Wav2Lip-shaped ONNX model in onnxruntime-node', () => {
       const check = inspectOnnxSession(session);
       expect(check).toEqual({
         ok: true,
-        signature: { melInput: names.melName, faceInput: names.faceName, output: `${names.faceName}_out`, size: names.size, fixedBatch: null },
+        signature: {
+          melInput: names.melName,
+          faceInput: names.faceName,
+          output: `${names.faceName}_out`,
+          size: names.size,
+          fixedBatch: null,
+        },
       });
     });
   }
@@ -132,10 +140,16 @@ describe('the same check on KServe v2 model metadata', () => {
 
   it('accepts −1 batch dimensions and finds the tensors whatever their order', () => {
     const check = inspectLipsyncModel(
-      tensorSpecsFromKserve([tensor('video_frames', 'FP32', [-1, 6, 256, 256]), tensor('audio', 'FP32', [-1, 1, 80, 16])]),
+      tensorSpecsFromKserve([
+        tensor('video_frames', 'FP32', [-1, 6, 256, 256]),
+        tensor('audio', 'FP32', [-1, 1, 80, 16]),
+      ]),
       tensorSpecsFromKserve([tensor('aux', 'FP32', [-1, 1]), tensor('generated', 'FP32', [-1, 3, 256, 256])]),
     );
-    expect(check).toEqual({ ok: true, signature: { melInput: 'audio', faceInput: 'video_frames', output: 'generated', size: 256, fixedBatch: null } });
+    expect(check).toEqual({
+      ok: true,
+      signature: { melInput: 'audio', faceInput: 'video_frames', output: 'generated', size: 256, fixedBatch: null },
+    });
   });
 
   it('refuses half-precision tensors: the client speaks FP32 only', () => {
@@ -148,7 +162,11 @@ describe('the same check on KServe v2 model metadata', () => {
 
   it('refuses an extra input it could not feed', () => {
     const check = inspectLipsyncModel(
-      tensorSpecsFromKserve([tensor('mel', 'FP32', [-1, 1, 80, 16]), tensor('face', 'FP32', [-1, 6, 96, 96]), tensor('speaker', 'INT64', [-1, 1])]),
+      tensorSpecsFromKserve([
+        tensor('mel', 'FP32', [-1, 1, 80, 16]),
+        tensor('face', 'FP32', [-1, 6, 96, 96]),
+        tensor('speaker', 'INT64', [-1, 1]),
+      ]),
       tensorSpecsFromKserve([tensor('out', 'FP32', [-1, 3, 96, 96])]),
     );
     expect(check).toMatchObject({ ok: false, problem: 'extra_inputs' });

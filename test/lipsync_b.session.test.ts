@@ -10,7 +10,16 @@ import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { ReceivingPeer, type ReceivedFrame } from './helpers/peer.ts';
 import { SseClient } from './helpers/sse.ts';
 import { tinyLipsyncModel, wrongSignatureModel, writeModelFile } from './helpers/tiny-onnx.ts';
-import { astronautSource, faceRegions, pearson, recordSentMedia, regionLuma, rmsAround, waitUntil, type Region } from './helpers/neural-lipsync.ts';
+import {
+  astronautSource,
+  faceRegions,
+  pearson,
+  recordSentMedia,
+  regionLuma,
+  rmsAround,
+  waitUntil,
+  type Region,
+} from './helpers/neural-lipsync.ts';
 import { AUDIBLE_RMS } from './helpers/conversation.ts';
 import { sessionParts } from '../src/sessions/session.ts';
 
@@ -31,7 +40,10 @@ describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar',
   let idleEyes: number;
 
   beforeAll(async () => {
-    model = await writeModelFile(tinyLipsyncModel({ size: 96, melName: 'audio_sequences', faceName: 'face_sequences' }), 'wav2lip_96.onnx');
+    model = await writeModelFile(
+      tinyLipsyncModel({ size: 96, melName: 'audio_sequences', faceName: 'face_sequences' }),
+      'wav2lip_96.onnx',
+    );
     t = await startTestApp({ env: { SERVICE_LIPSYNC_B_MODEL: model.path } });
     regions = faceRegions(astronautSource(t.avatarsDir));
     const created = await post(t.baseUrl, '/sessions', { avatar_id: 'astronaut', model: 'lipsync_b' });
@@ -63,16 +75,29 @@ describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar',
 
   it('speaks: the mouth region brightens with the audio energy, the eyes stay as they were', async () => {
     // Whether the mouth follows the voice is read on the service's media timeline (recordSentMedia says why).
-    const sent = recordSentMedia(sessionParts(t.services.supervisor.liveSession(sessionId)!).media.playout, regions.mouth);
+    const sent = recordSentMedia(
+      sessionParts(t.services.supervisor.liveSession(sessionId)!).media.playout,
+      regions.mouth,
+    );
     const from = sse.events.length;
     const start = peer.frames.length;
     const sentAt = performance.now();
-    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Hello there. I am a talking avatar, and my mouth follows my voice. Listen to me speak.' })).status).toBe(200);
+    expect(
+      (
+        await post(t.baseUrl, `/sessions/${sessionId}/speak`, {
+          text: 'Hello there. I am a talking avatar, and my mouth follows my voice. Listen to me speak.',
+        })
+      ).status,
+    ).toBe(200);
     await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, 20_000, 'audible audio');
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle', from);
     // After the turn the face comes back to rest. How soon the last speaking frames reach a receiver after `idle`
     // is not promised (the video is held behind the audio, and a host at half speed sends frames late): waited for.
-    await peer.until(() => peer.frames.length > start && Math.abs(regionLuma(peer.frames.at(-1)!, regions.mouth) - idleMouth) < 3, 15_000, 'the face back at rest');
+    await peer.until(
+      () => peer.frames.length > start && Math.abs(regionLuma(peer.frames.at(-1)!, regions.mouth) - idleMouth) < 3,
+      15_000,
+      'the face back at rest',
+    );
     sent.stop();
     const frames = peer.frames.slice(start);
     const mouth = frames.map((frame) => regionLuma(frame, regions.mouth));
@@ -80,7 +105,10 @@ describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar',
     // Each frame against the audio around its presentation time, in dB like the mel front end; the same at the
     // receiver by receive time, printed for comparison.
     const r = sent.mouthAudioR();
-    const rReceived = pearson(mouth, frames.map((frame) => Math.log10(1 + rmsAround(peer.audio, frame.at + 80, 120))));
+    const rReceived = pearson(
+      mouth,
+      frames.map((frame) => Math.log10(1 + rmsAround(peer.audio, frame.at + 80, 120))),
+    );
     console.log(
       `lipsync_b: ${sent.frames.length} frames sent, ${frames.length} received, idle mouth ${idleMouth.toFixed(1)}, max ${Math.max(...mouth).toFixed(1)}, ` +
         `r(mouth, log audio rms) = ${r.toFixed(2)} as sent, ${rReceived.toFixed(2)} as received, eyes Δmax ${Math.max(...eyes.map((e) => Math.abs(e - idleEyes))).toFixed(2)}`,
@@ -99,7 +127,10 @@ describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar',
     // once the interrupt cuts the audio, the frames presented after the cut show the face at rest. When those frames
     // leave is the host's: on a starved core the frames for speech already played before the cut still leave (late)
     // after the interrupt was answered (12 of them once), and a receiver there decoded 5 frames in the second after it.
-    const recording = recordSentMedia(sessionParts(t.services.supervisor.liveSession(sessionId)!).media.playout, regions.mouth);
+    const recording = recordSentMedia(
+      sessionParts(t.services.supervisor.liveSession(sessionId)!).media.playout,
+      regions.mouth,
+    );
     const sent = recording.frames;
     try {
       // The idle frame as sent: the still photo, the same picture every frame until speech.
@@ -123,7 +154,10 @@ describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar',
       const openPastCut = pastCut.filter((frame) => frame.mouth !== restMouth);
       console.log(
         `lipsync_b: ${pastCut.length} frames presented more than ${REST_AFTER_CUT_MS} ms after the cut, ${openPastCut.length} not at rest; ` +
-          `mouth over rest around the cut: ${sent.filter((frame) => Math.abs(frame.mediaMs - cutMs) < 400).map((frame) => (frame.mouth - restMouth).toFixed(0)).join(' ')}`,
+          `mouth over rest around the cut: ${sent
+            .filter((frame) => Math.abs(frame.mediaMs - cutMs) < 400)
+            .map((frame) => (frame.mouth - restMouth).toFixed(0))
+            .join(' ')}`,
       );
       expect(pastCut.length).toBeGreaterThan(0);
       expect(openPastCut).toEqual([]);
@@ -131,9 +165,17 @@ describe('lipsync_b: a local Wav2Lip-family ONNX model drives the photo avatar',
       expect(recording.lastAudibleMs(AUDIBLE_RMS)).toBe(cutMs);
       // The viewer: the face comes back to rest there too, and stays (up to the encoder's noise).
       const atRest = (frame: ReceivedFrame) => Math.abs(regionLuma(frame, regions.mouth) - idleMouth) < 3;
-      await peer.until(() => peer.frames.at(-1)!.at > interruptAt && atRest(peer.frames.at(-1)!), 15_000, 'the face at rest at the viewer');
+      await peer.until(
+        () => peer.frames.at(-1)!.at > interruptAt && atRest(peer.frames.at(-1)!),
+        15_000,
+        'the face at rest at the viewer',
+      );
       const restAt = peer.frames.find((frame) => frame.at > interruptAt && atRest(frame))!.at;
-      await peer.until(() => peer.frames.filter((frame) => frame.at > restAt).length >= 3, 15_000, 'frames after the rest');
+      await peer.until(
+        () => peer.frames.filter((frame) => frame.at > restAt).length >= 3,
+        15_000,
+        'frames after the rest',
+      );
       console.log(`lipsync_b: mouth at rest at the viewer ${(restAt - interruptAt).toFixed(0)} ms after the interrupt`);
       expect(peer.frames.filter((frame) => frame.at > restAt).every(atRest)).toBe(true);
     } finally {

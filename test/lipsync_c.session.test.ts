@@ -13,7 +13,16 @@ import { KserveServerProcess } from './fakes/kserve-server-process.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { ReceivingPeer } from './helpers/peer.ts';
 import { SseClient } from './helpers/sse.ts';
-import { astronautSource, faceRegions, pearson, recordSentMedia, regionLuma, rmsAround, waitUntil, type Region } from './helpers/neural-lipsync.ts';
+import {
+  astronautSource,
+  faceRegions,
+  pearson,
+  recordSentMedia,
+  regionLuma,
+  rmsAround,
+  waitUntil,
+  type Region,
+} from './helpers/neural-lipsync.ts';
 import { AUDIBLE_RMS } from './helpers/conversation.ts';
 import { sessionParts } from '../src/sessions/session.ts';
 
@@ -81,7 +90,10 @@ async function speakTurn(live: Live, text: string) {
   // The media as the service sends it (recordSentMedia says why): the frames it promises to keep sending, whatever a
   // receiver on a starved host manages to decode (6 of ~100 in a turn once, on one core shared with Chromium), and
   // the pairing of each frame with its audio.
-  const sent = recordSentMedia(sessionParts(t.services.supervisor.liveSession(sessionId)!).media.playout, regions.mouth);
+  const sent = recordSentMedia(
+    sessionParts(t.services.supervisor.liveSession(sessionId)!).media.playout,
+    regions.mouth,
+  );
   const sentAt = performance.now();
   try {
     expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text })).status).toBe(200);
@@ -89,7 +101,11 @@ async function speakTurn(live: Live, text: string) {
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle', from);
     // Until the frame over the turn's last audible audio has left, on the service's own timeline.
     const lastAudibleMs = sent.lastAudibleMs(AUDIBLE_RMS);
-    await waitUntil(() => (sent.frames.at(-1)?.mediaMs ?? -Infinity) >= lastAudibleMs, LAST_FRAME_WAIT_MS, 'the turn’s last frame sent');
+    await waitUntil(
+      () => (sent.frames.at(-1)?.mediaMs ?? -Infinity) >= lastAudibleMs,
+      LAST_FRAME_WAIT_MS,
+      'the turn’s last frame sent',
+    );
     await new Promise((r) => setTimeout(r, 400));
   } finally {
     sent.stop();
@@ -135,12 +151,21 @@ for (const advertiseBinary of [true, false]) {
       expect(entry.reason).toContain(advertiseBinary ? 'binary' : 'json');
       expect(JSON.stringify(models)).not.toContain(live.fake.url);
 
-      const turn = await speakTurn(live, 'Hello there. I am a talking avatar on an inference server, and my mouth follows my voice.');
+      const turn = await speakTurn(
+        live,
+        'Hello there. I am a talking avatar on an inference server, and my mouth follows my voice.',
+      );
       // At the receiver, printed beside it: best over receive-time lags of −120…+280 ms.
-      const rReceived = Math.max(...[-120, -40, 40, 80, 120, 200, 280].map((lag) => pearson(turn.mouth, turn.energyAt(lag))));
+      const rReceived = Math.max(
+        ...[-120, -40, 40, 80, 120, 200, 280].map((lag) => pearson(turn.mouth, turn.energyAt(lag))),
+      );
       const stats = await live.fake.readStats();
       const { media } = await json(await fetch(`${live.t.baseUrl}/sessions/${live.sessionId}/metrics`));
-      const { counts } = (sessionParts(live.t.services.supervisor.liveSession(live.sessionId)!).media as unknown as { renderer: NeuralLipsyncRenderer }).renderer;
+      const { counts } = (
+        sessionParts(live.t.services.supervisor.liveSession(live.sessionId)!).media as unknown as {
+          renderer: NeuralLipsyncRenderer;
+        }
+      ).renderer;
       const { neural, fallback, overloaded } = counts;
       console.log(
         `lipsync_c ${encoding}: service frames sent ${media.frames_sent}, late ${media.frames_late}; renderer ${JSON.stringify(counts)}; ` +
@@ -162,7 +187,9 @@ for (const advertiseBinary of [true, false]) {
       // at the receiver, on a VM at half speed running the model server, the service and the receiver on one core, the
       // service counted 24–63 % of frames late and the receiver's frame times no longer said which audio a frame was
       // rendered for (r 0.07–0.30 there).
-      console.log(`lipsync_c ${encoding}: ${((100 * media.frames_late) / Math.max(1, media.frames_sent)).toFixed(0)} % of frames late`);
+      console.log(
+        `lipsync_c ${encoding}: ${((100 * media.frames_late) / Math.max(1, media.frames_sent)).toFixed(0)} % of frames late`,
+      );
       // Binary keeps up: the model renders most of the turn's frames (below half speed, two test files on one core,
       // 8 of 40 went to the CPU renderer as overloaded and 7 more as fallback; at half speed none).
       if (advertiseBinary) {
@@ -189,7 +216,9 @@ for (const advertiseBinary of [true, false]) {
       // little more: 2.9 levels was seen on a slow host). Frames that degraded to the CPU renderer may blink, as that
       // renderer does, so with degradation the bound is on the typical frame.
       const eyeDrift = turn.eyes.map((e) => Math.abs(e - live.idleEyes)).sort((a, b) => a - b);
-      console.log(`lipsync_c ${encoding}: eye drift median ${eyeDrift[eyeDrift.length >> 1].toFixed(2)}, max ${eyeDrift.at(-1)!.toFixed(2)}`);
+      console.log(
+        `lipsync_c ${encoding}: eye drift median ${eyeDrift[eyeDrift.length >> 1].toFixed(2)}, max ${eyeDrift.at(-1)!.toFixed(2)}`,
+      );
       expect(eyeDrift[eyeDrift.length >> 1]).toBeLessThan(2.5);
       if (!degraded) expect(eyeDrift.at(-1)!).toBeLessThan(4);
       if (advertiseBinary) {
@@ -236,13 +265,21 @@ describe('lipsync_c when the inference server dies mid-turn', () => {
     expect(error.data.message).not.toContain(fake.url);
     // The turn is not cut short: audio keeps playing after the error and the turn ends with status idle.
     const errorIndex = sse.events.indexOf(error);
-    const statuses = sse.events.slice(from, errorIndex).filter((e) => e.type === 'status').map((e) => e.data.stage);
+    const statuses = sse.events
+      .slice(from, errorIndex)
+      .filter((e) => e.type === 'status')
+      .map((e) => e.data.stage);
     expect(statuses).not.toContain('idle');
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 60_000, 'status idle', errorIndex);
     // The video leaves behind the audio, and on a starved host seconds behind (renders waited on the dead server
     // until the switch): the turn's last frames, the fallback's, are sent after `idle`. Read until the rest face goes.
     const idleAt = performance.now();
-    await waitUntil(() => sent.length >= 5 && sent.at(-1)!.at > idleAt && sent.slice(-5).every((frame) => Math.abs(overIdle(frame)) < 5), 30_000, 'the rest face sent');
+    await waitUntil(
+      () =>
+        sent.length >= 5 && sent.at(-1)!.at > idleAt && sent.slice(-5).every((frame) => Math.abs(overIdle(frame)) < 5),
+      30_000,
+      'the rest face sent',
+    );
     recording.stop();
     const heardAfterKill = peer.audio.filter((a) => a.at > killedAt + 500 && a.rms > AUDIBLE_RMS).length;
     expect(heardAfterKill).toBeGreaterThan(50);
@@ -266,11 +303,19 @@ describe('lipsync_c when the inference server dies mid-turn', () => {
     // And the viewer gets the fallback's frames. Whether its decoder shows one of the dark ones is the receiver's own
     // speed: below half speed (two test files on one core) a receiver's frames after the kill held none darker than
     // −9.4. Where it decoded at least a tenth of the frames sent, it sees the fallback's mouth.
-    const receivedAfterKill = peer.frames.filter((frame) => frame.at > killedAt).map((frame) => regionLuma(frame, regions.mouth) - live.idleMouth);
-    console.log(`lipsync_c fallback: the viewer decoded ${receivedAfterKill.length} of the ${afterKill.length} frames sent after the kill, darkest ${Math.min(...receivedAfterKill).toFixed(1)}`);
+    const receivedAfterKill = peer.frames
+      .filter((frame) => frame.at > killedAt)
+      .map((frame) => regionLuma(frame, regions.mouth) - live.idleMouth);
+    console.log(
+      `lipsync_c fallback: the viewer decoded ${receivedAfterKill.length} of the ${afterKill.length} frames sent after the kill, darkest ${Math.min(...receivedAfterKill).toFixed(1)}`,
+    );
     expect(receivedAfterKill.length).toBeGreaterThan(0);
-    if (receivedAfterKill.length >= afterKill.length / 10) expect(Math.min(...receivedAfterKill)).toBeLessThan(-CLEARLY_DARKER);
-    const statusesAfter = sse.events.slice(errorIndex).filter((e) => e.type === 'status').map((e) => e.data.stage);
+    if (receivedAfterKill.length >= afterKill.length / 10)
+      expect(Math.min(...receivedAfterKill)).toBeLessThan(-CLEARLY_DARKER);
+    const statusesAfter = sse.events
+      .slice(errorIndex)
+      .filter((e) => e.type === 'status')
+      .map((e) => e.data.stage);
     expect(statusesAfter).not.toContain('error');
 
     // The session lives on: another turn plays (on the fallback while the server is away).
@@ -282,9 +327,14 @@ describe('lipsync_c when the inference server dies mid-turn', () => {
 
     // /models now says why lipsync_c is not connected (once its status cache of STATUS_CACHE_MS has expired), and a
     // new session on it is a 502.
-    const lipsyncCEntry = async () => (await json(await fetch(`${t.baseUrl}/models`))).models.find((m: { id: string }) => m.id === 'lipsync_c');
+    const lipsyncCEntry = async () =>
+      (await json(await fetch(`${t.baseUrl}/models`))).models.find((m: { id: string }) => m.id === 'lipsync_c');
     let entry = await lipsyncCEntry();
-    for (const deadline = performance.now() + STATUS_CACHE_MS + 30_000; entry.status !== 'error' && performance.now() < deadline; ) {
+    for (
+      const deadline = performance.now() + STATUS_CACHE_MS + 30_000;
+      entry.status !== 'error' && performance.now() < deadline;
+
+    ) {
       await new Promise((r) => setTimeout(r, 50));
       entry = await lipsyncCEntry();
     }

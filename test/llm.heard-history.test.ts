@@ -30,7 +30,8 @@ function scriptedLlm(deltas: string[], hold = false): LlmProvider {
     status: () => ({ configured: true }),
     async *stream({ signal }) {
       for (const delta of deltas) yield delta;
-      if (hold) await new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true }));
+      if (hold)
+        await new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true }));
     },
   };
 }
@@ -68,14 +69,20 @@ function chatSession(llm: LlmProvider, playedMs: number) {
   actor.start();
   actor.send({ type: 'START' });
   const send = (event: SessionEvent) => actor.send(event);
-  const until = (predicate: Parameters<typeof waitFor<typeof actor>>[1]) => waitFor(actor, predicate, { timeout: WAIT_MS });
+  const until = (predicate: Parameters<typeof waitFor<typeof actor>>[1]) =>
+    waitFor(actor, predicate, { timeout: WAIT_MS });
   return { actor, history, recording, send, until };
 }
 
 /** Lets the machine forward the llm's segments, then reports each as queued with 1 s of audio. */
 async function queueSegments(session: ReturnType<typeof chatSession>, count: number): Promise<string[]> {
-  await waitFor(session.actor, () => (session.recording.of('tts')[0]?.received.length ?? 0) >= count, { timeout: WAIT_MS });
-  const texts = session.recording.of('tts')[0].received.slice(0, count).map((event) => event.text!);
+  await waitFor(session.actor, () => (session.recording.of('tts')[0]?.received.length ?? 0) >= count, {
+    timeout: WAIT_MS,
+  });
+  const texts = session.recording
+    .of('tts')[0]
+    .received.slice(0, count)
+    .map((event) => event.text!);
   for (const text of texts) session.send({ type: 'TTS.QUEUED', text, durationMs: 1_000 });
   return texts;
 }
@@ -107,9 +114,16 @@ describe('heardReply: a playback position mapped to the queued reply segments', 
 describe('chat history commit by the llm actor at the end of its turn', () => {
   it('a turn whose audio played to the end keeps the whole reply, not marked interrupted', async () => {
     const session = chatSession(scriptedLlm(REPLY), 0);
-    session.send({ type: 'CHAT', turn: { id: 'c-1', mode: 'chat', text: 'Talk to me.', accepted: recordingSettle<void>() } });
+    session.send({
+      type: 'CHAT',
+      turn: { id: 'c-1', mode: 'chat', text: 'Talk to me.', accepted: recordingSettle<void>() },
+    });
     await queueSegments(session, 3);
-    await waitFor(session.actor, () => session.recording.of('tts')[0].received.some((event) => event.type === 'TEXT.END'), { timeout: WAIT_MS });
+    await waitFor(
+      session.actor,
+      () => session.recording.of('tts')[0].received.some((event) => event.type === 'TEXT.END'),
+      { timeout: WAIT_MS },
+    );
     // The llm finished long before the audio did: nothing is committed until the turn ends.
     expect(session.history.turns()).toEqual([]);
     session.send({ type: 'TTS.DONE' });
@@ -120,10 +134,19 @@ describe('chat history commit by the llm actor at the end of its turn', () => {
     const session = chatSession(scriptedLlm(REPLY), 1_500);
     session.send({ type: 'CHAT', turn: { id: 'c-2', mode: 'chat', text: 'Tell me three things.' } });
     const [first, second] = await queueSegments(session, 3);
-    await waitFor(session.actor, () => session.recording.of('tts')[0].received.some((event) => event.type === 'TEXT.END'), { timeout: WAIT_MS });
+    await waitFor(
+      session.actor,
+      () => session.recording.of('tts')[0].received.some((event) => event.type === 'TEXT.END'),
+      { timeout: WAIT_MS },
+    );
     session.send({ type: 'INTERRUPT' });
-    expect(session.history.turns()).toEqual([{ user: 'Tell me three things.', assistant: `${first} ${second}`, interrupted: true }]);
-    expect(session.history.messagesFor('Go on.').at(-2)).toEqual({ role: 'assistant', content: `First sentence. Second sentence.${INTERRUPTED_MARKER}` });
+    expect(session.history.turns()).toEqual([
+      { user: 'Tell me three things.', assistant: `${first} ${second}`, interrupted: true },
+    ]);
+    expect(session.history.messagesFor('Go on.').at(-2)).toEqual({
+      role: 'assistant',
+      content: `First sentence. Second sentence.${INTERRUPTED_MARKER}`,
+    });
   });
 
   it('interrupted while the llm still streams: what was heard, not what was streamed', async () => {

@@ -29,7 +29,6 @@ async function waitFor(condition: () => boolean, timeoutMs: number): Promise<num
   return performance.now() - started;
 }
 
-
 let upstream: OpenAiUpstream;
 
 beforeAll(async () => {
@@ -41,7 +40,13 @@ afterAll(async () => {
 beforeEach(() => {
   upstream.requests.length = 0;
   upstream.setScenario({
-    chat: { replyTokens: ['Hello', ' there', '!'], firstTokenDelayMs: 0, tokenDelayMs: 0, failStatus: undefined, disconnectAfterTokens: undefined },
+    chat: {
+      replyTokens: ['Hello', ' there', '!'],
+      firstTokenDelayMs: 0,
+      tokenDelayMs: 0,
+      failStatus: undefined,
+      disconnectAfterTokens: undefined,
+    },
     requiredApiKey: null,
   });
 });
@@ -66,7 +71,9 @@ describe('OpenAI-compatible LLM provider', () => {
   it('sends the bearer key only when one is configured, and the per-request model wins', async () => {
     upstream.setScenario({ requiredApiKey: 'sk-test-123' });
     const llm = createOpenAiLlm({ baseUrl: `${upstream.baseUrl}/`, apiKey: 'sk-test-123', model: 'configured' });
-    const deltas = await collect(llm.stream({ messages: MESSAGES, model: 'override', signal: new AbortController().signal }));
+    const deltas = await collect(
+      llm.stream({ messages: MESSAGES, model: 'override', signal: new AbortController().signal }),
+    );
     expect(deltas.join('')).toBe('Hello there!');
     expect(upstream.requests[0].headers.authorization).toBe('Bearer sk-test-123');
     expect(upstream.requests[0].chat?.model).toBe('override');
@@ -103,7 +110,8 @@ describe('OpenAI-compatible LLM provider', () => {
     const deltas: string[] = [];
     const error = await caught(
       (async () => {
-        for await (const delta of llm.stream({ messages: MESSAGES, signal: new AbortController().signal })) deltas.push(delta);
+        for await (const delta of llm.stream({ messages: MESSAGES, signal: new AbortController().signal }))
+          deltas.push(delta);
       })(),
     );
     expect(deltas).toEqual(['Hello']);
@@ -147,7 +155,8 @@ describe('OpenAI-compatible LLM provider', () => {
     const deltas: string[] = [];
     const error = await caught(
       (async () => {
-        for await (const delta of llm.stream({ messages: MESSAGES, signal: new AbortController().signal })) deltas.push(delta);
+        for await (const delta of llm.stream({ messages: MESSAGES, signal: new AbortController().signal }))
+          deltas.push(delta);
       })(),
     );
     expect(deltas).toEqual(['a', 'b']);

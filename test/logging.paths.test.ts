@@ -42,12 +42,18 @@ function expectNoPath(text: string): void {
 describe('scrubPaths', () => {
   it('makes stack frames repository-relative and cuts other paths to their file name', () => {
     const stack = `Error: boom\n    at readMultipart (${REPOSITORY_ROOT}/src/routes/multipart.ts:20:22)\n    at file://${REPOSITORY_ROOT}/node_modules/x/y.js:1:2`;
-    expect(scrubPaths(stack)).toBe('Error: boom\n    at readMultipart (src/routes/multipart.ts:20:22)\n    at node_modules/x/y.js:1:2');
+    expect(scrubPaths(stack)).toBe(
+      'Error: boom\n    at readMultipart (src/routes/multipart.ts:20:22)\n    at node_modules/x/y.js:1:2',
+    );
     expect(scrubPaths(`open '${dataDir}/voices/a.wav' failed`)).toBe("open 'a.wav' failed");
   });
 
   it('leaves URL paths and URLs alone', () => {
-    for (const text of ['call POST /sessions/{session_id}/start first', 'GET http://127.0.0.1:9/tmp/x → 502', 'expected multipart/form-data']) {
+    for (const text of [
+      'call POST /sessions/{session_id}/start first',
+      'GET http://127.0.0.1:9/tmp/x → 502',
+      'expected multipart/form-data',
+    ]) {
       expect(scrubPaths(text)).toBe(text);
     }
   });
@@ -66,7 +72,10 @@ describe('createLogger', () => {
     const lines: string[] = [];
     const logger = createLogger('info', { write: (line: string) => void lines.push(line) });
     logger.error({ err: enoent }, 'bundle unreadable');
-    logger.warn({ error: new Error(`worker failed at ${REPOSITORY_ROOT}/actors/render/worker.ts`) }, 'render worker failed');
+    logger.warn(
+      { error: new Error(`worker failed at ${REPOSITORY_ROOT}/actors/render/worker.ts`) },
+      'render worker failed',
+    );
     logger.error(enoent);
     expect(lines).toHaveLength(3);
     for (const line of lines) expectNoPath(line);
@@ -84,7 +93,9 @@ describe('error plugin', () => {
 
   beforeAll(async () => {
     // A plain pino, as the tests use: the plugin must scrub on its own.
-    app = Fastify({ loggerInstance: pino({ level: 'info' }, { write: (line: string) => void lines.push(line) }) }) as unknown as FastifyInstance;
+    app = Fastify({
+      loggerInstance: pino({ level: 'info' }, { write: (line: string) => void lines.push(line) }),
+    }) as unknown as FastifyInstance;
     await app.register(errorPlugin);
     app.get('/crash', async () => {
       throw enoent;

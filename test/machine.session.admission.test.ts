@@ -82,23 +82,33 @@ describe('admission: snapshot.can is the specification table, in every reachable
     expect([...rows].sort()).toEqual(['busy', 'created', 'idle', 'interrupted', 'paused', 'terminated']);
   });
 
-  it.each(REQUESTS.map((event) => [event.type, event] as const))('%s is admitted exactly where the table says', (_, event) => {
-    for (const snapshot of reachable) {
-      const where = whereOf(snapshot);
-      expect(snapshot.can(event), `${event.type} in ${JSON.stringify(snapshot.value)} (${where})`).toBe(ADMITTED[event.type](where));
-    }
-  });
+  it.each(REQUESTS.map((event) => [event.type, event] as const))(
+    '%s is admitted exactly where the table says',
+    (_, event) => {
+      for (const snapshot of reachable) {
+        const where = whereOf(snapshot);
+        expect(snapshot.can(event), `${event.type} in ${JSON.stringify(snapshot.value)} (${where})`).toBe(
+          ADMITTED[event.type](where),
+        );
+      }
+    },
+  );
 
   it('the answer before the payload exists (admitsRequest, asked before reading an upload) is the answer with it', () => {
     for (const snapshot of reachable) {
-      for (const event of REQUESTS) expect(admitsRequest(snapshot, event.type), `${event.type} in ${JSON.stringify(snapshot.value)}`).toBe(snapshot.can(event));
+      for (const event of REQUESTS)
+        expect(admitsRequest(snapshot, event.type), `${event.type} in ${JSON.stringify(snapshot.value)}`).toBe(
+          snapshot.can(event),
+        );
     }
   });
 
   it('an admitted request changes the state; a refused one would have changed nothing', () => {
     for (const path of paths) {
       const snapshot = path.state as SessionSnapshot;
-      const prefix = path.steps.map((step) => step.event as SessionEvent).filter((event) => (event.type as string) !== 'xstate.init');
+      const prefix = path.steps
+        .map((step) => step.event as SessionEvent)
+        .filter((event) => (event.type as string) !== 'xstate.init');
       for (const event of REQUESTS) {
         if (snapshot.can(event) || event.type === 'CUSTOMIZE') continue;
         const after = snapshotAfter([...prefix, event]);
@@ -111,11 +121,13 @@ describe('admission: snapshot.can is the specification table, in every reachable
   it('terminated refuses every event, not only requests', () => {
     const terminated = reachable.filter((snapshot) => whereOf(snapshot) === 'terminated');
     expect(terminated.length).toBeGreaterThan(0);
-    for (const snapshot of terminated) for (const event of REPRESENTATIVE_EVENTS) expect(snapshot.can(event), event.type).toBe(false);
+    for (const snapshot of terminated)
+      for (const event of REPRESENTATIVE_EVENTS) expect(snapshot.can(event), event.type).toBe(false);
   });
 
   it('INTERRUPT does something only while busy (the route always answers 200; the machine decides if it acts)', () => {
-    for (const snapshot of reachable) expect(snapshot.can({ type: 'INTERRUPT' }), JSON.stringify(snapshot.value)).toBe(whereOf(snapshot) === 'busy');
+    for (const snapshot of reachable)
+      expect(snapshot.can({ type: 'INTERRUPT' }), JSON.stringify(snapshot.value)).toBe(whereOf(snapshot) === 'busy');
   });
 });
 

@@ -1,7 +1,12 @@
 import { getShortestPaths } from '@xstate/graph';
 import { describe, expect, it } from 'vitest';
 import { createActor } from 'xstate';
-import { sessionMachine, type SessionEmitted, type SessionEvent, type SessionSnapshot } from '../machines/session.machine.ts';
+import {
+  sessionMachine,
+  type SessionEmitted,
+  type SessionEvent,
+  type SessionSnapshot,
+} from '../machines/session.machine.ts';
 import {
   REPRESENTATIVE_EVENTS,
   STAGE_CHILD_IDS,
@@ -26,11 +31,15 @@ const paths = getShortestPaths(sessionMachine, {
 
 /** The graph's first step is the synthetic `xstate.init`; the rest are the events to replay. */
 function eventsOf(path: (typeof paths)[number]): SessionEvent[] {
-  return path.steps.filter((step) => (step.event as { type: string }).type !== 'xstate.init').map((step) => step.event as SessionEvent);
+  return path.steps
+    .filter((step) => (step.event as { type: string }).type !== 'xstate.init')
+    .map((step) => step.event as SessionEvent);
 }
 
 const describePath = (path: (typeof paths)[number]) =>
-  `${JSON.stringify(path.state.value)} via [${eventsOf(path).map((event) => event.type).join(', ')}]`;
+  `${JSON.stringify(path.state.value)} via [${eventsOf(path)
+    .map((event) => event.type)
+    .join(', ')}]`;
 
 function stageIds(ids: Iterable<string>): string[] {
   return [...ids].filter((id) => (STAGE_CHILD_IDS as readonly string[]).includes(id)).sort();
@@ -102,19 +111,25 @@ describe('session machine: graph of reachable states', () => {
       ['terminated', (s) => s.matches('terminated') && s.status === 'done'],
     ];
     for (const [name, matches] of documented) {
-      expect(reached.some((snapshot) => matches(snapshot as SessionSnapshot)), name).toBe(true);
+      expect(
+        reached.some((snapshot) => matches(snapshot as SessionSnapshot)),
+        name,
+      ).toBe(true);
     }
     // `running.error` is transient (eventless exit to idle), so no resting snapshot may sit in it.
     expect(reached.some((snapshot) => (snapshot as SessionSnapshot).matches({ running: 'error' }))).toBe(false);
   });
 
-  it.each(paths.map((path) => [describePath(path), path] as const))('shortest path to %s replays on a real actor', (_, path) => {
-    const events = eventsOf(path);
-    const replay = expectReplayMatchesPure(events);
-    const last = replay.snapshots[replay.snapshots.length - 1] ?? (replay.actor.getSnapshot() as SessionSnapshot);
-    expect(last.value).toEqual(path.state.value);
-    expect(last.context).toEqual((path.state as SessionSnapshot).context);
-  });
+  it.each(paths.map((path) => [describePath(path), path] as const))(
+    'shortest path to %s replays on a real actor',
+    (_, path) => {
+      const events = eventsOf(path);
+      const replay = expectReplayMatchesPure(events);
+      const last = replay.snapshots[replay.snapshots.length - 1] ?? (replay.actor.getSnapshot() as SessionSnapshot);
+      expect(last.value).toEqual(path.state.value);
+      expect(last.context).toEqual((path.state as SessionSnapshot).context);
+    },
+  );
 
   it('every representative event from every reachable state keeps the invariants on a real actor', () => {
     let edges = 0;
@@ -145,7 +160,9 @@ describe('session machine: graph of reachable states', () => {
       ]);
       const media = replay.recording.of('media')[0];
       expect(media.received.filter((event) => event.type === 'FLUSH').length).toBeGreaterThanOrEqual(1);
-      expect(replay.recording.records.filter((record) => record.id !== 'media').every((record) => record.stopped)).toBe(true);
+      expect(replay.recording.records.filter((record) => record.id !== 'media').every((record) => record.stopped)).toBe(
+        true,
+      );
     }
   });
 });

@@ -38,7 +38,8 @@ describe('session machine: invariants over random event sequences (pure transiti
         expect(runViolations(run)).toEqual([]);
         for (const step of run.steps) {
           if (step.event.type === 'INTERRUPT' && isBusy(step.before)) exercised.busyInterrupt++;
-          if (step.event.type === 'MEDIA.FLUSHED' && step.before.matches({ running: 'interrupted' })) exercised.flushedAfterInterrupt++;
+          if (step.event.type === 'MEDIA.FLUSHED' && step.before.matches({ running: 'interrupted' }))
+            exercised.flushedAfterInterrupt++;
           if (step.emitted.some((e) => e.type === 'error')) exercised.errorEmitted++;
           if (step.before.status === 'done') exercised.absorbed++;
           if (step.event.type === 'START' && sessionStateOf(step.before) !== 'created') exercised.startIgnored++;
@@ -102,10 +103,18 @@ describe('session machine: invariants over random event sequences (pure transiti
       [{ type: 'CHAT', turn: { id: 'b', mode: 'chat', text: 'Hi?' } }, { type: 'TTS.FIRST_AUDIO' }],
       [{ type: 'SPEAK_AUDIO', turn: STREAM_TURN }],
       [{ type: 'TRANSCRIBE', request: transcribeRequest('d', true) }],
-      [{ type: 'TRANSCRIBE', request: transcribeRequest('d', true) }, { type: 'ASR.DONE', text: 'hello' }],
+      [
+        { type: 'TRANSCRIBE', request: transcribeRequest('d', true) },
+        { type: 'ASR.DONE', text: 'hello' },
+      ],
     );
     const harmless = fc.array(
-      fc.constantFrom<SessionEvent>({ type: 'LLM.SEGMENT', text: 'x' }, { type: 'START' }, { type: 'INTERRUPT' }, { type: 'RESUME' }),
+      fc.constantFrom<SessionEvent>(
+        { type: 'LLM.SEGMENT', text: 'x' },
+        { type: 'START' },
+        { type: 'INTERRUPT' },
+        { type: 'RESUME' },
+      ),
       { maxLength: 4 },
     );
     fc.assert(
@@ -134,7 +143,14 @@ describe('session machine: invariants over random event sequences (pure transiti
     const mutant = createMachine(
       {
         ...(sessionMachine.config as object),
-        invoke: [config.invoke, { id: 'tts', src: 'tts', input: ({ context }: { context: { sessionId: string } }) => ({ sessionId: context.sessionId }) }],
+        invoke: [
+          config.invoke,
+          {
+            id: 'tts',
+            src: 'tts',
+            input: ({ context }: { context: { sessionId: string } }) => ({ sessionId: context.sessionId }),
+          },
+        ],
       } as never,
       sessionMachine.implementations as never,
     ) as AnyStateMachine;
@@ -158,7 +174,10 @@ describe('session machine: invariants over random event sequences (pure transiti
             ...running,
             states: {
               ...running.states,
-              interrupted: { ...running.states.interrupted, on: { 'MEDIA.FLUSHED': running.states.interrupted.on['MEDIA.FLUSHED'] } },
+              interrupted: {
+                ...running.states.interrupted,
+                on: { 'MEDIA.FLUSHED': running.states.interrupted.on['MEDIA.FLUSHED'] },
+              },
             },
           },
         },

@@ -10,7 +10,13 @@ import {
   type StageInput,
   type TtsInput,
 } from '../machines/session.machine.ts';
-import { TEST_SESSION_INPUT, createRecordingActors, isClientEmitted, transcribeRequest, type RecordingHooks } from './helpers/machine-events.ts';
+import {
+  TEST_SESSION_INPUT,
+  createRecordingActors,
+  isClientEmitted,
+  transcribeRequest,
+  type RecordingHooks,
+} from './helpers/machine-events.ts';
 import type { TtsSelection } from '../actors/tts/types.ts';
 
 /**
@@ -37,7 +43,8 @@ const conversationalHooks: RecordingHooks = {
     if (id === 'asr') sendBack({ type: 'ASR.DONE', text: 'what time is it' });
   },
   onReceive(id, event, sendBack) {
-    if (id === 'tts' && event.type === 'TEXT.SEGMENT' && event.text === LLM_SEGMENTS[0]) sendBack({ type: 'TTS.FIRST_AUDIO' });
+    if (id === 'tts' && event.type === 'TEXT.SEGMENT' && event.text === LLM_SEGMENTS[0])
+      sendBack({ type: 'TTS.FIRST_AUDIO' });
     if (id === 'tts' && event.type === 'TEXT.END') sendBack({ type: 'TTS.DONE' });
     if (id === 'media' && event.type === 'FLUSH') sendBack({ type: 'MEDIA.FLUSHED' });
   },
@@ -58,7 +65,8 @@ function startSession(hooks: RecordingHooks = conversationalHooks) {
   actor.start();
   started.push(actor);
   actor.send({ type: 'START' });
-  const statuses = () => emitted.filter((event) => event.type === 'status').map((event) => (event as { stage: string }).stage);
+  const statuses = () =>
+    emitted.filter((event) => event.type === 'status').map((event) => (event as { stage: string }).stage);
   const until = (predicate: (snapshot: SessionSnapshot) => boolean) =>
     waitFor(actor, (snapshot) => predicate(snapshot as SessionSnapshot), { timeout: SCENARIO_WAIT_MS });
   const send = (event: SessionEvent) => actor.send(event);
@@ -76,7 +84,11 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
     await session.until(idle);
     expect(session.statuses()).toEqual(['speaking', 'idle']);
     const [tts] = session.recording.of('tts');
-    expect(tts.input).toEqual({ sessionId: TEST_SESSION_INPUT.sessionId, turn: { id: 'speak-1', mode: 'speak', text: 'Hi!', tts: voice }, tts: voice });
+    expect(tts.input).toEqual({
+      sessionId: TEST_SESSION_INPUT.sessionId,
+      turn: { id: 'speak-1', mode: 'speak', text: 'Hi!', tts: voice },
+      tts: voice,
+    });
     expect(tts.stopped).toBe(true);
     expect(session.recording.of('llm')).toEqual([]);
     expect(session.actor.getSnapshot().context.turn).toBeNull();
@@ -88,7 +100,10 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
     await session.until(idle);
     expect(session.statuses()).toEqual(['thinking', 'speaking', 'idle']);
     const [llm] = session.recording.of('llm');
-    expect(llm.input).toMatchObject({ systemPrompt: TEST_SESSION_INPUT.systemPrompt, turn: { id: 'chat-1', text: 'Say hello' } });
+    expect(llm.input).toMatchObject({
+      systemPrompt: TEST_SESSION_INPUT.systemPrompt,
+      turn: { id: 'chat-1', text: 'Say hello' },
+    });
     const [tts] = session.recording.of('tts');
     expect(tts.received).toEqual([
       { type: 'TEXT.SEGMENT', text: LLM_SEGMENTS[0] },
@@ -114,7 +129,11 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
     expect((llm.input as StageInput).turn).toEqual({ id: 'tr-1', mode: 'chat', text: 'what time is it' });
     // A chat the machine starts from a transcript speaks with the session's persona.
     expect((session.recording.of('tts')[0].input as TtsInput).tts).toEqual(TEST_SESSION_INPUT.tts);
-    expect(session.recording.of('tts')[0].received.map((event) => event.type)).toEqual(['TEXT.SEGMENT', 'TEXT.SEGMENT', 'TEXT.END']);
+    expect(session.recording.of('tts')[0].received.map((event) => event.type)).toEqual([
+      'TEXT.SEGMENT',
+      'TEXT.SEGMENT',
+      'TEXT.END',
+    ]);
   });
 
   it('transcribe without triggerChat: listening then idle, no turn started', async () => {
@@ -163,7 +182,8 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
   it('fatal STAGE.ERROR from a stage: error emitted, then session.terminated, every actor stopped', async () => {
     const session = startSession({
       onStart: (id, _input, sendBack) => {
-        if (id === 'llm') sendBack({ type: 'STAGE.ERROR', code: 'llm_unreachable', message: 'connection refused', fatal: true });
+        if (id === 'llm')
+          sendBack({ type: 'STAGE.ERROR', code: 'llm_unreachable', message: 'connection refused', fatal: true });
       },
     });
     session.send({ type: 'CHAT', turn: { id: 'chat-2', mode: 'chat', text: 'Hi' } });
@@ -239,9 +259,12 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
     'a %s sent right after INTERRUPT (not busy, flush not yet confirmed) is not lost',
     async (_, request, expectedStatuses) => {
       // The routes accept work whenever `isBusy` is false; the interrupted settle window must honour that.
-      const session = startSession({ onStart: conversationalHooks.onStart, onReceive: (id, event, sendBack) => {
-        if (id !== 'media') conversationalHooks.onReceive?.(id, event, sendBack);
-      } }); // media never confirms the flush
+      const session = startSession({
+        onStart: conversationalHooks.onStart,
+        onReceive: (id, event, sendBack) => {
+          if (id !== 'media') conversationalHooks.onReceive?.(id, event, sendBack);
+        },
+      }); // media never confirms the flush
       session.send({ type: 'SPEAK', turn: { id: 'speak-7', mode: 'speak', text: 'Interrupted.' } });
       session.send({ type: 'INTERRUPT' });
       expect(session.actor.getSnapshot().matches({ running: 'interrupted' })).toBe(true);

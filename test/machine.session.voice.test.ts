@@ -5,8 +5,20 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { createActor, waitFor } from 'xstate';
-import { isBusy, pipelineStageOf, sessionMachine, type SessionEmitted, type SessionSnapshot } from '../machines/session.machine.ts';
-import { TEST_SESSION_INPUT, createRecordingActors, isClientEmitted, voiceRequest, type RecordingHooks } from './helpers/machine-events.ts';
+import {
+  isBusy,
+  pipelineStageOf,
+  sessionMachine,
+  type SessionEmitted,
+  type SessionSnapshot,
+} from '../machines/session.machine.ts';
+import {
+  TEST_SESSION_INPUT,
+  createRecordingActors,
+  isClientEmitted,
+  voiceRequest,
+  type RecordingHooks,
+} from './helpers/machine-events.ts';
 
 const WAIT_MS = 1_000;
 
@@ -39,8 +51,10 @@ function startSession() {
   actor.start();
   started.push(actor);
   actor.send({ type: 'START' });
-  const statuses = () => emitted.filter((event) => event.type === 'status').map((event) => (event as { stage: string }).stage);
-  const until = (predicate: (snapshot: SessionSnapshot) => boolean) => waitFor(actor, (s) => predicate(s as SessionSnapshot), { timeout: WAIT_MS });
+  const statuses = () =>
+    emitted.filter((event) => event.type === 'status').map((event) => (event as { stage: string }).stage);
+  const until = (predicate: (snapshot: SessionSnapshot) => boolean) =>
+    waitFor(actor, (s) => predicate(s as SessionSnapshot), { timeout: WAIT_MS });
   return { actor, recording, statuses, until };
 }
 

@@ -15,7 +15,11 @@ function tone(ms: number, hz = 440): Int16Array {
   for (let i = 0; i < pcm.length; i++) pcm[i] = Math.round(9000 * Math.sin((2 * Math.PI * hz * i) / SAMPLE_RATE));
   return pcm;
 }
-const openMouth = (durationMs: number) => ({ durationMs, poseAt: () => ({ open: 0.8, wide: 0.2, round: 0 }), levelAt: () => 0.7 });
+const openMouth = (durationMs: number) => ({
+  durationMs,
+  poseAt: () => ({ open: 0.8, wide: 0.2, round: 0 }),
+  levelAt: () => 0.7,
+});
 
 const cleanups: Array<() => unknown> = [];
 afterEach(async () => {
@@ -25,7 +29,10 @@ afterEach(async () => {
 describe('flush while video is held for the wire (SERVICE_VIDEO_DELAY_MS)', () => {
   it('no speech frame reaches a wrtc receiver after the flush: frames held for the delay are replaced by idle ones', async () => {
     const renderer = new TimecodeTestRenderer(128, 96, FPS);
-    const { media, peer } = await startMediaWithPeer({ renderer, sampleRate: SAMPLE_RATE, videoDelayMs: VIDEO_DELAY_MS }, cleanups);
+    const { media, peer } = await startMediaWithPeer(
+      { renderer, sampleRate: SAMPLE_RATE, videoDelayMs: VIDEO_DELAY_MS },
+      cleanups,
+    );
     await peer.until(() => peer.frames.length >= 5, 10_000, 'idle frames at the receiver');
 
     media.enqueue('turn-1', tone(3_000), openMouth(3_000));
@@ -37,7 +44,9 @@ describe('flush while video is held for the wire (SERVICE_VIDEO_DELAY_MS)', () =
     media.flush();
     await sleep(800);
 
-    const after = peer.frames.filter((f) => f.at > flushedAt).map((f) => ({ ...decodeTestTimecode(f.data, f.width), at: f.at }));
+    const after = peer.frames
+      .filter((f) => f.at > flushedAt)
+      .map((f) => ({ ...decodeTestTimecode(f.data, f.width), at: f.at }));
     expect(after.length).toBeGreaterThan(10);
     // Frames whose wire time (pts + delay) was still ahead when the flush came were scheduled, not sent.
     const scheduledAtFlush = after.filter((f) => f.frameIdx * FRAME_MS >= flushedAtMediaMs - VIDEO_DELAY_MS + CHUNK_MS);

@@ -5,7 +5,11 @@ import { TimecodeTestRenderer } from './helpers/timecode-renderer.ts';
 const SAMPLE_RATE = 16_000;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const pcm = (ms: number) => new Int16Array(Math.round((ms * SAMPLE_RATE) / 1000)).fill(4000);
-const mouth = (durationMs: number) => ({ durationMs, poseAt: () => ({ open: 0.5, wide: 0, round: 0 }), levelAt: () => 0.6 });
+const mouth = (durationMs: number) => ({
+  durationMs,
+  poseAt: () => ({ open: 0.5, wide: 0, round: 0 }),
+  levelAt: () => 0.6,
+});
 
 const clocks: PlayoutClock[] = [];
 afterEach(() => {

@@ -83,7 +83,13 @@ async function playLive(renderer: FrameRenderer, pieces: Piece[], leadMs: number
 }
 
 async function renderOffline(renderer: CapturingRenderer, pieces: Piece[], dir: string): Promise<void> {
-  await renderOfflineMp4({ renderer, sampleRate: SAMPLE_RATE, pieces, outPath: path.join(dir, 'offline.mp4'), signal: AbortSignal.timeout(60_000) });
+  await renderOfflineMp4({
+    renderer,
+    sampleRate: SAMPLE_RATE,
+    pieces,
+    outPath: path.join(dir, 'offline.mp4'),
+    signal: AbortSignal.timeout(60_000),
+  });
 }
 
 /** Speech-like test audio: a voiced 180 Hz buzz in syllables (4 per second) with phrase-level loudness changes. */
@@ -93,7 +99,8 @@ function syllables(ms: number): Int16Array {
     const t = i / SAMPLE_RATE;
     const syllable = Math.max(0, Math.sin(2 * Math.PI * 4 * t)) ** 2;
     const phrase = 0.35 + 0.65 * Math.max(0, Math.sin(2 * Math.PI * 0.6 * t));
-    const voice = Math.sin(2 * Math.PI * 180 * t) + 0.5 * Math.sin(2 * Math.PI * 360 * t) + 0.25 * Math.sin(2 * Math.PI * 540 * t);
+    const voice =
+      Math.sin(2 * Math.PI * 180 * t) + 0.5 * Math.sin(2 * Math.PI * 360 * t) + 0.25 * Math.sin(2 * Math.PI * 540 * t);
     pcm[i] = Math.round(9000 * syllable * phrase * voice);
   }
   return pcm;
@@ -142,9 +149,12 @@ describe('one frame timeline for live playout and offline rendering', () => {
     const distinct = new Set([...offline.frames.values()].map((f) => Buffer.from(f).toString('base64'))).size;
     expect(distinct).toBeGreaterThan(frameCount / 2);
     // …and every frame a viewer got is the frame offline rendering makes of the same audio: no reset, no damping.
-    const differing = Array.from({ length: frameCount }, (_, idx) => idx).filter((idx) => !equalBytes(sent.get(idx), offline.frames.get(idx)));
+    const differing = Array.from({ length: frameCount }, (_, idx) => idx).filter(
+      (idx) => !equalBytes(sent.get(idx), offline.frames.get(idx)),
+    );
     expect(differing).toEqual([]);
-    for (let idx = 0; idx < frameCount; idx++) expect(live.lastRequest.get(idx)?.prosody).toEqual(offline.lastRequest.get(idx)?.prosody);
+    for (let idx = 0; idx < frameCount; idx++)
+      expect(live.lastRequest.get(idx)?.prosody).toEqual(offline.lastRequest.get(idx)?.prosody);
   }, 60_000);
 
   it('synthesised speech: the same pts, mouth pose, level and prosody per frame live and offline, and the same rt_head frames', async () => {
@@ -174,11 +184,22 @@ describe('one frame timeline for live playout and offline rendering', () => {
     const timeline = (requests: Map<number, FrameRequest>) =>
       Array.from({ length: frameCount }, (_, idx) => {
         const r = requests.get(idx)!;
-        return { frameIdx: r.frameIdx, ptsMs: r.ptsMs, mouth: r.mouth, level: r.level, speaking: r.speaking, prosody: r.prosody };
+        return {
+          frameIdx: r.frameIdx,
+          ptsMs: r.ptsMs,
+          mouth: r.mouth,
+          level: r.level,
+          speaking: r.speaking,
+          prosody: r.prosody,
+        };
       });
     expect(timeline(live.lastRequest)).toEqual(timeline(offline.lastRequest));
-    expect(timeline(offline.lastRequest).filter((r) => r.speaking && r.mouth.open > 0.2).length).toBeGreaterThan(frameCount / 4);
-    const differing = Array.from({ length: frameCount }, (_, idx) => idx).filter((idx) => !equalBytes(sent.get(idx), offline.frames.get(idx)));
+    expect(timeline(offline.lastRequest).filter((r) => r.speaking && r.mouth.open > 0.2).length).toBeGreaterThan(
+      frameCount / 4,
+    );
+    const differing = Array.from({ length: frameCount }, (_, idx) => idx).filter(
+      (idx) => !equalBytes(sent.get(idx), offline.frames.get(idx)),
+    );
     expect(differing).toEqual([]);
   }, 90_000);
 });

@@ -63,7 +63,10 @@ class MostlyStillRenderer implements FrameRenderer {
 describe('an idle avatar whose picture does not change', () => {
   it('reaches a wrtc receiver at the repeat floor plus its changes, not at 25 fps, and every change arrives', async () => {
     const renderer = new MostlyStillRenderer(128, 96);
-    const { media, peer } = await startMediaWithPeer({ renderer: Object.assign(renderer, { close: () => undefined }), sampleRate: 16_000, videoDelayMs: 0 }, cleanups);
+    const { media, peer } = await startMediaWithPeer(
+      { renderer: Object.assign(renderer, { close: () => undefined }), sampleRate: 16_000, videoDelayMs: 0 },
+      cleanups,
+    );
     await peer.until(() => peer.frames.length >= 3, 10_000, 'first frames at the receiver');
     const from = media.playout.sentFrames;
     const fromReceived = peer.frames.length;
@@ -85,7 +88,20 @@ describe('an idle avatar whose picture does not change', () => {
 
 describe('withOpusDtx: the offer asks our Opus encoder for DTX (silence costs one packet per 400 ms)', () => {
   const offer = (fmtp: string | null) =>
-    ['v=0', 'o=- 1 2 IN IP4 127.0.0.1', 's=-', 't=0 0', 'm=audio 9 UDP/TLS/RTP/SAVPF 111 0', 'a=rtpmap:111 opus/48000/2', ...(fmtp === null ? [] : [`a=fmtp:111 ${fmtp}`]), 'a=rtpmap:0 PCMU/8000', 'm=video 9 UDP/TLS/RTP/SAVPF 96', 'a=rtpmap:96 VP8/90000', 'a=fmtp:96 max-fs=12288', ''].join('\r\n');
+    [
+      'v=0',
+      'o=- 1 2 IN IP4 127.0.0.1',
+      's=-',
+      't=0 0',
+      'm=audio 9 UDP/TLS/RTP/SAVPF 111 0',
+      'a=rtpmap:111 opus/48000/2',
+      ...(fmtp === null ? [] : [`a=fmtp:111 ${fmtp}`]),
+      'a=rtpmap:0 PCMU/8000',
+      'm=video 9 UDP/TLS/RTP/SAVPF 96',
+      'a=rtpmap:96 VP8/90000',
+      'a=fmtp:96 max-fs=12288',
+      '',
+    ].join('\r\n');
 
   it('adds usedtx=1 to the Opus fmtp line only, keeping line endings', () => {
     const out = withOpusDtx(offer('minptime=10;useinbandfec=1'));

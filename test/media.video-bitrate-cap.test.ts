@@ -12,18 +12,33 @@ afterEach(async () => {
 
 const offer = (videoLines: string[] = []) =>
   [
-    'v=0', 'o=- 1 2 IN IP4 127.0.0.1', 's=-', 't=0 0',
-    'm=audio 9 UDP/TLS/RTP/SAVPF 111', 'c=IN IP4 0.0.0.0', 'a=rtpmap:111 opus/48000/2', 'a=fmtp:111 usedtx=1',
-    'm=video 9 UDP/TLS/RTP/SAVPF 96', 'c=IN IP4 0.0.0.0', ...videoLines, 'a=mid:1', 'a=rtpmap:96 VP8/90000', '',
+    'v=0',
+    'o=- 1 2 IN IP4 127.0.0.1',
+    's=-',
+    't=0 0',
+    'm=audio 9 UDP/TLS/RTP/SAVPF 111',
+    'c=IN IP4 0.0.0.0',
+    'a=rtpmap:111 opus/48000/2',
+    'a=fmtp:111 usedtx=1',
+    'm=video 9 UDP/TLS/RTP/SAVPF 96',
+    'c=IN IP4 0.0.0.0',
+    ...videoLines,
+    'a=mid:1',
+    'a=rtpmap:96 VP8/90000',
+    '',
   ].join('\r\n');
 
 describe('withVideoBitrateCap: each video section of the offer asks for at most VIDEO_MAX_BITRATE_KBPS', () => {
   it('adds b=AS after the connection line of the video section only, keeping line endings', () => {
     const out = withVideoBitrateCap(offer());
-    expect(out).toContain(`m=video 9 UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 0.0.0.0\r\nb=AS:${VIDEO_MAX_BITRATE_KBPS}\r\na=mid:1\r\n`);
+    expect(out).toContain(
+      `m=video 9 UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 0.0.0.0\r\nb=AS:${VIDEO_MAX_BITRATE_KBPS}\r\na=mid:1\r\n`,
+    );
     expect(out.match(/b=AS:/g)).toHaveLength(1);
     expect(out.split('\r\n')).toHaveLength(offer().split('\r\n').length + 1);
-    expect(withVideoBitrateCap(offer().replaceAll('\r\n', '\n'))).toContain(`c=IN IP4 0.0.0.0\nb=AS:${VIDEO_MAX_BITRATE_KBPS}\na=mid:1\n`);
+    expect(withVideoBitrateCap(offer().replaceAll('\r\n', '\n'))).toContain(
+      `c=IN IP4 0.0.0.0\nb=AS:${VIDEO_MAX_BITRATE_KBPS}\na=mid:1\n`,
+    );
   });
 
   it('an offer asking for less keeps its figure; one asking for more (or by TIAS) is lowered to the cap', () => {
@@ -59,31 +74,42 @@ class NoiseRenderer implements FrameRenderer {
   constructor() {
     let seed = 1;
     const next = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff);
-    this.frames = Array.from({ length: 8 }, () => Uint8Array.from({ length: (this.width * this.height * 3) / 2 }, () => next() >> 23));
+    this.frames = Array.from({ length: 8 }, () =>
+      Uint8Array.from({ length: (this.width * this.height * 3) / 2 }, () => next() >> 23),
+    );
   }
   async render(requests: FrameRequest[]): Promise<I420Frame[]> {
-    return requests.map((r) => ({ width: this.width, height: this.height, data: this.frames[r.frameIdx % this.frames.length] }));
+    return requests.map((r) => ({
+      width: this.width,
+      height: this.height,
+      data: this.frames[r.frameIdx % this.frames.length],
+    }));
   }
   close(): void {}
 }
 
 async function videoBytesReceived(peer: ReceivingPeer): Promise<number> {
   let bytes = 0;
-  (await peer.pc.getStats()).forEach((stat: { type: string; kind?: string; mediaType?: string; bytesReceived?: number }) => {
-    if (stat.type === 'inbound-rtp' && (stat.kind ?? stat.mediaType) === 'video') bytes += stat.bytesReceived ?? 0;
-  });
+  (await peer.pc.getStats()).forEach(
+    (stat: { type: string; kind?: string; mediaType?: string; bytesReceived?: number }) => {
+      if (stat.type === 'inbound-rtp' && (stat.kind ?? stat.mediaType) === 'video') bytes += stat.bytesReceived ?? 0;
+    },
+  );
   return bytes;
 }
 
 describe("a session's video to a viewer (real wrtc peer)", () => {
   it('an incompressible picture reaches the viewer at no more than VIDEO_MAX_BITRATE_KBPS', async () => {
-    const { peer } = await startMediaWithPeer({ renderer: new NoiseRenderer(), sampleRate: 16_000, videoDelayMs: 0 }, cleanups);
+    const { peer } = await startMediaWithPeer(
+      { renderer: new NoiseRenderer(), sampleRate: 16_000, videoDelayMs: 0 },
+      cleanups,
+    );
     // libwebrtc probes its bandwidth within the first seconds; the cap must hold after that, when it would be spent.
     await new Promise((resolve) => setTimeout(resolve, 3_000));
     const before = await videoBytesReceived(peer);
     const start = performance.now();
     await new Promise((resolve) => setTimeout(resolve, 4_000));
-    const kbps = ((await videoBytesReceived(peer)) - before) * 8 / (performance.now() - start);
+    const kbps = (((await videoBytesReceived(peer)) - before) * 8) / (performance.now() - start);
     // Something flowed, and (headers and a burst at the window's edge aside) no more than the cap.
     expect(kbps).toBeGreaterThan(50);
     expect(kbps).toBeLessThanOrEqual(VIDEO_MAX_BITRATE_KBPS * 1.15);

@@ -151,10 +151,14 @@ describe('GET /metrics (Prometheus text from prom-client)', () => {
     expect(res.status).toBe(200);
     await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 20_000, 'idle', from);
     await expect
-      .poll(async () => sampleValue(await scrape(), 'avatar_turns_total', { kind: 'speak', outcome: 'completed' }) ?? 0, { timeout: 5_000 })
+      .poll(
+        async () => sampleValue(await scrape(), 'avatar_turns_total', { kind: 'speak', outcome: 'completed' }) ?? 0,
+        { timeout: 5_000 },
+      )
       .toBe((sampleValue(before, 'avatar_turns_total', { kind: 'speak', outcome: 'completed' }) ?? 0) + 1);
     const after = await scrape();
-    const moved = (name: string, labels: Record<string, string> = {}) => (sampleValue(after, name, labels) ?? 0) - (sampleValue(before, name, labels) ?? 0);
+    const moved = (name: string, labels: Record<string, string> = {}) =>
+      (sampleValue(after, name, labels) ?? 0) - (sampleValue(before, name, labels) ?? 0);
     expect(moved('avatar_turns_started_total', { kind: 'speak' })).toBe(1);
     expect(moved('avatar_speak_first_audio_seconds_count')).toBe(1);
     expect(moved('avatar_speak_first_audio_seconds_sum')).toBeGreaterThan(0);
@@ -171,12 +175,17 @@ describe('GET /metrics (Prometheus text from prom-client)', () => {
   it('an interrupt is timed to silence; the turn counts as interrupted', async () => {
     const before = await scrape();
     const from = s.sse.events.length;
-    await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, { text: 'A long sentence that is going to be cut off before it can finish, on purpose.' });
+    await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, {
+      text: 'A long sentence that is going to be cut off before it can finish, on purpose.',
+    });
     await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'speaking', 20_000, 'speaking', from);
     await post(t.baseUrl, `/sessions/${s.sessionId}/interrupt`);
     await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 5_000, 'idle', from);
     const after = await scrape();
-    expect((sampleValue(after, 'avatar_interrupt_to_silence_seconds_count') ?? 0) - (sampleValue(before, 'avatar_interrupt_to_silence_seconds_count') ?? 0)).toBe(1);
+    expect(
+      (sampleValue(after, 'avatar_interrupt_to_silence_seconds_count') ?? 0) -
+        (sampleValue(before, 'avatar_interrupt_to_silence_seconds_count') ?? 0),
+    ).toBe(1);
     expect(
       (sampleValue(after, 'avatar_turns_total', { kind: 'speak', outcome: 'interrupted' }) ?? 0) -
         (sampleValue(before, 'avatar_turns_total', { kind: 'speak', outcome: 'interrupted' }) ?? 0),
@@ -195,22 +204,30 @@ describe('GET /metrics (Prometheus text from prom-client)', () => {
       (sampleValue(before, 'avatar_sessions_terminated_total', { reason: 'deleted_by_client' }) ?? 0) + 2,
     );
     expect(sampleValue(after, 'avatar_sessions', { state: 'running' })).toBe(0);
-    expect(sampleValue(after, 'avatar_frames_sent_total')).toBeGreaterThanOrEqual(sampleValue(before, 'avatar_frames_sent_total')!);
+    expect(sampleValue(after, 'avatar_frames_sent_total')).toBeGreaterThanOrEqual(
+      sampleValue(before, 'avatar_frames_sent_total')!,
+    );
   });
 
   it('the Grafana dashboard (docs/grafana-dashboard.json) and docs/metrics.md query only metrics the service exports', async () => {
     const families = await scrape();
     // A labelled histogram has no samples before its first observation; its series names follow from its type.
     const exported = new Set(
-      [...families.values()].flatMap((f) => [f.name, ...(f.type === 'histogram' ? ['_bucket', '_sum', '_count'].map((x) => f.name + x) : [])]),
+      [...families.values()].flatMap((f) => [
+        f.name,
+        ...(f.type === 'histogram' ? ['_bucket', '_sum', '_count'].map((x) => f.name + x) : []),
+      ]),
     );
     const docs = path.join(import.meta.dirname, '..', 'docs');
-    const dashboard = JSON.parse(fs.readFileSync(path.join(docs, 'grafana-dashboard.json'), 'utf8')) as { panels: Array<{ targets?: Array<{ expr: string }> }> };
+    const dashboard = JSON.parse(fs.readFileSync(path.join(docs, 'grafana-dashboard.json'), 'utf8')) as {
+      panels: Array<{ targets?: Array<{ expr: string }> }>;
+    };
     const exprs = dashboard.panels.flatMap((panel) => panel.targets ?? []).map((target) => target.expr);
     expect(exprs.length).toBeGreaterThan(15);
     const named = (text: string) => [...text.matchAll(/\bavatar_[a-z0-9_]+/g)].map((m) => m[0]);
-    const missing = [...exprs.flatMap(named), ...named(fs.readFileSync(path.join(docs, 'metrics.md'), 'utf8'))]
-      .filter((name) => !exported.has(name) && !name.endsWith('_'));
+    const missing = [...exprs.flatMap(named), ...named(fs.readFileSync(path.join(docs, 'metrics.md'), 'utf8'))].filter(
+      (name) => !exported.has(name) && !name.endsWith('_'),
+    );
     expect([...new Set(missing)]).toEqual([]);
   });
 

@@ -125,7 +125,11 @@ describe('buildMouthTimeline from phone timings', () => {
   it('opens wider for a louder stretch of the same vowel, keeping its shape', () => {
     // One 'aa' over a quiet stretch (about -28 dBFS) then a loud one (about -10 dBFS).
     const phones = [{ phone: 'aa', startMs: 0, endMs: 800 }];
-    const timeline = buildMouthTimeline({ pcm: concat(vowel(400, 1_000), vowel(400, 8_000)), sampleRate: RATE, phones });
+    const timeline = buildMouthTimeline({
+      pcm: concat(vowel(400, 1_000), vowel(400, 8_000)),
+      sampleRate: RATE,
+      phones,
+    });
     const quiet = timeline.poseAt(250);
     const loud = timeline.poseAt(650);
     expect(loud.open).toBeGreaterThan(0.8);
@@ -137,7 +141,11 @@ describe('buildMouthTimeline from phone timings', () => {
 
   it('closes the mouth in a pause inside a chunk and opens it again after', () => {
     const phones = [{ phone: 'aa', startMs: 0, endMs: 900 }];
-    const timeline = buildMouthTimeline({ pcm: concat(vowel(300), silence(300), vowel(300)), sampleRate: RATE, phones });
+    const timeline = buildMouthTimeline({
+      pcm: concat(vowel(300), silence(300), vowel(300)),
+      sampleRate: RATE,
+      phones,
+    });
     expect(timeline.poseAt(150).open).toBeGreaterThan(0.8);
     for (let ms = 500; ms <= 560; ms += 10) expect(timeline.poseAt(ms).open).toBeLessThan(0.05);
     expect(timeline.poseAt(750).open).toBeGreaterThan(0.8);
@@ -150,7 +158,12 @@ describe('mouth track of real builtin TTS speech', () => {
   async function speak(text: string, voice: string): Promise<TtsChunk> {
     const provider = createBuiltinProvider();
     const chunks: TtsChunk[] = [];
-    for await (const chunk of provider.synthesize({ text, voice, sampleRate: RATE, signal: AbortSignal.timeout(20_000) })) {
+    for await (const chunk of provider.synthesize({
+      text,
+      voice,
+      sampleRate: RATE,
+      signal: AbortSignal.timeout(20_000),
+    })) {
       chunks.push(chunk);
     }
     expect(chunks).toHaveLength(1);

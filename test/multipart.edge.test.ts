@@ -34,13 +34,62 @@ interface MultipartRoute {
 
 const MB = 1024 * 1024;
 const ROUTES: MultipartRoute[] = [
-  { label: 'POST /avatars/custom', path: () => '/avatars/custom', fileField: 'image', maxFileBytes: 10 * MB, oversizeStatus: 413, oversizeDetail: /10 MB/ },
-  { label: 'POST /sessions/{id}/transcribe', path: (id) => `/sessions/${id}/transcribe`, fileField: 'audio', maxFileBytes: 25 * MB, oversizeStatus: 413, oversizeDetail: /25 MB/ },
-  { label: 'POST /sessions/{id}/speak_audio', path: (id) => `/sessions/${id}/speak_audio`, fileField: 'audio', maxFileBytes: 25 * MB, oversizeStatus: 413, oversizeDetail: /25 MB/ },
-  { label: 'POST /sessions/{id}/speak_rt_audio', path: (id) => `/sessions/${id}/speak_rt_audio`, fileField: 'audio', maxFileBytes: 25 * MB, oversizeStatus: 413, oversizeDetail: /25 MB/ },
-  { label: 'POST /sessions/{id}/customize/reference', path: (id) => `/sessions/${id}/customize/reference`, fileField: 'audio', maxFileBytes: 12 * MB, oversizeStatus: 400, oversizeDetail: /12 MB/ },
-  { label: 'POST /customize/reference', path: () => '/customize/reference', fileField: 'audio', maxFileBytes: 12 * MB, oversizeStatus: 400, oversizeDetail: /12 MB/ },
-  { label: 'POST /voices/clone', path: () => '/voices/clone', fileField: 'audio', maxFileBytes: 12 * MB, oversizeStatus: 400, oversizeDetail: /12 MB/ },
+  {
+    label: 'POST /avatars/custom',
+    path: () => '/avatars/custom',
+    fileField: 'image',
+    maxFileBytes: 10 * MB,
+    oversizeStatus: 413,
+    oversizeDetail: /10 MB/,
+  },
+  {
+    label: 'POST /sessions/{id}/transcribe',
+    path: (id) => `/sessions/${id}/transcribe`,
+    fileField: 'audio',
+    maxFileBytes: 25 * MB,
+    oversizeStatus: 413,
+    oversizeDetail: /25 MB/,
+  },
+  {
+    label: 'POST /sessions/{id}/speak_audio',
+    path: (id) => `/sessions/${id}/speak_audio`,
+    fileField: 'audio',
+    maxFileBytes: 25 * MB,
+    oversizeStatus: 413,
+    oversizeDetail: /25 MB/,
+  },
+  {
+    label: 'POST /sessions/{id}/speak_rt_audio',
+    path: (id) => `/sessions/${id}/speak_rt_audio`,
+    fileField: 'audio',
+    maxFileBytes: 25 * MB,
+    oversizeStatus: 413,
+    oversizeDetail: /25 MB/,
+  },
+  {
+    label: 'POST /sessions/{id}/customize/reference',
+    path: (id) => `/sessions/${id}/customize/reference`,
+    fileField: 'audio',
+    maxFileBytes: 12 * MB,
+    oversizeStatus: 400,
+    oversizeDetail: /12 MB/,
+  },
+  {
+    label: 'POST /customize/reference',
+    path: () => '/customize/reference',
+    fileField: 'audio',
+    maxFileBytes: 12 * MB,
+    oversizeStatus: 400,
+    oversizeDetail: /12 MB/,
+  },
+  {
+    label: 'POST /voices/clone',
+    path: () => '/voices/clone',
+    fileField: 'audio',
+    maxFileBytes: 12 * MB,
+    oversizeStatus: 400,
+    oversizeDetail: /12 MB/,
+  },
 ];
 
 function field(name: string, value: string): Buffer {
@@ -48,7 +97,10 @@ function field(name: string, value: string): Buffer {
 }
 
 function fileHeader(name: string): Buffer {
-  return Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="${name}"; filename="upload.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`, 'latin1');
+  return Buffer.from(
+    `--${BOUNDARY}\r\nContent-Disposition: form-data; name="${name}"; filename="upload.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`,
+    'latin1',
+  );
 }
 
 function file(name: string, bytes: Buffer): Buffer {
@@ -89,9 +141,27 @@ function malformedCases(route: MultipartRoute): MalformedCase[] {
       status: 400,
       detail: /boundary/,
     },
-    { name: 'a text/plain body', headers: { 'content-type': 'text/plain' }, body: Buffer.from('audio=hello'), status: 400, detail: /multipart\/form-data/ },
-    { name: 'an application/octet-stream body', headers: { 'content-type': 'application/octet-stream' }, body: sample, status: 415, detail: /Unsupported Media Type/ },
-    { name: 'headers and an empty body', headers: { 'content-type': MULTIPART }, body: Buffer.alloc(0), status: 400, detail: /closing boundary/ },
+    {
+      name: 'a text/plain body',
+      headers: { 'content-type': 'text/plain' },
+      body: Buffer.from('audio=hello'),
+      status: 400,
+      detail: /multipart\/form-data/,
+    },
+    {
+      name: 'an application/octet-stream body',
+      headers: { 'content-type': 'application/octet-stream' },
+      body: sample,
+      status: 415,
+      detail: /Unsupported Media Type/,
+    },
+    {
+      name: 'headers and an empty body',
+      headers: { 'content-type': MULTIPART },
+      body: Buffer.alloc(0),
+      status: 400,
+      detail: /closing boundary/,
+    },
     {
       name: 'part headers and nothing after them',
       headers: { 'content-type': MULTIPART },
@@ -127,7 +197,11 @@ function malformedCases(route: MultipartRoute): MalformedCase[] {
     {
       name: 'a file one byte over the limit, with 1 MB of form still to come',
       headers: { 'content-type': MULTIPART },
-      body: Buffer.concat([file(route.fileField, Buffer.alloc(route.maxFileBytes + 1, 0x33)), field('padding', 'p'.repeat(MB)), CLOSING]),
+      body: Buffer.concat([
+        file(route.fileField, Buffer.alloc(route.maxFileBytes + 1, 0x33)),
+        field('padding', 'p'.repeat(MB)),
+        CLOSING,
+      ]),
       status: route.oversizeStatus,
       detail: route.oversizeDetail,
     },
@@ -160,8 +234,18 @@ describe('multipart routes refuse malformed bodies at the edge', () => {
   for (const route of ROUTES) {
     it(`${route.label}: every malformed body is a 4xx {detail} without a path, and the connection carries the next request`, async () => {
       for (const bad of malformedCases(route)) {
-        const request: RawRequest = { method: 'POST', path: route.path(s.sessionId), headers: bad.headers, body: bad.body };
-        const exchange = await keepAliveExchange(t.baseUrl, request, { method: 'GET', path: '/health' }, FOLLOW_UP_MS * 3);
+        const request: RawRequest = {
+          method: 'POST',
+          path: route.path(s.sessionId),
+          headers: bad.headers,
+          body: bad.body,
+        };
+        const exchange = await keepAliveExchange(
+          t.baseUrl,
+          request,
+          { method: 'GET', path: '/health' },
+          FOLLOW_UP_MS * 3,
+        );
         expect(exchange.first.status, `${bad.name}: ${exchange.first.body}`).toBe(bad.status);
         const { detail } = JSON.parse(exchange.first.body) as { detail: string };
         expect(detail, bad.name).toMatch(bad.detail);
@@ -185,13 +269,21 @@ describe('multipart routes refuse malformed bodies at the edge', () => {
     expect(exchange.first.status).toBe(400);
     expect(exchange.first.headers.connection).toBe('close');
     expect(exchange.closedAfterFirst).toBe(true);
-    const viaFetch = await fetch(`${t.baseUrl}/voices/clone`, { method: 'POST', headers: { 'content-type': MULTIPART }, body });
+    const viaFetch = await fetch(`${t.baseUrl}/voices/clone`, {
+      method: 'POST',
+      headers: { 'content-type': MULTIPART },
+      body,
+    });
     expect(viaFetch.status).toBe(400);
     expect((await viaFetch.json()).detail).toMatch(/too many fields/);
   });
 
   it('a well-formed form still reaches the route (its own 400 for a missing field), with an epilogue after the closing boundary', async () => {
-    const body = Buffer.concat([field('unrelated', 'x'), CLOSING, Buffer.from('epilogue text that parsers ignore\r\n')]);
+    const body = Buffer.concat([
+      field('unrelated', 'x'),
+      CLOSING,
+      Buffer.from('epilogue text that parsers ignore\r\n'),
+    ]);
     const exchange = await keepAliveExchange(
       t.baseUrl,
       { method: 'POST', path: '/voices/clone', headers: { 'content-type': MULTIPART }, body },

@@ -24,7 +24,8 @@ function pcmOf(parts: Array<{ ms: number; hz?: number }>): Int16Array {
   let at = 0;
   for (const part of parts) {
     const n = Math.round((part.ms * SAMPLE_RATE) / 1000);
-    if (part.hz) for (let i = 0; i < n; i++) pcm[at + i] = Math.round(9000 * Math.sin((2 * Math.PI * part.hz * i) / SAMPLE_RATE));
+    if (part.hz)
+      for (let i = 0; i < n; i++) pcm[at + i] = Math.round(9000 * Math.sin((2 * Math.PI * part.hz * i) / SAMPLE_RATE));
     at += n;
   }
   return pcm;
@@ -155,7 +156,13 @@ describe('offline bundle jobs', () => {
     await first.queue.whenSettled(done.job_id);
     const now = new Date().toISOString();
     const orphan = (status: 'pending' | 'running'): StoredJob => ({
-      job_id: randomUUID(), session_id: randomUUID(), status, progress: status === 'running' ? 0.4 : 0, error: null, created_at: now, updated_at: now,
+      job_id: randomUUID(),
+      session_id: randomUUID(),
+      status,
+      progress: status === 'running' ? 0.4 : 0,
+      error: null,
+      created_at: now,
+      updated_at: now,
     });
     const [running, pending] = [orphan('running'), orphan('pending')];
     await first.jobStore.put(running);

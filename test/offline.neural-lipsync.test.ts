@@ -34,7 +34,13 @@ function noise(ms: number, seed: number): string {
 }
 
 function bundleBody(segments: number) {
-  return { segments: Array.from({ length: segments }, (_, k) => ({ audio_base64: noise(SPEECH_MS, k + 1), sample_rate: SAMPLE_RATE, pause_after_ms: PAUSE_MS })) };
+  return {
+    segments: Array.from({ length: segments }, (_, k) => ({
+      audio_base64: noise(SPEECH_MS, k + 1),
+      sample_rate: SAMPLE_RATE,
+      pause_after_ms: PAUSE_MS,
+    })),
+  };
 }
 
 function lumaOf(frame: Uint8Array, region: Region): number {
@@ -62,7 +68,12 @@ function frameKinds(frameCount: number, segments: number): { speech: number[]; p
 }
 
 /** Polls the job until it settles; every status seen must have a progress no smaller than the one before. */
-async function waitSettled(t: TestApp, sessionId: string, jobId: string, onStatus?: (status: { progress: number }) => Promise<void>) {
+async function waitSettled(
+  t: TestApp,
+  sessionId: string,
+  jobId: string,
+  onStatus?: (status: { progress: number }) => Promise<void>,
+) {
   const seen: number[] = [];
   for (;;) {
     const status = await json(await fetch(`${t.baseUrl}/sessions/${sessionId}/rt-offline-bundle/${jobId}`));
@@ -90,7 +101,12 @@ interface Rendered {
 }
 
 /** Submits `segments` segments on a new session of `model`, waits for the job, decodes its MP4. */
-async function renderJob(t: TestApp, model: string, segments: number, onStatus?: (status: { progress: number }) => Promise<void>): Promise<Rendered> {
+async function renderJob(
+  t: TestApp,
+  model: string,
+  segments: number,
+  onStatus?: (status: { progress: number }) => Promise<void>,
+): Promise<Rendered> {
   const created = await post(t.baseUrl, '/sessions', { avatar_id: 'astronaut', model });
   expect(created.status).toBe(200);
   const sessionId = (await json(created)).session_id;
@@ -134,7 +150,8 @@ function expectMouthFollowsSpeech(r: Rendered, label: string, speechFrames = r.k
   for (const i of speechFrames) expect(r.mouth[i] - idleMouth, `frame ${i}`).toBeGreaterThan(15);
   for (const i of r.kinds.pause) expect(Math.abs(r.mouth[i] - idleMouth), `frame ${i}`).toBeLessThan(3);
   // (Only where the model rendered or the photo shows: the CPU fallback blinks.)
-  for (const i of [...speechFrames, ...r.kinds.pause]) expect(Math.abs(r.eyes[i] - idleEyes), `frame ${i}`).toBeLessThan(2.5);
+  for (const i of [...speechFrames, ...r.kinds.pause])
+    expect(Math.abs(r.eyes[i] - idleEyes), `frame ${i}`).toBeLessThan(2.5);
 }
 
 /**
@@ -146,8 +163,17 @@ let model: { path: string; remove(): Promise<void> };
 let fake: FakeKserveServer;
 
 beforeAll(async () => {
-  [model, fake] = await Promise.all([writeModelFile(tinyLipsyncModel({ size: 96 }), 'wav2lip_96.onnx'), FakeKserveServer.start({ modelName: 'wav2lip_96' })]);
-  t = await startTestApp({ env: { SERVICE_LIPSYNC_B_MODEL: model.path, SERVICE_LIPSYNC_C_URL: fake.url, SERVICE_LIPSYNC_C_MODEL: 'wav2lip_96' } });
+  [model, fake] = await Promise.all([
+    writeModelFile(tinyLipsyncModel({ size: 96 }), 'wav2lip_96.onnx'),
+    FakeKserveServer.start({ modelName: 'wav2lip_96' }),
+  ]);
+  t = await startTestApp({
+    env: {
+      SERVICE_LIPSYNC_B_MODEL: model.path,
+      SERVICE_LIPSYNC_C_URL: fake.url,
+      SERVICE_LIPSYNC_C_MODEL: 'wav2lip_96',
+    },
+  });
 }, 60_000);
 
 afterAll(async () => {
@@ -202,7 +228,9 @@ describe('offline bundle on lipsync_c (KServe v2)', () => {
     expectMouthFollowsSpeech(r, 'offline lipsync_c before the kill', neural);
     const idleMouth = mean(r.kinds.pause.map((i) => r.mouth[i]));
     const lateMouth = late.map((i) => r.mouth[i]);
-    console.log(`offline lipsync_c after the kill: ${late.length} speech frames, mouth ${Math.min(...lateMouth).toFixed(1)}–${Math.max(...lateMouth).toFixed(1)} (pause ${idleMouth.toFixed(1)}), ${served} frames served`);
+    console.log(
+      `offline lipsync_c after the kill: ${late.length} speech frames, mouth ${Math.min(...lateMouth).toFixed(1)}–${Math.max(...lateMouth).toFixed(1)} (pause ${idleMouth.toFixed(1)}), ${served} frames served`,
+    );
     // The CPU renderer opens the mouth (darker inside), it never brightens it the way the model does.
     expect(late.length).toBeGreaterThan(10);
     for (const m of lateMouth) expect(m - idleMouth).toBeLessThan(8);

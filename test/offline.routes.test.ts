@@ -32,7 +32,8 @@ function pcm(parts: Array<{ ms: number; hz?: number }>): string {
   const out: number[] = [];
   for (const part of parts) {
     const n = Math.round((part.ms * SAMPLE_RATE) / 1000);
-    for (let i = 0; i < n; i++) out.push(part.hz ? Math.round(9000 * Math.sin((2 * Math.PI * part.hz * i) / SAMPLE_RATE)) : 0);
+    for (let i = 0; i < n; i++)
+      out.push(part.hz ? Math.round(9000 * Math.sin((2 * Math.PI * part.hz * i) / SAMPLE_RATE)) : 0);
   }
   return Buffer.from(new Int16Array(out).buffer).toString('base64');
 }
@@ -77,7 +78,9 @@ function wavAtRate(rate: number): string {
 describe('offline bundle over HTTP', () => {
   it('renders text through the session TTS into a non-silent MP4 at the avatar size and fps', async () => {
     const id = await newSession();
-    const res = await post(app.baseUrl, `/sessions/${id}/rt-offline-bundle`, { text: 'Hello from the offline renderer. It runs faster than real time.' });
+    const res = await post(app.baseUrl, `/sessions/${id}/rt-offline-bundle`, {
+      text: 'Hello from the offline renderer. It runs faster than real time.',
+    });
     expect(res.status).toBe(200);
     const { job_id, status } = await json(res);
     expect(status).toBe('pending');
@@ -95,7 +98,10 @@ describe('offline bundle over HTTP', () => {
   it('keeps sync: the mock frame shown at each audio onset carries that time', async () => {
     const id = await newSession();
     const res = await post(app.baseUrl, `/sessions/${id}/rt-offline-bundle`, {
-      segments: [{ audio_base64: pcm([{ ms: 600 }, { ms: 400, hz: 440 }]), pause_after_ms: 700 }, { audio_base64: pcm([{ ms: 300, hz: 660 }]) }],
+      segments: [
+        { audio_base64: pcm([{ ms: 600 }, { ms: 400, hz: 440 }]), pause_after_ms: 700 },
+        { audio_base64: pcm([{ ms: 300, hz: 660 }]) },
+      ],
     });
     const { job_id } = await json(res);
     expect((await waitDone(id, job_id)).status).toBe('complete');
@@ -116,7 +122,23 @@ describe('offline bundle over HTTP', () => {
   it('answers 400 for bad bodies, 404 for unknown session/job, 409 until complete', async () => {
     const id = await newSession();
     const bundle = `/sessions/${id}/rt-offline-bundle`;
-    for (const body of [{}, { text: 'a', segments: [{ text: 'b' }] }, { text: '   ' }, { segments: [] }, { text: 'x'.repeat(5001) }, { segments: [{ audio_base64: Buffer.from('this is definitely plain text and not audio at all').toString('base64') }] }, { text: 'hi', tts_provider: 'nope' }, { segments: [{ audio_base64: wavAtRate(1) }] }, { segments: [{ audio_base64: wavAtRate(2 ** 32 - 1) }] }, { segments: [{ audio_base64: wavAtRate(7999) }] }, { segments: [{ audio_base64: wavAtRate(48001) }] }]) {
+    for (const body of [
+      {},
+      { text: 'a', segments: [{ text: 'b' }] },
+      { text: '   ' },
+      { segments: [] },
+      { text: 'x'.repeat(5001) },
+      {
+        segments: [
+          { audio_base64: Buffer.from('this is definitely plain text and not audio at all').toString('base64') },
+        ],
+      },
+      { text: 'hi', tts_provider: 'nope' },
+      { segments: [{ audio_base64: wavAtRate(1) }] },
+      { segments: [{ audio_base64: wavAtRate(2 ** 32 - 1) }] },
+      { segments: [{ audio_base64: wavAtRate(7999) }] },
+      { segments: [{ audio_base64: wavAtRate(48001) }] },
+    ]) {
       const res = await post(app.baseUrl, bundle, body);
       expect(res.status, JSON.stringify(body).slice(0, 80)).toBe(400);
       expect(typeof (await json(res)).detail).toBe('string');
@@ -125,7 +147,9 @@ describe('offline bundle over HTTP', () => {
     expect((await get(`${bundle}/${randomUUID()}`)).status).toBe(404);
     expect((await get(`${bundle}/${randomUUID()}/download`)).status).toBe(404);
     expect((await get(`${bundle}/not-a-uuid/download`)).status).toBe(404);
-    const { job_id } = await json(await post(app.baseUrl, bundle, { segments: [{ audio_base64: pcm([{ ms: 4000, hz: 300 }]) }] }));
+    const { job_id } = await json(
+      await post(app.baseUrl, bundle, { segments: [{ audio_base64: pcm([{ ms: 4000, hz: 300 }]) }] }),
+    );
     expect((await get(`${bundle}/${job_id}/download`)).status).toBe(409);
     const other = await newSession();
     expect((await get(`/sessions/${other}/rt-offline-bundle/${job_id}`)).status).toBe(404);
@@ -135,16 +159,31 @@ describe('offline bundle over HTTP', () => {
 
   it('after a restart a finished job is still downloadable and an unfinished one is failed with a reason', async () => {
     const id = await newSession();
-    const { job_id: finished } = await json(await post(app.baseUrl, `/sessions/${id}/rt-offline-bundle`, { segments: [{ audio_base64: pcm([{ ms: 300, hz: 300 }]) }] }));
+    const { job_id: finished } = await json(
+      await post(app.baseUrl, `/sessions/${id}/rt-offline-bundle`, {
+        segments: [{ audio_base64: pcm([{ ms: 300, hz: 300 }]) }],
+      }),
+    );
     await waitDone(id, finished);
     const crashed = randomUUID();
     const now = new Date().toISOString();
     // A job a crashed process left `running` (a clean shutdown fails its jobs itself).
-    await new JobStore(app.services.store).put({ job_id: crashed, session_id: id, status: 'running', progress: 0.5, error: null, created_at: now, updated_at: now });
+    await new JobStore(app.services.store).put({
+      job_id: crashed,
+      session_id: id,
+      status: 'running',
+      progress: 0.5,
+      error: null,
+      created_at: now,
+      updated_at: now,
+    });
     const dataDir = app.dataDir;
     await app.close();
     app = await startTestApp({ avatarsDir, dataDir });
-    expect(await json(await get(`/sessions/${id}/rt-offline-bundle/${finished}`))).toMatchObject({ status: 'complete', progress: 1 });
+    expect(await json(await get(`/sessions/${id}/rt-offline-bundle/${finished}`))).toMatchObject({
+      status: 'complete',
+      progress: 1,
+    });
     await download(id, finished);
     const failed = await json(await get(`/sessions/${id}/rt-offline-bundle/${crashed}`));
     expect(failed).toMatchObject({ status: 'failed', progress: 0.5 });

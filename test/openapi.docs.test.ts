@@ -18,11 +18,28 @@ describe('generated OpenAPI and documentation UIs', () => {
     expect(doc.openapi).toMatch(/^3\./);
     const paths = Object.keys(doc.paths);
     for (const p of [
-      '/health', '/healthz', '/queue/status', '/models', '/avatars', '/avatars/{avatar_id}', '/avatars/{avatar_id}/preview',
-      '/sessions', '/sessions/{session_id}', '/sessions/{session_id}/start', '/sessions/{session_id}/webrtc/offer',
-      '/sessions/{session_id}/events', '/sessions/{session_id}/speak', '/sessions/{session_id}/interrupt',
-      '/sessions/{session_id}/speak_audio_stream', '/sessions/{session_id}/listen', '/sessions/{session_id}/metrics', '/avatars/custom', '/tts/preview', '/voices/clone',
-      '/sessions/{session_id}/rt-offline-bundle/{job_id}/download', '/customize/reference',
+      '/health',
+      '/healthz',
+      '/queue/status',
+      '/models',
+      '/avatars',
+      '/avatars/{avatar_id}',
+      '/avatars/{avatar_id}/preview',
+      '/sessions',
+      '/sessions/{session_id}',
+      '/sessions/{session_id}/start',
+      '/sessions/{session_id}/webrtc/offer',
+      '/sessions/{session_id}/events',
+      '/sessions/{session_id}/speak',
+      '/sessions/{session_id}/interrupt',
+      '/sessions/{session_id}/speak_audio_stream',
+      '/sessions/{session_id}/listen',
+      '/sessions/{session_id}/metrics',
+      '/avatars/custom',
+      '/tts/preview',
+      '/voices/clone',
+      '/sessions/{session_id}/rt-offline-bundle/{job_id}/download',
+      '/customize/reference',
     ]) {
       expect(paths).toContain(p);
     }
@@ -54,9 +71,19 @@ describe('generated OpenAPI and documentation UIs', () => {
     expect(health.components.llm.status).toBe('not_configured');
     expect(health.components.storage.status).toBe('ok');
     const { models } = await json(await fetch(`${t.baseUrl}/models`));
-    expect(models.map((m: { id: string }) => m.id).sort()).toEqual(['lipsync', 'lipsync_b', 'lipsync_c', 'mock', 'rt', 'rt_head']);
+    expect(models.map((m: { id: string }) => m.id).sort()).toEqual([
+      'lipsync',
+      'lipsync_b',
+      'lipsync_c',
+      'mock',
+      'rt',
+      'rt_head',
+    ]);
     expect(models.find((m: { id: string }) => m.id === 'mock')).toMatchObject({ connected: true, status: 'connected' });
-    expect(models.find((m: { id: string }) => m.id === 'lipsync_b')).toMatchObject({ connected: false, status: 'not_configured' });
+    expect(models.find((m: { id: string }) => m.id === 'lipsync_b')).toMatchObject({
+      connected: false,
+      status: 'not_configured',
+    });
     const queue = await json(await fetch(`${t.baseUrl}/queue/status`));
     expect(queue).toEqual({ capacity: 8, active: 0, available: 8, created: 0 });
   });

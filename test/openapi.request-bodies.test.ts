@@ -23,7 +23,10 @@ type Schema = {
   additionalProperties?: boolean;
   example?: unknown;
 };
-type Operation = { requestBody?: { required?: boolean; content: Record<string, { schema: Schema; example?: unknown }> }; parameters?: Array<{ in: string; name: string }> };
+type Operation = {
+  requestBody?: { required?: boolean; content: Record<string, { schema: Schema; example?: unknown }> };
+  parameters?: Array<{ in: string; name: string }>;
+};
 
 interface Case {
   method: string;
@@ -102,7 +105,10 @@ describe('OpenAPI request bodies match what each route accepts', () => {
     return form;
   }
 
-  async function send(c: Case, body: { json?: unknown; form?: FormData; sdp?: string } | null): Promise<{ status: number; text: string }> {
+  async function send(
+    c: Case,
+    body: { json?: unknown; form?: FormData; sdp?: string } | null,
+  ): Promise<{ status: number; text: string }> {
     const init: RequestInit = { method: c.method.toUpperCase() };
     if (body?.sdp !== undefined) {
       init.body = body.sdp;
@@ -113,7 +119,8 @@ describe('OpenAPI request bodies match what each route accepts', () => {
     } else if (body?.form) init.body = body.form;
     const res = await fetch(await urlOf(c.path), init);
     const text = await res.text();
-    if (c.path === '/sessions' && res.status === 200) sessions.push((JSON.parse(text) as { session_id: string }).session_id);
+    if (c.path === '/sessions' && res.status === 200)
+      sessions.push((JSON.parse(text) as { session_id: string }).session_id);
     await endSessions();
     return { status: res.status, text };
   }
@@ -127,9 +134,16 @@ describe('OpenAPI request bodies match what each route accepts', () => {
   beforeAll(async () => {
     [upstream, xtts] = await Promise.all([startOpenAiUpstream(), startXttsFake()]);
     t = await startTestApp({
-      env: { SERVICE_LLM_BASE_URL: upstream.baseUrl, SERVICE_ASR_BASE_URL: upstream.baseUrl, SERVICE_TTS_LOCAL_CLONE_A_BASE_URL: xtts.url },
+      env: {
+        SERVICE_LLM_BASE_URL: upstream.baseUrl,
+        SERVICE_ASR_BASE_URL: upstream.baseUrl,
+        SERVICE_TTS_LOCAL_CLONE_A_BASE_URL: xtts.url,
+      },
     });
-    portrait = await sharp(await fs.readFile(PORTRAIT_FIXTURE)).resize(256, 256).jpeg().toBuffer();
+    portrait = await sharp(await fs.readFile(PORTRAIT_FIXTURE))
+      .resize(256, 256)
+      .jpeg()
+      .toBuffer();
     doc = await json(await fetch(`${t.baseUrl}/openapi.json`));
     for (const [path, ops] of Object.entries(doc.paths)) {
       for (const [method, op] of Object.entries(ops)) {
@@ -165,11 +179,14 @@ describe('OpenAPI request bodies match what each route accepts', () => {
       const [type, media] = Object.entries(c.op.requestBody!.content)[0];
       if (type === 'application/json') {
         expect(media.example, `${c.method} ${c.path}: example`).toBeDefined();
-        expect(JSON.stringify(media.example), `${c.method} ${c.path}: a real example, not "string"`).not.toMatch(/"string"/);
+        expect(JSON.stringify(media.example), `${c.method} ${c.path}: a real example, not "string"`).not.toMatch(
+          /"string"/,
+        );
       } else {
         const schema = resolve(media.schema);
         for (const [name, property] of Object.entries(schema.properties ?? {})) {
-          if (property.format !== 'binary' && schema.required?.includes(name)) expect(property.example, `${c.path} ${name}: example`).toBeDefined();
+          if (property.format !== 'binary' && schema.required?.includes(name))
+            expect(property.example, `${c.path} ${name}: example`).toBeDefined();
         }
       }
     }
@@ -180,10 +197,15 @@ describe('OpenAPI request bodies match what each route accepts', () => {
     for (const c of cases.filter((x) => x.op.requestBody)) {
       const [type, media] = Object.entries(c.op.requestBody!.content)[0];
       const body =
-        type === 'application/json' ? { json: media.example } : type === 'application/sdp' ? { sdp: String(media.example) } : { form: multipartBody(resolve(media.schema)) };
+        type === 'application/json'
+          ? { json: media.example }
+          : type === 'application/sdp'
+            ? { sdp: String(media.example) }
+            : { form: multipartBody(resolve(media.schema)) };
       const { status, text } = await send(c, body);
       const expected = NEEDS_PRIOR_STATE.get(c.path);
-      if (expected !== undefined ? status !== expected : status < 200 || status >= 300) refused.push(`${c.method} ${c.path} → ${status} ${text.slice(0, 200)}`);
+      if (expected !== undefined ? status !== expected : status < 200 || status >= 300)
+        refused.push(`${c.method} ${c.path} → ${status} ${text.slice(0, 200)}`);
     }
     expect(refused).toEqual([]);
     // One session per documented route (each created, used, ended): ~25 routes, ~1 s each on a busy host.
@@ -214,7 +236,9 @@ describe('OpenAPI request bodies match what each route accepts', () => {
   it('a route that documents no request body needs none (an empty POST is not refused as a bad body)', async () => {
     const refused: string[] = [];
     const bodiless = cases.filter((x) => !x.op.requestBody);
-    expect(bodiless.map((c) => c.path)).toEqual(expect.arrayContaining(['/sessions/{session_id}/start', '/sessions/{session_id}/interrupt']));
+    expect(bodiless.map((c) => c.path)).toEqual(
+      expect.arrayContaining(['/sessions/{session_id}/start', '/sessions/{session_id}/interrupt']),
+    );
     for (const c of bodiless) {
       const { status, text } = await send(c, null);
       if (status === 400 || status === 415) refused.push(`${c.method} ${c.path} → ${status} ${text.slice(0, 200)}`);

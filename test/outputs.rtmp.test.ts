@@ -38,9 +38,13 @@ interface Pulled {
  */
 function pull(url: string): Promise<Pulled> {
   return new Promise((resolve, reject) => {
-    const child = spawn(FFMPEG_PATH, ['-hide_banner', '-nostdin', '-i', url, '-map', '0:a:0', '-f', 's16le', '-ac', '1', '-ar', '16000', 'pipe:1'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      FFMPEG_PATH,
+      ['-hide_banner', '-nostdin', '-i', url, '-map', '0:a:0', '-f', 's16le', '-ac', '1', '-ar', '16000', 'pipe:1'],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     const chunks: Buffer[] = [];
     let bytes = 0;
     let log = '';
@@ -86,7 +90,8 @@ describe('RTMP output to nginx-rtmp', () => {
   let avatar: { width: number; height: number };
   let viewer: ReceivingPeer;
 
-  const outputs = async (id = sessionId) => (await json(await fetch(`${t.baseUrl}/sessions/${id}/outputs`))).outputs as Array<Record<string, string>>;
+  const outputs = async (id = sessionId) =>
+    (await json(await fetch(`${t.baseUrl}/sessions/${id}/outputs`))).outputs as Array<Record<string, string>>;
 
   beforeAll(async () => {
     nginx = await NginxRtmp.start();
@@ -106,11 +111,17 @@ describe('RTMP output to nginx-rtmp', () => {
   });
 
   it('nginx receives H.264 at the avatar size and AAC with the speech; killing nginx gives output_failed, retrying, and the session still speaks', async () => {
-    const created = await post(t.baseUrl, `/sessions/${sessionId}/outputs`, { type: 'rtmp', url: nginx.url('secret-stream-key') });
+    const created = await post(t.baseUrl, `/sessions/${sessionId}/outputs`, {
+      type: 'rtmp',
+      url: nginx.url('secret-stream-key'),
+    });
     expect(created.status).toBe(201);
     const output = await json(created);
     expect(output).toMatchObject({ type: 'rtmp', state: 'connecting' });
-    await until(async () => (await outputs()).some((o) => o.output_id === output.output_id && o.state === 'live'), 'the output to go live');
+    await until(
+      async () => (await outputs()).some((o) => o.output_id === output.output_id && o.state === 'live'),
+      'the output to go live',
+    );
     const listed = JSON.stringify(await outputs());
     expect(listed).not.toContain('secret-stream-key');
     expect((await outputs())[0].url).toBe(`rtmp://127.0.0.1:${nginx.port}/live`);
@@ -129,22 +140,45 @@ describe('RTMP output to nginx-rtmp', () => {
 
     const from = sse.events.length;
     await nginx.kill();
-    const failed = await sse.waitFor((e) => e.type === 'error' && e.data.code === 'output_failed', LIVE_WAIT_MS, 'output_failed', from);
+    const failed = await sse.waitFor(
+      (e) => e.type === 'error' && e.data.code === 'output_failed',
+      LIVE_WAIT_MS,
+      'output_failed',
+      from,
+    );
     expect(failed.data.output_id).toBe(output.output_id);
     expect(failed.data.turn_id).toBeUndefined();
     expect(String(failed.data.message)).not.toContain('secret-stream-key');
     await until(async () => (await outputs())[0].state === 'retrying', 'state retrying');
 
     const spokeAt = performance.now();
-    const spoke = await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'I am still here, and my viewer still hears me.' });
+    const spoke = await post(t.baseUrl, `/sessions/${sessionId}/speak`, {
+      text: 'I am still here, and my viewer still hears me.',
+    });
     expect(spoke.status).toBe(200);
-    await sse.waitFor((e) => e.type === 'tts' && e.data.stage === 'first_audio', LIVE_WAIT_MS, 'first audio after the failure', from);
-    await viewer.until(() => viewer.firstAudible(spokeAt, SPEECH_RMS) !== undefined, LIVE_WAIT_MS, 'speech at the WebRTC viewer after the failure');
-    await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', LIVE_WAIT_MS, 'idle after the failure', from);
+    await sse.waitFor(
+      (e) => e.type === 'tts' && e.data.stage === 'first_audio',
+      LIVE_WAIT_MS,
+      'first audio after the failure',
+      from,
+    );
+    await viewer.until(
+      () => viewer.firstAudible(spokeAt, SPEECH_RMS) !== undefined,
+      LIVE_WAIT_MS,
+      'speech at the WebRTC viewer after the failure',
+    );
+    await sse.waitFor(
+      (e) => e.type === 'status' && e.data.stage === 'idle',
+      LIVE_WAIT_MS,
+      'idle after the failure',
+      from,
+    );
     // The output's failure is no turn's error: no `status error` came with it.
     expect(sse.events.slice(from).some((e) => e.type === 'status' && e.data.stage === 'error')).toBe(false);
 
-    expect((await fetch(`${t.baseUrl}/sessions/${sessionId}/outputs/${output.output_id}`, { method: 'DELETE' })).status).toBe(204);
+    expect(
+      (await fetch(`${t.baseUrl}/sessions/${sessionId}/outputs/${output.output_id}`, { method: 'DELETE' })).status,
+    ).toBe(204);
     expect(await outputs()).toEqual([]);
   });
 
@@ -160,13 +194,24 @@ describe('RTMP output to nginx-rtmp', () => {
     const port = (silent.address() as net.AddressInfo).port;
     try {
       const from = sse.events.length;
-      const created = await post(t.baseUrl, `/sessions/${sessionId}/outputs`, { type: 'rtmp', url: `rtmp://127.0.0.1:${port}/live/never` });
+      const created = await post(t.baseUrl, `/sessions/${sessionId}/outputs`, {
+        type: 'rtmp',
+        url: `rtmp://127.0.0.1:${port}/live/never`,
+      });
       expect(created.status).toBe(201);
       const { output_id: outputId } = await json(created);
       const states = new Set<string>();
-      const failedAt = sse.waitFor((e) => e.type === 'error' && e.data.code === 'output_failed' && e.data.output_id === outputId, LIVE_WAIT_MS + RTMP_LIVE_TIMEOUT_MS, 'output_failed', from);
+      const failedAt = sse.waitFor(
+        (e) => e.type === 'error' && e.data.code === 'output_failed' && e.data.output_id === outputId,
+        LIVE_WAIT_MS + RTMP_LIVE_TIMEOUT_MS,
+        'output_failed',
+        from,
+      );
       let failed = false;
-      void failedAt.then(() => (failed = true), () => undefined);
+      void failedAt.then(
+        () => (failed = true),
+        () => undefined,
+      );
       // Every state it shows until it failed, polled often enough to see a live of even a fraction of a second.
       while (!failed && !states.has('live')) {
         const state = (await outputs()).find((o) => o.output_id === outputId)?.state;
@@ -174,11 +219,16 @@ describe('RTMP output to nginx-rtmp', () => {
         await new Promise((resolve) => setTimeout(resolve, 100));
       }
       await failedAt;
-      await until(async () => (await outputs()).find((o) => o.output_id === outputId)?.state === 'retrying', 'state retrying');
+      await until(
+        async () => (await outputs()).find((o) => o.output_id === outputId)?.state === 'retrying',
+        'state retrying',
+      );
       expect([...states]).not.toContain('live');
       // ffmpeg did connect and sent its half of the handshake (C0 + C1: 1 + 1536 bytes), which was never answered.
       expect(received[0]).toBeGreaterThanOrEqual(1537);
-      expect((await fetch(`${t.baseUrl}/sessions/${sessionId}/outputs/${outputId}`, { method: 'DELETE' })).status).toBe(204);
+      expect((await fetch(`${t.baseUrl}/sessions/${sessionId}/outputs/${outputId}`, { method: 'DELETE' })).status).toBe(
+        204,
+      );
     } finally {
       silent.close();
     }
@@ -199,17 +249,27 @@ describe('RTMP output to nginx-rtmp', () => {
       const detail = (await json(res)).detail as string;
       expect(detail).not.toContain('hunter2');
     }
-    expect((await fetch(`${t.baseUrl}/sessions/${sessionId}/outputs/${randomUUID()}`, { method: 'DELETE' })).status).toBe(404);
+    expect(
+      (await fetch(`${t.baseUrl}/sessions/${sessionId}/outputs/${randomUUID()}`, { method: 'DELETE' })).status,
+    ).toBe(404);
     expect((await fetch(`${t.baseUrl}/sessions/${randomUUID()}/outputs`)).status).toBe(404);
 
     const created = (await json(await post(t.baseUrl, '/sessions', { avatar_id: 'demo-rt', model: 'rt' }))).session_id;
-    expect((await post(t.baseUrl, `/sessions/${created}/outputs`, { type: 'rtmp', url: nginx.url('x') })).status).toBe(409);
+    expect((await post(t.baseUrl, `/sessions/${created}/outputs`, { type: 'rtmp', url: nginx.url('x') })).status).toBe(
+      409,
+    );
     expect((await post(t.baseUrl, `/sessions/${created}/start`)).status).toBe(200);
     // Nothing listens on port 9 (discard): each output retries; the bound still counts them.
     for (let i = 0; i < MAX_OUTPUTS_PER_SESSION; i++) {
-      expect((await post(t.baseUrl, `/sessions/${created}/outputs`, { type: 'rtmp', url: `rtmp://127.0.0.1:9/live/k${i}` })).status).toBe(201);
+      expect(
+        (await post(t.baseUrl, `/sessions/${created}/outputs`, { type: 'rtmp', url: `rtmp://127.0.0.1:9/live/k${i}` }))
+          .status,
+      ).toBe(201);
     }
-    const full = await post(t.baseUrl, `/sessions/${created}/outputs`, { type: 'rtmp', url: 'rtmp://127.0.0.1:9/live/more' });
+    const full = await post(t.baseUrl, `/sessions/${created}/outputs`, {
+      type: 'rtmp',
+      url: 'rtmp://127.0.0.1:9/live/more',
+    });
     expect(full.status).toBe(409);
     expect((await json(full)).detail).toMatch(/outputs/);
     expect((await fetch(`${t.baseUrl}/sessions/${created}`, { method: 'DELETE' })).status).toBeLessThan(300);

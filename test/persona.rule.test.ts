@@ -13,13 +13,20 @@ import { sessionParts } from '../src/sessions/session.ts';
  */
 
 /** A stand-in provider: `stock` is its default voice, or null when it has none (like cloud_d). */
-function provider(id: TtsProviderId, options: { stock: string | null; configured?: boolean; voices?: RegExp }): TtsProvider {
+function provider(
+  id: TtsProviderId,
+  options: { stock: string | null; configured?: boolean; voices?: RegExp },
+): TtsProvider {
   return {
     id,
-    status: () => (options.configured === false ? { configured: false, reason: `set SERVICE_TTS_${id.toUpperCase()}_API_KEY` } : { configured: true }),
+    status: () =>
+      options.configured === false
+        ? { configured: false, reason: `set SERVICE_TTS_${id.toUpperCase()}_API_KEY` }
+        : { configured: true },
     validateVoice(voice) {
       if (!voice && options.stock === null) throw new VoiceNotFoundError(`${id} has no stock voices`);
-      if (voice && options.voices && !options.voices.test(voice)) throw new VoiceNotFoundError(`${id} voice "${voice}" is unknown`);
+      if (voice && options.voices && !options.voices.test(voice))
+        throw new VoiceNotFoundError(`${id} voice "${voice}" is unknown`);
     },
     synthesize: async function* () {},
   };
@@ -51,7 +58,11 @@ describe('resolveTtsSelection: the rule', () => {
   });
 
   it("another provider without a voice gets that provider's default voice and model, never the base's", () => {
-    expect(resolveTtsSelection(lookup, SESSION, { provider: 'cloud_c' })).toEqual({ provider: 'cloud_c', voice: null, model: null });
+    expect(resolveTtsSelection(lookup, SESSION, { provider: 'cloud_c' })).toEqual({
+      provider: 'cloud_c',
+      voice: null,
+      model: null,
+    });
   });
 
   it('naming the base provider again keeps the base voice and model', () => {
@@ -59,8 +70,14 @@ describe('resolveTtsSelection: the rule', () => {
   });
 
   it("a voice without a provider uses the base's provider (and is checked against it)", () => {
-    expect(resolveTtsSelection(lookup, SESSION, { voice: 'en-GB-RyanNeural' })).toEqual({ ...SESSION, voice: 'en-GB-RyanNeural' });
-    expect(refusal(() => resolveTtsSelection(lookup, SESSION, { voice: '21m00Tcm4TlvDq8ikWAM' }))).toMatchObject({ status: 400, detail: expect.stringMatching(/builtin voice/) });
+    expect(resolveTtsSelection(lookup, SESSION, { voice: 'en-GB-RyanNeural' })).toEqual({
+      ...SESSION,
+      voice: 'en-GB-RyanNeural',
+    });
+    expect(refusal(() => resolveTtsSelection(lookup, SESSION, { voice: '21m00Tcm4TlvDq8ikWAM' }))).toMatchObject({
+      status: 400,
+      detail: expect.stringMatching(/builtin voice/),
+    });
   });
 
   it("voice null asks for the provider's default", () => {
@@ -72,13 +89,25 @@ describe('resolveTtsSelection: the rule', () => {
       status: 400,
       detail: 'tts_provider "cloud_d" has no default voice; pass a voice (cloud_d has no stock voices)',
     });
-    expect(resolveTtsSelection(lookup, SESSION, { provider: 'cloud_d', voice: 'cloud_d-abc' })).toEqual({ provider: 'cloud_d', voice: 'cloud_d-abc', model: null });
+    expect(resolveTtsSelection(lookup, SESSION, { provider: 'cloud_d', voice: 'cloud_d-abc' })).toEqual({
+      provider: 'cloud_d',
+      voice: 'cloud_d-abc',
+      model: null,
+    });
   });
 
   it('unknown or unconfigured providers and invalid voices are 400s; selectTts checks only the id', () => {
-    expect(refusal(() => resolveTtsSelection(lookup, SESSION, { provider: 'nope' }))).toMatchObject({ status: 400, detail: expect.stringMatching(/"nope" is unknown/) });
-    expect(refusal(() => resolveTtsSelection(lookup, SESSION, { provider: 'cloud_a' }))).toMatchObject({ status: 400, detail: expect.stringMatching(/not configured: set SERVICE_TTS_CLOUD_A_API_KEY/) });
-    expect(refusal(() => resolveTtsSelection(lookup, SESSION, { provider: 'cloud_c', voice: 'Rachel!' }))).toMatchObject({ status: 400 });
+    expect(refusal(() => resolveTtsSelection(lookup, SESSION, { provider: 'nope' }))).toMatchObject({
+      status: 400,
+      detail: expect.stringMatching(/"nope" is unknown/),
+    });
+    expect(refusal(() => resolveTtsSelection(lookup, SESSION, { provider: 'cloud_a' }))).toMatchObject({
+      status: 400,
+      detail: expect.stringMatching(/not configured: set SERVICE_TTS_CLOUD_A_API_KEY/),
+    });
+    expect(
+      refusal(() => resolveTtsSelection(lookup, SESSION, { provider: 'cloud_c', voice: 'Rachel!' })),
+    ).toMatchObject({ status: 400 });
     expect(selectTts(SESSION, { provider: 'cloud_a' })).toEqual({ provider: 'cloud_a', voice: null, model: null });
     expect(refusal(() => selectTts(SESSION, { provider: 'nope' }))).toMatchObject({ status: 400 });
   });
@@ -132,9 +161,14 @@ describe('the persona rule through the routes', () => {
     sessionParts(session).events.listen((event) => events.push(event as never));
     const requestsBefore = eleven.requests.length;
 
-    const res = await inject('POST', `/sessions/${id}/speak`, { text: 'Hello from another provider.', tts_provider: 'cloud_c' });
+    const res = await inject('POST', `/sessions/${id}/speak`, {
+      text: 'Hello from another provider.',
+      tts_provider: 'cloud_c',
+    });
     expect(res.status).toBe(200);
-    await expect.poll(() => events.some((e) => e.type === 'status' && e.data.stage === 'idle'), { timeout: TURN_MS }).toBe(true);
+    await expect
+      .poll(() => events.some((e) => e.type === 'status' && e.data.stage === 'idle'), { timeout: TURN_MS })
+      .toBe(true);
 
     expect(events.filter((e) => e.type === 'error')).toEqual([]);
     expect(events.some((e) => e.type === 'tts' && e.data.stage === 'first_audio')).toBe(true);
@@ -143,7 +177,10 @@ describe('the persona rule through the routes', () => {
     for (const request of synthesis) expect(request.path).toContain(`/v1/text-to-speech/${CLOUD_C_DEFAULT_VOICE}`);
     expect(eleven.complaints).toEqual([]);
     // The override was for that request only.
-    expect((await inject('GET', `/sessions/${id}`)).body).toMatchObject({ tts_provider: 'builtin', tts_voice: 'en-US-GuyNeural' });
+    expect((await inject('GET', `/sessions/${id}`)).body).toMatchObject({
+      tts_provider: 'builtin',
+      tts_voice: 'en-US-GuyNeural',
+    });
   });
 
   it('speak or chat with a provider that has no default voice and no voice: 400 {detail}, nothing started', async () => {
@@ -162,16 +199,27 @@ describe('the persona rule through the routes', () => {
   it("session creation with another provider does not inherit the default provider's voice", async () => {
     const created = await inject('POST', '/sessions', { avatar_id: 'card', model: 'mock', tts_provider: 'cloud_c' });
     expect(created.status).toBe(200);
-    expect((await inject('GET', `/sessions/${created.body.session_id}`)).body).toMatchObject({ tts_provider: 'cloud_c', tts_voice: null });
+    expect((await inject('GET', `/sessions/${created.body.session_id}`)).body).toMatchObject({
+      tts_provider: 'cloud_c',
+      tts_voice: null,
+    });
     const plain = await inject('POST', '/sessions', { avatar_id: 'card', model: 'mock' });
-    expect((await inject('GET', `/sessions/${plain.body.session_id}`)).body).toMatchObject({ tts_provider: 'builtin', tts_voice: 'en-GB-RyanNeural' });
-    expect((await inject('POST', '/sessions', { avatar_id: 'card', model: 'mock', tts_provider: 'cloud_d' })).status).toBe(400);
+    expect((await inject('GET', `/sessions/${plain.body.session_id}`)).body).toMatchObject({
+      tts_provider: 'builtin',
+      tts_voice: 'en-GB-RyanNeural',
+    });
+    expect(
+      (await inject('POST', '/sessions', { avatar_id: 'card', model: 'mock', tts_provider: 'cloud_d' })).status,
+    ).toBe(400);
   });
 
   it('customize: switching provider resets the voice to its default; a provider without one needs a voice', async () => {
     const id = await startedSession({ tts_voice: 'en-US-GuyNeural' });
     const switched = await inject('POST', `/sessions/${id}/customize`, { tts_provider: 'cloud_c' });
-    expect(switched).toMatchObject({ status: 200, body: { tts_provider: 'cloud_c', tts_voice: null, tts_model: null } });
+    expect(switched).toMatchObject({
+      status: 200,
+      body: { tts_provider: 'cloud_c', tts_voice: null, tts_model: null },
+    });
     const refused = await inject('POST', `/sessions/${id}/customize`, { tts_provider: 'cloud_d' });
     expect(refused.status).toBe(400);
     expect(refused.body.detail).toMatch(/has no default voice/);

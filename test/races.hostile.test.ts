@@ -27,7 +27,12 @@ const sorted = (statuses: number[]) => [...statuses].sort((a, b) => a - b);
 /** A custom avatar as POST /avatars/custom leaves one (no face detection needed for the race). */
 async function customAvatar(round: number): Promise<string> {
   const id = `custom-race-${Date.now()}${round}`;
-  await makeAvatarBundle(app.avatarsDir, id, { model_type: 'mock', width: 128, height: 96, metadata: { custom_avatar: true, base_avatar_id: 'race-mock' } });
+  await makeAvatarBundle(app.avatarsDir, id, {
+    model_type: 'mock',
+    width: 128,
+    height: 96,
+    metadata: { custom_avatar: true, base_avatar_id: 'race-mock' },
+  });
   app.services.catalog.invalidate();
   expect((await fetch(`${app.baseUrl}/avatars/${id}`)).status).toBe(200);
   return id;
@@ -39,7 +44,10 @@ describe('races that used to answer 5xx', () => {
       const id = await customAvatar(round);
       const answers = await Promise.all(Array.from({ length: CONCURRENT_DELETES }, () => del(`/avatars/${id}`)));
       const bodies = await Promise.all(answers.map(json));
-      expect(sorted(answers.map((r) => r.status)), JSON.stringify(bodies)).toEqual([200, ...Array(CONCURRENT_DELETES - 1).fill(404)]);
+      expect(sorted(answers.map((r) => r.status)), JSON.stringify(bodies)).toEqual([
+        200,
+        ...Array(CONCURRENT_DELETES - 1).fill(404),
+      ]);
       for (const body of bodies) expect(body.deleted === true || typeof body.detail === 'string').toBe(true);
       expect((await fetch(`${app.baseUrl}/avatars/${id}`)).status).toBe(404);
     }
@@ -50,7 +58,9 @@ describe('races that used to answer 5xx', () => {
     try {
       for (let round = 0; round < ROUNDS; round++) {
         const id = await customAvatar(round);
-        const creates = Array.from({ length: CREATES_PER_DELETE }, () => post(app.baseUrl, '/sessions', { avatar_id: id, model: 'mock' }));
+        const creates = Array.from({ length: CREATES_PER_DELETE }, () =>
+          post(app.baseUrl, '/sessions', { avatar_id: id, model: 'mock' }),
+        );
         const [deleted, ...answers] = await Promise.all([del(`/avatars/${id}`), ...creates]);
         expect(deleted.status).toBe(200);
         for (const answer of answers) {
@@ -72,7 +82,10 @@ describe('races that used to answer 5xx', () => {
       const { session_id: id } = await json(created);
       expect((await post(app.baseUrl, `/sessions/${id}/start`)).status).toBe(200);
 
-      const [start, deleted] = await Promise.all([post(app.baseUrl, `/sessions/${id}/rt-recording/start`), del(`/sessions/${id}`)]);
+      const [start, deleted] = await Promise.all([
+        post(app.baseUrl, `/sessions/${id}/rt-recording/start`),
+        del(`/sessions/${id}`),
+      ]);
       expect([200, 409], JSON.stringify(await json(start))).toContain(start.status);
       expect(deleted.status).toBe(200);
 

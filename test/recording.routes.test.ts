@@ -42,7 +42,11 @@ function toneWav(ms: number): Buffer {
 describe('recording over HTTP', () => {
   it('records what the viewer gets: H.264 + AAC at the avatar size and fps; the frame at the speech onset shows that instant', async () => {
     const id = await newSession();
-    expect(await json(await get(rec(id)))).toEqual({ state: 'idle', artifact_url: rec(id, '/artifact'), duration_ms: 0 });
+    expect(await json(await get(rec(id)))).toEqual({
+      state: 'idle',
+      artifact_url: rec(id, '/artifact'),
+      duration_ms: 0,
+    });
     const started = await post(app.baseUrl, rec(id, '/start'));
     expect(started.status).toBe(200);
     expect((await json(started)).state).toBe('recording');

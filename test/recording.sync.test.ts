@@ -18,7 +18,11 @@ function tone(ms: number, hz = 440, amplitude = 9000): Int16Array {
   for (let i = 0; i < pcm.length; i++) pcm[i] = Math.round(amplitude * Math.sin((2 * Math.PI * hz * i) / SAMPLE_RATE));
   return pcm;
 }
-const openMouth = (durationMs: number) => ({ durationMs, poseAt: () => ({ open: 0.8, wide: 0.2, round: 0 }), levelAt: () => 0.7 });
+const openMouth = (durationMs: number) => ({
+  durationMs,
+  poseAt: () => ({ open: 0.8, wide: 0.2, round: 0 }),
+  levelAt: () => 0.7,
+});
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -34,7 +38,13 @@ async function setup() {
   cleanups.push(() => fs.rm(dataDir, { recursive: true, force: true }));
   cleanups.push(() => registry.close());
   cleanups.push(() => clock.close());
-  return { dataDir, renderer, clock, registry, media: { playout: clock, width: renderer.width, height: renderer.height } };
+  return {
+    dataDir,
+    renderer,
+    clock,
+    registry,
+    media: { playout: clock, width: renderer.width, height: renderer.height },
+  };
 }
 
 describe('recording a live playout clock', () => {

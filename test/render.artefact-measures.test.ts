@@ -39,10 +39,16 @@ function ellipse(cx: number, cy: number, rx: number, ry: number, count: number):
   });
 }
 
-const inEllipse = (x: number, y: number, cx: number, cy: number, rx: number, ry: number): boolean => ((x - cx) / rx) ** 2 + ((y - cy) / ry) ** 2 <= 1;
+const inEllipse = (x: number, y: number, cx: number, cy: number, rx: number, ry: number): boolean =>
+  ((x - cx) / rx) ** 2 + ((y - cy) / ry) ** 2 <= 1;
 
 /** Landmarks of the open mouth the good frame shows. */
-const OPEN_LIPS: LipGeometry = { mouth_center: { x: CX, y: CY }, mouth_width: MW, outer_lip: ellipse(CX, CY, 16, 9, 12), inner_lip: ellipse(CX, CY, 12, 5, 8) };
+const OPEN_LIPS: LipGeometry = {
+  mouth_center: { x: CX, y: CY },
+  mouth_width: MW,
+  outer_lip: ellipse(CX, CY, 16, 9, 12),
+  inner_lip: ellipse(CX, CY, 12, 5, 8),
+};
 
 function paint(colour: (x: number, y: number) => Rgb): I420Frame {
   const rgba = new Uint8Array(SIZE * SIZE * 4);
@@ -110,7 +116,9 @@ describe('artefact measures on constructed frames', () => {
   it("the renderer's own mask finds the seam where the patch ends", () => {
     const mask = new Uint8Array(SIZE * SIZE);
     for (let y = CY - 24; y <= CY + 40; y++) for (let x = CX - 40; x <= CX + 40; x++) mask[y * SIZE + x] = 1;
-    const hardEdged = paint((x, y) => (mask[y * SIZE + x] && !openMouth(x, y) ? [skin(y)[0] + 10, skin(y)[1] + 10, skin(y)[2] + 10] : goodOpen(x, y)));
+    const hardEdged = paint((x, y) =>
+      mask[y * SIZE + x] && !openMouth(x, y) ? [skin(y)[0] + 10, skin(y)[1] + 10, skin(y)[2] + 10] : goodOpen(x, y),
+    );
     expect(seamStep(base, hardEdged, mask).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
     expect(seamStep(base, good, mask).p98).toBeLessThanOrEqual(SEAM_MAX_LEVELS);
   });
@@ -141,7 +149,9 @@ describe('artefact measures on constructed frames', () => {
   });
 
   it('a second row of teeth under the painted upper teeth counts as two rows', () => {
-    const twoRows = paint((x, y) => (inEllipse(x, y, CX, CY, 12, 5) && y >= CY + 2 && y <= CY + 4 ? TEETH : goodOpen(x, y)));
+    const twoRows = paint((x, y) =>
+      inEllipse(x, y, CX, CY, 12, 5) && y >= CY + 2 && y <= CY + 4 ? TEETH : goodOpen(x, y),
+    );
     expect(teethRows(twoRows, OPEN_LIPS)).toBe(2);
     expect(teethRows(good, OPEN_LIPS)).toBe(1);
     expect(brokenThresholds(measureArtefacts(base, twoRows, OPEN_LIPS))).toEqual(['2 rows of teeth']);

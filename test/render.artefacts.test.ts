@@ -55,7 +55,10 @@ function broken(avatar: MeasuredAvatar, held: HeldSoFar): Record<string, string[
   const ownTeethAbove = avatar.frames.find((frame) => frame.name.startsWith('closed'))?.report?.teethAboveUpperLip ?? 0;
   for (const frame of avatar.frames) {
     const report = frame.report
-      ? { ...frame.report, teethAboveUpperLip: Math.max(0, frame.report.teethAboveUpperLip - ownTeethAbove - held.teethAddedAbove) }
+      ? {
+          ...frame.report,
+          teethAboveUpperLip: Math.max(0, frame.report.teethAboveUpperLip - ownTeethAbove - held.teethAddedAbove),
+        }
       : null;
     const lines = report ? brokenThresholds(report, held.seamLevels) : ['no face found on the rendered frame'];
     if (lines.length > 0) out[frame.name] = lines;
@@ -89,7 +92,11 @@ describe('speaking frames of the project’s own avatars hold the artefact measu
   );
 
   it.each([
-    ['a video avatar from a clip of the astronaut speaking (harvested mouths): the same, seams no worse than today', speakingClipMp4, SPEAKING_CLIP_HELD],
+    [
+      'a video avatar from a clip of the astronaut speaking (harvested mouths): the same, seams no worse than today',
+      speakingClipMp4,
+      SPEAKING_CLIP_HELD,
+    ],
     [
       'a video avatar from a clip swaying over the photo, mouth shut (the warp): the same, seams and added teeth no worse than today',
       (dir: string) => landscapeMp4(dir, 3),

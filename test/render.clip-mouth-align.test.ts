@@ -39,8 +39,14 @@ function skinFrame(): I420Frame {
 
 /** A face whose mouth is `width` px wide at `centre`, rolled by `roll` radians (eyes and lips alike). */
 function faceAt(centre: Point, width: number, roll: number): MouthAnimation {
-  const at = (u: number, v: number): Point => ({ x: centre.x + u * Math.cos(roll) - v * Math.sin(roll), y: centre.y + u * Math.sin(roll) + v * Math.cos(roll) });
-  const ring = (rx: number, ry: number, count: number) => Array.from({ length: count }, (_, i) => at(-rx * Math.cos((i / count) * 2 * Math.PI), -ry * Math.sin((i / count) * 2 * Math.PI)));
+  const at = (u: number, v: number): Point => ({
+    x: centre.x + u * Math.cos(roll) - v * Math.sin(roll),
+    y: centre.y + u * Math.sin(roll) + v * Math.cos(roll),
+  });
+  const ring = (rx: number, ry: number, count: number) =>
+    Array.from({ length: count }, (_, i) =>
+      at(-rx * Math.cos((i / count) * 2 * Math.PI), -ry * Math.sin((i / count) * 2 * Math.PI)),
+    );
   return {
     face_box: { x: centre.x - width, y: centre.y - 2 * width, width: 2 * width, height: 2.6 * width },
     mouth_center: centre,
@@ -64,15 +70,24 @@ async function harvestOf(openings: number[]): Promise<{ atlasPng: Buffer; index:
   for (let y = 0; y < MOUTH_CELL_HEIGHT; y++) {
     for (let x = 0; x < width; x++) {
       const cx = x % MOUTH_CELL_WIDTH;
-      const inBar = Math.abs(cx - MOUTH_CELL_CENTER.x) <= (BAR_LENGTH / 2) * MOUTH_SAMPLE_WIDTH_PX && Math.abs(y - MOUTH_CELL_CENTER.y) <= 3;
+      const inBar =
+        Math.abs(cx - MOUTH_CELL_CENTER.x) <= (BAR_LENGTH / 2) * MOUTH_SAMPLE_WIDTH_PX &&
+        Math.abs(y - MOUTH_CELL_CENTER.y) <= 3;
       rgba.fill(inBar ? 20 : skin, (y * width + x) * 4, (y * width + x) * 4 + 3);
       rgba[(y * width + x) * 4 + 3] = 255;
     }
   }
-  const atlasPng = await sharp(rgba, { raw: { width, height: MOUTH_CELL_HEIGHT, channels: 4 } }).png().toBuffer();
+  const atlasPng = await sharp(rgba, { raw: { width, height: MOUTH_CELL_HEIGHT, channels: 4 } })
+    .png()
+    .toBuffer();
   const index: MouthSampleIndex = {
     version: 1,
-    cell: { width: MOUTH_CELL_WIDTH, height: MOUTH_CELL_HEIGHT, center: MOUTH_CELL_CENTER, mouth_width: MOUTH_SAMPLE_WIDTH_PX },
+    cell: {
+      width: MOUTH_CELL_WIDTH,
+      height: MOUTH_CELL_HEIGHT,
+      center: MOUTH_CELL_CENTER,
+      mouth_width: MOUTH_SAMPLE_WIDTH_PX,
+    },
     columns,
     rest_gap: 0.04,
     samples: openings.map((open, cell) => ({ open, wide: 0, round: 0, cell, frame: cell })),
@@ -88,10 +103,13 @@ async function mouthsOf(openings: number[]): Promise<HarvestedMouths | null> {
 /** The dark pixels' centroid, principal direction (radians) and extent along it. */
 function darkShape(frame: I420Frame): { centre: Point; angle: number; length: number; count: number } {
   const points: Point[] = [];
-  for (let y = 0; y < SIZE; y++) for (let x = 0; x < SIZE; x++) if (frame.data[y * SIZE + x] < 80) points.push({ x, y });
+  for (let y = 0; y < SIZE; y++)
+    for (let x = 0; x < SIZE; x++) if (frame.data[y * SIZE + x] < 80) points.push({ x, y });
   const cx = points.reduce((s, p) => s + p.x, 0) / points.length;
   const cy = points.reduce((s, p) => s + p.y, 0) / points.length;
-  let sxx = 0, syy = 0, sxy = 0;
+  let sxx = 0,
+    syy = 0,
+    sxy = 0;
   for (const p of points) {
     sxx += (p.x - cx) ** 2;
     syy += (p.y - cy) ** 2;
@@ -138,7 +156,8 @@ describe('a harvested mouth laid on a clip avatar’s loop frame', () => {
         const v = -(x - c.x) * Math.sin(0.1) + (y - c.y) * Math.cos(0.1);
         const value = frame.data[y * SIZE + x];
         // Skin anywhere away from the bar's edge: within a level of the frame's own, not the clip's brighter light.
-        if (Math.abs(u) > (BAR_LENGTH / 2) * mw + 3 || Math.abs(v) > 6) worstSkin = Math.max(worstSkin, Math.abs(value - SKIN.y));
+        if (Math.abs(u) > (BAR_LENGTH / 2) * mw + 3 || Math.abs(v) > 6)
+          worstSkin = Math.max(worstSkin, Math.abs(value - SKIN.y));
         if (value !== SKIN.y) {
           changed++;
           // Nothing changes beyond the lips' contour grown by margin and feather (0.27 mouth widths).
@@ -162,11 +181,13 @@ describe('a harvested mouth laid on a clip avatar’s loop frame', () => {
     const withRich = await makeClipBundle({ mouths: rich });
     const without = await makeClipBundle();
     try {
-      const renderers = await Promise.all([withThin, withRich, without].map(async ({ source }) => {
-        const renderer = new LipsyncRenderer();
-        await renderer.prepare(source);
-        return renderer;
-      }));
+      const renderers = await Promise.all(
+        [withThin, withRich, without].map(async ({ source }) => {
+          const renderer = new LipsyncRenderer();
+          await renderer.prepare(source);
+          return renderer;
+        }),
+      );
       const [thinRenderer, richRenderer, warpRenderer] = renderers;
       for (const frameIdx of [0, 5]) {
         const speaking = request(frameIdx, { mouth: { open: 0.7, wide: 0, round: 0 }, level: 0.5, speaking: true });
@@ -188,7 +209,8 @@ describe('the warp of a loop frame along its own lips', () => {
     const source = skinFrame();
     const centre = { x: 128, y: 110 };
     const mw = 50;
-    for (let y = 0; y < SIZE; y++) for (let x = 0; x < SIZE; x++) source.data[y * SIZE + x] = (y > centre.y + 1.1 * mw ? 90 : 160) + ((x + y) % 7);
+    for (let y = 0; y < SIZE; y++)
+      for (let x = 0; x < SIZE; x++) source.data[y * SIZE + x] = (y > centre.y + 1.1 * mw ? 90 : 160) + ((x + y) % 7);
     const frame = { ...source, data: source.data.slice() };
     warpLoopFrame(frame, source, faceAt(centre, mw, 0.05), { open: 1, wide: 0, round: 0 });
     // The region's rim (2 px inside its box) is the source exactly.
@@ -197,7 +219,10 @@ describe('the warp of a loop frame along its own lips', () => {
       for (let x = 0; x < SIZE; x++) {
         const u = (x - centre.x) / mw;
         const v = (y - centre.y) / mw;
-        const nearRim = (Math.abs(u) > 1.3 && Math.abs(u) < 1.45 && v > -0.8 && v < 1.8) || (v > -0.85 && v < -0.7 && Math.abs(u) < 1.4) || (v > 1.7 && v < 1.85 && Math.abs(u) < 1.4);
+        const nearRim =
+          (Math.abs(u) > 1.3 && Math.abs(u) < 1.45 && v > -0.8 && v < 1.8) ||
+          (v > -0.85 && v < -0.7 && Math.abs(u) < 1.4) ||
+          (v > 1.7 && v < 1.85 && Math.abs(u) < 1.4);
         if (nearRim && frame.data[y * SIZE + x] !== source.data[y * SIZE + x]) rimChanged++;
       }
     }

@@ -31,13 +31,16 @@ function lipPixel(frame: I420Frame, x: number, y: number): boolean {
 
 function measureMouth(frame: I420Frame, g: FaceGeometry): MouthMeasure {
   const columns = new Map<number, number[]>();
-  const x0 = Math.round(g.mouthX - g.mouthHalfWidth * 1.6), x1 = Math.round(g.mouthX + g.mouthHalfWidth * 1.6);
-  const y0 = Math.round(g.mouthY - g.mouthHalfWidth * 0.7), y1 = Math.round(g.mouthY + g.mouthHalfWidth * 1.2);
+  const x0 = Math.round(g.mouthX - g.mouthHalfWidth * 1.6),
+    x1 = Math.round(g.mouthX + g.mouthHalfWidth * 1.6);
+  const y0 = Math.round(g.mouthY - g.mouthHalfWidth * 0.7),
+    y1 = Math.round(g.mouthY + g.mouthHalfWidth * 1.2);
   for (let x = x0; x < x1; x++) {
     for (let y = y0; y < y1; y++) if (lipPixel(frame, x, y)) columns.set(x, [...(columns.get(x) ?? []), y]);
   }
   const xs = [...columns.keys()].sort((a, b) => a - b);
-  const left = xs[0], right = xs[xs.length - 1];
+  const left = xs[0],
+    right = xs[xs.length - 1];
   const meanMid = (x: number) => {
     const ys = columns.get(x) ?? [];
     return (Math.min(...ys) + Math.max(...ys)) / 2;
@@ -51,7 +54,8 @@ function measureMouth(frame: I420Frame, g: FaceGeometry): MouthMeasure {
 /** The lower edge of the left brow: the first dark pixel going up from above the eye, at the eye's centre column. */
 function browEdge(frame: I420Frame, g: FaceGeometry): number {
   const x = Math.round(g.leftEyeX);
-  for (let y = Math.round(g.eyeY - g.eyeRadiusY * 1.3); y > g.eyeY - g.eyeRadiusY * 6; y--) if (frame.data[y * frame.width + x] < BROW_Y) return y;
+  for (let y = Math.round(g.eyeY - g.eyeRadiusY * 1.3); y > g.eyeY - g.eyeRadiusY * 6; y--)
+    if (frame.data[y * frame.width + x] < BROW_Y) return y;
   throw new Error('no brow found above the eye');
 }
 
@@ -89,7 +93,8 @@ describe('expressions on the drawn rt face', () => {
     const dark = (f: I420Frame) => {
       let count = 0;
       for (let y = Math.round(geometry.mouthY - 10); y < geometry.mouthY + 30; y++)
-        for (let x = Math.round(geometry.mouthX - 15); x < geometry.mouthX + 15; x++) if (f.data[y * f.width + x] < 60) count++;
+        for (let x = Math.round(geometry.mouthX - 15); x < geometry.mouthX + 15; x++)
+          if (f.data[y * f.width + x] < 60) count++;
       return count;
     };
     expect(dark(open)).toBeGreaterThan(dark(closed) + 100);
@@ -109,11 +114,14 @@ describe('expressions on the drawn rt face', () => {
     const plain = rt.render(request(0));
     expect(Buffer.compare(Buffer.from(frame(NEUTRAL_WEIGHTS).data), Buffer.from(plain.data))).toBe(0);
     const concern = frame({ ...NEUTRAL_WEIGHTS, concern: 1 });
-    expect(measureMouth(concern, geometry).cornerLift).toBeLessThanOrEqual(measureMouth(plain, geometry).cornerLift - 2);
+    expect(measureMouth(concern, geometry).cornerLift).toBeLessThanOrEqual(
+      measureMouth(plain, geometry).cornerLift - 2,
+    );
     // Inner end of the left brow (towards the centre line) sits higher than in the neutral face.
     const innerColumn = Math.round(geometry.leftEyeX + geometry.eyeRadiusX * 0.8);
     const edge = (f: I420Frame) => {
-      for (let y = Math.round(geometry.eyeY - geometry.eyeRadiusY * 1.3); y > 0; y--) if (f.data[y * f.width + innerColumn] < BROW_Y) return y;
+      for (let y = Math.round(geometry.eyeY - geometry.eyeRadiusY * 1.3); y > 0; y--)
+        if (f.data[y * f.width + innerColumn] < BROW_Y) return y;
       return 0;
     };
     expect(edge(plain) - edge(concern)).toBeGreaterThanOrEqual(4);

@@ -3,7 +3,14 @@ import { mkdtempSync, mkdirSync, copyFileSync, writeFileSync, rmSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import sharp from 'sharp';
-import type { AvatarManifest, AvatarSource, FrameRequest, I420Frame, ModelType, MouthAnimation } from '../actors/render/types.ts';
+import type {
+  AvatarManifest,
+  AvatarSource,
+  FrameRequest,
+  I420Frame,
+  ModelType,
+  MouthAnimation,
+} from '../actors/render/types.ts';
 import { CLOSED_MOUTH } from '../actors/render/types.ts';
 import { i420ToRgba } from '../actors/render/i420.ts';
 
@@ -61,7 +68,10 @@ export function request(frameIdx: number, overrides: Partial<FrameRequest> = {})
 
 /** Mean absolute luma difference inside / outside a box. */
 export function lumaDiff(a: I420Frame, b: I420Frame, box: { x0: number; y0: number; x1: number; y1: number }) {
-  let inside = 0, insideCount = 0, outside = 0, outsideCount = 0;
+  let inside = 0,
+    insideCount = 0,
+    outside = 0,
+    outsideCount = 0;
   for (let y = 0; y < a.height; y++) {
     for (let x = 0; x < a.width; x++) {
       const d = Math.abs(a.data[y * a.width + x] - b.data[y * a.width + x]);

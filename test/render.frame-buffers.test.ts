@@ -1,7 +1,13 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { FrameBufferPool, MAX_FRAME_BUFFERS, isPooledFrame, releaseFrame, retainFrame } from '../actors/render/frame-buffers.ts';
+import {
+  FrameBufferPool,
+  MAX_FRAME_BUFFERS,
+  isPooledFrame,
+  releaseFrame,
+  retainFrame,
+} from '../actors/render/frame-buffers.ts';
 import { PlayoutClock, type FrameRenderer } from '../actors/media/playout.ts';
 import { RenderPool } from '../actors/render/pool.ts';
 import { decodeTimecode } from '../actors/render/timecode.ts';
@@ -22,7 +28,11 @@ function tone(ms: number, hz = 300): Int16Array {
   for (let i = 0; i < pcm.length; i++) pcm[i] = Math.round(9000 * Math.sin((2 * Math.PI * hz * i) / SAMPLE_RATE));
   return pcm;
 }
-const talking = (durationMs: number) => ({ durationMs, poseAt: () => ({ open: 0.7, wide: 0.2, round: 0 }), levelAt: () => 0.6 });
+const talking = (durationMs: number) => ({
+  durationMs,
+  poseAt: () => ({ open: 0.7, wide: 0.2, round: 0 }),
+  levelAt: () => 0.6,
+});
 
 function plainFrame(bytes: number): I420Frame {
   return { width: 4, height: 4, data: new Uint8Array(bytes) };
@@ -140,7 +150,10 @@ describe('a live session reuses its frame buffers and the viewer still sees ever
 
   it('3 s of speech through a wrtc peer: timecodes arrive in order and a handful of buffers carry all frames', async () => {
     const renderer = await pool.open(await avatar('demo-rt'), 'mock', undefined, { reuseFrameBuffers: true });
-    const { media, peer } = await startMediaWithPeer({ renderer, sampleRate: SAMPLE_RATE, videoDelayMs: 120 }, cleanups);
+    const { media, peer } = await startMediaWithPeer(
+      { renderer, sampleRate: SAMPLE_RATE, videoDelayMs: 120 },
+      cleanups,
+    );
     await peer.until(() => peer.frames.length >= 5, 10_000, 'first frames at the receiver');
 
     const before = { allocated: pool.frameBuffers.allocated, reused: pool.frameBuffers.reused };

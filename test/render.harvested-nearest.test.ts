@@ -16,12 +16,24 @@ import {
 
 async function mouthsWith(poses: Array<Omit<MouthSample, 'cell' | 'frame'>>): Promise<HarvestedMouths | null> {
   const columns = poses.length;
-  const atlasPng = await sharp({ create: { width: columns * MOUTH_CELL_WIDTH, height: MOUTH_CELL_HEIGHT, channels: 4, background: { r: 170, g: 90, b: 80, alpha: 1 } } })
+  const atlasPng = await sharp({
+    create: {
+      width: columns * MOUTH_CELL_WIDTH,
+      height: MOUTH_CELL_HEIGHT,
+      channels: 4,
+      background: { r: 170, g: 90, b: 80, alpha: 1 },
+    },
+  })
     .png()
     .toBuffer();
   const index: MouthSampleIndex = {
     version: 1,
-    cell: { width: MOUTH_CELL_WIDTH, height: MOUTH_CELL_HEIGHT, center: MOUTH_CELL_CENTER, mouth_width: MOUTH_SAMPLE_WIDTH_PX },
+    cell: {
+      width: MOUTH_CELL_WIDTH,
+      height: MOUTH_CELL_HEIGHT,
+      center: MOUTH_CELL_CENTER,
+      mouth_width: MOUTH_SAMPLE_WIDTH_PX,
+    },
     columns,
     rest_gap: 0.03,
     samples: poses.map((pose, cell) => ({ ...pose, cell, frame: cell * 5 })),
@@ -64,9 +76,30 @@ describe('the harvested mouth laid for a pose', () => {
 
   it('is none when the harvest shows too few openings to follow speech, or no closed mouth: the renderer warps instead', async () => {
     // Three opening steps (a clip where the person barely speaks): every vowel would get one of three mouths.
-    expect(await mouthsWith([{ open: 0, wide: 0, round: 0 }, { open: 0.5, wide: 0, round: 0 }, { open: 0.55, wide: 1, round: 0 }, { open: 1, wide: 0, round: 0 }])).toBeNull();
+    expect(
+      await mouthsWith([
+        { open: 0, wide: 0, round: 0 },
+        { open: 0.5, wide: 0, round: 0 },
+        { open: 0.55, wide: 1, round: 0 },
+        { open: 1, wide: 0, round: 0 },
+      ]),
+    ).toBeNull();
     // Openings enough, but never closed: silence and m/b/p would show an open mouth.
-    expect(await mouthsWith([{ open: 0.25, wide: 0, round: 0 }, { open: 0.5, wide: 0, round: 0 }, { open: 0.75, wide: 0, round: 0 }, { open: 1, wide: 0, round: 0 }])).toBeNull();
-    expect(await mouthsWith([{ open: 0, wide: 0, round: 0 }, { open: 0.25, wide: 0, round: 0 }, { open: 0.5, wide: 0, round: 0 }, { open: 1, wide: 0, round: 0 }])).not.toBeNull();
+    expect(
+      await mouthsWith([
+        { open: 0.25, wide: 0, round: 0 },
+        { open: 0.5, wide: 0, round: 0 },
+        { open: 0.75, wide: 0, round: 0 },
+        { open: 1, wide: 0, round: 0 },
+      ]),
+    ).toBeNull();
+    expect(
+      await mouthsWith([
+        { open: 0, wide: 0, round: 0 },
+        { open: 0.25, wide: 0, round: 0 },
+        { open: 0.5, wide: 0, round: 0 },
+        { open: 1, wide: 0, round: 0 },
+      ]),
+    ).not.toBeNull();
   });
 });

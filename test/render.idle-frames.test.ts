@@ -34,7 +34,8 @@ describe('idle frames rendered once per avatar and shared by its sessions', () =
 
     const inline = createRenderer('rt');
     await inline.prepare(source);
-    for (const i of [0, 37, 113, 249]) expect(Buffer.compare(Buffer.from(fromB[i].data), Buffer.from(inline.render(requests[i]).data))).toBe(0);
+    for (const i of [0, 37, 113, 249])
+      expect(Buffer.compare(Buffer.from(fromB[i].data), Buffer.from(inline.render(requests[i]).data))).toBe(0);
   });
 
   it('speech frames and models without a quantised idle loop are rendered every time', async () => {
@@ -58,7 +59,11 @@ describe('idle frames rendered once per avatar and shared by its sessions', () =
     const source = await avatar('demo-rt');
     const rt = await pool.open(source, 'rt');
     const idle = await rt.render([request(0)]);
-    const batch = [request(0), request(1, { speaking: true, mouth: { open: 1, wide: 0, round: 0 }, level: 0.8 }), request(0)];
+    const batch = [
+      request(0),
+      request(1, { speaking: true, mouth: { open: 1, wide: 0, round: 0 }, level: 0.8 }),
+      request(0),
+    ];
     const frames = await rt.render(batch);
     expect(frames[0]).toBe(idle[0]);
     expect(frames[2]).toBe(idle[0]);

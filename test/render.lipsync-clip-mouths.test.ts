@@ -21,8 +21,14 @@ const MW = ASTRONAUT_ANIMATION.mouth_width;
 function innerLip(gap: number): Point[] {
   const half = gap / 2;
   return [
-    { x: CX - 16, y: CY }, { x: CX - 8, y: CY - half }, { x: CX, y: CY - half }, { x: CX + 8, y: CY - half },
-    { x: CX + 16, y: CY }, { x: CX + 8, y: CY + half }, { x: CX, y: CY + half }, { x: CX - 8, y: CY + half },
+    { x: CX - 16, y: CY },
+    { x: CX - 8, y: CY - half },
+    { x: CX, y: CY - half },
+    { x: CX + 8, y: CY - half },
+    { x: CX + 16, y: CY },
+    { x: CX + 8, y: CY + half },
+    { x: CX, y: CY + half },
+    { x: CX - 8, y: CY + half },
   ];
 }
 
@@ -44,7 +50,8 @@ async function harvestSpeakingFrames(): Promise<{ files: HarvestedMouthFiles; fr
         const x = (o / 4) % 512;
         const y = Math.floor(o / 4 / 512);
         const inMouth = Math.abs(x - CX) < 0.6 * MW && Math.abs(y - CY) < 0.5 * MW;
-        const change = Math.abs(rgba[o] - closed[o]) + Math.abs(rgba[o + 1] - closed[o + 1]) + Math.abs(rgba[o + 2] - closed[o + 2]);
+        const change =
+          Math.abs(rgba[o] - closed[o]) + Math.abs(rgba[o + 1] - closed[o + 1]) + Math.abs(rgba[o + 2] - closed[o + 2]);
         // The dark inside of the warped mouth becomes bright teeth: a mouth no warp draws.
         if (inMouth && change > 90 && rgba[o] < 120) rgba.fill(235, o, o + 3);
         for (let k = 0; k < 3; k++) rgba[o + k] = Math.min(255, rgba[o + k] + CLIP_BRIGHTER);
@@ -59,10 +66,16 @@ async function harvestSpeakingFrames(): Promise<{ files: HarvestedMouthFiles; fr
   }
 }
 
-const speaking = (frameIdx: number, open: number) => request(frameIdx, { mouth: { open, wide: 0, round: 0 }, level: open, speaking: true });
+const speaking = (frameIdx: number, open: number) =>
+  request(frameIdx, { mouth: { open, wide: 0, round: 0 }, level: open, speaking: true });
 
 /** Mean absolute luma difference inside `box`, each side's own mean taken out (a colour shift does not count). */
-function shapeDistance(frame: I420Frame, rgba: Uint8Array, box: { x0: number; y0: number; x1: number; y1: number }, shiftX: number): number {
+function shapeDistance(
+  frame: I420Frame,
+  rgba: Uint8Array,
+  box: { x0: number; y0: number; x1: number; y1: number },
+  shiftX: number,
+): number {
   const a: number[] = [];
   const b: number[] = [];
   for (let y = box.y0; y < box.y1; y++) {
@@ -107,10 +120,20 @@ describe('lipsync renderer on a video avatar with harvested mouths', () => {
     const widest = harvested.files.index.samples.reduce((a, b) => (b.open > a.open ? b : a));
     for (const frameIdx of [0, 9]) {
       const shift = loopFrameIndex(frameIdx, 12);
-      const core = { x0: Math.round(CX + shift - 0.5 * MW), y0: Math.round(CY - 0.25 * MW), x1: Math.round(CX + shift + 0.5 * MW), y1: Math.round(CY + 0.5 * MW) };
+      const core = {
+        x0: Math.round(CX + shift - 0.5 * MW),
+        y0: Math.round(CY - 0.25 * MW),
+        x1: Math.round(CX + shift + 0.5 * MW),
+        y1: Math.round(CY + 0.5 * MW),
+      };
       const frame = renderer.render(speaking(frameIdx, 1));
       const toSample = shapeDistance(frame, harvested.frames[widest.frame], core, shift);
-      const warpToSample = shapeDistance(warp.render(speaking(frameIdx, 1)), harvested.frames[widest.frame], core, shift);
+      const warpToSample = shapeDistance(
+        warp.render(speaking(frameIdx, 1)),
+        harvested.frames[widest.frame],
+        core,
+        shift,
+      );
       expect(toSample).toBeLessThan(warpToSample / 2);
       expect(toSample).toBeLessThan(6);
       const idle = renderer.render(request(frameIdx));
@@ -150,7 +173,9 @@ describe('lipsync renderer on a video avatar with harvested mouths', () => {
         if (Math.abs(x - CX) > 21 + 13 || y < CY - 8 - 13 || y > CY + 8 + 0.3 * MW + 13) farChanged += d === 0 ? 0 : 1;
       }
     }
-    console.log(`feather bias ${(bias / skin).toFixed(2)} levels over ${skin} px (the clip ${CLIP_BRIGHTER} RGB levels brighter)`);
+    console.log(
+      `feather bias ${(bias / skin).toFixed(2)} levels over ${skin} px (the clip ${CLIP_BRIGHTER} RGB levels brighter)`,
+    );
     expect(Math.abs(bias / skin)).toBeLessThan(2.5);
     expect(farChanged).toBe(0);
   });
@@ -161,23 +186,34 @@ describe('lipsync renderer on a video avatar with harvested mouths', () => {
     const warp = new LipsyncRenderer();
     await warp.prepare(warpOnly.source);
     const everything = { x0: 0, y0: 0, x1: 0, y1: 0 };
-    for (const frameIdx of [0, 5]) expect(lumaDiff(renderer.render(request(frameIdx)), warp.render(request(frameIdx)), everything).outside).toBe(0);
+    for (const frameIdx of [0, 5])
+      expect(lumaDiff(renderer.render(request(frameIdx)), warp.render(request(frameIdx)), everything).outside).toBe(0);
   });
 
   /** The speaking clip's source, its face track saying every loop frame's inner lips are apart by `gap`. */
   function withLipsApart(gap: number): AvatarSource {
-    const track = (JSON.parse(Buffer.from(withMouths.source.clip!.trackJson).toString('utf8')) as MouthAnimation[]).map((face) => ({
-      ...face,
-      inner_lip: innerLip(gap).map((p) => ({ x: p.x + face.mouth_center.x - CX, y: p.y })),
-    }));
-    return { ...withMouths.source, clip: { ...withMouths.source.clip!, trackJson: new Uint8Array(Buffer.from(JSON.stringify(track))) } };
+    const track = (JSON.parse(Buffer.from(withMouths.source.clip!.trackJson).toString('utf8')) as MouthAnimation[]).map(
+      (face) => ({
+        ...face,
+        inner_lip: innerLip(gap).map((p) => ({ x: p.x + face.mouth_center.x - CX, y: p.y })),
+      }),
+    );
+    return {
+      ...withMouths.source,
+      clip: { ...withMouths.source.clip!, trackJson: new Uint8Array(Buffer.from(JSON.stringify(track))) },
+    };
   }
 
   /** The harvested closed mouth, and where the mouth sits on loop frame 3 (its sway shift and the mouth's core box). */
   function closedMouthOnFrame3() {
     const closed = harvested.files.index.samples.reduce((a, b) => (b.open < a.open ? b : a));
     const shift = loopFrameIndex(3, 12);
-    const core = { x0: Math.round(CX + shift - 0.5 * MW), y0: Math.round(CY - 0.25 * MW), x1: Math.round(CX + shift + 0.5 * MW), y1: Math.round(CY + 0.5 * MW) };
+    const core = {
+      x0: Math.round(CX + shift - 0.5 * MW),
+      y0: Math.round(CY - 0.25 * MW),
+      x1: Math.round(CX + shift + 0.5 * MW),
+      y1: Math.round(CY + 0.5 * MW),
+    };
     return { closed, shift, core };
   }
 

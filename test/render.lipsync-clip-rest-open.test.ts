@@ -40,7 +40,9 @@ describe('lipsync renderer on a clip whose lips rest parted', () => {
       const renderer = new LipsyncRenderer();
       await renderer.prepare(photo.source);
       const parted = renderer.render(speaking(PARTED_REST));
-      const png = await sharp(i420ToRgba({ width: parted.width, height: parted.height, data: parted.data }), { raw: { width: parted.width, height: parted.height, channels: 4 } })
+      const png = await sharp(i420ToRgba({ width: parted.width, height: parted.height, data: parted.data }), {
+        raw: { width: parted.width, height: parted.height, channels: 4 },
+      })
         .png()
         .toBuffer();
       const face = await faceOf(parted);
@@ -66,7 +68,9 @@ describe('lipsync renderer on a clip whose lips rest parted', () => {
       const frame = renderer.render(speaking(step / (OPEN_STEPS - 1)));
       steps.push(openingOf(await faceOf(frame)));
     }
-    console.log(`rest ${restOpening.toFixed(3)}, idle ${idle.toFixed(3)}, steps ${steps.map((s) => s.toFixed(3)).join(' ')}`);
+    console.log(
+      `rest ${restOpening.toFixed(3)}, idle ${idle.toFixed(3)}, steps ${steps.map((s) => s.toFixed(3)).join(' ')}`,
+    );
     for (const opening of steps) expect(opening).toBeGreaterThan(idle - DETECTOR_JITTER);
     expect(steps.at(-1)!).toBeGreaterThan(idle + 0.1);
   }, 60_000);

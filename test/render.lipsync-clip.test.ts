@@ -7,7 +7,8 @@ import { CLIP_BUNDLE_FRAMES as FRAMES, makeClipBundle } from './helpers/clip-bun
 
 import { ASTRONAUT_ANIMATION, lumaDiff, request } from './render.fixtures.ts';
 
-const speaking = (frameIdx: number, open: number) => request(frameIdx, { mouth: { open, wide: 0, round: 0 }, level: open, speaking: true });
+const speaking = (frameIdx: number, open: number) =>
+  request(frameIdx, { mouth: { open, wide: 0, round: 0 }, level: open, speaking: true });
 
 describe('lipsync renderer (video avatar)', () => {
   let bundle: { source: AvatarSource; dir: string };

@@ -21,7 +21,8 @@ const animation = manifest.metadata.animation as MouthAnimation;
 const mw = animation.mouth_width;
 
 /** Frame 0 has no blink; `speaking` keeps the idle sway out of the picture. */
-const renderPose = (renderer: LipsyncRenderer, mouth: MouthPose): I420Frame => renderer.render({ frameIdx: 0, ptsMs: 0, mouth, level: 0.5, speaking: true });
+const renderPose = (renderer: LipsyncRenderer, mouth: MouthPose): I420Frame =>
+  renderer.render({ frameIdx: 0, ptsMs: 0, mouth, level: 0.5, speaking: true });
 
 describe('photo avatar mouth (astronaut, lipsync)', () => {
   const renderer = new LipsyncRenderer();
@@ -30,7 +31,8 @@ describe('photo avatar mouth (astronaut, lipsync)', () => {
 
   beforeAll(async () => {
     await renderer.prepare(astronaut);
-    for (const viseme of ['sil', 'PP', 'aa', 'O', 'E'] as const) frames.set(viseme, renderPose(renderer, VISEME_POSES[viseme]));
+    for (const viseme of ['sil', 'PP', 'aa', 'O', 'E'] as const)
+      frames.set(viseme, renderPose(renderer, VISEME_POSES[viseme]));
     const rgba = await loadBundleFrame(astronaut);
     photo = rgbaToI420(rgba.data, rgba.width, rgba.height);
   });

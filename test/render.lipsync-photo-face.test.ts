@@ -16,7 +16,14 @@ import { closeFaceDetector, detectMouth } from '../actors/faces/detector.ts';
 import { i420ToRgba, rgbaToI420 } from '../actors/render/i420.ts';
 import { loadBundleFrame } from '../actors/render/image.ts';
 import { LipsyncRenderer } from '../actors/render/renderers/lipsync.ts';
-import type { AvatarManifest, AvatarSource, FrameRequest, I420Frame, MouthAnimation, MouthPose } from '../actors/render/types.ts';
+import type {
+  AvatarManifest,
+  AvatarSource,
+  FrameRequest,
+  I420Frame,
+  MouthAnimation,
+  MouthPose,
+} from '../actors/render/types.ts';
 import { VISEME_POSES } from '../actors/mouth/visemes.ts';
 import { isTeethBright, teethRows } from './helpers/artefacts.ts';
 import { measureMouth } from './helpers/mouth-metrics.ts';
@@ -53,13 +60,20 @@ function teethBetweenLips(frame: I420Frame, lips: MouthAnimation): number {
 }
 
 /** The integer shift (px) of `frame`'s box that best matches `photo` (least mean absolute luma difference). */
-function bestShift(frame: I420Frame, photo: I420Frame, box: { x0: number; y0: number; x1: number; y1: number }, reach: number): { dx: number; dy: number } {
+function bestShift(
+  frame: I420Frame,
+  photo: I420Frame,
+  box: { x0: number; y0: number; x1: number; y1: number },
+  reach: number,
+): { dx: number; dy: number } {
   let best = { dx: 0, dy: 0 };
   let bestError = Infinity;
   for (let dy = -reach; dy <= reach; dy++) {
     for (let dx = -reach; dx <= reach; dx++) {
       let error = 0;
-      for (let y = box.y0; y < box.y1; y++) for (let x = box.x0; x < box.x1; x++) error += Math.abs(frame.data[(y + dy) * frame.width + x + dx] - photo.data[y * photo.width + x]);
+      for (let y = box.y0; y < box.y1; y++)
+        for (let x = box.x0; x < box.x1; x++)
+          error += Math.abs(frame.data[(y + dy) * frame.width + x + dx] - photo.data[y * photo.width + x]);
       if (error < bestError) {
         bestError = error;
         best = { dx, dy };
@@ -84,7 +98,9 @@ describe('a portrait smiling with its teeth (the astronaut rendered smiling), as
     lips = found.animation;
     dir = await mkdtemp(path.join(tmpdir(), 'smiling-portrait-'));
     await mkdir(path.join(dir, 'frames'));
-    await sharp(Buffer.from(rgba), { raw: { width: ah.width, height: ah.height, channels: 4 } }).png().toFile(path.join(dir, 'frames', 'frame_00000.png'));
+    await sharp(Buffer.from(rgba), { raw: { width: ah.width, height: ah.height, channels: 4 } })
+      .png()
+      .toFile(path.join(dir, 'frames', 'frame_00000.png'));
     const smilingManifest: AvatarManifest = { ...manifest, id: 'smiling-astronaut', metadata: { animation: lips } };
     await writeFile(path.join(dir, 'manifest.json'), JSON.stringify(smilingManifest));
     smiling = { id: smilingManifest.id, dir, manifest: smilingManifest };
@@ -122,7 +138,12 @@ describe('head motion of a photo avatar', () => {
   const renderer = new LipsyncRenderer();
   let photo: I420Frame;
   const { left_eye, right_eye, face_box } = animation;
-  const eyes = { x0: Math.round(left_eye.x - 12), y0: Math.round(Math.min(left_eye.y, right_eye.y) - 8), x1: Math.round(right_eye.x + 12), y1: Math.round(Math.max(left_eye.y, right_eye.y) + 8) };
+  const eyes = {
+    x0: Math.round(left_eye.x - 12),
+    y0: Math.round(Math.min(left_eye.y, right_eye.y) - 8),
+    x1: Math.round(right_eye.x + 12),
+    y1: Math.round(Math.max(left_eye.y, right_eye.y) + 8),
+  };
   /** Speech at a lively phrase loudness with syllable accents: what the media timeline's prosody gives. */
   const prosodyAt = (i: number) => ({ fast: 0.45 + 0.35 * Math.max(0, Math.sin(i / 2.3)), slow: 0.45 });
   /** Frames before the first blink (2 s in at the earliest), whose eyes the shift is measured on are open. */
@@ -135,15 +156,26 @@ describe('head motion of a photo avatar', () => {
   });
 
   it('moves the head while speaking, a few pixels at most, more than in silence', () => {
-    const speechShifts = FRAMES.map((i) => bestShift(renderer.render(speaking(i, VISEME_POSES.E, prosodyAt(i))), photo, eyes, 6));
-    const idleShifts = FRAMES.map((i) => bestShift(renderer.render({ frameIdx: i, ptsMs: i * 40, mouth: VISEME_POSES.sil, level: 0, speaking: false }), photo, eyes, 6));
-    const extent = (shifts: Array<{ dx: number; dy: number }>) => Math.max(...shifts.map((s) => Math.hypot(s.dx, s.dy)));
+    const speechShifts = FRAMES.map((i) =>
+      bestShift(renderer.render(speaking(i, VISEME_POSES.E, prosodyAt(i))), photo, eyes, 6),
+    );
+    const idleShifts = FRAMES.map((i) =>
+      bestShift(
+        renderer.render({ frameIdx: i, ptsMs: i * 40, mouth: VISEME_POSES.sil, level: 0, speaking: false }),
+        photo,
+        eyes,
+        6,
+      ),
+    );
+    const extent = (shifts: Array<{ dx: number; dy: number }>) =>
+      Math.max(...shifts.map((s) => Math.hypot(s.dx, s.dy)));
     const moved = (shifts: Array<{ dx: number; dy: number }>) => shifts.filter((s) => s.dx !== 0 || s.dy !== 0).length;
     // Present: most speaking frames show the head moved by at least a pixel, in more than one position.
     expect(moved(speechShifts)).toBeGreaterThan(speechShifts.length / 2);
     expect(new Set(speechShifts.map((s) => `${s.dx},${s.dy}`)).size).toBeGreaterThan(2);
     // Bounded: never more than 5 % of the face's height (5 px on the astronaut); silence moves less.
-    for (const shift of speechShifts) expect(Math.hypot(shift.dx, shift.dy)).toBeLessThanOrEqual(0.05 * face_box.height);
+    for (const shift of speechShifts)
+      expect(Math.hypot(shift.dx, shift.dy)).toBeLessThanOrEqual(0.05 * face_box.height);
     expect(extent(idleShifts)).toBeLessThan(extent(speechShifts));
   });
 
@@ -171,7 +203,13 @@ describe('head motion of a photo avatar', () => {
     let count = 0;
     let moved = 0;
     for (const i of FRAMES) {
-      const resting = renderer.render({ frameIdx: i, ptsMs: i * 40, mouth: VISEME_POSES.sil, level: 0, speaking: false });
+      const resting = renderer.render({
+        frameIdx: i,
+        ptsMs: i * 40,
+        mouth: VISEME_POSES.sil,
+        level: 0,
+        speaking: false,
+      });
       const warped = renderer.render(speaking(i, VISEME_POSES.sil));
       for (let y = face_box.y; y < face_box.y + face_box.height; y++) {
         for (let x = face_box.x; x < face_box.x + face_box.width; x++) {
@@ -192,6 +230,8 @@ describe('head motion of a photo avatar', () => {
     const open = renderer.render(speaking(i, VISEME_POSES.aa, prosodyAt(i)));
     const closed = renderer.render(speaking(i, VISEME_POSES.sil, prosodyAt(i)));
     // The eyes (far from the mouth's warp) are identical in both.
-    for (let y = eyes.y0; y < eyes.y1; y++) for (let x = eyes.x0; x < eyes.x1; x++) expect(open.data[y * open.width + x]).toBe(closed.data[y * closed.width + x]);
+    for (let y = eyes.y0; y < eyes.y1; y++)
+      for (let x = eyes.x0; x < eyes.x1; x++)
+        expect(open.data[y * open.width + x]).toBe(closed.data[y * closed.width + x]);
   });
 });

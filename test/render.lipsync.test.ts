@@ -5,7 +5,8 @@ import { ASTRONAUT_ANIMATION, dumpPng, lumaDiff, makePortraitBundle, request } f
 
 const { x: mx, y: my } = ASTRONAUT_ANIMATION.mouth_center;
 const MOUTH_BOX = { x0: mx - 30, y0: my - 10, x1: mx + 30, y1: my + 25 };
-const speaking = (frameIdx: number, open: number, wide = 0, round = 0) => request(frameIdx, { mouth: { open, wide, round }, level: open, speaking: true });
+const speaking = (frameIdx: number, open: number, wide = 0, round = 0) =>
+  request(frameIdx, { mouth: { open, wide, round }, level: open, speaking: true });
 
 describe('lipsync renderer (photo)', () => {
   const bundle = makePortraitBundle();

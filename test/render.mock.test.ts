@@ -10,7 +10,9 @@ import { makePortraitBundle, request } from './render.fixtures.ts';
 
 async function jpegRoundTrip(frame: I420Frame, quality: number): Promise<I420Frame> {
   const { width, height } = frame;
-  const jpeg = await sharp(Buffer.from(i420ToRgba(frame)), { raw: { width, height, channels: 4 } }).jpeg({ quality }).toBuffer();
+  const jpeg = await sharp(Buffer.from(i420ToRgba(frame)), { raw: { width, height, channels: 4 } })
+    .jpeg({ quality })
+    .toBuffer();
   const { data } = await sharp(jpeg).ensureAlpha().raw().toBuffer({ resolveWithObject: true });
   return rgbaToI420(new Uint8Array(data), width, height);
 }
@@ -22,7 +24,12 @@ describe('mock renderer', () => {
   it('renders a full-size I420 test card whose timecode survives JPEG quality 50', async () => {
     const renderer = createRenderer('mock');
     await renderer.prepare(bundle.source);
-    for (const [frameIdx, ptsMs] of [[0, 0], [1234, 49_360], [999_999, 3_600_000_007 % 2 ** 32], [65_537, 12_345_678]]) {
+    for (const [frameIdx, ptsMs] of [
+      [0, 0],
+      [1234, 49_360],
+      [999_999, 3_600_000_007 % 2 ** 32],
+      [65_537, 12_345_678],
+    ]) {
       const frame = renderer.render(request(frameIdx, { ptsMs, level: 0.7, speaking: true }));
       expect([frame.width, frame.height, frame.data.length]).toEqual([512, 512, i420Size(512, 512)]);
       expect(decodeTimecode(await jpegRoundTrip(frame, 50))).toEqual({ frameIdx, ptsMs });
@@ -31,11 +38,15 @@ describe('mock renderer', () => {
 
   it('timecode round-trips any frame index / pts through lossy coding at 256x192 (property)', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.integer({ min: 0, max: 2 ** 32 - 1 }), fc.integer({ min: 0, max: 2 ** 32 - 1 }), async (frameIdx, ptsMs) => {
-        const frame: I420Frame = { width: 256, height: 192, data: new Uint8Array(i420Size(256, 192)).fill(128) };
-        encodeTimecode(frame, frameIdx, ptsMs);
-        expect(decodeTimecode(await jpegRoundTrip(frame, 50))).toEqual({ frameIdx, ptsMs });
-      }),
+      fc.asyncProperty(
+        fc.integer({ min: 0, max: 2 ** 32 - 1 }),
+        fc.integer({ min: 0, max: 2 ** 32 - 1 }),
+        async (frameIdx, ptsMs) => {
+          const frame: I420Frame = { width: 256, height: 192, data: new Uint8Array(i420Size(256, 192)).fill(128) };
+          encodeTimecode(frame, frameIdx, ptsMs);
+          expect(decodeTimecode(await jpegRoundTrip(frame, 50))).toEqual({ frameIdx, ptsMs });
+        },
+      ),
       { numRuns: 25 },
     );
   });
@@ -58,7 +69,9 @@ describe('mock renderer', () => {
       return count;
     };
     expect(green(loud)).toBeGreaterThan(green(quiet) + 300);
-    expect(Buffer.compare(Buffer.from(renderer.render(request(7, { level: 0.1 })).data), Buffer.from(quiet.data))).toBe(0);
+    expect(Buffer.compare(Buffer.from(renderer.render(request(7, { level: 0.1 })).data), Buffer.from(quiet.data))).toBe(
+      0,
+    );
   });
 
   it('compatibility: mock renders any avatar; lipsync only photos; rt/rt_head only drawn avatars', () => {

@@ -13,7 +13,8 @@ const IDLE_FRAMES = 250;
 /** Luma differences outside the eye band: what moved besides the eyelids. */
 function changedOutsideEyes(a: I420Frame, b: I420Frame, g: FaceGeometry): number {
   let changed = 0;
-  const eyeTop = g.eyeY - g.eyeRadiusY * 2, eyeBottom = g.eyeY + g.eyeRadiusY * 2;
+  const eyeTop = g.eyeY - g.eyeRadiusY * 2,
+    eyeBottom = g.eyeY + g.eyeRadiusY * 2;
   for (let y = 0; y < a.height; y++) {
     if (y >= eyeTop && y <= eyeBottom) continue;
     for (let x = 0; x < a.width; x++) if (Math.abs(a.data[y * a.width + x] - b.data[y * a.width + x]) > 2) changed++;
@@ -26,7 +27,10 @@ describe('the motion setting on rt_head', () => {
   let geometry: FaceGeometry;
   beforeAll(async () => {
     const dir = path.join(import.meta.dirname, '..', 'avatars', 'demo-rt');
-    const manifest: AvatarManifest = { ...JSON.parse(await fs.readFile(path.join(dir, 'manifest.json'), 'utf8')), model_type: 'rt_head' };
+    const manifest: AvatarManifest = {
+      ...JSON.parse(await fs.readFile(path.join(dir, 'manifest.json'), 'utf8')),
+      model_type: 'rt_head',
+    };
     renderer = createRenderer('rt_head');
     await renderer.prepare({ id: 'demo-rt', dir, manifest });
     geometry = faceGeometry(faceParams(manifest), manifest.width, manifest.height);
@@ -49,11 +53,19 @@ describe('the motion setting on rt_head', () => {
   it('motion 0 while speaking: the head stays put, the mouth still moves', () => {
     const quiet = renderer.render(request(40, { motion: 0 }));
     const speaking = renderer.render(
-      request(40, { motion: 0, speaking: true, level: 0.6, mouth: { open: 0.7, wide: 0.2, round: 0 }, prosody: { fast: 0.9, slow: 0.3 } }),
+      request(40, {
+        motion: 0,
+        speaking: true,
+        level: 0.6,
+        mouth: { open: 0.7, wide: 0.2, round: 0 },
+        prosody: { fast: 0.9, slow: 0.3 },
+      }),
     );
     let changedAboveMouth = 0;
     const mouthTop = geometry.mouthY - geometry.mouthHalfWidth;
-    for (let y = 0; y < mouthTop; y++) for (let x = 0; x < quiet.width; x++) if (quiet.data[y * quiet.width + x] !== speaking.data[y * quiet.width + x]) changedAboveMouth++;
+    for (let y = 0; y < mouthTop; y++)
+      for (let x = 0; x < quiet.width; x++)
+        if (quiet.data[y * quiet.width + x] !== speaking.data[y * quiet.width + x]) changedAboveMouth++;
     expect(changedAboveMouth).toBe(0);
     expect(Buffer.compare(Buffer.from(quiet.data), Buffer.from(speaking.data))).not.toBe(0);
   });

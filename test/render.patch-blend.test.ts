@@ -3,7 +3,18 @@ import { describe, expect, it } from 'vitest';
 import { blendPlane } from '../actors/render/patch.ts';
 
 /** The blend as written first: every pixel of the patch visited, bounds checked per pixel, float division. */
-function referenceBlend(dst: Uint8Array, stride: number, rows: number, src: Uint8Array, alpha: Uint8Array, width: number, height: number, left: number, top: number, shift: number): void {
+function referenceBlend(
+  dst: Uint8Array,
+  stride: number,
+  rows: number,
+  src: Uint8Array,
+  alpha: Uint8Array,
+  width: number,
+  height: number,
+  left: number,
+  top: number,
+  shift: number,
+): void {
   for (let row = 0; row < height; row++) {
     const y = top + row;
     if (y < 0 || y >= rows) continue;
@@ -26,31 +37,43 @@ describe('blending a patch plane into a frame', () => {
   it('gives exactly the per-pixel blend for any patch, alpha (sparse, opaque or mixed), offset (partly or wholly off the frame) and colour shift', () => {
     fc.assert(
       fc.property(
-        fc.record({ frameW: fc.integer({ min: 1, max: 48 }), frameH: fc.integer({ min: 1, max: 24 }), w: fc.integer({ min: 1, max: 40 }), h: fc.integer({ min: 1, max: 16 }) }).chain((size) =>
-          fc.record({
-            size: fc.constant(size),
-            frame: bytes(size.frameW * size.frameH),
-            src: bytes(size.w * size.h),
-            // Runs of transparent, opaque and partial alpha, long and short, as a video avatar's mouth pose has: long
-            // opaque runs are copied and short gaps blended through (`runsOf`), so both must occur.
-            alpha: fc
-              .array(
-                fc.record({
-                  value: fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 2, arbitrary: fc.constant(255) }, { weight: 2, arbitrary: fc.integer({ min: 1, max: 254 }) }),
-                  length: fc.integer({ min: 1, max: 20 }),
+        fc
+          .record({
+            frameW: fc.integer({ min: 1, max: 48 }),
+            frameH: fc.integer({ min: 1, max: 24 }),
+            w: fc.integer({ min: 1, max: 40 }),
+            h: fc.integer({ min: 1, max: 16 }),
+          })
+          .chain((size) =>
+            fc.record({
+              size: fc.constant(size),
+              frame: bytes(size.frameW * size.frameH),
+              src: bytes(size.w * size.h),
+              // Runs of transparent, opaque and partial alpha, long and short, as a video avatar's mouth pose has: long
+              // opaque runs are copied and short gaps blended through (`runsOf`), so both must occur.
+              alpha: fc
+                .array(
+                  fc.record({
+                    value: fc.oneof(
+                      { weight: 3, arbitrary: fc.constant(0) },
+                      { weight: 2, arbitrary: fc.constant(255) },
+                      { weight: 2, arbitrary: fc.integer({ min: 1, max: 254 }) },
+                    ),
+                    length: fc.integer({ min: 1, max: 20 }),
+                  }),
+                  { minLength: 1, maxLength: 60 },
+                )
+                .map((runs) => {
+                  const plane: number[] = [];
+                  while (plane.length < size.w * size.h)
+                    for (const run of runs) plane.push(...new Array<number>(run.length).fill(run.value));
+                  return plane.slice(0, size.w * size.h);
                 }),
-                { minLength: 1, maxLength: 60 },
-              )
-              .map((runs) => {
-                const plane: number[] = [];
-                while (plane.length < size.w * size.h) for (const run of runs) plane.push(...new Array<number>(run.length).fill(run.value));
-                return plane.slice(0, size.w * size.h);
-              }),
-            left: fc.integer({ min: -20, max: 30 }),
-            top: fc.integer({ min: -20, max: 30 }),
-            shift: fc.integer({ min: -40, max: 40 }),
-          }),
-        ),
+              left: fc.integer({ min: -20, max: 30 }),
+              top: fc.integer({ min: -20, max: 30 }),
+              shift: fc.integer({ min: -40, max: 40 }),
+            }),
+          ),
         ({ size, frame, src, alpha, left, top, shift }) => {
           const alphaPlane = Uint8Array.from(alpha);
           const expected = Uint8Array.from(frame);
@@ -94,7 +117,8 @@ describe('blending a patch plane into a frame', () => {
           dst[0] = under;
           src[0] = over;
           blendPlane(dst, 1, 1, src, alpha, 1, 1, 0, 0);
-          if (dst[0] !== Math.floor((under * (255 - a) + over * a + 127) / 255)) wrong.push(`${over} over ${under} at ${a}`);
+          if (dst[0] !== Math.floor((under * (255 - a) + over * a + 127) / 255))
+            wrong.push(`${over} over ${under} at ${a}`);
         }
       }
     }

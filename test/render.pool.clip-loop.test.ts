@@ -54,13 +54,27 @@ describe('render pool: a video avatar loop is decoded once and shared', () => {
       // Two tasks at once go to the two workers once both have started; until then one may take both.
       const byThread = new Map<number, RenderTaskResult>();
       for (let round = 0; round < 20 && byThread.size < 2; round++) {
-        const results = await Promise.all([0, 1].map(() => own.run({ op: 'render', cacheKey: 'other-worker|lipsync', avatar, modelType: 'lipsync', requests })));
+        const results = await Promise.all(
+          [0, 1].map(() =>
+            own.run({ op: 'render', cacheKey: 'other-worker|lipsync', avatar, modelType: 'lipsync', requests }),
+          ),
+        );
         for (const result of results) byThread.set(result.threadId, result);
       }
       expect(byThread.size).toBe(2);
-      expect([...byThread.values()].map((result) => result.loopFramesDecoded).sort((a, b) => a - b)).toEqual([0, FRAMES]);
+      expect([...byThread.values()].map((result) => result.loopFramesDecoded).sort((a, b) => a - b)).toEqual([
+        0,
+        FRAMES,
+      ]);
       for (const result of byThread.values()) {
-        result.frames.forEach((frame, k) => expect(Buffer.compare(Buffer.from(frame.data), Buffer.from(loopFrameAt(expected, requests[k].frameIdx).frame.data))).toBe(0));
+        result.frames.forEach((frame, k) =>
+          expect(
+            Buffer.compare(
+              Buffer.from(frame.data),
+              Buffer.from(loopFrameAt(expected, requests[k].frameIdx).frame.data),
+            ),
+          ).toBe(0),
+        );
       }
       lease.release();
     } finally {
@@ -68,7 +82,7 @@ describe('render pool: a video avatar loop is decoded once and shared', () => {
     }
   });
 
-  it("a video avatar builds no cached mouth pose, neither when its session opens nor at its first speech: each speaking frame warps the loop frame it shows", async () => {
+  it('a video avatar builds no cached mouth pose, neither when its session opens nor at its first speech: each speaking frame warps the loop frame it shows', async () => {
     // One thread, so every task of the session lands on the worker that prepared it.
     const own = new RenderPool({ threads: 1 });
     try {
@@ -86,7 +100,12 @@ describe('render pool: a video avatar loop is decoded once and shared', () => {
       const poses = [];
       for (let open = 0; open < OPEN_STEPS; open++) {
         for (let wide = 0; wide < SHAPE_STEPS; wide++) {
-          for (let round = 0; round < SHAPE_STEPS; round++) poses.push({ open: open / (OPEN_STEPS - 1), wide: wide / (SHAPE_STEPS - 1), round: round / (SHAPE_STEPS - 1) });
+          for (let round = 0; round < SHAPE_STEPS; round++)
+            poses.push({
+              open: open / (OPEN_STEPS - 1),
+              wide: wide / (SHAPE_STEPS - 1),
+              round: round / (SHAPE_STEPS - 1),
+            });
         }
       }
       await handle.render(poses.map((mouth, i) => request(i, { mouth, speaking: true, level: 0.3 })));
@@ -100,7 +119,10 @@ describe('render pool: a video avatar loop is decoded once and shared', () => {
   });
 
   it('loops past the total bound hold fewer frames, and none once not one frame fits', async () => {
-    const decode = (clip: Parameters<typeof decodeClipFramesInto>[0], loop: Parameters<typeof decodeClipFramesInto>[1]) => decodeClipFramesInto(clip, loop);
+    const decode = (
+      clip: Parameters<typeof decodeClipFramesInto>[0],
+      loop: Parameters<typeof decodeClipFramesInto>[1],
+    ) => decodeClipFramesInto(clip, loop);
     const loops = new SharedClipLoops(decode, (FRAMES + FRAMES / 2) * FRAME_BYTES);
     const whole = await loops.acquire('a', bundle.source);
     const half = await loops.acquire('b', bundle.source);

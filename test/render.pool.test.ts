@@ -22,12 +22,15 @@ describe('render pool', () => {
     const source = await avatar('demo-rt');
     const handle = await pool.open(source, 'rt');
     expect([handle.width, handle.height, handle.fps]).toEqual([512, 512, 25]);
-    const requests = Array.from({ length: 12 }, (_, i) => request(i, { mouth: { open: (i % 3) / 2, wide: 0, round: 0 } }));
+    const requests = Array.from({ length: 12 }, (_, i) =>
+      request(i, { mouth: { open: (i % 3) / 2, wide: 0, round: 0 } }),
+    );
     const frames = await handle.render(requests);
     expect(frames).toHaveLength(12);
     const inline = createRenderer('rt');
     await inline.prepare(source);
-    for (let i = 0; i < 12; i++) expect(Buffer.compare(Buffer.from(frames[i].data), Buffer.from(inline.render(requests[i]).data))).toBe(0);
+    for (let i = 0; i < 12; i++)
+      expect(Buffer.compare(Buffer.from(frames[i].data), Buffer.from(inline.render(requests[i]).data))).toBe(0);
     expect(pool.workers.length).toBe(2);
     handle.close();
     await expect(handle.render(requests)).rejects.toThrow(/closed/);
@@ -36,7 +39,9 @@ describe('render pool', () => {
   it('mock frames from workers carry their own timecode (order kept across split batches)', async () => {
     const handle = await pool.open(await avatar('demo-rt'), 'mock');
     const frames = await handle.render(Array.from({ length: 20 }, (_, i) => request(1000 + i)));
-    expect(frames.map((frame) => decodeTimecode(frame)?.frameIdx)).toEqual(Array.from({ length: 20 }, (_, i) => 1000 + i));
+    expect(frames.map((frame) => decodeTimecode(frame)?.frameIdx)).toEqual(
+      Array.from({ length: 20 }, (_, i) => 1000 + i),
+    );
   });
 
   it('an aborted signal rejects without killing the workers', async () => {

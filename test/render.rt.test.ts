@@ -17,7 +17,12 @@ async function avatar(id: string): Promise<AvatarSource> {
 
 function mouthBox(source: AvatarSource) {
   const g = faceGeometry(faceParams(source.manifest), source.manifest.width, source.manifest.height);
-  return { x0: Math.round(g.mouthX - g.mouthHalfWidth * 1.3), y0: Math.round(g.mouthY - 15), x1: Math.round(g.mouthX + g.mouthHalfWidth * 1.3), y1: Math.round(g.mouthY + 45) };
+  return {
+    x0: Math.round(g.mouthX - g.mouthHalfWidth * 1.3),
+    y0: Math.round(g.mouthY - 15),
+    x1: Math.round(g.mouthX + g.mouthHalfWidth * 1.3),
+    y1: Math.round(g.mouthY + 45),
+  };
 }
 
 describe.each([
@@ -28,7 +33,10 @@ describe.each([
     const source = await avatar(id);
     const renderer = createRenderer(model);
     await renderer.prepare(source);
-    const at = (open: number) => renderer.render(request(100, { mouth: { open, wide: 0, round: 0 }, prosody: { fast: 0, slow: 0 }, speaking: true }));
+    const at = (open: number) =>
+      renderer.render(
+        request(100, { mouth: { open, wide: 0, round: 0 }, prosody: { fast: 0, slow: 0 }, speaking: true }),
+      );
     const closed = at(0);
     const half = at(0.5);
     const open = at(1);
@@ -45,13 +53,20 @@ describe.each([
     const source = await avatar(id);
     const renderer = createRenderer(model);
     await renderer.prepare(source);
-    const frames = Array.from({ length: 250 }, (_, i) => renderer.render(request(i, { prosody: { fast: 0, slow: 0 } })));
+    const frames = Array.from({ length: 250 }, (_, i) =>
+      renderer.render(request(i, { prosody: { fast: 0, slow: 0 } })),
+    );
     const everything = { x0: 0, y0: 0, x1: 0, y1: 0 };
     const changes = frames.slice(1).filter((frame, i) => lumaDiff(frame, frames[i], everything).outside > 0.001).length;
     expect(changes).toBeGreaterThan(10);
     const again = createRenderer(model);
     await again.prepare(source);
-    expect(Buffer.compare(Buffer.from(again.render(request(137, { prosody: { fast: 0, slow: 0 } })).data), Buffer.from(frames[137].data))).toBe(0);
+    expect(
+      Buffer.compare(
+        Buffer.from(again.render(request(137, { prosody: { fast: 0, slow: 0 } })).data),
+        Buffer.from(frames[137].data),
+      ),
+    ).toBe(0);
   });
 });
 
@@ -60,11 +75,18 @@ describe('rt_head head motion', () => {
     const source = await avatar('demo-rt-head');
     const renderer = createRenderer('rt_head');
     await renderer.prepare(source);
-    const silent = renderFramesInline(renderer, Array.from({ length: 50 }, (_, i) => request(i)));
+    const silent = renderFramesInline(
+      renderer,
+      Array.from({ length: 50 }, (_, i) => request(i)),
+    );
     // Syllable-like bursts: loud every 5th frame.
-    const talking = renderFramesInline(renderer, Array.from({ length: 50 }, (_, i) => request(i, { level: i % 5 < 2 ? 0.9 : 0.1, speaking: true })));
+    const talking = renderFramesInline(
+      renderer,
+      Array.from({ length: 50 }, (_, i) => request(i, { level: i % 5 < 2 ? 0.9 : 0.1, speaking: true })),
+    );
     const forehead = { x0: 200, y0: 110, x1: 312, y1: 150 };
-    const motion = (frames: typeof silent) => frames.slice(1).reduce((sum, frame, i) => sum + lumaDiff(frame, frames[i], forehead).inside, 0);
+    const motion = (frames: typeof silent) =>
+      frames.slice(1).reduce((sum, frame, i) => sum + lumaDiff(frame, frames[i], forehead).inside, 0);
     expect(motion(talking)).toBeGreaterThan(2 * motion(silent));
   });
 });

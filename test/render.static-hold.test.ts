@@ -100,7 +100,8 @@ describe('still areas of a video avatar held still between loop frames', () => {
         const jitter = noise(k, 2);
         for (let i = 0; i < data.length; i++) data[i] = Math.min(255, Math.max(0, data[i] + jitter(i)));
         const { x0, y0, x1, y1 } = square(k);
-        for (let y = y0; y < y1; y++) for (let x = x0; x < x1; x++) data.fill(255, (y * width + x) * channels, (y * width + x) * channels + 3);
+        for (let y = y0; y < y1; y++)
+          for (let x = x0; x < x1; x++) data.fill(255, (y * width + x) * channels, (y * width + x) * channels + 3);
         writeFileSync(frameFile(k), await sharp(data, { raw: { width, height, channels } }).png().toBuffer());
       }
       const clip = (await readClipSource(dir, manifest))!;
@@ -111,7 +112,9 @@ describe('still areas of a video avatar held still between loop frames', () => {
         expect(maxDiff(lumaRows(loop.frames[k], 0, 192), lumaRows(loop.frames[k - 1], 0, 192))).toBe(0);
         expect(maxDiff(lumaRows(loop.frames[k], 272, height), lumaRows(loop.frames[k - 1], 272, height))).toBe(0);
         // The square's own rows changed (it moved).
-        expect(maxDiff(lumaRows(loop.frames[k], 200, 264), lumaRows(loop.frames[k - 1], 200, 264))).toBeGreaterThan(100);
+        expect(maxDiff(lumaRows(loop.frames[k], 200, 264), lumaRows(loop.frames[k - 1], 200, 264))).toBeGreaterThan(
+          100,
+        );
       }
     } finally {
       rmSync(bundle.dir, { recursive: true, force: true });

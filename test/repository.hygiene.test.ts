@@ -39,13 +39,16 @@ describe('a clean clone installs and runs anywhere', () => {
       const lines = fs.readFileSync(full, 'utf8').split('\n');
       // Tests of the path scrubber feed it absolute paths on purpose.
       const suspicious = lines.filter((line) => !/pathFreeMessage\(|scrubPaths\(/u.test(line));
-      if (suspicious.some((line) => /\/work\/(?:shared|main)\b|\/home\/[a-z]|\/root\/|['"`]\/tmp\//u.test(line))) offenders.push(file);
+      if (suspicious.some((line) => /\/work\/(?:shared|main)\b|\/home\/[a-z]|\/root\/|['"`]\/tmp\//u.test(line)))
+        offenders.push(file);
     }
     expect(offenders).toEqual([]);
   });
 
   it('every install script of a dependency is decided in allowScripts (none skipped silently)', () => {
-    const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { allowScripts?: Record<string, boolean> };
+    const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+      allowScripts?: Record<string, boolean>;
+    };
     const decided = new Set(Object.keys(pkg.allowScripts ?? {}));
     const lock = JSON.parse(fs.readFileSync(path.join(ROOT, 'package-lock.json'), 'utf8')) as {
       packages: Record<string, { hasInstallScript?: boolean }>;

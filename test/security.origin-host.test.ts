@@ -63,17 +63,21 @@ describe('a web page of another origin cannot drive the service', () => {
     expect((await json(await fetch(`${t.baseUrl}/queue/status`))).created).toBe(0);
   });
 
-  it('lets a page of an origin SERVICE_CORS_ORIGINS lists create an avatar, and CORS lets it read the answer', async () => {
-    const res = await uploadAvatar(t.baseUrl, portrait, { origin: LISTED });
-    expect(res.status).toBe(200);
-    expect(res.headers.get('access-control-allow-origin')).toBe(LISTED);
-    const { id } = await json(res);
-    expect(await customAvatarIds(t)).toEqual([id]);
-    const deleted = await fetch(`${t.baseUrl}/avatars/${id}`, { method: 'DELETE', headers: { origin: LISTED } });
-    expect(deleted.status).toBe(200);
-  }, AVATAR_BUILD_TIMEOUT_MS);
+  it(
+    'lets a page of an origin SERVICE_CORS_ORIGINS lists create an avatar, and CORS lets it read the answer',
+    async () => {
+      const res = await uploadAvatar(t.baseUrl, portrait, { origin: LISTED });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('access-control-allow-origin')).toBe(LISTED);
+      const { id } = await json(res);
+      expect(await customAvatarIds(t)).toEqual([id]);
+      const deleted = await fetch(`${t.baseUrl}/avatars/${id}`, { method: 'DELETE', headers: { origin: LISTED } });
+      expect(deleted.status).toBe(200);
+    },
+    AVATAR_BUILD_TIMEOUT_MS,
+  );
 
-  it('lets the service\'s own page (same origin) and clients without Origin create and end sessions', async () => {
+  it("lets the service's own page (same origin) and clients without Origin create and end sessions", async () => {
     const ownOrigin = new URL(t.baseUrl).origin;
     const created = await fetch(`${t.baseUrl}/sessions`, {
       method: 'POST',
@@ -82,7 +86,10 @@ describe('a web page of another origin cannot drive the service', () => {
     });
     expect(created.status).toBe(200);
     const { session_id } = await json(created);
-    const ended = await fetch(`${t.baseUrl}/sessions/${session_id}`, { method: 'DELETE', headers: { origin: ownOrigin } });
+    const ended = await fetch(`${t.baseUrl}/sessions/${session_id}`, {
+      method: 'DELETE',
+      headers: { origin: ownOrigin },
+    });
     expect(ended.status).toBe(200);
     // curl, server-to-server: no Origin at all.
     const sessionId = await startedSession(t);
@@ -97,7 +104,9 @@ describe('a web page of another origin cannot drive the service', () => {
       expect(refused, path).toMatchObject({ opened: false, status: 403 });
       expect(JSON.parse((refused as { body: string }).body).detail, path).toMatch(/Origin/u);
     }
-    expect(await upgrade(`${wsBase}/sessions/${sessionId}/speak_audio_stream`, new URL(t.baseUrl).origin)).toEqual({ opened: true });
+    expect(await upgrade(`${wsBase}/sessions/${sessionId}/speak_audio_stream`, new URL(t.baseUrl).origin)).toEqual({
+      opened: true,
+    });
     expect(await upgrade(`${wsBase}/sessions/${sessionId}/speak_audio_stream`)).toEqual({ opened: true });
     expect((await fetch(`${t.baseUrl}/sessions/${sessionId}`, { method: 'DELETE' })).status).toBe(200);
   });
@@ -108,7 +117,9 @@ describe('a web page of another origin cannot drive the service', () => {
     expect(JSON.parse(rebound.body).detail).toMatch(/Host/u);
     expect((await rawRequest(t.baseUrl, 'GET', '/avatars', { host: 'evil.example' })).status).toBe(403);
     // The names of this service pass: the bind address and localhost in any port form.
-    expect((await rawRequest(t.baseUrl, 'GET', '/healthz', { host: `localhost:${new URL(t.baseUrl).port}` })).status).toBe(200);
+    expect(
+      (await rawRequest(t.baseUrl, 'GET', '/healthz', { host: `localhost:${new URL(t.baseUrl).port}` })).status,
+    ).toBe(200);
     expect((await rawRequest(t.baseUrl, 'GET', '/healthz', { host: 'localhost' })).status).toBe(200);
     expect((await rawRequest(t.baseUrl, 'GET', '/healthz', { host: new URL(t.baseUrl).host })).status).toBe(200);
   });
@@ -122,13 +133,19 @@ describe('a web page of another origin cannot drive the service', () => {
 
 describe('SERVICE_ALLOWED_HOSTS', () => {
   it('adds Host names the service answers to; other names stay refused', async () => {
-    const t = await startTestApp({ withRepoAvatars: false, env: { SERVICE_ALLOWED_HOSTS: 'avatar.internal, .example.org' } });
+    const t = await startTestApp({
+      withRepoAvatars: false,
+      env: { SERVICE_ALLOWED_HOSTS: 'avatar.internal, .example.org' },
+    });
     try {
       expect((await rawRequest(t.baseUrl, 'GET', '/healthz', { host: 'avatar.internal:8000' })).status).toBe(200);
       expect((await rawRequest(t.baseUrl, 'GET', '/healthz', { host: 'talk.example.org' })).status).toBe(200);
       expect((await rawRequest(t.baseUrl, 'GET', '/healthz', { host: 'example.org.evil.example' })).status).toBe(403);
       // The rebinding page's Origin is its own name: refused even though the Host is allowed.
-      const res = await fetch(`${t.baseUrl}/sessions`, { method: 'POST', headers: { origin: 'http://avatar.internal.evil.example' } });
+      const res = await fetch(`${t.baseUrl}/sessions`, {
+        method: 'POST',
+        headers: { origin: 'http://avatar.internal.evil.example' },
+      });
       expect(res.status).toBe(403);
     } finally {
       await t.close();
@@ -136,13 +153,19 @@ describe('SERVICE_ALLOWED_HOSTS', () => {
   });
 
   it('is validated at start-up: no scheme, no port', () => {
-    expect(loadConfig({ SERVICE_ALLOWED_HOSTS: 'a.example, .b.example, 10.0.0.5, [::1], *' }).allowedHosts).toEqual(['a.example', '.b.example', '10.0.0.5', '[::1]', '*']);
+    expect(loadConfig({ SERVICE_ALLOWED_HOSTS: 'a.example, .b.example, 10.0.0.5, [::1], *' }).allowedHosts).toEqual([
+      'a.example',
+      '.b.example',
+      '10.0.0.5',
+      '[::1]',
+      '*',
+    ]);
     expect(() => loadConfig({ SERVICE_ALLOWED_HOSTS: 'https://a.example' })).toThrow(/SERVICE_ALLOWED_HOSTS/u);
     expect(() => loadConfig({ SERVICE_ALLOWED_HOSTS: 'a.example:8000' })).toThrow(/SERVICE_ALLOWED_HOSTS/u);
   });
 });
 
-describe('the guard\'s decision for deployments the app tests above do not start', () => {
+describe("the guard's decision for deployments the app tests above do not start", () => {
   const guardFor = (env: Record<string, string>) => new RequestOriginGuard(loadConfig(env));
 
   it('on a wildcard bind accepts any IP literal as Host but no unlisted name', () => {
@@ -153,15 +176,17 @@ describe('the guard\'s decision for deployments the app tests above do not start
     expect(guardFor({ SERVICE_HOST: '127.0.0.1' }).refusal('GET', { host: '192.168.1.20:8000' })).toMatch(/Host/u);
   });
 
-  it('behind a TLS proxy: the public origin is the service\'s own, whether the proxy passes Host or not', () => {
+  it("behind a TLS proxy: the public origin is the service's own, whether the proxy passes Host or not", () => {
     const guard = guardFor({ SERVICE_HOST: '0.0.0.0', SERVICE_PUBLIC_BASE_URL: 'https://avatar.example.com' });
     const origin = 'https://avatar.example.com';
     expect(guard.refusal('POST', { host: 'avatar.example.com', origin })).toBeNull();
     expect(guard.refusal('POST', { host: '127.0.0.1:8000', origin })).toBeNull();
-    expect(guard.refusal('POST', { host: 'avatar.example.com', origin: 'https://avatar.example.com.evil.example' })).toMatch(/Origin/u);
+    expect(
+      guard.refusal('POST', { host: 'avatar.example.com', origin: 'https://avatar.example.com.evil.example' }),
+    ).toMatch(/Origin/u);
   });
 
-  it('refuses the opaque origin `null` (sandboxed frames, file:// pages) and a port that is not the request\'s', () => {
+  it("refuses the opaque origin `null` (sandboxed frames, file:// pages) and a port that is not the request's", () => {
     const guard = guardFor({});
     expect(guard.refusal('DELETE', { host: '127.0.0.1:8000', origin: 'null' })).toMatch(/Origin/u);
     expect(guard.refusal('POST', { host: '127.0.0.1:8000', origin: 'http://127.0.0.1:3000' })).toMatch(/Origin/u);
@@ -169,7 +194,10 @@ describe('the guard\'s decision for deployments the app tests above do not start
   });
 
   it('in cluster mode accepts the node URL as Host and leaves the Origin of a node-signed forward to the node the client reached', () => {
-    const guard = guardFor({ SERVICE_REDIS_URL: 'redis://127.0.0.1:6379', SERVICE_NODE_URL: 'http://node-b.internal:8000' });
+    const guard = guardFor({
+      SERVICE_REDIS_URL: 'redis://127.0.0.1:6379',
+      SERVICE_NODE_URL: 'http://node-b.internal:8000',
+    });
     const forwarded = { host: 'node-b.internal:8000', origin: 'https://talk.example.com' };
     expect(guard.refusal('POST', forwarded, true)).toBeNull();
     expect(guard.refusal('POST', forwarded, false)).toMatch(/Origin/u);

@@ -35,7 +35,8 @@ async function healthz(baseUrl: string): Promise<number | 'closed'> {
   }
 }
 
-const emfile = () => Object.assign(new Error('EMFILE: too many open files, open'), { code: 'EMFILE', errno: -24, syscall: 'open' });
+const emfile = () =>
+  Object.assign(new Error('EMFILE: too many open files, open'), { code: 'EMFILE', errno: -24, syscall: 'open' });
 
 describe('connection cap and idle sockets', () => {
   let t: TestApp;
@@ -51,7 +52,8 @@ describe('connection cap and idle sockets', () => {
   afterAll(() => t?.close());
 
   it('defaults SERVICE_MAX_CONNECTIONS to half the soft open-files limit read like `ulimit -n`', () => {
-    const limits = 'Limit                     Soft Limit           Hard Limit           Units     \nMax open files            1024                 524288               files     \n';
+    const limits =
+      'Limit                     Soft Limit           Hard Limit           Units     \nMax open files            1024                 524288               files     \n';
     expect(openFilesLimit(limits)).toBe(1024);
     expect(defaultMaxConnections(1024)).toBe(512);
     expect(t.config.maxConnections).toBe(CAP);
@@ -64,18 +66,22 @@ describe('connection cap and idle sockets', () => {
     await expect.poll(() => healthz(t.baseUrl), { timeout: 10_000, interval: 100 }).toBe(200);
   });
 
-  it('a connection that never sends a request is answered 408 {detail} and closed after the header timeout', async () => {
-    const socket = await idleSocket(t.baseUrl);
-    sockets.push(socket);
-    const answer = await new Promise<string>((resolve, reject) => {
-      let text = '';
-      socket.on('data', (chunk: Buffer) => (text += chunk.toString('latin1')));
-      socket.on('close', () => resolve(text));
-      setTimeout(() => reject(new Error('the idle connection was still open')), HEADERS_TIMEOUT_MS + 15_000).unref();
-    });
-    expect(answer).toMatch(/^HTTP\/1\.1 408 /u);
-    expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).detail).toBe('request timed out');
-  }, HEADERS_TIMEOUT_MS + 20_000);
+  it(
+    'a connection that never sends a request is answered 408 {detail} and closed after the header timeout',
+    async () => {
+      const socket = await idleSocket(t.baseUrl);
+      sockets.push(socket);
+      const answer = await new Promise<string>((resolve, reject) => {
+        let text = '';
+        socket.on('data', (chunk: Buffer) => (text += chunk.toString('latin1')));
+        socket.on('close', () => resolve(text));
+        setTimeout(() => reject(new Error('the idle connection was still open')), HEADERS_TIMEOUT_MS + 15_000).unref();
+      });
+      expect(answer).toMatch(/^HTTP\/1\.1 408 /u);
+      expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).detail).toBe('request timed out');
+    },
+    HEADERS_TIMEOUT_MS + 20_000,
+  );
 
   it('EMFILE from a route dependency answers 503 {detail} with Retry-After, not 500', async () => {
     const list = t.services.catalog.list;

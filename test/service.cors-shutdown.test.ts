@@ -29,13 +29,20 @@ describe('CORS from SERVICE_CORS_ORIGINS', () => {
       expect(denied.headers.get('access-control-allow-origin')).toBeNull();
       const preflight = await fetch(`${t.baseUrl}/sessions`, {
         method: 'OPTIONS',
-        headers: { origin: 'https://app.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' },
+        headers: {
+          origin: 'https://app.example',
+          'access-control-request-method': 'POST',
+          'access-control-request-headers': 'content-type',
+        },
       });
       expect(preflight.status).toBeLessThan(300);
       expect(preflight.headers.get('access-control-allow-origin')).toBe('https://app.example');
       const { session_id } = await json(await post(t.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' }));
       const controller = new AbortController();
-      const sse = await fetch(`${t.baseUrl}/sessions/${session_id}/events`, { headers: { origin: 'https://app.example' }, signal: controller.signal });
+      const sse = await fetch(`${t.baseUrl}/sessions/${session_id}/events`, {
+        headers: { origin: 'https://app.example' },
+        signal: controller.signal,
+      });
       expect(sse.headers.get('access-control-allow-origin')).toBe('https://app.example');
       controller.abort();
     } finally {
@@ -73,15 +80,23 @@ describe('CORS from SERVICE_CORS_ORIGINS', () => {
   });
 
   it('answers a preflight from an unlisted origin 403 {detail} without CORS headers, and echoes only the canonical form of a listed origin', async () => {
-    const t = await startTestApp({ withRepoAvatars: false, env: { SERVICE_CORS_ORIGINS: 'https://app.example,http://localhost:8080' } });
+    const t = await startTestApp({
+      withRepoAvatars: false,
+      env: { SERVICE_CORS_ORIGINS: 'https://app.example,http://localhost:8080' },
+    });
     try {
       const preflight = (origin: string | undefined, url = '/sessions') =>
         t.app.inject({
           method: 'OPTIONS',
           url,
-          headers: { ...(origin === undefined ? {} : { origin }), 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' },
+          headers: {
+            ...(origin === undefined ? {} : { origin }),
+            'access-control-request-method': 'POST',
+            'access-control-request-headers': 'content-type',
+          },
         });
-      const corsHeaders = (headers: Record<string, unknown>) => Object.keys(headers).filter((name) => name.startsWith('access-control-'));
+      const corsHeaders = (headers: Record<string, unknown>) =>
+        Object.keys(headers).filter((name) => name.startsWith('access-control-'));
       for (const listed of ['https://app.example', 'http://localhost:8080']) {
         const res = await preflight(listed);
         expect(res.statusCode).toBe(204);
@@ -113,12 +128,20 @@ describe('CORS from SERVICE_CORS_ORIGINS', () => {
         expect(read.statusCode).toBe(200);
         expect(corsHeaders(read.headers), `${origin}`).toEqual([]);
         // A state-changing request from a non-canonical form is refused as from any unlisted origin.
-        const write = await t.app.inject({ method: 'POST', url: '/sessions', headers: { origin, 'content-type': 'application/json' }, payload: '{}' });
+        const write = await t.app.inject({
+          method: 'POST',
+          url: '/sessions',
+          headers: { origin, 'content-type': 'application/json' },
+          payload: '{}',
+        });
         expect(write.statusCode, `${origin}`).toBe(403);
         expect(corsHeaders(write.headers), `${origin}`).toEqual([]);
       }
       // An OPTIONS that is no preflight (no Access-Control-Request-Method) is left to the router as before.
-      expect((await t.app.inject({ method: 'OPTIONS', url: '/sessions', headers: { origin: 'https://evil.example' } })).statusCode).toBe(404);
+      expect(
+        (await t.app.inject({ method: 'OPTIONS', url: '/sessions', headers: { origin: 'https://evil.example' } }))
+          .statusCode,
+      ).toBe(404);
     } finally {
       await t.close();
     }
@@ -127,7 +150,11 @@ describe('CORS from SERVICE_CORS_ORIGINS', () => {
   it('answers every preflight 403 without CORS headers when no origin is configured', async () => {
     const t = await startTestApp({ withRepoAvatars: false });
     try {
-      const res = await t.app.inject({ method: 'OPTIONS', url: '/sessions', headers: { origin: 'https://app.example', 'access-control-request-method': 'POST' } });
+      const res = await t.app.inject({
+        method: 'OPTIONS',
+        url: '/sessions',
+        headers: { origin: 'https://app.example', 'access-control-request-method': 'POST' },
+      });
       expect(res.statusCode).toBe(403);
       expect(Object.keys(res.headers).filter((name) => name.startsWith('access-control-'))).toEqual([]);
     } finally {
@@ -154,7 +181,13 @@ describe('graceful shutdown of the service process', () => {
     const port = await freePort();
     const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
       cwd: ROOT,
-      env: { ...process.env, SERVICE_PORT: String(port), SERVICE_DATA_DIR: dataDir, SERVICE_AVATARS_DIR: avatarsDir, SERVICE_LOG_LEVEL: 'info' },
+      env: {
+        ...process.env,
+        SERVICE_PORT: String(port),
+        SERVICE_DATA_DIR: dataDir,
+        SERVICE_AVATARS_DIR: avatarsDir,
+        SERVICE_LOG_LEVEL: 'info',
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let logs = '';

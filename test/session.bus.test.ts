@@ -2,7 +2,14 @@ import { afterEach, describe, expect, it } from 'vitest';
 import pino from 'pino';
 import { createActor, fromCallback, type InspectionEvent } from 'xstate';
 import { sessionMachine, type MediaActorEvent, type SessionEvent } from '../machines/session.machine.ts';
-import { SessionBus, logTurns, machineTrace, relayTurns, sessionInspect, type SessionBusEvents } from '../src/sessions/session-bus.ts';
+import {
+  SessionBus,
+  logTurns,
+  machineTrace,
+  relayTurns,
+  sessionInspect,
+  type SessionBusEvents,
+} from '../src/sessions/session-bus.ts';
 import { SessionEventHub } from '../src/sessions/event-hub.ts';
 import { SessionMetrics } from '../src/sessions/metrics.ts';
 import { SPEAK_TURN, TEST_SESSION_INPUT, createRecordingActors, transcribeRequest } from './helpers/machine-events.ts';
@@ -22,7 +29,8 @@ function busSession() {
     throw error;
   });
   const seen: Array<{ type: keyof SessionBusEvents; data: unknown }> = [];
-  for (const type of ['turn.started', 'turn.finished', 'transition', 'spec'] as const) bus.on(type, (data) => seen.push({ type, data }));
+  for (const type of ['turn.started', 'turn.finished', 'transition', 'spec'] as const)
+    bus.on(type, (data) => seen.push({ type, data }));
   const recording = createRecordingActors();
   // As the real media actor: the flush happens inside the machine's step and tells the bus, then the machine hears of it.
   const media = fromCallback<MediaActorEvent, { sessionId: string }>(({ receive, sendBack }) => {
@@ -104,7 +112,12 @@ describe('session bus fed by the machine', () => {
     send({ type: 'ASR.DONE', text: 'What time is it?' });
     expect(turns()).toEqual([{ event: 'turn.started', turnId: 't-1', kind: 'transcribe' }]);
     send({ type: 'INTERRUPT' });
-    expect(turns().at(-1)).toEqual({ event: 'turn.finished', turnId: 't-1', kind: 'transcribe', outcome: 'interrupted' });
+    expect(turns().at(-1)).toEqual({
+      event: 'turn.finished',
+      turnId: 't-1',
+      kind: 'transcribe',
+      outcome: 'interrupted',
+    });
   });
 
   it('transitions name the leaf states and the event; spec events reach the SSE hub only through the bus', () => {
@@ -149,7 +162,9 @@ describe('session bus fed by the machine', () => {
     send(speak('a'));
     send({ type: 'PAUSE' });
     expect(flushes).toBe(1);
-    expect(metrics.snapshot().turns).toEqual([expect.objectContaining({ turn_id: 'a', outcome: 'paused', interrupt_to_flush_ms: null })]);
+    expect(metrics.snapshot().turns).toEqual([
+      expect.objectContaining({ turn_id: 'a', outcome: 'paused', interrupt_to_flush_ms: null }),
+    ]);
   });
 
   it('XState inspection is attached only for the live inspector or, at debug, the transition trace', () => {
@@ -175,7 +190,9 @@ describe('session bus fed by the machine', () => {
     actors.push(actor);
     actor.start();
     actor.send({ type: 'START' });
-    expect(lines.filter((line) => line.msg === 'session transition').map(({ from, to, event }) => ({ from, to, event }))).toEqual([
+    expect(
+      lines.filter((line) => line.msg === 'session transition').map(({ from, to, event }) => ({ from, to, event })),
+    ).toEqual([
       { from: '', to: 'created', event: 'xstate.init' },
       { from: 'created', to: 'running.idle', event: 'START' },
     ]);

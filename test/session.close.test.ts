@@ -29,7 +29,11 @@ class NotedRenderers implements RenderOpener {
 }
 
 /** Replaces `target[method]` with a version that notes `label` first. */
-function note<T extends object, K extends keyof T>(target: T, method: K, label: string | ((...args: never[]) => string | null)): void {
+function note<T extends object, K extends keyof T>(
+  target: T,
+  method: K,
+  label: string | ((...args: never[]) => string | null),
+): void {
   const original = (target[method] as (...args: unknown[]) => unknown).bind(target);
   (target as Record<K, unknown>)[method] = (...args: unknown[]) => {
     const text = typeof label === 'string' ? label : label(...(args as never[]));
@@ -60,11 +64,16 @@ describe('one close cascade: clock → WebRTC → renderer → recording → eve
     note(sessionParts(session).media.playout, 'close', 'clock');
     note(sessionParts(session).media.output, 'close', 'webrtc');
     note(t.services.recordings, 'stop', 'recording');
-    note(sessionParts(session).events, 'publish', (type: string) => (type === 'session.terminated' ? 'event session.terminated' : null));
+    note(sessionParts(session).events, 'publish', (type: string) =>
+      type === 'session.terminated' ? 'event session.terminated' : null,
+    );
     note(sessionParts(session).events, 'close', 'streams ended');
     order.length = 0;
 
-    const deletes = await Promise.all([fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' }), fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' })]);
+    const deletes = await Promise.all([
+      fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' }),
+      fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' }),
+    ]);
     expect(deletes.map((r) => r.status)).toEqual([200, 200]);
     await session.close();
     await session.close();
@@ -111,7 +120,10 @@ describe('one close cascade: clock → WebRTC → renderer → recording → eve
     expect((await first).status).toBe(200);
     expect((await second).status).toBe(200);
     // Now answered from the stored tombstone.
-    expect(await (await fetch(`${t.baseUrl}/sessions/${id}`)).json()).toMatchObject({ state: 'terminated', terminated_reason: 'deleted by client' });
+    expect(await (await fetch(`${t.baseUrl}/sessions/${id}`)).json()).toMatchObject({
+      state: 'terminated',
+      terminated_reason: 'deleted by client',
+    });
     s.close();
   }, 30_000);
 });

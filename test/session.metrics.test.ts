@@ -36,7 +36,9 @@ describe('GET /sessions/{id}/metrics', () => {
     await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, { text: 'Measure me.' });
     await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 20_000, 'idle', from);
     from = s.sse.events.length;
-    await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, { text: 'A longer sentence that will be interrupted before it can finish playing.' });
+    await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, {
+      text: 'A longer sentence that will be interrupted before it can finish playing.',
+    });
     await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'speaking', 20_000, 'speaking', from);
     await post(t.baseUrl, `/sessions/${s.sessionId}/interrupt`);
     await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 5_000, 'idle', from);
@@ -78,7 +80,9 @@ describe('turns follow the session machine, not what SSE says', () => {
 
   it('a pause mid-turn says status idle to clients but is no completed turn: outcome paused; turn started/finished are logged', async () => {
     const from = s.sse.events.length;
-    await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, { text: 'This sentence is cut short by a pause, long before it could finish playing out loud.' });
+    await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, {
+      text: 'This sentence is cut short by a pause, long before it could finish playing out loud.',
+    });
     await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'speaking', 20_000, 'speaking', from);
     expect((await post(t.baseUrl, `/sessions/${s.sessionId}/pause`)).status).toBe(200);
     // Clients see the turn end as idle (spec 3.2) …
@@ -90,7 +94,9 @@ describe('turns follow the session machine, not what SSE says', () => {
     expect(turn.duration_ms).toBeGreaterThan(0);
 
     // This session's turn lines (the service is shared with the other describe's session).
-    const turnLogs = lines.filter((l) => (l.msg === 'turn started' || l.msg === 'turn finished') && l.sessionId === s.sessionId);
+    const turnLogs = lines.filter(
+      (l) => (l.msg === 'turn started' || l.msg === 'turn finished') && l.sessionId === s.sessionId,
+    );
     expect(turnLogs.map((l) => [l.msg, l.sessionId, l.turnId, l.kind, l.outcome])).toEqual([
       ['turn started', s.sessionId, turn.turn_id, 'speak', undefined],
       ['turn finished', s.sessionId, turn.turn_id, 'speak', 'paused'],

@@ -63,7 +63,11 @@ describe('renderer failures have consequences (spec 6.1 rule 5)', () => {
     expect(error.data).toMatchObject({ code: 'render_failed' });
     expect(error.data.message).toMatch(/render worker exited mid-task/);
     await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 5_000, 'status idle', from);
-    expect(labels(s.sse.events.slice(from)).filter((l) => l !== 'frame')).toEqual(['error', 'status:error', 'status:idle']);
+    expect(labels(s.sse.events.slice(from)).filter((l) => l !== 'frame')).toEqual([
+      'error',
+      'status:error',
+      'status:idle',
+    ]);
     await expect.poll(() => renderers.opens, { timeout: 5_000 }).toBe(opensBefore + 1);
 
     // Renders again: new frames reach the receiver, and a turn plays through.
@@ -93,6 +97,8 @@ describe('renderer failures have consequences (spec 6.1 rule 5)', () => {
       'session.terminated',
     ]);
     await expect.poll(() => s!.sse.closed, { timeout: 5_000 }).toBe(true);
-    await expect.poll(async () => (await fetch(`${t.baseUrl}/sessions/${s!.sessionId}/metrics`)).status, { timeout: 5_000 }).toBe(409);
+    await expect
+      .poll(async () => (await fetch(`${t.baseUrl}/sessions/${s!.sessionId}/metrics`)).status, { timeout: 5_000 })
+      .toBe(409);
   }, 60_000);
 });

@@ -41,7 +41,9 @@ describe('speak → WebRTC audio and video, interrupt → silence', () => {
     const from = sse.events.length;
     const before = peer.frames.length;
     const sentAt = performance.now();
-    const res = await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Hello there. I am a talking avatar, and my mouth is moving.' });
+    const res = await post(t.baseUrl, `/sessions/${sessionId}/speak`, {
+      text: 'Hello there. I am a talking avatar, and my mouth is moving.',
+    });
     expect(res.status).toBe(200);
     expect(await res.text()).toBe('');
     const overlap = await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'overlap' });
@@ -65,7 +67,12 @@ describe('speak → WebRTC audio and video, interrupt → silence', () => {
 
     // The mouth region changes between speech frames far more than between idle frames.
     const speaking = peer.frames.slice(before);
-    const box = { x: Math.round(avatar.width * 0.35), y: Math.round(avatar.height * 0.6), w: Math.round(avatar.width * 0.3), h: Math.round(avatar.height * 0.2) };
+    const box = {
+      x: Math.round(avatar.width * 0.35),
+      y: Math.round(avatar.height * 0.6),
+      w: Math.round(avatar.width * 0.3),
+      h: Math.round(avatar.height * 0.2),
+    };
     let maxDiff = 0;
     for (let i = 1; i < speaking.length; i++) maxDiff = Math.max(maxDiff, lumaDiff(speaking[0], speaking[i], box));
     expect(maxDiff).toBeGreaterThan(5);
@@ -85,16 +92,29 @@ describe('speak → WebRTC audio and video, interrupt → silence', () => {
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'interrupted', 2_000, 'status interrupted', from);
     await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 2_000, 'status idle', from);
     // Receiver jitter buffers add delay; require sustained silence to begin within a bounded time.
-    await peer.until(() => {
-      const after = peer.audio.filter((a) => a.at > interruptAt);
-      for (let i = 0; i + 10 <= after.length; i++) if (after.slice(i, i + 10).every((a) => a.rms < AUDIBLE_RMS)) return true;
-      return false;
-    }, 3_000, 'silence after interrupt');
-    const statusAfter = sse.events.slice(from).filter((e) => e.type === 'status').map((e) => e.data.stage);
+    await peer.until(
+      () => {
+        const after = peer.audio.filter((a) => a.at > interruptAt);
+        for (let i = 0; i + 10 <= after.length; i++)
+          if (after.slice(i, i + 10).every((a) => a.rms < AUDIBLE_RMS)) return true;
+        return false;
+      },
+      3_000,
+      'silence after interrupt',
+    );
+    const statusAfter = sse.events
+      .slice(from)
+      .filter((e) => e.type === 'status')
+      .map((e) => e.data.stage);
     expect(statusAfter.indexOf('interrupted')).toBeLessThan(statusAfter.lastIndexOf('idle'));
     // The session is usable again right away.
     expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Back again.' })).status).toBe(200);
-    await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 20_000, 'idle after third turn', sse.events.length - 1);
+    await sse.waitFor(
+      (e) => e.type === 'status' && e.data.stage === 'idle',
+      20_000,
+      'idle after third turn',
+      sse.events.length - 1,
+    );
   });
 
   it('ends the event stream with session.terminated on delete', async () => {

@@ -69,7 +69,12 @@ describe('session admission under concurrency', () => {
     const failures = [
       ...(await createMany(t, 12, { avatar_id: 'broken-frame', model: 'mock' })),
       ...(await createMany(t, 12, { avatar_id: 'no-such-avatar', model: 'mock' })),
-      ...(await Promise.all([createMany(t, 10, { avatar_id: 'broken-frame', model: 'mock' }), createMany(t, 10, { avatar_id: 'no-such-avatar', model: 'mock' })])).flat(),
+      ...(
+        await Promise.all([
+          createMany(t, 10, { avatar_id: 'broken-frame', model: 'mock' }),
+          createMany(t, 10, { avatar_id: 'no-such-avatar', model: 'mock' }),
+        ])
+      ).flat(),
     ];
     // Concurrent failures hold slots while in flight (so some of the 20 may be refused with 503), but none keeps one.
     for (const res of failures) expect([400, 502, 503]).toContain(res.status);
@@ -93,7 +98,9 @@ describe('session admission under concurrency', () => {
     const cpu = process.cpuUsage(cpuBefore);
     const wallMs = performance.now() - wallBefore;
     const cpuMs = (cpu.user + cpu.system) / 1000;
-    console.info(`16 created, unstarted sessions: ${cpuMs.toFixed(1)} ms CPU over ${Math.round(wallMs)} ms wall (${((100 * cpuMs) / wallMs).toFixed(2)} %)`);
+    console.info(
+      `16 created, unstarted sessions: ${cpuMs.toFixed(1)} ms CPU over ${Math.round(wallMs)} ms wall (${((100 * cpuMs) / wallMs).toFixed(2)} %)`,
+    );
     for (const id of ids) {
       const session = t.services.supervisor.liveSession(id)!;
       expect(sessionParts(session).media.playout.mediaMs).toBe(0);

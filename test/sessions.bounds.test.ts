@@ -6,7 +6,10 @@ describe('bounds on sessions that are created but not started', () => {
   beforeAll(async () => {
     const avatarsDir = await tempDir('bounds-');
     await makeAvatarBundle(avatarsDir, 'card');
-    t = await startTestApp({ avatarsDir, env: { SERVICE_MAX_PENDING_SESSIONS: '2', SERVICE_START_TIMEOUT_MS: '1500' } });
+    t = await startTestApp({
+      avatarsDir,
+      env: { SERVICE_MAX_PENDING_SESSIONS: '2', SERVICE_START_TIMEOUT_MS: '1500' },
+    });
   });
   afterAll(async () => t?.close());
 
@@ -20,7 +23,8 @@ describe('bounds on sessions that are created but not started', () => {
     expect((await post(t.baseUrl, `/sessions/${a}/start`)).status).toBe(200);
     const c = await post(t.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' });
     expect(c.status).toBe(200);
-    for (const id of [a, b, (await json(c)).session_id]) await fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' });
+    for (const id of [a, b, (await json(c)).session_id])
+      await fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' });
   });
 
   it('terminates a session nobody starts within SERVICE_START_TIMEOUT_MS, and keeps started ones', async () => {

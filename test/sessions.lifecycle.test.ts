@@ -23,7 +23,15 @@ describe('session lifecycle over REST (spec 3.1, 4.3, 7)', () => {
     expect(body.status).toBe('created');
     expect(body.session_id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
     const info = await json(await fetch(`${t.baseUrl}/sessions/${body.session_id}`));
-    expect(info).toMatchObject({ session_id: body.session_id, state: 'created', avatar_id: 'card', model: 'mock', tts_provider: 'builtin', tts_voice: 'en-US-GuyNeural', pipeline: 'idle' });
+    expect(info).toMatchObject({
+      session_id: body.session_id,
+      state: 'created',
+      avatar_id: 'card',
+      model: 'mock',
+      tts_provider: 'builtin',
+      tts_voice: 'en-US-GuyNeural',
+      pipeline: 'idle',
+    });
     await fetch(`${t.baseUrl}/sessions/${body.session_id}`, { method: 'DELETE' });
   });
 
@@ -45,7 +53,11 @@ describe('session lifecycle over REST (spec 3.1, 4.3, 7)', () => {
   });
 
   it('answers 400 for a non-JSON body, never 500', async () => {
-    const res = await fetch(`${t.baseUrl}/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{oops' });
+    const res = await fetch(`${t.baseUrl}/sessions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{oops',
+    });
     expect(res.status).toBe(400);
     expect(await json(res)).toHaveProperty('detail');
   });
@@ -74,13 +86,20 @@ describe('session lifecycle over REST (spec 3.1, 4.3, 7)', () => {
     expect((await fetch(`${t.baseUrl}/sessions/${unknown}`)).status).toBe(404);
     expect((await post(t.baseUrl, `/sessions/${unknown}/start`)).status).toBe(404);
     expect((await fetch(`${t.baseUrl}/sessions/${unknown}`, { method: 'DELETE' })).status).toBe(404);
-    expect((await post(t.baseUrl, `/sessions/${unknown}/webrtc/offer`, { sdp: MINIMAL_OFFER, type: 'offer' })).status).toBe(404);
+    expect(
+      (await post(t.baseUrl, `/sessions/${unknown}/webrtc/offer`, { sdp: MINIMAL_OFFER, type: 'offer' })).status,
+    ).toBe(404);
     expect((await fetch(`${t.baseUrl}/sessions/not-a-uuid`)).status).toBe(400);
   });
 
   it('rejects malformed SDP with 400', async () => {
     const { session_id } = await json(await create({ avatar_id: 'card', model: 'mock' }));
-    for (const body of [{ sdp: 'hello', type: 'offer' }, { sdp: 'v=0\r\nnothing', type: 'offer' }, { sdp: MINIMAL_OFFER, type: 'answer' }, { type: 'offer' }]) {
+    for (const body of [
+      { sdp: 'hello', type: 'offer' },
+      { sdp: 'v=0\r\nnothing', type: 'offer' },
+      { sdp: MINIMAL_OFFER, type: 'answer' },
+      { type: 'offer' },
+    ]) {
       const res = await post(t.baseUrl, `/sessions/${session_id}/webrtc/offer`, body);
       expect(res.status).toBe(400);
       expect(await json(res)).toHaveProperty('detail');

@@ -17,7 +17,8 @@ import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstrea
 const SURELY_BUSY_MS = 1_200;
 /** Interrupt settles within ~200 ms (spec 3.2); the model waits this long for `idle` before going on. */
 const SETTLE_WAIT_MS = 1_500;
-const LONG_TEXT = 'This sentence is long enough to keep the avatar talking for several seconds, so a second request must wait.';
+const LONG_TEXT =
+  'This sentence is long enough to keep the avatar talking for several seconds, so a second request must wait.';
 
 type State = 'created' | 'running' | 'paused' | 'terminated';
 interface Model {
@@ -64,7 +65,13 @@ function record(real: Real, status: number, command = 'other'): number {
 }
 
 /** A turn request (speak, chat, transcribe): allowed only when running and not busy. */
-async function turnCommand(model: Model, real: Real, name: string, send: () => Promise<Response>, settlesAtOnce: boolean): Promise<void> {
+async function turnCommand(
+  model: Model,
+  real: Real,
+  name: string,
+  send: () => Promise<Response>,
+  settlesAtOnce: boolean,
+): Promise<void> {
   const res = await send();
   const status = record(real, res.status, name);
   const body = await res.text();
@@ -97,13 +104,27 @@ class Start implements fc.AsyncCommand<Model, Real> {
 
 class Speak implements fc.AsyncCommand<Model, Real> {
   check = () => true;
-  run = (model: Model, real: Real) => turnCommand(model, real, 'speak', () => post(real.t.baseUrl, `/sessions/${real.sessionId}/speak`, { text: LONG_TEXT }), false);
+  run = (model: Model, real: Real) =>
+    turnCommand(
+      model,
+      real,
+      'speak',
+      () => post(real.t.baseUrl, `/sessions/${real.sessionId}/speak`, { text: LONG_TEXT }),
+      false,
+    );
   toString = () => 'speak';
 }
 
 class Chat implements fc.AsyncCommand<Model, Real> {
   check = () => true;
-  run = (model: Model, real: Real) => turnCommand(model, real, 'chat', () => post(real.t.baseUrl, `/sessions/${real.sessionId}/chat`, { prompt: 'Say something.' }), false);
+  run = (model: Model, real: Real) =>
+    turnCommand(
+      model,
+      real,
+      'chat',
+      () => post(real.t.baseUrl, `/sessions/${real.sessionId}/chat`, { prompt: 'Say something.' }),
+      false,
+    );
   toString = () => 'chat';
 }
 
@@ -111,7 +132,13 @@ class Transcribe implements fc.AsyncCommand<Model, Real> {
   check = () => true;
   // Without trigger_chat the request answers once the transcript is there: the pipeline is idle again.
   run = (model: Model, real: Real) =>
-    turnCommand(model, real, 'transcribe', () => postAudio(real.t.baseUrl, `/sessions/${real.sessionId}/transcribe`, pcmBytes(tone(16_000, 300))), true);
+    turnCommand(
+      model,
+      real,
+      'transcribe',
+      () => postAudio(real.t.baseUrl, `/sessions/${real.sessionId}/transcribe`, pcmBytes(tone(16_000, 300))),
+      true,
+    );
   toString = () => 'transcribe';
 }
 
@@ -167,7 +194,12 @@ class Resume implements fc.AsyncCommand<Model, Real> {
 class Offer implements fc.AsyncCommand<Model, Real> {
   check = () => true;
   async run(model: Model, real: Real) {
-    const status = record(real, (await post(real.t.baseUrl, `/sessions/${real.sessionId}/webrtc/offer`, { sdp: real.offerSdp, type: 'offer' })).status, 'offer');
+    const status = record(
+      real,
+      (await post(real.t.baseUrl, `/sessions/${real.sessionId}/webrtc/offer`, { sdp: real.offerSdp, type: 'offer' }))
+        .status,
+      'offer',
+    );
     expect(status).toBe(model.state === 'terminated' ? 409 : 200);
     await expectState(real, model);
   }
@@ -208,15 +240,21 @@ function checkEventStream(sse: SseClient): void {
   const frames = events.filter((e) => e.type === 'frame').map((e) => e.data.frame_idx as number);
   for (let i = 1; i < frames.length; i++) expect(frames[i], 'frame_idx increases').toBeGreaterThan(frames[i - 1]);
   events.forEach((event, index) => {
-    if (event.type === 'status') expect(['listening', 'thinking', 'speaking', 'idle', 'interrupted', 'error']).toContain(event.data.stage);
+    if (event.type === 'status')
+      expect(['listening', 'thinking', 'speaking', 'idle', 'interrupted', 'error']).toContain(event.data.stage);
     // Rule 5: a recoverable error is followed by idle, an unrecoverable one by session.terminated.
     if (event.type === 'error') {
-      const next = events.slice(index + 1).find((e) => (e.type === 'status' && e.data.stage === 'idle') || e.type === 'session.terminated');
+      const next = events
+        .slice(index + 1)
+        .find((e) => (e.type === 'status' && e.data.stage === 'idle') || e.type === 'session.terminated');
       expect(next, `error ${JSON.stringify(event.data)} is followed by idle or session.terminated`).toBeDefined();
     }
     if (event.type === 'status' && event.data.stage === 'interrupted') {
       const next = events.slice(index + 1).find((e) => e.type === 'status' || e.type === 'session.terminated');
-      expect(next === undefined || next.type === 'session.terminated' || next.data.stage === 'idle', 'interrupted then idle').toBe(true);
+      expect(
+        next === undefined || next.type === 'session.terminated' || next.data.stage === 'idle',
+        'interrupted then idle',
+      ).toBe(true);
     }
   });
 }
@@ -228,10 +266,33 @@ describe('random command sequences on a real session follow the spec state table
 
   beforeAll(async () => {
     upstream = await startOpenAiUpstream({
-      chat: { replyTokens: ['Here ', 'is ', 'a ', 'reply ', 'that ', 'takes ', 'a ', 'few ', 'seconds ', 'to ', 'say ', 'out ', 'loud.'], tokenDelayMs: 0 },
+      chat: {
+        replyTokens: [
+          'Here ',
+          'is ',
+          'a ',
+          'reply ',
+          'that ',
+          'takes ',
+          'a ',
+          'few ',
+          'seconds ',
+          'to ',
+          'say ',
+          'out ',
+          'loud.',
+        ],
+        tokenDelayMs: 0,
+      },
       transcription: { transcript: 'hello there', delayMs: 0 },
     });
-    t = await startTestApp({ env: { SERVICE_LLM_BASE_URL: upstream.baseUrl, SERVICE_ASR_BASE_URL: upstream.baseUrl, SERVICE_MAX_SESSIONS: '4' } });
+    t = await startTestApp({
+      env: {
+        SERVICE_LLM_BASE_URL: upstream.baseUrl,
+        SERVICE_ASR_BASE_URL: upstream.baseUrl,
+        SERVICE_MAX_SESSIONS: '4',
+      },
+    });
     const pc = new wrtc.RTCPeerConnection();
     pc.addTransceiver('audio', { direction: 'recvonly' });
     pc.addTransceiver('video', { direction: 'recvonly' });
@@ -248,34 +309,57 @@ describe('random command sequences on a real session follow the spec state table
     let runs = 0;
     await fc.assert(
       // Half the runs begin with a started session, so pause/resume sequences are reached as often as start ones.
-      fc.asyncProperty(fc.boolean(), fc.commands(commands, { maxCommands: 12, size: 'large' }), async (startFirst, cmds) => {
-        runs++;
-        const created = await post(t.baseUrl, '/sessions', { avatar_id: 'demo-rt', model: 'rt' });
-        expect(created.status).toBe(200);
-        const { session_id: sessionId } = await json(created);
-        const sse = await SseClient.open(`${t.baseUrl}/sessions/${sessionId}/events`);
-        const real: Real = { t, sessionId, offerSdp, statuses: [] };
-        try {
-          if (startFirst) expect((await post(t.baseUrl, `/sessions/${sessionId}/start`)).status).toBe(200);
-          const initial: State = startFirst ? 'running' : 'created';
-          await fc.asyncModelRun(() => ({ model: { state: initial, turnSince: null }, real }), cmds);
-          // Whatever happened, delete ends it; a second delete still answers, and nothing is accepted after.
-          expect((await fetch(`${t.baseUrl}/sessions/${sessionId}`, { method: 'DELETE' })).status).toBe(200);
-          for (const path of ['start', 'speak', 'pause', 'resume', 'interrupt']) {
-            const res = await post(t.baseUrl, `/sessions/${sessionId}/${path}`, path === 'speak' ? { text: 'late' } : undefined);
-            expect(res.status, `${path} after delete`).toBe(409);
+      fc.asyncProperty(
+        fc.boolean(),
+        fc.commands(commands, { maxCommands: 12, size: 'large' }),
+        async (startFirst, cmds) => {
+          runs++;
+          const created = await post(t.baseUrl, '/sessions', { avatar_id: 'demo-rt', model: 'rt' });
+          expect(created.status).toBe(200);
+          const { session_id: sessionId } = await json(created);
+          const sse = await SseClient.open(`${t.baseUrl}/sessions/${sessionId}/events`);
+          const real: Real = { t, sessionId, offerSdp, statuses: [] };
+          try {
+            if (startFirst) expect((await post(t.baseUrl, `/sessions/${sessionId}/start`)).status).toBe(200);
+            const initial: State = startFirst ? 'running' : 'created';
+            await fc.asyncModelRun(() => ({ model: { state: initial, turnSince: null }, real }), cmds);
+            // Whatever happened, delete ends it; a second delete still answers, and nothing is accepted after.
+            expect((await fetch(`${t.baseUrl}/sessions/${sessionId}`, { method: 'DELETE' })).status).toBe(200);
+            for (const path of ['start', 'speak', 'pause', 'resume', 'interrupt']) {
+              const res = await post(
+                t.baseUrl,
+                `/sessions/${sessionId}/${path}`,
+                path === 'speak' ? { text: 'late' } : undefined,
+              );
+              expect(res.status, `${path} after delete`).toBe(409);
+            }
+            await sleep(50);
+            checkEventStream(sse);
+          } finally {
+            sse.close();
           }
-          await sleep(50);
-          checkEventStream(sse);
-        } finally {
-          sse.close();
-        }
-      }),
+        },
+      ),
       { numRuns: 30, seed: 20261123, endOnFailure: true },
     );
     expect(runs).toBe(30);
     // The sequences reached both sides of each row of the table, not only the easy ones.
-    for (const outcome of ['start 200', 'start 409', 'speak 200', 'speak 409', 'chat 200', 'chat 409', 'transcribe 200', 'transcribe 409', 'pause 200', 'pause 409', 'resume 200', 'resume 409', 'offer 200', 'offer 409']) {
+    for (const outcome of [
+      'start 200',
+      'start 409',
+      'speak 200',
+      'speak 409',
+      'chat 200',
+      'chat 409',
+      'transcribe 200',
+      'transcribe 409',
+      'pause 200',
+      'pause 409',
+      'resume 200',
+      'resume 409',
+      'offer 200',
+      'offer 409',
+    ]) {
       expect(outcomes.get(outcome) ?? 0, outcome).toBeGreaterThan(0);
     }
     console.log('model-based outcomes', Object.fromEntries([...outcomes].sort()));

@@ -62,7 +62,10 @@ describe('orphaned sessions are reaped', () => {
   beforeAll(async () => {
     const avatarsDir = await tempDir('orphans-');
     await makeAvatarBundle(avatarsDir, 'card');
-    t = await startTestApp({ avatarsDir, env: { SERVICE_ORPHAN_TIMEOUT_S: String(ORPHAN_TIMEOUT_S), SERVICE_MAX_SESSIONS: '2' } });
+    t = await startTestApp({
+      avatarsDir,
+      env: { SERVICE_ORPHAN_TIMEOUT_S: String(ORPHAN_TIMEOUT_S), SERVICE_MAX_SESSIONS: '2' },
+    });
   });
   afterAll(async () => t?.close());
 
@@ -81,14 +84,19 @@ describe('orphaned sessions are reaped', () => {
     const logged = vi.spyOn(sessionParts(session).logger, 'info');
     const published: string[] = [];
     sessionParts(session).events.listen((event) => published.push(event.type));
-    const before = (await json(await fetch(`${t.baseUrl}/metrics`, { headers: { accept: 'application/json' } }))).sessions_terminated_total.orphaned;
+    const before = (await json(await fetch(`${t.baseUrl}/metrics`, { headers: { accept: 'application/json' } })))
+      .sessions_terminated_total.orphaned;
 
     const sse = await SseClient.open(`${t.baseUrl}/sessions/${id}/events`);
     await sleep(SURVIVES_MS);
     expect(isLive(id), 'the SSE subscriber alone keeps it').toBe(true);
 
     const peer = await ReceivingPeer.connect(t.baseUrl, id);
-    await peer.until(() => sessionParts(session).media.output.connected && peer.frames.length > 0, 10_000, 'peer connected and receiving');
+    await peer.until(
+      () => sessionParts(session).media.output.connected && peer.frames.length > 0,
+      10_000,
+      'peer connected and receiving',
+    );
     sse.close();
     await expect.poll(() => sessionParts(session).events.subscriberCount, { timeout: 5_000 }).toBe(0);
     await sleep(SURVIVES_MS);
@@ -113,7 +121,9 @@ describe('orphaned sessions are reaped', () => {
   it('frees slots: SERVICE_MAX_SESSIONS abandoned sessions no longer lock everyone out', async () => {
     await startedSession();
     await startedSession();
-    const { session_id: waiting } = await json(await post(t.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' }));
+    const { session_id: waiting } = await json(
+      await post(t.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' }),
+    );
     expect((await post(t.baseUrl, `/sessions/${waiting}/start`)).status).toBe(503);
     await expect.poll(() => t.services.supervisor.activeCount, { timeout: 10_000, interval: 100 }).toBe(0);
     expect((await post(t.baseUrl, `/sessions/${waiting}/start`)).status).toBe(200);
@@ -198,7 +208,13 @@ describe.skipIf(!fs.existsSync(CHROMIUM))('the demo page leaves no session behin
       startTestApp({ avatarsDir }),
       chromium.launch({
         executablePath: CHROMIUM,
-        args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
+        args: [
+          '--no-sandbox',
+          '--disable-gpu',
+          '--disable-background-networking',
+          '--disable-component-update',
+          '--no-first-run',
+        ],
       }),
     ]);
   });
@@ -217,7 +233,9 @@ describe.skipIf(!fs.existsSync(CHROMIUM))('the demo page leaves no session behin
     await page.waitForFunction(() => (document.getElementById('model') as HTMLSelectElement).options.length > 0);
     await page.selectOption('#model', 'mock');
     await page.dblclick('#start');
-    await page.waitForFunction(() => document.getElementById('state')!.textContent === 'running', null, { timeout: 20_000 });
+    await page.waitForFunction(() => document.getElementById('state')!.textContent === 'running', null, {
+      timeout: 20_000,
+    });
     const sessionId = await page.evaluate(() => (window as unknown as { demo: { sessionId: string } }).demo.sessionId);
     return { creates, sessionId };
   }
@@ -237,7 +255,10 @@ describe.skipIf(!fs.existsSync(CHROMIUM))('the demo page leaves no session behin
     const { sessionId } = await startFromPage(page);
     await page.goto('about:blank');
     await expect.poll(() => t.services.supervisor.liveSession(sessionId), { timeout: 5_000 }).toBeUndefined();
-    expect(await json(await fetch(`${t.baseUrl}/sessions/${sessionId}`))).toMatchObject({ state: 'terminated', terminated_reason: 'deleted by client' });
+    expect(await json(await fetch(`${t.baseUrl}/sessions/${sessionId}`))).toMatchObject({
+      state: 'terminated',
+      terminated_reason: 'deleted by client',
+    });
     await page.close();
   }, 40_000);
 
@@ -246,6 +267,8 @@ describe.skipIf(!fs.existsSync(CHROMIUM))('the demo page leaves no session behin
     const { sessionId } = await startFromPage(page);
     await page.close({ runBeforeUnload: true });
     await expect.poll(() => t.services.supervisor.liveSession(sessionId), { timeout: 10_000 }).toBeUndefined();
-    expect(await json(await fetch(`${t.baseUrl}/sessions/${sessionId}`))).toMatchObject({ terminated_reason: 'deleted by client' });
+    expect(await json(await fetch(`${t.baseUrl}/sessions/${sessionId}`))).toMatchObject({
+      terminated_reason: 'deleted by client',
+    });
   }, 40_000);
 });

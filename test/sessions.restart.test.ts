@@ -7,10 +7,13 @@ describe('sessions after a restart', () => {
     const avatarsDir = await tempDir('restart-avatars-');
     await makeAvatarBundle(avatarsDir, 'card');
     const first = await startTestApp({ dataDir, avatarsDir });
-    const running = (await json(await post(first.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' }))).session_id;
+    const running = (await json(await post(first.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' })))
+      .session_id;
     await post(first.baseUrl, `/sessions/${running}/start`);
-    const created = (await json(await post(first.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' }))).session_id;
-    const deleted = (await json(await post(first.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' }))).session_id;
+    const created = (await json(await post(first.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' })))
+      .session_id;
+    const deleted = (await json(await post(first.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' })))
+      .session_id;
     await fetch(`${first.baseUrl}/sessions/${deleted}`, { method: 'DELETE' });
     // A crash would skip the graceful path; drop the process state without terminating sessions.
     await first.services.store.close();

@@ -63,9 +63,13 @@ async function slowXtts(): Promise<FakeUpstream> {
 /** The service's portrait image processes (actors/faces/image-jobs.ts), from /proc: children running image-process.mjs. */
 async function imageProcessesOf(pid: number): Promise<number[]> {
   const tasks = await fs.readdir(`/proc/${pid}/task`).catch(() => [] as string[]);
-  const children = await Promise.all(tasks.map((tid) => fs.readFile(`/proc/${pid}/task/${tid}/children`, 'utf8').catch(() => '')));
+  const children = await Promise.all(
+    tasks.map((tid) => fs.readFile(`/proc/${pid}/task/${tid}/children`, 'utf8').catch(() => '')),
+  );
   const pids = children.join(' ').split(/\s+/).filter(Boolean).map(Number);
-  const commands = await Promise.all(pids.map((child) => fs.readFile(`/proc/${child}/cmdline`, 'utf8').catch(() => '')));
+  const commands = await Promise.all(
+    pids.map((child) => fs.readFile(`/proc/${child}/cmdline`, 'utf8').catch(() => '')),
+  );
   return pids.filter((_, i) => commands[i].includes('image-process'));
 }
 
@@ -118,7 +122,9 @@ describe('SIGTERM', () => {
     const pcm = Buffer.from(tone(16000, 1, 300).buffer).toString('base64');
     // ≈ 5 min of video: still rendering when the drain ends, however long it lasts.
     const segments = Array.from({ length: 30 }, () => ({ audio_base64: pcm, pause_after_ms: 9000 }));
-    const { job_id: jobId } = await (await post(service.baseUrl, `/sessions/${sessionId}/rt-offline-bundle`, { segments })).json();
+    const { job_id: jobId } = await (
+      await post(service.baseUrl, `/sessions/${sessionId}/rt-offline-bundle`, { segments })
+    ).json();
     const jobUrl = `/sessions/${sessionId}/rt-offline-bundle/${jobId}`;
     for (;;) {
       const job = await (await fetch(`${service.baseUrl}${jobUrl}`)).json();
@@ -153,7 +159,10 @@ describe('SIGTERM', () => {
     // Same directories, new process: the job the shutdown cut off is failed, as after a crash.
     const again = await startServiceProcess({ env, dataDir: service.dataDir, avatarsDir: service.avatarsDir });
     services.push(again);
-    expect(await (await fetch(`${again.baseUrl}${jobUrl}`)).json()).toMatchObject({ status: 'failed', error: 'interrupted by restart' });
+    expect(await (await fetch(`${again.baseUrl}${jobUrl}`)).json()).toMatchObject({
+      status: 'failed',
+      error: 'interrupted by restart',
+    });
     expect(await (await fetch(`${again.baseUrl}/sessions/${sessionId}`)).json()).toMatchObject({ state: 'terminated' });
     expect(await fs.readdir(path.join(service.dataDir, 'bundles'))).toEqual([]);
     expect(await fs.readdir(path.join(service.dataDir, 'voices', 'local_clone_a')).catch(() => [])).toEqual([]);
@@ -164,7 +173,9 @@ describe('SIGTERM', () => {
     // The 49 MP JPEG is encoded while the service starts.
     const [service, legal] = await Promise.all([
       startServiceProcess({ env: { SERVICE_LOG_LEVEL: 'info' } }),
-      sharp({ create: { width: 7000, height: 7000, channels: 3, background: '#c8a08c' } }).jpeg().toBuffer(),
+      sharp({ create: { width: 7000, height: 7000, channels: 3, background: '#c8a08c' } })
+        .jpeg()
+        .toBuffer(),
     ]);
     services.push(service);
     const uploads = [uploadPortrait(service.baseUrl, blackPng(1, 49_000_000)), uploadPortrait(service.baseUrl, legal)];
@@ -183,7 +194,17 @@ describe('SIGTERM', () => {
     expect(performance.now() - signalledAt, timings).toBeLessThan(SHUTDOWN_BOUND_MS);
     expect(exit, timings).toEqual({ code: 0, signal: null });
     await Promise.all(uploads);
-    for (const pid of imageProcesses) await expect.poll(() => fs.access(`/proc/${pid}`).then(() => 'alive', () => 'gone'), { timeout: 5_000 }).toBe('gone');
+    for (const pid of imageProcesses)
+      await expect
+        .poll(
+          () =>
+            fs.access(`/proc/${pid}`).then(
+              () => 'alive',
+              () => 'gone',
+            ),
+          { timeout: 5_000 },
+        )
+        .toBe('gone');
   }, 120_000);
 
   it('exits at once on a second signal while draining', async () => {

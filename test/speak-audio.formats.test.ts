@@ -5,7 +5,17 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json, post, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
-import { AUDIBLE_RMS, labels, openSession, pcmBytes, postAudio, recordSentAudio, tone, wavBytes, type LiveSession } from './helpers/conversation.ts';
+import {
+  AUDIBLE_RMS,
+  labels,
+  openSession,
+  pcmBytes,
+  postAudio,
+  recordSentAudio,
+  tone,
+  wavBytes,
+  type LiveSession,
+} from './helpers/conversation.ts';
 import type { SseEvent } from './helpers/sse.ts';
 
 const ffmpegPath: string = createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg').path;
@@ -35,7 +45,19 @@ describe('speak_audio / speak_rt_audio: WAV, raw PCM at 8/16/48 kHz and MP3 beco
     const source = path.join(dir, 'tone.wav');
     const target = path.join(dir, 'tone.mp3');
     await fs.writeFile(source, wavBytes(tone(44_100, CLIP_MS, 440), 44_100));
-    await run(ffmpegPath, ['-hide_banner', '-loglevel', 'error', '-y', '-i', source, '-codec:a', 'libmp3lame', '-b:a', '96k', target]);
+    await run(ffmpegPath, [
+      '-hide_banner',
+      '-loglevel',
+      'error',
+      '-y',
+      '-i',
+      source,
+      '-codec:a',
+      'libmp3lame',
+      '-b:a',
+      '96k',
+      target,
+    ]);
     mp3 = await fs.readFile(target);
     await fs.rm(dir, { recursive: true, force: true });
   });
@@ -46,7 +68,11 @@ describe('speak_audio / speak_rt_audio: WAV, raw PCM at 8/16/48 kHz and MP3 beco
   });
 
   /** Plays one upload, heard at the receiver; returns how long the service played it audibly. */
-  async function playAndMeasure(route: 'speak_audio' | 'speak_rt_audio', audio: Buffer, fields: Record<string, string> = {}) {
+  async function playAndMeasure(
+    route: 'speak_audio' | 'speak_rt_audio',
+    audio: Buffer,
+    fields: Record<string, string> = {},
+  ) {
     const from = s.sse.events.length;
     const sentAt = performance.now();
     const sent = recordSentAudio(t, s.sessionId);
@@ -55,7 +81,11 @@ describe('speak_audio / speak_rt_audio: WAV, raw PCM at 8/16/48 kHz and MP3 beco
       const res = await postAudio(t.baseUrl, `/sessions/${s.sessionId}/${route}`, audio, fields);
       expect(res.status, await res.clone().text()).toBe(200);
       expect(await res.text()).toBe('');
-      await s.peer.until(() => s.peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, CLIP_TURN_MS, `audible ${route}`);
+      await s.peer.until(
+        () => s.peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined,
+        CLIP_TURN_MS,
+        `audible ${route}`,
+      );
       idle = await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', CLIP_TURN_MS, 'idle', from);
     } finally {
       sent.stop();
@@ -77,7 +107,9 @@ describe('speak_audio / speak_rt_audio: WAV, raw PCM at 8/16/48 kHz and MP3 beco
 
   for (const rate of [8_000, 16_000, 48_000]) {
     it(`raw PCM at ${rate} Hz with sample_rate`, async () => {
-      const { audibleMs } = await playAndMeasure('speak_audio', pcmBytes(tone(rate, CLIP_MS)), { sample_rate: String(rate) });
+      const { audibleMs } = await playAndMeasure('speak_audio', pcmBytes(tone(rate, CLIP_MS)), {
+        sample_rate: String(rate),
+      });
       expect(Math.abs(audibleMs - CLIP_MS)).toBeLessThanOrEqual(DURATION_TOLERANCE_MS);
     });
   }
@@ -150,12 +182,18 @@ describe('speak_audio / speak_rt_audio: WAV, raw PCM at 8/16/48 kHz and MP3 beco
   it('409 before start, 404 for an unknown session', async () => {
     const fresh = await openSession(t, { start: false });
     try {
-      expect((await postAudio(t.baseUrl, `/sessions/${fresh.sessionId}/speak_audio`, pcmBytes(tone(16_000, 100)))).status).toBe(409);
+      expect(
+        (await postAudio(t.baseUrl, `/sessions/${fresh.sessionId}/speak_audio`, pcmBytes(tone(16_000, 100)))).status,
+      ).toBe(409);
     } finally {
       fresh.close();
       await fetch(`${t.baseUrl}/sessions/${fresh.sessionId}`, { method: 'DELETE' });
     }
-    const missing = await postAudio(t.baseUrl, '/sessions/00000000-0000-4000-8000-000000000000/speak_rt_audio', pcmBytes(tone(16_000, 100)));
+    const missing = await postAudio(
+      t.baseUrl,
+      '/sessions/00000000-0000-4000-8000-000000000000/speak_rt_audio',
+      pcmBytes(tone(16_000, 100)),
+    );
     expect(missing.status).toBe(404);
   });
 });

@@ -23,7 +23,9 @@ describe('SSE event hub', () => {
     hub.attach(consumer.stream, () => undefined);
     hub.publish('status', { stage: 'thinking' });
     hub.publish('frame', { frame_idx: 3, pts_ms: 40 });
-    expect(consumer.text()).toBe('event: status\ndata: {"stage":"thinking"}\n\nevent: frame\ndata: {"frame_idx":3,"pts_ms":40}\n\n');
+    expect(consumer.text()).toBe(
+      'event: status\ndata: {"stage":"thinking"}\n\nevent: frame\ndata: {"frame_idx":3,"pts_ms":40}\n\n',
+    );
   });
 
   it('disconnects a consumer more than ~5 s behind without affecting the others', () => {

@@ -20,7 +20,9 @@ describe('an SSE event that cannot be serialised', () => {
 
     const deep = JSON.parse(`${'{"a":'.repeat(100_000)}{}${'}'.repeat(100_000)}`) as Record<string, unknown>;
     hub.publish('tts', { stage: 'start', ms_elapsed: 0 });
-    expect(() => hub.publish('tool_call', { turn_id: 't', call_id: 'deep', name: 'show_map', arguments: deep })).not.toThrow();
+    expect(() =>
+      hub.publish('tool_call', { turn_id: 't', call_id: 'deep', name: 'show_map', arguments: deep }),
+    ).not.toThrow();
     hub.publish('tts', { stage: 'complete', ms_elapsed: 5 });
     await new Promise((resolve) => setImmediate(resolve));
 

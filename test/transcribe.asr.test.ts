@@ -1,6 +1,16 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
-import { AUDIBLE_RMS, expectCausalOrder, labels, openSession, pcmBytes, postAudio, tone, wavBytes, type LiveSession } from './helpers/conversation.ts';
+import {
+  AUDIBLE_RMS,
+  expectCausalOrder,
+  labels,
+  openSession,
+  pcmBytes,
+  postAudio,
+  tone,
+  wavBytes,
+  type LiveSession,
+} from './helpers/conversation.ts';
 import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstream.ts';
 
 /** Transcription + LLM + synthesis + real-time playout of a short reply. */
@@ -42,7 +52,11 @@ describe('POST /sessions/{id}/transcribe through an OpenAI-compatible recognizer
 
     const kinds = labels(s.sse.events.slice(from));
     expect(kinds).toEqual(['status:listening', 'transcript', 'status:idle']);
-    expect(s.sse.events.slice(from).find((e) => e.type === 'transcript')!.data).toEqual({ text: 'What is the weather like?', is_final: true, turn_id: expect.any(String) });
+    expect(s.sse.events.slice(from).find((e) => e.type === 'transcript')!.data).toEqual({
+      text: 'What is the weather like?',
+      is_final: true,
+      turn_id: expect.any(String),
+    });
 
     const sent = upstream.requests.slice(before).find((r) => r.transcription)!.transcription!;
     expect(sent.wav).toEqual({ sampleRate: 16_000, channels: 1, bitDepth: '16', samples: pcm.length });
@@ -72,7 +86,10 @@ describe('POST /sessions/{id}/transcribe through an OpenAI-compatible recognizer
     expect(res.status).toBe(200);
     const { transcript } = await json(res);
     await idleAfter(from, 10_000);
-    const pieces = upstream.requests.slice(before).filter((r) => r.transcription).map((r) => r.transcription!.wav!.samples / rate);
+    const pieces = upstream.requests
+      .slice(before)
+      .filter((r) => r.transcription)
+      .map((r) => r.transcription!.wav!.samples / rate);
     expect(pieces.length).toBeGreaterThanOrEqual(3);
     for (const seconds of pieces) expect(seconds).toBeLessThanOrEqual(30);
     // Silence between pieces is dropped, speech is kept.
@@ -112,7 +129,12 @@ describe('POST /sessions/{id}/transcribe through an OpenAI-compatible recognizer
     expectCausalOrder(kinds, ['transcript', 'status:thinking', 'llm', 'tts:start', 'tts:first_audio', 'frame']);
     // Exactly one idle: the transcription did not end the turn before the chat.
     expect(kinds.filter((k) => k === 'status:idle')).toHaveLength(1);
-    expect(turn.filter((e) => e.type === 'llm').map((e) => e.data.delta).join('')).toBe('It is sunny today.');
+    expect(
+      turn
+        .filter((e) => e.type === 'llm')
+        .map((e) => e.data.delta)
+        .join(''),
+    ).toBe('It is sunny today.');
 
     const chat = upstream.requests.slice(before).find((r) => r.chat)!.chat!;
     expect(chat.messages.at(-1)).toEqual({ role: 'user', content: 'What is the weather like?' });
@@ -166,7 +188,10 @@ describe('POST /sessions/{id}/transcribe through an OpenAI-compatible recognizer
   });
 
   it('validates the upload: missing audio, odd byte count, bad trigger_chat → 400', async () => {
-    const noAudio = await fetch(`${t.baseUrl}/sessions/${s.sessionId}/transcribe`, { method: 'POST', body: new FormData() });
+    const noAudio = await fetch(`${t.baseUrl}/sessions/${s.sessionId}/transcribe`, {
+      method: 'POST',
+      body: new FormData(),
+    });
     expect(noAudio.status).toBe(400);
     expect(typeof (await json(noAudio)).detail).toBe('string');
     const odd = await transcribe(Buffer.alloc(1001, 1));
@@ -209,7 +234,10 @@ function speechLike(rate: number, ms: number, seed: number): Int16Array {
     const t = i / rate;
     const syllable = Math.max(0, Math.sin(2 * Math.PI * (3.5 + seed * 0.3) * t));
     const pitch = 120 + 30 * Math.sin(2 * Math.PI * 0.7 * t);
-    const voiced = Math.sin(2 * Math.PI * pitch * t) + 0.6 * Math.sin(2 * Math.PI * 2 * pitch * t) + 0.4 * Math.sin(2 * Math.PI * 5 * pitch * t);
+    const voiced =
+      Math.sin(2 * Math.PI * pitch * t) +
+      0.6 * Math.sin(2 * Math.PI * 2 * pitch * t) +
+      0.4 * Math.sin(2 * Math.PI * 5 * pitch * t);
     pcm[i] = Math.round(5000 * syllable * voiced);
   }
   return pcm;

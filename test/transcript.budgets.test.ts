@@ -22,7 +22,18 @@ afterEach(async () => {
 
 function turn(id: string, text: string, extra: Partial<TranscriptTurn> = {}): TranscriptTurn {
   const at = new Date().toISOString();
-  return { turn_id: id, kind: 'speak', user_text: null, assistant_text: text, heard_text: text, tool_calls: [], outcome: 'completed', started_at: at, ended_at: at, ...extra };
+  return {
+    turn_id: id,
+    kind: 'speak',
+    user_text: null,
+    assistant_text: text,
+    heard_text: text,
+    tool_calls: [],
+    outcome: 'completed',
+    started_at: at,
+    ended_at: at,
+    ...extra,
+  };
 }
 
 /** SessionTranscripts over a real LevelDB in `dir`, with every root write recorded (sublevel name, value bytes). */
@@ -31,7 +42,11 @@ async function open(dir: string, budgets: TranscriptBudgets = {}) {
   const writes: Array<{ sublevel: string; bytes: number }> = [];
   store.db.on('write', (operations: Array<{ type: string; key: string; value?: unknown }>) => {
     for (const op of operations) {
-      if (op.type === 'put') writes.push({ sublevel: String(op.key).split('!')[1], bytes: String(typeof op.value === 'string' ? op.value : JSON.stringify(op.value)).length });
+      if (op.type === 'put')
+        writes.push({
+          sublevel: String(op.key).split('!')[1],
+          bytes: String(typeof op.value === 'string' ? op.value : JSON.stringify(op.value)).length,
+        });
     }
   });
   const transcripts = new SessionTranscripts(new TranscriptStore(store), pino({ level: 'silent' }), budgets);
@@ -61,7 +76,8 @@ function follow(transcripts: SessionTranscripts, sessionId: string) {
   return { say, heard };
 }
 
-const parse = (body: Buffer | undefined) => JSON.parse(body!.toString()) as { session_id: string; turns: TranscriptTurn[] };
+const parse = (body: Buffer | undefined) =>
+  JSON.parse(body!.toString()) as { session_id: string; turns: TranscriptTurn[] };
 
 describe('a turn within its byte budget', () => {
   it('keeps a 10,000-character ASCII text whole, cuts a longer (multi-byte) one at a character boundary ending with …', () => {
@@ -81,7 +97,12 @@ describe('a turn within its byte budget', () => {
   });
 
   it('a turn whose tool arguments are too big or too deep to serialise keeps its calls with empty arguments', () => {
-    const calls = Array.from({ length: 64 }, (_, i) => ({ call_id: `c${i}`, name: 'lookup', arguments: { blob: 'z'.repeat(5_000) }, ok: true }));
+    const calls = Array.from({ length: 64 }, (_, i) => ({
+      call_id: `c${i}`,
+      name: 'lookup',
+      arguments: { blob: 'z'.repeat(5_000) },
+      ok: true,
+    }));
     const big = budgetedTurn(turn('t', 'Hi.', { tool_calls: calls }));
     expect(Buffer.byteLength(big.json)).toBeLessThanOrEqual(TRANSCRIPT_TURN_MAX_BYTES);
     expect(big.turn.tool_calls.map((c) => c.call_id)).toEqual(calls.map((c) => c.call_id));
@@ -89,7 +110,9 @@ describe('a turn within its byte budget', () => {
 
     let deep: Record<string, unknown> = {};
     for (let i = 0; i < 20_000; i++) deep = { d: deep };
-    const unserialisable = budgetedTurn(turn('t', 'Hi.', { tool_calls: [{ call_id: 'c', name: 'n', arguments: deep, ok: null }] }));
+    const unserialisable = budgetedTurn(
+      turn('t', 'Hi.', { tool_calls: [{ call_id: 'c', name: 'n', arguments: deep, ok: null }] }),
+    );
     expect(JSON.parse(unserialisable.json).tool_calls).toEqual([{ call_id: 'c', name: 'n', arguments: {}, ok: null }]);
   });
 });
@@ -128,7 +151,8 @@ describe('transcripts in LevelDB', () => {
     const { say } = follow(first.transcripts, 's1');
     const ids = Array.from({ length: TRANSCRIPT_MAX_TURNS + 5 }, (_, i) => say(`line ${i}`));
     const kept = ids.slice(5);
-    const pageIds = async (transcripts: SessionTranscripts, after?: string, limit?: number) => parse(await transcripts.read('s1', { after, limit })).turns.map((t) => t.turn_id);
+    const pageIds = async (transcripts: SessionTranscripts, after?: string, limit?: number) =>
+      parse(await transcripts.read('s1', { after, limit })).turns.map((t) => t.turn_id);
     expect(await pageIds(first.transcripts)).toEqual(kept);
     expect(await pageIds(first.transcripts, undefined, 3)).toEqual(kept.slice(0, 3));
     expect(await pageIds(first.transcripts, kept[2], 3)).toEqual(kept.slice(3, 6));
@@ -164,7 +188,8 @@ describe('transcripts in LevelDB', () => {
     // Its records leave the disk too (the removal runs beside the turns): poll, bounded.
     const oldKeys = async () => {
       let n = 0;
-      for await (const key of store.db.sublevel<string, string>('transcript-turns', { valueEncoding: 'utf8' }).keys()) if (key.startsWith('old!')) n++;
+      for await (const key of store.db.sublevel<string, string>('transcript-turns', { valueEncoding: 'utf8' }).keys())
+        if (key.startsWith('old!')) n++;
       return n;
     };
     for (let i = 0; i < 100 && (await oldKeys()) > 0; i++) await new Promise((resolve) => setTimeout(resolve, 20));
@@ -185,6 +210,9 @@ describe('transcripts in LevelDB', () => {
     const { transcripts, store: reopened } = await open(dir);
     expect(parse(await transcripts.read('s1')).turns).toEqual(turns);
     expect(await reopened.sublevel('transcripts').get('s1')).toBeUndefined();
-    expect(await reopened.sublevel('transcript-index').get('s1')).toMatchObject({ session_id: 's1', expires_at: expires });
+    expect(await reopened.sublevel('transcript-index').get('s1')).toMatchObject({
+      session_id: 's1',
+      expires_at: expires,
+    });
   });
 });

@@ -40,11 +40,13 @@ describe('GET /sessions/{id}/transcript', () => {
   });
 
   it('lists the turns in order with user and assistant text, and the heard text of the interrupted one; kept after termination and a restart', async () => {
-    const id = (await json(await post(t.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' }))).session_id as string;
+    const id = (await json(await post(t.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' })))
+      .session_id as string;
     expect((await post(t.baseUrl, `/sessions/${id}/start`)).status).toBe(200);
     const sse = await SseClient.open(`${t.baseUrl}/sessions/${id}/events`);
     try {
-      const idleAfter = (from: number) => sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', TURN_MS, 'status idle', from);
+      const idleAfter = (from: number) =>
+        sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', TURN_MS, 'status idle', from);
 
       let from = sse.events.length;
       expect((await post(t.baseUrl, `/sessions/${id}/speak`, { text: 'Hello there.' })).status).toBe(200);
@@ -52,7 +54,12 @@ describe('GET /sessions/{id}/transcript', () => {
 
       from = sse.events.length;
       expect((await post(t.baseUrl, `/sessions/${id}/chat`, { prompt: 'Tell me three things.' })).status).toBe(200);
-      await sse.waitFor((e) => e.type === 'tts' && e.data.stage === 'first_audio', TURN_MS, 'first audio of the reply', from);
+      await sse.waitFor(
+        (e) => e.type === 'tts' && e.data.stage === 'first_audio',
+        TURN_MS,
+        'first audio of the reply',
+        from,
+      );
       // The first sentence is playing (it plays for SEGMENT_MS); the model's whole reply has streamed.
       await sse.waitFor((e) => e.type === 'llm' && e.data.delta === REPLY.at(-1), TURN_MS, 'the last delta', from);
       await new Promise((resolve) => setTimeout(resolve, 300));
@@ -63,8 +70,21 @@ describe('GET /sessions/{id}/transcript', () => {
       expect(live.session_id).toBe(id);
       expect(live.turns).toHaveLength(2);
       const [speak, chat] = live.turns as TranscriptTurn[];
-      expect(speak).toMatchObject({ kind: 'speak', user_text: null, assistant_text: 'Hello there.', heard_text: 'Hello there.', outcome: 'completed', tool_calls: [] });
-      expect(chat).toMatchObject({ kind: 'chat', user_text: 'Tell me three things.', assistant_text: REPLY.join(''), outcome: 'interrupted', tool_calls: [] });
+      expect(speak).toMatchObject({
+        kind: 'speak',
+        user_text: null,
+        assistant_text: 'Hello there.',
+        heard_text: 'Hello there.',
+        outcome: 'completed',
+        tool_calls: [],
+      });
+      expect(chat).toMatchObject({
+        kind: 'chat',
+        user_text: 'Tell me three things.',
+        assistant_text: REPLY.join(''),
+        outcome: 'interrupted',
+        tool_calls: [],
+      });
       expect(chat.heard_text?.trim()).toBe('First sentence.');
       for (const turn of [speak, chat]) {
         expect(turn.turn_id).toMatch(/^[0-9a-f-]{36}$/u);
@@ -105,7 +125,8 @@ describe('GET /sessions/{id}/transcript', () => {
   }
 
   it('a session without turns has an empty transcript; an unknown session is 404 {detail}', async () => {
-    const id = (await json(await post(t.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' }))).session_id as string;
+    const id = (await json(await post(t.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' })))
+      .session_id as string;
     expect(await json(await fetch(`${t.baseUrl}/sessions/${id}/transcript`))).toEqual({ session_id: id, turns: [] });
     const missing = await fetch(`${t.baseUrl}/sessions/00000000-0000-4000-8000-000000000000/transcript`);
     expect(missing.status).toBe(404);
@@ -113,12 +134,21 @@ describe('GET /sessions/{id}/transcript', () => {
   });
 
   it('is forgotten with the tombstone', async () => {
-    const short = await startTestApp({ avatarsDir, env: { SERVICE_SESSION_TOMBSTONE_MS: '0' }, overrides: { tts: toneTtsRegistry(100) } });
+    const short = await startTestApp({
+      avatarsDir,
+      env: { SERVICE_SESSION_TOMBSTONE_MS: '0' },
+      overrides: { tts: toneTtsRegistry(100) },
+    });
     try {
-      const id = (await json(await post(short.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' }))).session_id as string;
+      const id = (await json(await post(short.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock' })))
+        .session_id as string;
       await fetch(`${short.baseUrl}/sessions/${id}`, { method: 'DELETE' });
       await short.close();
-      const again = await startTestApp({ dataDir: short.dataDir, avatarsDir, overrides: { tts: toneTtsRegistry(100) } });
+      const again = await startTestApp({
+        dataDir: short.dataDir,
+        avatarsDir,
+        overrides: { tts: toneTtsRegistry(100) },
+      });
       try {
         expect((await fetch(`${again.baseUrl}/sessions/${id}/transcript`)).status).toBe(404);
         expect(await again.services.store.sublevel('transcript-index').get(id)).toBeUndefined();
@@ -167,6 +197,12 @@ describe('TranscriptRecorder on a session bus', () => {
     bus.publish('transcript', { text: 'hello avatar', is_final: true });
     bus.publish('llm', { delta: 'Hi!' });
     bus.emit('turn.finished', { turnId: 'v1', kind: 'voice', outcome: 'terminated' });
-    expect(finished[0]).toMatchObject({ kind: 'voice', user_text: 'hello avatar', assistant_text: 'Hi!', heard_text: '', outcome: 'interrupted' });
+    expect(finished[0]).toMatchObject({
+      kind: 'voice',
+      user_text: 'hello avatar',
+      assistant_text: 'Hi!',
+      heard_text: '',
+      outcome: 'interrupted',
+    });
   });
 });

@@ -8,7 +8,13 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeBuiltinEngines, createBuiltinProvider, warmUpBuiltinEngines } from '../actors/tts/providers/builtin.ts';
-import { BuiltinEnginePool, builtinEngineProcesses, builtinPreviewEngineProcesses, restartDelayMs, RESTART_BACKOFF_MAX_MS } from '../actors/tts/builtin/pool.ts';
+import {
+  BuiltinEnginePool,
+  builtinEngineProcesses,
+  builtinPreviewEngineProcesses,
+  restartDelayMs,
+  RESTART_BACKOFF_MAX_MS,
+} from '../actors/tts/builtin/pool.ts';
 import { pathFreeMessage } from '../actors/tts/builtin/protocol.ts';
 import type { SentenceTask } from '../actors/tts/builtin/synthesize-sentence.ts';
 import { eventually, labels, openSession, sleep } from './helpers/conversation.ts';
@@ -39,18 +45,25 @@ function processGone(pid: number): boolean {
 /** Kills the engine process as soon as it is busy with a sentence; returns its pid. */
 async function killBusyEngine(processes: () => Array<{ pid: number | undefined; busy: boolean }>): Promise<number> {
   let victim: number | undefined;
-  const found = await eventually(() => {
-    victim = processes().find((engine) => engine.busy)?.pid;
-    if (victim !== undefined) process.kill(victim, 'SIGKILL');
-    return victim !== undefined;
-    // An engine starts (compiles 21 MB of WASM) before it is busy: seconds, tens of them on a host at half speed.
-  }, 60_000, 2);
+  const found = await eventually(
+    () => {
+      victim = processes().find((engine) => engine.busy)?.pid;
+      if (victim !== undefined) process.kill(victim, 'SIGKILL');
+      return victim !== undefined;
+      // An engine starts (compiles 21 MB of WASM) before it is busy: seconds, tens of them on a host at half speed.
+    },
+    60_000,
+    2,
+  );
   if (!found || victim === undefined) throw new Error('no engine became busy');
   return victim;
 }
 
 function within<T>(work: Promise<T>, ms: number): Promise<T> {
-  return Promise.race([work, new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`still pending after ${ms} ms`)), ms).unref())]);
+  return Promise.race([
+    work,
+    new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`still pending after ${ms} ms`)), ms).unref()),
+  ]);
 }
 
 /** Runs a fixture script with plain node + tsx: none of the flags the test runner adds. */
@@ -129,13 +142,23 @@ describe('an engine process killed mid-sentence', () => {
       expect(error.data.code).toBe('tts_upstream_error');
       expect(error.data.message).toMatch(/engine process was killed/);
       expect(error.data.message).not.toContain('/');
-      await live.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 20_000, 'idle after the error', from);
+      await live.sse.waitFor(
+        (e) => e.type === 'status' && e.data.stage === 'idle',
+        20_000,
+        'idle after the error',
+        from,
+      );
       const afterError = labels(live.sse.events.slice(from));
       expect(afterError.indexOf('error')).toBeLessThan(afterError.lastIndexOf('status:idle'));
 
       const second = live.sse.events.length;
       expect((await post(t.baseUrl, `/sessions/${live.sessionId}/speak`, { text: 'Back again.' })).status).toBe(200);
-      await live.sse.waitFor((e) => e.type === 'tts' && e.data.stage === 'complete', 20_000, 'second turn complete', second);
+      await live.sse.waitFor(
+        (e) => e.type === 'tts' && e.data.stage === 'complete',
+        20_000,
+        'second turn complete',
+        second,
+      );
       expect(live.sse.events.slice(second).some((e) => e.type === 'error')).toBe(false);
     } finally {
       live.close();
@@ -171,7 +194,12 @@ describe('descriptors and temp dirs', () => {
     // kept per sentence would show as 100 against the bound of 4.
     const text = Array.from({ length: SENTENCES_FOR_DESCRIPTORS }, (_, index) => `Number ${index + 1}.`).join(' ');
     let chunks = 0;
-    for await (const chunk of provider.synthesize({ text, voice: null, sampleRate: 16_000, signal: AbortSignal.timeout(120_000) })) {
+    for await (const chunk of provider.synthesize({
+      text,
+      voice: null,
+      sampleRate: 16_000,
+      signal: AbortSignal.timeout(120_000),
+    })) {
       expect(chunk.pcm.length).toBeGreaterThan(0);
       chunks += 1;
     }
@@ -198,7 +226,9 @@ describe('descriptors and temp dirs', () => {
 
 describe('BuiltinEnginePool', () => {
   const pools: BuiltinEnginePool[] = [];
-  const newPool = async (options: ConstructorParameters<typeof BuiltinEnginePool>[0] = {}): Promise<BuiltinEnginePool> => {
+  const newPool = async (
+    options: ConstructorParameters<typeof BuiltinEnginePool>[0] = {},
+  ): Promise<BuiltinEnginePool> => {
     const pool = new BuiltinEnginePool(options);
     pools.push(pool);
     await pool.warmUp();
@@ -250,13 +280,19 @@ describe('BuiltinEnginePool', () => {
     expect(await eventually(() => !pool.processes()[0].busy, 10_000)).toBe(true);
     await sleep(300);
     expect(pool.processes()[0]).toMatchObject({ busy: false, sentences: answeredBefore + 1 });
-    await expect(pool.synthesize(sentence('Ready.'), AbortSignal.abort(new Error('already gone')))).rejects.toThrow('already gone');
+    await expect(pool.synthesize(sentence('Ready.'), AbortSignal.abort(new Error('already gone')))).rejects.toThrow(
+      'already gone',
+    );
     expect((await pool.synthesize(sentence('Still serving.'))).pcm.length).toBeGreaterThan(0);
   });
 
   it('refuses a sentence beyond the queue bound with a clear error', async () => {
     const pool = await newPool({ maxQueued: 2 });
-    const accepted = [pool.synthesize(sentence('x'.repeat(100))), pool.synthesize(sentence('One.')), pool.synthesize(sentence('Two.'))];
+    const accepted = [
+      pool.synthesize(sentence('x'.repeat(100))),
+      pool.synthesize(sentence('One.')),
+      pool.synthesize(sentence('Two.')),
+    ];
     await eventually(() => pool.processes()[0].busy, 5_000, 2);
     await expect(pool.synthesize(sentence('Three.'))).rejects.toThrow(/overloaded: 2 sentences are already waiting/);
     await Promise.all(accepted);
@@ -296,7 +332,10 @@ describe('BuiltinEnginePool', () => {
     try {
       const pool = new BuiltinEnginePool();
       pools.push(pool);
-      const outcome = await within(pool.synthesize(sentence('Nobody will say this.')).catch((error: Error) => error), 5_000);
+      const outcome = await within(
+        pool.synthesize(sentence('Nobody will say this.')).catch((error: Error) => error),
+        5_000,
+      );
       expect(outcome).toBeInstanceOf(Error);
       expect((outcome as Error).message).toMatch(/could not be started: ENOENT/);
       expect((outcome as Error).message).not.toContain('isolation-missing');
@@ -340,6 +379,8 @@ describe('engine processes and their parent', () => {
 
 describe('engine error messages', () => {
   it('never carry a filesystem path', () => {
+    // The path stays on the scrubber's line: test/repository.hygiene.test.ts skips only those.
+    // prettier-ignore
     const message = pathFreeMessage(new Error("ENOENT: no such file or directory, open '/tmp/builtin-tts-flite-abc/1f.wav'"));
     expect(message).toBe("ENOENT: no such file or directory, open '<path>'");
     expect(pathFreeMessage(new Error('failed at file:///srv/app/actors/x.ts:3:1'))).toBe('failed at <path>');

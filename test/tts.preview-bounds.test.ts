@@ -4,7 +4,12 @@
  * built-in engine runs them in a process of their own, so a live sentence never queues behind preview sentences.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { builtinEngineProcesses, builtinPreviewEngineProcesses, closeBuiltinEngines, warmUpBuiltinEngines } from '../actors/tts/builtin/pool.ts';
+import {
+  builtinEngineProcesses,
+  builtinPreviewEngineProcesses,
+  closeBuiltinEngines,
+  warmUpBuiltinEngines,
+} from '../actors/tts/builtin/pool.ts';
 import { ENGINE_START_TIMEOUT_MS } from '../actors/tts/builtin/engine-child.ts';
 import { createBuiltinProvider } from '../actors/tts/providers/builtin.ts';
 import type { TtsRequest } from '../actors/tts/types.ts';
@@ -49,7 +54,8 @@ function sendPreviews(baseUrl: string, count: number, signal: AbortSignal): Prev
 async function shortPreviewAnswered(baseUrl: string, timeoutMs: number): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    if ((await post(baseUrl, '/tts/preview', { text: 'Hi there.', tts_provider: 'builtin' })).status === 200) return true;
+    if ((await post(baseUrl, '/tts/preview', { text: 'Hi there.', tts_provider: 'builtin' })).status === 200)
+      return true;
     await sleep(200);
   }
   return false;
@@ -102,28 +108,45 @@ describe('a flood of long previews', () => {
     expect(Object.keys(doc.paths['/tts/preview'].post.responses)).toContain('503');
   });
 
-  it('lets a live speak reach first_audio while the preview engine is busy, from its own engine process', async () => {
-    // The flood's first previews start the preview engine process: busy once it is up.
-    expect(await eventually(() => builtinPreviewEngineProcesses().some((engine) => engine.busy), ENGINE_START_TIMEOUT_MS, 5)).toBe(true);
-    const previewPids = builtinPreviewEngineProcesses().map((engine) => engine.pid);
+  it(
+    'lets a live speak reach first_audio while the preview engine is busy, from its own engine process',
+    async () => {
+      // The flood's first previews start the preview engine process: busy once it is up.
+      expect(
+        await eventually(
+          () => builtinPreviewEngineProcesses().some((engine) => engine.busy),
+          ENGINE_START_TIMEOUT_MS,
+          5,
+        ),
+      ).toBe(true);
+      const previewPids = builtinPreviewEngineProcesses().map((engine) => engine.pid);
 
-    const live = await openSession(t);
-    try {
-      const from = live.sse.events.length;
-      expect((await post(t.baseUrl, `/sessions/${live.sessionId}/speak`, { text: 'Hello there, how are you?' })).status).toBe(200);
-      await live.sse.waitFor((e) => e.type === 'tts' && e.data.stage === 'first_audio', 30_000, 'live first audio', from);
-      // The live sentence ran in the live engine, while the preview flood still occupies the preview engine.
-      const liveEngines = builtinEngineProcesses();
-      expect(liveEngines.length).toBeGreaterThan(0);
-      for (const engine of liveEngines) expect(previewPids).not.toContain(engine.pid);
-      expect(builtinPreviewEngineProcesses().some((engine) => engine.busy)).toBe(true);
-      // The live turn did not wait for the flood: most of it is still running or waiting, or was told the line is
-      // busy (PREVIEW_MAX_WAIT_MS) — at most the running ones were synthesised.
-      expect(calls.filter((call) => call.status === 200).length).toBeLessThanOrEqual(MAX_RUNNING_PREVIEWS);
-    } finally {
-      live.close();
-    }
-  }, ENGINE_START_TIMEOUT_MS + 60_000);
+      const live = await openSession(t);
+      try {
+        const from = live.sse.events.length;
+        expect(
+          (await post(t.baseUrl, `/sessions/${live.sessionId}/speak`, { text: 'Hello there, how are you?' })).status,
+        ).toBe(200);
+        await live.sse.waitFor(
+          (e) => e.type === 'tts' && e.data.stage === 'first_audio',
+          30_000,
+          'live first audio',
+          from,
+        );
+        // The live sentence ran in the live engine, while the preview flood still occupies the preview engine.
+        const liveEngines = builtinEngineProcesses();
+        expect(liveEngines.length).toBeGreaterThan(0);
+        for (const engine of liveEngines) expect(previewPids).not.toContain(engine.pid);
+        expect(builtinPreviewEngineProcesses().some((engine) => engine.busy)).toBe(true);
+        // The live turn did not wait for the flood: most of it is still running or waiting, or was told the line is
+        // busy (PREVIEW_MAX_WAIT_MS) — at most the running ones were synthesised.
+        expect(calls.filter((call) => call.status === 200).length).toBeLessThanOrEqual(MAX_RUNNING_PREVIEWS);
+      } finally {
+        live.close();
+      }
+    },
+    ENGINE_START_TIMEOUT_MS + 60_000,
+  );
 
   it('tells a preview still waiting after PREVIEW_MAX_WAIT_MS that the line is busy (503 {detail}, Retry-After)', async () => {
     expect(refusedAtOnce).toBeDefined();
@@ -139,35 +162,51 @@ describe('a flood of long previews', () => {
 describe('the builtin provider with previews queued', () => {
   afterAll(closeBuiltinEngines);
 
-  it('finishes a live sentence before the preview sentences queued ahead of it', async () => {
-    const provider = createBuiltinProvider({ warmUp: false });
-    await warmUpBuiltinEngines();
-    const controller = new AbortController();
-    const request = (text: string, priority: TtsRequest['priority']): TtsRequest => ({ text, voice: null, sampleRate: 16_000, signal: controller.signal, priority });
-    // Four previews, each with its first sentence queued before the live one: a single first-come queue would
-    // make the live sentence wait for all four (seconds each).
-    const previewStreams = 4;
-    let previewChunks = 0;
-    const previews = Array.from({ length: previewStreams }, async () => {
-      for await (const _chunk of provider.synthesize(request(LONG_PREVIEW, 'preview'))) previewChunks += 1;
-    });
-    for (const preview of previews) preview.catch(() => undefined);
-    try {
-      // The preview engine starts cold at PREVIEW_ENGINE_NICENESS: on a core other test files keep busy that start
-      // (compiling 21 MB of WASM) took over 30 s at half CPU. Its speed there is not promised, only the service's own
-      // bound on an engine's start; the order is.
-      expect(await eventually(() => builtinPreviewEngineProcesses().some((engine) => engine.busy), ENGINE_START_TIMEOUT_MS, 5)).toBe(true);
-      let previewChunksBeforeLive = -1;
-      for await (const chunk of provider.synthesize(request('Hello there.', 'live'))) {
-        expect(chunk.pcm.length).toBeGreaterThan(0);
-        previewChunksBeforeLive = previewChunks;
-        break;
+  it(
+    'finishes a live sentence before the preview sentences queued ahead of it',
+    async () => {
+      const provider = createBuiltinProvider({ warmUp: false });
+      await warmUpBuiltinEngines();
+      const controller = new AbortController();
+      const request = (text: string, priority: TtsRequest['priority']): TtsRequest => ({
+        text,
+        voice: null,
+        sampleRate: 16_000,
+        signal: controller.signal,
+        priority,
+      });
+      // Four previews, each with its first sentence queued before the live one: a single first-come queue would
+      // make the live sentence wait for all four (seconds each).
+      const previewStreams = 4;
+      let previewChunks = 0;
+      const previews = Array.from({ length: previewStreams }, async () => {
+        for await (const _chunk of provider.synthesize(request(LONG_PREVIEW, 'preview'))) previewChunks += 1;
+      });
+      for (const preview of previews) preview.catch(() => undefined);
+      try {
+        // The preview engine starts cold at PREVIEW_ENGINE_NICENESS: on a core other test files keep busy that start
+        // (compiling 21 MB of WASM) took over 30 s at half CPU. Its speed there is not promised, only the service's own
+        // bound on an engine's start; the order is.
+        expect(
+          await eventually(
+            () => builtinPreviewEngineProcesses().some((engine) => engine.busy),
+            ENGINE_START_TIMEOUT_MS,
+            5,
+          ),
+        ).toBe(true);
+        let previewChunksBeforeLive = -1;
+        for await (const chunk of provider.synthesize(request('Hello there.', 'live'))) {
+          expect(chunk.pcm.length).toBeGreaterThan(0);
+          previewChunksBeforeLive = previewChunks;
+          break;
+        }
+        // At most the preview sentence already running when the live one arrived may finish first.
+        expect(previewChunksBeforeLive).toBeGreaterThanOrEqual(0);
+        expect(previewChunksBeforeLive).toBeLessThanOrEqual(1);
+      } finally {
+        controller.abort();
       }
-      // At most the preview sentence already running when the live one arrived may finish first.
-      expect(previewChunksBeforeLive).toBeGreaterThanOrEqual(0);
-      expect(previewChunksBeforeLive).toBeLessThanOrEqual(1);
-    } finally {
-      controller.abort();
-    }
-  }, ENGINE_START_TIMEOUT_MS + 60_000);
+    },
+    ENGINE_START_TIMEOUT_MS + 60_000,
+  );
 });

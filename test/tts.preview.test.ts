@@ -31,7 +31,11 @@ describe('POST /tts/preview (spec 4.9, 7, 8)', () => {
   let xtts: FakeUpstream;
 
   beforeAll(async () => {
-    [eleven, openai, xtts] = await Promise.all([startElevenLabsFake({ apiKey: ELEVEN_KEY }), startOpenAiSpeechFake(), startXttsFake()]);
+    [eleven, openai, xtts] = await Promise.all([
+      startElevenLabsFake({ apiKey: ELEVEN_KEY }),
+      startOpenAiSpeechFake(),
+      startXttsFake(),
+    ]);
     const avatarsDir = await tempDir('preview-avatars-');
     await makeAvatarBundle(avatarsDir, 'card');
     t = await startTestApp({
@@ -57,13 +61,24 @@ describe('POST /tts/preview (spec 4.9, 7, 8)', () => {
     expect(one.headers.get('content-type')).toMatch(/^audio\/wav/);
     const oneBytes = Buffer.from(await one.arrayBuffer());
     const header = wavHeader(oneBytes);
-    expect(header).toMatchObject({ riff: 'RIFF', wave: 'WAVE', format: 1, channels: 1, sampleRate: 16000, bitsPerSample: 16 });
+    expect(header).toMatchObject({
+      riff: 'RIFF',
+      wave: 'WAVE',
+      format: 1,
+      channels: 1,
+      sampleRate: 16000,
+      bitsPerSample: 16,
+    });
     expect(header.dataBytes).toBe(oneBytes.length - 44);
     const onePcm = parseWav(oneBytes).pcm;
     expect(onePcm.length / 16000).toBeGreaterThan(0.3);
     expect(rms(onePcm)).toBeGreaterThan(300);
 
-    const two = await preview({ text: 'Hello there. How are you doing today?', tts_provider: 'builtin', voice: 'en-US-JennyNeural' });
+    const two = await preview({
+      text: 'Hello there. How are you doing today?',
+      tts_provider: 'builtin',
+      voice: 'en-US-JennyNeural',
+    });
     expect(two.status).toBe(200);
     const twoPcm = parseWav(Buffer.from(await two.arrayBuffer())).pcm;
     // Both sentences are in the answer, not just the first chunk.
@@ -137,7 +152,11 @@ describe('POST /tts/preview (spec 4.9, 7, 8)', () => {
     expect(explicit.status).toBe(200);
     expect(openai.requests.at(-1)!.json).toMatchObject({ input: 'One.', voice: 'nova', model: 'tts-1-hd' });
 
-    const customized = await post(t.baseUrl, '/customize', { tts_provider: 'compat_http', tts_voice: 'echo', tts_model: 'tts-1' });
+    const customized = await post(t.baseUrl, '/customize', {
+      tts_provider: 'compat_http',
+      tts_voice: 'echo',
+      tts_model: 'tts-1',
+    });
     expect(customized.status).toBe(200);
     try {
       const before = openai.requests.length;
@@ -157,7 +176,8 @@ describe('POST /tts/preview (spec 4.9, 7, 8)', () => {
     openai.scenario = 'slow';
     openai.slowMs = 300;
     const text = 'Abandoned one. Abandoned two. Abandoned three.';
-    const sentFor = () => openai.requests.filter((r) => typeof r.json?.input === 'string' && r.json.input.startsWith('Abandoned')).length;
+    const sentFor = () =>
+      openai.requests.filter((r) => typeof r.json?.input === 'string' && r.json.input.startsWith('Abandoned')).length;
     try {
       const controller = new AbortController();
       const pending = fetch(`${t.baseUrl}/tts/preview`, {

@@ -21,9 +21,23 @@ import { createTtsRegistry, type TtsRegistry } from '../actors/tts/registry.ts';
 import type { TtsChunk, TtsProvider, TtsProviderId } from '../actors/tts/types.ts';
 import { ProviderNotConfiguredError, UpstreamError } from '../actors/upstream/errors.ts';
 import { VoiceCatalog } from '../src/voices/catalog.ts';
-import { catalogVoiceLookup, CloneValidationError, cloneVoice, deleteClonedVoice, type CloneVoiceInput } from '../src/voices/clone.ts';
+import {
+  catalogVoiceLookup,
+  CloneValidationError,
+  cloneVoice,
+  deleteClonedVoice,
+  type CloneVoiceInput,
+} from '../src/voices/clone.ts';
 import { VoiceUploads } from '../src/voices/uploads.ts';
-import { startCosyVoiceServerFake, startDashscopeFake, startFalFake, startXttsFake, tone, type DashscopeFake, type FakeUpstream } from './fakes/tts-upstreams.ts';
+import {
+  startCosyVoiceServerFake,
+  startDashscopeFake,
+  startFalFake,
+  startXttsFake,
+  tone,
+  type DashscopeFake,
+  type FakeUpstream,
+} from './fakes/tts-upstreams.ts';
 
 const KEY = 'clone-key';
 const ffmpegPath = (createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg') as { path: string }).path;
@@ -66,7 +80,12 @@ beforeAll(async () => {
   await db.open();
   catalog = new VoiceCatalog(db.sublevel<string, unknown>('voices', { valueEncoding: 'json' }));
   uploads = new VoiceUploads({ dir: uploadDir });
-  [dashscope, fal, xtts, cosy] = await Promise.all([startDashscopeFake({ apiKey: KEY }), startFalFake({ apiKey: KEY }), startXttsFake(), startCosyVoiceServerFake()]);
+  [dashscope, fal, xtts, cosy] = await Promise.all([
+    startDashscopeFake({ apiKey: KEY }),
+    startFalFake({ apiKey: KEY }),
+    startXttsFake(),
+    startCosyVoiceServerFake(),
+  ]);
   // Stand-in for the service's `GET /voice-uploads/{token}` route.
   publicServer = http.createServer(async (req, res) => {
     const token = /^\/voice-uploads\/([^/]+)$/.exec(req.url ?? '')?.[1] ?? '';
@@ -78,7 +97,11 @@ beforeAll(async () => {
   publicServer.listen(0, '127.0.0.1');
   await once(publicServer, 'listening');
   publicBaseUrl = `http://127.0.0.1:${(publicServer.address() as AddressInfo).port}`;
-  const builtinStub: TtsProvider = { id: 'builtin', status: () => ({ configured: true }), synthesize: async function* () {} };
+  const builtinStub: TtsProvider = {
+    id: 'builtin',
+    status: () => ({ configured: true }),
+    synthesize: async function* () {},
+  };
   registry = createTtsRegistry(
     {
       providers: {
@@ -110,13 +133,27 @@ beforeEach(() => {
 });
 
 const input = (overrides: Partial<CloneVoiceInput>): CloneVoiceInput => ({
-  provider: 'cloud_a', targetModel: 'model-x', displayLabel: 'Narrator', audio: stereo44kSample(),
-  registry, catalog, uploads, voiceDir, publicBaseUrl, signal: AbortSignal.timeout(20_000), ...overrides,
+  provider: 'cloud_a',
+  targetModel: 'model-x',
+  displayLabel: 'Narrator',
+  audio: stereo44kSample(),
+  registry,
+  catalog,
+  uploads,
+  voiceDir,
+  publicBaseUrl,
+  signal: AbortSignal.timeout(20_000),
+  ...overrides,
 });
 
 async function speak(provider: TtsProviderId, voice: string): Promise<number> {
   let samples = 0;
-  for await (const chunk of registry.get(provider).synthesize({ text: 'Testing the cloned voice now.', voice, sampleRate: 16000, signal: AbortSignal.timeout(10_000) }) as AsyncIterable<TtsChunk>) {
+  for await (const chunk of registry.get(provider).synthesize({
+    text: 'Testing the cloned voice now.',
+    voice,
+    sampleRate: 16000,
+    signal: AbortSignal.timeout(10_000),
+  }) as AsyncIterable<TtsChunk>) {
     samples += chunk.pcm.length;
   }
   return samples;
@@ -126,12 +163,23 @@ const filesIn = async (dir: string) => readdir(dir).catch(() => [] as string[]);
 
 describe('cloneVoice', () => {
   it('cloud_a: sends the sample inline as a base64 data URI with preferred_name, then the voice speaks', async () => {
-    const result = await cloneVoice(input({ provider: 'cloud_a', targetModel: 'qwen3-tts-vc-realtime', preferredName: 'anna_1' }));
+    const result = await cloneVoice(
+      input({ provider: 'cloud_a', targetModel: 'qwen3-tts-vc-realtime', preferredName: 'anna_1' }),
+    );
     expect(dashscope.complaints).toEqual([]);
     const request = dashscope.requests.at(-1)!;
     expect(request.json.model).toBe('qwen-voice-enrollment');
-    expect(request.json.input).toMatchObject({ action: 'create', target_model: 'qwen3-tts-vc-realtime', preferred_name: 'anna_1' });
-    expect(result).toMatchObject({ ok: true, provider: 'cloud_a', target_model: 'qwen3-tts-vc-realtime', display_label: 'Narrator' });
+    expect(request.json.input).toMatchObject({
+      action: 'create',
+      target_model: 'qwen3-tts-vc-realtime',
+      preferred_name: 'anna_1',
+    });
+    expect(result).toMatchObject({
+      ok: true,
+      provider: 'cloud_a',
+      target_model: 'qwen3-tts-vc-realtime',
+      display_label: 'Narrator',
+    });
     expect(result.voice_id).toContain('anna_1');
     expect((await catalog.get(result.entry_id))?.voice_id).toBe(result.voice_id);
     expect(await speak('cloud_a', result.voice_id)).toBeGreaterThan(7000);
@@ -141,7 +189,9 @@ describe('cloneVoice', () => {
 
   it('cloud_b: stores the sample, the provider fetches it by public URL with the prefix, then the voice speaks', async () => {
     const before = new Set(await filesIn(uploadDir));
-    const result = await cloneVoice(input({ provider: 'cloud_b', targetModel: 'cosyvoice-v2', prefix: 'myvoice', displayLabel: 'Narrator' }));
+    const result = await cloneVoice(
+      input({ provider: 'cloud_b', targetModel: 'cosyvoice-v2', prefix: 'myvoice', displayLabel: 'Narrator' }),
+    );
     expect(dashscope.complaints).toEqual([]);
     const request = dashscope.requests.find((r) => r.json?.model === 'voice-enrollment')!;
     expect(request.json.input.url).toMatch(new RegExp(`^${publicBaseUrl}/voice-uploads/[0-9a-f]{32}$`));
@@ -158,7 +208,9 @@ describe('cloneVoice', () => {
   });
 
   it('cloud_d: keeps the sample as a data URI in the catalog and sends it at synthesis time', async () => {
-    const result = await cloneVoice(input({ provider: 'cloud_d', targetModel: 'fal-ai/f5-tts', displayLabel: 'Fal voice' }));
+    const result = await cloneVoice(
+      input({ provider: 'cloud_d', targetModel: 'fal-ai/f5-tts', displayLabel: 'Fal voice' }),
+    );
     const entry = await catalog.get(result.entry_id);
     expect(entry?.reference_data_uri).toMatch(/^data:audio\/wav;base64,/);
     expect(fal.requests).toHaveLength(0);
@@ -167,7 +219,10 @@ describe('cloneVoice', () => {
     expect(fal.requests[0].json.ref_audio_url).toBe(entry?.reference_data_uri);
   });
 
-  for (const [provider, fake] of [['local_clone_a', () => xtts], ['local_clone_b', () => cosy]] as const) {
+  for (const [provider, fake] of [
+    ['local_clone_a', () => xtts],
+    ['local_clone_b', () => cosy],
+  ] as const) {
     it(`${provider}: writes the reference WAV into the voice directory and synthesises with it`, async () => {
       const result = await cloneVoice(input({ provider, targetModel: 'default', displayLabel: `${provider} voice` }));
       const entry = await catalog.get(result.entry_id);
@@ -183,11 +238,30 @@ describe('cloneVoice', () => {
 
   it('accepts an M4A whose index sits at the end (the kind Safari records), via the temp-file retry', async () => {
     const m4a = await new Promise<Buffer>((resolve, reject) => {
-      const ffmpeg = spawn(ffmpegPath, ['-hide_banner', '-loglevel', 'error', '-f', 'lavfi', '-i', 'sine=frequency=300:duration=30', '-c:a', 'aac', '-f', 'mp4', path.join(root, 'sample.m4a')]);
-      ffmpeg.on('close', (code) => (code === 0 ? readFile(path.join(root, 'sample.m4a')).then(resolve, reject) : reject(new Error(`ffmpeg ${code}`))));
+      const ffmpeg = spawn(ffmpegPath, [
+        '-hide_banner',
+        '-loglevel',
+        'error',
+        '-f',
+        'lavfi',
+        '-i',
+        'sine=frequency=300:duration=30',
+        '-c:a',
+        'aac',
+        '-f',
+        'mp4',
+        path.join(root, 'sample.m4a'),
+      ]);
+      ffmpeg.on('close', (code) =>
+        code === 0
+          ? readFile(path.join(root, 'sample.m4a')).then(resolve, reject)
+          : reject(new Error(`ffmpeg ${code}`)),
+      );
     });
     expect(m4a.indexOf('moov')).toBeGreaterThan(m4a.indexOf('mdat'));
-    const result = await cloneVoice(input({ provider: 'cloud_d', targetModel: 'fal-ai/f5-tts', displayLabel: 'M4A voice', audio: m4a }));
+    const result = await cloneVoice(
+      input({ provider: 'cloud_d', targetModel: 'fal-ai/f5-tts', displayLabel: 'M4A voice', audio: m4a }),
+    );
     const uri = (await catalog.get(result.entry_id))!.reference_data_uri!;
     const wav = parseWav(Buffer.from(uri.split(',')[1], 'base64'));
     expect(wav.sampleRate).toBe(24000);

@@ -18,8 +18,18 @@ import { createLocalCloneBProvider } from '../actors/tts/providers/local_clone_b
 import type { TtsChunk, TtsProvider, TtsProviderId } from '../actors/tts/types.ts';
 import { ProviderNotConfiguredError, UpstreamError } from '../actors/upstream/errors.ts';
 import {
-  startAzureSpeechFake, startCosyVoiceServerFake, startDashscopeFake, startElevenLabsFake, startFalFake,
-  startGoogleTtsFake, startOpenAiSpeechFake, startXttsFake, TONE_HZ, TONE_SECONDS, tone, type FakeUpstream,
+  startAzureSpeechFake,
+  startCosyVoiceServerFake,
+  startDashscopeFake,
+  startElevenLabsFake,
+  startFalFake,
+  startGoogleTtsFake,
+  startOpenAiSpeechFake,
+  startXttsFake,
+  TONE_HZ,
+  TONE_SECONDS,
+  tone,
+  type FakeUpstream,
 } from './fakes/tts-upstreams.ts';
 
 const KEY = 'test-key-123';
@@ -40,15 +50,82 @@ interface Case {
 }
 
 const CASES: Case[] = [
-  { id: 'compat_http', start: () => startOpenAiSpeechFake({ apiKey: KEY }), create: createCompatHttpProvider, unauthorizedText: 'Incorrect API key', keyed: true, requiredVariable: 'SERVICE_TTS_COMPAT_HTTP_BASE_URL' },
-  { id: 'cloud_a', start: () => startDashscopeFake({ apiKey: KEY }), create: createCloudAProvider, unauthorizedText: 'Invalid API-key', keyed: true, requiredVariable: 'SERVICE_TTS_CLOUD_A_API_KEY' },
-  { id: 'cloud_b', start: () => startDashscopeFake({ apiKey: KEY }), create: createCloudBProvider, unauthorizedText: 'Invalid API-key', keyed: true, requiredVariable: 'SERVICE_TTS_CLOUD_B_API_KEY' },
-  { id: 'cloud_c', start: () => startElevenLabsFake({ apiKey: KEY }), create: createCloudCProvider, unauthorizedText: 'Invalid API key', keyed: true, requiredVariable: 'SERVICE_TTS_CLOUD_C_API_KEY' },
-  { id: 'cloud_d', start: () => startFalFake({ apiKey: KEY }), create: createCloudDProvider, voice: 'cloud_d-0123456789abcdef', unauthorizedText: 'Authentication is required', keyed: true, requiredVariable: 'SERVICE_TTS_CLOUD_D_API_KEY' },
-  { id: 'cloud_e', start: () => startAzureSpeechFake({ apiKey: KEY }), create: createCloudEProvider, voice: 'de-DE-KatjaNeural', unauthorizedText: 'invalid subscription key', keyed: true, requiredVariable: 'SERVICE_TTS_CLOUD_E_BASE_URL' },
-  { id: 'cloud_f', start: () => startGoogleTtsFake({ apiKey: KEY }), create: createCloudFProvider, voice: 'en-GB-Neural2-A', unauthorizedText: 'API key not valid', keyed: true, requiredVariable: 'SERVICE_TTS_CLOUD_F_API_KEY' },
-  { id: 'local_clone_a', start: () => startXttsFake(), create: createLocalCloneAProvider, voice: 'male', unauthorizedText: 'Not authenticated', keyed: false, requiredVariable: 'SERVICE_TTS_LOCAL_CLONE_A_BASE_URL' },
-  { id: 'local_clone_b', start: () => startCosyVoiceServerFake(), create: createLocalCloneBProvider, unauthorizedText: 'Not authenticated', keyed: false, requiredVariable: 'SERVICE_TTS_LOCAL_CLONE_B_BASE_URL' },
+  {
+    id: 'compat_http',
+    start: () => startOpenAiSpeechFake({ apiKey: KEY }),
+    create: createCompatHttpProvider,
+    unauthorizedText: 'Incorrect API key',
+    keyed: true,
+    requiredVariable: 'SERVICE_TTS_COMPAT_HTTP_BASE_URL',
+  },
+  {
+    id: 'cloud_a',
+    start: () => startDashscopeFake({ apiKey: KEY }),
+    create: createCloudAProvider,
+    unauthorizedText: 'Invalid API-key',
+    keyed: true,
+    requiredVariable: 'SERVICE_TTS_CLOUD_A_API_KEY',
+  },
+  {
+    id: 'cloud_b',
+    start: () => startDashscopeFake({ apiKey: KEY }),
+    create: createCloudBProvider,
+    unauthorizedText: 'Invalid API-key',
+    keyed: true,
+    requiredVariable: 'SERVICE_TTS_CLOUD_B_API_KEY',
+  },
+  {
+    id: 'cloud_c',
+    start: () => startElevenLabsFake({ apiKey: KEY }),
+    create: createCloudCProvider,
+    unauthorizedText: 'Invalid API key',
+    keyed: true,
+    requiredVariable: 'SERVICE_TTS_CLOUD_C_API_KEY',
+  },
+  {
+    id: 'cloud_d',
+    start: () => startFalFake({ apiKey: KEY }),
+    create: createCloudDProvider,
+    voice: 'cloud_d-0123456789abcdef',
+    unauthorizedText: 'Authentication is required',
+    keyed: true,
+    requiredVariable: 'SERVICE_TTS_CLOUD_D_API_KEY',
+  },
+  {
+    id: 'cloud_e',
+    start: () => startAzureSpeechFake({ apiKey: KEY }),
+    create: createCloudEProvider,
+    voice: 'de-DE-KatjaNeural',
+    unauthorizedText: 'invalid subscription key',
+    keyed: true,
+    requiredVariable: 'SERVICE_TTS_CLOUD_E_BASE_URL',
+  },
+  {
+    id: 'cloud_f',
+    start: () => startGoogleTtsFake({ apiKey: KEY }),
+    create: createCloudFProvider,
+    voice: 'en-GB-Neural2-A',
+    unauthorizedText: 'API key not valid',
+    keyed: true,
+    requiredVariable: 'SERVICE_TTS_CLOUD_F_API_KEY',
+  },
+  {
+    id: 'local_clone_a',
+    start: () => startXttsFake(),
+    create: createLocalCloneAProvider,
+    voice: 'male',
+    unauthorizedText: 'Not authenticated',
+    keyed: false,
+    requiredVariable: 'SERVICE_TTS_LOCAL_CLONE_A_BASE_URL',
+  },
+  {
+    id: 'local_clone_b',
+    start: () => startCosyVoiceServerFake(),
+    create: createLocalCloneBProvider,
+    unauthorizedText: 'Not authenticated',
+    keyed: false,
+    requiredVariable: 'SERVICE_TTS_LOCAL_CLONE_B_BASE_URL',
+  },
 ];
 
 async function collect(iterable: AsyncIterable<TtsChunk>): Promise<TtsChunk[]> {
@@ -89,8 +166,11 @@ for (const testCase of CASES) {
     let fake: FakeUpstream;
     let provider: TtsProvider;
     const lookup: CloningProviderConfig['voiceLookup'] = async (provider, voiceId) =>
-      provider === 'cloud_d' && voiceId === 'cloud_d-0123456789abcdef' ? { referenceDataUri: CLONED_DATA_URI, targetModel: 'fal-ai/f5-tts' } : null;
-    const make = (overrides: Partial<CloningProviderConfig> = {}) => testCase.create({ baseUrl: fake.url, apiKey: KEY, voiceLookup: lookup, ...overrides });
+      provider === 'cloud_d' && voiceId === 'cloud_d-0123456789abcdef'
+        ? { referenceDataUri: CLONED_DATA_URI, targetModel: 'fal-ai/f5-tts' }
+        : null;
+    const make = (overrides: Partial<CloningProviderConfig> = {}) =>
+      testCase.create({ baseUrl: fake.url, apiKey: KEY, voiceLookup: lookup, ...overrides });
 
     beforeAll(async () => {
       fake = await testCase.start();
@@ -124,7 +204,14 @@ for (const testCase of CASES) {
       const before = synthesisRequests();
       const sockets = (fake as { socketMessages?: unknown[] }).socketMessages;
       const socketsBefore = sockets?.length ?? 0;
-      const iterator = provider.synthesize({ text: TWO_SENTENCES, voice: testCase.voice, sampleRate: 16000, signal: AbortSignal.timeout(10_000) })[Symbol.asyncIterator]();
+      const iterator = provider
+        .synthesize({
+          text: TWO_SENTENCES,
+          voice: testCase.voice,
+          sampleRate: 16000,
+          signal: AbortSignal.timeout(10_000),
+        })
+        [Symbol.asyncIterator]();
       const first = await iterator.next();
       expect(first.value?.sentenceIndex).toBe(0);
       const upstreamCalls = () => synthesisRequests() - before + (sockets?.length ?? 0) - socketsBefore;

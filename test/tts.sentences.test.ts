@@ -60,12 +60,9 @@ describe('splitSentences', () => {
   });
 
   it('splits on newlines and merges very short fragments into the next sentence', () => {
-    expect(splitSentences('Shopping list\n1. Apples for the pie\n2. Fresh pears\n\nOk. That is all for today.')).toEqual([
-      'Shopping list',
-      '1. Apples for the pie',
-      '2. Fresh pears',
-      'Ok. That is all for today.',
-    ]);
+    expect(
+      splitSentences('Shopping list\n1. Apples for the pie\n2. Fresh pears\n\nOk. That is all for today.'),
+    ).toEqual(['Shopping list', '1. Apples for the pie', '2. Fresh pears', 'Ok. That is all for today.']);
   });
 
   it('cuts a very long sentence at a comma, then at a space, within the maximum length', () => {
@@ -107,11 +104,43 @@ describe('SentenceStream', () => {
 
 // Text made of pieces that exercise every rule: abbreviations, numbers, ellipses, CJK, newlines, long runs.
 const piece = fc.constantFrom(
-  'Hello', 'world', 'Dr.', 'Mr.', '3.5', 'e.g.', 'etc.', 'The', 'end.', 'yes!', 'why?', '?!', '...', '…',
-  'maybe', 'Ok.', '"quoted."', '(aside.)', '。', '你好', '！', '？', ',', ';', 'a', 'I.', 'J.', 'U.S.',
-  '\n', '\n\n', '  ', 'supercalifragilisticexpialidocious', '1.', 'x'.repeat(60),
+  'Hello',
+  'world',
+  'Dr.',
+  'Mr.',
+  '3.5',
+  'e.g.',
+  'etc.',
+  'The',
+  'end.',
+  'yes!',
+  'why?',
+  '?!',
+  '...',
+  '…',
+  'maybe',
+  'Ok.',
+  '"quoted."',
+  '(aside.)',
+  '。',
+  '你好',
+  '！',
+  '？',
+  ',',
+  ';',
+  'a',
+  'I.',
+  'J.',
+  'U.S.',
+  '\n',
+  '\n\n',
+  '  ',
+  'supercalifragilisticexpialidocious',
+  '1.',
+  'x'.repeat(60),
 );
-const text = fc.array(fc.tuple(piece, fc.constantFrom(' ', '', '  ', '\n')), { maxLength: 60 })
+const text = fc
+  .array(fc.tuple(piece, fc.constantFrom(' ', '', '  ', '\n')), { maxLength: 60 })
   .map((parts) => parts.map(([word, gap]) => word + gap).join(''));
 const anyText = fc.oneof(text, fc.string({ maxLength: 400 }), fc.string({ unit: 'grapheme', maxLength: 300 }));
 
@@ -161,7 +190,8 @@ describe('EagerSentenceStream (first segment of a streamed reply)', () => {
     const { EagerSentenceStream, splitSentences } = await import('../actors/tts/sentences.ts');
     const stream = new EagerSentenceStream();
     const out: string[] = [];
-    for (const token of ['Sure', '!', ' Here', ' is', ' a', ' short', ' answer', '.', ' And', ' more', ' text', '.']) out.push(...stream.push(token));
+    for (const token of ['Sure', '!', ' Here', ' is', ' a', ' short', ' answer', '.', ' And', ' more', ' text', '.'])
+      out.push(...stream.push(token));
     expect(out[0]).toBe('Sure!');
     out.push(...stream.flush());
     expect(out).toEqual(['Sure!', ...splitSentences('Here is a short answer. And more text.')]);

@@ -58,7 +58,8 @@ async function voices(t: TestApp, query = '') {
   return { status: res.statusCode, body: res.json(), text: res.body };
 }
 
-const providerOf = (body: { providers: Array<{ id: string }> }, id: string) => body.providers.find((p) => p.id === id) as any;
+const providerOf = (body: { providers: Array<{ id: string }> }, id: string) =>
+  body.providers.find((p) => p.id === id) as any;
 const voiceListRequests = (fake: FakeUpstream) => fake.requests.filter((r) => r.method === 'GET').length;
 
 describe('GET /tts/voices with every listing provider answering', () => {
@@ -78,7 +79,14 @@ describe('GET /tts/voices with every listing provider answering', () => {
     expect(status).toBe(200);
     expect(body.providers.map((p: { id: string }) => p.id)).toEqual([...TTS_PROVIDER_IDS]);
     const builtin = providerOf(body, 'builtin');
-    expect(builtin).toMatchObject({ configured: true, status: 'ok', is_default: true, default_voice: 'en-US-JennyNeural', lists_voices: true, can_clone: false });
+    expect(builtin).toMatchObject({
+      configured: true,
+      status: 'ok',
+      is_default: true,
+      default_voice: 'en-US-JennyNeural',
+      lists_voices: true,
+      can_clone: false,
+    });
     expect(builtin.voices).toHaveLength(BUILTIN_VOICE_TABLE.length);
     expect(builtin.voices).toContainEqual({
       id: 'de-DE-ConradNeural',
@@ -107,7 +115,12 @@ describe('GET /tts/voices with every listing provider answering', () => {
 
   it("lists each provider's own voices from its list endpoint, sorted by language, dropping names its adapter would refuse", async () => {
     const { body, text } = await voices(t);
-    expect(providerOf(body, 'cloud_c')).toMatchObject({ configured: true, status: 'ok', default_voice: '21m00Tcm4TlvDq8ikWAM', lists_voices: true });
+    expect(providerOf(body, 'cloud_c')).toMatchObject({
+      configured: true,
+      status: 'ok',
+      default_voice: '21m00Tcm4TlvDq8ikWAM',
+      lists_voices: true,
+    });
     expect(providerOf(body, 'cloud_c').voices).toEqual([
       { id: 'TxGEqnHWrfWFTfGW9XjX', name: 'Josh', language: 'en-US', gender: 'male', source: 'provider' },
       { id: '21m00Tcm4TlvDq8ikWAM', name: 'Rachel', language: null, gender: 'female', source: 'provider' },
@@ -116,14 +129,37 @@ describe('GET /tts/voices with every listing provider answering', () => {
       { id: 'de-DE-ConradNeural', name: 'Conrad', language: 'de-DE', gender: 'male', source: 'provider' },
       { id: 'en-US-JennyNeural', name: 'Jenny', language: 'en-US', gender: 'female', source: 'provider' },
     ]);
-    expect(providerOf(body, 'cloud_f').voices.map((v: { id: string }) => v.id)).toEqual(['cmn-CN-Wavenet-A', 'en-GB-Standard-B', 'en-US-Neural2-F']);
-    expect(providerOf(body, 'cloud_f').voices[2]).toEqual({ id: 'en-US-Neural2-F', name: 'en-US-Neural2-F', language: 'en-US', gender: 'female', source: 'provider' });
-    expect(providerOf(body, 'local_clone_a').voices.map((v: { id: string }) => v.id)).toEqual(['calm_female', 'female', 'male']);
+    expect(providerOf(body, 'cloud_f').voices.map((v: { id: string }) => v.id)).toEqual([
+      'cmn-CN-Wavenet-A',
+      'en-GB-Standard-B',
+      'en-US-Neural2-F',
+    ]);
+    expect(providerOf(body, 'cloud_f').voices[2]).toEqual({
+      id: 'en-US-Neural2-F',
+      name: 'en-US-Neural2-F',
+      language: 'en-US',
+      gender: 'female',
+      source: 'provider',
+    });
+    expect(providerOf(body, 'local_clone_a').voices.map((v: { id: string }) => v.id)).toEqual([
+      'calm_female',
+      'female',
+      'male',
+    ]);
     // The OpenAI speech protocol has no voice list: the provider is usable, with its default voice and no enumeration.
-    expect(providerOf(body, 'compat_http')).toMatchObject({ status: 'ok', lists_voices: false, default_voice: 'alloy', voices: [] });
+    expect(providerOf(body, 'compat_http')).toMatchObject({
+      status: 'ok',
+      lists_voices: false,
+      default_voice: 'alloy',
+      voices: [],
+    });
     // Each upstream got its own key in its own header; no key ever comes back to the client.
     expect(fakes.eleven.requests.find((r) => r.path === '/v1/voices')?.headers['xi-api-key']).toBe(KEYS.cloud_c);
-    expect(fakes.azure.requests.find((r) => r.path === '/cognitiveservices/voices/list')?.headers['ocp-apim-subscription-key']).toBe(KEYS.cloud_e);
+    expect(
+      fakes.azure.requests.find((r) => r.path === '/cognitiveservices/voices/list')?.headers[
+        'ocp-apim-subscription-key'
+      ],
+    ).toBe(KEYS.cloud_e);
     expect(fakes.google.requests.find((r) => r.path === '/v1/voices')?.headers['x-goog-api-key']).toBe(KEYS.cloud_f);
     for (const key of Object.values(KEYS)) expect(text).not.toContain(key);
   });
@@ -145,18 +181,37 @@ describe('GET /tts/voices with every listing provider answering', () => {
 
   it('lists cloned voices under their provider with entry id and target model; the default voice follows the persona default', async () => {
     const form = new FormData();
-    for (const [name, value] of Object.entries({ provider: 'local_clone_a', target_model: 'en', display_label: 'My voice' })) form.append(name, value);
-    form.append('audio', new Blob([new Uint8Array(encodeWav(tone(16000, 1, 220), 16000))], { type: 'audio/wav' }), 'sample.wav');
+    for (const [name, value] of Object.entries({
+      provider: 'local_clone_a',
+      target_model: 'en',
+      display_label: 'My voice',
+    }))
+      form.append(name, value);
+    form.append(
+      'audio',
+      new Blob([new Uint8Array(encodeWav(tone(16000, 1, 220), 16000))], { type: 'audio/wav' }),
+      'sample.wav',
+    );
     const cloned = await json(await fetch(`${t.baseUrl}/voices/clone`, { method: 'POST', body: form }));
     expect(cloned.ok).toBe(true);
 
     const { body, text } = await voices(t, '?provider=local_clone_a');
     const local = providerOf(body, 'local_clone_a');
     expect(local.can_clone).toBe(true);
-    expect(local.voices.at(-1)).toEqual({ id: cloned.voice_id, name: 'My voice', language: null, gender: null, source: 'clone', entry_id: cloned.entry_id, target_model: 'en' });
+    expect(local.voices.at(-1)).toEqual({
+      id: cloned.voice_id,
+      name: 'My voice',
+      language: null,
+      gender: null,
+      source: 'clone',
+      entry_id: cloned.entry_id,
+      target_model: 'en',
+    });
     expect(text).not.toContain(t.services.voiceDir);
 
-    expect((await post(t.baseUrl, '/customize', { tts_provider: 'local_clone_a', tts_voice: cloned.voice_id })).status).toBe(200);
+    expect(
+      (await post(t.baseUrl, '/customize', { tts_provider: 'local_clone_a', tts_voice: cloned.voice_id })).status,
+    ).toBe(200);
     const after = (await voices(t)).body;
     expect(providerOf(after, 'local_clone_a')).toMatchObject({ is_default: true, default_voice: cloned.voice_id });
     expect(providerOf(after, 'builtin')).toMatchObject({ is_default: false, default_voice: 'en-US-JennyNeural' });
@@ -185,10 +240,12 @@ describe.concurrent('GET /tts/voices with failing upstreams', () => {
     return made;
   }
   afterAll(async () => {
-    await Promise.all(running.map(async ({ fakes, t }) => {
-      await t.close();
-      await Promise.all(Object.values(fakes).map((fake) => fake.close()));
-    }));
+    await Promise.all(
+      running.map(async ({ fakes, t }) => {
+        await t.close();
+        await Promise.all(Object.values(fakes).map((fake) => fake.close()));
+      }),
+    );
   });
 
   it('serves a failed list from a short error cache, then asks the upstream again', async ({ expect }) => {
@@ -208,7 +265,9 @@ describe.concurrent('GET /tts/voices with failing upstreams', () => {
     expect(voiceListRequests(fakes.eleven)).toBe(asked + 1);
   });
 
-  it('marks only the failing providers as error with the upstream reason, answers 200, and gives up on a slow one at the bound', async ({ expect }) => {
+  it('marks only the failing providers as error with the upstream reason, answers 200, and gives up on a slow one at the bound', async ({
+    expect,
+  }) => {
     const { fakes, t } = await scene();
     fakes.azure.scenario = 'unauthorized';
     fakes.xtts.scenario = 'server_error';
@@ -223,7 +282,9 @@ describe.concurrent('GET /tts/voices with failing upstreams', () => {
     expect(providerOf(body, 'cloud_e')).toMatchObject({ configured: true, status: 'error', voices: [] });
     expect(providerOf(body, 'cloud_e').reason).toMatch(/cloud_e: upstream returned 401: .*Access denied/);
     expect(providerOf(body, 'local_clone_a').reason).toMatch(/local_clone_a: upstream returned 500/);
-    expect(providerOf(body, 'cloud_f').reason).toBe(`cloud_f: the voice list did not arrive within ${VOICE_LIST_TIMEOUT_MS / 1000} s`);
+    expect(providerOf(body, 'cloud_f').reason).toBe(
+      `cloud_f: the voice list did not arrive within ${VOICE_LIST_TIMEOUT_MS / 1000} s`,
+    );
     expect(providerOf(body, 'cloud_c')).toMatchObject({ status: 'ok' });
     expect(providerOf(body, 'builtin').voices).toHaveLength(BUILTIN_VOICE_TABLE.length);
     for (const key of Object.values(KEYS)) expect(text).not.toContain(key);

@@ -57,17 +57,25 @@ describe('every turn has one id: the response, its SSE events, the logs and the 
     expect(metrics.turns.at(-1)).toMatchObject({ turn_id: turnId, mode: 'speak', outcome: 'completed' });
     const logged = lines.filter((l) => l.turnId === turnId).map((l) => l.msg);
     expect(logged).toEqual(expect.arrayContaining(['turn started', 'turn finished']));
-    expect(lines.find((l) => l.turnId === turnId && l.msg === 'turn finished')).toMatchObject({ sessionId: s.sessionId, kind: 'speak', outcome: 'completed' });
+    expect(lines.find((l) => l.turnId === turnId && l.msg === 'turn finished')).toMatchObject({
+      sessionId: s.sessionId,
+      kind: 'speak',
+      outcome: 'completed',
+    });
   }, 40_000);
 
   it('an interrupted turn: the interrupted and idle statuses still name it; the next turn gets a new id', async () => {
     const from = s.sse.events.length;
-    const res = await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, { text: 'This long sentence will be cut off before it can finish, on purpose, by an interrupt.' });
+    const res = await post(t.baseUrl, `/sessions/${s.sessionId}/speak`, {
+      text: 'This long sentence will be cut off before it can finish, on purpose, by an interrupt.',
+    });
     const turnId = res.headers.get('x-turn-id');
     await s.sse.waitFor((e) => e.type === 'status' && e.data.stage === 'speaking', 20_000, 'speaking', from);
     await post(t.baseUrl, `/sessions/${s.sessionId}/interrupt`);
     const events = await turnEvents(from);
-    const closing = events.filter((e) => e.type === 'status' && ['interrupted', 'idle'].includes(e.data.stage as string));
+    const closing = events.filter(
+      (e) => e.type === 'status' && ['interrupted', 'idle'].includes(e.data.stage as string),
+    );
     expect(closing.map((e) => [e.data.stage, e.data.turn_id])).toEqual([
       ['interrupted', turnId],
       ['idle', turnId],

@@ -58,11 +58,17 @@ describe('SSE decoding is bounded and linear', () => {
   it('yields the same payloads however the bytes are split, for every line-end style and multi-byte text', () => {
     fc.assert(
       fc.property(
-        fc.array(fc.string({ unit: 'grapheme', maxLength: 12 }).filter((s) => !/[\r\n]/.test(s)), { minLength: 1, maxLength: 5 }),
+        fc.array(
+          fc.string({ unit: 'grapheme', maxLength: 12 }).filter((s) => !/[\r\n]/.test(s)),
+          { minLength: 1, maxLength: 5 },
+        ),
         sseBytes,
         fc.array(fc.nat(), { maxLength: 10 }),
         (payloads, eol, cuts) => {
-          const wire = Buffer.from(`: ping${eol}${eol}${payloads.map((p) => `data: ${p}${eol}${eol}`).join('')}`, 'utf8');
+          const wire = Buffer.from(
+            `: ping${eol}${eol}${payloads.map((p) => `data: ${p}${eol}${eol}`).join('')}`,
+            'utf8',
+          );
           const points = [...new Set(cuts.map((c) => c % (wire.length + 1)))].sort((a, b) => a - b);
           const decoder = new SseDataDecoder();
           const out: string[] = [];
@@ -120,14 +126,20 @@ describe('upstream streams are bounded: an oversized body aborts the request', (
   });
 
   it('LLM: one 50 MB SSE line → UpstreamError, the upstream request aborted, the event loop never blocked', async () => {
-    upstream.setScenario({ chat: { replyTokens: ['Hello'], endlessLineBytes: ENDLESS_LINE_BYTES, failStatus: undefined } });
+    upstream.setScenario({
+      chat: { replyTokens: ['Hello'], endlessLineBytes: ENDLESS_LINE_BYTES, failStatus: undefined },
+    });
     const writtenBefore = upstream.oversizedBytesWritten();
     const llm = createOpenAiLlm({ baseUrl: upstream.baseUrl });
     const deltas: string[] = [];
     const { result: error, maxDelayMs } = await withLoopDelay(() =>
       caught(
         (async () => {
-          for await (const delta of llm.stream({ messages: [{ role: 'user', content: 'hi' }], signal: AbortSignal.timeout(30_000) })) deltas.push(delta);
+          for await (const delta of llm.stream({
+            messages: [{ role: 'user', content: 'hi' }],
+            signal: AbortSignal.timeout(30_000),
+          }))
+            deltas.push(delta);
         })(),
       ),
     );
@@ -143,7 +155,9 @@ describe('upstream streams are bounded: an oversized body aborts the request', (
     upstream.setScenario({ chat: { failStatus: 500, failBodyBytes: ENDLESS_LINE_BYTES, endlessLineBytes: undefined } });
     const writtenBefore = upstream.oversizedBytesWritten();
     const llm = createOpenAiLlm({ baseUrl: upstream.baseUrl });
-    const error = await caught(collect(llm.stream({ messages: [{ role: 'user', content: 'hi' }], signal: AbortSignal.timeout(30_000) })));
+    const error = await caught(
+      collect(llm.stream({ messages: [{ role: 'user', content: 'hi' }], signal: AbortSignal.timeout(30_000) })),
+    );
     expect(error).toBeInstanceOf(UpstreamError);
     expect((error as Error).message).toMatch(/LLM upstream returned 500: <html><body>upstream exploded x+…$/);
     expect(upstream.oversizedBytesWritten() - writtenBefore).toBeLessThan(IN_FLIGHT_BYTES);
@@ -154,7 +168,9 @@ describe('upstream streams are bounded: an oversized body aborts the request', (
     upstream.setScenario({ transcription: { oversizedBodyBytes: ENDLESS_LINE_BYTES } });
     const writtenBefore = upstream.oversizedBytesWritten();
     const asr = createOpenAiAsr({ baseUrl: upstream.baseUrl });
-    const error = await caught(asr.transcribe({ pcm: new Int16Array(1600), sampleRate: 16_000, signal: AbortSignal.timeout(30_000) }));
+    const error = await caught(
+      asr.transcribe({ pcm: new Int16Array(1600), sampleRate: 16_000, signal: AbortSignal.timeout(30_000) }),
+    );
     expect(error).toBeInstanceOf(UpstreamError);
     expect((error as Error).message).toMatch(/ASR upstream sent a reply over 1048576 bytes/);
     expect(upstream.oversizedBytesWritten() - writtenBefore).toBeLessThan(MAX_JSON_REPLY_BYTES + IN_FLIGHT_BYTES);
@@ -170,7 +186,17 @@ describe('upstream streams are bounded: an oversized body aborts the request', (
     try {
       const provider = createCloudAProvider({ baseUrl: fake.url, apiKey: 'k' });
       const { result: error, maxDelayMs } = await withLoopDelay(() =>
-        caught(collect(provider.synthesize({ text: 'Hello.', voice: null, model: null, sampleRate: 16_000, signal: AbortSignal.timeout(30_000) }))),
+        caught(
+          collect(
+            provider.synthesize({
+              text: 'Hello.',
+              voice: null,
+              model: null,
+              sampleRate: 16_000,
+              signal: AbortSignal.timeout(30_000),
+            }),
+          ),
+        ),
       );
       expect(error).toBeInstanceOf(UpstreamError);
       expect((error as Error).message).toMatch(/cloud_a upstream sent an SSE line over 1048576 bytes/);
@@ -186,7 +212,17 @@ describe('upstream streams are bounded: an oversized body aborts the request', (
     const fake = await startOversizedUpstream({ contentType: 'audio/wav', bodyBytes: 100 * MiB });
     try {
       const provider = createCompatHttpProvider({ baseUrl: fake.url });
-      const error = await caught(collect(provider.synthesize({ text: 'Hello.', voice: null, model: null, sampleRate: 16_000, signal: AbortSignal.timeout(30_000) })));
+      const error = await caught(
+        collect(
+          provider.synthesize({
+            text: 'Hello.',
+            voice: null,
+            model: null,
+            sampleRate: 16_000,
+            signal: AbortSignal.timeout(30_000),
+          }),
+        ),
+      );
       expect(error).toBeInstanceOf(UpstreamError);
       expect((error as Error).message).toMatch(/compat_http: upstream response is over 33554432 bytes/);
       expect(fake.bytesWritten()).toBeLessThan(MAX_UPSTREAM_BODY_BYTES + IN_FLIGHT_BYTES);
@@ -200,7 +236,17 @@ describe('upstream streams are bounded: an oversized body aborts the request', (
     const fake = await startEndlessSocketUpstream({ frameBytes: 2 * MiB, totalBytes: 2 * MiB });
     try {
       const provider = createCloudBProvider({ baseUrl: fake.url, apiKey: 'k' });
-      const error = await caught(collect(provider.synthesize({ text: 'Hello.', voice: null, model: null, sampleRate: 16_000, signal: AbortSignal.timeout(30_000) })));
+      const error = await caught(
+        collect(
+          provider.synthesize({
+            text: 'Hello.',
+            voice: null,
+            model: null,
+            sampleRate: 16_000,
+            signal: AbortSignal.timeout(30_000),
+          }),
+        ),
+      );
       expect(error).toBeInstanceOf(UpstreamError);
       expect((error as Error).message).toMatch(/cloud_b: socket error: Max payload size exceeded/);
     } finally {
@@ -212,7 +258,15 @@ describe('upstream streams are bounded: an oversized body aborts the request', (
     const fake = await startEndlessSocketUpstream({ frameBytes: 4096, totalBytes: 64 * MiB });
     try {
       const provider = createCloudBProvider({ baseUrl: fake.url, apiKey: 'k' });
-      const iterator = provider.synthesize({ text: 'Hello.', voice: null, model: null, sampleRate: 16_000, signal: AbortSignal.timeout(30_000) })[Symbol.asyncIterator]();
+      const iterator = provider
+        .synthesize({
+          text: 'Hello.',
+          voice: null,
+          model: null,
+          sampleRate: 16_000,
+          signal: AbortSignal.timeout(30_000),
+        })
+        [Symbol.asyncIterator]();
       expect((await iterator.next()).done).toBe(false);
       // The consumer holds the first chunk (as the playout does when full) while the upstream keeps sending.
       await new Promise((resolve) => setTimeout(resolve, 1_500));

@@ -34,17 +34,24 @@ describe('upstream transport errors', () => {
     expect(String((raw as Error & { cause: Error }).cause.message)).toContain(String(address.port));
     expectNoAddress(describeTransportError(raw), address);
 
-    const tts = (await caught(fetchUpstream(fetch, `${address.url}/v1/audio`, { signal: never, provider: 'cloud_a' }))) as Error;
+    const tts = (await caught(
+      fetchUpstream(fetch, `${address.url}/v1/audio`, { signal: never, provider: 'cloud_a' }),
+    )) as Error;
     expect(tts.name).toBe('UpstreamError');
     expectNoAddress(tts.message, address);
 
     const deadline = new RequestDeadline(never);
-    const llm = deadline.translate(await caught(fetch(`${address.url}/v1/chat/completions`, { signal: deadline.signal })), 'LLM');
+    const llm = deadline.translate(
+      await caught(fetch(`${address.url}/v1/chat/completions`, { signal: deadline.signal })),
+      'LLM',
+    );
     deadline.dispose();
     expect(llm.name).toBe('UpstreamError');
     expectNoAddress(llm.message, address);
 
-    const kserve = (await caught(new KserveLipsyncClient({ baseUrl: address.url, model: 'wav2lip' }).ready(never))) as Error;
+    const kserve = (await caught(
+      new KserveLipsyncClient({ baseUrl: address.url, model: 'wav2lip' }).ready(never),
+    )) as Error;
     expect(kserve.name).toBe('KserveError');
     expectNoAddress(kserve.message, address);
   });

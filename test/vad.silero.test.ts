@@ -3,7 +3,13 @@ import { detectSpeechSegments } from '../actors/audio/vad.ts';
 import { resamplePcm16 } from '../actors/audio/resample.ts';
 import { SILERO_VAD_MODEL } from '../actors/inference/models.ts';
 import { InferencePool, MAX_SCAN_STEPS } from '../actors/inference/pool.ts';
-import { DEFAULT_START_THRESHOLD, SILERO_FRAME_MS, SileroVadStream, type SileroVadOptions, type VadEvent } from '../actors/vad/silero.ts';
+import {
+  DEFAULT_START_THRESHOLD,
+  SILERO_FRAME_MS,
+  SileroVadStream,
+  type SileroVadOptions,
+  type VadEvent,
+} from '../actors/vad/silero.ts';
 import { TurnTracker } from '../actors/vad/turns.ts';
 import { frameAccuracy, loadVadFixture, spanAccuracy, whiteNoise, type TimeSpan } from './helpers/vad-fixture.ts';
 
@@ -31,7 +37,9 @@ async function analyse(pool: InferencePool, pcm: Int16Array, options: SileroVadO
   }
   events.push(...(await stream.end()));
   stream.close();
-  const turns = events.flatMap((event) => (event.type === 'speech_end' ? [{ startMs: event.startMs, endMs: event.ms }] : []));
+  const turns = events.flatMap((event) =>
+    event.type === 'speech_end' ? [{ startMs: event.startMs, endMs: event.ms }] : [],
+  );
   return { probabilities, events, turns };
 }
 
@@ -48,7 +56,10 @@ describe('Silero VAD v5 streaming detector', () => {
    */
   let fixtureAnalyses: Promise<{ byDefault: Analysis; shortSilence: Analysis }> | undefined;
   const analysesOfFixture = () =>
-    (fixtureAnalyses ??= Promise.all([analyse(pool, fixture.pcm), analyse(pool, fixture.pcm, { minSilenceMs: 250 })]).then(([byDefault, shortSilence]) => ({
+    (fixtureAnalyses ??= Promise.all([
+      analyse(pool, fixture.pcm),
+      analyse(pool, fixture.pcm, { minSilenceMs: 250 }),
+    ]).then(([byDefault, shortSilence]) => ({
       byDefault,
       shortSilence,
     })));
@@ -63,9 +74,15 @@ describe('Silero VAD v5 streaming detector', () => {
   it('agrees with the labelled speech/silence timeline of the fixture on at least 90 % of frames', async () => {
     const { probabilities, turns } = (await analysesOfFixture()).byDefault;
     expect(probabilities).toHaveLength(Math.floor(fixture.pcm.length / 512));
-    const byProbability = frameAccuracy(fixture.labels, SILERO_FRAME_MS, (frame) => probabilities[frame] >= DEFAULT_START_THRESHOLD);
+    const byProbability = frameAccuracy(
+      fixture.labels,
+      SILERO_FRAME_MS,
+      (frame) => probabilities[frame] >= DEFAULT_START_THRESHOLD,
+    );
     const byTurns = spanAccuracy(fixture.labels, turns, SILERO_FRAME_MS);
-    console.log(`Silero v5 frame accuracy: probability ≥ 0.5 ${percent(byProbability)}, turns (hysteresis) ${percent(byTurns)}`);
+    console.log(
+      `Silero v5 frame accuracy: probability ≥ 0.5 ${percent(byProbability)}, turns (hysteresis) ${percent(byTurns)}`,
+    );
     expect(byProbability).toBeGreaterThanOrEqual(0.9);
     expect(byTurns).toBeGreaterThanOrEqual(0.9);
   });
@@ -75,7 +92,9 @@ describe('Silero VAD v5 streaming detector', () => {
     const unpadded = await detectSpeechSegments(fixture.pcm, fixture.sampleRate, { paddingMs: 0 });
     const asUsedAccuracy = spanAccuracy(fixture.labels, asUsed, SILERO_FRAME_MS);
     const unpaddedAccuracy = spanAccuracy(fixture.labels, unpadded, SILERO_FRAME_MS);
-    console.log(`fvad frame accuracy: default options (150 ms padding) ${percent(asUsedAccuracy)}, without padding ${percent(unpaddedAccuracy)}`);
+    console.log(
+      `fvad frame accuracy: default options (150 ms padding) ${percent(asUsedAccuracy)}, without padding ${percent(unpaddedAccuracy)}`,
+    );
     // Stationary noise under clean speech is fvad's home ground; it stays a reasonable detector here.
     expect(asUsedAccuracy).toBeGreaterThanOrEqual(0.85);
     expect(unpaddedAccuracy).toBeGreaterThanOrEqual(0.9);
@@ -92,7 +111,9 @@ describe('Silero VAD v5 streaming detector', () => {
 
   it('keeps pauses shorter than the default 500 ms end-of-turn silence inside one turn', async () => {
     const { turns } = (await analysesOfFixture()).byDefault;
-    const pauses = fixture.labels.segments.filter((segment, index) => segment.kind === 'silence' && index > 0 && index < fixture.labels.segments.length - 1);
+    const pauses = fixture.labels.segments.filter(
+      (segment, index) => segment.kind === 'silence' && index > 0 && index < fixture.labels.segments.length - 1,
+    );
     for (const pause of pauses) {
       const bridged = turns.some((turn) => turn.startMs < pause.startMs && turn.endMs > pause.endMs);
       if (pause.endMs - pause.startMs < 500) expect(bridged, `pause at ${pause.startMs} ms`).toBe(true);
@@ -110,10 +131,16 @@ describe('Silero VAD v5 streaming detector', () => {
           ['white noise at -30 dBFS', whiteNoise(threeSeconds, -30, 7)],
           ['white noise at -15 dBFS', whiteNoise(threeSeconds, -15, 8)],
         ] as const
-      ).map(async ([name, pcm]) => ({ name, ...(await analyse(pool, pcm)), fvad: await detectSpeechSegments(pcm, 16_000) })),
+      ).map(async ([name, pcm]) => ({
+        name,
+        ...(await analyse(pool, pcm)),
+        fvad: await detectSpeechSegments(pcm, 16_000),
+      })),
     );
     for (const { name, events, probabilities, fvad } of results) {
-      console.log(`${name}: Silero max probability ${Math.max(...probabilities).toFixed(2)}, fvad segments ${fvad.length}`);
+      console.log(
+        `${name}: Silero max probability ${Math.max(...probabilities).toFixed(2)}, fvad segments ${fvad.length}`,
+      );
       expect(events, name).toEqual([]);
     }
   });
@@ -152,7 +179,11 @@ describe('Silero VAD v5 streaming detector', () => {
   it('resamples 48 kHz input and reports positions in 48 kHz samples', async () => {
     const pcm48 = await resamplePcm16(fixture.pcm, 16_000, 48_000);
     const { probabilities, events } = await analyse(pool, pcm48, { sampleRate: 48_000 });
-    const accuracy = frameAccuracy(fixture.labels, SILERO_FRAME_MS, (frame) => probabilities[frame] >= DEFAULT_START_THRESHOLD);
+    const accuracy = frameAccuracy(
+      fixture.labels,
+      SILERO_FRAME_MS,
+      (frame) => probabilities[frame] >= DEFAULT_START_THRESHOLD,
+    );
     console.log(`Silero v5 frame accuracy at 48 kHz input (resampled per 20 ms chunk): ${percent(accuracy)}`);
     expect(accuracy).toBeGreaterThanOrEqual(0.9);
     expect(events.length).toBeGreaterThan(0);
@@ -185,7 +216,8 @@ describe('Silero VAD v5 streaming detector', () => {
     const chunk = (16_000 * CHUNK_MS) / 1000;
     const before = pool.stats;
     const pushes: Array<Promise<{ frames: { probability: number }[]; events: VadEvent[] }>> = [];
-    for (let offset = 0; offset < fixture.pcm.length; offset += chunk) pushes.push(stream.push(fixture.pcm.subarray(offset, offset + chunk)));
+    for (let offset = 0; offset < fixture.pcm.length; offset += chunk)
+      pushes.push(stream.push(fixture.pcm.subarray(offset, offset + chunk)));
     const results = await Promise.all(pushes);
     const events = [...results.flatMap((result) => result.events), ...(await stream.end())];
     stream.close();
@@ -224,7 +256,8 @@ describe('Silero VAD v5 streaming detector', () => {
         Array.from({ length: streams }, async () => {
           // Frame by frame, as a real-time stream arrives (pushed all at once it would catch up in scan tasks).
           const stream = new SileroVadStream(pool);
-          for (let offset = 0; offset < audio.length; offset += 512) await stream.push(audio.subarray(offset, offset + 512));
+          for (let offset = 0; offset < audio.length; offset += 512)
+            await stream.push(audio.subarray(offset, offset + 512));
           stream.close();
         }),
       );
@@ -232,11 +265,20 @@ describe('Silero VAD v5 streaming detector', () => {
       const after = pool.stats;
       const frames = after.items - before.items;
       const batches = after.batches - before.batches;
-      return { frames, meanBatch: frames / batches, runMsPerFrame: (after.runMs - before.runMs) / frames, runMsPerBatch: (after.runMs - before.runMs) / batches, wallMsPerFrame: wallMs / frames };
+      return {
+        frames,
+        meanBatch: frames / batches,
+        runMsPerFrame: (after.runMs - before.runMs) / frames,
+        runMsPerBatch: (after.runMs - before.runMs) / batches,
+        wallMsPerFrame: wallMs / frames,
+      };
     };
     const single = await measure(1);
     const eight = await measure(8);
-    for (const [label, figures] of [['batch 1', single], ['batch 8', eight]] as const) {
+    for (const [label, figures] of [
+      ['batch 1', single],
+      ['batch 8', eight],
+    ] as const) {
       console.log(
         `Silero ${label}: mean batch ${figures.meanBatch.toFixed(1)}, onnxruntime ${figures.runMsPerBatch.toFixed(3)} ms per run = ${figures.runMsPerFrame.toFixed(3)} ms per frame, ` +
           `wall ${figures.wallMsPerFrame.toFixed(3)} ms per frame (incl. batching window and messaging)`,
@@ -276,7 +318,12 @@ describe('Silero VAD v5 streaming detector', () => {
 
 describe('turn hysteresis', () => {
   const FRAME = 512;
-  const thresholds = { startThreshold: 0.5, endThreshold: 0.35, minSpeechSamples: 4 * FRAME, minSilenceSamples: 3 * FRAME };
+  const thresholds = {
+    startThreshold: 0.5,
+    endThreshold: 0.35,
+    minSpeechSamples: 4 * FRAME,
+    minSilenceSamples: 3 * FRAME,
+  };
 
   function feed(tracker: TurnTracker, probabilities: number[]) {
     return probabilities.flatMap((probability, frame) => tracker.next(frame * FRAME, (frame + 1) * FRAME, probability));

@@ -26,8 +26,10 @@ function utterance(index: number, padMs = 100): Int16Array {
 }
 
 /** A reply long enough to be talked over: several sentences of synthesised speech. */
-const LONG_REPLY = 'The weather tomorrow will be sunny and warm. There is a light breeze from the west. In the evening a few clouds may come in from the sea. Take a jacket if you go out late.'
-  .split(/(?<= )/);
+const LONG_REPLY =
+  'The weather tomorrow will be sunny and warm. There is a light breeze from the west. In the evening a few clouds may come in from the sea. Take a jacket if you go out late.'.split(
+    /(?<= )/,
+  );
 
 async function createSession(t: TestApp): Promise<string> {
   const avatars = await json(await fetch(`${t.baseUrl}/avatars`));
@@ -77,12 +79,26 @@ describe('hands-free conversation', () => {
       const from = sse.events.length;
       const transcriptionsBefore = upstream.requests.filter((r) => r.transcription).length;
       const sent = peer.say(utterance(1));
-      const listening = await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'listening', 10_000, 'status listening', from);
+      const listening = await sse.waitFor(
+        (e) => e.type === 'status' && e.data.stage === 'listening',
+        10_000,
+        'status listening',
+        from,
+      );
       await sent;
       const transcript = await sse.waitFor((e) => e.type === 'transcript', 10_000, 'transcript', from);
-      expect(transcript.data).toEqual({ text: 'What will the weather be like tomorrow?', is_final: true, turn_id: expect.any(String) });
+      expect(transcript.data).toEqual({
+        text: 'What will the weather be like tomorrow?',
+        is_final: true,
+        turn_id: expect.any(String),
+      });
       expect(transcript.at).toBeGreaterThan(listening.at);
-      const speaking = await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'speaking', TURN_MS, 'status speaking', from);
+      const speaking = await sse.waitFor(
+        (e) => e.type === 'status' && e.data.stage === 'speaking',
+        TURN_MS,
+        'status speaking',
+        from,
+      );
       const kinds = labels(sse.events.slice(from));
       expect(kinds.indexOf('status:listening')).toBeLessThan(kinds.indexOf('transcript'));
       expect(kinds.indexOf('transcript')).toBeLessThan(kinds.indexOf('status:thinking'));
@@ -108,9 +124,19 @@ describe('hands-free conversation', () => {
       // Barge-in: the user talks over the answer.
       const bargeFrom = sse.events.length;
       const second = peer.say(utterance(3));
-      const interrupted = await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'interrupted', 10_000, 'status interrupted', bargeFrom);
+      const interrupted = await sse.waitFor(
+        (e) => e.type === 'status' && e.data.stage === 'interrupted',
+        10_000,
+        'status interrupted',
+        bargeFrom,
+      );
       await waitForSilence(peer, interrupted.at, 5_000);
-      await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'listening', 5_000, 'listening again', bargeFrom);
+      await sse.waitFor(
+        (e) => e.type === 'status' && e.data.stage === 'listening',
+        5_000,
+        'listening again',
+        bargeFrom,
+      );
       await second;
       await sse.waitFor((e) => e.type === 'transcript', 10_000, 'second transcript', bargeFrom);
       await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'speaking', TURN_MS, 'second answer', bargeFrom);
@@ -120,10 +146,13 @@ describe('hands-free conversation', () => {
       const voiceTurns = metrics.turns.filter((turn: { mode: string }) => turn.mode === 'voice');
       expect(voiceTurns.length).toBeGreaterThanOrEqual(2);
       expect(voiceTurns[0].outcome).toBe('interrupted');
-      for (const key of ['transcript_ms', 'llm_first_token_ms', 'first_sample_sent_ms']) expect(voiceTurns[0][key], key).toBeGreaterThanOrEqual(0);
+      for (const key of ['transcript_ms', 'llm_first_token_ms', 'first_sample_sent_ms'])
+        expect(voiceTurns[0][key], key).toBeGreaterThanOrEqual(0);
       expect(voiceTurns[0].transcript_ms).toBeLessThanOrEqual(voiceTurns[0].llm_first_token_ms);
       expect(voiceTurns[0].llm_first_token_ms).toBeLessThanOrEqual(voiceTurns[0].first_sample_sent_ms);
-      console.log(`voice turn over WebRTC: end of turn → transcript ${voiceTurns[0].transcript_ms} ms, first token ${voiceTurns[0].llm_first_token_ms} ms, first sample sent ${voiceTurns[0].first_sample_sent_ms} ms`);
+      console.log(
+        `voice turn over WebRTC: end of turn → transcript ${voiceTurns[0].transcript_ms} ms, first token ${voiceTurns[0].llm_first_token_ms} ms, first sample sent ${voiceTurns[0].first_sample_sent_ms} ms`,
+      );
       expect((await post(t.baseUrl, `/sessions/${sessionId}/interrupt`)).status).toBe(200);
     });
   });
@@ -158,19 +187,38 @@ describe('hands-free conversation', () => {
       const transcript = await listen.waitMessage('transcript', 10_000);
       expect((transcript as unknown as { text: string }).text).toBe('What will the weather be like tomorrow?');
       expect(listen.messages.map((m) => m.type)).toEqual(['speech_start', 'speech_end', 'transcript']);
-      const speaking = await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'speaking', TURN_MS, 'status speaking', from);
+      const speaking = await sse.waitFor(
+        (e) => e.type === 'status' && e.data.stage === 'speaking',
+        TURN_MS,
+        'status speaking',
+        from,
+      );
       expect(labels(sse.events.slice(from)).slice(0, 3)).toEqual(['status:listening', 'transcript', 'status:thinking']);
-      await viewer.until(() => viewer.firstAudible(speaking.at, AUDIBLE_RMS) !== undefined, 10_000, 'the answer audible');
+      await viewer.until(
+        () => viewer.firstAudible(speaking.at, AUDIBLE_RMS) !== undefined,
+        10_000,
+        'the answer audible',
+      );
 
       const bargeFrom = sse.events.length;
       // Real time, with the silence a live microphone keeps sending.
       const streaming = streamPcm(listen, framesOf(pcmBytes(concat(utterance(3), silence, silence)), 640));
-      const interrupted = await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'interrupted', 10_000, 'status interrupted', bargeFrom);
+      const interrupted = await sse.waitFor(
+        (e) => e.type === 'status' && e.data.stage === 'interrupted',
+        10_000,
+        'status interrupted',
+        bargeFrom,
+      );
       await waitForSilence(viewer, interrupted.at, 5_000);
       await streaming;
       await sse.waitFor((e) => e.type === 'transcript', 10_000, 'second transcript', bargeFrom);
       listen.sendJson({ type: 'interrupt' });
-      await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 10_000, 'idle after interrupt', bargeFrom);
+      await sse.waitFor(
+        (e) => e.type === 'status' && e.data.stage === 'idle',
+        10_000,
+        'idle after interrupt',
+        bargeFrom,
+      );
       listen.sendJson({ type: 'eos' });
       expect((await listen.waitClosed(10_000)).code).toBe(1000);
     });
@@ -179,8 +227,17 @@ describe('hands-free conversation', () => {
       const listen = await openListen(t.baseUrl, sessionId);
       const from = sse.events.length;
       const transcriptionsBefore = upstream.requests.filter((r) => r.transcription).length;
-      const blip = concat(new Int16Array(16_000), fixture.pcm.slice((speech[0].startMs + 400) * 16, (speech[0].startMs + 520) * 16), new Int16Array(16_000));
-      const audio = concat(new Int16Array(16_000 * 2), whiteNoise(16_000 * 2, -30, 11), whiteNoise(16_000 * 2, -15, 12), blip);
+      const blip = concat(
+        new Int16Array(16_000),
+        fixture.pcm.slice((speech[0].startMs + 400) * 16, (speech[0].startMs + 520) * 16),
+        new Int16Array(16_000),
+      );
+      const audio = concat(
+        new Int16Array(16_000 * 2),
+        whiteNoise(16_000 * 2, -30, 11),
+        whiteNoise(16_000 * 2, -15, 12),
+        blip,
+      );
       // At real time, as the route asks of clients: sent faster, a host at half speed let the detector fall more than
       // MAX_VAD_BACKLOG_MS behind and the socket rightly answered audio_overflow.
       await streamPcm(listen, framesOf(pcmBytes(audio), 640));
@@ -261,10 +318,13 @@ describe('hands-free conversation', () => {
       // Real time, as /listen asks of clients: at twice real time a host slower than the development VM leaves the
       // detector 2 s behind, and the service rightly adds audio_overflow, which is not what this test is about.
       // Two utterances (the fixture's shortest full sentences) are enough to show it is said once, not per utterance.
-      await streamPcm(listen, framesOf(pcmBytes(concat(utterance(0), silence, utterance(3), silence)), 640), { speed: 1 });
+      await streamPcm(listen, framesOf(pcmBytes(concat(utterance(0), silence, utterance(3), silence)), 640), {
+        speed: 1,
+      });
       // Both utterances detected (the detector may still be catching up on a loaded host), then time for any late error.
       const speechStarts = () => listen.messages.filter((m) => m.type === 'speech_start').length;
-      for (const deadline = performance.now() + TURN_MS; speechStarts() < 2 && performance.now() < deadline; ) await sleep(50);
+      for (const deadline = performance.now() + TURN_MS; speechStarts() < 2 && performance.now() < deadline; )
+        await sleep(50);
       await sleep(500);
       const errors = listen.errors();
       expect(errors.map((e) => e.code)).toEqual(['asr_not_configured']);

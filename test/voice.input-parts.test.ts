@@ -5,14 +5,23 @@
  */
 import { describe, expect, it } from 'vitest';
 import { StreamResampler } from '../actors/audio/stream-resampler.ts';
-import { ECHO_CORRELATION, ECHO_ONSET_WINDOW_MS, ENVELOPE_MS, Envelope, echoCorrelation, isEcho } from '../actors/vad/echo-guard.ts';
+import {
+  ECHO_CORRELATION,
+  ECHO_ONSET_WINDOW_MS,
+  ENVELOPE_MS,
+  Envelope,
+  echoCorrelation,
+  isEcho,
+} from '../actors/vad/echo-guard.ts';
 import { loadVadFixture, whiteNoise } from './helpers/vad-fixture.ts';
 
 const fixture = loadVadFixture();
 const speech = fixture.labels.segments.filter((segment) => segment.kind === 'speech');
 
 function sine(rate: number, ms: number, freq: number, amplitude = 10_000): Int16Array {
-  return Int16Array.from({ length: Math.round((rate * ms) / 1000) }, (_, i) => Math.round(amplitude * Math.sin((2 * Math.PI * freq * i) / rate)));
+  return Int16Array.from({ length: Math.round((rate * ms) / 1000) }, (_, i) =>
+    Math.round(amplitude * Math.sin((2 * Math.PI * freq * i) / rate)),
+  );
 }
 
 function rms(pcm: Int16Array, from = 0, to = pcm.length): number {
@@ -24,7 +33,8 @@ function rms(pcm: Int16Array, from = 0, to = pcm.length): number {
 function resampleInChunks(pcm: Int16Array, from: number, to: number, chunk: number): Int16Array {
   const resampler = new StreamResampler(from, to);
   const parts: Int16Array[] = [];
-  for (let offset = 0; offset < pcm.length; offset += chunk) parts.push(resampler.push(pcm.subarray(offset, offset + chunk)));
+  for (let offset = 0; offset < pcm.length; offset += chunk)
+    parts.push(resampler.push(pcm.subarray(offset, offset + chunk)));
   const out = new Int16Array(parts.reduce((n, p) => n + p.length, 0));
   let offset = 0;
   for (const part of parts) {
@@ -41,7 +51,8 @@ describe('streaming resampler', () => {
     for (const chunk of [480, 960, 337]) {
       const chunked = resampleInChunks(input, 48_000, 16_000, chunk);
       expect(chunked.length).toBeGreaterThanOrEqual(whole.length - 1);
-      for (let i = 0; i < Math.min(whole.length, chunked.length); i++) expect(Math.abs(chunked[i] - whole[i]), `sample ${i}, chunk ${chunk}`).toBeLessThanOrEqual(1);
+      for (let i = 0; i < Math.min(whole.length, chunked.length); i++)
+        expect(Math.abs(chunked[i] - whole[i]), `sample ${i}, chunk ${chunk}`).toBeLessThanOrEqual(1);
     }
     // 48 → 16 kHz: a third of the samples, less the filter's half-width of delay.
     expect(Math.abs(whole.length - input.length / 3)).toBeLessThanOrEqual(48);
@@ -69,7 +80,10 @@ describe('echo-onset guard', () => {
   /** Feeds `pcm` into an envelope as 10 ms chunks timed from `startMs`, scaled by `gain`. */
   function feed(envelope: Envelope, pcm: Int16Array, startMs: number, gain = 1): void {
     for (let offset = 0, at = startMs; offset + chunk <= pcm.length; offset += chunk, at += ENVELOPE_MS) {
-      envelope.add(pcm.subarray(offset, offset + chunk).map((s) => Math.round(s * gain)), at);
+      envelope.add(
+        pcm.subarray(offset, offset + chunk).map((s) => Math.round(s * gain)),
+        at,
+      );
     }
   }
   const reply = fixture.pcm.slice(speech[1].startMs * 16, (speech[1].startMs + 1_500) * 16);
@@ -90,7 +104,8 @@ describe('echo-onset guard', () => {
 
   it('never takes one fixture voice talking over another for an echo (every pair, onsets 0.3–1.3 s into the avatar’s speech); catches the echoes', () => {
     const noise = whiteNoise(16_000 * 4, -60, 9);
-    const clip = (index: number) => fixture.pcm.slice(speech[index].startMs * 16, Math.min(speech[index].endMs, speech[index].startMs + 1_800) * 16);
+    const clip = (index: number) =>
+      fixture.pcm.slice(speech[index].startMs * 16, Math.min(speech[index].endMs, speech[index].startMs + 1_800) * 16);
     let falseEchoes = 0;
     let pairs = 0;
     for (let a = 0; a < speech.length; a++) {
@@ -116,7 +131,11 @@ describe('echo-onset guard', () => {
       const mic = new Envelope();
       feed(sent, clip(a), 10_000);
       feed(mic, noise.subarray(0, 16_000), 9_120);
-      feed(mic, clip(a).map((s, i) => s * 0.2 + noise[i]), 10_120);
+      feed(
+        mic,
+        clip(a).map((s, i) => s * 0.2 + noise[i]),
+        10_120,
+      );
       if (isEcho(mic, sent, 10_120, 10_000)) caught++;
     }
     expect(caught).toBe(speech.length);

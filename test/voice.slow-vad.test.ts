@@ -84,11 +84,15 @@ describe('voice input while the VAD is still starting', () => {
     input.close();
 
     expect(dropped).toBe(0);
-    const end = offered.find((event): event is Extract<SessionEvent, { type: 'VOICE.END' }> => event.type === 'VOICE.END');
+    const end = offered.find(
+      (event): event is Extract<SessionEvent, { type: 'VOICE.END' }> => event.type === 'VOICE.END',
+    );
     expect(end, JSON.stringify(offered.map((event) => event.type))).toBeDefined();
     const seconds = end!.request.pcm.length / 16_000;
     const spoken = (firstSpeech.endMs - firstSpeech.startMs) / 1000;
-    console.log(`slow-starting VAD: utterance of ${spoken.toFixed(2)} s went to recognition as ${seconds.toFixed(2)} s, ${dropped} chunks dropped`);
+    console.log(
+      `slow-starting VAD: utterance of ${spoken.toFixed(2)} s went to recognition as ${seconds.toFixed(2)} s, ${dropped} chunks dropped`,
+    );
     // The speech itself with its pre- and post-roll (less one VAD frame either way for where the VAD puts the edges).
     expect(seconds).toBeGreaterThan(spoken + (PRE_ROLL_MS + POST_ROLL_MS) / 1000 - 0.1);
     expect(seconds).toBeLessThan(spoken + 1.5);

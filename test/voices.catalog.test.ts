@@ -26,7 +26,13 @@ async function openCatalog(dir?: string, now?: () => Date) {
 }
 
 const entry = (overrides: Partial<NewVoiceEntry> = {}): NewVoiceEntry => ({
-  user_id: null, provider: 'cloud_a', voice_id: 'v1', display_label: 'Anna', target_model: 'qwen3-tts-vc', source: 'clone', ...overrides,
+  user_id: null,
+  provider: 'cloud_a',
+  voice_id: 'v1',
+  display_label: 'Anna',
+  target_model: 'qwen3-tts-vc',
+  source: 'clone',
+  ...overrides,
 });
 
 afterEach(async () => {
@@ -39,7 +45,15 @@ describe('VoiceCatalog', () => {
     const a = await catalog.create(entry({ reference_data_uri: 'data:audio/wav;base64,AAAA' }));
     const b = await catalog.create(entry({ provider: 'cloud_d', voice_id: 'cloud_d-1', display_label: 'Ben' }));
     expect([a.id, b.id]).toEqual([1, 2]);
-    expect(Object.keys(toPublicEntry(a)).sort()).toEqual(['display_label', 'id', 'provider', 'source', 'target_model', 'user_id', 'voice_id']);
+    expect(Object.keys(toPublicEntry(a)).sort()).toEqual([
+      'display_label',
+      'id',
+      'provider',
+      'source',
+      'target_model',
+      'user_id',
+      'voice_id',
+    ]);
     expect((await catalog.list()).map((e) => e.id)).toEqual([1, 2]);
     expect((await catalog.list({ provider: 'cloud_d' })).map((e) => e.voice_id)).toEqual(['cloud_d-1']);
     expect((await catalog.get(1))?.reference_data_uri).toBe('data:audio/wav;base64,AAAA');
@@ -97,7 +111,10 @@ describe('VoiceCatalog', () => {
     const deleted = new Set<number>();
     const ROUNDS = 4;
     for (let round = 0; round < ROUNDS; round++) {
-      const child = fork(path.join(here, 'fakes', 'voice-catalog-writer.ts'), [location], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'pipe', 'inherit', 'ipc'] });
+      const child = fork(path.join(here, 'fakes', 'voice-catalog-writer.ts'), [location], {
+        execArgv: ['--import', 'tsx'],
+        stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
+      });
       let output = '';
       child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
       await new Promise<void>((resolve, reject) => {
@@ -109,7 +126,11 @@ describe('VoiceCatalog', () => {
       child.kill('SIGKILL');
       await exited;
       for (const line of output.split('\n')) {
-        if (line.startsWith('created ')) line.slice(8).split(' ').forEach((id) => committed.add(Number(id)));
+        if (line.startsWith('created '))
+          line
+            .slice(8)
+            .split(' ')
+            .forEach((id) => committed.add(Number(id)));
         if (line.startsWith('deleting ')) deleted.add(Number(line.slice(9)));
       }
     }
@@ -125,7 +146,11 @@ describe('VoiceCatalog', () => {
     expect(Math.max(...committed)).toBeLessThanOrEqual(counter);
     const present = new Set(ids);
     expect([...committed].filter((id) => !deleted.has(id) && !present.has(id))).toEqual([]);
-    expect(entries.every((e) => e.voice_id.startsWith('clone-') && e.provider === 'local_clone_a' && typeof e.created_at === 'string')).toBe(true);
+    expect(
+      entries.every(
+        (e) => e.voice_id.startsWith('clone-') && e.provider === 'local_clone_a' && typeof e.created_at === 'string',
+      ),
+    ).toBe(true);
     expect(new Set(entries.map((e) => e.display_label)).size).toBe(entries.length);
     const next = await catalog.create(entry());
     expect(next.id).toBe(counter + 1);

@@ -36,9 +36,15 @@ describe('voice catalog persistence across a restart (spec 2.4)', () => {
 
     const first = await startTestApp({ dataDir, avatarsDir, env });
     running.push(first);
-    const local = await json(await clone(first, { provider: 'local_clone_a', target_model: 'en', display_label: 'Local' }));
-    const cloud = await json(await clone(first, { provider: 'cloud_d', target_model: 'fal-ai/f5-tts', display_label: 'Cloud' }));
-    const doomed = await json(await clone(first, { provider: 'local_clone_a', target_model: 'en', display_label: 'Doomed' }));
+    const local = await json(
+      await clone(first, { provider: 'local_clone_a', target_model: 'en', display_label: 'Local' }),
+    );
+    const cloud = await json(
+      await clone(first, { provider: 'cloud_d', target_model: 'fal-ai/f5-tts', display_label: 'Cloud' }),
+    );
+    const doomed = await json(
+      await clone(first, { provider: 'local_clone_a', target_model: 'en', display_label: 'Doomed' }),
+    );
     expect([local.ok, cloud.ok, doomed.ok]).toEqual([true, true, true]);
     expect((await fetch(`${first.baseUrl}/voices/${doomed.entry_id}`, { method: 'DELETE' })).status).toBe(200);
     const before = await json(await fetch(`${first.baseUrl}/voices`));
@@ -51,7 +57,10 @@ describe('voice catalog persistence across a restart (spec 2.4)', () => {
     const expiredName = `${'a'.repeat(32)}.${Date.now() - 1000}.wav`;
     const liveToken = 'b'.repeat(32);
     await writeFile(path.join(uploadsDir, expiredName), encodeWav(tone(24000, 0.1), 24000));
-    await writeFile(path.join(uploadsDir, `${liveToken}.${Date.now() + 300_000}.wav`), encodeWav(tone(24000, 0.1), 24000));
+    await writeFile(
+      path.join(uploadsDir, `${liveToken}.${Date.now() + 300_000}.wav`),
+      encodeWav(tone(24000, 0.1), 24000),
+    );
 
     const second = await startTestApp({ dataDir, avatarsDir, env });
     running.push(second);
@@ -63,7 +72,10 @@ describe('voice catalog persistence across a restart (spec 2.4)', () => {
     expect(await readdir(uploadsDir)).toHaveLength(1);
 
     // Both voices still synthesise after the restart: the reference WAV and the data URI survived.
-    for (const [provider, voice] of [['local_clone_a', local.voice_id], ['cloud_d', cloud.voice_id]]) {
+    for (const [provider, voice] of [
+      ['local_clone_a', local.voice_id],
+      ['cloud_d', cloud.voice_id],
+    ]) {
       const res = await post(second.baseUrl, '/tts/preview', { text: 'Still here.', tts_provider: provider, voice });
       expect(res.status, `${provider}: ${res.status}`).toBe(200);
       expect(parseWav(Buffer.from(await res.arrayBuffer())).pcm.length).toBeGreaterThan(0);
@@ -72,7 +84,9 @@ describe('voice catalog persistence across a restart (spec 2.4)', () => {
     expect(fal.complaints).toEqual([]);
 
     // Ids are never reused, not even the deleted one.
-    const next = await json(await clone(second, { provider: 'local_clone_a', target_model: 'en', display_label: 'Next' }));
+    const next = await json(
+      await clone(second, { provider: 'local_clone_a', target_model: 'en', display_label: 'Next' }),
+    );
     expect(next.entry_id).toBe(doomed.entry_id + 1);
   }, 30_000);
 });

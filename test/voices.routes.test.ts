@@ -5,7 +5,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { encodeWav, parseWav } from '../actors/audio/wav.ts';
 import { VoiceUploads } from '../src/voices/uploads.ts';
 import { json, makeAvatarBundle, post, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
-import { isCloneSample, startCosyVoiceServerFake, startDashscopeFake, startXttsFake, tone, type DashscopeFake, type FakeUpstream } from './fakes/tts-upstreams.ts';
+import {
+  isCloneSample,
+  startCosyVoiceServerFake,
+  startDashscopeFake,
+  startXttsFake,
+  tone,
+  type DashscopeFake,
+  type FakeUpstream,
+} from './fakes/tts-upstreams.ts';
 
 const DASHSCOPE_KEY = 'sk-dashscope-test';
 const TWELVE_MB = 12 * 1024 * 1024;
@@ -31,7 +39,11 @@ describe('voice catalog routes (spec 2.4, 4.10, 5.5, 7, 8)', () => {
   const entryCount = async () => (await list()).items.length;
 
   beforeAll(async () => {
-    [dashscope, xtts, cosy] = await Promise.all([startDashscopeFake({ apiKey: DASHSCOPE_KEY }), startXttsFake(), startCosyVoiceServerFake()]);
+    [dashscope, xtts, cosy] = await Promise.all([
+      startDashscopeFake({ apiKey: DASHSCOPE_KEY }),
+      startXttsFake(),
+      startCosyVoiceServerFake(),
+    ]);
     const avatarsDir = await tempDir('voices-avatars-');
     await makeAvatarBundle(avatarsDir, 'card');
     t = await startTestApp({
@@ -53,25 +65,54 @@ describe('voice catalog routes (spec 2.4, 4.10, 5.5, 7, 8)', () => {
 
   it('starts with an empty catalog; filters by provider; unknown filter → 400', async () => {
     expect((await list()).items).toEqual([]);
-    expect(await list('?provider=builtin')).toEqual({ items: [], providers: [{ id: 'builtin', service: 'Built-in offline voices (flite and eSpeak NG)', configured: true, can_clone: false }] });
+    expect(await list('?provider=builtin')).toEqual({
+      items: [],
+      providers: [
+        { id: 'builtin', service: 'Built-in offline voices (flite and eSpeak NG)', configured: true, can_clone: false },
+      ],
+    });
     const bad = await fetch(`${t.baseUrl}/voices?provider=acme`);
     expect(bad.status).toBe(400);
     expect((await json(bad)).detail).toMatch(/acme/);
   });
 
   it('clones with every configured provider and lists only the public fields', async () => {
-    const cases: Array<{ provider: string; target_model: string; display_label: string; prefix?: string; preferred_name?: string; voice: RegExp }> = [
+    const cases: Array<{
+      provider: string;
+      target_model: string;
+      display_label: string;
+      prefix?: string;
+      preferred_name?: string;
+      voice: RegExp;
+    }> = [
       { provider: 'local_clone_a', target_model: 'en', display_label: 'Anna', voice: /^clone-[0-9a-f]+$/ },
       { provider: 'local_clone_b', target_model: 'CosyVoice2-0.5B', display_label: 'Bert', voice: /^clone-[0-9a-f]+$/ },
-      { provider: 'cloud_a', target_model: 'qwen3-tts-vc-realtime', display_label: 'Cleo', preferred_name: 'cleo', voice: /cleo/ },
-      { provider: 'cloud_b', target_model: 'cosyvoice-v2', display_label: 'Dora', prefix: 'dora', voice: /^cosyvoice-v2-dora-/ },
+      {
+        provider: 'cloud_a',
+        target_model: 'qwen3-tts-vc-realtime',
+        display_label: 'Cleo',
+        preferred_name: 'cleo',
+        voice: /cleo/,
+      },
+      {
+        provider: 'cloud_b',
+        target_model: 'cosyvoice-v2',
+        display_label: 'Dora',
+        prefix: 'dora',
+        voice: /^cosyvoice-v2-dora-/,
+      },
     ];
     const created: any[] = [];
     for (const { voice, ...fields } of cases) {
       const res = await clone(fields as Record<string, string>);
       const body = await json(res);
       expect(res.status, JSON.stringify(body)).toBe(200);
-      expect(body).toMatchObject({ ok: true, provider: fields.provider, target_model: fields.target_model, display_label: fields.display_label });
+      expect(body).toMatchObject({
+        ok: true,
+        provider: fields.provider,
+        target_model: fields.target_model,
+        display_label: fields.display_label,
+      });
       expect(body.voice_id).toMatch(voice);
       expect(Number.isInteger(body.entry_id)).toBe(true);
       expect(typeof body.message).toBe('string');
@@ -85,7 +126,15 @@ describe('voice catalog routes (spec 2.4, 4.10, 5.5, 7, 8)', () => {
     const mine = items.filter((item: { id: number }) => created.some((c) => c.entry_id === item.id));
     expect(mine).toHaveLength(4);
     for (const item of mine) {
-      expect(Object.keys(item).sort()).toEqual(['display_label', 'id', 'provider', 'source', 'target_model', 'user_id', 'voice_id']);
+      expect(Object.keys(item).sort()).toEqual([
+        'display_label',
+        'id',
+        'provider',
+        'source',
+        'target_model',
+        'user_id',
+        'voice_id',
+      ]);
       expect(item).toMatchObject({ source: 'clone', user_id: null });
     }
     const onlyB = await list('?provider=local_clone_b');
@@ -142,18 +191,58 @@ describe('voice catalog routes (spec 2.4, 4.10, 5.5, 7, 8)', () => {
   });
 
   it.each([
-    ['an unsupported provider', { provider: 'builtin', target_model: 'x', display_label: 'L' }, SAMPLE, /does not support cloning/],
-    ['an unknown provider', { provider: 'acme', target_model: 'x', display_label: 'L' }, SAMPLE, /does not support cloning/],
-    ['an unconfigured provider', { provider: 'cloud_d', target_model: 'fal-ai/f5-tts', display_label: 'L' }, SAMPLE, /not configured/],
+    [
+      'an unsupported provider',
+      { provider: 'builtin', target_model: 'x', display_label: 'L' },
+      SAMPLE,
+      /does not support cloning/,
+    ],
+    [
+      'an unknown provider',
+      { provider: 'acme', target_model: 'x', display_label: 'L' },
+      SAMPLE,
+      /does not support cloning/,
+    ],
+    [
+      'an unconfigured provider',
+      { provider: 'cloud_d', target_model: 'fal-ai/f5-tts', display_label: 'L' },
+      SAMPLE,
+      /not configured/,
+    ],
     ['a missing provider', { target_model: 'x', display_label: 'L' }, SAMPLE, /provider/],
     ['a missing target_model', { provider: 'local_clone_a', display_label: 'L' }, SAMPLE, /target_model/],
     ['a missing display_label', { provider: 'local_clone_a', target_model: 'en' }, SAMPLE, /display_label/],
     ['missing audio', { provider: 'local_clone_a', target_model: 'en', display_label: 'L' }, null, /audio/],
-    ['255 bytes of audio', { provider: 'local_clone_a', target_model: 'en', display_label: 'L' }, SAMPLE.subarray(0, 255), /too short/],
-    ['audio that is not audio', { provider: 'local_clone_a', target_model: 'en', display_label: 'L' }, Buffer.alloc(4096, 7), /./],
-    ['prefix for a provider other than cloud_b', { provider: 'local_clone_a', target_model: 'en', display_label: 'L', prefix: 'abc' }, SAMPLE, /prefix/],
-    ['a malformed cloud_b prefix', { provider: 'cloud_b', target_model: 'cosyvoice-v2', display_label: 'L', prefix: 'Bad-Prefix!' }, SAMPLE, /prefix/],
-    ['preferred_name for a provider other than cloud_a', { provider: 'local_clone_b', target_model: 'm', display_label: 'L', preferred_name: 'x' }, SAMPLE, /preferred_name/],
+    [
+      '255 bytes of audio',
+      { provider: 'local_clone_a', target_model: 'en', display_label: 'L' },
+      SAMPLE.subarray(0, 255),
+      /too short/,
+    ],
+    [
+      'audio that is not audio',
+      { provider: 'local_clone_a', target_model: 'en', display_label: 'L' },
+      Buffer.alloc(4096, 7),
+      /./,
+    ],
+    [
+      'prefix for a provider other than cloud_b',
+      { provider: 'local_clone_a', target_model: 'en', display_label: 'L', prefix: 'abc' },
+      SAMPLE,
+      /prefix/,
+    ],
+    [
+      'a malformed cloud_b prefix',
+      { provider: 'cloud_b', target_model: 'cosyvoice-v2', display_label: 'L', prefix: 'Bad-Prefix!' },
+      SAMPLE,
+      /prefix/,
+    ],
+    [
+      'preferred_name for a provider other than cloud_a',
+      { provider: 'local_clone_b', target_model: 'm', display_label: 'L', preferred_name: 'x' },
+      SAMPLE,
+      /preferred_name/,
+    ],
   ])('answers 400 for %s and writes no entry', async (_name, fields, audio, pattern) => {
     const before = await entryCount();
     const res = await clone(fields as Record<string, string>, audio as Buffer | null);
@@ -227,28 +316,47 @@ describe('voice catalog routes (spec 2.4, 4.10, 5.5, 7, 8)', () => {
   });
 
   it('uses a cloned voice_id as session tts_voice, as voice of speak and as voice of preview', async () => {
-    const created = await json(await clone({ provider: 'local_clone_a', target_model: 'en', display_label: 'Speaker' }));
+    const created = await json(
+      await clone({ provider: 'local_clone_a', target_model: 'en', display_label: 'Speaker' }),
+    );
     const reference = path.join(t.services.voiceDir, 'local_clone_a', `${created.voice_id}.wav`);
-    const synthesisFor = () => xtts.requests.filter((r) => r.path === '/tts_to_audio/' && r.json?.speaker_wav === reference);
+    const synthesisFor = () =>
+      xtts.requests.filter((r) => r.path === '/tts_to_audio/' && r.json?.speaker_wav === reference);
 
-    const previewed = await post(t.baseUrl, '/tts/preview', { text: 'Preview me.', tts_provider: 'local_clone_a', voice: created.voice_id });
+    const previewed = await post(t.baseUrl, '/tts/preview', {
+      text: 'Preview me.',
+      tts_provider: 'local_clone_a',
+      voice: created.voice_id,
+    });
     expect(previewed.status).toBe(200);
     expect(parseWav(Buffer.from(await previewed.arrayBuffer())).sampleRate).toBe(16000);
     expect(synthesisFor()).toHaveLength(1);
 
-    const session = await post(t.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock', tts_provider: 'local_clone_a', tts_voice: created.voice_id });
+    const session = await post(t.baseUrl, '/sessions', {
+      avatar_id: 'card',
+      model: 'mock',
+      tts_provider: 'local_clone_a',
+      tts_voice: created.voice_id,
+    });
     expect(session.status).toBe(200);
     const { session_id } = await json(session);
-    expect(await json(await fetch(`${t.baseUrl}/sessions/${session_id}`))).toMatchObject({ tts_provider: 'local_clone_a', tts_voice: created.voice_id });
+    expect(await json(await fetch(`${t.baseUrl}/sessions/${session_id}`))).toMatchObject({
+      tts_provider: 'local_clone_a',
+      tts_voice: created.voice_id,
+    });
     expect((await post(t.baseUrl, `/sessions/${session_id}/start`)).status).toBe(200);
 
     // The session's own voice, then the same voice given per request.
-    for (const body of [{ text: 'From the session voice.' }, { text: 'From the request voice.', tts_provider: 'local_clone_a', voice: created.voice_id }]) {
+    for (const body of [
+      { text: 'From the session voice.' },
+      { text: 'From the request voice.', tts_provider: 'local_clone_a', voice: created.voice_id },
+    ]) {
       const before = synthesisFor().length;
       const spoken = await post(t.baseUrl, `/sessions/${session_id}/speak`, body);
       expect(spoken.status).toBe(200);
       const deadline = Date.now() + 10_000;
-      while (synthesisFor().length === before && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 25));
+      while (synthesisFor().length === before && Date.now() < deadline)
+        await new Promise((resolve) => setTimeout(resolve, 25));
       expect(synthesisFor().map((r) => r.json.text)).toContain(body.text);
       // Let the turn finish before the next one (one speak in flight per session).
       while (Date.now() < deadline) {
@@ -263,8 +371,14 @@ describe('voice catalog routes (spec 2.4, 4.10, 5.5, 7, 8)', () => {
 
   it('documents the routes in the OpenAPI document', async () => {
     const doc = await json(await fetch(`${t.baseUrl}/openapi.json`));
-    expect(Object.keys(doc.paths)).toEqual(expect.arrayContaining(['/voices', '/voices/clone', '/voices/{entry_id}', '/voice-uploads/{token}']));
-    expect(Object.keys(doc.paths['/voices/clone'].post.responses)).toEqual(expect.arrayContaining(['200', '400', '502']));
-    expect(Object.keys(doc.paths['/voices/{entry_id}'].delete.responses)).toEqual(expect.arrayContaining(['200', '404']));
+    expect(Object.keys(doc.paths)).toEqual(
+      expect.arrayContaining(['/voices', '/voices/clone', '/voices/{entry_id}', '/voice-uploads/{token}']),
+    );
+    expect(Object.keys(doc.paths['/voices/clone'].post.responses)).toEqual(
+      expect.arrayContaining(['200', '400', '502']),
+    );
+    expect(Object.keys(doc.paths['/voices/{entry_id}'].delete.responses)).toEqual(
+      expect.arrayContaining(['200', '404']),
+    );
   });
 });

@@ -41,7 +41,15 @@ describe('VoiceUploads', () => {
     const dir = await tempDir();
     const uploads = new VoiceUploads({ dir });
     const token = await uploads.store(SAMPLE);
-    for (const bad of ['', 'abc', token.toUpperCase(), `${token}0`, '../../etc/passwd', `${token.slice(0, 31)}g`, `${token.slice(0, 16)}/${token.slice(17)}`]) {
+    for (const bad of [
+      '',
+      'abc',
+      token.toUpperCase(),
+      `${token}0`,
+      '../../etc/passwd',
+      `${token.slice(0, 31)}g`,
+      `${token.slice(0, 16)}/${token.slice(17)}`,
+    ]) {
       expect(await uploads.path(bad)).toBeNull();
     }
     expect(await uploads.path('0'.repeat(32))).toBeNull();

@@ -28,7 +28,10 @@ interface Node {
 let redis: RedisProcess;
 const nodes: Node[] = [];
 
-function node(name: string, options: { worker: boolean; maxEntries?: number; maxBytes?: number; backoffBaseMs?: number; redisUrl?: string }): Node {
+function node(
+  name: string,
+  options: { worker: boolean; maxEntries?: number; maxBytes?: number; backoffBaseMs?: number; redisUrl?: string },
+): Node {
   const connection = connectRedis(options.redisUrl ?? redis.url, { forBullmq: true });
   const counts = { delivered: 0, failed: 0, dropped: 0 };
   const queue = new ClusterWebhookQueue({
@@ -56,7 +59,15 @@ function node(name: string, options: { worker: boolean; maxEntries?: number; max
 
 const event = (url: string, type = 'session.started', text = '') => {
   const now = Date.now();
-  return { id: newWebhookId(), url, type, body: JSON.stringify({ type, timestamp: new Date(now).toISOString(), data: { n: 1, text } }), createdAt: now, attempts: 0, nextAt: now };
+  return {
+    id: newWebhookId(),
+    url,
+    type,
+    body: JSON.stringify({ type, timestamp: new Date(now).toISOString(), data: { n: 1, text } }),
+    createdAt: now,
+    attempts: 0,
+    nextAt: now,
+  };
 };
 
 /** Queued deliveries of a Redis, as any node sees them (a fresh connection). */
@@ -92,7 +103,11 @@ describe('webhooks in cluster mode (BullMQ)', () => {
     const b = node('node-b', { worker: true });
     const sent = event(receiver.url);
     await a.queue.add(sent);
-    await receiver.until((received) => received.some((r) => r.status === 200), DELIVERY_MS, 'the delivery answered 200');
+    await receiver.until(
+      (received) => received.some((r) => r.status === 200),
+      DELIVERY_MS,
+      'the delivery answered 200',
+    );
     // Anything a second worker would have sent has had time to arrive.
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(receiver.received.map((r) => r.status)).toEqual([500, 500, 200]);
@@ -115,7 +130,8 @@ describe('webhooks in cluster mode (BullMQ)', () => {
       expect(late.delivered(SECRET).map((e) => [e.id, e.type])).toEqual([[sent.id, 'turn.completed']]);
       // The receiver records the request before the worker has read its answer and counted it.
       const counted = Date.now() + DELIVERY_MS;
-      while (survivor.counts.delivered < 1 && Date.now() < counted) await new Promise((resolve) => setTimeout(resolve, 20));
+      while (survivor.counts.delivered < 1 && Date.now() < counted)
+        await new Promise((resolve) => setTimeout(resolve, 20));
       expect(survivor.counts.delivered).toBe(1);
       await survivor.close();
     } finally {
@@ -158,7 +174,9 @@ describe('webhooks in cluster mode (BullMQ)', () => {
       expect(await queued(own.url)).toEqual([]);
       expect(await a.queue.bytes()).toBe(0);
       // Twenty bodies of ~1 KiB from two nodes: ten fit, the oldest go, whichever node queued them.
-      const sent = Array.from({ length: 20 }, (_, i) => event(`http://127.0.0.1:9/${i}`, 'turn.completed', 'y'.repeat(1_000)));
+      const sent = Array.from({ length: 20 }, (_, i) =>
+        event(`http://127.0.0.1:9/${i}`, 'turn.completed', 'y'.repeat(1_000)),
+      );
       for (const [i, message] of sent.entries()) {
         await (i % 2 === 0 ? a : b).queue.add(message);
         await new Promise((resolve) => setTimeout(resolve, 2));
@@ -168,7 +186,12 @@ describe('webhooks in cluster mode (BullMQ)', () => {
       expect(keptBytes).toBeLessThanOrEqual(maxBytes);
       expect(await b.queue.bytes()).toBe(keptBytes);
       expect(kept.length).toBeGreaterThanOrEqual(8);
-      expect(kept.map((job) => job.id).sort()).toEqual(sent.slice(-kept.length).map((message) => message.id).sort());
+      expect(kept.map((job) => job.id).sort()).toEqual(
+        sent
+          .slice(-kept.length)
+          .map((message) => message.id)
+          .sort(),
+      );
       expect(a.counts.dropped + b.counts.dropped).toBe(1 + sent.length - kept.length);
     } finally {
       for (const made of nodes.splice(0)) await made.close().catch(() => undefined);
@@ -193,16 +216,29 @@ describe('webhooks in cluster mode (BullMQ)', () => {
       const elapsed = performance.now() - started;
       // Before the first failure each node's worker may have WEBHOOK_DELIVERY_CONCURRENCY attempts in flight; then
       // only probes, one per back-off step (200, 400, 800 ms …): at most log2(elapsed / base) + 1 of them.
-      expect(dead.received.length).toBeLessThanOrEqual(2 * WEBHOOK_DELIVERY_CONCURRENCY + Math.log2(elapsed / baseMs) + 1);
-      expect(new Set(dead.received.map((r) => r.headers['webhook-id'])).size).toBeLessThanOrEqual(2 * WEBHOOK_DELIVERY_CONCURRENCY + Math.log2(elapsed / baseMs) + 1);
+      expect(dead.received.length).toBeLessThanOrEqual(
+        2 * WEBHOOK_DELIVERY_CONCURRENCY + Math.log2(elapsed / baseMs) + 1,
+      );
+      expect(new Set(dead.received.map((r) => r.headers['webhook-id'])).size).toBeLessThanOrEqual(
+        2 * WEBHOOK_DELIVERY_CONCURRENCY + Math.log2(elapsed / baseMs) + 1,
+      );
       expect(dead.received.length).toBeLessThan(sent.length);
       expect(a.counts.delivered + b.counts.delivered + a.counts.failed + b.counts.failed).toBe(0);
 
       dead.fallback = 204;
-      await dead.until((received) => new Set(received.filter((r) => r.status === 204).map((r) => r.headers['webhook-id'])).size >= sent.length, DELIVERY_MS + PROBE_WAIT_MS, 'all sixty once it answers');
+      await dead.until(
+        (received) =>
+          new Set(received.filter((r) => r.status === 204).map((r) => r.headers['webhook-id'])).size >= sent.length,
+        DELIVERY_MS + PROBE_WAIT_MS,
+        'all sixty once it answers',
+      );
       expect(new Set(dead.delivered(SECRET).map((e) => e.id))).toEqual(new Set(sent.map((message) => message.id)));
       const counted = Date.now() + DELIVERY_MS;
-      while ((a.counts.delivered + b.counts.delivered < sent.length || (await a.queue.bytes()) > 0) && Date.now() < counted) await new Promise((resolve) => setTimeout(resolve, 20));
+      while (
+        (a.counts.delivered + b.counts.delivered < sent.length || (await a.queue.bytes()) > 0) &&
+        Date.now() < counted
+      )
+        await new Promise((resolve) => setTimeout(resolve, 20));
       expect(a.counts.delivered + b.counts.delivered).toBe(sent.length);
       expect(await a.queue.bytes()).toBe(0);
     } finally {

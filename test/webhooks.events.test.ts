@@ -55,7 +55,11 @@ describe('webhook events', () => {
   it('every event type arrives, signed so that standardwebhooks verifies it, body {type, timestamp, data}', async () => {
     const receiver = await startWebhookReceiver();
     cleanups.push(() => receiver.close());
-    const t = await startTestApp({ avatarsDir, env: webhookEnv(receiver), overrides: { tts: toneTtsRegistry(200), webhooks: FAST_BACKOFF } });
+    const t = await startTestApp({
+      avatarsDir,
+      env: webhookEnv(receiver),
+      overrides: { tts: toneTtsRegistry(200), webhooks: FAST_BACKOFF },
+    });
     cleanups.push(() => t.close());
 
     const id = await createSession(t);
@@ -83,8 +87,20 @@ describe('webhook events', () => {
 
     expect((await fetch(`${t.baseUrl}/sessions/${id}`, { method: 'DELETE' })).status).toBe(200);
 
-    const types = ['session.started', 'turn.completed', 'recording.ready', 'bundle.completed', 'bundle.failed', 'avatar.created', 'session.terminated'];
-    await receiver.until((received) => types.every((type) => received.some((r) => r.status === 204 && JSON.parse(r.body).type === type)), DELIVERY_MS, 'every event type');
+    const types = [
+      'session.started',
+      'turn.completed',
+      'recording.ready',
+      'bundle.completed',
+      'bundle.failed',
+      'avatar.created',
+      'session.terminated',
+    ];
+    await receiver.until(
+      (received) => types.every((type) => received.some((r) => r.status === 204 && JSON.parse(r.body).type === type)),
+      DELIVERY_MS,
+      'every event type',
+    );
     const events = receiver.delivered(SECRET);
     const byType = (type: string) => events.find((event) => event.type === type)!;
     for (const event of events) {
@@ -92,16 +108,30 @@ describe('webhook events', () => {
       expect(Number.isNaN(Date.parse(event.timestamp))).toBe(false);
     }
     expect(byType('session.started').data).toMatchObject({ session_id: id, avatar_id: 'card', model: 'mock' });
-    expect(byType('turn.completed').data).toMatchObject({ session_id: id, kind: 'speak', assistant_text: 'Hello there.', outcome: 'completed' });
-    expect(byType('recording.ready').data).toMatchObject({ session_id: id, artifact_url: `/sessions/${id}/rt-recording/artifact` });
+    expect(byType('turn.completed').data).toMatchObject({
+      session_id: id,
+      kind: 'speak',
+      assistant_text: 'Hello there.',
+      outcome: 'completed',
+    });
+    expect(byType('recording.ready').data).toMatchObject({
+      session_id: id,
+      artifact_url: `/sessions/${id}/rt-recording/artifact`,
+    });
     expect(byType('bundle.completed').data).toMatchObject({ session_id: id, job_id: bundle.job_id });
-    expect(byType('bundle.failed').data).toMatchObject({ session_id: id, job_id: failing.job_id, error: expect.any(String) });
+    expect(byType('bundle.failed').data).toMatchObject({
+      session_id: id,
+      job_id: failing.job_id,
+      error: expect.any(String),
+    });
     expect(byType('avatar.created').data).toMatchObject({ avatar_id: avatarId, name: 'Hooked' });
     expect(byType('session.terminated').data).toEqual({ session_id: id, reason: 'deleted by client' });
     // A forged body does not verify.
     const { Webhook } = await import('standardwebhooks');
     const started = receiver.received.find((r) => JSON.parse(r.body).type === 'session.started')!;
-    expect(() => new Webhook(SECRET).verify(started.body.replace('mock', 'fake'), started.headers as Record<string, string>)).toThrow();
+    expect(() =>
+      new Webhook(SECRET).verify(started.body.replace('mock', 'fake'), started.headers as Record<string, string>),
+    ).toThrow();
   }, 120_000);
 
   it('a receiver answering 500 twice then 200 gets the same webhook-id three times', async () => {
@@ -174,10 +204,18 @@ describe('webhook events', () => {
   it('a per-session webhook_url gets its session’s events, only on SERVICE_WEBHOOK_ALLOWED_HOSTS (else 400)', async () => {
     const service = await startWebhookReceiver();
     const own = await startWebhookReceiver();
-    cleanups.push(() => service.close(), () => own.close());
+    cleanups.push(
+      () => service.close(),
+      () => own.close(),
+    );
     const t = await startTestApp({ avatarsDir, env: webhookEnv(service), overrides: { webhooks: FAST_BACKOFF } });
     cleanups.push(() => t.close());
-    for (const url of ['http://169.254.169.254/latest/meta-data', 'http://localhost:1/x', 'ftp://127.0.0.1/x', 'http://user:pw@127.0.0.1/x']) {
+    for (const url of [
+      'http://169.254.169.254/latest/meta-data',
+      'http://localhost:1/x',
+      'ftp://127.0.0.1/x',
+      'http://user:pw@127.0.0.1/x',
+    ]) {
       const refused = await post(t.baseUrl, '/sessions', { avatar_id: 'card', model: 'mock', webhook_url: url });
       expect(refused.status, url).toBe(400);
       expect((await json(refused)).detail).toMatch(/SERVICE_WEBHOOK_ALLOWED_HOSTS/u);
@@ -200,10 +238,27 @@ describe('webhook events', () => {
         return error.problems;
       }
     };
-    expect(problems({ SERVICE_WEBHOOK_URL: 'http://127.0.0.1:9/h', SERVICE_WEBHOOK_SECRET: 'not-a-secret' }).join()).toMatch(/SERVICE_WEBHOOK_SECRET must be whsec_/u);
-    expect(problems({ SERVICE_WEBHOOK_URL: 'http://127.0.0.1:9/h' }).join()).toMatch(/SERVICE_WEBHOOK_SECRET is required/u);
-    expect(problems({ SERVICE_WEBHOOK_SECRET: SECRET, SERVICE_WEBHOOK_ALLOWED_HOSTS: 'https://x.example.com' }).join()).toMatch(/SERVICE_WEBHOOK_ALLOWED_HOSTS/u);
-    expect(loadConfig({ ...{ SERVICE_WEBHOOK_URL: 'http://127.0.0.1:9/h', SERVICE_WEBHOOK_SECRET: SECRET, SERVICE_WEBHOOK_ALLOWED_HOSTS: 'hooks.example.com,.corp.example' } }, '/ignored').webhooks).toEqual({
+    expect(
+      problems({ SERVICE_WEBHOOK_URL: 'http://127.0.0.1:9/h', SERVICE_WEBHOOK_SECRET: 'not-a-secret' }).join(),
+    ).toMatch(/SERVICE_WEBHOOK_SECRET must be whsec_/u);
+    expect(problems({ SERVICE_WEBHOOK_URL: 'http://127.0.0.1:9/h' }).join()).toMatch(
+      /SERVICE_WEBHOOK_SECRET is required/u,
+    );
+    expect(
+      problems({ SERVICE_WEBHOOK_SECRET: SECRET, SERVICE_WEBHOOK_ALLOWED_HOSTS: 'https://x.example.com' }).join(),
+    ).toMatch(/SERVICE_WEBHOOK_ALLOWED_HOSTS/u);
+    expect(
+      loadConfig(
+        {
+          ...{
+            SERVICE_WEBHOOK_URL: 'http://127.0.0.1:9/h',
+            SERVICE_WEBHOOK_SECRET: SECRET,
+            SERVICE_WEBHOOK_ALLOWED_HOSTS: 'hooks.example.com,.corp.example',
+          },
+        },
+        '/ignored',
+      ).webhooks,
+    ).toEqual({
       url: 'http://127.0.0.1:9/h',
       secret: SECRET,
       allowedHosts: ['hooks.example.com', '.corp.example'],
@@ -218,7 +273,16 @@ describe('the webhook outbox in LevelDB', () => {
     const store = await Store.open(dir);
     const outbox = new WebhookOutbox(store, 3, () => dropped++);
     await outbox.load();
-    for (let i = 0; i < 5; i++) await outbox.add({ id: `msg_${i}`, url: 'http://127.0.0.1:9/h', type: 'session.started', body: '{}', createdAt: i, attempts: 0, nextAt: i });
+    for (let i = 0; i < 5; i++)
+      await outbox.add({
+        id: `msg_${i}`,
+        url: 'http://127.0.0.1:9/h',
+        type: 'session.started',
+        body: '{}',
+        createdAt: i,
+        attempts: 0,
+        nextAt: i,
+      });
     expect(outbox.all().map((entry) => entry.id)).toEqual(['msg_2', 'msg_3', 'msg_4']);
     expect(dropped).toBe(2);
     await store.close();
@@ -226,7 +290,15 @@ describe('the webhook outbox in LevelDB', () => {
     const again = new WebhookOutbox(reopened, 3);
     await again.load();
     expect(again.all().map((entry) => entry.id)).toEqual(['msg_2', 'msg_3', 'msg_4']);
-    const next = await again.add({ id: 'msg_5', url: 'http://127.0.0.1:9/h', type: 'session.started', body: '{}', createdAt: 5, attempts: 0, nextAt: 5 });
+    const next = await again.add({
+      id: 'msg_5',
+      url: 'http://127.0.0.1:9/h',
+      type: 'session.started',
+      body: '{}',
+      createdAt: 5,
+      attempts: 0,
+      nextAt: 5,
+    });
     expect(next!.key > again.all()[1].key).toBe(true);
     expect(again.all().map((entry) => entry.id)).toEqual(['msg_3', 'msg_4', 'msg_5']);
     await reopened.close();
@@ -256,12 +328,19 @@ describe('kill -9 with a delivery pending', () => {
     receiver.fallback = 200;
     const second = await startServiceProcess({ env, avatarsDir, dataDir: first.dataDir });
     services.push(second);
-    await receiver.until((received) => received.filter((r) => r.status === 200).length >= 2, 60_000, 'the pending delivery after the restart');
+    await receiver.until(
+      (received) => received.filter((r) => r.status === 200).length >= 2,
+      60_000,
+      'the pending delivery after the restart',
+    );
     const delivered = receiver.delivered(SECRET);
     expect(delivered.map((event) => [event.id, event.type])).toContainEqual([pendingId, 'session.started']);
     expect(delivered.find((event) => event.id === pendingId)!.data).toMatchObject({ session_id: id });
     // The session the crash ended is reported too, once the restarted service has turned it into a tombstone.
-    expect(delivered.find((event) => event.type === 'session.terminated')!.data).toEqual({ session_id: id, reason: 'service restarted' });
+    expect(delivered.find((event) => event.type === 'session.terminated')!.data).toEqual({
+      session_id: id,
+      reason: 'service restarted',
+    });
     await second.stop();
   }, 120_000);
 });
@@ -279,18 +358,38 @@ describe('restart with an offline bundle unfinished', () => {
     // jobs itself, and reports them, before it stops).
     const jobId = randomUUID();
     const now = new Date().toISOString();
-    await new JobStore(first.services.store).put({ job_id: jobId, session_id: sessionId, status: 'running', progress: 0.4, error: null, created_at: now, updated_at: now });
+    await new JobStore(first.services.store).put({
+      job_id: jobId,
+      session_id: sessionId,
+      status: 'running',
+      progress: 0.4,
+      error: null,
+      created_at: now,
+      updated_at: now,
+    });
     await first.close();
 
-    const second = await startTestApp({ avatarsDir, env, dataDir: first.dataDir, overrides: { webhooks: FAST_BACKOFF } });
+    const second = await startTestApp({
+      avatarsDir,
+      env,
+      dataDir: first.dataDir,
+      overrides: { webhooks: FAST_BACKOFF },
+    });
     cleanups.push(() => second.close());
     const bundleFailed = () => receiver.delivered(SECRET).filter((event) => event.type === 'bundle.failed');
     await receiver.until(() => bundleFailed().length > 0, DELIVERY_MS, 'bundle.failed after the restart');
-    expect(bundleFailed().map((event) => event.data)).toEqual([{ job_id: jobId, session_id: sessionId, error: 'interrupted by restart' }]);
+    expect(bundleFailed().map((event) => event.data)).toEqual([
+      { job_id: jobId, session_id: sessionId, error: 'interrupted by restart' },
+    ]);
     // A further restart finds the job failed already and reports nothing: a second event would have been
     // delivered by now or still be in the outbox.
     await second.close();
-    const third = await startTestApp({ avatarsDir, env, dataDir: first.dataDir, overrides: { webhooks: FAST_BACKOFF } });
+    const third = await startTestApp({
+      avatarsDir,
+      env,
+      dataDir: first.dataDir,
+      overrides: { webhooks: FAST_BACKOFF },
+    });
     cleanups.push(() => third.close());
     await third.close();
     const store = await Store.open(first.dataDir);

@@ -73,10 +73,13 @@ describe('the webhook outbox byte budget', () => {
     const { store, outbox } = await openOutbox(dir);
     const written: Array<{ sublevel: string; bytes: number }> = [];
     store.db.on('write', (operations: Array<{ type: string; key: string; value?: unknown }>) => {
-      for (const op of operations) if (op.type === 'put') written.push({ sublevel: String(op.key).split('!')[1], bytes: JSON.stringify(op.value).length });
+      for (const op of operations)
+        if (op.type === 'put')
+          written.push({ sublevel: String(op.key).split('!')[1], bytes: JSON.stringify(op.value).length });
     });
     const entry = (await outbox.add(message(1, 'http://127.0.0.1:9/h', 'z'.repeat(50_000))))!;
-    for (let attempts = 1; attempts <= 5; attempts++) await outbox.reschedule({ ...entry, attempts, nextAt: entry.createdAt + attempts * 1000 });
+    for (let attempts = 1; attempts <= 5; attempts++)
+      await outbox.reschedule({ ...entry, attempts, nextAt: entry.createdAt + attempts * 1000 });
     expect(written.filter((w) => w.sublevel === 'webhook-messages')).toHaveLength(1);
     const schedules = written.filter((w) => w.sublevel === 'webhook-schedule');
     expect(schedules).toHaveLength(5);
@@ -92,7 +95,12 @@ describe('the webhook outbox byte budget', () => {
     const dir = await tempDir('outbox-legacy-');
     const store = await Store.open(dir);
     const legacy = store.sublevel<OutboxEntry>('webhook-outbox');
-    await legacy.put('0000000000000007', { key: '0000000000000007', ...message(7, 'http://127.0.0.1:9/h'), attempts: 3, nextAt: 123 });
+    await legacy.put('0000000000000007', {
+      key: '0000000000000007',
+      ...message(7, 'http://127.0.0.1:9/h'),
+      attempts: 3,
+      nextAt: 123,
+    });
     await store.close();
     const { store: reopened, outbox } = await openOutbox(dir);
     cleanups.push(() => reopened.close());
@@ -114,19 +122,36 @@ describe('per-receiver back-off', () => {
     const started = performance.now();
     delivery.kick();
     await healthy.until((received) => received.length >= 5, DELIVERY_MS, "the healthy receiver's five");
-    await failing.until((received) => received.length >= WEBHOOK_DELIVERY_CONCURRENCY + 2, DELIVERY_MS, 'the first burst and two probes');
+    await failing.until(
+      (received) => received.length >= WEBHOOK_DELIVERY_CONCURRENCY + 2,
+      DELIVERY_MS,
+      'the first burst and two probes',
+    );
     const elapsed = performance.now() - started;
     // Before its first failure a receiver gets up to WEBHOOK_DELIVERY_CONCURRENCY attempts at once; then only probes,
     // at 100, 300, 700, 1500 ms …: at most log2(elapsed / base) + 1 of them, never one per delivery.
     const firstBurst = ['msg_0', 'msg_1', 'msg_2', 'msg_3'];
     expect(failing.received.length).toBeLessThanOrEqual(WEBHOOK_DELIVERY_CONCURRENCY + Math.log2(elapsed / 100) + 1);
-    expect(firstBurst).toEqual(expect.arrayContaining([...new Set(failing.received.map((r) => String(r.headers['webhook-id'])))]));
+    expect(firstBurst).toEqual(
+      expect.arrayContaining([...new Set(failing.received.map((r) => String(r.headers['webhook-id'])))]),
+    );
     expect(failing.received.slice(-2).map((r) => r.headers['webhook-id'])).toEqual(['msg_0', 'msg_0']);
     // Every other delivery of the failing receiver was never attempted, so nothing of it was rewritten.
-    expect(firstBurst).toEqual(expect.arrayContaining(outbox.all().filter((e) => e.url === failing.url && e.attempts > 0).map((e) => e.id)));
+    expect(firstBurst).toEqual(
+      expect.arrayContaining(
+        outbox
+          .all()
+          .filter((e) => e.url === failing.url && e.attempts > 0)
+          .map((e) => e.id),
+      ),
+    );
 
     failing.fallback = 204;
-    await failing.until((received) => received.filter((r) => r.status === 204).length >= 200, DELIVERY_MS, 'all 200 once it answers');
+    await failing.until(
+      (received) => received.filter((r) => r.status === 204).length >= 200,
+      DELIVERY_MS,
+      'all 200 once it answers',
+    );
     expect(failing.delivered(SECRET)).toHaveLength(200);
     expect(counts).toEqual({ delivered: 205, failed: 0 });
     expect(outbox.size).toBe(0);

@@ -30,7 +30,14 @@ describe('Standard Webhooks signing', () => {
 
   it('refuses secrets that are not whsec_ + base64 of at least 16 bytes', () => {
     expect(isWebhookSecret(secret)).toBe(true);
-    for (const bad of ['', 'whsec_', 'secret', `whsec_${randomBytes(8).toString('base64')}`, 'whsec_!!!!notbase64!!!!', `whsec_${randomBytes(24).toString('base64').slice(0, -1)}`]) {
+    for (const bad of [
+      '',
+      'whsec_',
+      'secret',
+      `whsec_${randomBytes(8).toString('base64')}`,
+      'whsec_!!!!notbase64!!!!',
+      `whsec_${randomBytes(24).toString('base64').slice(0, -1)}`,
+    ]) {
       expect(isWebhookSecret(bad), bad).toBe(false);
       expect(() => new WebhookSigner(bad)).toThrow();
     }

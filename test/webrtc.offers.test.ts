@@ -87,9 +87,21 @@ describe('WebRTC offers at the edge', () => {
       ['no DTLS fingerprint', { sdp: valid.replace(/^a=fingerprint.*\r\n/gm, ''), type: 'offer' }],
       ['no ICE credentials', { sdp: valid.replace(/^a=ice-(ufrag|pwd).*\r\n/gm, ''), type: 'offer' }],
       ['a duplicate mid', { sdp: valid.replace(/^a=mid:1\r$/m, 'a=mid:0\r'), type: 'offer' }],
-      ['a BUNDLE group naming a missing mid', { sdp: valid.replace(/^a=group:BUNDLE.*\r$/m, 'a=group:BUNDLE 7 8\r'), type: 'offer' }],
-      ['a candidate with an invalid port', { sdp: valid.replace(/^(a=mid:0\r\n)/m, '$1a=candidate:1 1 udp 2122260223 10.0.0.1 -5 typ host\r\n'), type: 'offer' }],
-      [`${MAX_MEDIA_SECTIONS + 1} media sections`, { sdp: valid + audioSection.repeat(MAX_MEDIA_SECTIONS - 1), type: 'offer' }],
+      [
+        'a BUNDLE group naming a missing mid',
+        { sdp: valid.replace(/^a=group:BUNDLE.*\r$/m, 'a=group:BUNDLE 7 8\r'), type: 'offer' },
+      ],
+      [
+        'a candidate with an invalid port',
+        {
+          sdp: valid.replace(/^(a=mid:0\r\n)/m, '$1a=candidate:1 1 udp 2122260223 10.0.0.1 -5 typ host\r\n'),
+          type: 'offer',
+        },
+      ],
+      [
+        `${MAX_MEDIA_SECTIONS + 1} media sections`,
+        { sdp: valid + audioSection.repeat(MAX_MEDIA_SECTIONS - 1), type: 'offer' },
+      ],
       ['a 100 KB offer', { sdp: valid + `a=x-padding:${'p'.repeat(100_000)}\r\n`, type: 'offer' }],
       ['type answer', { sdp: valid, type: 'answer' }],
       ['an sdp that is not a string', { sdp: 42, type: 'offer' }],

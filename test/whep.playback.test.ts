@@ -21,7 +21,11 @@ async function createStartedSession(t: TestApp): Promise<string> {
 }
 
 function postSdp(t: TestApp, sessionId: string, sdp: string, contentType = 'application/sdp'): Promise<Response> {
-  return fetch(`${t.baseUrl}/sessions/${sessionId}/whep`, { method: 'POST', headers: { 'content-type': contentType }, body: sdp });
+  return fetch(`${t.baseUrl}/sessions/${sessionId}/whep`, {
+    method: 'POST',
+    headers: { 'content-type': contentType },
+    body: sdp,
+  });
 }
 
 /** A wrtc player speaking WHEP: raw SDP in, raw SDP and a Location out. */
@@ -57,23 +61,49 @@ describe('WHEP playback', () => {
     peers.push(first.peer, second.peer);
     expect(first.location).toMatch(new RegExp(`^/sessions/${sessionId}/whep/[\\w-]+$`));
     expect(second.location).not.toBe(first.location);
-    await Promise.all([first, second].map(({ peer }) => peer.until(() => peer.frames.length >= 5, MEDIA_WAIT_MS, 'viewer frames')));
+    await Promise.all(
+      [first, second].map(({ peer }) => peer.until(() => peer.frames.length >= 5, MEDIA_WAIT_MS, 'viewer frames')),
+    );
     expect(first.peer.frames.at(-1)!.width).toBe(second.peer.frames.at(-1)!.width);
 
     const sentAt = performance.now();
-    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Hello to both of my viewers, I am speaking now.' })).status).toBe(200);
-    await Promise.all([first, second].map(({ peer }) => peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, MEDIA_WAIT_MS, 'speech at a viewer')));
+    expect(
+      (
+        await post(t.baseUrl, `/sessions/${sessionId}/speak`, {
+          text: 'Hello to both of my viewers, I am speaking now.',
+        })
+      ).status,
+    ).toBe(200);
+    await Promise.all(
+      [first, second].map(({ peer }) =>
+        peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, MEDIA_WAIT_MS, 'speech at a viewer'),
+      ),
+    );
 
     const deleted = await fetch(`${t.baseUrl}${first.location}`, { method: 'DELETE' });
     expect(deleted.status).toBe(204);
     expect((await fetch(`${t.baseUrl}${first.location}`, { method: 'DELETE' })).status).toBe(404);
-    await first.peer.until(() => first.peer.pc.connectionState !== 'connected', MEDIA_WAIT_MS, 'the deleted viewer to drop');
+    await first.peer.until(
+      () => first.peer.pc.connectionState !== 'connected',
+      MEDIA_WAIT_MS,
+      'the deleted viewer to drop',
+    );
 
     const framesBefore = second.peer.frames.length;
     const spokeAt = performance.now();
-    expect((await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Only one of you is still watching.' })).status).toBe(200);
-    await second.peer.until(() => second.peer.frames.length > framesBefore + 5, MEDIA_WAIT_MS, 'frames at the remaining viewer');
-    await second.peer.until(() => second.peer.firstAudible(spokeAt, AUDIBLE_RMS) !== undefined, MEDIA_WAIT_MS, 'speech at the remaining viewer');
+    expect(
+      (await post(t.baseUrl, `/sessions/${sessionId}/speak`, { text: 'Only one of you is still watching.' })).status,
+    ).toBe(200);
+    await second.peer.until(
+      () => second.peer.frames.length > framesBefore + 5,
+      MEDIA_WAIT_MS,
+      'frames at the remaining viewer',
+    );
+    await second.peer.until(
+      () => second.peer.firstAudible(spokeAt, AUDIBLE_RMS) !== undefined,
+      MEDIA_WAIT_MS,
+      'speech at the remaining viewer',
+    );
     expect(first.peer.firstAudible(spokeAt, AUDIBLE_RMS)).toBeUndefined();
   });
 
@@ -85,7 +115,14 @@ describe('WHEP playback', () => {
     });
     expect(res.status).toBe(201);
     expect(res.headers.get('access-control-expose-headers')?.toLowerCase()).toContain('location');
-    expect((await fetch(`${t.baseUrl}${res.headers.get('location')}`, { method: 'DELETE', headers: { origin: 'http://player.example' } })).status).toBe(204);
+    expect(
+      (
+        await fetch(`${t.baseUrl}${res.headers.get('location')}`, {
+          method: 'DELETE',
+          headers: { origin: 'http://player.example' },
+        })
+      ).status,
+    ).toBe(204);
   });
 
   it('refuses a foreign page by the origin rules', async () => {
@@ -117,14 +154,24 @@ describe('WHEP playback', () => {
     const malformed = await postSdp(t, sessionId, 'not an sdp');
     expect(malformed.status).toBe(400);
     expect(typeof (await json(malformed)).detail).toBe('string');
-    const unanswerable = await postSdp(t, sessionId, 'v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=audio 9 FOO 0\r\n');
+    const unanswerable = await postSdp(
+      t,
+      sessionId,
+      'v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=audio 9 FOO 0\r\n',
+    );
     expect(unanswerable.status).toBe(400);
     const wrongType = await postSdp(t, sessionId, await realOfferSdp(), 'text/plain');
     expect(wrongType.status).toBe(415);
     expect(typeof (await json(wrongType)).detail).toBe('string');
-    const patch = await fetch(`${t.baseUrl}/sessions/${sessionId}/whep/abc`, { method: 'PATCH', headers: { 'content-type': 'application/trickle-ice-sdpfrag' }, body: 'a=x' });
+    const patch = await fetch(`${t.baseUrl}/sessions/${sessionId}/whep/abc`, {
+      method: 'PATCH',
+      headers: { 'content-type': 'application/trickle-ice-sdpfrag' },
+      body: 'a=x',
+    });
     expect(patch.status).toBe(405);
-    expect((await fetch(`${t.baseUrl}/sessions/${sessionId}/whep/no-such-viewer`, { method: 'DELETE' })).status).toBe(404);
+    expect((await fetch(`${t.baseUrl}/sessions/${sessionId}/whep/no-such-viewer`, { method: 'DELETE' })).status).toBe(
+      404,
+    );
     expect((await postSdp(t, randomUUID(), await realOfferSdp())).status).toBe(404);
 
     const ended = await createStartedSession(t);

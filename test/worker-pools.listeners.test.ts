@@ -24,14 +24,20 @@ describe('worker pools: many calls of one session leave no listener behind', () 
   /** Warnings are emitted on a later tick than the listener that crossed the limit was added. */
   async function leakWarnings(): Promise<string[]> {
     await new Promise((resolve) => setImmediate(resolve));
-    return warnings.filter((warning) => warning.name === 'MaxListenersExceededWarning').map((warning) => warning.message);
+    return warnings
+      .filter((warning) => warning.name === 'MaxListenersExceededWarning')
+      .map((warning) => warning.message);
   }
 
   it(`${CALLS} sequential audio decodes under one session signal: no MaxListenersExceededWarning, no abort listener left`, async () => {
     const session = new AbortController();
     const wav = encodeWav(new Int16Array(1600).fill(1000), 16_000);
     for (let call = 0; call < CALLS; call++) {
-      const decoded = await decodeAudioOffThread(wav, { targetRate: 16_000, maxDurationMs: 1000, signal: session.signal });
+      const decoded = await decodeAudioOffThread(wav, {
+        targetRate: 16_000,
+        maxDurationMs: 1000,
+        signal: session.signal,
+      });
       expect(decoded.pcm.length).toBe(1600);
     }
     expect(await leakWarnings()).toEqual([]);

@@ -16,10 +16,19 @@ const DEFAULT_PORTRAIT = path.resolve(import.meta.dirname, '..', 'test', 'fixtur
 const DEFAULT_AVATARS_DIR = path.resolve(import.meta.dirname, '..', 'avatars');
 const SIZE = 512;
 
-export async function buildAstronautAvatar(portraitPath = DEFAULT_PORTRAIT, avatarsDir = DEFAULT_AVATARS_DIR): Promise<AvatarManifest> {
-  const portrait = await preparePortrait(await fs.readFile(portraitPath), { width: SIZE, height: SIZE }, { detect: detectMouth });
+export async function buildAstronautAvatar(
+  portraitPath = DEFAULT_PORTRAIT,
+  avatarsDir = DEFAULT_AVATARS_DIR,
+): Promise<AvatarManifest> {
+  const portrait = await preparePortrait(
+    await fs.readFile(portraitPath),
+    { width: SIZE, height: SIZE },
+    { detect: detectMouth },
+  );
   if (!portrait.animation) {
-    throw new Error(`astronaut portrait: mouth detection failed (${portrait.detection.ok ? 'unknown' : portrait.detection.reason})`);
+    throw new Error(
+      `astronaut portrait: mouth detection failed (${portrait.detection.ok ? 'unknown' : portrait.detection.reason})`,
+    );
   }
   const manifest = validateManifest({
     id: 'astronaut',
@@ -47,7 +56,9 @@ if (import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith
   try {
     const manifest = await buildAstronautAvatar(process.argv[2], process.argv[3]);
     const a = manifest.metadata.animation!;
-    console.log(`astronaut: mouth at (${a.mouth_center.x}, ${a.mouth_center.y}), width ${a.mouth_width}, confidence ${a.confidence}`);
+    console.log(
+      `astronaut: mouth at (${a.mouth_center.x}, ${a.mouth_center.y}), width ${a.mouth_width}, confidence ${a.confidence}`,
+    );
   } finally {
     await closeFaceDetector();
   }

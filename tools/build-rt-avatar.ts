@@ -65,8 +65,17 @@ async function buildAvatar(spec: DrawnAvatarSpec): Promise<void> {
   const renderer = createRenderer(spec.modelType);
   await renderer.prepare({ id: spec.id, dir, manifest });
   // Frame 0 is at rest: mid breath, eyes open, mouth closed, head level.
-  const frame = renderer.render({ frameIdx: 0, ptsMs: 0, mouth: CLOSED_MOUTH, level: 0, speaking: false, prosody: { fast: 0, slow: 0 } });
-  const png = await sharp(Buffer.from(i420ToRgba(frame)), { raw: { width: frame.width, height: frame.height, channels: 4 } })
+  const frame = renderer.render({
+    frameIdx: 0,
+    ptsMs: 0,
+    mouth: CLOSED_MOUTH,
+    level: 0,
+    speaking: false,
+    prosody: { fast: 0, slow: 0 },
+  });
+  const png = await sharp(Buffer.from(i420ToRgba(frame)), {
+    raw: { width: frame.width, height: frame.height, channels: 4 },
+  })
     .removeAlpha()
     .png({ compressionLevel: 9 })
     .toBuffer();

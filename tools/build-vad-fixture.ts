@@ -99,7 +99,8 @@ function normalised(pcm: Int16Array): Float32Array {
 
 async function main(): Promise<void> {
   const utterances: Float32Array[] = [];
-  for (const line of SCRIPT) utterances.push(normalised(trimByEnergy(await synthesise(line.text, line.voice, line.wpm))));
+  for (const line of SCRIPT)
+    utterances.push(normalised(trimByEnergy(await synthesise(line.text, line.voice, line.wpm))));
 
   const msToSamples = (ms: number): number => Math.round((ms / 1000) * SAMPLE_RATE);
   const total =
@@ -114,7 +115,12 @@ async function main(): Promise<void> {
   segments.push({ kind: 'silence', startMs: 0, endMs: samplesToMs(cursor) });
   SCRIPT.forEach((line, index) => {
     mix.set(utterances[index], cursor);
-    segments.push({ kind: 'speech', startMs: samplesToMs(cursor), endMs: samplesToMs(cursor + utterances[index].length), text: line.text });
+    segments.push({
+      kind: 'speech',
+      startMs: samplesToMs(cursor),
+      endMs: samplesToMs(cursor + utterances[index].length),
+      text: line.text,
+    });
     cursor += utterances[index].length;
     const pause = index < SCRIPT.length - 1 ? msToSamples(line.pauseAfterMs) : msToSamples(TRAILING_SILENCE_MS);
     segments.push({ kind: 'silence', startMs: samplesToMs(cursor), endMs: samplesToMs(cursor + pause) });

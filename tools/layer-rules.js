@@ -1,7 +1,11 @@
 // The import rules of the three layers (docs/architecture.md, "Layers"), as ESLint flat-config blocks: eslint.config.js
 // applies them, and test/layers.lint.test.ts shows each crossing fails. Dependencies point down only:
 // src → actors → machines.
-const SRC = { group: ['**/src/**', '!**/node_modules/**'], message: 'actors/ and machines/ never import src/: declare a port in actors/ and implement it in src/ (docs/architecture.md, "Layers").' };
+const SRC = {
+  group: ['**/src/**', '!**/node_modules/**'],
+  message:
+    'actors/ and machines/ never import src/: declare a port in actors/ and implement it in src/ (docs/architecture.md, "Layers").',
+};
 
 /**
  * The floors of actors/, bottom first: a folder (or top-level file) imports only from floors below its own, so no
@@ -68,7 +72,8 @@ export const LAYER_RULES = [
             {
               group: ['**', '!xstate'],
               allowTypeImports: true,
-              message: 'machines/ are pure: value imports come only from xstate (types from actors/*/types.ts are fine).',
+              message:
+                'machines/ are pure: value imports come only from xstate (types from actors/*/types.ts are fine).',
             },
           ],
         },
@@ -85,7 +90,8 @@ export const LAYER_RULES = [
           patterns: [
             {
               group: ['**/actors/**', '**/machines/**'],
-              message: 'routes translate HTTP only: reach actors/ and machines/ through src/sessions (or another src/ module), never directly.',
+              message:
+                'routes translate HTTP only: reach actors/ and machines/ through src/sessions (or another src/ module), never directly.',
             },
           ],
         },

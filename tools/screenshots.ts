@@ -28,16 +28,22 @@ export const SCHEMES = ['light', 'dark'] as const;
 
 /** The files written, by name: `page-<viewport>-<scheme>.png` and `widget-<viewport>-<scheme>.png`. */
 export function screenshotNames(): string[] {
-  return (['page', 'widget'] as const).flatMap((what) => Object.keys(VIEWPORTS).flatMap((viewport) => SCHEMES.map((scheme) => `${what}-${viewport}-${scheme}.png`)));
+  return (['page', 'widget'] as const).flatMap((what) =>
+    Object.keys(VIEWPORTS).flatMap((viewport) => SCHEMES.map((scheme) => `${what}-${viewport}-${scheme}.png`)),
+  );
 }
 
 async function speakOnPage(page: Page): Promise<void> {
   await page.getByRole('radio', { name: 'Astronaut' }).check();
   await page.getByRole('button', { name: 'Start session' }).click();
-  await page.waitForFunction(() => document.getElementById('state')!.textContent === 'running', null, { timeout: STEP_MS });
+  await page.waitForFunction(() => document.getElementById('state')!.textContent === 'running', null, {
+    timeout: STEP_MS,
+  });
   await page.getByLabel('Message').fill(MESSAGE);
   await page.getByRole('button', { name: 'Speak', exact: true }).click();
-  await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'speaking', null, { timeout: STEP_MS });
+  await page.waitForFunction(() => document.getElementById('badge')!.dataset.stage === 'speaking', null, {
+    timeout: STEP_MS,
+  });
 }
 
 async function speakInWidget(page: Page): Promise<void> {
@@ -50,7 +56,13 @@ async function speakInWidget(page: Page): Promise<void> {
 
 /** Waits until the video shows decoded frames (not the poster), then half a second more for the encoder's ramp-up. */
 async function settleVideo(page: Page, selector: string): Promise<void> {
-  await page.waitForFunction((s) => (document.querySelector('avatar-chat')?.shadowRoot ?? document).querySelector<HTMLVideoElement>(s)!.videoWidth > 0, selector, { timeout: STEP_MS });
+  await page.waitForFunction(
+    (s) =>
+      (document.querySelector('avatar-chat')?.shadowRoot ?? document).querySelector<HTMLVideoElement>(s)!.videoWidth >
+      0,
+    selector,
+    { timeout: STEP_MS },
+  );
   await page.waitForTimeout(500);
 }
 
@@ -62,7 +74,8 @@ export async function takeScreenshots(outDir: string): Promise<string[]> {
   const hostOrigin = `http://127.0.0.1:${(host.address() as AddressInfo).port}`;
   const service = await startTestApp({ env: { SERVICE_CORS_ORIGINS: hostOrigin } });
   host.on('request', (_req, res) => {
-    const embed = `<!doctype html>\n<meta name="viewport" content="width=device-width, initial-scale=1">\n<meta name="color-scheme" content="light dark">\n<title>Embed</title>\n` +
+    const embed =
+      `<!doctype html>\n<meta name="viewport" content="width=device-width, initial-scale=1">\n<meta name="color-scheme" content="light dark">\n<title>Embed</title>\n` +
       `<script src="${service.baseUrl}/widget.js"></script>\n<avatar-chat avatar="${AVATAR_ID}"></avatar-chat>\n`;
     res.writeHead(200, { 'content-type': 'text/html' }).end(embed);
   });
@@ -71,12 +84,24 @@ export async function takeScreenshots(outDir: string): Promise<string[]> {
   try {
     browser = await chromium.launch({
       executablePath: '/usr/bin/chromium',
-      args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--autoplay-policy=no-user-gesture-required'],
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--autoplay-policy=no-user-gesture-required',
+      ],
     });
     for (const [viewportName, viewport] of Object.entries(VIEWPORTS)) {
       for (const scheme of SCHEMES) {
         for (const what of ['page', 'widget'] as const) {
-          const context = await browser.newContext({ viewport, colorScheme: scheme, isMobile: viewportName === 'phone', hasTouch: viewportName === 'phone' });
+          const context = await browser.newContext({
+            viewport,
+            colorScheme: scheme,
+            isMobile: viewportName === 'phone',
+            hasTouch: viewportName === 'phone',
+          });
           try {
             const page = await context.newPage();
             if (what === 'page') {

@@ -66,7 +66,10 @@ function label(width: number, title: string, detail: string): Buffer {
 
 const pose = (p: MouthPose) => `open ${p.open.toFixed(2)} wide ${p.wide.toFixed(2)} round ${p.round.toFixed(2)}`;
 
-export async function buildContactSheet(avatarDir: string, outPath: string): Promise<Array<{ viseme: Viseme } & MouthMeasure & { jawDropPx: number }>> {
+export async function buildContactSheet(
+  avatarDir: string,
+  outPath: string,
+): Promise<Array<{ viseme: Viseme } & MouthMeasure & { jawDropPx: number }>> {
   const manifest = JSON.parse(await fs.readFile(path.join(avatarDir, 'manifest.json'), 'utf8')) as AvatarManifest;
   const animation = manifest.metadata.animation;
   if (!animation) throw new Error('the avatar has no metadata.animation: nothing to animate');
@@ -88,19 +91,36 @@ export async function buildContactSheet(avatarDir: string, outPath: string): Pro
     const frame = renderPose(renderer, VISEME_POSES[viseme]);
     const measure = { viseme, ...measureMouth(frame, animation), jawDropPx: jawDropPx(rest, frame, animation) };
     figures.push(measure);
-    const crop = await sharp(Buffer.from(i420ToRgba(frame)), { raw: { width: frame.width, height: frame.height, channels: 4 } })
+    const crop = await sharp(Buffer.from(i420ToRgba(frame)), {
+      raw: { width: frame.width, height: frame.height, channels: 4 },
+    })
       .extract({ left, top, width, height })
       .resize(cellWidth, height * SCALE, { kernel: 'cubic' })
       .png()
       .toBuffer();
     const x = (index % COLUMNS) * (cellWidth + GAP);
     const y = Math.floor(index / COLUMNS) * (cellHeight + GAP);
-    composites.push({ input: label(cellWidth, `${viseme}  (${phones})`, `${pose(VISEME_POSES[viseme])} · dark ${measure.darkArea.toFixed(3)} mw²`), left: x, top: y });
+    composites.push({
+      input: label(
+        cellWidth,
+        `${viseme}  (${phones})`,
+        `${pose(VISEME_POSES[viseme])} · dark ${measure.darkArea.toFixed(3)} mw²`,
+      ),
+      left: x,
+      top: y,
+    });
     composites.push({ input: crop, left: x, top: y + LABEL_HEIGHT });
   }
   const rows = Math.ceil(SHEET_VISEMES.length / COLUMNS);
   await fs.mkdir(path.dirname(outPath), { recursive: true });
-  await sharp({ create: { width: COLUMNS * (cellWidth + GAP) - GAP, height: rows * (cellHeight + GAP) - GAP, channels: 3, background: '#0f1419' } })
+  await sharp({
+    create: {
+      width: COLUMNS * (cellWidth + GAP) - GAP,
+      height: rows * (cellHeight + GAP) - GAP,
+      channels: 3,
+      background: '#0f1419',
+    },
+  })
     .composite(composites)
     .png({ compressionLevel: 9 })
     .toFile(outPath);

@@ -70,8 +70,10 @@ export async function decodeAudioOffThread(
     });
   } catch (error) {
     if (signal?.aborted) throw signal.reason ?? error;
-    if (deadline.aborted) throw new AudioDecoderBusyError(`audio decoding took longer than ${AUDIO_DECODE_TIMEOUT_MS / 1000} s`);
-    if (/queue is at limit/i.test((error as Error).message)) throw new AudioDecoderBusyError('the audio decoder is busy');
+    if (deadline.aborted)
+      throw new AudioDecoderBusyError(`audio decoding took longer than ${AUDIO_DECODE_TIMEOUT_MS / 1000} s`);
+    if (/queue is at limit/i.test((error as Error).message))
+      throw new AudioDecoderBusyError('the audio decoder is busy');
     throw error;
   }
   if (outcome.ok) return { pcm: outcome.pcm, sampleRate: outcome.sampleRate, format: outcome.format };

@@ -3,7 +3,13 @@
  * as values: an Error's class does not survive the trip between threads, and the caller maps each kind to its own.
  */
 import { movedWith } from '../transferable.ts';
-import { AudioTooLongError, decodeAudioToPcm16, InvalidAudioError, type AudioFormat, type AudioRules } from './decode.ts';
+import {
+  AudioTooLongError,
+  decodeAudioToPcm16,
+  InvalidAudioError,
+  type AudioFormat,
+  type AudioRules,
+} from './decode.ts';
 
 export interface DecodeTask {
   bytes: Uint8Array;

@@ -5,7 +5,14 @@
  */
 import { MPEGDecoder } from 'mpg123-decoder';
 import { resamplePcm16 } from './resample.ts';
-import { InvalidAudioError, decodeWavSamples, isWav, pcm16FromLittleEndian, readWavHeader, type WavHeader } from './wav.ts';
+import {
+  InvalidAudioError,
+  decodeWavSamples,
+  isWav,
+  pcm16FromLittleEndian,
+  readWavHeader,
+  type WavHeader,
+} from './wav.ts';
 
 export { InvalidAudioError };
 
@@ -82,7 +89,11 @@ const MIN_TEXT_SNIFF_BYTES = 16;
 export async function decodeAudioToPcm16(bytes: Buffer | Uint8Array, options: DecodeOptions): Promise<DecodedAudio> {
   options.signal?.throwIfAborted();
   if (bytes.length === 0) throw new InvalidAudioError('audio is empty');
-  const { pcm, sampleRate, format } = await decodeAtSourceRate(bytes, options.rawSampleRate ?? DEFAULT_RAW_SAMPLE_RATE, options);
+  const { pcm, sampleRate, format } = await decodeAtSourceRate(
+    bytes,
+    options.rawSampleRate ?? DEFAULT_RAW_SAMPLE_RATE,
+    options,
+  );
   if (pcm.length === 0) throw new InvalidAudioError(`${format} audio contains no samples`);
   options.signal?.throwIfAborted();
   const resampled = await resamplePcm16(pcm, sampleRate, options.targetRate);
@@ -116,7 +127,8 @@ async function decodeAtSourceRate(
 
 /** Throws `AudioTooLongError` when `frames` at `sampleRate` last longer than the limit. */
 function checkDuration(frames: number, sampleRate: number, maxDurationMs: number | undefined): void {
-  if (maxDurationMs !== undefined && frames > maxFramesAt(sampleRate, maxDurationMs)) throw new AudioTooLongError(maxDurationMs);
+  if (maxDurationMs !== undefined && frames > maxFramesAt(sampleRate, maxDurationMs))
+    throw new AudioTooLongError(maxDurationMs);
 }
 
 export function maxFramesAt(sampleRate: number, maxDurationMs: number): number {
@@ -138,7 +150,9 @@ function checkWavHeader(header: WavHeader, rules: AudioRules): void {
 
 function checkRateAndChannels(format: string, sampleRate: number, channels: number, rules: AudioRules): void {
   if (!Number.isInteger(sampleRate) || sampleRate < rules.minSampleRate || sampleRate > rules.maxSampleRate) {
-    throw new InvalidAudioError(`${format} sample rate ${sampleRate} Hz is outside ${rules.minSampleRate}-${rules.maxSampleRate} Hz`);
+    throw new InvalidAudioError(
+      `${format} sample rate ${sampleRate} Hz is outside ${rules.minSampleRate}-${rules.maxSampleRate} Hz`,
+    );
   }
   if (channels < 1 || channels > rules.maxChannels) {
     throw new InvalidAudioError(`${format} has ${channels} channels; at most ${rules.maxChannels} are accepted`);
@@ -160,7 +174,10 @@ function parseRawPcm16(bytes: Uint8Array): Int16Array {
 const MP3_FEED_BYTES = 64 * 1024;
 
 /** Decodes step by step, downmixing each step, and stops as soon as the audio passes `maxDurationMs`. */
-async function decodeMp3(bytes: Uint8Array, maxDurationMs: number | undefined): Promise<{ pcm: Int16Array; sampleRate: number; channels: number }> {
+async function decodeMp3(
+  bytes: Uint8Array,
+  maxDurationMs: number | undefined,
+): Promise<{ pcm: Int16Array; sampleRate: number; channels: number }> {
   const decoder = new MPEGDecoder();
   try {
     await decoder.ready;
@@ -227,7 +244,11 @@ const BITRATES_KBPS: Record<string, number[]> = {
   'v2-l1': [0, 32, 48, 56, 64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256],
   'v2-l2': [0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160],
 };
-const SAMPLE_RATES: Record<number, number[]> = { 3: [44100, 48000, 32000], 2: [22050, 24000, 16000], 0: [11025, 12000, 8000] };
+const SAMPLE_RATES: Record<number, number[]> = {
+  3: [44100, 48000, 32000],
+  2: [22050, 24000, 16000],
+  0: [11025, 12000, 8000],
+};
 const RESERVED_VERSION = 1;
 const RESERVED_LAYER = 0;
 const FREE_FORMAT_BITRATE = 0;

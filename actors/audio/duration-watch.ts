@@ -13,7 +13,15 @@
  *
  * It only refuses what is certainly too long; whatever it lets through is still bounded by the decoder.
  */
-import { afterId3v2, AudioTooLongError, looksLikeMp3, maxFramesAt, mp3DeclaredDuration, mpegFrameLength, mpegFrameTiming } from './decode.ts';
+import {
+  afterId3v2,
+  AudioTooLongError,
+  looksLikeMp3,
+  maxFramesAt,
+  mp3DeclaredDuration,
+  mpegFrameLength,
+  mpegFrameTiming,
+} from './decode.ts';
 import { InvalidAudioError, isWav, readWavHeader } from './wav.ts';
 
 /**
@@ -66,7 +74,8 @@ export class DecodedDurationWatch {
       this.tail = lastBytes(this.tail, chunk);
       return;
     }
-    if (this.state.kind === 'wav' && this.received > this.state.dataEndLimit) throw new AudioTooLongError(this.maxDurationMs);
+    if (this.state.kind === 'wav' && this.received > this.state.dataEndLimit)
+      throw new AudioTooLongError(this.maxDurationMs);
   }
 
   private readHead(): Watching {
@@ -77,11 +86,14 @@ export class DecodedDurationWatch {
     if (!looksLikeMp3(this.head)) return complete ? { kind: 'off' } : { kind: 'head' };
     const start = afterId3v2(this.head);
     const firstFrame = mpegFrameLength(this.head, start);
-    const firstFrameIncomplete = start + MPEG_HEADER_BYTES > this.head.length || (firstFrame !== undefined && start + firstFrame > this.head.length);
+    const firstFrameIncomplete =
+      start + MPEG_HEADER_BYTES > this.head.length ||
+      (firstFrame !== undefined && start + firstFrame > this.head.length);
     // Its Xing/Info count sits in the first frame: wait for all of it (within the head bound).
     if (firstFrameIncomplete && !complete) return { kind: 'head' };
     const declared = mp3DeclaredDuration(this.head);
-    if (declared && declared.samples > maxFramesAt(declared.sampleRate, this.maxDurationMs)) throw new AudioTooLongError(this.maxDurationMs);
+    if (declared && declared.samples > maxFramesAt(declared.sampleRate, this.maxDurationMs))
+      throw new AudioTooLongError(this.maxDurationMs);
     return { kind: 'mp3', nextFrameAt: start, frames: 0, samples: 0, sampleRate: 0 };
   }
 
@@ -98,7 +110,8 @@ export class DecodedDurationWatch {
     if (UNKNOWN_WAV_DATA_SIZES.has(header.declaredDataBytes)) {
       return { kind: 'wav', dataEndLimit: header.dataOffset + maxFrames * Math.max(1, header.blockAlign) };
     }
-    if (Math.floor(header.declaredDataBytes / Math.max(1, header.blockAlign)) > maxFrames) throw new AudioTooLongError(this.maxDurationMs);
+    if (Math.floor(header.declaredDataBytes / Math.max(1, header.blockAlign)) > maxFrames)
+      throw new AudioTooLongError(this.maxDurationMs);
     // A declared size inside the bound: the decoder refuses a file that holds more or less than it declares.
     return { kind: 'off' };
   }

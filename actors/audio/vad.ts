@@ -72,18 +72,31 @@ function loadFvad(): Promise<FvadModule> {
 }
 
 /** Speech segments of `pcm`, in ms from its start, ordered and non-overlapping. */
-export async function detectSpeechSegments(pcm: Int16Array, sampleRate: number, options: VadOptions = {}): Promise<SpeechSegment[]> {
+export async function detectSpeechSegments(
+  pcm: Int16Array,
+  sampleRate: number,
+  options: VadOptions = {},
+): Promise<SpeechSegment[]> {
   options.signal?.throwIfAborted();
   const frameMs = options.frameMs ?? DEFAULT_FRAME_MS;
   const durationMs = (pcm.length / sampleRate) * 1000;
-  const frameFlags = await classifyFrames(pcm, sampleRate, frameMs, options.aggressiveness ?? DEFAULT_AGGRESSIVENESS, options.signal);
+  const frameFlags = await classifyFrames(
+    pcm,
+    sampleRate,
+    frameMs,
+    options.aggressiveness ?? DEFAULT_AGGRESSIVENESS,
+    options.signal,
+  );
   const runs = speechRuns(frameFlags, frameMs);
   const bridged = mergeCloseSegments(runs, options.mergeGapMs ?? DEFAULT_MERGE_GAP_MS);
   const minSpeechMs = options.minSpeechMs ?? DEFAULT_MIN_SPEECH_MS;
   const padding = options.paddingMs ?? DEFAULT_PADDING_MS;
   const padded = bridged
     .filter((segment) => segment.endMs - segment.startMs >= minSpeechMs)
-    .map((segment) => ({ startMs: Math.max(0, segment.startMs - padding), endMs: Math.min(durationMs, segment.endMs + padding) }));
+    .map((segment) => ({
+      startMs: Math.max(0, segment.startMs - padding),
+      endMs: Math.min(durationMs, segment.endMs + padding),
+    }));
   return mergeCloseSegments(padded, 0).map((segment) => ({
     startMs: Math.round(segment.startMs),
     endMs: Math.round(segment.endMs),
@@ -150,8 +163,10 @@ async function classifyFrames(
   if (instance === 0) throw new Error('fvad_new failed (out of WASM memory)');
   const buffer = fvad._malloc(frameSamples * 2);
   try {
-    if (fvad._fvad_set_mode(instance, aggressiveness) !== 0) throw new RangeError(`invalid VAD aggressiveness ${aggressiveness}`);
-    if (fvad._fvad_set_sample_rate(instance, analysisRate) !== 0) throw new RangeError(`VAD rejected rate ${analysisRate}`);
+    if (fvad._fvad_set_mode(instance, aggressiveness) !== 0)
+      throw new RangeError(`invalid VAD aggressiveness ${aggressiveness}`);
+    if (fvad._fvad_set_sample_rate(instance, analysisRate) !== 0)
+      throw new RangeError(`VAD rejected rate ${analysisRate}`);
     // libfvad flags the first ~100 ms as speech while its noise model still holds start-up
     // defaults; running the opening frames once beforehand lets it settle on this recording's noise.
     for (let frame = 0; frame < Math.min(WARM_UP_FRAMES, frameCount); frame++) {

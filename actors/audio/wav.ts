@@ -155,7 +155,9 @@ function parseFormat(view: DataView, start: number, size: number): WavFormat {
   }
   if (channels < 1 || channels > MAX_CHANNELS) throw new InvalidAudioError(`WAV channel count ${channels} is invalid`);
   if (sampleRate < MIN_WAV_SAMPLE_RATE || sampleRate > MAX_WAV_SAMPLE_RATE) {
-    throw new InvalidAudioError(`WAV sample rate ${sampleRate} Hz is outside ${MIN_WAV_SAMPLE_RATE}-${MAX_WAV_SAMPLE_RATE} Hz`);
+    throw new InvalidAudioError(
+      `WAV sample rate ${sampleRate} Hz is outside ${MIN_WAV_SAMPLE_RATE}-${MAX_WAV_SAMPLE_RATE} Hz`,
+    );
   }
   const bytesPerSample = bitsPerSample / 8;
   if (tag === WAVE_FORMAT_PCM && ![8, 16, 24, 32].includes(bitsPerSample)) {
@@ -186,7 +188,8 @@ function decodeSamples(view: DataView, start: number, size: number, format: WavF
   for (let frame = 0; frame < frames; frame++) {
     const frameStart = start + frame * format.blockAlign;
     let sum = 0;
-    for (let channel = 0; channel < format.channels; channel++) sum += readSample(frameStart + channel * bytesPerSample);
+    for (let channel = 0; channel < format.channels; channel++)
+      sum += readSample(frameStart + channel * bytesPerSample);
     const value = Math.round((sum / format.channels) * 32768);
     mono[frame] = value > 32767 ? 32767 : value < -32768 ? -32768 : value;
   }

@@ -28,23 +28,60 @@ export function installChainedOps(tf: Ops): void {
     };
   };
   for (const name of SAME_NAME_OPS) {
-    if (typeof tf[name] === 'function') define(name, function (this: any, ...args: any[]) { return tf[name](this, ...args); });
+    if (typeof tf[name] === 'function')
+      define(name, function (this: any, ...args: any[]) {
+        return tf[name](this, ...args);
+      });
   }
-  define('as1D', function (this: any) { return tf.reshape(this, [this.size]); });
-  define('as2D', function (this: any, a: number, b: number) { return tf.reshape(this, [a, b]); });
-  define('as3D', function (this: any, a: number, b: number, c: number) { return tf.reshape(this, [a, b, c]); });
-  define('as4D', function (this: any, a: number, b: number, c: number, d: number) { return tf.reshape(this, [a, b, c, d]); });
-  define('as5D', function (this: any, a: number, b: number, c: number, d: number, e: number) { return tf.reshape(this, [a, b, c, d, e]); });
-  define('asScalar', function (this: any) { return tf.reshape(this, []); });
-  define('asType', function (this: any, dtype: string) { return tf.cast(this, dtype); });
-  define('flatten', function (this: any) { return tf.reshape(this, [this.size]); });
-  define('reshapeAs', function (this: any, x: { shape: number[] }) { return tf.reshape(this, x.shape); });
-  define('toBool', function (this: any) { return tf.cast(this, 'bool'); });
-  define('toFloat', function (this: any) { return tf.cast(this, 'float32'); });
-  define('toInt', function (this: any) { return tf.cast(this, 'int32'); });
-  define('resizeBilinear', function (this: any, ...args: any[]) { return tf.image.resizeBilinear(this, ...args); });
-  define('resizeNearestNeighbor', function (this: any, ...args: any[]) { return tf.image.resizeNearestNeighbor(this, ...args); });
-  define('concat', function (this: any, x: any, axis?: number) { return tf.concat([this, ...(x instanceof tf.Tensor ? [x] : x)], axis); });
-  define('stack', function (this: any, x: any, axis?: number) { return tf.stack([this, ...(x instanceof tf.Tensor ? [x] : x)], axis); });
-  define('where', function (this: any, condition: unknown, x: unknown) { return tf.where(condition, this, x); });
+  define('as1D', function (this: any) {
+    return tf.reshape(this, [this.size]);
+  });
+  define('as2D', function (this: any, a: number, b: number) {
+    return tf.reshape(this, [a, b]);
+  });
+  define('as3D', function (this: any, a: number, b: number, c: number) {
+    return tf.reshape(this, [a, b, c]);
+  });
+  define('as4D', function (this: any, a: number, b: number, c: number, d: number) {
+    return tf.reshape(this, [a, b, c, d]);
+  });
+  define('as5D', function (this: any, a: number, b: number, c: number, d: number, e: number) {
+    return tf.reshape(this, [a, b, c, d, e]);
+  });
+  define('asScalar', function (this: any) {
+    return tf.reshape(this, []);
+  });
+  define('asType', function (this: any, dtype: string) {
+    return tf.cast(this, dtype);
+  });
+  define('flatten', function (this: any) {
+    return tf.reshape(this, [this.size]);
+  });
+  define('reshapeAs', function (this: any, x: { shape: number[] }) {
+    return tf.reshape(this, x.shape);
+  });
+  define('toBool', function (this: any) {
+    return tf.cast(this, 'bool');
+  });
+  define('toFloat', function (this: any) {
+    return tf.cast(this, 'float32');
+  });
+  define('toInt', function (this: any) {
+    return tf.cast(this, 'int32');
+  });
+  define('resizeBilinear', function (this: any, ...args: any[]) {
+    return tf.image.resizeBilinear(this, ...args);
+  });
+  define('resizeNearestNeighbor', function (this: any, ...args: any[]) {
+    return tf.image.resizeNearestNeighbor(this, ...args);
+  });
+  define('concat', function (this: any, x: any, axis?: number) {
+    return tf.concat([this, ...(x instanceof tf.Tensor ? [x] : x)], axis);
+  });
+  define('stack', function (this: any, x: any, axis?: number) {
+    return tf.stack([this, ...(x instanceof tf.Tensor ? [x] : x)], axis);
+  });
+  define('where', function (this: any, condition: unknown, x: unknown) {
+    return tf.where(condition, this, x);
+  });
 }

@@ -9,7 +9,8 @@
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 
-export const FFMPEG_PATH: string = (createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg') as { path: string }).path;
+export const FFMPEG_PATH: string = (createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg') as { path: string })
+  .path;
 
 /** ffmpeg's report is a few KB; a hostile file with thousands of streams cannot make us keep more than this. */
 const MAX_STDERR_BYTES = 256 * 1024;
@@ -49,11 +50,15 @@ export function runFfmpeg(
       child.kill('SIGKILL');
     };
     const onAbort = () => stop(opts.signal!.reason as Error);
-    const timer = setTimeout(() => stop(new ClipProcessError(`clip took longer than ${opts.deadlineMs / 1000} s to decode`)), opts.deadlineMs);
+    const timer = setTimeout(
+      () => stop(new ClipProcessError(`clip took longer than ${opts.deadlineMs / 1000} s to decode`)),
+      opts.deadlineMs,
+    );
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     child.stdout.on('data', (chunk: Buffer) => {
       stdoutBytes += chunk.length;
-      if (opts.maxStdoutBytes !== undefined && stdoutBytes > opts.maxStdoutBytes) return stop(new ClipProcessError('clip decoded to more than its bounds'));
+      if (opts.maxStdoutBytes !== undefined && stdoutBytes > opts.maxStdoutBytes)
+        return stop(new ClipProcessError('clip decoded to more than its bounds'));
       if (failure) return;
       if (opts.onStdout) opts.onStdout(chunk);
       else stdout.push(chunk);
@@ -68,7 +73,12 @@ export function runFfmpeg(
       clearTimeout(timer);
       opts.signal?.removeEventListener('abort', onAbort);
       if (failure) reject(failure);
-      else resolve({ code, stderr: Buffer.concat(stderr).toString('utf8'), stdout: Buffer.concat(stdout).toString('utf8') });
+      else
+        resolve({
+          code,
+          stderr: Buffer.concat(stderr).toString('utf8'),
+          stdout: Buffer.concat(stdout).toString('utf8'),
+        });
     });
   });
 }
@@ -84,16 +94,27 @@ export type ClipFormat = 'mp4' | 'webm';
  * may open, each frame at most `maxPixels` (checked before its buffers are allocated, also while ffmpeg
  * analyses the streams). `autorotate: false` reads the frames as stored.
  */
-export function clipInputArgs(file: string, format: ClipFormat, opts: { decoders: readonly string[]; maxPixels: number; autorotate?: boolean }): string[] {
-  const demuxer = format === 'mp4' ? ['-f', 'mov', '-format_whitelist', 'mov', '-enable_drefs', '0', '-use_absolute_path', '0'] : ['-f', 'matroska', '-format_whitelist', 'matroska'];
+export function clipInputArgs(
+  file: string,
+  format: ClipFormat,
+  opts: { decoders: readonly string[]; maxPixels: number; autorotate?: boolean },
+): string[] {
+  const demuxer =
+    format === 'mp4'
+      ? ['-f', 'mov', '-format_whitelist', 'mov', '-enable_drefs', '0', '-use_absolute_path', '0']
+      : ['-f', 'matroska', '-format_whitelist', 'matroska'];
   return [
     ...demuxer,
-    '-protocol_whitelist', 'file',
-    '-codec_whitelist', opts.decoders.join(','),
-    '-max_pixels', String(opts.maxPixels),
+    '-protocol_whitelist',
+    'file',
+    '-codec_whitelist',
+    opts.decoders.join(','),
+    '-max_pixels',
+    String(opts.maxPixels),
     ...(opts.autorotate === false ? ['-noautorotate'] : []),
     // `file:` so that no part of the path is read as a protocol or an option.
-    '-i', `file:${file}`,
+    '-i',
+    `file:${file}`,
   ];
 }
 

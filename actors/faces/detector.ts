@@ -56,7 +56,12 @@ export async function detectMouth(image: RgbaImage, opts: { signal?: AbortSignal
     // Always a private copy: transferring the caller's own buffer would detach it under their feet, and the
     // copy (4 bytes/pixel, ~1 ms for 1 Mpx) is nothing next to the detection itself.
     const rgba = new Uint8Array(image.rgba);
-    const task: RgbaImage = { rgba, width: image.width, height: image.height, ...(image.near ? { near: image.near } : {}) };
+    const task: RgbaImage = {
+      rgba,
+      width: image.width,
+      height: image.height,
+      ...(image.near ? { near: image.near } : {}),
+    };
     const stranded = new AbortController();
     waitingDetections.add(stranded);
     try {
@@ -65,7 +70,11 @@ export async function detectMouth(image: RgbaImage, opts: { signal?: AbortSignal
     } catch (error) {
       if (opts.signal?.aborted) throw opts.signal.reason ?? error;
       if (stranded.signal.aborted && attempt === 1) continue;
-      return { ok: false, reason: 'error', detail: stranded.signal.aborted ? STRANDED.message : (error as Error).message };
+      return {
+        ok: false,
+        reason: 'error',
+        detail: stranded.signal.aborted ? STRANDED.message : (error as Error).message,
+      };
     } finally {
       waitingDetections.delete(stranded);
     }

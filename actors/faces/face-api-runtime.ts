@@ -7,7 +7,10 @@ const require = createRequire(import.meta.url);
 /** The subset of face-api we use; its own typings drag in DOM types, so we keep a narrow local view. */
 export interface FaceApi {
   tf: any;
-  nets: { ssdMobilenetv1: { loadFromDisk(dir: string): Promise<void> }; faceLandmark68Net: { loadFromDisk(dir: string): Promise<void> } };
+  nets: {
+    ssdMobilenetv1: { loadFromDisk(dir: string): Promise<void> };
+    faceLandmark68Net: { loadFromDisk(dir: string): Promise<void> };
+  };
   SsdMobilenetv1Options: new (opts: { minConfidence: number; maxResults: number }) => unknown;
   detectAllFaces(input: unknown, options: unknown): { withFaceLandmarks(): Promise<FaceApiResult[]> };
   /** The 68-landmark net alone on an image that is already a face crop; positions in the crop's pixels. */
@@ -45,17 +48,24 @@ async function load(): Promise<FaceApi> {
   const wasm = require('@tensorflow/tfjs-backend-wasm') as { setWasmPaths(prefix: string): void };
   const tf = faceapi.tf;
   installChainedOps(tf);
-  wasm.setWasmPaths(path.dirname(require.resolve('@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm')) + path.sep);
+  wasm.setWasmPaths(
+    path.dirname(require.resolve('@tensorflow/tfjs-backend-wasm/dist/tfjs-backend-wasm.wasm')) + path.sep,
+  );
   if (!(await tf.setBackend('wasm'))) throw new Error('tfjs wasm backend failed to initialise');
   await tf.ready();
-  const modelDir = path.dirname(require.resolve('@vladmandic/face-api/model/ssd_mobilenetv1_model-weights_manifest.json'));
+  const modelDir = path.dirname(
+    require.resolve('@vladmandic/face-api/model/ssd_mobilenetv1_model-weights_manifest.json'),
+  );
   await faceapi.nets.ssdMobilenetv1.loadFromDisk(modelDir);
   await faceapi.nets.faceLandmark68Net.loadFromDisk(modelDir);
   return faceapi;
 }
 
 function redirectTfjsToCore(): void {
-  const resolver = Module as unknown as { _resolveFilename: (request: string, ...rest: unknown[]) => string; __tfjsRedirected?: boolean };
+  const resolver = Module as unknown as {
+    _resolveFilename: (request: string, ...rest: unknown[]) => string;
+    __tfjsRedirected?: boolean;
+  };
   if (resolver.__tfjsRedirected) return;
   const coreEntry = require.resolve('@tensorflow/tfjs-core');
   const original = resolver._resolveFilename;

@@ -15,7 +15,11 @@ export const TRACK_SMOOTHING_RADIUS = 3;
  * The track of `frameCount` frames from `detections` (frame index → animation, in frame pixels). Throws when
  * there is none. Every output frame has the shape of the first detection (fields and point counts).
  */
-export function buildFaceTrack(frameCount: number, detections: Map<number, MouthAnimation>, radius = TRACK_SMOOTHING_RADIUS): MouthAnimation[] {
+export function buildFaceTrack(
+  frameCount: number,
+  detections: Map<number, MouthAnimation>,
+  radius = TRACK_SMOOTHING_RADIUS,
+): MouthAnimation[] {
   const known = [...detections.keys()].filter((i) => i >= 0 && i < frameCount).sort((a, b) => a - b);
   if (known.length === 0) throw new Error('no detections to track');
   const template = detections.get(known[0])!;
@@ -50,7 +54,16 @@ const round2 = (n: number) => Math.round(n * 100) / 100;
 
 /** The numeric fields of an animation in a fixed order (the template's shape; missing points repeat the template's). */
 function flatten(a: MouthAnimation, template: MouthAnimation): number[] {
-  const out: number[] = [a.face_box.x, a.face_box.y, a.face_box.width, a.face_box.height, a.mouth_center.x, a.mouth_center.y, a.mouth_width, a.confidence];
+  const out: number[] = [
+    a.face_box.x,
+    a.face_box.y,
+    a.face_box.width,
+    a.face_box.height,
+    a.mouth_center.x,
+    a.mouth_center.y,
+    a.mouth_width,
+    a.confidence,
+  ];
   const points = (list: Point[] | undefined, shape: Point[] | undefined) => {
     for (let i = 0; i < (shape?.length ?? 0); i++) {
       const p = list?.[i] ?? shape![i];

@@ -127,7 +127,10 @@ export async function withImageProcess<T>(
  * Runs `work` in one of the same `MAX_RUNNING_IMAGE_JOBS` slots (and queue) as the portraits, without an image
  * process: a clip upload, whose decoding runs in ffmpeg's own process. Busy and abort rules as `withImageProcess`.
  */
-export async function withImageJobSlot<T>(work: (signal: AbortSignal) => Promise<T>, opts: { signal?: AbortSignal } = {}): Promise<T> {
+export async function withImageJobSlot<T>(
+  work: (signal: AbortSignal) => Promise<T>,
+  opts: { signal?: AbortSignal } = {},
+): Promise<T> {
   const releaseSlot = await slots.acquire(opts.signal);
   const stopped = new AbortController();
   const signal = opts.signal ? AbortSignal.any([opts.signal, stopped.signal]) : stopped.signal;
@@ -214,7 +217,12 @@ function alive(child: ChildProcess): boolean {
   return child.exitCode === null && child.signalCode === null && child.connected;
 }
 
-function requestOf(child: ChildProcess, message: ImageRequest, deadlineMs: number, signal: AbortSignal): Promise<ImageReply> {
+function requestOf(
+  child: ChildProcess,
+  message: ImageRequest,
+  deadlineMs: number,
+  signal: AbortSignal,
+): Promise<ImageReply> {
   signal.throwIfAborted();
   const late = () => new ImageJobFailedError(`image took longer than ${deadlineMs / 1000} s to process`);
   const reply = replyOf(child, deadlineMs, late, signal);
@@ -224,7 +232,12 @@ function requestOf(child: ChildProcess, message: ImageRequest, deadlineMs: numbe
 }
 
 /** The process's next message, or a rejection: `late()` past `deadlineMs`, `ImageJobFailedError` when it exits, the reason on abort. */
-function replyOf(child: ChildProcess, deadlineMs: number, late: () => Error, signal?: AbortSignal): Promise<ImageReply> {
+function replyOf(
+  child: ChildProcess,
+  deadlineMs: number,
+  late: () => Error,
+  signal?: AbortSignal,
+): Promise<ImageReply> {
   return new Promise<ImageReply>((resolve, reject) => {
     const settle = (outcome: () => void) => {
       clearTimeout(timer);

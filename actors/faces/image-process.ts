@@ -33,18 +33,28 @@ process.on('disconnect', () => process.kill(process.pid, 'SIGKILL'));
 process.on('SIGINT', () => undefined);
 
 process.on('message', (request: ImageRequest) => {
-  answer(request).then(send, (error: unknown) => send({ type: 'failed', message: (error as Error)?.message ?? 'image process failed' }));
+  answer(request).then(send, (error: unknown) =>
+    send({ type: 'failed', message: (error as Error)?.message ?? 'image process failed' }),
+  );
 });
 
 async function answer(request: ImageRequest): Promise<ImageReply> {
   if (request.type === 'decode') {
     upright = undefined;
     try {
-      upright = await decodeUpright(Buffer.from(request.image.buffer, request.image.byteOffset, request.image.byteLength), request.maxPixels);
+      upright = await decodeUpright(
+        Buffer.from(request.image.buffer, request.image.byteOffset, request.image.byteLength),
+        request.maxPixels,
+      );
     } catch {
       return { type: 'invalid', message: 'image could not be decoded' };
     }
-    return { type: 'decoded', width: upright.width, height: upright.height, detection: await detectionCopy(upright, request.detectionMaxSide) };
+    return {
+      type: 'decoded',
+      width: upright.width,
+      height: upright.height,
+      detection: await detectionCopy(upright, request.detectionMaxSide),
+    };
   }
   if (!upright) return { type: 'failed', message: 'crop before decode' };
   const png = await cropToFrame(upright, request.crop, request.target);
@@ -69,7 +79,10 @@ async function decodeUpright(bytes: Buffer, maxPixels: number): Promise<UprightI
 }
 
 /** An RGBA copy no longer than `maxSide` on its long side (the detector's input). */
-async function detectionCopy(image: UprightImage, maxSide: number): Promise<{ rgba: Uint8Array; width: number; height: number }> {
+async function detectionCopy(
+  image: UprightImage,
+  maxSide: number,
+): Promise<{ rgba: Uint8Array; width: number; height: number }> {
   const scale = Math.min(1, maxSide / Math.max(image.width, image.height));
   const width = Math.max(1, Math.round(image.width * scale));
   const height = Math.max(1, Math.round(image.height * scale));
@@ -79,7 +92,11 @@ async function detectionCopy(image: UprightImage, maxSide: number): Promise<{ rg
   return { rgba: new Uint8Array(rgba.buffer, rgba.byteOffset, rgba.byteLength), width, height };
 }
 
-async function cropToFrame(image: UprightImage, crop: CropRect, target: { width: number; height: number }): Promise<Uint8Array> {
+async function cropToFrame(
+  image: UprightImage,
+  crop: CropRect,
+  target: { width: number; height: number },
+): Promise<Uint8Array> {
   const png = await sharp(image.rgb, { raw: { width: image.width, height: image.height, channels: 3 } })
     .extract(crop)
     .resize(target.width, target.height, { fit: 'fill' })

@@ -32,7 +32,8 @@ export function toMouthDetection(faces: RawFace[]): MouthDetection {
     return { ok: false, reason: 'multiple_faces', detail: `${byArea.length} faces of similar size` };
   }
   const face = byArea[0];
-  if (face.score < MIN_FACE_SCORE) return { ok: false, reason: 'low_confidence', detail: `score ${face.score.toFixed(2)} < ${MIN_FACE_SCORE}` };
+  if (face.score < MIN_FACE_SCORE)
+    return { ok: false, reason: 'low_confidence', detail: `score ${face.score.toFixed(2)} < ${MIN_FACE_SCORE}` };
   return { ok: true, animation: animationFromLandmarks(face) };
 }
 
@@ -45,7 +46,12 @@ export function animationFromLandmarks(face: RawFace): MouthAnimation {
   const leftCorner = face.landmarks[48];
   const rightCorner = face.landmarks[54];
   return {
-    face_box: { x: round(face.box.x), y: round(face.box.y), width: round(face.box.width), height: round(face.box.height) },
+    face_box: {
+      x: round(face.box.x),
+      y: round(face.box.y),
+      width: round(face.box.width),
+      height: round(face.box.height),
+    },
     mouth_center: centroid(outer),
     mouth_width: round(Math.hypot(rightCorner.x - leftCorner.x, rightCorner.y - leftCorner.y)),
     outer_lip: outer,
@@ -65,12 +71,20 @@ export function animationFromLandmarks(face: RawFace): MouthAnimation {
  * mouth (which moves with the head) and the eye distance (which tells a face from a landmark fit on background).
  */
 export function faceHint(a: MouthAnimation): FaceHint {
-  return { box: a.face_box, anchor: faceAnchor(a), eyeDistance: Math.hypot(a.right_eye.x - a.left_eye.x, a.right_eye.y - a.left_eye.y), score: a.confidence };
+  return {
+    box: a.face_box,
+    anchor: faceAnchor(a),
+    eyeDistance: Math.hypot(a.right_eye.x - a.left_eye.x, a.right_eye.y - a.left_eye.y),
+    score: a.confidence,
+  };
 }
 
 /** The mean of the two eye centres and the mouth centre. */
 export function faceAnchor(a: MouthAnimation): Point {
-  return { x: (a.left_eye.x + a.right_eye.x + a.mouth_center.x) / 3, y: (a.left_eye.y + a.right_eye.y + a.mouth_center.y) / 3 };
+  return {
+    x: (a.left_eye.x + a.right_eye.x + a.mouth_center.x) / 3,
+    y: (a.left_eye.y + a.right_eye.y + a.mouth_center.y) / 3,
+  };
 }
 
 /** Maps every coordinate of an animation through `x' = (x - left) * scale`, `y' = (y - top) * scale`. */
@@ -78,7 +92,12 @@ export function transformAnimation(a: MouthAnimation, left: number, top: number,
   const p = (q: Point): Point => ({ x: round((q.x - left) * scale), y: round((q.y - top) * scale) });
   return {
     ...a,
-    face_box: { x: round((a.face_box.x - left) * scale), y: round((a.face_box.y - top) * scale), width: round(a.face_box.width * scale), height: round(a.face_box.height * scale) },
+    face_box: {
+      x: round((a.face_box.x - left) * scale),
+      y: round((a.face_box.y - top) * scale),
+      width: round(a.face_box.width * scale),
+      height: round(a.face_box.height * scale),
+    },
     mouth_center: p(a.mouth_center),
     mouth_width: round(a.mouth_width * scale),
     outer_lip: a.outer_lip.map(p),

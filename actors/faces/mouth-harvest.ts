@@ -105,25 +105,49 @@ export class MouthHarvest {
     const restGap = restGapOf(gaps);
     const widest = gaps[gaps.length - 1] - restGap;
     const openOf = (c: Candidate) => Math.min(1, Math.max(0, (c.gap - restGap) / widest));
-    const resting = all.filter((c) => openOf(c) < 0.3).map((c) => c.widthRatio).sort((a, b) => a - b);
+    const resting = all
+      .filter((c) => openOf(c) < 0.3)
+      .map((c) => c.widthRatio)
+      .sort((a, b) => a - b);
     const restWidth = resting.length > 0 ? resting[Math.floor(resting.length / 2)] : all[0].widthRatio;
     const keyed = all.map((c) => {
       const change = c.widthRatio / restWidth - 1;
-      const pose = { open: openOf(c), wide: clamp01(change / FULL_SHAPE_CHANGE), round: clamp01(-change / FULL_SHAPE_CHANGE) };
+      const pose = {
+        open: openOf(c),
+        wide: clamp01(change / FULL_SHAPE_CHANGE),
+        round: clamp01(-change / FULL_SHAPE_CHANGE),
+      };
       const shape = pose.wide >= 0.5 ? 1 : pose.round >= 0.5 ? 2 : 0;
       const step = Math.round(pose.open * (MOUTH_OPEN_STEPS - 1));
-      return { c, pose, slot: step * MOUTH_SHAPES + shape, step, miss: Math.abs(pose.open * (MOUTH_OPEN_STEPS - 1) - step) };
+      return {
+        c,
+        pose,
+        slot: step * MOUTH_SHAPES + shape,
+        step,
+        miss: Math.abs(pose.open * (MOUTH_OPEN_STEPS - 1) - step),
+      };
     });
     const bySlot = new Map<number, (typeof keyed)[number]>();
     for (const k of keyed) {
       const held = bySlot.get(k.slot);
-      if (!held || k.miss < held.miss - 0.05 || (Math.abs(k.miss - held.miss) <= 0.05 && k.c.confidence > held.c.confidence)) bySlot.set(k.slot, k);
+      if (
+        !held ||
+        k.miss < held.miss - 0.05 ||
+        (Math.abs(k.miss - held.miss) <= 0.05 && k.c.confidence > held.c.confidence)
+      )
+        bySlot.set(k.slot, k);
     }
     const chosen = [...bySlot.values()].sort((a, b) => a.slot - b.slot);
     if (new Set(chosen.filter((k) => k.step > 0).map((k) => k.step)).size < MIN_HARVESTED_OPENINGS) return null;
     // What a session would not lay (too few openings or no closed mouth, `usableHarvest`) is not stored either.
     if (!usableHarvest(chosen.map((k) => k.pose))) return null;
-    const samples: MouthSample[] = chosen.map((k, cell) => ({ open: round3(k.pose.open), wide: round3(k.pose.wide), round: round3(k.pose.round), cell, frame: k.c.frame }));
+    const samples: MouthSample[] = chosen.map((k, cell) => ({
+      open: round3(k.pose.open),
+      wide: round3(k.pose.wide),
+      round: round3(k.pose.round),
+      cell,
+      frame: k.c.frame,
+    }));
     const rows = Math.ceil(chosen.length / MOUTH_ATLAS_COLUMNS);
     const atlasWidth = MOUTH_ATLAS_COLUMNS * MOUTH_CELL_WIDTH;
     const atlas = new Uint8Array(atlasWidth * rows * MOUTH_CELL_HEIGHT * 4);
@@ -131,15 +155,25 @@ export class MouthHarvest {
       const left = (cell % MOUTH_ATLAS_COLUMNS) * MOUTH_CELL_WIDTH;
       const top = Math.floor(cell / MOUTH_ATLAS_COLUMNS) * MOUTH_CELL_HEIGHT;
       for (let y = 0; y < MOUTH_CELL_HEIGHT; y++) {
-        atlas.set(k.c.cell.subarray(y * MOUTH_CELL_WIDTH * 4, (y + 1) * MOUTH_CELL_WIDTH * 4), ((top + y) * atlasWidth + left) * 4);
+        atlas.set(
+          k.c.cell.subarray(y * MOUTH_CELL_WIDTH * 4, (y + 1) * MOUTH_CELL_WIDTH * 4),
+          ((top + y) * atlasWidth + left) * 4,
+        );
       }
     });
-    const atlasPng = await sharp(atlas, { raw: { width: atlasWidth, height: rows * MOUTH_CELL_HEIGHT, channels: 4 } }).png().toBuffer();
+    const atlasPng = await sharp(atlas, { raw: { width: atlasWidth, height: rows * MOUTH_CELL_HEIGHT, channels: 4 } })
+      .png()
+      .toBuffer();
     return {
       atlasPng,
       index: {
         version: 1,
-        cell: { width: MOUTH_CELL_WIDTH, height: MOUTH_CELL_HEIGHT, center: MOUTH_CELL_CENTER, mouth_width: MOUTH_SAMPLE_WIDTH_PX },
+        cell: {
+          width: MOUTH_CELL_WIDTH,
+          height: MOUTH_CELL_HEIGHT,
+          center: MOUTH_CELL_CENTER,
+          mouth_width: MOUTH_SAMPLE_WIDTH_PX,
+        },
         columns: MOUTH_ATLAS_COLUMNS,
         // The clip's own: what a loop frame's tracked lips measure at rest (the renderer's `ownMouthOpen`).
         rest_gap: round3(clipRestGap),
@@ -155,7 +189,9 @@ export class MouthHarvest {
  */
 async function withLaidGaps(candidates: Candidate[], laidOpenings: LaidOpenings): Promise<Candidate[] | null> {
   const laid = await laidOpenings(candidates.map((c) => c.cell));
-  const found = candidates.flatMap((c, i) => (laid[i] === null || laid[i] === undefined ? [] : [{ ...c, gap: laid[i] }]));
+  const found = candidates.flatMap((c, i) =>
+    laid[i] === null || laid[i] === undefined ? [] : [{ ...c, gap: laid[i] }],
+  );
   if (found.length < candidates.length * MIN_LAID_FOUND_FRACTION) return null;
   const gaps = found.map((c) => c.gap).sort((a, b) => a - b);
   return gaps[gaps.length - 1] - restGapOf(gaps) >= MIN_SPEAKING_OPENING ? found : null;
@@ -173,7 +209,11 @@ function restGapOf(sortedGaps: number[]): number {
  * and a pout read differently there (on one real clip a rounded mouth keyed 0.21 open read 0.04 once laid, i.e.
  * closed, and was laid for every rounded vowel). One landmark refit per candidate (≤ `MAX_MOUTH_CANDIDATES`, 30–50 ms each).
  */
-export function laidOpeningsOn(reference: { rgba: Uint8Array; width: number; height: number; face: MouthAnimation }, detect: Detector, signal?: AbortSignal): LaidOpenings {
+export function laidOpeningsOn(
+  reference: { rgba: Uint8Array; width: number; height: number; face: MouthAnimation },
+  detect: Detector,
+  signal?: AbortSignal,
+): LaidOpenings {
   const { width, height, face } = reference;
   const near = faceHint(face);
   return async (cells) => {
@@ -184,7 +224,11 @@ export function laidOpeningsOn(reference: { rgba: Uint8Array; width: number; hei
       const frame = { width, height, data: base.data.slice() };
       layCell(frame, cell, face);
       const result = await detect({ rgba: i420ToRgba(frame), width, height, near }, { signal });
-      openings.push(result.ok && result.animation.mouth_width > 0 ? innerLipGap(result.animation) / result.animation.mouth_width : null);
+      openings.push(
+        result.ok && result.animation.mouth_width > 0
+          ? innerLipGap(result.animation) / result.animation.mouth_width
+          : null,
+      );
     }
     return openings;
   };
@@ -210,7 +254,10 @@ function cutCell(rgba: Uint8Array, width: number, height: number, face: MouthAni
       const a = (y0 * width + x0) * 4;
       const c = a + width * 4;
       const o = (y * MOUTH_CELL_WIDTH + x) * 4;
-      for (let k = 0; k < 3; k++) cell[o + k] = (rgba[a + k] * (1 - fx) + rgba[a + 4 + k] * fx) * (1 - fy) + (rgba[c + k] * (1 - fx) + rgba[c + 4 + k] * fx) * fy;
+      for (let k = 0; k < 3; k++)
+        cell[o + k] =
+          (rgba[a + k] * (1 - fx) + rgba[a + 4 + k] * fx) * (1 - fy) +
+          (rgba[c + k] * (1 - fx) + rgba[c + 4 + k] * fx) * fy;
       cell[o + 3] = 255;
     }
   }

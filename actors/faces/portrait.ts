@@ -67,7 +67,15 @@ export async function preparePortrait(
   if (!sniffPortraitFormat(bytes)) throw badRequest('image must be JPEG, PNG or WebP');
   await checkPortraitHeader(bytes);
   return withImageProcess(async (images) => {
-    const decoded = expectReply(await images.request({ type: 'decode', image: bytes, maxPixels: MAX_PORTRAIT_PIXELS, detectionMaxSide: DETECTION_MAX_SIDE }), 'decoded');
+    const decoded = expectReply(
+      await images.request({
+        type: 'decode',
+        image: bytes,
+        maxPixels: MAX_PORTRAIT_PIXELS,
+        detectionMaxSide: DETECTION_MAX_SIDE,
+      }),
+      'decoded',
+    );
     opts.signal?.throwIfAborted();
     const detection = await detectOn(decoded, opts.detect, opts.signal);
     opts.signal?.throwIfAborted();
@@ -95,15 +103,19 @@ export async function checkPortraitHeader(bytes: Buffer): Promise<void> {
   }
   const { width, height } = size;
   if (!width || !height) throw badRequest('image could not be decoded');
-  if (width * height > MAX_PORTRAIT_PIXELS) throw badRequest(`image is larger than ${MAX_PORTRAIT_PIXELS / 1e6} megapixels`);
-  if (Math.max(width, height) > MAX_PORTRAIT_SIDE) throw badRequest(`image is larger than ${MAX_PORTRAIT_SIDE} px on a side`);
+  if (width * height > MAX_PORTRAIT_PIXELS)
+    throw badRequest(`image is larger than ${MAX_PORTRAIT_PIXELS / 1e6} megapixels`);
+  if (Math.max(width, height) > MAX_PORTRAIT_SIDE)
+    throw badRequest(`image is larger than ${MAX_PORTRAIT_SIDE} px on a side`);
 }
 
 /** The reply of the expected type; `invalid` is the upload's fault (400), anything else a fault of ours. */
 function expectReply<T extends ImageReply['type']>(reply: ImageReply, type: T): Extract<ImageReply, { type: T }> {
   if (reply.type === type) return reply as Extract<ImageReply, { type: T }>;
   if (reply.type === 'invalid') throw badRequest(reply.message);
-  throw new Error(reply.type === 'failed' ? `image process failed: ${reply.message}` : `image process answered ${reply.type}`);
+  throw new Error(
+    reply.type === 'failed' ? `image process failed: ${reply.message}` : `image process answered ${reply.type}`,
+  );
 }
 
 /** Runs the detector on the image process's bounded-size copy and maps the result back to full-image coordinates. */

@@ -13,7 +13,14 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { MouthAnimation } from '../render/types.ts';
-import { ClipProcessError, clipInputArgs, parseFrameReport, runFfmpeg, type ClipFormat, type FrameReportStream } from './clip-ffmpeg.ts';
+import {
+  ClipProcessError,
+  clipInputArgs,
+  parseFrameReport,
+  runFfmpeg,
+  type ClipFormat,
+  type FrameReportStream,
+} from './clip-ffmpeg.ts';
 import { buildFaceTrack } from './face-track.ts';
 import { faceHint } from './landmarks.ts';
 import { laidOpeningsOn, MouthHarvest, type HarvestedMouthFiles } from './mouth-harvest.ts';
@@ -94,7 +101,8 @@ export type { ClipFormat } from './clip-ffmpeg.ts';
 
 /** ISO base media (MP4, MOV) by its first box, Matroska/WebM by its EBML magic; anything else is null. */
 export function sniffClipFormat(bytes: Uint8Array): ClipFormat | null {
-  if (bytes.length >= 4 && bytes[0] === 0x1a && bytes[1] === 0x45 && bytes[2] === 0xdf && bytes[3] === 0xa3) return 'webm';
+  if (bytes.length >= 4 && bytes[0] === 0x1a && bytes[1] === 0x45 && bytes[2] === 0xdf && bytes[3] === 0xa3)
+    return 'webm';
   if (bytes.length >= 8) {
     const box = String.fromCharCode(...bytes.subarray(4, 8));
     if (['ftyp', 'moov', 'mdat', 'free', 'wide', 'skip', 'pnot'].includes(box)) return 'mp4';
@@ -147,7 +155,10 @@ export async function prepareClip(
   const loopSeconds = loopFrames / CLIP_FPS;
   const face = (await findFace(file, info, loopSeconds / 2, opts)) ?? (await findFace(file, info, 0, opts));
   if (!face) throw new InvalidClipError('no usable face found in the clip');
-  const crop = coverCrop(info, target, { x: face.face_box.x + face.face_box.width / 2, y: face.face_box.y + face.face_box.height / 2 });
+  const crop = coverCrop(info, target, {
+    x: face.face_box.x + face.face_box.width / 2,
+    y: face.face_box.y + face.face_box.height / 2,
+  });
 
   const frameBytes = target.width * target.height * 4;
   const loopSamples = Math.ceil(loopFrames / CLIP_DETECT_EVERY);
@@ -156,7 +167,8 @@ export async function prepareClip(
   const extraFrames = Math.max(0, clipFrames - loopFrames);
   const harvestStep = Math.max(CLIP_DETECT_EVERY, Math.ceil(extraFrames / MAX_HARVEST_EXTRA_SAMPLES));
   const samples = loopSamples + Math.ceil(extraFrames / harvestStep);
-  const frameOfSample = (sample: number) => (sample < loopSamples ? sample * CLIP_DETECT_EVERY : loopFrames + (sample - loopSamples) * harvestStep);
+  const frameOfSample = (sample: number) =>
+    sample < loopSamples ? sample * CLIP_DETECT_EVERY : loopFrames + (sample - loopSamples) * harvestStep;
   const harvest = new MouthHarvest();
   let loopDetected = 0;
   const detections = new Map<number, MouthAnimation>();
@@ -178,7 +190,10 @@ export async function prepareClip(
     detecting = detecting.then(async () => {
       detectSignal.throwIfAborted();
       const near = last && frameIndex % CLIP_REDETECT_EVERY !== 0 ? faceHint(last) : undefined;
-      const result = await opts.detect({ rgba, width: target.width, height: target.height, ...(near ? { near } : {}) }, { signal: detectSignal });
+      const result = await opts.detect(
+        { rgba, width: target.width, height: target.height, ...(near ? { near } : {}) },
+        { signal: detectSignal },
+      );
       last = result.ok ? result.animation : null;
       if (!result.ok) return;
       // The raw landmarks, not the smoothed track: smoothing over ±3 frames would blur the mouth's opening.
@@ -197,9 +212,38 @@ export async function prepareClip(
     `[det]select=if(lt(n\\,${loopFrames})\\,not(mod(n\\,${CLIP_DETECT_EVERY}))\\,not(mod(n-${loopFrames}\\,${harvestStep}))),format=rgba[rgba]`;
   const decoding = runFfmpegOrInvalid(
     [
-      '-threads', '1', '-t', String((loopFrames + extraFrames) / CLIP_FPS + 0.5), ...clipInput(file, info.format), '-an', '-sn', '-dn', '-filter_complex', filter,
-      '-map', '[png]', '-frames:v', String(loopFrames), '-vsync', '0', '-start_number', '0', '-f', 'image2', path.join(framesDir, 'frame_%05d.png'),
-      '-map', '[rgba]', '-frames:v', String(samples), '-vsync', '0', '-f', 'rawvideo', '-pix_fmt', 'rgba', 'pipe:1',
+      '-threads',
+      '1',
+      '-t',
+      String((loopFrames + extraFrames) / CLIP_FPS + 0.5),
+      ...clipInput(file, info.format),
+      '-an',
+      '-sn',
+      '-dn',
+      '-filter_complex',
+      filter,
+      '-map',
+      '[png]',
+      '-frames:v',
+      String(loopFrames),
+      '-vsync',
+      '0',
+      '-start_number',
+      '0',
+      '-f',
+      'image2',
+      path.join(framesDir, 'frame_%05d.png'),
+      '-map',
+      '[rgba]',
+      '-frames:v',
+      String(samples),
+      '-vsync',
+      '0',
+      '-f',
+      'rawvideo',
+      '-pix_fmt',
+      'rgba',
+      'pipe:1',
     ],
     {
       deadlineMs: CLIP_DECODE_DEADLINE_MS,
@@ -232,9 +276,12 @@ export async function prepareClip(
     throw new InvalidClipError('clip is truncated or could not be decoded');
   }
   const loopSampled = Math.min(sampleIndex, loopSamples);
-  if (loopDetected < Math.max(1, loopSampled * MIN_TRACKED_FRACTION)) throw new InvalidClipError('no usable face found in most of the clip');
+  if (loopDetected < Math.max(1, loopSampled * MIN_TRACKED_FRACTION))
+    throw new InvalidClipError('no usable face found in most of the clip');
   const track = buildFaceTrack(frameCount, detections);
-  const reference = referenceRgba ? { rgba: referenceRgba, width: target.width, height: target.height, face: track[0] } : null;
+  const reference = referenceRgba
+    ? { rgba: referenceRgba, width: target.width, height: target.height, face: track[0] }
+    : null;
   const mouths = await harvest.finish(reference ? laidOpeningsOn(reference, opts.detect, opts.signal) : undefined);
   return { info, frameCount, track, sampled: loopSampled, detected: loopDetected, mouths };
 }
@@ -264,15 +311,30 @@ export async function probeClip(file: string, signal?: AbortSignal): Promise<Cli
   if (!(durationS >= MIN_CLIP_SECONDS)) throw new InvalidClipError(`video must be at least ${MIN_CLIP_SECONDS} s long`);
   if (durationS > MAX_CLIP_SECONDS) throw new InvalidClipError(`video must be at most ${MAX_CLIP_SECONDS} s long`);
   const frameRate = video.lines.length / durationS;
-  if (frameRate > MAX_CLIP_FRAME_RATE) throw new InvalidClipError(`video has more than ${MAX_CLIP_FRAME_RATE} frames a second`);
+  if (frameRate > MAX_CLIP_FRAME_RATE)
+    throw new InvalidClipError(`video has more than ${MAX_CLIP_FRAME_RATE} frames a second`);
   const frame = await measureFirstFrame(file, format, signal);
   // The container's own size (`#dimensions` of the copied stream) only words the refusal; the decoder decided it.
-  const declaredTooLarge = Math.max(video.width, video.height) > MAX_CLIP_SIDE || video.width * video.height > MAX_CLIP_PIXELS;
-  if (!frame) throw new InvalidClipError(declaredTooLarge ? `video is larger than ${MAX_CLIP_SIDE} px on a side` : 'video could not be decoded');
+  const declaredTooLarge =
+    Math.max(video.width, video.height) > MAX_CLIP_SIDE || video.width * video.height > MAX_CLIP_PIXELS;
+  if (!frame)
+    throw new InvalidClipError(
+      declaredTooLarge ? `video is larger than ${MAX_CLIP_SIDE} px on a side` : 'video could not be decoded',
+    );
   if (frame.width < 16 || frame.height < 16) throw new InvalidClipError('video is too small');
-  if (Math.max(frame.width, frame.height) > MAX_CLIP_SIDE) throw new InvalidClipError(`video is larger than ${MAX_CLIP_SIDE} px on a side`);
+  if (Math.max(frame.width, frame.height) > MAX_CLIP_SIDE)
+    throw new InvalidClipError(`video is larger than ${MAX_CLIP_SIDE} px on a side`);
   const hasAudio = streams.some((stream) => stream.mediaType === 'audio');
-  return { format, durationS, frameRate, codec: video.codec, width: frame.width, height: frame.height, rotation: frame.rotation, hasAudio };
+  return {
+    format,
+    durationS,
+    frameRate,
+    codec: video.codec,
+    width: frame.width,
+    height: frame.height,
+    rotation: frame.rotation,
+    hasAudio,
+  };
 }
 
 /** How a clip is opened by every run: as `format`, the one file, the accepted decoders, frames of at most MAX_CLIP_PIXELS. */
@@ -324,13 +386,29 @@ const TURNS = [
  * its bytes. Null when no frame decodes (corrupt, or larger than MAX_CLIP_PIXELS). A rotation ffmpeg applies that is
  * none of these (not a multiple of 90°) is refused.
  */
-async function measureFirstFrame(file: string, format: ClipFormat, signal?: AbortSignal): Promise<{ width: number; height: number; rotation: number } | null> {
+async function measureFirstFrame(
+  file: string,
+  format: ClipFormat,
+  signal?: AbortSignal,
+): Promise<{ width: number; height: number; rotation: number } | null> {
   const turns = TURNS.map((turn, k) => `[s${k}]${turn.filter}[t${k}]`).join(';');
   const filter = `[0:v:0]trim=end_frame=1[upright];[1:v:0]trim=end_frame=1,split=${TURNS.length}${TURNS.map((_, k) => `[s${k}]`).join('')};${turns}`;
   const run = await runFfmpegOrInvalid(
     [
-      '-threads', '1', ...clipInput(file, format), '-threads', '1', ...clipInput(file, format, { autorotate: false }),
-      '-filter_complex', filter, '-map', '[upright]', ...TURNS.flatMap((_, k) => ['-map', `[t${k}]`]), '-f', 'framecrc', 'pipe:1',
+      '-threads',
+      '1',
+      ...clipInput(file, format),
+      '-threads',
+      '1',
+      ...clipInput(file, format, { autorotate: false }),
+      '-filter_complex',
+      filter,
+      '-map',
+      '[upright]',
+      ...TURNS.flatMap((_, k) => ['-map', `[t${k}]`]),
+      '-f',
+      'framecrc',
+      'pipe:1',
     ],
     { deadlineMs: CLIP_PROBE_DEADLINE_MS, maxStdoutBytes: MAX_FIRST_FRAME_REPORT_BYTES, signal },
   );
@@ -339,7 +417,11 @@ async function measureFirstFrame(file: string, format: ClipFormat, signal?: Abor
   if (run.code !== 0 || !upright || upright.lines.length === 0) return null;
   const same = (k: number) => {
     const turned = report.get(k + 1);
-    return turned?.width === upright.width && turned.height === upright.height && turned.lines[0]?.hash === upright.lines[0].hash;
+    return (
+      turned?.width === upright.width &&
+      turned.height === upright.height &&
+      turned.lines[0]?.hash === upright.lines[0].hash
+    );
   };
   const turn = TURNS.find((_, k) => same(k));
   if (!turn) throw new InvalidClipError('video rotation must be a multiple of 90°');
@@ -347,14 +429,41 @@ async function measureFirstFrame(file: string, format: ClipFormat, signal?: Abor
 }
 
 /** Detects the face on the frame at `atS`, on an upright copy ≤ DETECTION_MAX_SIDE; the animation in clip pixels, or null. */
-async function findFace(file: string, info: ClipInfo, atS: number, opts: { detect: Detector; signal?: AbortSignal }): Promise<MouthAnimation | null> {
+async function findFace(
+  file: string,
+  info: ClipInfo,
+  atS: number,
+  opts: { detect: Detector; signal?: AbortSignal },
+): Promise<MouthAnimation | null> {
   const scale = Math.min(1, DETECTION_MAX_SIDE / Math.max(info.width, info.height));
   const width = Math.max(2, Math.round((info.width * scale) / 2) * 2);
   const height = Math.max(2, Math.round((info.height * scale) / 2) * 2);
   const chunks: Buffer[] = [];
   await runFfmpegOrInvalid(
-    ['-threads', '1', '-ss', atS.toFixed(2), ...clipInput(file, info.format), '-map', '0:v:0', '-frames:v', '1', '-vf', `scale=${width}:${height}`, '-f', 'rawvideo', '-pix_fmt', 'rgba', 'pipe:1'],
-    { deadlineMs: CLIP_PROBE_DEADLINE_MS, maxStdoutBytes: width * height * 4, signal: opts.signal, onStdout: (chunk) => chunks.push(chunk) },
+    [
+      '-threads',
+      '1',
+      '-ss',
+      atS.toFixed(2),
+      ...clipInput(file, info.format),
+      '-map',
+      '0:v:0',
+      '-frames:v',
+      '1',
+      '-vf',
+      `scale=${width}:${height}`,
+      '-f',
+      'rawvideo',
+      '-pix_fmt',
+      'rgba',
+      'pipe:1',
+    ],
+    {
+      deadlineMs: CLIP_PROBE_DEADLINE_MS,
+      maxStdoutBytes: width * height * 4,
+      signal: opts.signal,
+      onStdout: (chunk) => chunks.push(chunk),
+    },
   );
   const rgba = Buffer.concat(chunks);
   if (rgba.length !== width * height * 4) return null;
@@ -363,7 +472,15 @@ async function findFace(file: string, info: ClipInfo, atS: number, opts: { detec
   const a = result.animation;
   const sx = info.width / width;
   const sy = info.height / height;
-  return { ...a, face_box: { x: a.face_box.x * sx, y: a.face_box.y * sy, width: a.face_box.width * sx, height: a.face_box.height * sy } };
+  return {
+    ...a,
+    face_box: {
+      x: a.face_box.x * sx,
+      y: a.face_box.y * sy,
+      width: a.face_box.width * sx,
+      height: a.face_box.height * sy,
+    },
+  };
 }
 
 /** A deadline or output bound ffmpeg hit is the clip's fault: `InvalidClipError`. */

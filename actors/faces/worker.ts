@@ -26,7 +26,8 @@ export default async function detect(image: RgbaImage): Promise<MouthDetection> 
   const { tf } = faceapi;
   const { width, height } = image;
   const rgba = image.rgba instanceof Uint8Array ? image.rgba : new Uint8Array(image.rgba as ArrayBufferLike);
-  if (rgba.length !== width * height * 4) return { ok: false, reason: 'error', detail: 'rgba length does not match width × height × 4' };
+  if (rgba.length !== width * height * 4)
+    return { ok: false, reason: 'error', detail: 'rgba length does not match width × height × 4' };
   const rgb = new Int32Array(width * height * 3);
   for (let i = 0, o = 0; i < rgba.length; i += 4, o += 3) {
     rgb[o] = rgba[i];
@@ -40,7 +41,10 @@ export default async function detect(image: RgbaImage): Promise<MouthDetection> 
       if (followed) return { ok: true, animation: followed };
     }
     const results = await faceapi
-      .detectAllFaces(input, new faceapi.SsdMobilenetv1Options({ minConfidence: DETECTOR_MIN_CONFIDENCE, maxResults: MAX_FACES }))
+      .detectAllFaces(
+        input,
+        new faceapi.SsdMobilenetv1Options({ minConfidence: DETECTOR_MIN_CONFIDENCE, maxResults: MAX_FACES }),
+      )
       .withFaceLandmarks();
     const faces: RawFace[] = results.map((r) => ({
       box: { x: r.detection.box.x, y: r.detection.box.y, width: r.detection.box.width, height: r.detection.box.height },
@@ -72,7 +76,10 @@ async function followFace(faceapi: FaceApi, input: unknown, width: number, heigh
   const anchor = faceAnchor(unplaced);
   const dx = anchor.x - near.anchor.x;
   const dy = anchor.y - near.anchor.y;
-  const eyeDistance = Math.hypot(unplaced.right_eye.x - unplaced.left_eye.x, unplaced.right_eye.y - unplaced.left_eye.y);
+  const eyeDistance = Math.hypot(
+    unplaced.right_eye.x - unplaced.left_eye.x,
+    unplaced.right_eye.y - unplaced.left_eye.y,
+  );
   const eyeRatio = eyeDistance / Math.max(1e-6, near.eyeDistance);
   if (Math.hypot(dx, dy) > MAX_TRACK_SHIFT * near.box.width) return null;
   if (!(eyeRatio <= MAX_EYE_DISTANCE_RATIO && eyeRatio >= 1 / MAX_EYE_DISTANCE_RATIO)) return null;

@@ -180,14 +180,32 @@ export class InferencePool {
     const stepInputs = Object.keys(request.steps);
     const steps = request.steps[stepInputs[0]]?.dims[0] ?? 0;
     if (!(steps >= 1 && steps <= MAX_SCAN_STEPS) || stepInputs.some((name) => request.steps[name].dims[0] !== steps)) {
-      return Promise.reject(new RangeError(`${modelKey}: a scan takes 1 to ${MAX_SCAN_STEPS} steps, one row each along axis 0 of every step input`));
+      return Promise.reject(
+        new RangeError(
+          `${modelKey}: a scan takes 1 to ${MAX_SCAN_STEPS} steps, one row each along axis 0 of every step input`,
+        ),
+      );
     }
     const spec: ScanSpec = { steps, stepInputs, carry: request.carry };
     // Rows = maxBatch: the group is ready at once, there is nobody to wait for.
-    return this.enqueue(modelKey, { ...request.steps, ...request.carried }, `scan#${++this.scans}`, model.maxBatch, spec, signal);
+    return this.enqueue(
+      modelKey,
+      { ...request.steps, ...request.carried },
+      `scan#${++this.scans}`,
+      model.maxBatch,
+      spec,
+      signal,
+    );
   }
 
-  private enqueue(modelKey: string, item: TensorMap, groupKey: string, rows: number, scan: ScanSpec | undefined, signal: AbortSignal | undefined): Promise<TensorMap> {
+  private enqueue(
+    modelKey: string,
+    item: TensorMap,
+    groupKey: string,
+    rows: number,
+    scan: ScanSpec | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<TensorMap> {
     if (this.closing) return Promise.reject(new InferencePoolClosedError());
     if (signal?.aborted) return Promise.reject(inferenceAborted(signal));
     if (this.pendingCount >= this.maxPendingItems) return Promise.reject(new InferenceQueueFullError());
@@ -224,7 +242,8 @@ export class InferencePool {
    */
   register(modelKey: string, definition: ModelDefinition): void {
     const known = this.models[modelKey];
-    if (known && known.file !== definition.file) throw new Error(`inference model ${modelKey} is already registered with another file`);
+    if (known && known.file !== definition.file)
+      throw new Error(`inference model ${modelKey} is already registered with another file`);
     this.models[modelKey] = definition;
   }
 
@@ -236,7 +255,14 @@ export class InferencePool {
     const model = this.models[modelKey];
     if (!model) throw new Error(`unknown inference model ${modelKey}`);
     if (this.closing) throw new InferencePoolClosedError();
-    const task: InferenceTask = { op: 'describe', modelKey, file: model.file, executionProviders: model.executionProviders ?? ['cpu'], inputs: {}, outputNames: [] };
+    const task: InferenceTask = {
+      op: 'describe',
+      modelKey,
+      file: model.file,
+      executionProviders: model.executionProviders ?? ['cpu'],
+      inputs: {},
+      outputNames: [],
+    };
     const result = this.piscina.run(task) as Promise<InferenceTaskResult>;
     const { description } = await (signal ? untilAborted(result, signal, inferenceAborted) : result);
     if (!description) throw new Error('inference worker returned no model description');
@@ -251,7 +277,14 @@ export class InferencePool {
     const model = this.models[modelKey];
     if (!model) throw new Error(`unknown inference model ${modelKey}`);
     if (this.closing) throw new InferencePoolClosedError();
-    const task: InferenceTask = { op: 'load', modelKey, file: model.file, executionProviders: model.executionProviders ?? ['cpu'], inputs: {}, outputNames: [] };
+    const task: InferenceTask = {
+      op: 'load',
+      modelKey,
+      file: model.file,
+      executionProviders: model.executionProviders ?? ['cpu'],
+      inputs: {},
+      outputNames: [],
+    };
     // The signal is not handed to piscina: aborting a task there kills its worker and every model it loaded.
     const loads = Promise.all(Array.from({ length: this.threads }, () => this.piscina.run(task)));
     await (signal ? untilAborted(loads, signal, inferenceAborted) : loads);
@@ -408,7 +441,9 @@ function describeItem(modelKey: string, model: ModelDefinition, item: TensorMap)
     if (!input) throw new RangeError(`${modelKey}: missing input ${name}`);
     const inputRows = input.dims[batchAxis];
     if (!(inputRows >= 1) || (rows !== undefined && inputRows !== rows)) {
-      throw new RangeError(`${modelKey}: input ${name} has ${inputRows} rows on axis ${batchAxis}, expected ${rows ?? '≥ 1'}`);
+      throw new RangeError(
+        `${modelKey}: input ${name} has ${inputRows} rows on axis ${batchAxis}, expected ${rows ?? '≥ 1'}`,
+      );
     }
     rows = inputRows;
     signatures.push(`${name}:${shapeSignature(input, batchAxis)}`);

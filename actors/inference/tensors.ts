@@ -36,7 +36,9 @@ function allocate(type: TensorType, length: number): TensorArray {
 
 export function tensor(type: TensorType, data: TensorArray, dims: readonly number[]): TensorData {
   if (data.length !== elementCount(dims)) {
-    throw new RangeError(`tensor data has ${data.length} elements, dims [${dims.join(', ')}] need ${elementCount(dims)}`);
+    throw new RangeError(
+      `tensor data has ${data.length} elements, dims [${dims.join(', ')}] need ${elementCount(dims)}`,
+    );
   }
   return { type, data, dims };
 }
@@ -66,7 +68,10 @@ export function concatAlongAxis(parts: readonly TensorData[], axis: number): Ten
     const partRow = part.dims[axis] * inner;
     for (let o = 0; o < outer; o++) {
       // Same element type by construction (shapeSignature grouped them); the cast only satisfies TS.
-      (out as Float32Array).set(part.data.subarray(o * partRow, (o + 1) * partRow) as Float32Array, o * outRow + offset);
+      (out as Float32Array).set(
+        part.data.subarray(o * partRow, (o + 1) * partRow) as Float32Array,
+        o * outRow + offset,
+      );
     }
     offset += partRow;
   }
@@ -87,7 +92,10 @@ export function splitAlongAxis(whole: TensorData, axis: number, sizes: readonly 
     const out = allocate(whole.type, elementCount(dims));
     const partRow = size * inner;
     for (let o = 0; o < outer; o++) {
-      (out as Float32Array).set(whole.data.subarray(o * wholeRow + offset, o * wholeRow + offset + partRow) as Float32Array, o * partRow);
+      (out as Float32Array).set(
+        whole.data.subarray(o * wholeRow + offset, o * wholeRow + offset + partRow) as Float32Array,
+        o * partRow,
+      );
     }
     offset += partRow;
     return { type: whole.type, data: out, dims };

@@ -85,10 +85,16 @@ export default async function runInferenceTask(task: InferenceTask) {
   if (task.op === 'load') return { outputs: {}, runMs: 0 } satisfies InferenceTaskResult;
   if (task.op === 'describe') {
     // Plain copies: the metadata objects are clonable, but only own enumerable data crosses the thread boundary.
-    const plain = (list: readonly ort.InferenceSession.ValueMetadata[]) => JSON.parse(JSON.stringify(list)) as ort.InferenceSession.ValueMetadata[];
-    return { outputs: {}, runMs: 0, description: { inputs: plain(session.inputMetadata), outputs: plain(session.outputMetadata) } } satisfies InferenceTaskResult;
+    const plain = (list: readonly ort.InferenceSession.ValueMetadata[]) =>
+      JSON.parse(JSON.stringify(list)) as ort.InferenceSession.ValueMetadata[];
+    return {
+      outputs: {},
+      runMs: 0,
+      description: { inputs: plain(session.inputMetadata), outputs: plain(session.outputMetadata) },
+    } satisfies InferenceTaskResult;
   }
-  const result = task.op === 'scan' && task.scan ? await runScan(session, task, task.scan) : await runOnce(session, task);
+  const result =
+    task.op === 'scan' && task.scan ? await runScan(session, task, task.scan) : await runOnce(session, task);
   return move({
     [transferableSymbol]: Object.values(result.outputs).map((output) => output.data.buffer),
     [valueSymbol]: result,
@@ -97,7 +103,8 @@ export default async function runInferenceTask(task: InferenceTask) {
 
 async function runOnce(session: ort.InferenceSession, task: InferenceTask): Promise<InferenceTaskResult> {
   const feeds: Record<string, ort.Tensor> = {};
-  for (const [name, input] of Object.entries(task.inputs)) feeds[name] = new ort.Tensor(input.type, input.data, input.dims);
+  for (const [name, input] of Object.entries(task.inputs))
+    feeds[name] = new ort.Tensor(input.type, input.data, input.dims);
   const started = performance.now();
   const results = await session.run(feeds, [...task.outputNames]);
   const runMs = performance.now() - started;
@@ -112,7 +119,11 @@ async function runOnce(session: ort.InferenceSession, task: InferenceTask): Prom
  * row per step) and, under the carried inputs' names, their values after the last step. A stream behind real time
  * catches up in one message instead of one per 32 ms frame, whose thread hops dominate on a slow host.
  */
-async function runScan(session: ort.InferenceSession, task: InferenceTask, scan: ScanSpec): Promise<InferenceTaskResult> {
+async function runScan(
+  session: ort.InferenceSession,
+  task: InferenceTask,
+  scan: ScanSpec,
+): Promise<InferenceTaskResult> {
   const feeds: Record<string, ort.Tensor> = {};
   for (const [name, input] of Object.entries(task.inputs)) {
     if (!scan.stepInputs.includes(name)) feeds[name] = new ort.Tensor(input.type, input.data, input.dims);
@@ -123,7 +134,10 @@ async function runScan(session: ort.InferenceSession, task: InferenceTask, scan:
     for (const name of scan.stepInputs) {
       const input = task.inputs[name];
       const row = input.data.length / input.dims[0];
-      feeds[name] = new ort.Tensor(input.type, input.data.subarray(step * row, (step + 1) * row) as TensorArray, [1, ...input.dims.slice(1)]);
+      feeds[name] = new ort.Tensor(input.type, input.data.subarray(step * row, (step + 1) * row) as TensorArray, [
+        1,
+        ...input.dims.slice(1),
+      ]);
     }
     const started = performance.now();
     const results = await session.run(feeds, [...task.outputNames]);

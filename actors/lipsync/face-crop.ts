@@ -129,7 +129,12 @@ export async function prepareFace(avatar: AvatarSource, size: number): Promise<P
  * tracked face box, its model input and its paste-back half. Held frames are every `stride`th within
  * `NEURAL_LOOP_FACE_BYTES`.
  */
-async function prepareLoopFaces(clip: NonNullable<AvatarSource['clip']>, width: number, height: number, size: number): Promise<PreparedLoop> {
+async function prepareLoopFaces(
+  clip: NonNullable<AvatarSource['clip']>,
+  width: number,
+  height: number,
+  size: number,
+): Promise<PreparedLoop> {
   const track = JSON.parse(Buffer.from(clip.trackJson).toString('utf8')) as MouthAnimation[];
   const count = Math.min(clip.framePngs.length, track.length);
   if (count === 0) throw new Error('video avatar has no loop frames');
@@ -139,7 +144,11 @@ async function prepareLoopFaces(clip: NonNullable<AvatarSource['clip']>, width: 
   const stride = Math.max(1, Math.ceil((count * perFrame) / NEURAL_LOOP_FACE_BYTES));
   const frames: PreparedFrameFace[] = [];
   for (let i = 0; i < count; i += stride) {
-    const { data } = await sharp(Buffer.from(clip.framePngs[i])).resize(width, height, { fit: 'cover' }).ensureAlpha().raw().toBuffer({ resolveWithObject: true });
+    const { data } = await sharp(Buffer.from(clip.framePngs[i]))
+      .resize(width, height, { fit: 'cover' })
+      .ensureAlpha()
+      .raw()
+      .toBuffer({ resolveWithObject: true });
     const image: RgbaImage = { width, height, data: new Uint8Array(data.buffer, data.byteOffset, data.length) };
     const frame = await prepareFrameFace(image, faceCropAround(track[i].face_box, width, height), size);
     // Still areas held still from frame to frame, as the CPU renderer's loop holds them (`render/static-hold.ts`).
@@ -175,7 +184,8 @@ async function prepareFrameFace(image: RgbaImage, crop: FaceCrop, size: number):
   }
   // The masked copy: upper half as the reference, lower half zero (Wav2Lip: img_masked[:, S//2:] = 0).
   const upperRows = Math.floor(size / 2);
-  for (let c = 0; c < 3; c++) faceInput.set(faceInput.subarray((3 + c) * plane, (3 + c) * plane + upperRows * size), c * plane);
+  for (let c = 0; c < 3; c++)
+    faceInput.set(faceInput.subarray((3 + c) * plane, (3 + c) * plane + upperRows * size), c * plane);
 
   const half = crop.side / 2;
   const lowerHalf: RgbaImage = { width: crop.side, height: half, data: new Uint8Array(crop.side * half * 4) };
@@ -189,7 +199,15 @@ async function prepareFrameFace(image: RgbaImage, crop: FaceCrop, size: number):
       lowerHalf.data[dst + 3] = Math.round(255 * maskAlpha(u, half + v, crop.side));
     }
   }
-  return { size, width: image.width, height: image.height, base: rgbaToI420(image.data, image.width, image.height), crop, faceInput, lowerHalf };
+  return {
+    size,
+    width: image.width,
+    height: image.height,
+    base: rgbaToI420(image.data, image.width, image.height),
+    crop,
+    faceInput,
+    lowerHalf,
+  };
 }
 
 /** A copy of the avatar frame (idle frames, and the start of every generated one). */

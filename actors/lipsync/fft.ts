@@ -93,7 +93,8 @@ export class ComplexFft {
 
   /** Forward transform in place: X[k] = Σ x[n]·exp(−2πi·nk/N). */
   forward(re: Float64Array, im: Float64Array): void {
-    if (re.length !== this.size || im.length !== this.size) throw new RangeError('FFT input length does not match the plan');
+    if (re.length !== this.size || im.length !== this.size)
+      throw new RangeError('FFT input length does not match the plan');
     let srcRe = re;
     let srcIm = im;
     let dstRe = this.workRe;
@@ -214,7 +215,16 @@ export class ComplexFft {
     }
   }
 
-  private twiddleInto(yr: Float64Array, yi: Float64Array, at: number, re: number, im: number, wRe: Float64Array, wIm: Float64Array, w: number): void {
+  private twiddleInto(
+    yr: Float64Array,
+    yi: Float64Array,
+    at: number,
+    re: number,
+    im: number,
+    wRe: Float64Array,
+    wIm: Float64Array,
+    w: number,
+  ): void {
     yr[at] = re * wRe[w] - im * wIm[w];
     yi[at] = re * wIm[w] + im * wRe[w];
   }
@@ -265,7 +275,8 @@ export class RealFft {
   private readonly splitIm: Float64Array;
 
   constructor(readonly size: number) {
-    if (!Number.isInteger(size) || size < 2 || size % 2 !== 0) throw new RangeError('real FFT size must be an even integer');
+    if (!Number.isInteger(size) || size < 2 || size % 2 !== 0)
+      throw new RangeError('real FFT size must be an even integer');
     const m = size / 2;
     this.bins = m + 1;
     this.half = new ComplexFft(m);

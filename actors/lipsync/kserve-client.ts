@@ -129,7 +129,8 @@ export class KserveLipsyncClient {
     this.slots = new Admission({
       maxRunning: this.maxInFlight,
       maxWaiting: this.maxQueued,
-      refusal: () => new KserveError('busy', `inference queue full (${this.maxInFlight} in flight, ${this.maxQueued} waiting)`),
+      refusal: () =>
+        new KserveError('busy', `inference queue full (${this.maxInFlight} in flight, ${this.maxQueued} waiting)`),
     });
   }
 
@@ -147,7 +148,13 @@ export class KserveLipsyncClient {
   async ready(signal: AbortSignal): Promise<boolean> {
     const server = await this.request('GET', '/v2/health/ready', 'readiness', this.metadataTimeoutMs, signal);
     if (!server.ok) return false;
-    const model = await this.request('GET', `${this.modelPath}/ready`, 'model readiness', this.metadataTimeoutMs, signal);
+    const model = await this.request(
+      'GET',
+      `${this.modelPath}/ready`,
+      'model readiness',
+      this.metadataTimeoutMs,
+      signal,
+    );
     return model.ok;
   }
 
@@ -158,7 +165,9 @@ export class KserveLipsyncClient {
     return {
       name: typeof body.name === 'string' ? body.name : '',
       version: typeof body.version === 'string' ? body.version : '',
-      extensions: Array.isArray(body.extensions) ? body.extensions.filter((e): e is string => typeof e === 'string') : [],
+      extensions: Array.isArray(body.extensions)
+        ? body.extensions.filter((e): e is string => typeof e === 'string')
+        : [],
     };
   }
 
@@ -166,14 +175,18 @@ export class KserveLipsyncClient {
     const answer = await this.request('GET', this.modelPath, 'model metadata', this.metadataTimeoutMs, signal);
     if (!answer.ok) throw httpError('model metadata', answer);
     const model = parseModelMetadata(parseJson(answer.body, 'model metadata'));
-    return { model, check: inspectLipsyncModel(tensorSpecsFromKserve(model.inputs), tensorSpecsFromKserve(model.outputs)) };
+    return {
+      model,
+      check: inspectLipsyncModel(tensorSpecsFromKserve(model.inputs), tensorSpecsFromKserve(model.outputs)),
+    };
   }
 
   /** Decides connected (and how to talk) or says why not. Only the caller's abort throws. */
   async connect(signal: AbortSignal): Promise<KserveConnection> {
     this.connection = undefined;
     try {
-      if (!(await this.ready(signal))) return { connected: false, problem: 'not_ready', reason: 'the server or the model is not ready' };
+      if (!(await this.ready(signal)))
+        return { connected: false, problem: 'not_ready', reason: 'the server or the model is not ready' };
       const server = await this.serverMetadata(signal).catch((error: unknown): KserveServerMetadata => {
         // A bare KServe runtime may not serve `GET /v2`; that only means no extensions.
         if (error instanceof KserveError && error.kind === 'http') return { name: '', version: '', extensions: [] };
@@ -182,7 +195,8 @@ export class KserveLipsyncClient {
       const { check } = await this.metadata(signal);
       if (!check.ok) return { connected: false, problem: check.problem, reason: check.reason };
       const wanted = this.options.encoding ?? 'auto';
-      const encoding: KserveEncoding = wanted === 'auto' ? (server.extensions.includes(BINARY_TENSOR_EXTENSION) ? 'binary' : 'json') : wanted;
+      const encoding: KserveEncoding =
+        wanted === 'auto' ? (server.extensions.includes(BINARY_TENSOR_EXTENSION) ? 'binary' : 'json') : wanted;
       this.connection = { signature: check.signature, encoding };
       return { connected: true, signature: check.signature, encoding, server };
     } catch (error) {
@@ -201,11 +215,13 @@ export class KserveLipsyncClient {
     if (!connection) throw new Error('KServe lip-sync client used before connect() succeeded');
     const { signature, encoding } = connection;
     const size = signature.size;
-    if (!Number.isInteger(batch.count) || batch.count < 1) throw new RangeError('batch count must be a positive integer');
+    if (!Number.isInteger(batch.count) || batch.count < 1)
+      throw new RangeError('batch count must be a positive integer');
     if (signature.fixedBatch !== null && batch.count !== signature.fixedBatch) {
       throw new RangeError(`the model takes batches of exactly ${signature.fixedBatch}`);
     }
-    if (batch.mel.length !== batch.count * 80 * 16) throw new RangeError('mel batch must hold count × 1 × 80 × 16 values');
+    if (batch.mel.length !== batch.count * 80 * 16)
+      throw new RangeError('mel batch must hold count × 1 × 80 × 16 values');
     const faceRows = batch.face instanceof Float32Array ? [batch.face] : batch.face;
     if (faceRows.reduce((sum, row) => sum + row.length, 0) !== batch.count * 6 * size * size) {
       throw new RangeError(`face batch must hold count × 6 × ${size} × ${size} values`);
@@ -214,20 +230,34 @@ export class KserveLipsyncClient {
     const inputs: InputTensor[] = [
       { name: signature.melInput, shape: [batch.count, 1, 80, 16], parts: [batch.mel] },
       // Only rows are stable: a caller passing one whole tensor may refill it for its next batch.
-      { name: signature.faceInput, shape: [batch.count, 6, size, size], parts: faceRows, stable: !(batch.face instanceof Float32Array) },
+      {
+        name: signature.faceInput,
+        shape: [batch.count, 6, size, size],
+        parts: faceRows,
+        stable: !(batch.face instanceof Float32Array),
+      },
     ];
     const outputFloats = batch.count * 3 * size * size;
     const deadline = AbortSignal.timeout(timeoutMs);
     const releaseSlot = await this.acquireSlot(AbortSignal.any([signal, deadline]), signal);
     try {
-      const { body, headers } = encoding === 'binary' ? binaryRequest(inputs, signature.output) : jsonRequest(inputs, signature.output);
-      const maxBytes = encoding === 'binary' ? MAX_INFER_HEADER_BYTES + outputFloats * 4 : MAX_INFER_HEADER_BYTES + outputFloats * MAX_JSON_BYTES_PER_FLOAT;
-      const answer = await this.request('POST', `${this.modelPath}/infer`, 'inference', deadline, signal, { body, headers, maxBytes });
+      const { body, headers } =
+        encoding === 'binary' ? binaryRequest(inputs, signature.output) : jsonRequest(inputs, signature.output);
+      const maxBytes =
+        encoding === 'binary'
+          ? MAX_INFER_HEADER_BYTES + outputFloats * 4
+          : MAX_INFER_HEADER_BYTES + outputFloats * MAX_JSON_BYTES_PER_FLOAT;
+      const answer = await this.request('POST', `${this.modelPath}/infer`, 'inference', deadline, signal, {
+        body,
+        headers,
+        maxBytes,
+      });
       if (!answer.ok) throw httpError('inference', answer);
       const headerLength = answer.headers.get(HEADER_LENGTH_FIELD);
       const shape = [batch.count, 3, size, size];
       // A JSON answer (no binary header length) is megabytes of number text: read off the event loop.
-      if (headerLength === null) return await this.readJsonAnswer(answer.body, signature.output, shape, signal, deadline);
+      if (headerLength === null)
+        return await this.readJsonAnswer(answer.body, signature.output, shape, signal, deadline);
       return readOutput(answer.body, headerLength, signature.output, shape);
     } finally {
       releaseSlot();
@@ -235,7 +265,13 @@ export class KserveLipsyncClient {
   }
 
   /** `readJsonOutputOffThread` within the inference's deadline (a timeout like the request's own). */
-  private async readJsonAnswer(body: Uint8Array, name: string, shape: number[], caller: AbortSignal, deadline: AbortSignal): Promise<Float32Array> {
+  private async readJsonAnswer(
+    body: Uint8Array,
+    name: string,
+    shape: number[],
+    caller: AbortSignal,
+    deadline: AbortSignal,
+  ): Promise<Float32Array> {
     try {
       return await readJsonOutputOffThread(body, name, shape, AbortSignal.any([caller, deadline]));
     } catch (error) {
@@ -260,7 +296,9 @@ export class KserveLipsyncClient {
       return await this.slots.acquire(bounded);
     } catch (error) {
       if (!bounded.aborted) throw error;
-      throw caller.aborted ? abortError(caller) : new KserveError('timeout', `inference: no free slot within ${this.inferTimeoutMs} ms`);
+      throw caller.aborted
+        ? abortError(caller)
+        : new KserveError('timeout', `inference: no free slot within ${this.inferTimeoutMs} ms`);
     }
   }
 
@@ -278,7 +316,12 @@ export class KserveLipsyncClient {
     const timer = typeof deadline === 'number' ? AbortSignal.timeout(deadline) : deadline;
     const signal = AbortSignal.any([caller, timer, this.closing.signal]);
     try {
-      const response = await fetch(`${this.baseUrl}${path}`, { method, headers: send?.headers, body: send?.body, signal });
+      const response = await fetch(`${this.baseUrl}${path}`, {
+        method,
+        headers: send?.headers,
+        body: send?.body,
+        signal,
+      });
       const maxBytes = send?.maxBytes ?? MAX_METADATA_BYTES;
       const oversized = () => new KserveError('protocol', `${what}: answer exceeds ${maxBytes} bytes`);
       const body = await readBoundedBytes(response, what, maxBytes, { oversized });
@@ -346,7 +389,12 @@ function parseModelMetadata(raw: unknown): KserveModelMetadata {
   const tensors = (list: unknown, which: string): KserveTensorMetadata[] => {
     if (!Array.isArray(list)) throw new KserveError('protocol', `model metadata: no ${which} list`);
     return list.map((entry: Partial<KserveTensorMetadata>) => {
-      if (typeof entry?.name !== 'string' || typeof entry.datatype !== 'string' || !Array.isArray(entry.shape) || !entry.shape.every(Number.isInteger)) {
+      if (
+        typeof entry?.name !== 'string' ||
+        typeof entry.datatype !== 'string' ||
+        !Array.isArray(entry.shape) ||
+        !entry.shape.every(Number.isInteger)
+      ) {
         throw new KserveError('protocol', `model metadata: malformed ${which} entry`);
       }
       return { name: entry.name, datatype: entry.datatype, shape: entry.shape };
@@ -361,7 +409,10 @@ function parseModelMetadata(raw: unknown): KserveModelMetadata {
   };
 }
 
-function jsonRequest(inputs: InputTensor[], output: string): { body: Uint8Array<ArrayBuffer>; headers: Record<string, string> } {
+function jsonRequest(
+  inputs: InputTensor[],
+  output: string,
+): { body: Uint8Array<ArrayBuffer>; headers: Record<string, string> } {
   // Written by hand around the values' text so that a stable piece's text is reused, not rewritten per request.
   const tensors = inputs.map((input) => {
     const head = JSON.stringify({ name: input.name, shape: input.shape, datatype: LIPSYNC_DATATYPE }).slice(0, -1);
@@ -372,7 +423,10 @@ function jsonRequest(inputs: InputTensor[], output: string): { body: Uint8Array<
   return { body: Buffer.from(text), headers: { 'content-type': 'application/json' } };
 }
 
-function binaryRequest(inputs: InputTensor[], output: string): { body: Uint8Array<ArrayBuffer>; headers: Record<string, string> } {
+function binaryRequest(
+  inputs: InputTensor[],
+  output: string,
+): { body: Uint8Array<ArrayBuffer>; headers: Record<string, string> } {
   const header = Buffer.from(
     JSON.stringify({
       inputs: inputs.map((input) => ({
@@ -386,7 +440,10 @@ function binaryRequest(inputs: InputTensor[], output: string): { body: Uint8Arra
     }),
   );
   const body = Buffer.concat([header, ...inputs.flatMap((input) => input.parts.map(littleEndianBytes))]);
-  return { body, headers: { 'content-type': 'application/octet-stream', [HEADER_LENGTH_FIELD]: String(header.byteLength) } };
+  return {
+    body,
+    headers: { 'content-type': 'application/octet-stream', [HEADER_LENGTH_FIELD]: String(header.byteLength) },
+  };
 }
 
 interface ResponseOutput {
@@ -418,20 +475,41 @@ export function readOutput(body: Uint8Array, headerField: string | null, name: s
       if (typeof binarySize === 'number') offset += binarySize;
       continue;
     }
-    if (output.datatype !== LIPSYNC_DATATYPE) throw new KserveError('protocol', `inference: output ${name} is ${String(output.datatype)}, not ${LIPSYNC_DATATYPE}`);
-    if (!Array.isArray(output.shape) || output.shape.length !== shape.length || output.shape.some((dim, i) => dim !== shape[i])) {
-      throw new KserveError('protocol', `inference: output ${name} has shape ${JSON.stringify(output.shape)}, expected ${JSON.stringify(shape)}`);
+    if (output.datatype !== LIPSYNC_DATATYPE)
+      throw new KserveError(
+        'protocol',
+        `inference: output ${name} is ${String(output.datatype)}, not ${LIPSYNC_DATATYPE}`,
+      );
+    if (
+      !Array.isArray(output.shape) ||
+      output.shape.length !== shape.length ||
+      output.shape.some((dim, i) => dim !== shape[i])
+    ) {
+      throw new KserveError(
+        'protocol',
+        `inference: output ${name} has shape ${JSON.stringify(output.shape)}, expected ${JSON.stringify(shape)}`,
+      );
     }
     if (typeof binarySize === 'number') {
       if (binarySize !== expectedCount * 4 || offset + binarySize > answer.body.byteLength) {
-        throw new KserveError('protocol', `inference: output ${name} binary data is ${binarySize} bytes, expected ${expectedCount * 4}`);
+        throw new KserveError(
+          'protocol',
+          `inference: output ${name} binary data is ${binarySize} bytes, expected ${expectedCount * 4}`,
+        );
       }
       return float32FromLittleEndian(answer.body.subarray(offset, offset + binarySize));
     }
     // Triton answers flat; nested arrays are allowed by the protocol and flattened.
-    const data = Array.isArray(output.data) ? (output.data.some(Array.isArray) ? (output.data.flat(Infinity) as unknown[]) : output.data) : [];
+    const data = Array.isArray(output.data)
+      ? output.data.some(Array.isArray)
+        ? (output.data.flat(Infinity) as unknown[])
+        : output.data
+      : [];
     if (data.length !== expectedCount || !data.every((v) => typeof v === 'number')) {
-      throw new KserveError('protocol', `inference: output ${name} carries ${data.length} values, expected ${expectedCount}`);
+      throw new KserveError(
+        'protocol',
+        `inference: output ${name} carries ${data.length} values, expected ${expectedCount}`,
+      );
     }
     return Float32Array.from(data as number[]);
   }

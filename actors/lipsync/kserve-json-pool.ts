@@ -38,7 +38,12 @@ const pool = new LazyPiscina<JsonOutputTask, JsonOutputOutcome>(
  * `readOutput` of a JSON answer in the worker: the output `name` of `shape` as floats. Throws `KserveError`
  * ('protocol' for a malformed answer, 'busy' when the thread's queue is full) or the signal's reason.
  */
-export async function readJsonOutputOffThread(body: Uint8Array, name: string, shape: number[], signal: AbortSignal): Promise<Float32Array> {
+export async function readJsonOutputOffThread(
+  body: Uint8Array,
+  name: string,
+  shape: number[],
+  signal: AbortSignal,
+): Promise<Float32Array> {
   signal.throwIfAborted();
   // The answer's bytes are ours alone (read into one buffer by the client); a view is copied so only it moves.
   const bytes = body.byteOffset === 0 && body.byteLength === body.buffer.byteLength ? body : new Uint8Array(body);
@@ -52,7 +57,8 @@ export async function readJsonOutputOffThread(body: Uint8Array, name: string, sh
     outcome = await untilAborted(reading, signal);
   } catch (error) {
     if (signal.aborted) throw signal.reason ?? error;
-    if (/queue is at limit/i.test((error as Error).message)) throw new KserveError('busy', 'inference: the JSON answer reader is busy');
+    if (/queue is at limit/i.test((error as Error).message))
+      throw new KserveError('busy', 'inference: the JSON answer reader is busy');
     throw error;
   }
   if (!outcome.ok) throw new KserveError('protocol', outcome.message);

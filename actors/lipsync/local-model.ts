@@ -51,7 +51,10 @@ export class LocalLipsyncModel {
   constructor(private readonly options: LocalLipsyncModelOptions) {
     this.current = options.file
       ? { state: 'checking', reason: 'the model file is being checked' }
-      : { state: 'not_configured', reason: 'set SERVICE_LIPSYNC_B_MODEL to a Wav2Lip-family ONNX file to enable lipsync_b' };
+      : {
+          state: 'not_configured',
+          reason: 'set SERVICE_LIPSYNC_B_MODEL to a Wav2Lip-family ONNX file to enable lipsync_b',
+        };
   }
 
   get status(): LocalModelStatus {
@@ -71,7 +74,10 @@ export class LocalLipsyncModel {
     try {
       await access(file, constants.R_OK);
     } catch {
-      return (this.current = { state: 'error', reason: 'the file SERVICE_LIPSYNC_B_MODEL names does not exist or cannot be read' });
+      return (this.current = {
+        state: 'error',
+        reason: 'the file SERVICE_LIPSYNC_B_MODEL names does not exist or cannot be read',
+      });
     }
     const executionProviders: ExecutionProviderName[] = provider === 'cuda' ? ['cuda', 'cpu'] : ['cpu'];
     // Keys are bound to one file in the pool, so a digest of the path is part of them (tests check several files
@@ -83,7 +89,11 @@ export class LocalLipsyncModel {
       pool.register(probeKey, { file, inputs: {}, outputs: {}, maxBatch: 1, executionProviders });
       const description = await pool.describe(probeKey, signal);
       const check = inspectOnnxSession({ inputMetadata: description.inputs, outputMetadata: description.outputs });
-      if (!check.ok) return (this.current = { state: 'error', reason: `the model does not have the Wav2Lip signature: ${check.reason}` });
+      if (!check.ok)
+        return (this.current = {
+          state: 'error',
+          reason: `the model does not have the Wav2Lip signature: ${check.reason}`,
+        });
       const { signature } = check;
       if (signature.fixedBatch !== null && signature.fixedBatch !== 1) {
         return (this.current = {
@@ -99,11 +109,18 @@ export class LocalLipsyncModel {
         executionProviders,
       };
       pool.register(this.modelKey, definition);
-      return (this.current = { state: 'connected', reason: `ONNX model with face size ${signature.size} on ${provider}`, signature });
+      return (this.current = {
+        state: 'connected',
+        reason: `ONNX model with face size ${signature.size} on ${provider}`,
+        signature,
+      });
     } catch (error) {
       // onnxruntime's load errors quote the path; only say what kind of failure it was.
       const cuda = provider === 'cuda' ? ' (SERVICE_ONNX_PROVIDER=cuda needs the GPU build of onnxruntime-node)' : '';
-      return (this.current = { state: 'error', reason: `onnxruntime could not load the model${cuda}: ${loadErrorKind(error)}` });
+      return (this.current = {
+        state: 'error',
+        reason: `onnxruntime could not load the model${cuda}: ${loadErrorKind(error)}`,
+      });
     }
   }
 
@@ -111,9 +128,16 @@ export class LocalLipsyncModel {
     const status = this.current;
     if (status.state !== 'connected') throw new Error(`lipsync_b is not connected: ${status.reason}`);
     const face = await this.faces.get(avatar, status.signature.size);
-    const stages = this.options.offload ? await RenderPoolStages.open(this.options.offload, avatar, status.signature.size, signal) : undefined;
+    const stages = this.options.offload
+      ? await RenderPoolStages.open(this.options.offload, avatar, status.signature.size, signal)
+      : undefined;
     signal?.throwIfAborted();
-    return new NeuralLipsyncRenderer({ face, fps: avatar.manifest.fps, backend: new PoolInference(this.options.pool(), this.modelKey, status.signature), stages });
+    return new NeuralLipsyncRenderer({
+      face,
+      fps: avatar.manifest.fps,
+      backend: new PoolInference(this.options.pool(), this.modelKey, status.signature),
+      stages,
+    });
   }
 }
 

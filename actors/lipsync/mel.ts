@@ -73,17 +73,26 @@ export interface MelFilter {
  * the band edges edges[b]..edges[b+2] (n_mels + 2 points evenly spaced in Slaney mel), scaled by
  * 2 / (edges[b+2] − edges[b]) so every band has the same area.
  */
-export function slaneyMelFilterbank(sampleRate: number, nFft: number, bands: number, fminHz: number, fmaxHz: number): MelFilter[] {
+export function slaneyMelFilterbank(
+  sampleRate: number,
+  nFft: number,
+  bands: number,
+  fminHz: number,
+  fmaxHz: number,
+): MelFilter[] {
   const bins = 1 + nFft / 2;
   const melMin = hzToSlaneyMel(fminHz);
   const melMax = hzToSlaneyMel(fmaxHz);
-  const edges = Array.from({ length: bands + 2 }, (_, i) => slaneyMelToHz(melMin + ((melMax - melMin) * i) / (bands + 1)));
+  const edges = Array.from({ length: bands + 2 }, (_, i) =>
+    slaneyMelToHz(melMin + ((melMax - melMin) * i) / (bands + 1)),
+  );
   const binHz = (bin: number): number => (bin * sampleRate) / nFft;
   const filters: MelFilter[] = [];
   for (let b = 0; b < bands; b++) {
     const [lower, centre, upper] = [edges[b], edges[b + 1], edges[b + 2]];
     const areaNorm = 2 / (upper - lower);
-    const weightOf = (hz: number): number => Math.max(0, Math.min((hz - lower) / (centre - lower), (upper - hz) / (upper - centre))) * areaNorm;
+    const weightOf = (hz: number): number =>
+      Math.max(0, Math.min((hz - lower) / (centre - lower), (upper - hz) / (upper - centre))) * areaNorm;
     let firstBin = -1;
     let lastBin = -1;
     for (let bin = 0; bin < bins; bin++) {
@@ -93,7 +102,10 @@ export function slaneyMelFilterbank(sampleRate: number, nFft: number, bands: num
       }
     }
     // A band narrower than one bin spacing can hold no bin at all (librosa warns and leaves it empty).
-    const weights = firstBin < 0 ? new Float64Array(0) : Float64Array.from({ length: lastBin - firstBin + 1 }, (_, i) => weightOf(binHz(firstBin + i)));
+    const weights =
+      firstBin < 0
+        ? new Float64Array(0)
+        : Float64Array.from({ length: lastBin - firstBin + 1 }, (_, i) => weightOf(binHz(firstBin + i)));
     filters.push({ firstBin: Math.max(0, firstBin), weights, centreHz: centre });
   }
   return filters;
@@ -104,7 +116,8 @@ export function slaneyMelFilterbank(sampleRate: number, nFft: number, bands: num
  * half an FFT (plus one sample for pre-emphasis) before it and 15 hops plus half an FFT after it.
  */
 export const MEL_STREAM_LEAD_SAMPLES = WAV2LIP_MEL.nFft / 2 + 1;
-export const MEL_STREAM_WINDOW_SAMPLES = MEL_STREAM_LEAD_SAMPLES + (MEL_WINDOW_COLUMNS - 1) * WAV2LIP_MEL.hopLength + WAV2LIP_MEL.nFft / 2;
+export const MEL_STREAM_WINDOW_SAMPLES =
+  MEL_STREAM_LEAD_SAMPLES + (MEL_WINDOW_COLUMNS - 1) * WAV2LIP_MEL.hopLength + WAV2LIP_MEL.nFft / 2;
 
 /**
  * The [1, 80, 16] window of a live stream for a frame whose presentation sample is `MEL_STREAM_LEAD_SAMPLES`
@@ -112,8 +125,12 @@ export const MEL_STREAM_WINDOW_SAMPLES = MEL_STREAM_LEAD_SAMPLES + (MEL_WINDOW_C
  * Equal to `melWindowForFrame` of the whole clip's spectrogram wherever that window lies inside the clip
  * (`test/lipsync.mel-stream.test.ts`).
  */
-export function melWindowFromStream(samples: Float32Array, out = new Float32Array(WAV2LIP_MEL.bands * MEL_WINDOW_COLUMNS)): Float32Array {
-  if (samples.length !== MEL_STREAM_WINDOW_SAMPLES) throw new RangeError(`a stream window takes ${MEL_STREAM_WINDOW_SAMPLES} samples`);
+export function melWindowFromStream(
+  samples: Float32Array,
+  out = new Float32Array(WAV2LIP_MEL.bands * MEL_WINDOW_COLUMNS),
+): Float32Array {
+  if (samples.length !== MEL_STREAM_WINDOW_SAMPLES)
+    throw new RangeError(`a stream window takes ${MEL_STREAM_WINDOW_SAMPLES} samples`);
   sharedAnalyzer ??= new MelAnalyzer();
   sharedAnalyzer.streamWindow(samples, out);
   return out;
@@ -130,9 +147,18 @@ export function wav2lipMelSpectrogram(pcm: Int16Array | Float32Array): MelSpectr
 
 class MelAnalyzer {
   private readonly fft = new RealFft(WAV2LIP_MEL.nFft);
-  private readonly filters = slaneyMelFilterbank(WAV2LIP_MEL.sampleRate, WAV2LIP_MEL.nFft, WAV2LIP_MEL.bands, WAV2LIP_MEL.fminHz, WAV2LIP_MEL.fmaxHz);
+  private readonly filters = slaneyMelFilterbank(
+    WAV2LIP_MEL.sampleRate,
+    WAV2LIP_MEL.nFft,
+    WAV2LIP_MEL.bands,
+    WAV2LIP_MEL.fminHz,
+    WAV2LIP_MEL.fmaxHz,
+  );
   /** Periodic Hann (scipy.signal.get_window('hann', 800, fftbins=True), librosa's default). */
-  private readonly window = Float64Array.from({ length: WAV2LIP_MEL.winLength }, (_, n) => 0.5 - 0.5 * Math.cos((2 * Math.PI * n) / WAV2LIP_MEL.winLength));
+  private readonly window = Float64Array.from(
+    { length: WAV2LIP_MEL.winLength },
+    (_, n) => 0.5 - 0.5 * Math.cos((2 * Math.PI * n) / WAV2LIP_MEL.winLength),
+  );
   private readonly frame = new Float64Array(WAV2LIP_MEL.nFft);
   private readonly spectrumRe = new Float64Array(WAV2LIP_MEL.nFft / 2 + 1);
   private readonly spectrumIm = new Float64Array(WAV2LIP_MEL.nFft / 2 + 1);
@@ -147,7 +173,8 @@ class MelAnalyzer {
     const { nFft, hopLength, preemphasis } = WAV2LIP_MEL;
     for (let column = 0; column < MEL_WINDOW_COLUMNS; column++) {
       const start = 1 + column * hopLength;
-      for (let n = 0; n < nFft; n++) this.frame[n] = (samples[start + n] - preemphasis * samples[start + n - 1]) * this.window[n];
+      for (let n = 0; n < nFft; n++)
+        this.frame[n] = (samples[start + n] - preemphasis * samples[start + n - 1]) * this.window[n];
       this.melColumnOfFrame(out, column, MEL_WINDOW_COLUMNS);
     }
   }
@@ -155,7 +182,8 @@ class MelAnalyzer {
   /** The mel levels of the windowed samples in `frame`, written as column `column` of a band-major array of `columns` columns. */
   private melColumnOfFrame(out: Float32Array, column: number, columns: number): void {
     this.fft.forward(this.frame, this.spectrumRe, this.spectrumIm);
-    for (let k = 0; k < this.magnitude.length; k++) this.magnitude[k] = Math.sqrt(this.spectrumRe[k] ** 2 + this.spectrumIm[k] ** 2);
+    for (let k = 0; k < this.magnitude.length; k++)
+      this.magnitude[k] = Math.sqrt(this.spectrumRe[k] ** 2 + this.spectrumIm[k] ** 2);
     for (let band = 0; band < WAV2LIP_MEL.bands; band++) {
       const { firstBin, weights } = this.filters[band];
       let energy = 0;

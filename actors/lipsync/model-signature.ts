@@ -59,7 +59,11 @@ export function formatShape(shape: readonly DeclaredDim[]): string {
 }
 
 const describe = (tensor: TensorSpec): string => `${tensor.name} ${tensor.datatype} ${formatShape(tensor.shape)}`;
-const fail = (problem: LipsyncSignatureProblem, reason: string): LipsyncSignatureCheck => ({ ok: false, problem, reason });
+const fail = (problem: LipsyncSignatureProblem, reason: string): LipsyncSignatureCheck => ({
+  ok: false,
+  problem,
+  reason,
+});
 
 function looksLikeMel(tensor: TensorSpec): boolean {
   return tensor.shape.length === 4 && MEL_INPUT_DIMS.every((size, i) => tensor.shape[i + 1] === size);
@@ -81,15 +85,24 @@ function agreedBatch(tensors: TensorSpec[]): number | null | undefined {
   return batch;
 }
 
-export function inspectLipsyncModel(inputs: readonly TensorSpec[], outputs: readonly TensorSpec[]): LipsyncSignatureCheck {
+export function inspectLipsyncModel(
+  inputs: readonly TensorSpec[],
+  outputs: readonly TensorSpec[],
+): LipsyncSignatureCheck {
   const inputList = inputs.map(describe).join('; ') || 'none';
   const melCandidates = inputs.filter(looksLikeMel);
   if (melCandidates.length !== 1) {
-    return fail('mel_input_missing', `expected exactly one input shaped [batch, 1, 80, 16] (the mel window); inputs: ${inputList}`);
+    return fail(
+      'mel_input_missing',
+      `expected exactly one input shaped [batch, 1, 80, 16] (the mel window); inputs: ${inputList}`,
+    );
   }
   const faceCandidates = inputs.filter(looksLikeFace);
   if (faceCandidates.length !== 1) {
-    return fail('face_input_missing', `expected exactly one input shaped [batch, 6, S, S] (masked face + reference); inputs: ${inputList}`);
+    return fail(
+      'face_input_missing',
+      `expected exactly one input shaped [batch, 6, S, S] (masked face + reference); inputs: ${inputList}`,
+    );
   }
   const [mel] = melCandidates;
   const [face] = faceCandidates;
@@ -110,13 +123,19 @@ export function inspectLipsyncModel(inputs: readonly TensorSpec[], outputs: read
       [tensor.shape[2], tensor.shape[3]].every((dim) => !isFixed(dim) || dim === size),
   );
   if (!output) {
-    return fail('output_missing', `expected an output shaped [batch, 3, ${size}, ${size}]; outputs: ${outputs.map(describe).join('; ') || 'none'}`);
+    return fail(
+      'output_missing',
+      `expected an output shaped [batch, 3, ${size}, ${size}]; outputs: ${outputs.map(describe).join('; ') || 'none'}`,
+    );
   }
   const wrongType = [mel, face, output].find((tensor) => tensor.datatype !== LIPSYNC_DATATYPE);
   if (wrongType) return fail('datatype', `tensors must be ${LIPSYNC_DATATYPE}: ${describe(wrongType)}`);
   const fixedBatch = agreedBatch([mel, face, output]);
   if (fixedBatch === undefined) {
-    return fail('batch_mismatch', `the tensors fix different batch sizes: ${[mel, face, output].map(describe).join('; ')}`);
+    return fail(
+      'batch_mismatch',
+      `the tensors fix different batch sizes: ${[mel, face, output].map(describe).join('; ')}`,
+    );
   }
   return { ok: true, signature: { melInput: mel.name, faceInput: face.name, output: output.name, size, fixedBatch } };
 }
@@ -147,7 +166,11 @@ const ONNX_TO_KSERVE_DATATYPE: Record<string, string> = {
 export function tensorSpecsFromOnnx(metadata: readonly InferenceSession.ValueMetadata[]): TensorSpec[] {
   return metadata.map((value) =>
     value.isTensor
-      ? { name: value.name, datatype: ONNX_TO_KSERVE_DATATYPE[value.type] ?? value.type.toUpperCase(), shape: [...value.shape] }
+      ? {
+          name: value.name,
+          datatype: ONNX_TO_KSERVE_DATATYPE[value.type] ?? value.type.toUpperCase(),
+          shape: [...value.shape],
+        }
       : { name: value.name, datatype: 'NON_TENSOR', shape: [] },
   );
 }
@@ -160,10 +183,16 @@ export interface KserveTensorMetadata {
 }
 
 export function tensorSpecsFromKserve(tensors: readonly KserveTensorMetadata[]): TensorSpec[] {
-  return tensors.map((tensor) => ({ name: tensor.name, datatype: tensor.datatype, shape: tensor.shape.map((dim) => (dim < 0 ? null : dim)) }));
+  return tensors.map((tensor) => ({
+    name: tensor.name,
+    datatype: tensor.datatype,
+    shape: tensor.shape.map((dim) => (dim < 0 ? null : dim)),
+  }));
 }
 
 /** Convenience for an onnxruntime session (or anything exposing the same two metadata lists). */
-export function inspectOnnxSession(session: Pick<InferenceSession, 'inputMetadata' | 'outputMetadata'>): LipsyncSignatureCheck {
+export function inspectOnnxSession(
+  session: Pick<InferenceSession, 'inputMetadata' | 'outputMetadata'>,
+): LipsyncSignatureCheck {
   return inspectLipsyncModel(tensorSpecsFromOnnx(session.inputMetadata), tensorSpecsFromOnnx(session.outputMetadata));
 }

@@ -198,7 +198,10 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
     );
     const answers = await Promise.all(
       mels.map((mel, k) =>
-        this.backend.infer(mel, faceAt(this.face, requests[speech[k]].frameIdx).faceInput, bounded).then((output) => ({ output }), (error: unknown) => ({ error })),
+        this.backend.infer(mel, faceAt(this.face, requests[speech[k]].frameIdx).faceInput, bounded).then(
+          (output) => ({ output }),
+          (error: unknown) => ({ error }),
+        ),
       ),
     );
     const answered: number[] = [];
@@ -226,7 +229,11 @@ export class NeuralLipsyncRenderer extends EventEmitter<NeuralRendererEvents> im
       frames[i] = quiet(this.renderFallback(requests[i], bounded));
     });
     if (answered.length > 0) this.overloaded = false;
-    const composed = await this.stages.compose(outputs, answered.map((i) => requests[i].frameIdx), bounded);
+    const composed = await this.stages.compose(
+      outputs,
+      answered.map((i) => requests[i].frameIdx),
+      bounded,
+    );
     answered.forEach((i, k) => (frames[i] = composed[k]));
     this.counts.neural += answered.length;
     return Promise.all(frames);

@@ -12,7 +12,13 @@ import { join } from 'node:path';
 import { readClipSource } from '../render/clip-loop.ts';
 import { BUNDLE_FRAME_PATH } from '../render/image.ts';
 import type { RenderPool } from '../render/pool.ts';
-import { CLOSED_MOUTH, type AvatarSource, type FrameAudio, type FrameRequest, type I420Frame } from '../render/types.ts';
+import {
+  CLOSED_MOUTH,
+  type AvatarSource,
+  type FrameAudio,
+  type FrameRequest,
+  type I420Frame,
+} from '../render/types.ts';
 import type { NeuralTask, TaskOutcome } from '../render/tasks.ts';
 import { composeFace, faceAt, prepareFace, type PreparedFace } from './face-crop.ts';
 import { MEL_STREAM_LEAD_SAMPLES, MEL_STREAM_WINDOW_SAMPLES, WAV2LIP_MEL, melWindowFromStream } from './mel.ts';
@@ -103,7 +109,12 @@ export class RenderPoolStages implements NeuralStages {
   private readonly avatar: AvatarSource;
 
   /** Stages for `avatar` at face size `size`, its face prepared in one worker before this resolves. */
-  static async open(pool: RenderPool, avatar: AvatarSource, size: number, signal?: AbortSignal): Promise<RenderPoolStages> {
+  static async open(
+    pool: RenderPool,
+    avatar: AvatarSource,
+    size: number,
+    signal?: AbortSignal,
+  ): Promise<RenderPoolStages> {
     const framePng = avatar.framePng ?? new Uint8Array(await readFile(join(avatar.dir, BUNDLE_FRAME_PATH)));
     // A video avatar's loop goes along in shared memory too (read now: deleting the avatar later changes nothing).
     const clip = avatar.clip ?? (await readClipSource(avatar.dir, avatar.manifest));
@@ -121,7 +132,11 @@ export class RenderPoolStages implements NeuralStages {
     const shared = new Uint8Array(new SharedArrayBuffer(avatar.framePng.length));
     shared.set(avatar.framePng);
     this.avatar = { ...avatar, framePng: shared };
-    const hash = createHash('sha1').update(JSON.stringify(avatar.manifest)).update(avatar.framePng).digest('hex').slice(0, 16);
+    const hash = createHash('sha1')
+      .update(JSON.stringify(avatar.manifest))
+      .update(avatar.framePng)
+      .digest('hex')
+      .slice(0, 16);
     this.cacheKey = `neural|${avatar.id}|${size}|${hash}`;
   }
 
@@ -132,18 +147,24 @@ export class RenderPoolStages implements NeuralStages {
 
   async mel(audio: FrameAudio[], signal: AbortSignal): Promise<Float32Array[]> {
     if (audio.length === 0) return [];
-    const requests = audio.map((a, i): FrameRequest => ({ frameIdx: i, ptsMs: 0, mouth: CLOSED_MOUTH, level: 0, speaking: true, audio: a }));
+    const requests = audio.map(
+      (a, i): FrameRequest => ({ frameIdx: i, ptsMs: 0, mouth: CLOSED_MOUTH, level: 0, speaking: true, audio: a }),
+    );
     const result = await this.pool.run(this.task('neural_mel', requests), signal);
     return result.mels ?? [];
   }
 
   async compose(outputs: Float32Array[], frameIdxs: number[], signal: AbortSignal): Promise<I420Frame[]> {
     if (outputs.length === 0) return [];
-    const requests = frameIdxs.map((frameIdx): FrameRequest => ({ frameIdx, ptsMs: 0, mouth: CLOSED_MOUTH, level: 0, speaking: true }));
+    const requests = frameIdxs.map(
+      (frameIdx): FrameRequest => ({ frameIdx, ptsMs: 0, mouth: CLOSED_MOUTH, level: 0, speaking: true }),
+    );
     const task: NeuralTask = { ...this.task('neural_mel', requests), op: 'neural_compose', outputs };
     // Each answer owns its buffer (the pool and the KServe client cut them out of the batch), so they move uncopied.
     const transfer = new Set<ArrayBuffer>();
-    for (const output of outputs) if (output.byteOffset === 0 && output.byteLength === output.buffer.byteLength) transfer.add(output.buffer as ArrayBuffer);
+    for (const output of outputs)
+      if (output.byteOffset === 0 && output.byteLength === output.buffer.byteLength)
+        transfer.add(output.buffer as ArrayBuffer);
     const result = await this.pool.run(task, signal, [...transfer]);
     return result.frames;
   }

@@ -12,10 +12,20 @@
  */
 import { UpstreamError } from '../upstream/errors.ts';
 import type { AvatarSource } from '../render/types.ts';
-import { KSERVE_DEFAULT_MAX_IN_FLIGHT, KserveError, KserveLipsyncClient, type KserveConnection } from './kserve-client.ts';
+import {
+  KSERVE_DEFAULT_MAX_IN_FLIGHT,
+  KserveError,
+  KserveLipsyncClient,
+  type KserveConnection,
+} from './kserve-client.ts';
 import { prepareKserveJsonReader } from './kserve-json-pool.ts';
 import type { LipsyncSignature } from './model-signature.ts';
-import { BackendOverloadedError, NeuralLipsyncRenderer, type FallbackRenderer, type LipsyncInference } from './neural-renderer.ts';
+import {
+  BackendOverloadedError,
+  NeuralLipsyncRenderer,
+  type FallbackRenderer,
+  type LipsyncInference,
+} from './neural-renderer.ts';
 import { MEL_SILENCE, MEL_WINDOW_COLUMNS } from './mel.ts';
 import { PreparedFaceCache } from './prepared-faces.ts';
 import { RenderPoolStages } from './neural-stages.ts';
@@ -68,7 +78,11 @@ export class RemoteLipsyncModel {
   constructor(private readonly options: RemoteLipsyncModelOptions) {
     this.current = options.baseUrl
       ? { state: 'error', reason: 'not checked yet' }
-      : { state: 'not_configured', reason: 'set SERVICE_LIPSYNC_C_URL (and SERVICE_LIPSYNC_C_MODEL) to a KServe v2 / Triton server to enable lipsync_c' };
+      : {
+          state: 'not_configured',
+          reason:
+            'set SERVICE_LIPSYNC_C_URL (and SERVICE_LIPSYNC_C_MODEL) to a KServe v2 / Triton server to enable lipsync_c',
+        };
   }
 
   get configured(): boolean {
@@ -83,7 +97,8 @@ export class RemoteLipsyncModel {
   /** Re-checks readiness and metadata unless a check is younger than `STATUS_CACHE_MS`; never throws. */
   refresh(signal?: AbortSignal): Promise<RemoteModelStatus> {
     if (!this.options.baseUrl) return Promise.resolve(this.current);
-    if (performance.now() - this.checkedAt < (this.options.statusCacheMs ?? STATUS_CACHE_MS)) return Promise.resolve(this.current);
+    if (performance.now() - this.checkedAt < (this.options.statusCacheMs ?? STATUS_CACHE_MS))
+      return Promise.resolve(this.current);
     this.inFlight ??= (async () => {
       const client = this.client();
       try {
@@ -131,7 +146,9 @@ export class RemoteLipsyncModel {
     if (connection.encoding === 'json') void prepareKserveJsonReader();
     try {
       const face = await this.faces.get(avatar, connection.signature.size);
-      const stages = this.options.offload ? await RenderPoolStages.open(this.options.offload, avatar, connection.signature.size, signal) : undefined;
+      const stages = this.options.offload
+        ? await RenderPoolStages.open(this.options.offload, avatar, connection.signature.size, signal)
+        : undefined;
       const fallback = this.options.fallback;
       const backend = new BatchingKserveInference(client, connection.signature, options.maxFramesWaiting);
       if (options.warmUp !== false) await warmUp(client, connection.signature, face.faceInput, signal);
@@ -161,7 +178,10 @@ export class RemoteLipsyncModel {
 
 function statusOf(connection: KserveConnection): RemoteModelStatus {
   if (connection.connected) {
-    return { state: 'connected', reason: `KServe v2 model with face size ${connection.signature.size}, ${connection.encoding} tensors` };
+    return {
+      state: 'connected',
+      reason: `KServe v2 model with face size ${connection.signature.size}, ${connection.encoding} tensors`,
+    };
   }
   const why =
     connection.problem === 'unreachable'
@@ -175,11 +195,22 @@ function statusOf(connection: KserveConnection): RemoteModelStatus {
 }
 
 /** One inference of the avatar's face on silence, before the session's first frame; its outcome is not the session's. */
-async function warmUp(client: KserveLipsyncClient, signature: LipsyncSignature, face: Float32Array, signal?: AbortSignal): Promise<void> {
+async function warmUp(
+  client: KserveLipsyncClient,
+  signature: LipsyncSignature,
+  face: Float32Array,
+  signal?: AbortSignal,
+): Promise<void> {
   const count = signature.fixedBatch ?? 1;
   const mel = new Float32Array(count * 80 * MEL_WINDOW_COLUMNS).fill(MEL_SILENCE);
   // Straight to the client with its own deadline: the live per-request deadline (1.5 s) would cut a cold start short.
-  await client.infer({ count, mel, face: Array.from({ length: count }, () => face) }, signal ?? new AbortController().signal, WARM_UP_TIMEOUT_MS).catch(() => undefined);
+  await client
+    .infer(
+      { count, mel, face: Array.from({ length: count }, () => face) },
+      signal ?? new AbortController().signal,
+      WARM_UP_TIMEOUT_MS,
+    )
+    .catch(() => undefined);
   if (signal?.aborted) throw signal.reason;
 }
 
@@ -237,7 +268,9 @@ export class BatchingKserveInference implements LipsyncInference {
     if (signal.aborted) return Promise.reject(signal.reason);
     if (this.queue.length >= this.maxFramesWaiting) {
       return Promise.reject(
-        new BackendOverloadedError(`inference backlog full (${this.maxInFlight} requests in flight, ${this.maxFramesWaiting} frames waiting)`),
+        new BackendOverloadedError(
+          `inference backlog full (${this.maxInFlight} requests in flight, ${this.maxFramesWaiting} frames waiting)`,
+        ),
       );
     }
     return new Promise((resolve, reject) => {
@@ -311,7 +344,8 @@ export class BatchingKserveInference implements LipsyncInference {
    * (`kserve-json-pool.ts`) is this host's overload; the rest is failure.
    */
   private overloadOrFailure(error: unknown, signal: AbortSignal): unknown {
-    if (!signal.aborted && error instanceof KserveError && error.kind === 'busy') return new BackendOverloadedError(error.message, { cause: error });
+    if (!signal.aborted && error instanceof KserveError && error.kind === 'busy')
+      return new BackendOverloadedError(error.message, { cause: error });
     if (signal.aborted || !(error instanceof KserveError) || error.kind !== 'timeout') return error;
     if (++this.timeoutsInARow >= MAX_TIMEOUTS_IN_A_ROW) return error;
     return new BackendOverloadedError(error.message, { cause: error });

@@ -29,7 +29,8 @@ export class ConversationHistory {
   private kept: ConversationTurn[] = [];
 
   constructor(options: ConversationHistoryOptions) {
-    if (!Number.isInteger(options.maxTurns) || options.maxTurns < 0) throw new RangeError('maxTurns must be an integer >= 0');
+    if (!Number.isInteger(options.maxTurns) || options.maxTurns < 0)
+      throw new RangeError('maxTurns must be an integer >= 0');
     if (!Number.isFinite(options.maxChars) || options.maxChars < 0) throw new RangeError('maxChars must be >= 0');
     this.maxTurns = options.maxTurns;
     this.maxChars = options.maxChars;

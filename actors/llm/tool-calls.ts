@@ -47,19 +47,32 @@ export class ToolCallAssembler {
     if (!Array.isArray(fragments)) return;
     fragments.forEach((fragment: unknown, position) => {
       if (!fragment || typeof fragment !== 'object') return;
-      const { index, id, function: fn } = fragment as { index?: unknown; id?: unknown; function?: { name?: unknown; arguments?: unknown } };
+      const {
+        index,
+        id,
+        function: fn,
+      } = fragment as { index?: unknown; id?: unknown; function?: { name?: unknown; arguments?: unknown } };
       const key = typeof index === 'number' && Number.isInteger(index) ? index : position;
       let call = this.calls.get(key);
       if (!call) {
-        if (this.calls.size >= MAX_TOOL_CALLS_PER_ROUND) throw new UpstreamError(`${this.label} upstream asked for more than ${MAX_TOOL_CALLS_PER_ROUND} tool calls at once`);
+        if (this.calls.size >= MAX_TOOL_CALLS_PER_ROUND)
+          throw new UpstreamError(
+            `${this.label} upstream asked for more than ${MAX_TOOL_CALLS_PER_ROUND} tool calls at once`,
+          );
         call = { id: '', name: '', arguments: '' };
         this.calls.set(key, call);
       }
       if (typeof id === 'string' && id && !call.id) call.id = id;
       if (typeof fn?.name === 'string') call.name += fn.name;
-      if (call.name.length > MAX_TOOL_NAME_CHARS) throw new UpstreamError(`${this.label} upstream sent a tool name over ${MAX_TOOL_NAME_CHARS} characters`);
+      if (call.name.length > MAX_TOOL_NAME_CHARS)
+        throw new UpstreamError(`${this.label} upstream sent a tool name over ${MAX_TOOL_NAME_CHARS} characters`);
       // Some servers send the arguments as an object instead of JSON text.
-      const args = typeof fn?.arguments === 'string' ? fn.arguments : fn?.arguments && typeof fn.arguments === 'object' ? objectArgumentsText(fn.arguments) : '';
+      const args =
+        typeof fn?.arguments === 'string'
+          ? fn.arguments
+          : fn?.arguments && typeof fn.arguments === 'object'
+            ? objectArgumentsText(fn.arguments)
+            : '';
       call.arguments += args;
       if (Buffer.byteLength(call.arguments, 'utf8') > MAX_TOOL_ARGUMENT_BYTES) {
         throw new UpstreamError(`${this.label} upstream sent tool arguments over ${MAX_TOOL_ARGUMENT_BYTES} bytes`);
@@ -76,6 +89,10 @@ export class ToolCallAssembler {
     return [...this.calls.entries()]
       .sort(([a], [b]) => a - b)
       .filter(([, call]) => call.name)
-      .map(([, call]) => ({ id: call.id || `call_${randomUUID().replaceAll('-', '')}`, name: call.name, arguments: call.arguments }));
+      .map(([, call]) => ({
+        id: call.id || `call_${randomUUID().replaceAll('-', '')}`,
+        name: call.name,
+        arguments: call.arguments,
+      }));
   }
 }

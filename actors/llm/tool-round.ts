@@ -39,10 +39,14 @@ export async function runToolRound(
     return await Promise.all(
       calls.map(async (call) => {
         const args = parseToolArguments(call.arguments);
-        if (!args) return toolErrorOutput(`the arguments of ${call.name} were not a JSON object; the tool was not called`);
+        if (!args)
+          return toolErrorOutput(`the arguments of ${call.name} were not a JSON object; the tool was not called`);
         // Checked here, where the model's arguments enter the session: past this they are serialised recursively
         // (SSE tool_call, the webhook's body, the transcript).
-        if (nestsDeeperThan(args)) return toolErrorOutput(`the arguments of ${call.name} nest deeper than ${MAX_JSON_DEPTH} levels; the tool was not called`);
+        if (nestsDeeperThan(args))
+          return toolErrorOutput(
+            `the arguments of ${call.name} nest deeper than ${MAX_JSON_DEPTH} levels; the tool was not called`,
+          );
         try {
           return await runner.run({ turnId, callId: call.id, name: call.name, arguments: args }, signal);
         } catch (error) {

@@ -251,7 +251,10 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     this.timeline = new FrameTimeline(sampleRate, renderer.fps);
     this.adoptNeeds(renderer);
     this.videoDelaySamples = Math.max(0, Math.round(((options.videoDelayMs ?? 0) * sampleRate) / 1000));
-    this.captionDelaySamples = Math.max(0, Math.round(((options.captionDelayMs ?? DEFAULT_CAPTION_DELAY_MS) * sampleRate) / 1000));
+    this.captionDelaySamples = Math.max(
+      0,
+      Math.round(((options.captionDelayMs ?? DEFAULT_CAPTION_DELAY_MS) * sampleRate) / 1000),
+    );
   }
 
   get mediaMs(): number {
@@ -400,7 +403,10 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   /** What the renderer asks of the clock: audio around its frames, how far ahead and in which bursts. */
   private adoptNeeds(renderer: FrameRenderer): void {
     this.timeline.setAudioWindow(renderer.audioWindow);
-    this.renderAheadFrames = Math.max(1, Math.min(MAX_RENDER_AHEAD_FRAMES, renderer.renderAhead?.frames ?? RENDER_AHEAD_FRAMES));
+    this.renderAheadFrames = Math.max(
+      1,
+      Math.min(MAX_RENDER_AHEAD_FRAMES, renderer.renderAhead?.frames ?? RENDER_AHEAD_FRAMES),
+    );
     this.renderAheadBurst = Math.max(1, Math.min(this.renderAheadFrames, renderer.renderAhead?.burst ?? 1));
   }
 
@@ -462,7 +468,10 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
 
   /** Schedules the captions of the turn's segments whose first sample is in the chunk just played. */
   private scheduleCaptions(turn: TurnState): void {
-    while (turn.segmentsStarted < turn.segments.length && turn.segments[turn.segmentsStarted].start < turn.playedSamples) {
+    while (
+      turn.segmentsStarted < turn.segments.length &&
+      turn.segments[turn.segmentsStarted].start < turn.playedSamples
+    ) {
       const segment = turn.segments[turn.segmentsStarted++];
       if (!segment.caption?.trim() || turn.startSample === null) continue;
       // A turn's audio plays without gaps, so its segment's first sample left at the turn's start plus its offset.
@@ -479,7 +488,13 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
       // A turn with nothing left to play (drained or flushed) was heard up to its played samples, no further.
       const end = turn.ended && turn.pendingSamples === 0 ? Math.min(segment.end, turn.playedSamples) : segment.end;
       const clockMs = ms((turn.startSample ?? 0) + segment.start);
-      this.emit('caption', { turnId: turn.turnId, text: segment.caption!.trim(), startMs: ms(segment.start), endMs: ms(end), clockMs });
+      this.emit('caption', {
+        turnId: turn.turnId,
+        text: segment.caption!.trim(),
+        startMs: ms(segment.start),
+        endMs: ms(end),
+        clockMs,
+      });
     }
   }
 
@@ -550,7 +565,15 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
       this.timeline.commit(request);
       const ptsSamples = this.timeline.frameStart(idx);
       const ptsMs = request.ptsMs;
-      this.outgoing.push({ frameIdx: idx, ptsMs, dueSample: ptsSamples + this.videoDelaySamples, request, frame, version: 0, released: false });
+      this.outgoing.push({
+        frameIdx: idx,
+        ptsMs,
+        dueSample: ptsSamples + this.videoDelaySamples,
+        request,
+        frame,
+        version: 0,
+        released: false,
+      });
       const frameTurn = request.turnId;
       this.sendChain = this.sendChain
         .then(() => frame)

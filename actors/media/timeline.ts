@@ -109,7 +109,13 @@ export class FrameTimeline {
    * Places `samples` of audio right after the previous span, but not before `notBefore` (the live clock's position).
    * `pcm` is the audio itself, for requests that carry audio.
    */
-  append(samples: number, mouth: MouthSource | null, turnId: string | null, notBefore = 0, pcm?: Int16Array): TimelineSpan {
+  append(
+    samples: number,
+    mouth: MouthSource | null,
+    turnId: string | null,
+    notBefore = 0,
+    pcm?: Int16Array,
+  ): TimelineSpan {
     const start = Math.max(this.endSample, notBefore);
     const span: TimelineSpan = { start, end: start + samples, turnId, mouth };
     if (pcm && pcm.length === samples) span.pcm = pcm;

@@ -35,7 +35,11 @@ export class UnchangedFrameFilter {
   admit(frame: I420Frame, now = performance.now()): boolean {
     const last = this.last?.data;
     const data = frame.data;
-    if (last && now - this.lastAt < this.repeatMs && (last === data || (last.length === data.length && Buffer.compare(last, data) === 0))) {
+    if (
+      last &&
+      now - this.lastAt < this.repeatMs &&
+      (last === data || (last.length === data.length && Buffer.compare(last, data) === 0))
+    ) {
       this.skipped++;
       return false;
     }
@@ -180,7 +184,8 @@ export function assertPlausibleSdp(sdp: string): void {
   if (!sdp.startsWith('v=0')) throw new MalformedSdpError('SDP must start with "v=0"');
   const mediaSections = sdp.match(/\r?\nm=/g)?.length ?? 0;
   if (!/\r?\nm=(audio|video|application) /.test(sdp)) throw new MalformedSdpError('SDP has no media section');
-  if (mediaSections > MAX_MEDIA_SECTIONS) throw new MalformedSdpError(`SDP has ${mediaSections} media sections; at most ${MAX_MEDIA_SECTIONS} are answered`);
+  if (mediaSections > MAX_MEDIA_SECTIONS)
+    throw new MalformedSdpError(`SDP has ${mediaSections} media sections; at most ${MAX_MEDIA_SECTIONS} are answered`);
 }
 
 /**
@@ -246,7 +251,13 @@ export class WebRtcOutput {
 
   pushAudio(samples: Int16Array, sampleRate: number): void {
     if (this.closed || !this.fed) return;
-    this.audioSource.onData({ samples, sampleRate, bitsPerSample: 16, channelCount: 1, numberOfFrames: samples.length });
+    this.audioSource.onData({
+      samples,
+      sampleRate,
+      bitsPerSample: 16,
+      channelCount: 1,
+      numberOfFrames: samples.length,
+    });
   }
 
   /**
@@ -305,7 +316,12 @@ export class WebRtcOutput {
    * a WHIP output): the same media clock as the main peer. `onClosed` runs when the output closes (the session
    * ends); `release` stops the tracks and forgets the feed (idempotent). `PeerGoneError` once closed.
    */
-  openFeed(onClosed: () => void): { tracks: MediaStreamTrack[]; stream: MediaStream; release(): void; firstPicture(): void } {
+  openFeed(onClosed: () => void): {
+    tracks: MediaStreamTrack[];
+    stream: MediaStream;
+    release(): void;
+    firstPicture(): void;
+  } {
     if (this.closed) throw new PeerGoneError('media output closed');
     const tracks = [this.audioSource.createTrack(), this.videoSource.createTrack()];
     const stream = new wrtc.MediaStream(tracks) as MediaStream;
@@ -355,14 +371,18 @@ export class WebRtcOutput {
       await peer.setRemoteDescription({ type: 'offer', sdp: offerAsApplied(offerSdp) });
     } catch (error) {
       discard();
-      throw this.closed ? new PeerGoneError('media output closed') : new MalformedSdpError(`SDP offer rejected: ${(error as Error).message}`);
+      throw this.closed
+        ? new PeerGoneError('media output closed')
+        : new MalformedSdpError(`SDP offer rejected: ${(error as Error).message}`);
     }
     try {
       await peer.setLocalDescription(await peer.createAnswer());
     } catch (error) {
       // The offer parsed but nothing in it can be answered (no codec, transport or direction we share).
       discard();
-      throw this.closed ? new PeerGoneError('media output closed') : new MalformedSdpError(`SDP offer cannot be answered: ${(error as Error).message}`);
+      throw this.closed
+        ? new PeerGoneError('media output closed')
+        : new MalformedSdpError(`SDP offer cannot be answered: ${(error as Error).message}`);
     }
     if (this.closed) {
       discard();

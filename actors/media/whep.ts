@@ -1,6 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import wrtc from '@roamhq/wrtc';
-import { MalformedSdpError, PeerGoneError, assertPlausibleSdp, waitForIceGathering, offerAsApplied, type IceServer, type WebRtcOutput } from './webrtc.ts';
+import {
+  MalformedSdpError,
+  PeerGoneError,
+  assertPlausibleSdp,
+  waitForIceGathering,
+  offerAsApplied,
+  type IceServer,
+  type WebRtcOutput,
+} from './webrtc.ts';
 import { Overloaded } from '../admission.ts';
 
 const { RTCPeerConnection } = wrtc;
@@ -74,7 +82,11 @@ export class WhepViewers {
     return true;
   }
 
-  private async negotiate(offerSdp: string, registered: () => void, signal?: AbortSignal): Promise<{ viewerId: string; sdp: string }> {
+  private async negotiate(
+    offerSdp: string,
+    registered: () => void,
+    signal?: AbortSignal,
+  ): Promise<{ viewerId: string; sdp: string }> {
     const viewerId = randomUUID();
     const peer = new RTCPeerConnection({ iceServers: this.iceServers });
     let gone = false;
@@ -110,7 +122,9 @@ export class WhepViewers {
     const local = peer.localDescription;
     if (!this.viewers.has(viewerId) || !local || signal?.aborted) {
       this.close(viewerId);
-      throw new PeerGoneError(signal?.aborted ? 'the client went away before its offer was answered' : 'media output closed');
+      throw new PeerGoneError(
+        signal?.aborted ? 'the client went away before its offer was answered' : 'media output closed',
+      );
     }
     return { viewerId, sdp: local.sdp };
   }

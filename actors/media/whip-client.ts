@@ -58,7 +58,12 @@ export async function startWhipPush(options: {
       feed.release();
       peer.close();
       if (!resource) return;
-      await fetchImpl(resource, { method: 'DELETE', headers: auth, redirect: 'manual', signal: AbortSignal.timeout(WHIP_DELETE_TIMEOUT_MS) }).then(
+      await fetchImpl(resource, {
+        method: 'DELETE',
+        headers: auth,
+        redirect: 'manual',
+        signal: AbortSignal.timeout(WHIP_DELETE_TIMEOUT_MS),
+      }).then(
         (response) => response.body?.cancel(),
         () => undefined,
       );
@@ -81,7 +86,8 @@ export async function startWhipPush(options: {
     });
     const location = response.headers.get('location');
     const answer = await readBoundedText(response, 'whip', MAX_WHIP_ANSWER_BYTES);
-    if (response.status !== 201 || !location) throw new WhipPushError(`WHIP server answered ${response.status}${location ? '' : ' without Location'}`);
+    if (response.status !== 201 || !location)
+      throw new WhipPushError(`WHIP server answered ${response.status}${location ? '' : ' without Location'}`);
     const named = new URL(location, url);
     // The DELETE carries the token: only to the origin the client gave it for.
     if (named.origin !== new URL(url).origin) throw new WhipPushError('WHIP server named a resource on another origin');
@@ -116,10 +122,14 @@ function waitForConnected(peer: InstanceType<typeof RTCPeerConnection>, signal: 
     };
     const onChange = (): void => {
       if (peer.connectionState === 'connected') done();
-      else if (peer.connectionState === 'failed' || peer.connectionState === 'closed') done(new WhipPushError(`WHIP connection ${peer.connectionState}`));
+      else if (peer.connectionState === 'failed' || peer.connectionState === 'closed')
+        done(new WhipPushError(`WHIP connection ${peer.connectionState}`));
     };
     const onAbort = (): void => done(new WhipPushError('aborted'));
-    const timer = setTimeout(() => done(new WhipPushError(`WHIP connection not up within ${WHIP_CONNECT_TIMEOUT_MS} ms`)), WHIP_CONNECT_TIMEOUT_MS);
+    const timer = setTimeout(
+      () => done(new WhipPushError(`WHIP connection not up within ${WHIP_CONNECT_TIMEOUT_MS} ms`)),
+      WHIP_CONNECT_TIMEOUT_MS,
+    );
     peer.addEventListener('connectionstatechange', onChange);
     signal.addEventListener('abort', onAbort, { once: true });
     onChange();
@@ -133,6 +143,7 @@ function watchConnection(peer: InstanceType<typeof RTCPeerConnection>, ended: (r
     clearTimeout(grace);
     const state = peer.connectionState;
     if (state === 'failed' || state === 'closed') ended(`WHIP connection ${state}`);
-    else if (state === 'disconnected') grace = setTimeout(() => ended('WHIP connection lost'), WHIP_DISCONNECTED_GRACE_MS).unref();
+    else if (state === 'disconnected')
+      grace = setTimeout(() => ended('WHIP connection lost'), WHIP_DISCONNECTED_GRACE_MS).unref();
   });
 }

@@ -70,7 +70,14 @@ const HIGH_BAND_HZ = [1500, 3500] as const;
  * speaking sessions), and those GCs (65–115 ms) stalled every session's frames at once (docs/performance.md,
  * "Seventeenth session").
  */
-function spectralShape(pcm: Int16Array, center: number, sampleRate: number, window: Float64Array, real: Float64Array, imaginary: Float64Array) {
+function spectralShape(
+  pcm: Int16Array,
+  center: number,
+  sampleRate: number,
+  window: Float64Array,
+  real: Float64Array,
+  imaginary: Float64Array,
+) {
   const size = real.length;
   const offset = center - size / 2;
   for (let i = 0; i < size; i++) {

@@ -189,7 +189,9 @@ class AudioTrack extends PoseTrack {
     let wide = 0;
     let round = 0;
     if (gate > 0) {
-      const fricative = clamp01((features.brightness[hop] - FRICATIVE_BRIGHTNESS_HZ) / (FRICATIVE_FULL_HZ - FRICATIVE_BRIGHTNESS_HZ));
+      const fricative = clamp01(
+        (features.brightness[hop] - FRICATIVE_BRIGHTNESS_HZ) / (FRICATIVE_FULL_HZ - FRICATIVE_BRIGHTNESS_HZ),
+      );
       // Measured on flite/eSpeak speech: the 200-1000 Hz centroid is ~300 Hz for i/u/m, ~500 Hz for a/o.
       const openness = clamp01((features.lowCentroid[hop] - 280) / 250);
       // High/low band ratio (log10): ~-2.8 for u, ~-2.1 for o, ~-1.0 for e, >0 for s.
@@ -226,7 +228,8 @@ export function buildMouthTimeline(chunk: MouthSource): MouthTimeline {
   }
   // Nothing is analysed here: the track is built as the playout asks for it (`AudioAnalysis`).
   const features = new AudioAnalysis(chunk.pcm, chunk.sampleRate);
-  const track = chunk.phones && chunk.phones.length > 0 ? new PhoneTrack(chunk.phones, features) : new AudioTrack(features);
+  const track =
+    chunk.phones && chunk.phones.length > 0 ? new PhoneTrack(chunk.phones, features) : new AudioTrack(features);
   const inside = (ms: number): boolean => Number.isFinite(ms) && ms >= 0 && ms <= durationMs;
   return {
     durationMs,

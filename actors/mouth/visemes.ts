@@ -16,24 +16,77 @@ export interface PhoneTiming {
   endMs: number;
 }
 
-export type Viseme = 'sil' | 'PP' | 'FF' | 'TH' | 'DD' | 'kk' | 'CH' | 'SS' | 'nn' | 'RR' | 'aa' | 'E' | 'I' | 'O' | 'U' | 'ax';
+export type Viseme =
+  | 'sil'
+  | 'PP'
+  | 'FF'
+  | 'TH'
+  | 'DD'
+  | 'kk'
+  | 'CH'
+  | 'SS'
+  | 'nn'
+  | 'RR'
+  | 'aa'
+  | 'E'
+  | 'I'
+  | 'O'
+  | 'U'
+  | 'ax';
 
 const PHONE_TO_VISEME: Readonly<Record<string, Viseme>> = {
-  pau: 'sil', sil: 'sil', sp: 'sil', 'h#': 'sil',
-  m: 'PP', b: 'PP', p: 'PP', em: 'PP',
-  f: 'FF', v: 'FF',
-  th: 'TH', dh: 'TH',
-  t: 'DD', d: 'DD', dx: 'DD', l: 'DD', el: 'DD',
-  k: 'kk', g: 'kk', hh: 'kk', q: 'kk',
-  ch: 'CH', jh: 'CH', sh: 'CH', zh: 'CH',
-  s: 'SS', z: 'SS',
-  n: 'nn', ng: 'nn', en: 'nn', nx: 'nn',
-  r: 'RR', er: 'RR', axr: 'RR',
-  aa: 'aa', ae: 'aa', ah: 'aa', ay: 'aa', aw: 'aa',
-  eh: 'E', ey: 'E',
-  iy: 'I', ih: 'I', y: 'I', ix: 'I',
-  ao: 'O', ow: 'O', oy: 'O',
-  uw: 'U', uh: 'U', w: 'U', ux: 'U',
+  pau: 'sil',
+  sil: 'sil',
+  sp: 'sil',
+  'h#': 'sil',
+  m: 'PP',
+  b: 'PP',
+  p: 'PP',
+  em: 'PP',
+  f: 'FF',
+  v: 'FF',
+  th: 'TH',
+  dh: 'TH',
+  t: 'DD',
+  d: 'DD',
+  dx: 'DD',
+  l: 'DD',
+  el: 'DD',
+  k: 'kk',
+  g: 'kk',
+  hh: 'kk',
+  q: 'kk',
+  ch: 'CH',
+  jh: 'CH',
+  sh: 'CH',
+  zh: 'CH',
+  s: 'SS',
+  z: 'SS',
+  n: 'nn',
+  ng: 'nn',
+  en: 'nn',
+  nx: 'nn',
+  r: 'RR',
+  er: 'RR',
+  axr: 'RR',
+  aa: 'aa',
+  ae: 'aa',
+  ah: 'aa',
+  ay: 'aa',
+  aw: 'aa',
+  eh: 'E',
+  ey: 'E',
+  iy: 'I',
+  ih: 'I',
+  y: 'I',
+  ix: 'I',
+  ao: 'O',
+  ow: 'O',
+  oy: 'O',
+  uw: 'U',
+  uh: 'U',
+  w: 'U',
+  ux: 'U',
   ax: 'ax',
 };
 
@@ -61,8 +114,22 @@ export const VISEME_POSES: Readonly<Record<Viseme, MouthPose>> = {
  * for m/b/p and touch the teeth for f/v, while vowels and pauses give way to what surrounds them.
  */
 export const VISEME_DOMINANCE: Readonly<Record<Viseme, number>> = {
-  sil: 0.8, PP: 6, FF: 4, TH: 1.5, DD: 1, kk: 0.8, CH: 2, SS: 1.5, nn: 1, RR: 1.2,
-  aa: 1.2, E: 1.2, I: 1.2, O: 1.5, U: 1.8, ax: 0.8,
+  sil: 0.8,
+  PP: 6,
+  FF: 4,
+  TH: 1.5,
+  DD: 1,
+  kk: 0.8,
+  CH: 2,
+  SS: 1.5,
+  nn: 1,
+  RR: 1.2,
+  aa: 1.2,
+  E: 1.2,
+  I: 1.2,
+  O: 1.5,
+  U: 1.8,
+  ax: 0.8,
 };
 
 /** Unknown phones get a neutral half-open shape rather than snapping shut. */

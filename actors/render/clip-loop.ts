@@ -51,15 +51,24 @@ export async function readClipSource(dir: string, manifest: AvatarManifest): Pro
   const clip = manifest.metadata.clip;
   if (!clip) return undefined;
   const framePngs: Uint8Array[] = [];
-  for (let i = 0; i < clip.frame_count; i++) framePngs.push(await readShared(join(dir, 'frames', `frame_${String(i).padStart(5, '0')}.png`)));
+  for (let i = 0; i < clip.frame_count; i++)
+    framePngs.push(await readShared(join(dir, 'frames', `frame_${String(i).padStart(5, '0')}.png`)));
   const trackJson = await readShared(join(dir, clip.track_file));
   if (!clip.mouths) return { framePngs, trackJson };
-  const mouths = { atlasPng: await readShared(join(dir, clip.mouths.atlas_file)), indexJson: await readShared(join(dir, clip.mouths.index_file)) };
+  const mouths = {
+    atlasPng: await readShared(join(dir, clip.mouths.atlas_file)),
+    indexJson: await readShared(join(dir, clip.mouths.index_file)),
+  };
   return { framePngs, trackJson, mouths };
 }
 
 /** Which frames of a `count`-frame loop fit in `budget` bytes: every `stride`th, `held` of them; null when none does. */
-export function loopLayout(count: number, width: number, height: number, budget: number): { stride: number; held: number } | null {
+export function loopLayout(
+  count: number,
+  width: number,
+  height: number,
+  budget: number,
+): { stride: number; held: number } | null {
   const frameBytes = i420Size(width, height);
   const fitting = Math.floor(budget / frameBytes);
   if (count <= 0 || fitting < 1) return null;
@@ -86,10 +95,18 @@ export function loopFramesDecodedInThisThread(): number {
  */
 export async function decodeClipFramesInto(clip: ClipSource, loop: SharedClipLoopData): Promise<void> {
   const frameBytes = i420Size(loop.width, loop.height);
-  const frameAt = (k: number): I420Frame => ({ width: loop.width, height: loop.height, data: new Uint8Array(loop.frames, k * frameBytes, frameBytes) });
+  const frameAt = (k: number): I420Frame => ({
+    width: loop.width,
+    height: loop.height,
+    data: new Uint8Array(loop.frames, k * frameBytes, frameBytes),
+  });
   for (let k = 0; k < loop.held; k++) {
     const png = Buffer.from(clip.framePngs[k * loop.stride]);
-    const { data } = await sharp(png).resize(loop.width, loop.height, { fit: 'cover' }).ensureAlpha().raw().toBuffer({ resolveWithObject: true });
+    const { data } = await sharp(png)
+      .resize(loop.width, loop.height, { fit: 'cover' })
+      .ensureAlpha()
+      .raw()
+      .toBuffer({ resolveWithObject: true });
     const frame = frameAt(k);
     rgbaToI420(new Uint8Array(data.buffer, data.byteOffset, data.length), loop.width, loop.height, frame.data);
     if (k > 0) holdStaticBlocks(frameAt(k - 1), frame);
@@ -100,7 +117,11 @@ export async function decodeClipFramesInto(clip: ClipSource, loop: SharedClipLoo
 /** A decoded shared loop as frames: views of its memory, nothing copied. */
 export function clipLoopView(loop: SharedClipLoopData): ClipLoop {
   const frameBytes = i420Size(loop.width, loop.height);
-  const frames = Array.from({ length: loop.held }, (_, k) => ({ width: loop.width, height: loop.height, data: new Uint8Array(loop.frames, k * frameBytes, frameBytes) }));
+  const frames = Array.from({ length: loop.held }, (_, k) => ({
+    width: loop.width,
+    height: loop.height,
+    data: new Uint8Array(loop.frames, k * frameBytes, frameBytes),
+  }));
   const track = JSON.parse(Buffer.from(loop.trackJson).toString('utf8')) as MouthAnimation[];
   return { count: loop.count, stride: loop.stride, frames, track };
 }
@@ -119,7 +140,13 @@ export async function decodeClipLoop(clip: ClipSource, width: number, height: nu
 }
 
 /** An empty shared loop of `layout`, to decode into. */
-export function newSharedLoop(clip: ClipSource, count: number, width: number, height: number, layout: { stride: number; held: number }): SharedClipLoopData {
+export function newSharedLoop(
+  clip: ClipSource,
+  count: number,
+  width: number,
+  height: number,
+  layout: { stride: number; held: number },
+): SharedClipLoopData {
   return {
     frames: new SharedArrayBuffer(layout.held * i420Size(width, height)),
     width,
@@ -133,7 +160,10 @@ export function newSharedLoop(clip: ClipSource, count: number, width: number, he
 }
 
 /** The held frame and its face for session frame `frameIdx`. */
-export function loopFrameAt(loop: ClipLoop, frameIdx: number): { frame: I420Frame; face: MouthAnimation; held: number } {
+export function loopFrameAt(
+  loop: ClipLoop,
+  frameIdx: number,
+): { frame: I420Frame; face: MouthAnimation; held: number } {
   const held = Math.floor(loopFrameIndex(frameIdx, loop.count) / loop.stride);
   return { frame: loop.frames[held], face: loop.track[held * loop.stride], held };
 }

@@ -93,7 +93,13 @@ export function warpLoopFrame(frame: I420Frame, source: I420Frame, face: MouthAn
   if (!geometry) return;
   const dst = planes(frame);
   const src = planes(source);
-  warpPlanes([{ dst: dst.y, src: src.y, edge: MOUTH_EDGE.y, deep: MOUTH_DEEP.y, teeth: TEETH.y, shade: true }], frame.width, frame.height, 1, geometry);
+  warpPlanes(
+    [{ dst: dst.y, src: src.y, edge: MOUTH_EDGE.y, deep: MOUTH_DEEP.y, teeth: TEETH.y, shade: true }],
+    frame.width,
+    frame.height,
+    1,
+    geometry,
+  );
   const chroma = [
     { dst: dst.u, src: src.u, edge: MOUTH_EDGE.u, deep: MOUTH_DEEP.u, teeth: TEETH.u, shade: false },
     { dst: dst.v, src: src.v, edge: MOUTH_EDGE.v, deep: MOUTH_DEEP.v, teeth: TEETH.v, shade: false },
@@ -135,11 +141,20 @@ export function lipRoll(face: MouthAnimation): number {
 }
 
 /** The mouth's upright frame: centred on `centre`, turned by `roll`; `toUpright` maps a frame point into it. */
-export function uprightAt(centre: Point, roll: number): { cx: number; cy: number; cos: number; sin: number; toUpright: (p: Point) => Point } {
+export function uprightAt(
+  centre: Point,
+  roll: number,
+): { cx: number; cy: number; cos: number; sin: number; toUpright: (p: Point) => Point } {
   const cos = Math.cos(roll);
   const sin = Math.sin(roll);
   const { x: cx, y: cy } = centre;
-  return { cx, cy, cos, sin, toUpright: (p) => ({ x: (p.x - cx) * cos + (p.y - cy) * sin, y: -(p.x - cx) * sin + (p.y - cy) * cos }) };
+  return {
+    cx,
+    cy,
+    cos,
+    sin,
+    toUpright: (p) => ({ x: (p.x - cx) * cos + (p.y - cy) * sin, y: -(p.x - cx) * sin + (p.y - cy) * cos }),
+  };
 }
 
 function geometryOf(face: MouthAnimation, pose: MouthPose): WarpGeometry | null {
@@ -185,7 +200,11 @@ function columnsOf(own: OwnLips, outerTop: Point[] | null, mw: number): WarpGeom
     upper[i] = edgeAt(own.upper, u);
     const lower = edgeAt(own.lower, u);
     mid[i] = lower - SPLIT_ABOVE_LOWER_LIP * Math.max(0, lower - upper[i]);
-    lipHeight[i] = Math.min(MAX_LIFT_REACH, Math.max(MIN_LIFT_REACH, outerTop ? (mid[i] - edgeAt(outerTop, u)) / mw : MAX_LIFT_REACH)) * mw;
+    lipHeight[i] =
+      Math.min(
+        MAX_LIFT_REACH,
+        Math.max(MIN_LIFT_REACH, outerTop ? (mid[i] - edgeAt(outerTop, u)) / mw : MAX_LIFT_REACH),
+      ) * mw;
   }
   return { from, upper, mid, lipHeight };
 }
@@ -210,7 +229,9 @@ function lensProfile(lateral: number): number {
   return lateral < 1 ? LENS_PROFILE[Math.round(lateral * LENS_PROFILE_STEPS)] : 0;
 }
 const LENS_PROFILE_STEPS = 512;
-const LENS_PROFILE = Float64Array.from({ length: LENS_PROFILE_STEPS + 1 }, (_, i) => Math.pow(1 - (i / LENS_PROFILE_STEPS) ** 3, 1.3));
+const LENS_PROFILE = Float64Array.from({ length: LENS_PROFILE_STEPS + 1 }, (_, i) =>
+  Math.pow(1 - (i / LENS_PROFILE_STEPS) ** 3, 1.3),
+);
 
 /**
  * The plane pixels (`scale` frame pixels each) covering an upright box (pixels from the mouth centre `cx, cy`, turned
@@ -223,7 +244,10 @@ export function planeBoxOf(
   width: number,
   height: number,
 ): { x0: number; x1: number; y0: number; y1: number } {
-  let left = Infinity, right = -Infinity, top = Infinity, bottom = -Infinity;
+  let left = Infinity,
+    right = -Infinity,
+    top = Infinity,
+    bottom = -Infinity;
   for (const u of [box.left, box.right]) {
     for (const v of [box.top, box.bottom]) {
       const x = at.cx + u * at.cos - v * at.sin;
@@ -281,7 +305,11 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
   const lipHeight = g.columns.lipHeight[column];
   // Nothing moves this far above the lips (the upper lip's lift has faded out).
   if ((mid - v) / mw > UNMOVED_ABOVE) return UNTOUCHED;
-  const lipZone = g.spread === 0 ? 0 : Math.exp(-(an * an) / LIP_ZONE_WIDTH - ((v - mid) / mw) ** 2 / LIP_ZONE_HEIGHT) * (1 - smoothstep(1.0, 1.3, Math.abs(an)));
+  const lipZone =
+    g.spread === 0
+      ? 0
+      : Math.exp(-(an * an) / LIP_ZONE_WIDTH - ((v - mid) / mw) ** 2 / LIP_ZONE_HEIGHT) *
+        (1 - smoothstep(1.0, 1.3, Math.abs(an)));
   const us = u - u * (1 - 1 / (1 + g.spread)) * lipZone;
   const profile = lensProfile(Math.abs(us) / g.halfWidth);
   const drop = g.jawDrop * profile;
@@ -308,7 +336,10 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
   at.sy = g.cy + us * sin + vs * cos;
   // The gap's lower edge reaches a little onto the lower lip, as the lip's own shadow: a tracked inner lip a pixel
   // off leaves no sliver of the frame's own teeth riding on it.
-  const paint = drop > 0.3 && v > gapTop - 0.5 && v < gapBottom + LOWER_EDGE_SHADOW_PX ? Math.min(1, v - gapTop + 0.5, (gapBottom + LOWER_EDGE_SHADOW_PX - v) / LOWER_EDGE_SHADOW_PX) : 0;
+  const paint =
+    drop > 0.3 && v > gapTop - 0.5 && v < gapBottom + LOWER_EDGE_SHADOW_PX
+      ? Math.min(1, v - gapTop + 0.5, (gapBottom + LOWER_EDGE_SHADOW_PX - v) / LOWER_EDGE_SHADOW_PX)
+      : 0;
   at.paint = paint;
   if (paint > 0) {
     const depthPx = Math.min(v - gapTop, gapBottom - v);
@@ -316,14 +347,20 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
     // Upper teeth hang from the lifted lip where the frame shows none of its own above its midline.
     const ownUpperInterior = Math.max(0, mid - upper);
     const teethHeight = Math.max(0, g.teeth * Math.pow(profile, 0.35) - ownUpperInterior);
-    const teethCover = Math.min(1, Math.max(0, gapTop + teethHeight - v + 0.5)) * (1 - smoothstep(0.6, 0.8, Math.abs(us) / g.halfWidth));
+    const teethCover =
+      Math.min(1, Math.max(0, gapTop + teethHeight - v + 0.5)) * (1 - smoothstep(0.6, 0.8, Math.abs(us) / g.halfWidth));
     at.teethCover = teethCover > 0 && teethHeight > 0.5 ? teethCover : 0;
     at.lit = 0.8 + 0.2 * Math.min(1, Math.max(0, (v - gapTop) / 1.5));
   }
   // Near the opening the map is not smooth (the painted gap, the lips' parting): no interpolation there.
   if (Math.abs(u) >= g.nearHalfWidth) return MOVED;
   // Which side of the opening's band (its painted gap and the lips' parting) the point is on, with a pixel to spare.
-  at.side = v < mid - lift - BAND_SLACK_PX ? ABOVE_BAND : v > mid + drop + LOWER_EDGE_SHADOW_PX + BAND_SLACK_PX ? BELOW_BAND : IN_BAND;
+  at.side =
+    v < mid - lift - BAND_SLACK_PX
+      ? ABOVE_BAND
+      : v > mid + drop + LOWER_EDGE_SHADOW_PX + BAND_SLACK_PX
+        ? BELOW_BAND
+        : IN_BAND;
   return at.side === IN_BAND ? AT_OPENING | IN_LENS : MOVED | IN_LENS;
 }
 
@@ -350,7 +387,13 @@ let gridSide = new Uint8Array(0);
  */
 function warpPlanes(inks: PlaneInk[], width: number, height: number, scale: number, g: WarpGeometry): void {
   const { mw } = g;
-  const { x0, x1, y0, y1 } = planeBoxOf(g, { left: REGION.left * mw, right: REGION.right * mw, top: REGION.top * mw, bottom: REGION.bottom * mw }, scale, width, height);
+  const { x0, x1, y0, y1 } = planeBoxOf(
+    g,
+    { left: REGION.left * mw, right: REGION.right * mw, top: REGION.top * mw, bottom: REGION.bottom * mw },
+    scale,
+    width,
+    height,
+  );
   // Plane pixel centre → frame coordinates: chroma sample k covers frame pixels 2k and 2k+1.
   const offset = scale === 1 ? 0 : 0.5;
   const cellPx = scale === 1 ? MAP_CELL_PX.luma : MAP_CELL_PX.chroma;
@@ -379,14 +422,21 @@ function warpPlanes(inks: PlaneInk[], width: number, height: number, scale: numb
   for (let j = 0; j < ny - 1; j++) {
     for (let i = 0; i < nx - 1; i++) {
       const k = j * nx + i;
-      const s00 = gridState[k], s10 = gridState[k + 1], s01 = gridState[k + nx], s11 = gridState[k + nx + 1];
+      const s00 = gridState[k],
+        s10 = gridState[k + 1],
+        s01 = gridState[k + nx],
+        s11 = gridState[k + nx + 1];
       if ((s00 | s10 | s01 | s11) === UNTOUCHED) continue;
       const cx0 = x0 + i * cell;
       const cy0 = y0 + j * cell;
       const cx1 = Math.min(x1 + 1, cx0 + cell);
       const cy1 = Math.min(y1 + 1, cy0 + cell);
       // Corners in the lens columns all above the band or all below it: no opening inside.
-      const sides = (s00 & IN_LENS ? 1 << gridSide[k] : 0) | (s10 & IN_LENS ? 1 << gridSide[k + 1] : 0) | (s01 & IN_LENS ? 1 << gridSide[k + nx] : 0) | (s11 & IN_LENS ? 1 << gridSide[k + nx + 1] : 0);
+      const sides =
+        (s00 & IN_LENS ? 1 << gridSide[k] : 0) |
+        (s10 & IN_LENS ? 1 << gridSide[k + 1] : 0) |
+        (s01 & IN_LENS ? 1 << gridSide[k + nx] : 0) |
+        (s11 & IN_LENS ? 1 << gridSide[k + nx + 1] : 0);
       let exact = sides !== 0 && sides !== 1 << ABOVE_BAND && sides !== 1 << BELOW_BAND ? 1 : 0;
       if (!exact && (s00 | s10 | s01 | s11) & IN_LENS) {
         // The cell's centre as the corners put it, against the map there.
@@ -413,9 +463,23 @@ function warpPlanes(inks: PlaneInk[], width: number, height: number, scale: numb
         continue;
       }
       // Bilinear between the corners, stepping along each row; a cell the map leaves in place stays as it is.
-      const ax = gridX[k], bx = gridX[k + 1], cxL = gridX[k + nx], dx = gridX[k + nx + 1];
-      const ay = gridY[k], by = gridY[k + 1], cyL = gridY[k + nx], dy = gridY[k + nx + 1];
-      const moved = Math.abs(ax - cx0) + Math.abs(ay - cy0) + Math.abs(bx - cx0 - cell) + Math.abs(by - cy0) + Math.abs(cxL - cx0) + Math.abs(cyL - cy0 - cell) + Math.abs(dx - cx0 - cell) + Math.abs(dy - cy0 - cell);
+      const ax = gridX[k],
+        bx = gridX[k + 1],
+        cxL = gridX[k + nx],
+        dx = gridX[k + nx + 1];
+      const ay = gridY[k],
+        by = gridY[k + 1],
+        cyL = gridY[k + nx],
+        dy = gridY[k + nx + 1];
+      const moved =
+        Math.abs(ax - cx0) +
+        Math.abs(ay - cy0) +
+        Math.abs(bx - cx0 - cell) +
+        Math.abs(by - cy0) +
+        Math.abs(cxL - cx0) +
+        Math.abs(cyL - cy0 - cell) +
+        Math.abs(dx - cx0 - cell) +
+        Math.abs(dy - cy0 - cell);
       if (moved < STILL_PX / scale) continue;
       for (let py = cy0; py < cy1; py++) {
         const t = (py - cy0) / cell;
@@ -423,7 +487,8 @@ function warpPlanes(inks: PlaneInk[], width: number, height: number, scale: numb
         const leftY = ay + (cyL - ay) * t;
         const stepX = (bx + (dx - bx) * t - leftX) / cell;
         const stepY = (by + (dy - by) * t - leftY) / cell;
-        for (let n = 0; n < inks.length; n++) sampleRow(inks[n].dst, inks[n].src, width, height, py * width, cx0, cx1, leftX, leftY, stepX, stepY);
+        for (let n = 0; n < inks.length; n++)
+          sampleRow(inks[n].dst, inks[n].src, width, height, py * width, cx0, cx1, leftX, leftY, stepX, stepY);
       }
     }
   }
@@ -433,7 +498,19 @@ function warpPlanes(inks: PlaneInk[], width: number, height: number, scale: numb
  * Plane pixels `from`…`to` − 1 of the row at `rowStart`, sampled (bilinear, 8-bit fixed point) from `src` at
  * (`x`, `y`) + k·(`stepX`, `stepY`).
  */
-function sampleRow(dst: Uint8Array, src: Uint8Array, width: number, height: number, rowStart: number, from: number, to: number, x: number, y: number, stepX: number, stepY: number): void {
+function sampleRow(
+  dst: Uint8Array,
+  src: Uint8Array,
+  width: number,
+  height: number,
+  rowStart: number,
+  from: number,
+  to: number,
+  x: number,
+  y: number,
+  stepX: number,
+  stepY: number,
+): void {
   let fx = Math.round(x * 256);
   let fy = Math.round(y * 256);
   const dx = Math.round(stepX * 256);
@@ -443,7 +520,8 @@ function sampleRow(dst: Uint8Array, src: Uint8Array, width: number, height: numb
   const lastX = fx + dx * (to - 1 - from);
   const lastY = fy + dy * (to - 1 - from);
   // The row's samples lie on a segment: inside the plane at both ends, inside all along (no clamping per pixel).
-  const inside = fx >= 0 && fy >= 0 && fx <= maxX && fy <= maxY && lastX >= 0 && lastY >= 0 && lastX <= maxX && lastY <= maxY;
+  const inside =
+    fx >= 0 && fy >= 0 && fx <= maxX && fy <= maxY && lastX >= 0 && lastY >= 0 && lastX <= maxX && lastY <= maxY;
   for (let px = from; px < to; px++, fx += dx, fy += dy) {
     const cx = inside ? fx : fx < 0 ? 0 : fx > maxX ? maxX : fx;
     const cy = inside ? fy : fy < 0 ? 0 : fy > maxY ? maxY : fy;
@@ -481,5 +559,9 @@ function bilinear(plane: Uint8Array, width: number, height: number, x: number, y
 }
 
 function yuv(r: number, g: number, b: number): { y: number; u: number; v: number } {
-  return { y: 16 + 0.2568 * r + 0.5041 * g + 0.0979 * b, u: 128 - 0.1482 * r - 0.291 * g + 0.4392 * b, v: 128 + 0.4392 * r - 0.3678 * g - 0.0714 * b };
+  return {
+    y: 16 + 0.2568 * r + 0.5041 * g + 0.0979 * b,
+    u: 128 - 0.1482 * r - 0.291 * g + 0.4392 * b,
+    v: 128 + 0.4392 * r - 0.3678 * g - 0.0714 * b,
+  };
 }

@@ -78,7 +78,12 @@ export function faceParams(manifest: AvatarManifest): FaceParams {
       (params as unknown as Record<string, unknown>)[key] = Math.min(max, Math.max(min, value));
     } else if (key === 'hair_style' && typeof value === 'string' && ['short', 'bob', 'long', 'bald'].includes(value)) {
       params.hair_style = value as HairStyle;
-    } else if (typeof fallback === 'string' && key !== 'hair_style' && typeof value === 'string' && COLOUR.test(value)) {
+    } else if (
+      typeof fallback === 'string' &&
+      key !== 'hair_style' &&
+      typeof value === 'string' &&
+      COLOUR.test(value)
+    ) {
       (params as unknown as Record<string, unknown>)[key] = value;
     }
   }
@@ -253,11 +258,25 @@ export function browBox(g: FaceGeometry): { x: number; y: number; width: number;
 /** Box (relative to the mouth centre) that every mouth sprite fits in. */
 export function mouthBox(g: FaceGeometry): { x: number; y: number; width: number; height: number } {
   const halfWidth = Math.ceil(g.mouthHalfWidth * 1.45);
-  return { x: -halfWidth, y: -Math.ceil(g.mouthHalfWidth * 0.55), width: 2 * halfWidth, height: Math.ceil(g.mouthHalfWidth * 1.7) };
+  return {
+    x: -halfWidth,
+    y: -Math.ceil(g.mouthHalfWidth * 0.55),
+    width: 2 * halfWidth,
+    height: Math.ceil(g.mouthHalfWidth * 1.7),
+  };
 }
 
 /** Lips and inner mouth for one pose, drawn in a cell whose origin is the mouth centre at (ox, oy). */
-export function mouthShape(p: FaceParams, g: FaceGeometry, open: number, wide: number, round: number, ox: number, oy: number, id: string): string {
+export function mouthShape(
+  p: FaceParams,
+  g: FaceGeometry,
+  open: number,
+  wide: number,
+  round: number,
+  ox: number,
+  oy: number,
+  id: string,
+): string {
   const half = g.mouthHalfWidth * (1 + 0.22 * wide - 0.38 * round);
   const gap = g.mouthHalfWidth * (0.85 * open + 0.25 * round * open);
   const lip = g.mouthHalfWidth * 0.2;
@@ -295,7 +314,12 @@ export const SMILE_CORNER_LIFT = 0.22;
  * lifts the corners (smile), negative lowers them (concern). The viseme drawn in the sprite is kept: this moves
  * its pixels, it does not redraw the lips, so a smile while speaking still shows the spoken shape.
  */
-export function curveMouth(image: RgbaImage, centre: { x: number; y: number }, halfWidth: number, curve: number): RgbaImage {
+export function curveMouth(
+  image: RgbaImage,
+  centre: { x: number; y: number },
+  halfWidth: number,
+  curve: number,
+): RgbaImage {
   const widen = 1 + SMILE_WIDEN * Math.max(0, curve);
   const lift = SMILE_CORNER_LIFT * halfWidth * curve;
   const { width, height, data } = image;
@@ -305,10 +329,20 @@ export function curveMouth(image: RgbaImage, centre: { x: number; y: number }, h
       const u = (x - centre.x) / halfWidth;
       const sx = centre.x + (x - centre.x) / widen;
       const sy = y + lift * Math.min(1.5, u * u);
-      const x0 = Math.floor(sx), y0 = Math.floor(sy);
-      const fx = sx - x0, fy = sy - y0;
-      let r = 0, g = 0, b = 0, a = 0;
-      for (const [px, py, w] of [[x0, y0, (1 - fx) * (1 - fy)], [x0 + 1, y0, fx * (1 - fy)], [x0, y0 + 1, (1 - fx) * fy], [x0 + 1, y0 + 1, fx * fy]] as const) {
+      const x0 = Math.floor(sx),
+        y0 = Math.floor(sy);
+      const fx = sx - x0,
+        fy = sy - y0;
+      let r = 0,
+        g = 0,
+        b = 0,
+        a = 0;
+      for (const [px, py, w] of [
+        [x0, y0, (1 - fx) * (1 - fy)],
+        [x0 + 1, y0, fx * (1 - fy)],
+        [x0, y0 + 1, (1 - fx) * fy],
+        [x0 + 1, y0 + 1, fx * fy],
+      ] as const) {
         if (w === 0 || px < 0 || py < 0 || px >= width || py >= height) continue;
         const i = (py * width + px) * 4;
         const alpha = data[i + 3] * w;
@@ -336,7 +370,14 @@ export function eyelidBox(g: FaceGeometry): { x: number; y: number; width: numbe
 }
 
 /** Both upper eyelids lowered by `closure` (0..1), drawn with the left eye centre at (ox, oy). */
-export function eyelidShape(p: FaceParams, g: FaceGeometry, closure: number, ox: number, oy: number, id: string): string {
+export function eyelidShape(
+  p: FaceParams,
+  g: FaceGeometry,
+  closure: number,
+  ox: number,
+  oy: number,
+  id: string,
+): string {
   const stroke = g.width / 256;
   const eyes = [0, g.rightEyeX - g.leftEyeX].map((offset, i) => {
     const ex = ox + offset;

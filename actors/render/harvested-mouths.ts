@@ -28,7 +28,10 @@ export const MOUTH_CELL_REGION = { left: -1.25, right: 1.25, top: -0.6, bottom: 
 export const MOUTH_CELL_WIDTH = Math.round((MOUTH_CELL_REGION.right - MOUTH_CELL_REGION.left) * MOUTH_SAMPLE_WIDTH_PX);
 export const MOUTH_CELL_HEIGHT = Math.round((MOUTH_CELL_REGION.bottom - MOUTH_CELL_REGION.top) * MOUTH_SAMPLE_WIDTH_PX);
 /** Where the mouth centre lies in a cell. */
-export const MOUTH_CELL_CENTER: Point = { x: -MOUTH_CELL_REGION.left * MOUTH_SAMPLE_WIDTH_PX, y: -MOUTH_CELL_REGION.top * MOUTH_SAMPLE_WIDTH_PX };
+export const MOUTH_CELL_CENTER: Point = {
+  x: -MOUTH_CELL_REGION.left * MOUTH_SAMPLE_WIDTH_PX,
+  y: -MOUTH_CELL_REGION.top * MOUTH_SAMPLE_WIDTH_PX,
+};
 /**
  * The laid sample is opaque over the frame's lips (its outer-lip contour, the lower lip lowered by the pose's jaw
  * drop, grown by this margin, mouth widths) and fades to the frame over this feather beyond it, on the skin right
@@ -90,7 +93,12 @@ export function innerLipGap(a: MouthAnimation): number {
   const lip = a.inner_lip;
   if (!lip || lip.length < 8) return 0;
   let sum = 0;
-  for (const [upper, lower] of [[1, 7], [2, 6], [3, 5]]) sum += Math.hypot(lip[lower].x - lip[upper].x, lip[lower].y - lip[upper].y);
+  for (const [upper, lower] of [
+    [1, 7],
+    [2, 6],
+    [3, 5],
+  ])
+    sum += Math.hypot(lip[lower].x - lip[upper].x, lip[lower].y - lip[upper].y);
   return sum / 3;
 }
 
@@ -122,17 +130,33 @@ export class HarvestedMouths {
   /** Decodes the atlas into per-sample planes; null when the harvest cannot follow speech (`MIN_USABLE_OPENINGS`). */
   static async prepare(source: MouthsSource): Promise<HarvestedMouths | null> {
     const index = JSON.parse(Buffer.from(source.indexJson).toString('utf8')) as MouthSampleIndex;
-    const { data, info } = await sharp(Buffer.from(source.atlasPng)).ensureAlpha().raw().toBuffer({ resolveWithObject: true });
-    const atlas: RgbaImage = { width: info.width, height: info.height, data: new Uint8Array(data.buffer, data.byteOffset, data.length) };
+    const { data, info } = await sharp(Buffer.from(source.atlasPng))
+      .ensureAlpha()
+      .raw()
+      .toBuffer({ resolveWithObject: true });
+    const atlas: RgbaImage = {
+      width: info.width,
+      height: info.height,
+      data: new Uint8Array(data.buffer, data.byteOffset, data.length),
+    };
     const { width: cellWidth, height: cellHeight } = index.cell;
     if (!(cellWidth > 1 && cellHeight > 1 && index.cell.mouth_width > 0)) return null;
     const fits = (sample: MouthSample) =>
-      Number.isInteger(sample.cell) && sample.cell >= 0 && ((sample.cell % index.columns) + 1) * cellWidth <= atlas.width && (Math.floor(sample.cell / index.columns) + 1) * cellHeight <= atlas.height;
+      Number.isInteger(sample.cell) &&
+      sample.cell >= 0 &&
+      ((sample.cell % index.columns) + 1) * cellWidth <= atlas.width &&
+      (Math.floor(sample.cell / index.columns) + 1) * cellHeight <= atlas.height;
     const kept = index.samples.filter(fits).slice(0, MAX_SAMPLES_PREPARED);
     if (!usableHarvest(kept)) return null;
     const samples = kept.map((sample) => ({
       pose: { open: sample.open, wide: sample.wide, round: sample.round },
-      planes: cellPlanes(atlas, (sample.cell % index.columns) * cellWidth, Math.floor(sample.cell / index.columns) * cellHeight, cellWidth, cellHeight),
+      planes: cellPlanes(
+        atlas,
+        (sample.cell % index.columns) * cellWidth,
+        Math.floor(sample.cell / index.columns) * cellHeight,
+        cellWidth,
+        cellHeight,
+      ),
     }));
     return new HarvestedMouths(samples, index.cell, index.rest_gap);
   }
@@ -143,12 +167,16 @@ export class HarvestedMouths {
 
   /** The sample nearest to `pose` (opening first, then shape). */
   nearest(pose: MouthPose): PreparedSample {
-    const key = (Math.round(pose.open * 1000) * 1001 + Math.round(pose.wide * 1000)) * 1001 + Math.round(pose.round * 1000);
+    const key =
+      (Math.round(pose.open * 1000) * 1001 + Math.round(pose.wide * 1000)) * 1001 + Math.round(pose.round * 1000);
     let best = this.chosen.get(key);
     if (!best) {
       let bestDistance = Infinity;
       for (const sample of this.samples) {
-        const d = OPENING_WEIGHT * (sample.pose.open - pose.open) ** 2 + (sample.pose.wide - pose.wide) ** 2 + (sample.pose.round - pose.round) ** 2;
+        const d =
+          OPENING_WEIGHT * (sample.pose.open - pose.open) ** 2 +
+          (sample.pose.wide - pose.wide) ** 2 +
+          (sample.pose.round - pose.round) ** 2;
         if (d < bestDistance) [best, bestDistance] = [sample, d];
       }
       this.chosen.set(key, best!);
@@ -184,14 +212,31 @@ export function usableHarvest(samples: readonly MouthPose[]): boolean {
  * known yet): creation reads how each candidate looks once laid.
  */
 export function layCell(frame: I420Frame, cell: Uint8Array, reference: MouthAnimation): void {
-  const geometry: CellGeometry = { width: MOUTH_CELL_WIDTH, height: MOUTH_CELL_HEIGHT, center: MOUTH_CELL_CENTER, mouth_width: MOUTH_SAMPLE_WIDTH_PX };
+  const geometry: CellGeometry = {
+    width: MOUTH_CELL_WIDTH,
+    height: MOUTH_CELL_HEIGHT,
+    center: MOUTH_CELL_CENTER,
+    mouth_width: MOUTH_SAMPLE_WIDTH_PX,
+  };
   const atlas: RgbaImage = { width: MOUTH_CELL_WIDTH, height: MOUTH_CELL_HEIGHT, data: cell };
   const pose = { open: 1, wide: 0, round: 0 };
-  layAligned(frame, { pose, planes: cellPlanes(atlas, 0, 0, MOUTH_CELL_WIDTH, MOUTH_CELL_HEIGHT) }, geometry, reference, pose);
+  layAligned(
+    frame,
+    { pose, planes: cellPlanes(atlas, 0, 0, MOUTH_CELL_WIDTH, MOUTH_CELL_HEIGHT) },
+    geometry,
+    reference,
+    pose,
+  );
 }
 
 /** One atlas cell as Y, U, V float planes (BT.601 limited range, as `rgbaToI420`), each at the cell's resolution. */
-function cellPlanes(atlas: RgbaImage, left: number, top: number, width: number, height: number): [Float32Array, Float32Array, Float32Array] {
+function cellPlanes(
+  atlas: RgbaImage,
+  left: number,
+  top: number,
+  width: number,
+  height: number,
+): [Float32Array, Float32Array, Float32Array] {
   const y = new Float32Array(width * height);
   const u = new Float32Array(width * height);
   const v = new Float32Array(width * height);
@@ -261,7 +306,13 @@ function maskAt(m: LipMask, u: number, v: number): number {
  * that takes the frame's mouth (centre, width, roll) to the cell's, each plane shifted by the frame's mean minus the
  * sample's over the feather (the skin right around the lips), so the laid mouth takes the frame's light.
  */
-function layAligned(frame: I420Frame, sample: PreparedSample, cell: CellGeometry, face: MouthAnimation, pose: MouthPose): void {
+function layAligned(
+  frame: I420Frame,
+  sample: PreparedSample,
+  cell: CellGeometry,
+  face: MouthAnimation,
+  pose: MouthPose,
+): void {
   const mask = lipMaskOf(face, pose);
   if (!mask) return;
   const p = planes(frame);
@@ -270,7 +321,15 @@ function layAligned(frame: I420Frame, sample: PreparedSample, cell: CellGeometry
   layPlane(p.v, p.cw, p.ch, 2, sample.planes[2], cell, mask);
 }
 
-function layPlane(dst: Uint8Array, width: number, height: number, scale: number, cellPlane: Float32Array, cell: CellGeometry, m: LipMask): void {
+function layPlane(
+  dst: Uint8Array,
+  width: number,
+  height: number,
+  scale: number,
+  cellPlane: Float32Array,
+  cell: CellGeometry,
+  m: LipMask,
+): void {
   const { cx, cy, cos, sin, mw, feather } = m;
   const offset = scale === 1 ? 0 : 0.5;
   const perPixel = cell.mouth_width / mw;

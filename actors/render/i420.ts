@@ -97,4 +97,3 @@ export function planes(frame: I420Frame): { y: Uint8Array; u: Uint8Array; v: Uin
 export function cloneFrame(frame: I420Frame): I420Frame {
   return { width: frame.width, height: frame.height, data: frame.data.slice() };
 }
-

@@ -26,7 +26,8 @@ export const MAX_SHARED_IDLE_FRAMES = 60;
 export function idleLookKey(modelType: ModelType, request: FrameRequest, fps: number): string | null {
   if (request.speaking) return null;
   const { mouth } = request;
-  if (mouth.open !== CLOSED_MOUTH.open || mouth.wide !== CLOSED_MOUTH.wide || mouth.round !== CLOSED_MOUTH.round) return null;
+  if (mouth.open !== CLOSED_MOUTH.open || mouth.wide !== CLOSED_MOUTH.wide || mouth.round !== CLOSED_MOUTH.round)
+    return null;
   if (modelType === 'rt') return `rt:${rtLookKey(request, fps > 0 ? fps : 25)}`;
   return null;
 }

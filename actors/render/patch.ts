@@ -57,7 +57,11 @@ export function patchFromRgba(image: RgbaImage, x: number, y: number, w: number,
   }
   for (let cy = 0; cy < ch; cy++) {
     for (let cx = 0; cx < cw; cx++) {
-      let r = 0, g = 0, b = 0, weight = 0, count = 0;
+      let r = 0,
+        g = 0,
+        b = 0,
+        weight = 0,
+        count = 0;
       for (let dy = 0; dy < 2; dy++) {
         for (let dx = 0; dx < 2; dx++) {
           const row = cy * 2 + dy;

@@ -60,10 +60,14 @@ export function photoHeadPose(request: FrameRequest, fps: number, faceHeight: nu
   const { frameIdx } = request;
   const prosody = request.prosody ?? SILENT_PROSODY;
   const emphasis = Math.min(1, Math.max(0, prosody.fast - prosody.slow) * 2.5);
-  const dx = faceHeight * (IDLE_DRIFT_X * oscillate(frameIdx, fps, 5.3) + SPEECH_DRIFT_X * prosody.slow * oscillate(frameIdx, fps, 3.1));
+  const dx =
+    faceHeight *
+    (IDLE_DRIFT_X * oscillate(frameIdx, fps, 5.3) + SPEECH_DRIFT_X * prosody.slow * oscillate(frameIdx, fps, 3.1));
   const dy =
     faceHeight *
-    (IDLE_DRIFT_Y * oscillate(frameIdx, fps, 7.1) + SPEECH_BOB * prosody.slow * oscillate(frameIdx, fps, 1.1) + EMPHASIS_NOD * emphasis);
+    (IDLE_DRIFT_Y * oscillate(frameIdx, fps, 7.1) +
+      SPEECH_BOB * prosody.slow * oscillate(frameIdx, fps, 1.1) +
+      EMPHASIS_NOD * emphasis);
   // No tilt at rest: silence's drift is a pure shift, so its few positions are cached (`PhotoHead.applyResting`).
   const tilt = DEG * SPEECH_TILT_DEG * prosody.slow * oscillate(frameIdx, fps, 2.3);
   return { dx, dy, tilt };
@@ -167,15 +171,25 @@ export class PhotoHead {
 /** The region's pixels out of a plane (rows of `r.width` from `r.x`). */
 function cut(plane: Uint8Array, stride: number, r: PlaneRegion): Uint8Array {
   const out = new Uint8Array(r.width * r.height);
-  for (let j = 0; j < r.height; j++) out.set(plane.subarray((r.y + j) * stride + r.x, (r.y + j) * stride + r.x + r.width), j * r.width);
+  for (let j = 0; j < r.height; j++)
+    out.set(plane.subarray((r.y + j) * stride + r.x, (r.y + j) * stride + r.x + r.width), j * r.width);
   return out;
 }
 
 function paste(plane: Uint8Array, stride: number, r: PlaneRegion, pixels: Uint8Array): void {
-  for (let j = 0; j < r.height; j++) plane.set(pixels.subarray(j * r.width, (j + 1) * r.width), (r.y + j) * stride + r.x);
+  for (let j = 0; j < r.height; j++)
+    plane.set(pixels.subarray(j * r.width, (j + 1) * r.width), (r.y + j) * stride + r.x);
 }
 
-function region(centreX: number, centreY: number, radiusX: number, radiusY: number, planeWidth: number, planeHeight: number, scale: number): PlaneRegion {
+function region(
+  centreX: number,
+  centreY: number,
+  radiusX: number,
+  radiusY: number,
+  planeWidth: number,
+  planeHeight: number,
+  scale: number,
+): PlaneRegion {
   const x0 = Math.max(0, Math.floor((centreX - radiusX) * scale));
   const y0 = Math.max(0, Math.floor((centreY - radiusY) * scale));
   const x1 = Math.min(planeWidth, Math.ceil((centreX + radiusX) * scale));
@@ -243,9 +257,19 @@ const CUBIC_TAPS = (() => {
  * fixed point from per-phase weight tables; only each row's run of nonzero weight is visited, and the loop is
  * written out (a sampler passed as a function cost ~15× more per pixel).
  */
-function warpPlane(plane: Uint8Array, stride: number, r: PlaneRegion, pose: HeadPose, pivotX: number, pivotY: number, scale: number, cubic: boolean): void {
+function warpPlane(
+  plane: Uint8Array,
+  stride: number,
+  r: PlaneRegion,
+  pose: HeadPose,
+  pivotX: number,
+  pivotY: number,
+  scale: number,
+  cubic: boolean,
+): void {
   const { scratch, weight, width, height, rowStart, rowEnd } = r;
-  for (let j = 0; j < height; j++) scratch.set(plane.subarray((r.y + j) * stride + r.x, (r.y + j) * stride + r.x + width), j * width);
+  for (let j = 0; j < height; j++)
+    scratch.set(plane.subarray((r.y + j) * stride + r.x, (r.y + j) * stride + r.x + width), j * width);
   const cosMinus1 = Math.cos(pose.tilt) - 1;
   const sin = Math.sin(pose.tilt);
   const cx = pivotX * scale;

@@ -34,7 +34,11 @@ export interface WarpBox {
 }
 
 /** How freely the warp may move each pixel of `box` (0..1, row-major over the box). */
-export function warpFreedom(src: RgbaImage, box: WarpBox, mouth: { x: number; width: number; seamAt: (x: number) => number }): Float32Array {
+export function warpFreedom(
+  src: RgbaImage,
+  box: WarpBox,
+  mouth: { x: number; width: number; seamAt: (x: number) => number },
+): Float32Array {
   const { x: bx, y: by, width: w, height: h } = box;
   const luma = (x: number, y: number): number => {
     const cx = Math.min(src.width - 1, Math.max(0, x));

@@ -102,7 +102,9 @@ export function closeLips(source: RgbaImage, animation: MouthAnimation): ClosedL
     for (let i = 0; i < x1 - x0; i++) {
       const span = innerSpans[i];
       const ring = outer.length >= 3 ? polygonSpan(outer, x0 + i) : null;
-      if (span) for (let y = Math.ceil(span.top); y < span.bottom; y++) insideRedness.push(redness(data, (y * width + x0 + i) * 4));
+      if (span)
+        for (let y = Math.ceil(span.top); y < span.bottom; y++)
+          insideRedness.push(redness(data, (y * width + x0 + i) * 4));
       if (!ring) continue;
       for (let y = Math.ceil(ring.top); y < ring.bottom; y++) {
         if (span && y + 0.5 >= span.top - 1 && y + 0.5 <= span.bottom + 1) continue;
@@ -130,9 +132,15 @@ export function closeLips(source: RgbaImage, animation: MouthAnimation): ClosedL
       // Beyond the inner contour a smile often leaves dark corners: search the lips' height there, for shadow only.
       const beyondCorner = !span && x + 0.5 > cornerLeft && x + 0.5 < cornerRight;
       if (beyondCorner) {
-        const nearestInner = polygonSpan(inner, Math.min(Math.max(x, Math.ceil(innerLeft)), Math.floor(innerRight) - 1));
+        const nearestInner = polygonSpan(
+          inner,
+          Math.min(Math.max(x, Math.ceil(innerLeft)), Math.floor(innerRight) - 1),
+        );
         const lips = outer.length >= 3 ? polygonSpan(outer, x) : null;
-        span = nearestInner && lips ? { top: Math.min(nearestInner.top, lips.top), bottom: Math.max(nearestInner.bottom, lips.bottom) } : (nearestInner ?? lips);
+        span =
+          nearestInner && lips
+            ? { top: Math.min(nearestInner.top, lips.top), bottom: Math.max(nearestInner.bottom, lips.bottom) }
+            : (nearestInner ?? lips);
       }
       if (!span) continue;
       if (!beyondCorner) midline.push({ x, y: (span.top + span.bottom) / 2, weight: 0.2 });
@@ -152,7 +160,8 @@ export function closeLips(source: RgbaImage, animation: MouthAnimation): ClosedL
   for (let i = 1; i < gaps.length - 1; i++) {
     const before = gaps[i - 1];
     const after = gaps[i + 1] ?? gaps[i + 2];
-    if (!gaps[i] && before && after) gaps[i] = { top: (before.top + after.top) / 2, bottom: (before.bottom + after.bottom) / 2 };
+    if (!gaps[i] && before && after)
+      gaps[i] = { top: (before.top + after.top) / 2, bottom: (before.bottom + after.bottom) / 2 };
   }
   // Smooth the gap edges along x so the closed lips do not carry a one-pixel staircase.
   const smoothed = gaps.map((gap, i) => {
@@ -173,7 +182,8 @@ export function closeLips(source: RgbaImage, animation: MouthAnimation): ClosedL
 
   for (let i = 0; i < smoothed.length; i++) {
     const gap = smoothed[i];
-    if (gap) midline.push({ x: x0 + i, y: gap.top + SEAM_POSITION * (gap.bottom - gap.top), weight: gap.bottom - gap.top });
+    if (gap)
+      midline.push({ x: x0 + i, y: gap.top + SEAM_POSITION * (gap.bottom - gap.top), weight: gap.bottom - gap.top });
   }
   const fit = fitParabola(midline, cx, mw);
   const seam = new Float32Array(x1 - x0);
@@ -293,11 +303,13 @@ function fitParabola(points: readonly WeightedPoint[], cx: number, mw: number): 
       power *= t;
     }
   }
-  const det3 = (a: number[]) => a[0] * (a[4] * a[8] - a[5] * a[7]) - a[1] * (a[3] * a[8] - a[5] * a[6]) + a[2] * (a[3] * a[7] - a[4] * a[6]);
+  const det3 = (a: number[]) =>
+    a[0] * (a[4] * a[8] - a[5] * a[7]) - a[1] * (a[3] * a[8] - a[5] * a[6]) + a[2] * (a[3] * a[7] - a[4] * a[6]);
   const matrix = [m[0], m[1], m[2], m[1], m[2], m[3], m[2], m[3], m[4]];
   const det = det3(matrix);
   if (Math.abs(det) < 1e-9) return null;
-  const solve = (column: number) => det3(matrix.map((value, i) => (i % 3 === column ? r[Math.floor(i / 3)] : value))) / det;
+  const solve = (column: number) =>
+    det3(matrix.map((value, i) => (i % 3 === column ? r[Math.floor(i / 3)] : value))) / det;
   const [a, b, c] = [solve(0), solve(1), solve(2)];
   return (x: number) => {
     const t = (x - cx) / mw;

@@ -66,7 +66,12 @@ function medianColour(pixels: Rgb[]): Rgb {
  * The lips' colour on the rest face (a band across the closed lips' middle, above and below the seam) and the
  * teeth's colour on the photo (bright, less red pixels between its lips), each a median.
  */
-export function mouthPalette(photo: RgbaImage, rest: RgbaImage, animation: MouthAnimation, seamAt: (x: number) => number): MouthPalette {
+export function mouthPalette(
+  photo: RgbaImage,
+  rest: RgbaImage,
+  animation: MouthAnimation,
+  seamAt: (x: number) => number,
+): MouthPalette {
   const { x: cx } = animation.mouth_center;
   const mw = animation.mouth_width;
   const lips: Rgb[] = [];
@@ -103,7 +108,12 @@ export function mouthPalette(photo: RgbaImage, rest: RgbaImage, animation: Mouth
   const toothLuma = luma(tooth);
   const target = Math.min(TEETH_MAX_LUMA, Math.max(TEETH_MIN_LUMA, toothLuma));
   if (toothLuma < TEETH_UNREADABLE_LUMA) tooth = DEFAULT_TEETH;
-  else if (target !== toothLuma) tooth = { r: Math.min(255, (tooth.r * target) / toothLuma), g: Math.min(255, (tooth.g * target) / toothLuma), b: Math.min(255, (tooth.b * target) / toothLuma) };
+  else if (target !== toothLuma)
+    tooth = {
+      r: Math.min(255, (tooth.r * target) / toothLuma),
+      g: Math.min(255, (tooth.g * target) / toothLuma),
+      b: Math.min(255, (tooth.b * target) / toothLuma),
+    };
   return { lip, teeth: tooth };
 }
 
@@ -137,7 +147,8 @@ export function paintInside(column: OpeningColumn, y: number, palette: MouthPale
   let light = INSIDE_BACK + (INSIDE_EDGE - INSIDE_BACK) * lit * (1 - 0.6 * smoothstep(0.4, 1, lateral));
   // The shadow under the upper teeth (or under the upper lip where no tooth hangs).
   const shadowTop = top + column.teeth;
-  const underShadow = y >= shadowTop ? 1 - smoothstep(0, UNDER_TEETH_SHADOW_PX * (column.mouthWidth / 40), y - shadowTop) : 0;
+  const underShadow =
+    y >= shadowTop ? 1 - smoothstep(0, UNDER_TEETH_SHADOW_PX * (column.mouthWidth / 40), y - shadowTop) : 0;
   light *= 1 - UNDER_TEETH_SHADOW * underShadow;
   const lip = palette.lip;
   // Redder than the lips in the shadows: scale red up and green/blue down around the lip's own luma.
@@ -147,9 +158,11 @@ export function paintInside(column: OpeningColumn, y: number, palette: MouthPale
   // Tongue: a dome from the bottom of the opening, lit on its crown, darker at its sides and towards the back.
   if (column.tongue > 0) {
     const crown = 1 - 0.55 * (1 - Math.pow(Math.min(1, lateral / 0.7), 2));
-    const onTongue = smoothstep(crown - 0.08, crown + 0.06, fromTop) * (1 - smoothstep(0.55, 0.8, lateral)) * column.tongue;
+    const onTongue =
+      smoothstep(crown - 0.08, crown + 0.06, fromTop) * (1 - smoothstep(0.55, 0.8, lateral)) * column.tongue;
     if (onTongue > 0) {
-      const crownLight = TONGUE_CROWN * (1 - 0.45 * smoothstep(0, 0.35, fromTop - crown)) * (1 - 0.5 * smoothstep(0.2, 0.7, lateral));
+      const crownLight =
+        TONGUE_CROWN * (1 - 0.45 * smoothstep(0, 0.35, fromTop - crown)) * (1 - 0.5 * smoothstep(0.2, 0.7, lateral));
       // Redder than the lips (its green and blue fall off faster), or a pale lip gives a grey tongue.
       const tongueR = lip.r * crownLight;
       const tongueG = lip.g * crownLight * 0.72;
@@ -187,7 +200,8 @@ export function paintInside(column: OpeningColumn, y: number, palette: MouthPale
       // Shadowed under the lip, brightest across the middle, a little translucent at the biting edge.
       const vertical = (0.8 + 0.2 * smoothstep(0, 0.4, down)) * (1 - 0.08 * smoothstep(0.75, 1, down));
       const sideways = 1 - 0.45 * smoothstep(0.3, 0.9, lateral);
-      const separation = 1 - TOOTH_GAP_SHADE * gapLine * (0.5 + 0.5 * smoothstep(0.2, 0.9, down)) * smoothstep(1.5, 4, column.teeth);
+      const separation =
+        1 - TOOTH_GAP_SHADE * gapLine * (0.5 + 0.5 * smoothstep(0.2, 0.9, down)) * smoothstep(1.5, 4, column.teeth);
       const shade = vertical * sideways * separation;
       let tr = palette.teeth.r * shade;
       let tg = palette.teeth.g * shade;

@@ -75,7 +75,14 @@ export class RenderPool {
     this.threads = Math.max(1, options.threads ?? availableParallelism() - 1);
     this.load = new PoolLoad(this.threads);
     this.clipLoops = new SharedClipLoops(async (clip, loop, avatar) => {
-      await this.run({ op: 'decode_loop', cacheKey: '', avatar, modelType: avatar.manifest.model_type, requests: [], loopDecode: { clip, loop } });
+      await this.run({
+        op: 'decode_loop',
+        cacheKey: '',
+        avatar,
+        modelType: avatar.manifest.model_type,
+        requests: [],
+        loopDecode: { clip, loop },
+      });
     });
     this.piscina = new Piscina({
       filename: new URL('../render-backends/worker-bootstrap.mjs', import.meta.url).href,
@@ -86,7 +93,9 @@ export class RenderPool {
     });
     // A worker that dies mid-task rejects that task and piscina starts a replacement. One that fails between
     // tasks is re-emitted here as 'error', and an 'error' nobody listens to would crash the whole service.
-    this.piscina.on('error', (error: unknown) => options.logger?.error({ err: error }, 'render worker failed between tasks'));
+    this.piscina.on('error', (error: unknown) =>
+      options.logger?.error({ err: error }, 'render worker failed between tasks'),
+    );
   }
 
   /** Worker threads currently alive (for tests and diagnostics). */
@@ -100,7 +109,12 @@ export class RenderPool {
    * memory is invisible to V8's heap accounting, so frames nobody releases at an offline job's pace would pile
    * up until some unrelated collection.
    */
-  async open(source: AvatarSource, modelType: ModelType, signal?: AbortSignal, options: { reuseFrameBuffers?: boolean } = {}): Promise<RenderHandle> {
+  async open(
+    source: AvatarSource,
+    modelType: ModelType,
+    signal?: AbortSignal,
+    options: { reuseFrameBuffers?: boolean } = {},
+  ): Promise<RenderHandle> {
     if (this.closed) throw new Error('render pool is closed');
     // Tasks carry a video avatar's decoded shared loop, never its PNGs (`clip`): no worker decodes them again.
     const { clip: _pngs, ...rest } = source;
@@ -128,7 +142,9 @@ export class RenderPool {
     // The signal is not handed to piscina: aborting a running task there kills the worker and its
     // prepared avatars. Instead the caller stops waiting and the late result is dropped.
     const done = this.load.begin();
-    const result = (transferList?.length ? this.piscina.run(task, { transferList }) : this.piscina.run(task)) as Promise<RenderTaskResult>;
+    const result = (
+      transferList?.length ? this.piscina.run(task, { transferList }) : this.piscina.run(task)
+    ) as Promise<RenderTaskResult>;
     result.then(done, done);
     if (!signal) return result;
     return untilAborted(result, signal, renderAborted);
@@ -208,12 +224,17 @@ class PoolRenderHandle implements RenderHandle {
       // Frames of no shared look are this caller's alone: they are rendered into reused buffers and handed out
       // leased (the caller releases them); a shared idle frame is kept by the cache and never goes back.
       const buffers = this.pool.frameBuffers;
-      const targets = missing.map((i) => (this.reuseFrameBuffers && looks[i] === null && buffers.canLend() ? buffers.take(this.frameBytes) : undefined));
+      const targets = missing.map((i) =>
+        this.reuseFrameBuffers && looks[i] === null && buffers.canLend() ? buffers.take(this.frameBytes) : undefined,
+      );
       let rendered: I420Frame[];
       try {
         const wanted = missing.length === annotated.length ? annotated : missing.map((i) => annotated[i]);
         // A live session's single frame (no signal: it never gives up on one) may share a task with its next ones.
-        rendered = wanted.length === 1 && !signal ? [await this.renderQueued(wanted[0], targets[0])] : await this.renderOnWorkers(wanted, targets, signal);
+        rendered =
+          wanted.length === 1 && !signal
+            ? [await this.renderQueued(wanted[0], targets[0])]
+            : await this.renderOnWorkers(wanted, targets, signal);
       } catch (error) {
         for (const target of targets) if (target) buffers.abandon(target);
         throw error;
@@ -254,7 +275,14 @@ class PoolRenderHandle implements RenderHandle {
     while (this.tasksInFlight < this.pool.threadCount && this.queued.length > 0) {
       const batch = this.queued.splice(0, MAX_FRAMES_PER_TASK).sort((a, b) => a.request.ptsMs - b.request.ptsMs);
       const { cacheKey, avatar, modelType } = this;
-      const task: RenderTask = { op: 'render', cacheKey, avatar, modelType, requests: batch.map((f) => f.request), targets: batch.map((f) => f.target) };
+      const task: RenderTask = {
+        op: 'render',
+        cacheKey,
+        avatar,
+        modelType,
+        requests: batch.map((f) => f.request),
+        targets: batch.map((f) => f.target),
+      };
       this.tasksInFlight++;
       this.pool
         .run(task)
@@ -269,13 +297,24 @@ class PoolRenderHandle implements RenderHandle {
     }
   }
 
-  private async renderOnWorkers(annotated: FrameRequest[], targets: Array<SharedArrayBuffer | undefined>, signal?: AbortSignal): Promise<I420Frame[]> {
+  private async renderOnWorkers(
+    annotated: FrameRequest[],
+    targets: Array<SharedArrayBuffer | undefined>,
+    signal?: AbortSignal,
+  ): Promise<I420Frame[]> {
     const parts = Math.min(this.pool.threadCount, Math.floor(annotated.length / MIN_FRAMES_PER_SPLIT)) || 1;
     const size = Math.ceil(annotated.length / parts);
     const tasks: RenderTask[] = [];
     for (let i = 0; i < annotated.length; i += size) {
       const { cacheKey, avatar, modelType } = this;
-      tasks.push({ op: 'render', cacheKey, avatar, modelType, requests: annotated.slice(i, i + size), targets: targets.slice(i, i + size) });
+      tasks.push({
+        op: 'render',
+        cacheKey,
+        avatar,
+        modelType,
+        requests: annotated.slice(i, i + size),
+        targets: targets.slice(i, i + size),
+      });
     }
     // A failed or abandoned task's buffers are not given back: its worker may still be writing into them.
     const results = await Promise.all(tasks.map((task) => this.pool.run(task, signal)));
@@ -292,7 +331,12 @@ class PoolRenderHandle implements RenderHandle {
  * Renders in the calling thread, e.g. for offline batches that already run inside a worker.
  * Pass the same tracker across calls of one sequence so rt_head motion stays continuous.
  */
-export function renderFramesInline(renderer: Renderer, requests: FrameRequest[], tracker?: ProsodyTracker, fps = 25): I420Frame[] {
+export function renderFramesInline(
+  renderer: Renderer,
+  requests: FrameRequest[],
+  tracker?: ProsodyTracker,
+  fps = 25,
+): I420Frame[] {
   const prosody = tracker ?? new ProsodyTracker(fps);
   return prosody.annotate(requests).map((request) => renderer.render(request));
 }

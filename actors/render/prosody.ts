@@ -46,7 +46,9 @@ export class ProsodyTracker {
 
   /** Returns the requests with `prosody` filled in where the caller did not set it. */
   annotate(requests: FrameRequest[]): FrameRequest[] {
-    return requests.map((request) => (request.prosody ? request : { ...request, prosody: this.push(request.frameIdx, request.level) }));
+    return requests.map((request) =>
+      request.prosody ? request : { ...request, prosody: this.push(request.frameIdx, request.level) },
+    );
   }
 
   reset(): void {

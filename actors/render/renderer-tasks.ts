@@ -54,7 +54,10 @@ export async function renderFramesTask(task: RenderFramesTask): Promise<TaskOutc
   dropReleasedLoops();
   const renderer = await rendererFor(task);
   const frames = task.requests.map((request, i) => renderer.render(request, task.targets?.[i]));
-  return { frames, transfer: frames.map((frame) => frame.data.buffer).filter((buffer) => buffer instanceof ArrayBuffer) };
+  return {
+    frames,
+    transfer: frames.map((frame) => frame.data.buffer).filter((buffer) => buffer instanceof ArrayBuffer),
+  };
 }
 
 /** `decode_loop`: a video avatar's loop decoded into the shared loop every worker renders from. */

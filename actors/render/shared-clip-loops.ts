@@ -9,7 +9,15 @@
  * loop: it leaves the accounting at once, and each worker drops what it built on it at its next task (the
  * `released` flag), which frees the memory.
  */
-import { CLIP_LOOP_AVATAR_BYTES, CLIP_LOOP_TOTAL_BYTES, loopLayout, loopTrack, newSharedLoop, readClipSource, type ClipSource } from './clip-loop.ts';
+import {
+  CLIP_LOOP_AVATAR_BYTES,
+  CLIP_LOOP_TOTAL_BYTES,
+  loopLayout,
+  loopTrack,
+  newSharedLoop,
+  readClipSource,
+  type ClipSource,
+} from './clip-loop.ts';
 import { i420Size } from './i420.ts';
 import type { AvatarSource, SharedClipLoopData } from './types.ts';
 import { abortReasonAsError, untilAborted } from '../upstream/abort.ts';
@@ -68,7 +76,9 @@ export class SharedClipLoops {
       this.releaseRef(key, held);
     };
     try {
-      const loop = await (signal ? untilAborted(held.ready, signal, (s) => abortReasonAsError(s, 'render aborted')) : held.ready);
+      const loop = await (signal
+        ? untilAborted(held.ready, signal, (s) => abortReasonAsError(s, 'render aborted'))
+        : held.ready);
       return { loop, release };
     } catch (error) {
       release();
@@ -79,8 +89,17 @@ export class SharedClipLoops {
   private start(key: string, source: AvatarSource): Entry {
     const { width, height } = source.manifest;
     const frameCount = source.manifest.metadata.clip?.frame_count ?? 0;
-    const layout = loopLayout(frameCount, width, height, Math.min(CLIP_LOOP_AVATAR_BYTES, this.totalBytes - this.bytes));
-    const entry: Entry = { refs: 0, bytes: layout ? layout.held * i420Size(width, height) : 0, ready: Promise.resolve(undefined) };
+    const layout = loopLayout(
+      frameCount,
+      width,
+      height,
+      Math.min(CLIP_LOOP_AVATAR_BYTES, this.totalBytes - this.bytes),
+    );
+    const entry: Entry = {
+      refs: 0,
+      bytes: layout ? layout.held * i420Size(width, height) : 0,
+      ready: Promise.resolve(undefined),
+    };
     entry.ready = this.load(source, entry);
     this.loops.set(key, entry);
     // A failed decode is not kept: the next session tries again.

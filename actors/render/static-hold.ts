@@ -46,7 +46,12 @@ export function holdStaticBlocks(previous: I420Frame, current: I420Frame): numbe
       const x1 = Math.min(x0 + STATIC_BLOCK, width);
       const cx0 = x0 >> 1;
       const cx1 = Math.min((x1 + 1) >> 1, cw);
-      if (!within(prev, cur, 0, width, x0, x1, y0, y1) || !within(prev, cur, uOffset, cw, cx0, cx1, cy0, cy1) || !within(prev, cur, vOffset, cw, cx0, cx1, cy0, cy1)) continue;
+      if (
+        !within(prev, cur, 0, width, x0, x1, y0, y1) ||
+        !within(prev, cur, uOffset, cw, cx0, cx1, cy0, cy1) ||
+        !within(prev, cur, vOffset, cw, cx0, cx1, cy0, cy1)
+      )
+        continue;
       copy(prev, cur, 0, width, x0, x1, y0, y1);
       copy(prev, cur, uOffset, cw, cx0, cx1, cy0, cy1);
       copy(prev, cur, vOffset, cw, cx0, cx1, cy0, cy1);
@@ -56,7 +61,16 @@ export function holdStaticBlocks(previous: I420Frame, current: I420Frame): numbe
   return held;
 }
 
-function within(a: Uint8Array, b: Uint8Array, offset: number, stride: number, x0: number, x1: number, y0: number, y1: number): boolean {
+function within(
+  a: Uint8Array,
+  b: Uint8Array,
+  offset: number,
+  stride: number,
+  x0: number,
+  x1: number,
+  y0: number,
+  y1: number,
+): boolean {
   for (let y = y0; y < y1; y++) {
     const row = offset + y * stride;
     for (let i = row + x0; i < row + x1; i++) {
@@ -67,7 +81,16 @@ function within(a: Uint8Array, b: Uint8Array, offset: number, stride: number, x0
   return true;
 }
 
-function copy(from: Uint8Array, to: Uint8Array, offset: number, stride: number, x0: number, x1: number, y0: number, y1: number): void {
+function copy(
+  from: Uint8Array,
+  to: Uint8Array,
+  offset: number,
+  stride: number,
+  x0: number,
+  x1: number,
+  y0: number,
+  y1: number,
+): void {
   for (let y = y0; y < y1; y++) {
     const row = offset + y * stride;
     to.set(from.subarray(row + x0, row + x1), row + x0);

@@ -66,10 +66,22 @@ export function dilateColour(layer: YuvaLayer): void {
       if (alpha[i] !== 0) continue;
       let best = -1;
       let bestAlpha = 0;
-      if (x > 0 && alpha[i - 1] > bestAlpha) { best = i - 1; bestAlpha = alpha[i - 1]; }
-      if (x < width - 1 && alpha[i + 1] > bestAlpha) { best = i + 1; bestAlpha = alpha[i + 1]; }
-      if (y > 0 && alpha[i - width] > bestAlpha) { best = i - width; bestAlpha = alpha[i - width]; }
-      if (y < height - 1 && alpha[i + width] > bestAlpha) { best = i + width; bestAlpha = alpha[i + width]; }
+      if (x > 0 && alpha[i - 1] > bestAlpha) {
+        best = i - 1;
+        bestAlpha = alpha[i - 1];
+      }
+      if (x < width - 1 && alpha[i + 1] > bestAlpha) {
+        best = i + 1;
+        bestAlpha = alpha[i + 1];
+      }
+      if (y > 0 && alpha[i - width] > bestAlpha) {
+        best = i - width;
+        bestAlpha = alpha[i - width];
+      }
+      if (y < height - 1 && alpha[i + width] > bestAlpha) {
+        best = i + width;
+        bestAlpha = alpha[i + width];
+      }
       if (best < 0) continue;
       layer.y_[i] = layer.y_[best];
       layer.u[i] = layer.u[best];
@@ -119,7 +131,10 @@ export function compositeTransformed(
   const cos = Math.cos(angle);
   const sin = Math.sin(angle);
   // Bounding box of the transformed layer, in frame pixels.
-  let minX = Infinity, minY = Infinity, maxX = -Infinity, maxY = -Infinity;
+  let minX = Infinity,
+    minY = Infinity,
+    maxX = -Infinity,
+    maxY = -Infinity;
   for (const [cx, cy] of [
     [layer.x, layer.y],
     [layer.x + layer.width, layer.y],

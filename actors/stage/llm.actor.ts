@@ -57,7 +57,13 @@ export function createLlmActor(ctx: StageContext) {
           }
           // The tag goes with the words after it: shown once the speech queued before it has played.
           const cue = ctx.media.express({ name: piece.tag.name, intensity: piece.tag.intensity }, 'after-queued');
-          ctx.events.publish('expression', { name: cue.name, intensity: cue.intensity, duration_ms: null, start_ms: Math.round(cue.startMs), source: 'llm' });
+          ctx.events.publish('expression', {
+            name: cue.name,
+            intensity: cue.intensity,
+            duration_ms: null,
+            start_ms: Math.round(cue.startMs),
+            source: 'llm',
+          });
         }
         return text;
       };
@@ -70,7 +76,12 @@ export function createLlmActor(ctx: StageContext) {
           let calls: LlmToolCall[] = [];
           let roundText = '';
           const offered = tools.length > 0 && round < MAX_TOOL_ROUNDS_PER_TURN ? tools : undefined;
-          for await (const raw of ctx.llm.stream({ messages, signal, tools: offered, onToolCalls: (made) => (calls = made) })) {
+          for await (const raw of ctx.llm.stream({
+            messages,
+            signal,
+            tools: offered,
+            onToolCalls: (made) => (calls = made),
+          })) {
             turn.accepted?.resolve();
             if (!raw) continue;
             ctx.metrics.mark(turn.id, 'llm_first_token_ms');
@@ -100,7 +111,9 @@ export function createLlmActor(ctx: StageContext) {
             fillerSaid = true;
             sendBack({ type: 'LLM.SEGMENT', text: ctx.tools.fillerText });
           });
-          calls.forEach((call, index) => messages.push({ role: 'tool', tool_call_id: call.id, content: outputs[index] }));
+          calls.forEach((call, index) =>
+            messages.push({ role: 'tool', tool_call_id: call.id, content: outputs[index] }),
+          );
         }
         speak(splitter.flush());
         return { type: 'LLM.DONE' };

@@ -14,7 +14,13 @@ export interface StageEventMap {
   llm: { delta: string };
   tts: { stage: 'start' | 'first_audio' | 'complete'; ms_elapsed: number; sentence_index?: number };
   /** An expression cue (`actors/expression.ts`): from the language model's tags or `POST /sessions/{id}/expression`. */
-  expression: { name: ExpressionName; intensity: number; duration_ms: number | null; start_ms: number; source: 'llm' | 'api' };
+  expression: {
+    name: ExpressionName;
+    intensity: number;
+    duration_ms: number | null;
+    start_ms: number;
+    source: 'llm' | 'api';
+  };
 }
 
 /**
@@ -27,7 +33,8 @@ export interface StageBus {
 }
 
 /** The session's media as a stage sees it: the media clock it feeds, what of a turn was heard, flush and failures. */
-export interface StageMedia extends Pick<PlayoutClock, 'enqueue' | 'waitForRoom' | 'endTurn' | 'whenDrained' | 'express'> {
+export interface StageMedia
+  extends Pick<PlayoutClock, 'enqueue' | 'waitForRoom' | 'endTurn' | 'whenDrained' | 'express'> {
   /** Ms of a turn's audio that left for WebRTC (what the listener heard of it). */
   playedMsOf(turnId: string): number;
   /** Barge-in: everything queued or scheduled goes. */

@@ -13,35 +13,33 @@ import { runStage, type SendBack, type StageContext } from './stage.ts';
  * has played out, TTS.DONE.
  */
 export function createTtsActor(ctx: StageContext) {
-  return fromCallback<TtsActorEvent, TtsInput>(
-    ({ input, receive, sendBack }) => {
-      const segments = new AsyncQueue<string>();
-      if (input.turn.mode === 'speak') {
-        segments.push(input.turn.text ?? '');
-        segments.end();
+  return fromCallback<TtsActorEvent, TtsInput>(({ input, receive, sendBack }) => {
+    const segments = new AsyncQueue<string>();
+    if (input.turn.mode === 'speak') {
+      segments.push(input.turn.text ?? '');
+      segments.end();
+    }
+    receive((event) => {
+      if (event.type === 'TEXT.SEGMENT' && event.text) segments.push(event.text);
+      if (event.type === 'TEXT.END') segments.end();
+    });
+    const stop = runStage(ctx, 'tts', sendBack, async (signal) => {
+      const turn = input.turn;
+      if (turn.mode === 'audio' || turn.mode === 'audio_stream') {
+        await playDirectAudio(ctx, turn, sendBack, signal);
+      } else {
+        await synthesizeTurn(ctx, input, segments, sendBack, signal);
       }
-      receive((event) => {
-        if (event.type === 'TEXT.SEGMENT' && event.text) segments.push(event.text);
-        if (event.type === 'TEXT.END') segments.end();
-      });
-      const stop = runStage(ctx, 'tts', sendBack, async (signal) => {
-        const turn = input.turn;
-        if (turn.mode === 'audio' || turn.mode === 'audio_stream') {
-          await playDirectAudio(ctx, turn, sendBack, signal);
-        } else {
-          await synthesizeTurn(ctx, input, segments, sendBack, signal);
-        }
-        ctx.media.endTurn(turn.id);
-        await untilAborted(ctx.media.whenDrained(turn.id), signal);
-        return { type: 'TTS.DONE' };
-      });
-      return () => {
-        stop();
-        // A turn stopped while waiting for its next LLM segment would otherwise wait forever.
-        segments.fail(new DOMException('stage stopped', 'AbortError'));
-      };
-    },
-  );
+      ctx.media.endTurn(turn.id);
+      await untilAborted(ctx.media.whenDrained(turn.id), signal);
+      return { type: 'TTS.DONE' };
+    });
+    return () => {
+      stop();
+      // A turn stopped while waiting for its next LLM segment would otherwise wait forever.
+      segments.fail(new DOMException('stage stopped', 'AbortError'));
+    };
+  });
 }
 
 async function synthesizeTurn(
@@ -83,13 +81,18 @@ async function synthesizeTurn(
       lastIndex = chunk.sentenceIndex ?? 0;
       if (!firstAudio) {
         firstAudio = true;
-        ctx.events.publish('tts', { stage: 'first_audio', ms_elapsed: elapsed(), sentence_index: sentenceIndex + lastIndex });
+        ctx.events.publish('tts', {
+          stage: 'first_audio',
+          ms_elapsed: elapsed(),
+          sentence_index: sentenceIndex + lastIndex,
+        });
         ctx.metrics.mark(turn.id, 'first_audio_queued_ms');
         sendBack({ type: 'TTS.FIRST_AUDIO' });
       }
       await ctx.media.waitForRoom(signal);
       // Each sentence's caption goes with its first audio: the clock emits it as that audio starts to be heard.
-      const caption = lastIndex !== captioned ? (sentences[lastIndex] ?? (lastIndex === 0 ? text : undefined)) : undefined;
+      const caption =
+        lastIndex !== captioned ? (sentences[lastIndex] ?? (lastIndex === 0 ? text : undefined)) : undefined;
       captioned = lastIndex;
       ctx.media.enqueue(turn.id, chunk.pcm, buildMouthTimeline(chunk), sentenceIndex + lastIndex, caption);
       segmentSamples += chunk.pcm.length;
@@ -100,10 +103,20 @@ async function synthesizeTurn(
     ctx.events.segmentQueued(turn.id, { text, durationMs });
     if (turn.mode === 'chat') sendBack({ type: 'TTS.QUEUED', text, durationMs });
   }
-  if (started) ctx.events.publish('tts', { stage: 'complete', ms_elapsed: elapsed(), sentence_index: Math.max(0, sentenceIndex - 1) });
+  if (started)
+    ctx.events.publish('tts', {
+      stage: 'complete',
+      ms_elapsed: elapsed(),
+      sentence_index: Math.max(0, sentenceIndex - 1),
+    });
 }
 
-async function playDirectAudio(ctx: StageContext, turn: TurnInfo, sendBack: SendBack, signal: AbortSignal): Promise<void> {
+async function playDirectAudio(
+  ctx: StageContext,
+  turn: TurnInfo,
+  sendBack: SendBack,
+  signal: AbortSignal,
+): Promise<void> {
   const audio = turn.audio;
   if (!audio) throw new Error('turn audio missing');
   const chunks = audio.kind === 'clip' ? [audio.pcm] : audio.chunks;

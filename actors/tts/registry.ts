@@ -71,7 +71,16 @@ export function createTtsRegistry(config: TtsProvidersConfig, deps: TtsRegistryD
   const providers = new Map<TtsProviderId, TtsProvider>();
   for (const id of REMOTE_TTS_PROVIDER_IDS) {
     const endpoint = config.providers[id] ?? {};
-    providers.set(id, FACTORIES[id]({ ...endpoint, voiceDir: config.voiceDir, fetch: deps.fetch, logger: deps.logger, voiceLookup: deps.voiceLookup }));
+    providers.set(
+      id,
+      FACTORIES[id]({
+        ...endpoint,
+        voiceDir: config.voiceDir,
+        fetch: deps.fetch,
+        logger: deps.logger,
+        voiceLookup: deps.voiceLookup,
+      }),
+    );
   }
   // The built-in engine starts workers, so it is only built when first asked for.
   const builtin = (): TtsProvider => {
@@ -94,7 +103,11 @@ export function createTtsRegistry(config: TtsProvidersConfig, deps: TtsRegistryD
       return TTS_PROVIDER_IDS.map((id) => {
         const provider = id === 'builtin' ? builtin() : providers.get(id)!;
         const status = provider.status();
-        const listing: TtsProviderListing = { id, configured: status.configured, cloning: typeof provider.clone === 'function' };
+        const listing: TtsProviderListing = {
+          id,
+          configured: status.configured,
+          cloning: typeof provider.clone === 'function',
+        };
         if (status.reason) listing.reason = status.reason;
         return listing;
       });

@@ -22,11 +22,72 @@ const CJK_CLAUSE_BREAKS = '，、；：';
 
 /** Words that end with "." without ending the sentence ("Dr. Smith"). */
 const TITLE_ABBREVIATIONS = new Set([
-  'mr', 'mrs', 'ms', 'dr', 'prof', 'sr', 'jr', 'st', 'mt', 'vs', 'no', 'nos', 'fig', 'figs', 'vol',
-  'ca', 'cf', 'e.g', 'i.e', 'gen', 'col', 'capt', 'lt', 'sgt', 'rev', 'hon', 'gov', 'sen', 'rep',
-  'dept', 'univ', 'ave', 'blvd', 'rd', 'jan', 'feb', 'mar', 'apr', 'jun', 'jul', 'aug', 'sep',
-  'sept', 'oct', 'nov', 'dec', 'approx', 'est', 'min', 'max', 'p', 'pp', 'op', 'ed', 'eds',
-  'bzw', 'usw', 'z.b', 'd.h', 'u.a', 'sra', 'mme', 'mlle', 'nr', 'u.s', 'u.k',
+  'mr',
+  'mrs',
+  'ms',
+  'dr',
+  'prof',
+  'sr',
+  'jr',
+  'st',
+  'mt',
+  'vs',
+  'no',
+  'nos',
+  'fig',
+  'figs',
+  'vol',
+  'ca',
+  'cf',
+  'e.g',
+  'i.e',
+  'gen',
+  'col',
+  'capt',
+  'lt',
+  'sgt',
+  'rev',
+  'hon',
+  'gov',
+  'sen',
+  'rep',
+  'dept',
+  'univ',
+  'ave',
+  'blvd',
+  'rd',
+  'jan',
+  'feb',
+  'mar',
+  'apr',
+  'jun',
+  'jul',
+  'aug',
+  'sep',
+  'sept',
+  'oct',
+  'nov',
+  'dec',
+  'approx',
+  'est',
+  'min',
+  'max',
+  'p',
+  'pp',
+  'op',
+  'ed',
+  'eds',
+  'bzw',
+  'usw',
+  'z.b',
+  'd.h',
+  'u.a',
+  'sra',
+  'mme',
+  'mlle',
+  'nr',
+  'u.s',
+  'u.k',
 ]);
 /** Abbreviations that may or may not end the sentence: decided by the case of the next word. */
 const AMBIGUOUS_ABBREVIATIONS = new Set(['etc', 'inc', 'ltd', 'co', 'corp', 'al']);
@@ -207,7 +268,13 @@ export class EagerSentenceStream {
       if (m[1] !== '.') return true;
       const before = this.head.slice(0, m.index);
       const word = (/([\p{L}.]+)$/u.exec(before)?.[1] ?? '').toLowerCase();
-      return !/\d$/.test(before) && word.length > 1 && !TITLE_ABBREVIATIONS.has(word) && !AMBIGUOUS_ABBREVIATIONS.has(word) && !word.includes('.');
+      return (
+        !/\d$/.test(before) &&
+        word.length > 1 &&
+        !TITLE_ABBREVIATIONS.has(word) &&
+        !AMBIGUOUS_ABBREVIATIONS.has(word) &&
+        !word.includes('.')
+      );
     });
     // "Sure!" as the stream's last text: an exclamation or question mark ends the head at once — waiting for the
     // next token's space would cost one token interval of the first sound. ("?!" or a closing quote that

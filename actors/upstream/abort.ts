@@ -36,7 +36,11 @@ export function isAbortError(error: unknown, { includeTimeout = true }: { includ
  * cancelling it would cost more than letting it complete: a worker thread's compiled engines, a prepared
  * renderer); the caller just stops waiting.
  */
-export function untilAborted<T>(work: Promise<T>, signal: AbortSignal, reasonOf: (signal: AbortSignal) => unknown = (s) => s.reason): Promise<T> {
+export function untilAborted<T>(
+  work: Promise<T>,
+  signal: AbortSignal,
+  reasonOf: (signal: AbortSignal) => unknown = (s) => s.reason,
+): Promise<T> {
   if (signal.aborted) return Promise.reject(reasonOf(signal));
   return new Promise<T>((resolve, reject) => {
     const onAbort = (): void => reject(reasonOf(signal));

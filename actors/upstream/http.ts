@@ -48,7 +48,11 @@ export interface OpenAiEndpointConfig {
 }
 
 /** `src/config.ts` keeps unset variables as null; the clients treat them as absent. */
-export function endpointFromServiceConfig(config: { baseUrl: string | null; apiKey: string | null; model: string }): OpenAiEndpointConfig {
+export function endpointFromServiceConfig(config: {
+  baseUrl: string | null;
+  apiKey: string | null;
+  model: string;
+}): OpenAiEndpointConfig {
   return { baseUrl: config.baseUrl ?? undefined, apiKey: config.apiKey ?? undefined, model: config.model };
 }
 
@@ -81,7 +85,11 @@ export interface BoundedFetchOptions extends RequestInit {
  * fetch with a headers timeout. The caller's abort propagates as-is (so the pipeline sees its own
  * reason), a timeout becomes `UpstreamError`, a non-2xx becomes `UpstreamError` with the upstream text.
  */
-export async function fetchUpstream(fetchImpl: FetchLike, url: string, options: BoundedFetchOptions): Promise<Response> {
+export async function fetchUpstream(
+  fetchImpl: FetchLike,
+  url: string,
+  options: BoundedFetchOptions,
+): Promise<Response> {
   const { signal, provider, headersTimeoutMs = UPSTREAM_HEADERS_TIMEOUT_MS, ...init } = options;
   signal.throwIfAborted();
   const timeout = AbortSignal.timeout(headersTimeoutMs);
@@ -96,7 +104,10 @@ export async function fetchUpstream(fetchImpl: FetchLike, url: string, options: 
   }
   if (!response.ok) {
     const text = (await readErrorStart(response, provider)).trim() || response.statusText || 'no error text';
-    throw new UpstreamError(`${provider}: upstream returned ${response.status}: ${text.slice(0, MAX_TTS_ERROR_CHARS)}`, response.status);
+    throw new UpstreamError(
+      `${provider}: upstream returned ${response.status}: ${text.slice(0, MAX_TTS_ERROR_CHARS)}`,
+      response.status,
+    );
   }
   return response;
 }
@@ -105,7 +116,12 @@ export async function fetchUpstream(fetchImpl: FetchLike, url: string, options: 
  * Reads the whole body within a bounded time and size (`MAX_UPSTREAM_BODY_BYTES`). A connection cut
  * before `Content-Length` bytes arrived surfaces as `UpstreamError` (undici reports it as a terminated stream).
  */
-export async function readBody(response: Response, signal: AbortSignal, provider: string, timeoutMs = UPSTREAM_BODY_TIMEOUT_MS): Promise<Buffer> {
+export async function readBody(
+  response: Response,
+  signal: AbortSignal,
+  provider: string,
+  timeoutMs = UPSTREAM_BODY_TIMEOUT_MS,
+): Promise<Buffer> {
   const chunks: Buffer[] = [];
   for await (const chunk of streamBody(response, signal, provider, timeoutMs)) chunks.push(chunk);
   return Buffer.concat(chunks);
@@ -249,7 +265,8 @@ export async function readBoundedBytes(
   maxBytes: number,
   options: { truncate?: boolean; oversized?: () => Error } = {},
 ): Promise<Buffer> {
-  const oversized = options.oversized ?? (() => new UpstreamError(`${label} upstream sent a reply over ${maxBytes} bytes`));
+  const oversized =
+    options.oversized ?? (() => new UpstreamError(`${label} upstream sent a reply over ${maxBytes} bytes`));
   if (!options.truncate && Number(response.headers.get('content-length')) > maxBytes) {
     await response.body?.cancel().catch(() => undefined);
     throw oversized();

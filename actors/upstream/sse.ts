@@ -55,7 +55,10 @@ export class SseDataDecoder {
 
   /** Decodes one received chunk; a string is taken as its UTF-8 bytes. */
   push(chunk: Uint8Array | string): string[] {
-    const bytes = typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    const bytes =
+      typeof chunk === 'string'
+        ? Buffer.from(chunk, 'utf8')
+        : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
     const payloads: string[] = [];
     let start = 0;
     if (this.skipLeadingLf && bytes.length > 0) {
@@ -91,13 +94,15 @@ export class SseDataDecoder {
   }
 
   private appendPartial(bytes: Buffer): void {
-    if (this.partialBytes + bytes.length > this.maxLineBytes) throw new SseTooLargeError(this.label, 'line', this.maxLineBytes);
+    if (this.partialBytes + bytes.length > this.maxLineBytes)
+      throw new SseTooLargeError(this.label, 'line', this.maxLineBytes);
     this.partial.push(bytes);
     this.partialBytes += bytes.length;
   }
 
   private completeLine(tail: Buffer, payloads: string[]): void {
-    if (this.partialBytes + tail.length > this.maxLineBytes) throw new SseTooLargeError(this.label, 'line', this.maxLineBytes);
+    if (this.partialBytes + tail.length > this.maxLineBytes)
+      throw new SseTooLargeError(this.label, 'line', this.maxLineBytes);
     const line = this.partial.length === 0 ? tail : Buffer.concat([...this.partial, tail]);
     this.partial = [];
     this.partialBytes = 0;
@@ -124,7 +129,10 @@ export class SseDataDecoder {
 }
 
 /** Yields the data payload of each SSE event of a byte stream, bounded as `SseDataDecoder` is. */
-export async function* sseDataPayloads(body: AsyncIterable<Uint8Array>, options: SseDecoderOptions = {}): AsyncGenerator<string> {
+export async function* sseDataPayloads(
+  body: AsyncIterable<Uint8Array>,
+  options: SseDecoderOptions = {},
+): AsyncGenerator<string> {
   const decoder = new SseDataDecoder(options);
   for await (const chunk of body) yield* decoder.push(chunk);
   yield* decoder.flush();

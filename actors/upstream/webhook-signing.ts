@@ -36,7 +36,8 @@ export class WebhookSigner {
   private readonly key: KeyObject;
 
   constructor(secret: string) {
-    if (!isWebhookSecret(secret)) throw new Error('webhook secret must be whsec_ followed by a base64 key of ≥ 16 bytes');
+    if (!isWebhookSecret(secret))
+      throw new Error('webhook secret must be whsec_ followed by a base64 key of ≥ 16 bytes');
     this.key = createSecretKey(Buffer.from(secret.slice(WEBHOOK_SECRET_PREFIX.length), 'base64'));
   }
 

@@ -118,7 +118,12 @@ function pearson(a: Float64Array, b: Float64Array): number {
  * Best correlation between the changes of the mic's envelope over [fromMs, toMs) and those of the sent
  * envelope over the same span moved earlier by 0…ECHO_MAX_DELAY_MS.
  */
-export function echoCorrelation(mic: Envelope, sent: Envelope, fromMs: number, toMs: number): { correlation: number; delayMs: number } {
+export function echoCorrelation(
+  mic: Envelope,
+  sent: Envelope,
+  fromMs: number,
+  toMs: number,
+): { correlation: number; delayMs: number } {
   const heard = changes(mic.range(fromMs, toMs));
   let best = { correlation: -1, delayMs: 0 };
   for (let delay = 0; delay <= ECHO_MAX_DELAY_MS; delay += ENVELOPE_MS) {
@@ -139,5 +144,8 @@ export function needsEchoCheck(onsetMs: number, avatarStartedMs: number | null):
  */
 export function isEcho(mic: Envelope, sent: Envelope, onsetMs: number, avatarStartedMs: number | null): boolean {
   if (!needsEchoCheck(onsetMs, avatarStartedMs)) return false;
-  return echoCorrelation(mic, sent, onsetMs - ECHO_PRE_ONSET_MS, onsetMs + ECHO_POST_ONSET_MS).correlation >= ECHO_CORRELATION;
+  return (
+    echoCorrelation(mic, sent, onsetMs - ECHO_PRE_ONSET_MS, onsetMs + ECHO_POST_ONSET_MS).correlation >=
+    ECHO_CORRELATION
+  );
 }

@@ -108,7 +108,8 @@ export class SileroVadStream {
     // arrived (later pushes then find their frames done); other rates are resampled in order, in the queue.
     if (this.inputRate === SILERO_SAMPLE_RATE && !this.closed) this.incoming.push(pcm16ToFloat32(pcm));
     return this.serialised(async () => {
-      if (this.inputRate !== SILERO_SAMPLE_RATE) this.incoming.push(pcm16ToFloat32(await resamplePcm16(pcm, this.inputRate, SILERO_SAMPLE_RATE)));
+      if (this.inputRate !== SILERO_SAMPLE_RATE)
+        this.incoming.push(pcm16ToFloat32(await resamplePcm16(pcm, this.inputRate, SILERO_SAMPLE_RATE)));
       this.takeIncoming();
       return this.analyseBuffered(signal);
     });
@@ -163,12 +164,14 @@ export class SileroVadStream {
         signal?.throwIfAborted();
         const count = Math.min(MAX_SCAN_STEPS, Math.floor(this.buffered.length / SILERO_FRAME_SAMPLES));
         const frames = this.buffered.subarray(0, count * SILERO_FRAME_SAMPLES);
-        const probabilities = count === 1 ? [await this.analyseFrame(frames, signal)] : await this.analyseFrames(frames, count, signal);
+        const probabilities =
+          count === 1 ? [await this.analyseFrame(frames, signal)] : await this.analyseFrames(frames, count, signal);
         for (const probability of probabilities) {
           const frameStart = this.position;
           this.position += SILERO_FRAME_SAMPLES;
           result.frames.push({ ms: (frameStart / SILERO_SAMPLE_RATE) * 1000, probability });
-          for (const event of this.turns.next(frameStart, this.position, probability)) result.events.push(this.toVadEvent(event));
+          for (const event of this.turns.next(frameStart, this.position, probability))
+            result.events.push(this.toVadEvent(event));
         }
         this.buffered = this.buffered.subarray(count * SILERO_FRAME_SAMPLES);
       }
@@ -199,7 +202,11 @@ export class SileroVadStream {
     const inputs = withContext(this.context, frames, count);
     const outputs = await this.pool.scan(
       SILERO_VAD_MODEL,
-      { steps: { input: tensor('float32', inputs, [count, SILERO_INPUT_SAMPLES]) }, carried: { state: tensor('float32', this.state, [2, 1, 128]) }, carry: { stateN: 'state' } },
+      {
+        steps: { input: tensor('float32', inputs, [count, SILERO_INPUT_SAMPLES]) },
+        carried: { state: tensor('float32', this.state, [2, 1, 128]) },
+        carry: { stateN: 'state' },
+      },
       signal,
     );
     this.state = floats(outputs.state);
@@ -234,8 +241,14 @@ function withContext(context: Float32Array, frames: Float32Array, count: number)
   const rows = new Float32Array(count * SILERO_INPUT_SAMPLES);
   for (let k = 0; k < count; k++) {
     const frameStart = k * SILERO_FRAME_SAMPLES;
-    rows.set(k === 0 ? context : frames.subarray(frameStart - SILERO_CONTEXT_SAMPLES, frameStart), k * SILERO_INPUT_SAMPLES);
-    rows.set(frames.subarray(frameStart, frameStart + SILERO_FRAME_SAMPLES), k * SILERO_INPUT_SAMPLES + SILERO_CONTEXT_SAMPLES);
+    rows.set(
+      k === 0 ? context : frames.subarray(frameStart - SILERO_CONTEXT_SAMPLES, frameStart),
+      k * SILERO_INPUT_SAMPLES,
+    );
+    rows.set(
+      frames.subarray(frameStart, frameStart + SILERO_FRAME_SAMPLES),
+      k * SILERO_INPUT_SAMPLES + SILERO_CONTEXT_SAMPLES,
+    );
   }
   return rows;
 }

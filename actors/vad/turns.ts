@@ -13,7 +13,9 @@ export interface TurnThresholds {
   minSilenceSamples: number;
 }
 
-export type TurnEvent = { type: 'speech_start'; sample: number } | { type: 'speech_end'; sample: number; startSample: number };
+export type TurnEvent =
+  | { type: 'speech_start'; sample: number }
+  | { type: 'speech_end'; sample: number; startSample: number };
 
 export class TurnTracker {
   private phase: 'silence' | 'candidate' | 'speech' = 'silence';
@@ -23,7 +25,8 @@ export class TurnTracker {
   private silenceStart: number | undefined;
 
   constructor(private readonly thresholds: TurnThresholds) {
-    if (!(thresholds.endThreshold <= thresholds.startThreshold)) throw new RangeError('endThreshold must not exceed startThreshold');
+    if (!(thresholds.endThreshold <= thresholds.startThreshold))
+      throw new RangeError('endThreshold must not exceed startThreshold');
   }
 
   get speaking(): boolean {
@@ -48,7 +51,8 @@ export class TurnTracker {
       case 'speech':
         if (probability >= startThreshold) this.silenceStart = undefined;
         else if (probability < endThreshold) this.silenceStart ??= frameStart;
-        if (this.silenceStart !== undefined && frameEnd - this.silenceStart >= minSilenceSamples) return [this.endTurn(this.silenceStart)];
+        if (this.silenceStart !== undefined && frameEnd - this.silenceStart >= minSilenceSamples)
+          return [this.endTurn(this.silenceStart)];
         return [];
     }
   }

@@ -19,7 +19,10 @@ export const TRASH_DIR_PREFIX = '.trash-';
  */
 export async function removeBundleDir(avatarsDir: string, id: string, tag?: string): Promise<boolean> {
   if (!isValidAvatarId(id)) throw new Error('invalid avatar id');
-  const trash = path.join(avatarsDir, `${TRASH_DIR_PREFIX}${tag ? `${tag}-` : ''}${id}-${randomBytes(4).toString('hex')}`);
+  const trash = path.join(
+    avatarsDir,
+    `${TRASH_DIR_PREFIX}${tag ? `${tag}-` : ''}${id}-${randomBytes(4).toString('hex')}`,
+  );
   try {
     await fs.rename(path.join(avatarsDir, id), trash);
   } catch (error) {
@@ -45,8 +48,12 @@ export async function sweepBundleLeftovers(avatarsDir: string, tag?: string): Pr
   }
   const mine = tag ? `${tag}-` : '';
   const leftovers = dirents.filter(
-    (dirent) => dirent.isDirectory() && (dirent.name.startsWith(BUILDING_DIR_PREFIX + mine) || dirent.name.startsWith(TRASH_DIR_PREFIX + mine)),
+    (dirent) =>
+      dirent.isDirectory() &&
+      (dirent.name.startsWith(BUILDING_DIR_PREFIX + mine) || dirent.name.startsWith(TRASH_DIR_PREFIX + mine)),
   );
-  await Promise.all(leftovers.map((dirent) => fs.rm(path.join(avatarsDir, dirent.name), { recursive: true, force: true })));
+  await Promise.all(
+    leftovers.map((dirent) => fs.rm(path.join(avatarsDir, dirent.name), { recursive: true, force: true })),
+  );
   return leftovers.length;
 }

@@ -15,16 +15,38 @@ import {
   closeImageJobs,
   withImageJobSlot,
 } from '../../actors/faces/image-jobs.ts';
-import { CLIP_FPS, InvalidClipError, MAX_CLIP_BYTES, prepareClip, sniffClipFormat } from '../../actors/faces/video-clip.ts';
+import {
+  CLIP_FPS,
+  InvalidClipError,
+  MAX_CLIP_BYTES,
+  prepareClip,
+  sniffClipFormat,
+} from '../../actors/faces/video-clip.ts';
 import { CLIP_TRACK_FILE, MOUTHS_ATLAS_FILE, MOUTHS_INDEX_FILE, type ClipMetadata } from '../../actors/render/types.ts';
 import { AtCapacity, AvatarNotFound, InvalidInput, InvalidSelection, ServiceFault } from '../domain-errors.ts';
 import { BUILDING_DIR_PREFIX, removeBundleDir } from './bundle-fs.ts';
 import type { AvatarCatalog, AvatarSummary, CatalogEntry } from './catalog.ts';
 import { isValidAvatarId } from './slug.ts';
 
-export { MAX_PORTRAIT_BYTES, MAX_PORTRAIT_PIXELS, MAX_PORTRAIT_SIDE, InvalidImageError } from '../../actors/faces/portrait.ts';
-export { IMAGE_STEP_DEADLINE_MS, MAX_RUNNING_IMAGE_JOBS, MAX_WAITING_IMAGE_JOBS } from '../../actors/faces/image-jobs.ts';
-export { MAX_CLIP_BYTES, MAX_CLIP_FRAME_RATE, MAX_CLIP_SECONDS, MAX_CLIP_SIDE, MIN_CLIP_SECONDS, InvalidClipError } from '../../actors/faces/video-clip.ts';
+export {
+  MAX_PORTRAIT_BYTES,
+  MAX_PORTRAIT_PIXELS,
+  MAX_PORTRAIT_SIDE,
+  InvalidImageError,
+} from '../../actors/faces/portrait.ts';
+export {
+  IMAGE_STEP_DEADLINE_MS,
+  MAX_RUNNING_IMAGE_JOBS,
+  MAX_WAITING_IMAGE_JOBS,
+} from '../../actors/faces/image-jobs.ts';
+export {
+  MAX_CLIP_BYTES,
+  MAX_CLIP_FRAME_RATE,
+  MAX_CLIP_SECONDS,
+  MAX_CLIP_SIDE,
+  MIN_CLIP_SECONDS,
+  InvalidClipError,
+} from '../../actors/faces/video-clip.ts';
 
 /** Stops the image process and the face detector custom avatars are prepared with (the service closing). */
 export async function closeImageWorkers(): Promise<void> {
@@ -40,7 +62,8 @@ const MAX_SLUG_LENGTH = 40;
  * CJK characters a slug keeps: letters/digits of the Han, kana and Hangul scripts. The letter/digit condition
  * drops CJK symbols and radicals (e.g. U+2E80), which the id rule `^[\p{L}\p{N}_-]+$` would not accept.
  */
-const CJK_LETTER_OR_DIGIT = /^(?=[\p{L}\p{N}])[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}]$/u;
+const CJK_LETTER_OR_DIGIT =
+  /^(?=[\p{L}\p{N}])[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}]$/u;
 /** Same-name uploads racing for one millisecond's id; more than this many at once is not a real workload. */
 const MAX_ID_ATTEMPTS = 100;
 
@@ -98,7 +121,10 @@ export async function buildCustomAvatar(input: BuildCustomAvatarInput): Promise<
   const { avatarsDir, base, signal } = input;
   const name = input.name.trim();
   signal?.throwIfAborted();
-  const tmpDir = path.join(avatarsDir, `${BUILDING_DIR_PREFIX}${input.tempTag ? `${input.tempTag}-` : ''}${randomBytes(6).toString('hex')}`);
+  const tmpDir = path.join(
+    avatarsDir,
+    `${BUILDING_DIR_PREFIX}${input.tempTag ? `${input.tempTag}-` : ''}${randomBytes(6).toString('hex')}`,
+  );
   let moved = false;
   try {
     await fs.mkdir(path.join(tmpDir, 'frames'), { recursive: true });
@@ -108,7 +134,10 @@ export async function buildCustomAvatar(input: BuildCustomAvatarInput): Promise<
       : await writePortraitContent(tmpDir, input.image ?? Buffer.alloc(0), base.manifest, { detect, signal });
     input.onSaving?.();
     if (!content.detection.ok) {
-      input.logger?.info({ reason: content.detection.reason, baseAvatarId: base.manifest.id }, 'custom avatar created without mouth animation');
+      input.logger?.info(
+        { reason: content.detection.reason, baseAvatarId: base.manifest.id },
+        'custom avatar created without mouth animation',
+      );
     }
     signal?.throwIfAborted();
     const requestedMs = (input.now ?? new Date()).getTime();
@@ -177,38 +206,56 @@ async function writeClipContent(
 ): Promise<BundleContent> {
   if (video.length === 0) throw new InvalidClipError('video is empty');
   if (!sniffClipFormat(video)) throw new InvalidClipError('video must be MP4, MOV or WebM');
-  return withImageJobSlot(async (signal) => {
-    const upload = path.join(tmpDir, 'upload.video');
-    const framesDir = path.join(tmpDir, 'frames');
-    await fs.writeFile(upload, video, { signal });
-    let clip;
-    try {
-      clip = await prepareClip(upload, target, framesDir, { detect: opts.detect, signal });
-    } finally {
-      await fs.rm(upload, { force: true });
-    }
-    for (let i = 0; i < clip.frameCount; i++) await fsyncFile(path.join(framesDir, clipFrameName(i)));
-    await fs.copyFile(path.join(framesDir, clipFrameName(0)), path.join(tmpDir, 'preview.png'));
-    await fsyncFile(path.join(tmpDir, 'preview.png'));
-    await writeDurably(path.join(tmpDir, CLIP_TRACK_FILE), Buffer.from(JSON.stringify(clip.track)));
-    await fsyncDir(framesDir);
-    if (clip.mouths) {
-      await fs.mkdir(path.join(tmpDir, path.dirname(MOUTHS_INDEX_FILE)));
-      await writeDurably(path.join(tmpDir, MOUTHS_ATLAS_FILE), clip.mouths.atlasPng);
-      await writeDurably(path.join(tmpDir, MOUTHS_INDEX_FILE), Buffer.from(JSON.stringify(clip.mouths.index)));
-      await fsyncDir(path.join(tmpDir, path.dirname(MOUTHS_INDEX_FILE)));
-    }
-    const metadata: ClipMetadata = {
-      frame_count: clip.frameCount,
-      fps: CLIP_FPS,
-      loop: 'ping-pong',
-      track_file: CLIP_TRACK_FILE,
-      face_found_fraction: Math.round((clip.detected / Math.max(1, clip.sampled)) * 1000) / 1000,
-      source: { duration_s: clip.info.durationS, width: clip.info.width, height: clip.info.height, rotation: clip.info.rotation, codec: clip.info.codec, has_audio: clip.info.hasAudio },
-      ...(clip.mouths ? { mouths: { count: clip.mouths.index.samples.length, index_file: MOUTHS_INDEX_FILE, atlas_file: MOUTHS_ATLAS_FILE } } : {}),
-    };
-    return { detection: { ok: true }, animation: clip.track[0], clip: metadata };
-  }, { signal: opts.signal });
+  return withImageJobSlot(
+    async (signal) => {
+      const upload = path.join(tmpDir, 'upload.video');
+      const framesDir = path.join(tmpDir, 'frames');
+      await fs.writeFile(upload, video, { signal });
+      let clip;
+      try {
+        clip = await prepareClip(upload, target, framesDir, { detect: opts.detect, signal });
+      } finally {
+        await fs.rm(upload, { force: true });
+      }
+      for (let i = 0; i < clip.frameCount; i++) await fsyncFile(path.join(framesDir, clipFrameName(i)));
+      await fs.copyFile(path.join(framesDir, clipFrameName(0)), path.join(tmpDir, 'preview.png'));
+      await fsyncFile(path.join(tmpDir, 'preview.png'));
+      await writeDurably(path.join(tmpDir, CLIP_TRACK_FILE), Buffer.from(JSON.stringify(clip.track)));
+      await fsyncDir(framesDir);
+      if (clip.mouths) {
+        await fs.mkdir(path.join(tmpDir, path.dirname(MOUTHS_INDEX_FILE)));
+        await writeDurably(path.join(tmpDir, MOUTHS_ATLAS_FILE), clip.mouths.atlasPng);
+        await writeDurably(path.join(tmpDir, MOUTHS_INDEX_FILE), Buffer.from(JSON.stringify(clip.mouths.index)));
+        await fsyncDir(path.join(tmpDir, path.dirname(MOUTHS_INDEX_FILE)));
+      }
+      const metadata: ClipMetadata = {
+        frame_count: clip.frameCount,
+        fps: CLIP_FPS,
+        loop: 'ping-pong',
+        track_file: CLIP_TRACK_FILE,
+        face_found_fraction: Math.round((clip.detected / Math.max(1, clip.sampled)) * 1000) / 1000,
+        source: {
+          duration_s: clip.info.durationS,
+          width: clip.info.width,
+          height: clip.info.height,
+          rotation: clip.info.rotation,
+          codec: clip.info.codec,
+          has_audio: clip.info.hasAudio,
+        },
+        ...(clip.mouths
+          ? {
+              mouths: {
+                count: clip.mouths.index.samples.length,
+                index_file: MOUTHS_INDEX_FILE,
+                atlas_file: MOUTHS_ATLAS_FILE,
+              },
+            }
+          : {}),
+      };
+      return { detection: { ok: true }, animation: clip.track[0], clip: metadata };
+    },
+    { signal: opts.signal },
+  );
 }
 
 /** `frames/frame_00000.png` … */
@@ -252,7 +299,8 @@ export function openCustomAvatarUpload(): CustomAvatarUpload {
   let held = 0;
   return {
     received(bytes) {
-      if (uploadBytesHeld + bytes > CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES) throw new AtCapacity('too many avatar uploads are arriving at once; retry shortly', IMAGE_JOBS_RETRY_AFTER_S);
+      if (uploadBytesHeld + bytes > CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES)
+        throw new AtCapacity('too many avatar uploads are arriving at once; retry shortly', IMAGE_JOBS_RETRY_AFTER_S);
       held += bytes;
       uploadBytesHeld += bytes;
     },
@@ -306,7 +354,8 @@ export async function createCustomAvatar(input: CreateCustomAvatarInput): Promis
   const { catalog } = input;
   const name = input.name.trim();
   if (name.length === 0) throw new InvalidInput('name is required');
-  if (name.length > MAX_AVATAR_NAME_LENGTH) throw new InvalidInput(`name must be at most ${MAX_AVATAR_NAME_LENGTH} characters`);
+  if (name.length > MAX_AVATAR_NAME_LENGTH)
+    throw new InvalidInput(`name must be at most ${MAX_AVATAR_NAME_LENGTH} characters`);
   if (input.baseAvatarId.length === 0) throw new InvalidInput('base_avatar_id is required');
   const base = await catalog.get(input.baseAvatarId);
   if (!base) throw new AvatarNotFound('base avatar not found');
@@ -327,7 +376,8 @@ export async function createCustomAvatar(input: CreateCustomAvatarInput): Promis
       tempTag: catalog.tempTag,
     });
   } catch (error) {
-    if (error instanceof InvalidImageError || error instanceof InvalidClipError || error instanceof ImageJobFailedError) throw new InvalidInput(error.message);
+    if (error instanceof InvalidImageError || error instanceof InvalidClipError || error instanceof ImageJobFailedError)
+      throw new InvalidInput(error.message);
     if (error instanceof ImageJobsBusyError) throw new AtCapacity(error.message, IMAGE_JOBS_RETRY_AFTER_S);
     throw error;
   }
@@ -337,28 +387,47 @@ export async function createCustomAvatar(input: CreateCustomAvatarInput): Promis
   const animated = manifest.metadata.animation !== undefined;
   input.logger?.info({ avatarId: built.id, animated }, 'custom avatar created');
   const still = built.detection.ok ? {} : { reason: stillReason(built.detection.reason) };
-  return { id: built.id, name, model_type: manifest.model_type, width: manifest.width, height: manifest.height, is_custom: true, animated, ...still };
+  return {
+    id: built.id,
+    name,
+    model_type: manifest.model_type,
+    width: manifest.width,
+    height: manifest.height,
+    is_custom: true,
+    animated,
+    ...still,
+  };
 }
 
 /** Why a photo avatar was made without mouth animation, for the person who uploaded it (detector reasons: actors/faces/landmarks.ts). */
 const STILL_REASONS: Record<string, string> = {
   no_face: 'No face was found in the picture: use a photo of one person facing the camera, face clearly visible.',
-  multiple_faces: 'Several faces of similar size are in the picture, so none could be chosen: use a photo of one person.',
-  low_confidence: 'The face in the picture is too unclear to find the mouth: use a sharper, well-lit photo of the face from the front.',
+  multiple_faces:
+    'Several faces of similar size are in the picture, so none could be chosen: use a photo of one person.',
+  low_confidence:
+    'The face in the picture is too unclear to find the mouth: use a sharper, well-lit photo of the face from the front.',
 };
 
 export function stillReason(detectorReason: string | undefined): string {
-  return STILL_REASONS[detectorReason ?? ''] ?? 'The face in the picture could not be analysed: try another photo of one person facing the camera.';
+  return (
+    STILL_REASONS[detectorReason ?? ''] ??
+    'The face in the picture could not be analysed: try another photo of one person facing the camera.'
+  );
 }
 
 /**
  * Renames a custom avatar (the route checked it is one): its manifest's `name` is rewritten in place (a temporary
  * file renamed over it) and republished to the catalog. `InvalidInput` for an empty or over-long name.
  */
-export async function renameCustomAvatar(catalog: AvatarCatalog, entry: CatalogEntry, rawName: string): Promise<AvatarSummary> {
+export async function renameCustomAvatar(
+  catalog: AvatarCatalog,
+  entry: CatalogEntry,
+  rawName: string,
+): Promise<AvatarSummary> {
   const name = rawName.trim();
   if (name.length === 0) throw new InvalidInput('name is required');
-  if (name.length > MAX_AVATAR_NAME_LENGTH) throw new InvalidInput(`name must be at most ${MAX_AVATAR_NAME_LENGTH} characters`);
+  if (name.length > MAX_AVATAR_NAME_LENGTH)
+    throw new InvalidInput(`name must be at most ${MAX_AVATAR_NAME_LENGTH} characters`);
   const { id } = entry;
   const manifest: AvatarManifest = { ...entry.manifest, name };
   const temporary = path.join(entry.dir, `.manifest-${randomBytes(6).toString('hex')}.json`);
@@ -373,12 +442,29 @@ export async function renameCustomAvatar(catalog: AvatarCatalog, entry: CatalogE
   catalog.invalidate();
   await catalog.commitCreated(id);
   const { model_type, width, height } = manifest;
-  return { id, name, model_type, width, height, is_custom: true, ...(model_type === 'lipsync' ? { animated: manifest.metadata.animation !== undefined } : {}) };
+  return {
+    id,
+    name,
+    model_type,
+    width,
+    height,
+    is_custom: true,
+    ...(model_type === 'lipsync' ? { animated: manifest.metadata.animation !== undefined } : {}),
+  };
 }
 
 /** The base manifest with the new identity; inherited `animation` and `hidden` never carry over. */
-export function customManifest(base: AvatarManifest, custom: { id: string; name: string; animation?: MouthAnimation; clip?: ClipMetadata }): AvatarManifest {
-  const { animation: _inheritedAnimation, hidden: _hidden, animated: _served, clip: _inheritedClip, ...inherited } = base.metadata as AvatarMetadata & { animated?: unknown };
+export function customManifest(
+  base: AvatarManifest,
+  custom: { id: string; name: string; animation?: MouthAnimation; clip?: ClipMetadata },
+): AvatarManifest {
+  const {
+    animation: _inheritedAnimation,
+    hidden: _hidden,
+    animated: _served,
+    clip: _inheritedClip,
+    ...inherited
+  } = base.metadata as AvatarMetadata & { animated?: unknown };
   return {
     ...base,
     id: custom.id,
@@ -406,7 +492,11 @@ export function customAvatarId(name: string, timestampMs: number): string {
     .replace(/-{2,}/g, '-')
     .replace(/^[-_]+|[-_]+$/g, '');
   // Array.from counts code points, so a cut never splits a surrogate pair (CJK extension B is astral).
-  const slug = Array.from(collapsed).slice(0, MAX_SLUG_LENGTH).join('').replace(/[-_]+$/g, '') || 'avatar';
+  const slug =
+    Array.from(collapsed)
+      .slice(0, MAX_SLUG_LENGTH)
+      .join('')
+      .replace(/[-_]+$/g, '') || 'avatar';
   const id = `custom-${slug}-${timestampMs}`;
   if (!isValidAvatarId(id)) throw new ServiceFault('could not derive an avatar id');
   return id;

@@ -59,7 +59,11 @@ export class RedisAvatarCatalog extends AvatarCatalog {
     }
     const first = (await this.redis.set(SEEDED_KEY, new Date().toISOString(), 'NX')) === 'OK';
     const adopt = [...found.values()].filter((entry) => first || !entry.isCustom);
-    if (adopt.length > 0) await this.redis.hset(AVATARS_KEY, Object.fromEntries(adopt.map((entry) => [entry.id, JSON.stringify(entry.manifest)])));
+    if (adopt.length > 0)
+      await this.redis.hset(
+        AVATARS_KEY,
+        Object.fromEntries(adopt.map((entry) => [entry.id, JSON.stringify(entry.manifest)])),
+      );
     return adopt.length;
   }
 
@@ -117,7 +121,12 @@ export class RedisAvatarCatalog extends AvatarCatalog {
     try {
       const manifest: AvatarManifest = validateManifest(JSON.parse(raw));
       if (manifest.id !== id) throw new Error('manifest id differs from its catalog key');
-      const entry: CatalogEntry = { id, dir: path.join(this.dir, id), manifest, isCustom: manifest.metadata.custom_avatar === true };
+      const entry: CatalogEntry = {
+        id,
+        dir: path.join(this.dir, id),
+        manifest,
+        isCustom: manifest.metadata.custom_avatar === true,
+      };
       if (this.parsed.size >= PARSED_CACHE_MAX) this.parsed.clear();
       this.parsed.set(raw, entry);
       return entry;

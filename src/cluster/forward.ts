@@ -25,7 +25,16 @@ export const FORWARDED_HEADER = 'x-avs-forwarded';
 /** The slot placement reserved on the receiving node for a forwarded `POST /sessions`. */
 export const RESERVATION_HEADER = 'x-avs-reservation';
 
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'trailer', 'host']);
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'transfer-encoding',
+  'upgrade',
+  'te',
+  'trailer',
+  'host',
+]);
 const httpAgent = new http.Agent({ keepAlive: true, maxSockets: FORWARD_MAX_SOCKETS_PER_NODE });
 const httpsAgent = new https.Agent({ keepAlive: true, maxSockets: FORWARD_MAX_SOCKETS_PER_NODE });
 
@@ -55,7 +64,12 @@ export interface ForwardOptions {
  * Forwards a request to the node that owns its session and streams the answer back (SSE included),
  * with bounded connect, answer and idle times. Hijacks the reply: nothing after this may send it.
  */
-export function forwardHttp(request: FastifyRequest, reply: FastifyReply, target: string, options: ForwardOptions): Promise<boolean> {
+export function forwardHttp(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  target: string,
+  options: ForwardOptions,
+): Promise<boolean> {
   reply.hijack();
   const res = reply.raw;
   const url = new URL(request.raw.url ?? '/', target);
@@ -96,7 +110,9 @@ export function forwardHttp(request: FastifyRequest, reply: FastifyReply, target
       if (!socket.connecting) clearTimeout(connectTimer);
       else socket.once('connect', () => clearTimeout(connectTimer));
     });
-    upstream.setTimeout(FORWARD_RESPONSE_TIMEOUT_MS, () => upstream.destroy(new Error('owner node did not answer in time')));
+    upstream.setTimeout(FORWARD_RESPONSE_TIMEOUT_MS, () =>
+      upstream.destroy(new Error('owner node did not answer in time')),
+    );
     upstream.on('response', (upstreamRes) => {
       started = true;
       upstream.setTimeout(FORWARD_IDLE_TIMEOUT_MS, () => upstream.destroy(new Error('owner node stream idle')));
@@ -134,7 +150,11 @@ export function forwardHttp(request: FastifyRequest, reply: FastifyReply, target
       }
       if (!res.headersSent && !res.destroyed) {
         const body = JSON.stringify({ detail: 'the node holding this session is unreachable; retry later' });
-        res.writeHead(503, { 'content-type': 'application/json; charset=utf-8', 'retry-after': String(options.retryAfterS), 'content-length': Buffer.byteLength(body) });
+        res.writeHead(503, {
+          'content-type': 'application/json; charset=utf-8',
+          'retry-after': String(options.retryAfterS),
+          'content-length': Buffer.byteLength(body),
+        });
         res.end(body);
       } else {
         res.destroy();
@@ -156,11 +176,19 @@ export function forwardHttp(request: FastifyRequest, reply: FastifyReply, target
  * and the two sockets are piped both ways. The owner's WebSocket route keeps its own bounds; here only
  * the connect is bounded, and either side closing closes both.
  */
-export function tunnelUpgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer, target: string, signature: string): void {
+export function tunnelUpgrade(
+  req: http.IncomingMessage,
+  socket: Duplex,
+  head: Buffer,
+  target: string,
+  signature: string,
+): void {
   const url = new URL(target);
   const port = Number(url.port || (url.protocol === 'https:' ? 443 : 80));
   const upstream: net.Socket =
-    url.protocol === 'https:' ? tls.connect({ host: url.hostname, port, servername: url.hostname }) : net.connect({ host: url.hostname, port });
+    url.protocol === 'https:'
+      ? tls.connect({ host: url.hostname, port, servername: url.hostname })
+      : net.connect({ host: url.hostname, port });
   const connectTimer = setTimeout(() => upstream.destroy(new Error('connect timeout')), FORWARD_CONNECT_TIMEOUT_MS);
   const fail = () => {
     clearTimeout(connectTimer);

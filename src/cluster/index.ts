@@ -139,7 +139,13 @@ export class ClusterNode {
     const pending = supervisor ? Math.max(0, supervisor.liveCount - active) : 0;
     const maxActive = this.config.maxSessions;
     this.offline?.setAccepting(active < maxActive);
-    return { active, pending, maxActive, maxPending: this.config.maxPendingSessions, draining: this.draining || this.closed };
+    return {
+      active,
+      pending,
+      maxActive,
+      maxPending: this.config.maxPendingSessions,
+      draining: this.draining || this.closed,
+    };
   }
 
   /** Resolves when `sessionId` is reported lost (or after `ms`): what a forwarded SSE stream waits for. */
@@ -179,9 +185,11 @@ export class ClusterNode {
     for (const stored of await supervisor.liveIds()) {
       const record = await this.directory.lookup(stored).catch(() => undefined);
       if (record?.state === 'terminated') {
-        await supervisor.terminate(stored, NODE_LOST).catch((error: unknown) =>
-          this.logger.warn({ sessionId: stored, err: errorForLog(error) }, 'lost session not closed'),
-        );
+        await supervisor
+          .terminate(stored, NODE_LOST)
+          .catch((error: unknown) =>
+            this.logger.warn({ sessionId: stored, err: errorForLog(error) }, 'lost session not closed'),
+          );
       }
     }
   }

@@ -31,17 +31,33 @@ export async function clusterSecret(redis: Redis, configured: string | null): Pr
 }
 
 function mac(secret: string, nodeId: string, at: string, method: string, url: string, reservation: string): string {
-  return createHmac('sha256', secret).update(`${nodeId}\n${at}\n${method.toUpperCase()}\n${url}\n${reservation}`).digest('base64url');
+  return createHmac('sha256', secret)
+    .update(`${nodeId}\n${at}\n${method.toUpperCase()}\n${url}\n${reservation}`)
+    .digest('base64url');
 }
 
 /** The FORWARDED_HEADER value a node sends with a request it forwards. */
-export function signForward(secret: string, nodeId: string, method: string, url: string, reservation = '', now = Date.now()): string {
+export function signForward(
+  secret: string,
+  nodeId: string,
+  method: string,
+  url: string,
+  reservation = '',
+  now = Date.now(),
+): string {
   const at = String(now);
   return `${nodeId}.${at}.${mac(secret, nodeId, at, method, url, reservation)}`;
 }
 
 /** True when `header` is a node's signature of exactly this request (method, URL, reservation) and is fresh. */
-export function verifyForward(secret: string, header: unknown, method: string, url: string, reservation: unknown, now = Date.now()): boolean {
+export function verifyForward(
+  secret: string,
+  header: unknown,
+  method: string,
+  url: string,
+  reservation: unknown,
+  now = Date.now(),
+): boolean {
   if (typeof header !== 'string' || (reservation !== undefined && typeof reservation !== 'string')) return false;
   const parts = header.split('.');
   if (parts.length !== 3) return false;

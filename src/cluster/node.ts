@@ -136,9 +136,20 @@ export class NodeRegistry {
    * never hold the same slot. A wanted slot another live node holds fails start-up.
    */
   private async claimSlot(wanted: number | null): Promise<number> {
-    const slot = Number(await this.deps.redis.avsSlotClaim(this.id, this.deps.config.nodeTtlMs, wanted === null ? '' : String(wanted), SLOT_COUNT));
+    const slot = Number(
+      await this.deps.redis.avsSlotClaim(
+        this.id,
+        this.deps.config.nodeTtlMs,
+        wanted === null ? '' : String(wanted),
+        SLOT_COUNT,
+      ),
+    );
     if (slot < 0) {
-      throw new Error(wanted === null ? 'every routing slot is held by a live node' : `routing slot ${wanted} (SERVICE_NODE_SLOT) is held by another live node`);
+      throw new Error(
+        wanted === null
+          ? 'every routing slot is held by a live node'
+          : `routing slot ${wanted} (SERVICE_NODE_SLOT) is held by another live node`,
+      );
     }
     return slot;
   }
@@ -148,7 +159,9 @@ export class NodeRegistry {
     this.slotNumber = await this.claimSlot(this.deps.config.nodeSlot);
     this.deps.logger.info({ nodeId: this.id, slot: this.slotNumber }, 'routing slot claimed');
     this.subscriber = this.deps.redis.duplicate();
-    this.subscriber.on('error', (error) => this.deps.logger.warn({ err: errorForLog(error) }, 'redis subscriber error'));
+    this.subscriber.on('error', (error) =>
+      this.deps.logger.warn({ err: errorForLog(error) }, 'redis subscriber error'),
+    );
     await this.subscriber.subscribe(LOST_CHANNEL);
     this.subscriber.on('message', (_channel: string, message: string) => {
       try {
@@ -170,7 +183,9 @@ export class NodeRegistry {
     this.publishQueued = true;
     setImmediate(() => {
       this.publishQueued = false;
-      this.publishNow().catch((error: unknown) => this.deps.logger.warn({ err: errorForLog(error) }, 'node load not published'));
+      this.publishNow().catch((error: unknown) =>
+        this.deps.logger.warn({ err: errorForLog(error) }, 'node load not published'),
+      );
     });
   }
 
@@ -197,10 +212,16 @@ export class NodeRegistry {
         // Silent past its TTL, another node took the slot: new sessions carry a free one (old ones are forwarded).
         const previous = this.slot;
         this.slotNumber = await this.claimSlot(null);
-        this.deps.logger.warn({ nodeId: this.id, previous, slot: this.slotNumber }, 'routing slot lost; another claimed');
+        this.deps.logger.warn(
+          { nodeId: this.id, previous, slot: this.slotNumber },
+          'routing slot lost; another claimed',
+        );
       }
       if (existed === 0 && this.registered) {
-        this.deps.logger.warn({ nodeId: this.id }, 'node heartbeat had expired; its sessions may have been declared lost');
+        this.deps.logger.warn(
+          { nodeId: this.id },
+          'node heartbeat had expired; its sessions may have been declared lost',
+        );
         this.deps.onSelfLost();
       }
       this.registered = true;
@@ -240,8 +261,14 @@ export class NodeRegistry {
     if (nodeId === this.id) return [];
     const now = new Date();
     const retention = Math.max(1, this.deps.tombstoneRetentionMs);
-    const lost = await this.deps.redis.avsReap(nodeId, retention, now.toISOString(), new Date(now.getTime() + retention).toISOString());
-    if (lost.length > 0) this.deps.logger.warn({ nodeId, sessions: lost.length }, 'node lost; its sessions are terminated');
+    const lost = await this.deps.redis.avsReap(
+      nodeId,
+      retention,
+      now.toISOString(),
+      new Date(now.getTime() + retention).toISOString(),
+    );
+    if (lost.length > 0)
+      this.deps.logger.warn({ nodeId, sessions: lost.length }, 'node lost; its sessions are terminated');
     return lost;
   }
 
@@ -268,7 +295,13 @@ export class NodeRegistry {
     await this.chain;
     this.closed = true;
     try {
-      await this.deps.redis.multi().del(nodeKey(this.id)).srem(NODES_KEY, this.id).zrem(BEATS_KEY, this.id).del(reservationsKey(this.id)).exec();
+      await this.deps.redis
+        .multi()
+        .del(nodeKey(this.id))
+        .srem(NODES_KEY, this.id)
+        .zrem(BEATS_KEY, this.id)
+        .del(reservationsKey(this.id))
+        .exec();
       if (this.slotNumber !== null) await this.deps.redis.avsSlotRelease(this.slotNumber, this.id);
     } catch (error) {
       this.deps.logger.warn({ err: errorForLog(error) }, 'node not deregistered');

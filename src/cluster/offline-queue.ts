@@ -7,7 +7,13 @@ import type { TtsProvider } from '../../actors/tts/types.ts';
 import type { StoredJob } from '../store/jobs.ts';
 import { resolveSegments, type PreparedSegment } from '../recording/offline-input.ts';
 import { renderOfflineMp4 } from '../recording/offline-render.ts';
-import { BUNDLE_CONCURRENCY, BUNDLE_MAX_QUEUED, BUNDLE_RETENTION_MS, QueueFullError, type OfflineJobSpec } from '../recording/offline-jobs.ts';
+import {
+  BUNDLE_CONCURRENCY,
+  BUNDLE_MAX_QUEUED,
+  BUNDLE_RETENTION_MS,
+  QueueFullError,
+  type OfflineJobSpec,
+} from '../recording/offline-jobs.ts';
 import { errorForLog } from '../logger.ts';
 import { BULL_PREFIX } from './scripts.ts';
 
@@ -33,7 +39,9 @@ const ARTIFACT_NAME = /^([0-9a-f-]{36})\.mp4$/;
 const SHUTTING_DOWN = 'node shutting down';
 
 /** Segments as JSON (the job data lives in Redis): audio PCM as base64. */
-type WireSegment = { kind: 'text'; text: string; pauseAfterMs: number } | { kind: 'audio'; pcmBase64: string; pauseAfterMs: number };
+type WireSegment =
+  | { kind: 'text'; text: string; pauseAfterMs: number }
+  | { kind: 'audio'; pcmBase64: string; pauseAfterMs: number };
 interface JobData extends Omit<OfflineJobSpec, 'segments'> {
   segments: WireSegment[];
   createdAt: string;
@@ -49,11 +57,19 @@ export interface ClusterOfflineDeps {
   dataDir: string;
   sampleRate: number;
   lockMs: number;
-  openRenderer(avatarId: string, model: string, signal: AbortSignal): Promise<FrameRenderer & { close(): void | Promise<void> }>;
+  openRenderer(
+    avatarId: string,
+    model: string,
+    signal: AbortSignal,
+  ): Promise<FrameRenderer & { close(): void | Promise<void> }>;
   tts(providerId: string): TtsProvider;
   /** Live nodes right now; the queue holds BUNDLE_MAX_QUEUED waiting jobs per node. */
   liveNodes(): Promise<number>;
-  logger?: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
+  logger?: {
+    info(obj: object, msg: string): void;
+    warn(obj: object, msg: string): void;
+    error(obj: object, msg: string): void;
+  };
   retentionMs?: number;
   /** A job finished for good, complete or failed, on this node's worker (the `bundle.*` webhooks). */
   onSettled?: (job: StoredJob) => void;
@@ -63,7 +79,11 @@ function toWire(segments: PreparedSegment[]): WireSegment[] {
   return segments.map((segment) =>
     segment.kind === 'text'
       ? segment
-      : { kind: 'audio', pauseAfterMs: segment.pauseAfterMs, pcmBase64: Buffer.from(segment.pcm.buffer, segment.pcm.byteOffset, segment.pcm.byteLength).toString('base64') },
+      : {
+          kind: 'audio',
+          pauseAfterMs: segment.pauseAfterMs,
+          pcmBase64: Buffer.from(segment.pcm.buffer, segment.pcm.byteOffset, segment.pcm.byteLength).toString('base64'),
+        },
   );
 }
 
@@ -98,7 +118,10 @@ export class ClusterOfflineQueue {
   constructor(private readonly deps: ClusterOfflineDeps) {
     this.dir = path.join(deps.dataDir, 'bundles');
     this.retentionMs = deps.retentionMs ?? BUNDLE_RETENTION_MS;
-    this.queue = new Queue<JobData, JobResult>(OFFLINE_QUEUE_NAME, { connection: deps.connection, prefix: BULL_PREFIX });
+    this.queue = new Queue<JobData, JobResult>(OFFLINE_QUEUE_NAME, {
+      connection: deps.connection,
+      prefix: BULL_PREFIX,
+    });
   }
 
   /** Removes this node's partial renders a crash left, starts the worker and the artifact sweeper. */
@@ -151,7 +174,15 @@ export class ClusterOfflineQueue {
       { jobId, attempts: 1, removeOnComplete: { age: retentionS }, removeOnFail: { age: retentionS } },
     );
     this.deps.logger?.info({ jobId, sessionId: spec.sessionId }, 'offline bundle queued');
-    return { job_id: jobId, session_id: spec.sessionId, status: 'pending', progress: 0, error: null, created_at: createdAt, updated_at: createdAt };
+    return {
+      job_id: jobId,
+      session_id: spec.sessionId,
+      status: 'pending',
+      progress: 0,
+      error: null,
+      created_at: createdAt,
+      updated_at: createdAt,
+    };
   }
 
   async get(jobId: string): Promise<StoredJob | undefined> {

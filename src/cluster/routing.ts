@@ -65,13 +65,17 @@ function authenticate(secret: string, method: string, url: string, headers: http
  * `POST /sessions` is placed by the placement script on the least-loaded node with room and forwarded
  * there with the reservation. A forwarded request (FORWARDED_HEADER) is always served where it lands.
  */
-const clusterRouting: FastifyPluginAsync<{ node: ClusterNode; guard: RequestOriginGuard }> = async (app, { node, guard }) => {
+const clusterRouting: FastifyPluginAsync<{ node: ClusterNode; guard: RequestOriginGuard }> = async (
+  app,
+  { node, guard },
+) => {
   const registry = node.registry;
   const retryAfterS = Math.ceil(node.cluster.nodeTtlMs / 1000);
   const tokens = new WeakMap<FastifyRequest, string>();
   /** Requests a node signed (FORWARDED_HEADER verified): served here, never forwarded again. */
   const fromNodes = new WeakSet<FastifyRequest>();
-  const sign = (method: string, url: string, reservation?: string) => signForward(node.secret, registry.id, method, url, reservation);
+  const sign = (method: string, url: string, reservation?: string) =>
+    signForward(node.secret, registry.id, method, url, reservation);
 
   /** Where a `/sessions/{id}/…` request is served: its live owner when that is another node, else here. */
   async function route(method: string, url: string, forwarded: boolean): Promise<Route> {
@@ -89,7 +93,8 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode; guard: RequestOrig
       // Lost with its node: answered from shared storage, never forwarded (a URL cached here may still name
       // the dead node). Should that node come back (a long pause), it finalises the file there itself.
       if (record.terminated_reason === NODE_LOST) return { recordingOf: record.node, lost: true };
-      if (await finishedRecording(node.dataDirOf(record.node), match[1].toLowerCase())) return { recordingOf: record.node, lost: false };
+      if (await finishedRecording(node.dataDirOf(record.node), match[1].toLowerCase()))
+        return { recordingOf: record.node, lost: false };
     }
     const ownerUrl = await registry.urlOf(record.node);
     if (ownerUrl) return { forward: { nodeId: record.node, url: ownerUrl } };
@@ -112,9 +117,14 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode; guard: RequestOrig
       const finished = await finishedRecording(node.dataDirOf(where.recordingOf), sessionId);
       const artifactUrl = `/sessions/${sessionId}/rt-recording/artifact`;
       if (!RECORDING_READ_PATH.exec(url)![1]) {
-        return reply.send({ state: finished ? 'complete' : 'idle', artifact_url: artifactUrl, duration_ms: finished?.durationMs ?? 0 });
+        return reply.send({
+          state: finished ? 'complete' : 'idle',
+          artifact_url: artifactUrl,
+          duration_ms: finished?.durationMs ?? 0,
+        });
       }
-      if (!finished) throw new HttpError(404, where.lost ? LOST_RECORDING_DETAIL : 'no finished recording for this session');
+      if (!finished)
+        throw new HttpError(404, where.lost ? LOST_RECORDING_DETAIL : 'no finished recording for this session');
       reply.header('content-type', 'video/mp4').header('content-length', finished.size);
       reply.header('content-disposition', `attachment; filename="recording-${sessionId}.mp4"`);
       return reply.send(createReadStream(finished.file));
@@ -154,7 +164,11 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode; guard: RequestOrig
       if (!hijacked) throw new HttpError(503, detail, { 'retry-after': String(retryAfter) });
       const body = JSON.stringify({ detail });
       if (!reply.raw.headersSent && !reply.raw.destroyed) {
-        reply.raw.writeHead(503, { 'content-type': 'application/json; charset=utf-8', 'retry-after': String(retryAfter), 'content-length': Buffer.byteLength(body) });
+        reply.raw.writeHead(503, {
+          'content-type': 'application/json; charset=utf-8',
+          'retry-after': String(retryAfter),
+          'content-length': Buffer.byteLength(body),
+        });
         reply.raw.end(body);
       }
       return reply;
@@ -162,7 +176,10 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode; guard: RequestOrig
     for (let attempt = 1; ; attempt++) {
       const placed = await registry.place(undefined, unreachable);
       if (!placed) {
-        return refuse('every node is at its limit of sessions created but not started; start or delete some, or retry later', CAPACITY_RETRY_AFTER_S);
+        return refuse(
+          'every node is at its limit of sessions created but not started; start or delete some, or retry later',
+          CAPACITY_RETRY_AFTER_S,
+        );
       }
       if (placed.nodeId === registry.id) {
         if (hijacked) {
@@ -209,7 +226,9 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode; guard: RequestOrig
   // WebSocket upgrades of sessions another node owns are tunnelled there; the rest go to @fastify/websocket.
   app.addHook('onReady', async () => {
     const server = app.server;
-    const listeners = server.listeners('upgrade') as Array<(req: http.IncomingMessage, socket: Duplex, head: Buffer) => void>;
+    const listeners = server.listeners('upgrade') as Array<
+      (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void
+    >;
     server.removeAllListeners('upgrade');
     server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
       socket.pause();
@@ -240,7 +259,9 @@ const clusterRouting: FastifyPluginAsync<{ node: ClusterNode; guard: RequestOrig
 function refuseUpgrade(socket: Duplex, detail: string): void {
   const body = JSON.stringify({ detail });
   socket.resume();
-  socket.end(`HTTP/1.1 403 Forbidden\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  socket.end(
+    `HTTP/1.1 403 Forbidden\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+  );
 }
 
 export default fp(clusterRouting, { name: 'cluster-routing' });

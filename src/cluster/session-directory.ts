@@ -43,7 +43,11 @@ export class SessionDirectory {
       await multi.exec();
       return;
     }
-    await this.redis.multi().set(key, JSON.stringify(record)).sadd(nodeSessionsKey(this.nodeId), session.session_id).exec();
+    await this.redis
+      .multi()
+      .set(key, JSON.stringify(record))
+      .sadd(nodeSessionsKey(this.nodeId), session.session_id)
+      .exec();
   }
 
   async delete(sessionId: string): Promise<void> {

@@ -1,5 +1,10 @@
 import type { Redis } from 'ioredis';
-import { freeVoiceLabel, type NewVoiceEntry, type StoredVoiceEntry, type VoiceCatalogStore } from '../voices/catalog.ts';
+import {
+  freeVoiceLabel,
+  type NewVoiceEntry,
+  type StoredVoiceEntry,
+  type VoiceCatalogStore,
+} from '../voices/catalog.ts';
 import { VOICES_KEY, VOICE_COUNTER_KEY } from './scripts.ts';
 
 type VoiceRedis = Redis & { avsVoiceCreate(entryJson: string): Promise<number> };

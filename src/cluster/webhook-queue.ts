@@ -15,7 +15,12 @@ import {
   WEBHOOK_RETRY_PERIOD_MS,
   type DeliveryCounters,
 } from '../webhooks/delivery.ts';
-import { WEBHOOK_BODY_MAX_BYTES, WEBHOOK_OUTBOX_MAX_BYTES, WEBHOOK_OUTBOX_MAX_ENTRIES, type OutboxEntry } from '../webhooks/outbox.ts';
+import {
+  WEBHOOK_BODY_MAX_BYTES,
+  WEBHOOK_OUTBOX_MAX_BYTES,
+  WEBHOOK_OUTBOX_MAX_ENTRIES,
+  type OutboxEntry,
+} from '../webhooks/outbox.ts';
 import { BULL_PREFIX } from './scripts.ts';
 
 export const WEBHOOK_QUEUE_NAME = 'webhooks';
@@ -30,7 +35,8 @@ const BACKOFF_TYPE = 'webhook';
 const BODY_SIZES_KEY = `${BULL_PREFIX}:${WEBHOOK_QUEUE_NAME}:body-sizes`;
 const BODY_BYTES_KEY = `${BULL_PREFIX}:${WEBHOOK_QUEUE_NAME}:body-bytes`;
 /** Per receiver (a hash of its URL): consecutive failures, when the next probe may go, and until when one is in flight. */
-const receiverKey = (url: string) => `${BULL_PREFIX}:${WEBHOOK_QUEUE_NAME}:receiver:${createHash('sha256').update(url).digest('hex')}`;
+const receiverKey = (url: string) =>
+  `${BULL_PREFIX}:${WEBHOOK_QUEUE_NAME}:receiver:${createHash('sha256').update(url).digest('hex')}`;
 /**
  * How long a probe of a failing receiver holds its turn: the attempt's deadline and a margin. A node that dies during
  * a probe frees the receiver after this.
@@ -134,7 +140,10 @@ export class ClusterWebhookQueue {
       prefix: BULL_PREFIX,
       name: this.deps.nodeId,
       concurrency: WEBHOOK_DELIVERY_CONCURRENCY,
-      settings: { backoffStrategy: (attemptsMade: number) => backoffDelayMs(attemptsMade, this.backoffBaseMs, WEBHOOK_BACKOFF_MAX_MS) },
+      settings: {
+        backoffStrategy: (attemptsMade: number) =>
+          backoffDelayMs(attemptsMade, this.backoffBaseMs, WEBHOOK_BACKOFF_MAX_MS),
+      },
     });
     this.worker.on('error', (error) => this.deps.logger.warn({ err: errorForLog(error) }, 'webhook worker error'));
     // Delivered or given up: the job is removed (removeOnComplete/removeOnFail), so its body no longer counts.
@@ -144,7 +153,9 @@ export class ClusterWebhookQueue {
     });
     this.deps.connection
       .eval(RECONCILE_BYTES, 2, BODY_SIZES_KEY, BODY_BYTES_KEY, `${BULL_PREFIX}:${WEBHOOK_QUEUE_NAME}:`)
-      .catch((error: unknown) => this.deps.logger.warn({ err: errorForLog(error) }, 'webhook byte count not reconciled'));
+      .catch((error: unknown) =>
+        this.deps.logger.warn({ err: errorForLog(error) }, 'webhook byte count not reconciled'),
+      );
   }
 
   /**
@@ -158,23 +169,28 @@ export class ClusterWebhookQueue {
       this.deps.counters.dropped();
       return;
     }
-    if ((await this.queue.getJobCountByTypes('waiting', 'delayed', 'prioritized')) >= this.maxEntries) await this.dropOldest();
+    if ((await this.queue.getJobCountByTypes('waiting', 'delayed', 'prioritized')) >= this.maxEntries)
+      await this.dropOldest();
     // Counted before the job exists: concurrent adds on any node must not each see room for themselves.
-    let total = Number(await this.deps.connection.eval(RESERVE_BYTES, 2, BODY_SIZES_KEY, BODY_BYTES_KEY, entry.id, size));
+    let total = Number(
+      await this.deps.connection.eval(RESERVE_BYTES, 2, BODY_SIZES_KEY, BODY_BYTES_KEY, entry.id, size),
+    );
     while (total > this.maxBytes) {
       if (!(await this.dropOldest(entry.id))) break;
       total = Number(await this.deps.connection.get(BODY_BYTES_KEY));
     }
-    await this.queue.add(entry.type, message, {
-      jobId: entry.id,
-      attempts: MAX_ATTEMPTS,
-      backoff: { type: BACKOFF_TYPE },
-      removeOnComplete: true,
-      removeOnFail: true,
-    }).catch(async (error: unknown) => {
-      await this.releaseBytes(entry.id);
-      throw error;
-    });
+    await this.queue
+      .add(entry.type, message, {
+        jobId: entry.id,
+        attempts: MAX_ATTEMPTS,
+        backoff: { type: BACKOFF_TYPE },
+        removeOnComplete: true,
+        removeOnFail: true,
+      })
+      .catch(async (error: unknown) => {
+        await this.releaseBytes(entry.id);
+        throw error;
+      });
   }
 
   /** Body bytes the cluster's queue holds (the bound is `maxBytes`). */
@@ -217,13 +233,17 @@ export class ClusterWebhookQueue {
     const key = receiverKey(url);
     const failures = Number((await this.deps.connection.hget(key, 'failures')) ?? 0);
     const delayMs = backoffDelayMs(failures + 1, this.backoffBaseMs, WEBHOOK_BACKOFF_MAX_MS);
-    return Number(await this.deps.connection.eval(STEP_RECEIVER, 1, key, Date.now(), failures, delayMs, WEBHOOK_RETRY_PERIOD_MS));
+    return Number(
+      await this.deps.connection.eval(STEP_RECEIVER, 1, key, Date.now(), failures, delayMs, WEBHOOK_RETRY_PERIOD_MS),
+    );
   }
 
   private async process(job: Job<Message>, token: string | undefined): Promise<void> {
     const message = job.data;
     if (Date.now() - message.createdAt > WEBHOOK_RETRY_PERIOD_MS) this.giveUp(message, false);
-    const waitUntil = Number(await this.deps.connection.eval(CLAIM_RECEIVER, 1, receiverKey(message.url), Date.now(), PROBE_LEASE_MS));
+    const waitUntil = Number(
+      await this.deps.connection.eval(CLAIM_RECEIVER, 1, receiverKey(message.url), Date.now(), PROBE_LEASE_MS),
+    );
     // The receiver is backed off, or being probed: this delivery waits, unsent and unsigned, and costs no attempt.
     if (waitUntil > 0) await this.delay(job, token, waitUntil);
     const result = await attemptDelivery({

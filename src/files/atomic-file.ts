@@ -30,7 +30,11 @@ export function finalNameOf(name: string): string {
  * loss after a power cut would matter more than the extra flush; a process crash (kill -9) never loses a
  * completed write either way, the kernel already holds it.
  */
-export async function writeFileAtomic(file: string, data: Buffer | string, options: { durable?: boolean } = {}): Promise<void> {
+export async function writeFileAtomic(
+  file: string,
+  data: Buffer | string,
+  options: { durable?: boolean } = {},
+): Promise<void> {
   const temporary = temporaryNameFor(file);
   try {
     const handle = await fs.open(temporary, 'w');

@@ -39,11 +39,17 @@ export async function probeOpenAiModels(target: OpenAiProbeTarget, signal: Abort
     });
   } catch (error) {
     signal.throwIfAborted();
-    return { status: 'error', reason: `cannot connect to the server (${transportErrorCode(error)}); check ${target.envPrefix}_BASE_URL` };
+    return {
+      status: 'error',
+      reason: `cannot connect to the server (${transportErrorCode(error)}); check ${target.envPrefix}_BASE_URL`,
+    };
   }
   if (!response.ok) {
     await response.body?.cancel().catch(() => undefined);
-    return { status: 'error', reason: `GET /models answered HTTP ${response.status}; ${hintForStatus(response.status, target.envPrefix)}` };
+    return {
+      status: 'error',
+      reason: `GET /models answered HTTP ${response.status}; ${hintForStatus(response.status, target.envPrefix)}`,
+    };
   }
   let ids: string[] | null;
   try {

@@ -20,7 +20,10 @@ export interface HealthReport {
   components: Record<string, DependencyHealth>;
 }
 
-type ReportedServices = Pick<Services, 'config' | 'sessionStore' | 'catalog' | 'models' | 'renderPool' | 'tts' | 'llm' | 'asr'>;
+type ReportedServices = Pick<
+  Services,
+  'config' | 'sessionStore' | 'catalog' | 'models' | 'renderPool' | 'tts' | 'llm' | 'asr'
+>;
 
 export class HealthReporter {
   constructor(
@@ -36,7 +39,12 @@ export class HealthReporter {
       ['llm', this.openAi('llm', llm.status(), { ...config.llm, envPrefix: 'SERVICE_LLM' })],
       ['asr', this.openAi('asr', asr.status(), { ...config.asr, envPrefix: 'SERVICE_ASR' })],
       ...TTS_PROVIDER_IDS.map((id): [string, Promise<DependencyHealth>] => [`tts.${id}`, this.tts(id)]),
-      ...this.services.models.list().map((model): [string, Promise<DependencyHealth>] => [`renderer.${model.id}`, Promise.resolve(this.renderer(model))]),
+      ...this.services.models
+        .list()
+        .map((model): [string, Promise<DependencyHealth>] => [
+          `renderer.${model.id}`,
+          Promise.resolve(this.renderer(model)),
+        ]),
     ];
     const components: Record<string, DependencyHealth> = {};
     for (const [name, check] of checks) components[name] = await check;
@@ -66,7 +74,8 @@ export class HealthReporter {
     } catch (error) {
       return { status: 'error', reason: `the avatar directory cannot be read: ${errorForLog(error)}` };
     }
-    if (count === 0) return { status: 'error', reason: 'no avatars found; add an avatar bundle to SERVICE_AVATARS_DIR' };
+    if (count === 0)
+      return { status: 'error', reason: 'no avatars found; add an avatar bundle to SERVICE_AVATARS_DIR' };
     return { status: 'ok', detail: `${count} avatars` };
   }
 
@@ -75,20 +84,28 @@ export class HealthReporter {
     status: ProviderStatus,
     target: { baseUrl: string | null; apiKey: string | null; model: string; envPrefix: 'SERVICE_LLM' | 'SERVICE_ASR' },
   ): Promise<DependencyHealth> {
-    if (!status.configured) return Promise.resolve(checkedNow({ status: 'not_configured', reason: status.reason ?? `set ${target.envPrefix}_BASE_URL` }));
+    if (!status.configured)
+      return Promise.resolve(
+        checkedNow({ status: 'not_configured', reason: status.reason ?? `set ${target.envPrefix}_BASE_URL` }),
+      );
     const baseUrl = target.baseUrl;
     // A provider plugged in by code (tests) has no endpoint of its own to ask.
-    if (!baseUrl) return Promise.resolve(checkedNow({ status: 'ok', detail: 'in-process provider; no server to probe' }));
+    if (!baseUrl)
+      return Promise.resolve(checkedNow({ status: 'ok', detail: 'in-process provider; no server to probe' }));
     return this.probes.check(name, (signal) => probeOpenAiModels({ ...target, baseUrl }, signal));
   }
 
   private tts(id: TtsProviderId): Promise<DependencyHealth> {
     if (id === 'builtin') return Promise.resolve(checkedNow(this.builtinTts()));
     const status = this.services.tts.get(id).status();
-    if (!status.configured) return Promise.resolve(checkedNow({ status: 'not_configured', reason: status.reason ?? `set ${envVarName(id, 'API_KEY')}` }));
+    if (!status.configured)
+      return Promise.resolve(
+        checkedNow({ status: 'not_configured', reason: status.reason ?? `set ${envVarName(id, 'API_KEY')}` }),
+      );
     const baseUrl = this.services.config.tts.providers[id]?.baseUrl;
     // Without a base URL of its own the provider talks to its vendor's cloud, which /health does not call.
-    if (!baseUrl) return Promise.resolve(checkedNow({ status: 'ok', detail: 'configured; the vendor endpoint is not probed' }));
+    if (!baseUrl)
+      return Promise.resolve(checkedNow({ status: 'ok', detail: 'configured; the vendor endpoint is not probed' }));
     return this.probes.check(`tts.${id}`, (signal) => probeReachable(baseUrl, envVarName(id, 'BASE_URL'), signal));
   }
 
@@ -101,7 +118,8 @@ export class HealthReporter {
     const ready = processes.filter((engine) => engine.ready).length;
     if (ready > 0) return { status: 'ok', detail: `${ready} engine process${ready === 1 ? '' : 'es'} ready` };
     if (processes.length > 0) return { status: 'error', reason: 'the engine process is still starting' };
-    if (this.services.config.ttsDefaultProvider === 'builtin') return { status: 'error', reason: 'no engine process is running; it is being restarted' };
+    if (this.services.config.ttsDefaultProvider === 'builtin')
+      return { status: 'error', reason: 'no engine process is running; it is being restarted' };
     return { status: 'ok', detail: 'the engine process starts on first use' };
   }
 
@@ -110,7 +128,10 @@ export class HealthReporter {
     if (model.status === 'error') return checkedNow({ status: 'error', reason: model.reason });
     const workers = this.services.renderPool.workers.length;
     if (workers === 0) return checkedNow({ status: 'error', reason: 'no render worker thread is running' });
-    return checkedNow({ status: 'ok', detail: `${model.backend}; ${workers} render worker thread${workers === 1 ? '' : 's'}` });
+    return checkedNow({
+      status: 'ok',
+      detail: `${model.backend}; ${workers} render worker thread${workers === 1 ? '' : 's'}`,
+    });
   }
 }
 

@@ -32,7 +32,11 @@ export class UploadAdmission {
   private readonly uploads = new Admission({
     maxRunning: MAX_CONCURRENT_AUDIO_UPLOADS,
     maxWaiting: 0,
-    refusal: () => new Overloaded(`too many audio uploads in progress (at most ${MAX_CONCURRENT_AUDIO_UPLOADS}); retry shortly`, AUDIO_UPLOADS_RETRY_AFTER_S),
+    refusal: () =>
+      new Overloaded(
+        `too many audio uploads in progress (at most ${MAX_CONCURRENT_AUDIO_UPLOADS}); retry shortly`,
+        AUDIO_UPLOADS_RETRY_AFTER_S,
+      ),
   });
   private readonly sessionsReceiving = new Set<string>();
 
@@ -55,7 +59,8 @@ export class UploadAdmission {
    * next, which would then be read only to be refused. 409 when the slot is taken.
    */
   reserveSession(sessionId: string, reply: FastifyReply): void {
-    if (this.sessionsReceiving.has(sessionId)) throw conflict('another audio upload to this session is still being received');
+    if (this.sessionsReceiving.has(sessionId))
+      throw conflict('another audio upload to this session is still being received');
     this.sessionsReceiving.add(sessionId);
     onAnswered(reply, () => this.sessionsReceiving.delete(sessionId));
   }
@@ -94,7 +99,10 @@ export interface ClientAudioOptions {
  * give, as soon as its container shows it decodes past `maxDurationMs` (`DecodedDurationWatch`): an hour of
  * 8 kb/s MP3 is refused from its first frame, not after its 3.6 MB were read.
  */
-export function refuseTooLongWhileStreaming(options: Pick<ClientAudioOptions, 'maxDurationMs' | 'tooLongStatus'>, label = 'audio'): (chunk: Buffer) => void {
+export function refuseTooLongWhileStreaming(
+  options: Pick<ClientAudioOptions, 'maxDurationMs' | 'tooLongStatus'>,
+  label = 'audio',
+): (chunk: Buffer) => void {
   const watch = new DecodedDurationWatch(options.maxDurationMs);
   return (chunk) => {
     try {
@@ -115,7 +123,11 @@ function tooLong(error: AudioTooLongError, status: 400 | 413, label: string): Ht
  * or that holds no samples, `tooLongStatus` once it decodes past `maxDurationMs`, 503 when the decoder is busy.
  * `label` names the input in the detail (`audio`, `segments[2]`).
  */
-export async function decodeClientAudio(data: Uint8Array, options: ClientAudioOptions, label = 'audio'): Promise<Int16Array> {
+export async function decodeClientAudio(
+  data: Uint8Array,
+  options: ClientAudioOptions,
+  label = 'audio',
+): Promise<Int16Array> {
   const { tooLongStatus = 413, ...decode } = options;
   try {
     const decoded = await decodeAudioOffThread(data, { ...decode, rules: UPLOAD_AUDIO_RULES });

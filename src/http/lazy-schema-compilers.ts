@@ -30,13 +30,23 @@ export interface RouteSchemaDefinition {
 type Validate = ((data: unknown) => unknown) & { errors?: unknown };
 type Serialize = (data: unknown) => string;
 /** Fastify's `compilersFactory.buildValidator` / `buildSerializer` signatures. */
-export type ValidatorFactory = (externalSchemas: unknown, options: unknown) => (definition: RouteSchemaDefinition) => Validate;
-export type SerializerFactory = (externalSchemas: unknown, options: unknown) => (definition: RouteSchemaDefinition) => Serialize;
+export type ValidatorFactory = (
+  externalSchemas: unknown,
+  options: unknown,
+) => (definition: RouteSchemaDefinition) => Validate;
+export type SerializerFactory = (
+  externalSchemas: unknown,
+  options: unknown,
+) => (definition: RouteSchemaDefinition) => Serialize;
 
 // Fastify's default factories, taken from Fastify's own dependencies so their versions always match it.
 const requireFromFastify = createRequire(createRequire(import.meta.url).resolve('fastify'));
-export const defaultValidatorFactory: ValidatorFactory = (requireFromFastify('@fastify/ajv-compiler') as { AjvCompiler(): ValidatorFactory }).AjvCompiler();
-export const defaultSerializerFactory: SerializerFactory = (requireFromFastify('@fastify/fast-json-stringify-compiler') as { SerializerSelector(): SerializerFactory }).SerializerSelector();
+export const defaultValidatorFactory: ValidatorFactory = (
+  requireFromFastify('@fastify/ajv-compiler') as { AjvCompiler(): ValidatorFactory }
+).AjvCompiler();
+export const defaultSerializerFactory: SerializerFactory = (
+  requireFromFastify('@fastify/fast-json-stringify-compiler') as { SerializerSelector(): SerializerFactory }
+).SerializerSelector();
 
 /** Fastify's option type: unions over ajv and JTD compilers that a wrapper cannot name, so the factory is cast once. */
 type FastifyCompilersFactory = NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>;
@@ -57,32 +67,33 @@ export class LazySchemaCompilers {
 
   private lazyFactories(): { buildValidator: ValidatorFactory; buildSerializer: SerializerFactory } {
     return {
-    buildValidator: (externalSchemas, options) => {
-      const compile = this.validators(externalSchemas, options);
-      return (definition) => {
-        if (definition.httpPart === 'headers') throw new Error('request header schemas are not supported by the lazy schema compiler');
-        let compiledValidate: Validate | undefined;
-        const compiled = () => (compiledValidate ??= compile(definition));
-        this.deferred.push(compiled);
-        // Fastify reads `errors` from the function it was given, after a failed validation.
-        const validate: Validate = (data) => {
-          const inner = compiled();
-          const valid = inner(data);
-          validate.errors = inner.errors;
-          return valid;
+      buildValidator: (externalSchemas, options) => {
+        const compile = this.validators(externalSchemas, options);
+        return (definition) => {
+          if (definition.httpPart === 'headers')
+            throw new Error('request header schemas are not supported by the lazy schema compiler');
+          let compiledValidate: Validate | undefined;
+          const compiled = () => (compiledValidate ??= compile(definition));
+          this.deferred.push(compiled);
+          // Fastify reads `errors` from the function it was given, after a failed validation.
+          const validate: Validate = (data) => {
+            const inner = compiled();
+            const valid = inner(data);
+            validate.errors = inner.errors;
+            return valid;
+          };
+          return validate;
         };
-        return validate;
-      };
-    },
-    buildSerializer: (externalSchemas, options) => {
-      const compile = this.serializers(externalSchemas, options);
-      return (definition) => {
-        let serialize: Serialize | undefined;
-        const compiled = () => (serialize ??= compile(definition));
-        this.deferred.push(compiled);
-        return (data) => compiled()(data);
-      };
-    },
+      },
+      buildSerializer: (externalSchemas, options) => {
+        const compile = this.serializers(externalSchemas, options);
+        return (definition) => {
+          let serialize: Serialize | undefined;
+          const compiled = () => (serialize ??= compile(definition));
+          this.deferred.push(compiled);
+          return (data) => compiled()(data);
+        };
+      },
     };
   }
 

@@ -47,14 +47,18 @@ export async function readMultipart(
   if (!request.isMultipart()) throw badRequest('expected multipart/form-data');
   const boundary = multipartBoundary(request.headers['content-type']);
   // Nothing has been read yet: Node drains an untouched body by itself after the answer.
-  if (!boundary) throw badRequest(`multipart/form-data needs a boundary parameter of 1 to ${MAX_BOUNDARY_LENGTH} characters`);
+  if (!boundary)
+    throw badRequest(`multipart/form-data needs a boundary parameter of 1 to ${MAX_BOUNDARY_LENGTH} characters`);
 
   const form: MultipartForm = { fields: {}, file: null };
   const closing = new ClosingDelimiterWatch(boundary);
   // Attached in the same tick as the parser's pipe, before any data flows, so it sees every chunk.
   request.raw.on('data', closing.scan);
   try {
-    const fileLimits = { [opts.fileField]: { maxFileBytes: opts.maxFileBytes, tooLargeDetail: opts.tooLargeDetail }, ...opts.alternativeFileFields };
+    const fileLimits = {
+      [opts.fileField]: { maxFileBytes: opts.maxFileBytes, tooLargeDetail: opts.tooLargeDetail },
+      ...opts.alternativeFileFields,
+    };
     const largestFile = Math.max(...Object.values(fileLimits).map((limit) => limit.maxFileBytes));
     for await (const part of request.parts({ limits: { fileSize: largestFile } })) {
       if (part.type === 'file') {
@@ -72,7 +76,12 @@ export async function readMultipart(
           chunks.push(chunk);
         }
         if (part.file.truncated) throw new HttpError(413, limit.tooLargeDetail);
-        form.file = { field: part.fieldname, filename: part.filename, mimetype: part.mimetype, data: Buffer.concat(chunks) };
+        form.file = {
+          field: part.fieldname,
+          filename: part.filename,
+          mimetype: part.mimetype,
+          data: Buffer.concat(chunks),
+        };
       } else {
         if (part.fieldnameTruncated) throw badRequest('a multipart field name is too long');
         if (part.valueTruncated) {
@@ -89,13 +98,16 @@ export async function readMultipart(
       throw error.refusal;
     }
     const refusal = error instanceof HttpError ? error : refusalFor(error, opts);
-    if (!(error instanceof HttpError)) request.log.debug({ err: serializeErrorForLog(error) }, 'multipart body refused');
+    if (!(error instanceof HttpError))
+      request.log.debug({ err: serializeErrorForLog(error) }, 'multipart body refused');
     throw await afterReleasingBody(request.raw, refusal);
   }
   request.raw.off('data', closing.scan);
   // busboy may finish at the closing boundary; an epilogue after it is dropped so the connection stays usable.
   if (!(await drainUnreadBody(request.raw))) {
-    throw new HttpError(400, 'malformed multipart body: too much data after the closing boundary', { connection: 'close' });
+    throw new HttpError(400, 'malformed multipart body: too much data after the closing boundary', {
+      connection: 'close',
+    });
   }
   return form;
 }
@@ -107,10 +119,16 @@ export function parseBooleanField(value: string | undefined, name: string): bool
   throw badRequest(`${name} must be a boolean`);
 }
 
-export function parseIntegerField(value: string | undefined, name: string, min: number, max: number): number | undefined {
+export function parseIntegerField(
+  value: string | undefined,
+  name: string,
+  min: number,
+  max: number,
+): number | undefined {
   if (value === undefined || value === '') return undefined;
   const n = /^\s*\d{1,15}\s*$/.test(value) ? Number(value) : NaN;
-  if (!Number.isInteger(n) || n < min || n > max) throw badRequest(`${name} must be an integer between ${min} and ${max}`);
+  if (!Number.isInteger(n) || n < min || n > max)
+    throw badRequest(`${name} must be an integer between ${min} and ${max}`);
   return n;
 }
 
@@ -145,7 +163,8 @@ class ClosingDelimiterWatch {
       this.seen = true;
       return;
     }
-    const tail = chunk.length >= keep ? chunk.subarray(chunk.length - keep) : seam.subarray(Math.max(0, seam.length - keep));
+    const tail =
+      chunk.length >= keep ? chunk.subarray(chunk.length - keep) : seam.subarray(Math.max(0, seam.length - keep));
     this.carry = Buffer.from(tail);
   };
 }
@@ -201,7 +220,8 @@ function refusalFor(error: unknown, opts: { tooLargeDetail: string }): HttpError
   }
   const message = error instanceof Error ? error.message : '';
   if (/terminated early|unexpected end/i.test(message)) return malformed('the body ended before its closing boundary');
-  if (/aborted|ECONNRESET/i.test(`${message} ${(error as { code?: unknown }).code}`)) return malformed('the upload was aborted');
+  if (/aborted|ECONNRESET/i.test(`${message} ${(error as { code?: unknown }).code}`))
+    return malformed('the upload was aborted');
   return malformed('the body could not be parsed');
 }
 

@@ -83,7 +83,9 @@ function summarise(event: Record<string, unknown>): string | undefined {
   if (Object.keys(rest).length === 0) return undefined;
   let text: string;
   try {
-    text = JSON.stringify(rest, (_key, value: unknown) => (value instanceof Int16Array || value instanceof Uint8Array ? `<${value.length} samples>` : value));
+    text = JSON.stringify(rest, (_key, value: unknown) =>
+      value instanceof Int16Array || value instanceof Uint8Array ? `<${value.length} samples>` : value,
+    );
   } catch {
     text = '<unserialisable>';
   }

@@ -105,7 +105,8 @@ export function machineToMermaid(machine: AnyStateMachine): string {
     // Root-level transitions (TERMINATE, fatal errors) apply from every state: drawn once from the root.
     edges.push(`${chartId(root.id)}_any --> ${edge.to} : ${edge.label} (from any state)`);
   }
-  if (edges.some((edge) => edge.startsWith(`${chartId(root.id)}_any`))) lines.push(`  state "any state" as ${chartId(root.id)}_any`);
+  if (edges.some((edge) => edge.startsWith(`${chartId(root.id)}_any`)))
+    lines.push(`  state "any state" as ${chartId(root.id)}_any`);
   return [...lines, ...edges.map((edge) => `  ${edge}`)].join('\n');
 }
 

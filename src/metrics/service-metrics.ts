@@ -18,7 +18,6 @@ export const LATENCY_BUCKETS_S = [0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1
  */
 const EVENT_LOOP_PRECISION_MS = 10;
 
-
 /** What `GET /metrics` reads at scrape time from the live service. */
 export interface MetricsSources {
   /** Live sessions by state (`created`, `running`, `paused`), and creations still in progress. */
@@ -39,7 +38,12 @@ export interface FrameCounts {
 
 /** Spoken label of a termination reason (`deleted by client` → `deleted_by_client`). */
 export function reasonLabel(reason: string): string {
-  return reason.toLowerCase().replace(/[^a-z0-9]+/g, '_').replace(/^_|_$/g, '') || 'unknown';
+  return (
+    reason
+      .toLowerCase()
+      .replace(/[^a-z0-9]+/g, '_')
+      .replace(/^_|_$/g, '') || 'unknown'
+  );
 }
 
 /**
@@ -71,8 +75,17 @@ export class ServiceMetrics {
   constructor(info: { version: string }) {
     const registers = [this.registry];
     const p = METRICS_PREFIX;
-    collectDefaultMetrics({ register: this.registry, prefix: p, eventLoopMonitoringPrecision: EVENT_LOOP_PRECISION_MS });
-    new Gauge({ name: `${p}build_info`, help: 'Service version (value always 1)', labelNames: ['version'], registers }).set({ version: info.version }, 1);
+    collectDefaultMetrics({
+      register: this.registry,
+      prefix: p,
+      eventLoopMonitoringPrecision: EVENT_LOOP_PRECISION_MS,
+    });
+    new Gauge({
+      name: `${p}build_info`,
+      help: 'Service version (value always 1)',
+      labelNames: ['version'],
+      registers,
+    }).set({ version: info.version }, 1);
 
     // prom-client calls `collect` with the metric as `this`; the service's figures come through these.
     const sources = () => this.sources;
@@ -114,7 +127,12 @@ export class ServiceMetrics {
       labelNames: ['reason'],
       registers,
     });
-    this.turnsStarted = new Counter({ name: `${p}turns_started_total`, help: 'Turns started, by kind (speak, chat, audio, audio_stream, transcribe, voice)', labelNames: ['kind'], registers });
+    this.turnsStarted = new Counter({
+      name: `${p}turns_started_total`,
+      help: 'Turns started, by kind (speak, chat, audio, audio_stream, transcribe, voice)',
+      labelNames: ['kind'],
+      registers,
+    });
     this.turns = new Counter({
       name: `${p}turns_total`,
       help: 'Turns finished, by kind and outcome (completed, interrupted, paused, error, terminated)',
@@ -123,25 +141,59 @@ export class ServiceMetrics {
     });
     const latency = <L extends string>(name: string, help: string, labelNames: L[] = []) =>
       new Histogram<L>({ name: `${p}${name}`, help, labelNames, buckets: LATENCY_BUCKETS_S, registers });
-    this.turnFirstAudio = latency('turn_first_audio_seconds', "Request accepted → the turn's first audio sample handed to WebRTC, by turn kind", ['kind']);
-    this.speakFirstAudio = latency('speak_first_audio_seconds', 'POST /speak accepted → first audio sample handed to WebRTC');
-    this.chatFirstToken = latency('chat_first_token_seconds', 'Chat turn accepted → first token from the language model (TTFT)');
-    this.ttsFirstAudio = latency('tts_first_audio_seconds', 'Synthesis started → first audio chunk from the TTS provider, by provider', ['provider']);
+    this.turnFirstAudio = latency(
+      'turn_first_audio_seconds',
+      "Request accepted → the turn's first audio sample handed to WebRTC, by turn kind",
+      ['kind'],
+    );
+    this.speakFirstAudio = latency(
+      'speak_first_audio_seconds',
+      'POST /speak accepted → first audio sample handed to WebRTC',
+    );
+    this.chatFirstToken = latency(
+      'chat_first_token_seconds',
+      'Chat turn accepted → first token from the language model (TTFT)',
+    );
+    this.ttsFirstAudio = latency(
+      'tts_first_audio_seconds',
+      'Synthesis started → first audio chunk from the TTS provider, by provider',
+      ['provider'],
+    );
     this.endOfSpeechFirstAudio = latency(
       'end_of_speech_first_audio_seconds',
       "The user's speech ended → first audio sample of the answer handed to WebRTC: kind voice from the VAD's end of turn (hands-free), transcribe from the upload",
       ['kind'],
     );
-    this.interruptToSilence = latency('interrupt_to_silence_seconds', 'Interrupt received → playout flushed (the next 10 ms audio chunk is silence)');
-    this.sseEvents = new Counter({ name: `${p}sse_events_total`, help: 'Events published to SSE consumers, by event type', labelNames: ['event'], registers });
-    const delivered = new Counter({ name: `${p}webhook_deliveries_delivered_total`, help: 'Webhook deliveries a receiver accepted (2xx)', registers });
+    this.interruptToSilence = latency(
+      'interrupt_to_silence_seconds',
+      'Interrupt received → playout flushed (the next 10 ms audio chunk is silence)',
+    );
+    this.sseEvents = new Counter({
+      name: `${p}sse_events_total`,
+      help: 'Events published to SSE consumers, by event type',
+      labelNames: ['event'],
+      registers,
+    });
+    const delivered = new Counter({
+      name: `${p}webhook_deliveries_delivered_total`,
+      help: 'Webhook deliveries a receiver accepted (2xx)',
+      registers,
+    });
     const failed = new Counter({
       name: `${p}webhook_deliveries_failed_total`,
       help: 'Webhook deliveries given up: refused by the receiver (4xx other than 408/429, a redirect) or still failing after the retry period',
       registers,
     });
-    const dropped = new Counter({ name: `${p}webhook_deliveries_dropped_total`, help: 'Webhook deliveries dropped undelivered because the outbox was full (oldest first)', registers });
-    this.webhookDeliveries = { delivered: () => delivered.inc(), failed: () => failed.inc(), dropped: () => dropped.inc() };
+    const dropped = new Counter({
+      name: `${p}webhook_deliveries_dropped_total`,
+      help: 'Webhook deliveries dropped undelivered because the outbox was full (oldest first)',
+      registers,
+    });
+    this.webhookDeliveries = {
+      delivered: () => delivered.inc(),
+      failed: () => failed.inc(),
+      dropped: () => dropped.inc(),
+    };
 
     new Counter({
       name: `${p}frames_sent_total`,
@@ -179,7 +231,11 @@ export class ServiceMetrics {
         'Reused frame buffers being rendered into or read now: ~6-8 per live session with rendered frames, 0 with none live (a rising floor is a holder that forgets to release)',
         () => frameBuffers().outstanding,
       ],
-      ['frame_buffers_free', 'Reused frame buffers kept for the next frames (with those lent, at most MAX_FRAME_BUFFERS)', () => frameBuffers().free],
+      [
+        'frame_buffers_free',
+        'Reused frame buffers kept for the next frames (with those lent, at most MAX_FRAME_BUFFERS)',
+        () => frameBuffers().free,
+      ],
     ] as const) {
       new Gauge({
         name: `${p}${name}`,
@@ -201,10 +257,18 @@ export class ServiceMetrics {
     });
     poolGauge('pool_threads', 'Worker threads of a pool (render, inference)', (l) => l.threads);
     poolGauge('pool_busy_threads', 'Worker threads running a task now', (l) => l.busy);
-    poolGauge('pool_utilization', 'Busy threads / threads now (use rate(avatar_pool_busy_seconds_total) / threads for a window)', (l) => l.busy / l.threads);
+    poolGauge(
+      'pool_utilization',
+      'Busy threads / threads now (use rate(avatar_pool_busy_seconds_total) / threads for a window)',
+      (l) => l.busy / l.threads,
+    );
     poolGauge('pool_queue_depth', 'Work waiting for a free worker thread', (l) => l.queued);
     for (const [name, help, value] of [
-      ['pool_busy_seconds_total', 'Thread-seconds the pool spent running tasks', (l: PoolLoadSnapshot) => l.busySeconds],
+      [
+        'pool_busy_seconds_total',
+        'Thread-seconds the pool spent running tasks',
+        (l: PoolLoadSnapshot) => l.busySeconds,
+      ],
       ['pool_tasks_total', 'Tasks the pool finished (successfully or not)', (l: PoolLoadSnapshot) => l.completed],
     ] as const) {
       new Counter({
@@ -250,10 +314,13 @@ export class ServiceMetrics {
       this.turnsStarted.inc({ kind });
       provider = ttsProvider ?? 'unknown';
     });
-    bus.on('voice.latency', ({ firstSampleMs }) => this.endOfSpeechFirstAudio.observe({ kind: 'voice' }, firstSampleMs / 1000));
+    bus.on('voice.latency', ({ firstSampleMs }) =>
+      this.endOfSpeechFirstAudio.observe({ kind: 'voice' }, firstSampleMs / 1000),
+    );
     bus.on('spec', (record) => {
       this.sseEvents.inc({ event: record.type });
-      if (record.type === 'tts' && record.data.stage === 'first_audio') this.ttsFirstAudio.observe({ provider }, record.data.ms_elapsed / 1000);
+      if (record.type === 'tts' && record.data.stage === 'first_audio')
+        this.ttsFirstAudio.observe({ provider }, record.data.ms_elapsed / 1000);
     });
   }
 

@@ -74,11 +74,15 @@ function banner(message) {
 /** Turns an API failure into advice (a 409 from a busy avatar says to press Stop). */
 function explain(error) {
   const { status, detail } = error;
-  if (status === 409 && /in flight|call interrupt/.test(detail ?? '')) return 'The avatar is still busy with the previous turn: press Stop to interrupt it, or wait until it finishes.';
+  if (status === 409 && /in flight|call interrupt/.test(detail ?? ''))
+    return 'The avatar is still busy with the previous turn: press Stop to interrupt it, or wait until it finishes.';
   if (status === 409 && /paused/.test(detail ?? '')) return 'The session is paused: press Resume first.';
-  if (status === 503 && /language model/.test(detail ?? '')) return 'Chat needs a language model: set SERVICE_LLM_BASE_URL (docs/llm-asr.md) and restart the service.';
-  if (status === 503 && /capacity/.test(detail ?? '')) return 'The service is at its session limit: end another session or try again in a few seconds.';
-  if (status === 502) return `An upstream service failed: ${detail}. Check its URL and key in the service configuration.`;
+  if (status === 503 && /language model/.test(detail ?? ''))
+    return 'Chat needs a language model: set SERVICE_LLM_BASE_URL (docs/llm-asr.md) and restart the service.';
+  if (status === 503 && /capacity/.test(detail ?? ''))
+    return 'The service is at its session limit: end another session or try again in a few seconds.';
+  if (status === 502)
+    return `An upstream service failed: ${detail}. Check its URL and key in the service configuration.`;
   if (status === 413) return 'That file is too large: portraits up to 10 MB.';
   if (status === undefined) return `The service did not answer (${error.message}): is it still running?`;
   return detail ?? error.message;
@@ -143,7 +147,10 @@ function renderAvatars(selectId) {
     group.append(label);
   }
   const inputs = [...group.querySelectorAll('input')];
-  const chosen = inputs.find((i) => i.value === selectId) ?? inputs.find((i) => state.avatars.find((a) => a.id === i.value)?.model_type === BASE_AVATAR_TYPE) ?? inputs[0];
+  const chosen =
+    inputs.find((i) => i.value === selectId) ??
+    inputs.find((i) => state.avatars.find((a) => a.id === i.value)?.model_type === BASE_AVATAR_TYPE) ??
+    inputs[0];
   if (chosen) chosen.checked = true;
   renderModels();
   void showAvatarPreview();
@@ -178,7 +185,9 @@ function renderModels() {
   const avatar = selectedAvatar();
   const select = $('model');
   select.replaceChildren();
-  const usable = state.models.filter((m) => avatar && m.renders.includes(avatar.model_type) && (DEBUG || !DEBUG_MODELS.includes(m.id)));
+  const usable = state.models.filter(
+    (m) => avatar && m.renders.includes(avatar.model_type) && (DEBUG || !DEBUG_MODELS.includes(m.id)),
+  );
   for (const model of usable) {
     const option = new Option(model.connected ? model.id : `${model.id} (${model.status.replace('_', ' ')})`, model.id);
     option.disabled = !model.connected;
@@ -197,7 +206,9 @@ async function loadCatalog() {
   const [{ data: models }, { data: voices }, health] = await Promise.all([
     api('GET', '/models'),
     api('GET', '/tts/voices'),
-    api('GET', '/health').then((r) => r.data).catch(() => null),
+    api('GET', '/health')
+      .then((r) => r.data)
+      .catch(() => null),
   ]);
   state.models = models.models;
   await loadAvatars();
@@ -207,8 +218,13 @@ async function loadCatalog() {
     const group = document.createElement('optgroup');
     group.label = provider.service ? `${provider.service} (${provider.id})` : provider.id;
     for (const voice of provider.voices) {
-      const details = [voice.language, voice.gender, voice.source === 'clone' ? 'cloned' : null].filter(Boolean).join(', ');
-      const option = new Option(voice.description ?? `${voice.name ?? voice.id}${details ? ` (${details})` : ''}`, `${provider.id}|${voice.id}`);
+      const details = [voice.language, voice.gender, voice.source === 'clone' ? 'cloned' : null]
+        .filter(Boolean)
+        .join(', ');
+      const option = new Option(
+        voice.description ?? `${voice.name ?? voice.id}${details ? ` (${details})` : ''}`,
+        `${provider.id}|${voice.id}`,
+      );
       if (provider.is_default && voice.id === provider.default_voice) option.selected = true;
       group.append(option);
     }
@@ -217,7 +233,8 @@ async function loadCatalog() {
   // Every provider id with the service behind it and whether it is set up, folded away under a one-line count.
   const services = $('voice-services');
   const configured = voices.providers.filter((p) => p.configured).length;
-  services.querySelector('summary').textContent = `Voice services: ${configured} of ${voices.providers.length} configured`;
+  services.querySelector('summary').textContent =
+    `Voice services: ${configured} of ${voices.providers.length} configured`;
   services.querySelector('ul').replaceChildren(
     ...voices.providers.map((p) => {
       const item = document.createElement('li');
@@ -262,9 +279,11 @@ async function previewVoice() {
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ text: PREVIEW_TEXT, voice: choice.tts_voice, tts_provider: choice.tts_provider }),
     });
-    if (!res.ok) throw new AvatarApiError('POST', '/tts/preview', res.status, (await res.json().catch(() => ({}))).detail);
+    if (!res.ok)
+      throw new AvatarApiError('POST', '/tts/preview', res.status, (await res.json().catch(() => ({}))).detail);
     const audio = new Audio(URL.createObjectURL(await res.blob()));
-    $('preview-status').textContent = `Playing a preview of ${$('voice').selectedOptions[0]?.textContent ?? 'the voice'}`;
+    $('preview-status').textContent =
+      `Playing a preview of ${$('voice').selectedOptions[0]?.textContent ?? 'the voice'}`;
     audio.onended = () => ($('preview-status').textContent = '');
     await audio.play().catch(() => undefined);
   } catch (error) {
@@ -348,7 +367,10 @@ async function toggleTalk() {
     timeline('microphone on: talk to the avatar, talk over it to interrupt');
   } catch (error) {
     if (error instanceof AvatarApiError) fail(error);
-    else banner(`The microphone is not available (${error.message}): allow microphone access for this page and press Talk again.`);
+    else
+      banner(
+        `The microphone is not available (${error.message}): allow microphone access for this page and press Talk again.`,
+      );
     stopMicrophone();
   } finally {
     button.disabled = !client.sessionId || !state.asrReady;
@@ -389,7 +411,14 @@ function endSession({ keepalive = false } = {}) {
 
 // ——— what the avatar does: SSE ———
 
-const STAGE_TEXT = { listening: 'listening', thinking: 'thinking', speaking: 'speaking', idle: 'idle', interrupted: 'interrupted', error: 'error' };
+const STAGE_TEXT = {
+  listening: 'listening',
+  thinking: 'thinking',
+  speaking: 'speaking',
+  idle: 'idle',
+  interrupted: 'interrupted',
+  error: 'error',
+};
 
 function showStage(stage) {
   $('stage').textContent = STAGE_TEXT[stage] ?? stage;
@@ -425,13 +454,19 @@ function listen() {
   showLiveCaptions(client, $('video').parentElement);
   on('status', (data) => {
     showStage(data.stage);
-    if (data.turn_id && ['listening', 'thinking', 'speaking'].includes(data.stage) && data.turn_id !== state.currentTurn) {
+    if (
+      data.turn_id &&
+      ['listening', 'thinking', 'speaking'].includes(data.stage) &&
+      data.turn_id !== state.currentTurn
+    ) {
       state.currentTurn = data.turn_id;
       $('captions').textContent = state.captions.get(data.turn_id) ?? '';
     }
-    if (data.stage !== 'speaking' || data.turn_id) timeline(`avatar ${data.stage}${data.message ? ` (${data.message})` : ''}`);
+    if (data.stage !== 'speaking' || data.turn_id)
+      timeline(`avatar ${data.stage}${data.message ? ` (${data.message})` : ''}`);
     if (data.stage === 'idle' && data.turn_id) void showTurnLatency(client.sessionId, data.turn_id);
-    if (data.stage === 'idle' && (data.message === 'paused' || data.message === 'resumed')) showPaused(data.message === 'paused');
+    if (data.stage === 'idle' && (data.message === 'paused' || data.message === 'resumed'))
+      showPaused(data.message === 'paused');
   });
   on('transcript', (data) => {
     if (data.is_final) timeline(`you said: “${data.text}”`);
@@ -578,7 +613,8 @@ async function renderOffline() {
       await new Promise((resolve) => setTimeout(resolve, RENDER_POLL_MS));
       const { data: job } = await api('GET', `/sessions/${sessionId}/rt-offline-bundle/${data.job_id}`);
       progress.value = job.progress;
-      if (job.status === 'failed') throw new AvatarApiError('GET', 'offline job', 500, `the offline render failed: ${job.error}`);
+      if (job.status === 'failed')
+        throw new AvatarApiError('GET', 'offline job', 500, `the offline render failed: ${job.error}`);
       if (job.status === 'complete') break;
     }
     const link = $('render-link');
@@ -660,7 +696,10 @@ function uploadPortrait(file) {
 }
 
 const CREATION_PHASE_TEXT = {
-  processing: { image: 'finding the face in the picture', video: 'decoding the clip and following the face in every frame' },
+  processing: {
+    image: 'finding the face in the picture',
+    video: 'decoding the clip and following the face in every frame',
+  },
   saving: { image: 'saving the new avatar', video: 'saving the new avatar' },
 };
 
@@ -669,7 +708,8 @@ async function showCreationPhase(uploadId, fileName) {
   try {
     const { data } = await api('GET', `/avatars/custom/uploads/${uploadId}`);
     if (state.creating !== uploadId) return;
-    $('upload-status').textContent = `Processing ${fileName} on the service: ${CREATION_PHASE_TEXT[data.phase]?.[data.kind] ?? data.phase}…`;
+    $('upload-status').textContent =
+      `Processing ${fileName} on the service: ${CREATION_PHASE_TEXT[data.phase]?.[data.kind] ?? data.phase}…`;
   } catch {
     // Not yet processing, or already answered.
   }
@@ -747,7 +787,9 @@ zone.addEventListener('drop', (ev) => {
   const file = ev.dataTransfer?.files?.[0];
   if (!file) return;
   if (!PORTRAIT_TYPES.includes(file.type) && !CLIP_TYPES.includes(file.type)) {
-    banner(`“${file.name}” is not a photo or clip the service reads: drop a JPEG, PNG or WebP portrait, or an MP4, MOV or WebM clip.`);
+    banner(
+      `“${file.name}” is not a photo or clip the service reads: drop a JPEG, PNG or WebP portrait, or an MP4, MOV or WebM clip.`,
+    );
     return;
   }
   uploadPortrait(file);

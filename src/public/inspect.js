@@ -7,9 +7,23 @@ const LOG_MAX_ROWS = 500;
 const CHART_REDRAW_MS = 150;
 
 const $ = (id) => document.getElementById(id);
-const state = { selected: null, pinned: false, chart: '', machineId: 'session', value: null, actors: new Map(), drawTimer: null, drawing: false, pending: false };
+const state = {
+  selected: null,
+  pinned: false,
+  chart: '',
+  machineId: 'session',
+  value: null,
+  actors: new Map(),
+  drawTimer: null,
+  drawing: false,
+  pending: false,
+};
 
-window.mermaid.initialize({ startOnLoad: false, securityLevel: 'strict', theme: matchMedia('(prefers-color-scheme: dark)').matches ? 'dark' : 'default' });
+window.mermaid.initialize({
+  startOnLoad: false,
+  securityLevel: 'strict',
+  theme: matchMedia('(prefers-color-scheme: dark)').matches ? 'dark' : 'default',
+});
 
 function chartId(stateNodeId) {
   return stateNodeId.replace(/[^A-Za-z0-9_]/g, '_');
@@ -85,7 +99,8 @@ function logRow(record) {
   const row = document.createElement('tr');
   const time = new Date(record.at).toISOString().slice(11, 23);
   let cells;
-  if (record.type === '@xstate.event') cells = [time, `${record.source} → ${record.actor}`, record.event, record.payload ?? ''];
+  if (record.type === '@xstate.event')
+    cells = [time, `${record.source} → ${record.actor}`, record.event, record.payload ?? ''];
   else if (record.type === '@xstate.actor') cells = [time, record.actor, 'actor created', ''];
   else return null;
   cells.forEach((text, index) => {
@@ -107,7 +122,8 @@ function apply(record) {
     state.value = record.value;
     // Children that left the root snapshot have stopped: kept in the tree, struck through, until reselect.
     const live = new Set((record.children ?? []).map((id) => `session/${id}`));
-    for (const [path, actor] of state.actors) if (path !== 'session') actor.status = live.has(path) ? 'active' : 'stopped';
+    for (const [path, actor] of state.actors)
+      if (path !== 'session') actor.status = live.has(path) ? 'active' : 'stopped';
     state.actors.set('session', { status: record.status });
     showState();
     showActors();
@@ -135,7 +151,8 @@ function select(sessionId) {
   source?.close();
   source = new EventSource(`/inspect/events?session_id=${encodeURIComponent(sessionId)}`);
   source.onmessage = (message) => apply(JSON.parse(message.data));
-  for (const button of document.querySelectorAll('#sessions button')) button.setAttribute('aria-pressed', String(button.dataset.session === sessionId));
+  for (const button of document.querySelectorAll('#sessions button'))
+    button.setAttribute('aria-pressed', String(button.dataset.session === sessionId));
 }
 
 async function refreshSessions() {

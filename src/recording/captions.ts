@@ -20,7 +20,8 @@ interface RecordedCue {
 export class CaptionTrack {
   private readonly cues: Array<{ clockMs: number; durationMs: number; text: string }> = [];
   private readonly onCaption = (cue: CaptionCue) => {
-    if (this.cues.length < MAX_RECORDED_CUES) this.cues.push({ clockMs: cue.clockMs, durationMs: Math.max(0, cue.endMs - cue.startMs), text: cue.text });
+    if (this.cues.length < MAX_RECORDED_CUES)
+      this.cues.push({ clockMs: cue.clockMs, durationMs: Math.max(0, cue.endMs - cue.startMs), text: cue.text });
   };
   private detached = false;
 
@@ -48,7 +49,9 @@ export class CaptionTrack {
 
 /** WebVTT (W3C) of timed texts: one cue per caption, `HH:MM:SS.mmm` times. */
 export function toWebVtt(cues: RecordedCue[]): string {
-  const blocks = cues.map((cue, i) => `${i + 1}\n${vttTime(cue.fromMs)} --> ${vttTime(cue.toMs)}\n${cueText(cue.text)}`);
+  const blocks = cues.map(
+    (cue, i) => `${i + 1}\n${vttTime(cue.fromMs)} --> ${vttTime(cue.toMs)}\n${cueText(cue.text)}`,
+  );
   return ['WEBVTT', ...blocks].join('\n\n') + '\n';
 }
 

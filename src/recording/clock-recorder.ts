@@ -76,8 +76,10 @@ export class ClockRecorder {
   private detached = false;
   private stopping: Promise<number> | null = null;
   private firstFrameWaiters: Array<() => void> = [];
-  private readonly onAudio = (samples: Int16Array, sampleRate: number, mediaMs: number) => this.handleAudio(samples, sampleRate, mediaMs);
-  private readonly onVideo = (frame: I420Frame, frameIdx: number, mediaMs: number) => this.handleVideo(frame, frameIdx, mediaMs);
+  private readonly onAudio = (samples: Int16Array, sampleRate: number, mediaMs: number) =>
+    this.handleAudio(samples, sampleRate, mediaMs);
+  private readonly onVideo = (frame: I420Frame, frameIdx: number, mediaMs: number) =>
+    this.handleVideo(frame, frameIdx, mediaMs);
 
   constructor(
     private readonly media: RecordableMedia,
@@ -89,7 +91,14 @@ export class ClockRecorder {
   ) {
     this.sampleRate = media.playout.sampleRate;
     this.fps = media.playout.fps;
-    this.encoder = new Mp4Encoder({ outPath, width: media.width, height: media.height, fps: this.fps, sampleRate: this.sampleRate, live });
+    this.encoder = new Mp4Encoder({
+      outPath,
+      width: media.width,
+      height: media.height,
+      fps: this.fps,
+      sampleRate: this.sampleRate,
+      live,
+    });
     media.playout.on('audio', this.onAudio);
     media.playout.on('video', this.onVideo);
     this.watchdog = setInterval(() => {

@@ -4,7 +4,8 @@ import fs from 'node:fs/promises';
 import type { Writable } from 'node:stream';
 
 /** The bundled static ffmpeg (libx264 + aac); nothing is downloaded at run time. */
-export const FFMPEG_PATH: string = (createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg') as { path: string }).path;
+export const FFMPEG_PATH: string = (createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg') as { path: string })
+  .path;
 
 /** How much of ffmpeg's stderr is kept for error messages; its log is otherwise discarded. */
 const STDERR_TAIL_CHARS = 4_000;
@@ -64,29 +65,87 @@ export class Mp4Encoder {
   constructor(private readonly options: Mp4EncoderOptions) {
     const { width, height, fps, sampleRate, live } = options;
     const keyframeEvery = String(Math.max(1, Math.round(fps * 2)));
-    if (width % 2 !== 0 || height % 2 !== 0) throw new EncoderError(`H.264 yuv420p needs even dimensions (got ${width}x${height})`);
+    if (width % 2 !== 0 || height % 2 !== 0)
+      throw new EncoderError(`H.264 yuv420p needs even dimensions (got ${width}x${height})`);
     this.frameBytes = (width * height * 3) / 2;
     const args = [
-      '-hide_banner', '-nostdin', '-loglevel', 'error', '-y',
+      '-hide_banner',
+      '-nostdin',
+      '-loglevel',
+      'error',
+      '-y',
       // A live stream's progress report on stdout: its first `total_size` above 0 says the output was opened, which
       // for RTMP means the handshake, connect and publish completed (`whenOutputWritten`).
       ...(live ? ['-progress', 'pipe:1'] : []),
-      '-f', 'rawvideo', '-pix_fmt', 'yuv420p', '-s', `${width}x${height}`, '-framerate', String(fps),
+      '-f',
+      'rawvideo',
+      '-pix_fmt',
+      'yuv420p',
+      '-s',
+      `${width}x${height}`,
+      '-framerate',
+      String(fps),
       // Formats are fully described here; probing would read ahead on one pipe while the other waits.
-      '-probesize', '32', '-analyzeduration', '0',
-      '-thread_queue_size', String(INPUT_QUEUE_PACKETS), '-i', 'pipe:3',
-      '-f', 's16le', '-ar', String(sampleRate), '-ac', '1', '-probesize', '32', '-analyzeduration', '0',
-      '-thread_queue_size', String(INPUT_QUEUE_PACKETS), '-i', 'pipe:4',
-      '-map', '0:v:0', '-map', '1:a:0',
-      '-c:v', 'libx264', '-preset', options.preset ?? 'veryfast', '-pix_fmt', 'yuv420p',
+      '-probesize',
+      '32',
+      '-analyzeduration',
+      '0',
+      '-thread_queue_size',
+      String(INPUT_QUEUE_PACKETS),
+      '-i',
+      'pipe:3',
+      '-f',
+      's16le',
+      '-ar',
+      String(sampleRate),
+      '-ac',
+      '1',
+      '-probesize',
+      '32',
+      '-analyzeduration',
+      '0',
+      '-thread_queue_size',
+      String(INPUT_QUEUE_PACKETS),
+      '-i',
+      'pipe:4',
+      '-map',
+      '0:v:0',
+      '-map',
+      '1:a:0',
+      '-c:v',
+      'libx264',
+      '-preset',
+      options.preset ?? 'veryfast',
+      '-pix_fmt',
+      'yuv420p',
       ...(live
-        ? ['-tune', 'zerolatency', '-b:v', `${live.videoBitrateKbps}k`, '-maxrate', `${live.videoBitrateKbps}k`, '-bufsize', `${live.videoBitrateKbps * 2}k`,
-           '-keyint_min', keyframeEvery, '-sc_threshold', '0']
+        ? [
+            '-tune',
+            'zerolatency',
+            '-b:v',
+            `${live.videoBitrateKbps}k`,
+            '-maxrate',
+            `${live.videoBitrateKbps}k`,
+            '-bufsize',
+            `${live.videoBitrateKbps * 2}k`,
+            '-keyint_min',
+            keyframeEvery,
+            '-sc_threshold',
+            '0',
+          ]
         : ['-crf', '23']),
-      '-g', keyframeEvery,
+      '-g',
+      keyframeEvery,
       // 48 kHz output: AAC works in 1024-sample frames, which at 16 kHz (64 ms) would be longer than a video frame.
-      '-c:a', 'aac', '-b:a', '96k', '-ar', String(OUTPUT_AUDIO_RATE),
-      ...(live ? ['-f', 'flv', '-flvflags', 'no_duration_filesize', options.outPath] : ['-movflags', '+faststart', '-f', 'mp4', options.outPath]),
+      '-c:a',
+      'aac',
+      '-b:a',
+      '96k',
+      '-ar',
+      String(OUTPUT_AUDIO_RATE),
+      ...(live
+        ? ['-f', 'flv', '-flvflags', 'no_duration_filesize', options.outPath]
+        : ['-movflags', '+faststart', '-f', 'mp4', options.outPath]),
     ];
     this.child = spawn(FFMPEG_PATH, args, { stdio: ['ignore', live ? 'pipe' : 'ignore', 'pipe', 'pipe', 'pipe'] });
     this.outputWritten = live ? firstOutputBytes(this.child) : new Promise(() => undefined);
@@ -129,7 +188,9 @@ export class Mp4Encoder {
 
   writeFrame(i420: Uint8Array): Promise<void> {
     if (i420.length !== this.frameBytes) {
-      throw new EncoderError(`frame has ${i420.length} bytes, expected ${this.frameBytes} for ${this.options.width}x${this.options.height}`);
+      throw new EncoderError(
+        `frame has ${i420.length} bytes, expected ${this.frameBytes} for ${this.options.width}x${this.options.height}`,
+      );
     }
     this.framesWritten++;
     return this.write(this.video, Buffer.from(i420.buffer, i420.byteOffset, i420.byteLength));
@@ -176,7 +237,8 @@ export class Mp4Encoder {
       const { code, signal: killedBy } = await Promise.race([this.exited, timeout]);
       signal?.throwIfAborted();
       if (code !== 0) {
-        const detail = this.stderrTail.trim().split('\n').slice(-3).join(' | ') || this.pipeError?.message || `signal ${killedBy}`;
+        const detail =
+          this.stderrTail.trim().split('\n').slice(-3).join(' | ') || this.pipeError?.message || `signal ${killedBy}`;
         throw new EncoderError(`ffmpeg failed (exit ${code}): ${detail}`);
       }
     } finally {

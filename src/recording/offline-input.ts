@@ -1,6 +1,11 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { buildMouthTimeline } from '../../actors/mouth/timeline.ts';
-import { AudioTooLongError, describeDuration, InvalidAudioError, UPLOAD_AUDIO_RULES } from '../../actors/audio/decode.ts';
+import {
+  AudioTooLongError,
+  describeDuration,
+  InvalidAudioError,
+  UPLOAD_AUDIO_RULES,
+} from '../../actors/audio/decode.ts';
 import { decodeAudioOffThread } from '../../actors/audio/decode-pool.ts';
 import type { TtsProvider } from '../../actors/tts/types.ts';
 import type { TimelinePiece } from './offline-render.ts';
@@ -33,7 +38,11 @@ const PauseAfter = Type.Integer({
 
 export const TextSegment = Type.Object(
   {
-    text: Type.String({ minLength: 1, maxLength: OFFLINE_LIMITS.segmentTextChars, description: 'Text spoken with the job voice' }),
+    text: Type.String({
+      minLength: 1,
+      maxLength: OFFLINE_LIMITS.segmentTextChars,
+      description: 'Text spoken with the job voice',
+    }),
     pause_after_ms: Type.Optional(PauseAfter),
   },
   { additionalProperties: false },
@@ -46,7 +55,9 @@ export const AudioSegment = Type.Object(
       maxLength: OFFLINE_LIMITS.audioBase64Chars,
       description: 'WAV, MP3 or raw 16-bit mono PCM (format auto-detected), base64',
     }),
-    sample_rate: Type.Optional(Type.Integer({ minimum: 8000, maximum: 48000, description: 'Rate of raw PCM (default 16000)' })),
+    sample_rate: Type.Optional(
+      Type.Integer({ minimum: 8000, maximum: 48000, description: 'Rate of raw PCM (default 16000)' }),
+    ),
     pause_after_ms: Type.Optional(PauseAfter),
   },
   { additionalProperties: false },
@@ -64,9 +75,15 @@ export const OfflineBundleRequest = Type.Object(
         description: 'Spoken in order; text goes through TTS, audio is used as is (skips TTS)',
       }),
     ),
-    voice: Type.Optional(Type.Union([Type.String({ maxLength: 200 }), Type.Null()], { description: 'Overrides the session voice' })),
-    tts_provider: Type.Optional(Type.Union([Type.String(), Type.Null()], { description: 'Overrides the session TTS provider' })),
-    tts_model: Type.Optional(Type.Union([Type.String({ maxLength: 200 }), Type.Null()], { description: 'Provider-specific model' })),
+    voice: Type.Optional(
+      Type.Union([Type.String({ maxLength: 200 }), Type.Null()], { description: 'Overrides the session voice' }),
+    ),
+    tts_provider: Type.Optional(
+      Type.Union([Type.String(), Type.Null()], { description: 'Overrides the session TTS provider' }),
+    ),
+    tts_model: Type.Optional(
+      Type.Union([Type.String({ maxLength: 200 }), Type.Null()], { description: 'Provider-specific model' }),
+    ),
   },
   {
     $id: 'OfflineBundleRequest',
@@ -96,7 +113,9 @@ export class InvalidSegmentError extends Error {
 /** The job's audio segments decode to more than `OFFLINE_LIMITS.audioMs` (a 413). */
 export class SegmentsTooLongError extends Error {
   constructor(index: number) {
-    super(`segments[${index}]: the job's audio decodes to more than ${describeDuration(OFFLINE_LIMITS.audioMs)} (segments and pauses together)`);
+    super(
+      `segments[${index}]: the job's audio decodes to more than ${describeDuration(OFFLINE_LIMITS.audioMs)} (segments and pauses together)`,
+    );
     this.name = 'SegmentsTooLongError';
   }
 }
@@ -107,20 +126,27 @@ export function segmentsOf(body: OfflineBundleRequest): OfflineSegment[] | strin
   if (body.text !== undefined) return body.text.trim() ? [{ text: body.text, pause_after_ms: 0 }] : '`text` is blank';
   for (const [i, segment] of body.segments!.entries()) {
     if ('text' in segment && !segment.text.trim()) return `segments[${i}].text is blank`;
-    if ('audio_base64' in segment && !/^[A-Za-z0-9+/\r\n]+={0,2}\s*$/.test(segment.audio_base64)) return `segments[${i}].audio_base64 is not base64`;
+    if ('audio_base64' in segment && !/^[A-Za-z0-9+/\r\n]+={0,2}\s*$/.test(segment.audio_base64))
+      return `segments[${i}].audio_base64 is not base64`;
   }
   return body.segments!;
 }
 
 /** A segment ready for the job: audio already decoded (so bad audio is a 400 at submit), text still to synthesize. */
-export type PreparedSegment = { kind: 'text'; text: string; pauseAfterMs: number } | { kind: 'audio'; pcm: Int16Array; pauseAfterMs: number };
+export type PreparedSegment =
+  | { kind: 'text'; text: string; pauseAfterMs: number }
+  | { kind: 'audio'; pcm: Int16Array; pauseAfterMs: number };
 
 /**
  * Decodes audio segments at the job sample rate, off the event loop, within the job's `OFFLINE_LIMITS.audioMs`
  * (each segment gets what the earlier ones and their pauses left). Throws `InvalidSegmentError` for audio that
  * cannot be decoded, `SegmentsTooLongError` past the bound; a busy decoder's error passes through.
  */
-export async function prepareSegments(segments: OfflineSegment[], sampleRate: number, signal?: AbortSignal): Promise<PreparedSegment[]> {
+export async function prepareSegments(
+  segments: OfflineSegment[],
+  sampleRate: number,
+  signal?: AbortSignal,
+): Promise<PreparedSegment[]> {
   const prepared: PreparedSegment[] = [];
   let audioMs = 0;
   for (const [i, segment] of segments.entries()) {
@@ -169,14 +195,22 @@ export async function resolveSegments(segments: PreparedSegment[], options: Reso
   for (const [i, segment] of segments.entries()) {
     signal.throwIfAborted();
     if (segment.kind === 'text') {
-      for await (const chunk of options.tts.synthesize({ text: segment.text, voice: options.voice, model: options.ttsModel, sampleRate, signal })) {
-        if (chunk.sampleRate !== sampleRate) throw new Error(`TTS returned ${chunk.sampleRate} Hz audio, expected ${sampleRate} Hz`);
+      for await (const chunk of options.tts.synthesize({
+        text: segment.text,
+        voice: options.voice,
+        model: options.ttsModel,
+        sampleRate,
+        signal,
+      })) {
+        if (chunk.sampleRate !== sampleRate)
+          throw new Error(`TTS returned ${chunk.sampleRate} Hz audio, expected ${sampleRate} Hz`);
         pieces.push({ pcm: chunk.pcm, mouth: buildMouthTimeline(chunk) });
       }
     } else {
       pieces.push({ pcm: segment.pcm, mouth: buildMouthTimeline({ pcm: segment.pcm, sampleRate }) });
     }
-    if (segment.pauseAfterMs > 0) pieces.push({ pcm: new Int16Array(Math.round((segment.pauseAfterMs * sampleRate) / 1000)), mouth: null });
+    if (segment.pauseAfterMs > 0)
+      pieces.push({ pcm: new Int16Array(Math.round((segment.pauseAfterMs * sampleRate) / 1000)), mouth: null });
     options.onProgress?.((i + 1) / segments.length);
   }
   return pieces;

@@ -47,9 +47,17 @@ export interface OfflineJobsDeps {
   store: JobStore;
   sampleRate: number;
   /** Opens a renderer of its own for the job (not the session's: the job outlives it and must not steal its frames). */
-  openRenderer(avatarId: string, model: string, signal: AbortSignal): Promise<FrameRenderer & { close(): void | Promise<void> }>;
+  openRenderer(
+    avatarId: string,
+    model: string,
+    signal: AbortSignal,
+  ): Promise<FrameRenderer & { close(): void | Promise<void> }>;
   tts(providerId: string): TtsProvider;
-  logger?: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
+  logger?: {
+    info(obj: object, msg: string): void;
+    warn(obj: object, msg: string): void;
+    error(obj: object, msg: string): void;
+  };
   retentionMs?: number;
   concurrency?: number;
   maxQueued?: number;
@@ -61,7 +69,10 @@ export interface OfflineJobsDeps {
 }
 
 /** What the routes and the service use of an offline queue: this one, or BullMQ's in cluster mode (src/cluster/offline-queue.ts). */
-export type OfflineJobs = Pick<OfflineJobQueue, 'submit' | 'get' | 'artifactPath' | 'whenSettled' | 'recover' | 'close' | 'sweep'>;
+export type OfflineJobs = Pick<
+  OfflineJobQueue,
+  'submit' | 'get' | 'artifactPath' | 'whenSettled' | 'recover' | 'close' | 'sweep'
+>;
 
 /** The queue is full or closing (→ 503 + Retry-After: `BUNDLE_QUEUE_RETRY_AFTER_S`). */
 export class QueueFullError extends Overloaded {
@@ -107,7 +118,11 @@ export class OfflineJobQueue {
     this.dir = path.join(deps.dataDir, 'bundles');
     this.retentionMs = deps.retentionMs ?? BUNDLE_RETENTION_MS;
     const maxQueued = deps.maxQueued ?? BUNDLE_MAX_QUEUED;
-    this.slots = new Admission({ maxRunning: deps.concurrency ?? BUNDLE_CONCURRENCY, maxWaiting: maxQueued, refusal: () => new QueueFullError(maxQueued) });
+    this.slots = new Admission({
+      maxRunning: deps.concurrency ?? BUNDLE_CONCURRENCY,
+      maxWaiting: maxQueued,
+      refusal: () => new QueueFullError(maxQueued),
+    });
   }
 
   /**
@@ -162,14 +177,20 @@ export class OfflineJobQueue {
       await this.deps.store.put(job);
     } catch (error) {
       abort.abort(error);
-      void slot.then((release) => release(), () => undefined);
+      void slot.then(
+        (release) => release(),
+        () => undefined,
+      );
       throw error;
     }
     const live: Live = { job, visible: job, spec, abort, lastPersist: 0, persisting: Promise.resolve() };
     this.live.set(job.job_id, live);
     this.deps.logger?.info({ jobId: job.job_id, sessionId: spec.sessionId }, 'offline bundle queued');
     // A job aborted while waiting (close) leaves the line; close settles it as failed.
-    slot.then((release) => this.runInSlot(live, release), () => undefined);
+    slot.then(
+      (release) => this.runInSlot(live, release),
+      () => undefined,
+    );
     return { ...job };
   }
 
@@ -256,7 +277,12 @@ export class OfflineJobQueue {
     const signal = abort.signal;
     const log = this.deps.logger;
     const started = performance.now();
-    live.job = { ...live.job, status: 'running', started_at: new Date().toISOString(), updated_at: new Date().toISOString() };
+    live.job = {
+      ...live.job,
+      status: 'running',
+      started_at: new Date().toISOString(),
+      updated_at: new Date().toISOString(),
+    };
     let renderer: (FrameRenderer & { close(): void | Promise<void> }) | null = null;
     try {
       await this.persist(live, live.job);
@@ -284,7 +310,11 @@ export class OfflineJobQueue {
       log?.info({ jobId: live.job.job_id, durationMs, wallMs: Math.round(wallMs) }, 'offline bundle complete');
       // lipsync_c: frames the inference server could not render went to the CPU lipsync renderer (docs/recording.md).
       const fallbackFrames = fallbackFramesOf(renderer);
-      if (fallbackFrames > 0) log?.warn({ jobId: live.job.job_id, fallbackFrames }, 'offline bundle partly rendered on the fallback renderer');
+      if (fallbackFrames > 0)
+        log?.warn(
+          { jobId: live.job.job_id, fallbackFrames },
+          'offline bundle partly rendered on the fallback renderer',
+        );
       await this.settle(live, 'complete', null);
     } catch (error) {
       // The error text is shown to clients (`error`, download 409): the path-free form, as in the logs.
@@ -326,7 +356,10 @@ export class OfflineJobQueue {
     try {
       await this.persist(live, live.job);
     } catch (storeError) {
-      this.deps.logger?.error({ jobId: live.job.job_id, err: errorForLog(storeError) }, 'offline bundle state not persisted');
+      this.deps.logger?.error(
+        { jobId: live.job.job_id, err: errorForLog(storeError) },
+        'offline bundle state not persisted',
+      );
     }
     this.live.delete(live.job.job_id);
     this.deps.onSettled?.(live.job);

@@ -48,7 +48,8 @@ export function offlineTimeline(
   const timeline = new FrameTimeline(sampleRate, fps);
   // Requests carry the audio around their frame when the renderer asks for it (neural lip-sync reads a mel window).
   timeline.setAudioWindow(audioWindow);
-  for (const piece of pieces) timeline.append(piece.pcm.length, piece.mouth, null, 0, audioWindow ? piece.pcm : undefined);
+  for (const piece of pieces)
+    timeline.append(piece.pcm.length, piece.mouth, null, 0, audioWindow ? piece.pcm : undefined);
   return { timeline, totalSamples: timeline.endSample };
 }
 
@@ -80,7 +81,14 @@ export async function renderOfflineMp4(options: OfflineRenderOptions): Promise<n
   };
 
   const audio = new AudioReader(pieces);
-  const encoder = new Mp4Encoder({ outPath, width: renderer.width, height: renderer.height, fps, sampleRate, preset: OFFLINE_X264_PRESET });
+  const encoder = new Mp4Encoder({
+    outPath,
+    width: renderer.width,
+    height: renderer.height,
+    fps,
+    sampleRate,
+    preset: OFFLINE_X264_PRESET,
+  });
   // Batches in flight, in frame order: the one to write next first.
   const ahead: Array<Promise<Array<{ data: Uint8Array }>>> = [];
   let requestedUpTo = 0;
@@ -100,12 +108,16 @@ export async function renderOfflineMp4(options: OfflineRenderOptions): Promise<n
       const frames = await ahead.shift()!;
       const upTo = Math.min(frameCount, from + batch);
       requestAhead();
-      if (frames.length !== upTo - from) throw new Error(`renderer returned ${frames.length} frames for ${upTo - from} requests`);
+      if (frames.length !== upTo - from)
+        throw new Error(`renderer returned ${frames.length} frames for ${upTo - from} requests`);
       for (let i = 0; i < frames.length; i++) {
         const idx = from + i;
         // Both writes are handed over before waiting: awaiting one pipe's drain while ffmpeg waits on
         // the other would deadlock.
-        await Promise.all([encoder.writeFrame(frames[i].data), encoder.writeAudio(audio.read(frameStart(idx + 1) - frameStart(idx)))]);
+        await Promise.all([
+          encoder.writeFrame(frames[i].data),
+          encoder.writeAudio(audio.read(frameStart(idx + 1) - frameStart(idx))),
+        ]);
       }
       options.onProgress?.(upTo / frameCount);
     }

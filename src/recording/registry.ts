@@ -64,7 +64,9 @@ interface Meta {
  */
 export class RecordingRegistry {
   private readonly active = new Map<string, Active>();
-  private readonly readyListeners = new Set<(sessionId: string, recording: { artifact_url: string; duration_ms: number }) => void>();
+  private readonly readyListeners = new Set<
+    (sessionId: string, recording: { artifact_url: string; duration_ms: number }) => void
+  >();
   private readonly root: string;
   private readonly sweepTimer: NodeJS.Timeout;
   private closed = false;
@@ -109,7 +111,11 @@ export class RecordingRegistry {
    * step that claims the slot, and may throw (a session that is ending refuses it): then nothing starts.
    * A session that ends while the start is still preparing cancels it (`RecordingConflictError`).
    */
-  async start(sessionId: string, media: RecordableMedia, whenSessionEnds?: (finalise: () => Promise<void>) => void): Promise<RecordingStatus> {
+  async start(
+    sessionId: string,
+    media: RecordableMedia,
+    whenSessionEnds?: (finalise: () => Promise<void>) => void,
+  ): Promise<RecordingStatus> {
     if (this.closed) throw new RecordingConflictError('service is shutting down');
     if (this.active.has(sessionId)) throw new RecordingConflictError('already recording; stop it first');
     const dir = this.dirOf(sessionId);
@@ -127,9 +133,15 @@ export class RecordingRegistry {
       if (claim.cancelled) throw new RecordingConflictError('session is terminated');
       // The record first: a crash in between leaves an artifact without one, which `recover()` removes.
       await fs.rm(path.join(dir, META_FILE), { force: true });
-      await Promise.all([ARTIFACT_FILE, PARTIAL_FILE, CAPTIONS_FILE].map((name) => fs.rm(path.join(dir, name), { force: true })));
+      await Promise.all(
+        [ARTIFACT_FILE, PARTIAL_FILE, CAPTIONS_FILE].map((name) => fs.rm(path.join(dir, name), { force: true })),
+      );
       if (claim.cancelled) throw new RecordingConflictError('session is terminated');
-      claim.recorder = new ClockRecorder(media, path.join(dir, PARTIAL_FILE), () => void this.stop(sessionId, 'clock stopped').catch(() => undefined));
+      claim.recorder = new ClockRecorder(
+        media,
+        path.join(dir, PARTIAL_FILE),
+        () => void this.stop(sessionId, 'clock stopped').catch(() => undefined),
+      );
       claim.captions = new CaptionTrack(media.playout);
     } catch (error) {
       release();
@@ -216,7 +228,9 @@ export class RecordingRegistry {
       const dir = path.join(this.root, name);
       const files = await fs.readdir(dir).catch(() => [] as string[]);
       const finished = (await this.readMeta(name)) !== null && files.includes(ARTIFACT_FILE);
-      const doomed = finished ? files.filter((file) => file !== ARTIFACT_FILE && file !== META_FILE && file !== CAPTIONS_FILE) : files;
+      const doomed = finished
+        ? files.filter((file) => file !== ARTIFACT_FILE && file !== META_FILE && file !== CAPTIONS_FILE)
+        : files;
       await Promise.all(doomed.map((file) => fs.rm(path.join(dir, file), { recursive: true, force: true })));
       removed += doomed.length;
       if (!finished) await fs.rm(dir, { recursive: true, force: true });
@@ -246,7 +260,12 @@ export class RecordingRegistry {
     }
   }
 
-  private async finalise(sessionId: string, recorder: ClockRecorder, captions: CaptionTrack | null, endedBy: string): Promise<RecordingStatus> {
+  private async finalise(
+    sessionId: string,
+    recorder: ClockRecorder,
+    captions: CaptionTrack | null,
+    endedBy: string,
+  ): Promise<RecordingStatus> {
     const dir = this.dirOf(sessionId);
     try {
       const durationMs = await recorder.stop();
@@ -291,7 +310,10 @@ export class RecordingRegistry {
  * A finished recording in another node's data directory (cluster mode: the recordings of a lost node,
  * read from shared storage); null when there is none. Read only: that directory's sweeps are its node's.
  */
-export async function finishedRecording(dataDir: string, sessionId: string): Promise<{ file: string; size: number; durationMs: number } | null> {
+export async function finishedRecording(
+  dataDir: string,
+  sessionId: string,
+): Promise<{ file: string; size: number; durationMs: number } | null> {
   if (!SESSION_ID_RE.test(sessionId)) return null;
   const dir = path.join(dataDir, 'recordings', sessionId.toLowerCase());
   try {

@@ -2,7 +2,12 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { WebSocket } from 'ws';
 import { Type } from '@sinclair/typebox';
 import { SessionIdParams } from '../schemas/common.ts';
-import { INBOUND_AUDIO_LIMIT_MS, MAX_CONTROL_MESSAGE_BYTES, MAX_READ_PAUSE_MS, openAudioStream } from '../ws/audio-stream.ts';
+import {
+  INBOUND_AUDIO_LIMIT_MS,
+  MAX_CONTROL_MESSAGE_BYTES,
+  MAX_READ_PAUSE_MS,
+  openAudioStream,
+} from '../ws/audio-stream.ts';
 import { startedSessionFor } from '../ws/socket-session.ts';
 
 /**
@@ -37,7 +42,10 @@ const audioStreamRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     handler: async (_request, reply) => {
-      reply.code(426).header('upgrade', 'websocket').send({ detail: 'this endpoint is a WebSocket: send an Upgrade request' });
+      reply
+        .code(426)
+        .header('upgrade', 'websocket')
+        .send({ detail: 'this endpoint is a WebSocket: send an Upgrade request' });
     },
     wsHandler: async (socket: WebSocket, request) => {
       const { session_id: sessionId } = request.params as { session_id: string };

@@ -31,7 +31,12 @@ import { CreationProgress, UPLOAD_ID_PATTERN } from '../catalog/creation-progres
 /** Documents the multipart body (validation happens while the parts stream in). */
 const CustomAvatarForm = Type.Object(
   {
-    name: Type.String({ minLength: 1, maxLength: MAX_AVATAR_NAME_LENGTH, description: 'Display name; its slug goes into the new id', example: 'Ada' }),
+    name: Type.String({
+      minLength: 1,
+      maxLength: MAX_AVATAR_NAME_LENGTH,
+      description: 'Display name; its slug goes into the new id',
+      example: 'Ada',
+    }),
     base_avatar_id: Type.String({
       description: 'Existing avatar with model_type `lipsync`; its manifest (fps, size, sample rate, …) is copied',
       example: 'astronaut',
@@ -55,7 +60,8 @@ const CustomAvatarForm = Type.Object(
     upload_id: Type.Optional(
       Type.String({
         pattern: UPLOAD_ID_PATTERN,
-        description: 'Added field: a client-chosen id (8–64 letters, digits, `_`, `-`) under which GET /avatars/custom/uploads/{upload_id} reports the processing phase while this request runs',
+        description:
+          'Added field: a client-chosen id (8–64 letters, digits, `_`, `-`) under which GET /avatars/custom/uploads/{upload_id} reports the processing phase while this request runs',
       }),
     ),
   },
@@ -81,7 +87,7 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         "the base avatar's size, centred on the face. Face-landmark detection then fills `metadata.animation` (mouth and eye geometry " +
         'in frame pixels); when no single clear face is found the avatar is still created, without `animation` (a still image), and the ' +
         'answer says so: `animated: false` with a human `reason` (no face, several faces, too unclear). The ' +
-        'manifest is the base\'s with `id` (`custom-<slug>-<timestamp>`), `name`, `metadata.custom_avatar=true` and ' +
+        "manifest is the base's with `id` (`custom-<slug>-<timestamp>`), `name`, `metadata.custom_avatar=true` and " +
         '`metadata.base_avatar_id`. The bundle appears atomically. 400: malformed multipart body (no boundary, truncated, too many ' +
         'fields or files), name/base/image missing, image empty, not JPEG/PNG/WebP, ' +
         'undecodable, too many pixels or too long a side, too slow to decode, or base avatar not `lipsync`. 404: base avatar unknown. ' +
@@ -110,7 +116,12 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         fileField: 'image',
         maxFileBytes: MAX_PORTRAIT_BYTES,
         tooLargeDetail: `image is larger than ${MAX_PORTRAIT_BYTES / (1024 * 1024)} MB`,
-        alternativeFileFields: { video: { maxFileBytes: MAX_CLIP_BYTES, tooLargeDetail: `video is larger than ${MAX_CLIP_BYTES / (1024 * 1024)} MB` } },
+        alternativeFileFields: {
+          video: {
+            maxFileBytes: MAX_CLIP_BYTES,
+            tooLargeDetail: `video is larger than ${MAX_CLIP_BYTES / (1024 * 1024)} MB`,
+          },
+        },
       });
       const name = form.fields.name;
       const baseAvatarId = form.fields.base_avatar_id;
@@ -120,7 +131,8 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
       reply.raw.once('close', admitCustomAvatarUpload());
       const file = form.file.field === 'video' ? { video: form.file.data } : { image: form.file.data };
       const uploadId = form.fields.upload_id;
-      if (uploadId !== undefined && !new RegExp(UPLOAD_ID_PATTERN).test(uploadId)) throw badRequest('upload_id must be 8–64 letters, digits, _ or -');
+      if (uploadId !== undefined && !new RegExp(UPLOAD_ID_PATTERN).test(uploadId))
+        throw badRequest('upload_id must be 8–64 letters, digits, _ or -');
       const tracked = uploadId ? progress.track(uploadId, form.file.field === 'video' ? 'video' : 'image') : null;
       try {
         const avatar = await createCustomAvatar({
@@ -153,7 +165,10 @@ const customAvatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         200: Type.Object({
           phase: Type.Union([Type.Literal('processing'), Type.Literal('saving')]),
           kind: Type.Union([Type.Literal('image'), Type.Literal('video')], { description: 'What was uploaded' }),
-          started_at: Type.String({ format: 'date-time', description: 'When processing began (the upload had arrived)' }),
+          started_at: Type.String({
+            format: 'date-time',
+            description: 'When processing began (the upload had arrived)',
+          }),
         }),
         ...errors(400, 404),
       },

@@ -15,7 +15,8 @@ const avatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       tags: ['avatars'],
       summary: 'List avatars',
-      description: 'Avatars with `metadata.hidden=true` are omitted. Photo (`lipsync`) avatars carry `animated`: false when no usable face was found (a still image).',
+      description:
+        'Avatars with `metadata.hidden=true` are omitted. Photo (`lipsync`) avatars carry `animated`: false when no usable face was found (a still image).',
       response: { 200: Type.Array(Type.Ref('AvatarSummary')) },
     },
     handler: async () => catalog.list(),
@@ -33,7 +34,8 @@ const avatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
       if (!entry) throw notFound('avatar not found');
       const { manifest } = entry;
       // Tell clients whether the lipsync renderer can move the mouth or only shows the still image.
-      if (manifest.model_type === 'lipsync') return { ...manifest, metadata: { ...manifest.metadata, animated: manifest.metadata.animation !== undefined } };
+      if (manifest.model_type === 'lipsync')
+        return { ...manifest, metadata: { ...manifest.metadata, animated: manifest.metadata.animation !== undefined } };
       return manifest;
     },
   });
@@ -55,7 +57,10 @@ const avatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
       } catch {
         throw notFound('avatar has no preview.png');
       }
-      return reply.type('image/png').header('cache-control', 'no-cache').send(png as never);
+      return reply
+        .type('image/png')
+        .header('cache-control', 'no-cache')
+        .send(png as never);
     },
   });
 
@@ -68,13 +73,17 @@ const avatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'POST /avatars/custom can be renamed (403 for built-in and hidden ones); 404 unknown; 400 empty or over-long name. ' +
         'Sessions already using the avatar are not affected. Answers the updated AvatarSummary.',
       params: AvatarIdParams,
-      body: Type.Object({ name: Type.String({ minLength: 1, maxLength: MAX_AVATAR_NAME_LENGTH, description: 'New display name' }) }, { additionalProperties: false, examples: [{ name: 'Ada at the desk' }] }),
+      body: Type.Object(
+        { name: Type.String({ minLength: 1, maxLength: MAX_AVATAR_NAME_LENGTH, description: 'New display name' }) },
+        { additionalProperties: false, examples: [{ name: 'Ada at the desk' }] },
+      ),
       response: { 200: Type.Ref('AvatarSummary'), ...errors(400, 403, 404) },
     },
     handler: async (request) => {
       const entry = await catalog.get(request.params.avatar_id);
       if (!entry) throw notFound('avatar not found');
-      if (!entry.isCustom || entry.manifest.metadata.hidden === true) throw forbidden('only custom avatars can be renamed');
+      if (!entry.isCustom || entry.manifest.metadata.hidden === true)
+        throw forbidden('only custom avatars can be renamed');
       const avatar = await renameCustomAvatar(catalog, entry, request.body.name);
       request.log.info({ avatarId: entry.id }, 'custom avatar renamed');
       return avatar;
@@ -95,7 +104,8 @@ const avatarRoutes: FastifyPluginAsyncTypebox = async (app) => {
     handler: async (request) => {
       const entry = await catalog.get(request.params.avatar_id);
       if (!entry) throw notFound('avatar not found');
-      if (!entry.isCustom || entry.manifest.metadata.hidden === true) throw forbidden('only custom avatars can be deleted');
+      if (!entry.isCustom || entry.manifest.metadata.hidden === true)
+        throw forbidden('only custom avatars can be deleted');
       // A concurrent DELETE of the same avatar may have removed it since the lookup: that one answers 200, this one 404.
       if (!(await catalog.remove(entry.id))) throw notFound('avatar not found');
       request.log.info({ avatarId: entry.id }, 'custom avatar deleted');

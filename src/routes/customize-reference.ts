@@ -19,12 +19,22 @@ import { multipartForm } from '../schemas/multipart-form.ts';
 
 const ReferenceForm = Type.Object(
   {
-    audio: Type.String({ format: 'binary', description: `Reference sample, ${CLONE_SAMPLE_BOUNDS_TEXT}, any format ffmpeg converts to 24 kHz mono WAV` }),
+    audio: Type.String({
+      format: 'binary',
+      description: `Reference sample, ${CLONE_SAMPLE_BOUNDS_TEXT}, any format ffmpeg converts to 24 kHz mono WAV`,
+    }),
     tts_provider: Type.Optional(
-      Type.String({ description: `Clone-capable provider: ${CLONE_PROVIDERS.join(', ')}; default the current one if it can clone`, example: 'local_clone_a' }),
+      Type.String({
+        description: `Clone-capable provider: ${CLONE_PROVIDERS.join(', ')}; default the current one if it can clone`,
+        example: 'local_clone_a',
+      }),
     ),
     target_model: Type.Optional(
-      Type.String({ description: 'Model the clone is made for; default the current tts_model, else a per-provider default (cloud_a: required)', example: 'en' }),
+      Type.String({
+        description:
+          'Model the clone is made for; default the current tts_model, else a per-provider default (cloud_a: required)',
+        example: 'en',
+      }),
     ),
   },
   { $id: 'ReferenceForm' },
@@ -104,7 +114,12 @@ const customizeReferenceRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: ReferencePersona, ...errors(400, 502, 503) },
     },
     handler: async (request, reply) => {
-      const reference = await readReference(services, request, reply, defaultsPersona(services.config, await services.defaults.get()));
+      const reference = await readReference(
+        services,
+        request,
+        reply,
+        defaultsPersona(services.config, await services.defaults.get()),
+      );
       return applyDefaultReference(services, reply, reference);
     },
   });
@@ -117,7 +132,12 @@ async function applyDefaultReference(services: Services, reply: FastifyReply, re
     displayLabel: 'reference default',
     audio: reference.audio,
   });
-  const tts = cloneSelection(services, defaultsPersona(services.config, await services.defaults.get()), reference, clone);
+  const tts = cloneSelection(
+    services,
+    defaultsPersona(services.config, await services.defaults.get()),
+    reference,
+    clone,
+  );
   const next = await services.defaults.update({ ttsProvider: tts.provider, ttsVoice: tts.voice, ttsModel: tts.model });
   return {
     system_prompt: next.systemPrompt ?? services.config.llmSystemPrompt,
@@ -129,12 +149,26 @@ async function applyDefaultReference(services: Services, reply: FastifyReply, re
 }
 
 /** The persona after a clone: its provider, the new voice and the model it was made for, checked like any selection. */
-function cloneSelection(services: Services, persona: PersonaBase, reference: ReferenceRequest, clone: { voice_id: string; target_model: string }): TtsSelection {
-  return resolveTtsSelection((id) => services.tts.get(id), persona, { provider: reference.providerId, voice: clone.voice_id, model: clone.target_model });
+function cloneSelection(
+  services: Services,
+  persona: PersonaBase,
+  reference: ReferenceRequest,
+  clone: { voice_id: string; target_model: string },
+): TtsSelection {
+  return resolveTtsSelection((id) => services.tts.get(id), persona, {
+    provider: reference.providerId,
+    voice: clone.voice_id,
+    model: clone.target_model,
+  });
 }
 
 /** Reads the form and resolves provider and target model against the persona it will change. */
-async function readReference(services: Services, request: FastifyRequest, reply: FastifyReply, persona: PersonaBase): Promise<ReferenceRequest> {
+async function readReference(
+  services: Services,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  persona: PersonaBase,
+): Promise<ReferenceRequest> {
   const form = await readCloneForm(services, request, reply);
   const requested = form.fields.tts_provider?.trim() || null;
   const providerId = requested ?? persona.provider;
@@ -147,7 +181,8 @@ async function readReference(services: Services, request: FastifyRequest, reply:
   }
   // The persona rule decides whether the current model carries over (only with the same provider); nothing is synthesised yet.
   const personaModel = selectTts(persona, { provider: providerId }).model;
-  const targetModel = form.fields.target_model?.trim() || personaModel || services.tts.get(providerId).defaultCloneModel;
+  const targetModel =
+    form.fields.target_model?.trim() || personaModel || services.tts.get(providerId).defaultCloneModel;
   if (!targetModel) throw badRequest(`target_model is required for ${providerId}`);
   return { providerId, targetModel, audio: form.audio };
 }

@@ -1,28 +1,61 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Nullable, SessionIdParams, errors } from '../schemas/common.ts';
-import { defaultsPersona, resolveTtsSelection, type SessionToolDefinition, type TtsOverrides } from '../sessions/index.ts';
+import {
+  defaultsPersona,
+  resolveTtsSelection,
+  type SessionToolDefinition,
+  type TtsOverrides,
+} from '../sessions/index.ts';
 import type { Services } from '../services.ts';
 import { ToolList } from '../schemas/tools.ts';
 
 const PersonaPatch = Type.Object(
   {
-    system_prompt: Type.Optional(Nullable(Type.String({ maxLength: 20_000, description: 'Language-model system prompt; null restores the service default' }))),
+    system_prompt: Type.Optional(
+      Nullable(
+        Type.String({
+          maxLength: 20_000,
+          description: 'Language-model system prompt; null restores the service default',
+        }),
+      ),
+    ),
     tts_provider: Type.Optional(Type.String({ description: 'TTS provider for following turns' })),
-    tts_voice: Type.Optional(Nullable(Type.String({ maxLength: 256, description: 'Voice for following turns; null = provider default' }))),
-    tts_model: Type.Optional(Nullable(Type.String({ maxLength: 128, description: 'Provider-specific model for following turns' }))),
+    tts_voice: Type.Optional(
+      Nullable(Type.String({ maxLength: 256, description: 'Voice for following turns; null = provider default' })),
+    ),
+    tts_model: Type.Optional(
+      Nullable(Type.String({ maxLength: 128, description: 'Provider-specific model for following turns' })),
+    ),
   },
   {
     $id: 'PersonaPatch',
     additionalProperties: false,
     minProperties: 1,
-    examples: [{ system_prompt: 'You are a patient maths tutor. Explain one step at a time.', tts_provider: 'builtin', tts_voice: 'en-GB-RyanNeural' }],
+    examples: [
+      {
+        system_prompt: 'You are a patient maths tutor. Explain one step at a time.',
+        tts_provider: 'builtin',
+        tts_voice: 'en-GB-RyanNeural',
+      },
+    ],
   },
 );
 
 /** A session's persona patch: the service-wide one plus the session's tools, which only a session has. */
 const SessionPersonaPatch = Type.Object(
-  { ...PersonaPatch.properties, tools: Type.Optional(ToolList), motion: Type.Optional(Type.Number({ minimum: 0, maximum: 1, description: 'Scales idle sway, breathing, nods and thinking cues (default 1); 0 leaves only blinks and the mouth; outside 0–1 → 400' })) },
+  {
+    ...PersonaPatch.properties,
+    tools: Type.Optional(ToolList),
+    motion: Type.Optional(
+      Type.Number({
+        minimum: 0,
+        maximum: 1,
+        description:
+          'Scales idle sway, breathing, nods and thinking cues (default 1); 0 leaves only blinks and the mouth; outside 0–1 → 400',
+      }),
+    ),
+  },
   {
     $id: 'SessionPersonaPatch',
     additionalProperties: false,
@@ -30,7 +63,15 @@ const SessionPersonaPatch = Type.Object(
     examples: [
       {
         system_prompt: 'You are a hotel concierge. Use your tools to check availability.',
-        tools: [{ type: 'function', function: { name: 'check_rooms', parameters: { type: 'object', properties: { guests: { type: 'integer' } } } } }],
+        tools: [
+          {
+            type: 'function',
+            function: {
+              name: 'check_rooms',
+              parameters: { type: 'object', properties: { guests: { type: 'integer' } } },
+            },
+          },
+        ],
       },
     ],
   },
@@ -38,7 +79,11 @@ const SessionPersonaPatch = Type.Object(
 
 const PromptBody = Type.Object(
   { system_prompt: Type.String({ minLength: 1, maxLength: 20_000 }) },
-  { $id: 'PromptBody', additionalProperties: false, examples: [{ system_prompt: 'You are a museum guide. Keep every answer under thirty words.' }] },
+  {
+    $id: 'PromptBody',
+    additionalProperties: false,
+    examples: [{ system_prompt: 'You are a museum guide. Keep every answer under thirty words.' }],
+  },
 );
 
 const Persona = Type.Object(
@@ -51,7 +96,12 @@ const Persona = Type.Object(
   { $id: 'Persona' },
 );
 
-type Patch = { system_prompt?: string | null; tts_provider?: string; tts_voice?: string | null; tts_model?: string | null };
+type Patch = {
+  system_prompt?: string | null;
+  tts_provider?: string;
+  tts_voice?: string | null;
+  tts_model?: string | null;
+};
 type SessionPatch = Patch & { tools?: SessionToolDefinition[]; motion?: number };
 
 /**
@@ -66,7 +116,11 @@ const customizeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addSchema(PromptBody);
   app.addSchema(Persona);
 
-  const sessionSchema = (summary: string, description: string, body: typeof SessionPersonaPatch | typeof PromptBody) => ({
+  const sessionSchema = (
+    summary: string,
+    description: string,
+    body: typeof SessionPersonaPatch | typeof PromptBody,
+  ) => ({
     tags: ['persona'],
     summary,
     description,
@@ -85,7 +139,7 @@ const customizeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post('/sessions/:session_id/customize', {
     schema: sessionSchema(
       'Replace persona attributes',
-      'Any of system_prompt, tts_provider, tts_voice, tts_model, tools (replaces the session\'s tools; [] removes them); validated like session creation. ' +
+      "Any of system_prompt, tts_provider, tts_voice, tts_model, tools (replaces the session's tools; [] removes them); validated like session creation. " +
         'Applies from the next turn.',
       SessionPersonaPatch,
     ),
@@ -93,14 +147,23 @@ const customizeRoutes: FastifyPluginAsyncTypebox = async (app) => {
   });
   app.post('/sessions/:session_id/customize/prompt', {
     schema: sessionSchema('Replace the system prompt', 'Applies from the next chat turn; history is kept.', PromptBody),
-    handler: async (request) => applyToSession(services, request.params.session_id, { system_prompt: request.body.system_prompt }),
+    handler: async (request) =>
+      applyToSession(services, request.params.session_id, { system_prompt: request.body.system_prompt }),
   });
   app.post('/customize', {
-    schema: defaultsSchema('Set service-wide persona defaults', 'Defaults for sessions created afterwards; persisted across restarts.', PersonaPatch),
+    schema: defaultsSchema(
+      'Set service-wide persona defaults',
+      'Defaults for sessions created afterwards; persisted across restarts.',
+      PersonaPatch,
+    ),
     handler: async (request) => applyToDefaults(services, request.body),
   });
   app.post('/customize/prompt', {
-    schema: defaultsSchema('Set the default system prompt', 'For sessions created afterwards; persisted across restarts.', PromptBody),
+    schema: defaultsSchema(
+      'Set the default system prompt',
+      'For sessions created afterwards; persisted across restarts.',
+      PromptBody,
+    ),
     handler: async (request) => applyToDefaults(services, { system_prompt: request.body.system_prompt }),
   });
 };
@@ -117,7 +180,8 @@ function overridesOf(patch: Patch): TtsOverrides {
 async function applyToSession(services: Services, sessionId: string, patch: SessionPatch) {
   const session = await services.supervisor.requireSession(sessionId);
   const tts = resolveTtsSelection((id) => services.tts.get(id), session.persona, overridesOf(patch));
-  const systemPrompt = patch.system_prompt === undefined ? session.systemPrompt : (patch.system_prompt ?? services.config.llmSystemPrompt);
+  const systemPrompt =
+    patch.system_prompt === undefined ? session.systemPrompt : (patch.system_prompt ?? services.config.llmSystemPrompt);
   // The machine decides whether the session still takes changes (a terminated one does not: 409).
   session.customize({
     tts,
@@ -137,7 +201,11 @@ async function applyToSession(services: Services, sessionId: string, patch: Sess
 
 async function applyToDefaults(services: Services, patch: Patch) {
   const { config } = services;
-  const tts = resolveTtsSelection((id) => services.tts.get(id), defaultsPersona(config, await services.defaults.get()), overridesOf(patch));
+  const tts = resolveTtsSelection(
+    (id) => services.tts.get(id),
+    defaultsPersona(config, await services.defaults.get()),
+    overridesOf(patch),
+  );
   const next = await services.defaults.update({
     ...(patch.system_prompt !== undefined ? { systemPrompt: patch.system_prompt ?? undefined } : {}),
     ttsProvider: tts.provider,

@@ -23,8 +23,17 @@ const expressionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     handler: async (request) => {
       const session = await supervisor.requireSession(request.params.session_id);
       const { name, intensity, duration_ms } = request.body;
-      const cue = session.setExpression({ name, intensity: intensity ?? 1, ...(duration_ms !== undefined ? { durationMs: duration_ms } : {}) });
-      return { name: cue.name, intensity: cue.intensity, duration_ms: cue.durationMs ?? null, start_ms: Math.round(cue.startMs) };
+      const cue = session.setExpression({
+        name,
+        intensity: intensity ?? 1,
+        ...(duration_ms !== undefined ? { durationMs: duration_ms } : {}),
+      });
+      return {
+        name: cue.name,
+        intensity: cue.intensity,
+        duration_ms: cue.durationMs ?? null,
+        start_ms: Math.round(cue.startMs),
+      };
     },
   });
 };

@@ -20,26 +20,34 @@ const ModelEntry = Type.Object(
   { $id: 'ModelEntry' },
 );
 
-const ComponentHealth = Type.Object(
-  {
-    status: Type.Union([Type.Literal('ok'), Type.Literal('not_configured'), Type.Literal('error')], {
-      description: 'ok: usable; not_configured: not set up (reason names the variable to set); error: set up but failing',
+const ComponentHealth = Type.Object({
+  status: Type.Union([Type.Literal('ok'), Type.Literal('not_configured'), Type.Literal('error')], {
+    description: 'ok: usable; not_configured: not set up (reason names the variable to set); error: set up but failing',
+  }),
+  checked_at: Type.String({
+    format: 'date-time',
+    description: `When this dependency was last checked (remote probes are cached for ${PROBE_CACHE_MS / 1000} s)`,
+  }),
+  reason: Type.Optional(Type.String({ description: 'Why it is not ok, and what to check' })),
+  detail: Type.Optional(Type.String({ description: 'Extra facts about a dependency that is ok' })),
+  service: Type.Optional(
+    Type.String({
+      description: 'Added field, `tts.<provider>` components: the real service or engine behind the provider id',
     }),
-    checked_at: Type.String({ format: 'date-time', description: `When this dependency was last checked (remote probes are cached for ${PROBE_CACHE_MS / 1000} s)` }),
-    reason: Type.Optional(Type.String({ description: 'Why it is not ok, and what to check' })),
-    detail: Type.Optional(Type.String({ description: 'Extra facts about a dependency that is ok' })),
-    service: Type.Optional(Type.String({ description: 'Added field, `tts.<provider>` components: the real service or engine behind the provider id' })),
-    latency_ms: Type.Optional(Type.Integer({ description: 'How long the probe took' })),
-  },
-);
+  ),
+  latency_ms: Type.Optional(Type.Integer({ description: 'How long the probe took' })),
+});
 
 const HealthBody = Type.Object(
   {
-    status: Type.Union([Type.Literal('ok'), Type.Literal('degraded')], { description: 'degraded when any component is in error' }),
+    status: Type.Union([Type.Literal('ok'), Type.Literal('degraded')], {
+      description: 'degraded when any component is in error',
+    }),
     uptime_ms: Type.Integer(),
     sessions: Type.Object({ live: Type.Integer(), active: Type.Integer(), capacity: Type.Integer() }),
     components: Type.Record(Type.String(), ComponentHealth, {
-      description: 'storage, avatars, llm, asr, tts.<provider> for every TTS provider, renderer.<model> for every rendering model',
+      description:
+        'storage, avatars, llm, asr, tts.<provider> for every TTS provider, renderer.<model> for every rendering model',
     }),
   },
   { $id: 'HealthBody' },
@@ -64,7 +72,11 @@ const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addHook('onClose', async () => reporter.close());
 
   app.get('/healthz', {
-    schema: { tags: ['health'], summary: 'Liveness probe', response: { 200: Type.Object({ status: Type.Literal('ok') }) } },
+    schema: {
+      tags: ['health'],
+      summary: 'Liveness probe',
+      response: { 200: Type.Object({ status: Type.Literal('ok') }) },
+    },
     handler: async () => ({ status: 'ok' as const }),
   });
 

@@ -91,7 +91,7 @@ const inspectRoutes: FastifyPluginAsyncTypebox = async (app) => {
       description:
         'text/event-stream of XState inspection records as JSON `data:` lines: {seq, at, session_id, type ' +
         '(@xstate.actor | @xstate.event | @xstate.snapshot), actor, source?, event?, payload?, value?, status?, children?}. ' +
-        'Buffered records are replayed first (each message\'s `id` is its seq: a reconnect with `Last-Event-ID` gets only newer ones). ' +
+        "Buffered records are replayed first (each message's `id` is its seq: a reconnect with `Last-Event-ID` gets only newer ones). " +
         `Optional \`session_id\` filters one session. At most ${INSPECT_MAX_VIEWERS} viewers at once: past that 503 {detail} with Retry-After. ` +
         `A viewer that stops reading is disconnected once it is ${SSE_MAX_LAG_MS / 1000} s or ${INSPECT_MAX_BACKLOG_BYTES / 1024} KiB behind, ` +
         `and a stream that was sent no record for ${INSPECT_VIEWER_IDLE_MS / 60_000} minutes is ended (EventSource reconnects).`,
@@ -101,13 +101,21 @@ const inspectRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     handler: async (request, reply) => {
       if (inspection.full) {
-        throw new HttpError(503, `the inspector already streams to ${INSPECT_MAX_VIEWERS} viewers; close one and try again`, {
-          'retry-after': String(VIEWERS_FULL_RETRY_AFTER_S),
-        });
+        throw new HttpError(
+          503,
+          `the inspector already streams to ${INSPECT_MAX_VIEWERS} viewers; close one and try again`,
+          {
+            'retry-after': String(VIEWERS_FULL_RETRY_AFTER_S),
+          },
+        );
       }
       reply.hijack();
       const res = reply.raw;
-      res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache, no-transform', 'x-accel-buffering': 'no' });
+      res.writeHead(200, {
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache, no-transform',
+        'x-accel-buffering': 'no',
+      });
       res.write(': inspector\n\n');
       inspection.attach(res, request.query.session_id ?? null, lastEventSeq(request.headers['last-event-id']));
     },

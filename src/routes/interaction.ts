@@ -1,14 +1,16 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { SessionIdParams, errors, EmptyBody } from '../schemas/common.ts';
-import { AudioUploadForm, ChatRequest, InterruptResponse, SpeakRequest, TranscribeForm, TranscribeResponse } from '../schemas/interaction.ts';
-import { HttpError, badRequest } from '../errors.ts';
 import {
-  requestOverrides,
-  resolveTtsSelection,
-  type Session,
-  type TtsSelection,
-} from '../sessions/index.ts';
+  AudioUploadForm,
+  ChatRequest,
+  InterruptResponse,
+  SpeakRequest,
+  TranscribeForm,
+  TranscribeResponse,
+} from '../schemas/interaction.ts';
+import { HttpError, badRequest } from '../errors.ts';
+import { requestOverrides, resolveTtsSelection, type Session, type TtsSelection } from '../sessions/index.ts';
 import type { Services } from '../services.ts';
 import { readMultipart, parseBooleanField, parseIntegerField } from '../http/multipart.ts';
 import { multipartForm } from '../schemas/multipart-form.ts';
@@ -82,7 +84,10 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const session = await supervisor.requireSession(request.params.session_id);
       const tts = turnVoice(services, session, request.body);
       const turnId = session.speak(request.body.text, tts);
-      reply.code(200).header(TURN_ID_HEADER, turnId).send(undefined as never);
+      reply
+        .code(200)
+        .header(TURN_ID_HEADER, turnId)
+        .send(undefined as never);
     },
   });
 
@@ -102,9 +107,13 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const session = await supervisor.requireSession(request.params.session_id);
       const tts = turnVoice(services, session, request.body);
       const llmStatus = services.llm.status();
-      if (!llmStatus.configured) throw new HttpError(503, `no language model is configured: ${llmStatus.reason ?? 'set SERVICE_LLM_BASE_URL'}`);
+      if (!llmStatus.configured)
+        throw new HttpError(503, `no language model is configured: ${llmStatus.reason ?? 'set SERVICE_LLM_BASE_URL'}`);
       const turnId = await session.chat(request.body.prompt, tts);
-      reply.code(200).header(TURN_ID_HEADER, turnId).send(undefined as never);
+      reply
+        .code(200)
+        .header(TURN_ID_HEADER, turnId)
+        .send(undefined as never);
     },
   });
 
@@ -144,11 +153,16 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       // Asked again (with the payload) once the upload is read; asking now spares reading it for nothing.
       session.assertAdmits('TRANSCRIBE');
       const asrStatus = services.asr.status();
-      if (!asrStatus.configured) throw new HttpError(503, `no speech recognizer is configured: ${asrStatus.reason ?? 'set SERVICE_ASR_BASE_URL'}`);
+      if (!asrStatus.configured)
+        throw new HttpError(
+          503,
+          `no speech recognizer is configured: ${asrStatus.reason ?? 'set SERVICE_ASR_BASE_URL'}`,
+        );
       admitUpload(admission, session, reply);
       const form = await readAudioForm(request, TRANSCRIBE_AUDIO_MAX_MS);
       const triggerChat = parseBooleanField(form.fields.trigger_chat, 'trigger_chat');
-      if (triggerChat && !services.llm.status().configured) throw new HttpError(503, 'trigger_chat needs a language model: set SERVICE_LLM_BASE_URL');
+      if (triggerChat && !services.llm.status().configured)
+        throw new HttpError(503, 'trigger_chat needs a language model: set SERVICE_LLM_BASE_URL');
       const sampleRate = services.config.sampleRate;
       const pcm = await decodeClientAudio(form.data, {
         targetRate: sampleRate,
@@ -183,7 +197,12 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
         session.assertAdmits('SPEAK_AUDIO');
         admitUpload(admission, session, reply);
         const form = await readAudioForm(request, TURN_AUDIO_MAX_MS);
-        const rawRate = parseIntegerField(form.fields.sample_rate, 'sample_rate', UPLOAD_AUDIO_RULES.minSampleRate, UPLOAD_AUDIO_RULES.maxSampleRate);
+        const rawRate = parseIntegerField(
+          form.fields.sample_rate,
+          'sample_rate',
+          UPLOAD_AUDIO_RULES.minSampleRate,
+          UPLOAD_AUDIO_RULES.maxSampleRate,
+        );
         const pcm = await decodeClientAudio(form.data, {
           targetRate: services.config.sampleRate,
           rawSampleRate: rawRate,
@@ -191,7 +210,10 @@ const interactionRoutes: FastifyPluginAsyncTypebox = async (app) => {
           signal: closedSignal(reply),
         });
         const turnId = session.speakAudio(pcm, smoothing);
-        reply.code(200).header(TURN_ID_HEADER, turnId).send(undefined as never);
+        reply
+          .code(200)
+          .header(TURN_ID_HEADER, turnId)
+          .send(undefined as never);
       },
     });
   }
@@ -212,7 +234,10 @@ function turnVoice(
 }
 
 /** The form of an audio upload; refused while it streams once it passes its bytes or its decoded duration. */
-async function readAudioForm(request: FastifyRequest, maxDurationMs: number): Promise<{ data: Buffer; fields: Record<string, string> }> {
+async function readAudioForm(
+  request: FastifyRequest,
+  maxDurationMs: number,
+): Promise<{ data: Buffer; fields: Record<string, string> }> {
   const form = await readMultipart(request, {
     fileField: 'audio',
     maxFileBytes: AUDIO_UPLOAD_MAX_BYTES,

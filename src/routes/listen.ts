@@ -42,7 +42,10 @@ const listenRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     handler: async (_request, reply) => {
-      reply.code(426).header('upgrade', 'websocket').send({ detail: 'this endpoint is a WebSocket: send an Upgrade request' });
+      reply
+        .code(426)
+        .header('upgrade', 'websocket')
+        .send({ detail: 'this endpoint is a WebSocket: send an Upgrade request' });
     },
     wsHandler: async (socket: WebSocket, request) => {
       const { session_id: sessionId } = request.params as { session_id: string };

@@ -4,11 +4,18 @@ import { Nullable, SessionIdParams, errors } from '../schemas/common.ts';
 
 const TurnMetrics = Type.Object({
   turn_id: Type.String(),
-  mode: Type.String({ description: 'speak, chat, audio, audio_stream, transcribe or voice (hands-free: timed from the end of the user’s turn)' }),
+  mode: Type.String({
+    description:
+      'speak, chat, audio, audio_stream, transcribe or voice (hands-free: timed from the end of the user’s turn)',
+  }),
   started_at: Type.String({ format: 'date-time' }),
-  transcript_ms: Nullable(Type.Integer({ description: 'Request (voice: end of turn) → final transcript (transcribe, voice)' })),
+  transcript_ms: Nullable(
+    Type.Integer({ description: 'Request (voice: end of turn) → final transcript (transcribe, voice)' }),
+  ),
   llm_first_token_ms: Nullable(Type.Integer({ description: 'Request → first language-model token (chat)' })),
-  first_audio_queued_ms: Nullable(Type.Integer({ description: 'Request → first synthesised or uploaded audio queued for playout' })),
+  first_audio_queued_ms: Nullable(
+    Type.Integer({ description: 'Request → first synthesised or uploaded audio queued for playout' }),
+  ),
   first_sample_sent_ms: Nullable(Type.Integer({ description: "Request → the turn's first sample handed to WebRTC" })),
   duration_ms: Nullable(Type.Integer({ description: 'Request → the turn ended; null while running' })),
   outcome: Type.Union(
@@ -20,9 +27,14 @@ const TurnMetrics = Type.Object({
       Type.Literal('error'),
       Type.Literal('terminated'),
     ],
-    { description: 'How the session machine ended the turn: completed (its audio played out), interrupted, paused, error or terminated' },
+    {
+      description:
+        'How the session machine ended the turn: completed (its audio played out), interrupted, paused, error or terminated',
+    },
   ),
-  interrupt_to_flush_ms: Nullable(Type.Integer({ description: 'Interrupt request → playout flushed (the next 10 ms chunk is silence)' })),
+  interrupt_to_flush_ms: Nullable(
+    Type.Integer({ description: 'Interrupt request → playout flushed (the next 10 ms chunk is silence)' }),
+  ),
 });
 
 const SessionMetricsBody = Type.Object(
@@ -32,10 +44,14 @@ const SessionMetricsBody = Type.Object(
     pipeline: Type.String(),
     media: Type.Object({
       fps: Type.Number(),
-      media_ms: Type.Integer({ description: 'Media clock: audio time handed to WebRTC since the session was started (0 before start)' }),
+      media_ms: Type.Integer({
+        description: 'Media clock: audio time handed to WebRTC since the session was started (0 before start)',
+      }),
       queued_speech_ms: Type.Integer({ description: 'Speech waiting in the playout queue' }),
       frames_sent: Type.Integer(),
-      frames_late: Type.Integer({ description: 'Frames that left more than one frame period after their presentation time' }),
+      frames_late: Type.Integer({
+        description: 'Frames that left more than one frame period after their presentation time',
+      }),
       video_delay_ms: Type.Integer({ description: 'SERVICE_VIDEO_DELAY_MS: video held behind audio on the wire' }),
       peer_connected: Type.Boolean(),
       sse_consumers: Type.Integer(),
@@ -63,7 +79,9 @@ const ServiceMetricsBody = Type.Object(
     sessions_terminated_total: Type.Object(
       {
         orphaned: Type.Integer({ description: 'Started sessions without any consumer for SERVICE_ORPHAN_TIMEOUT_S' }),
-        not_started_in_time: Type.Integer({ description: 'Created sessions not started within SERVICE_START_TIMEOUT_MS' }),
+        not_started_in_time: Type.Integer({
+          description: 'Created sessions not started within SERVICE_START_TIMEOUT_MS',
+        }),
       },
       { description: 'Sessions the service terminated by itself since it started' },
     ),
@@ -100,7 +118,8 @@ export function prefersJson(accept: string | undefined): boolean {
     if (!Number.isFinite(q)) continue;
     const mediaType = type.trim();
     if (mediaType === 'application/json') json = Math.max(json, q);
-    else if (['text/plain', 'application/openmetrics-text', 'text/*', '*/*'].includes(mediaType)) text = Math.max(text, q);
+    else if (['text/plain', 'application/openmetrics-text', 'text/*', '*/*'].includes(mediaType))
+      text = Math.max(text, q);
   }
   return json > 0 && json > text;
 }

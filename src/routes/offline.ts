@@ -5,12 +5,24 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { SessionIdParams, errors } from '../schemas/common.ts';
 import { HttpError, badRequest, conflict, notFound } from '../errors.ts';
 import { requestOverrides, resolveTtsSelection, selectTts, sessionPersona } from '../sessions/index.ts';
-import { InvalidSegmentError, OFFLINE_LIMITS, OfflineBundleRequest, prepareSegments, SegmentsTooLongError, segmentsOf } from '../recording/offline-input.ts';
+import {
+  InvalidSegmentError,
+  OFFLINE_LIMITS,
+  OfflineBundleRequest,
+  prepareSegments,
+  SegmentsTooLongError,
+  segmentsOf,
+} from '../recording/offline-input.ts';
 import { closeAudioDecoder, describeDuration, uploadAdmission } from '../http/audio-uploads.ts';
 import { closedSignal } from '../http/closed-signal.ts';
 import type { StoredJob } from '../store/jobs.ts';
 
-const JobStatusValue = Type.Union([Type.Literal('pending'), Type.Literal('running'), Type.Literal('complete'), Type.Literal('failed')]);
+const JobStatusValue = Type.Union([
+  Type.Literal('pending'),
+  Type.Literal('running'),
+  Type.Literal('complete'),
+  Type.Literal('failed'),
+]);
 
 export const OfflineJobSubmitted = Type.Object(
   { job_id: Type.String({ format: 'uuid' }), status: Type.Literal('pending') },
@@ -32,7 +44,12 @@ const JobParams = Type.Object({
   job_id: Type.String({ description: 'Job UUID4' }),
 });
 
-const statusOf = (job: StoredJob) => ({ job_id: job.job_id, status: job.status, progress: job.progress, error: job.error });
+const statusOf = (job: StoredJob) => ({
+  job_id: job.job_id,
+  status: job.status,
+  progress: job.progress,
+  error: job.error,
+});
 
 /** Offline MP4 rendering (spec 2.5, 3.4, 4.7); decisions in docs/recording.md. */
 const offlineRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -105,7 +122,8 @@ const offlineRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       tags: ['offline'],
       summary: 'Offline job status',
-      description: '`pending` → `running` → `complete` | `failed`. 404 unknown job (or a job of another session, or expired).',
+      description:
+        '`pending` → `running` → `complete` | `failed`. 404 unknown job (or a job of another session, or expired).',
       params: JobParams,
       response: { 200: Type.Ref('OfflineJobStatus'), ...errors(404) },
     },

@@ -40,7 +40,8 @@ const outputRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       tags: ['streaming'],
       summary: 'List the session’s outputs',
-      description: 'Each output with its type, state and URL cut to scheme, host and first path segment (no stream key, no token). 404 unknown session.',
+      description:
+        'Each output with its type, state and URL cut to scheme, host and first path segment (no stream key, no token). 404 unknown session.',
       params: SessionIdParams,
       response: { 200: OutputListBody, ...errors(404) },
     },

@@ -11,7 +11,10 @@ export const RecordingStatusBody = Type.Object(
   {
     state: Type.Union([Type.Literal('idle'), Type.Literal('recording'), Type.Literal('complete')]),
     artifact_url: Type.String({ description: 'Download URL of the MP4; answers 404 until state is `complete`' }),
-    duration_ms: Type.Integer({ minimum: 0, description: 'Recorded length so far (recording), final length (complete), 0 (idle)' }),
+    duration_ms: Type.Integer({
+      minimum: 0,
+      description: 'Recorded length so far (recording), final length (complete), 0 (idle)',
+    }),
   },
   { $id: 'RecordingStatus', description: 'Recording status (spec 2.5)' },
 );
@@ -79,7 +82,8 @@ const recordingRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       tags: ['recording'],
       summary: 'Recording state',
-      description: 'Also answers for a terminated session while its tombstone is kept, so a recording finalised by DELETE stays reachable.',
+      description:
+        'Also answers for a terminated session while its tombstone is kept, so a recording finalised by DELETE stays reachable.',
       params: SessionIdParams,
       response: { 200: statusRef, ...errors(404) },
     },
@@ -93,7 +97,8 @@ const recordingRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       tags: ['recording'],
       summary: 'Download the recording',
-      description: '`video/mp4`. 404 when the session is unknown or there is no finished recording (idle, or recording in progress).',
+      description:
+        '`video/mp4`. 404 when the session is unknown or there is no finished recording (idle, or recording in progress).',
       params: SessionIdParams,
       produces: ['video/mp4'],
       response: { 200: Type.String({ format: 'binary', description: 'MP4 file' }), ...errors(404) },

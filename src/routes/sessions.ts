@@ -1,6 +1,12 @@
-
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import { CreateSessionRequest, CreateSessionResponse, SessionInfo, SessionTranscript, StatusOnly, TranscriptQuery } from '../schemas/sessions.ts';
+import {
+  CreateSessionRequest,
+  CreateSessionResponse,
+  SessionInfo,
+  SessionTranscript,
+  StatusOnly,
+  TranscriptQuery,
+} from '../schemas/sessions.ts';
 import { SessionIdParams, errors } from '../schemas/common.ts';
 import {
   TRANSCRIPTS_MAX_TOTAL_BYTES,
@@ -43,7 +49,8 @@ const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       tags: ['sessions'],
       summary: 'Session metadata and state',
-      description: 'Terminated sessions answer with state `terminated` while their tombstone is retained (SERVICE_SESSION_TOMBSTONE_MS).',
+      description:
+        'Terminated sessions answer with state `terminated` while their tombstone is retained (SERVICE_SESSION_TOMBSTONE_MS).',
       params: SessionIdParams,
       response: { 200: SessionInfo, ...errors(404) },
     },
@@ -69,7 +76,10 @@ const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     handler: async (request, reply) => {
       const { limit, after } = request.query;
       // Each turn was serialised once when it ended: the body is their JSON joined, sent as is.
-      const body = await supervisor.transcript(request.params.session_id, { limit: limit === undefined ? undefined : Number(limit), after });
+      const body = await supervisor.transcript(request.params.session_id, {
+        limit: limit === undefined ? undefined : Number(limit),
+        after,
+      });
       return reply.type('application/json; charset=utf-8').send(body as never);
     },
   });
@@ -96,7 +106,8 @@ const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       tags: ['sessions'],
       summary: 'Pause a running session',
-      description: 'Interrupts the current turn and holds the avatar idle (idle frames keep flowing). speak/chat answer 409 while paused.',
+      description:
+        'Interrupts the current turn and holds the avatar idle (idle frames keep flowing). speak/chat answer 409 while paused.',
       params: SessionIdParams,
       response: { 200: StatusOnly('paused'), ...errors(404, 409) },
     },
@@ -123,7 +134,8 @@ const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       tags: ['sessions'],
       summary: 'Terminate a session',
-      description: 'Closes the WebRTC track, releases the renderer, removes stored session state and keeps a small tombstone.',
+      description:
+        'Closes the WebRTC track, releases the renderer, removes stored session state and keeps a small tombstone.',
       params: SessionIdParams,
       response: { 200: StatusOnly('terminated'), ...errors(404) },
     },

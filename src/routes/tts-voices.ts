@@ -16,7 +16,10 @@ const ttsVoiceRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const directory = new VoiceDirectory({
     registry: services.tts,
     catalog: services.voices,
-    defaults: defaultVoiceSource(() => services.defaults.get(), { provider: services.config.ttsDefaultProvider, voice: services.config.ttsDefaultVoice }),
+    defaults: defaultVoiceSource(() => services.defaults.get(), {
+      provider: services.config.ttsDefaultProvider,
+      voice: services.config.ttsDefaultVoice,
+    }),
     logger: app.log,
   });
   app.addHook('onClose', async () => directory.close());
@@ -26,17 +29,22 @@ const ttsVoiceRoutes: FastifyPluginAsyncTypebox = async (app) => {
       tags: ['tts'],
       summary: 'List the voices of every TTS provider',
       description:
-        'One entry per provider (all ten, configured or not): built-in voices with language and gender, the provider\'s own stock ' +
+        "One entry per provider (all ten, configured or not): built-in voices with language and gender, the provider's own stock " +
         'voices where its API lists them (cloud_c, cloud_e, cloud_f, local_clone_a; asked with a ' +
         `${VOICE_LIST_TIMEOUT_MS / 1000} s bound and cached ${VOICE_LIST_CACHE_MS / 1000} s), and the cloned voices of the catalog. ` +
         'A provider whose list fails has `status: error` with the reason; the answer is still 200. `provider` filters to one ' +
         `provider id (${TTS_PROVIDER_IDS.join(', ')}); anything else → 400.`,
-      querystring: Type.Object({ provider: Type.Optional(Type.String({ maxLength: 64, description: 'Only this provider' })) }),
+      querystring: Type.Object({
+        provider: Type.Optional(Type.String({ maxLength: 64, description: 'Only this provider' })),
+      }),
       response: { 200: TtsVoicesResponse, ...errors(400) },
     },
     handler: async (request, reply) => {
       const { provider } = request.query;
-      if (provider !== undefined && !isTtsProviderId(provider)) throw badRequest(`provider ${quoteClientValue(provider)} is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
+      if (provider !== undefined && !isTtsProviderId(provider))
+        throw badRequest(
+          `provider ${quoteClientValue(provider)} is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`,
+        );
       return { providers: await directory.list(provider ? { provider } : {}, closedSignal(reply)) };
     },
   });

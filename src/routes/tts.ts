@@ -3,10 +3,24 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { errors, Nullable } from '../schemas/common.ts';
 import { badGateway, badRequest } from '../errors.ts';
 import { defaultsPersona, requestOverrides, resolveTtsSelection } from '../sessions/index.ts';
-import { concatPcm, encodeWav, isAbortError, resamplePcm16, TTS_PROVIDER_IDS, type TtsProviderId } from '../tts/stage.ts';
+import {
+  concatPcm,
+  encodeWav,
+  isAbortError,
+  resamplePcm16,
+  TTS_PROVIDER_IDS,
+  type TtsProviderId,
+} from '../tts/stage.ts';
 import type { Services } from '../services.ts';
 import { closedSignal } from '../http/closed-signal.ts';
-import { MAX_RUNNING_PREVIEWS, MAX_WAITING_PREVIEWS, PREVIEW_RETRY_AFTER_S, previewAdmission, previewsBusy, type PreviewAdmission } from '../tts/preview-queue.ts';
+import {
+  MAX_RUNNING_PREVIEWS,
+  MAX_WAITING_PREVIEWS,
+  PREVIEW_RETRY_AFTER_S,
+  previewAdmission,
+  previewsBusy,
+  type PreviewAdmission,
+} from '../tts/preview-queue.ts';
 
 /** Spec 8: the preview text limit; `SERVICE_TTS_PREVIEW_MAX_CHARS` may only lower it. */
 export const PREVIEW_TEXT_HARD_LIMIT = 1000;
@@ -21,8 +35,19 @@ export const PREVIEW_MAX_AUDIO_SECONDS = 600;
 
 export const TtsPreviewRequest = Type.Object(
   {
-    text: Type.String({ maxLength: PREVIEW_TEXT_HARD_LIMIT, description: 'Text to synthesise; 1 to 1000 characters (SERVICE_TTS_PREVIEW_MAX_CHARS may lower the limit)' }),
-    voice: Type.Optional(Nullable(Type.String({ maxLength: 2048, description: 'Voice identifier; format depends on the provider (docs/providers.md); a cloned voice_id works too' }))),
+    text: Type.String({
+      maxLength: PREVIEW_TEXT_HARD_LIMIT,
+      description: 'Text to synthesise; 1 to 1000 characters (SERVICE_TTS_PREVIEW_MAX_CHARS may lower the limit)',
+    }),
+    voice: Type.Optional(
+      Nullable(
+        Type.String({
+          maxLength: 2048,
+          description:
+            'Voice identifier; format depends on the provider (docs/providers.md); a cloned voice_id works too',
+        }),
+      ),
+    ),
     tts_provider: Type.Optional(
       Nullable(
         Type.String({
@@ -32,9 +57,17 @@ export const TtsPreviewRequest = Type.Object(
         }),
       ),
     ),
-    tts_model: Type.Optional(Nullable(Type.String({ maxLength: 128, description: 'Provider-specific model identifier' }))),
-    provider: Type.Optional(Nullable(Type.String({ description: 'Deprecated alias of tts_provider (earlier interface variant)' }))),
-    model: Type.Optional(Nullable(Type.String({ maxLength: 128, description: 'Deprecated alias of tts_model (earlier interface variant)' }))),
+    tts_model: Type.Optional(
+      Nullable(Type.String({ maxLength: 128, description: 'Provider-specific model identifier' })),
+    ),
+    provider: Type.Optional(
+      Nullable(Type.String({ description: 'Deprecated alias of tts_provider (earlier interface variant)' })),
+    ),
+    model: Type.Optional(
+      Nullable(
+        Type.String({ maxLength: 128, description: 'Deprecated alias of tts_model (earlier interface variant)' }),
+      ),
+    ),
   },
   {
     $id: 'TtsPreviewRequest',
@@ -94,7 +127,10 @@ const ttsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       } finally {
         release();
       }
-      reply.header('cache-control', 'no-store').type('audio/wav').send(encodeWav(pcm, services.config.sampleRate) as never);
+      reply
+        .header('cache-control', 'no-store')
+        .type('audio/wav')
+        .send(encodeWav(pcm, services.config.sampleRate) as never);
       return reply;
     },
   });
@@ -126,8 +162,14 @@ export async function resolvePreview(services: Services, body: PreviewBody): Pro
   return { text, providerId: tts.provider, voice: tts.voice, model: tts.model };
 }
 
-function pickAlias(current: string | null | undefined, legacy: string | null | undefined, name: string, legacyName: string): string | null {
-  if (current != null && legacy != null && current !== legacy) throw badRequest(`${name} and its deprecated alias ${legacyName} disagree`);
+function pickAlias(
+  current: string | null | undefined,
+  legacy: string | null | undefined,
+  name: string,
+  legacyName: string,
+): string | null {
+  if (current != null && legacy != null && current !== legacy)
+    throw badRequest(`${name} and its deprecated alias ${legacyName} disagree`);
   return current ?? legacy ?? null;
 }
 
@@ -149,21 +191,33 @@ async function synthesizeAll(services: Services, preview: ResolvedPreview, signa
   const parts: Int16Array[] = [];
   let total = 0;
   try {
-    const stream = services.tts
-      .get(preview.providerId)
-      .synthesize({ text: preview.text, voice: preview.voice, model: preview.model, sampleRate, signal, priority: 'preview' });
+    const stream = services.tts.get(preview.providerId).synthesize({
+      text: preview.text,
+      voice: preview.voice,
+      model: preview.model,
+      sampleRate,
+      signal,
+      priority: 'preview',
+    });
     for await (const chunk of stream) {
       signal.throwIfAborted();
       // Adapters promise the requested rate; resampling here keeps the WAV header truthful if one does not.
-      const pcm = chunk.sampleRate === sampleRate ? chunk.pcm : await resamplePcm16(chunk.pcm, chunk.sampleRate, sampleRate);
+      const pcm =
+        chunk.sampleRate === sampleRate ? chunk.pcm : await resamplePcm16(chunk.pcm, chunk.sampleRate, sampleRate);
       total += pcm.length;
-      if (total > maxSamples) throw badGateway(`tts_provider "${preview.providerId}" produced more than ${PREVIEW_MAX_AUDIO_SECONDS} s of audio`);
+      if (total > maxSamples)
+        throw badGateway(
+          `tts_provider "${preview.providerId}" produced more than ${PREVIEW_MAX_AUDIO_SECONDS} s of audio`,
+        );
       parts.push(pcm);
     }
   } catch (error) {
     if (signal.aborted && isAbortError(error)) {
       const reason = signal.reason as Error | undefined;
-      if (reason?.name === 'TimeoutError') throw badGateway(`tts_provider "${preview.providerId}" did not finish the preview within ${PREVIEW_TIMEOUT_MS / 1000} s`);
+      if (reason?.name === 'TimeoutError')
+        throw badGateway(
+          `tts_provider "${preview.providerId}" did not finish the preview within ${PREVIEW_TIMEOUT_MS / 1000} s`,
+        );
     }
     throw error;
   }

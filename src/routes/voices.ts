@@ -7,7 +7,15 @@ import { HttpError, badGateway, badRequest, notFound, quoteClientValue } from '.
 import { isTtsProviderId, TTS_PROVIDER_IDS } from '../tts/stage.ts';
 import { toPublicEntry } from '../voices/catalog.ts';
 import { TTS_PROVIDER_SERVICES } from '../voices/provider-names.ts';
-import { CLONE_PROVIDERS, CloneValidationError, MAX_CLONE_AUDIO_BYTES, MIN_CLONE_AUDIO_BYTES, cloneVoice, deleteClonedVoice, type CloneResponse } from '../voices/clone.ts';
+import {
+  CLONE_PROVIDERS,
+  CloneValidationError,
+  MAX_CLONE_AUDIO_BYTES,
+  MIN_CLONE_AUDIO_BYTES,
+  cloneVoice,
+  deleteClonedVoice,
+  type CloneResponse,
+} from '../voices/clone.ts';
 import { UPLOAD_TOKEN_PATTERN } from '../voices/uploads.ts';
 import type { Services } from '../services.ts';
 import { readMultipart } from '../http/multipart.ts';
@@ -30,7 +38,9 @@ export const VoiceEntrySchema = Type.Object(
     id: Type.Integer({ description: 'Catalog primary key; use it in DELETE /voices/{entry_id}' }),
     user_id: Nullable(Type.String({ description: 'Reserved for multi-tenant use' })),
     provider: Type.String({ description: `One of ${CLONE_PROVIDERS.join(', ')}` }),
-    voice_id: Type.String({ description: 'Provider-side voice id: pass it as session tts_voice or as voice of speak/chat/preview' }),
+    voice_id: Type.String({
+      description: 'Provider-side voice id: pass it as session tts_voice or as voice of speak/chat/preview',
+    }),
     display_label: Type.String(),
     target_model: Type.String({ description: 'TTS model the clone was created for' }),
     source: Type.String({ description: 'Always `clone` for entries made by POST /voices/clone' }),
@@ -52,7 +62,10 @@ const VoiceList = Type.Object(
   {
     items: Type.Array(VoiceEntrySchema),
     providers: Type.Optional(
-      Type.Array(ProviderName, { description: 'Added field: every provider id (or the filtered one) with its service name and whether it is configured' }),
+      Type.Array(ProviderName, {
+        description:
+          'Added field: every provider id (or the filtered one) with its service name and whether it is configured',
+      }),
     ),
   },
   { $id: 'VoiceList' },
@@ -76,10 +89,20 @@ const CloneForm = Type.Object(
   {
     provider: Type.String({ description: CLONE_PROVIDERS.join(', '), example: 'local_clone_a' }),
     target_model: Type.String({ description: 'TTS model the clone is used with', example: 'en' }),
-    display_label: Type.String({ description: 'Human-readable label; on conflict a timestamp suffix is appended', example: 'Narrator (warm)' }),
-    audio: Type.String({ format: 'binary', description: `Sample, ${CLONE_SAMPLE_BOUNDS_TEXT}, any format ffmpeg converts to 24 kHz mono WAV` }),
-    prefix: Type.Optional(Type.String({ description: 'cloud_b only: 1-9 lower-case letters/digits; random when omitted' })),
-    preferred_name: Type.Optional(Type.String({ description: 'cloud_a only: 1-16 letters/digits/_; random when omitted' })),
+    display_label: Type.String({
+      description: 'Human-readable label; on conflict a timestamp suffix is appended',
+      example: 'Narrator (warm)',
+    }),
+    audio: Type.String({
+      format: 'binary',
+      description: `Sample, ${CLONE_SAMPLE_BOUNDS_TEXT}, any format ffmpeg converts to 24 kHz mono WAV`,
+    }),
+    prefix: Type.Optional(
+      Type.String({ description: 'cloud_b only: 1-9 lower-case letters/digits; random when omitted' }),
+    ),
+    preferred_name: Type.Optional(
+      Type.String({ description: 'cloud_a only: 1-16 letters/digits/_; random when omitted' }),
+    ),
   },
   { $id: 'CloneForm' },
 );
@@ -103,12 +126,17 @@ const voiceRoutes: FastifyPluginAsyncTypebox = async (app) => {
       description:
         'Public catalog entries in id order. `provider` filters by provider id; any known provider id is accepted (providers that cannot ' +
         `clone simply have no entries); a value that is not a provider id (${TTS_PROVIDER_IDS.join(', ')}) → 400.`,
-      querystring: Type.Object({ provider: Type.Optional(Type.String({ description: `Filter; common values ${CLONE_PROVIDERS.join(', ')}` })) }),
+      querystring: Type.Object({
+        provider: Type.Optional(Type.String({ description: `Filter; common values ${CLONE_PROVIDERS.join(', ')}` })),
+      }),
       response: { 200: VoiceList, ...errors(400) },
     },
     handler: async (request) => {
       const { provider } = request.query;
-      if (provider !== undefined && !isTtsProviderId(provider)) throw badRequest(`provider ${quoteClientValue(provider)} is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
+      if (provider !== undefined && !isTtsProviderId(provider))
+        throw badRequest(
+          `provider ${quoteClientValue(provider)} is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`,
+        );
       const entries = await services.voices.list(provider ? { provider } : {});
       const providers = (provider ? [provider] : TTS_PROVIDER_IDS).map((id) => ({
         id,
@@ -152,7 +180,8 @@ const voiceRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       tags: ['voices'],
       summary: 'Delete a cloned voice',
-      description: 'Removes the catalog entry (and the reference WAV of a local clone). `entry_id` is an integer; anything else → 400; unknown → 404.',
+      description:
+        'Removes the catalog entry (and the reference WAV of a local clone). `entry_id` is an integer; anything else → 400; unknown → 404.',
       params: Type.Object({ entry_id: Type.String({ pattern: '^[0-9]{1,15}$', description: 'Integer catalog id' }) }),
       response: { 200: DeleteResponse, ...errors(400, 404) },
     },
@@ -210,11 +239,19 @@ export interface CloneFormData {
  * is refused while streaming once it passes 12 MB (400 here, as spec 7 asks for the clone route), so an oversized
  * sample is never buffered whole.
  */
-export async function readCloneForm(services: Services, request: FastifyRequest, reply: FastifyReply): Promise<CloneFormData> {
+export async function readCloneForm(
+  services: Services,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): Promise<CloneFormData> {
   uploadAdmission(services).admitUpload(reply);
   let form;
   try {
-    form = await readMultipart(request, { fileField: 'audio', maxFileBytes: MAX_CLONE_AUDIO_BYTES, tooLargeDetail: 'audio is over 12 MB' });
+    form = await readMultipart(request, {
+      fileField: 'audio',
+      maxFileBytes: MAX_CLONE_AUDIO_BYTES,
+      tooLargeDetail: 'audio is over 12 MB',
+    });
   } catch (error) {
     if (error instanceof HttpError && error.statusCode === 413) throw badRequest(error.detail);
     throw error;
@@ -227,7 +264,14 @@ export async function readCloneForm(services: Services, request: FastifyRequest,
 export async function runClone(
   services: Services,
   reply: FastifyReply,
-  input: { provider: string; targetModel: string; displayLabel: string; audio: Buffer; prefix?: string | null; preferredName?: string | null },
+  input: {
+    provider: string;
+    targetModel: string;
+    displayLabel: string;
+    audio: Buffer;
+    prefix?: string | null;
+    preferredName?: string | null;
+  },
 ): Promise<CloneResponse> {
   const timeout = AbortSignal.timeout(CLONE_TIMEOUT_MS);
   const signal = AbortSignal.any([closedSignal(reply), timeout]);

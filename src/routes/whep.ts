@@ -19,7 +19,12 @@ const ViewerParams = Type.Object({
   viewer_id: Type.String({ minLength: 1, maxLength: 64 }),
 });
 
-const SdpBody = Type.String({ minLength: 1, maxLength: MAX_SDP_BODY_BYTES, description: 'SDP offer (`application/sdp`)', examples: [EXAMPLE_OFFER_SDP] });
+const SdpBody = Type.String({
+  minLength: 1,
+  maxLength: MAX_SDP_BODY_BYTES,
+  description: 'SDP offer (`application/sdp`)',
+  examples: [EXAMPLE_OFFER_SDP],
+});
 const SdpAnswerBody = {
   description: 'SDP answer carrying its ICE candidates (non-trickle); `Location` names the viewer resource',
   headers: { Location: { type: 'string', description: '/sessions/{session_id}/whep/{viewer_id}' } },
@@ -33,8 +38,10 @@ const SdpAnswerBody = {
 const whepRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { supervisor } = app.services;
   // The offer; and a trickle PATCH's fragment, read only so that it meets the 405 below rather than a 415.
-  app.addContentTypeParser(['application/sdp', 'application/trickle-ice-sdpfrag'], { parseAs: 'string', bodyLimit: MAX_SDP_BODY_BYTES }, (_request, body, done) =>
-    done(null, body),
+  app.addContentTypeParser(
+    ['application/sdp', 'application/trickle-ice-sdpfrag'],
+    { parseAs: 'string', bodyLimit: MAX_SDP_BODY_BYTES },
+    (_request, body, done) => done(null, body),
   );
 
   app.post('/sessions/:session_id/whep', {
@@ -54,7 +61,8 @@ const whepRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     // Fastify parses text/plain and JSON too: WHEP accepts an SDP body only (before the body schema judges it).
     preValidation: async (request) => {
-      if (!SDP_CONTENT_TYPE.test(request.headers['content-type'] ?? '')) throw new HttpError(415, 'WHEP offers are sent as Content-Type: application/sdp');
+      if (!SDP_CONTENT_TYPE.test(request.headers['content-type'] ?? ''))
+        throw new HttpError(415, 'WHEP offers are sent as Content-Type: application/sdp');
     },
     handler: async (request, reply) => {
       const sessionId = request.params.session_id;
@@ -74,7 +82,8 @@ const whepRoutes: FastifyPluginAsyncTypebox = async (app) => {
     schema: {
       tags: ['webrtc'],
       summary: 'WHEP: stop watching',
-      description: 'Ends the viewer’s peer connection; the session and its other viewers go on. 404 unknown session or viewer.',
+      description:
+        'Ends the viewer’s peer connection; the session and its other viewers go on. 404 unknown session or viewer.',
       params: ViewerParams,
       response: { 204: Type.Null({ description: 'Viewer ended' }), ...errors(404) },
     },

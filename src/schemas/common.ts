@@ -1,7 +1,10 @@
 import { Type, type TSchema } from '@sinclair/typebox';
 
 /** `{detail}` is the body of every 4xx/5xx answer (spec 7). */
-export const ErrorBody = Type.Object({ detail: Type.String() }, { $id: 'ErrorBody', description: 'Error with a human-readable detail' });
+export const ErrorBody = Type.Object(
+  { detail: Type.String() },
+  { $id: 'ErrorBody', description: 'Error with a human-readable detail' },
+);
 
 export const errorRef = Type.Ref('ErrorBody');
 

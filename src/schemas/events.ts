@@ -18,7 +18,10 @@ export const StatusEvent = Type.Object(
   },
   { $id: 'StatusEvent' },
 );
-export const TranscriptEvent = Type.Object({ text: Type.String(), is_final: Type.Boolean(), turn_id: turnId }, { $id: 'TranscriptEvent' });
+export const TranscriptEvent = Type.Object(
+  { text: Type.String(), is_final: Type.Boolean(), turn_id: turnId },
+  { $id: 'TranscriptEvent' },
+);
 export const LlmEvent = Type.Object({ delta: Type.String(), turn_id: turnId }, { $id: 'LlmEvent' });
 export const TtsEvent = Type.Object(
   {
@@ -29,7 +32,10 @@ export const TtsEvent = Type.Object(
   },
   { $id: 'TtsEvent' },
 );
-export const FrameEvent = Type.Object({ frame_idx: Type.Number(), pts_ms: Type.Number(), turn_id: turnId }, { $id: 'FrameEvent' });
+export const FrameEvent = Type.Object(
+  { frame_idx: Type.Number(), pts_ms: Type.Number(), turn_id: turnId },
+  { $id: 'FrameEvent' },
+);
 export const ErrorEvent = Type.Object(
   {
     code: Type.String({ description: 'docs/events.md, "Error codes"' }),
@@ -43,21 +49,34 @@ export const CaptionEvent = Type.Object(
   {
     turn_id: Type.String({ description: 'The turn whose speech this is' }),
     text: Type.String({ description: 'The sentence as synthesised' }),
-    start_ms: Type.Number({ description: "Where the sentence's audio starts, ms from the turn's first audio sample on the media clock" }),
+    start_ms: Type.Number({
+      description: "Where the sentence's audio starts, ms from the turn's first audio sample on the media clock",
+    }),
     end_ms: Type.Number({
-      description: "Where it ends, ms from the turn's first sample: its audio queued when the event was sent; cut to what played for an interrupted turn",
+      description:
+        "Where it ends, ms from the turn's first sample: its audio queued when the event was sent; cut to what played for an interrupted turn",
     }),
   },
-  { $id: 'CaptionEvent', description: 'SSE event `caption`: sent as the sentence starts to be heard at the viewer (docs/events.md)' },
+  {
+    $id: 'CaptionEvent',
+    description: 'SSE event `caption`: sent as the sentence starts to be heard at the viewer (docs/events.md)',
+  },
 );
 
 export const ExpressionEvent = Type.Object(
   {
-    name: Type.Union(EXPRESSION_NAMES.map((name) => Type.Literal(name)), { description: 'neutral, smile, concern, surprise or emphasis' }),
+    name: Type.Union(
+      EXPRESSION_NAMES.map((name) => Type.Literal(name)),
+      { description: 'neutral, smile, concern, surprise or emphasis' },
+    ),
     intensity: Type.Number({ minimum: 0, maximum: 1 }),
-    duration_ms: Type.Union([Type.Number(), Type.Null()], { description: 'How long it is held; null: until the next expression' }),
+    duration_ms: Type.Union([Type.Number(), Type.Null()], {
+      description: 'How long it is held; null: until the next expression',
+    }),
     start_ms: Type.Number({ description: 'When it starts blending in (~300 ms), on the session media clock' }),
-    source: Type.Union([Type.Literal('llm'), Type.Literal('api')], { description: 'A tag in the reply, or POST /sessions/{id}/expression' }),
+    source: Type.Union([Type.Literal('llm'), Type.Literal('api')], {
+      description: 'A tag in the reply, or POST /sessions/{id}/expression',
+    }),
     turn_id: turnId,
   },
   { $id: 'ExpressionEvent' },
@@ -82,4 +101,6 @@ export const SSE_EVENT_SCHEMAS = {
 type Published = { [K in keyof SessionEventMap]: SessionEventMap[K] };
 type Described = { [K in keyof typeof SSE_EVENT_SCHEMAS]: Static<(typeof SSE_EVENT_SCHEMAS)[K]> };
 const _publishedAreDescribed = (published: Published): Described => published;
-const _describedArePublished = (described: { [K in keyof Published]: Omit<Described[K], 'turn_id'> }): { [K in keyof Published]: unknown } => described;
+const _describedArePublished = (described: { [K in keyof Published]: Omit<Described[K], 'turn_id'> }): {
+  [K in keyof Published]: unknown;
+} => described;

@@ -8,7 +8,9 @@ export const ExpressionRequest = Type.Object(
       EXPRESSION_NAMES.map((name) => Type.Literal(name)),
       { description: `One of ${EXPRESSION_NAMES.join(', ')}; anything else is a 400` },
     ),
-    intensity: Type.Optional(Type.Number({ minimum: 0, maximum: 1, default: 1, description: '0..1 (default 1); outside it is a 400' })),
+    intensity: Type.Optional(
+      Type.Number({ minimum: 0, maximum: 1, default: 1, description: '0..1 (default 1); outside it is a 400' }),
+    ),
     duration_ms: Type.Optional(
       Type.Integer({
         minimum: 1,
@@ -25,7 +27,9 @@ export const ExpressionResponse = Type.Object(
     name: Type.Union(EXPRESSION_NAMES.map((name) => Type.Literal(name))),
     intensity: Type.Number(),
     duration_ms: Type.Union([Type.Integer(), Type.Null()]),
-    start_ms: Type.Number({ description: 'When it starts blending in, on the session media clock (as on the SSE `expression` event)' }),
+    start_ms: Type.Number({
+      description: 'When it starts blending in, on the session media clock (as on the SSE `expression` event)',
+    }),
   },
   { $id: 'ExpressionResponse', examples: [{ name: 'smile', intensity: 0.8, duration_ms: null, start_ms: 12040 }] },
 );

@@ -10,12 +10,16 @@ export const MULTIPART_FORM = 'x-multipart-form';
 
 /** Spread into a route schema: `consumes` multipart and the form (a schema registered with `addSchema`, by `$id`). */
 export function multipartForm(form: TSchema): { consumes: string[]; [MULTIPART_FORM]: TSchema } {
-  if (!form.$id) throw new Error('a multipart form schema needs an $id (it is registered with addSchema and referenced)');
+  if (!form.$id)
+    throw new Error('a multipart form schema needs an $id (it is registered with addSchema and referenced)');
   return { consumes: ['multipart/form-data'], [MULTIPART_FORM]: Type.Ref(form.$id) };
 }
 
 /** `@fastify/swagger` `transform`: a route's multipart form becomes its request body in the document. */
-export function documentMultipartForms({ schema, url }: { schema: unknown; url: string }): { schema: unknown; url: string } {
+export function documentMultipartForms({ schema, url }: { schema: unknown; url: string }): {
+  schema: unknown;
+  url: string;
+} {
   const routeSchema = schema as Record<string, unknown> | undefined;
   const form = routeSchema?.[MULTIPART_FORM];
   if (!routeSchema || !form) return { schema, url };

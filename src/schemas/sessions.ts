@@ -7,12 +7,27 @@ export const CreateSessionRequest = Type.Object(
   {
     avatar_id: Type.String({ minLength: 1, maxLength: 128, description: 'Must exist in GET /avatars' }),
     model: Type.String({ minLength: 1, description: 'Must appear in GET /models with connected=true' }),
-    tts_provider: Type.Optional(Nullable(Type.String({ description: 'Overrides SERVICE_TTS_DEFAULT_PROVIDER; unknown value → 400' }))),
-    tts_voice: Type.Optional(Nullable(Type.String({ maxLength: 256, description: 'Overrides the default voice; format depends on provider' }))),
-    llm_system_prompt: Type.Optional(Nullable(Type.String({ maxLength: 20_000, description: 'Overrides SERVICE_LLM_SYSTEM_PROMPT' }))),
-    lipsync_postprocess_mode: Type.Optional(Nullable(Type.String({ maxLength: 64, description: 'Post-processing flag for the lipsync model' }))),
+    tts_provider: Type.Optional(
+      Nullable(Type.String({ description: 'Overrides SERVICE_TTS_DEFAULT_PROVIDER; unknown value → 400' })),
+    ),
+    tts_voice: Type.Optional(
+      Nullable(Type.String({ maxLength: 256, description: 'Overrides the default voice; format depends on provider' })),
+    ),
+    llm_system_prompt: Type.Optional(
+      Nullable(Type.String({ maxLength: 20_000, description: 'Overrides SERVICE_LLM_SYSTEM_PROMPT' })),
+    ),
+    lipsync_postprocess_mode: Type.Optional(
+      Nullable(Type.String({ maxLength: 64, description: 'Post-processing flag for the lipsync model' })),
+    ),
     tools: Type.Optional(ToolList),
-    motion: Type.Optional(Type.Number({ minimum: 0, maximum: 1, description: 'Scales idle sway, breathing, nods and thinking cues (default 1); 0 leaves only blinks and the mouth; outside 0–1 → 400' })),
+    motion: Type.Optional(
+      Type.Number({
+        minimum: 0,
+        maximum: 1,
+        description:
+          'Scales idle sway, breathing, nods and thinking cues (default 1); 0 leaves only blinks and the mouth; outside 0–1 → 400',
+      }),
+    ),
     webhook_url: Type.Optional(
       Nullable(
         Type.String({
@@ -44,14 +59,23 @@ export const CreateSessionResponse = Type.Object(
     session_id: Type.String({ format: 'uuid' }),
     status: Type.Literal('created'),
   },
-  { $id: 'CreateSessionResponse', examples: [{ session_id: '3f0c9a52-6d1e-4c8b-9a57-2b1e8f4d7c10', status: 'created' }] },
+  {
+    $id: 'CreateSessionResponse',
+    examples: [{ session_id: '3f0c9a52-6d1e-4c8b-9a57-2b1e8f4d7c10', status: 'created' }],
+  },
 );
 
 export const SessionInfo = Type.Object(
   {
     session_id: Type.String({ format: 'uuid' }),
-    state: Type.Union(SESSION_STATES.map((s) => Type.Literal(s)), { description: 'High-level session state' }),
-    pipeline: Type.Union(PIPELINE_STAGES.map((s) => Type.Literal(s)), { description: 'Pipeline stage (spec 3.2); idle outside running' }),
+    state: Type.Union(
+      SESSION_STATES.map((s) => Type.Literal(s)),
+      { description: 'High-level session state' },
+    ),
+    pipeline: Type.Union(
+      PIPELINE_STAGES.map((s) => Type.Literal(s)),
+      { description: 'Pipeline stage (spec 3.2); idle outside running' },
+    ),
     avatar_id: Type.String(),
     model: Type.String(),
     tts_provider: Type.String(),
@@ -61,7 +85,9 @@ export const SessionInfo = Type.Object(
     lipsync_postprocess_mode: Nullable(Type.String()),
     created_at: Type.String({ format: 'date-time' }),
     updated_at: Type.String({ format: 'date-time' }),
-    expires_at: Type.Optional(Type.String({ format: 'date-time', description: 'Tombstones only: when the record is forgotten' })),
+    expires_at: Type.Optional(
+      Type.String({ format: 'date-time', description: 'Tombstones only: when the record is forgotten' }),
+    ),
     terminated_reason: Type.Optional(Type.String()),
   },
   { $id: 'SessionInfo' },
@@ -72,7 +98,9 @@ export const StatusOnly = (status: string) => Type.Object({ status: Type.Literal
 export const TranscriptToolCall = Type.Object({
   call_id: Type.String(),
   name: Type.String(),
-  arguments: Type.Record(Type.String(), Type.Unknown(), { description: "The model's arguments, parsed (as in the SSE `tool_call` event)" }),
+  arguments: Type.Record(Type.String(), Type.Unknown(), {
+    description: "The model's arguments, parsed (as in the SSE `tool_call` event)",
+  }),
   ok: Nullable(Type.Boolean({ description: 'Whether the call succeeded; null until its result came' })),
 });
 
@@ -89,13 +117,23 @@ export const TranscriptTurn = Type.Object({
   user_text: Nullable(Type.String({ description: 'chat: the prompt; voice and transcribe: what was recognised' })),
   assistant_text: Nullable(Type.String({ description: "speak: the text; chat and voice: the model's reply" })),
   heard_text: Nullable(
-    Type.String({ description: 'What of assistant_text was played: all of it when completed, the segments that had started playing when cut short' }),
+    Type.String({
+      description:
+        'What of assistant_text was played: all of it when completed, the segments that had started playing when cut short',
+    }),
   ),
   tool_calls: Type.Array(TranscriptToolCall),
   expressions: Type.Optional(
-    Type.Array(TranscriptExpression, { description: 'Expressions shown during the turn (tags in the reply, POST /sessions/{id}/expression), in order' }),
+    Type.Array(TranscriptExpression, {
+      description: 'Expressions shown during the turn (tags in the reply, POST /sessions/{id}/expression), in order',
+    }),
   ),
-  outcome: Type.Union([Type.Literal('completed'), Type.Literal('interrupted'), Type.Literal('error'), Type.Literal('paused')]),
+  outcome: Type.Union([
+    Type.Literal('completed'),
+    Type.Literal('interrupted'),
+    Type.Literal('error'),
+    Type.Literal('paused'),
+  ]),
   started_at: Type.String({ format: 'date-time' }),
   ended_at: Type.String({ format: 'date-time' }),
 });
@@ -113,7 +151,8 @@ export const TranscriptQuery = Type.Object({
     Type.String({
       minLength: 1,
       maxLength: 128,
-      description: 'Only turns after this turn_id (the last one of the previous page); 400 when it is not a kept turn. An empty `turns` is the end',
+      description:
+        'Only turns after this turn_id (the last one of the previous page); 400 when it is not a kept turn. An empty `turns` is the end',
     }),
   ),
 });

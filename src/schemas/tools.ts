@@ -55,9 +55,15 @@ export const ToolList = Type.Array(ToolDefinition, {
 export const ToolResultRequest = Type.Object(
   {
     call_id: Type.String({ minLength: 1, maxLength: 256, description: 'The call_id of the SSE tool_call event' }),
-    output: Type.Unknown({ description: `Any JSON value: the tool output the model receives (as JSON text, at most 64 KiB and ${MAX_JSON_DEPTH} levels deep, else 400)` }),
+    output: Type.Unknown({
+      description: `Any JSON value: the tool output the model receives (as JSON text, at most 64 KiB and ${MAX_JSON_DEPTH} levels deep, else 400)`,
+    }),
   },
-  { $id: 'ToolResultRequest', additionalProperties: false, examples: [{ call_id: 'call_abc123', output: { temperature_c: 21 } }] },
+  {
+    $id: 'ToolResultRequest',
+    additionalProperties: false,
+    examples: [{ call_id: 'call_abc123', output: { temperature_c: 21 } }],
+  },
 );
 
 export const ToolResultResponse = Type.Object({ accepted: Type.Literal(true) }, { $id: 'ToolResultResponse' });
@@ -70,5 +76,8 @@ export const ToolCallEvent = Type.Object(
     name: Type.String(),
     arguments: Type.Record(Type.String(), Type.Unknown(), { description: "The model's arguments, parsed" }),
   },
-  { $id: 'ToolCallEvent', description: 'SSE event `tool_call`: every tool call of a chat turn (webhook and client tools)' },
+  {
+    $id: 'ToolCallEvent',
+    description: 'SSE event `tool_call`: every tool call of a chat turn (webhook and client tools)',
+  },
 );

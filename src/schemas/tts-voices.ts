@@ -5,18 +5,34 @@ import { TTS_PROVIDER_IDS } from '../../actors/tts/types.ts';
 /** One voice a provider can speak; `id` is what to pass as `voice` / `tts_voice`. */
 export const TtsVoice = Type.Object(
   {
-    id: Type.String({ description: 'Pass as `voice` of speak/chat/preview or `tts_voice` of a session, with this provider' }),
+    id: Type.String({
+      description: 'Pass as `voice` of speak/chat/preview or `tts_voice` of a session, with this provider',
+    }),
     name: Type.String({ description: 'Display name (the id where the provider gives none)' }),
-    language: Nullable(Type.String({ description: 'BCP-47 tag as the provider gives it (`en-US`, `en`); null when unknown (clones, xtts speakers)' })),
-    gender: Nullable(Type.Union([Type.Literal('female'), Type.Literal('male'), Type.Literal('neutral')], { description: 'null when unknown' })),
+    language: Nullable(
+      Type.String({
+        description: 'BCP-47 tag as the provider gives it (`en-US`, `en`); null when unknown (clones, xtts speakers)',
+      }),
+    ),
+    gender: Nullable(
+      Type.Union([Type.Literal('female'), Type.Literal('male'), Type.Literal('neutral')], {
+        description: 'null when unknown',
+      }),
+    ),
     source: Type.Union([Type.Literal('builtin'), Type.Literal('provider'), Type.Literal('clone')], {
-      description: '`builtin`: the offline voice table; `provider`: listed by the provider\'s own API; `clone`: the voice catalog (GET /voices)',
+      description:
+        "`builtin`: the offline voice table; `provider`: listed by the provider's own API; `clone`: the voice catalog (GET /voices)",
     }),
     description: Type.Optional(
-      Type.String({ description: 'Added field, built-in voices: the engine and engine voice, language and character behind the id, and which ids sound the same' }),
+      Type.String({
+        description:
+          'Added field, built-in voices: the engine and engine voice, language and character behind the id, and which ids sound the same',
+      }),
     ),
     entry_id: Type.Optional(Type.Integer({ description: 'Clones only: catalog id, for DELETE /voices/{entry_id}' })),
-    target_model: Type.Optional(Type.String({ description: 'Clones only: the model the clone was made for (used when tts_model is omitted)' })),
+    target_model: Type.Optional(
+      Type.String({ description: 'Clones only: the model the clone was made for (used when tts_model is omitted)' }),
+    ),
   },
   { $id: 'TtsVoice' },
 );
@@ -27,15 +43,28 @@ export const TtsVoiceProvider = Type.Object(
     service: Type.String({ description: 'Added field: the real service or engine behind the id (docs/providers.md)' }),
     configured: Type.Boolean({ description: 'Whether the variables the provider needs are set' }),
     status: Type.Union([Type.Literal('ok'), Type.Literal('not_configured'), Type.Literal('error')], {
-      description: '`error`: the provider\'s voice list failed or timed out (see `reason`); its clones are still listed',
+      description: "`error`: the provider's voice list failed or timed out (see `reason`); its clones are still listed",
     }),
-    reason: Type.Optional(Type.String({ description: 'not_configured: which variable to set; error: why the list failed (upstream text)' })),
-    is_default: Type.Boolean({ description: 'The provider used when a request names none (persona default, else SERVICE_TTS_DEFAULT_PROVIDER)' }),
-    default_voice: Nullable(Type.String({ description: 'Voice used when a request names none; null: the provider has no stock voice (cloud_d)' })),
-    lists_voices: Type.Boolean({ description: 'Whether stock voices can be enumerated; when false, other voice names of the provider still work (docs/providers.md)' }),
+    reason: Type.Optional(
+      Type.String({ description: 'not_configured: which variable to set; error: why the list failed (upstream text)' }),
+    ),
+    is_default: Type.Boolean({
+      description: 'The provider used when a request names none (persona default, else SERVICE_TTS_DEFAULT_PROVIDER)',
+    }),
+    default_voice: Nullable(
+      Type.String({
+        description: 'Voice used when a request names none; null: the provider has no stock voice (cloud_d)',
+      }),
+    ),
+    lists_voices: Type.Boolean({
+      description:
+        'Whether stock voices can be enumerated; when false, other voice names of the provider still work (docs/providers.md)',
+    }),
     can_clone: Type.Boolean({ description: 'Whether POST /voices/clone accepts this provider' }),
     truncated: Type.Boolean({ description: 'The provider listed more voices than the service passes on (5000)' }),
-    voices: Type.Array(TtsVoice, { description: 'Built-in or provider voices sorted by language and name, then clones in catalog order' }),
+    voices: Type.Array(TtsVoice, {
+      description: 'Built-in or provider voices sorted by language and name, then clones in catalog order',
+    }),
   },
   { $id: 'TtsVoiceProvider' },
 );
@@ -58,8 +87,22 @@ export const TtsVoicesResponse = Type.Object(
             can_clone: false,
             truncated: false,
             voices: [
-              { id: 'en-US-JennyNeural', name: 'Jenny', description: 'Jenny: flite “slt”, American English, female (same voice as Aria)', language: 'en-US', gender: 'female', source: 'builtin' },
-              { id: 'de-DE-ConradNeural', name: 'Conrad', description: 'Conrad: eSpeak NG “de+m3”, German (Germany), male', language: 'de-DE', gender: 'male', source: 'builtin' },
+              {
+                id: 'en-US-JennyNeural',
+                name: 'Jenny',
+                description: 'Jenny: flite “slt”, American English, female (same voice as Aria)',
+                language: 'en-US',
+                gender: 'female',
+                source: 'builtin',
+              },
+              {
+                id: 'de-DE-ConradNeural',
+                name: 'Conrad',
+                description: 'Conrad: eSpeak NG “de+m3”, German (Germany), male',
+                language: 'de-DE',
+                gender: 'male',
+                source: 'builtin',
+              },
             ],
           },
           {
@@ -72,14 +115,17 @@ export const TtsVoicesResponse = Type.Object(
             lists_voices: true,
             can_clone: false,
             truncated: false,
-            voices: [{ id: '21m00Tcm4TlvDq8ikWAM', name: 'Rachel', language: 'en', gender: 'female', source: 'provider' }],
+            voices: [
+              { id: '21m00Tcm4TlvDq8ikWAM', name: 'Rachel', language: 'en', gender: 'female', source: 'provider' },
+            ],
           },
           {
             id: 'cloud_e',
             service: 'Azure AI Speech',
             configured: true,
             status: 'error',
-            reason: 'cloud_e: upstream returned 401: Access denied due to invalid subscription key or wrong API endpoint.',
+            reason:
+              'cloud_e: upstream returned 401: Access denied due to invalid subscription key or wrong API endpoint.',
             is_default: false,
             default_voice: 'en-US-JennyNeural',
             lists_voices: true,
@@ -99,7 +145,15 @@ export const TtsVoicesResponse = Type.Object(
             truncated: false,
             voices: [
               { id: 'female', name: 'female', language: null, gender: null, source: 'provider' },
-              { id: 'clone-1f2e3d4c5b6a7980', name: 'My voice', language: null, gender: null, source: 'clone', entry_id: 3, target_model: 'en' },
+              {
+                id: 'clone-1f2e3d4c5b6a7980',
+                name: 'My voice',
+                language: null,
+                gender: null,
+                source: 'clone',
+                entry_id: 3,
+                target_model: 'en',
+              },
             ],
           },
           {

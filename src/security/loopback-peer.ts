@@ -7,7 +7,8 @@ import type { IncomingHttpHeaders } from 'node:http';
  * peer only relays someone else's request (a proxy on the same host is a loopback peer too).
  */
 export function isLoopbackPeer(remoteAddress: string | undefined, headers: IncomingHttpHeaders): boolean {
-  if (remoteAddress === undefined || headers.forwarded !== undefined || headers['x-forwarded-for'] !== undefined) return false;
+  if (remoteAddress === undefined || headers.forwarded !== undefined || headers['x-forwarded-for'] !== undefined)
+    return false;
   const address = remoteAddress.toLowerCase().replace(/^::ffff:(?=\d+\.\d+\.\d+\.\d+$)/u, '');
   if (net.isIPv4(address)) return address.startsWith('127.');
   return net.isIPv6(address) && address === '::1';

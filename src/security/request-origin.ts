@@ -31,7 +31,10 @@ export const ORIGIN_REFUSED_DETAIL =
   'cross-origin request refused: its Origin is neither this service nor listed in SERVICE_CORS_ORIGINS (docs/security.md)';
 
 /** What the guard reads from the configuration. */
-export type RequestOriginConfig = Pick<ServiceConfig, 'host' | 'publicBaseUrl' | 'corsOrigins' | 'allowedHosts' | 'cluster'>;
+export type RequestOriginConfig = Pick<
+  ServiceConfig,
+  'host' | 'publicBaseUrl' | 'corsOrigins' | 'allowedHosts' | 'cluster'
+>;
 
 interface HostName {
   /** Lower case, without IPv6 brackets or a trailing dot. */
@@ -120,7 +123,11 @@ export class RequestOriginGuard {
 
 /** `[::1]` → `::1`, `Example.COM.` → `example.com`: the form host names are compared in. */
 function bare(name: string): string {
-  return name.trim().toLowerCase().replace(/^\[(.*)\]$/u, '$1').replace(/\.$/u, '');
+  return name
+    .trim()
+    .toLowerCase()
+    .replace(/^\[(.*)\]$/u, '$1')
+    .replace(/\.$/u, '');
 }
 
 /** A Host header split into name and port; null when it is not one (garbage is refused, not guessed at). */

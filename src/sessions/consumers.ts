@@ -1,5 +1,13 @@
 /** Who can be using a started session; anything else (a client that went away) leaves it orphaned. */
-export type ConsumerKind = 'sse' | 'webrtc' | 'audio_ws' | 'listen_ws' | 'recording' | 'offline_job' | 'whep' | 'output';
+export type ConsumerKind =
+  | 'sse'
+  | 'webrtc'
+  | 'audio_ws'
+  | 'listen_ws'
+  | 'recording'
+  | 'offline_job'
+  | 'whep'
+  | 'output';
 
 /**
  * The consumers of one session, so the supervisor can reap a session nobody uses any more (a closed

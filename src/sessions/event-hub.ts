@@ -29,7 +29,11 @@ const CLOSING_STAGES = new Set(['interrupted', 'error', 'idle']);
  * events; nothing inside the service follows the hub to learn what the machine did.
  */
 export class SessionEventHub {
-  private readonly streams = new SseFanout({ maxLagMs: SSE_MAX_LAG_MS, maxBacklogBytes: SSE_MAX_BACKLOG_BYTES, keepaliveMs: SSE_KEEPALIVE_MS });
+  private readonly streams = new SseFanout({
+    maxLagMs: SSE_MAX_LAG_MS,
+    maxBacklogBytes: SSE_MAX_BACKLOG_BYTES,
+    keepaliveMs: SSE_KEEPALIVE_MS,
+  });
   private readonly listeners = new Set<(event: SessionEventRecord) => void>();
   private closed = false;
   private readonly unsubscribe: () => void;

@@ -1,6 +1,11 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { PlayoutClock, type ExpressionRequest, type FrameRenderer, type MouthSource } from '../../actors/media/playout.ts';
+import {
+  PlayoutClock,
+  type ExpressionRequest,
+  type FrameRenderer,
+  type MouthSource,
+} from '../../actors/media/playout.ts';
 import type { ExpressionCue } from '../../actors/expression.ts';
 import { WebRtcOutput, type IceServer } from '../../actors/media/webrtc.ts';
 import { WhepViewers } from '../../actors/media/whep.ts';
@@ -93,9 +98,13 @@ export class SessionMedia implements StageMedia {
     this.playout.on('videoOut', (frame) => this.output.pushVideo(frame));
     this.playout.on('frame', ({ frameIdx, ptsMs }) => bus.publish('frame', { frame_idx: frameIdx, pts_ms: ptsMs }));
     this.playout.on('turnStarted', (turnId) => bus.emit('media.firstSample', { turnId }));
-    this.playout.on('caption', (cue) => bus.publish('caption', { turn_id: cue.turnId, text: cue.text, start_ms: cue.startMs, end_ms: cue.endMs }));
+    this.playout.on('caption', (cue) =>
+      bus.publish('caption', { turn_id: cue.turnId, text: cue.text, start_ms: cue.startMs, end_ms: cue.endMs }),
+    );
     this.playout.on('renderFailed', (error) => this.rendererFailed(error));
-    this.playout.on('tapFailed', (error) => this.logger.error({ err: errorForLog(error) }, 'media tap failed; the clock goes on'));
+    this.playout.on('tapFailed', (error) =>
+      this.logger.error({ err: errorForLog(error) }, 'media tap failed; the clock goes on'),
+    );
     this.watchBackend(options.renderer);
   }
 
@@ -117,7 +126,11 @@ export class SessionMedia implements StageMedia {
         });
       },
       recovered: () => this.logger.info('lip-sync backend answers again'),
-      overloaded: (error) => this.logger.warn({ err: errorForLog(error) }, 'lip-sync backend overloaded, some frames render on the CPU fallback'),
+      overloaded: (error) =>
+        this.logger.warn(
+          { err: errorForLog(error) },
+          'lip-sync backend overloaded, some frames render on the CPU fallback',
+        ),
     });
   }
 
@@ -234,7 +247,9 @@ export class SessionMedia implements StageMedia {
       await Promise.resolve(this.renderer.close()).catch(() => undefined);
       while (!this.closing.signal.aborted && !this.gaveUp) {
         try {
-          const renderer = await open(AbortSignal.any([this.closing.signal, AbortSignal.timeout(RENDERER_REOPEN_TIMEOUT_MS)]));
+          const renderer = await open(
+            AbortSignal.any([this.closing.signal, AbortSignal.timeout(RENDERER_REOPEN_TIMEOUT_MS)]),
+          );
           if (this.closing.signal.aborted) {
             await renderer.close();
             return;

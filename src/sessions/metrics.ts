@@ -141,7 +141,9 @@ export class SessionMetrics implements StageMetrics {
         first_sample_sent_ms_p50: percentile(pick('first_sample_sent_ms'), 50),
         first_sample_sent_ms_p95: percentile(pick('first_sample_sent_ms'), 95),
         llm_first_token_ms_p50: percentile(pick('llm_first_token_ms'), 50),
-        interrupt_to_flush_ms_max: pick('interrupt_to_flush_ms').length ? Math.max(...pick('interrupt_to_flush_ms')) : null,
+        interrupt_to_flush_ms_max: pick('interrupt_to_flush_ms').length
+          ? Math.max(...pick('interrupt_to_flush_ms'))
+          : null,
       },
     };
   }

@@ -1,4 +1,10 @@
-import { isTtsProviderId, TTS_PROVIDER_IDS, type TtsProvider, type TtsProviderId, type TtsSelection } from '../../actors/tts/types.ts';
+import {
+  isTtsProviderId,
+  TTS_PROVIDER_IDS,
+  type TtsProvider,
+  type TtsProviderId,
+  type TtsSelection,
+} from '../../actors/tts/types.ts';
 import type { ServiceConfig } from '../config.ts';
 import { InvalidSelection } from '../domain-errors.ts';
 import { quoteClientValue } from '../errors.ts';
@@ -35,17 +41,24 @@ export interface PersonaBase {
 export type TtsLookup = (id: TtsProviderId) => TtsProvider;
 
 /** The selection for `overrides` on `base` and the checks that make it usable: what every path calls. */
-export function resolveTtsSelection(providers: TtsLookup, base: PersonaBase, overrides: TtsOverrides = {}): TtsSelection {
+export function resolveTtsSelection(
+  providers: TtsLookup,
+  base: PersonaBase,
+  overrides: TtsOverrides = {},
+): TtsSelection {
   const selection = selectTts(base, overrides);
   const providerId = selection.provider;
   const provider = providers(providerId);
   const status = provider.status();
-  if (!status.configured) throw new InvalidSelection(`tts_provider "${providerId}" is not configured: ${status.reason ?? ''}`);
+  if (!status.configured)
+    throw new InvalidSelection(`tts_provider "${providerId}" is not configured: ${status.reason ?? ''}`);
   try {
     provider.validateVoice?.(selection.voice);
   } catch (error) {
     const reason = (error as Error).message;
-    throw new InvalidSelection(selection.voice === null ? `tts_provider "${providerId}" has no default voice; pass a voice (${reason})` : reason);
+    throw new InvalidSelection(
+      selection.voice === null ? `tts_provider "${providerId}" has no default voice; pass a voice (${reason})` : reason,
+    );
   }
   return selection;
 }
@@ -56,7 +69,10 @@ export function resolveTtsSelection(providers: TtsLookup, base: PersonaBase, ove
  */
 export function selectTts(base: PersonaBase, overrides: TtsOverrides = {}): TtsSelection {
   const providerId = overrides.provider ?? base.provider;
-  if (!isTtsProviderId(providerId)) throw new InvalidSelection(`tts_provider ${quoteClientValue(providerId)} is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`);
+  if (!isTtsProviderId(providerId))
+    throw new InvalidSelection(
+      `tts_provider ${quoteClientValue(providerId)} is unknown; use one of ${TTS_PROVIDER_IDS.join(', ')}`,
+    );
   const sameProvider = providerId === base.provider;
   return {
     provider: providerId,
@@ -69,7 +85,11 @@ export function selectTts(base: PersonaBase, overrides: TtsOverrides = {}): TtsS
  * Overrides of one request (speak, chat, preview, offline job): null there means "not given", as the
  * specification writes optional fields ("string or null").
  */
-export function requestOverrides(body: { tts_provider?: string | null; voice?: string | null; tts_model?: string | null }): TtsOverrides {
+export function requestOverrides(body: {
+  tts_provider?: string | null;
+  voice?: string | null;
+  tts_model?: string | null;
+}): TtsOverrides {
   return {
     ...(body.tts_provider != null ? { provider: body.tts_provider } : {}),
     ...(body.voice != null ? { voice: body.voice } : {}),
@@ -86,7 +106,10 @@ export function sessionPersona(stored: Pick<StoredSession, 'tts_provider' | 'tts
  * The service-wide persona new sessions and previews start from: the customized defaults (`POST /customize`)
  * once set, which always carry their provider, else SERVICE_TTS_DEFAULT_PROVIDER / SERVICE_TTS_DEFAULT_VOICE.
  */
-export function defaultsPersona(config: Pick<ServiceConfig, 'ttsDefaultProvider' | 'ttsDefaultVoice'>, defaults: PersonaDefaults): PersonaBase {
+export function defaultsPersona(
+  config: Pick<ServiceConfig, 'ttsDefaultProvider' | 'ttsDefaultVoice'>,
+  defaults: PersonaDefaults,
+): PersonaBase {
   if (defaults.ttsProvider !== undefined) {
     return { provider: defaults.ttsProvider, voice: defaults.ttsVoice ?? null, model: defaults.ttsModel ?? null };
   }

@@ -180,7 +180,10 @@ export function logTurns(bus: SessionBus, logger: Logger): void {
     const turn = open.get(turnId);
     open.delete(turnId);
     const log = turn?.log ?? logger.child({ turnId });
-    log.info({ kind, outcome, durationMs: turn ? Math.round(performance.now() - turn.startedAt) : undefined }, 'turn finished');
+    log.info(
+      { kind, outcome, durationMs: turn ? Math.round(performance.now() - turn.startedAt) : undefined },
+      'turn finished',
+    );
   });
   bus.on('transition', ({ from, to, event }) => logger.debug({ from, to, event }, 'session transition'));
 }

@@ -80,7 +80,9 @@ export class SessionCloser {
     const bound = new Promise<void>((resolve) => (timer = setTimeout(resolve, CLOSE_TAPS_WAIT_MS).unref()));
     const all = Promise.all(
       taps.map(([name, finalise]) =>
-        finalise().catch((error: unknown) => this.parts.logger.warn({ tap: name, err: errorForLog(error) }, 'tap not finalised on close')),
+        finalise().catch((error: unknown) =>
+          this.parts.logger.warn({ tap: name, err: errorForLog(error) }, 'tap not finalised on close'),
+        ),
       ),
     );
     await Promise.race([all, bound]);

@@ -92,7 +92,8 @@ export class SessionFactory {
     if (!models.isModel(input.model)) throw new InvalidSelection(`model "${input.model}" is not in the model list`);
     const modelInfo = models.info(input.model);
     // A configured remote backend that failed its last check is tried again by the open below (502 if still down).
-    if (!models.admits(input.model)) throw new InvalidSelection(`model "${input.model}" is not connected: ${modelInfo.reason}`);
+    if (!models.admits(input.model))
+      throw new InvalidSelection(`model "${input.model}" is not connected: ${modelInfo.reason}`);
     if (!models.canRender(input.model, avatar.manifest.model_type)) {
       throw new InvalidSelection(
         `model "${input.model}" cannot render avatar "${avatar.id}" of model_type "${avatar.manifest.model_type}"; ` +
@@ -100,7 +101,11 @@ export class SessionFactory {
       );
     }
     const defaults = await this.deps.defaults();
-    const tts = resolveTtsSelection(this.deps.tts, defaultsPersona(config, defaults), requestOverrides({ tts_provider: input.tts_provider, voice: input.tts_voice }));
+    const tts = resolveTtsSelection(
+      this.deps.tts,
+      defaultsPersona(config, defaults),
+      requestOverrides({ tts_provider: input.tts_provider, voice: input.tts_voice }),
+    );
     const tools = checkToolDefinitions(input.tools ?? [], this.toolPolicy);
 
     const model = input.model;
@@ -135,7 +140,9 @@ export class SessionFactory {
       updated_at: now,
     };
     const logger = this.deps.logger.child({ sessionId });
-    const bus = new SessionBus((error, event) => logger.error({ err: errorForLog(error), event }, 'session bus listener failed'));
+    const bus = new SessionBus((error, event) =>
+      logger.error({ err: errorForLog(error), event }, 'session bus listener failed'),
+    );
     const events = new SessionEventHub(bus);
     const media = new SessionMedia({
       renderer,
@@ -156,14 +163,26 @@ export class SessionFactory {
       history: new ConversationHistory({ maxTurns: HISTORY_MAX_TURNS, maxChars: HISTORY_MAX_CHARS }),
       tts: this.deps.tts,
       llm: this.deps.llm,
-      tools: new SessionTools({ sessionId, bus, logger, policy: this.toolPolicy, fillerText: config.toolFillerText, definitions: tools }),
+      tools: new SessionTools({
+        sessionId,
+        bus,
+        logger,
+        policy: this.toolPolicy,
+        fillerText: config.toolFillerText,
+        definitions: tools,
+      }),
       asr: this.deps.asr,
       metrics: new SessionMetrics(this.deps.metrics?.turnObserver()),
       smoothAudio: (pcm) => smoothForRt(pcm, config.sampleRate),
     };
     this.deps.metrics?.followSession(bus);
     const inference = this.deps.inference;
-    const voice = inference && { pool: inference, asr: this.deps.asr, silenceMs: config.vadSilenceMs, minSpeechMs: config.vadMinSpeechMs };
+    const voice = inference && {
+      pool: inference,
+      asr: this.deps.asr,
+      silenceMs: config.vadSilenceMs,
+      minSpeechMs: config.vadMinSpeechMs,
+    };
     return new Session(stored, bus, events, media, stage, logger, this.deps.inspection?.inspectorFor(sessionId), voice);
   }
 }

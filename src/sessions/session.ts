@@ -41,7 +41,12 @@ import type { SessionTranscripts, TranscriptTurn } from './transcript.ts';
 export type VoiceDeps = Omit<VoiceInputOptions, 'host' | 'playout' | 'bus' | 'logger'>;
 
 /** The stage actors' context as a session fills it: the ports are the session's own bus, media and metrics. */
-export type SessionStage = StageContext & { events: SessionBus; media: SessionMedia; metrics: SessionMetrics; tools: SessionTools };
+export type SessionStage = StageContext & {
+  events: SessionBus;
+  media: SessionMedia;
+  metrics: SessionMetrics;
+  tools: SessionTools;
+};
 
 /**
  * A session's parts, for the modules of `src/sessions/` that assemble and supervise it (and for tests that watch
@@ -286,7 +291,8 @@ export class Session {
       await accepted.promise;
     } catch (error) {
       // Interrupted (or the session ended) before the first token: the client's own doing, not a server fault.
-      if ((error as Error).name === 'AbortError') throw new NotAdmitted('chat was interrupted before the language model answered');
+      if ((error as Error).name === 'AbortError')
+        throw new NotAdmitted('chat was interrupted before the language model answered');
       throw error;
     }
     return id;
@@ -304,7 +310,10 @@ export class Session {
    * refusal (busy, paused) as its detail for the socket to report, or null once the turn started.
    */
   speakAudioStream(turnId: string, chunks: AsyncQueue<Int16Array>): string | null {
-    return this.offer({ type: 'SPEAK_AUDIO', turn: { id: turnId, mode: 'audio_stream', audio: { kind: 'stream', chunks } } });
+    return this.offer({
+      type: 'SPEAK_AUDIO',
+      turn: { id: turnId, mode: 'audio_stream', audio: { kind: 'stream', chunks } },
+    });
   }
 
   /**
@@ -312,7 +321,11 @@ export class Session {
    * language model. Resolves with the transcript and the turn's id; `NotAdmitted` (409) when busy or interrupted
    * before the transcript came.
    */
-  async transcribe(pcm: Int16Array, sampleRate: number, triggerChat: boolean): Promise<{ transcript: string; turnId: string }> {
+  async transcribe(
+    pcm: Int16Array,
+    sampleRate: number,
+    triggerChat: boolean,
+  ): Promise<{ transcript: string; turnId: string }> {
     const result = deferred<string>();
     const id = randomUUID();
     this.admit({ type: 'TRANSCRIBE', request: { id, triggerChat, pcm, sampleRate, result } });
@@ -622,7 +635,10 @@ export class Session {
     if (this.actor.getSnapshot().status === 'active') {
       this.actor.send({ type: 'TERMINATE' });
       let giveUp: NodeJS.Timeout | undefined;
-      await Promise.race([this.terminated, new Promise((resolve) => (giveUp = setTimeout(resolve, TERMINATE_WAIT_MS).unref()))]);
+      await Promise.race([
+        this.terminated,
+        new Promise((resolve) => (giveUp = setTimeout(resolve, TERMINATE_WAIT_MS).unref())),
+      ]);
       clearTimeout(giveUp);
       this.actor.stop();
     }

@@ -43,7 +43,15 @@ export class SseFanout<Tag = undefined> {
       onClose();
       return null;
     }
-    const sub: SseSubscriber<Tag> = { out, tag, backlog: [], backlogBytes: 0, lastSentAt: Date.now(), closed: false, onClose };
+    const sub: SseSubscriber<Tag> = {
+      out,
+      tag,
+      backlog: [],
+      backlogBytes: 0,
+      lastSentAt: Date.now(),
+      closed: false,
+      onClose,
+    };
     this.subscribers.add(sub);
     out.on('drain', () => this.flush(sub));
     out.on('close', () => this.drop(sub));

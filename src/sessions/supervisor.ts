@@ -71,7 +71,12 @@ export class SessionSupervisor {
     const now = new Date();
     for (const stored of await this.deps.store.all()) {
       if (stored.state !== 'terminated') {
-        const tombstone = this.deps.store.tombstoneOf(stored, this.deps.config.tombstoneRetentionMs, 'service restarted', now);
+        const tombstone = this.deps.store.tombstoneOf(
+          stored,
+          this.deps.config.tombstoneRetentionMs,
+          'service restarted',
+          now,
+        );
         await this.deps.store.put(tombstone);
         // Its transcript stays as long as the tombstone; receivers learn it ended (it could not tell them before).
         await this.deps.transcripts?.expireWith(stored.session_id, tombstone.expires_at);
@@ -158,7 +163,8 @@ export class SessionSupervisor {
   async transcript(sessionId: string, page: TranscriptPage = {}): Promise<Buffer> {
     const session = this.live.get(sessionId);
     if (session) session.touch();
-    const exists = async () => session !== undefined || this.closing.has(sessionId) || (await this.deps.store.get(sessionId)) !== undefined;
+    const exists = async () =>
+      session !== undefined || this.closing.has(sessionId) || (await this.deps.store.get(sessionId)) !== undefined;
     // An unknown session is 404 before anything is said about its pages.
     if (page.after !== undefined && !(await exists())) throw new SessionNotFound();
     const body = await this.deps.transcripts?.read(sessionId, page);
@@ -223,7 +229,11 @@ export class SessionSupervisor {
     }
     this.live.set(sessionId, session);
     release();
-    if (this.deps.transcripts) session.keepTranscript(this.deps.transcripts, (turn) => void this.deps.webhooks?.turnCompleted(session.record, turn));
+    if (this.deps.transcripts)
+      session.keepTranscript(
+        this.deps.transcripts,
+        (turn) => void this.deps.webhooks?.turnCompleted(session.record, turn),
+      );
     // An unrecoverable stage error terminates the machine by itself; keep the tombstone rules the same.
     session.onTerminated(() =>
       setImmediate(() =>
@@ -243,7 +253,10 @@ export class SessionSupervisor {
     }, config.startTimeoutMs);
     startTimer.unref();
     session.onTerminated(() => clearTimeout(startTimer));
-    logger.info({ avatarId: stored.avatar_id, model: stored.model, ttsProvider: stored.tts_provider }, 'session created');
+    logger.info(
+      { avatarId: stored.avatar_id, model: stored.model, ttsProvider: stored.tts_provider },
+      'session created',
+    );
     return session;
   }
 
@@ -254,7 +267,10 @@ export class SessionSupervisor {
     // machine answers first (a started session is a 409 even at capacity).
     session.assertAdmits('START');
     if (this.activeCount >= this.deps.config.maxSessions) {
-      throw new Overloaded(`session capacity reached (${this.deps.config.maxSessions} active); retry later`, CAPACITY_RETRY_AFTER_S);
+      throw new Overloaded(
+        `session capacity reached (${this.deps.config.maxSessions} active); retry later`,
+        CAPACITY_RETRY_AFTER_S,
+      );
     }
     session.start();
     this.watchForOrphans();
@@ -360,7 +376,9 @@ export class SessionSupervisor {
 
   /** Transcripts live exactly as long as their tombstone (a crash between the two deletes leaves one behind). */
   private async sweepTranscripts(): Promise<void> {
-    await this.deps.transcripts?.sweep(async ({ session_id }) => this.live.has(session_id) || (await this.deps.store.get(session_id)) !== undefined);
+    await this.deps.transcripts?.sweep(
+      async ({ session_id }) => this.live.has(session_id) || (await this.deps.store.get(session_id)) !== undefined,
+    );
   }
 
   private async sweepTombstones(): Promise<void> {

@@ -85,23 +85,31 @@ interface PendingClientCall {
  * Checks tool definitions as a client sent them (the route's schema checked their shape): names, duplicates, the
  * parameters schema, sizes, webhook URLs. Throws `InvalidInput` (400) naming the first problem.
  */
-export function checkToolDefinitions(tools: readonly SessionToolDefinition[], policy: Pick<ToolWebhookPolicy, 'allowedHosts'>): SessionToolDefinition[] {
-  if (tools.length > MAX_TOOLS_PER_SESSION) throw new InvalidInput(`tools: at most ${MAX_TOOLS_PER_SESSION} tools per session (got ${tools.length})`);
+export function checkToolDefinitions(
+  tools: readonly SessionToolDefinition[],
+  policy: Pick<ToolWebhookPolicy, 'allowedHosts'>,
+): SessionToolDefinition[] {
+  if (tools.length > MAX_TOOLS_PER_SESSION)
+    throw new InvalidInput(`tools: at most ${MAX_TOOLS_PER_SESSION} tools per session (got ${tools.length})`);
   const names = new Set<string>();
   return tools.map((tool, index) => {
     const where = `tools[${index}]`;
-    if (tool?.type !== 'function' || !tool.function || typeof tool.function !== 'object') throw new InvalidInput(`${where}: must be {type: "function", function: {...}}`);
+    if (tool?.type !== 'function' || !tool.function || typeof tool.function !== 'object')
+      throw new InvalidInput(`${where}: must be {type: "function", function: {...}}`);
     const { name, parameters } = tool.function;
-    if (typeof name !== 'string' || !TOOL_NAME.test(name)) throw new InvalidInput(`${where}.function.name must match ${TOOL_NAME_PATTERN}`);
+    if (typeof name !== 'string' || !TOOL_NAME.test(name))
+      throw new InvalidInput(`${where}.function.name must match ${TOOL_NAME_PATTERN}`);
     if (names.has(name)) throw new InvalidInput(`${where}.function.name "${name}" is defined twice`);
     names.add(name);
     if (!parameters || typeof parameters !== 'object' || Array.isArray(parameters) || parameters.type !== 'object') {
       throw new InvalidInput(`${where}.function.parameters must be a JSON Schema object ({"type": "object", ...})`);
     }
     // Before anything walks the definition recursively (the size below, the requests to the model).
-    if (nestsDeeperThan(tool)) throw new InvalidInput(`${where}: the definition nests deeper than ${MAX_JSON_DEPTH} levels`);
+    if (nestsDeeperThan(tool))
+      throw new InvalidInput(`${where}: the definition nests deeper than ${MAX_JSON_DEPTH} levels`);
     const bytes = Buffer.byteLength(JSON.stringify(tool), 'utf8');
-    if (bytes > MAX_TOOL_DEFINITION_BYTES) throw new InvalidInput(`${where}: the definition is ${bytes} bytes, over ${MAX_TOOL_DEFINITION_BYTES}`);
+    if (bytes > MAX_TOOL_DEFINITION_BYTES)
+      throw new InvalidInput(`${where}: the definition is ${bytes} bytes, over ${MAX_TOOL_DEFINITION_BYTES}`);
     if (tool.webhook !== undefined) checkWebhookUrl(tool.webhook, where, policy.allowedHosts);
     return tool;
   });
@@ -153,7 +161,13 @@ export class SessionTools implements ToolRunner {
     const tool = this.tools.find((candidate) => candidate.function.name === call.name);
     if (!tool) return toolErrorOutput(`there is no tool named ${call.name}`);
     const { bus } = this.options;
-    const announce = () => bus.publish('tool_call', { turn_id: call.turnId, call_id: call.callId, name: call.name, arguments: call.arguments });
+    const announce = () =>
+      bus.publish('tool_call', {
+        turn_id: call.turnId,
+        call_id: call.callId,
+        name: call.name,
+        arguments: call.arguments,
+      });
     let ok = false;
     try {
       let outcome: { ok: boolean; output: string };
@@ -184,12 +198,17 @@ export class SessionTools implements ToolRunner {
     if (nestsDeeperThan(output)) throw new InvalidInput(`output nests deeper than ${MAX_JSON_DEPTH} levels`);
     const text = JSON.stringify(output ?? null);
     const bytes = Buffer.byteLength(text, 'utf8');
-    if (bytes > MAX_TOOL_OUTPUT_BYTES) throw new InvalidInput(`output is ${bytes} bytes as JSON, over ${MAX_TOOL_OUTPUT_BYTES}`);
+    if (bytes > MAX_TOOL_OUTPUT_BYTES)
+      throw new InvalidInput(`output is ${bytes} bytes as JSON, over ${MAX_TOOL_OUTPUT_BYTES}`);
     call.answer(text);
   }
 
   /** Waits for the client's answer; `announce` publishes the call once an answer can be taken (a listener may answer at once). */
-  private callClient(call: ToolInvocation, signal: AbortSignal, announce: () => void): Promise<{ ok: boolean; output: string }> {
+  private callClient(
+    call: ToolInvocation,
+    signal: AbortSignal,
+    announce: () => void,
+  ): Promise<{ ok: boolean; output: string }> {
     const { callId } = call;
     // A model that reuses an id while the first call still waits: the first one gives way.
     if (this.pending.has(callId)) this.closeCall(callId, 'replaced by a newer call with the same id');
@@ -225,10 +244,23 @@ export class SessionTools implements ToolRunner {
     while (this.closed.size > MAX_CLOSED_CALLS_REMEMBERED) this.closed.delete(this.closed.keys().next().value!);
   }
 
-  private async callWebhook(url: string, call: ToolInvocation, signal: AbortSignal): Promise<{ ok: boolean; output: string }> {
+  private async callWebhook(
+    url: string,
+    call: ToolInvocation,
+    signal: AbortSignal,
+  ): Promise<{ ok: boolean; output: string }> {
     const { sessionId, policy, logger } = this.options;
-    const body = JSON.stringify({ session_id: sessionId, turn_id: call.turnId, call_id: call.callId, name: call.name, arguments: call.arguments });
-    const headers: Record<string, string> = { 'content-type': 'application/json', ...(policy.signer?.headers(newWebhookId(), body) ?? {}) };
+    const body = JSON.stringify({
+      session_id: sessionId,
+      turn_id: call.turnId,
+      call_id: call.callId,
+      name: call.name,
+      arguments: call.arguments,
+    });
+    const headers: Record<string, string> = {
+      'content-type': 'application/json',
+      ...(policy.signer?.headers(newWebhookId(), body) ?? {}),
+    };
     const deadline = AbortSignal.timeout(TOOL_WEBHOOK_TIMEOUT_MS);
     const label = `tool ${call.name}`;
     try {
@@ -249,7 +281,11 @@ export class SessionTools implements ToolRunner {
       } catch {
         return { ok: false, output: toolErrorOutput('the tool answered with something that is not JSON') };
       }
-      if (nestsDeeperThan(parsed)) return { ok: false, output: toolErrorOutput(`the tool answered with JSON nested deeper than ${MAX_JSON_DEPTH} levels`) };
+      if (nestsDeeperThan(parsed))
+        return {
+          ok: false,
+          output: toolErrorOutput(`the tool answered with JSON nested deeper than ${MAX_JSON_DEPTH} levels`),
+        };
       return { ok: true, output: JSON.stringify(parsed) };
     } catch (error) {
       if (signal.aborted) throw abortError(signal);
@@ -258,7 +294,9 @@ export class SessionTools implements ToolRunner {
       logger.warn({ tool: call.name, callId: call.callId, timedOut, err: errorForLog(error) }, 'webhook tool failed');
       return {
         ok: false,
-        output: toolErrorOutput(timedOut ? `the tool did not answer within ${TOOL_WEBHOOK_TIMEOUT_MS / 1000} s` : failureOf(error)),
+        output: toolErrorOutput(
+          timedOut ? `the tool did not answer within ${TOOL_WEBHOOK_TIMEOUT_MS / 1000} s` : failureOf(error),
+        ),
       };
     }
   }

@@ -2,7 +2,13 @@ import type { Logger } from 'pino';
 import { heardReply, type QueuedSegment } from '../../actors/llm/heard.ts';
 import { InvalidInput } from '../domain-errors.ts';
 import { errorForLog } from '../logger.ts';
-import type { KeptTurn, TranscriptIndex, TranscriptStore, TranscriptToolCall, TranscriptTurn } from '../store/transcripts.ts';
+import type {
+  KeptTurn,
+  TranscriptIndex,
+  TranscriptStore,
+  TranscriptToolCall,
+  TranscriptTurn,
+} from '../store/transcripts.ts';
 import type { SessionBus, TurnKind, TurnOutcome } from './session-bus.ts';
 
 export type { TranscriptToolCall, TranscriptTurn };
@@ -90,7 +96,12 @@ export class TranscriptRecorder {
       if (record.type === 'tool_call') {
         const calls = this.open.get(record.data.turn_id)?.entry.tool_calls;
         if (calls && calls.length < TRANSCRIPT_MAX_TOOL_CALLS) {
-          calls.push({ call_id: record.data.call_id, name: record.data.name, arguments: record.data.arguments, ok: null });
+          calls.push({
+            call_id: record.data.call_id,
+            name: record.data.name,
+            arguments: record.data.arguments,
+            ok: null,
+          });
         }
         return;
       }
@@ -100,7 +111,8 @@ export class TranscriptRecorder {
         const { name, intensity, source, start_ms } = record.data;
         const expressions = (turn.entry.expressions ??= []);
         if (expressions.length < TRANSCRIPT_MAX_EXPRESSIONS) expressions.push({ name, intensity, source, start_ms });
-      } else if (record.type === 'llm') turn.entry.assistant_text = (turn.entry.assistant_text ?? '') + record.data.delta;
+      } else if (record.type === 'llm')
+        turn.entry.assistant_text = (turn.entry.assistant_text ?? '') + record.data.delta;
       else if (record.type === 'transcript' && record.data.is_final) turn.entry.user_text = record.data.text;
     });
   }
@@ -113,7 +125,11 @@ export class TranscriptRecorder {
     const { assistant_text } = turn.entry;
     // A reply played to its end was heard whole; a cut one as far as its audio left (a segment cut midway counts).
     const heard_text =
-      assistant_text === null ? null : outcome === 'completed' ? assistant_text : heardReply(turn.segments, this.media.playedMsOf(turnId));
+      assistant_text === null
+        ? null
+        : outcome === 'completed'
+          ? assistant_text
+          : heardReply(turn.segments, this.media.playedMsOf(turnId));
     const entry: TranscriptTurn = { ...turn.entry, heard_text, outcome, ended_at: new Date().toISOString() };
     this.onTurn(entry);
   }
@@ -122,7 +138,14 @@ export class TranscriptRecorder {
 function newEntry(turnId: string, kind: TurnKind, text: string | undefined): OpenTurn['entry'] {
   const said = kind === 'speak' ? (text ?? null) : null;
   const asked = kind === 'chat' ? (text ?? null) : null;
-  return { turn_id: turnId, kind, user_text: asked, assistant_text: said, tool_calls: [], started_at: new Date().toISOString() };
+  return {
+    turn_id: turnId,
+    kind,
+    user_text: asked,
+    assistant_text: said,
+    tool_calls: [],
+    started_at: new Date().toISOString(),
+  };
 }
 
 /** The transcript's four outcomes: a turn cut by the session ending was interrupted like any other cut turn. */
@@ -139,7 +162,12 @@ export const TRANSCRIPT_READ_CACHE_ENTRIES = 8;
 
 /** A finished turn within TRANSCRIPT_TURN_MAX_BYTES, and its JSON: what the transcript keeps and the webhook sends. */
 export function budgetedTurn(whole: TranscriptTurn): { turn: TranscriptTurn; json: string } {
-  let turn: TranscriptTurn = { ...whole, user_text: cut(whole.user_text), assistant_text: cut(whole.assistant_text), heard_text: cut(whole.heard_text) };
+  let turn: TranscriptTurn = {
+    ...whole,
+    user_text: cut(whole.user_text),
+    assistant_text: cut(whole.assistant_text),
+    heard_text: cut(whole.heard_text),
+  };
   let json = jsonOf(turn);
   if (json !== null && Buffer.byteLength(json) <= TRANSCRIPT_TURN_MAX_BYTES) return { turn, json };
   // Too big (or arguments that do not serialise): the calls stay, their arguments go; then calls from the end.
@@ -157,7 +185,12 @@ const encoder = new TextEncoder();
 
 /** `text` within TRANSCRIPT_TEXT_MAX_BYTES: whole, or its first characters that fit with `…` after them. */
 function cut(text: string | null): string | null {
-  if (text === null || text.length * 3 <= TRANSCRIPT_TEXT_MAX_BYTES || Buffer.byteLength(text) <= TRANSCRIPT_TEXT_MAX_BYTES) return text;
+  if (
+    text === null ||
+    text.length * 3 <= TRANSCRIPT_TEXT_MAX_BYTES ||
+    Buffer.byteLength(text) <= TRANSCRIPT_TEXT_MAX_BYTES
+  )
+    return text;
   // encodeInto stops before a character that does not fit whole (a surrogate pair stays together).
   const { read } = encoder.encodeInto(text, new Uint8Array(TRANSCRIPT_TEXT_MAX_BYTES - Buffer.byteLength(ELLIPSIS)));
   return text.slice(0, read) + ELLIPSIS;
@@ -241,7 +274,8 @@ export class SessionTranscripts {
     this.retained.clear();
     this.retainedBytes = 0;
     const indexes = await this.store.allIndexes();
-    for (const index of indexes.sort((a, b) => a.updated_at - b.updated_at)) this.noteStored(index.session_id, index.bytes);
+    for (const index of indexes.sort((a, b) => a.updated_at - b.updated_at))
+      this.noteStored(index.session_id, index.bytes);
     await this.removeOverBudget();
   }
 
@@ -263,7 +297,9 @@ export class SessionTranscripts {
     if (!live) return;
     await live.writes;
     if (live.index && expiresAt) {
-      await this.store.putIndex({ ...live.index, expires_at: expiresAt }).catch((error: unknown) => this.notPersisted(sessionId, error));
+      await this.store
+        .putIndex({ ...live.index, expires_at: expiresAt })
+        .catch((error: unknown) => this.notPersisted(sessionId, error));
     }
     this.live.delete(sessionId);
   }
@@ -282,13 +318,19 @@ export class SessionTranscripts {
     const limit = page.limit ?? TRANSCRIPT_MAX_TURNS;
     const live = this.live.get(sessionId);
     if (live && page.after === undefined && page.limit === undefined) {
-      live.body ??= transcriptBody(sessionId, live.turns.map((turn) => turn.json));
+      live.body ??= transcriptBody(
+        sessionId,
+        live.turns.map((turn) => turn.json),
+      );
       return live.body;
     }
     if (live) {
       const from = page.after === undefined ? 0 : live.turns.findIndex((turn) => turn.turnId === page.after) + 1;
       if (from === 0 && page.after !== undefined) throw notKept();
-      return transcriptBody(sessionId, live.turns.slice(from, from + limit).map((turn) => turn.json));
+      return transcriptBody(
+        sessionId,
+        live.turns.slice(from, from + limit).map((turn) => turn.json),
+      );
     }
     if (!this.retained.has(sessionId)) {
       if (page.after !== undefined) throw notKept();
@@ -304,7 +346,9 @@ export class SessionTranscripts {
   private endedBody(sessionId: string): Promise<Buffer> {
     let body = this.endedBodies.get(sessionId);
     if (body) this.endedBodies.delete(sessionId);
-    body ??= this.store.page(sessionId, undefined, TRANSCRIPT_MAX_TURNS).then((turns) => transcriptBody(sessionId, turns ?? []));
+    body ??= this.store
+      .page(sessionId, undefined, TRANSCRIPT_MAX_TURNS)
+      .then((turns) => transcriptBody(sessionId, turns ?? []));
     this.endedBodies.set(sessionId, body);
     // A failed read is not kept.
     body.catch(() => this.endedBodies.get(sessionId) === body && this.endedBodies.delete(sessionId));
@@ -330,13 +374,20 @@ export class SessionTranscripts {
   }
 
   /** Appends a turn, dropping the oldest past the session's budgets, and queues its write; then the global bound. */
-  private append(sessionId: string, transcript: LiveTranscript, { turn, json }: { turn: TranscriptTurn; json: string }): void {
+  private append(
+    sessionId: string,
+    transcript: LiveTranscript,
+    { turn, json }: { turn: TranscriptTurn; json: string },
+  ): void {
     const kept: KeptTurn = { seq: transcript.nextSeq++, turnId: turn.turn_id, json, bytes: Buffer.byteLength(json) };
     transcript.turns.push(kept);
     transcript.body = null;
     transcript.bytes += kept.bytes;
     const dropped: KeptTurn[] = [];
-    while (transcript.turns.length > 1 && (transcript.turns.length > TRANSCRIPT_MAX_TURNS || transcript.bytes > this.maxBytes)) {
+    while (
+      transcript.turns.length > 1 &&
+      (transcript.turns.length > TRANSCRIPT_MAX_TURNS || transcript.bytes > this.maxBytes)
+    ) {
       const oldest = transcript.turns.shift()!;
       transcript.bytes -= oldest.bytes;
       dropped.push(oldest);

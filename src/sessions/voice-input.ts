@@ -72,7 +72,8 @@ export interface VoiceInputOptions {
 }
 
 export const ASR_NOT_CONFIGURED_CODE = 'asr_not_configured';
-const ASR_NOT_CONFIGURED_MESSAGE = 'hands-free conversation needs speech recognition: set SERVICE_ASR_BASE_URL (speech is detected but not answered)';
+const ASR_NOT_CONFIGURED_MESSAGE =
+  'hands-free conversation needs speech recognition: set SERVICE_ASR_BASE_URL (speech is detected but not answered)';
 
 /**
  * Hands-free conversation for one session: microphone audio in (from the WebRTC peer or `/listen`), Silero
@@ -93,7 +94,12 @@ export class VoiceInput {
   private asrErrorReported = false;
   private closed = false;
   /** The latest voice turn's latency figures, until its first sample is sent. */
-  private latency: { turnId: string; endedAt: number; transcriptMs: number | null; firstTokenMs: number | null } | null = null;
+  private latency: {
+    turnId: string;
+    endedAt: number;
+    transcriptMs: number | null;
+    firstTokenMs: number | null;
+  } | null = null;
   private readonly unsubscribe: Array<() => void> = [];
   private readonly onAudio = (samples: Int16Array) => this.sent.add(samples, performance.now());
   private readonly onTurnStarted = () => (this.avatarStartedAt = performance.now());
@@ -115,7 +121,12 @@ export class VoiceInput {
         const latency = this.latency;
         if (latency?.turnId !== turnId) return;
         this.latency = null;
-        const figures = { turnId, transcriptMs: latency.transcriptMs, firstTokenMs: latency.firstTokenMs, firstSampleMs: Math.round(performance.now() - latency.endedAt) };
+        const figures = {
+          turnId,
+          transcriptMs: latency.transcriptMs,
+          firstTokenMs: latency.firstTokenMs,
+          firstSampleMs: Math.round(performance.now() - latency.endedAt),
+        };
         options.logger.info(figures, 'voice turn latency');
         bus.emit('voice.latency', figures);
       }),
@@ -142,7 +153,8 @@ export class VoiceInput {
       previous.close();
     }
     this.options.logger.info({ source: kind }, 'voice input attached');
-    if (!this.asrConfigured) notify({ type: 'error', code: ASR_NOT_CONFIGURED_CODE, message: ASR_NOT_CONFIGURED_MESSAGE });
+    if (!this.asrConfigured)
+      notify({ type: 'error', code: ASR_NOT_CONFIGURED_CODE, message: ASR_NOT_CONFIGURED_MESSAGE });
     return source;
   }
 
@@ -162,7 +174,12 @@ export class VoiceInput {
   reportMissingAsr(): void {
     if (this.asrErrorReported || this.options.host.busy || this.options.host.state !== 'running') return;
     this.asrErrorReported = true;
-    this.options.host.send({ type: 'STAGE.ERROR', code: ASR_NOT_CONFIGURED_CODE, message: ASR_NOT_CONFIGURED_MESSAGE, fatal: false });
+    this.options.host.send({
+      type: 'STAGE.ERROR',
+      code: ASR_NOT_CONFIGURED_CODE,
+      message: ASR_NOT_CONFIGURED_MESSAGE,
+      fatal: false,
+    });
   }
 
   close(): void {
@@ -228,13 +245,15 @@ export class VoiceSource {
    */
   push(pcm: Int16Array, sampleRate: number): boolean {
     if (this.closed || pcm.length === 0) return !this.closed;
-    if (!this.resampler || this.resampler.fromRate !== sampleRate) this.resampler = new StreamResampler(sampleRate, SILERO_SAMPLE_RATE);
+    if (!this.resampler || this.resampler.fromRate !== sampleRate)
+      this.resampler = new StreamResampler(sampleRate, SILERO_SAMPLE_RATE);
     const samples = this.resampler.push(pcm);
     const perMs = SILERO_SAMPLE_RATE / 1000;
     if (this.vadWarm && this.backlog / perMs <= MAX_VAD_BACKLOG_MS) this.vadCaughtUp = true;
     const boundMs = this.vadCaughtUp ? MAX_VAD_BACKLOG_MS : MAX_VAD_WARMUP_BACKLOG_MS;
     if ((this.backlog + samples.length) / perMs > boundMs) {
-      if (!this.overflowReported) this.log.warn({ backlogMs: Math.round(this.backlog / 16) }, 'voice input behind, audio dropped');
+      if (!this.overflowReported)
+        this.log.warn({ backlogMs: Math.round(this.backlog / 16) }, 'voice input behind, audio dropped');
       this.overflowReported = true;
       return false;
     }
@@ -270,7 +289,11 @@ export class VoiceSource {
   }
 
   notifyReplaced(): void {
-    this.notify({ type: 'error', code: 'voice_input_replaced', message: 'another microphone source took over this session' });
+    this.notify({
+      type: 'error',
+      code: 'voice_input_replaced',
+      message: 'another microphone source took over this session',
+    });
   }
 
   close(): void {
@@ -330,7 +353,9 @@ export class VoiceSource {
       turn.accepted = host.offerVoice({ type: 'VOICE.START' });
     };
     // Right after the avatar started speaking, the echo check needs the audio up to onset + ECHO_POST_ONSET_MS.
-    const waitMs = needsEchoCheck(onsetAt, this.input.avatarStartedAt) ? onsetAt + ECHO_POST_ONSET_MS - performance.now() : 0;
+    const waitMs = needsEchoCheck(onsetAt, this.input.avatarStartedAt)
+      ? onsetAt + ECHO_POST_ONSET_MS - performance.now()
+      : 0;
     if (waitMs <= 0) return decide();
     turn.pending = { timer: setTimeout(decide, waitMs), decide };
   }
@@ -370,7 +395,11 @@ export class VoiceSource {
       return;
     }
     this.input.trackLatency(request.id, endedAt);
-    bus.emit('voice.turn', { turnId: request.id, source: this.kind, speechMs: Math.round((sample - turn.startSample) / perMs) });
+    bus.emit('voice.turn', {
+      turnId: request.id,
+      source: this.kind,
+      speechMs: Math.round((sample - turn.startSample) / perMs),
+    });
   }
 
   /** Timeline samples [from, to) that are still kept (what is older was trimmed). */
@@ -395,7 +424,10 @@ export class VoiceSource {
   private trim(): void {
     const perMs = SILERO_SAMPLE_RATE / 1000;
     const keepFrom = this.turn
-      ? Math.max(this.turn.startSample - PRE_ROLL_MS * perMs, this.received - (MAX_UTTERANCE_MS + IDLE_RETAIN_MS) * perMs)
+      ? Math.max(
+          this.turn.startSample - PRE_ROLL_MS * perMs,
+          this.received - (MAX_UTTERANCE_MS + IDLE_RETAIN_MS) * perMs,
+        )
       : this.received - this.backlog - IDLE_RETAIN_MS * perMs;
     while (this.chunks.length > 1 && this.bufferStart + this.chunks[0].length <= keepFrom) {
       this.bufferStart += this.chunks.shift()!.length;

@@ -1,5 +1,8 @@
 import type { Static } from '@sinclair/typebox';
-import type { TranscriptToolCall as TranscriptToolCallSchema, TranscriptTurn as TranscriptTurnSchema } from '../schemas/sessions.ts';
+import type {
+  TranscriptToolCall as TranscriptToolCallSchema,
+  TranscriptTurn as TranscriptTurnSchema,
+} from '../schemas/sessions.ts';
 import type { Store } from './db.ts';
 
 /** A tool call of a turn and one turn of the transcript: their types come from the route's schemas (one source). */

@@ -12,12 +12,20 @@ export interface OutputSettings {
 }
 
 /** What a push needs of a session's media: its clock to tap (RTMP) and its WebRTC sources (WHIP); `SessionMedia` is one. */
-export type PushableMedia = Parameters<typeof startRtmpPush>[0] & { output: Parameters<typeof startWhipPush>[0]['output'] };
+export type PushableMedia = Parameters<typeof startRtmpPush>[0] & {
+  output: Parameters<typeof startWhipPush>[0]['output'];
+};
 
 /** A session's pushes: RTMP taps its media clock into ffmpeg, WHIP adds a send-only peer fed by its WebRTC sources. */
 export function outputConnector(media: PushableMedia, settings: OutputSettings): OutputConnector {
   return (request, signal) =>
     request.type === 'rtmp'
       ? startRtmpPush(media, request.url, settings.rtmpVideoBitrateKbps, signal)
-      : startWhipPush({ output: media.output, url: request.url, bearerToken: request.bearerToken, iceServers: settings.iceServers, signal });
+      : startWhipPush({
+          output: media.output,
+          url: request.url,
+          bearerToken: request.bearerToken,
+          iceServers: settings.iceServers,
+          signal,
+        });
 }

@@ -18,10 +18,13 @@ export function validateOutputUrl(type: OutputType, text: string): URL {
   } catch {
     throw new InvalidInput('url is not an absolute URL');
   }
-  if (!SCHEMES[type].includes(url.protocol)) throw new InvalidInput(`a ${type} output needs a ${SCHEMES[type].map((s) => s.slice(0, -1)).join(' or ')} URL`);
+  if (!SCHEMES[type].includes(url.protocol))
+    throw new InvalidInput(`a ${type} output needs a ${SCHEMES[type].map((s) => s.slice(0, -1)).join(' or ')} URL`);
   if (!url.hostname) throw new InvalidInput('url has no host');
-  if (url.username || url.password) throw new InvalidInput('url must not carry credentials (user:password@); use bearer_token or the stream key');
-  if (type === 'rtmp' && url.pathname.split('/').filter(Boolean).length < 2) throw new InvalidInput('an rtmp url names an application and a stream key: rtmp://host/app/key');
+  if (url.username || url.password)
+    throw new InvalidInput('url must not carry credentials (user:password@); use bearer_token or the stream key');
+  if (type === 'rtmp' && url.pathname.split('/').filter(Boolean).length < 2)
+    throw new InvalidInput('an rtmp url names an application and a stream key: rtmp://host/app/key');
   return url;
 }
 

@@ -58,7 +58,10 @@ export interface OutputLink {
 }
 
 /** Starts one attempt of an output (the session's RTMP or WHIP push); rejects when it could not go live. */
-export type OutputConnector = (request: { type: OutputType; url: string; bearerToken?: string }, signal: AbortSignal) => Promise<OutputLink>;
+export type OutputConnector = (
+  request: { type: OutputType; url: string; bearerToken?: string },
+  signal: AbortSignal,
+) => Promise<OutputLink>;
 
 /** Reports an output's failures to the session's clients (SSE `error` `output_failed`). */
 export type OutputFailureReporter = (outputId: string, message: string) => void;
@@ -132,7 +135,10 @@ class StreamOutput {
       }
       failingSince ??= performance.now();
       const givingUp = performance.now() - failingSince >= giveUpMs;
-      this.logger.warn({ outputId: this.id, type: this.type, err: errorForLog(new Error(reason)), givingUp }, 'output failed');
+      this.logger.warn(
+        { outputId: this.id, type: this.type, err: errorForLog(new Error(reason)), givingUp },
+        'output failed',
+      );
       // Reported on each failure of a live output and on the first failed attempt after it; silent retries in between.
       if (this.state !== 'retrying' || givingUp) {
         this.report(
@@ -170,14 +176,24 @@ export class SessionOutputs {
 
   /** Outputs still pushing or trying to (connecting, live, retrying): a failed one no longer keeps the session used. */
   get active(): number {
-    return [...this.outputs.values()].filter((output) => output.state !== 'failed' && output.state !== 'stopped').length;
+    return [...this.outputs.values()].filter((output) => output.state !== 'failed' && output.state !== 'stopped')
+      .length;
   }
 
   /** Validates and starts an output (`InvalidInput` 400, `OutputLimitReached` 409); answers before it is live. */
   add(request: OutputRequest): OutputStatus {
     const url = validateOutputUrl(request.type, request.url);
-    if (this.outputs.size >= MAX_OUTPUTS_PER_SESSION) throw new OutputLimitReached(`the session already has ${MAX_OUTPUTS_PER_SESSION} outputs; delete one first`);
-    const output = new StreamOutput(request.type, url, request.bearer_token, this.connect, this.report, this.logger, this.retry);
+    if (this.outputs.size >= MAX_OUTPUTS_PER_SESSION)
+      throw new OutputLimitReached(`the session already has ${MAX_OUTPUTS_PER_SESSION} outputs; delete one first`);
+    const output = new StreamOutput(
+      request.type,
+      url,
+      request.bearer_token,
+      this.connect,
+      this.report,
+      this.logger,
+      this.retry,
+    );
     this.outputs.set(output.id, output);
     return output.status;
   }

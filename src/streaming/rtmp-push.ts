@@ -29,11 +29,20 @@ export interface RtmpPush {
  * (bytes written to the stream: the handshake and publish completed); rejects with the reason when it exits, the
  * server stops reading, or `RTMP_LIVE_TIMEOUT_MS` passes before.
  */
-export async function startRtmpPush(media: RecordableMedia, url: string, videoBitrateKbps: number, signal: AbortSignal): Promise<RtmpPush> {
+export async function startRtmpPush(
+  media: RecordableMedia,
+  url: string,
+  videoBitrateKbps: number,
+  signal: AbortSignal,
+): Promise<RtmpPush> {
   let resolveEnded!: (reason: string) => void;
   const ended = new Promise<string>((resolve) => (resolveEnded = resolve));
   const recorder = new ClockRecorder(media, url, () => resolveEnded('the media clock stopped'), { videoBitrateKbps });
-  void recorder.whenEncoderExited().then(({ code, signal: killedBy }) => resolveEnded(`ffmpeg ended the stream (${code !== null ? `exit ${code}` : `signal ${killedBy}`})`));
+  void recorder
+    .whenEncoderExited()
+    .then(({ code, signal: killedBy }) =>
+      resolveEnded(`ffmpeg ended the stream (${code !== null ? `exit ${code}` : `signal ${killedBy}`})`),
+    );
   const queueCheck = setInterval(() => {
     if (recorder.bufferedBytes > RTMP_MAX_QUEUED_BYTES) resolveEnded('the RTMP server stopped reading');
   }, RTMP_QUEUE_CHECK_MS);
@@ -50,7 +59,13 @@ export async function startRtmpPush(media: RecordableMedia, url: string, videoBi
   const failure = await Promise.race([
     ended,
     recorder.whenEncoderOutputWritten().then(() => null),
-    new Promise<string>((resolve) => (timer = setTimeout(() => resolve(`the RTMP server did not accept the stream within ${RTMP_LIVE_TIMEOUT_MS / 1000} s`), RTMP_LIVE_TIMEOUT_MS))),
+    new Promise<string>(
+      (resolve) =>
+        (timer = setTimeout(
+          () => resolve(`the RTMP server did not accept the stream within ${RTMP_LIVE_TIMEOUT_MS / 1000} s`),
+          RTMP_LIVE_TIMEOUT_MS,
+        )),
+    ),
     new Promise<string>((resolve) => {
       onAbort = () => resolve('aborted');
       if (signal.aborted) onAbort();

@@ -21,13 +21,19 @@ export const MAX_WAITING_PREVIEWS = 18;
 export const PREVIEW_RETRY_AFTER_S = 5;
 
 export function previewsBusy(): Overloaded {
-  return new Overloaded(`${MAX_RUNNING_PREVIEWS + MAX_WAITING_PREVIEWS} previews are already running or waiting; try again shortly`, PREVIEW_RETRY_AFTER_S);
+  return new Overloaded(
+    `${MAX_RUNNING_PREVIEWS + MAX_WAITING_PREVIEWS} previews are already running or waiting; try again shortly`,
+    PREVIEW_RETRY_AFTER_S,
+  );
 }
 
 /** What `POST /tts/preview` waits in (routes reach the primitive through this module). */
 export type PreviewAdmission = Admission;
 
 /** The previews' admission: `MAX_RUNNING_PREVIEWS` synthesise, `MAX_WAITING_PREVIEWS` wait, the rest get `previewsBusy`. */
-export function previewAdmission(maxRunning = MAX_RUNNING_PREVIEWS, maxWaiting = MAX_WAITING_PREVIEWS): PreviewAdmission {
+export function previewAdmission(
+  maxRunning = MAX_RUNNING_PREVIEWS,
+  maxWaiting = MAX_WAITING_PREVIEWS,
+): PreviewAdmission {
   return new Admission({ maxRunning, maxWaiting, refusal: previewsBusy });
 }

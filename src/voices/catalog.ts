@@ -72,7 +72,10 @@ export function freeVoiceLabel(label: string, taken: ReadonlySet<string>, now: (
 }
 
 /** What the rest of the service uses of a voice catalog: LevelDB here, Redis in cluster mode (src/cluster/voice-catalog.ts). */
-export type VoiceCatalogStore = Pick<VoiceCatalog, 'list' | 'get' | 'findByVoiceId' | 'resolveLabel' | 'create' | 'delete' | 'lastAllocatedId'>;
+export type VoiceCatalogStore = Pick<
+  VoiceCatalog,
+  'list' | 'get' | 'findByVoiceId' | 'resolveLabel' | 'create' | 'delete' | 'lastAllocatedId'
+>;
 
 export class VoiceCatalog {
   private queue: Promise<unknown> = Promise.resolve();
@@ -90,7 +93,9 @@ export class VoiceCatalog {
   }
 
   async list(filter: { provider?: string } = {}): Promise<StoredVoiceEntry[]> {
-    const entries = (await this.db.values({ gte: ENTRY_PREFIX, lt: `${ENTRY_PREFIX}\xff`, ...JSON_ENCODING }).all()) as StoredVoiceEntry[];
+    const entries = (await this.db
+      .values({ gte: ENTRY_PREFIX, lt: `${ENTRY_PREFIX}\xff`, ...JSON_ENCODING })
+      .all()) as StoredVoiceEntry[];
     return filter.provider ? entries.filter((entry) => entry.provider === filter.provider) : entries;
   }
 

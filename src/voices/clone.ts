@@ -63,19 +63,26 @@ function isCloneProvider(value: string): value is CloneProviderId {
 
 function validate(input: CloneVoiceInput): CloneProviderId {
   const { provider } = input;
-  if (!isCloneProvider(provider)) throw new CloneValidationError(`provider "${provider}" does not support cloning; use one of ${CLONE_PROVIDERS.join(', ')}`);
+  if (!isCloneProvider(provider))
+    throw new CloneValidationError(
+      `provider "${provider}" does not support cloning; use one of ${CLONE_PROVIDERS.join(', ')}`,
+    );
   if (!input.targetModel?.trim()) throw new CloneValidationError('target_model is required');
   if (!input.displayLabel?.trim()) throw new CloneValidationError('display_label is required');
   if (!input.audio || input.audio.length === 0) throw new CloneValidationError('audio is missing');
-  if (input.audio.length < MIN_CLONE_AUDIO_BYTES) throw new CloneValidationError(`audio is too short (minimum ${MIN_CLONE_AUDIO_BYTES} bytes)`);
+  if (input.audio.length < MIN_CLONE_AUDIO_BYTES)
+    throw new CloneValidationError(`audio is too short (minimum ${MIN_CLONE_AUDIO_BYTES} bytes)`);
   if (input.audio.length > MAX_CLONE_AUDIO_BYTES) throw new CloneValidationError('audio is over 12 MB');
   if (input.prefix && provider !== 'cloud_b') throw new CloneValidationError('prefix applies to cloud_b only');
-  if (input.prefix && !CLOUD_B_PREFIX_PATTERN.test(input.prefix)) throw new CloneValidationError('prefix must be 1-9 lower-case letters or digits');
-  if (input.preferredName && provider !== 'cloud_a') throw new CloneValidationError('preferred_name applies to cloud_a only');
+  if (input.prefix && !CLOUD_B_PREFIX_PATTERN.test(input.prefix))
+    throw new CloneValidationError('prefix must be 1-9 lower-case letters or digits');
+  if (input.preferredName && provider !== 'cloud_a')
+    throw new CloneValidationError('preferred_name applies to cloud_a only');
   if (input.preferredName && !CLOUD_A_PREFERRED_NAME_PATTERN.test(input.preferredName)) {
     throw new CloneValidationError('preferred_name must be 1-16 letters, digits or underscores');
   }
-  if (provider === 'cloud_b' && !input.publicBaseUrl) throw new CloneValidationError('cloud_b cloning needs SERVICE_PUBLIC_BASE_URL');
+  if (provider === 'cloud_b' && !input.publicBaseUrl)
+    throw new CloneValidationError('cloud_b cloning needs SERVICE_PUBLIC_BASE_URL');
   return provider;
 }
 
@@ -83,7 +90,8 @@ export async function cloneVoice(input: CloneVoiceInput): Promise<CloneResponse>
   const providerId = validate(input);
   const provider = input.registry.get(providerId);
   const status = provider.status();
-  if (!status.configured) throw new ProviderNotConfiguredError(`TTS provider ${providerId} is not configured: ${status.reason}`);
+  if (!status.configured)
+    throw new ProviderNotConfiguredError(`TTS provider ${providerId} is not configured: ${status.reason}`);
   if (!provider.clone) throw new CloneValidationError(`provider "${providerId}" does not support cloning`);
 
   let wav24k: Buffer;
@@ -121,7 +129,8 @@ export async function cloneVoice(input: CloneVoiceInput): Promise<CloneResponse>
       target_model: input.targetModel.trim(),
       source: 'clone',
     };
-    if (providerId === 'local_clone_a' || providerId === 'local_clone_b') entry.reference_path = referencePathFor(input.voiceDir, providerId, result.voiceId);
+    if (providerId === 'local_clone_a' || providerId === 'local_clone_b')
+      entry.reference_path = referencePathFor(input.voiceDir, providerId, result.voiceId);
     if (providerId === 'cloud_d') entry.reference_data_uri = `data:audio/wav;base64,${wav24k.toString('base64')}`;
     const stored = await input.catalog.create(entry);
     // Recorded: the sample may now outlive a restart until it expires. A failed commit only shortens that.
@@ -138,14 +147,19 @@ export async function cloneVoice(input: CloneVoiceInput): Promise<CloneResponse>
   } catch (error) {
     // The cloud_b sample stays only while the provider may still fetch it for an accepted clone.
     if (uploadToken) await input.uploads.remove(uploadToken).catch(() => {});
-    if (voiceId && (providerId === 'local_clone_a' || providerId === 'local_clone_b')) await removeReference(input.voiceDir, providerId, voiceId).catch(() => {});
+    if (voiceId && (providerId === 'local_clone_a' || providerId === 'local_clone_b'))
+      await removeReference(input.voiceDir, providerId, voiceId).catch(() => {});
     // Upstream rejections arrive as UpstreamError (502) from the adapters; everything else propagates as is.
     throw error;
   }
 }
 
 /** Deletes a catalog entry and, for local clones, its reference WAV. False when no such entry. */
-export async function deleteClonedVoice(input: { id: number; catalog: VoiceCatalog; voiceDir: string }): Promise<boolean> {
+export async function deleteClonedVoice(input: {
+  id: number;
+  catalog: VoiceCatalog;
+  voiceDir: string;
+}): Promise<boolean> {
   const entry = await input.catalog.get(input.id);
   if (!entry) return false;
   const deleted = await input.catalog.delete(input.id);
@@ -162,6 +176,10 @@ export function catalogVoiceLookup(catalog: VoiceCatalog): VoiceLookup {
   return async (provider: TtsProviderId, voiceId: string) => {
     const entry = await catalog.findByVoiceId(provider, voiceId);
     if (!entry) return null;
-    return { referencePath: entry.reference_path, referenceDataUri: entry.reference_data_uri, targetModel: entry.target_model };
+    return {
+      referencePath: entry.reference_path,
+      referenceDataUri: entry.reference_data_uri,
+      targetModel: entry.target_model,
+    };
   };
 }

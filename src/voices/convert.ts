@@ -110,7 +110,24 @@ function runFfmpeg(input: string, stdinData: Buffer | null, signal: AbortSignal)
   return new Promise<Buffer>((resolve, reject) => {
     const child = spawn(
       ffmpegPath,
-      ['-hide_banner', '-nostdin', '-loglevel', 'error', '-i', input, '-vn', '-ac', '1', '-ar', String(CLONE_SAMPLE_RATE), '-f', 's16le', '-acodec', 'pcm_s16le', 'pipe:1'],
+      [
+        '-hide_banner',
+        '-nostdin',
+        '-loglevel',
+        'error',
+        '-i',
+        input,
+        '-vn',
+        '-ac',
+        '1',
+        '-ar',
+        String(CLONE_SAMPLE_RATE),
+        '-f',
+        's16le',
+        '-acodec',
+        'pcm_s16le',
+        'pipe:1',
+      ],
       { stdio: [stdinData ? 'pipe' : 'ignore', 'pipe', 'pipe'] },
     );
     const output: Buffer[] = [];
@@ -125,7 +142,10 @@ function runFfmpeg(input: string, stdinData: Buffer | null, signal: AbortSignal)
       if (error) reject(error);
       else resolve(value!);
     };
-    const timer = setTimeout(() => finish(new AudioConversionError(`audio conversion took longer than ${FFMPEG_TIMEOUT_MS} ms`)), FFMPEG_TIMEOUT_MS);
+    const timer = setTimeout(
+      () => finish(new AudioConversionError(`audio conversion took longer than ${FFMPEG_TIMEOUT_MS} ms`)),
+      FFMPEG_TIMEOUT_MS,
+    );
     const onAbort = () => finish(abortReasonAsError(signal));
     signal.addEventListener('abort', onAbort, { once: true });
 
@@ -133,7 +153,11 @@ function runFfmpeg(input: string, stdinData: Buffer | null, signal: AbortSignal)
     child.stdout!.on('data', (chunk: Buffer) => {
       outputBytes += chunk.length;
       if (outputBytes > MAX_CLONE_PCM_BYTES) {
-        finish(new AudioConversionError(`audio decodes to more than ${describeDuration(MAX_CLONE_SAMPLE_MS)}; send a shorter sample`));
+        finish(
+          new AudioConversionError(
+            `audio decodes to more than ${describeDuration(MAX_CLONE_SAMPLE_MS)}; send a shorter sample`,
+          ),
+        );
         return;
       }
       output.push(chunk);
@@ -146,9 +170,15 @@ function runFfmpeg(input: string, stdinData: Buffer | null, signal: AbortSignal)
     child.on('error', (error) => finish(new AudioConversionError(`audio converter failed to start: ${error.message}`)));
     child.on('close', (code) => {
       const pcmBytes = Buffer.concat(output);
-      if (code !== 0) return finish(new AudioConversionError(`audio cannot be converted to 24 kHz mono WAV: ${stderr.trim().slice(0, MAX_STDERR_CHARS) || `ffmpeg exit ${code}`}`));
+      if (code !== 0)
+        return finish(
+          new AudioConversionError(
+            `audio cannot be converted to 24 kHz mono WAV: ${stderr.trim().slice(0, MAX_STDERR_CHARS) || `ffmpeg exit ${code}`}`,
+          ),
+        );
       const pcm = pcm16FromLittleEndian(pcmBytes);
-      if (pcm.length === 0) return finish(new AudioConversionError('audio cannot be converted to 24 kHz mono WAV: no audio samples'));
+      if (pcm.length === 0)
+        return finish(new AudioConversionError('audio cannot be converted to 24 kHz mono WAV: no audio samples'));
       finish(null, encodeWav(pcm, CLONE_SAMPLE_RATE));
     });
     if (stdinData) child.stdin!.end(stdinData);

@@ -75,7 +75,9 @@ const BUILTIN_VOICES: readonly DirectoryVoice[] = BUILTIN_VOICE_TABLE.map((entry
 }));
 
 const byLanguageThenName = (a: ListedVoice, b: ListedVoice): number =>
-  (a.language ?? '\uffff').localeCompare(b.language ?? '\uffff') || a.name.localeCompare(b.name) || a.id.localeCompare(b.id);
+  (a.language ?? '\uffff').localeCompare(b.language ?? '\uffff') ||
+  a.name.localeCompare(b.name) ||
+  a.id.localeCompare(b.id);
 
 export class VoiceDirectory {
   private readonly listings = new Map<TtsProviderId, { expiresAt: number; listing: Promise<Listing> }>();
@@ -90,8 +92,17 @@ export class VoiceDirectory {
   /** Every provider (or only `filter.provider`), in the order of the interface specification. */
   async list(filter: { provider?: TtsProviderId }, signal: AbortSignal): Promise<DirectoryProvider[]> {
     const ids = filter.provider ? [filter.provider] : [...TTS_PROVIDER_IDS];
-    const [defaults, clones] = await Promise.all([this.deps.defaults(), this.deps.catalog.list(filter.provider ? { provider: filter.provider } : {})]);
-    const entries = ids.map((id) => this.describe(id, defaults, clones.filter((entry) => entry.provider === id)));
+    const [defaults, clones] = await Promise.all([
+      this.deps.defaults(),
+      this.deps.catalog.list(filter.provider ? { provider: filter.provider } : {}),
+    ]);
+    const entries = ids.map((id) =>
+      this.describe(
+        id,
+        defaults,
+        clones.filter((entry) => entry.provider === id),
+      ),
+    );
     return untilAborted(Promise.all(entries), signal);
   }
 
@@ -141,7 +152,8 @@ export class VoiceDirectory {
       can_clone: typeof provider.clone === 'function',
       truncated: false,
     };
-    if (!status.configured) return { ...base, status: 'not_configured', reason: status.reason ?? 'not configured', voices: cloneVoices };
+    if (!status.configured)
+      return { ...base, status: 'not_configured', reason: status.reason ?? 'not configured', voices: cloneVoices };
     if (!provider.listVoices) return { ...base, status: 'ok', voices: cloneVoices };
     const listing = await this.listing(id, provider.listVoices.bind(provider));
     if (!listing.ok) return { ...base, status: 'error', reason: listing.reason, voices: cloneVoices };
@@ -162,7 +174,10 @@ export class VoiceDirectory {
   }
 
   /** Never rejects: every failure becomes a reason shown to the client (upstream text, never keys or paths). */
-  private async fetchListing(id: TtsProviderId, listVoices: (signal: AbortSignal) => Promise<ListedVoice[]>): Promise<Listing> {
+  private async fetchListing(
+    id: TtsProviderId,
+    listVoices: (signal: AbortSignal) => Promise<ListedVoice[]>,
+  ): Promise<Listing> {
     const timeout = AbortSignal.timeout(VOICE_LIST_TIMEOUT_MS);
     try {
       const voices = await listVoices(AbortSignal.any([timeout, this.closing.signal]));
@@ -170,7 +185,8 @@ export class VoiceDirectory {
       return { ok: true, voices: sorted.slice(0, MAX_LISTED_VOICES), truncated: sorted.length > MAX_LISTED_VOICES };
     } catch (error) {
       let reason: string;
-      if (timeout.aborted && isAbortError(error)) reason = `${id}: the voice list did not arrive within ${VOICE_LIST_TIMEOUT_MS / 1000} s`;
+      if (timeout.aborted && isAbortError(error))
+        reason = `${id}: the voice list did not arrive within ${VOICE_LIST_TIMEOUT_MS / 1000} s`;
       else if (error instanceof UpstreamError) reason = error.message;
       else reason = `${id}: the voice list failed (${(error as Error)?.name ?? 'error'})`;
       this.deps.logger?.warn({ provider: id, reason }, 'tts voice list failed');

@@ -33,11 +33,16 @@ export function builtinVoiceName(voice: string): string {
  * (several spec names share one engine voice), e.g. `flite “slt”: American English, female (same voice as Aria)`.
  */
 function describeBuiltin(entry: BuiltinVoice): string {
-  const twins = BUILTIN_VOICE_TABLE.filter((other) => other !== entry && other.engine === entry.engine && other.engineVoice === entry.engineVoice);
+  const twins = BUILTIN_VOICE_TABLE.filter(
+    (other) => other !== entry && other.engine === entry.engine && other.engineVoice === entry.engineVoice,
+  );
   const language = LANGUAGES.of(entry.lang) ?? entry.lang;
-  const same = twins.length > 0 ? ` (same voice as ${twins.map((twin) => builtinVoiceName(twin.voice)).join(', ')})` : '';
+  const same =
+    twins.length > 0 ? ` (same voice as ${twins.map((twin) => builtinVoiceName(twin.voice)).join(', ')})` : '';
   return `${builtinVoiceName(entry.voice)}: ${ENGINE_NAMES[entry.engine]} “${entry.engineVoice}”, ${language}, ${entry.gender}${same}`;
 }
 
 /** Description per built-in voice id. */
-export const BUILTIN_VOICE_DESCRIPTIONS: ReadonlyMap<string, string> = new Map(BUILTIN_VOICE_TABLE.map((entry) => [entry.voice, describeBuiltin(entry)]));
+export const BUILTIN_VOICE_DESCRIPTIONS: ReadonlyMap<string, string> = new Map(
+  BUILTIN_VOICE_TABLE.map((entry) => [entry.voice, describeBuiltin(entry)]),
+);

@@ -39,7 +39,8 @@ export async function sweepVoiceFiles(input: { catalog: VoiceCatalog; voiceDir: 
     const recorded = new Set(entries.filter((entry) => entry.provider === provider).map((entry) => entry.voice_id));
     for (const name of names) {
       const reference = REFERENCE_FILE.exec(name);
-      const temporary = PID_TEMPORARY_FILE.test(name) || (isTemporaryName(name) && REFERENCE_FILE.test(finalNameOf(name)));
+      const temporary =
+        PID_TEMPORARY_FILE.test(name) || (isTemporaryName(name) && REFERENCE_FILE.test(finalNameOf(name)));
       if (temporary) result.temporaryFiles++;
       else if (reference && !recorded.has(reference[1])) result.orphanReferences++;
       else continue;

@@ -75,7 +75,9 @@ export class VoiceUploads {
   /** Deletes a sample at once (a clone that failed must not leave it behind). */
   async remove(token: string): Promise<void> {
     if (!UPLOAD_TOKEN_PATTERN.test(token)) return;
-    await Promise.all((await this.files()).filter((file) => file.token === token).map((file) => rm(file.path, { force: true })));
+    await Promise.all(
+      (await this.files()).filter((file) => file.token === token).map((file) => rm(file.path, { force: true })),
+    );
   }
 
   /**
@@ -138,7 +140,16 @@ export class VoiceUploads {
     }
     return names.flatMap((name) => {
       const match = FILE_PATTERN.exec(name);
-      return match ? [{ token: match[1], expiresAt: Number(match[2]), pending: match[3] !== undefined, path: path.join(this.dir, name) }] : [];
+      return match
+        ? [
+            {
+              token: match[1],
+              expiresAt: Number(match[2]),
+              pending: match[3] !== undefined,
+              path: path.join(this.dir, name),
+            },
+          ]
+        : [];
     });
   }
 }

@@ -18,8 +18,12 @@ export function callbackUrlRefusal(url: string, allowedHosts: readonly string[])
   if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') return 'must be an http or https URL';
   // Credentials in a callback URL would end up in our requests and logs; nobody needs them for a signed callback.
   if (parsed.username !== '' || parsed.password !== '') return 'must not carry credentials';
-  if (allowedHosts.length === 0) return 'is refused: no callback hosts are allowed (SERVICE_WEBHOOK_ALLOWED_HOSTS is empty)';
-  const host = parsed.hostname.toLowerCase().replace(/^\[(.*)\]$/u, '$1').replace(/\.$/u, '');
+  if (allowedHosts.length === 0)
+    return 'is refused: no callback hosts are allowed (SERVICE_WEBHOOK_ALLOWED_HOSTS is empty)';
+  const host = parsed.hostname
+    .toLowerCase()
+    .replace(/^\[(.*)\]$/u, '$1')
+    .replace(/\.$/u, '');
   const allowed = allowedHosts.some((entry) => {
     if (!entry.startsWith('.')) return host === entry.replace(/^\[(.*)\]$/u, '$1').replace(/\.$/u, '');
     const domain = entry.slice(1).replace(/\.$/u, '');

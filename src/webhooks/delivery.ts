@@ -44,7 +44,11 @@ export interface WebhookDeliveryOptions {
 export type AttemptResult = 'delivered' | 'retry' | 'give-up';
 
 /** How long to wait after the `attempts`-th failed attempt: exponential from `baseMs`, at most `maxMs`. */
-export function backoffDelayMs(attempts: number, baseMs = WEBHOOK_BACKOFF_BASE_MS, maxMs = WEBHOOK_BACKOFF_MAX_MS): number {
+export function backoffDelayMs(
+  attempts: number,
+  baseMs = WEBHOOK_BACKOFF_BASE_MS,
+  maxMs = WEBHOOK_BACKOFF_MAX_MS,
+): number {
   return Math.min(maxMs, baseMs * 2 ** (attempts - 1));
 }
 
@@ -62,7 +66,13 @@ export interface AttemptInput {
  * delivers it; a network error, a timeout, a 408, a 429 or a 5xx is worth a retry; anything else (a refusal, a
  * redirect, which is never followed since it could point anywhere) gives up. The caller's abort answers `retry`.
  */
-export async function attemptDelivery({ message, signer, fetch: fetchImpl, timeoutMs, signal }: AttemptInput): Promise<AttemptResult> {
+export async function attemptDelivery({
+  message,
+  signer,
+  fetch: fetchImpl,
+  timeoutMs,
+  signal,
+}: AttemptInput): Promise<AttemptResult> {
   const headers = signer.headers(message.id, message.body);
   try {
     const response = await fetchUpstream(fetchImpl, message.url, {
@@ -210,11 +220,14 @@ export class WebhookDelivery {
     if (at === Infinity || at >= this.timerAt) return;
     if (this.timer) clearTimeout(this.timer);
     this.timerAt = at;
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      this.timerAt = Infinity;
-      this.kick();
-    }, Math.max(0, at - Date.now()));
+    this.timer = setTimeout(
+      () => {
+        this.timer = null;
+        this.timerAt = Infinity;
+        this.kick();
+      },
+      Math.max(0, at - Date.now()),
+    );
     this.timer.unref();
   }
 

@@ -57,7 +57,9 @@ export class WebhookEvents {
   /** A per-session callback URL is allowed only on SERVICE_WEBHOOK_ALLOWED_HOSTS (400 otherwise). */
   assertCallbackUrl(url: string): void {
     if (!this.enabled || this.deps.config.allowedHosts.length === 0) {
-      throw new InvalidInput('webhook_url needs SERVICE_WEBHOOK_ALLOWED_HOSTS (and SERVICE_WEBHOOK_SECRET) on the service');
+      throw new InvalidInput(
+        'webhook_url needs SERVICE_WEBHOOK_ALLOWED_HOSTS (and SERVICE_WEBHOOK_SECRET) on the service',
+      );
     }
     if (!callbackUrlAllowed(url, this.deps.config.allowedHosts)) {
       throw new InvalidInput('webhook_url must be an http(s) URL on a host listed in SERVICE_WEBHOOK_ALLOWED_HOSTS');
@@ -65,7 +67,11 @@ export class WebhookEvents {
   }
 
   sessionStarted(session: StoredSession): Promise<void> {
-    return this.emit('session.started', { session_id: session.session_id, avatar_id: session.avatar_id, model: session.model }, session.webhook_url);
+    return this.emit(
+      'session.started',
+      { session_id: session.session_id, avatar_id: session.avatar_id, model: session.model },
+      session.webhook_url,
+    );
   }
 
   sessionTerminated(session: StoredSession, reason: string): Promise<void> {
@@ -83,7 +89,12 @@ export class WebhookEvents {
   bundleSettled(job: StoredJob, artifactUrl: string): Promise<void> {
     const base = { job_id: job.job_id, session_id: job.session_id };
     const sessionUrl = this.deps.sessionUrlOf?.(job.session_id);
-    if (job.status === 'complete') return this.emit('bundle.completed', { ...base, artifact_url: artifactUrl, duration_ms: job.duration_ms ?? null }, sessionUrl);
+    if (job.status === 'complete')
+      return this.emit(
+        'bundle.completed',
+        { ...base, artifact_url: artifactUrl, duration_ms: job.duration_ms ?? null },
+        sessionUrl,
+      );
     return this.emit('bundle.failed', { ...base, error: job.error }, sessionUrl);
   }
 
@@ -94,7 +105,9 @@ export class WebhookEvents {
   /** Stores one delivery per receiver, then wakes the delivery loop. Never rejects. */
   async emit(type: WebhookEventType, data: object, sessionUrl?: string | null): Promise<void> {
     if (!this.enabled) return;
-    const receivers = new Set([this.deps.config.url, sessionUrl].filter((url): url is string => typeof url === 'string'));
+    const receivers = new Set(
+      [this.deps.config.url, sessionUrl].filter((url): url is string => typeof url === 'string'),
+    );
     if (receivers.size === 0) return;
     const now = Date.now();
     const body = JSON.stringify({ type, timestamp: new Date(now).toISOString(), data });

@@ -183,8 +183,17 @@ export class WebhookOutbox {
   private async migrateWholeEntries(): Promise<void> {
     const legacy = this.store.sublevel<OutboxEntry>('webhook-outbox');
     for await (const [key, entry] of legacy.iterator()) {
-      const added = await this.add({ id: entry.id, url: entry.url, type: entry.type, body: entry.body, createdAt: entry.createdAt, attempts: 0, nextAt: entry.createdAt });
-      if (added && entry.attempts > 0) await this.reschedule({ ...added, attempts: entry.attempts, nextAt: entry.nextAt });
+      const added = await this.add({
+        id: entry.id,
+        url: entry.url,
+        type: entry.type,
+        body: entry.body,
+        createdAt: entry.createdAt,
+        attempts: 0,
+        nextAt: entry.createdAt,
+      });
+      if (added && entry.attempts > 0)
+        await this.reschedule({ ...added, attempts: entry.attempts, nextAt: entry.nextAt });
       await legacy.del(key);
     }
   }

@@ -93,7 +93,8 @@ class AudioStream extends SocketSession {
   protected override onSessionEvent(event: SessionEventRecord): void {
     if (event.type === 'error' && this.turn) sendError(this.socket, event.data.code, event.data.message);
     if (event.type === 'status' && event.data.stage === 'interrupted') this.onInterrupted();
-    if (event.type === 'status' && (event.data.stage === 'idle' || event.data.stage === 'interrupted')) this.onTurnEnded();
+    if (event.type === 'status' && (event.data.stage === 'idle' || event.data.stage === 'interrupted'))
+      this.onTurnEnded();
   }
 
   protected onEos(): void {
@@ -161,7 +162,10 @@ class AudioStream extends SocketSession {
       const sessionRate = this.session.sampleRate;
       // The admission check in onAudio keeps within the bound; the capacity is a backstop (plus 10 ms for resampler rounding).
       const capacity = Math.ceil((INBOUND_AUDIO_LIMIT_MS * sessionRate) / 1000) + sessionRate / 100;
-      const turn: StreamTurn = { id: randomUUID(), chunks: new AsyncQueue<Int16Array>({ weigh: (pcm) => pcm.length, capacity }) };
+      const turn: StreamTurn = {
+        id: randomUUID(),
+        chunks: new AsyncQueue<Int16Array>({ weigh: (pcm) => pcm.length, capacity }),
+      };
       // Each burst is a SPEAK_AUDIO turn the machine admits or refuses (busy, paused) like any other request.
       const refusal = this.session.speakAudioStream(turn.id, turn.chunks);
       if (refusal !== null) {
@@ -261,7 +265,10 @@ class AudioStream extends SocketSession {
 
   /** Playout is full (the turn cannot hand over more) and this stream already holds a little extra. */
   private overHighWater(): boolean {
-    return this.inboundMs() >= STREAM_QUEUE_HIGH_WATER_MS && this.session.queuedSpeechMs >= PLAYOUT_HIGH_WATER_MS - STREAM_QUEUE_HIGH_WATER_MS;
+    return (
+      this.inboundMs() >= STREAM_QUEUE_HIGH_WATER_MS &&
+      this.session.queuedSpeechMs >= PLAYOUT_HIGH_WATER_MS - STREAM_QUEUE_HIGH_WATER_MS
+    );
   }
 
   /** Audio this stream holds: in the resampling chain (input rate) and queued for the playout (session rate). */

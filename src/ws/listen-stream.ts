@@ -62,7 +62,11 @@ class ListenStream extends SocketSession {
       this.overflowReported = false;
     } else if (!this.overflowReported) {
       this.overflowReported = true;
-      sendError(this.socket, 'audio_overflow', `the voice detector is more than ${MAX_VAD_BACKLOG_MS} ms behind; audio was dropped (send at most real time)`);
+      sendError(
+        this.socket,
+        'audio_overflow',
+        `the voice detector is more than ${MAX_VAD_BACKLOG_MS} ms behind; audio was dropped (send at most real time)`,
+      );
     }
   }
 

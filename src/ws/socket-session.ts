@@ -19,7 +19,9 @@ export const CLOSE_INTERNAL_ERROR = 1011;
 const ConfigMessage = Type.Object(
   {
     type: Type.Literal('config'),
-    sample_rate: Type.Optional(Type.Integer({ minimum: 8000, maximum: 48000, description: 'Sample rate of this stream' })),
+    sample_rate: Type.Optional(
+      Type.Integer({ minimum: 8000, maximum: 48000, description: 'Sample rate of this stream' }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -34,7 +36,11 @@ const controlMessage = TypeCompiler.Compile(ControlMessage);
  * The started session an audio socket is for, or undefined after closing the socket with why (unknown, ended or
  * not started): the admission both audio sockets (speak_audio_stream, listen) share.
  */
-export async function startedSessionFor(socket: WebSocket, supervisor: SessionSupervisor, sessionId: string): Promise<Session | undefined> {
+export async function startedSessionFor(
+  socket: WebSocket,
+  supervisor: SessionSupervisor,
+  sessionId: string,
+): Promise<Session | undefined> {
   let session: Session;
   try {
     session = await supervisor.requireSession(sessionId);
@@ -136,7 +142,8 @@ export abstract class SocketSession {
     if (!message) return;
     switch (message.type) {
       case 'config':
-        if (this.configured || this.receivedAudio) return sendError(this.socket, 'invalid_message', 'config must be the first message');
+        if (this.configured || this.receivedAudio)
+          return sendError(this.socket, 'invalid_message', 'config must be the first message');
         if (message.sample_rate !== undefined) this.inputRate = message.sample_rate;
         this.configured = true;
         this.send({ type: 'ack' });
@@ -149,7 +156,8 @@ export abstract class SocketSession {
   }
 
   private onBinary(raw: Buffer): void {
-    if (raw.length % 2 !== 0) return sendError(this.socket, 'invalid_audio', 'binary frames must hold whole 16-bit samples (even byte count)');
+    if (raw.length % 2 !== 0)
+      return sendError(this.socket, 'invalid_audio', 'binary frames must hold whole 16-bit samples (even byte count)');
     if (this.eos) {
       if (!this.afterEosReported) sendError(this.socket, 'invalid_message', 'audio after eos is ignored');
       this.afterEosReported = true;

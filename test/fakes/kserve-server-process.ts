@@ -53,7 +53,9 @@ export class KserveServerProcess {
     this.child.send({ type: 'stats', id });
     const timeout = AbortSignal.timeout(STATS_TIMEOUT_MS);
     for (;;) {
-      const [message] = (await once(this.child, 'message', { signal: timeout })) as [{ type?: string; id?: number; stats?: FakeKserveStats }];
+      const [message] = (await once(this.child, 'message', { signal: timeout })) as [
+        { type?: string; id?: number; stats?: FakeKserveStats },
+      ];
       if (message?.type === 'stats' && message.id === id && message.stats) return message.stats;
     }
   }

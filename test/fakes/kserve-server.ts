@@ -83,7 +83,16 @@ export class FakeKserveServer {
     inferFailStatus: null,
     drop: 'none',
   };
-  readonly stats: FakeKserveStats = { requests: [], connections: 0, inferJson: 0, inferBinary: 0, binaryAnswers: 0, inFlight: 0, maxInFlight: 0, batches: [] };
+  readonly stats: FakeKserveStats = {
+    requests: [],
+    connections: 0,
+    inferJson: 0,
+    inferBinary: 0,
+    binaryAnswers: 0,
+    inFlight: 0,
+    maxInFlight: 0,
+    batches: [],
+  };
   private closed = false;
   private listeningUrl = '';
   /** Ends the scripted delays at close(), so no timer outlives the server. */
@@ -103,7 +112,10 @@ export class FakeKserveServer {
     server.on('request', (request, response) => {
       fake.handle(request, response).catch((error: unknown) => {
         if (response.headersSent) response.destroy();
-        else fake.sendJson(response, error instanceof BadRequest ? 400 : 500, { error: error instanceof Error ? error.message : String(error) });
+        else
+          fake.sendJson(response, error instanceof BadRequest ? 400 : 500, {
+            error: error instanceof Error ? error.message : String(error),
+          });
       });
     });
     server.on('connection', () => fake.stats.connections++);
@@ -137,11 +149,23 @@ export class FakeKserveServer {
     if (path === '/v2/health/live') return this.sendJson(response, 200, {});
     if (path === '/v2/health/ready') return this.sendJson(response, this.behaviour.ready ? 200 : 503, {});
     if (path === '/v2') {
-      const extensions = ['classification', 'sequence', 'model_repository', 'schedule_policy', 'model_configuration', 'statistics'];
+      const extensions = [
+        'classification',
+        'sequence',
+        'model_repository',
+        'schedule_policy',
+        'model_configuration',
+        'statistics',
+      ];
       if (this.advertiseBinary) extensions.push('binary_tensor_data');
       return this.sendJson(response, 200, { name: 'fake-kserve', version: '2.0.0', extensions });
     }
-    if (path === `${modelPath}/ready`) return this.sendJson(response, this.behaviour.modelReady ? 200 : 400, this.behaviour.modelReady ? {} : { error: 'model not ready' });
+    if (path === `${modelPath}/ready`)
+      return this.sendJson(
+        response,
+        this.behaviour.modelReady ? 200 : 400,
+        this.behaviour.modelReady ? {} : { error: 'model not ready' },
+      );
     if (path === modelPath) {
       return this.sendJson(response, 200, {
         name: this.modelName,
@@ -171,7 +195,8 @@ export class FakeKserveServer {
       const headerField = request.headers['inference-header-content-length'];
       const binaryRequest = typeof headerField === 'string';
       const headerLength = binaryRequest ? Number(headerField) : body.byteLength;
-      if (!Number.isInteger(headerLength) || headerLength > body.byteLength) throw new BadRequest('bad Inference-Header-Content-Length');
+      if (!Number.isInteger(headerLength) || headerLength > body.byteLength)
+        throw new BadRequest('bad Inference-Header-Content-Length');
       if (binaryRequest) this.stats.inferBinary++;
       else this.stats.inferJson++;
       const parsed = JSON.parse(body.subarray(0, headerLength).toString('utf8')) as InferRequest;
@@ -188,8 +213,14 @@ export class FakeKserveServer {
       const results = await this.session.run(feeds);
       const wanted = (parsed.outputs ?? []).map((output) => String(output.name));
       const names = wanted.length > 0 ? wanted : [...this.session.outputNames];
-      const binaryOut = parsed.parameters?.binary_data_output === true || (parsed.outputs ?? []).some((o) => o.parameters?.binary_data === true);
-      this.answer(response, names.map((name) => ({ name, tensor: results[name] })), binaryOut);
+      const binaryOut =
+        parsed.parameters?.binary_data_output === true ||
+        (parsed.outputs ?? []).some((o) => o.parameters?.binary_data === true);
+      this.answer(
+        response,
+        names.map((name) => ({ name, tensor: results[name] })),
+        binaryOut,
+      );
     } finally {
       this.stats.inFlight--;
     }
@@ -207,12 +238,14 @@ export class FakeKserveServer {
       let data: Float32Array;
       const binarySize = input.parameters?.binary_data_size;
       if (typeof binarySize === 'number') {
-        if (binarySize !== count * 4 || offset + binarySize > body.byteLength) throw new BadRequest(`input ${name}: binary size does not match its shape`);
+        if (binarySize !== count * 4 || offset + binarySize > body.byteLength)
+          throw new BadRequest(`input ${name}: binary size does not match its shape`);
         data = new Float32Array(count);
         new Uint8Array(data.buffer).set(body.subarray(offset, offset + binarySize));
         offset += binarySize;
       } else {
-        if (!Array.isArray(input.data) || input.data.length !== count) throw new BadRequest(`input ${name}: data does not match its shape`);
+        if (!Array.isArray(input.data) || input.data.length !== count)
+          throw new BadRequest(`input ${name}: data does not match its shape`);
         data = Float32Array.from(input.data as number[]);
       }
       feeds[name] = new ort.Tensor('float32', data, shape);
@@ -223,9 +256,19 @@ export class FakeKserveServer {
     return feeds;
   }
 
-  private answer(response: http.ServerResponse, outputs: Array<{ name: string; tensor: ort.OnnxValue | undefined }>, binary: boolean): void {
-    const present = outputs.filter((output): output is { name: string; tensor: ort.Tensor } => output.tensor !== undefined);
-    const meta = (output: { name: string; tensor: ort.Tensor }) => ({ name: output.name, datatype: 'FP32', shape: [...output.tensor.dims] });
+  private answer(
+    response: http.ServerResponse,
+    outputs: Array<{ name: string; tensor: ort.OnnxValue | undefined }>,
+    binary: boolean,
+  ): void {
+    const present = outputs.filter(
+      (output): output is { name: string; tensor: ort.Tensor } => output.tensor !== undefined,
+    );
+    const meta = (output: { name: string; tensor: ort.Tensor }) => ({
+      name: output.name,
+      datatype: 'FP32',
+      shape: [...output.tensor.dims],
+    });
     let payload: Buffer;
     const headers: Record<string, string> = {};
     if (binary) {
@@ -233,7 +276,10 @@ export class FakeKserveServer {
         JSON.stringify({
           model_name: this.modelName,
           model_version: '1',
-          outputs: present.map((output) => ({ ...meta(output), parameters: { binary_data_size: (output.tensor.data as Float32Array).byteLength } })),
+          outputs: present.map((output) => ({
+            ...meta(output),
+            parameters: { binary_data_size: (output.tensor.data as Float32Array).byteLength },
+          })),
         }),
       );
       const tensors = present.map((output) => {

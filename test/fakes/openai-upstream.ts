@@ -179,7 +179,9 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
         return;
       }
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ object: 'list', data: models.ids.map((id) => ({ id, object: 'model', owned_by: 'fake' })) }));
+      res.end(
+        JSON.stringify({ object: 'list', data: models.ids.map((id) => ({ id, object: 'model', owned_by: 'fake' })) }),
+      );
       return;
     }
     sendError(res, 404, `Unknown route ${req.method} ${path}`, 'invalid_request_error');
@@ -264,14 +266,20 @@ export async function startOpenAiUpstream(initial: ScenarioPatch = {}): Promise<
     const calls = reply.toolCalls ?? [];
     // The first fragment of each call names it; the arguments follow in 4-character pieces, the calls interleaved.
     calls.forEach((call, index) => {
-      res.write(chunk({ tool_calls: [{ index, id: call.id, type: 'function', function: { name: call.name, arguments: '' } }] }, null));
+      res.write(
+        chunk(
+          { tool_calls: [{ index, id: call.id, type: 'function', function: { name: call.name, arguments: '' } }] },
+          null,
+        ),
+      );
     });
     const pieces = calls.map((call) => call.arguments.match(/[\s\S]{1,4}/gu) ?? []);
     for (let step = 0; pieces.some((list) => step < list.length); step++) {
       await delay(scenario.tokenDelayMs);
       if (stream.closed()) return;
       pieces.forEach((list, index) => {
-        if (step < list.length) res.write(chunk({ tool_calls: [{ index, function: { arguments: list[step] } }] }, null));
+        if (step < list.length)
+          res.write(chunk({ tool_calls: [{ index, function: { arguments: list[step] } }] }, null));
       });
     }
     res.write(chunk({}, calls.length > 0 ? 'tool_calls' : 'stop'));
@@ -350,7 +358,12 @@ async function parseTranscriptionUpload(
       const parsed = new wavefile.WaveFile(Buffer.from(await file.arrayBuffer()));
       const fmt = parsed.fmt as { sampleRate: number; numChannels: number };
       samples = parsed.getSamples(false, Int16Array) as unknown as Int16Array;
-      wav = { sampleRate: fmt.sampleRate, channels: fmt.numChannels, bitDepth: parsed.bitDepth, samples: samples.length };
+      wav = {
+        sampleRate: fmt.sampleRate,
+        channels: fmt.numChannels,
+        bitDepth: parsed.bitDepth,
+        samples: samples.length,
+      };
     } catch {
       // Not a WAV: the test sees `wav: undefined` and fails on it.
     }
@@ -358,7 +371,13 @@ async function parseTranscriptionUpload(
   return { fields, fileName: file?.name, fileType: file?.type, wav, samples };
 }
 
-function sendError(res: http.ServerResponse, status: number, message: string, type: string, code: string | null = null): void {
+function sendError(
+  res: http.ServerResponse,
+  status: number,
+  message: string,
+  type: string,
+  code: string | null = null,
+): void {
   res.writeHead(status, { 'content-type': 'application/json' });
   res.end(JSON.stringify({ error: { message, type, param: null, code } }));
 }

@@ -75,7 +75,10 @@ export interface EndlessSocketUpstream {
  * `task-finished`) with `totalBytes` of audio in frames of `frameBytes`, sent only while less than 256 KiB
  * wait in the server's own send buffer: what the client does not read stays in TCP.
  */
-export async function startEndlessSocketUpstream(options: { frameBytes: number; totalBytes: number }): Promise<EndlessSocketUpstream> {
+export async function startEndlessSocketUpstream(options: {
+  frameBytes: number;
+  totalBytes: number;
+}): Promise<EndlessSocketUpstream> {
   let sent = 0;
   const server = http.createServer();
   const wss = new WebSocketServer({ server });
@@ -88,7 +91,8 @@ export async function startEndlessSocketUpstream(options: { frameBytes: number; 
       void (async () => {
         const frame = Buffer.alloc(options.frameBytes, 1);
         for (let total = 0; total < options.totalBytes; total += frame.length) {
-          while (socket.readyState === socket.OPEN && socket.bufferedAmount > 256 * 1024) await new Promise((resolve) => setTimeout(resolve, 2));
+          while (socket.readyState === socket.OPEN && socket.bufferedAmount > 256 * 1024)
+            await new Promise((resolve) => setTimeout(resolve, 2));
           if (socket.readyState !== socket.OPEN) return;
           socket.send(frame, { binary: true });
           sent += frame.length;

@@ -20,7 +20,10 @@ export interface ReceivedToolRequest {
  * How the receiver answers one request: JSON (`status` default 200, after `delayMs`), a JSON body given as `text`
  * (for values JSON.stringify cannot write), or `hang` (no answer until the client leaves).
  */
-export type ToolAnswer = { status?: number; json: unknown; delayMs?: number } | { status?: number; text: string; delayMs?: number } | 'hang';
+export type ToolAnswer =
+  | { status?: number; json: unknown; delayMs?: number }
+  | { status?: number; text: string; delayMs?: number }
+  | 'hang';
 
 export interface ToolReceiver {
   /** The receiver's URL for `path` (`http://127.0.0.1:<port><path>`). */
@@ -45,7 +48,13 @@ export async function startToolReceiver(): Promise<ToolReceiver> {
       } catch {
         // Recorded as {}: the test's assertions on the body fail.
       }
-      const recorded: ReceivedToolRequest = { path: req.url ?? '/', headers: req.headers, rawBody, body, abandoned: false };
+      const recorded: ReceivedToolRequest = {
+        path: req.url ?? '/',
+        headers: req.headers,
+        rawBody,
+        body,
+        abandoned: false,
+      };
       requests.push(recorded);
       res.on('close', () => {
         if (!res.writableFinished) recorded.abandoned = true;

@@ -85,7 +85,11 @@ async function sendStreamed(response: ServerResponse, contentType: string, body:
   response.end();
 }
 
-async function startFake(handler: Handler, failures: FailureTexts, onServer?: (server: http.Server, fake: FakeUpstream) => void): Promise<FakeUpstream> {
+async function startFake(
+  handler: Handler,
+  failures: FailureTexts,
+  onServer?: (server: http.Server, fake: FakeUpstream) => void,
+): Promise<FakeUpstream> {
   const sockets = new Set<import('node:net').Socket>();
   const fake: FakeUpstream = {
     url: '',
@@ -103,7 +107,13 @@ async function startFake(handler: Handler, failures: FailureTexts, onServer?: (s
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
     const url = new URL(req.url ?? '/', 'http://fake');
-    const recorded: RecordedRequest = { method: req.method ?? 'GET', path: url.pathname, query: url.searchParams, headers: req.headers, body: Buffer.concat(chunks) };
+    const recorded: RecordedRequest = {
+      method: req.method ?? 'GET',
+      path: url.pathname,
+      query: url.searchParams,
+      headers: req.headers,
+      body: Buffer.concat(chunks),
+    };
     const type = String(req.headers['content-type'] ?? '');
     if (type.includes('application/json')) {
       try {
@@ -112,7 +122,9 @@ async function startFake(handler: Handler, failures: FailureTexts, onServer?: (s
         fake.complaints.push(`invalid JSON body on ${recorded.path}`);
       }
     } else if (type.includes('multipart/form-data')) {
-      recorded.form = await new Response(new Uint8Array(recorded.body), { headers: { 'content-type': type } }).formData();
+      recorded.form = await new Response(new Uint8Array(recorded.body), {
+        headers: { 'content-type': type },
+      }).formData();
     }
     fake.requests.push(recorded);
     try {
@@ -153,42 +165,96 @@ function complainUnless(fake: FakeUpstream, condition: boolean, complaint: strin
   return condition;
 }
 
-const openAiError = (message: string, type: string) => JSON.stringify({ error: { message, type, param: null, code: null } });
+const openAiError = (message: string, type: string) =>
+  JSON.stringify({ error: { message, type, param: null, code: null } });
 
 /** OpenAI `POST /v1/audio/speech`: Bearer key (when configured), `response_format` wav or pcm (24 kHz). */
 export function startOpenAiSpeechFake(options: { apiKey?: string } = {}): Promise<FakeUpstream> {
   return startFake(
     (request, response, fake) => {
-      if (request.method !== 'POST' || request.path !== '/v1/audio/speech') return sendJson(response, 404, { error: { message: 'not found' } });
+      if (request.method !== 'POST' || request.path !== '/v1/audio/speech')
+        return sendJson(response, 404, { error: { message: 'not found' } });
       if (options.apiKey && request.headers.authorization !== `Bearer ${options.apiKey}`) {
-        return send(response, 401, 'application/json', openAiError('Incorrect API key provided', 'invalid_request_error'));
+        return send(
+          response,
+          401,
+          'application/json',
+          openAiError('Incorrect API key provided', 'invalid_request_error'),
+        );
       }
       const body = request.json ?? {};
-      const valid = complainUnless(fake, typeof body.input === 'string' && body.input.length > 0, 'input missing')
-        && complainUnless(fake, typeof body.model === 'string' && typeof body.voice === 'string', 'model/voice missing')
-        && complainUnless(fake, ['wav', 'pcm'].includes(body.response_format), `response_format ${body.response_format}`);
-      if (!valid) return send(response, 400, 'application/json', openAiError('invalid request', 'invalid_request_error'));
+      const valid =
+        complainUnless(fake, typeof body.input === 'string' && body.input.length > 0, 'input missing') &&
+        complainUnless(fake, typeof body.model === 'string' && typeof body.voice === 'string', 'model/voice missing') &&
+        complainUnless(fake, ['wav', 'pcm'].includes(body.response_format), `response_format ${body.response_format}`);
+      if (!valid)
+        return send(response, 400, 'application/json', openAiError('invalid request', 'invalid_request_error'));
       const pcm = tone(24000);
       if (body.response_format === 'pcm') return sendStreamed(response, 'audio/pcm', pcmBytes(pcm));
       return sendStreamed(response, 'audio/wav', encodeWav(pcm, 24000));
     },
     {
-      unauthorized: { contentType: 'application/json', body: openAiError('Incorrect API key provided: sk-wrong', 'invalid_request_error') },
-      server_error: { contentType: 'application/json', body: openAiError('The server had an error while processing your request', 'server_error') },
+      unauthorized: {
+        contentType: 'application/json',
+        body: openAiError('Incorrect API key provided: sk-wrong', 'invalid_request_error'),
+      },
+      server_error: {
+        contentType: 'application/json',
+        body: openAiError('The server had an error while processing your request', 'server_error'),
+      },
     },
   );
 }
 
 /** What the voice-list fakes answer: a few real entries in each service's format, plus one the adapter must drop. */
 export const ELEVENLABS_VOICES = [
-  { voice_id: '21m00Tcm4TlvDq8ikWAM', name: 'Rachel', category: 'premade', labels: { accent: 'american', gender: 'female', age: 'young' }, verified_languages: [] },
-  { voice_id: 'TxGEqnHWrfWFTfGW9XjX', name: 'Josh', category: 'premade', labels: { gender: 'male' }, verified_languages: [{ language: 'en', locale: 'en-US', model_id: 'eleven_multilingual_v2' }] },
+  {
+    voice_id: '21m00Tcm4TlvDq8ikWAM',
+    name: 'Rachel',
+    category: 'premade',
+    labels: { accent: 'american', gender: 'female', age: 'young' },
+    verified_languages: [],
+  },
+  {
+    voice_id: 'TxGEqnHWrfWFTfGW9XjX',
+    name: 'Josh',
+    category: 'premade',
+    labels: { gender: 'male' },
+    verified_languages: [{ language: 'en', locale: 'en-US', model_id: 'eleven_multilingual_v2' }],
+  },
   { voice_id: 'not-an-elevenlabs-id', name: 'Broken entry', labels: {} },
 ];
 export const AZURE_VOICES = [
-  { Name: 'Microsoft Server Speech Text to Speech Voice (en-US, JennyNeural)', DisplayName: 'Jenny', LocalName: 'Jenny', ShortName: 'en-US-JennyNeural', Gender: 'Female', Locale: 'en-US', SampleRateHertz: '24000', VoiceType: 'Neural', Status: 'GA' },
-  { Name: 'Microsoft Server Speech Text to Speech Voice (de-DE, ConradNeural)', DisplayName: 'Conrad', LocalName: 'Conrad', ShortName: 'de-DE-ConradNeural', Gender: 'Male', Locale: 'de-DE', SampleRateHertz: '48000', VoiceType: 'Neural', Status: 'GA' },
-  { Name: 'Microsoft Server Speech Text to Speech Voice (en-US, Guy24kRUS)', DisplayName: 'Guy', ShortName: 'en-US-Guy24kRUS', Gender: 'Male', Locale: 'en-US', VoiceType: 'Standard' },
+  {
+    Name: 'Microsoft Server Speech Text to Speech Voice (en-US, JennyNeural)',
+    DisplayName: 'Jenny',
+    LocalName: 'Jenny',
+    ShortName: 'en-US-JennyNeural',
+    Gender: 'Female',
+    Locale: 'en-US',
+    SampleRateHertz: '24000',
+    VoiceType: 'Neural',
+    Status: 'GA',
+  },
+  {
+    Name: 'Microsoft Server Speech Text to Speech Voice (de-DE, ConradNeural)',
+    DisplayName: 'Conrad',
+    LocalName: 'Conrad',
+    ShortName: 'de-DE-ConradNeural',
+    Gender: 'Male',
+    Locale: 'de-DE',
+    SampleRateHertz: '48000',
+    VoiceType: 'Neural',
+    Status: 'GA',
+  },
+  {
+    Name: 'Microsoft Server Speech Text to Speech Voice (en-US, Guy24kRUS)',
+    DisplayName: 'Guy',
+    ShortName: 'en-US-Guy24kRUS',
+    Gender: 'Male',
+    Locale: 'en-US',
+    VoiceType: 'Standard',
+  },
 ];
 export const GOOGLE_VOICES = [
   { languageCodes: ['en-US'], name: 'en-US-Neural2-F', ssmlGender: 'FEMALE', naturalSampleRateHertz: 24000 },
@@ -203,25 +269,45 @@ export function startElevenLabsFake(options: { apiKey: string }): Promise<FakeUp
   return startFake(
     (request, response, fake) => {
       if (request.method === 'GET' && request.path === '/v1/voices') {
-        if (request.headers['xi-api-key'] !== options.apiKey) return send(response, 401, 'application/json', unauthorized);
+        if (request.headers['xi-api-key'] !== options.apiKey)
+          return send(response, 401, 'application/json', unauthorized);
         return sendJson(response, 200, { voices: ELEVENLABS_VOICES });
       }
       const match = /^\/v1\/text-to-speech\/([^/]+)(\/stream)?$/.exec(request.path);
       if (request.method !== 'POST' || !match) return sendJson(response, 404, { detail: 'Not Found' });
-      if (request.headers['xi-api-key'] !== options.apiKey) return send(response, 401, 'application/json', unauthorized);
-      if (!/^[A-Za-z0-9]{20}$/.test(match[1])) return sendJson(response, 404, { detail: { status: 'voice_not_found', message: 'A voice with the voice_id was not found.' } });
+      if (request.headers['xi-api-key'] !== options.apiKey)
+        return send(response, 401, 'application/json', unauthorized);
+      if (!/^[A-Za-z0-9]{20}$/.test(match[1]))
+        return sendJson(response, 404, {
+          detail: { status: 'voice_not_found', message: 'A voice with the voice_id was not found.' },
+        });
       const format = /^pcm_(\d+)$/.exec(request.query.get('output_format') ?? '');
-      if (!complainUnless(fake, !!format && [8000, 16000, 22050, 24000, 44100, 48000].includes(Number(format[1])), 'bad output_format')) {
+      if (
+        !complainUnless(
+          fake,
+          !!format && [8000, 16000, 22050, 24000, 44100, 48000].includes(Number(format[1])),
+          'bad output_format',
+        )
+      ) {
         return sendJson(response, 422, { detail: 'invalid output_format' });
       }
-      if (!complainUnless(fake, typeof request.json?.text === 'string' && typeof request.json?.model_id === 'string', 'text/model_id missing')) {
+      if (
+        !complainUnless(
+          fake,
+          typeof request.json?.text === 'string' && typeof request.json?.model_id === 'string',
+          'text/model_id missing',
+        )
+      ) {
         return sendJson(response, 422, { detail: 'text required' });
       }
       return sendStreamed(response, 'audio/pcm', pcmBytes(tone(Number(format![1]))));
     },
     {
       unauthorized: { contentType: 'application/json', body: unauthorized },
-      server_error: { contentType: 'application/json', body: JSON.stringify({ detail: { status: 'internal_error', message: 'An internal error occurred' } }) },
+      server_error: {
+        contentType: 'application/json',
+        body: JSON.stringify({ detail: { status: 'internal_error', message: 'An internal error occurred' } }),
+      },
     },
   );
 }
@@ -229,27 +315,53 @@ export function startElevenLabsFake(options: { apiKey: string }): Promise<FakeUp
 /** Azure Speech REST `POST /cognitiveservices/v1`: SSML, `Ocp-Apim-Subscription-Key`, raw PCM output formats; `GET /cognitiveservices/voices/list`. */
 export function startAzureSpeechFake(options: { apiKey: string }): Promise<FakeUpstream> {
   const rates: Record<string, number> = {
-    'raw-8khz-16bit-mono-pcm': 8000, 'raw-16khz-16bit-mono-pcm': 16000, 'raw-22050hz-16bit-mono-pcm': 22050,
-    'raw-24khz-16bit-mono-pcm': 24000, 'raw-44100hz-16bit-mono-pcm': 44100, 'raw-48khz-16bit-mono-pcm': 48000,
+    'raw-8khz-16bit-mono-pcm': 8000,
+    'raw-16khz-16bit-mono-pcm': 16000,
+    'raw-22050hz-16bit-mono-pcm': 22050,
+    'raw-24khz-16bit-mono-pcm': 24000,
+    'raw-44100hz-16bit-mono-pcm': 44100,
+    'raw-48khz-16bit-mono-pcm': 48000,
   };
   return startFake(
     (request, response, fake) => {
       const isVoiceList = request.method === 'GET' && request.path === '/cognitiveservices/voices/list';
-      if (!isVoiceList && (request.method !== 'POST' || request.path !== '/cognitiveservices/v1')) return send(response, 404, 'text/plain', '');
+      if (!isVoiceList && (request.method !== 'POST' || request.path !== '/cognitiveservices/v1'))
+        return send(response, 404, 'text/plain', '');
       if (request.headers['ocp-apim-subscription-key'] !== options.apiKey) {
-        return send(response, 401, 'application/json', JSON.stringify({ error: { code: '401', message: 'Access denied due to invalid subscription key or wrong API endpoint.' } }));
+        return send(
+          response,
+          401,
+          'application/json',
+          JSON.stringify({
+            error: { code: '401', message: 'Access denied due to invalid subscription key or wrong API endpoint.' },
+          }),
+        );
       }
       if (isVoiceList) return sendJson(response, 200, AZURE_VOICES);
       const ssml = request.body.toString('utf8');
       const rate = rates[String(request.headers['x-microsoft-outputformat'])];
-      const valid = complainUnless(fake, String(request.headers['content-type']).startsWith('application/ssml+xml'), 'content-type is not SSML')
-        && complainUnless(fake, rate !== undefined, 'unknown output format')
-        && complainUnless(fake, /<speak [^>]*xml:lang='[a-z]{2}-[A-Z]{2}'[^>]*><voice name='[^']+Neural'>[^<]+<\/voice><\/speak>/.test(ssml), `bad SSML ${ssml}`);
+      const valid =
+        complainUnless(
+          fake,
+          String(request.headers['content-type']).startsWith('application/ssml+xml'),
+          'content-type is not SSML',
+        ) &&
+        complainUnless(fake, rate !== undefined, 'unknown output format') &&
+        complainUnless(
+          fake,
+          /<speak [^>]*xml:lang='[a-z]{2}-[A-Z]{2}'[^>]*><voice name='[^']+Neural'>[^<]+<\/voice><\/speak>/.test(ssml),
+          `bad SSML ${ssml}`,
+        );
       if (!valid) return send(response, 400, 'text/plain', 'Bad request');
       return sendStreamed(response, 'audio/x-wav', pcmBytes(tone(rate)));
     },
     {
-      unauthorized: { contentType: 'application/json', body: JSON.stringify({ error: { code: '401', message: 'Access denied due to invalid subscription key or wrong API endpoint.' } }) },
+      unauthorized: {
+        contentType: 'application/json',
+        body: JSON.stringify({
+          error: { code: '401', message: 'Access denied due to invalid subscription key or wrong API endpoint.' },
+        }),
+      },
       server_error: { contentType: 'text/plain', body: 'Internal server error' },
     },
   );
@@ -257,26 +369,45 @@ export function startAzureSpeechFake(options: { apiKey: string }): Promise<FakeU
 
 /** Google Cloud TTS `POST /v1/text:synthesize` with `X-Goog-Api-Key`; answers base64 LINEAR16 (WAV); `GET /v1/voices`. */
 export function startGoogleTtsFake(options: { apiKey: string }): Promise<FakeUpstream> {
-  const googleError = (code: number, status: string, message: string) => JSON.stringify({ error: { code, message, status } });
+  const googleError = (code: number, status: string, message: string) =>
+    JSON.stringify({ error: { code, message, status } });
   return startFake(
     (request, response, fake) => {
       const isVoiceList = request.method === 'GET' && request.path === '/v1/voices';
-      if (!isVoiceList && (request.method !== 'POST' || request.path !== '/v1/text:synthesize')) return send(response, 404, 'text/plain', 'Not Found');
+      if (!isVoiceList && (request.method !== 'POST' || request.path !== '/v1/text:synthesize'))
+        return send(response, 404, 'text/plain', 'Not Found');
       if (request.headers['x-goog-api-key'] !== options.apiKey) {
-        return send(response, 400, 'application/json', googleError(400, 'INVALID_ARGUMENT', 'API key not valid. Please pass a valid API key.'));
+        return send(
+          response,
+          400,
+          'application/json',
+          googleError(400, 'INVALID_ARGUMENT', 'API key not valid. Please pass a valid API key.'),
+        );
       }
       if (isVoiceList) return sendJson(response, 200, { voices: GOOGLE_VOICES });
       const body = request.json ?? {};
       const rate = body.audioConfig?.sampleRateHertz ?? 24000;
-      const valid = complainUnless(fake, typeof body.input?.text === 'string', 'input.text missing')
-        && complainUnless(fake, typeof body.voice?.languageCode === 'string' && String(body.voice?.name).startsWith(body.voice.languageCode), 'voice mismatch')
-        && complainUnless(fake, body.audioConfig?.audioEncoding === 'LINEAR16', 'encoding not LINEAR16');
-      if (!valid) return send(response, 400, 'application/json', googleError(400, 'INVALID_ARGUMENT', 'Invalid request'));
+      const valid =
+        complainUnless(fake, typeof body.input?.text === 'string', 'input.text missing') &&
+        complainUnless(
+          fake,
+          typeof body.voice?.languageCode === 'string' && String(body.voice?.name).startsWith(body.voice.languageCode),
+          'voice mismatch',
+        ) &&
+        complainUnless(fake, body.audioConfig?.audioEncoding === 'LINEAR16', 'encoding not LINEAR16');
+      if (!valid)
+        return send(response, 400, 'application/json', googleError(400, 'INVALID_ARGUMENT', 'Invalid request'));
       return sendJson(response, 200, { audioContent: encodeWav(tone(rate), rate).toString('base64') });
     },
     {
-      unauthorized: { contentType: 'application/json', body: googleError(401, 'UNAUTHENTICATED', 'API key not valid. Request had invalid authentication credentials.') },
-      server_error: { contentType: 'application/json', body: googleError(500, 'INTERNAL', 'Internal error encountered.') },
+      unauthorized: {
+        contentType: 'application/json',
+        body: googleError(401, 'UNAUTHENTICATED', 'API key not valid. Request had invalid authentication credentials.'),
+      },
+      server_error: {
+        contentType: 'application/json',
+        body: googleError(500, 'INTERNAL', 'Internal error encountered.'),
+      },
     },
   );
 }
@@ -296,27 +427,40 @@ export async function startDashscopeFake(options: { apiKey: string }): Promise<D
   const voices = new Set<string>(['Cherry', 'Ethan', 'longxiaochun_v2']);
   const socketMessages: any[][] = [];
   const dashError = (code: string, message: string) => JSON.stringify({ code, message, request_id: 'fake-request' });
-  const authorised = (headers: http.IncomingHttpHeaders) => String(headers.authorization ?? '').toLowerCase() === `bearer ${options.apiKey.toLowerCase()}`;
+  const authorised = (headers: http.IncomingHttpHeaders) =>
+    String(headers.authorization ?? '').toLowerCase() === `bearer ${options.apiKey.toLowerCase()}`;
   let counter = 0;
   const fake = (await startFake(
     async (request, response, self) => {
-      if (!authorised(request.headers)) return send(response, 401, 'application/json', dashError('InvalidApiKey', 'Invalid API-key provided.'));
+      if (!authorised(request.headers))
+        return send(response, 401, 'application/json', dashError('InvalidApiKey', 'Invalid API-key provided.'));
       const body = request.json ?? {};
       if (request.method === 'POST' && request.path === '/api/v1/services/aigc/multimodal-generation/generation') {
-        const valid = complainUnless(self, request.headers['x-dashscope-sse'] === 'enable', 'SSE not enabled')
-          && complainUnless(self, typeof body.input?.text === 'string', 'input.text missing');
+        const valid =
+          complainUnless(self, request.headers['x-dashscope-sse'] === 'enable', 'SSE not enabled') &&
+          complainUnless(self, typeof body.input?.text === 'string', 'input.text missing');
         if (!valid) return send(response, 400, 'application/json', dashError('InvalidParameter', 'bad request'));
-        if (!voices.has(body.input.voice)) return send(response, 400, 'application/json', dashError('InvalidParameter', `Voice ${body.input.voice} not found`));
+        if (!voices.has(body.input.voice))
+          return send(
+            response,
+            400,
+            'application/json',
+            dashError('InvalidParameter', `Voice ${body.input.voice} not found`),
+          );
         response.writeHead(200, { 'content-type': 'text/event-stream' });
         const audio = pcmBytes(tone(24000));
         const pieces = 3;
         const size = Math.ceil(audio.length / pieces);
         for (let i = 0; i < pieces; i++) {
           const data = audio.subarray(i * size, (i + 1) * size).toString('base64');
-          response.write(`id:${i + 1}\nevent:result\n:HTTP_STATUS/200\ndata:${JSON.stringify({ output: { audio: { data, id: 'audio_1' }, finish_reason: 'null' }, request_id: 'r' })}\n\n`);
+          response.write(
+            `id:${i + 1}\nevent:result\n:HTTP_STATUS/200\ndata:${JSON.stringify({ output: { audio: { data, id: 'audio_1' }, finish_reason: 'null' }, request_id: 'r' })}\n\n`,
+          );
           await new Promise((resolve) => setTimeout(resolve, 2));
         }
-        response.write(`id:${pieces + 1}\nevent:result\n:HTTP_STATUS/200\ndata:${JSON.stringify({ output: { audio: { data: '', url: 'http://example.invalid/a.wav' }, finish_reason: 'stop' }, usage: {} })}\n\n`);
+        response.write(
+          `id:${pieces + 1}\nevent:result\n:HTTP_STATUS/200\ndata:${JSON.stringify({ output: { audio: { data: '', url: 'http://example.invalid/a.wav' }, finish_reason: 'stop' }, usage: {} })}\n\n`,
+        );
         return response.end();
       }
       if (request.method === 'POST' && request.path === '/api/v1/services/audio/tts/customization') {
@@ -324,22 +468,43 @@ export async function startDashscopeFake(options: { apiKey: string }): Promise<D
         if (body.model === 'qwen-voice-enrollment' && body.input?.action === 'create') {
           const dataUri = String(body.input?.audio?.data ?? '');
           const match = /^data:audio\/wav;base64,(.+)$/.exec(dataUri);
-          if (!complainUnless(self, !!match && isCloneSample(Buffer.from(match[1], 'base64')), 'cloud_a sample is not a 24 kHz mono WAV data URI')) {
+          if (
+            !complainUnless(
+              self,
+              !!match && isCloneSample(Buffer.from(match[1], 'base64')),
+              'cloud_a sample is not a 24 kHz mono WAV data URI',
+            )
+          ) {
             return send(response, 400, 'application/json', dashError('InvalidParameter', 'Audio format not supported'));
           }
           const voice = `qwen-tts-vc-${body.input.preferred_name}-voice-${counter}`;
           voices.add(voice);
-          return sendJson(response, 200, { output: { voice, target_model: body.input.target_model }, usage: { count: 1 }, request_id: 'r' });
+          return sendJson(response, 200, {
+            output: { voice, target_model: body.input.target_model },
+            usage: { count: 1 },
+            request_id: 'r',
+          });
         }
         if (body.model === 'voice-enrollment' && body.input?.action === 'create_voice') {
           // The real service downloads the sample from the given URL.
           let sample: Buffer;
           try {
             const fetched = await fetch(String(body.input.url));
-            if (!fetched.ok) return send(response, 400, 'application/json', dashError('InvalidParameter', `Download audio failed: ${fetched.status}`));
+            if (!fetched.ok)
+              return send(
+                response,
+                400,
+                'application/json',
+                dashError('InvalidParameter', `Download audio failed: ${fetched.status}`),
+              );
             sample = Buffer.from(await fetched.arrayBuffer());
           } catch (error) {
-            return send(response, 400, 'application/json', dashError('InvalidParameter', `Download audio failed: ${(error as Error).message}`));
+            return send(
+              response,
+              400,
+              'application/json',
+              dashError('InvalidParameter', `Download audio failed: ${(error as Error).message}`),
+            );
           }
           if (!complainUnless(self, isCloneSample(sample), 'cloud_b sample is not a 24 kHz mono WAV')) {
             return send(response, 400, 'application/json', dashError('InvalidParameter', 'Audio format not supported'));
@@ -354,14 +519,20 @@ export async function startDashscopeFake(options: { apiKey: string }): Promise<D
     },
     {
       unauthorized: { contentType: 'application/json', body: dashError('InvalidApiKey', 'Invalid API-key provided.') },
-      server_error: { contentType: 'application/json', body: dashError('InternalError', 'An internal error has occured, please try again later.') },
+      server_error: {
+        contentType: 'application/json',
+        body: dashError('InternalError', 'An internal error has occured, please try again later.'),
+      },
     },
     (server, self) => {
       const wss = new WebSocketServer({ noServer: true });
       server.on('upgrade', (req, socket, head) => {
         const path = new URL(req.url ?? '/', 'http://fake').pathname;
         if (self.scenario === 'unauthorized' || !authorised(req.headers)) {
-          socket.end('HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n' + dashError('InvalidApiKey', 'Invalid API-key provided.'));
+          socket.end(
+            'HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n' +
+              dashError('InvalidApiKey', 'Invalid API-key provided.'),
+          );
           return;
         }
         if (path !== '/api-ws/v1/inference/') return socket.destroy();
@@ -377,7 +548,8 @@ export async function startDashscopeFake(options: { apiKey: string }): Promise<D
     const received: any[] = [];
     socketMessages.push(received);
     let parameters: any = null;
-    const event = (taskId: string, name: string, extra: object = {}) => ws.send(JSON.stringify({ header: { task_id: taskId, event: name, attributes: {}, ...extra }, payload: {} }));
+    const event = (taskId: string, name: string, extra: object = {}) =>
+      ws.send(JSON.stringify({ header: { task_id: taskId, event: name, attributes: {}, ...extra }, payload: {} }));
     // Messages are handled strictly in order, like the real task runner (finish waits for continue).
     let sequence: Promise<unknown> = Promise.resolve();
     ws.on('message', (data, isBinary) => {
@@ -390,12 +562,21 @@ export async function startDashscopeFake(options: { apiKey: string }): Promise<D
       const { action, task_id: taskId } = message.header ?? {};
       if (action === 'run-task') {
         parameters = message.payload?.parameters;
-        const valid = complainUnless(self, message.header.streaming === 'duplex', 'streaming is not duplex')
-          && complainUnless(self, message.payload?.task === 'tts' && message.payload?.function === 'SpeechSynthesizer', 'wrong task');
+        const valid =
+          complainUnless(self, message.header.streaming === 'duplex', 'streaming is not duplex') &&
+          complainUnless(
+            self,
+            message.payload?.task === 'tts' && message.payload?.function === 'SpeechSynthesizer',
+            'wrong task',
+          );
         if (!valid || !voices.has(parameters?.voice)) {
-          return event(taskId, 'task-failed', { error_code: 'InvalidParameter', error_message: `voice ${parameters?.voice} not found` });
+          return event(taskId, 'task-failed', {
+            error_code: 'InvalidParameter',
+            error_message: `voice ${parameters?.voice} not found`,
+          });
         }
-        if (self.scenario === 'server_error') return event(taskId, 'task-failed', { error_code: 'InternalError', error_message: 'internal error' });
+        if (self.scenario === 'server_error')
+          return event(taskId, 'task-failed', { error_code: 'InternalError', error_message: 'internal error' });
         return event(taskId, 'task-started');
       }
       if (action === 'continue-task') {
@@ -421,22 +602,42 @@ export function startFalFake(options: { apiKey: string }): Promise<FakeUpstream>
   let counter = 0;
   return startFake(
     (request, response, fake) => {
-      if (request.method === 'GET' && files.has(request.path)) return send(response, 200, 'audio/wav', files.get(request.path)!);
+      if (request.method === 'GET' && files.has(request.path))
+        return send(response, 200, 'audio/wav', files.get(request.path)!);
       if (request.headers.authorization !== `Key ${options.apiKey}`) {
-        return send(response, 401, 'application/json', JSON.stringify({ detail: 'Authentication is required to access this application.' }));
+        return send(
+          response,
+          401,
+          'application/json',
+          JSON.stringify({ detail: 'Authentication is required to access this application.' }),
+        );
       }
-      if (request.method !== 'POST' || request.path !== '/fal-ai/f5-tts') return sendJson(response, 404, { detail: 'Application not found' });
+      if (request.method !== 'POST' || request.path !== '/fal-ai/f5-tts')
+        return sendJson(response, 404, { detail: 'Application not found' });
       const body = request.json ?? {};
       const reference = /^data:audio\/wav;base64,(.+)$/.exec(String(body.ref_audio_url ?? ''));
-      const valid = complainUnless(fake, typeof body.gen_text === 'string' && body.gen_text.length > 0, 'gen_text missing')
-        && complainUnless(fake, !!reference && isCloneSample(Buffer.from(reference[1], 'base64')), 'ref_audio_url is not a 24 kHz WAV data URI');
-      if (!valid) return sendJson(response, 422, { detail: [{ loc: ['body', 'ref_audio_url'], msg: 'invalid reference', type: 'value_error' }] });
+      const valid =
+        complainUnless(fake, typeof body.gen_text === 'string' && body.gen_text.length > 0, 'gen_text missing') &&
+        complainUnless(
+          fake,
+          !!reference && isCloneSample(Buffer.from(reference[1], 'base64')),
+          'ref_audio_url is not a 24 kHz WAV data URI',
+        );
+      if (!valid)
+        return sendJson(response, 422, {
+          detail: [{ loc: ['body', 'ref_audio_url'], msg: 'invalid reference', type: 'value_error' }],
+        });
       const file = `/files/${++counter}.wav`;
       files.set(file, encodeWav(tone(24000), 24000));
-      return sendJson(response, 200, { audio_url: { url: `${fake.url}${file}`, content_type: 'audio/wav', file_name: 'out.wav' } });
+      return sendJson(response, 200, {
+        audio_url: { url: `${fake.url}${file}`, content_type: 'audio/wav', file_name: 'out.wav' },
+      });
     },
     {
-      unauthorized: { contentType: 'application/json', body: JSON.stringify({ detail: 'Authentication is required to access this application.' }) },
+      unauthorized: {
+        contentType: 'application/json',
+        body: JSON.stringify({ detail: 'Authentication is required to access this application.' }),
+      },
       server_error: { contentType: 'application/json', body: JSON.stringify({ detail: 'Internal Server Error' }) },
     },
   );
@@ -448,9 +649,16 @@ export function startXttsFake(options: { speakers?: string[] } = {}): Promise<Fa
   return startFake(
     async (request, response, fake) => {
       if (request.method === 'GET' && request.path === '/speakers_list') return sendJson(response, 200, speakers);
-      if (request.method !== 'POST' || request.path !== '/tts_to_audio/') return sendJson(response, 404, { detail: 'Not Found' });
+      if (request.method !== 'POST' || request.path !== '/tts_to_audio/')
+        return sendJson(response, 404, { detail: 'Not Found' });
       const body = request.json ?? {};
-      if (!complainUnless(fake, typeof body.text === 'string' && typeof body.language === 'string', 'text/language missing')) {
+      if (
+        !complainUnless(
+          fake,
+          typeof body.text === 'string' && typeof body.language === 'string',
+          'text/language missing',
+        )
+      ) {
         return sendJson(response, 422, { detail: 'validation error' });
       }
       const speaker = String(body.speaker_wav ?? '');
@@ -462,7 +670,8 @@ export function startXttsFake(options: { speakers?: string[] } = {}): Promise<Fa
           sample = null;
         }
         if (!sample) return sendJson(response, 400, { detail: `Speaker ${speaker} not found` });
-        if (!complainUnless(fake, isCloneSample(sample), 'reference is not a 24 kHz mono WAV')) return sendJson(response, 400, { detail: 'bad reference' });
+        if (!complainUnless(fake, isCloneSample(sample), 'reference is not a 24 kHz mono WAV'))
+          return sendJson(response, 400, { detail: 'bad reference' });
       }
       return send(response, 200, 'audio/wav', encodeWav(tone(24000), 24000));
     },
@@ -478,16 +687,20 @@ export function startCosyVoiceServerFake(options: { rate?: number } = {}): Promi
   const rate = options.rate ?? 24000;
   return startFake(
     async (request, response, fake) => {
-      if (request.method === 'GET' && request.path === '/docs') return send(response, 200, 'text/html', '<html>Swagger UI</html>');
+      if (request.method === 'GET' && request.path === '/docs')
+        return send(response, 200, 'text/html', '<html>Swagger UI</html>');
       if (request.method !== 'POST') return sendJson(response, 405, { detail: 'Method Not Allowed' });
       const form = request.form;
-      if (!complainUnless(fake, !!form && typeof form.get('tts_text') === 'string', 'tts_text missing')) return sendJson(response, 422, { detail: 'tts_text required' });
+      if (!complainUnless(fake, !!form && typeof form.get('tts_text') === 'string', 'tts_text missing'))
+        return sendJson(response, 422, { detail: 'tts_text required' });
       if (request.path === '/inference_sft') {
-        if (!complainUnless(fake, typeof form!.get('spk_id') === 'string', 'spk_id missing')) return sendJson(response, 422, { detail: 'spk_id required' });
+        if (!complainUnless(fake, typeof form!.get('spk_id') === 'string', 'spk_id missing'))
+          return sendJson(response, 422, { detail: 'spk_id required' });
       } else if (request.path === '/inference_cross_lingual') {
         const prompt = form!.get('prompt_wav');
         const ok = prompt instanceof Blob && isCloneSample(new Uint8Array(await prompt.arrayBuffer()));
-        if (!complainUnless(fake, ok, 'prompt_wav is not a 24 kHz mono WAV')) return sendJson(response, 422, { detail: 'prompt_wav invalid' });
+        if (!complainUnless(fake, ok, 'prompt_wav is not a 24 kHz mono WAV'))
+          return sendJson(response, 422, { detail: 'prompt_wav invalid' });
       } else {
         return sendJson(response, 404, { detail: 'Not Found' });
       }

@@ -13,9 +13,18 @@ const catalog = new VoiceCatalog(db.sublevel<string, unknown>('voices', { valueE
 process.stdout.write('ready\n');
 for (let i = 0; ; i++) {
   // Concurrent creates exercise the in-process mutex as well as crash atomicity.
-  const created = await Promise.all([0, 1, 2].map((k) => catalog.create({
-    user_id: null, provider: 'local_clone_a', voice_id: `clone-${i}-${k}`, display_label: `voice ${i % 5}`, target_model: 'xtts', source: 'clone',
-  })));
+  const created = await Promise.all(
+    [0, 1, 2].map((k) =>
+      catalog.create({
+        user_id: null,
+        provider: 'local_clone_a',
+        voice_id: `clone-${i}-${k}`,
+        display_label: `voice ${i % 5}`,
+        target_model: 'xtts',
+        source: 'clone',
+      }),
+    ),
+  );
   process.stdout.write(`created ${created.map((entry) => entry.id).join(' ')}\n`);
   if (i % 7 === 3) {
     // Announced before, so a kill between commit and print cannot look like a lost entry.

@@ -31,7 +31,9 @@ export interface WebhookReceiver {
   close(): Promise<void>;
 }
 
-export async function startWebhookReceiver(options: { port?: number; fallback?: number | 'hang'; script?: Array<number | 'hang'> } = {}): Promise<WebhookReceiver> {
+export async function startWebhookReceiver(
+  options: { port?: number; fallback?: number | 'hang'; script?: Array<number | 'hang'> } = {},
+): Promise<WebhookReceiver> {
   const held = new Set<{ res: http.ServerResponse; entry: ReceivedWebhook }>();
   const receiver: Omit<WebhookReceiver, 'url' | 'port'> = {
     received: [],
@@ -42,14 +44,24 @@ export async function startWebhookReceiver(options: { port?: number; fallback?: 
       return receiver.received
         .filter((r) => r.status !== null && r.status >= 200 && r.status < 300)
         .map((r) => {
-          const payload = webhook.verify(r.body, r.headers as Record<string, string>) as { type: string; timestamp: string; data: unknown };
-          return { id: String(r.headers['webhook-id']), ...payload } as { id: string; type: string; timestamp: string; data: any };
+          const payload = webhook.verify(r.body, r.headers as Record<string, string>) as {
+            type: string;
+            timestamp: string;
+            data: unknown;
+          };
+          return { id: String(r.headers['webhook-id']), ...payload } as {
+            id: string;
+            type: string;
+            timestamp: string;
+            data: any;
+          };
         });
     },
     async until(predicate, timeoutMs, what) {
       const deadline = performance.now() + timeoutMs;
       while (!predicate(receiver.received)) {
-        if (performance.now() > deadline) throw new Error(`webhook receiver: timed out waiting for ${what} (got ${receiver.received.length} requests)`);
+        if (performance.now() > deadline)
+          throw new Error(`webhook receiver: timed out waiting for ${what} (got ${receiver.received.length} requests)`);
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
     },
@@ -71,7 +83,11 @@ export async function startWebhookReceiver(options: { port?: number; fallback?: 
     const chunks: Buffer[] = [];
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
-      const entry: ReceivedWebhook = { headers: req.headers, body: Buffer.concat(chunks).toString('utf8'), status: null };
+      const entry: ReceivedWebhook = {
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+        status: null,
+      };
       receiver.received.push(entry);
       const answer = receiver.script.length > 0 ? receiver.script.shift()! : receiver.fallback;
       if (answer === 'hang') {

@@ -42,7 +42,11 @@ export class WhipEndpoint {
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
-    this.received.push({ method: req.method ?? '', path: req.url ?? '', authorization: req.headers.authorization ?? '' });
+    this.received.push({
+      method: req.method ?? '',
+      path: req.url ?? '',
+      authorization: req.headers.authorization ?? '',
+    });
     if (req.method === 'DELETE') {
       this.deletes.push(req.url ?? '');
       res.writeHead(200).end();
@@ -63,7 +67,8 @@ export class WhipEndpoint {
     pc.ontrack = ({ track }: { track: MediaStreamTrack }) => {
       if (track.kind === 'video') {
         const sink = new nonstandard.RTCVideoSink(track);
-        sink.onframe = ({ frame }: { frame: { width: number; height: number } }) => this.frames.push({ width: frame.width, height: frame.height });
+        sink.onframe = ({ frame }: { frame: { width: number; height: number } }) =>
+          this.frames.push({ width: frame.width, height: frame.height });
         this.sinks.push(sink);
       } else {
         const sink = new nonstandard.RTCAudioSink(track);

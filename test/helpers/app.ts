@@ -32,7 +32,9 @@ export async function makeAvatarBundle(
   const height = opts.height ?? 128;
   const dir = path.join(avatarsDir, id);
   await fs.mkdir(path.join(dir, 'frames'), { recursive: true });
-  const png = await sharp({ create: { width, height, channels: 3, background: { r: 200, g: 160, b: 140 } } }).png().toBuffer();
+  const png = await sharp({ create: { width, height, channels: 3, background: { r: 200, g: 160, b: 140 } } })
+    .png()
+    .toBuffer();
   await fs.writeFile(path.join(dir, 'frames', 'frame_00000.png'), png);
   await fs.writeFile(path.join(dir, 'preview.png'), png);
   const manifest = {
@@ -52,7 +54,10 @@ export async function makeAvatarBundle(
 
 /** Copies the repository's built-in avatars into a temp dir so tests can add and delete freely. */
 export async function copyRepoAvatars(target: string): Promise<void> {
-  await fs.cp(REPO_AVATARS, target, { recursive: true, filter: (src) => !path.basename(src).startsWith('.') && !path.basename(src).startsWith('custom-') });
+  await fs.cp(REPO_AVATARS, target, {
+    recursive: true,
+    filter: (src) => !path.basename(src).startsWith('.') && !path.basename(src).startsWith('custom-'),
+  });
 }
 
 /**
@@ -121,7 +126,12 @@ export async function post(baseUrl: string, path: string, body?: unknown): Promi
  * An HTTP request whose path is sent byte for byte (fetch would normalise `..` segments away), with any headers
  * fetch would not let through as given (a foreign Host).
  */
-export function rawRequest(baseUrl: string, method: string, rawPath: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
+export function rawRequest(
+  baseUrl: string,
+  method: string,
+  rawPath: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: string }> {
   const url = new URL(baseUrl);
   return new Promise((resolve, reject) => {
     const req = http.request({ host: url.hostname, port: url.port, method, path: rawPath, headers }, (res) => {

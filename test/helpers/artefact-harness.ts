@@ -72,7 +72,12 @@ export async function measureAvatar(dir: string, poses = SHEET_POSES): Promise<M
     const at = loop ? loopFrameAt(loop, frameIdx) : null;
     const base = at ? at.frame : renderer.render({ ...request, mouth: { open: 0, wide: 0, round: 0 } });
     const hint = at ? at.face : source.manifest.metadata.animation;
-    const found = await detectMouth({ rgba: i420ToRgba(frame), width, height, ...(hint ? { near: faceHint(hint) } : {}) });
+    const found = await detectMouth({
+      rgba: i420ToRgba(frame),
+      width,
+      height,
+      ...(hint ? { near: faceHint(hint) } : {}),
+    });
     const lips = found.ok ? found.animation : null;
     frames.push({ name, pose, frameIdx, frame, base, lips, report: lips ? measureArtefacts(base, frame, lips) : null });
   }
@@ -87,18 +92,45 @@ export async function contactSheet(avatar: MeasuredAvatar): Promise<Buffer> {
   const lips = withLips[0].lips!;
   const regionHeight = 2 * mouthJawRegion(lips).ry;
   const scale = Math.max(1, Math.min(MAX_SHEET_SCALE, Math.round(SHEET_CROP_HEIGHT / regionHeight)));
-  const crops = [mouthCrop(avatar.frames[0].base, lips, scale), ...avatar.frames.map((f) => mouthCrop(f.frame, lips, scale))];
+  const crops = [
+    mouthCrop(avatar.frames[0].base, lips, scale),
+    ...avatar.frames.map((f) => mouthCrop(f.frame, lips, scale)),
+  ];
   const gap = 4;
   const cellWidth = crops[0].width;
   const cellHeight = crops[0].height;
-  return sharp({ create: { width: crops.length * (cellWidth + gap) - gap, height: cellHeight, channels: 4, background: { r: 255, g: 255, b: 255, alpha: 1 } } })
-    .composite(crops.map((c, i) => ({ input: Buffer.from(c.rgba), raw: { width: c.width, height: c.height, channels: 4 as const }, left: i * (cellWidth + gap), top: 0 })))
+  return sharp({
+    create: {
+      width: crops.length * (cellWidth + gap) - gap,
+      height: cellHeight,
+      channels: 4,
+      background: { r: 255, g: 255, b: 255, alpha: 1 },
+    },
+  })
+    .composite(
+      crops.map((c, i) => ({
+        input: Buffer.from(c.rgba),
+        raw: { width: c.width, height: c.height, channels: 4 as const },
+        left: i * (cellWidth + gap),
+        top: 0,
+      })),
+    )
     .png()
     .toBuffer();
 }
 
 /** The worst of each measure over an avatar's measured frames (what its row in docs/performance.md shows). */
-export function worstOf(avatar: MeasuredAvatar): { frames: number; measured: number; seam_p98: number; outside_mean: number; outside_fade_p99: number; teeth_above: number; teeth_below: number; dark_outside: number; teeth_rows: number } {
+export function worstOf(avatar: MeasuredAvatar): {
+  frames: number;
+  measured: number;
+  seam_p98: number;
+  outside_mean: number;
+  outside_fade_p99: number;
+  teeth_above: number;
+  teeth_below: number;
+  dark_outside: number;
+  teeth_rows: number;
+} {
   const reports = avatar.frames.flatMap((f) => (f.report ? [f.report] : []));
   const max = (pick: (r: ArtefactReport) => number) => reports.reduce((m, r) => Math.max(m, pick(r)), 0);
   return {

@@ -187,7 +187,12 @@ export function seamStep(base: I420Frame, frame: I420Frame, mask: Uint8Array = c
     }
   }
   const sum = steps.reduce((s, v) => s + v, 0);
-  return { p98: percentile(steps, 0.98), max: steps.reduce((m, v) => Math.max(m, v), 0), mean: steps.length ? sum / steps.length : 0, pairs: steps.length };
+  return {
+    p98: percentile(steps, 0.98),
+    max: steps.reduce((m, v) => Math.max(m, v), 0),
+    mean: steps.length ? sum / steps.length : 0,
+    pairs: steps.length,
+  };
 }
 
 /** Mean difference from the base in the ring around the mouth–jaw region, and its gradient there. */
@@ -223,7 +228,8 @@ interface LipChains {
 function chains(contour: Point[]): LipChains {
   const left = contour.reduce((a, p) => (p.x < a.x ? p : a), contour[0]);
   const right = contour.reduce((a, p) => (p.x > a.x ? p : a), contour[0]);
-  const chordY = (x: number): number => (right.x === left.x ? left.y : left.y + ((x - left.x) * (right.y - left.y)) / (right.x - left.x));
+  const chordY = (x: number): number =>
+    right.x === left.x ? left.y : left.y + ((x - left.x) * (right.y - left.y)) / (right.x - left.x);
   const rest = contour.filter((p) => p !== left && p !== right);
   const byX = (a: Point, b: Point): number => a.x - b.x;
   const upper = [left, ...rest.filter((p) => p.y <= chordY(p.x)), right].sort(byX);
@@ -266,7 +272,8 @@ function lipColumns(lips: LipGeometry): LipColumns {
 
 function countTeeth(frame: I420Frame, x: number, from: number, to: number): number {
   let count = 0;
-  for (let y = Math.max(0, Math.ceil(from)); y <= Math.min(frame.height - 1, Math.floor(to)); y++) if (isTeethBright(frame, x, y)) count++;
+  for (let y = Math.max(0, Math.ceil(from)); y <= Math.min(frame.height - 1, Math.floor(to)); y++)
+    if (isTeethBright(frame, x, y)) count++;
   return count;
 }
 
@@ -303,7 +310,8 @@ export function darkOutsideLips(base: I420Frame, frame: I420Frame, lips: LipGeom
   const c = lipColumns(lips);
   const band = DARK_BAND * lips.mouth_width;
   let count = 0;
-  const dark = (x: number, y: number): boolean => luma(frame, x, y) < DARK_LUMA && luma(base, x, y) - luma(frame, x, y) >= DARK_ADDED;
+  const dark = (x: number, y: number): boolean =>
+    luma(frame, x, y) < DARK_LUMA && luma(base, x, y) - luma(frame, x, y) >= DARK_ADDED;
   for (let x = Math.max(0, Math.floor(c.x0 - band)); x <= Math.min(frame.width - 1, Math.ceil(c.x1 + band)); x++) {
     const top = c.outerTop(Math.min(c.x1, Math.max(c.x0, x)))!;
     const bottom = c.outerBottom(Math.min(c.x1, Math.max(c.x0, x)))!;
@@ -329,7 +337,11 @@ export function teethRows(frame: I420Frame, lips: LipGeometry): number {
     let bands = 0;
     let run = 0;
     let gap = TEETH_BAND_GAP;
-    for (let y = Math.max(0, Math.floor(top - 0.1 * mw)); y <= Math.min(frame.height - 1, Math.ceil(bottom + 0.1 * mw)); y++) {
+    for (
+      let y = Math.max(0, Math.floor(top - 0.1 * mw));
+      y <= Math.min(frame.height - 1, Math.ceil(bottom + 0.1 * mw));
+      y++
+    ) {
       if (isTeethBright(frame, x, y)) {
         if (gap >= TEETH_BAND_GAP) run = 0;
         run++;
@@ -344,7 +356,12 @@ export function teethRows(frame: I420Frame, lips: LipGeometry): number {
   return bandsPerColumn.length === 0 ? 0 : percentile(bandsPerColumn, 0.5);
 }
 
-export function measureArtefacts(base: I420Frame, frame: I420Frame, lips: LipGeometry, mask?: Uint8Array): ArtefactReport {
+export function measureArtefacts(
+  base: I420Frame,
+  frame: I420Frame,
+  lips: LipGeometry,
+  mask?: Uint8Array,
+): ArtefactReport {
   return {
     seam: seamStep(base, frame, mask),
     outside: outsideDifference(base, frame, lips),
@@ -359,14 +376,20 @@ export function measureArtefacts(base: I420Frame, frame: I420Frame, lips: LipGeo
 export function brokenThresholds(report: ArtefactReport, seamMaxLevels = SEAM_MAX_LEVELS): string[] {
   const broken: string[] = [];
   if (report.seam.p98 > seamMaxLevels) broken.push(`seam step ${report.seam.p98} > ${seamMaxLevels} levels`);
-  if (report.outside.mean > OUTSIDE_MAX_LEVELS) broken.push(`outside the mouth–jaw region ${report.outside.mean.toFixed(2)} > ${OUTSIDE_MAX_LEVELS} level`);
-  if (report.teethAboveUpperLip > MAX_TEETH_ABOVE_UPPER_LIP) broken.push(`${report.teethAboveUpperLip} teeth-bright px above the upper lip's inner edge`);
+  if (report.outside.mean > OUTSIDE_MAX_LEVELS)
+    broken.push(`outside the mouth–jaw region ${report.outside.mean.toFixed(2)} > ${OUTSIDE_MAX_LEVELS} level`);
+  if (report.teethAboveUpperLip > MAX_TEETH_ABOVE_UPPER_LIP)
+    broken.push(`${report.teethAboveUpperLip} teeth-bright px above the upper lip's inner edge`);
   if (report.teethRows > MAX_TEETH_ROWS) broken.push(`${report.teethRows} rows of teeth`);
   return broken;
 }
 
 /** The mouth–jaw region's bounding box as an RGBA crop, scaled up `scale` times (nearest neighbour). */
-export function mouthCrop(frame: I420Frame, lips: LipGeometry, scale = 3): { rgba: Uint8Array; width: number; height: number } {
+export function mouthCrop(
+  frame: I420Frame,
+  lips: LipGeometry,
+  scale = 3,
+): { rgba: Uint8Array; width: number; height: number } {
   const region = mouthJawRegion(lips);
   const x0 = Math.max(0, Math.floor(region.cx - region.rx));
   const y0 = Math.max(0, Math.floor(region.cy - region.ry));

@@ -37,7 +37,12 @@ export interface Box {
 }
 
 /** Posts a clip as a new video avatar based on the astronaut; the answer as the client gets it. */
-export async function uploadClip(baseUrl: string, video: Uint8Array, name = 'Clip Person', signal?: AbortSignal): Promise<Response> {
+export async function uploadClip(
+  baseUrl: string,
+  video: Uint8Array,
+  name = 'Clip Person',
+  signal?: AbortSignal,
+): Promise<Response> {
   const body = new FormData();
   body.append('name', name);
   body.append('base_avatar_id', 'astronaut');
@@ -49,21 +54,37 @@ export async function uploadClip(baseUrl: string, video: Uint8Array, name = 'Cli
  * An offline bundle body that speaks, then pauses for `pauseMs`: three 400 ms syllables of a 500 Hz tone (the
  * spectrum of an open vowel to the mouth timeline) 200 ms apart, as raw 16 kHz PCM, so no TTS engine is involved.
  */
-export function speechThenPause(pauseMs: number): { segments: Array<{ audio_base64: string; sample_rate: number; pause_after_ms: number }> } {
+export function speechThenPause(pauseMs: number): {
+  segments: Array<{ audio_base64: string; sample_rate: number; pause_after_ms: number }>;
+} {
   const syllable = tone(SAMPLE_RATE, 400, 500);
   const gap = new Int16Array((SAMPLE_RATE * 200) / 1000);
   const pcm = Int16Array.from([...syllable, ...gap, ...syllable, ...gap, ...syllable]);
-  return { segments: [{ audio_base64: Buffer.from(pcm.buffer).toString('base64'), sample_rate: SAMPLE_RATE, pause_after_ms: pauseMs }] };
+  return {
+    segments: [
+      { audio_base64: Buffer.from(pcm.buffer).toString('base64'), sample_rate: SAMPLE_RATE, pause_after_ms: pauseMs },
+    ],
+  };
 }
 
 /**
  * Submits an offline bundle job for `sessionId` (through `baseUrl`, any node), waits until it settles and downloads
  * its MP4 into a temporary file; rejects if the job failed.
  */
-export async function renderOfflineBundle(baseUrl: string, sessionId: string, body: unknown, dir: string): Promise<string> {
+export async function renderOfflineBundle(
+  baseUrl: string,
+  sessionId: string,
+  body: unknown,
+  dir: string,
+): Promise<string> {
   const job = `${baseUrl}/sessions/${sessionId}/rt-offline-bundle`;
-  const submitted = await fetch(job, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  if (submitted.status !== 200) throw new Error(`offline bundle refused: ${submitted.status} ${await submitted.text()}`);
+  const submitted = await fetch(job, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  if (submitted.status !== 200)
+    throw new Error(`offline bundle refused: ${submitted.status} ${await submitted.text()}`);
   const { job_id: jobId } = await submitted.json();
   for (;;) {
     const status = await (await fetch(`${job}/${jobId}`)).json();
@@ -89,12 +110,19 @@ export interface LoopReference {
 export async function readLoopReference(bundleDir: string): Promise<LoopReference> {
   const manifest = JSON.parse(await fs.readFile(path.join(bundleDir, 'manifest.json'), 'utf8'));
   const { width, height } = manifest;
-  const track: MouthAnimation[] = JSON.parse(await fs.readFile(path.join(bundleDir, manifest.metadata.clip.track_file), 'utf8'));
+  const track: MouthAnimation[] = JSON.parse(
+    await fs.readFile(path.join(bundleDir, manifest.metadata.clip.track_file), 'utf8'),
+  );
   const lumas: Uint8Array[] = [];
   for (let i = 0; i < manifest.metadata.clip.frame_count; i++) {
     const png = path.join(bundleDir, 'frames', `frame_${String(i).padStart(5, '0')}.png`);
     const { data } = await sharp(png).ensureAlpha().raw().toBuffer({ resolveWithObject: true });
-    lumas.push(rgbaToI420(new Uint8Array(data.buffer, data.byteOffset, data.length), width, height).data.subarray(0, width * height));
+    lumas.push(
+      rgbaToI420(new Uint8Array(data.buffer, data.byteOffset, data.length), width, height).data.subarray(
+        0,
+        width * height,
+      ),
+    );
   }
   return { width, height, lumas, track };
 }
@@ -115,7 +143,12 @@ export function lumaDistance(a: Uint8Array, b: Uint8Array, width: number, box: B
 /** The lips and the skin around them on one loop frame (opened lips reach well below the closed ones). */
 export function mouthBox(face: MouthAnimation): Box {
   const w = face.mouth_width;
-  return { x: Math.round(face.mouth_center.x - 0.6 * w), y: Math.round(face.mouth_center.y - 0.3 * w), w: Math.round(1.2 * w), h: Math.round(0.9 * w) };
+  return {
+    x: Math.round(face.mouth_center.x - 0.6 * w),
+    y: Math.round(face.mouth_center.y - 0.3 * w),
+    w: Math.round(1.2 * w),
+    h: Math.round(0.9 * w),
+  };
 }
 
 /** The loop frame `luma` is closest to over `box`, and how close (on every 2nd row and column: a whole loop is searched per frame). */
@@ -136,7 +169,12 @@ function wholeOf(loop: LoopReference): Box {
 /** The face above the lips on a loop frame: eyes, nose, forehead. */
 function aboveMouth(face: MouthAnimation): Box {
   const top = Math.max(0, Math.round(face.face_box.y));
-  return { x: Math.round(face.face_box.x), y: top, w: Math.round(face.face_box.width), h: Math.round(face.mouth_center.y - 0.5 * face.mouth_width) - top };
+  return {
+    x: Math.round(face.face_box.x),
+    y: top,
+    w: Math.round(face.face_box.width),
+    h: Math.round(face.mouth_center.y - 0.5 * face.mouth_width) - top,
+  };
 }
 
 /** What an offline MP4 of a video avatar showed, measured against the loop frame of each output frame. */
@@ -161,16 +199,20 @@ export interface OfflineClipFindings {
  * loop: silent frames should be their loop frame, speaking ones their loop frame with the mouth opened.
  */
 export async function measureOfflineClipBundle(file: string, loop: LoopReference): Promise<OfflineClipFindings> {
-  const frames = (await extractFrames(file, loop.width, loop.height)).map((i420) => i420.subarray(0, loop.width * loop.height));
+  const frames = (await extractFrames(file, loop.width, loop.height)).map((i420) =>
+    i420.subarray(0, loop.width * loop.height),
+  );
   const audio = await extractAudio(file, SAMPLE_RATE);
   const rmsOf = (from: number, to: number) => {
     let energy = 0;
-    for (let s = Math.max(0, from * FRAME_SAMPLES); s < Math.min(audio.length, to * FRAME_SAMPLES); s++) energy += audio[s] * audio[s];
+    for (let s = Math.max(0, from * FRAME_SAMPLES); s < Math.min(audio.length, to * FRAME_SAMPLES); s++)
+      energy += audio[s] * audio[s];
     return Math.sqrt(energy / ((to - from) * FRAME_SAMPLES));
   };
   const whole = wholeOf(loop);
   const shown = (i: number) => loopFrameIndex(i, loop.lumas.length);
-  const mouthChange = (i: number) => lumaDistance(frames[i], loop.lumas[shown(i)], loop.width, mouthBox(loop.track[shown(i)]));
+  const mouthChange = (i: number) =>
+    lumaDistance(frames[i], loop.lumas[shown(i)], loop.width, mouthBox(loop.track[shown(i)]));
   const silent = frames.flatMap((_, i) => (rmsOf(i - 5, i + 6) < QUIET_RMS ? [i] : []));
   const speaking = frames.flatMap((_, i) => (rmsOf(i, i + 1) > SPEECH_RMS ? [i] : []));
   const worst = (indices: number[], measure: (i: number) => number) => Math.max(0, ...indices.map(measure));
@@ -181,7 +223,9 @@ export async function measureOfflineClipBundle(file: string, loop: LoopReference
     headMotion: worst(silent, (i) => lumaDistance(frames[i], frames[silent[0]], loop.width, whole)),
     silentMouthChange: worst(silent, mouthChange),
     speakingOpenedFraction: speaking.filter((i) => mouthChange(i) > MOUTH_OPEN).length / Math.max(1, speaking.length),
-    speakingAboveMouth: worst(speaking, (i) => lumaDistance(frames[i], loop.lumas[shown(i)], loop.width, aboveMouth(loop.track[shown(i)]))),
+    speakingAboveMouth: worst(speaking, (i) =>
+      lumaDistance(frames[i], loop.lumas[shown(i)], loop.width, aboveMouth(loop.track[shown(i)])),
+    ),
   };
 }
 
@@ -197,7 +241,9 @@ export interface RecordedClipFindings {
 }
 
 export async function measureRecordedClip(file: string, loop: LoopReference): Promise<RecordedClipFindings> {
-  const frames = (await extractFrames(file, loop.width, loop.height)).map((i420) => i420.subarray(0, loop.width * loop.height));
+  const frames = (await extractFrames(file, loop.width, loop.height)).map((i420) =>
+    i420.subarray(0, loop.width * loop.height),
+  );
   const whole = wholeOf(loop);
   const nearest = frames.map((luma) => nearestLoopFrame(luma, loop, whole));
   return {

@@ -5,7 +5,14 @@ import sharp from 'sharp';
 import { readClipSource } from '../../actors/render/clip-loop.ts';
 import { transformAnimation } from '../../actors/faces/landmarks.ts';
 import type { HarvestedMouthFiles } from '../../actors/faces/mouth-harvest.ts';
-import { MOUTHS_ATLAS_FILE, MOUTHS_INDEX_FILE, type AvatarManifest, type AvatarSource, type ClipMetadata, type MouthAnimation } from '../../actors/render/types.ts';
+import {
+  MOUTHS_ATLAS_FILE,
+  MOUTHS_INDEX_FILE,
+  type AvatarManifest,
+  type AvatarSource,
+  type ClipMetadata,
+  type MouthAnimation,
+} from '../../actors/render/types.ts';
 import { ASTRONAUT_ANIMATION, PORTRAIT } from '../render.fixtures.ts';
 
 /**
@@ -23,7 +30,11 @@ export async function makeClipBundle(
   mkdirSync(join(dir, 'frames'));
   const track = [];
   for (let i = 0; i < FRAMES; i++) {
-    const png = await sharp(options.portrait ?? PORTRAIT).extend({ left: i, right: 0, top: 0, bottom: 0, extendWith: 'copy' }).extract({ left: 0, top: 0, width: 512, height: 512 }).png().toBuffer();
+    const png = await sharp(options.portrait ?? PORTRAIT)
+      .extend({ left: i, right: 0, top: 0, bottom: 0, extendWith: 'copy' })
+      .extract({ left: 0, top: 0, width: 512, height: 512 })
+      .png()
+      .toBuffer();
     writeFileSync(join(dir, 'frames', `frame_${String(i).padStart(5, '0')}.png`), png);
     track.push(transformAnimation(options.animation ?? ASTRONAUT_ANIMATION, -i, 0, 1));
   }
@@ -40,7 +51,15 @@ export async function makeClipBundle(
     track_file: 'face_track.json',
     face_found_fraction: 1,
     source: { duration_s: 2, width: 512, height: 512, rotation: 0, codec: 'h264', has_audio: false },
-    ...(options.mouths ? { mouths: { count: options.mouths.index.samples.length, index_file: MOUTHS_INDEX_FILE, atlas_file: MOUTHS_ATLAS_FILE } } : {}),
+    ...(options.mouths
+      ? {
+          mouths: {
+            count: options.mouths.index.samples.length,
+            index_file: MOUTHS_INDEX_FILE,
+            atlas_file: MOUTHS_ATLAS_FILE,
+          },
+        }
+      : {}),
   };
   const manifest: AvatarManifest = {
     id: 'test-clip',
@@ -56,4 +75,3 @@ export async function makeClipBundle(
   writeFileSync(join(dir, 'manifest.json'), JSON.stringify(manifest));
   return { source: { id: manifest.id, dir, manifest, clip: await readClipSource(dir, manifest) }, dir };
 }
-

@@ -45,7 +45,12 @@ function madeDir(): string {
  * The clip `key` as `fileName` in `dir`: made by `make` (into a directory of its own) the first time this process
  * asks for it, a copy of that file every later time, so tests that need the same clip again skip ffmpeg.
  */
-async function madeOnce(key: string, dir: string, fileName: string, make: (into: string) => Promise<string>): Promise<string> {
+async function madeOnce(
+  key: string,
+  dir: string,
+  fileName: string,
+  make: (into: string) => Promise<string>,
+): Promise<string> {
   let made = madeClips.get(key);
   if (!made) {
     made = fs.mkdtemp(path.join(madeDir(), `${key}-`)).then(make);
@@ -67,8 +72,28 @@ export async function landscapeMp4(dir: string, seconds = 3): Promise<string> {
   return madeOnce(`landscape-${seconds}`, dir, 'landscape.mp4', async (into) => {
     const file = path.join(into, 'landscape.mp4');
     await ffmpeg([
-      '-loop', '1', '-framerate', '25', '-i', PORTRAIT_FIXTURE, '-f', 'lavfi', '-i', 'sine=frequency=220:sample_rate=16000',
-      '-t', String(seconds), '-vf', swayingWindow(640, 360, 125, 67), '-c:v', 'libx264', '-preset', 'ultrafast', '-c:a', 'aac', '-shortest', file,
+      '-loop',
+      '1',
+      '-framerate',
+      '25',
+      '-i',
+      PORTRAIT_FIXTURE,
+      '-f',
+      'lavfi',
+      '-i',
+      'sine=frequency=220:sample_rate=16000',
+      '-t',
+      String(seconds),
+      '-vf',
+      swayingWindow(640, 360, 125, 67),
+      '-c:v',
+      'libx264',
+      '-preset',
+      'ultrafast',
+      '-c:a',
+      'aac',
+      '-shortest',
+      file,
     ]);
     return file;
   });
@@ -83,14 +108,50 @@ export async function stillCameraMp4(dir: string, seconds = 3): Promise<string> 
   return madeOnce(`still-camera-${seconds}`, dir, 'still-camera.mp4', async (into) => {
     const head = path.join(into, 'head.png');
     // The head (face centre near (445, 250) in 1024²): opaque inside the inner ellipse, fading out over ~48 px.
-    const ellipse = "clip((1.18-hypot((X-445)/190,(Y-250)/250))*255/0.18,0,255)";
-    await ffmpeg(['-i', PORTRAIT_FIXTURE, '-vf', `scale=1024:1024,format=rgba,geq=r='r(X,Y)':g='g(X,Y)':b='b(X,Y)':a='${ellipse}'`, '-frames:v', '1', head]);
+    const ellipse = 'clip((1.18-hypot((X-445)/190,(Y-250)/250))*255/0.18,0,255)';
+    await ffmpeg([
+      '-i',
+      PORTRAIT_FIXTURE,
+      '-vf',
+      `scale=1024:1024,format=rgba,geq=r='r(X,Y)':g='g(X,Y)':b='b(X,Y)':a='${ellipse}'`,
+      '-frames:v',
+      '1',
+      head,
+    ]);
     const file = path.join(into, 'still-camera.mp4');
     await ffmpeg([
-      '-loop', '1', '-framerate', '25', '-i', PORTRAIT_FIXTURE, '-loop', '1', '-framerate', '25', '-i', head,
-      '-f', 'lavfi', '-i', 'sine=frequency=220:sample_rate=16000', '-t', String(seconds),
-      '-filter_complex', "[0:v]scale=1024:1024[bg];[bg][1:v]overlay=x='6*sin(2*t)':y='4*sin(3*t)',crop=640:360:125:67,format=yuv420p[v]",
-      '-map', '[v]', '-map', '2:a', '-c:v', 'libx264', '-preset', 'ultrafast', '-c:a', 'aac', '-shortest', file,
+      '-loop',
+      '1',
+      '-framerate',
+      '25',
+      '-i',
+      PORTRAIT_FIXTURE,
+      '-loop',
+      '1',
+      '-framerate',
+      '25',
+      '-i',
+      head,
+      '-f',
+      'lavfi',
+      '-i',
+      'sine=frequency=220:sample_rate=16000',
+      '-t',
+      String(seconds),
+      '-filter_complex',
+      "[0:v]scale=1024:1024[bg];[bg][1:v]overlay=x='6*sin(2*t)':y='4*sin(3*t)',crop=640:360:125:67,format=yuv420p[v]",
+      '-map',
+      '[v]',
+      '-map',
+      '2:a',
+      '-c:v',
+      'libx264',
+      '-preset',
+      'ultrafast',
+      '-c:a',
+      'aac',
+      '-shortest',
+      file,
     ]);
     return file;
   });
@@ -101,8 +162,25 @@ export async function portraitWebm(dir: string, seconds = 3): Promise<string> {
   return madeOnce(`portrait-${seconds}`, dir, 'portrait.webm', async (into) => {
     const file = path.join(into, 'portrait.webm');
     await ffmpeg([
-      '-loop', '1', '-framerate', '25', '-i', PORTRAIT_FIXTURE, '-t', String(seconds), '-vf', swayingWindow(360, 640, 265, 0),
-      '-c:v', 'libvpx', '-deadline', 'realtime', '-cpu-used', '8', '-b:v', '1M', file,
+      '-loop',
+      '1',
+      '-framerate',
+      '25',
+      '-i',
+      PORTRAIT_FIXTURE,
+      '-t',
+      String(seconds),
+      '-vf',
+      swayingWindow(360, 640, 265, 0),
+      '-c:v',
+      'libvpx',
+      '-deadline',
+      'realtime',
+      '-cpu-used',
+      '8',
+      '-b:v',
+      '1M',
+      file,
     ]);
     return file;
   });
@@ -116,8 +194,21 @@ export async function rotatedMp4(dir: string, seconds = 3): Promise<string> {
   return madeOnce(`rotated-${seconds}`, dir, 'rotated.mp4', async (into) => {
     const sideways = path.join(into, 'sideways.mp4');
     await ffmpeg([
-      '-loop', '1', '-framerate', '25', '-i', PORTRAIT_FIXTURE, '-t', String(seconds), '-vf', `${swayingWindow(360, 640, 265, 0)},transpose=2`,
-      '-c:v', 'libx264', '-preset', 'ultrafast', sideways,
+      '-loop',
+      '1',
+      '-framerate',
+      '25',
+      '-i',
+      PORTRAIT_FIXTURE,
+      '-t',
+      String(seconds),
+      '-vf',
+      `${swayingWindow(360, 640, 265, 0)},transpose=2`,
+      '-c:v',
+      'libx264',
+      '-preset',
+      'ultrafast',
+      sideways,
     ]);
     const file = path.join(into, 'rotated.mp4');
     await ffmpeg(['-i', sideways, '-c', 'copy', '-metadata:s:v:0', 'rotate=270', file]);
@@ -129,7 +220,17 @@ export async function rotatedMp4(dir: string, seconds = 3): Promise<string> {
 export async function facelessMp4(dir: string, seconds = 3): Promise<string> {
   return madeOnce(`faceless-${seconds}`, dir, 'faceless.mp4', async (into) => {
     const file = path.join(into, 'faceless.mp4');
-    await ffmpeg(['-f', 'lavfi', '-i', `color=c=gray:s=320x240:r=25:d=${seconds}`, '-c:v', 'libx264', '-preset', 'ultrafast', file]);
+    await ffmpeg([
+      '-f',
+      'lavfi',
+      '-i',
+      `color=c=gray:s=320x240:r=25:d=${seconds}`,
+      '-c:v',
+      'libx264',
+      '-preset',
+      'ultrafast',
+      file,
+    ]);
     return file;
   });
 }
@@ -138,7 +239,17 @@ export async function facelessMp4(dir: string, seconds = 3): Promise<string> {
 export async function longMp4(dir: string, seconds: number): Promise<string> {
   return madeOnce(`long-${seconds}`, dir, 'long.mp4', async (into) => {
     const file = path.join(into, 'long.mp4');
-    await ffmpeg(['-f', 'lavfi', '-i', `color=c=gray:s=64x64:r=5:d=${seconds}`, '-c:v', 'libx264', '-preset', 'ultrafast', file]);
+    await ffmpeg([
+      '-f',
+      'lavfi',
+      '-i',
+      `color=c=gray:s=64x64:r=5:d=${seconds}`,
+      '-c:v',
+      'libx264',
+      '-preset',
+      'ultrafast',
+      file,
+    ]);
     return file;
   });
 }
@@ -147,7 +258,15 @@ export async function longMp4(dir: string, seconds: number): Promise<string> {
 export async function audioOnlyM4a(dir: string, seconds = 3): Promise<string> {
   return madeOnce(`audio-${seconds}`, dir, 'audio.m4a', async (into) => {
     const file = path.join(into, 'audio.m4a');
-    await ffmpeg(['-f', 'lavfi', '-i', `sine=frequency=220:sample_rate=16000:duration=${seconds}`, '-c:a', 'aac', file]);
+    await ffmpeg([
+      '-f',
+      'lavfi',
+      '-i',
+      `sine=frequency=220:sample_rate=16000:duration=${seconds}`,
+      '-c:a',
+      'aac',
+      file,
+    ]);
     return file;
   });
 }
@@ -182,7 +301,13 @@ export async function speakingClipMp4(dir: string): Promise<string> {
       const atMs = i * 40 - SPEAKING_CLIP_PAUSE_MS;
       const speaking = atMs >= 0 && atMs <= mouth.durationMs;
       const pose = mouth.poseAt(atMs);
-      const frame = renderer.render({ frameIdx: i, ptsMs: i * 40, mouth: pose, level: speaking ? mouth.levelAt(atMs) : 0, speaking });
+      const frame = renderer.render({
+        frameIdx: i,
+        ptsMs: i * 40,
+        mouth: pose,
+        level: speaking ? mouth.levelAt(atMs) : 0,
+        speaking,
+      });
       await handle.write(i420ToRgba(frame));
     }
   } finally {
@@ -193,8 +318,30 @@ export async function speakingClipMp4(dir: string): Promise<string> {
   await fs.writeFile(wav, encodeWav(Int16Array.from([...pause, ...speech.pcm, ...pause]), speech.sampleRate));
   const file = path.join(dir, 'speaking.mp4');
   await ffmpeg([
-    '-f', 'rawvideo', '-pix_fmt', 'rgba', '-s', `${manifest.width}x${manifest.height}`, '-framerate', '25', '-i', frames, '-i', wav,
-    '-c:v', 'libx264', '-preset', 'ultrafast', '-crf', '18', '-pix_fmt', 'yuv420p', '-c:a', 'aac', '-shortest', file,
+    '-f',
+    'rawvideo',
+    '-pix_fmt',
+    'rgba',
+    '-s',
+    `${manifest.width}x${manifest.height}`,
+    '-framerate',
+    '25',
+    '-i',
+    frames,
+    '-i',
+    wav,
+    '-c:v',
+    'libx264',
+    '-preset',
+    'ultrafast',
+    '-crf',
+    '18',
+    '-pix_fmt',
+    'yuv420p',
+    '-c:a',
+    'aac',
+    '-shortest',
+    file,
   ]);
   await fs.rm(frames, { force: true });
   await fs.rm(wav, { force: true });

@@ -120,12 +120,22 @@ export async function postAudio(
 }
 
 /** Resolves once the receiver heard a sustained run of silence that began after `since`. */
-export async function waitForSilence(peer: ReceivingPeer, since: number, timeoutMs: number, runLength = 10): Promise<void> {
-  await peer.until(() => {
-    const after = peer.audio.filter((a) => a.at > since);
-    for (let i = 0; i + runLength <= after.length; i++) if (after.slice(i, i + runLength).every((a) => a.rms < AUDIBLE_RMS)) return true;
-    return false;
-  }, timeoutMs, 'silence at the receiver');
+export async function waitForSilence(
+  peer: ReceivingPeer,
+  since: number,
+  timeoutMs: number,
+  runLength = 10,
+): Promise<void> {
+  await peer.until(
+    () => {
+      const after = peer.audio.filter((a) => a.at > since);
+      for (let i = 0; i + runLength <= after.length; i++)
+        if (after.slice(i, i + runLength).every((a) => a.rms < AUDIBLE_RMS)) return true;
+      return false;
+    },
+    timeoutMs,
+    'silence at the receiver',
+  );
 }
 
 export function sleep(ms: number): Promise<void> {

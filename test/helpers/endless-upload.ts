@@ -36,7 +36,9 @@ export function endlessUpload(
     path: url.pathname,
     headers: { 'content-type': `multipart/form-data; boundary=${boundary}`, 'transfer-encoding': 'chunked' },
   });
-  const fields = Object.entries(options.fields ?? {}).map(([name, value]) => `--${boundary}\r\ncontent-disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`);
+  const fields = Object.entries(options.fields ?? {}).map(
+    ([name, value]) => `--${boundary}\r\ncontent-disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`,
+  );
   const head =
     fields.join('') +
     `--${boundary}\r\ncontent-disposition: form-data; name="${options.fileField ?? 'audio'}"; filename="${options.filename ?? 'a.wav'}"\r\ncontent-type: application/octet-stream\r\n\r\n`;
@@ -45,10 +47,15 @@ export function endlessUpload(
     request.write(Buffer.concat([Buffer.from(head), firstBytes]), () => resolve());
   });
   sent.catch(() => undefined);
-  const trickle = options.trickleBytesPerS ? setInterval(() => request.write(Buffer.alloc(options.trickleBytesPerS!)), 1_000) : undefined;
+  const trickle = options.trickleBytesPerS
+    ? setInterval(() => request.write(Buffer.alloc(options.trickleBytesPerS!)), 1_000)
+    : undefined;
   request.once('close', () => clearInterval(trickle));
   const answer = new Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no answer within ${ANSWER_WITHOUT_BODY_MS} ms`)), ANSWER_WITHOUT_BODY_MS);
+    const timer = setTimeout(
+      () => reject(new Error(`no answer within ${ANSWER_WITHOUT_BODY_MS} ms`)),
+      ANSWER_WITHOUT_BODY_MS,
+    );
     request.once('response', (res) => {
       let body = '';
       res.setEncoding('utf8');

@@ -38,13 +38,16 @@ export interface WavHeaderSpec {
 /** PCM16 tone bytes: a valid payload, so header fields rather than noise decide what the decoder does. */
 export function tonePcm16(samples: number, sampleRate = 16000, hz = 220, amplitude = 8000): Buffer {
   const out = Buffer.alloc(samples * 2);
-  for (let i = 0; i < samples; i++) out.writeInt16LE(Math.round(amplitude * Math.sin((2 * Math.PI * hz * i) / sampleRate)), i * 2);
+  for (let i = 0; i < samples; i++)
+    out.writeInt16LE(Math.round(amplitude * Math.sin((2 * Math.PI * hz * i) / sampleRate)), i * 2);
   return out;
 }
 
 const wavPayload = fc.oneof(
   fc.uint8Array({ maxLength: 4096 }),
-  fc.record({ samples: fc.integer({ min: 0, max: 8000 }), hz: fc.integer({ min: 50, max: 4000 }) }).map(({ samples, hz }) => new Uint8Array(tonePcm16(samples, 16000, hz))),
+  fc
+    .record({ samples: fc.integer({ min: 0, max: 8000 }), hz: fc.integer({ min: 50, max: 4000 }) })
+    .map(({ samples, hz }) => new Uint8Array(tonePcm16(samples, 16000, hz))),
 );
 
 export const wavHeaderSpec: fc.Arbitrary<WavHeaderSpec> = fc.record({
@@ -54,12 +57,19 @@ export const wavHeaderSpec: fc.Arbitrary<WavHeaderSpec> = fc.record({
   fmtSize: fc.constantFrom(16, 16, 18, 40, 0, 2, 14, 0xffffffff),
   audioFormat: fc.oneof(fc.constantFrom(1, 1, 3, 6, 7, 0x55, 0xfffe, 0), u16),
   channels: fc.oneof(fc.constantFrom(1, 1, 2, 0, 6, 8, 0xffff), u16),
-  sampleRate: fc.oneof(fc.constantFrom(8000, 11025, 16000, 22050, 24000, 44100, 48000, 96000, 192000, 0, 1, 0xffffffff), u32),
+  sampleRate: fc.oneof(
+    fc.constantFrom(8000, 11025, 16000, 22050, 24000, 44100, 48000, 96000, 192000, 0, 1, 0xffffffff),
+    u32,
+  ),
   byteRate: rarely(interestingU32),
   blockAlign: rarely(u16),
   bitsPerSample: fc.oneof(fc.constantFrom(16, 16, 8, 24, 32, 0, 1, 4, 12, 64), u16),
   extraChunks: fc.array(
-    fc.record({ id: fc.constantFrom('LIST', 'fact', 'JUNK', 'junk', 'cue ', '\0\0\0\0'), size: rarely(interestingU32), body: fc.uint8Array({ maxLength: 33 }) }),
+    fc.record({
+      id: fc.constantFrom('LIST', 'fact', 'JUNK', 'junk', 'cue ', '\0\0\0\0'),
+      size: rarely(interestingU32),
+      body: fc.uint8Array({ maxLength: 33 }),
+    }),
     { maxLength: 3 },
   ),
   dataFirst: fc.boolean(),
@@ -86,7 +96,11 @@ export function buildWav(spec: WavHeaderSpec): Buffer {
   fmtBody.writeUInt32LE((spec.byteRate ?? spec.sampleRate * blockAlign) >>> 0, 8);
   fmtBody.writeUInt16LE(blockAlign, 12);
   fmtBody.writeUInt16LE(spec.bitsPerSample, 14);
-  const fmt = chunk('fmt ', spec.fmtSize, fmtBody.subarray(0, Math.min(fmtBody.length, Math.max(spec.fmtSize, 0)) || fmtBody.length));
+  const fmt = chunk(
+    'fmt ',
+    spec.fmtSize,
+    fmtBody.subarray(0, Math.min(fmtBody.length, Math.max(spec.fmtSize, 0)) || fmtBody.length),
+  );
   const data = chunk('data', spec.dataSize, spec.payload);
   const extras = spec.extraChunks.map((c) => chunk(c.id, c.size, c.body));
   const body = Buffer.concat(spec.dataFirst ? [data, ...extras, fmt] : [fmt, ...extras, data]);
@@ -103,8 +117,21 @@ export const wavFile: fc.Arbitrary<Buffer> = wavHeaderSpec.map(buildWav);
 /** A valid 16-bit mono WAV (what a well-behaved client uploads). */
 export function validWav(samples: number, sampleRate = 16000): Buffer {
   return buildWav({
-    riffId: 'RIFF', waveId: 'WAVE', riffSize: null, fmtSize: 16, audioFormat: 1, channels: 1, sampleRate, byteRate: null, blockAlign: null,
-    bitsPerSample: 16, extraChunks: [], dataFirst: false, dataSize: null, payload: new Uint8Array(tonePcm16(samples, sampleRate)), truncateAt: null,
+    riffId: 'RIFF',
+    waveId: 'WAVE',
+    riffSize: null,
+    fmtSize: 16,
+    audioFormat: 1,
+    channels: 1,
+    sampleRate,
+    byteRate: null,
+    blockAlign: null,
+    bitsPerSample: 16,
+    extraChunks: [],
+    dataFirst: false,
+    dataSize: null,
+    payload: new Uint8Array(tonePcm16(samples, sampleRate)),
+    truncateAt: null,
   });
 }
 
@@ -128,12 +155,27 @@ export function uploadedFile(validFiles: Buffer[]): fc.Arbitrary<Buffer> {
   return fc.oneof(
     { weight: 4, arbitrary: wavFile },
     { weight: 2, arbitrary: fc.integer({ min: 0, max: 12000 }).map((n) => tonePcm16(n)) },
-    { weight: 2, arbitrary: fc.tuple(fc.constantFrom(...sniffedPrefixes), fc.uint8Array({ maxLength: 2048 })).map(([p, r]) => Buffer.concat([p, r])) },
+    {
+      weight: 2,
+      arbitrary: fc
+        .tuple(fc.constantFrom(...sniffedPrefixes), fc.uint8Array({ maxLength: 2048 }))
+        .map(([p, r]) => Buffer.concat([p, r])),
+    },
     { weight: 2, arbitrary: fc.uint8Array({ maxLength: 4096 }).map((b) => Buffer.from(b)) },
-    { weight: 1, arbitrary: fc.constantFrom(Buffer.alloc(0), Buffer.alloc(1), Buffer.alloc(255, 0x41), Buffer.alloc(256)) },
+    {
+      weight: 1,
+      arbitrary: fc.constantFrom(Buffer.alloc(0), Buffer.alloc(1), Buffer.alloc(255, 0x41), Buffer.alloc(256)),
+    },
     ...(validFiles.length ? [{ weight: 8, arbitrary: fc.constantFrom(...validFiles) }] : []),
     ...(validFiles.length
-      ? [{ weight: 1, arbitrary: fc.tuple(fc.constantFrom(...validFiles), fc.nat()).map(([f, n]) => f.subarray(0, n % Math.max(1, f.length))) }]
+      ? [
+          {
+            weight: 1,
+            arbitrary: fc
+              .tuple(fc.constantFrom(...validFiles), fc.nat())
+              .map(([f, n]) => f.subarray(0, n % Math.max(1, f.length))),
+          },
+        ]
       : []),
   );
 }
@@ -159,9 +201,28 @@ export function fuzzString(dictionary: string[], maxLength = 200): fc.Arbitrary<
     { weight: 1, arbitrary: fc.string({ unit: 'binary', maxLength: Math.min(maxLength, 40) }) },
     {
       weight: 1,
-      arbitrary: fc.constantFrom('', ' ', '\0', '..', '../../etc/passwd', '${jndi:x}', '<script>', '%s%n', '\u202e', '\ud800', 'null', 'true', '-1', '1e309', '__proto__'),
+      arbitrary: fc.constantFrom(
+        '',
+        ' ',
+        '\0',
+        '..',
+        '../../etc/passwd',
+        '${jndi:x}',
+        '<script>',
+        '%s%n',
+        '\u202e',
+        '\ud800',
+        'null',
+        'true',
+        '-1',
+        '1e309',
+        '__proto__',
+      ),
     },
-    { weight: 1, arbitrary: fc.integer({ min: 1, max: 12_000 }).map((n) => 'ab. '.repeat(Math.ceil(n / 4)).slice(0, n)) },
+    {
+      weight: 1,
+      arbitrary: fc.integer({ min: 1, max: 12_000 }).map((n) => 'ab. '.repeat(Math.ceil(n / 4)).slice(0, n)),
+    },
   );
 }
 
@@ -173,23 +234,70 @@ export function pathSegment(known: string[]): fc.Arbitrary<string> {
     {
       weight: 2,
       arbitrary: fc.constantFrom(
-        '..', '.', '%2e%2e', '..%2f..%2fetc%2fpasswd', '..%5c..%5c', '%00', 'a%00b', '%zz', '%', '%ff%fe', '%c0%ae%c0%ae', '%E2%80%AE',
-        '-1', '0', '1', '01', '+1', '1.0', '1e3', '9007199254740993', '999999999999999', 'NaN', 'null', 'undefined', '__proto__',
-        'constructor', '%20', '*', 'custom-..', 'custom-x-1', 'CON', '00000000-0000-0000-0000-000000000000', '0123456789abcdef0123456789abcdef',
+        '..',
+        '.',
+        '%2e%2e',
+        '..%2f..%2fetc%2fpasswd',
+        '..%5c..%5c',
+        '%00',
+        'a%00b',
+        '%zz',
+        '%',
+        '%ff%fe',
+        '%c0%ae%c0%ae',
+        '%E2%80%AE',
+        '-1',
+        '0',
+        '1',
+        '01',
+        '+1',
+        '1.0',
+        '1e3',
+        '9007199254740993',
+        '999999999999999',
+        'NaN',
+        'null',
+        'undefined',
+        '__proto__',
+        'constructor',
+        '%20',
+        '*',
+        'custom-..',
+        'custom-x-1',
+        'CON',
+        '00000000-0000-0000-0000-000000000000',
+        '0123456789abcdef0123456789abcdef',
       ),
     },
     { weight: 2, arbitrary: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 40 }).map(percentEncode) },
-    { weight: 1, arbitrary: fc.string({ unit: 'binary-ascii', minLength: 1, maxLength: 40 }).map((s) => s.replace(/[^\x21-\x7e]|[/?#]/g, (c) => percentEncode(c))) },
+    {
+      weight: 1,
+      arbitrary: fc
+        .string({ unit: 'binary-ascii', minLength: 1, maxLength: 40 })
+        .map((s) => s.replace(/[^\x21-\x7e]|[/?#]/g, (c) => percentEncode(c))),
+    },
     { weight: 1, arbitrary: fc.integer({ min: 200, max: 20_000 }).map((n) => 'a'.repeat(n)) },
   );
 }
 
 export function queryString(knownNames: string[], dictionary: string[]): fc.Arbitrary<string> {
-  const name = fc.oneof(...(knownNames.length ? [fc.constantFrom(...knownNames)] : []), fc.constantFrom('__proto__', 'a[b]', 'x', ''), fc.string({ maxLength: 8 }));
-  const value = fc.oneof(fuzzString(dictionary, 60).map(percentEncode), fc.constantFrom('%', '%zz', '%00', 'a&b', '1', ''));
+  const name = fc.oneof(
+    ...(knownNames.length ? [fc.constantFrom(...knownNames)] : []),
+    fc.constantFrom('__proto__', 'a[b]', 'x', ''),
+    fc.string({ maxLength: 8 }),
+  );
+  const value = fc.oneof(
+    fuzzString(dictionary, 60).map(percentEncode),
+    fc.constantFrom('%', '%zz', '%00', 'a&b', '1', ''),
+  );
   return fc.oneof(
     { weight: 3, arbitrary: fc.constant('') },
-    { weight: 2, arbitrary: fc.array(fc.tuple(name, value), { minLength: 1, maxLength: 4 }).map((pairs) => `?${pairs.map(([k, v]) => `${percentEncode(k)}=${v}`).join('&')}`) },
+    {
+      weight: 2,
+      arbitrary: fc
+        .array(fc.tuple(name, value), { minLength: 1, maxLength: 4 })
+        .map((pairs) => `?${pairs.map(([k, v]) => `${percentEncode(k)}=${v}`).join('&')}`),
+    },
     { weight: 1, arbitrary: fc.constantFrom('?', '?&&', '?=', '?a', '?%', '?a=1&a=2&a=3', `?${'x='.repeat(2000)}`) },
   );
 }
@@ -228,8 +336,25 @@ export interface SchemaContext {
 /** Any JSON value, including ones that stress parsers (deep nesting, prototype keys, huge numbers). */
 const hostileJson = fc.oneof(
   { weight: 6, arbitrary: fc.jsonValue({ maxDepth: 4 }) },
-  { weight: 1, arbitrary: fc.constantFrom<unknown>(null, [], {}, 0, -0, 1e308, '', true, JSON.parse('{"__proto__":{"polluted":1}}'), { constructor: { prototype: { polluted: 1 } } }) },
-  { weight: 1, arbitrary: fc.integer({ min: 1, max: 3000 }).map((depth) => JSON.parse('['.repeat(depth) + ']'.repeat(depth))) },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom<unknown>(
+      null,
+      [],
+      {},
+      0,
+      -0,
+      1e308,
+      '',
+      true,
+      JSON.parse('{"__proto__":{"polluted":1}}'),
+      { constructor: { prototype: { polluted: 1 } } },
+    ),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.integer({ min: 1, max: 3000 }).map((depth) => JSON.parse('['.repeat(depth) + ']'.repeat(depth))),
+  },
 );
 
 /** A value of the wrong kind for a field, or a boundary value of the right kind. */
@@ -249,7 +374,12 @@ function resolve(schema: JsonSchema, ctx: SchemaContext): JsonSchema {
 }
 
 /** Values a field's name or description points at: known ids for id fields, the provider ids a description lists. */
-function hintsFor(fieldName: string, schema: JsonSchema & { description?: string }, ctx: SchemaContext, fits: (s: string) => boolean): fc.Arbitrary<string> | null {
+function hintsFor(
+  fieldName: string,
+  schema: JsonSchema & { description?: string },
+  ctx: SchemaContext,
+  fits: (s: string) => boolean,
+): fc.Arbitrary<string> | null {
   const matching = ctx.fieldHints.filter(([pattern]) => pattern.test(fieldName)).map(([, values]) => values);
   const byDescription = ctx.dictionary.filter((value) => value.length > 2 && schema.description?.includes(value));
   // Not de-duplicated: a value listed twice is drawn twice as often.
@@ -267,9 +397,11 @@ function hintsFor(fieldName: string, schema: JsonSchema & { description?: string
  */
 export function schemaShaped(input: JsonSchema, ctx: SchemaContext, depth = 0, fieldName = ''): fc.Arbitrary<unknown> {
   const schema = resolve(input, ctx) as JsonSchema & { description?: string };
-  const withMutation = (valid: fc.Arbitrary<unknown>) => fc.oneof({ weight: 15, arbitrary: valid }, { weight: 1, arbitrary: mutatedValue(schema) });
+  const withMutation = (valid: fc.Arbitrary<unknown>) =>
+    fc.oneof({ weight: 15, arbitrary: valid }, { weight: 1, arbitrary: mutatedValue(schema) });
   // fc.option's freq: null once in `freq` draws.
-  const nullable = (valid: fc.Arbitrary<unknown>) => (schema.nullable ? fc.option(valid, { nil: null, freq: 6 }) : valid);
+  const nullable = (valid: fc.Arbitrary<unknown>) =>
+    schema.nullable ? fc.option(valid, { nil: null, freq: 6 }) : valid;
   const variants = schema.anyOf ?? schema.oneOf;
   if (variants) return fc.oneof(...variants.map((v) => schemaShaped(v, ctx, depth + 1, fieldName)));
   if (schema.enum) return withMutation(fc.constantFrom(...schema.enum));
@@ -294,7 +426,10 @@ export function schemaShaped(input: JsonSchema, ctx: SchemaContext, depth = 0, f
     case 'number': {
       const min = schema.minimum ?? -1e6;
       const max = schema.maximum ?? 1e6;
-      const valid = type === 'integer' ? fc.integer({ min: Math.ceil(min), max: Math.floor(max) }) : fc.double({ min, max, noNaN: true });
+      const valid =
+        type === 'integer'
+          ? fc.integer({ min: Math.ceil(min), max: Math.floor(max) })
+          : fc.double({ min, max, noNaN: true });
       return withMutation(nullable(valid));
     }
     case 'boolean':
@@ -303,14 +438,20 @@ export function schemaShaped(input: JsonSchema, ctx: SchemaContext, depth = 0, f
       if (depth > 4) return fc.constant([]);
       const items = schema.items ? schemaShaped(schema.items, ctx, depth + 1, fieldName) : hostileJson;
       const minLength = schema.minItems ?? 0;
-      return withMutation(nullable(fc.array(items, { minLength, maxLength: Math.max(minLength, Math.min(schema.maxItems ?? 4, 4)) })));
+      return withMutation(
+        nullable(fc.array(items, { minLength, maxLength: Math.max(minLength, Math.min(schema.maxItems ?? 4, 4)) })),
+      );
     }
     case 'object':
     default: {
       if (!schema.properties || depth > 4) return withMutation(hostileJson);
       const required = new Set(schema.required ?? []);
       const fields = Object.entries(schema.properties).map(([name, sub]) =>
-        fc.tuple(fc.constant(name), schemaShaped(sub, ctx, depth + 1, name), required.has(name) ? fc.constant(true) : fc.boolean()),
+        fc.tuple(
+          fc.constant(name),
+          schemaShaped(sub, ctx, depth + 1, name),
+          required.has(name) ? fc.constant(true) : fc.boolean(),
+        ),
       );
       const object = fc
         .tuple(
@@ -335,22 +476,58 @@ export const arbitraryJsonText: fc.Arbitrary<string> = fc.oneof(
   { weight: 2, arbitrary: fc.json({ maxDepth: 3 }) },
   {
     weight: 2,
-    arbitrary: fc.anything({ maxDepth: 3, withBigInt: false, withMap: true, withSet: true, withDate: true, withTypedArray: true, withSparseArray: true, withNullPrototype: true }).map((v) => {
-      try {
-        return JSON.stringify(v) ?? '';
-      } catch {
-        return String(v);
-      }
-    }),
+    arbitrary: fc
+      .anything({
+        maxDepth: 3,
+        withBigInt: false,
+        withMap: true,
+        withSet: true,
+        withDate: true,
+        withTypedArray: true,
+        withSparseArray: true,
+        withNullPrototype: true,
+      })
+      .map((v) => {
+        try {
+          return JSON.stringify(v) ?? '';
+        } catch {
+          return String(v);
+        }
+      }),
   },
-  { weight: 1, arbitrary: fc.tuple(fc.json(), fc.nat()).map(([text, n]) => text.slice(0, n % Math.max(1, text.length))) },
+  {
+    weight: 1,
+    arbitrary: fc.tuple(fc.json(), fc.nat()).map(([text, n]) => text.slice(0, n % Math.max(1, text.length))),
+  },
   { weight: 1, arbitrary: fc.string({ unit: 'grapheme', maxLength: 100 }) },
-  { weight: 1, arbitrary: fc.constantFrom('{', '{"a":', '[1,2', '{"text":"\\ud800"}', '{"a":1,"a":2}', '\ufeff{}', 'nul', '{"text":"x"}\n{"text":"y"}', '"\\u0000"') },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom(
+      '{',
+      '{"a":',
+      '[1,2',
+      '{"text":"\\ud800"}',
+      '{"a":1,"a":2}',
+      '\ufeff{}',
+      'nul',
+      '{"text":"x"}\n{"text":"y"}',
+      '"\\u0000"',
+    ),
+  },
 );
 
 export const jsonContentType = fc.constantFrom(
-  'application/json', 'application/json', 'application/json', 'application/json; charset=utf-8', 'text/plain', 'application/x-www-form-urlencoded',
-  'multipart/form-data', 'application/json; charset=utf-16le', 'application/vnd.api+json', '', 'application/json;;;',
+  'application/json',
+  'application/json',
+  'application/json',
+  'application/json; charset=utf-8',
+  'text/plain',
+  'application/x-www-form-urlencoded',
+  'multipart/form-data',
+  'application/json; charset=utf-16le',
+  'application/vnd.api+json',
+  '',
+  'application/json;;;',
 );
 
 /** SDP offers: the given real one, and copies with lines dropped, duplicated, cut, reordered or with numbers changed. */
@@ -405,10 +582,15 @@ export function buildMultipart(spec: MultipartSpec): { contentType: string; body
     if (part.name !== null) disposition += `; name="${part.name}"`;
     if (part.filename !== null) disposition += `; filename="${part.filename}"`;
     const headers = [disposition, ...(part.contentType !== null ? [`Content-Type: ${part.contentType}`] : [])];
-    chunks.push(Buffer.from(`--${spec.boundary}${nl}${headers.join(nl)}${nl}${nl}`, 'utf8'), part.body, Buffer.from(nl));
+    chunks.push(
+      Buffer.from(`--${spec.boundary}${nl}${headers.join(nl)}${nl}${nl}`, 'utf8'),
+      part.body,
+      Buffer.from(nl),
+    );
   }
   if (spec.ending !== 'unterminated') chunks.push(Buffer.from(`--${spec.boundary}--${nl}`));
-  if (spec.ending === 'garbage-after') chunks.push(Buffer.from(`--${spec.boundary}${nl}Content-Disposition: form-data; name="late"${nl}${nl}x`));
+  if (spec.ending === 'garbage-after')
+    chunks.push(Buffer.from(`--${spec.boundary}${nl}Content-Disposition: form-data; name="late"${nl}${nl}x`));
   let body = Buffer.concat(chunks);
   if (spec.ending === 'truncated') body = body.subarray(0, spec.truncateAt % Math.max(1, body.length));
   return { contentType: spec.header, body };
@@ -427,23 +609,50 @@ export interface MultipartForm {
  * the decoders); the others have schema-shaped text fields, arbitrary files (some valid for that field,
  * from `validFilesFor`), extra/duplicate parts, and one in four has broken framing.
  */
-export function multipartBody(form: MultipartForm, ctx: SchemaContext, validFilesFor: (field: string) => Buffer[]): fc.Arbitrary<MultipartSpec> {
+export function multipartBody(
+  form: MultipartForm,
+  ctx: SchemaContext,
+  validFilesFor: (field: string) => Buffer[],
+): fc.Arbitrary<MultipartSpec> {
   const fieldValue = (name: string, schema: JsonSchema) =>
     fc.oneof(
-      { weight: 4, arbitrary: schemaShaped(schema, ctx, 0, name).map((v) => (typeof v === 'string' ? v : JSON.stringify(v) ?? '')) },
+      {
+        weight: 4,
+        arbitrary: schemaShaped(schema, ctx, 0, name).map((v) =>
+          typeof v === 'string' ? v : (JSON.stringify(v) ?? ''),
+        ),
+      },
       { weight: 1, arbitrary: fuzzString(ctx.dictionary) },
     );
   const textPart = (name: string, schema: JsonSchema): fc.Arbitrary<MultipartPart> =>
-    fc.record<MultipartPart>({ name: fc.constant(name), filename: fc.constant(null), contentType: fc.constant(null), body: fieldValue(name, schema).map((s) => Buffer.from(s)) });
+    fc.record<MultipartPart>({
+      name: fc.constant(name),
+      filename: fc.constant(null),
+      contentType: fc.constant(null),
+      body: fieldValue(name, schema).map((s) => Buffer.from(s)),
+    });
   const filePart = (name: string): fc.Arbitrary<MultipartPart> =>
     fc.record<MultipartPart>({
       name: fc.constant(name),
-      filename: fc.oneof(fc.constantFrom('sample.wav', 'a.mp3', 'face.png', 'x', '', '../../etc/passwd', 'C:\\boot.ini', 'é✓.wav'), fc.string({ maxLength: 30 }).map((s) => s.replace(/["\r\n]/g, '_'))),
-      contentType: fc.constantFrom(null, 'application/octet-stream', 'audio/wav', 'audio/mpeg', 'image/png', 'image/jpeg', 'text/plain', 'x/y'),
+      filename: fc.oneof(
+        fc.constantFrom('sample.wav', 'a.mp3', 'face.png', 'x', '', '../../etc/passwd', 'C:\\boot.ini', 'é✓.wav'),
+        fc.string({ maxLength: 30 }).map((s) => s.replace(/["\r\n]/g, '_')),
+      ),
+      contentType: fc.constantFrom(
+        null,
+        'application/octet-stream',
+        'audio/wav',
+        'audio/mpeg',
+        'image/png',
+        'image/jpeg',
+        'text/plain',
+        'x/y',
+      ),
       body: uploadedFile(validFilesFor(name)),
     });
   // Left out: a required part once in 8 draws, an optional one every other draw.
-  const present = <T>(name: string, arb: fc.Arbitrary<T>) => fc.option(arb, { freq: form.required.includes(name) ? 8 : 2 });
+  const present = <T>(name: string, arb: fc.Arbitrary<T>) =>
+    fc.option(arb, { freq: form.required.includes(name) ? 8 : 2 });
   const known = fc.tuple(
     ...Object.entries(form.fields).map(([name, schema]) => present(name, textPart(name, schema))),
     ...form.files.map((name) => present(name, filePart(name))),
@@ -454,7 +663,12 @@ export function multipartBody(form: MultipartForm, ctx: SchemaContext, validFile
       weight: 1,
       arbitrary: fc.array(
         fc.oneof(
-          fc.record<MultipartPart>({ name: fc.option(fc.string({ maxLength: 10 }).map((s) => s.replace(/["\r\n]/g, '_'))), filename: fc.constant(null), contentType: fc.constant(null), body: fc.uint8Array({ maxLength: 64 }).map((b) => Buffer.from(b)) }),
+          fc.record<MultipartPart>({
+            name: fc.option(fc.string({ maxLength: 10 }).map((s) => s.replace(/["\r\n]/g, '_'))),
+            filename: fc.constant(null),
+            contentType: fc.constant(null),
+            body: fc.uint8Array({ maxLength: 64 }).map((b) => Buffer.from(b)),
+          }),
           ...(form.files.length ? [filePart(form.files[0])] : []),
           ...Object.keys(form.fields).map((name) => filePart(name)),
         ),
@@ -462,7 +676,10 @@ export function multipartBody(form: MultipartForm, ctx: SchemaContext, validFile
       ),
     },
   );
-  const boundary = fc.oneof({ weight: 4, arbitrary: fc.stringMatching(/^[0-9a-f]{8,40}$/).map((h) => `----fuzz${h}`) }, { weight: 1, arbitrary: fc.constantFrom('a', '-', 'x'.repeat(70), 'with space') });
+  const boundary = fc.oneof(
+    { weight: 4, arbitrary: fc.stringMatching(/^[0-9a-f]{8,40}$/).map((h) => `----fuzz${h}`) },
+    { weight: 1, arbitrary: fc.constantFrom('a', '-', 'x'.repeat(70), 'with space') },
+  );
   type Framing = { headerKind: string; ending: MultipartSpec['ending']; newline: MultipartSpec['newline'] };
   const framing = fc.oneof(
     { weight: 3, arbitrary: fc.constant<Framing>({ headerKind: 'same', ending: 'closed', newline: '\r\n' }) },
@@ -477,19 +694,28 @@ export function multipartBody(form: MultipartForm, ctx: SchemaContext, validFile
   );
   const anyForm = fc
     .record({ known, extra, boundary, framing, truncateAt: fc.nat(), shuffle: fc.boolean() })
-    .map(({ known: knownParts, extra: extraParts, boundary: b, framing: { headerKind, ending, newline }, truncateAt, shuffle }) => {
-      const parts: MultipartPart[] = [...knownParts.filter((p) => p !== null), ...extraParts];
-      if (shuffle) parts.reverse();
-      const header = {
-        same: `multipart/form-data; boundary=${b.includes(' ') ? `"${b}"` : b}`,
-        quoted: `multipart/form-data; boundary="${b}"`,
-        other: 'multipart/form-data; boundary=not-the-one',
-        none: 'multipart/form-data',
-        empty: 'multipart/form-data; boundary=',
-        json: 'application/json',
-      }[headerKind]!;
-      return { parts, boundary: b, header, ending, truncateAt, newline } as MultipartSpec;
-    });
+    .map(
+      ({
+        known: knownParts,
+        extra: extraParts,
+        boundary: b,
+        framing: { headerKind, ending, newline },
+        truncateAt,
+        shuffle,
+      }) => {
+        const parts: MultipartPart[] = [...knownParts.filter((p) => p !== null), ...extraParts];
+        if (shuffle) parts.reverse();
+        const header = {
+          same: `multipart/form-data; boundary=${b.includes(' ') ? `"${b}"` : b}`,
+          quoted: `multipart/form-data; boundary="${b}"`,
+          other: 'multipart/form-data; boundary=not-the-one',
+          none: 'multipart/form-data',
+          empty: 'multipart/form-data; boundary=',
+          json: 'application/json',
+        }[headerKind]!;
+        return { parts, boundary: b, header, ending, truncateAt, newline } as MultipartSpec;
+      },
+    );
   // A well-formed form whose only variable is the file: required fields with values that pass their
   // checks, so the upload reaches the decoders and converters (WAV headers, random bytes, sniffed formats).
   const requiredText = Object.entries(form.fields).filter(([name]) => form.required.includes(name));
@@ -502,20 +728,24 @@ export function multipartBody(form: MultipartForm, ctx: SchemaContext, validFile
             name: fc.constant(name),
             filename: fc.constant(null),
             contentType: fc.constant(null),
-            body: (hints ?? fc.string({ unit: 'grapheme-ascii', minLength: 1, maxLength: 20 })).map((v) => Buffer.from(v)),
+            body: (hints ?? fc.string({ unit: 'grapheme-ascii', minLength: 1, maxLength: 20 })).map((v) =>
+              Buffer.from(v),
+            ),
           });
         }),
       ),
       files: fc.tuple(...form.files.map((name) => filePart(name))),
       boundary: fc.stringMatching(/^[0-9a-f]{16}$/).map((h) => `----fuzz${h}`),
     })
-    .map(({ fields, files, boundary: b }): MultipartSpec => ({
-      parts: [...fields, ...files],
-      boundary: b,
-      header: `multipart/form-data; boundary=${b}`,
-      ending: 'closed',
-      truncateAt: 0,
-      newline: '\r\n',
-    }));
+    .map(
+      ({ fields, files, boundary: b }): MultipartSpec => ({
+        parts: [...fields, ...files],
+        boundary: b,
+        header: `multipart/form-data; boundary=${b}`,
+        ending: 'closed',
+        truncateAt: 0,
+        newline: '\r\n',
+      }),
+    );
   return fc.oneof({ weight: 1, arbitrary: wellFormed }, { weight: 2, arbitrary: anyForm });
 }

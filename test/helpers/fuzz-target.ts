@@ -77,15 +77,28 @@ export class FuzzTarget {
   ) {}
 
   /** Starts the service; `afterRestart` re-creates per-process state (live sessions) after a crash restart. */
-  static async start(options: StartServiceOptions, afterRestart: (service: ServiceProcess) => Promise<void>): Promise<FuzzTarget> {
+  static async start(
+    options: StartServiceOptions,
+    afterRestart: (service: ServiceProcess) => Promise<void>,
+  ): Promise<FuzzTarget> {
     const service = await startServiceProcess(options);
-    return new FuzzTarget(service, { ...options, dataDir: service.dataDir, avatarsDir: service.avatarsDir }, afterRestart);
+    return new FuzzTarget(
+      service,
+      { ...options, dataDir: service.dataDir, avatarsDir: service.avatarsDir },
+      afterRestart,
+    );
   }
 
   /** Strings that must never appear in a response: where the service keeps its files. */
   private secretPaths(): string[] {
     const repoRoot = path.resolve(import.meta.dirname, '..', '..');
-    return [this.service.dataDir, this.service.avatarsDir, this.service.tmpDir, repoRoot, path.join(os.tmpdir(), 'svc-proc-')];
+    return [
+      this.service.dataDir,
+      this.service.avatarsDir,
+      this.service.tmpDir,
+      repoRoot,
+      path.join(os.tmpdir(), 'svc-proc-'),
+    ];
   }
 
   /** Records traffic sent outside `send` (a WebSocket run) so a crash report can show what preceded it. */
@@ -125,16 +138,19 @@ export class FuzzTarget {
         return null;
       }
       await this.checkAlive(`${result.error} on this request`, { waitForExit: true });
-      if (this.service.exitStatus() === null) this.finding(`connection dropped without an answer (${result.error})`, request, '-');
+      if (this.service.exitStatus() === null)
+        this.finding(`connection dropped without an answer (${result.error})`, request, '-');
       return null;
     }
     const response = result;
     this.figures.byStatus[response.status] = (this.figures.byStatus[response.status] ?? 0) + 1;
     if (response.status >= 500) {
       this.figures.serverErrors++;
-      if (!allowed5xx.has(response.status)) this.finding(`HTTP ${response.status}`, request, `${shown(response.body)}${await this.loggedError(requestId)}`);
+      if (!allowed5xx.has(response.status))
+        this.finding(`HTTP ${response.status}`, request, `${shown(response.body)}${await this.loggedError(requestId)}`);
     }
-    if (response.status >= 400 && !isDetailBody(response)) this.finding(`HTTP ${response.status} without a {detail} body`, request, shown(response.body));
+    if (response.status >= 400 && !isDetailBody(response))
+      this.finding(`HTTP ${response.status} without a {detail} body`, request, shown(response.body));
     if (this.leaksPath(response.body)) this.finding('filesystem path in the response', request, shown(response.body));
     return response;
   }
@@ -170,11 +186,22 @@ export class FuzzTarget {
   /** The error the service logged for this request (its request id is ours), which explains a 500. */
   private async loggedError(requestId: string): Promise<string> {
     await delay(50);
-    const line = this.service.logs().split('\n').find((l) => l.includes(`"reqId":"${requestId}"`) && l.includes('"err"'));
+    const line = this.service
+      .logs()
+      .split('\n')
+      .find((l) => l.includes(`"reqId":"${requestId}"`) && l.includes('"err"'));
     if (!line) return '';
     try {
       const { err } = JSON.parse(line);
-      return `\n  logged: ${typeof err === 'string' ? err : `${err?.type ?? ''}: ${err?.message ?? ''} ${String(err?.stack ?? '').split('\n')[1]?.trim() ?? ''}`}`;
+      return `\n  logged: ${
+        typeof err === 'string'
+          ? err
+          : `${err?.type ?? ''}: ${err?.message ?? ''} ${
+              String(err?.stack ?? '')
+                .split('\n')[1]
+                ?.trim() ?? ''
+            }`
+      }`;
     } catch {
       return `\n  logged: ${line.slice(0, 300)}`;
     }
@@ -201,7 +228,14 @@ export class FuzzTarget {
       try {
         // A fresh connection per request (no keep-alive pool): a connection the server dropped after one
         // answer can never be blamed on the next request.
-        req = http.request({ host: '127.0.0.1', port: this.service.port, method: request.method, path: request.path, headers, agent: false });
+        req = http.request({
+          host: '127.0.0.1',
+          port: this.service.port,
+          method: request.method,
+          path: request.path,
+          headers,
+          agent: false,
+        });
       } catch (error) {
         // Node refuses to send some paths (invalid characters): that input never reaches the service.
         settle({ error: `unsendable: ${(error as Error).message}` });
@@ -225,15 +259,17 @@ export class FuzzTarget {
         let bytes = 0;
         res.on('data', (chunk: Buffer) => {
           bytes += chunk.length;
-          if (body.length < KEPT_BODY_CHARS && !/^(audio|image|video)\//.test(contentType)) body += chunk.toString('utf8');
+          if (body.length < KEPT_BODY_CHARS && !/^(audio|image|video)\//.test(contentType))
+            body += chunk.toString('utf8');
         });
-        res.on('end', () => settle({ status, contentType, body: body.slice(0, KEPT_BODY_CHARS), bytes, ms: performance.now() - started }));
+        res.on('end', () =>
+          settle({ status, contentType, body: body.slice(0, KEPT_BODY_CHARS), bytes, ms: performance.now() - started }),
+        );
         res.on('error', (error: NodeJS.ErrnoException) => settle({ error: error.code ?? error.message }));
       });
       req.end(request.body);
     });
   }
-
 }
 
 function shown(body: string): string {
@@ -252,13 +288,18 @@ function isDetailBody(response: FuzzResponse): boolean {
 }
 
 export function describeRequest(request: FuzzRequest): string {
-  const shownPath = request.path.length > 300 ? `${request.path.slice(0, 300)}…(${request.path.length} chars)` : request.path;
+  const shownPath =
+    request.path.length > 300 ? `${request.path.slice(0, 300)}…(${request.path.length} chars)` : request.path;
   let body = '';
   if (request.body) {
     // Text when it is valid UTF-8 without control bytes other than tab and line ends; hex otherwise.
     const text = request.body.toString('utf8');
-    const printable = Buffer.from(text, 'utf8').equals(request.body) && !request.body.some((b) => (b < 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d) || b === 0x7f);
-    const shown = printable ? JSON.stringify(text.slice(0, SHOWN_BODY_CHARS)) : `hex ${request.body.subarray(0, SHOWN_BODY_CHARS / 2).toString('hex')}`;
+    const printable =
+      Buffer.from(text, 'utf8').equals(request.body) &&
+      !request.body.some((b) => (b < 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d) || b === 0x7f);
+    const shown = printable
+      ? JSON.stringify(text.slice(0, SHOWN_BODY_CHARS))
+      : `hex ${request.body.subarray(0, SHOWN_BODY_CHARS / 2).toString('hex')}`;
     body = ` body(${request.body.length} B${request.headers['content-type'] ? `, ${request.headers['content-type']}` : ''}): ${shown}${request.body.length > SHOWN_BODY_CHARS ? '…' : ''}`;
   }
   return `[${request.kind}] ${request.method} ${shownPath}${body}`;
@@ -283,7 +324,9 @@ export function formatFindings(findings: Finding[]): string {
   return [...groups.entries()]
     .map(([key, list]) => {
       const ops = [...new Set(list.map((f) => f.op))];
-      const examples = list.slice(0, EXAMPLES_PER_GROUP).map((f) => `    ${f.request}\n      → ${f.response.replace(/\n/g, '\n        ')}`);
+      const examples = list
+        .slice(0, EXAMPLES_PER_GROUP)
+        .map((f) => `    ${f.request}\n      → ${f.response.replace(/\n/g, '\n        ')}`);
       const more = list.length > EXAMPLES_PER_GROUP ? `\n    … and ${list.length - EXAMPLES_PER_GROUP} more` : '';
       return `${list.length}× ${key}\n  on ${ops.join(', ')}\n${examples.join('\n')}${more}`;
     })

@@ -27,5 +27,10 @@ export function blackPng(width: number, height: number): Buffer {
   header[8] = 8;
   header[9] = GREYSCALE;
   const rows = Buffer.alloc((width + 1) * height);
-  return Buffer.concat([PNG_SIGNATURE, chunk('IHDR', header), chunk('IDAT', zlib.deflateSync(rows, { level: 9 })), chunk('IEND', Buffer.alloc(0))]);
+  return Buffer.concat([
+    PNG_SIGNATURE,
+    chunk('IHDR', header),
+    chunk('IDAT', zlib.deflateSync(rows, { level: 9 })),
+    chunk('IEND', Buffer.alloc(0)),
+  ]);
 }

@@ -74,11 +74,18 @@ export function turnArbitrary(mode: TurnInfo['mode']): fc.Arbitrary<TurnInfo> {
   const common = { id: idArbitrary, mode: fc.constant(mode) };
   if (mode === 'speak') return fc.record({ ...common, text: textArbitrary, tts: selectionArbitrary });
   if (mode === 'chat') {
-    return fc.record({ ...common, text: textArbitrary, tts: selectionArbitrary, accepted: fc.constant<Settle<void>>(CHAT_ACCEPTED) }, {
-      requiredKeys: ['id', 'mode', 'text', 'tts'],
-    });
+    return fc.record(
+      { ...common, text: textArbitrary, tts: selectionArbitrary, accepted: fc.constant<Settle<void>>(CHAT_ACCEPTED) },
+      {
+        requiredKeys: ['id', 'mode', 'text', 'tts'],
+      },
+    );
   }
-  return fc.record({ ...common, smoothing: fc.boolean(), audio: fc.constant(mode === 'audio' ? CLIP_AUDIO : STREAM_AUDIO) });
+  return fc.record({
+    ...common,
+    smoothing: fc.boolean(),
+    audio: fc.constant(mode === 'audio' ? CLIP_AUDIO : STREAM_AUDIO),
+  });
 }
 
 const stageErrorArbitrary = (fatal: boolean): fc.Arbitrary<SessionEvent> =>
@@ -111,7 +118,9 @@ export const sessionEventArbitrary: fc.Arbitrary<SessionEvent> = fc.oneof(
   },
   {
     weight: 4,
-    arbitrary: fc.tuple(idArbitrary, fc.boolean()).map(([id, triggerChat]) => ({ type: 'TRANSCRIBE' as const, request: transcribeRequest(id, triggerChat) })),
+    arbitrary: fc
+      .tuple(idArbitrary, fc.boolean())
+      .map(([id, triggerChat]) => ({ type: 'TRANSCRIBE' as const, request: transcribeRequest(id, triggerChat) })),
   },
   { weight: 3, arbitrary: fc.constant({ type: 'VOICE.START' } as const) },
   { weight: 3, arbitrary: idArbitrary.map((id) => ({ type: 'VOICE.END' as const, request: voiceRequest(id) })) },
@@ -120,7 +129,14 @@ export const sessionEventArbitrary: fc.Arbitrary<SessionEvent> = fc.oneof(
   { weight: 4, arbitrary: fc.record({ type: fc.constant('LLM.SEGMENT' as const), text: textArbitrary }) },
   { weight: 3, arbitrary: fc.constant({ type: 'LLM.DONE' } as const) },
   { weight: 4, arbitrary: fc.constant({ type: 'TTS.FIRST_AUDIO' } as const) },
-  { weight: 2, arbitrary: fc.record({ type: fc.constant('TTS.QUEUED' as const), text: textArbitrary, durationMs: fc.constantFrom(0, 850) }) },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      type: fc.constant('TTS.QUEUED' as const),
+      text: textArbitrary,
+      durationMs: fc.constantFrom(0, 850),
+    }),
+  },
   { weight: 4, arbitrary: fc.constant({ type: 'TTS.DONE' } as const) },
   { weight: 6, arbitrary: fc.constant({ type: 'MEDIA.FLUSHED' } as const) },
   {
@@ -154,7 +170,12 @@ export function sessionEventsArbitrary(maxLength = 40): fc.Arbitrary<SessionEven
 // Representative events for graph walks (fixed values keep the context space finite)
 // ---------------------------------------------------------------------------------------------------
 
-export const SPEAK_TURN: TurnInfo = { id: 'turn-speak', mode: 'speak', text: 'Hello there.', tts: { provider: 'compat_http', voice: null, model: null } };
+export const SPEAK_TURN: TurnInfo = {
+  id: 'turn-speak',
+  mode: 'speak',
+  text: 'Hello there.',
+  tts: { provider: 'compat_http', voice: null, model: null },
+};
 export const CHAT_TURN: TurnInfo = { id: 'turn-chat', mode: 'chat', text: 'Tell me a joke.', accepted: CHAT_ACCEPTED };
 export const AUDIO_TURN: TurnInfo = { id: 'turn-audio', mode: 'audio', smoothing: true, audio: CLIP_AUDIO };
 export const STREAM_TURN: TurnInfo = { id: 'turn-stream', mode: 'audio_stream', audio: STREAM_AUDIO };
@@ -284,7 +305,16 @@ export function runPure(
   for (const event of events) {
     const [next, actions] = transition(machine, snapshot, event) as [SessionSnapshot, unknown[]];
     const aliveAfter = applyChildLifecycle(alive, actions);
-    steps.push({ event, before: snapshot, after: next, actions, emitted: emittedOf(actions), turns: turnEventsOf(actions), aliveBefore: alive, aliveAfter });
+    steps.push({
+      event,
+      before: snapshot,
+      after: next,
+      actions,
+      emitted: emittedOf(actions),
+      turns: turnEventsOf(actions),
+      aliveBefore: alive,
+      aliveAfter,
+    });
     snapshot = next;
     alive = aliveAfter;
   }
@@ -332,7 +362,8 @@ export function snapshotViolations(snapshot: SessionSnapshot): string[] {
   if (snapshot.status === 'done' && snapshot.value !== 'terminated') {
     violations.push(`done but not terminated: ${where}`);
   }
-  const quiet = top === 'paused' || snapshot.matches({ running: 'idle' }) || snapshot.matches({ running: 'interrupted' });
+  const quiet =
+    top === 'paused' || snapshot.matches({ running: 'idle' }) || snapshot.matches({ running: 'interrupted' });
   if (quiet && (snapshot.context.turn !== null || snapshot.context.transcribe !== null)) {
     violations.push(`turn/transcribe left in context in ${where}`);
   }
@@ -350,19 +381,27 @@ export function stepViolations(step: PureStep): string[] {
   // Children alive per spawn/stop actions must match the snapshot (pure path) — stage children only,
   // since XState keeps the root's media ref in a final snapshot after stopping it.
   if (!sameStageSet(step.aliveAfter, Object.keys(after.children ?? {}))) {
-    fail(`children alive per actions [${[...step.aliveAfter]}] != snapshot children [${Object.keys(after.children ?? {})}]`);
+    fail(
+      `children alive per actions [${[...step.aliveAfter]}] != snapshot children [${Object.keys(after.children ?? {})}]`,
+    );
   }
-  if (step.aliveAfter.has('media') !== (after.status === 'active')) fail(`media alive=${step.aliveAfter.has('media')} with status ${after.status}`);
+  if (step.aliveAfter.has('media') !== (after.status === 'active'))
+    fail(`media alive=${step.aliveAfter.has('media')} with status ${after.status}`);
 
   // The llm actor hears how its turn ended before it is stopped: completed only when the audio played out.
   if (step.aliveBefore.has('llm') && !step.aliveAfter.has('llm')) {
-    const ends = sentToChildOf(step.actions, 'llm').filter((e) => e.type === 'TURN.END') as Array<{ type: string; completed?: boolean }>;
-    if (ends.length !== 1 || ends[0].completed !== (event.type === 'TTS.DONE')) fail(`llm stopped after TURN.END ${JSON.stringify(ends)}`);
+    const ends = sentToChildOf(step.actions, 'llm').filter((e) => e.type === 'TURN.END') as Array<{
+      type: string;
+      completed?: boolean;
+    }>;
+    if (ends.length !== 1 || ends[0].completed !== (event.type === 'TTS.DONE'))
+      fail(`llm stopped after TURN.END ${JSON.stringify(ends)}`);
   }
 
   // terminated absorbs everything.
   if (before.status === 'done') {
-    if (after.status !== 'done' || after.value !== 'terminated') fail(`left terminated: ${JSON.stringify(after.value)}`);
+    if (after.status !== 'done' || after.value !== 'terminated')
+      fail(`left terminated: ${JSON.stringify(after.value)}`);
     if (emitted.length > 0) fail(`emitted ${JSON.stringify(emitted)} after termination`);
     if ([...step.aliveAfter].some((id) => !step.aliveBefore.has(id))) fail('spawned a child after termination');
   }
@@ -373,7 +412,9 @@ export function stepViolations(step: PureStep): string[] {
     if (topBefore === 'created') {
       if (!after.matches({ running: 'idle' })) fail(`START from created reached ${JSON.stringify(after.value)}`);
     } else if (JSON.stringify(after.value) !== JSON.stringify(before.value) || emitted.length > 0) {
-      fail(`START changed ${JSON.stringify(before.value)} to ${JSON.stringify(after.value)} / emitted ${emitted.length}`);
+      fail(
+        `START changed ${JSON.stringify(before.value)} to ${JSON.stringify(after.value)} / emitted ${emitted.length}`,
+      );
     }
   }
 
@@ -404,20 +445,27 @@ export function stepViolations(step: PureStep): string[] {
   });
   const terminatedIndex = emitted.findIndex((item) => item.type === 'session.terminated');
   const justTerminated = before.status === 'active' && after.status === 'done';
-  if (justTerminated !== (terminatedIndex >= 0)) fail(`session.terminated emitted=${terminatedIndex >= 0}, terminated now=${justTerminated}`);
+  if (justTerminated !== terminatedIndex >= 0)
+    fail(`session.terminated emitted=${terminatedIndex >= 0}, terminated now=${justTerminated}`);
   if (terminatedIndex >= 0 && terminatedIndex !== emitted.length - 1) fail('events emitted after session.terminated');
 
   // Routes accept work whenever the session runs and is not busy: such work must never be dropped.
   if (topBefore === 'running' && !isBusy(before)) {
-    if ((event.type === 'SPEAK' || event.type === 'CHAT' || event.type === 'SPEAK_AUDIO') && !after.matches({ running: 'turn' })) {
+    if (
+      (event.type === 'SPEAK' || event.type === 'CHAT' || event.type === 'SPEAK_AUDIO') &&
+      !after.matches({ running: 'turn' })
+    ) {
       fail(`turn request dropped, now ${JSON.stringify(after.value)}`);
     }
-    if (event.type === 'TRANSCRIBE' && !after.matches({ running: 'listening' })) fail(`transcribe dropped, now ${JSON.stringify(after.value)}`);
+    if (event.type === 'TRANSCRIBE' && !after.matches({ running: 'listening' }))
+      fail(`transcribe dropped, now ${JSON.stringify(after.value)}`);
   }
 
   // The last status announced in a step is the stage the snapshot is in — except that a speak/audio
   // turn before its first audio (`preparing`) is not announced yet, though pipelineStageOf calls it speaking.
-  const statuses = emitted.filter((item): item is Extract<SessionEmitted, { type: 'status' }> => item.type === 'status');
+  const statuses = emitted.filter(
+    (item): item is Extract<SessionEmitted, { type: 'status' }> => item.type === 'status',
+  );
   const announced = after.matches({ running: { turn: { phase: 'preparing' } } }) ? 'idle' : pipelineStageOf(after);
   if (statuses.length > 0 && statuses[statuses.length - 1].stage !== announced) {
     fail(`last status ${statuses[statuses.length - 1].stage} but stage is ${announced}`);
@@ -433,7 +481,8 @@ export function stepViolations(step: PureStep): string[] {
     ...(turnAfter !== null && turnAfter !== turnBefore ? [`turn.started ${turnAfter}`] : []),
   ];
   const turns = step.turns.map((item) => `${item.type} ${item.turnId}`);
-  if (JSON.stringify(turns) !== JSON.stringify(expectedTurns)) fail(`turn events ${JSON.stringify(turns)}, expected ${JSON.stringify(expectedTurns)}`);
+  if (JSON.stringify(turns) !== JSON.stringify(expectedTurns))
+    fail(`turn events ${JSON.stringify(turns)}, expected ${JSON.stringify(expectedTurns)}`);
   return violations;
 }
 

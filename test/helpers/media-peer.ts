@@ -11,8 +11,16 @@ export async function startMediaWithPeer(
   options: { renderer: SessionMediaOptions['renderer']; sampleRate: number; videoDelayMs: number },
   cleanups: Array<() => unknown>,
 ): Promise<{ media: SessionMedia; peer: ReceivingPeer }> {
-  const media = new SessionMedia({ ...options, iceServers: [], bus: new SessionBus(), logger: pino({ level: 'silent' }) });
-  cleanups.push(() => media.playout.close(), () => media.output.close());
+  const media = new SessionMedia({
+    ...options,
+    iceServers: [],
+    bus: new SessionBus(),
+    logger: pino({ level: 'silent' }),
+  });
+  cleanups.push(
+    () => media.playout.close(),
+    () => media.output.close(),
+  );
   const peer = await ReceivingPeer.connectWith((offer) => media.output.answer(offer.sdp));
   cleanups.push(() => peer.close());
   media.start();

@@ -67,7 +67,13 @@ export class MicrophonePeer extends ReceivingPeer {
       // Catch up after a late timer, but never burst more than 100 ms.
       if (due - this.framesSent > 10) this.framesSent = due - 10;
       while (this.framesSent < due) {
-        this.source.onData({ samples: this.nextFrame(frame), sampleRate: this.rate, bitsPerSample: 16, channelCount: 1, numberOfFrames: frame });
+        this.source.onData({
+          samples: this.nextFrame(frame),
+          sampleRate: this.rate,
+          bitsPerSample: 16,
+          channelCount: 1,
+          numberOfFrames: frame,
+        });
         this.framesSent++;
       }
     }, FRAME_MS);

@@ -23,7 +23,12 @@ export interface Box {
 export function mouthMeasureBox(animation: MouthAnimation): Box {
   const { x, y } = animation.mouth_center;
   const mw = animation.mouth_width;
-  return { x0: Math.round(x - 0.75 * mw), y0: Math.round(y - 0.45 * mw), x1: Math.round(x + 0.75 * mw), y1: Math.round(y + 0.75 * mw) };
+  return {
+    x0: Math.round(x - 0.75 * mw),
+    y0: Math.round(y - 0.45 * mw),
+    x1: Math.round(x + 0.75 * mw),
+    y1: Math.round(y + 0.75 * mw),
+  };
 }
 
 export interface MouthMeasure {
@@ -94,7 +99,8 @@ export function jawDropPx(rest: I420Frame, frame: I420Frame, animation: MouthAni
   let bestError = Infinity;
   for (let shift = 0; shift <= 0.5 * mw; shift += 0.25) {
     let error = 0;
-    for (let y = y0; y < y1; y++) for (let x = x0; x < x1; x++) error += Math.abs(sample(frame, x, y + shift) - rest.data[y * rest.width + x]);
+    for (let y = y0; y < y1; y++)
+      for (let x = x0; x < x1; x++) error += Math.abs(sample(frame, x, y + shift) - rest.data[y * rest.width + x]);
     if (error < bestError) {
       bestError = error;
       best = shift;

@@ -19,7 +19,10 @@ export interface ProbeResult {
   streams: ProbedStream[];
 }
 
-function run(args: string[], maxBytes = 512 * 1024 * 1024): Promise<{ code: number | null; stdout: Buffer; stderr: string }> {
+function run(
+  args: string[],
+  maxBytes = 512 * 1024 * 1024,
+): Promise<{ code: number | null; stdout: Buffer; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(FFMPEG_PATH, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     const out: Buffer[] = [];
@@ -67,17 +70,48 @@ export async function probeMp4(file: string): Promise<ProbeResult> {
 
 /** Every video frame decoded to raw I420, in presentation order. */
 export async function extractFrames(file: string, width: number, height: number): Promise<Uint8Array[]> {
-  const { code, stdout, stderr } = await run(['-hide_banner', '-loglevel', 'error', '-i', file, '-map', '0:v:0', '-vsync', 'passthrough', '-f', 'rawvideo', '-pix_fmt', 'yuv420p', 'pipe:1']);
+  const { code, stdout, stderr } = await run([
+    '-hide_banner',
+    '-loglevel',
+    'error',
+    '-i',
+    file,
+    '-map',
+    '0:v:0',
+    '-vsync',
+    'passthrough',
+    '-f',
+    'rawvideo',
+    '-pix_fmt',
+    'yuv420p',
+    'pipe:1',
+  ]);
   if (code !== 0) throw new Error(`frame extraction failed: ${stderr}`);
   const frameBytes = (width * height * 3) / 2;
   const frames: Uint8Array[] = [];
-  for (let offset = 0; offset + frameBytes <= stdout.length; offset += frameBytes) frames.push(new Uint8Array(stdout.subarray(offset, offset + frameBytes)));
+  for (let offset = 0; offset + frameBytes <= stdout.length; offset += frameBytes)
+    frames.push(new Uint8Array(stdout.subarray(offset, offset + frameBytes)));
   return frames;
 }
 
 /** The audio track decoded to mono s16le at `sampleRate` (AAC encoder priming is removed by ffmpeg). */
 export async function extractAudio(file: string, sampleRate: number): Promise<Int16Array> {
-  const { code, stdout, stderr } = await run(['-hide_banner', '-loglevel', 'error', '-i', file, '-map', '0:a:0', '-f', 's16le', '-ac', '1', '-ar', String(sampleRate), 'pipe:1']);
+  const { code, stdout, stderr } = await run([
+    '-hide_banner',
+    '-loglevel',
+    'error',
+    '-i',
+    file,
+    '-map',
+    '0:a:0',
+    '-f',
+    's16le',
+    '-ac',
+    '1',
+    '-ar',
+    String(sampleRate),
+    'pipe:1',
+  ]);
   if (code !== 0) throw new Error(`audio extraction failed: ${stderr}`);
   const copy = new Uint8Array(stdout);
   return new Int16Array(copy.buffer, 0, Math.floor(copy.length / 2));

@@ -37,7 +37,8 @@ export function faceRegions(avatar: AvatarSource): { mouth: Region; eyes: Region
 
 export function regionLuma(frame: ReceivedFrame, region: Region): number {
   let sum = 0;
-  for (let y = region.y0; y < region.y1; y++) for (let x = region.x0; x < region.x1; x++) sum += frame.data[y * frame.width + x];
+  for (let y = region.y0; y < region.y1; y++)
+    for (let x = region.x0; x < region.x1; x++) sum += frame.data[y * frame.width + x];
   return sum / ((region.x1 - region.x0) * (region.y1 - region.y0));
 }
 
@@ -92,7 +93,8 @@ export function recordSentMedia(playout: PlayoutClock, mouth: Region): SentMedia
   return {
     frames,
     audio,
-    lastAudibleMs: (audibleRms) => audio.reduce((last, chunk) => (chunk.rms > audibleRms ? Math.max(last, chunk.at) : last), -Infinity),
+    lastAudibleMs: (audibleRms) =>
+      audio.reduce((last, chunk) => (chunk.rms > audibleRms ? Math.max(last, chunk.at) : last), -Infinity),
     mouthAudioR: (of = frames) =>
       pearson(
         of.map((frame) => frame.mouth),

@@ -7,7 +7,10 @@ import { freePort } from './service-process.ts';
 
 /** Debian's nginx (`nginx-light`) and its RTMP module (`libnginx-mod-rtmp`); tools/test-prerequisites.sh installs both. */
 export const NGINX = ['/usr/sbin/nginx', '/usr/bin/nginx'].find((file) => spawnSync(file, ['-v']).status === 0);
-export const RTMP_MODULE = ['/usr/lib/nginx/modules/ngx_rtmp_module.so', '/usr/share/nginx/modules/ngx_rtmp_module.so'].find((file) => spawnSync('test', ['-f', file]).status === 0);
+export const RTMP_MODULE = [
+  '/usr/lib/nginx/modules/ngx_rtmp_module.so',
+  '/usr/share/nginx/modules/ngx_rtmp_module.so',
+].find((file) => spawnSync('test', ['-f', file]).status === 0);
 
 /**
  * A real nginx-rtmp server on a free loopback port, run as the current user with its pid, logs and temp files in
@@ -21,7 +24,10 @@ export class NginxRtmp {
   ) {}
 
   static async start(): Promise<NginxRtmp> {
-    if (!NGINX || !RTMP_MODULE) throw new Error('nginx or its RTMP module is missing: tools/test-prerequisites.sh installs nginx-light and libnginx-mod-rtmp');
+    if (!NGINX || !RTMP_MODULE)
+      throw new Error(
+        'nginx or its RTMP module is missing: tools/test-prerequisites.sh installs nginx-light and libnginx-mod-rtmp',
+      );
     const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'nginx-rtmp-'));
     const port = await freePort();
     await fs.writeFile(
@@ -31,7 +37,9 @@ export class NginxRtmp {
         `error_log ${path.join(dir, 'error.log')} warn;\nevents { worker_connections 64; }\n` +
         `rtmp {\n  server {\n    listen 127.0.0.1:${port};\n    application live {\n      live on;\n      record off;\n    }\n  }\n}\n`,
     );
-    const proc = spawn(NGINX, ['-p', dir, '-e', path.join(dir, 'error.log'), '-c', path.join(dir, 'nginx.conf')], { stdio: 'ignore' });
+    const proc = spawn(NGINX, ['-p', dir, '-e', path.join(dir, 'error.log'), '-c', path.join(dir, 'nginx.conf')], {
+      stdio: 'ignore',
+    });
     const server = new NginxRtmp(port, proc, dir);
     const deadline = performance.now() + 10_000;
     while (!(await accepts(port))) {

@@ -42,7 +42,9 @@ export class ReceivingPeer {
   }
 
   /** Negotiates with any answerer, e.g. a `WebRtcOutput` in the test process (`(offer) => output.answer(offer.sdp)`). */
-  static async connectWith(answer: (offer: { sdp: string; type: 'offer' }) => Promise<{ sdp: string; type: 'answer' }>): Promise<ReceivingPeer> {
+  static async connectWith(
+    answer: (offer: { sdp: string; type: 'offer' }) => Promise<{ sdp: string; type: 'answer' }>,
+  ): Promise<ReceivingPeer> {
     const peer = new ReceivingPeer();
     try {
       await peer.negotiate(answer);
@@ -53,7 +55,9 @@ export class ReceivingPeer {
     return peer;
   }
 
-  protected async negotiate(answerOffer: (offer: { sdp: string; type: 'offer' }) => Promise<{ sdp: string; type: 'answer' }>): Promise<void> {
+  protected async negotiate(
+    answerOffer: (offer: { sdp: string; type: 'offer' }) => Promise<{ sdp: string; type: 'answer' }>,
+  ): Promise<void> {
     if (this.microphoneTrack) this.pc.addTransceiver(this.microphoneTrack, { direction: 'sendrecv' });
     else this.pc.addTransceiver('audio', { direction: 'recvonly' });
     this.pc.addTransceiver('video', { direction: 'recvonly' });
@@ -72,7 +76,11 @@ export class ReceivingPeer {
         sink.ondata = (data: { samples: Int16Array; sampleRate: number }) => {
           let sum = 0;
           for (let i = 0; i < data.samples.length; i++) sum += data.samples[i] * data.samples[i];
-          this.audio.push({ at: performance.now(), rms: Math.sqrt(sum / Math.max(1, data.samples.length)), sampleRate: data.sampleRate });
+          this.audio.push({
+            at: performance.now(),
+            rms: Math.sqrt(sum / Math.max(1, data.samples.length)),
+            sampleRate: data.sampleRate,
+          });
           if (this.audio.length > 20000) this.audio.splice(0, 10000);
         };
         this.sinks.push(sink);
@@ -115,7 +123,11 @@ export class ReceivingPeer {
 }
 
 /** Mean absolute luma difference inside a box between two I420 frames. */
-export function lumaDiff(a: ReceivedFrame, b: ReceivedFrame, box: { x: number; y: number; w: number; h: number }): number {
+export function lumaDiff(
+  a: ReceivedFrame,
+  b: ReceivedFrame,
+  box: { x: number; y: number; w: number; h: number },
+): number {
   let sum = 0;
   let n = 0;
   for (let y = box.y; y < box.y + box.h; y++) {

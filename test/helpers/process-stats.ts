@@ -72,7 +72,9 @@ export async function fdKinds(pid: number): Promise<Record<string, number>> {
     } catch {
       continue; // closed between readdir and readlink
     }
-    const kind = /^(socket|pipe):/.exec(target)?.[1] ?? (target.startsWith('/') ? `file ${path.basename(path.dirname(target))}/` : target);
+    const kind =
+      /^(socket|pipe):/.exec(target)?.[1] ??
+      (target.startsWith('/') ? `file ${path.basename(path.dirname(target))}/` : target);
     kinds[kind] = (kinds[kind] ?? 0) + 1;
   }
   return kinds;
@@ -89,7 +91,8 @@ export async function entriesUnder(dir: string, prefix = ''): Promise<string[]> 
     const relative = prefix ? `${prefix}/${entry.name}` : entry.name;
     entries.push(relative);
     // A directory removed between the listing and this read is simply gone: the snapshot counts what is there.
-    if (entry.isDirectory()) entries.push(...(await entriesUnder(path.join(dir, entry.name), relative).catch(() => [])));
+    if (entry.isDirectory())
+      entries.push(...(await entriesUnder(path.join(dir, entry.name), relative).catch(() => [])));
   }
   return entries.sort();
 }

@@ -97,7 +97,8 @@ export function parsePrometheusText(text: string): Map<string, MetricFamily> {
   const seenSeries = new Set<string>();
   const closed = new Set<string>();
   let current: string | null = null;
-  if (text.length > 0 && !text.endsWith('\n')) throw new PrometheusParseError(0, text.slice(-40), 'the exposition must end with a newline');
+  if (text.length > 0 && !text.endsWith('\n'))
+    throw new PrometheusParseError(0, text.slice(-40), 'the exposition must end with a newline');
   const lines = text.split('\n');
   lines.pop();
 
@@ -155,7 +156,10 @@ export function parsePrometheusText(text: string): Map<string, MetricFamily> {
       if (current) closed.add(current);
       current = familyName;
     }
-    const series = `${name}{${Object.entries(labels).sort().map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(',')}}`;
+    const series = `${name}{${Object.entries(labels)
+      .sort()
+      .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
+      .join(',')}}`;
     if (seenSeries.has(series)) fail(`duplicate series ${series}`);
     seenSeries.add(series);
     const f = family(familyName);
@@ -187,17 +191,23 @@ function checkHistogram(f: MetricFamily): void {
   for (const [key, group] of groups) {
     const sorted = [...group.buckets].sort((a, b) => a[0] - b[0]);
     for (let i = 1; i < sorted.length; i++) {
-      if (sorted[i][1] < sorted[i - 1][1]) throw new Error(`${f.name}${key}: bucket le=${sorted[i][0]} below the one before`);
+      if (sorted[i][1] < sorted[i - 1][1])
+        throw new Error(`${f.name}${key}: bucket le=${sorted[i][0]} below the one before`);
     }
     const inf = sorted.at(-1);
     if (!inf || inf[0] !== Infinity) throw new Error(`${f.name}${key}: no +Inf bucket`);
-    if (group.count === undefined || group.sum === undefined) throw new Error(`${f.name}${key}: _sum or _count missing`);
+    if (group.count === undefined || group.sum === undefined)
+      throw new Error(`${f.name}${key}: _sum or _count missing`);
     if (inf[1] !== group.count) throw new Error(`${f.name}${key}: +Inf bucket ${inf[1]} ≠ _count ${group.count}`);
   }
 }
 
 /** The value of one series: `name` with exactly these labels (a histogram's `_count` etc. by its sample name). */
-export function sampleValue(families: Map<string, MetricFamily>, name: string, labels: Record<string, string> = {}): number | undefined {
+export function sampleValue(
+  families: Map<string, MetricFamily>,
+  name: string,
+  labels: Record<string, string> = {},
+): number | undefined {
   for (const f of families.values()) {
     for (const s of f.samples) {
       if (s.name !== name) continue;

@@ -31,7 +31,12 @@ export interface KeepAliveExchange {
  * Sends `request` (with Content-Length from its body unless given), reads the answer, then sends
  * `followUp` on the same socket and reads that. Rejects when either answer takes longer than `timeoutMs`.
  */
-export function keepAliveExchange(baseUrl: string, request: RawRequest, followUp: RawRequest, timeoutMs = 10_000): Promise<KeepAliveExchange> {
+export function keepAliveExchange(
+  baseUrl: string,
+  request: RawRequest,
+  followUp: RawRequest,
+  timeoutMs = 10_000,
+): Promise<KeepAliveExchange> {
   const { hostname, port } = new URL(baseUrl);
   return new Promise((resolve, reject) => {
     const socket = net.connect(Number(port), hostname);
@@ -39,7 +44,10 @@ export function keepAliveExchange(baseUrl: string, request: RawRequest, followUp
     let first: RawResponse | null = null;
     let followUpSentAt = 0;
     let socketClosed = false;
-    let timer = setTimeout(() => fail(new Error(`no answer to ${request.method} ${request.path} within ${timeoutMs} ms`)), timeoutMs);
+    let timer = setTimeout(
+      () => fail(new Error(`no answer to ${request.method} ${request.path} within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
 
     const fail = (error: Error) => {
       clearTimeout(timer);
@@ -63,12 +71,20 @@ export function keepAliveExchange(baseUrl: string, request: RawRequest, followUp
           return;
         }
         clearTimeout(timer);
-        timer = setTimeout(() => fail(new Error(`the follow-up got no answer within ${timeoutMs} ms on the kept-alive socket`)), timeoutMs);
+        timer = setTimeout(
+          () => fail(new Error(`the follow-up got no answer within ${timeoutMs} ms on the kept-alive socket`)),
+          timeoutMs,
+        );
         followUpSentAt = performance.now();
         socket.write(serialize(followUp));
         return;
       }
-      finish({ first, followUp: parsed.response, followUpMs: performance.now() - followUpSentAt, closedAfterFirst: false });
+      finish({
+        first,
+        followUp: parsed.response,
+        followUpMs: performance.now() - followUpSentAt,
+        closedAfterFirst: false,
+      });
     };
 
     socket.on('data', (chunk: Buffer) => {
@@ -94,7 +110,10 @@ export function keepAliveExchange(baseUrl: string, request: RawRequest, followUp
 function serialize(request: RawRequest): Buffer {
   const body = request.body ?? Buffer.alloc(0);
   const headers: Record<string, string> = { host: 'localhost', connection: 'keep-alive', ...request.headers };
-  if (!Object.keys(headers).some((name) => name.toLowerCase() === 'content-length') && (body.length > 0 || request.method !== 'GET')) {
+  if (
+    !Object.keys(headers).some((name) => name.toLowerCase() === 'content-length') &&
+    (body.length > 0 || request.method !== 'GET')
+  ) {
     headers['content-length'] = String(body.length);
   }
   const head = `${request.method} ${request.path} HTTP/1.1\r\n${Object.entries(headers)
@@ -123,14 +142,18 @@ function parseResponse(bytes: Buffer): { response: RawResponse; consumed: number
       if (lineEnd === -1) return null;
       const size = parseInt(bytes.subarray(offset, lineEnd).toString('latin1'), 16);
       if (bytes.length < lineEnd + 2 + size + 2) return null;
-      if (size === 0) return { response: { status, headers, body: Buffer.concat(chunks).toString('utf8') }, consumed: lineEnd + 4 };
+      if (size === 0)
+        return { response: { status, headers, body: Buffer.concat(chunks).toString('utf8') }, consumed: lineEnd + 4 };
       chunks.push(bytes.subarray(lineEnd + 2, lineEnd + 2 + size));
       offset = lineEnd + 2 + size + 2;
     }
   }
   const length = Number(headers['content-length'] ?? 0);
   if (bytes.length < bodyStart + length) return null;
-  return { response: { status, headers, body: bytes.subarray(bodyStart, bodyStart + length).toString('utf8') }, consumed: bodyStart + length };
+  return {
+    response: { status, headers, body: bytes.subarray(bodyStart, bodyStart + length).toString('utf8') },
+    consumed: bodyStart + length,
+  };
 }
 
 /**
@@ -161,7 +184,10 @@ export function exchangeOnce(
       socket.destroy();
       outcome();
     };
-    const timer = setTimeout(() => settle(() => reject(new Error(`no answer to ${request.method} within ${timeoutMs} ms`))), timeoutMs);
+    const timer = setTimeout(
+      () => settle(() => reject(new Error(`no answer to ${request.method} within ${timeoutMs} ms`))),
+      timeoutMs,
+    );
     const finishIfDone = () => {
       if (sent && response) settle(() => resolve(response!));
     };
@@ -171,7 +197,12 @@ export function exchangeOnce(
       finishIfDone();
     });
     socket.on('error', (error) => settle(() => reject(error)));
-    const closedEarly = () => new Error(sent ? 'the server closed the connection without a complete answer' : 'the server closed the connection while the request was being sent');
+    const closedEarly = () =>
+      new Error(
+        sent
+          ? 'the server closed the connection without a complete answer'
+          : 'the server closed the connection while the request was being sent',
+      );
     // The server's FIN: an answer already in is kept while the rest of the request goes out; none is a refusal.
     socket.on('end', () => {
       if (!response) settle(() => reject(closedEarly()));

@@ -16,7 +16,8 @@ export interface SentAudio {
 
 export function recordSentAudioChunks(playout: PlayoutClock): SentAudio {
   const chunks: ReceivedAudio[] = [];
-  const onAudio = (samples: Int16Array, sampleRate: number, mediaMs: number) => chunks.push({ at: mediaMs, rms: rms(samples), sampleRate });
+  const onAudio = (samples: Int16Array, sampleRate: number, mediaMs: number) =>
+    chunks.push({ at: mediaMs, rms: rms(samples), sampleRate });
   playout.on('audio', onAudio);
   return { chunks, stop: () => playout.off('audio', onAudio) };
 }

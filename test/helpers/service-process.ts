@@ -96,7 +96,10 @@ async function tempDir(prefix: string): Promise<string> {
 
 async function copyRepoAvatars(target: string): Promise<void> {
   const skip = (name: string) => name.startsWith('.') || name.startsWith('custom-');
-  await fs.cp(REPO_AVATARS, target, { recursive: true, filter: (src) => src === REPO_AVATARS || !skip(path.basename(src)) });
+  await fs.cp(REPO_AVATARS, target, {
+    recursive: true,
+    filter: (src) => src === REPO_AVATARS || !skip(path.basename(src)),
+  });
 }
 
 /**
@@ -147,26 +150,36 @@ export async function startServiceProcess(options: StartServiceOptions = {}): Pr
   throw lastError!;
 }
 
-async function launch(input: { dataDir: string; avatarsDir: string; tmpDir: string; env: Record<string, string>; port?: number }): Promise<ServiceProcess> {
+async function launch(input: {
+  dataDir: string;
+  avatarsDir: string;
+  tmpDir: string;
+  env: Record<string, string>;
+  port?: number;
+}): Promise<ServiceProcess> {
   installExitHandler();
   const port = input.port ?? (await freePort());
   const baseUrl = `http://127.0.0.1:${port}`;
   await shareTranspileCache(input.env.TMPDIR ?? input.tmpDir);
-  const child = spawn(process.execPath, ['--no-turbo-fast-api-calls', '--import', 'tsx', '--import', WATCHDOG, 'src/main.ts'], {
-    cwd: REPO_ROOT,
-    env: {
-      ...process.env,
-      SERVICE_HOST: '127.0.0.1',
-      SERVICE_PORT: String(port),
-      SERVICE_DATA_DIR: input.dataDir,
-      SERVICE_AVATARS_DIR: input.avatarsDir,
-      SERVICE_LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'warn',
-      SERVICE_RENDER_THREADS: '1',
-      TMPDIR: input.tmpDir,
-      ...input.env,
+  const child = spawn(
+    process.execPath,
+    ['--no-turbo-fast-api-calls', '--import', 'tsx', '--import', WATCHDOG, 'src/main.ts'],
+    {
+      cwd: REPO_ROOT,
+      env: {
+        ...process.env,
+        SERVICE_HOST: '127.0.0.1',
+        SERVICE_PORT: String(port),
+        SERVICE_DATA_DIR: input.dataDir,
+        SERVICE_AVATARS_DIR: input.avatarsDir,
+        SERVICE_LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'warn',
+        SERVICE_RENDER_THREADS: '1',
+        TMPDIR: input.tmpDir,
+        ...input.env,
+      },
+      stdio: ['pipe', 'pipe', 'pipe'],
     },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
+  );
   liveChildren.add(child);
   let tail = '';
   const keep = (chunk: Buffer) => {

@@ -59,7 +59,10 @@ export class SseClient {
     for (;;) {
       const found = this.events.slice(from).find(predicate);
       if (found) return found;
-      if (performance.now() - start > timeoutMs) throw new Error(`timed out waiting for ${what}; got ${this.events.map((e) => e.type + (e.data?.stage ? ':' + e.data.stage : '')).join(',')}`);
+      if (performance.now() - start > timeoutMs)
+        throw new Error(
+          `timed out waiting for ${what}; got ${this.events.map((e) => e.type + (e.data?.stage ? ':' + e.data.stage : '')).join(',')}`,
+        );
       await new Promise((r) => setTimeout(r, 5));
     }
   }

@@ -52,6 +52,7 @@ export function decodeTestTimecode(y: Uint8Array, width: number): { frameIdx: nu
   const blockWidth = width / BITS;
   const at = (x: number, row: number) => y[row * width + x];
   let frameIdx = 0;
-  for (let bit = 0; bit < BITS; bit++) if (at(bit * blockWidth + blockWidth / 2, ROW_HEIGHT / 2) > 128) frameIdx |= 1 << bit;
+  for (let bit = 0; bit < BITS; bit++)
+    if (at(bit * blockWidth + blockWidth / 2, ROW_HEIGHT / 2) > 128) frameIdx |= 1 << bit;
   return { frameIdx, voiced: at(width / 4, ROW_HEIGHT * 2 + ROW_HEIGHT / 2) > 128 };
 }

@@ -140,7 +140,10 @@ export function tinyLipsyncReference(mel: Float32Array, face: Float32Array, batc
 }
 
 /** Writes the model to a fresh temp directory; `remove()` deletes the directory again. */
-export async function writeModelFile(bytes: Uint8Array, fileName = 'model.onnx'): Promise<{ path: string; remove(): Promise<void> }> {
+export async function writeModelFile(
+  bytes: Uint8Array,
+  fileName = 'model.onnx',
+): Promise<{ path: string; remove(): Promise<void> }> {
   const dir = await mkdtemp(join(tmpdir(), 'tiny-onnx-'));
   const path = join(dir, fileName);
   await writeFile(path, bytes);
@@ -175,7 +178,13 @@ const int64Tensor = (name: string, values: number[]) => ({
   int64Data: values,
 });
 
-const node = (opType: string, input: string[], output: string[], attribute: object[] = []) => ({ opType, input, output, name: output[0], attribute });
+const node = (opType: string, input: string[], output: string[], attribute: object[] = []) => ({
+  opType,
+  input,
+  output,
+  name: output[0],
+  attribute,
+});
 
 function encodeModel(spec: GraphSpec): Uint8Array {
   const initializer: object[] = [floatTensor('half', [], [0.5]), floatTensor('contrast', [], [TINY_CONTRAST])];
@@ -190,12 +199,26 @@ function encodeModel(spec: GraphSpec): Uint8Array {
   if (spec.melDims) {
     const mouth = new Float32Array(spec.height * spec.width);
     mouth.fill(1, Math.ceil(spec.height / 2) * spec.width);
-    initializer.push(floatTensor('four', [], [4]), floatTensor('gain', [], [TINY_GAIN]), floatTensor('mouth', [1, 1, spec.height, spec.width], mouth));
+    initializer.push(
+      floatTensor('four', [], [4]),
+      floatTensor('gain', [], [TINY_GAIN]),
+      floatTensor('mouth', [1, 1, spec.height, spec.width], mouth),
+    );
     // Rank 4 mel: per-item mean, kept as [B,1,1,1] so it broadcasts over the face. Anything else: one scalar mean.
     const perItem = spec.melDims.length === 4;
     const reduce = perItem
-      ? node('ReduceMean', [spec.melName], ['mel_mean'], [{ name: 'axes', type: onnx.AttributeProto.AttributeType.INTS, ints: [1, 2, 3] }])
-      : node('ReduceMean', [spec.melName], ['mel_mean'], [{ name: 'keepdims', type: onnx.AttributeProto.AttributeType.INT, i: 0 }]);
+      ? node(
+          'ReduceMean',
+          [spec.melName],
+          ['mel_mean'],
+          [{ name: 'axes', type: onnx.AttributeProto.AttributeType.INTS, ints: [1, 2, 3] }],
+        )
+      : node(
+          'ReduceMean',
+          [spec.melName],
+          ['mel_mean'],
+          [{ name: 'keepdims', type: onnx.AttributeProto.AttributeType.INT, i: 0 }],
+        );
     nodes.push(
       reduce,
       node('Add', ['mel_mean', 'four'], ['energy']),

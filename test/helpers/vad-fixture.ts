@@ -5,7 +5,9 @@ import type { VadFixtureLabels } from '../../tools/build-vad-fixture.ts';
 /** Synthesised utterances with known silences and low noise (tools/build-vad-fixture.ts). */
 export function loadVadFixture(): { pcm: Int16Array; sampleRate: number; labels: VadFixtureLabels } {
   const { pcm, sampleRate } = parseWav(readFileSync(new URL('../fixtures/vad-speech-16k.wav', import.meta.url)));
-  const labels = JSON.parse(readFileSync(new URL('../fixtures/vad-speech-16k.labels.json', import.meta.url), 'utf8')) as VadFixtureLabels;
+  const labels = JSON.parse(
+    readFileSync(new URL('../fixtures/vad-speech-16k.labels.json', import.meta.url), 'utf8'),
+  ) as VadFixtureLabels;
   return { pcm, sampleRate, labels };
 }
 
@@ -22,7 +24,11 @@ function inside(spans: readonly TimeSpan[], ms: number): boolean {
  * Share of `frameMs` frames over the whole fixture whose speech/silence decision (taken at the frame's
  * centre) agrees with the labels.
  */
-export function frameAccuracy(labels: VadFixtureLabels, frameMs: number, isSpeech: (frameIndex: number) => boolean): number {
+export function frameAccuracy(
+  labels: VadFixtureLabels,
+  frameMs: number,
+  isSpeech: (frameIndex: number) => boolean,
+): number {
   const speech = labels.segments.filter((segment) => segment.kind === 'speech');
   const frames = Math.floor(labels.durationMs / frameMs);
   let agreeing = 0;

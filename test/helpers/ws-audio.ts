@@ -75,14 +75,17 @@ export class AudioStreamClient {
   }
 
   close(): void {
-    if (this.socket.readyState === WebSocket.OPEN || this.socket.readyState === WebSocket.CONNECTING) this.socket.terminate();
+    if (this.socket.readyState === WebSocket.OPEN || this.socket.readyState === WebSocket.CONNECTING)
+      this.socket.terminate();
   }
 
   private async until(predicate: () => boolean, timeoutMs: number, what: string): Promise<void> {
     const start = performance.now();
     while (!predicate()) {
       if (performance.now() - start > timeoutMs) {
-        throw new Error(`timed out waiting for ${what}; messages ${JSON.stringify(this.messages)}, closed ${JSON.stringify(this.closed)}`);
+        throw new Error(
+          `timed out waiting for ${what}; messages ${JSON.stringify(this.messages)}, closed ${JSON.stringify(this.closed)}`,
+        );
       }
       await new Promise((r) => setTimeout(r, 5));
     }
@@ -110,7 +113,8 @@ export async function streamPcm(
 /** Splits PCM16 bytes into frames of `frameBytes`. */
 export function framesOf(bytes: Buffer, frameBytes: number): Buffer[] {
   const frames: Buffer[] = [];
-  for (let offset = 0; offset < bytes.length; offset += frameBytes) frames.push(bytes.subarray(offset, offset + frameBytes));
+  for (let offset = 0; offset < bytes.length; offset += frameBytes)
+    frames.push(bytes.subarray(offset, offset + frameBytes));
   return frames;
 }
 

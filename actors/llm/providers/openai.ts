@@ -123,7 +123,11 @@ class OpenAiChatProvider implements LlmProvider {
     }
   }
 
-  private async *nonStreamingReply(response: Response, deadline: RequestDeadline, toolCalls: ToolCallAssembler): AsyncGenerator<string> {
+  private async *nonStreamingReply(
+    response: Response,
+    deadline: RequestDeadline,
+    toolCalls: ToolCallAssembler,
+  ): AsyncGenerator<string> {
     let parsed: StreamChunk;
     try {
       parsed = JSON.parse(await readBoundedText(response, LABEL, MAX_JSON_REPLY_BYTES)) as StreamChunk;
@@ -136,7 +140,11 @@ class OpenAiChatProvider implements LlmProvider {
     if (typeof content === 'string' && content.length > 0) yield content;
   }
 
-  private async *streamedReply(response: Response, deadline: RequestDeadline, toolCalls: ToolCallAssembler): AsyncGenerator<string> {
+  private async *streamedReply(
+    response: Response,
+    deadline: RequestDeadline,
+    toolCalls: ToolCallAssembler,
+  ): AsyncGenerator<string> {
     // Raw bytes: the decoder bounds each line and event (an endless line aborts the request at 1 MiB).
     const reader = response.body!.getReader();
     const decoder = new SseDataDecoder({ label: LABEL });
@@ -148,10 +156,7 @@ class OpenAiChatProvider implements LlmProvider {
         try {
           result = await reader.read();
         } catch (error) {
-          throw deadline.translate(
-            deadline.expiredWaitingFor ? error : midStreamFailure(error),
-            LABEL,
-          );
+          throw deadline.translate(deadline.expiredWaitingFor ? error : midStreamFailure(error), LABEL);
         }
         const payloads = result.done ? decoder.flush() : decoder.push(result.value);
         for (const payload of payloads) {
@@ -196,7 +201,11 @@ function wireMessage(message: ChatMessage): Record<string, unknown> {
     return {
       role: 'assistant',
       content: message.content || null,
-      tool_calls: message.tool_calls.map((call) => ({ id: call.id, type: 'function', function: { name: call.name, arguments: call.arguments } })),
+      tool_calls: message.tool_calls.map((call) => ({
+        id: call.id,
+        type: 'function',
+        function: { name: call.name, arguments: call.arguments },
+      })),
     };
   }
   return { role: message.role, content: message.content };

@@ -10,7 +10,14 @@ import { rgbaToI420 } from '../i420.ts';
 import { rasteriseSvg, type RgbaImage } from '../image.ts';
 import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
 import { blinkClosure, oscillate, quantise } from '../idle-motion.ts';
-import { blendLayerInto, cloneLayer, compositeTransformed, dilateColour, yuvaFromRgba, type YuvaLayer } from '../yuva.ts';
+import {
+  blendLayerInto,
+  cloneLayer,
+  compositeTransformed,
+  dilateColour,
+  yuvaFromRgba,
+  type YuvaLayer,
+} from '../yuva.ts';
 import { faceExpression, isNeutral } from '../../expression.ts';
 import {
   backgroundSvg,
@@ -70,14 +77,19 @@ function compositeRgba(bottom: RgbaImage, top: RgbaImage, dy = 0): void {
       const alpha = top.data[s + 3];
       if (alpha === 0) continue;
       const d = (y * bottom.width + x) * 4;
-      for (let c = 0; c < 3; c++) bottom.data[d + c] = (bottom.data[d + c] * (255 - alpha) + top.data[s + c] * alpha) / 255;
+      for (let c = 0; c < 3; c++)
+        bottom.data[d + c] = (bottom.data[d + c] * (255 - alpha) + top.data[s + c] * alpha) / 255;
     }
   }
 }
 
 /** Places a cell image (origin = its anchor point minus the box offset) into frame-sized coordinates. */
 function spriteAt(image: RgbaImage, left: number, top: number, frameWidth: number, frameHeight: number): RgbaImage {
-  const canvas: RgbaImage = { width: frameWidth, height: frameHeight, data: new Uint8Array(frameWidth * frameHeight * 4) };
+  const canvas: RgbaImage = {
+    width: frameWidth,
+    height: frameHeight,
+    data: new Uint8Array(frameWidth * frameHeight * 4),
+  };
   for (let row = 0; row < image.height; row++) {
     const y = top + row;
     if (y < 0 || y >= frameHeight) continue;
@@ -127,7 +139,10 @@ export function drawnExpressionSteps(request: FrameRequest): { curve: number; br
 }
 
 function browPoseOf(step: number): BrowPose {
-  return { raise: Math.floor(step / BROW_KNIT_STEPS) / (BROW_RAISE_STEPS - 1), knit: (step % BROW_KNIT_STEPS) / (BROW_KNIT_STEPS - 1) };
+  return {
+    raise: Math.floor(step / BROW_KNIT_STEPS) / (BROW_RAISE_STEPS - 1),
+    knit: (step % BROW_KNIT_STEPS) / (BROW_KNIT_STEPS - 1),
+  };
 }
 
 /**
@@ -193,7 +208,9 @@ export abstract class DrawnRenderer implements Renderer {
       rasteriseSvg(headSvg(params, geometry)),
       this.renderAtlas(params, geometry),
       this.renderBrows(params, geometry),
-      ...Array.from({ length: BREATH_STEPS }, (_, step) => rasteriseSvg(bodySvg(params, geometry, this.bodyRise(step)))),
+      ...Array.from({ length: BREATH_STEPS }, (_, step) =>
+        rasteriseSvg(bodySvg(params, geometry, this.bodyRise(step))),
+      ),
     ]);
     this.bases = bodies.map((body, step) => {
       const canvas: RgbaImage = { width, height, data: background.data.slice() };
@@ -220,7 +237,18 @@ export abstract class DrawnRenderer implements Renderer {
         mouthCells.push(cell);
         const wide = Math.floor(shape / SHAPE_STEPS) / (SHAPE_STEPS - 1);
         const round = (shape % SHAPE_STEPS) / (SHAPE_STEPS - 1);
-        parts.push(mouthShape(params, geometry, open / (OPEN_STEPS - 1), wide, round, cell.x - mouth.x, cell.y - mouth.y, `m${mouthCells.length}`));
+        parts.push(
+          mouthShape(
+            params,
+            geometry,
+            open / (OPEN_STEPS - 1),
+            wide,
+            round,
+            cell.x - mouth.x,
+            cell.y - mouth.y,
+            `m${mouthCells.length}`,
+          ),
+        );
       }
     }
     const eyelidTop = OPEN_STEPS * mouth.height;
@@ -228,7 +256,9 @@ export abstract class DrawnRenderer implements Renderer {
     for (let step = 0; step < BLINK_STEPS; step++) {
       const cell = { x: step * eyelid.width, y: eyelidTop, width: eyelid.width, height: eyelid.height };
       eyelidCells.push(cell);
-      parts.push(eyelidShape(params, geometry, step / (BLINK_STEPS - 1), cell.x - eyelid.x, cell.y - eyelid.y, `e${step}`));
+      parts.push(
+        eyelidShape(params, geometry, step / (BLINK_STEPS - 1), cell.x - eyelid.x, cell.y - eyelid.y, `e${step}`),
+      );
     }
     const atlasWidth = Math.max(columns * mouth.width, BLINK_STEPS * eyelid.width);
     const atlasHeight = eyelidTop + eyelid.height;
@@ -247,10 +277,16 @@ export abstract class DrawnRenderer implements Renderer {
     const box = browBox(geometry);
     const left = Math.round(geometry.leftEyeX + box.x);
     const top = Math.round(geometry.eyeY + box.y);
-    const crop = (svg: string) => svg.replace(/^<svg [^>]*>/u, `<svg xmlns="http://www.w3.org/2000/svg" width="${box.width}" height="${box.height}" viewBox="${left} ${top} ${box.width} ${box.height}">`);
+    const crop = (svg: string) =>
+      svg.replace(
+        /^<svg [^>]*>/u,
+        `<svg xmlns="http://www.w3.org/2000/svg" width="${box.width}" height="${box.height}" viewBox="${left} ${top} ${box.width} ${box.height}">`,
+      );
     this.browOrigin = { x: left, y: top };
     const poses = Array.from({ length: BROW_RAISE_STEPS * BROW_KNIT_STEPS }, (_, step) => step);
-    this.browCells = await Promise.all(poses.map((step) => rasteriseSvg(crop(headSvg(params, geometry, browPoseOf(step))))));
+    this.browCells = await Promise.all(
+      poses.map((step) => rasteriseSvg(crop(headSvg(params, geometry, browPoseOf(step))))),
+    );
   }
 
   private bodyRise(step: number): number {
@@ -278,19 +314,47 @@ export abstract class DrawnRenderer implements Renderer {
     const blink = blinkStepAt(request.frameIdx, this.fps);
     if (!this.movesHead) {
       const lift = -this.headRise(step);
-      if (brows > 0) blendPatch(frame, this.sprite(this.browPatches, brows, () => this.browCells[brows], this.browOrigin), 0, lift);
+      if (brows > 0)
+        blendPatch(
+          frame,
+          this.sprite(this.browPatches, brows, () => this.browCells[brows], this.browOrigin),
+          0,
+          lift,
+        );
       blendPatch(frame, this.sprite(this.mouthPatches, mouthKey, mouthCell, this.mouthOrigin), 0, lift);
-      if (blink > 0) blendPatch(frame, this.sprite(this.eyelidPatches, blink, () => this.eyelidCells[blink], this.eyelidOrigin), 0, lift);
+      if (blink > 0)
+        blendPatch(
+          frame,
+          this.sprite(this.eyelidPatches, blink, () => this.eyelidCells[blink], this.eyelidOrigin),
+          0,
+          lift,
+        );
       return frame;
     }
     const head = cloneLayer(this.headLayer!);
-    if (brows > 0) blendLayerInto(head, this.layer(this.browLayers, brows, () => this.browCells[brows], this.browOrigin));
+    if (brows > 0)
+      blendLayerInto(
+        head,
+        this.layer(this.browLayers, brows, () => this.browCells[brows], this.browOrigin),
+      );
     blendLayerInto(head, this.layer(this.mouthLayers, mouthKey, mouthCell, this.mouthOrigin));
-    if (blink > 0) blendLayerInto(head, this.layer(this.eyelidLayers, blink, () => this.eyelidCells[blink], this.eyelidOrigin));
+    if (blink > 0)
+      blendLayerInto(
+        head,
+        this.layer(this.eyelidLayers, blink, () => this.eyelidCells[blink], this.eyelidOrigin),
+      );
     const motion = this.headMotion(request);
     const scale = motionScale(request.motion);
     const g = this.geometry;
-    compositeTransformed(frame, head, motion.tilt * scale, g.pivotX, g.pivotY, 0, motion.nod * scale - this.headRise(step));
+    compositeTransformed(
+      frame,
+      head,
+      motion.tilt * scale,
+      g.pivotX,
+      g.pivotY,
+      0,
+      motion.nod * scale - this.headRise(step),
+    );
     return frame;
   }
 
@@ -308,19 +372,35 @@ export abstract class DrawnRenderer implements Renderer {
     return curveMouth(cell, { x: -box.x, y: -box.y }, g.mouthHalfWidth, curve);
   }
 
-  private sprite(cache: Map<number, I420Patch>, key: number, cell: () => RgbaImage, origin: { x: number; y: number }): I420Patch {
+  private sprite(
+    cache: Map<number, I420Patch>,
+    key: number,
+    cell: () => RgbaImage,
+    origin: { x: number; y: number },
+  ): I420Patch {
     let patch = cache.get(key);
     if (!patch) {
       const image = cell();
       const g = this.geometry!;
       // Odd origins would misalign chroma: place the sprite on a frame-sized canvas and cut on even bounds.
-      patch = patchFromRgba(spriteAt(image, origin.x, origin.y, g.width, g.height), origin.x, origin.y, image.width + 1, image.height + 1);
+      patch = patchFromRgba(
+        spriteAt(image, origin.x, origin.y, g.width, g.height),
+        origin.x,
+        origin.y,
+        image.width + 1,
+        image.height + 1,
+      );
       cache.set(key, patch);
     }
     return patch;
   }
 
-  private layer(cache: Map<number, YuvaLayer>, key: number, cell: () => RgbaImage, origin: { x: number; y: number }): YuvaLayer {
+  private layer(
+    cache: Map<number, YuvaLayer>,
+    key: number,
+    cell: () => RgbaImage,
+    origin: { x: number; y: number },
+  ): YuvaLayer {
     let layer = cache.get(key);
     if (!layer) {
       const image = cell();
@@ -334,7 +414,10 @@ export abstract class DrawnRenderer implements Renderer {
 }
 
 function alphaBounds(image: RgbaImage): { x: number; y: number; width: number; height: number } {
-  let minX = image.width, minY = image.height, maxX = -1, maxY = -1;
+  let minX = image.width,
+    minY = image.height,
+    maxX = -1,
+    maxY = -1;
   for (let y = 0; y < image.height; y++) {
     for (let x = 0; x < image.width; x++) {
       if (image.data[(y * image.width + x) * 4 + 3] === 0) continue;

@@ -197,7 +197,11 @@ export class LipsyncRenderer implements Renderer {
     const { width, height } = avatar.manifest;
     // From the render pool the loop comes decoded in shared memory (`shared-clip-loops.ts`); decoded here only
     // for a renderer prepared outside the pool.
-    this.loop = avatar.loop ? clipLoopView(avatar.loop) : avatar.clip ? await decodeClipLoop(avatar.clip, width, height) : null;
+    this.loop = avatar.loop
+      ? clipLoopView(avatar.loop)
+      : avatar.clip
+        ? await decodeClipLoop(avatar.clip, width, height)
+        : null;
     const photo = await loadBundleFrame(avatar);
     this.fps = avatar.manifest.fps > 0 ? avatar.manifest.fps : 25;
     this.animation = usableAnimation(avatar.manifest.metadata.animation, avatar.manifest.width, avatar.manifest.height);
@@ -223,7 +227,11 @@ export class LipsyncRenderer implements Renderer {
     // A video avatar's speaking frames warp the loop frame they show (`clip-warp.ts`): nothing to build here.
     if (this.loop) return;
     this.head = new PhotoHead(this.animation, width, height, this.fps);
-    this.freedom = warpFreedom(this.source, warpBox(this.animation, this.source), { x: this.animation.mouth_center.x, width: this.animation.mouth_width, seamAt: this.seamAt });
+    this.freedom = warpFreedom(this.source, warpBox(this.animation, this.source), {
+      x: this.animation.mouth_center.x,
+      width: this.animation.mouth_width,
+      seamAt: this.seamAt,
+    });
     // Warm the cache for the poses speech hits most (jaw steps at neutral shape); the rest fill lazily.
     for (let open = 1; open < OPEN_STEPS; open++) this.mouthPatch(open, 0, 0);
     for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
@@ -272,11 +280,21 @@ export class LipsyncRenderer implements Renderer {
       // While speaking a closed pose (m/b/p, a pause) is the closed sample whatever the loop frame's own lips do:
       // left as it was, a talking clip's own mouth moved against the audio on a third of the speaking frames.
       if (!closed || request.speaking || this.harvested.ownMouthOpen(face)) {
-        this.harvested.lay(frame, loopFrame, { open: open / (OPEN_STEPS - 1), wide: wide / (SHAPE_STEPS - 1), round: round / (SHAPE_STEPS - 1) }, face);
+        this.harvested.lay(
+          frame,
+          loopFrame,
+          { open: open / (OPEN_STEPS - 1), wide: wide / (SHAPE_STEPS - 1), round: round / (SHAPE_STEPS - 1) },
+          face,
+        );
       }
       return frame;
     }
-    if (!closed) warpLoopFrame(frame, loopFrame, face, { open: open / (OPEN_STEPS - 1), wide: wide / (SHAPE_STEPS - 1), round: round / (SHAPE_STEPS - 1) });
+    if (!closed)
+      warpLoopFrame(frame, loopFrame, face, {
+        open: open / (OPEN_STEPS - 1),
+        wide: wide / (SHAPE_STEPS - 1),
+        round: round / (SHAPE_STEPS - 1),
+      });
     return frame;
   }
 
@@ -293,7 +311,13 @@ export class LipsyncRenderer implements Renderer {
 
   /** One mouth pose over the closed-lips rest image (`warpMouth`), as an opaque patch (a photo's: laid where it was made). */
   private buildMouthPatch(open: number, wide: number, round: number): I420Patch {
-    const { image, box } = warpMouth(open, wide, round, { src: this.source!, anim: this.animation!, seamAt: this.seamAt, palette: this.palette!, freedom: this.freedom });
+    const { image, box } = warpMouth(open, wide, round, {
+      src: this.source!,
+      anim: this.animation!,
+      seamAt: this.seamAt,
+      palette: this.palette!,
+      freedom: this.freedom,
+    });
     return patchFromRgba(image, box.x, box.y, box.width, box.height, true);
   }
 
@@ -312,10 +336,18 @@ export class LipsyncRenderer implements Renderer {
   private buildEyelid(ex: number, ey: number, closure: number): I420Patch {
     const src = this.source!;
     const anim = this.animation!;
-    const eyeDistance = Math.hypot(anim.right_eye.x - anim.left_eye.x, anim.right_eye.y - anim.left_eye.y) || anim.mouth_width;
+    const eyeDistance =
+      Math.hypot(anim.right_eye.x - anim.left_eye.x, anim.right_eye.y - anim.left_eye.y) || anim.mouth_width;
     const halfWidth = 0.21 * eyeDistance;
     const halfHeight = 0.1 * eyeDistance;
-    const box = clampBox(ex - halfWidth - 2, ey - 2 * halfHeight - 2, ex + halfWidth + 2, ey + 1.5 * halfHeight + 2, src.width, src.height);
+    const box = clampBox(
+      ex - halfWidth - 2,
+      ey - 2 * halfHeight - 2,
+      ex + halfWidth + 2,
+      ey + 1.5 * halfHeight + 2,
+      src.width,
+      src.height,
+    );
     const out: RgbaImage = { width: src.width, height: src.height, data: new Uint8Array(src.data.length) };
     const travel = closure * 1.15 * halfHeight;
     const rgb: Rgb = { r: 0, g: 0, b: 0 };
@@ -340,7 +372,10 @@ export class LipsyncRenderer implements Renderer {
         r = (r + rgb.r) * shade;
         g = (g + rgb.g) * shade;
         b = (b + rgb.b) * shade;
-        const lash = closure > 0.3 ? Math.max(0, 1 - Math.abs(y - lidEdge + 0.7) / 1.4) * (1 - smoothstep(0.65, 1.0, Math.abs(nx))) : 0;
+        const lash =
+          closure > 0.3
+            ? Math.max(0, 1 - Math.abs(y - lidEdge + 0.7) / 1.4) * (1 - smoothstep(0.65, 1.0, Math.abs(nx)))
+            : 0;
         r = mix(r, 50, lash * 0.85);
         g = mix(g, 34, lash * 0.85);
         b = mix(b, 28, lash * 0.85);
@@ -366,7 +401,13 @@ function warpMouth(
   open: number,
   wide: number,
   round: number,
-  face: { src: RgbaImage; anim: MouthAnimation; seamAt: (x: number) => number; palette: MouthPalette; freedom: Float32Array | null },
+  face: {
+    src: RgbaImage;
+    anim: MouthAnimation;
+    seamAt: (x: number) => number;
+    palette: MouthPalette;
+    freedom: Float32Array | null;
+  },
 ): { image: RgbaImage; box: Box } {
   const { src, anim, seamAt, palette, freedom } = face;
   const cx = anim.mouth_center.x;
@@ -393,7 +434,8 @@ function warpMouth(
     for (let y = box.y; y < box.y + box.height; y++) {
       // Gaussian falloff: its slope stays gentle, so the cheeks beside narrowed lips are not smeared.
       const v = (y - destSeam) / mw;
-      const lipZone = Math.exp(-(u * u) / LIP_ZONE_WIDTH - (v * v) / LIP_ZONE_HEIGHT) * (1 - smoothstep(1.0, 1.3, Math.abs(u)));
+      const lipZone =
+        Math.exp(-(u * u) / LIP_ZONE_WIDTH - (v * v) / LIP_ZONE_HEIGHT) * (1 - smoothstep(1.0, 1.3, Math.abs(u)));
       let sx = x - (x - cx) * (1 - 1 / (1 + shape.spread)) * lipZone;
       const seam = seamAt(sx);
       // Fixed-point iterations: the displacement depends on where in the rest image the pixel comes from.
@@ -455,12 +497,20 @@ function warpMouth(
 function warpBox(anim: MouthAnimation, src: RgbaImage): Box {
   const { x: cx, y: cy } = anim.mouth_center;
   const mw = anim.mouth_width;
-  return clampBox(cx + REGION.left * mw, cy + REGION.top * mw, cx + REGION.right * mw, cy + REGION.bottom * mw, src.width, src.height);
+  return clampBox(
+    cx + REGION.left * mw,
+    cy + REGION.top * mw,
+    cx + REGION.right * mw,
+    cy + REGION.bottom * mw,
+    src.width,
+    src.height,
+  );
 }
 
 /** Animation is usable when the mouth lies inside the frame and has a plausible width. */
 function usableAnimation(animation: MouthAnimation | undefined, width: number, height: number): MouthAnimation | null {
-  if (!animation || !animation.mouth_center || !animation.left_eye || !animation.right_eye || !animation.face_box) return null;
+  if (!animation || !animation.mouth_center || !animation.left_eye || !animation.right_eye || !animation.face_box)
+    return null;
   const { x, y } = animation.mouth_center;
   if (!(x > 0 && x < width && y > 0 && y < height)) return null;
   if (!(animation.mouth_width > 4 && animation.mouth_width < width)) return null;

@@ -19,7 +19,10 @@ const ENGINE_ENTRY = fileURLToPath(new URL('./engine-process.mjs', import.meta.u
  * flite's WASI calls corrupt V8's heap through the fast-API path (nodejs/node#46777, #53087). WASI also
  * warns that it is experimental each time an engine starts, which is noise in the service's stderr.
  */
-export const ENGINE_EXEC_ARGV: readonly string[] = ['--no-turbo-fast-api-calls', '--disable-warning=ExperimentalWarning'];
+export const ENGINE_EXEC_ARGV: readonly string[] = [
+  '--no-turbo-fast-api-calls',
+  '--disable-warning=ExperimentalWarning',
+];
 
 /**
  * Compiling flite (21 MB of WASM) and loading eSpeak's data: 6.4 s on one idle core of the development VM, over
@@ -98,7 +101,10 @@ export class EngineChild {
     this.child.once('exit', (exitCode, signal) => this.onExit(exitCode, signal));
     // 'error' without 'exit' happens when the fork itself fails (no pid, e.g. EAGAIN).
     this.child.once('error', () => this.onExit(null, null));
-    this.timer = setTimeout(() => this.kill({ expected: false, reason: 'the engine did not start in time' }), ENGINE_START_TIMEOUT_MS);
+    this.timer = setTimeout(
+      () => this.kill({ expected: false, reason: 'the engine did not start in time' }),
+      ENGINE_START_TIMEOUT_MS,
+    );
   }
 
   get ready(): boolean {
@@ -117,7 +123,10 @@ export class EngineChild {
   run(job: SentenceJob): void {
     this.running = job;
     this.holdServiceOpen(true);
-    this.timer = setTimeout(() => this.kill({ expected: false, reason: 'the engine took too long on one sentence' }), SENTENCE_TIMEOUT_MS);
+    this.timer = setTimeout(
+      () => this.kill({ expected: false, reason: 'the engine took too long on one sentence' }),
+      SENTENCE_TIMEOUT_MS,
+    );
     const message: SentenceMessage = { type: 'sentence', id: job.id, task: job.task };
     // A failed send means the channel is closing; the 'exit' that follows rejects the job.
     this.child.send(message, undefined, {}, () => undefined);

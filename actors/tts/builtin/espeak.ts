@@ -82,5 +82,9 @@ export async function synthesizeWithEspeak(voice: string, text: string): Promise
     offset += piece.length;
   }
   const durationMs = (pcm.length / ESPEAK_SAMPLE_RATE) * 1000;
-  return { pcm, sampleRate: ESPEAK_SAMPLE_RATE, phones: normalisePhones(phonesFromEspeakEvents(events, durationMs), durationMs) };
+  return {
+    pcm,
+    sampleRate: ESPEAK_SAMPLE_RATE,
+    phones: normalisePhones(phonesFromEspeakEvents(events, durationMs), durationMs),
+  };
 }

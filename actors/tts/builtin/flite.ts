@@ -108,7 +108,11 @@ function lateBoundArgs(args: () => string[], memory: () => WebAssembly.Memory) {
       const args = encoded();
       const view = new DataView(memory().buffer);
       view.setUint32(argcPointer, args.length, true);
-      view.setUint32(bufferSizePointer, args.reduce((total, arg) => total + arg.length, 0), true);
+      view.setUint32(
+        bufferSizePointer,
+        args.reduce((total, arg) => total + arg.length, 0),
+        true,
+      );
       return WASI_SUCCESS;
     },
     args_get(argvPointer: number, bufferPointer: number): number {
@@ -131,9 +135,22 @@ async function makeReadyFlite(): Promise<ReadyFlite> {
   const tracePath = path.join(directory, `${randomBytes(8).toString('hex')}.trace`);
   const traceFd = openSync(tracePath, 'w+');
   try {
-    const wasi = new WASI({ version: 'preview1', args: [], env: {}, preopens: { '.': directory }, stdout: traceFd, returnOnExit: true });
+    const wasi = new WASI({
+      version: 'preview1',
+      args: [],
+      env: {},
+      preopens: { '.': directory },
+      stdout: traceFd,
+      returnOnExit: true,
+    });
     const late: ReadyFlite['late'] = { args: [] };
-    const imports = { ...wasi.wasiImport, ...lateBoundArgs(() => late.args, () => late.memory!) };
+    const imports = {
+      ...wasi.wasiImport,
+      ...lateBoundArgs(
+        () => late.args,
+        () => late.memory!,
+      ),
+    };
     const instance = await WebAssembly.instantiate(module, { wasi_snapshot_preview1: imports } as WebAssembly.Imports);
     late.memory = instance.exports.memory as WebAssembly.Memory;
     const ready: ReadyFlite = { wasi, instance, traceFd, tracePath, late };

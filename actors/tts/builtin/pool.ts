@@ -118,7 +118,9 @@ export class BuiltinEnginePool {
     if (this.closed) return Promise.reject(new EngineError(SHUT_DOWN));
     if (signal?.aborted) return Promise.reject(signal.reason);
     if (this.queue.length >= this.maxQueued) {
-      return Promise.reject(new EngineError(`the builtin TTS engine is overloaded: ${this.maxQueued} sentences are already waiting`));
+      return Promise.reject(
+        new EngineError(`the builtin TTS engine is overloaded: ${this.maxQueued} sentences are already waiting`),
+      );
     }
     return new Promise<EngineAudio>((resolve, reject) => {
       let settled = false;
@@ -253,7 +255,13 @@ export class BuiltinEnginePool {
     if (this.closed) return;
     if (!exit.expected) {
       this.logger?.warn(
-        { pid: engine.pid, exitCode: exit.exitCode, signal: exit.signal, duringStart: exit.duringStart, reason: exit.reason },
+        {
+          pid: engine.pid,
+          exitCode: exit.exitCode,
+          signal: exit.signal,
+          duringStart: exit.duringStart,
+          reason: exit.reason,
+        },
         'builtin TTS engine died; restarting it',
       );
       if (exit.duringStart) this.onStartFailure(exit.reason);
@@ -338,7 +346,11 @@ export function useBuiltinEngineLogger(logger: TtsLogger | undefined): void {
  * One sentence through the service's shared engines (started on first use): live sentences in the live pool,
  * preview sentences in the preview engine, so no live sentence ever queues behind a preview.
  */
-export function synthesizeSentenceInEngine(task: SentenceTask, signal?: AbortSignal, priority: SentencePriority = 'live'): Promise<EngineAudio> {
+export function synthesizeSentenceInEngine(
+  task: SentenceTask,
+  signal?: AbortSignal,
+  priority: SentencePriority = 'live',
+): Promise<EngineAudio> {
   if (priority === 'live') return sharedPool().synthesize(task, signal);
   previewSentencesInFlight += 1;
   const work = sharedPreviewPool().synthesize(task, signal);

@@ -11,15 +11,22 @@ import { UpstreamError } from '../../upstream/errors.ts';
 import { sentencesOf } from './common.ts';
 
 /** A whole sentence of audio as one chunk at `targetRate`. Without `rawSampleRate` only containers are accepted. */
-export async function toChunk(bytes: Uint8Array, options: { targetRate: number; rawSampleRate?: number; sentenceIndex: number; provider: string }): Promise<TtsChunk> {
+export async function toChunk(
+  bytes: Uint8Array,
+  options: { targetRate: number; rawSampleRate?: number; sentenceIndex: number; provider: string },
+): Promise<TtsChunk> {
   try {
-    const decoded = await decodeAudioToPcm16(bytes, { targetRate: options.targetRate, rawSampleRate: options.rawSampleRate });
+    const decoded = await decodeAudioToPcm16(bytes, {
+      targetRate: options.targetRate,
+      rawSampleRate: options.rawSampleRate,
+    });
     if (decoded.format === 'pcm' && !options.rawSampleRate) {
       throw new UpstreamError(`${options.provider}: upstream sent audio in an unexpected format (expected WAV)`);
     }
     return { pcm: decoded.pcm, sampleRate: options.targetRate, sentenceIndex: options.sentenceIndex };
   } catch (error) {
-    if (error instanceof InvalidAudioError) throw new UpstreamError(`${options.provider}: upstream audio is unusable: ${error.message}`);
+    if (error instanceof InvalidAudioError)
+      throw new UpstreamError(`${options.provider}: upstream audio is unusable: ${error.message}`);
     throw error;
   }
 }
@@ -45,14 +52,22 @@ export async function* rawPcmStreamToChunks(
     if (whole === 0) continue;
     total += whole;
     if (options.upstreamRate === options.targetRate) {
-      yield { pcm: pcm16FromLittleEndian(bytes.subarray(0, whole)), sampleRate: options.targetRate, sentenceIndex: options.sentenceIndex };
+      yield {
+        pcm: pcm16FromLittleEndian(bytes.subarray(0, whole)),
+        sampleRate: options.targetRate,
+        sentenceIndex: options.sentenceIndex,
+      };
     } else {
       gathered.push(Buffer.from(bytes.subarray(0, whole)));
     }
   }
   if (total === 0) throw new UpstreamError(`${options.provider}: upstream sent no audio`);
   if (gathered.length) {
-    const pcm = await resamplePcm16(pcm16FromLittleEndian(Buffer.concat(gathered)), options.upstreamRate, options.targetRate);
+    const pcm = await resamplePcm16(
+      pcm16FromLittleEndian(Buffer.concat(gathered)),
+      options.upstreamRate,
+      options.targetRate,
+    );
     yield { pcm, sampleRate: options.targetRate, sentenceIndex: options.sentenceIndex };
   }
 }

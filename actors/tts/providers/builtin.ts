@@ -11,12 +11,7 @@ import { UpstreamError, type ProviderStatus } from '../../upstream/errors.ts';
 import type { EngineAudio } from '../builtin/engine.ts';
 import { synthesizeSentenceInEngine, useBuiltinEngineLogger, warmUpBuiltinEngines } from '../builtin/pool.ts';
 import { untilAborted } from '../../upstream/abort.ts';
-import {
-  BUILTIN_DEFAULT_VOICE,
-  BUILTIN_VOICE_TABLE,
-  findBuiltinVoice,
-  type BuiltinVoice,
-} from '../builtin/voices.ts';
+import { BUILTIN_DEFAULT_VOICE, BUILTIN_VOICE_TABLE, findBuiltinVoice, type BuiltinVoice } from '../builtin/voices.ts';
 
 export { BUILTIN_DEFAULT_VOICE } from '../builtin/voices.ts';
 export { closeBuiltinEngines, warmUpBuiltinEngines } from '../builtin/pool.ts';
@@ -51,9 +46,7 @@ export function createBuiltinProvider(options: BuiltinProviderOptions = {}): Tts
   const { logger } = options;
   if (logger) useBuiltinEngineLogger(logger);
   if (options.warmUp !== false) {
-    warmUpBuiltinEngines().catch((error: unknown) =>
-      logger?.warn({ err: error }, 'builtin TTS engine warm-up failed'),
-    );
+    warmUpBuiltinEngines().catch((error: unknown) => logger?.warn({ err: error }, 'builtin TTS engine warm-up failed'));
   }
 
   async function* synthesize(request: TtsRequest): AsyncGenerator<TtsChunk> {
@@ -65,7 +58,12 @@ export function createBuiltinProvider(options: BuiltinProviderOptions = {}): Tts
 
     const start = (index: number): Promise<EngineAudio> => {
       const work = synthesizeSentenceInEngine(
-        { engine: voice.engine, engineVoice: voice.engineVoice, text: sentences[index], sampleRate: request.sampleRate },
+        {
+          engine: voice.engine,
+          engineVoice: voice.engineVoice,
+          text: sentences[index],
+          sampleRate: request.sampleRate,
+        },
         signal,
         request.priority ?? 'live',
       );

@@ -13,7 +13,13 @@ import { fetchUpstream, streamBody, type FetchLike } from '../../upstream/http.t
 import type { CloneRequest, CloneResult, TtsChunk, TtsProvider, TtsRequest } from '../types.ts';
 import { UpstreamError } from '../../upstream/errors.ts';
 import { rawPcmBySentence } from './audio-output.ts';
-import { assertConfigured, clonedVoiceModel, randomAlphanumeric, statusFromRequired, type CloningProviderConfig } from './common.ts';
+import {
+  assertConfigured,
+  clonedVoiceModel,
+  randomAlphanumeric,
+  statusFromRequired,
+  type CloningProviderConfig,
+} from './common.ts';
 import { createDashscopeVoice, dashscopeBase } from './dashscope.ts';
 
 const ID = 'cloud_a' as const;
@@ -74,7 +80,11 @@ export function createCloudAProvider(config: CloningProviderConfig = {}): TtsPro
     yield* rawPcmBySentence(request, { upstreamRate: QWEN_TTS_RATE, provider: ID }, async (sentence) => {
       const response = await fetchUpstream(fetchImpl, `${baseUrl}${GENERATION_PATH}`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${config.apiKey}`, 'content-type': 'application/json', 'X-DashScope-SSE': 'enable' },
+        headers: {
+          authorization: `Bearer ${config.apiKey}`,
+          'content-type': 'application/json',
+          'X-DashScope-SSE': 'enable',
+        },
         body: JSON.stringify({ model, input: { text: sentence, voice } }),
         signal: request.signal,
         provider: ID,

@@ -15,7 +15,13 @@ import type { FetchLike } from '../../upstream/http.ts';
 import type { CloneRequest, CloneResult, TtsChunk, TtsProvider, TtsRequest } from '../types.ts';
 import { UpstreamError } from '../../upstream/errors.ts';
 import { rawPcmBySentence } from './audio-output.ts';
-import { assertConfigured, clonedVoiceModel, randomAlphanumeric, statusFromRequired, type CloningProviderConfig } from './common.ts';
+import {
+  assertConfigured,
+  clonedVoiceModel,
+  randomAlphanumeric,
+  statusFromRequired,
+  type CloningProviderConfig,
+} from './common.ts';
 import { createDashscopeVoice, dashscopeBase } from './dashscope.ts';
 
 const ID = 'cloud_b' as const;
@@ -93,21 +99,29 @@ async function* runSentenceTask(options: {
       kept += chunk.length;
     });
     response.on('end', () =>
-      push({ kind: 'error', error: new UpstreamError(`${ID}: upstream returned ${response.statusCode}: ${Buffer.concat(chunks).toString('utf8').slice(0, 500)}`, response.statusCode) }),
+      push({
+        kind: 'error',
+        error: new UpstreamError(
+          `${ID}: upstream returned ${response.statusCode}: ${Buffer.concat(chunks).toString('utf8').slice(0, 500)}`,
+          response.statusCode,
+        ),
+      }),
     );
   });
   socket.on('open', () => {
-    socket.send(JSON.stringify({
-      header: header('run-task'),
-      payload: {
-        task_group: 'audio',
-        task: 'tts',
-        function: 'SpeechSynthesizer',
-        model: options.model,
-        parameters: { text_type: 'PlainText', voice: options.voice, format: 'pcm', sample_rate: options.rate },
-        input: {},
-      },
-    }));
+    socket.send(
+      JSON.stringify({
+        header: header('run-task'),
+        payload: {
+          task_group: 'audio',
+          task: 'tts',
+          function: 'SpeechSynthesizer',
+          model: options.model,
+          parameters: { text_type: 'PlainText', voice: options.voice, format: 'pcm', sample_rate: options.rate },
+          input: {},
+        },
+      }),
+    );
   });
   socket.on('message', (data: Buffer, isBinary: boolean) => {
     if (isBinary) return push({ kind: 'audio', data });
@@ -125,14 +139,27 @@ async function* runSentenceTask(options: {
     } else if (event === 'task-finished') {
       push({ kind: 'done' });
     } else if (event === 'task-failed') {
-      push({ kind: 'error', error: new UpstreamError(`${ID}: ${message.header?.error_code ?? 'task-failed'}: ${message.header?.error_message ?? ''}`) });
+      push({
+        kind: 'error',
+        error: new UpstreamError(
+          `${ID}: ${message.header?.error_code ?? 'task-failed'}: ${message.header?.error_message ?? ''}`,
+        ),
+      });
     }
   });
-  socket.on('error', (error) => push({ kind: 'error', error: new UpstreamError(`${ID}: socket error: ${error.message}`) }));
-  socket.on('close', () => push({ kind: 'error', error: new UpstreamError(`${ID}: socket closed before the task finished`) }));
+  socket.on('error', (error) =>
+    push({ kind: 'error', error: new UpstreamError(`${ID}: socket error: ${error.message}`) }),
+  );
+  socket.on('close', () =>
+    push({ kind: 'error', error: new UpstreamError(`${ID}: socket closed before the task finished`) }),
+  );
 
   const timer = setTimeout(
-    () => push({ kind: 'error', error: new UpstreamError(`${ID}: sentence not finished within ${WS_SENTENCE_TIMEOUT_MS} ms`) }),
+    () =>
+      push({
+        kind: 'error',
+        error: new UpstreamError(`${ID}: sentence not finished within ${WS_SENTENCE_TIMEOUT_MS} ms`),
+      }),
     WS_SENTENCE_TIMEOUT_MS,
   );
   const onAbort = () => push({ kind: 'error', error: abortReason(options.signal) });
@@ -190,7 +217,8 @@ export function createCloudBProvider(config: CloningProviderConfig = {}): TtsPro
 
   async function clone(request: CloneRequest): Promise<CloneResult> {
     assertConfigured(ID, status());
-    if (!request.sampleUrl) throw new UpstreamError(`${ID}: cloning needs a public sample URL (SERVICE_PUBLIC_BASE_URL)`);
+    if (!request.sampleUrl)
+      throw new UpstreamError(`${ID}: cloning needs a public sample URL (SERVICE_PUBLIC_BASE_URL)`);
     const prefix = request.prefix || randomAlphanumeric(8);
     if (!CLOUD_B_PREFIX_PATTERN.test(prefix)) {
       throw new RangeError('cloud_b prefix must be 1-9 lower-case letters or digits');
@@ -201,9 +229,15 @@ export function createCloudBProvider(config: CloningProviderConfig = {}): TtsPro
       apiKey: config.apiKey!,
       provider: ID,
       signal: request.signal,
-      body: { model: ENROLLMENT_MODEL, input: { action: 'create_voice', target_model: request.targetModel, prefix, url: request.sampleUrl } },
+      body: {
+        model: ENROLLMENT_MODEL,
+        input: { action: 'create_voice', target_model: request.targetModel, prefix, url: request.sampleUrl },
+      },
     });
-    return { voiceId, message: `cloud_b enrolled voice ${voiceId} for ${request.targetModel} from the uploaded sample` };
+    return {
+      voiceId,
+      message: `cloud_b enrolled voice ${voiceId} for ${request.targetModel} from the uploaded sample`,
+    };
   }
 
   return { id: ID, defaultVoice: DEFAULT_VOICE, defaultCloneModel: DEFAULT_MODEL, status, synthesize, clone };

@@ -75,7 +75,10 @@ export function createCloudCProvider(config: ProviderConfig = {}): TtsProvider {
     const answer = await readJson<{ voices?: ElevenLabsVoice[] }>(response, signal, ID);
     if (!Array.isArray(answer.voices)) throw new UpstreamError(`${ID}: voice list answer has no voices array`);
     return answer.voices
-      .filter((voice): voice is ElevenLabsVoice & { voice_id: string } => typeof voice.voice_id === 'string' && VOICE_ID_PATTERN.test(voice.voice_id))
+      .filter(
+        (voice): voice is ElevenLabsVoice & { voice_id: string } =>
+          typeof voice.voice_id === 'string' && VOICE_ID_PATTERN.test(voice.voice_id),
+      )
       .map((voice) => ({
         id: voice.voice_id,
         name: typeof voice.name === 'string' && voice.name ? voice.name : voice.voice_id,

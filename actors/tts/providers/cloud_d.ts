@@ -7,7 +7,14 @@
  */
 import { randomBytes } from 'node:crypto';
 import { fetchUpstream, readBody, readJson, trimTrailingSlash, type FetchLike } from '../../upstream/http.ts';
-import { VoiceNotFoundError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import {
+  VoiceNotFoundError,
+  type CloneRequest,
+  type CloneResult,
+  type TtsChunk,
+  type TtsProvider,
+  type TtsRequest,
+} from '../types.ts';
 import { UpstreamError } from '../../upstream/errors.ts';
 import { toChunk } from './audio-output.ts';
 import { assertConfigured, sentencesOf, statusFromRequired, type CloningProviderConfig } from './common.ts';
@@ -30,9 +37,14 @@ export function createCloudDProvider(config: CloningProviderConfig = {}): TtsPro
   const status = () => statusFromRequired(ID, [{ value: config.apiKey, suffix: 'API_KEY' }]);
 
   function validateVoice(voice: string | null | undefined): void {
-    if (!voice) throw new VoiceNotFoundError('cloud_d has no stock voices: pass a cloned voice_id (POST /voices/clone) or an https URL of a sample');
+    if (!voice)
+      throw new VoiceNotFoundError(
+        'cloud_d has no stock voices: pass a cloned voice_id (POST /voices/clone) or an https URL of a sample',
+      );
     if (!voice.startsWith(VOICE_ID_PREFIX) && !/^https?:\/\//.test(voice)) {
-      throw new VoiceNotFoundError(`cloud_d voice must be a cloned voice_id (${VOICE_ID_PREFIX}...) or a sample URL, got "${voice}"`);
+      throw new VoiceNotFoundError(
+        `cloud_d voice must be a cloned voice_id (${VOICE_ID_PREFIX}...) or a sample URL, got "${voice}"`,
+      );
     }
   }
 
@@ -48,20 +60,27 @@ export function createCloudDProvider(config: CloningProviderConfig = {}): TtsPro
     validateVoice(request.voice);
     const reference = await referenceFor(request.voice!);
     const model = request.model || reference.targetModel || CLOUD_D_DEFAULT_MODEL;
-    if (!MODEL_PATTERN.test(model)) throw new VoiceNotFoundError(`cloud_d model must be a fal app id like ${CLOUD_D_DEFAULT_MODEL}`);
+    if (!MODEL_PATTERN.test(model))
+      throw new VoiceNotFoundError(`cloud_d model must be a fal app id like ${CLOUD_D_DEFAULT_MODEL}`);
     const sentences = sentencesOf(request.text);
     for (let index = 0; index < sentences.length; index++) {
       request.signal.throwIfAborted();
       const response = await fetchUpstream(fetchImpl, `${baseUrl}/${model}`, {
         method: 'POST',
         headers: { authorization: `Key ${config.apiKey}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ gen_text: sentences[index], ref_audio_url: reference.audioUrl, model_type: 'F5-TTS', remove_silence: true }),
+        body: JSON.stringify({
+          gen_text: sentences[index],
+          ref_audio_url: reference.audioUrl,
+          model_type: 'F5-TTS',
+          remove_silence: true,
+        }),
         signal: request.signal,
         provider: ID,
       });
       const answer = await readJson<FalAnswer>(response, request.signal, ID);
       const audioUrl = typeof answer.audio_url === 'string' ? answer.audio_url : answer.audio_url?.url;
-      if (!audioUrl) throw new UpstreamError(`${ID}: answer without audio_url: ${JSON.stringify(answer).slice(0, 300)}`);
+      if (!audioUrl)
+        throw new UpstreamError(`${ID}: answer without audio_url: ${JSON.stringify(answer).slice(0, 300)}`);
       const audio = await fetchUpstream(fetchImpl, audioUrl, { method: 'GET', signal: request.signal, provider: ID });
       const bytes = await readBody(audio, request.signal, ID);
       yield await toChunk(bytes, { targetRate: request.sampleRate, sentenceIndex: index, provider: ID });
@@ -76,5 +95,13 @@ export function createCloudDProvider(config: CloningProviderConfig = {}): TtsPro
     return { voiceId, message: `cloud_d stores the sample; it is sent to ${request.targetModel} with every synthesis` };
   }
 
-  return { id: ID, defaultVoice: null, defaultCloneModel: CLOUD_D_DEFAULT_MODEL, status, validateVoice, synthesize, clone };
+  return {
+    id: ID,
+    defaultVoice: null,
+    defaultCloneModel: CLOUD_D_DEFAULT_MODEL,
+    status,
+    validateVoice,
+    synthesize,
+    clone,
+  };
 }

@@ -26,7 +26,10 @@ const FALLBACK_RATE = 24000;
 const VOICE_PATTERN = /^([a-z]{2,3}-[A-Z]{2})(-[a-z]+)?-[A-Za-z0-9]+Neural$/;
 
 export function escapeXml(text: string): string {
-  return text.replace(/[<>&'"]/g, (char) => ({ '<': '&lt;', '>': '&gt;', '&': '&amp;', "'": '&apos;', '"': '&quot;' })[char]!);
+  return text.replace(
+    /[<>&'"]/g,
+    (char) => ({ '<': '&lt;', '>': '&gt;', '&': '&amp;', "'": '&apos;', '"': '&quot;' })[char]!,
+  );
 }
 
 export function ssmlFor(text: string, voice: string): string {
@@ -82,16 +85,23 @@ export function createCloudEProvider(config: ProviderConfig = {}): TtsProvider {
   /** `GET /cognitiveservices/voices/list` of the region: every voice it offers (neural ones usable here). */
   async function listVoices(signal: AbortSignal): Promise<ListedVoice[]> {
     assertConfigured(ID, status());
-    const response = await fetchUpstream(fetchImpl, `${trimTrailingSlash(config.baseUrl!)}/cognitiveservices/voices/list`, {
-      method: 'GET',
-      headers: { 'Ocp-Apim-Subscription-Key': config.apiKey!, 'User-Agent': 'avatar-conversation-service' },
-      signal,
-      provider: ID,
-    });
+    const response = await fetchUpstream(
+      fetchImpl,
+      `${trimTrailingSlash(config.baseUrl!)}/cognitiveservices/voices/list`,
+      {
+        method: 'GET',
+        headers: { 'Ocp-Apim-Subscription-Key': config.apiKey!, 'User-Agent': 'avatar-conversation-service' },
+        signal,
+        provider: ID,
+      },
+    );
     const answer = await readJson<AzureVoice[]>(response, signal, ID);
     if (!Array.isArray(answer)) throw new UpstreamError(`${ID}: voice list answer is not an array`);
     return answer
-      .filter((voice): voice is AzureVoice & { ShortName: string } => typeof voice.ShortName === 'string' && VOICE_PATTERN.test(voice.ShortName))
+      .filter(
+        (voice): voice is AzureVoice & { ShortName: string } =>
+          typeof voice.ShortName === 'string' && VOICE_PATTERN.test(voice.ShortName),
+      )
       .map((voice) => ({
         id: voice.ShortName,
         name: typeof voice.DisplayName === 'string' && voice.DisplayName ? voice.DisplayName : voice.ShortName,

@@ -56,7 +56,12 @@ export function createCloudFProvider(config: ProviderConfig = {}): TtsProvider {
       const answer = await readJson<{ audioContent?: string }>(response, request.signal, ID);
       if (typeof answer.audioContent !== 'string') throw new UpstreamError(`${ID}: answer without audioContent`);
       const audio = Buffer.from(answer.audioContent, 'base64');
-      yield await toChunk(audio, { targetRate: request.sampleRate, rawSampleRate: request.sampleRate, sentenceIndex: index, provider: ID });
+      yield await toChunk(audio, {
+        targetRate: request.sampleRate,
+        rawSampleRate: request.sampleRate,
+        sentenceIndex: index,
+        provider: ID,
+      });
     }
   }
 
@@ -72,10 +77,20 @@ export function createCloudFProvider(config: ProviderConfig = {}): TtsProvider {
     const answer = await readJson<{ voices?: GoogleVoice[] }>(response, signal, ID);
     if (!Array.isArray(answer.voices)) throw new UpstreamError(`${ID}: voice list answer has no voices array`);
     return answer.voices
-      .filter((voice): voice is GoogleVoice & { name: string } => typeof voice.name === 'string' && VOICE_PATTERN.test(voice.name))
+      .filter(
+        (voice): voice is GoogleVoice & { name: string } =>
+          typeof voice.name === 'string' && VOICE_PATTERN.test(voice.name),
+      )
       .map((voice) => {
-        const codes = Array.isArray(voice.languageCodes) ? voice.languageCodes.filter((code): code is string => typeof code === 'string') : [];
-        return { id: voice.name, name: voice.name, language: codes[0] ?? VOICE_PATTERN.exec(voice.name)![1], gender: genderOf(voice.ssmlGender) };
+        const codes = Array.isArray(voice.languageCodes)
+          ? voice.languageCodes.filter((code): code is string => typeof code === 'string')
+          : [];
+        return {
+          id: voice.name,
+          name: voice.name,
+          language: codes[0] ?? VOICE_PATTERN.exec(voice.name)![1],
+          gender: genderOf(voice.ssmlGender),
+        };
       });
   }
 

@@ -40,21 +40,29 @@ export interface CloningProviderConfig extends ProviderConfig {
  * The model to synthesise with when the request names none: a voice cloned on a cloud only works
  * with the model it was enrolled for, which the catalog remembers. Undefined → provider default.
  */
-export async function clonedVoiceModel(config: CloningProviderConfig, id: TtsProviderId, request: TtsRequest): Promise<string | undefined> {
+export async function clonedVoiceModel(
+  config: CloningProviderConfig,
+  id: TtsProviderId,
+  request: TtsRequest,
+): Promise<string | undefined> {
   if (request.model) return request.model;
   if (!request.voice || !config.voiceLookup) return undefined;
   return (await config.voiceLookup(id, request.voice))?.targetModel;
 }
 
 /** Status from the variables a provider needs; the reason names exactly what to set. */
-export function statusFromRequired(id: TtsProviderId, required: Array<{ value: string | undefined; suffix: 'BASE_URL' | 'API_KEY' }>): ProviderStatus {
+export function statusFromRequired(
+  id: TtsProviderId,
+  required: Array<{ value: string | undefined; suffix: 'BASE_URL' | 'API_KEY' }>,
+): ProviderStatus {
   const missing = required.filter((item) => !item.value).map((item) => envVarName(id, item.suffix));
   if (missing.length === 0) return { configured: true };
   return { configured: false, reason: `set ${missing.join(' and ')}` };
 }
 
 export function assertConfigured(id: TtsProviderId, status: ProviderStatus): void {
-  if (!status.configured) throw new ProviderNotConfiguredError(`TTS provider ${id} is not configured: ${status.reason}`);
+  if (!status.configured)
+    throw new ProviderNotConfiguredError(`TTS provider ${id} is not configured: ${status.reason}`);
 }
 
 /** A voice list's gender field (`Female`, `FEMALE`, `female`, ...) in the service's spelling; null when absent or unspecified. */

@@ -23,7 +23,12 @@ export function referencePathFor(voiceDir: string, provider: TtsProviderId, voic
 }
 
 /** Written via a temporary name so an engine never reads a half-written reference. */
-export async function writeReference(voiceDir: string, provider: TtsProviderId, voiceId: string, wav: Buffer): Promise<string> {
+export async function writeReference(
+  voiceDir: string,
+  provider: TtsProviderId,
+  voiceId: string,
+  wav: Buffer,
+): Promise<string> {
   const target = referencePathFor(voiceDir, provider, voiceId);
   await mkdir(path.dirname(target), { recursive: true });
   const temporary = `${target}.${process.pid}.tmp`;
@@ -43,7 +48,11 @@ export async function removeReference(voiceDir: string, provider: TtsProviderId,
 }
 
 /** Absolute reference path when `voice` is one of our clones and its file exists, else null. */
-export async function existingReference(voiceDir: string | undefined, provider: TtsProviderId, voice: string): Promise<string | null> {
+export async function existingReference(
+  voiceDir: string | undefined,
+  provider: TtsProviderId,
+  voice: string,
+): Promise<string | null> {
   if (!voiceDir || !LOCAL_VOICE_ID_PATTERN.test(voice)) return null;
   const file = referencePathFor(voiceDir, provider, voice);
   try {
@@ -55,9 +64,14 @@ export async function existingReference(voiceDir: string | undefined, provider: 
 }
 
 /** The reference of a cloned voice the engine must be sent; a clone whose file is gone is a 400, not a 502. */
-export async function requireReference(voiceDir: string | undefined, provider: TtsProviderId, voice: string): Promise<string> {
+export async function requireReference(
+  voiceDir: string | undefined,
+  provider: TtsProviderId,
+  voice: string,
+): Promise<string> {
   const reference = await existingReference(voiceDir, provider, voice);
-  if (!reference) throw new VoiceNotFoundError(`${provider} voice ${voice} has no reference sample in the voice directory`);
+  if (!reference)
+    throw new VoiceNotFoundError(`${provider} voice ${voice} has no reference sample in the voice directory`);
   return reference;
 }
 
@@ -74,7 +88,8 @@ export async function storeLocalClone(options: {
   request: CloneRequest;
 }): Promise<string> {
   const { provider, voiceDir, request } = options;
-  if (!voiceDir) throw new ProviderNotConfiguredError(`${provider} cloning needs a voice directory (SERVICE_TTS_VOICE_DIR)`);
+  if (!voiceDir)
+    throw new ProviderNotConfiguredError(`${provider} cloning needs a voice directory (SERVICE_TTS_VOICE_DIR)`);
   const voiceId = newLocalVoiceId();
   await writeReference(voiceDir, provider, voiceId, request.wav24k);
   try {

@@ -8,7 +8,15 @@
  *    `GET /speakers_list` must answer, so a clone against a dead server fails instead of dangling.
  */
 import { fetchUpstream, readBody, readJson, trimTrailingSlash, type FetchLike } from '../../upstream/http.ts';
-import { VoiceNotFoundError, type CloneRequest, type CloneResult, type ListedVoice, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import {
+  VoiceNotFoundError,
+  type CloneRequest,
+  type CloneResult,
+  type ListedVoice,
+  type TtsChunk,
+  type TtsProvider,
+  type TtsRequest,
+} from '../types.ts';
 import { UpstreamError } from '../../upstream/errors.ts';
 import { toChunk } from './audio-output.ts';
 import { assertConfigured, sentencesOf, statusFromRequired, type CloningProviderConfig } from './common.ts';
@@ -28,7 +36,8 @@ export function createLocalCloneAProvider(config: CloningProviderConfig = {}): T
   const base = () => trimTrailingSlash(config.baseUrl!);
 
   function validateVoice(voice: string | null | undefined): void {
-    if (voice && !SPEAKER_PATTERN.test(voice)) throw new VoiceNotFoundError(`local_clone_a voice must be a speaker name or cloned voice_id, got "${voice}"`);
+    if (voice && !SPEAKER_PATTERN.test(voice))
+      throw new VoiceNotFoundError(`local_clone_a voice must be a speaker name or cloned voice_id, got "${voice}"`);
   }
 
   async function speakerFor(voice: string | null | undefined): Promise<string> {
@@ -58,21 +67,45 @@ export function createLocalCloneAProvider(config: CloningProviderConfig = {}): T
 
   async function clone(request: CloneRequest): Promise<CloneResult> {
     assertConfigured(ID, status());
-    const voiceId = await storeLocalClone({ provider: ID, voiceDir: config.voiceDir, baseUrl: config.baseUrl!, probePath: '/speakers_list', fetchImpl, request });
+    const voiceId = await storeLocalClone({
+      provider: ID,
+      voiceDir: config.voiceDir,
+      baseUrl: config.baseUrl!,
+      probePath: '/speakers_list',
+      fetchImpl,
+      request,
+    });
     return { voiceId, message: 'local_clone_a stored the reference sample; XTTS clones zero-shot at synthesis time' };
   }
 
   /** `GET /speakers_list`: names of the server's speaker folder (no language or gender is known for them). */
   async function listVoices(signal: AbortSignal): Promise<ListedVoice[]> {
     assertConfigured(ID, status());
-    const response = await fetchUpstream(fetchImpl, `${base()}/speakers_list`, { method: 'GET', headers: { accept: 'application/json' }, signal, provider: ID });
+    const response = await fetchUpstream(fetchImpl, `${base()}/speakers_list`, {
+      method: 'GET',
+      headers: { accept: 'application/json' },
+      signal,
+      provider: ID,
+    });
     const answer = await readJson<unknown>(response, signal, ID);
     if (!Array.isArray(answer)) throw new UpstreamError(`${ID}: speakers_list answer is not an array`);
     return answer
-      .filter((name): name is string => typeof name === 'string' && SPEAKER_PATTERN.test(name) && !LOCAL_VOICE_ID_PATTERN.test(name))
+      .filter(
+        (name): name is string =>
+          typeof name === 'string' && SPEAKER_PATTERN.test(name) && !LOCAL_VOICE_ID_PATTERN.test(name),
+      )
       .map((name) => ({ id: name, name, language: null, gender: null }));
   }
 
   // XTTS carries the language in the model field: a clone is made for the default language.
-  return { id: ID, defaultVoice: DEFAULT_SPEAKER, defaultCloneModel: DEFAULT_LANGUAGE, status, validateVoice, synthesize, clone, listVoices };
+  return {
+    id: ID,
+    defaultVoice: DEFAULT_SPEAKER,
+    defaultCloneModel: DEFAULT_LANGUAGE,
+    status,
+    validateVoice,
+    synthesize,
+    clone,
+    listVoices,
+  };
 }

@@ -10,7 +10,14 @@
  */
 import { readFile } from 'node:fs/promises';
 import { fetchUpstream, streamBody, trimTrailingSlash, type FetchLike } from '../../upstream/http.ts';
-import { VoiceNotFoundError, type CloneRequest, type CloneResult, type TtsChunk, type TtsProvider, type TtsRequest } from '../types.ts';
+import {
+  VoiceNotFoundError,
+  type CloneRequest,
+  type CloneResult,
+  type TtsChunk,
+  type TtsProvider,
+  type TtsRequest,
+} from '../types.ts';
 import { rawPcmBySentence } from './audio-output.ts';
 import { assertConfigured, statusFromRequired, type CloningProviderConfig } from './common.ts';
 import { LOCAL_VOICE_ID_PATTERN, requireReference, storeLocalClone } from './local-voices.ts';
@@ -39,23 +46,48 @@ export function createLocalCloneBProvider(config: CloningProviderConfig = {}): T
     assertConfigured(ID, status());
     validateVoice(request.voice);
     const reference =
-      request.voice && LOCAL_VOICE_ID_PATTERN.test(request.voice) ? await readFile(await requireReference(config.voiceDir, ID, request.voice)) : null;
+      request.voice && LOCAL_VOICE_ID_PATTERN.test(request.voice)
+        ? await readFile(await requireReference(config.voiceDir, ID, request.voice))
+        : null;
     const route = reference ? 'inference_cross_lingual' : 'inference_sft';
     yield* rawPcmBySentence(request, { upstreamRate: cosyVoiceRate(request.model), provider: ID }, async (sentence) => {
       const form = new FormData();
       form.set('tts_text', sentence);
       if (reference) form.set('prompt_wav', new Blob([new Uint8Array(reference)], { type: 'audio/wav' }), 'prompt.wav');
       else form.set('spk_id', request.voice || DEFAULT_SPEAKER);
-      const response = await fetchUpstream(fetchImpl, `${base()}/${route}`, { method: 'POST', body: form, signal: request.signal, provider: ID });
+      const response = await fetchUpstream(fetchImpl, `${base()}/${route}`, {
+        method: 'POST',
+        body: form,
+        signal: request.signal,
+        provider: ID,
+      });
       return streamBody(response, request.signal, ID);
     });
   }
 
   async function clone(request: CloneRequest): Promise<CloneResult> {
     assertConfigured(ID, status());
-    const voiceId = await storeLocalClone({ provider: ID, voiceDir: config.voiceDir, baseUrl: config.baseUrl!, probePath: '/docs', fetchImpl, request });
-    return { voiceId, message: 'local_clone_b stored the reference sample; CosyVoice clones zero-shot at synthesis time' };
+    const voiceId = await storeLocalClone({
+      provider: ID,
+      voiceDir: config.voiceDir,
+      baseUrl: config.baseUrl!,
+      probePath: '/docs',
+      fetchImpl,
+      request,
+    });
+    return {
+      voiceId,
+      message: 'local_clone_b stored the reference sample; CosyVoice clones zero-shot at synthesis time',
+    };
   }
 
-  return { id: ID, defaultVoice: DEFAULT_SPEAKER, defaultCloneModel: DEFAULT_CLONE_MODEL, status, validateVoice, synthesize, clone };
+  return {
+    id: ID,
+    defaultVoice: DEFAULT_SPEAKER,
+    defaultCloneModel: DEFAULT_CLONE_MODEL,
+    status,
+    validateVoice,
+    synthesize,
+    clone,
+  };
 }

@@ -47,7 +47,11 @@ export const DOMAIN_STATUSES: ReadonlyArray<readonly [abstract new (...args: nev
 /** The HTTP answer of a domain error: its status, its detail, and Retry-After when it says when to retry. */
 export function httpErrorOf(error: Refusal): HttpError {
   const status = DOMAIN_STATUSES.find(([kind]) => error instanceof kind)?.[1] ?? 500;
-  return new HttpError(status, error.detail, error instanceof Overloaded ? { 'retry-after': String(error.retryAfterS) } : {});
+  return new HttpError(
+    status,
+    error.detail,
+    error instanceof Overloaded ? { 'retry-after': String(error.retryAfterS) } : {},
+  );
 }
 
 /**
@@ -78,7 +82,11 @@ export default fp(async function errorPlugin(app: FastifyInstance) {
       sendDetail(reply, 502, error.message);
       return;
     }
-    if (error instanceof VoiceNotFoundError || error instanceof ProviderNotConfiguredError || error instanceof MalformedSdpError) {
+    if (
+      error instanceof VoiceNotFoundError ||
+      error instanceof ProviderNotConfiguredError ||
+      error instanceof MalformedSdpError
+    ) {
       sendDetail(reply, 400, error.message);
       return;
     }
@@ -86,11 +94,19 @@ export default fp(async function errorPlugin(app: FastifyInstance) {
     if (fastifyError.validation) {
       // Fastify's message already names the part ("body/sdp must be string"); only add it when missing.
       const context = fastifyError.validationContext ?? 'request';
-      sendDetail(reply, 400, fastifyError.message.startsWith(context) ? fastifyError.message : `${context} ${fastifyError.message}`);
+      sendDetail(
+        reply,
+        400,
+        fastifyError.message.startsWith(context) ? fastifyError.message : `${context} ${fastifyError.message}`,
+      );
       return;
     }
     const status = fastifyError.statusCode;
-    if (status === 413 || fastifyError.code === 'FST_REQ_FILE_TOO_LARGE' || fastifyError.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+    if (
+      status === 413 ||
+      fastifyError.code === 'FST_REQ_FILE_TOO_LARGE' ||
+      fastifyError.code === 'FST_ERR_CTP_BODY_TOO_LARGE'
+    ) {
       sendDetail(reply, 413, 'payload too large');
       return;
     }

@@ -26,7 +26,10 @@ export default fp(async function requestGuardPlugin(app: FastifyInstance, opts: 
     const headers = request.raw.headers;
     const refusal = guard.refusal(request.method, headers, isFromNode(request.method, request.raw.url ?? '/', headers));
     if (refusal === null) return;
-    request.log.info({ origin_refused: headers.origin !== undefined, method: request.method }, 'request refused by the origin guard');
+    request.log.info(
+      { origin_refused: headers.origin !== undefined, method: request.method },
+      'request refused by the origin guard',
+    );
     throw forbidden(refusal);
   });
 });

@@ -33,10 +33,14 @@ export const MULTIPART_LIMITS = {
 
 const require = createRequire(import.meta.url);
 
-export const PREFLIGHT_REFUSED_DETAIL = 'CORS preflight refused: its Origin is not listed in SERVICE_CORS_ORIGINS (docs/security.md)';
+export const PREFLIGHT_REFUSED_DETAIL =
+  'CORS preflight refused: its Origin is not listed in SERVICE_CORS_ORIGINS (docs/security.md)';
 
 /** Third-party plugins: CORS, multipart, websocket and the OpenAPI document with its two UIs, all offline. */
-export default fp(async function externalPlugins(app: FastifyInstance, opts: { config: ServiceConfig; guard: RequestOriginGuard }) {
+export default fp(async function externalPlugins(
+  app: FastifyInstance,
+  opts: { config: ServiceConfig; guard: RequestOriginGuard },
+) {
   const { config, guard } = opts;
   // A preflight from an origin SERVICE_CORS_ORIGINS does not list: 403 {detail} without CORS headers, before
   // @fastify/cors (which would leave it to the router: 404). Listed origins' preflights are @fastify/cors's (204).
@@ -49,7 +53,10 @@ export default fp(async function externalPlugins(app: FastifyInstance, opts: { c
   await app.register(cors, {
     // SERVICE_CORS_ORIGINS as the origin guard reads it (one owner): a page it lists may read the answers.
     // A foreign page's state-changing request is refused by the guard (src/plugins/app/request-guard.ts).
-    origin: config.corsOrigins.length > 0 ? (origin, done) => done(null, origin !== undefined && guard.listsOrigin(origin)) : false,
+    origin:
+      config.corsOrigins.length > 0
+        ? (origin, done) => done(null, origin !== undefined && guard.listsOrigin(origin))
+        : false,
     methods: ['GET', 'POST', 'DELETE', 'OPTIONS'],
     // Cross-origin clients read the turn id a speak/chat/audio request answers with, and a WHEP viewer's resource.
     exposedHeaders: ['x-turn-id', 'location'],
