@@ -39,8 +39,6 @@ export class NotAdmitted extends DomainError {}
  * (`actors/admission.ts`) because actors refuse work too, and answered once by the error plugin (503 + Retry-After).
  */
 export { Overloaded };
-/** The former name of `Overloaded`, kept for modules not yet renamed (the same class). */
-export { Overloaded as AtCapacity };
 
 /** A resource of a session (a WHEP viewer, an output) that the session does not have. */
 export class SessionResourceNotFound extends DomainError {}

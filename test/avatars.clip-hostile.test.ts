@@ -27,6 +27,13 @@ let files: string;
 /** A 2 s 640×360 H.264 clip of the astronaut's face: what a manifest would reach. */
 let faceClip: string;
 
+/** ffmpeg arguments for the face clip as its first video stream and a 4200² gray one as its second (M1). */
+function faceThenHugeStream(): string[] {
+  return ['-i', faceClip, '-f', 'lavfi', '-i', 'color=c=gray:s=4200x4200:r=2:d=2', '-map', '0:v', '-map', '1:v'].concat(
+    ['-c:v:0', 'copy', '-c:v:1', 'libx264', '-preset', 'ultrafast'],
+  );
+}
+
 beforeAll(async () => {
   files = await tempDir('clip-hostile-');
   faceClip = await landscapeMp4(files, 2);
@@ -160,24 +167,7 @@ describe("a clip's figures are measured from its first video stream, never read 
   it(
     'only the first video stream is measured: a 4200² second stream is neither the size reported nor decoded',
     async () => {
-      const file = await made('two-streams.mp4', [
-        '-i',
-        faceClip,
-        '-f',
-        'lavfi',
-        '-i',
-        'color=c=gray:s=4200x4200:r=2:d=2',
-        '-map',
-        '0:v',
-        '-map',
-        '1:v',
-        '-c:v:0',
-        'copy',
-        '-c:v:1',
-        'libx264',
-        '-preset',
-        'ultrafast',
-      ]);
+      const file = await made('two-streams.mp4', faceThenHugeStream());
       expect(await probeClip(file)).toMatchObject({ width: 640, height: 360, codec: 'h264' });
     },
     MAKING_TIMEOUT_MS,
@@ -360,24 +350,7 @@ describe('POST /avatars/custom with hostile clips (real app, real ffmpeg, real d
       expect((await json(await uploadClip(t.baseUrl, await fs.readFile(twoStreams), 'two streams'))).detail).toMatch(
         `larger than ${MAX_CLIP_SIDE} px`,
       );
-      const faceFirst = await made('face-first.mp4', [
-        '-i',
-        faceClip,
-        '-f',
-        'lavfi',
-        '-i',
-        'color=c=gray:s=4200x4200:r=2:d=2',
-        '-map',
-        '0:v',
-        '-map',
-        '1:v',
-        '-c:v:0',
-        'copy',
-        '-c:v:1',
-        'libx264',
-        '-preset',
-        'ultrafast',
-      ]);
+      const faceFirst = await made('face-first.mp4', faceThenHugeStream());
       for (const [file, source] of [
         [vp9, { codec: 'vp9', width: 640, height: 360, has_audio: false }],
         [faceFirst, { codec: 'h264', width: 640, height: 360 }],

@@ -34,7 +34,7 @@ import {
   admitCustomAvatarUpload,
   openCustomAvatarUpload,
 } from '../src/catalog/custom-avatar.ts';
-import { AtCapacity } from '../src/domain-errors.ts';
+import { Overloaded } from '../src/domain-errors.ts';
 
 /** A 2 s clip is a 50-frame loop: forwards and back in 98 frames (3.9 s). */
 const CLIP_SECONDS = 2;
@@ -221,11 +221,11 @@ describe('bounded concurrent clip creations (real app, real ffmpeg, real detecto
     CREATION_TIMEOUT_MS,
   );
 
-  it(`uploads arriving share a byte budget of ${CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES / 2 ** 20} MB: past it the next chunk is refused (AtCapacity), and released bytes count no more`, () => {
+  it(`uploads arriving share a byte budget of ${CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES / 2 ** 20} MB: past it the next chunk is refused (Overloaded), and released bytes count no more`, () => {
     const first = openCustomAvatarUpload();
     const second = openCustomAvatarUpload();
     first.received(CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES - 10);
-    expect(() => second.received(11)).toThrow(AtCapacity);
+    expect(() => second.received(11)).toThrow(Overloaded);
     second.received(10);
     first.release();
     first.release();

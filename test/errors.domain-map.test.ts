@@ -6,7 +6,7 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as domainErrors from '../src/domain-errors.ts';
-import { AtCapacity, DomainError, InvalidSelection, NotAdmitted, SessionNotFound } from '../src/domain-errors.ts';
+import { Overloaded, DomainError, InvalidSelection, NotAdmitted, SessionNotFound } from '../src/domain-errors.ts';
 import errorPlugin, { DOMAIN_STATUSES } from '../src/plugins/app/errors.ts';
 
 describe('error plugin: the domain errors table', () => {
@@ -14,7 +14,7 @@ describe('error plugin: the domain errors table', () => {
   const thrown = new Map<string, DomainError>([
     ['not-found', new SessionNotFound()],
     ['not-admitted', new NotAdmitted('session is not started')],
-    ['full', new AtCapacity('session capacity reached (2 active); retry later', 7)],
+    ['full', new Overloaded('session capacity reached (2 active); retry later', 7)],
     ['emfile-named', new InvalidSelection('tts_provider "EMFILE" is unknown')],
   ]);
 

@@ -23,7 +23,7 @@ import {
   sniffClipFormat,
 } from '../../actors/faces/video-clip.ts';
 import { CLIP_TRACK_FILE, MOUTHS_ATLAS_FILE, MOUTHS_INDEX_FILE, type ClipMetadata } from '../../actors/render/types.ts';
-import { AtCapacity, AvatarNotFound, InvalidInput, InvalidSelection, ServiceFault } from '../domain-errors.ts';
+import { Overloaded, AvatarNotFound, InvalidInput, InvalidSelection, ServiceFault } from '../domain-errors.ts';
 import { BUILDING_DIR_PREFIX, removeBundleDir } from './bundle-fs.ts';
 import type { AvatarCatalog, AvatarSummary, CatalogEntry } from './catalog.ts';
 import { isValidAvatarId } from './slug.ts';
@@ -283,7 +283,7 @@ let uploadBytesHeld = 0;
 
 /** One upload's share of `CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES`: what it received so far, until released. */
 export interface CustomAvatarUpload {
-  /** Counts `bytes` more of the body; throws `AtCapacity` past the budget. */
+  /** Counts `bytes` more of the body; throws `Overloaded` past the budget. */
   received(bytes: number): void;
   /** Gives its bytes back, once the request is answered or its client has gone (idempotent). */
   release(): void;
@@ -292,7 +292,7 @@ export interface CustomAvatarUpload {
 /**
  * Opens an upload before its body is read. Its creation place is taken only once the body is in
  * (`admitCustomAvatarUpload`), so a client trickling a body holds no place; when every place is already held by
- * an upload that is in, this refuses at once (`AtCapacity`), the body unread.
+ * an upload that is in, this refuses at once (`Overloaded`), the body unread.
  */
 export function openCustomAvatarUpload(): CustomAvatarUpload {
   if (admittedImageJobs() >= MAX_RUNNING_IMAGE_JOBS + MAX_WAITING_IMAGE_JOBS) throw creationsBusy();
@@ -300,7 +300,7 @@ export function openCustomAvatarUpload(): CustomAvatarUpload {
   return {
     received(bytes) {
       if (uploadBytesHeld + bytes > CUSTOM_AVATAR_UPLOAD_BUDGET_BYTES)
-        throw new AtCapacity('too many avatar uploads are arriving at once; retry shortly', IMAGE_JOBS_RETRY_AFTER_S);
+        throw new Overloaded('too many avatar uploads are arriving at once; retry shortly', IMAGE_JOBS_RETRY_AFTER_S);
       held += bytes;
       uploadBytesHeld += bytes;
     },
@@ -312,7 +312,7 @@ export function openCustomAvatarUpload(): CustomAvatarUpload {
 }
 
 /**
- * Takes one of the creation places for an upload whose body is in (`admitImageJob`): `AtCapacity` (503 +
+ * Takes one of the creation places for an upload whose body is in (`admitImageJob`): `Overloaded` (503 +
  * Retry-After) when every place is taken. Returns the release, for when the request has been answered.
  */
 export function admitCustomAvatarUpload(): () => void {
@@ -324,8 +324,8 @@ export function admitCustomAvatarUpload(): () => void {
   }
 }
 
-function creationsBusy(detail = 'too many avatars are being created; retry shortly'): AtCapacity {
-  return new AtCapacity(detail, IMAGE_JOBS_RETRY_AFTER_S);
+function creationsBusy(detail = 'too many avatars are being created; retry shortly'): Overloaded {
+  return new Overloaded(detail, IMAGE_JOBS_RETRY_AFTER_S);
 }
 
 export interface CreateCustomAvatarInput {
@@ -347,7 +347,7 @@ export interface CreateCustomAvatarInput {
 /**
  * The route's view of `buildCustomAvatar`: validates name and base (`AvatarNotFound` unknown,
  * `InvalidSelection` not `lipsync`), turns `InvalidImageError` and `ImageJobFailedError` (too slow, or killed
- * the image process) into `InvalidInput` and `ImageJobsBusyError` into `AtCapacity` (503 + Retry-After),
+ * the image process) into `InvalidInput` and `ImageJobsBusyError` into `Overloaded` (503 + Retry-After),
  * refreshes the catalog and answers the new AvatarSummary.
  */
 export async function createCustomAvatar(input: CreateCustomAvatarInput): Promise<AvatarSummary> {
@@ -378,7 +378,7 @@ export async function createCustomAvatar(input: CreateCustomAvatarInput): Promis
   } catch (error) {
     if (error instanceof InvalidImageError || error instanceof InvalidClipError || error instanceof ImageJobFailedError)
       throw new InvalidInput(error.message);
-    if (error instanceof ImageJobsBusyError) throw new AtCapacity(error.message, IMAGE_JOBS_RETRY_AFTER_S);
+    if (error instanceof ImageJobsBusyError) throw new Overloaded(error.message, IMAGE_JOBS_RETRY_AFTER_S);
     throw error;
   }
   // Files first, then the catalog entry: the entry is the commit every node sees.
