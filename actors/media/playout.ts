@@ -380,6 +380,8 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   flush(): void {
     if (this.closed) return;
     this.dropQueuedAudio();
+    // A sentence that started is captioned, cut to what played (`caption`), at once rather than after its delay.
+    this.releaseDueCaptions(true);
     this.invalidateRenderedFrom(0);
     for (const entry of this.outgoing) {
       if (!entry.request.speaking) continue;
@@ -480,9 +482,15 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     }
   }
 
-  /** Emits the captions whose audio reaches viewers within the next chunk. */
-  private releaseDueCaptions(): void {
-    while (this.pendingCues.length > 0 && this.pendingCues[0].dueSample < this.playedSamples + this.chunkSamples) {
+  /**
+   * Emits the captions whose audio reaches viewers within the next chunk; `all`: every waiting one now (a flush: the
+   * turn ends here, so its captions go before the turn's closing statuses, never inside the next turn).
+   */
+  private releaseDueCaptions(all = false): void {
+    while (
+      this.pendingCues.length > 0 &&
+      (all || this.pendingCues[0].dueSample < this.playedSamples + this.chunkSamples)
+    ) {
       const { turn, segment } = this.pendingCues.shift()!;
       const ms = (samples: number) => Math.round((samples * 1000) / this.sampleRate);
       // A turn with nothing left to play (drained or flushed) was heard up to its played samples, no further.
