@@ -14,7 +14,7 @@
  * head ellipse, luma with a Catmull-Rom kernel (bilinear softened the face on every half-pixel offset and made
  * its texture shimmer as the head moved), chroma bilinear.
  */
-import { SILENT_PROSODY } from './prosody.ts';
+import { SILENT_PROSODY, speechEmphasis } from './prosody.ts';
 import { oscillate, smoothstep } from './idle-motion.ts';
 import { chromaHeight, chromaWidth, planes } from './i420.ts';
 import type { FrameRequest, I420Frame, MouthAnimation } from './types.ts';
@@ -59,7 +59,7 @@ export interface HeadPose {
 export function photoHeadPose(request: FrameRequest, fps: number, faceHeight: number): HeadPose {
   const { frameIdx } = request;
   const prosody = request.prosody ?? SILENT_PROSODY;
-  const emphasis = Math.min(1, Math.max(0, prosody.fast - prosody.slow) * 2.5);
+  const emphasis = speechEmphasis(prosody);
   const dx =
     faceHeight *
     (IDLE_DRIFT_X * oscillate(frameIdx, fps, 5.3) + SPEECH_DRIFT_X * prosody.slow * oscillate(frameIdx, fps, 3.1));

@@ -14,6 +14,14 @@ const SLOW_SECONDS = 1.0;
 
 export const SILENT_PROSODY: Prosody = Object.freeze({ fast: 0, slow: 0 });
 
+/**
+ * How stressed the syllable under a frame is, 0..1: the syllable envelope rising above the phrase envelope (a nod
+ * on emphasis, the same for every renderer that moves a head).
+ */
+export function speechEmphasis(prosody: Prosody): number {
+  return Math.min(1, Math.max(0, prosody.fast - prosody.slow) * 2.5);
+}
+
 /** Clamps a frame's audio level to 0..1 (non-finite → 0). */
 export function prosodyLevel(level: number): number {
   return Number.isFinite(level) ? Math.min(1, Math.max(0, level)) : 0;

@@ -8,7 +8,7 @@
  * without prosody moves like silence.
  */
 import type { FrameRequest } from '../types.ts';
-import { SILENT_PROSODY } from '../prosody.ts';
+import { SILENT_PROSODY, speechEmphasis } from '../prosody.ts';
 import { oscillate } from '../idle-motion.ts';
 import { DrawnRenderer, type HeadMotion } from './drawn.ts';
 
@@ -27,7 +27,7 @@ export class RtHeadRenderer extends DrawnRenderer {
     const prosody = request.prosody ?? SILENT_PROSODY;
     const scale = (this.geometry?.height ?? 512) / 512;
     const { frameIdx } = request;
-    const emphasis = Math.min(1, Math.max(0, prosody.fast - prosody.slow) * 2.5);
+    const emphasis = speechEmphasis(prosody);
     const tilt =
       IDLE_TILT_DEG * DEG * oscillate(frameIdx, this.fps, 6.3) +
       SPEECH_TILT_DEG * DEG * prosody.slow * oscillate(frameIdx, this.fps, 2.3, 0.25);
