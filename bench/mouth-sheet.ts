@@ -11,7 +11,7 @@
  * never commit it, its sheets or a frame of it.
  *
  *   npm run bench -- mouth_sheet
- *   npm run bench -- mouth_sheet /work/footage/sun.mp4 /work/footage/yongen.mp4 /tmp/sun-teeth.png
+ *   npm run bench -- mouth_sheet footage/sun.mp4 footage/yongen.mp4 footage/sun-teeth.png
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs/promises';

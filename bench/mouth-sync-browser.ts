@@ -17,7 +17,7 @@
  * and once as the service runs.
  *
  *   npm run bench -- mouth_sync_browser
- *   BENCH_MOUTH_FOOTAGE=/work/footage/sun.mp4 BENCH_MOUTH_SESSIONS=3 npm run bench -- mouth_sync_browser
+ *   BENCH_MOUTH_FOOTAGE=footage/sun.mp4 BENCH_MOUTH_SESSIONS=3 npm run bench -- mouth_sync_browser
  */
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
