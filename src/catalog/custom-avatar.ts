@@ -9,7 +9,6 @@ import {
   MAX_RUNNING_IMAGE_JOBS,
   MAX_WAITING_IMAGE_JOBS,
   ImageJobFailedError,
-  ImageJobsBusyError,
   admitImageJob,
   admittedImageJobs,
   closeImageJobs,
@@ -295,7 +294,8 @@ export interface CustomAvatarUpload {
  * an upload that is in, this refuses at once (`Overloaded`), the body unread.
  */
 export function openCustomAvatarUpload(): CustomAvatarUpload {
-  if (admittedImageJobs() >= MAX_RUNNING_IMAGE_JOBS + MAX_WAITING_IMAGE_JOBS) throw creationsBusy();
+  if (admittedImageJobs() >= MAX_RUNNING_IMAGE_JOBS + MAX_WAITING_IMAGE_JOBS)
+    throw new Overloaded('too many avatars are being created; retry shortly', IMAGE_JOBS_RETRY_AFTER_S);
   let held = 0;
   return {
     received(bytes) {
@@ -316,16 +316,7 @@ export function openCustomAvatarUpload(): CustomAvatarUpload {
  * Retry-After) when every place is taken. Returns the release, for when the request has been answered.
  */
 export function admitCustomAvatarUpload(): () => void {
-  try {
-    return admitImageJob();
-  } catch (error) {
-    if (error instanceof ImageJobsBusyError) throw creationsBusy(error.message);
-    throw error;
-  }
-}
-
-function creationsBusy(detail = 'too many avatars are being created; retry shortly'): Overloaded {
-  return new Overloaded(detail, IMAGE_JOBS_RETRY_AFTER_S);
+  return admitImageJob();
 }
 
 export interface CreateCustomAvatarInput {
@@ -347,7 +338,7 @@ export interface CreateCustomAvatarInput {
 /**
  * The route's view of `buildCustomAvatar`: validates name and base (`AvatarNotFound` unknown,
  * `InvalidSelection` not `lipsync`), turns `InvalidImageError` and `ImageJobFailedError` (too slow, or killed
- * the image process) into `InvalidInput` and `ImageJobsBusyError` into `Overloaded` (503 + Retry-After),
+ * the image process) into `InvalidInput` (`ImageJobsBusyError` is already an `Overloaded`: 503 + Retry-After),
  * refreshes the catalog and answers the new AvatarSummary.
  */
 export async function createCustomAvatar(input: CreateCustomAvatarInput): Promise<AvatarSummary> {
@@ -378,7 +369,6 @@ export async function createCustomAvatar(input: CreateCustomAvatarInput): Promis
   } catch (error) {
     if (error instanceof InvalidImageError || error instanceof InvalidClipError || error instanceof ImageJobFailedError)
       throw new InvalidInput(error.message);
-    if (error instanceof ImageJobsBusyError) throw new Overloaded(error.message, IMAGE_JOBS_RETRY_AFTER_S);
     throw error;
   }
   // Files first, then the catalog entry: the entry is the commit every node sees.
