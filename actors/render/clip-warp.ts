@@ -10,7 +10,7 @@
  * gap the two open between them is painted as the inside of a mouth (throat shading, and upper teeth only where
  * the frame shows none of its own: one row of teeth, ever). Outside the warp box the frame is untouched.
  */
-import { planes } from './i420.ts';
+import { planes, rgbToYuv } from './i420.ts';
 import { smoothstep } from './idle-motion.ts';
 import type { I420Frame, MouthAnimation, MouthPose, Point } from './types.ts';
 
@@ -49,9 +49,9 @@ const LOWER_EDGE_SHADOW_PX = 2;
 /** Visible height of painted upper teeth at the widest opening, mouth widths. */
 const UPPER_TEETH_MAX = 0.09;
 /** Inside of a mouth (Y, U, V): lit near the lips, dark towards the throat; teeth. */
-const MOUTH_EDGE = yuv(92, 34, 38);
-const MOUTH_DEEP = yuv(24, 8, 10);
-const TEETH = yuv(226, 216, 200);
+const MOUTH_EDGE = rgbToYuv(92, 34, 38);
+const MOUTH_DEEP = rgbToYuv(24, 8, 10);
+const TEETH = rgbToYuv(226, 216, 200);
 
 /** The frame's own lips in the mouth's upright frame: piecewise-linear edges over u (pixels from the mouth centre). */
 export interface OwnLips {
@@ -556,12 +556,4 @@ function bilinear(plane: Uint8Array, width: number, height: number, x: number, y
   const top = plane[y0 * width + x0] * (1 - fx) + plane[y0 * width + x1] * fx;
   const bottom = plane[y1 * width + x0] * (1 - fx) + plane[y1 * width + x1] * fx;
   return top + (bottom - top) * fy;
-}
-
-function yuv(r: number, g: number, b: number): { y: number; u: number; v: number } {
-  return {
-    y: 16 + 0.2568 * r + 0.5041 * g + 0.0979 * b,
-    u: 128 - 0.1482 * r - 0.291 * g + 0.4392 * b,
-    v: 128 + 0.4392 * r - 0.3678 * g - 0.0714 * b,
-  };
 }

@@ -9,7 +9,7 @@
  * (`MIN_USABLE_OPENINGS`) is not laid at all: the renderer warps.
  */
 import sharp from 'sharp';
-import { planes } from './i420.ts';
+import { planes, rgbToYuv } from './i420.ts';
 import type { RgbaImage } from './image.ts';
 import { smoothstep } from './idle-motion.ts';
 import { edgeAt, jawDropOf, lipEdges, planeBoxOf, uprightAt, warpLoopFrame } from './clip-warp.ts';
@@ -243,11 +243,11 @@ function cellPlanes(
   for (let row = 0; row < height; row++) {
     for (let col = 0; col < width; col++) {
       const o = ((top + row) * atlas.width + left + col) * 4;
-      const [r, g, b] = [atlas.data[o], atlas.data[o + 1], atlas.data[o + 2]];
+      const colour = rgbToYuv(atlas.data[o], atlas.data[o + 1], atlas.data[o + 2]);
       const i = row * width + col;
-      y[i] = 16 + 0.2568 * r + 0.5041 * g + 0.0979 * b;
-      u[i] = 128 - 0.1482 * r - 0.291 * g + 0.4392 * b;
-      v[i] = 128 + 0.4392 * r - 0.3678 * g - 0.0714 * b;
+      y[i] = colour.y;
+      u[i] = colour.u;
+      v[i] = colour.v;
     }
   }
   return [y, u, v];

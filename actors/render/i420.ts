@@ -21,6 +21,15 @@ function clampByte(value: number): number {
   return value < 0 ? 0 : value > 255 ? 255 : (value + 0.5) | 0;
 }
 
+/** One RGB colour as BT.601 limited-range Y, U, V, unrounded (the matrix `rgbaToI420` applies per pixel). */
+export function rgbToYuv(r: number, g: number, b: number): { y: number; u: number; v: number } {
+  return {
+    y: 16 + 0.2568 * r + 0.5041 * g + 0.0979 * b,
+    u: 128 - 0.1482 * r - 0.291 * g + 0.4392 * b,
+    v: 128 + 0.4392 * r - 0.3678 * g - 0.0714 * b,
+  };
+}
+
 /** Converts straight (non-premultiplied) RGBA to I420; alpha is ignored. */
 export function rgbaToI420(rgba: Uint8Array, width: number, height: number, out?: Uint8Array): I420Frame {
   const data = out ?? new Uint8Array(i420Size(width, height));
