@@ -1,5 +1,7 @@
 /**
- * Photo lip-sync renderer: animates the mouth of a still portrait from `metadata.animation`.
+ * The CPU warp renderer (model `lipsync`, an API name): animates the mouth of a still portrait from
+ * `metadata.animation` by warping the avatar's own face — no network paints it (the neural renderers are
+ * `actors/lipsync/`).
  *
  * At prepare the photo's lips are closed (`photo-lips.ts`: a smile's teeth are covered), which is the
  * rest face for silence and m/b/p. Per pose (quantised to OPEN_STEPS x SHAPE_STEPS x SHAPE_STEPS) the
@@ -174,7 +176,7 @@ export function mouthPosesBuiltInThisThread(): number {
   return mouthPosesBuiltHere;
 }
 
-export class LipsyncRenderer implements Renderer {
+export class WarpRenderer implements Renderer {
   private source: RgbaImage | null = null;
   private base: I420Frame | null = null;
   private animation: MouthAnimation | null = null;
@@ -243,7 +245,7 @@ export class LipsyncRenderer implements Renderer {
   }
 
   render(request: FrameRequest, target?: SharedArrayBuffer): I420Frame {
-    if (!this.base) throw new Error('LipsyncRenderer.render called before prepare');
+    if (!this.base) throw new Error('WarpRenderer.render called before prepare');
     if (this.loop) return this.renderLoopFrame(request, this.loop, target);
     const frame = frameFromBase(this.base, target);
     if (!this.animation) return frame;
