@@ -170,7 +170,7 @@ export function paintInside(column: OpeningColumn, y: number, palette: MouthPale
   // darker, in the shadow of the palate; its front is lit, brightest on the middle of its top, darker down its sides
   // where it curves away, with a faint groove down its middle.
   if (column.tongue > 0) {
-    const crown = 1 - 0.55 * (1 - Math.pow(Math.min(1, lateral / 0.7), 2));
+    const crown = 1 - 0.5 * (1 - Math.pow(Math.min(1, lateral / 0.7), 2));
     const onTongue =
       smoothstep(crown - 0.08, crown + 0.06, fromTop) * (1 - smoothstep(0.55, 0.8, lateral)) * column.tongue;
     if (onTongue > 0) {
