@@ -22,6 +22,11 @@ const EDGE_MIN_STEP = 44;
  */
 const PLAIN_MAX_STEP = 10;
 const CARRIED_MIN = 0.2;
+/**
+ * Only under the chin (columns this many mouth widths either side of the mouth's centre): beyond, the outline is the
+ * jaw's side, against hair or background, which it does not move over.
+ */
+const CHIN_HALF_WIDTH = 1.0;
 /** An outline's tail, px: beyond its strong step, this many pixels may still step more than plain. */
 const EDGE_TAIL_PX = 3;
 /** Distance from such an edge, in mouth widths, from which the warp moves pixels fully. */
@@ -92,7 +97,8 @@ export function warpFreedom(
     for (let tail = 0; tail < EDGE_TAIL_PX && j < h && stepAt(bx + i, by + j) >= PLAIN_MAX_STEP; tail++) j++;
     const plainFrom = j;
     while (j < h && stepAt(bx + i, by + j) < PLAIN_MAX_STEP) j++;
-    const carried = j - plainFrom >= carriedMin || j === h;
+    const underChin = Math.abs(bx + i - mouth.x) <= CHIN_HALF_WIDTH * mouth.width;
+    const carried = underChin && (j - plainFrom >= carriedMin || j === h);
     if (carried) {
       for (let k = outline; k < plainFrom; k++) seeds[k * w + i] = 0;
       for (let k = plainFrom; k < j; k++) carriedPixels[k * w + i] = 1;
