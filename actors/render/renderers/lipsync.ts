@@ -393,6 +393,15 @@ export class LipsyncRenderer implements Renderer {
   }
 }
 
+/** What a photo's mouth poses are made from: the rest face, its landmarks, lip seam, colours and jaw falloff. */
+interface PhotoFace {
+  src: RgbaImage;
+  anim: MouthAnimation;
+  seamAt: (x: number) => number;
+  palette: MouthPalette;
+  jaw: JawFreedom | null;
+}
+
 /** One mouth pose over its box, before it is sampled: where each pixel comes from, and the mouth's painted inside. */
 interface PoseWarp {
   box: Box;
@@ -416,18 +425,7 @@ interface PoseWarp {
  * The warp is then held still wherever it would leave a seam at the edge of what it changes (`holdSeams`,
  * `photo-jaw.ts`). Returns an image of the source's size holding the result inside `box` (nothing outside it).
  */
-function warpMouth(
-  open: number,
-  wide: number,
-  round: number,
-  face: {
-    src: RgbaImage;
-    anim: MouthAnimation;
-    seamAt: (x: number) => number;
-    palette: MouthPalette;
-    jaw: JawFreedom | null;
-  },
-): { image: RgbaImage; box: Box } {
+function warpMouth(open: number, wide: number, round: number, face: PhotoFace): { image: RgbaImage; box: Box } {
   const warp = poseWarp(open, wide, round, face);
   const { src } = face;
   const out: RgbaImage = { width: src.width, height: src.height, data: new Uint8Array(src.data.length) };
@@ -436,18 +434,7 @@ function warpMouth(
 }
 
 /** Where each pixel of the pose's box comes from in the rest image, and what of the mouth's inside covers it. */
-function poseWarp(
-  open: number,
-  wide: number,
-  round: number,
-  face: {
-    src: RgbaImage;
-    anim: MouthAnimation;
-    seamAt: (x: number) => number;
-    palette: MouthPalette;
-    jaw: JawFreedom | null;
-  },
-): PoseWarp {
+function poseWarp(open: number, wide: number, round: number, face: PhotoFace): PoseWarp {
   const { src, anim, seamAt, palette, jaw } = face;
   const cx = anim.mouth_center.x;
   const mw = anim.mouth_width;
