@@ -19,8 +19,8 @@ import { faceExpression, isNeutral, type ExpressionWeights } from '../expression
 import { planes } from './i420.ts';
 import type { I420Frame, MouthAnimation, Point } from './types.ts';
 
-/** Smile at 1: each mouth corner moves out by this many mouth widths (the mouth ~18 % wider) and up by the other. */
-const CORNER_OUT = 0.09;
+/** Smile at 1: each mouth corner moves out by this many mouth widths (the mouth ~20 % wider) and up by the other. */
+const CORNER_OUT = 0.1;
 const CORNER_UP = 0.08;
 /** Reach of the corner bump along and across the eye line, mouth widths: under half a mouth, so the lips' middle stays. */
 const CORNER_RADII = { along: 0.42, across: 0.34 };
@@ -108,10 +108,16 @@ function bump(
   };
 }
 
-/** The mouth corners: the outer lip contour's ends (iBUG 48 and 54), or either side of the centre. */
+/**
+ * The mouth corners, the one towards the left eye first: the outer lip contour's ends (iBUG 48 and 54, in whichever
+ * order a track lists them), or either side of the centre.
+ */
 function cornersOf(face: MouthAnimation, axes: FaceAxes): [Point, Point] {
   const lip = face.outer_lip;
-  if (lip && lip.length >= 7) return [lip[0], lip[6]];
+  if (lip && lip.length >= 7) {
+    const along = (p: Point) => p.x * axes.ax + p.y * axes.ay;
+    return along(lip[0]) <= along(lip[6]) ? [lip[0], lip[6]] : [lip[6], lip[0]];
+  }
   const half = face.mouth_width / 2;
   return [offset(face.mouth_center, axes, -half, 0), offset(face.mouth_center, axes, half, 0)];
 }
