@@ -3,27 +3,10 @@ import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { ReceivingPeer } from './helpers/peer.ts';
 import { SseClient, type SseEvent } from './helpers/sse.ts';
 import { AUDIBLE_RMS } from './helpers/conversation.ts';
+import { parseVtt } from './helpers/vtt.ts';
 
 const THREE_SENTENCES =
   'The first sentence is here. Then comes a second one, a little longer. And the third closes it.';
-
-/** Parses a WebVTT file into cues with ms times. */
-function parseVtt(text: string): Array<{ fromMs: number; toMs: number; text: string }> {
-  expect(text.startsWith('WEBVTT\n')).toBe(true);
-  const ms = (t: string) => {
-    const [h, m, s] = t.split(':');
-    return Math.round((Number(h) * 3600 + Number(m) * 60 + Number(s)) * 1000);
-  };
-  return text
-    .trim()
-    .split(/\n\n/)
-    .slice(1)
-    .map((block) => {
-      const [, times, cue] = block.split('\n');
-      const [from, to] = times.split(' --> ');
-      return { fromMs: ms(from), toMs: ms(to), text: cue };
-    });
-}
 
 describe('SSE caption events of a session, and the recording captions.vtt made from them', () => {
   let t: TestApp;

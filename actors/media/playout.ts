@@ -47,6 +47,11 @@ export const DEFAULT_CAPTION_DELAY_MS = 90;
  * 10–90 ms of near-silence, and a caption timed on their first sample ran that much ahead of the words.
  */
 export const CAPTION_ONSET_LEVEL = 1_000;
+
+/** Index of the first sample of `pcm` at `CAPTION_ONSET_LEVEL` or louder (where speech starts to be heard); -1 if none. */
+export function speechOnset(pcm: Int16Array): number {
+  return pcm.findIndex((sample) => sample >= CAPTION_ONSET_LEVEL || sample <= -CAPTION_ONSET_LEVEL);
+}
 /**
  * Playback records of finished turns kept for `playbackOf` (what the listener heard, for the chat history
  * after an interrupt). A turn is asked about right after it ends; a few cover any overlap.
@@ -484,7 +489,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
       turn.segments.push(last);
     }
     if (last.onset === undefined) {
-      const loud = pcm.findIndex((sample) => sample >= CAPTION_ONSET_LEVEL || sample <= -CAPTION_ONSET_LEVEL);
+      const loud = speechOnset(pcm);
       if (loud >= 0) last.onset = last.end + loud;
     }
     last.end += pcm.length;
