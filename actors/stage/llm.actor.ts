@@ -133,6 +133,8 @@ export function createLlmActor(ctx: StageContext) {
           );
         }
         speak(splitter.flush());
+        // A tag whose mark the splitter let go unspoken (text it drops, such as a trailing "?!"): shown all the same.
+        for (const tag of marked.splice(0)) showReplyExpression(ctx, tag);
         return { type: 'LLM.DONE' };
       } catch (error) {
         if (!signal.aborted) failed = true;
