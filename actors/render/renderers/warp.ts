@@ -34,6 +34,7 @@ import { PhotoHead } from '../photo-head.ts';
 import { warpFreedom, type JawFreedom } from '../photo-jaw.ts';
 import { mouthPalette, paintInside, type MouthPalette, type OpeningColumn, type Rgb } from '../photo-mouth.ts';
 import { warpLoopFrame } from '../clip-warp.ts';
+import { warpExpression } from '../expression-warp.ts';
 
 export const OPEN_STEPS = 8;
 export const SHAPE_STEPS = 3;
@@ -249,7 +250,12 @@ export class WarpRenderer implements Renderer {
 
   render(request: FrameRequest, target?: SharedArrayBuffer): I420Frame {
     if (!this.base) throw new Error('WarpRenderer.render called before prepare');
-    if (this.loop) return this.renderLoopFrame(request, this.loop, target);
+    if (this.loop) {
+      const frame = this.renderLoopFrame(request, this.loop, target);
+      // The expression bends the frame as shown, mouth included, along that loop frame's own landmarks.
+      if (this.animation) warpExpression(frame, loopFrameAt(this.loop, request.frameIdx).face, request.expression);
+      return frame;
+    }
     const frame = frameFromBase(this.base, target);
     if (!this.animation) return frame;
     const open = quantise(request.mouth.open, OPEN_STEPS);
@@ -262,6 +268,8 @@ export class WarpRenderer implements Renderer {
     if (!closed) blendPatch(frame, this.mouthPatch(open, wide, round));
     const blink = Math.round(blinkClosure(request.frameIdx, this.fps) * (BLINK_STEPS - 1));
     if (blink > 0) for (const patch of this.blinkPatch(blink)) blendPatch(frame, patch);
+    // The expression bends the face with its spoken mouth and eyelids, before the head carries them all.
+    warpExpression(frame, this.animation, request.expression);
     // Otherwise the head moves last, carrying mouth and eyelids with it (the same motion with closed lips is the rest face).
     if (!resting) this.head?.apply(frame, request);
     return frame;
