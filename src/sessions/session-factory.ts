@@ -9,7 +9,7 @@ import type { FrameRenderer } from '../../actors/media/playout.ts';
 import type { InferencePool } from '../../actors/inference/pool.ts';
 import type { ServiceConfig } from '../config.ts';
 import type { AvatarCatalog, CatalogEntry } from '../catalog/catalog.ts';
-import type { ModelRegistry } from '../models.ts';
+import { CLIENT_RENDERED_MODELS, type ModelRegistry } from '../models.ts';
 import type { StoredSession } from '../store/sessions.ts';
 import { BackendFailed, InvalidSelection, isOutOfFileDescriptors, outOfFileDescriptors } from '../domain-errors.ts';
 import type { InspectionHub } from '../inspect/inspection-hub.ts';
@@ -68,6 +68,8 @@ export interface CreateSessionInput {
   webhook_url?: string | null;
   /** 0..1, default 1: scales idle sway, breathing, nods and thinking cues. */
   motion?: number;
+  /** Where the face is drawn: `server` (default) or `client` (the CPU models only, `CLIENT_RENDERED_MODELS`). */
+  render?: 'server' | 'client';
 }
 
 /**
@@ -91,6 +93,12 @@ export class SessionFactory {
     if (!avatar) throw new InvalidSelection(`avatar_id "${input.avatar_id}" does not exist`);
     if (!models.isModel(input.model)) throw new InvalidSelection(`model "${input.model}" is not in the model list`);
     const modelInfo = models.info(input.model);
+    const render = input.render ?? 'server';
+    if (render === 'client' && !CLIENT_RENDERED_MODELS.includes(input.model)) {
+      throw new InvalidSelection(
+        `model "${input.model}" renders on the server only; render "client" is for the models ${CLIENT_RENDERED_MODELS.join(', ')}`,
+      );
+    }
     // A configured remote backend that failed its last check is tried again by the open below (502 if still down).
     if (!models.admits(input.model))
       throw new InvalidSelection(`model "${input.model}" is not connected: ${modelInfo.reason}`);
@@ -133,6 +141,7 @@ export class SessionFactory {
       tts_model: tts.model,
       llm_system_prompt: input.llm_system_prompt ?? defaults.systemPrompt ?? config.llmSystemPrompt,
       lipsync_postprocess_mode: input.lipsync_postprocess_mode ?? null,
+      render,
       ...(input.webhook_url ? { webhook_url: input.webhook_url } : {}),
       ...(input.motion !== undefined ? { motion: input.motion } : {}),
       state: 'created',
