@@ -19,6 +19,7 @@ import { defaultsPersona, requestOverrides, resolveTtsSelection } from './person
 import { SessionEventHub } from './event-hub.ts';
 import { SessionBus } from './session-bus.ts';
 import { SessionMedia } from './media.ts';
+import { ClientRendering } from './client-render.ts';
 import { SessionMetrics } from './metrics.ts';
 import { Session, type SessionStage } from './session.ts';
 import { smoothForRt } from './smoothing.ts';
@@ -117,9 +118,23 @@ export class SessionFactory {
     const tools = checkToolDefinitions(input.tools ?? [], this.toolPolicy);
 
     const model = input.model;
-    let renderer: FrameRenderer & { close(): void };
+    const { width, height, fps } = avatar.manifest;
+    const clientRendering =
+      render === 'client'
+        ? new ClientRendering({
+            avatarId: avatar.id,
+            model,
+            width,
+            height,
+            fps,
+            openServerRenderer: (signal) => this.deps.render.open(avatar, model, signal),
+            logger: this.deps.logger,
+          })
+        : undefined;
+    let renderer: FrameRenderer & { close(): void | Promise<void> };
     try {
-      renderer = await this.deps.render.open(avatar, model);
+      // A client-rendered session opens a server renderer only for its server-side outputs (`client-render.ts`).
+      renderer = clientRendering ?? (await this.deps.render.open(avatar, model));
     } catch (error) {
       // The avatar's DELETE won the race for its files: the client named an avatar that no longer exists.
       if (!(await catalog.get(avatar.id))) throw new InvalidSelection(`avatar_id "${input.avatar_id}" does not exist`);
@@ -155,7 +170,10 @@ export class SessionFactory {
     const events = new SessionEventHub(bus);
     const media = new SessionMedia({
       renderer,
-      reopenRenderer: (signal) => this.deps.render.open(avatar, model, signal),
+      reopenRenderer: clientRendering
+        ? () => clientRendering.reopen()
+        : (signal) => this.deps.render.open(avatar, model, signal),
+      clientRendering,
       sampleRate: config.sampleRate,
       iceServers: config.iceServers,
       videoDelayMs: config.videoDelayMs,
