@@ -5,20 +5,20 @@
  * (bare wrtc senders of 512² 25 fps video + audio). Server CPU per session-second is the service process tree's, as
  * in session_cpu, and also the service process alone (the TTS engine processes synthesise the same speech either way).
  *
- * Late poses, measured at the receivers: a pose is late when it arrives after its audio left the service, i.e. after
- * the `sync` of its RTP time would have arrived (the latest `sync` extrapolated at 48 kHz; both come on one channel,
- * so the network cancels). Poses sent again after a flush for frames already left (an interrupt) would count too;
- * the speaking loop does not interrupt.
+ * Late poses, the target: poses the service sent after their audio had left its media clock (`GET /sessions/{id}/metrics`
+ * `poses_late` of `poses_sent`). Beside it, at the receivers: each pose's lead over the moment its audio left, from the
+ * latest `sync` extrapolated at 48 kHz (both come on one channel, so the network cancels); on a starved host the
+ * clock sends catch-up bursts, which this extrapolation reads as late although each pose still left before its audio.
  *
  *   npm run bench -- client_render_cpu
  *   BENCH_CLIENT_SESSIONS=24 BENCH_SERVER_SESSIONS=3 BENCH_CPU_WINDOW_S=20 npm run bench -- client_render_cpu
  */
 import type { PoseChannelMessage } from '../client/face-canvas.ts';
-import { ReceivingPeer } from '../test/helpers/peer.ts';
+import { ReceivingPeer, answerOverHttp } from '../test/helpers/peer.ts';
 import { loadAverage } from './proc.ts';
 import { measureCpuRow } from './session-cpu.ts';
 import { startBenchService } from './service.ts';
-import { SessionLoad, round, warmUp, type WindowResult } from './session-load.ts';
+import { SessionLoad, getJson, round, warmUp, type WindowResult } from './session-load.ts';
 import { floorRatio, measureTransportFloor, type TransportFloor } from './transport-floor.ts';
 
 /** The issue's load: 24 client-rendered sessions speaking at once on the 2-core machine. */
@@ -42,15 +42,7 @@ class PoseReceivingPeer extends ReceivingPeer {
     const peer = new PoseReceivingPeer();
     peer.keepFrames = false;
     try {
-      await peer.negotiate(async (offer) => {
-        const res = await fetch(`${baseUrl}/sessions/${sessionId}/webrtc/offer`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(offer),
-        });
-        if (!res.ok) throw new Error(`offer failed: ${res.status} ${await res.text()}`);
-        return res.json();
-      });
+      await peer.negotiate(answerOverHttp(baseUrl, sessionId));
     } catch (error) {
       peer.close();
       throw error;
@@ -81,12 +73,32 @@ class PoseReceivingPeer extends ReceivingPeer {
   }
 }
 
+/** The sessions' pose counters (`GET /sessions/{id}/metrics`), summed. */
+async function poseMetrics(load: SessionLoad): Promise<{ sent: number; late: number; skipped: number }> {
+  const total = { sent: 0, late: 0, skipped: 0 };
+  for (const s of load.sessions) {
+    const { media } = await getJson<{ media: { poses_sent?: number; poses_late?: number; poses_skipped?: number } }>(
+      load.baseUrl,
+      `/sessions/${s.id}/metrics`,
+    );
+    total.sent += media.poses_sent ?? 0;
+    total.late += media.poses_late ?? 0;
+    total.skipped += media.poses_skipped ?? 0;
+  }
+  return total;
+}
+
 export interface ClientRowResult extends WindowResult {
   /** The service process alone (no TTS engine processes), ms per session-second */
   service_cpu_ms_per_session_second: number;
-  poses_received: number;
+  /** Sent by the service in the window, and of those sent after their audio left the clock (the target) */
+  poses_sent: number;
   late_poses: number;
   late_pose_percent: number;
+  poses_skipped: number;
+  poses_received: number;
+  /** Received with a negative lead by the receivers' sync extrapolation (see above) */
+  receiver_late_pose_percent: number;
   /** Median lead of a pose over its audio leaving the service, ms */
   pose_lead_median_ms: number;
   receivers_with_hello: number;
@@ -106,9 +118,13 @@ async function measureClientRow(sessions: number): Promise<ClientRowResult> {
     await new Promise((r) => setTimeout(r, WARMUP_S * 1000));
     const posesBefore = peers().reduce((n, p) => n + p.poses, 0);
     const lateBefore = peers().reduce((n, p) => n + p.latePoses, 0);
+    const sentBefore = await poseMetrics(load);
     const window = await load.measure(WINDOW_S * 1000);
+    const sentAfter = await poseMetrics(load);
     const poses = peers().reduce((n, p) => n + p.poses, 0) - posesBefore;
     const late = peers().reduce((n, p) => n + p.latePoses, 0) - lateBefore;
+    const sent = sentAfter.sent - sentBefore.sent;
+    const sentLate = sentAfter.late - sentBefore.late;
     const leads = peers()
       .flatMap((p) => p.leadsMs)
       .sort((a, b) => a - b);
@@ -116,17 +132,20 @@ async function measureClientRow(sessions: number): Promise<ClientRowResult> {
     const result: ClientRowResult = {
       ...window,
       service_cpu_ms_per_session_second: round(serviceMs / (sessions * window.window_s), 1),
+      poses_sent: sent,
+      late_poses: sentLate,
+      late_pose_percent: sent > 0 ? round((sentLate / sent) * 100, 2) : NaN,
+      poses_skipped: sentAfter.skipped - sentBefore.skipped,
       poses_received: poses,
-      late_poses: late,
-      late_pose_percent: poses > 0 ? round((late / poses) * 100, 2) : NaN,
+      receiver_late_pose_percent: poses > 0 ? round((late / poses) * 100, 2) : NaN,
       pose_lead_median_ms: round(leads[leads.length >> 1] ?? NaN, 1),
       receivers_with_hello: peers().filter((p) => p.hello).length,
       failed_speaks: load.sessions.reduce((n, s) => n + s.failedSpeaks, 0),
     };
     console.log(
       `  client_rendered: ${result.cpu_ms_per_session_second} ms CPU per session-second (service alone ` +
-        `${result.service_cpu_ms_per_session_second}), ${sessions} sessions, ${result.late_pose_percent}% late poses of ` +
-        `${poses}, median lead ${result.pose_lead_median_ms} ms, ${result.turns_completed} turns, load ${result.load_average.join(' ')}`,
+        `${result.service_cpu_ms_per_session_second}), ${sessions} sessions, ${result.late_pose_percent}% of ${sent} poses sent late ` +
+        `(${result.receiver_late_pose_percent}% by the receivers' sync extrapolation), median lead ${result.pose_lead_median_ms} ms, ${result.turns_completed} turns, load ${result.load_average.join(' ')}`,
     );
     return result;
   } finally {

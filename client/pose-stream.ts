@@ -6,8 +6,11 @@ import { loadFaceCanvas, type FaceCanvas, type FramePose, type PoseChannelMessag
 
 /** Poses kept ahead of (and just behind) what is heard: 2 s at 25 fps, far more than the service's lead (160 ms). */
 export const MAX_BUFFERED_POSES = 50;
-/** Offset estimates kept; their median is used, so one estimate taken during a stall does not move the face. */
-export const OFFSET_ESTIMATES_KEPT = 15;
+/**
+ * Offset estimates kept (the service sends 10 `sync` a second): their median over 2.5 s is used, so estimates taken
+ * during a stall do not move the face.
+ */
+export const OFFSET_ESTIMATES_KEPT = 25;
 /**
  * Time from a chunk leaving the service to its Opus packet leaving: a 10 ms chunk waits for the second half of its
  * 20 ms Opus frame, 5–10 ms on average, plus the encode. Part of the offset estimate (`offsetEstimate`).

@@ -141,6 +141,9 @@ describe('a client-rendered session: audio and the pose stream, no video', () =>
       const figures = parts.media.poseFigures!;
       expect(figures.sentPoses).toBeGreaterThanOrEqual(poses.length);
       expect(figures.skippedPoses).toBe(0);
+      const metrics = await json(await fetch(`${t.baseUrl}/sessions/${id}/metrics`));
+      expect(metrics.media.poses_sent).toBeGreaterThanOrEqual(poses.length);
+      expect(metrics.media).toMatchObject({ poses_late: expect.any(Number), poses_skipped: 0 });
       // Nothing rendered on the server and no video for this viewer.
       expect(parts.media.rendersOnServer).toBe(false);
       expect(parts.media.playout.sentFrames).toBe(0);

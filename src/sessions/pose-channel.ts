@@ -16,10 +16,10 @@ import type { PeerDataChannel } from '../../actors/media/webrtc.ts';
 /** The Opus RTP clock of the audio track (RFC 7587: always 48 kHz, whatever the session's sample rate). */
 export const RTP_CLOCK_RATE = 48_000;
 /**
- * How often a `sync` goes out: 4 a second. The browser takes the median of its recent estimates, so a few a second
- * follow a jitter buffer that grows or shrinks within a second or two; each is ~30 bytes.
+ * How often a `sync` goes out: 10 a second. The browser takes the median of its recent estimates, so several a second
+ * follow a jitter buffer that grows or shrinks within a second or two; each is ~30 bytes, beside 25 poses of ~200.
  */
-export const SYNC_INTERVAL_MS = 250;
+export const SYNC_INTERVAL_MS = 100;
 /**
  * Above this much unsent data on the channel, poses and syncs are skipped (counted in `skippedPoses`) instead of
  * queued: 16 KiB is ~3 s of poses (~200 bytes, 25 a second), far more than a browser that reads needs (a pose is
