@@ -41,8 +41,8 @@ export interface PoseStreamFigures {
   offset: number | null;
   /** The audio receiver's recent jitter-buffer delay, ms, part of the offset estimate; null until read. */
   jitterMs: number | null;
-  /** The last drawn poses: their `rtp` and the RTP being played (offset removed) when drawn; at most 200. */
-  drawn: Array<{ poseRtp: number; heardRtp: number; frameIdx: number; speaking: boolean }>;
+  /** The last drawn poses: their `rtp`, the RTP being played (`offset` removed) when drawn, that offset; at most 200. */
+  drawn: Array<{ poseRtp: number; heardRtp: number; offset: number; frameIdx: number; speaking: boolean }>;
 }
 
 /**
@@ -233,6 +233,7 @@ export class PoseStream {
       this.figures.drawn.push({
         poseRtp: this.rtpOf.get(pose)!,
         heardRtp: heard,
+        offset,
         frameIdx: pose.frameIdx,
         speaking: pose.speaking,
       });

@@ -143,7 +143,7 @@ describe.skipIf(!hasChromium)('<avatar-chat render="client"> on a page of anothe
       const speaking = seen.drawn.filter((d: { speaking: boolean }) => d.speaking);
       expect(speaking.length).toBeGreaterThan(10);
       for (const drawn of speaking) {
-        const heardTrue = (drawn.heardRtp + seen.offset - trueOffset + RTP_WRAP) % RTP_WRAP;
+        const heardTrue = (drawn.heardRtp + drawn.offset - trueOffset + RTP_WRAP) % RTP_WRAP;
         expect(Math.abs(rtpDiff(drawn.poseRtp, heardTrue))).toBeLessThanOrEqual(SYNC_TOLERANCE_RTP);
       }
 

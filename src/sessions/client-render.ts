@@ -39,8 +39,10 @@ export class ClientRendering implements SessionRenderer {
   private output: WebRtcOutput | null = null;
   private closed = false;
   private readonly closing = new AbortController();
+  private logger: Logger;
 
   constructor(private readonly options: ClientRenderOptions) {
+    this.logger = options.logger;
     const hello: PoseChannelHello = {
       kitUrl: renderKitPath(options.avatarId, options.model),
       model: options.model,
@@ -72,6 +74,11 @@ export class ClientRendering implements SessionRenderer {
 
   render(...args: Parameters<PoseFrames['render']>): ReturnType<PoseFrames['render']> {
     return this.frames.render(...args);
+  }
+
+  /** Logs with the session's logger from now on (the session's id is chosen after its renderer). */
+  useLogger(logger: Logger): void {
+    this.logger = logger;
   }
 
   /** Binds the clock and the WebRTC output once they exist (they are built with this renderer). */
@@ -142,10 +149,9 @@ export class ClientRendering implements SessionRenderer {
       this.frames.renderOnServer(renderer);
       // Frames asked for already carried no picture: the clock asks for them again (their poses go again too).
       this.playout!.useRenderer(this);
-      this.options.logger.info('server renderer opened for outputs of a client-rendered session');
+      this.logger.info('server renderer opened for outputs of a client-rendered session');
     } catch (error) {
-      if (!this.closed)
-        this.options.logger.error({ err: errorForLog(error) }, 'server renderer for outputs failed to open');
+      if (!this.closed) this.logger.error({ err: errorForLog(error) }, 'server renderer for outputs failed to open');
     }
   }
 
@@ -155,6 +161,6 @@ export class ClientRendering implements SessionRenderer {
     this.server = null;
     this.frames.renderOnServer(null);
     await server.close();
-    if (!this.closed) this.options.logger.info('server renderer closed: no output of the client-rendered session left');
+    if (!this.closed) this.logger.info('server renderer closed: no output of the client-rendered session left');
   }
 }

@@ -164,6 +164,7 @@ export class SessionFactory {
       updated_at: now,
     };
     const logger = this.deps.logger.child({ sessionId });
+    clientRendering?.useLogger(logger);
     const bus = new SessionBus((error, event) =>
       logger.error({ err: errorForLog(error), event }, 'session bus listener failed'),
     );
