@@ -163,4 +163,25 @@ describe.skipIf(!hasChromium)('<avatar-chat render="client"> on a page of anothe
       await new Promise((resolve) => server.close(resolve));
     }
   }, 120_000);
+
+  it('the page at /: the switch "Draw the face in this browser" starts a client-rendered session drawn in a canvas, which End removes', async () => {
+    const tab = await browser.newPage();
+    try {
+      await tab.goto(`${t.baseUrl}/`);
+      await tab.getByRole('radio', { name: 'Demo (drawn, real-time)' }).check();
+      await tab.getByLabel(/Draw the face in this browser/).check();
+      const before = new Set(t.services.supervisor.liveIds());
+      await tab.getByRole('button', { name: 'Start session' }).click();
+      await tab.waitForFunction(() => document.getElementById('state')!.textContent === 'running', null, {
+        timeout: STEP_MS,
+      });
+      const id = t.services.supervisor.liveIds().find((live) => !before.has(live))!;
+      expect((await (await fetch(`${t.baseUrl}/sessions/${id}`)).json()).render).toBe('client');
+      expect(await tab.locator('.stage canvas').count()).toBe(1);
+      await tab.getByRole('button', { name: 'End session' }).click();
+      await tab.waitForFunction(() => !document.querySelector('.stage canvas'), null, { timeout: STEP_MS });
+    } finally {
+      await tab.close();
+    }
+  }, 60_000);
 });
