@@ -15,10 +15,19 @@ export type FramePose = Omit<FrameRequest, 'audio'>;
 export type PoseChannelMessage =
   /** First message: where the render kit is and how pose times map onto the audio track's RTP clock. */
   | { type: 'hello'; kitUrl: string; model: string; fps: number; width: number; height: number; rtpClockRate: number }
-  /** A frame's pose, sent ahead of its playout; `rtp` is the audio RTP timestamp it is shown with. */
+  /**
+   * A frame's pose, sent ahead of its playout; `rtp` is the audio RTP timestamp it is shown with, less the track's
+   * initial RTP offset (libwebrtc picks it at random per peer and wrtc does not expose it): the session's audio
+   * sample clock at `rtpClockRate`, modulo 2^32. `sync` messages let the browser find the offset.
+   */
   | { type: 'pose'; rtp: number; pose: FramePose }
   /** Poses at or after `fromRtp` (all, when absent) are void: interrupt or new audio replaced them. */
-  | { type: 'flush'; fromRtp?: number };
+  | { type: 'flush'; fromRtp?: number }
+  /**
+   * Sent as the audio at `rtp` (same clock as a pose's `rtp`) leaves the service, a few times a second: the browser
+   * relates it to the RTP timestamp it is playing to learn the track's offset (`client/pose-stream.ts`).
+   */
+  | { type: 'sync'; rtp: number };
 
 /** A canvas that draws an avatar from its render kit, one pose at a time. */
 export interface FaceCanvas {

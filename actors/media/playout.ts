@@ -212,6 +212,12 @@ export interface PlayoutEvents {
    */
   renderFailed: [error: unknown];
   /**
+   * Frame requests already handed to the renderer became void: from frame `fromFrameIdx` on (new audio, a changed
+   * expression or motion: they are asked for again), or every one not yet on the wire (null: a flush). A consumer of
+   * requests that outlive the render call (the pose channel of a client-rendered session) forgets them.
+   */
+  framesVoid: [fromFrameIdx: number | null];
+  /**
    * A 'video' or 'videoOut' listener threw. The frame chains go on without it (a rejected chain would stop
    * video for good and keep every later frame's buffer), and the frame's references are released as usual.
    */
@@ -402,7 +408,8 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     this.dropQueuedAudio();
     // A sentence that started is captioned, cut to what played (`caption`), at once rather than after its delay.
     this.releaseDueCaptions(true);
-    this.invalidateRenderedFrom(0);
+    this.invalidateRenderedFrom(0, false);
+    this.emit('framesVoid', null);
     for (const entry of this.outgoing) {
       if (!entry.request.speaking) continue;
       entry.request = { ...entry.request, mouth: CLOSED_MOUTH, level: 0, speaking: false, turnId: null };
@@ -563,14 +570,20 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     for (const resolve of this.roomWaiters.splice(0)) resolve();
   }
 
-  /** Drops frames rendered ahead whose presentation time is at or after `sample`: they assumed older audio. */
-  private invalidateRenderedFrom(sample: number): void {
+  /**
+   * Drops frames rendered ahead whose presentation time is at or after `sample`: they assumed older audio. `report`:
+   * tell `framesVoid` from which frame on (a flush reports all at once instead).
+   */
+  private invalidateRenderedFrom(sample: number, report = true): void {
+    let first: number | null = null;
     // In-flight renders are left to finish and be discarded: aborting could drop a frame already due.
     for (const [idx, entry] of [...this.rendered]) {
       if (this.timeline.frameStart(idx) < sample) continue;
       this.rendered.delete(idx);
+      first = first === null ? idx : Math.min(first, idx);
       void entry.frame.then(releaseFrame);
     }
+    if (report && first !== null) this.emit('framesVoid', first);
   }
 
   private tick(): void {

@@ -7,6 +7,15 @@ import { TranscriptTurn } from '../store/transcript-turn.ts';
 /** A turn of the transcript: the stored record's schema (the typed client names it too). */
 export { TranscriptTurn };
 
+/** Where the face is drawn (docs/embedding.md, "Server or client rendering"). */
+export const RenderMode = Type.Union([Type.Literal('server'), Type.Literal('client')], {
+  description:
+    "`server` (default): the face is rendered and sent as video. `client`: the viewer's browser draws it from the " +
+    "avatar's render kit and a pose stream on the `avatar` data channel; the peer gets audio only. `client` only for " +
+    'the CPU models lipsync, rt and rt_head (else 400); any other value → 400',
+});
+export type RenderMode = Static<typeof RenderMode>;
+
 export const CreateSessionRequest = Type.Object(
   {
     avatar_id: Type.String({ minLength: 1, maxLength: 128, description: 'Must exist in GET /avatars' }),
@@ -32,6 +41,7 @@ export const CreateSessionRequest = Type.Object(
           'Scales idle sway, breathing, nods and thinking cues (default 1); 0 leaves only blinks and the mouth; outside 0–1 → 400',
       }),
     ),
+    render: Type.Optional(RenderMode),
     webhook_url: Type.Optional(
       Nullable(
         Type.String({
@@ -87,6 +97,7 @@ export const SessionInfo = Type.Object(
     tts_model: Type.Optional(Nullable(Type.String())),
     llm_system_prompt: Nullable(Type.String()),
     lipsync_postprocess_mode: Nullable(Type.String()),
+    render: Type.Optional(RenderMode),
     created_at: Type.String({ format: 'date-time' }),
     updated_at: Type.String({ format: 'date-time' }),
     expires_at: Type.Optional(

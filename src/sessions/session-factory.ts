@@ -10,7 +10,7 @@ import type { FrameRenderer } from '../../actors/media/playout.ts';
 import type { InferencePool } from '../../actors/inference/pool.ts';
 import type { ServiceConfig } from '../config.ts';
 import type { AvatarCatalog, CatalogEntry } from '../catalog/catalog.ts';
-import type { ModelRegistry } from '../models.ts';
+import { CLIENT_RENDERED_MODELS, type ModelRegistry } from '../models.ts';
 import type { StoredSession } from '../store/sessions.ts';
 import { BackendFailed, InvalidSelection, isOutOfFileDescriptors, outOfFileDescriptors } from '../domain-errors.ts';
 import { errorForLog } from '../logger.ts';
@@ -18,6 +18,7 @@ import { defaultsPersona, requestOverrides, resolveTtsSelection } from './person
 import { SessionEventHub } from './event-hub.ts';
 import { SessionBus } from './session-bus.ts';
 import { SessionMedia } from './media.ts';
+import { ClientRendering } from './client-render.ts';
 import { SessionMetrics, type TurnObserver } from './metrics.ts';
 import { Session, type SessionStage } from './session.ts';
 import { smoothForRt } from './smoothing.ts';
@@ -92,6 +93,8 @@ export interface CreateSessionInput {
   webhook_url?: string | null;
   /** 0..1, default 1: scales idle sway, breathing, nods and thinking cues. */
   motion?: number;
+  /** Where the face is drawn: `server` (default) or `client` (the CPU models only, `CLIENT_RENDERED_MODELS`). */
+  render?: 'server' | 'client';
 }
 
 /**
@@ -115,6 +118,12 @@ export class SessionFactory {
     if (!avatar) throw new InvalidSelection(`avatar_id "${input.avatar_id}" does not exist`);
     if (!models.isModel(input.model)) throw new InvalidSelection(`model "${input.model}" is not in the model list`);
     const modelInfo = models.info(input.model);
+    const render = input.render ?? 'server';
+    if (render === 'client' && !CLIENT_RENDERED_MODELS.includes(input.model)) {
+      throw new InvalidSelection(
+        `model "${input.model}" renders on the server only; render "client" is for the models ${CLIENT_RENDERED_MODELS.join(', ')}`,
+      );
+    }
     // A configured remote backend that failed its last check is tried again by the open below (502 if still down).
     if (!models.admits(input.model))
       throw new InvalidSelection(`model "${input.model}" is not connected: ${modelInfo.reason}`);
@@ -133,9 +142,23 @@ export class SessionFactory {
     const tools = checkToolDefinitions(input.tools ?? [], this.toolPolicy);
 
     const model = input.model;
-    let renderer: FrameRenderer & { close(): void };
+    const { width, height, fps } = avatar.manifest;
+    const clientRendering =
+      render === 'client'
+        ? new ClientRendering({
+            avatarId: avatar.id,
+            model,
+            width,
+            height,
+            fps,
+            openServerRenderer: (signal) => this.deps.render.open(avatar, model, signal),
+            logger: this.deps.logger,
+          })
+        : undefined;
+    let renderer: FrameRenderer & { close(): void | Promise<void> };
     try {
-      renderer = await this.deps.render.open(avatar, model);
+      // A client-rendered session opens a server renderer only for its server-side outputs (`client-render.ts`).
+      renderer = clientRendering ?? (await this.deps.render.open(avatar, model));
     } catch (error) {
       // The avatar's DELETE won the race for its files: the client named an avatar that no longer exists.
       if (!(await catalog.get(avatar.id))) throw new InvalidSelection(`avatar_id "${input.avatar_id}" does not exist`);
@@ -157,6 +180,7 @@ export class SessionFactory {
       tts_model: tts.model,
       llm_system_prompt: input.llm_system_prompt ?? defaults.systemPrompt ?? config.llmSystemPrompt,
       lipsync_postprocess_mode: input.lipsync_postprocess_mode ?? null,
+      render,
       ...(input.webhook_url ? { webhook_url: input.webhook_url } : {}),
       ...(input.motion !== undefined ? { motion: input.motion } : {}),
       state: 'created',
@@ -164,13 +188,17 @@ export class SessionFactory {
       updated_at: now,
     };
     const logger = this.deps.logger.child({ sessionId });
+    clientRendering?.useLogger(logger);
     const bus = new SessionBus((error, event) =>
       logger.error({ err: errorForLog(error), event }, 'session bus listener failed'),
     );
     const events = new SessionEventHub(bus);
     const media = new SessionMedia({
       renderer,
-      reopenRenderer: (signal) => this.deps.render.open(avatar, model, signal),
+      reopenRenderer: clientRendering
+        ? () => clientRendering.reopen()
+        : (signal) => this.deps.render.open(avatar, model, signal),
+      clientRendering,
       sampleRate: config.sampleRate,
       iceServers: config.iceServers,
       videoDelayMs: config.videoDelayMs,
