@@ -7,6 +7,8 @@
  * (`GET /avatars/{id}/render-kit?model=…`).
  */
 import type { FrameRequest } from '../actors/render/types.ts';
+import { i420ToRgba } from '../actors/render/i420.ts';
+import { loadRenderKit } from './render-kit.ts';
 
 /** One frame's pose as the `avatar` data channel carries it: the renderer's `FrameRequest` without its audio. */
 export type FramePose = Omit<FrameRequest, 'audio'>;
@@ -29,13 +31,35 @@ export interface FaceCanvas {
 }
 
 /**
- * Loads a render kit and returns a canvas drawer for it. Placeholder until the render kit lands (issue 47): it
- * refuses, so nothing can mistake it for a renderer.
+ * Loads a render kit and returns a canvas drawer for it: the canvas takes the kit's resolution, and each `draw` runs
+ * the server's renderer on the pose (`client/render-kit.ts`) and puts the I420 frame, converted to RGB as the
+ * server's own `i420ToRgba` does, into a 2D canvas (measured against WebGL in docs/performance.md: the conversion
+ * is a small part of a frame's cost).
  */
 export async function loadFaceCanvas(
-  _canvas: HTMLCanvasElement,
-  _kitUrl: string,
-  _signal?: AbortSignal,
+  canvas: HTMLCanvasElement,
+  kitUrl: string,
+  signal?: AbortSignal,
 ): Promise<FaceCanvas> {
-  throw new Error('client rendering is not built yet');
+  const kit = await loadRenderKit(kitUrl, signal);
+  canvas.width = kit.width;
+  canvas.height = kit.height;
+  const context = canvas.getContext('2d', { alpha: false });
+  if (!context) throw new Error('face canvas: no 2D context');
+  const image = context.createImageData(kit.width, kit.height);
+  const rgba = new Uint8Array(image.data.buffer, image.data.byteOffset, image.data.byteLength);
+  let closed = false;
+  return {
+    draw(pose) {
+      if (closed) return;
+      i420ToRgba(kit.renderer.render(pose as FrameRequest), rgba);
+      context.putImageData(image, 0, 0);
+    },
+    close() {
+      if (closed) return;
+      closed = true;
+      // The kit's pieces go with the renderer; the canvas keeps its last picture.
+      (kit as { renderer: unknown }).renderer = null;
+    },
+  };
 }

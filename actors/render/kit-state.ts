@@ -134,7 +134,10 @@ export function packState(root: unknown, replacements: Replacements = new Map())
  * into values (called for every plain object first: return undefined to leave it as it is). Typed arrays are
  * views of `bytes`, copied nothing.
  */
-export function unpackState(bytes: Uint8Array, revive: (value: Record<string, unknown>) => unknown = () => undefined) {
+export function unpackState(
+  bytes: Uint8Array,
+  revive: (value: Record<string, unknown>, read: (packed: unknown) => unknown) => unknown = () => undefined,
+) {
   const jsonLength = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getUint32(0, true);
   const json = JSON.parse(new TextDecoder().decode(bytes.subarray(4, 4 + jsonLength))) as unknown;
   const head = 4 + jsonLength;
@@ -143,7 +146,7 @@ export function unpackState(bytes: Uint8Array, revive: (value: Record<string, un
     if (value === null || typeof value !== 'object') return value;
     if (Array.isArray(value)) return value.map(read);
     const packed = value as Record<string, unknown>;
-    const revived = revive(packed);
+    const revived = revive(packed, read);
     if (revived !== undefined) return revived;
     if (typeof packed.$num === 'string') return Number(packed.$num);
     if (typeof packed.$typed === 'string') {
