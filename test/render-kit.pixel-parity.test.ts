@@ -117,11 +117,16 @@ describe.skipIf(!hasChromium)('render kit pixel parity: a canvas in Chromium dra
           const canvas = document.createElement('canvas');
           document.body.append(canvas);
           const face = await loadFaceCanvas(canvas, kitUrl);
-          const context = canvas.getContext('2d')!;
+          // What the page shows, read back through a 2D canvas (the face canvas draws by WebGL where it can).
+          const reader = document.createElement('canvas');
+          reader.width = canvas.width;
+          reader.height = canvas.height;
+          const context = reader.getContext('2d', { willReadFrequently: true })!;
           const lumas: string[] = [];
           let png = '';
           for (const [i, pose] of poses.entries()) {
             face.draw(pose);
+            context.drawImage(canvas, 0, 0);
             const { data } = context.getImageData(0, 0, canvas.width, canvas.height);
             const luma = new Uint8Array(canvas.width * canvas.height);
             for (let p = 0; p < luma.length; p++)
@@ -132,7 +137,8 @@ describe.skipIf(!hasChromium)('render kit pixel parity: a canvas in Chromium dra
             if (i === 0) png = canvas.toDataURL('image/png');
           }
           face.close();
-          return { width: canvas.width, height: canvas.height, lumas, png };
+          const webgl = canvas.getContext('webgl') !== null;
+          return { width: canvas.width, height: canvas.height, lumas, png, webgl };
         },
         { bundle, kitUrl: `/avatars/${avatarId}/render-kit?model=${model}`, poses },
       );
@@ -166,6 +172,7 @@ describe.skipIf(!hasChromium)('render kit pixel parity: a canvas in Chromium dra
   async function expectParity(label: string, avatarId: string, model: ModelType): Promise<void> {
     const poses = poseSequence();
     const canvas = await canvasLumas(avatarId, model, poses);
+    expect(canvas.webgl, 'the face canvas drew by WebGL').toBe(true);
     await fsp.writeFile(path.join(shots, `${label}.png`), Buffer.from(canvas.png.split(',')[1], 'base64'));
     const server = await serverLumas(avatarId, model, poses);
     const box = await faceBoxOf(avatarId);
