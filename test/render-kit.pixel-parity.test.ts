@@ -12,7 +12,7 @@ import type { FrameRequest, ModelType, MouthAnimation } from '../actors/render/t
 import type { FramePose } from '../client/face-canvas.ts';
 import { buildClientBundle } from '../src/ui/client-bundles.ts';
 import { faceGeometry, faceParams } from '../actors/render/drawn-face.ts';
-import { uploadClip } from './helpers/clip-avatar.ts';
+import { lumaDistance, uploadClip, type Box } from './helpers/clip-avatar.ts';
 import { landscapeMp4, speakingClipMp4 } from './helpers/clips.ts';
 import { startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 
@@ -23,13 +23,6 @@ const MAX_MEAN_LUMA_DIFFERENCE = 3;
 /** A kit's build, a clip's creation and a page's drawing on a loaded 2-core host. */
 const STEP_MS = 240_000;
 const FPS = 25;
-
-interface Box {
-  x: number;
-  y: number;
-  w: number;
-  h: number;
-}
 
 /** Frames of a session: speaking with every mouth shape and head motion, a blink, and idle sway. */
 function poseSequence(): FramePose[] {
@@ -58,14 +51,6 @@ function poseSequence(): FramePose[] {
   for (const frameIdx of [blink, 0, 37, 81, 263])
     poses.push({ frameIdx, ptsMs: frameIdx * 40, mouth: { open: 0, wide: 0, round: 0 }, level: 0, speaking: false });
   return poses;
-}
-
-/** Mean |a − b| over `box` of two luma planes of `width`. */
-function meanDifference(a: Uint8Array, b: Uint8Array, width: number, box: Box): number {
-  let sum = 0;
-  for (let y = box.y; y < box.y + box.h; y++)
-    for (let x = box.x; x < box.x + box.w; x++) sum += Math.abs(a[y * width + x] - b[y * width + x]);
-  return sum / (box.w * box.h);
 }
 
 function boxOf(face: MouthAnimation['face_box'], width: number, height: number): Box {
@@ -103,8 +88,8 @@ describe.skipIf(!hasChromium)('render kit pixel parity: a canvas in Chromium dra
   });
 
   /** The canvas's pictures of `poses` as luma planes (BT.601, as the server's I420), and one picture as PNG. */
-  async function canvasLumas(avatarId: string, model: ModelType, poses: FramePose[]) {
-    const page = await browser.newPage();
+  async function canvasLumas(avatarId: string, model: ModelType, poses: FramePose[], using = browser) {
+    const page = await using.newPage();
     try {
       // The service's own origin: the kit is fetched as the page at `/` would.
       await page.goto(`${t.baseUrl}/avatars`);
@@ -169,25 +154,43 @@ describe.skipIf(!hasChromium)('render kit pixel parity: a canvas in Chromium dra
     );
   }
 
-  async function expectParity(label: string, avatarId: string, model: ModelType): Promise<void> {
+  async function expectParity(
+    label: string,
+    avatarId: string,
+    model: ModelType,
+    using: { browser: Browser; webgl: boolean } = { browser, webgl: true },
+  ): Promise<void> {
     const poses = poseSequence();
-    const canvas = await canvasLumas(avatarId, model, poses);
-    expect(canvas.webgl, 'the face canvas drew by WebGL').toBe(true);
+    const canvas = await canvasLumas(avatarId, model, poses, using.browser);
+    expect(canvas.webgl, 'the face canvas drew by WebGL').toBe(using.webgl);
     await fsp.writeFile(path.join(shots, `${label}.png`), Buffer.from(canvas.png.split(',')[1], 'base64'));
     const server = await serverLumas(avatarId, model, poses);
     const box = await faceBoxOf(avatarId);
     const lumas = canvas.lumas.map((text) => new Uint8Array(Buffer.from(text, 'base64')));
-    const differences = lumas.map((luma, i) => meanDifference(luma, server[i], canvas.width, box));
+    const differences = lumas.map((luma, i) => lumaDistance(luma, server[i], canvas.width, box));
     console.log(
       `${label}: mean luma difference per frame over the face box ${differences.map((d) => d.toFixed(2)).join(' ')}`,
     );
     for (const [i, difference] of differences.entries())
       expect(difference, `${label} frame ${poses[i].frameIdx}`).toBeLessThanOrEqual(MAX_MEAN_LUMA_DIFFERENCE);
     // A canvas that drew one still picture could not pass: the open mouth and the closed one differ there too.
-    expect(meanDifference(lumas[0], lumas[4], canvas.width, box)).toBeGreaterThan(1);
+    expect(lumaDistance(lumas[0], lumas[4], canvas.width, box)).toBeGreaterThan(1);
   }
 
   it('photo (astronaut, lipsync)', () => expectParity('photo', 'astronaut', 'lipsync'), STEP_MS);
+
+  it(
+    'photo in a browser without WebGL (the 2D fallback)',
+    async () => {
+      const without = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-3d-apis'] });
+      try {
+        await expectParity('photo-2d', 'astronaut', 'lipsync', { browser: without, webgl: false });
+      } finally {
+        await without.close();
+      }
+    },
+    STEP_MS,
+  );
 
   it('drawn (demo-rt, rt)', () => expectParity('rt', 'demo-rt', 'rt'), STEP_MS);
 
