@@ -9,7 +9,7 @@
  * Layout: u32 (little-endian) length of a JSON document, the document, then the binary section its typed arrays
  * point into (each 8-byte aligned). Pure: no Node module, so it runs in the browser too.
  */
-import { LipsyncRenderer } from './renderers/lipsync.ts';
+import { WarpRenderer } from './renderers/warp.ts';
 import { RtRenderer } from './renderers/rt.ts';
 import { RtHeadRenderer } from './renderers/rt_head.ts';
 import { MockRenderer } from './renderers/mock.ts';
@@ -18,7 +18,7 @@ import { HarvestedMouths } from './harvested-mouths.ts';
 
 /** The classes a prepared renderer's state may hold, by a name that survives minification. */
 export const KIT_CLASSES: Readonly<Record<string, { prototype: object }>> = {
-  LipsyncRenderer,
+  WarpRenderer,
   RtRenderer,
   RtHeadRenderer,
   MockRenderer,
@@ -27,11 +27,11 @@ export const KIT_CLASSES: Readonly<Record<string, { prototype: object }>> = {
 };
 
 /**
- * Fields only building pieces reads (a photo's RGBA rest image and warp falloff: every mouth and eyelid patch is
+ * Fields only building pieces reads (a photo's RGBA rest image and its jaw's warp freedom: every mouth and eyelid patch is
  * built before packing), left out of the kit; `render` never touches them.
  */
 const BUILD_ONLY_FIELDS: Readonly<Record<string, readonly string[]>> = {
-  LipsyncRenderer: ['source', 'freedom'],
+  WarpRenderer: ['source', 'jaw'],
 };
 
 const TYPED = {

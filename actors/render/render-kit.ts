@@ -15,7 +15,7 @@ import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { gzipSync } from 'node:zlib';
 import { createRenderer } from './renderers/index.ts';
-import { LipsyncRenderer, OPEN_STEPS, SHAPE_STEPS } from './renderers/lipsync.ts';
+import { WarpRenderer, OPEN_STEPS, SHAPE_STEPS } from './renderers/warp.ts';
 import { packState } from './kit-state.ts';
 import { i420Size } from './i420.ts';
 import type { ClipLoop } from './clip-loop.ts';
@@ -123,7 +123,7 @@ export async function buildRenderKit(avatar: AvatarSource, modelType: ModelType)
   const { manifest } = avatar;
   const fps = manifest.fps > 0 ? manifest.fps : 25;
   const replacements = new Map<object, unknown>();
-  const loop = renderer instanceof LipsyncRenderer ? renderer.clipLoop : null;
+  const loop = renderer instanceof WarpRenderer ? renderer.clipLoop : null;
   if (loop) {
     const video: KitLoopVideo = {
       $loopVideo: {
@@ -135,7 +135,7 @@ export async function buildRenderKit(avatar: AvatarSource, modelType: ModelType)
       },
     };
     replacements.set(loop.frames, video);
-  } else if (renderer instanceof LipsyncRenderer) {
+  } else if (renderer instanceof WarpRenderer) {
     buildEveryMouthPose(renderer);
   }
   const header: RenderKitHeader = {

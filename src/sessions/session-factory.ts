@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
+import type { InspectionEvent } from 'xstate';
 import type { ModelType } from '../../actors/render/types.ts';
 import type { TtsProvider, TtsProviderId } from '../../actors/tts/types.ts';
 import type { LlmProvider } from '../../actors/llm/types.ts';
@@ -12,14 +13,12 @@ import type { AvatarCatalog, CatalogEntry } from '../catalog/catalog.ts';
 import type { ModelRegistry } from '../models.ts';
 import type { StoredSession } from '../store/sessions.ts';
 import { BackendFailed, InvalidSelection, isOutOfFileDescriptors, outOfFileDescriptors } from '../domain-errors.ts';
-import type { InspectionHub } from '../inspect/inspection-hub.ts';
 import { errorForLog } from '../logger.ts';
-import type { ServiceMetrics } from '../metrics/service-metrics.ts';
 import { defaultsPersona, requestOverrides, resolveTtsSelection } from './persona.ts';
 import { SessionEventHub } from './event-hub.ts';
 import { SessionBus } from './session-bus.ts';
 import { SessionMedia } from './media.ts';
-import { SessionMetrics } from './metrics.ts';
+import { SessionMetrics, type TurnObserver } from './metrics.ts';
 import { Session, type SessionStage } from './session.ts';
 import { smoothForRt } from './smoothing.ts';
 import { checkToolDefinitions, SessionTools, type SessionToolDefinition, type ToolWebhookPolicy } from './tools.ts';
@@ -31,6 +30,31 @@ export const HISTORY_MAX_CHARS = 12_000;
 
 export interface RenderOpener {
   open(avatar: CatalogEntry, model: ModelType, signal?: AbortSignal): Promise<FrameRenderer & { close(): void }>;
+}
+
+/**
+ * The live state inspector as the sessions see it (`src/inspect/inspection-hub.ts` implements it, from the floor
+ * above): XState's inspection callback for a new session (undefined while the inspector is off), and its end.
+ */
+export interface SessionInspection {
+  inspectorFor(sessionId: string): ((event: InspectionEvent) => void) | undefined;
+  ended(sessionId: string): void;
+}
+
+/** A session's frame counters, read when it ends so the service totals never go backwards. */
+export interface FrameCounts {
+  sent: number;
+  late: number;
+}
+
+/**
+ * The service-wide metrics as the sessions see them (`src/metrics/service-metrics.ts` implements it, from the floor
+ * above): they observe each turn's figures, follow each session's bus and count each session's end.
+ */
+export interface ServiceMetricsFeed {
+  turnObserver(): TurnObserver;
+  followSession(bus: SessionBus): void;
+  sessionEnded(reason: string, frames: FrameCounts): void;
 }
 
 /** What assembling a session takes: the engines its stages drive and the service parts it reports to. */
@@ -46,9 +70,9 @@ export interface SessionFactoryDeps {
   /** Service-wide persona defaults (customize endpoints without a session id). */
   defaults(): Promise<{ systemPrompt?: string; ttsProvider?: string; ttsVoice?: string | null }>;
   /** The live state inspector's feed; sessions are created with its `inspect` callback when it is on. */
-  inspection?: InspectionHub;
+  inspection?: SessionInspection;
   /** Service-wide Prometheus metrics (`GET /metrics`); each session's turns and frames feed it. */
-  metrics?: ServiceMetrics;
+  metrics?: ServiceMetricsFeed;
   /** The shared ONNX inference pool (voice activity detection); without it sessions have no voice input. */
   inference?: () => InferencePool;
   /** New session ids (UUID4); cluster mode's carry the node's routing slot (src/cluster/slots.ts). Default randomUUID. */
