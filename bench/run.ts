@@ -14,6 +14,7 @@
  *   npm run bench -- client_render_cpu   # 24 client-rendered sessions (audio + pose stream) beside server rendering and the floor
  *   npm run bench -- mouth_sheet [clip-or-photo …]   # contact sheets of mouth crops and the artefact measures
  *   npm run bench -- kept_bytes          # transcripts and the webhook outbox against their byte budgets
+ *   npm run bench -- render_kit          # render kits: build time, size against budget, draw cost in Chromium
  */
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -44,6 +45,7 @@ import { benchStageCosts } from './stage-costs.ts';
 import { benchCluster } from './cluster.ts';
 import { benchHostile } from './hostile.ts';
 import { benchKeptBytes } from './kept-bytes.ts';
+import { benchRenderKit } from './render-kit.ts';
 import { formatSummary, summarise } from './targets.ts';
 import { loadAverage } from './proc.ts';
 
@@ -75,6 +77,7 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['cluster', benchCluster],
   ['hostile', benchHostile],
   ['kept_bytes', benchKeptBytes],
+  ['render_kit', benchRenderKit],
 ];
 /**
  * Steps that run only when named: diagnostics behind the figures (the profile repeats session_cpu's load under the

@@ -6,7 +6,10 @@
  * it belongs to. The browser draws it with `loadFaceCanvas` from the avatar's render kit
  * (`GET /avatars/{id}/render-kit?model=…`).
  */
-import type { FrameRequest } from '../actors/render/types.ts';
+import type { FrameRequest, I420Frame } from '../actors/render/types.ts';
+import { i420ToRgba } from '../actors/render/i420.ts';
+import { loadRenderKit, type LoadedKit } from './render-kit.ts';
+import { i420WebGlDrawer } from './i420-webgl.ts';
 
 /** One frame's pose as the `avatar` data channel carries it: the renderer's `FrameRequest` without its audio. */
 export type FramePose = Omit<FrameRequest, 'audio'>;
@@ -38,13 +41,39 @@ export interface FaceCanvas {
 }
 
 /**
- * Loads a render kit and returns a canvas drawer for it. Placeholder until the render kit lands (issue 47): it
- * refuses, so nothing can mistake it for a renderer.
+ * Loads a render kit and returns a canvas drawer for it: the canvas takes the kit's resolution, and each `draw` runs
+ * the server's renderer on the pose (`client/render-kit.ts`) and puts the I420 frame on the canvas by WebGL
+ * (`i420-webgl.ts`), or where WebGL is unavailable by 2D (`i420ToRgba`, the server's own conversion, and
+ * `putImageData`); both convert as the server does. Figures of both: docs/performance.md.
  */
 export async function loadFaceCanvas(
-  _canvas: HTMLCanvasElement,
-  _kitUrl: string,
-  _signal?: AbortSignal,
+  canvas: HTMLCanvasElement,
+  kitUrl: string,
+  signal?: AbortSignal,
 ): Promise<FaceCanvas> {
-  throw new Error('client rendering is not built yet');
+  let kit: LoadedKit | null = await loadRenderKit(kitUrl, signal);
+  canvas.width = kit.width;
+  canvas.height = kit.height;
+  const put = i420WebGlDrawer(canvas) ?? i420CanvasDrawer(canvas, kit.width, kit.height);
+  return {
+    draw(pose) {
+      if (kit) put(kit.renderer.render(pose as FrameRequest));
+    },
+    close() {
+      // The kit's pieces go with the renderer; the canvas keeps its last picture.
+      kit = null;
+    },
+  };
+}
+
+/** The 2D fallback: the server's `i420ToRgba` into one reused ImageData. */
+function i420CanvasDrawer(canvas: HTMLCanvasElement, width: number, height: number): (frame: I420Frame) => void {
+  const context = canvas.getContext('2d', { alpha: false });
+  if (!context) throw new Error('face canvas: neither WebGL nor a 2D context');
+  const image = context.createImageData(width, height);
+  const rgba = new Uint8Array(image.data.buffer, image.data.byteOffset, image.data.byteLength);
+  return (frame) => {
+    i420ToRgba(frame, rgba);
+    context.putImageData(image, 0, 0);
+  };
 }

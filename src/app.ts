@@ -13,6 +13,7 @@ import { RequestOriginGuard } from './security/request-origin.ts';
 import healthRoutes from './routes/health.ts';
 import avatarRoutes from './routes/avatars.ts';
 import customAvatarRoutes from './routes/avatars-custom.ts';
+import renderKitRoutes from './routes/render-kit.ts';
 import sessionRoutes from './routes/sessions.ts';
 import interactionRoutes from './routes/interaction.ts';
 import expressionRoutes from './routes/expression.ts';
@@ -75,6 +76,7 @@ const ROUTES = [
   healthRoutes,
   avatarRoutes,
   customAvatarRoutes,
+  renderKitRoutes,
   sessionRoutes,
   interactionRoutes,
   expressionRoutes,

@@ -5,6 +5,8 @@ import type { ServiceConfig } from './config.ts';
 import { Store } from './store/db.ts';
 import { SessionStore } from './store/sessions.ts';
 import { AvatarCatalog } from './catalog/catalog.ts';
+import { RenderKits } from './catalog/render-kits.ts';
+import { closeRenderKitPool } from '../actors/render/render-kit-pool.ts';
 import { ModelRegistry } from './models.ts';
 import { SessionSupervisor } from './sessions/supervisor.ts';
 import type { RenderOpener } from './sessions/session-factory.ts';
@@ -50,6 +52,8 @@ export interface Services {
   sessionStore: SessionRecords;
   defaults: Pick<DefaultsStore, 'get' | 'update'>;
   catalog: AvatarCatalog;
+  /** Render kits of client-rendered sessions (`GET /avatars/{id}/render-kit`), built once per avatar version and model. */
+  renderKits: RenderKits;
   models: ModelRegistry;
   renderPool: RenderPool;
   /**
@@ -292,6 +296,7 @@ export async function createServices(
     sessionStore,
     defaults,
     catalog,
+    renderKits: new RenderKits(catalog),
     models,
     renderPool,
     inference,
@@ -323,6 +328,7 @@ export async function createServices(
       await recordings.close();
       uploads.close();
       await renderPool.close();
+      await closeRenderKitPool();
       await inferencePool?.close();
       await closeBuiltinEngines();
       await store.close();

@@ -65,13 +65,16 @@ export function rgbaToI420(rgba: Uint8Array, width: number, height: number, out?
   return { width, height, data };
 }
 
-/** Converts I420 back to opaque RGBA (nearest chroma); used by tests and image dumps. */
-export function i420ToRgba(frame: I420Frame): Uint8Array {
+/**
+ * Converts I420 back to opaque RGBA (nearest chroma); used by tests, image dumps and the browser's face canvas
+ * (into its `ImageData`, `out`).
+ */
+export function i420ToRgba(frame: I420Frame, out?: Uint8Array): Uint8Array {
   const { width, height, data } = frame;
   const cw = chromaWidth(width);
   const uOffset = width * height;
   const vOffset = uOffset + cw * chromaHeight(height);
-  const rgba = new Uint8Array(width * height * 4);
+  const rgba = out ?? new Uint8Array(width * height * 4);
   for (let y = 0; y < height; y++) {
     for (let x = 0; x < width; x++) {
       const c = (y >> 1) * cw + (x >> 1);

@@ -48,7 +48,7 @@ export const MAX_FRAMES_PER_TASK = 8;
 const renderAborted = (signal: AbortSignal): Error => abortReasonAsError(signal, 'render aborted');
 
 /** Identifies the avatar's content: manifest JSON plus the bundle frame's size and mtime. */
-async function contentStamp(avatar: AvatarSource): Promise<string> {
+export async function contentStamp(avatar: AvatarSource): Promise<string> {
   const hash = createHash('sha1').update(JSON.stringify(avatar.manifest));
   try {
     const info = await stat(join(avatar.dir, BUNDLE_FRAME_PATH));

@@ -243,6 +243,11 @@ export class WarpRenderer implements Renderer {
     for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
   }
 
+  /** A video avatar's decoded loop (the render kit sends its frames as video, `render-kit.ts`); null for a photo. */
+  get clipLoop(): ClipLoop | null {
+    return this.loop;
+  }
+
   /** Whether the avatar has usable mouth animation (otherwise frames are the still image). */
   get animated(): boolean {
     return this.animation !== null;
