@@ -14,10 +14,16 @@ import type { I420Frame } from './types.ts';
 /** Luma step (levels per pixel, central difference halved) from which a pixel is an edge the warp must not move. */
 const EDGE_MIN_STEP = 20;
 /** Distance from such an edge, in mouth widths, from which the warp moves pixels fully. */
-const EDGE_CLEARANCE = 0.3;
-/** The lips' own edges move: edges inside this ellipse around where the jaws part (radii in mouth widths) do not count. */
-const LIPS_RADIUS_X = 0.5;
-const LIPS_RADIUS_Y = 0.4;
+const EDGE_CLEARANCE = 0.55;
+/**
+ * The lips' own edges move: edges inside this ellipse around where the jaws part (radii in mouth widths; below, grown
+ * by the widest jaw drop, where the lower lip travels) do not count.
+ */
+const LIPS_RADIUS_X = 0.55;
+const LIPS_RADIUS_ABOVE = 0.4;
+const LIPS_RADIUS_BELOW = 0.8;
+/** Within this fraction of the ellipse the warp moves fully, whatever edges lie near. */
+const LIPS_FULL = 0.6;
 /** Grid spacing in mouth widths (within `MIN_CELL_PX`…`MAX_CELL_PX`): fine enough to hold an edge, cheap per frame. */
 const CELL_MOUTH_WIDTHS = 1 / 12;
 const MIN_CELL_PX = 2;
@@ -95,7 +101,8 @@ function buildGrid(frame: I420Frame, s: FreedomShape): FreedomGrid {
       const u = fx * s.cos + fy * s.sin;
       const v = -fx * s.sin + fy * s.cos;
       const lu = u / (LIPS_RADIUS_X * s.mw);
-      const lv = (v - s.partAt(u)) / (LIPS_RADIUS_Y * s.mw);
+      const below = v - s.partAt(u);
+      const lv = below / ((below < 0 ? LIPS_RADIUS_ABOVE : LIPS_RADIUS_BELOW) * s.mw);
       if (lu * lu + lv * lv < 1) continue;
       const i = Math.floor((x - x0) / cell);
       const j = Math.floor((y - y0) / cell);
@@ -113,7 +120,7 @@ function buildGrid(frame: I420Frame, s: FreedomShape): FreedomGrid {
       const fy = y0 + j * cell - s.cy;
       const u = fx * s.cos + fy * s.sin;
       const v = -fx * s.sin + fy * s.cos;
-      if (v - s.partAt(u) < LIPS_RADIUS_Y * s.mw) continue;
+      if (v - s.partAt(u) < LIPS_RADIUS_BELOW * s.mw) continue;
       if (beyond) dist[k] = 0;
       else beyond = dist[k] === 0;
     }
@@ -145,6 +152,20 @@ function buildGrid(frame: I420Frame, s: FreedomShape): FreedomGrid {
   }
   const clearance = EDGE_CLEARANCE * s.mw;
   const values = new Float32Array(nx * ny);
-  for (let k = 0; k < values.length; k++) values[k] = smoothstep(0, clearance, (dist[k] / STRAIGHT) * cell);
+  for (let j = 0; j < ny; j++) {
+    for (let i = 0; i < nx; i++) {
+      const k = j * nx + i;
+      // The lips themselves always move fully (the opening is painted where they part), fading into the falloff
+      // around them.
+      const fx = x0 + i * cell - s.cx;
+      const fy = y0 + j * cell - s.cy;
+      const u = fx * s.cos + fy * s.sin;
+      const below = -fx * s.sin + fy * s.cos - s.partAt(u);
+      const lu = u / (LIPS_RADIUS_X * s.mw);
+      const lv = below / ((below < 0 ? LIPS_RADIUS_ABOVE : LIPS_RADIUS_BELOW) * s.mw);
+      const lips = 1 - smoothstep(LIPS_FULL, 1, Math.sqrt(lu * lu + lv * lv));
+      values[k] = Math.max(lips, smoothstep(0, clearance, (dist[k] / STRAIGHT) * cell));
+    }
+  }
   return { x0, y0, cell, nx, ny, values };
 }

@@ -8,7 +8,10 @@
  * if the frame shows them) lift a little; the lower lip and the chin drop
  * with the jaw, the drop fading smoothly to nothing at the cheeks and the neck, so the warp's edge adds no step; the
  * gap the two open between them is painted as the inside of a mouth (throat shading, and upper teeth only where
- * the frame shows none of its own: one row of teeth, ever). Outside the warp box the frame is untouched.
+ * the frame shows none of its own: one row of teeth, ever). The upper lip's lift fades out within the lip, and strong
+ * edges outside the lips (the face's outline against hair, a chin against a collar) and what lies below them stay put
+ * (`clip-freedom.ts`): moved by a fraction of a pixel, such an edge steps by tens of levels against the unmoved pixels
+ * beside it. Outside the warp box the frame is untouched.
  */
 import { planes, rgbToYuv } from './i420.ts';
 import { freedomAt, freedomOf, type FreedomGrid } from './clip-freedom.ts';
@@ -33,11 +36,13 @@ const LIP_ZONE_HEIGHT = 0.12;
  */
 const REGION = { left: -1.35, right: 1.35, top: -0.75, bottom: 1.75 };
 /**
- * The upper lip lifts whole, its outline included, and the lift fades out over this much skin above the outline
- * (mouth widths): an outline moved against unmoved skin is a step of tens of levels where the warp ends (on a 37 px
- * mouth the lip is 4 px high: no fade fits inside it), while skin moved against skin changes by a level or two.
+ * The upper lip's lift (with what the frame's own opening shows under it) fades out within the lip, and is gone this
+ * far up its height (inner edge to outline): the outline stays where it is, since an outline moved against unmoved
+ * skin is a step of tens of levels where the warp ends (`sun`'s 37 px mouth has a 4 px upper lip). So that the lip is
+ * compressed and not folded over that height, the lift is at most `MAX_LIFT_OF_LIP` of it.
  */
-const LIFT_SKIN_REACH = 0.22;
+const LIFT_FADE = 0.5;
+const MAX_LIFT_OF_LIP = 0.2;
 /** The upper lip's height (inner edge to outline) where the outline is not tracked, and the most assumed, mouth widths. */
 const MIN_LIFT_REACH = 0.06;
 const MAX_LIFT_REACH = 0.4;
@@ -46,7 +51,7 @@ const JAW_WINDOW = { flat: 0.25, end: 0.9 };
 /** Columns of the own-lip table per pixel. */
 const COLUMNS_PER_PX = 4;
 /** Mouth widths above the upper inner lip beyond which nothing moves (the lip, the lift's reach, a margin). */
-const UNMOVED_ABOVE = MAX_LIFT_REACH + LIFT_SKIN_REACH + 0.05;
+const UNMOVED_ABOVE = MAX_LIFT_REACH + 0.05;
 /** Where the jaw parts within the frame's own lip gap: this fraction of the gap above its lower lip. */
 const SPLIT_ABOVE_LOWER_LIP = 0;
 /** How far (px) the gap's shading reaches over the lower lip's inner edge. */
@@ -331,23 +336,25 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
   const us = u - u * (1 - 1 / (1 + g.spread)) * lipZone;
   const profile = lensProfile(Math.abs(us) / g.halfWidth);
   const drop = g.jawDrop * profile;
-  const lift = g.upperLift * profile;
+  // At most `MAX_LIFT_OF_LIP` of the upper lip's height: the lift fades out within the lip (`LIFT_FADE`).
+  const lift = Math.min(g.upperLift * profile, MAX_LIFT_OF_LIP * lipHeight);
   // The jaw drops under the mouth and not at the face's sides: there its outline meets hair or background.
   const jawWindow = g.jawDrop * (1 - smoothstep(JAW_WINDOW.flat, JAW_WINDOW.end, Math.abs(an)));
   // Below the midline: lower lip, lower teeth and chin drop (fixed point: the drop depends on where the pixel comes from).
+  // (Above the midline the source lies above it too: no iteration needed to tell.)
   let vs = v - drop;
-  for (let k = 0; k < 3; k++) {
-    const below = (vs - mid) / mw;
-    vs = v - (drop + (jawWindow - drop) * smoothstep(0.05, 0.6, below)) * (1 - smoothstep(1.0, 1.6, below));
+  if (v >= mid) {
+    for (let k = 0; k < 3; k++) {
+      const below = (vs - mid) / mw;
+      vs = v - (drop + (jawWindow - drop) * smoothstep(0.05, 0.6, below)) * (1 - smoothstep(1.0, 1.6, below));
+    }
   }
   const gapTop = mid - lift;
   const gapBottom = mid + drop;
   if (vs < mid) {
     // Above the midline: the upper lip (and upper teeth) lift, fading out towards the nose.
     let up = v + lift;
-    // The lip lifts whole and the skin above it takes the lift out (`LIFT_SKIN_REACH`).
-    const reach = LIFT_SKIN_REACH * mw;
-    for (let k = 0; k < 2; k++) up = v + lift * (1 - smoothstep(lipHeight, lipHeight + reach, upper - up));
+    for (let k = 0; k < 2; k++) up = v + lift * (1 - smoothstep(0, LIFT_FADE * lipHeight, upper - up));
     vs = up < mid ? up : v < mid ? mid - 0.5 : mid + 0.5;
   }
   // Strong edges outside the lips, and what lies beyond them, stay put (`clip-freedom.ts`).
