@@ -81,13 +81,13 @@ describe('harvested mouths keyed by how they read once laid on the reference fra
     const files = await misreadHarvest().finish(laid);
     const keys = keysByFrame(files);
     console.log(`keys by true opening ${OPENINGS.join(' ')}: ${keys.map((k) => k?.toFixed(2)).join(' ')}`);
-    // Laid through the lip-contour mask (issue 44), one middle sample can read into its neighbour's opening step,
-    // where only the nearer of the two is kept: at most one of the six goes unkeyed (known loss, docs/avatars.md).
+    // Every opening is keyed: laid through the lip-contour mask, two middle openings read into one step, and the one
+    // that lost it takes the free neighbouring step on its side (it used to be dropped).
     const keyed = keys.filter((k): k is number => k !== undefined);
-    expect(keyed.length).toBeGreaterThanOrEqual(keys.length - 1);
+    expect(keyed).toHaveLength(keys.length);
     expect(keys[0]).toBeLessThan(0.1);
     expect(keys.at(-1)).toBe(1);
-    for (let i = 1; i < keyed.length; i++) expect(keyed[i]).toBeGreaterThanOrEqual(keyed[i - 1]);
+    for (let i = 1; i < keyed.length; i++) expect(keyed[i]).toBeGreaterThan(keyed[i - 1]);
     // The rest gap stays the clip's own (what a loop frame's tracked lips measure at rest).
     expect(files!.index.rest_gap).toBeCloseTo(REST_GAP, 2);
   }, 60_000);

@@ -204,15 +204,27 @@ describe('a harvested mouth laid on a clip avatar’s loop frame', () => {
 });
 
 describe('the warp of a loop frame along its own lips', () => {
-  it('changes nothing at the edge of the region it warps (no step where it ends) and moves the chin down with the opening', () => {
-    // A frame with texture everywhere (a diagonal ramp plus a chin edge), so any displacement shows.
+  const centre = { x: 128, y: 110 };
+  const mw = 50;
+  /** Skin with texture everywhere (so any displacement shows) over a chin shaded into the neck across `blur` px. */
+  const chinFrame = (blur: number) => {
     const source = skinFrame();
-    const centre = { x: 128, y: 110 };
-    const mw = 50;
+    const chin = centre.y + 1.1 * mw;
     for (let y = 0; y < SIZE; y++)
-      for (let x = 0; x < SIZE; x++) source.data[y * SIZE + x] = (y > centre.y + 1.1 * mw ? 90 : 160) + ((x + y) % 7);
+      for (let x = 0; x < SIZE; x++)
+        source.data[y * SIZE + x] = 160 - 70 * Math.min(1, Math.max(0, (y - chin) / blur + 0.5)) + ((x + y) % 7);
     const frame = { ...source, data: source.data.slice() };
     warpLoopFrame(frame, source, faceAt(centre, mw, 0.05), { open: 1, wide: 0, round: 0 });
+    return { source, frame };
+  };
+  /** The first row under the opening where the neck's shade begins, in column x. */
+  const edgeRow = (x: number, plane: Uint8Array) => {
+    for (let y = centre.y + 0.7 * mw; y < SIZE; y++) if (plane[y * SIZE + x] < 125) return y;
+    return -1;
+  };
+
+  it('changes nothing at the edge of the region it warps (no step where it ends) and moves the chin down with the opening', () => {
+    const { source, frame } = chinFrame(12);
     // The region's rim (2 px inside its box) is the source exactly.
     let rimChanged = 0;
     for (let y = 0; y < SIZE; y++) {
@@ -227,12 +239,20 @@ describe('the warp of a loop frame along its own lips', () => {
       }
     }
     expect(rimChanged).toBe(0);
-    // The chin edge under the mouth (searched below the opening) moved down with the jaw, and not beside the face.
-    const edgeRow = (x: number, plane: Uint8Array) => {
-      for (let y = centre.y + 0.7 * mw; y < SIZE; y++) if (plane[y * SIZE + x] < 120) return y;
-      return -1;
-    };
+    // The chin's shade under the mouth (searched below the opening) moved down with the jaw, and not beside the face.
     expect(edgeRow(centre.x, frame.data) - edgeRow(centre.x, source.data)).toBeGreaterThan(0.15 * mw);
     expect(edgeRow(centre.x + 1.5 * mw, frame.data)).toBe(edgeRow(centre.x + 1.5 * mw, source.data));
+  });
+
+  it('leaves a hard edge below the mouth (a collar under the chin) and all beyond it where they are: moved, it was a seam', () => {
+    const { source, frame } = chinFrame(1);
+    const chin = Math.round(centre.y + 1.1 * mw);
+    let changed = 0;
+    // The edge's own rows and everything below them (the skin above it takes up the jaw's drop).
+    for (let y = chin - 1; y < SIZE; y++)
+      for (let x = 0; x < SIZE; x++) if (frame.data[y * SIZE + x] !== source.data[y * SIZE + x]) changed++;
+    expect(changed).toBe(0);
+    // The mouth still opened above it.
+    expect(Buffer.compare(frame.data, source.data)).not.toBe(0);
   });
 });

@@ -137,6 +137,20 @@ export class MouthHarvest {
       )
         bySlot.set(k.slot, k);
     }
+    // A candidate that lost its step to a nearer one takes the neighbouring step on its side when no candidate reads
+    // there: laid through the lip-contour mask, two middle openings can read into one step (on the project's test
+    // clip 0.4 and 0.6 read 0.44 and 0.50 of the widest), and the one dropped left that step without a mouth.
+    const winners = new Set(bySlot.values());
+    const losers = keyed
+      .filter((k) => !winners.has(k))
+      .map((k) => {
+        const exact = k.pose.open * (MOUTH_OPEN_STEPS - 1);
+        const step = exact >= k.step ? Math.min(MOUTH_OPEN_STEPS - 1, k.step + 1) : Math.max(0, k.step - 1);
+        return { ...k, slot: k.slot + (step - k.step) * MOUTH_SHAPES, step, miss: Math.abs(exact - step) };
+      })
+      .filter((k) => k.miss < 1)
+      .sort((a, b) => a.miss - b.miss);
+    for (const k of losers) if (!bySlot.has(k.slot)) bySlot.set(k.slot, k);
     const chosen = [...bySlot.values()].sort((a, b) => a.slot - b.slot);
     if (new Set(chosen.filter((k) => k.step > 0).map((k) => k.step)).size < MIN_HARVESTED_OPENINGS) return null;
     // What a session would not lay (too few openings or no closed mouth, `usableHarvest`) is not stored either.

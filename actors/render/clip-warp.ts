@@ -8,9 +8,13 @@
  * if the frame shows them) lift a little; the lower lip and the chin drop
  * with the jaw, the drop fading smoothly to nothing at the cheeks and the neck, so the warp's edge adds no step; the
  * gap the two open between them is painted as the inside of a mouth (throat shading, and upper teeth only where
- * the frame shows none of its own: one row of teeth, ever). Outside the warp box the frame is untouched.
+ * the frame shows none of its own: one row of teeth, ever). The upper lip's lift fades out within the lip, and strong
+ * edges outside the lips (the face's outline against hair, a chin against a collar) and what lies below them stay put
+ * (`clip-freedom.ts`): moved by a fraction of a pixel, such an edge steps by tens of levels against the unmoved pixels
+ * beside it. Outside the warp box the frame is untouched.
  */
 import { planes, rgbToYuv } from './i420.ts';
+import { freedomAt, freedomOf, type FreedomGrid } from './clip-freedom.ts';
 import { smoothstep } from './idle-motion.ts';
 import type { I420Frame, MouthAnimation, MouthPose, Point } from './types.ts';
 
@@ -31,17 +35,23 @@ const LIP_ZONE_HEIGHT = 0.12;
  * (the jaw at |u| 1.25, the upper lip 0.55 above the midline, the chin's drop 1.6 below it).
  */
 const REGION = { left: -1.35, right: 1.35, top: -0.75, bottom: 1.75 };
-/** The upper lip's lift fades out over its own height (outer edge to inner), within these bounds (mouth widths; the most without outer points). */
+/**
+ * The upper lip's lift (with what the frame's own opening shows under it) fades out within the lip, and is gone this
+ * far up its height (inner edge to outline): the outline stays where it is, since an outline moved against unmoved
+ * skin is a step of tens of levels where the warp ends (`sun`'s 37 px mouth has a 4 px upper lip). So that the lip is
+ * compressed and not folded over that height, the lift is at most `MAX_LIFT_OF_LIP` of it.
+ */
+const LIFT_FADE = 0.5;
+const MAX_LIFT_OF_LIP = 0.2;
+/** The upper lip's height (inner edge to outline) where the outline is not tracked, and the most assumed, mouth widths. */
 const MIN_LIFT_REACH = 0.06;
 const MAX_LIFT_REACH = 0.4;
-/** …and is gone this far up that height: the outline's own anti-aliased pixels and a tracked outline a pixel off stay put. */
-const LIFT_FADE = 0.7;
 /** The jaw's drop is full within `flat` mouth widths of the mouth centre and gone at `end`. */
 const JAW_WINDOW = { flat: 0.25, end: 0.9 };
 /** Columns of the own-lip table per pixel. */
 const COLUMNS_PER_PX = 4;
-/** Mouth widths above the jaws' parting beyond which nothing moves (the lift's reach at most, plus the lift itself). */
-const UNMOVED_ABOVE = MAX_LIFT_REACH + 0.12;
+/** Mouth widths above the upper inner lip beyond which nothing moves (the lip, the lift's reach, a margin). */
+const UNMOVED_ABOVE = MAX_LIFT_REACH + 0.05;
 /** Where the jaw parts within the frame's own lip gap: this fraction of the gap above its lower lip. */
 const SPLIT_ABOVE_LOWER_LIP = 0;
 /** How far (px) the gap's shading reaches over the lower lip's inner edge. */
@@ -77,6 +87,8 @@ interface WarpGeometry {
   upperLift: number;
   spread: number;
   teeth: number;
+  /** How freely each point may move (strong edges outside the lips stay put): `clip-freedom.ts`. */
+  freedom: FreedomGrid;
 }
 
 /** A pose's opening as the warp adds it, pixels: jaw drop at the mouth centre. */
@@ -89,7 +101,7 @@ export function jawDropOf(pose: MouthPose, mouthWidth: number): number {
  * face. A closed pose leaves the frame as it is.
  */
 export function warpLoopFrame(frame: I420Frame, source: I420Frame, face: MouthAnimation, pose: MouthPose): void {
-  const geometry = geometryOf(face, pose);
+  const geometry = geometryOf(face, pose, source);
   if (!geometry) return;
   const dst = planes(frame);
   const src = planes(source);
@@ -157,7 +169,7 @@ export function uprightAt(
   };
 }
 
-function geometryOf(face: MouthAnimation, pose: MouthPose): WarpGeometry | null {
+function geometryOf(face: MouthAnimation, pose: MouthPose, source: I420Frame): WarpGeometry | null {
   const mw = face.mouth_width;
   if (!(mw > 4) || !face.inner_lip || face.inner_lip.length < 8 || pose.open <= 0) return null;
   const { toUpright, ...upright } = uprightAt(face.mouth_center, lipRoll(face));
@@ -165,10 +177,20 @@ function geometryOf(face: MouthAnimation, pose: MouthPose): WarpGeometry | null 
   const spread = WIDE_SPREAD * pose.wide - ROUND_NARROWING * pose.round;
   const jawDrop = jawDropOf(pose, mw);
   const halfWidth = Math.max(MIN_OPENING_HALF_WIDTH * mw, (upper[upper.length - 1].x - upper[0].x) / 2) * (1 + spread);
+  const columns = columnsOf({ upper, lower }, outerTopOf(face, toUpright), mw);
+  const region = { left: REGION.left * mw, right: REGION.right * mw, top: REGION.top * mw, bottom: REGION.bottom * mw };
+  const freedom = freedomOf(source, face, {
+    ...upright,
+    mw,
+    box: planeBoxOf(upright, region, 1, source.width, source.height),
+    partAt: (u) =>
+      columns.mid[Math.min(columns.mid.length - 1, Math.max(0, Math.round((u - columns.from) * COLUMNS_PER_PX)))],
+  });
   return {
     ...upright,
     mw,
-    columns: columnsOf({ upper, lower }, outerTopOf(face, toUpright), mw),
+    columns,
+    freedom,
     halfWidth,
     // The lips' spread moves a column by at most this factor of its u (`lipZone` at 1).
     nearHalfWidth: halfWidth * Math.max(1, 1 / (1 - Math.abs(spread) / (1 + spread))) + 2 * MAP_CELL_PX.chroma,
@@ -200,10 +222,11 @@ function columnsOf(own: OwnLips, outerTop: Point[] | null, mw: number): WarpGeom
     upper[i] = edgeAt(own.upper, u);
     const lower = edgeAt(own.lower, u);
     mid[i] = lower - SPLIT_ABOVE_LOWER_LIP * Math.max(0, lower - upper[i]);
+    // The upper lip's own height: from its inner edge (the frame's own opening, if any, lifts whole) to its outline.
     lipHeight[i] =
       Math.min(
         MAX_LIFT_REACH,
-        Math.max(MIN_LIFT_REACH, outerTop ? (mid[i] - edgeAt(outerTop, u)) / mw : MAX_LIFT_REACH),
+        Math.max(MIN_LIFT_REACH, outerTop ? (upper[i] - edgeAt(outerTop, u)) / mw : MAX_LIFT_REACH),
       ) * mw;
   }
   return { from, upper, mid, lipHeight };
@@ -304,7 +327,7 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
   const mid = g.columns.mid[column];
   const lipHeight = g.columns.lipHeight[column];
   // Nothing moves this far above the lips (the upper lip's lift has faded out).
-  if ((mid - v) / mw > UNMOVED_ABOVE) return UNTOUCHED;
+  if ((upper - v) / mw > UNMOVED_ABOVE) return UNTOUCHED;
   const lipZone =
     g.spread === 0
       ? 0
@@ -313,32 +336,36 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
   const us = u - u * (1 - 1 / (1 + g.spread)) * lipZone;
   const profile = lensProfile(Math.abs(us) / g.halfWidth);
   const drop = g.jawDrop * profile;
-  const lift = g.upperLift * profile;
+  // At most `MAX_LIFT_OF_LIP` of the upper lip's height: the lift fades out within the lip (`LIFT_FADE`).
+  const lift = Math.min(g.upperLift * profile, MAX_LIFT_OF_LIP * lipHeight);
   // The jaw drops under the mouth and not at the face's sides: there its outline meets hair or background.
   const jawWindow = g.jawDrop * (1 - smoothstep(JAW_WINDOW.flat, JAW_WINDOW.end, Math.abs(an)));
   // Below the midline: lower lip, lower teeth and chin drop (fixed point: the drop depends on where the pixel comes from).
+  // (Above the midline the source lies above it too: no iteration needed to tell.)
   let vs = v - drop;
-  for (let k = 0; k < 3; k++) {
-    const below = (vs - mid) / mw;
-    vs = v - (drop + (jawWindow - drop) * smoothstep(0.05, 0.6, below)) * (1 - smoothstep(1.0, 1.6, below));
+  if (v >= mid) {
+    for (let k = 0; k < 3; k++) {
+      const below = (vs - mid) / mw;
+      vs = v - (drop + (jawWindow - drop) * smoothstep(0.05, 0.6, below)) * (1 - smoothstep(1.0, 1.6, below));
+    }
   }
   const gapTop = mid - lift;
   const gapBottom = mid + drop;
   if (vs < mid) {
     // Above the midline: the upper lip (and upper teeth) lift, fading out towards the nose.
     let up = v + lift;
-    // The lift fades out within the upper lip itself: its outline against the skin above stays where it is (an
-    // edge moved against smooth skin is a step where the warp ends).
-    for (let k = 0; k < 2; k++) up = v + lift * (1 - smoothstep(0, LIFT_FADE * lipHeight, mid - up));
+    for (let k = 0; k < 2; k++) up = v + lift * (1 - smoothstep(0, LIFT_FADE * lipHeight, upper - up));
     vs = up < mid ? up : v < mid ? mid - 0.5 : mid + 0.5;
   }
-  at.sx = g.cx + us * cos - vs * sin;
-  at.sy = g.cy + us * sin + vs * cos;
+  // Strong edges outside the lips, and what lies beyond them, stay put (`clip-freedom.ts`).
+  const free = freedomAt(g.freedom, x, y);
+  at.sx = x + (g.cx + us * cos - vs * sin - x) * free;
+  at.sy = y + (g.cy + us * sin + vs * cos - y) * free;
   // The gap's lower edge reaches a little onto the lower lip, as the lip's own shadow: a tracked inner lip a pixel
   // off leaves no sliver of the frame's own teeth riding on it.
   const paint =
     drop > 0.3 && v > gapTop - 0.5 && v < gapBottom + LOWER_EDGE_SHADOW_PX
-      ? Math.min(1, v - gapTop + 0.5, (gapBottom + LOWER_EDGE_SHADOW_PX - v) / LOWER_EDGE_SHADOW_PX)
+      ? free * Math.min(1, v - gapTop + 0.5, (gapBottom + LOWER_EDGE_SHADOW_PX - v) / LOWER_EDGE_SHADOW_PX)
       : 0;
   at.paint = paint;
   if (paint > 0) {
