@@ -13,7 +13,16 @@ const SRC = {
  * imports; test/layers.lint.test.ts checks the crossings are caught.
  */
 export const ACTOR_FLOORS = [
-  ['admission.ts', 'async-queue.ts', 'expression.ts', 'lazy-piscina.ts', 'pool-load.ts', 'transferable.ts', 'upstream'],
+  [
+    'admission.ts',
+    'async-queue.ts',
+    'attention.ts',
+    'expression.ts',
+    'lazy-piscina.ts',
+    'pool-load.ts',
+    'transferable.ts',
+    'upstream',
+  ],
   ['audio', 'inference', 'llm', 'render'],
   ['asr', 'faces', 'media', 'mouth', 'vad'],
   ['lipsync', 'tts'],

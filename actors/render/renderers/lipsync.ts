@@ -29,6 +29,7 @@ import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
 import { blinkClosure, quantise, smoothstep } from '../idle-motion.ts';
 import { closeLips } from '../photo-lips.ts';
 import { PhotoHead } from '../photo-head.ts';
+import { ClipHead } from '../clip-head.ts';
 import { warpFreedom } from '../photo-jaw.ts';
 import { mouthPalette, paintInside, type MouthPalette, type OpeningColumn, type Rgb } from '../photo-mouth.ts';
 import { warpLoopFrame } from '../clip-warp.ts';
@@ -187,6 +188,8 @@ export class LipsyncRenderer implements Renderer {
   private readonly blinkPatches = new Map<number, I420Patch[]>();
   /** A photo's head motion (idle drift, speech bob/tilt/nod); null on video avatars, whose loop moves itself. */
   private head: PhotoHead | null = null;
+  /** A video avatar's head on top of its loop (`clip-head.ts`: listening nods, thinking glances, `motion`); null on photos. */
+  private loopHead: ClipHead | null = null;
   private loop: ClipLoop | null = null;
   /** A speaking clip's own mouths (`metadata.clip.mouths`), laid instead of the warp; null: warp. */
   private harvested: HarvestedMouths | null = null;
@@ -214,9 +217,11 @@ export class LipsyncRenderer implements Renderer {
     this.mouthPatches.clear();
     this.blinkPatches.clear();
     this.head = null;
+    this.loopHead = null;
     this.harvested = null;
     this.freedom = null;
     if (!this.animation) return;
+    if (this.loop) this.loopHead = new ClipHead(this.animation, this.loop.track, width, height, this.fps);
     // In the render pool the mouths travel with the shared loop (tasks carry no `clip`); read directly, with the clip.
     const mouths = avatar.loop?.mouths ?? avatar.clip?.mouths;
     if (this.loop && mouths) {
@@ -244,7 +249,12 @@ export class LipsyncRenderer implements Renderer {
 
   render(request: FrameRequest, target?: SharedArrayBuffer): I420Frame {
     if (!this.base) throw new Error('LipsyncRenderer.render called before prepare');
-    if (this.loop) return this.renderLoopFrame(request, this.loop, target);
+    if (this.loop) {
+      const frame = this.renderLoopFrame(request, this.loop, target);
+      // The head moves last, carrying the mouth with it (`clip-head.ts`).
+      this.loopHead?.apply(frame, request, loopFrameAt(this.loop, request.frameIdx).face);
+      return frame;
+    }
     const frame = frameFromBase(this.base, target);
     if (!this.animation) return frame;
     const open = quantise(request.mouth.open, OPEN_STEPS);
