@@ -40,13 +40,14 @@ const SPEECH_BOB = 0.012;
 const SPEECH_TILT_DEG = 1.2;
 const EMPHASIS_NOD = 0.025;
 /**
- * Attention, in the same units: a listener's nod at the user's pause (3 px on the astronaut, a little more than a
- * stressed syllable's), and thinking's glance aside (2 px) or up (1.5 px) with a tilt of 1.5°.
+ * Attention, in the same units: a listener's nod at the user's pause (4 px on the astronaut, a little more than a
+ * stressed syllable's), and thinking's glance aside (3 px) or up (2.5 px) with a tilt of 2°: enough to read as a turn
+ * of the head at a viewer, whose decoded frames alone move a still face's landmarks by ~1 px.
  */
-const LISTEN_NOD = 0.03;
-const THINK_LOOK_X = 0.02;
-const THINK_LOOK_UP = 0.015;
-const THINK_TILT_DEG = 1.5;
+const LISTEN_NOD = 0.04;
+const THINK_LOOK_X = 0.03;
+const THINK_LOOK_UP = 0.025;
+const THINK_TILT_DEG = 2;
 /** Head ellipse around the face box (radii in face widths / heights), its centre this far down the box. */
 const HEAD_RADIUS = 0.95;
 const HEAD_CENTRE_DOWN = 0.4;
