@@ -59,12 +59,15 @@ export interface AttentionPose {
 
 export const NO_ATTENTION: AttentionPose = Object.freeze({ listening: 0, nod: 0, lookX: 0, lookY: 0, tilt: 0 });
 
-/** The glances thinking chooses between (the cue's start picks one): aside either way, up either way. */
+/**
+ * The glances thinking chooses between (the cue's start picks one): aside either way, up either way. The head tilts
+ * towards the side it looks to, so on screen the tilt about the neck carries the face further the same way.
+ */
 const GLANCES: ReadonlyArray<{ x: number; y: number; tilt: number }> = [
   { x: -1, y: -0.35, tilt: -1 },
   { x: 1, y: -0.35, tilt: 1 },
-  { x: -0.45, y: -1, tilt: 0.7 },
-  { x: 0.45, y: -1, tilt: -0.7 },
+  { x: -0.45, y: -1, tilt: -0.7 },
+  { x: 0.45, y: -1, tilt: 0.7 },
 ];
 
 function ease(x: number): number {
