@@ -55,13 +55,7 @@ function userSpeech(): Int16Array {
     at(9950, 11490),
     at(11490, 13490),
   ];
-  const pcm = new Int16Array(parts.reduce((sum, part) => sum + part.length, 0));
-  let offset = 0;
-  for (const part of parts) {
-    pcm.set(part, offset);
-    offset += part.length;
-  }
-  return pcm;
+  return Int16Array.from(parts.flatMap((part) => Array.from(part)));
 }
 
 /**
