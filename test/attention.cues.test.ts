@@ -18,7 +18,9 @@ import {
   type AttentionPose,
 } from '../actors/attention.ts';
 import { FrameTimeline } from '../actors/media/timeline.ts';
-import { PlayoutClock } from '../actors/media/playout.ts';
+import { PlayoutClock, type AttentionCue } from '../actors/media/playout.ts';
+import { SessionBus } from '../src/sessions/session-bus.ts';
+import { followAttention } from '../src/sessions/attention.ts';
 import { createRenderer } from '../actors/render/renderers/index.ts';
 import { photoHeadPose } from '../actors/render/photo-head.ts';
 import type { AvatarManifest, FrameRequest, I420Frame } from '../actors/render/types.ts';
@@ -121,6 +123,33 @@ describe('attention cues on the media clock', () => {
     for (const r of before) expect(attentionMovesHead(r.attention)).toBe(true);
     for (const r of after) expect(attentionMovesHead(r.attention)).toBe(false);
     for (const r of frames.filter((r) => r.ptsMs < THINK_DELAY_MS)) expect(attentionMovesHead(r.attention)).toBe(false);
+  });
+});
+
+describe('who places the cues: the session bus (src/sessions/attention.ts)', () => {
+  it('speech start and end listen, a pause nods, the end of a voice turn and a chat request think, a turn that ends releases', () => {
+    const bus = new SessionBus();
+    const cues: AttentionCue[] = [];
+    followAttention(bus, { attend: (cue) => cues.push(cue) });
+    bus.emit('voice.speech', { source: 'listen', stage: 'start', atMs: 100 });
+    bus.emit('voice.pause', { source: 'listen', atMs: 900, pauseMs: 300 });
+    bus.emit('voice.speech', { source: 'listen', stage: 'end', atMs: 2_000 });
+    bus.emit('voice.turn', { turnId: 'v1', source: 'listen', speechMs: 1_900 });
+    bus.emit('turn.finished', { turnId: 'v1', kind: 'voice', outcome: 'completed' });
+    bus.emit('turn.started', { turnId: 's1', kind: 'speak' });
+    bus.emit('turn.started', { turnId: 'c1', kind: 'chat' });
+    bus.emit('voice.speech', { source: 'webrtc', stage: 'start', atMs: 5_000 });
+    bus.emit('voice.echoIgnored', { source: 'webrtc' });
+    expect(cues).toEqual([
+      'listen',
+      'nod',
+      'stop-listening',
+      'think',
+      'stop-thinking',
+      'think',
+      'listen',
+      'stop-listening',
+    ]);
   });
 });
 
