@@ -5,6 +5,8 @@ import { summary } from './stats.ts';
 
 /** The receiver's "sound" threshold, as the other wrtc benches use (test/helpers/conversation.ts imports vitest). */
 const AUDIBLE_RMS = 300;
+/** Above this RMS a received buffer carries the turn's audio at all (its leading near-silence included); idle is 0. */
+const FIRST_SAMPLE_RMS = 1;
 
 /** Turns measured: each gives one caption whose audio starts after silence (the turn's first sentence). */
 const RUNS = 10;
@@ -25,6 +27,7 @@ export async function benchCaptions(): Promise<Record<string, ReturnType<typeof 
   await post(t.baseUrl, `/sessions/${session_id}/start`);
   await peer.until(() => peer.audio.length > 50, 10_000, 'audio');
   const offsets: number[] = [];
+  const paths: number[] = [];
   try {
     for (let run = 0; run < RUNS; run++) {
       const from = sse.events.length;
@@ -34,6 +37,9 @@ export async function benchCaptions(): Promise<Record<string, ReturnType<typeof 
       const caption = await sse.waitFor((e) => e.type === 'caption', 15_000, 'caption', from);
       await peer.until(() => peer.firstAudible(sentAt, AUDIBLE_RMS) !== undefined, 15_000, 'audible');
       offsets.push(caption.at - peer.firstAudible(sentAt, AUDIBLE_RMS)!.at);
+      // The turn's first sample at the viewer (its leading silence is not digital zero): the audio path alone.
+      const firstSample = peer.firstAudible(sentAt, FIRST_SAMPLE_RMS);
+      if (firstSample) paths.push(firstSample.at - caption.at);
       await sse.waitFor((e) => e.type === 'status' && e.data.stage === 'idle', 20_000, 'idle', from);
       // The turn's last audio is still on its way to the receiver at `idle`: it must not count as the next one's start.
       await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
@@ -44,5 +50,9 @@ export async function benchCaptions(): Promise<Record<string, ReturnType<typeof 
     await fetch(`${t.baseUrl}/sessions/${session_id}`, { method: 'DELETE' });
     await t.close();
   }
-  return { captionOffsetMs: summary(offsets), captionAbsOffsetMs: summary(offsets.map(Math.abs)) };
+  return {
+    captionOffsetMs: summary(offsets),
+    captionAbsOffsetMs: summary(offsets.map(Math.abs)),
+    firstSampleAfterCaptionMs: summary(paths),
+  };
 }

@@ -11,6 +11,7 @@
  *   npm run bench -- stage_costs         # wrtc calls, VP8/Opus encoder threads and GC in isolation
  *   BENCH_SERVICE_DIR=<checkout> npm run bench -- session_cpu   # the process steps against another checkout
  *   npm run bench -- streaming_cpu       # a WHEP viewer's and an RTMP output's CPU beside the session's
+ *   npm run bench -- client_render_cpu   # 24 client-rendered sessions (audio + pose stream) beside server rendering and the floor
  *   npm run bench -- mouth_sheet [clip-or-photo …]   # contact sheets of mouth crops and the artefact measures
  *   npm run bench -- kept_bytes          # transcripts and the webhook outbox against their byte budgets
  */
@@ -37,6 +38,7 @@ import { benchAvatarFidelity } from './avatar-fidelity.ts';
 import { benchSessionCpu } from './session-cpu.ts';
 import { benchSessionCycles } from './session-cycles.ts';
 import { benchStreamingCpu } from './streaming-cpu.ts';
+import { benchClientRenderCpu } from './client-render-cpu.ts';
 import { benchProfile } from './profile.ts';
 import { benchStageCosts } from './stage-costs.ts';
 import { benchCluster } from './cluster.ts';
@@ -66,6 +68,7 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['capacity_lipsync', () => benchCapacity('lipsync')],
   ['session_cpu', benchSessionCpu],
   ['streaming_cpu', benchStreamingCpu],
+  ['client_render_cpu', benchClientRenderCpu],
   ['session_cycles', () => benchSessionCycles()],
   ['profile', benchProfile],
   ['stage_costs', benchStageCosts],

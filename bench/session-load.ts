@@ -111,16 +111,25 @@ export class SessionLoad {
     readonly servicePid: number,
   ) {}
 
-  /** Creates, connects (wrtc receiver + SSE) and starts `count` sessions of `model` (on `avatarId`, else the model's bench avatar). */
-  async open(model: SessionModel, count: number, avatarId?: string): Promise<void> {
+  /**
+   * Creates, connects (wrtc receiver + SSE) and starts `count` sessions of `model` (on `avatarId`, else the model's
+   * bench avatar). `client`: client-rendered sessions (`render: "client"`), each receiver made by `client.connect`.
+   */
+  async open(
+    model: SessionModel,
+    count: number,
+    avatarId?: string,
+    client?: { connect: (baseUrl: string, sessionId: string) => Promise<ReceivingPeer> },
+  ): Promise<void> {
     const avatar = avatarId ?? (await avatarFor(this.baseUrl, model)).id;
     for (let i = 0; i < count; i++) {
       const { session_id } = await postJson<{ session_id: string }>(this.baseUrl, '/sessions', {
         avatar_id: avatar,
         model,
+        ...(client ? { render: 'client' } : {}),
       });
       const sse = await SseClient.open(`${this.baseUrl}/sessions/${session_id}/events`);
-      const peer = await ReceivingPeer.connect(this.baseUrl, session_id);
+      const peer = await (client?.connect ?? ReceivingPeer.connect)(this.baseUrl, session_id);
       peer.keepFrames = false;
       await postJson(this.baseUrl, `/sessions/${session_id}/start`);
       this.sessions.push({ id: session_id, peer, sse, turns: 0, failedSpeaks: 0 });

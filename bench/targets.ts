@@ -74,6 +74,21 @@ function ratioTarget(row: string, name: string): TargetSpec {
 }
 
 const TARGETS: TargetSpec[] = [
+  // Issue 47: a client-rendered session costs the server little more than its audio.
+  {
+    row: 'client-rendered CPU per session-second over the transport floor, 24 speaking',
+    path: ['client_render_cpu', 'client_rendered', 'cpu_ratio_to_transport_floor'],
+    unit: '×',
+    target: '≤ 0.35×',
+    ok: (v) => v <= 0.35,
+  },
+  {
+    row: '  late pose messages, client-rendered, 24 speaking',
+    path: ['client_render_cpu', 'client_rendered', 'late_pose_percent'],
+    unit: '%',
+    target: '< 1 %',
+    ok: (v) => v < 1,
+  },
   // What this host charges for sending the same media with bare wrtc senders: every CPU row's note reads it as a ratio.
   {
     row: 'transport floor: bare wrtc sender CPU per stream-second, 3 streams',

@@ -26,7 +26,7 @@ const STYLE = `
 @media (prefers-color-scheme: dark) { :host([theme="auto"]) { --bg: #15191f; --fg: #eef; } }
 .box { background: var(--bg); border: 1px solid var(--line); border-radius: 12px; padding: 10px; display: flex; flex-direction: column; gap: 8px; }
 .stage { position: relative; width: 100%; aspect-ratio: 1; overflow: hidden; border-radius: 8px; background: #111; }
-video { position: absolute; left: 0; top: 0; width: 100%; height: 100%; object-fit: contain; display: block; }
+video, canvas { position: absolute; left: 0; top: 0; width: 100%; height: 100%; object-fit: contain; display: block; }
 .badge { position: absolute; top: 8px; left: 8px; padding: 2px 10px; border-radius: 12px; background: #000a; color: #fff; font-size: .8rem; }
 .badge[data-stage="speaking"] { background: #2e86c1d0; } .badge[data-stage="listening"] { background: #1e8449d0; } .badge[data-stage="thinking"] { background: #b9770ed0; }
 .badge[data-stage="refused"], .badge[data-stage="unreachable"], .badge[data-stage="error"] { background: #c0392bd0; }
@@ -174,7 +174,9 @@ export class AvatarChatElement extends HTMLElement {
     const server = this.getAttribute('server') ?? scriptOrigin;
     if (server !== this.server || !(await this.capabilities)) this.capabilities = this.loadCapabilities();
     this.server = server;
-    const client = new AvatarClient({ server: this.server, tools: this.tools });
+    // render="client": this browser draws the face from the render kit and the pose stream (docs/embedding.md).
+    const render = this.getAttribute('render') === 'client' ? 'client' : 'server';
+    const client = new AvatarClient({ server: this.server, tools: this.tools, render });
     this.client = client;
     this.listen(client);
     try {
@@ -220,6 +222,7 @@ export class AvatarChatElement extends HTMLElement {
     if (client) this.setStatus('ended');
     // The live picture goes; the avatar's preview (the poster) comes back.
     this.root.querySelector('video')!.srcObject = null;
+    client?.canvas?.remove();
     await client?.end({ keepalive }).catch(() => undefined);
   }
 
@@ -230,6 +233,17 @@ export class AvatarChatElement extends HTMLElement {
     const stream = new MediaStream();
     this.stopCaptions?.();
     this.stopCaptions = showLiveCaptions(client, video.parentElement!);
+    // A client-rendered face is drawn over the video element, which still plays the audio.
+    if (client.canvas) {
+      client.canvas.setAttribute('aria-label', 'Avatar');
+      Object.assign(client.canvas.style, {
+        left: video.style.left,
+        top: video.style.top,
+        width: video.style.width,
+        height: video.style.height,
+      });
+      video.after(client.canvas);
+    }
     client.on('track', ({ track }) => {
       for (const old of stream.getTracks().filter((t) => t.kind === track.kind)) stream.removeTrack(old);
       stream.addTrack(track);

@@ -14,9 +14,13 @@ import type {
   SpeakRequest,
   ToolResultResponse,
 } from './generated/api-types.ts';
+import { PoseStream } from './pose-stream.ts';
 
 export type * from './generated/api-types.ts';
+export { PoseStream, type PoseStreamFigures } from './pose-stream.ts';
 
+/** The label of the data channel a client-rendered session's poses arrive on (the service's `POSE_CHANNEL_LABEL`). */
+export const POSE_CHANNEL_LABEL = 'avatar';
 /** Non-trickle ICE: how long the client gathers candidates before it sends its offer (the service does the same). */
 export const ICE_GATHER_MS = 2_000;
 /** First wait before an SSE stream that ended is opened again; doubled after each failed attempt. */
@@ -93,6 +97,14 @@ export interface AvatarClientOptions {
   /** The microphone for `talk()`; the browser's `getUserMedia` by default. */
   getUserMedia?: (constraints: MediaStreamConstraints) => Promise<MediaStream>;
   fetch?: typeof fetch;
+  /**
+   * Where the face is drawn (docs/embedding.md): `server` (default) sends it as video; `client` has this browser draw
+   * it into `canvas` from the avatar's render kit and the session's pose stream, and the peer receives audio only.
+   * `createSession` asks for it unless its request says otherwise.
+   */
+  render?: 'server' | 'client';
+  /** The canvas a client-rendered face is drawn into; one is created when absent (`AvatarClient.canvas`). */
+  canvas?: HTMLCanvasElement;
 }
 
 /** Events of the client itself, besides the service's SSE events. */
@@ -103,6 +115,8 @@ export interface ClientEvents {
   reconnecting: { attempt: number; delayMs: number };
   /** A client tool's handler threw; the model got `{error}` as its output. */
   tool_error: { call: ServerEvents['tool_call']; error: unknown };
+  /** A client-rendered face could not be loaded or drawn (the audio goes on). */
+  render_error: { error: unknown };
 }
 type AnyEvents = ServerEvents & ClientEvents;
 
@@ -119,6 +133,10 @@ export class AvatarClient {
   peer: RTCPeerConnection | null = null;
   /** The microphone while talking. */
   microphone: MediaStream | null = null;
+  /** A client-rendered session's canvas (`render: 'client'`): put it on the page; null when rendered on the server. */
+  canvas: HTMLCanvasElement | null = null;
+  /** A client-rendered session's pose stream on the current peer (its figures show what was drawn when). */
+  poseStream: PoseStream | null = null;
 
   private readonly server: string;
   private readonly fetchImpl: typeof fetch;
@@ -131,6 +149,19 @@ export class AvatarClient {
     this.fetchImpl = options.fetch ?? ((input, init) => fetch(input, init));
     this.tools = { ...options.tools };
     this.on('tool_call', (call) => void this.answerToolCall(call));
+    this.useRendering(options.render ?? 'server', options.canvas);
+  }
+
+  /**
+   * Where the next session's face is drawn (`AvatarClientOptions.render`): takes effect at the next `createSession` and
+   * offer. `client` draws into `canvas`, or one this client creates (`canvas` then holds it).
+   */
+  useRendering(render: 'server' | 'client', canvas?: HTMLCanvasElement): void {
+    this.options.render = render;
+    if (render === 'server') this.canvas = null;
+    else
+      this.canvas =
+        canvas ?? this.canvas ?? (typeof document === 'undefined' ? null : document.createElement('canvas'));
   }
 
   /** Listens to an SSE event of the session (or a client event); returns the function that stops listening. */
@@ -149,7 +180,9 @@ export class AvatarClient {
   // ——— sessions ———
 
   async createSession(request: CreateSessionRequest): Promise<string> {
-    const { data } = await this.request<CreateSessionResponse>('POST', '/sessions', request);
+    const body =
+      this.options.render && request.render === undefined ? { ...request, render: this.options.render } : request;
+    const { data } = await this.request<CreateSessionResponse>('POST', '/sessions', body);
     this.sessionId = data.session_id;
     return data.session_id;
   }
@@ -188,6 +221,8 @@ export class AvatarClient {
     this.events?.abort();
     this.events = null;
     this.stopTalking();
+    this.poseStream?.close();
+    this.poseStream = null;
     this.peer?.close();
     this.peer = null;
   }
@@ -318,11 +353,16 @@ export class AvatarClient {
     const PeerConnection = this.options.RTCPeerConnection ?? globalThis.RTCPeerConnection;
     if (!PeerConnection) throw new Error('no WebRTC implementation: pass RTCPeerConnection in the options');
     const pc = new PeerConnection();
+    const clientRendered = this.options.render === 'client';
+    let poses: RTCDataChannel | null = null;
+    let audio: RTCRtpTransceiver;
     try {
-      pc.addTransceiver('video', { direction: 'recvonly' });
+      // A client-rendered face comes as poses on the `avatar` data channel, drawn here: no video is asked for.
+      if (clientRendered) poses = pc.createDataChannel(POSE_CHANNEL_LABEL);
+      else pc.addTransceiver('video', { direction: 'recvonly' });
       const track = microphone?.getAudioTracks()[0];
-      if (track) pc.addTransceiver(track, { direction: 'sendrecv', streams: [microphone!] });
-      else pc.addTransceiver('audio', { direction: 'recvonly' });
+      if (track) audio = pc.addTransceiver(track, { direction: 'sendrecv', streams: [microphone!] });
+      else audio = pc.addTransceiver('audio', { direction: 'recvonly' });
       pc.addEventListener('track', (event) =>
         this.emit('track', { track: event.track, stream: event.streams[0] ?? null }),
       );
@@ -340,6 +380,10 @@ export class AvatarClient {
     const previous = this.peer;
     this.peer = pc;
     previous?.close();
+    this.poseStream?.close();
+    this.poseStream = poses
+      ? new PoseStream(poses, audio.receiver, this.canvas, this.server, (error) => this.emit('render_error', { error }))
+      : null;
     return pc;
   }
 

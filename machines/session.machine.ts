@@ -11,6 +11,7 @@ import {
   type SnapshotFrom,
 } from 'xstate';
 import type { TtsSelection } from '../actors/tts/types.ts';
+import type { SegmentExpression } from '../actors/llm/types.ts';
 
 /**
  * The session state machine, and the one place that decides what a session accepts: a client's call is
@@ -113,7 +114,8 @@ export type SessionEvent =
   /** The speech that began was not a turn after all (too long, the source went away). */
   | { type: 'VOICE.CANCEL' }
   | { type: 'ASR.DONE'; text: string }
-  | { type: 'LLM.SEGMENT'; text: string }
+  /** A reply segment to speak, with the expression tags written in it (shown as its audio starts). */
+  | { type: 'LLM.SEGMENT'; text: string; expressions?: SegmentExpression[] }
   | { type: 'LLM.DONE' }
   | { type: 'TTS.FIRST_AUDIO' }
   /** A reply segment's audio is all queued for playout: its text and how long it plays. */
@@ -135,7 +137,9 @@ export type LlmActorEvent =
 export type MediaActorEvent = { type: 'FLUSH' };
 
 /** What the tts actor hears from the machine: the chat reply's segments as the llm produces them. */
-export type TtsActorEvent = { type: 'TEXT.SEGMENT'; text: string } | { type: 'TEXT.END' };
+export type TtsActorEvent =
+  | { type: 'TEXT.SEGMENT'; text: string; expressions?: SegmentExpression[] }
+  | { type: 'TEXT.END' };
 
 export type SessionEmitted =
   | { type: 'status'; stage: PipelineStage; message?: string }
@@ -390,7 +394,11 @@ export const sessionMachine = setup({
                   })),
                   on: {
                     'LLM.SEGMENT': {
-                      actions: sendTo('tts', ({ event }) => ({ type: 'TEXT.SEGMENT' as const, text: event.text })),
+                      actions: sendTo('tts', ({ event }) => ({
+                        type: 'TEXT.SEGMENT' as const,
+                        text: event.text,
+                        expressions: event.expressions,
+                      })),
                     },
                     'LLM.DONE': { actions: sendTo('tts', { type: 'TEXT.END' as const }) },
                     'TTS.QUEUED': {

@@ -29,6 +29,12 @@ export const RENDERABLE_AVATARS: Record<ModelType, ModelType[]> = {
   rt_head: ['rt', 'rt_head'],
 };
 
+/**
+ * Models whose pictures the viewer's browser can draw (`render: "client"`, issue 47): the CPU renderers, whose frames
+ * are composites of cached pieces the render kit carries. The neural models and the test card render on the server only.
+ */
+export const CLIENT_RENDERED_MODELS: readonly ModelType[] = ['lipsync', 'rt', 'rt_head'];
+
 const BACKENDS: Record<ModelType, string> = {
   mock: 'cpu test card with timecode',
   lipsync: 'cpu mouth-region warping of a photo',

@@ -10,7 +10,7 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeFaceDetector, detectMouth } from '../actors/faces/detector.ts';
 import { i420ToRgba } from '../actors/render/i420.ts';
-import { LipsyncRenderer } from '../actors/render/renderers/lipsync.ts';
+import { WarpRenderer } from '../actors/render/renderers/warp.ts';
 import type { FrameRequest, I420Frame, Point } from '../actors/render/types.ts';
 import { CLIP_BUNDLE_FRAMES, makeClipBundle } from './helpers/clip-bundle.ts';
 import { PORTRAIT, request } from './render.fixtures.ts';
@@ -28,7 +28,7 @@ async function noseOf(frame: I420Frame): Promise<Point> {
 
 describe('a video avatar’s head on top of its loop', () => {
   let bundle: Awaited<ReturnType<typeof makeClipBundle>>;
-  const renderer = new LipsyncRenderer();
+  const renderer = new WarpRenderer();
   const noses = (requests: FrameRequest[]) => Promise.all(requests.map((r) => noseOf(renderer.render(r))));
   const loop = (overrides: Partial<FrameRequest>) =>
     Array.from({ length: CLIP_BUNDLE_FRAMES }, (_, i) => request(i, overrides));

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeFaceDetector, detectMouth } from '../actors/faces/detector.ts';
 import { laidOpeningsOn, MouthHarvest, type LaidOpenings } from '../actors/faces/mouth-harvest.ts';
 import { i420ToRgba } from '../actors/render/i420.ts';
-import { LipsyncRenderer } from '../actors/render/renderers/lipsync.ts';
+import { WarpRenderer } from '../actors/render/renderers/warp.ts';
 import type { MouthAnimation, Point } from '../actors/render/types.ts';
 import { ASTRONAUT_ANIMATION, makePortraitBundle, request } from './render.fixtures.ts';
 
@@ -58,7 +58,7 @@ describe('harvested mouths keyed by how they read once laid on the reference fra
   beforeAll(async () => {
     const photo = makePortraitBundle();
     cleanup = photo.cleanup;
-    const renderer = new LipsyncRenderer();
+    const renderer = new WarpRenderer();
     await renderer.prepare(photo.source);
     reference = i420ToRgba(renderer.render(request(0)));
     frames = OPENINGS.map((open) =>

@@ -95,6 +95,33 @@ describe('captions keep time with the audio at a wrtc receiver', () => {
       );
   }, 30_000);
 
+  it("a caption's start is its sentence's speech onset on the media clock: after the sentence's leading silence, exactly", async () => {
+    const { media, captions } = await captionedMedia();
+    const loudChunks: number[] = [];
+    media.playout.on('audio', (samples, _rate, mediaMs) => {
+      if (samples.some((s) => Math.abs(s) >= 1_000)) loudChunks.push(mediaMs);
+    });
+    // 120 ms of near-silence (below the onset level), then the words; the second sentence opens with 60 ms of it.
+    const withLead = (leadMs: number, toneMs: number) => {
+      const pcm = new Int16Array(Math.round(((leadMs + toneMs) * SAMPLE_RATE) / 1000));
+      pcm.fill(200, 0, Math.round((leadMs * SAMPLE_RATE) / 1000));
+      pcm.set(tone(toneMs), Math.round((leadMs * SAMPLE_RATE) / 1000));
+      return pcm;
+    };
+    media.enqueue('turn-lead', withLead(120, 400), mouth(520), 0, 'Late start.');
+    media.enqueue('turn-lead', withLead(60, 300), mouth(360), 1, 'Then this.');
+    media.endTurn('turn-lead');
+    await media.whenDrained('turn-lead');
+    await sleep(DEFAULT_CAPTION_DELAY_MS + 300);
+    expect(captions.map((c) => [c.text, c.startMs, c.endMs])).toEqual([
+      ['Late start.', 120, 520],
+      ['Then this.', 580, 880],
+    ]);
+    // The turn starts on a chunk boundary after silence, so each onset is the first loud chunk's media time.
+    expect(captions[0].clockMs).toBe(loudChunks[0]);
+    expect(captions[1].clockMs - captions[0].clockMs).toBe(460);
+  }, 30_000);
+
   it('an interrupted turn gets no caption for a sentence that never played, and its last one ends where the audio stopped', async () => {
     const { media, captions } = await captionedMedia();
     ['One.', 'Two.', 'Three.'].forEach((text, index) => media.enqueue('turn-2', tone(1000), mouth(1000), index, text));

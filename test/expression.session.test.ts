@@ -102,10 +102,14 @@ describe('expressions in a live session', () => {
     await t.app.inject({ method: 'DELETE', url: `/sessions/${id}` });
   });
 
-  it('a reply with tags split across tokens speaks without them; SSE, transcript and history keep no tag; the tags become expressions', async () => {
+  it('a reply with tags split across tokens speaks without them; SSE, captions, transcript and history keep no tag; each tag starts with its sentence', async () => {
     const session = await t.services.supervisor.requireSession(s.sessionId);
     const spoken: string[] = [];
-    const off = sessionParts(session).bus.on('tts.queued', ({ text }) => spoken.push(text));
+    const durations: number[] = [];
+    const off = sessionParts(session).bus.on('tts.queued', ({ text, durationMs }) => {
+      spoken.push(text);
+      durations.push(durationMs);
+    });
     const from = s.sse.events.length;
     try {
       expect((await post(t.baseUrl, `/sessions/${s.sessionId}/chat`, { prompt: 'Greet me.' })).status).toBe(200);
@@ -125,7 +129,12 @@ describe('expressions in a live session', () => {
       { name: 'smile', intensity: 1, source: 'llm' },
       { name: 'surprise', intensity: 0.5, source: 'llm' },
     ]);
-    expect(expressions[1].start_ms).toBeGreaterThanOrEqual(expressions[0].start_ms);
+    // Each tag starts as the sentence it was written in starts to play, not when the model wrote it (the stream is
+    // done long before "Really?" plays): the second cue lies one first sentence's audio after the first.
+    expect(durations[0]).toBeGreaterThan(300);
+    expect(Math.abs(expressions[1].start_ms - expressions[0].start_ms - durations[0])).toBeLessThanOrEqual(2);
+    const captions = turn.filter((e) => e.type === 'caption').map((e) => e.data);
+    expect(captions.map((c) => c.text)).toEqual(['Hello there.', 'Really?']);
 
     const transcript = await json(await fetch(`${t.baseUrl}/sessions/${s.sessionId}/transcript`));
     const last = transcript.turns.at(-1);

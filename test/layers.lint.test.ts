@@ -129,3 +129,68 @@ describe('actors/ folders import only floors below their own (no circles between
     expect(fromSrc[0]).toMatch(/never import src/);
   });
 });
+
+describe('src/ folders import only floors below their own (no circles inside the service)', () => {
+  it('a folder importing one on a higher floor fails lint, types included: the store reaching into the API schemas', async () => {
+    const errors = await layerErrors(
+      'src/store/example.ts',
+      "import type { TranscriptTurn } from '../schemas/sessions.ts';\nexport type X = TranscriptTurn;\n",
+    );
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatch(/SRC_FLOORS/);
+  });
+
+  it('the sessions importing their observers (inspector, metrics) fails lint: those reach the sessions through ports', async () => {
+    const code =
+      "import type { InspectionHub } from '../inspect/inspection-hub.ts';\nimport { ServiceMetrics } from '../metrics/service-metrics.ts';\nexport type X = InspectionHub;\nexport const y = ServiceMetrics;\n";
+    expect(await layerErrors('src/sessions/example.ts', code)).toHaveLength(2);
+  });
+
+  it('a folder importing one on its own floor fails lint, and so does a top-level file importing one above it', async () => {
+    expect(
+      await layerErrors(
+        'src/inspect/example.ts',
+        "import { ServiceMetrics } from '../metrics/service-metrics.ts';\nexport const x = ServiceMetrics;\n",
+      ),
+    ).toHaveLength(1);
+    const fromLogger = await layerErrors(
+      'src/logger.ts',
+      "import type { Services } from './services.ts';\nexport type X = Services;\n",
+    );
+    expect(fromLogger).toHaveLength(1);
+    expect(fromLogger[0]).toMatch(/SRC_FLOORS/);
+  });
+
+  it('routes are the top floor of folders: importing the app that registers them fails lint', async () => {
+    const errors = await layerErrors(
+      'src/routes/example.ts',
+      "import { buildApp } from '../app.ts';\nexport const x = buildApp;\n",
+    );
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatch(/SRC_FLOORS/);
+  });
+
+  it('imports of lower floors pass: observers reaching the sessions, the sessions the store, the assembly everything', async () => {
+    const observer =
+      "import type { SessionBus } from '../sessions/session-bus.ts';\nimport type { Store } from '../store/db.ts';\nimport { createLogger } from '../logger.ts';\nimport { x } from './own.ts';\nexport type Y = [SessionBus, Store];\nexport const z = [createLogger, x];\n";
+    expect(await layerErrors('src/metrics/example.ts', observer)).toEqual([]);
+    expect(
+      await layerErrors(
+        'src/sessions/example.ts',
+        "import { TranscriptStore } from '../store/transcripts.ts';\nimport { SessionOutputs } from '../streaming/outputs.ts';\nexport const x = [TranscriptStore, SessionOutputs];\n",
+      ),
+    ).toEqual([]);
+    expect(
+      await layerErrors(
+        'src/services.ts',
+        "import { SessionSupervisor } from './sessions/supervisor.ts';\nimport { ServiceMetrics } from './metrics/service-metrics.ts';\nexport const x = [SessionSupervisor, ServiceMetrics];\n",
+      ),
+    ).toEqual([]);
+    expect(
+      await layerErrors(
+        'src/routes/example.ts',
+        "import { errors } from '../schemas/common.ts';\nimport { closedSignal } from '../http/closed-signal.ts';\nexport const x = [errors, closedSignal];\n",
+      ),
+    ).toEqual([]);
+  });
+});

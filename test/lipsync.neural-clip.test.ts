@@ -10,7 +10,7 @@ import { faceAt, prepareFace } from '../actors/lipsync/face-crop.ts';
 import { LocalLipsyncModel } from '../actors/lipsync/local-model.ts';
 import type { NeuralLipsyncRenderer } from '../actors/lipsync/neural-renderer.ts';
 import { RenderPool } from '../actors/render/pool.ts';
-import { LipsyncRenderer } from '../actors/render/renderers/lipsync.ts';
+import { WarpRenderer } from '../actors/render/renderers/warp.ts';
 import type { AvatarSource, FrameRequest, I420Frame } from '../actors/render/types.ts';
 import { makeClipBundle } from './helpers/clip-bundle.ts';
 import { tinyLipsyncModel, writeModelFile } from './helpers/tiny-onnx.ts';
@@ -35,7 +35,7 @@ describe('lipsync_b on a video avatar', () => {
   let pool: InferencePool;
   let renderPool: RenderPool;
   let model: { path: string; remove(): Promise<void> };
-  let loop: LipsyncRenderer;
+  let loop: WarpRenderer;
   const renderers: Record<string, NeuralLipsyncRenderer> = {};
 
   beforeAll(async () => {
@@ -56,7 +56,7 @@ describe('lipsync_b on a video avatar', () => {
     const { clip: _clip, ...withoutLoop } = bundle.source;
     renderers.inline = await inline.open(withoutLoop);
     renderers['render pool'] = await offloaded.open(withoutLoop);
-    loop = new LipsyncRenderer();
+    loop = new WarpRenderer();
     await loop.prepare(bundle.source);
   });
 

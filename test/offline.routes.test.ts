@@ -6,6 +6,7 @@ import { decodeTimecode } from '../actors/render/timecode.ts';
 import { JobStore } from '../src/store/jobs.ts';
 import { json, makeAvatarBundle, post, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import { extractAudio, extractFrames, probeMp4, rms, speechOnsets } from './helpers/mp4.ts';
+import { parseVtt } from './helpers/vtt.ts';
 
 const SAMPLE_RATE = 16_000;
 const W = 256; // mock timecode blocks are width/22 px: wide enough to survive H.264
@@ -93,6 +94,25 @@ describe('offline bundle over HTTP', () => {
     const audio = await extractAudio(file, SAMPLE_RATE);
     expect(Math.abs((audio.length * 1000) / SAMPLE_RATE - frames.length * FRAME_MS)).toBeLessThanOrEqual(FRAME_MS);
     expect(rms(audio)).toBeGreaterThan(300);
+
+    // The captions beside it: one cue per sentence, in order, inside the MP4, each from its speech onset (past the
+    // sentence's leading near-silence) — the same rule the live clock's SSE `caption` follows.
+    const vtt = await get(`/sessions/${id}/rt-offline-bundle/${job_id}/captions.vtt`);
+    expect(vtt.status).toBe(200);
+    expect(vtt.headers.get('content-type')).toMatch(/^text\/vtt/);
+    const cues = parseVtt(await vtt.text());
+    expect(cues.map((c) => c.text)).toEqual(['Hello from the offline renderer.', 'It runs faster than real time.']);
+    const durationMs = frames.length * FRAME_MS;
+    expect(cues[0].fromMs).toBeGreaterThan(0);
+    expect(cues[0].toMs).toBeLessThanOrEqual(cues[1].fromMs);
+    expect(cues[1].toMs).toBeLessThanOrEqual(durationMs);
+    // Each cue starts where its audio in the MP4 becomes loud (AAC smears an onset by a frame or so).
+    const onsets = speechOnsets(audio, SAMPLE_RATE, 600, 60);
+    for (const cue of cues)
+      expect(
+        Math.min(...onsets.map((o) => Math.abs(o - cue.fromMs))),
+        `${cue.text} at ${cue.fromMs}: ${onsets}`,
+      ).toBeLessThanOrEqual(60);
   }, 30_000);
 
   it('keeps sync: the mock frame shown at each audio onset carries that time', async () => {
@@ -108,7 +128,7 @@ describe('offline bundle over HTTP', () => {
     const file = await download(id, job_id);
     const frames = await extractFrames(file, W, H);
     const audio = await extractAudio(file, SAMPLE_RATE);
-    const onsets = speechOnsets(audio, SAMPLE_RATE);
+    const onsets = speechOnsets(audio, SAMPLE_RATE, 600, 60);
     expect(onsets).toHaveLength(2);
     expect(Math.abs(onsets[0] - 600)).toBeLessThanOrEqual(5);
     expect(Math.abs(onsets[1] - 1700)).toBeLessThanOrEqual(5);
@@ -151,6 +171,8 @@ describe('offline bundle over HTTP', () => {
       await post(app.baseUrl, bundle, { segments: [{ audio_base64: pcm([{ ms: 4000, hz: 300 }]) }] }),
     );
     expect((await get(`${bundle}/${job_id}/download`)).status).toBe(409);
+    expect((await get(`${bundle}/${job_id}/captions.vtt`)).status).toBe(409);
+    expect((await get(`${bundle}/${randomUUID()}/captions.vtt`)).status).toBe(404);
     const other = await newSession();
     expect((await get(`/sessions/${other}/rt-offline-bundle/${job_id}`)).status).toBe(404);
     await waitDone(id, job_id);

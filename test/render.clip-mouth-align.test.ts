@@ -17,7 +17,7 @@ import {
   MOUTH_SAMPLE_WIDTH_PX,
   type MouthSampleIndex,
 } from '../actors/render/harvested-mouths.ts';
-import { LipsyncRenderer } from '../actors/render/renderers/lipsync.ts';
+import { WarpRenderer } from '../actors/render/renderers/warp.ts';
 import type { I420Frame, MouthAnimation, Point } from '../actors/render/types.ts';
 import { makeClipBundle } from './helpers/clip-bundle.ts';
 import { request } from './render.fixtures.ts';
@@ -183,7 +183,7 @@ describe('a harvested mouth laid on a clip avatar’s loop frame', () => {
     try {
       const renderers = await Promise.all(
         [withThin, withRich, without].map(async ({ source }) => {
-          const renderer = new LipsyncRenderer();
+          const renderer = new WarpRenderer();
           await renderer.prepare(source);
           return renderer;
         }),

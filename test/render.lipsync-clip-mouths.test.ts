@@ -4,7 +4,7 @@ import { MouthHarvest, type HarvestedMouthFiles } from '../actors/faces/mouth-ha
 import { loopFrameIndex } from '../actors/render/clip-loop.ts';
 import { i420ToRgba } from '../actors/render/i420.ts';
 import { OWN_MOUTH_OPEN } from '../actors/render/harvested-mouths.ts';
-import { LipsyncRenderer } from '../actors/render/renderers/lipsync.ts';
+import { WarpRenderer } from '../actors/render/renderers/warp.ts';
 import { RenderPool } from '../actors/render/pool.ts';
 import type { AvatarSource, I420Frame, MouthAnimation, Point } from '../actors/render/types.ts';
 import { makeClipBundle } from './helpers/clip-bundle.ts';
@@ -39,7 +39,7 @@ const REST_GAP = 0.114 * MW;
 async function harvestSpeakingFrames(): Promise<{ files: HarvestedMouthFiles; frames: Uint8Array[] }> {
   const photo = makePortraitBundle();
   try {
-    const renderer = new LipsyncRenderer();
+    const renderer = new WarpRenderer();
     await renderer.prepare(photo.source);
     const closed = i420ToRgba(renderer.render(request(0)));
     const harvest = new MouthHarvest();
@@ -113,9 +113,9 @@ describe('lipsync renderer on a video avatar with harvested mouths', () => {
   });
 
   it("a speaking frame shows the harvested mouth for that opening at the frame's tracked mouth (closer to it than to the warp), and nothing outside the mouth's box changes", async () => {
-    const renderer = new LipsyncRenderer();
+    const renderer = new WarpRenderer();
     await renderer.prepare(withMouths.source);
-    const warp = new LipsyncRenderer();
+    const warp = new WarpRenderer();
     await warp.prepare(warpOnly.source);
     const widest = harvested.files.index.samples.reduce((a, b) => (b.open > a.open ? b : a));
     for (const frameIdx of [0, 9]) {
@@ -144,9 +144,9 @@ describe('lipsync renderer on a video avatar with harvested mouths', () => {
   });
 
   it("the laid mouth takes the frame's skin colour and fades into it within the skin around the lips, though the clip was lit brighter", async () => {
-    const renderer = new LipsyncRenderer();
+    const renderer = new WarpRenderer();
     await renderer.prepare(withMouths.source);
-    const warp = new LipsyncRenderer();
+    const warp = new WarpRenderer();
     await warp.prepare(warpOnly.source);
     // The widest sample's pose is the request's (open 1, neutral): both frames are the loop frame warped alike, and
     // differ only by the laid mouth.
@@ -181,9 +181,9 @@ describe('lipsync renderer on a video avatar with harvested mouths', () => {
   });
 
   it('a silent request on a loop frame whose own lips are closed shows the loop frame untouched', async () => {
-    const renderer = new LipsyncRenderer();
+    const renderer = new WarpRenderer();
     await renderer.prepare(withMouths.source);
-    const warp = new LipsyncRenderer();
+    const warp = new WarpRenderer();
     await warp.prepare(warpOnly.source);
     const everything = { x0: 0, y0: 0, x1: 0, y1: 0 };
     for (const frameIdx of [0, 5])
@@ -220,9 +220,9 @@ describe('lipsync renderer on a video avatar with harvested mouths', () => {
   it("on a loop frame whose own lips are parted (the clip's speech), silence lays the person's closed mouth there", async () => {
     // The same loop, its track saying every frame's lips are apart as in mid-sentence.
     const talking = withLipsApart(REST_GAP + 0.3 * MW);
-    const renderer = new LipsyncRenderer();
+    const renderer = new WarpRenderer();
     await renderer.prepare(talking);
-    const warp = new LipsyncRenderer();
+    const warp = new WarpRenderer();
     await warp.prepare(warpOnly.source);
     const { closed, shift, core } = closedMouthOnFrame3();
     const silent = renderer.render(request(3));
@@ -236,9 +236,9 @@ describe('lipsync renderer on a video avatar with harvested mouths', () => {
   it("while speaking, a closed pose lays the person's closed mouth even on a loop frame whose own lips are only slightly parted", async () => {
     // The clip's own lips apart by less than counts as talking while idle (OWN_MOUTH_OPEN): its idle loop shows them as they are.
     const murmuring = withLipsApart(REST_GAP + 0.5 * OWN_MOUTH_OPEN * MW);
-    const renderer = new LipsyncRenderer();
+    const renderer = new WarpRenderer();
     await renderer.prepare(murmuring);
-    const warp = new LipsyncRenderer();
+    const warp = new WarpRenderer();
     await warp.prepare(warpOnly.source);
     const { closed, shift, core } = closedMouthOnFrame3();
     const loopFrame = warp.render(request(3));
@@ -253,9 +253,9 @@ describe('lipsync renderer on a video avatar with harvested mouths', () => {
     const pool = new RenderPool({ threads: 1 });
     try {
       const handle = await pool.open(withMouths.source, 'lipsync');
-      const inline = new LipsyncRenderer();
+      const inline = new WarpRenderer();
       await inline.prepare(withMouths.source);
-      const warp = new LipsyncRenderer();
+      const warp = new WarpRenderer();
       await warp.prepare(warpOnly.source);
       for (const frameIdx of [0, 9]) {
         const [pooled] = await handle.render([speaking(frameIdx, 1)]);

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeFaceDetector, detectMouth } from '../actors/faces/detector.ts';
 import { innerLipGap } from '../actors/render/harvested-mouths.ts';
 import { i420ToRgba } from '../actors/render/i420.ts';
-import { LipsyncRenderer, OPEN_STEPS } from '../actors/render/renderers/lipsync.ts';
+import { WarpRenderer, OPEN_STEPS } from '../actors/render/renderers/warp.ts';
 import type { AvatarSource, I420Frame, MouthAnimation } from '../actors/render/types.ts';
 import { makeClipBundle } from './helpers/clip-bundle.ts';
 import { makePortraitBundle, request } from './render.fixtures.ts';
@@ -37,7 +37,7 @@ describe('lipsync renderer on a clip whose lips rest parted', () => {
     // The clip's picture: the photo's own renderer opening its mouth, found again by the detector as clip creation does.
     const photo = makePortraitBundle();
     try {
-      const renderer = new LipsyncRenderer();
+      const renderer = new WarpRenderer();
       await renderer.prepare(photo.source);
       const parted = renderer.render(speaking(PARTED_REST));
       const png = await sharp(i420ToRgba({ width: parted.width, height: parted.height, data: parted.data }), {
@@ -60,7 +60,7 @@ describe('lipsync renderer on a clip whose lips rest parted', () => {
   it('every opening step shows the lips at least as far apart as the idle loop, and the widest clearly wider', async () => {
     // The premise: the loop's lips rest visibly parted (the closed-lips detector reading is ~0.05).
     expect(restOpening).toBeGreaterThan(0.12);
-    const renderer = new LipsyncRenderer();
+    const renderer = new WarpRenderer();
     await renderer.prepare(clip.source);
     const idle = openingOf(await faceOf(renderer.render(request(0))));
     const steps: number[] = [];

@@ -1,6 +1,6 @@
 import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LipsyncRenderer } from '../actors/render/renderers/lipsync.ts';
+import { WarpRenderer } from '../actors/render/renderers/warp.ts';
 import { loopFrameIndex } from '../actors/render/clip-loop.ts';
 import type { AvatarSource } from '../actors/render/types.ts';
 import { CLIP_BUNDLE_FRAMES as FRAMES, makeClipBundle } from './helpers/clip-bundle.ts';
@@ -24,7 +24,7 @@ describe('lipsync renderer (video avatar)', () => {
   });
 
   it('idle shows the clip frame of the loop position (the head moves); the same frame index gives the same frame', async () => {
-    const renderer = new LipsyncRenderer();
+    const renderer = new WarpRenderer();
     await renderer.prepare(bundle.source);
     const everything = { x0: 0, y0: 0, x1: 0, y1: 0 };
     const first = renderer.render(request(0));
@@ -36,7 +36,7 @@ describe('lipsync renderer (video avatar)', () => {
   });
 
   it('speech opens the mouth where the current loop frame has it, and nowhere else', async () => {
-    const renderer = new LipsyncRenderer();
+    const renderer = new WarpRenderer();
     await renderer.prepare(bundle.source);
     for (const frameIdx of [0, 9]) {
       const shift = loopFrameIndex(frameIdx, FRAMES);

@@ -6,7 +6,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LipsyncRenderer } from '../actors/render/renderers/lipsync.ts';
+import { WarpRenderer } from '../actors/render/renderers/warp.ts';
 import { rgbaToI420 } from '../actors/render/i420.ts';
 import { loadBundleFrame } from '../actors/render/image.ts';
 import type { AvatarManifest, AvatarSource, I420Frame, MouthAnimation, MouthPose } from '../actors/render/types.ts';
@@ -21,11 +21,11 @@ const animation = manifest.metadata.animation as MouthAnimation;
 const mw = animation.mouth_width;
 
 /** Frame 0 has no blink; `speaking` keeps the idle sway out of the picture. */
-const renderPose = (renderer: LipsyncRenderer, mouth: MouthPose): I420Frame =>
+const renderPose = (renderer: WarpRenderer, mouth: MouthPose): I420Frame =>
   renderer.render({ frameIdx: 0, ptsMs: 0, mouth, level: 0.5, speaking: true });
 
 describe('photo avatar mouth (astronaut, lipsync)', () => {
-  const renderer = new LipsyncRenderer();
+  const renderer = new WarpRenderer();
   const frames = new Map<Viseme, I420Frame>();
   let photo: I420Frame;
 
@@ -76,7 +76,7 @@ describe('photo avatar mouth without inner-lip landmarks', () => {
   afterAll(() => bundle.cleanup());
 
   it('rests on the unchanged photo and still opens along the mouth centre line', async () => {
-    const renderer = new LipsyncRenderer();
+    const renderer = new WarpRenderer();
     await renderer.prepare(bundle.source);
     const rgba = await loadBundleFrame(bundle.source);
     const photo = rgbaToI420(rgba.data, rgba.width, rgba.height);

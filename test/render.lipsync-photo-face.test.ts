@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeFaceDetector, detectMouth } from '../actors/faces/detector.ts';
 import { i420ToRgba, rgbaToI420 } from '../actors/render/i420.ts';
 import { loadBundleFrame } from '../actors/render/image.ts';
-import { LipsyncRenderer } from '../actors/render/renderers/lipsync.ts';
+import { WarpRenderer } from '../actors/render/renderers/warp.ts';
 import type {
   AvatarManifest,
   AvatarSource,
@@ -89,7 +89,7 @@ describe('a portrait smiling with its teeth (the astronaut rendered smiling), as
   let lips: MouthAnimation;
 
   beforeAll(async () => {
-    const painter = new LipsyncRenderer();
+    const painter = new WarpRenderer();
     await painter.prepare(astronaut);
     const ah = painter.render(speaking(0, SMILE));
     const rgba = i420ToRgba(ah);
@@ -118,7 +118,7 @@ describe('a portrait smiling with its teeth (the astronaut rendered smiling), as
       const photo = rgbaToI420(rgba.data, rgba.width, rgba.height);
       // The source really shows teeth between its lips.
       expect(teethBetweenLips(photo, lips)).toBeGreaterThan(40);
-      const renderer = new LipsyncRenderer();
+      const renderer = new WarpRenderer();
       await renderer.prepare(smiling);
       for (const viseme of ['sil', 'PP'] as const) {
         const rest = renderer.render(speaking(0, VISEME_POSES[viseme]));
@@ -135,7 +135,7 @@ describe('a portrait smiling with its teeth (the astronaut rendered smiling), as
 });
 
 describe('head motion of a photo avatar', () => {
-  const renderer = new LipsyncRenderer();
+  const renderer = new WarpRenderer();
   let photo: I420Frame;
   const { left_eye, right_eye, face_box } = animation;
   const eyes = {

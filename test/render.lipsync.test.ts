@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { LipsyncRenderer } from '../actors/render/renderers/lipsync.ts';
+import { WarpRenderer } from '../actors/render/renderers/warp.ts';
 import { blinkClosure } from '../actors/render/idle-motion.ts';
 import { ASTRONAUT_ANIMATION, dumpPng, lumaDiff, makePortraitBundle, request } from './render.fixtures.ts';
 
@@ -17,7 +17,7 @@ describe('lipsync renderer (photo)', () => {
   });
 
   it('opens the mouth: large change inside the mouth box, the rest of the photo untouched', async () => {
-    const renderer = new LipsyncRenderer();
+    const renderer = new WarpRenderer();
     await renderer.prepare(bundle.source);
     const closed = renderer.render(speaking(100, 0));
     const half = renderer.render(speaking(100, 0.5));
@@ -36,7 +36,7 @@ describe('lipsync renderer (photo)', () => {
   });
 
   it('wide and round shapes differ from a neutral opening', async () => {
-    const renderer = new LipsyncRenderer();
+    const renderer = new WarpRenderer();
     await renderer.prepare(bundle.source);
     const neutral = renderer.render(speaking(3, 0.6));
     expect(lumaDiff(neutral, renderer.render(speaking(3, 0.6, 1, 0)), MOUTH_BOX).inside).toBeGreaterThan(1);
@@ -44,7 +44,7 @@ describe('lipsync renderer (photo)', () => {
   });
 
   it('idle: blinks and sway change frames over time, deterministically per frameIdx', async () => {
-    const renderer = new LipsyncRenderer();
+    const renderer = new WarpRenderer();
     await renderer.prepare(bundle.source);
     const frames = Array.from({ length: 250 }, (_, i) => renderer.render(request(i)));
     const everything = { x0: 0, y0: 0, x1: 0, y1: 0 };
@@ -55,13 +55,13 @@ describe('lipsync renderer (photo)', () => {
     const { x, y } = ASTRONAUT_ANIMATION.left_eye;
     const eye = { x0: x - 6, y0: y - 3, x1: x + 6, y1: y + 3 };
     expect(lumaDiff(frames[blinkFrame], renderer.render(speaking(blinkFrame + 50, 0)), eye).inside).toBeGreaterThan(5);
-    const again = new LipsyncRenderer();
+    const again = new WarpRenderer();
     await again.prepare(bundle.source);
     expect(Buffer.compare(Buffer.from(again.render(request(137)).data), Buffer.from(frames[137].data))).toBe(0);
   });
 
   it('without metadata.animation serves the still image for any pose', async () => {
-    const renderer = new LipsyncRenderer();
+    const renderer = new WarpRenderer();
     await renderer.prepare(still.source);
     expect(renderer.animated).toBe(false);
     const a = renderer.render(request(10));

@@ -5,7 +5,7 @@ import { i420Size } from '../actors/render/i420.ts';
 import { RenderPool } from '../actors/render/pool.ts';
 import { SharedClipLoops } from '../actors/render/shared-clip-loops.ts';
 import type { AvatarSource } from '../actors/render/types.ts';
-import { OPEN_STEPS, SHAPE_STEPS } from '../actors/render/renderers/lipsync.ts';
+import { OPEN_STEPS, SHAPE_STEPS } from '../actors/render/renderers/warp.ts';
 import type { RenderTask, RenderTaskResult } from '../actors/render/tasks.ts';
 import { CLIP_BUNDLE_FRAMES as FRAMES, makeClipBundle } from './helpers/clip-bundle.ts';
 import { request } from './render.fixtures.ts';

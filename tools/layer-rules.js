@@ -18,6 +18,7 @@ export const ACTOR_FLOORS = [
     'async-queue.ts',
     'attention.ts',
     'expression.ts',
+    'json-depth.ts',
     'lazy-piscina.ts',
     'pool-load.ts',
     'transferable.ts',
@@ -30,36 +31,79 @@ export const ACTOR_FLOORS = [
   ['session-actors.ts'],
 ];
 
+/**
+ * The floors of src/, bottom first, under the same rule as ACTOR_FLOORS: a folder or top-level file imports only
+ * floors below its own. Observers of the sessions (inspector, metrics, API schemas, sockets) stand above them and
+ * reach the sessions through ports the sessions declare; the routes are the top floor of folders, and the files
+ * that assemble and start the service (app.ts, main.ts) stand over them.
+ */
+export const SRC_FLOORS = [
+  [
+    'config.ts',
+    'domain-errors.ts',
+    'errors.ts',
+    'files',
+    'framework-errors.ts',
+    'logger.ts',
+    'models.ts',
+    'tts',
+    'ui',
+    'version.ts',
+  ],
+  ['catalog', 'security', 'store'],
+  ['recording', 'voices', 'webhooks'],
+  ['streaming'],
+  ['sessions'],
+  ['inspect', 'metrics', 'schemas', 'ws'],
+  ['cluster', 'startup-sweep.ts'],
+  ['services.ts'],
+  ['health', 'plugins'],
+  ['http'],
+  ['routes'],
+  ['app.ts', 'shutdown.ts'],
+  ['main.ts'],
+];
+
 const escape = (name) => name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
-/** One block per actors/ folder: the src/ ban, and no import of a folder on its own floor or above. */
-function actorFloorBlocks() {
-  return ACTOR_FLOORS.flatMap((floor, level) => {
-    const notBelow = ACTOR_FLOORS.slice(level).flat();
-    return floor
-      .filter((name) => !name.endsWith('.ts'))
-      .map((folder) => {
-        const forbidden = notBelow.filter((other) => other !== folder).map(escape);
-        return {
-          files: [`actors/${folder}/**/*.ts`, `actors/${folder}/**/*.mjs`],
-          rules: {
-            '@typescript-eslint/no-restricted-imports': [
-              'error',
-              {
-                patterns: [
-                  SRC,
-                  {
-                    regex: `^(\\.\\./)+(${forbidden.join('|')})(/|$)`,
-                    message: `actors/${folder}/ imports only folders on floors below its own (tools/layer-rules.js, ACTOR_FLOORS): no circles between actors/ folders.`,
-                  },
-                ],
-              },
-            ],
-          },
-        };
-      });
+/**
+ * One ESLint block per folder and top-level file of a floor table: no import of a folder or file on its own floor or
+ * above. `extraPatterns(name)` adds the layer's other bans, since a later block replaces an earlier one's patterns.
+ */
+function floorBlocks(layer, floors, extraPatterns) {
+  return floors.flatMap((floor, level) => {
+    const notBelow = floors.slice(level).flat();
+    return floor.map((name) => {
+      const isFile = name.endsWith('.ts');
+      const forbidden = notBelow.filter((other) => other !== name).map(escape);
+      return {
+        files: isFile ? [`${layer}/${name}`] : [`${layer}/${name}/**/*.ts`, `${layer}/${name}/**/*.mjs`],
+        rules: {
+          '@typescript-eslint/no-restricted-imports': [
+            'error',
+            {
+              patterns: [
+                ...extraPatterns(name),
+                {
+                  // A top-level file reaches its neighbours as ./name, a folder's files climb out with ../.
+                  regex: `^${isFile ? '\\./' : '(\\.\\./)+'}(${forbidden.join('|')})(/|$)`,
+                  message: `${layer}/${name} imports only folders and files on floors below its own (tools/layer-rules.js, ${layer === 'src' ? 'SRC_FLOORS' : 'ACTOR_FLOORS'}): no circles inside ${layer}/.`,
+                },
+              ],
+            },
+          ],
+        },
+      };
+    });
   });
 }
+
+/** Routes translate HTTP only: what they need of actors/ and machines/ comes through src/ modules. */
+const ROUTES_REACH_DOWN_THROUGH_SRC = {
+  group: ['**/actors/**', '**/machines/**'],
+  message:
+    'routes translate HTTP only: reach actors/ and machines/ through src/sessions (or another src/ module), never directly.',
+};
 
 export const LAYER_RULES = [
   {
@@ -89,23 +133,6 @@ export const LAYER_RULES = [
       ],
     },
   },
-  {
-    // Routes translate HTTP to the domain: they reach engines and machines only through src/ modules.
-    files: ['src/routes/**/*.ts'],
-    rules: {
-      '@typescript-eslint/no-restricted-imports': [
-        'error',
-        {
-          patterns: [
-            {
-              group: ['**/actors/**', '**/machines/**'],
-              message:
-                'routes translate HTTP only: reach actors/ and machines/ through src/sessions (or another src/ module), never directly.',
-            },
-          ],
-        },
-      ],
-    },
-  },
-  ...actorFloorBlocks(),
+  ...floorBlocks('actors', ACTOR_FLOORS, () => [SRC]),
+  ...floorBlocks('src', SRC_FLOORS, (name) => (name === 'routes' ? [ROUTES_REACH_DOWN_THROUGH_SRC] : [])),
 ];

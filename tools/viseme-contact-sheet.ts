@@ -10,7 +10,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import sharp from 'sharp';
-import { LipsyncRenderer } from '../actors/render/renderers/lipsync.ts';
+import { WarpRenderer } from '../actors/render/renderers/warp.ts';
 import { i420ToRgba } from '../actors/render/i420.ts';
 import type { AvatarManifest, I420Frame, MouthPose } from '../actors/render/types.ts';
 import { VISEME_POSES, type Viseme } from '../actors/mouth/visemes.ts';
@@ -47,7 +47,7 @@ const LABEL_HEIGHT = 40;
 const GAP = 6;
 
 /** A frame at rest timing: frame 0 has no blink, `speaking` turns the idle sway off. */
-export function renderPose(renderer: LipsyncRenderer, mouth: MouthPose): I420Frame {
+export function renderPose(renderer: WarpRenderer, mouth: MouthPose): I420Frame {
   return renderer.render({ frameIdx: 0, ptsMs: 0, mouth, level: 0.5, speaking: true });
 }
 
@@ -73,7 +73,7 @@ export async function buildContactSheet(
   const manifest = JSON.parse(await fs.readFile(path.join(avatarDir, 'manifest.json'), 'utf8')) as AvatarManifest;
   const animation = manifest.metadata.animation;
   if (!animation) throw new Error('the avatar has no metadata.animation: nothing to animate');
-  const renderer = new LipsyncRenderer();
+  const renderer = new WarpRenderer();
   await renderer.prepare({ id: manifest.id, dir: avatarDir, manifest });
   const { x: cx, y: cy } = animation.mouth_center;
   const mw = animation.mouth_width;

@@ -5,6 +5,16 @@
  * OpenAI's tool-calling protocol (`docs/integration.md`, "Tool calling").
  */
 import type { ProviderStatus } from '../upstream/errors.ts';
+import type { ExpressionName } from '../expression.ts';
+
+/**
+ * An expression tag of the reply (`[smile]`, `expression-tags.ts`) going with one reply segment (LLM.SEGMENT): shown
+ * from the moment that segment's audio starts to play, since the tag belongs to the sentence it was written in.
+ */
+export interface SegmentExpression {
+  name: ExpressionName;
+  intensity: number;
+}
 
 /** A tool call the model asked for, assembled from its streamed deltas; `arguments` is the model's raw JSON text. */
 export interface LlmToolCall {

@@ -41,12 +41,23 @@ const MAX_CATCH_UP_MS = 500;
  */
 export const DEFAULT_VIDEO_DELAY_MS = 120;
 /**
- * How long after a captioned segment's first sample leaves the clock its `caption` is emitted: the time that audio
- * takes to be heard at a viewer (10 ms chunks → 20 ms Opus frames → network → receiver's decode), measured at a
- * wrtc receiver on loopback as 45–175 ms under load (test/captions.timing.test.ts); browsers add their jitter buffer. A caption event itself reaches an SSE client
- * in a few ms, so this is what puts it on the audio's start rather than ahead of it.
+ * How long after a captioned segment's speech onset leaves the clock its `caption` is emitted, when the clock holds no
+ * video (`videoDelayMs` 0): the time that audio takes to be heard at a viewer (10 ms chunks → 20 ms Opus frames →
+ * network → the receiver's jitter buffer). With a video delay the caption waits as long as the frames do: that hold
+ * is the clock's measure of the audio path (it is what puts a frame on its audio at a viewer), and a caption sent with
+ * the frames of its onset reaches the viewer with them and with the sound (docs/performance.md, "Captions").
  */
 export const DEFAULT_CAPTION_DELAY_MS = 90;
+/**
+ * A captioned segment starts to be heard at its first sample this loud (≈ −30 dBFS): synthesised sentences open with
+ * 10–90 ms of near-silence, and a caption timed on their first sample ran that much ahead of the words.
+ */
+export const CAPTION_ONSET_LEVEL = 1_000;
+
+/** Index of the first sample of `pcm` at `CAPTION_ONSET_LEVEL` or louder (where speech starts to be heard); -1 if none. */
+export function speechOnset(pcm: Int16Array): number {
+  return pcm.findIndex((sample) => sample >= CAPTION_ONSET_LEVEL || sample <= -CAPTION_ONSET_LEVEL);
+}
 /**
  * Playback records of finished turns kept for `playbackOf` (what the listener heard, for the chat history
  * after an interrupt). A turn is asked about right after it ends; a few cover any overlap.
@@ -89,7 +100,7 @@ export interface PlayoutOptions {
    * schedule: a flush replaces held speech frames with idle ones.
    */
   videoDelayMs?: number;
-  /** How long after its audio leaves a segment's caption is emitted (`DEFAULT_CAPTION_DELAY_MS`). */
+  /** How long after its speech onset leaves a segment's caption is emitted (default: `videoDelayMs`, else `DEFAULT_CAPTION_DELAY_MS`). */
   captionDelayMs?: number;
 }
 
@@ -129,11 +140,11 @@ export interface PlayedSegment {
 export interface CaptionCue {
   turnId: string;
   text: string;
-  /** Ms from the turn's first sample (= first enqueued sample) to the segment's first sample. */
+  /** Ms from the turn's first sample (= first enqueued sample) to the segment's speech onset (`CAPTION_ONSET_LEVEL`). */
   startMs: number;
   /** Ms from the turn's first sample to the end of the segment's audio queued when the cue is due. */
   endMs: number;
-  /** The segment's first sample on the session's media clock (`mediaMs`), ms: where recordings place it. */
+  /** The segment's speech onset on the session's media clock (`mediaMs`), ms: where recordings place it. */
   clockMs: number;
 }
 
@@ -141,7 +152,18 @@ export interface CaptionCue {
 interface PendingCue {
   dueSample: number;
   turn: TurnState;
-  segment: { start: number; end: number; caption?: string };
+  segment: TurnSegment;
+  /** Where the segment starts to be heard, samples from the turn's first. */
+  onset: number;
+}
+
+/** A tagged stretch of a turn's audio, samples from the turn's first; `onset`: its first `CAPTION_ONSET_LEVEL` sample. */
+interface TurnSegment {
+  segment: number;
+  start: number;
+  end: number;
+  caption?: string;
+  onset?: number;
 }
 
 export interface TurnPlayback {
@@ -161,8 +183,8 @@ interface TurnState {
   pendingSamples: number;
   enqueuedSamples: number;
   playedSamples: number;
-  segments: Array<{ segment: number; start: number; end: number; caption?: string }>;
-  /** Segments whose first sample has played (their captions are scheduled). */
+  segments: TurnSegment[];
+  /** Segments whose speech onset has played (their captions are scheduled). */
   segmentsStarted: number;
   ended: boolean;
   settled: boolean;
@@ -195,6 +217,12 @@ export interface PlayoutEvents {
    * viewers keep the last one) until `useRenderer` gives it a new one; without one, failed frames are just skipped.
    */
   renderFailed: [error: unknown];
+  /**
+   * Frame requests already handed to the renderer became void: from frame `fromFrameIdx` on (new audio, a changed
+   * expression or motion: they are asked for again), or every one not yet on the wire (null: a flush). A consumer of
+   * requests that outlive the render call (the pose channel of a client-rendered session) forgets them.
+   */
+  framesVoid: [fromFrameIdx: number | null];
   /**
    * A 'video' or 'videoOut' listener threw. The frame chains go on without it (a rejected chain would stop
    * video for good and keep every later frame's buffer), and the frame's references are released as usual.
@@ -257,10 +285,8 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     this.timeline = new FrameTimeline(sampleRate, renderer.fps);
     this.adoptNeeds(renderer);
     this.videoDelaySamples = Math.max(0, Math.round(((options.videoDelayMs ?? 0) * sampleRate) / 1000));
-    this.captionDelaySamples = Math.max(
-      0,
-      Math.round(((options.captionDelayMs ?? DEFAULT_CAPTION_DELAY_MS) * sampleRate) / 1000),
-    );
+    const captionDelayMs = options.captionDelayMs ?? (options.videoDelayMs || DEFAULT_CAPTION_DELAY_MS);
+    this.captionDelaySamples = Math.max(0, Math.round((captionDelayMs * sampleRate) / 1000));
   }
 
   get mediaMs(): number {
@@ -301,7 +327,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     // Speech starts: a thinking cue waiting for it is released where it begins (not shown at all if not yet started).
     if (this.timeline.attention.stopThinking((span.start * 1000) / this.sampleRate))
       this.invalidateRenderedFrom(Math.min(span.start, this.playedSamples));
-    this.tagSegment(turn, segment ?? turn.segments.at(-1)?.segment ?? 0, pcm.length, caption);
+    this.tagSegment(turn, segment ?? turn.segments.at(-1)?.segment ?? 0, pcm, caption);
     turn.enqueuedSamples += pcm.length;
     turn.pendingSamples += pcm.length;
     this.queuedSamples += pcm.length;
@@ -406,7 +432,8 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     this.dropQueuedAudio();
     // A sentence that started is captioned, cut to what played (`caption`), at once rather than after its delay.
     this.releaseDueCaptions(true);
-    this.invalidateRenderedFrom(0);
+    this.invalidateRenderedFrom(0, false);
+    this.emit('framesVoid', null);
     for (const entry of this.outgoing) {
       if (!entry.request.speaking) continue;
       entry.request = { ...entry.request, mouth: CLOSED_MOUTH, level: 0, speaking: false, turnId: null };
@@ -486,23 +513,39 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     return turn;
   }
 
-  private tagSegment(turn: TurnState, segment: number, samples: number, caption?: string): void {
-    const last = turn.segments.at(-1);
-    if (last && last.segment === segment) last.end += samples;
-    else turn.segments.push({ segment, start: turn.enqueuedSamples, end: turn.enqueuedSamples + samples, caption });
+  private tagSegment(turn: TurnState, segment: number, pcm: Int16Array, caption?: string): void {
+    let last = turn.segments.at(-1);
+    if (!last || last.segment !== segment) {
+      last = { segment, start: turn.enqueuedSamples, end: turn.enqueuedSamples, caption };
+      turn.segments.push(last);
+    }
+    if (last.onset === undefined) {
+      const loud = speechOnset(pcm);
+      if (loud >= 0) last.onset = last.end + loud;
+    }
+    last.end += pcm.length;
   }
 
-  /** Schedules the captions of the turn's segments whose first sample is in the chunk just played. */
+  /**
+   * Where a segment starts to be heard: its onset; for one that never grows loud, its first sample once it is
+   * known to end there (a later segment, or the turn's end); null while that is still open.
+   */
+  private onsetOf(turn: TurnState, index: number): number | null {
+    const segment = turn.segments[index];
+    if (segment.onset !== undefined) return segment.onset;
+    return index + 1 < turn.segments.length || turn.ended ? segment.start : null;
+  }
+
+  /** Schedules the captions of the turn's segments whose speech onset is in the chunk just played. */
   private scheduleCaptions(turn: TurnState): void {
-    while (
-      turn.segmentsStarted < turn.segments.length &&
-      turn.segments[turn.segmentsStarted].start < turn.playedSamples
-    ) {
+    while (turn.segmentsStarted < turn.segments.length) {
+      const onset = this.onsetOf(turn, turn.segmentsStarted);
+      if (onset === null || onset >= turn.playedSamples) break;
       const segment = turn.segments[turn.segmentsStarted++];
       if (!segment.caption?.trim() || turn.startSample === null) continue;
-      // A turn's audio plays without gaps, so its segment's first sample left at the turn's start plus its offset.
-      const dueSample = turn.startSample + segment.start + this.captionDelaySamples;
-      this.pendingCues.push({ dueSample, turn, segment });
+      // A turn's audio plays without gaps, so its segment's onset left at the turn's start plus its offset.
+      const dueSample = turn.startSample + onset + this.captionDelaySamples;
+      this.pendingCues.push({ dueSample, turn, segment, onset });
     }
   }
 
@@ -515,15 +558,15 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
       this.pendingCues.length > 0 &&
       (all || this.pendingCues[0].dueSample < this.playedSamples + this.chunkSamples)
     ) {
-      const { turn, segment } = this.pendingCues.shift()!;
+      const { turn, segment, onset } = this.pendingCues.shift()!;
       const ms = (samples: number) => Math.round((samples * 1000) / this.sampleRate);
       // A turn with nothing left to play (drained or flushed) was heard up to its played samples, no further.
       const end = turn.ended && turn.pendingSamples === 0 ? Math.min(segment.end, turn.playedSamples) : segment.end;
-      const clockMs = ms((turn.startSample ?? 0) + segment.start);
+      const clockMs = ms((turn.startSample ?? 0) + onset);
       this.emit('caption', {
         turnId: turn.turnId,
         text: segment.caption!.trim(),
-        startMs: ms(segment.start),
+        startMs: ms(onset),
         endMs: ms(end),
         clockMs,
       });
@@ -551,14 +594,20 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     for (const resolve of this.roomWaiters.splice(0)) resolve();
   }
 
-  /** Drops frames rendered ahead whose presentation time is at or after `sample`: they assumed older audio. */
-  private invalidateRenderedFrom(sample: number): void {
+  /**
+   * Drops frames rendered ahead whose presentation time is at or after `sample`: they assumed older audio. `report`:
+   * tell `framesVoid` from which frame on (a flush reports all at once instead).
+   */
+  private invalidateRenderedFrom(sample: number, report = true): void {
+    let first: number | null = null;
     // In-flight renders are left to finish and be discarded: aborting could drop a frame already due.
     for (const [idx, entry] of [...this.rendered]) {
       if (this.timeline.frameStart(idx) < sample) continue;
       this.rendered.delete(idx);
+      first = first === null ? idx : Math.min(first, idx);
       void entry.frame.then(releaseFrame);
     }
+    if (report && first !== null) this.emit('framesVoid', first);
   }
 
   private tick(): void {

@@ -205,6 +205,31 @@ export function assertPlausibleSdp(sdp: string): void {
  */
 export const VIDEO_SOURCE_INIT = { isScreencast: false, needsDenoising: false } as const;
 
+/** The label of a client-rendered session's data channel, on which the service sends the face's poses (issue 47). */
+export const POSE_CHANNEL_LABEL = 'avatar';
+
+/** A data channel of the current peer, as the output hands it on (the structural part of wrtc's RTCDataChannel). */
+export interface PeerDataChannel {
+  readonly label: string;
+  readonly readyState: string;
+  readonly bufferedAmount: number;
+  send(data: string): void;
+  close(): void;
+  addEventListener(type: 'open' | 'close', listener: () => void): void;
+}
+
+export interface WebRtcOutputOptions {
+  /**
+   * Whether the main peer gets the video track (default true). A client-rendered session's viewer draws the face
+   * itself: its answer has no video (an offered video section is answered inactive) and nothing is encoded for it.
+   */
+  video?: boolean;
+  /** A data channel labelled `POSE_CHANNEL_LABEL` that the current peer opened. */
+  onPoseChannel?: (channel: PeerDataChannel) => void;
+  /** The send-only feeds (WHEP viewers, WHIP outputs) came or went: `count` is how many there are now. */
+  onFeedsChanged?: (count: number) => void;
+}
+
 export class WebRtcOutput {
   private readonly audioSource = new nonstandard.RTCAudioSource();
   private readonly videoSource = new nonstandard.RTCVideoSource(VIDEO_SOURCE_INIT);
@@ -228,7 +253,15 @@ export class WebRtcOutput {
    */
   private readonly feeds = new Set<() => void>();
 
-  constructor(private readonly iceServers: IceServer[] = []) {}
+  constructor(
+    private readonly iceServers: IceServer[] = [],
+    private readonly options: WebRtcOutputOptions = {},
+  ) {}
+
+  /** Send-only feeds beside the main peer (WHEP viewers, WHIP outputs). */
+  get feedCount(): number {
+    return this.feeds.size;
+  }
 
   get connected(): boolean {
     return this.peer !== null && this.peer.connectionState === 'connected';
@@ -331,8 +364,10 @@ export class WebRtcOutput {
       released = true;
       this.feeds.delete(onClosed);
       for (const track of tracks) track.stop();
+      this.options.onFeedsChanged?.(this.feeds.size);
     };
     this.feeds.add(onClosed);
+    this.options.onFeedsChanged?.(this.feeds.size);
     // A new receiver's first picture must not wait for the avatar to move.
     this.unchanged.reset();
     return { tracks, stream, release, firstPicture: () => this.unchanged.reset() };
@@ -353,15 +388,22 @@ export class WebRtcOutput {
   private async negotiate(offerSdp: string, signal?: AbortSignal): Promise<{ sdp: string; type: 'answer' }> {
     const peer = new RTCPeerConnection({ iceServers: this.iceServers });
     const audioTrack = this.audioSource.createTrack();
-    const videoTrack = this.videoSource.createTrack();
-    const tracks = [audioTrack, videoTrack];
+    // Without a local video track an offered video section is answered `inactive`: nothing is encoded for this peer.
+    const tracks = this.options.video === false ? [audioTrack] : [audioTrack, this.videoSource.createTrack()];
     const discard = () => {
       for (const track of tracks) track.stop();
       peer.close();
     };
     const stream = new wrtc.MediaStream(tracks);
-    peer.addTrack(audioTrack, stream);
-    peer.addTrack(videoTrack, stream);
+    for (const track of tracks) peer.addTrack(track, stream);
+    // The pose channel opens once the peer is connected, by which time this peer is the session's (or replaced).
+    const onPoseChannel = this.options.onPoseChannel;
+    if (onPoseChannel) {
+      peer.ondatachannel = (event: { channel: PeerDataChannel }) => {
+        if (this.peer === peer && event.channel.label === POSE_CHANNEL_LABEL) onPoseChannel(event.channel);
+        else event.channel.close();
+      };
+    }
     // A `sendrecv` audio section: the client's microphone. It is listened to once this peer is the session's.
     let microphone: MediaStreamTrack | null = null;
     peer.ontrack = (event: { track: MediaStreamTrack }) => {

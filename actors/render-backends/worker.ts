@@ -8,7 +8,7 @@ import { move, transferableSymbol, valueSymbol } from 'piscina';
 import type { RenderTask, RenderTaskResult, TaskOutcome } from '../render/tasks.ts';
 import { decodeLoopTask, prepareRendererTask, renderFramesTask } from '../render/renderer-tasks.ts';
 import { loopFramesDecodedInThisThread } from '../render/clip-loop.ts';
-import { mouthPosesBuiltInThisThread } from '../render/renderers/lipsync.ts';
+import { mouthPosesBuiltInThisThread } from '../render/renderers/warp.ts';
 import { runNeuralStage } from '../lipsync/neural-stages.ts';
 
 type Handlers = { [Op in RenderTask['op']]: (task: Extract<RenderTask, { op: Op }>) => Promise<TaskOutcome> };

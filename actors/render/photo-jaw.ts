@@ -1,19 +1,34 @@
 /**
  * Where a photo's mouth warp may move pixels: an edge-aware falloff, built once at preparation from the rest face.
- * The jaw's drop used to fade out towards the neck over a fixed distance, so on a photo whose chin rests on a
- * collar (the astronaut's black suit) it bent the collar line into a jagged neckline, and where the warp moved a
- * strong edge by even a tenth of a pixel the frame stepped by ten levels against the unmoved pixels beside it (the
- * seam measure of `test/helpers/artefacts.ts`). Here the displacement is scaled by how far a pixel is from the
- * nearest strong edge outside the lips: 0 on the edge and beyond it as seen from the mouth (below a collar's edge),
- * 1 from `EDGE_CLEARANCE` mouth widths away. Beside the chin, strong edges stay exactly where they are and the skin
- * before them is compressed instead; the chin's middle drops rigidly in front of them (the renderer's
- * `CHIN_CORE_HALF_WIDTH`), so the collar line dips smoothly under the chin instead of bending into a jagged neckline.
+ * Where the warp moves a strong edge by even a tenth of a pixel next to unmoved pixels, the frame steps by ten
+ * levels there (the seam measure of `test/helpers/artefacts.ts`), so the displacement is scaled by how far a pixel
+ * is from the nearest strong edge outside the lips: 0 on the edge and beyond it as seen from the mouth (the
+ * background past the cheek's outline), 1 from `EDGE_CLEARANCE` mouth widths away.
+ *
+ * The chin's outline is the exception where it lies on something plain (a dark collar, a shadowed neck): the chin
+ * drops over it with its outline whole, and the plain strip under it is carried along, its drop fading out within
+ * it (`carried`; the renderer shades it as the chin's shadow, so the warp ends in a smooth fade of that shadow rather
+ * than at the chin's moved edge), before the next edge (a collar's line), which stays with everything beyond it. An
+ * earlier version held the outline and dropped only the chin's middle rigidly, which bent the collar line into a U.
  */
 import { smoothstep } from './idle-motion.ts';
 import type { RgbaImage } from './image.ts';
 
 /** Luma step (levels per pixel, central difference) from which a pixel is an edge the warp must not bend. */
 const EDGE_MIN_STEP = 44;
+/**
+ * Beyond the chin's outline, what the chin may be carried over: pixels stepping less than this (levels per pixel, a
+ * dark collar's weave, a neck's shading), at least `CARRIED_MIN` mouth widths of them down the column.
+ */
+const PLAIN_MAX_STEP = 10;
+const CARRIED_MIN = 0.2;
+/**
+ * Only under the chin (columns this many mouth widths either side of the mouth's centre): beyond, the outline is the
+ * jaw's side, against hair or background, which it does not move over.
+ */
+const CHIN_HALF_WIDTH = 1.0;
+/** An outline's tail, px: beyond its strong step, this many pixels may still step more than plain. */
+const EDGE_TAIL_PX = 3;
 /** Distance from such an edge, in mouth widths, from which the warp moves pixels fully. */
 const EDGE_CLEARANCE = 0.5;
 /**
@@ -33,12 +48,19 @@ export interface WarpBox {
   height: number;
 }
 
-/** How freely the warp may move each pixel of `box` (0..1, row-major over the box). */
+export interface JawFreedom {
+  /** How freely the warp may move each pixel of the box (0..1, row-major over the box). */
+  freedom: Float32Array;
+  /** 1 where the pixel lies beyond the chin's outline, in what the chin is carried over (row-major over the box). */
+  carried: Uint8Array;
+}
+
+/** How freely the warp may move each pixel of `box`, and what lies under the chin. */
 export function warpFreedom(
   src: RgbaImage,
   box: WarpBox,
   mouth: { x: number; width: number; seamAt: (x: number) => number },
-): Float32Array {
+): JawFreedom {
   const { x: bx, y: by, width: w, height: h } = box;
   const luma = (x: number, y: number): number => {
     const cx = Math.min(src.width - 1, Math.max(0, x));
@@ -46,8 +68,9 @@ export function warpFreedom(
     const o = (cy * src.width + cx) * 4;
     return 0.299 * src.data[o] + 0.587 * src.data[o + 1] + 0.114 * src.data[o + 2];
   };
-  const far = 1 << 28;
-  const dist = new Int32Array(w * h).fill(far);
+  const stepAt = (x: number, y: number): number =>
+    Math.max(Math.abs(luma(x + 1, y) - luma(x - 1, y)), Math.abs(luma(x, y + 1) - luma(x, y - 1))) / 2;
+  const seeds = new Uint8Array(w * h);
   for (let j = 0; j < h; j++) {
     for (let i = 0; i < w; i++) {
       const x = bx + i;
@@ -55,22 +78,44 @@ export function warpFreedom(
       const u = (x - mouth.x) / (LIPS_RADIUS_X * mouth.width);
       const v = (y - mouth.seamAt(x)) / (LIPS_RADIUS_Y * mouth.width);
       if (u * u + v * v < 1) continue;
-      const step = Math.max(Math.abs(luma(x + 1, y) - luma(x - 1, y)), Math.abs(luma(x, y + 1) - luma(x, y - 1))) / 2;
-      if (step >= EDGE_MIN_STEP) dist[j * w + i] = 0;
+      if (stepAt(x, y) >= EDGE_MIN_STEP) seeds[j * w + i] = 1;
     }
   }
-  // What lies beyond such an edge, seen from the mouth (the collar below the chin's edge, the background past the
-  // cheek's outline), does not move either: moved, its own texture changed where nothing should.
-  const blocked = (i: number, j: number, beyond: boolean): boolean => {
-    const k = j * w + i;
-    if (beyond) dist[k] = 0;
-    return beyond || dist[k] === 0;
-  };
+  // Below the mouth, the first strong edge down a column is the face's outline (the chin, the jaw). The chin drops
+  // in front of what lies beyond it only where that is plain (a dark collar, a shadowed neck): carried with it, it
+  // looks unmoved, and the warp fades out within it, before the next edge (a collar's line, a necklace), which
+  // stays where it is with everything beyond it. Where the outline meets anything else, it is held in place.
+  const carriedMin = CARRIED_MIN * mouth.width;
+  const carriedPixels = new Uint8Array(w * h);
   const mouthRow = (i: number): number => Math.min(h - 1, Math.max(0, Math.round(mouth.seamAt(bx + i)) - by));
   for (let i = 0; i < w; i++) {
-    let beyond = false;
-    for (let j = mouthRow(i); j < h; j++) beyond = blocked(i, j, beyond);
+    let j = mouthRow(i);
+    while (j < h && !seeds[j * w + i]) j++;
+    const outline = j;
+    while (j < h && seeds[j * w + i]) j++;
+    // The outline's soft tail (its last few pixels step less than an edge, more than what lies beyond).
+    for (let tail = 0; tail < EDGE_TAIL_PX && j < h && stepAt(bx + i, by + j) >= PLAIN_MAX_STEP; tail++) j++;
+    const plainFrom = j;
+    while (j < h && stepAt(bx + i, by + j) < PLAIN_MAX_STEP) j++;
+    const underChin = Math.abs(bx + i - mouth.x) <= CHIN_HALF_WIDTH * mouth.width;
+    const carried = underChin && (j - plainFrom >= carriedMin || j === h);
+    if (carried) {
+      for (let k = outline; k < plainFrom; k++) seeds[k * w + i] = 0;
+      for (let k = plainFrom; k < j; k++) carriedPixels[k * w + i] = 1;
+    }
+    for (let k = carried ? j : outline; k < h; k++) seeds[k * w + i] = 1;
   }
+  const distance = chamferDistance(seeds, w, h);
+  const clearance = EDGE_CLEARANCE * mouth.width;
+  const freedom = new Float32Array(w * h);
+  for (let k = 0; k < w * h; k++) freedom[k] = smoothstep(0, clearance, distance[k] / STRAIGHT);
+  return { freedom, carried: carriedPixels };
+}
+
+/** Chamfer distance (3-4 weights, so /`STRAIGHT` is px) of every pixel to the nearest set pixel of `seeds`. */
+function chamferDistance(seeds: Uint8Array, w: number, h: number): Int32Array {
+  const dist = new Int32Array(w * h).fill(1 << 28);
+  for (let k = 0; k < w * h; k++) if (seeds[k]) dist[k] = 0;
   const relax = (i: number, j: number, di: number, dj: number, cost: number): void => {
     const ni = i + di;
     const nj = j + dj;
@@ -94,8 +139,5 @@ export function warpFreedom(
       relax(i, j, -1, 1, DIAGONAL);
     }
   }
-  const clearance = EDGE_CLEARANCE * mouth.width;
-  const freedom = new Float32Array(w * h);
-  for (let k = 0; k < w * h; k++) freedom[k] = smoothstep(0, clearance, dist[k] / STRAIGHT);
-  return freedom;
+  return dist;
 }

@@ -27,6 +27,8 @@ const CORNER_SEARCH = 0.08;
  */
 const GAP_DARK_FRACTION = 0.65;
 const TEETH_MIN_REDNESS_CONTRAST = 6;
+/** What lies inside the inner lip is judged by this quantile of its redness (V). */
+const TEETH_QUANTILE = 0.25;
 /** Rows of lip colour inside a column's gap that still count as gap (a grey gap between two teeth, a shine). */
 const MAX_GAP_HOLE_PX = 1;
 /** The pixel rows bordering the gap are part lip, part tooth: this much of them is dropped with the gap. */
@@ -73,10 +75,14 @@ function redness(data: Uint8Array, o: number): number {
   return 0.4392 * data[o] - 0.3678 * data[o + 1] - 0.0714 * data[o + 2];
 }
 
-function median(values: number[]): number {
+function quantile(values: number[], q: number): number {
   if (values.length === 0) return NaN;
   const sorted = [...values].sort((a, b) => a - b);
-  return sorted[sorted.length >> 1];
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+}
+
+function median(values: number[]): number {
+  return quantile(values, 0.5);
 }
 
 export function closeLips(source: RgbaImage, animation: MouthAnimation): ClosedLips {
@@ -115,7 +121,10 @@ export function closeLips(source: RgbaImage, animation: MouthAnimation): ClosedL
     }
     const lipY = median(lipLuma);
     const lipV = median(lipRedness);
-    const insideV = median(insideRedness);
+    // The least red part of what lies inside the inner lip: its teeth, when it shows any. Not its median: landmarks
+    // that put the inner lip a few pixels into the lips (a small face) fill half of it with lip, and the teeth went
+    // unseen, so they stayed in the rest face and rode down on the lower lip (two rows of teeth).
+    const insideV = quantile(insideRedness, TEETH_QUANTILE);
     const teethVisible = lipV - insideV >= TEETH_MIN_REDNESS_CONTRAST;
     const rednessLimit = (lipV + insideV) / 2;
     const isShadow = (o: number): boolean => Number.isFinite(lipY) && luma(data, o) < GAP_DARK_FRACTION * lipY;

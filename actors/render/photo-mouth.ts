@@ -3,7 +3,8 @@
  * shaded for depth, instead of one maroon lens with a white strip across it.
  *
  * - Interior: the lip colour darkened, lit near the lips and falling off towards the back and the corners, darkest
- *   in the shadow under the upper teeth; a tongue rises from the bottom of a wide opening, lit on its crown.
+ *   in the shadow under the upper teeth; a tongue rises from the bottom of a wide opening: its own pink tinted by
+ *   the lips, dark at its back under the palate, lit at its front, darker down its sides, a groove down its middle.
  * - Upper teeth: the photo's own tooth colour (at a tooth's brightness) when it showed teeth, else an ivory; each front tooth a
  *   shape of its own (rounded biting edge, a dark notch between neighbours, a faint shadow line up its side),
  *   shadowed under the upper lip, darker and shorter towards the corners, with a sliver of gum when the upper lip
@@ -33,8 +34,14 @@ const INSIDE_EDGE = 0.42;
 const INSIDE_BACK = 0.1;
 /** How much redder than the lips the inside is (its shadows are blood-red, not grey). */
 const INSIDE_REDNESS = 1.25;
-/** Tongue: brightness relative to the lips on its lit crown. */
-const TONGUE_CROWN = 0.62;
+/** Tongue: brightness on its lit front, relative to its colour (`TONGUE` mixed `TONGUE_TINT` into the lips'). */
+const TONGUE_CROWN = 0.78;
+const TONGUE: Rgb = { r: 196, g: 92, b: 98 };
+const TONGUE_TINT = 0.55;
+/** Half width of the groove down its middle (mouth widths) and the light it takes; the sheen on its top. */
+const TONGUE_GROOVE = 0.035;
+const TONGUE_GROOVE_SHADE = 0.18;
+const TONGUE_SHEEN = 0.18;
 /** Shadow the upper teeth and lip throw on the inside just below them (fraction of light removed) and its depth. */
 const UNDER_TEETH_SHADOW = 0.55;
 const UNDER_TEETH_SHADOW_PX = 2.5;
@@ -48,6 +55,10 @@ const TOOTH_GAP_SHADE = 0.4;
 const TEETH_MAX_LUMA = 225;
 const TEETH_MIN_LUMA = 205;
 const TEETH_UNREADABLE_LUMA = 120;
+
+function mix(a: number, b: number, t: number): number {
+  return a + (b - a) * t;
+}
 
 function luma(c: Rgb): number {
   return 0.299 * c.r + 0.587 * c.g + 0.114 * c.b;
@@ -155,18 +166,28 @@ export function paintInside(column: OpeningColumn, y: number, palette: MouthPale
   let r = lip.r * light * INSIDE_REDNESS;
   let g = lip.g * light * (2 - INSIDE_REDNESS) * 0.9;
   let b = lip.b * light * (2 - INSIDE_REDNESS) * 0.95;
-  // Tongue: a dome from the bottom of the opening, lit on its crown, darker at its sides and towards the back.
+  // Tongue: a dome from the bottom of the opening. Its back (the crown's upper edge) lies deeper in the mouth and is
+  // darker, in the shadow of the palate; its front is lit, brightest on the middle of its top, darker down its sides
+  // where it curves away, with a faint groove down its middle.
   if (column.tongue > 0) {
-    const crown = 1 - 0.55 * (1 - Math.pow(Math.min(1, lateral / 0.7), 2));
+    const crown = 1 - 0.5 * (1 - Math.pow(Math.min(1, lateral / 0.7), 2));
     const onTongue =
       smoothstep(crown - 0.08, crown + 0.06, fromTop) * (1 - smoothstep(0.55, 0.8, lateral)) * column.tongue;
     if (onTongue > 0) {
+      const forward = smoothstep(0, 0.35, fromTop - crown);
+      const across = Math.min(1, lateral / 0.7);
+      const groove = Math.exp(-Math.pow(column.dx / (TONGUE_GROOVE * column.mouthWidth), 2));
+      const sheen = smoothstep(0.05, 0.15, fromTop - crown) * (1 - smoothstep(0.2, 0.45, fromTop - crown));
       const crownLight =
-        TONGUE_CROWN * (1 - 0.45 * smoothstep(0, 0.35, fromTop - crown)) * (1 - 0.5 * smoothstep(0.2, 0.7, lateral));
-      // Redder than the lips (its green and blue fall off faster), or a pale lip gives a grey tongue.
-      const tongueR = lip.r * crownLight;
-      const tongueG = lip.g * crownLight * 0.72;
-      const tongueB = lip.b * crownLight * 0.78;
+        TONGUE_CROWN *
+        (0.55 + 0.45 * forward) *
+        (1 - 0.55 * across * across) *
+        (1 - TONGUE_GROOVE_SHADE * groove * forward) *
+        (1 + TONGUE_SHEEN * sheen * (1 - across));
+      // The tongue's own pink, tinted by the lips (a pale lip alone gives a grey tongue, a dark one a brown tongue).
+      const tongueR = mix(lip.r, TONGUE.r, TONGUE_TINT) * crownLight;
+      const tongueG = mix(lip.g, TONGUE.g, TONGUE_TINT) * crownLight;
+      const tongueB = mix(lip.b, TONGUE.b, TONGUE_TINT) * crownLight;
       r += (tongueR - r) * onTongue;
       g += (tongueG - g) * onTongue;
       b += (tongueB - b) * onTongue;

@@ -1,9 +1,10 @@
 import { fromCallback } from 'xstate';
 import type { LlmActorEvent, LlmInput } from '../../machines/session.machine.ts';
 import { EagerSentenceStream } from '../tts/sentences.ts';
-import { ExpressionTagFilter, type TagFilterPiece } from '../llm/expression-tags.ts';
+import { ExpressionTagFilter, type ExpressionTag, type TagFilterPiece } from '../llm/expression-tags.ts';
 import { heardReply, type QueuedSegment } from '../llm/heard.ts';
 import { runToolRound } from '../llm/tool-round.ts';
+import { showReplyExpression } from './reply-expression.ts';
 import type { ChatMessage, LlmToolCall } from '../llm/types.ts';
 import { runStage, type StageContext } from './stage.ts';
 
@@ -13,6 +14,12 @@ import { runStage, type StageContext } from './stage.ts';
  * waiting time. Past it the model is asked once more without tools, so the turn ends with words.
  */
 export const MAX_TOOL_ROUNDS_PER_TURN = 4;
+
+/**
+ * Stands where a tag stood in the text the sentence splitter reads (never in what is spoken, shown or kept): a
+ * private-use character no model writes, neither space nor punctuation, so it moves no sentence boundary.
+ */
+const TAG_MARK = '\uE000';
 
 /**
  * A chat turn's language model: streams deltas (SSE `llm`), cuts sentences into LLM.SEGMENT, and lives as
@@ -45,27 +52,36 @@ export function createLlmActor(ctx: StageContext) {
     });
     const stop = runStage(ctx, 'llm', sendBack, async (signal) => {
       const splitter = new EagerSentenceStream();
-      const speak = (sentences: string[]) => sentences.forEach((text) => sendBack({ type: 'LLM.SEGMENT', text }));
-      // Expression tags (`[smile]`) leave the text here, before the reply, SSE `llm`, TTS and the history see it.
+      // Expression tags (`[smile]`) leave the text here, before the reply, SSE `llm`, TTS and the history see it. Each
+      // leaves a mark where it stood in the text the sentence splitter reads, so it goes with the sentence it was
+      // written in and is shown as that sentence starts to play (the tts actor places it), however far the model's
+      // stream runs ahead of the audio.
       const tags = new ExpressionTagFilter();
-      const take = (pieces: TagFilterPiece[]): string => {
+      const marked: ExpressionTag[] = [];
+      const speak = (sentences: string[]) => {
+        for (const sentence of sentences) {
+          const count = sentence.split(TAG_MARK).length - 1;
+          const expressions = marked.splice(0, count);
+          const text = sentence.replaceAll(TAG_MARK, '').trim();
+          if (text) sendBack({ type: 'LLM.SEGMENT', text, ...(expressions.length > 0 ? { expressions } : {}) });
+          // Tags with no words after them: shown once the speech queued before them has played.
+          else for (const tag of expressions) showReplyExpression(ctx, tag);
+        }
+      };
+      /** The text of some filter pieces (what is spoken and shown), and the same with a mark for each tag. */
+      const take = (pieces: TagFilterPiece[]): { text: string; withMarks: string } => {
         let text = '';
+        let withMarks = '';
         for (const piece of pieces) {
           if ('text' in piece) {
             text += piece.text;
-            continue;
+            withMarks += piece.text;
+          } else {
+            marked.push(piece.tag);
+            withMarks += TAG_MARK;
           }
-          // The tag goes with the words after it: shown once the speech queued before it has played.
-          const cue = ctx.media.express({ name: piece.tag.name, intensity: piece.tag.intensity }, 'after-queued');
-          ctx.events.publish('expression', {
-            name: cue.name,
-            intensity: cue.intensity,
-            duration_ms: null,
-            start_ms: Math.round(cue.startMs),
-            source: 'llm',
-          });
         }
-        return text;
+        return { text, withMarks };
       };
       try {
         ctx.history.systemPrompt = input.systemPrompt || null;
@@ -85,22 +101,23 @@ export function createLlmActor(ctx: StageContext) {
             turn.accepted?.resolve();
             if (!raw) continue;
             ctx.metrics.mark(turn.id, 'llm_first_token_ms');
-            const delta = take(tags.push(raw));
-            if (!delta) continue;
-            reply += delta;
-            roundText += delta;
-            ctx.events.publish('llm', { delta });
-            speak(splitter.push(delta));
+            const { text: delta, withMarks } = take(tags.push(raw));
+            if (delta) {
+              reply += delta;
+              roundText += delta;
+              ctx.events.publish('llm', { delta });
+            }
+            if (withMarks) speak(splitter.push(withMarks));
           }
           turn.accepted?.resolve();
           // A round ends the text it streamed: whatever a `[` held back was not a tag.
-          const held = take(tags.flush());
+          const { text: held, withMarks } = take(tags.flush());
           if (held) {
             reply += held;
             roundText += held;
             ctx.events.publish('llm', { delta: held });
-            speak(splitter.push(held));
           }
+          if (withMarks) speak(splitter.push(withMarks));
           if (calls.length === 0 || !ctx.tools) break;
           // What the model said before calling is spoken while the tools run.
           speak(splitter.flush());
@@ -116,6 +133,8 @@ export function createLlmActor(ctx: StageContext) {
           );
         }
         speak(splitter.flush());
+        // A tag whose mark the splitter let go unspoken (text it drops, such as a trailing "?!"): shown all the same.
+        for (const tag of marked.splice(0)) showReplyExpression(ctx, tag);
         return { type: 'LLM.DONE' };
       } catch (error) {
         if (!signal.aborted) failed = true;

@@ -6,6 +6,14 @@ import { untilAborted } from '../upstream/abort.ts';
 import { AsyncQueue } from '../async-queue.ts';
 import { splitSentences } from '../tts/sentences.ts';
 import { runStage, type SendBack, type StageContext } from './stage.ts';
+import { showReplyExpression } from './reply-expression.ts';
+import type { SegmentExpression } from '../llm/types.ts';
+
+/** A segment of the turn's text to speak, with the reply's expression tags written in it. */
+interface TextSegment {
+  text: string;
+  expressions?: SegmentExpression[];
+}
 
 /**
  * The turn's speech: synthesises text segments (the speak text, or the LLM's sentences as they come) or
@@ -14,13 +22,14 @@ import { runStage, type SendBack, type StageContext } from './stage.ts';
  */
 export function createTtsActor(ctx: StageContext) {
   return fromCallback<TtsActorEvent, TtsInput>(({ input, receive, sendBack }) => {
-    const segments = new AsyncQueue<string>();
+    const segments = new AsyncQueue<TextSegment>();
     if (input.turn.mode === 'speak') {
-      segments.push(input.turn.text ?? '');
+      segments.push({ text: input.turn.text ?? '' });
       segments.end();
     }
     receive((event) => {
-      if (event.type === 'TEXT.SEGMENT' && event.text) segments.push(event.text);
+      if (event.type === 'TEXT.SEGMENT' && event.text)
+        segments.push({ text: event.text, expressions: event.expressions });
       if (event.type === 'TEXT.END') segments.end();
     });
     const stop = runStage(ctx, 'tts', sendBack, async (signal) => {
@@ -45,7 +54,7 @@ export function createTtsActor(ctx: StageContext) {
 async function synthesizeTurn(
   ctx: StageContext,
   input: TtsInput,
-  segments: AsyncQueue<string>,
+  segments: AsyncQueue<TextSegment>,
   sendBack: SendBack,
   signal: AbortSignal,
 ): Promise<void> {
@@ -58,7 +67,7 @@ async function synthesizeTurn(
   let started = false;
   let firstAudio = false;
   let sentenceIndex = 0;
-  for await (const text of segments) {
+  for await (const { text, expressions = [] } of segments) {
     if (signal.aborted) throw signal.reason;
     if (!text.trim()) continue;
     if (!started) {
@@ -94,9 +103,13 @@ async function synthesizeTurn(
       const caption =
         lastIndex !== captioned ? (sentences[lastIndex] ?? (lastIndex === 0 ? text : undefined)) : undefined;
       captioned = lastIndex;
+      // The segment's tags start with its first audio: queued right behind the speech already queued.
+      for (const tag of expressions.splice(0)) showReplyExpression(ctx, tag);
       ctx.media.enqueue(turn.id, chunk.pcm, buildMouthTimeline(chunk), sentenceIndex + lastIndex, caption);
       segmentSamples += chunk.pcm.length;
     }
+    // A segment that gave no audio still shows its tags, after the speech before it.
+    for (const tag of expressions.splice(0)) showReplyExpression(ctx, tag);
     sentenceIndex += lastIndex + 1;
     // The llm actor (history) and the transcript keep what the listener heard: they learn here how long each segment plays.
     const durationMs = (segmentSamples * 1000) / ctx.sampleRate;

@@ -34,6 +34,8 @@ export type CreateSessionRequest = {
   }>;
   /** Scales idle sway, breathing, nods and thinking cues (default 1); 0 leaves only blinks and the mouth; outside 0–1 → 400 */
   motion?: number;
+  /** `server` (default): the face is rendered and sent as video. `client`: the viewer's browser draws it from the avatar's render kit and a pose stream on the `avatar` data channel; the peer gets audio only. `client` only for the CPU models lipsync, rt and rt_head (else 400); any other value → 400 */
+  render?: "server" | "client";
   webhook_url?: string | null;
 };
 
@@ -55,6 +57,8 @@ export type SessionInfo = {
   tts_model?: string | null;
   llm_system_prompt: string | null;
   lipsync_postprocess_mode: string | null;
+  /** `server` (default): the face is rendered and sent as video. `client`: the viewer's browser draws it from the avatar's render kit and a pose stream on the `avatar` data channel; the peer gets audio only. `client` only for the CPU models lipsync, rt and rt_head (else 400); any other value → 400 */
+  render?: "server" | "client";
   created_at: string;
   updated_at: string;
   /** Tombstones only: when the record is forgotten */

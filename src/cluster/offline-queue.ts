@@ -7,6 +7,7 @@ import type { TtsProvider } from '../../actors/tts/types.ts';
 import type { StoredJob } from '../store/jobs.ts';
 import { resolveSegments, type PreparedSegment } from '../recording/offline-input.ts';
 import { renderOfflineMp4 } from '../recording/offline-render.ts';
+import { writeBundleCaptions } from '../recording/captions.ts';
 import {
   BUNDLE_CONCURRENCY,
   BUNDLE_MAX_QUEUED,
@@ -34,7 +35,7 @@ const SWEEP_EVERY_MS = 10 * 60 * 1000;
 const TTS_SHARE = 0.1;
 const RENDER_SHARE = 0.89;
 const JOB_ID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
-const ARTIFACT_NAME = /^([0-9a-f-]{36})\.mp4$/;
+const ARTIFACT_NAME = /^([0-9a-f-]{36})\.(?:mp4|vtt)$/;
 /** The reason a job moved back to the queue when its node shut down (another node continues it). */
 const SHUTTING_DOWN = 'node shutting down';
 
@@ -222,6 +223,12 @@ export class ClusterOfflineQueue {
     return path.join(this.dir, `${jobId}.mp4`);
   }
 
+  /** The job's captions (WebVTT) beside its MP4 in the shared bundles directory. */
+  captionsPath(jobId: string): string {
+    if (!JOB_ID_RE.test(jobId)) throw new Error('job id is not a UUID4');
+    return path.join(this.dir, `${jobId}.vtt`);
+  }
+
   /** Resolves once the job is complete, failed or gone (polling the queue; ends at close). */
   async whenSettled(jobId: string): Promise<void> {
     while (!this.closed) {
@@ -308,11 +315,13 @@ export class ClusterOfflineQueue {
         signal,
         onProgress: (fraction) => progress(TTS_SHARE + fraction * RENDER_SHARE),
       });
+      await writeBundleCaptions(this.captionsPath(jobId), pieces, this.deps.sampleRate);
       await fs.rename(partial, this.artifactPath(jobId));
       log?.info({ jobId, durationMs, wallMs: Math.round(performance.now() - started) }, 'offline bundle complete');
       return { durationMs };
     } catch (error) {
       await fs.rm(partial, { force: true }).catch(() => undefined);
+      await fs.rm(this.captionsPath(jobId), { force: true }).catch(() => undefined);
       if (signal.aborted && this.closed && token) {
         // Shutting down: the job goes back to the queue for another node instead of failing.
         await job.moveToWait(token);

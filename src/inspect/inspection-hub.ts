@@ -2,6 +2,7 @@ import type { Writable } from 'node:stream';
 import type { InspectionEvent } from 'xstate';
 import { SSE_KEEPALIVE_MS, SSE_MAX_LAG_MS } from '../sessions/event-hub.ts';
 import { SseFanout } from '../sessions/sse-fanout.ts';
+import type { SessionInspection } from '../sessions/session-factory.ts';
 
 /**
  * The live state inspector's feed. Each session actor is created with `inspect: hub.inspectorFor(id)`;
@@ -97,7 +98,7 @@ function message(record: InspectionRecord): string {
   return `id: ${record.seq}\ndata: ${JSON.stringify(record)}\n\n`;
 }
 
-export class InspectionHub {
+export class InspectionHub implements SessionInspection {
   private seq = 0;
   private readonly history = new Map<string, InspectionRecord[]>();
   private readonly sessions = new Map<string, InspectedSession>();

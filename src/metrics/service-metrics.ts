@@ -2,6 +2,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import type { PoolLoadSnapshot } from '../../actors/pool-load.ts';
 import type { SessionBus, TurnOutcome } from '../sessions/session-bus.ts';
 import type { TurnMark, TurnObserver } from '../sessions/metrics.ts';
+import type { FrameCounts, ServiceMetricsFeed } from '../sessions/session-factory.ts';
 
 /** Every metric name starts with this, the default process metrics too (`avatar_process_cpu_seconds_total`, …). */
 export const METRICS_PREFIX = 'avatar_';
@@ -30,12 +31,6 @@ export interface MetricsSources {
   frameBuffers?(): { outstanding: number; free: number; overReleases: number };
 }
 
-/** A session's frame counters, read when it ends so the service totals never go backwards. */
-export interface FrameCounts {
-  sent: number;
-  late: number;
-}
-
 /** Spoken label of a termination reason (`deleted by client` → `deleted_by_client`). */
 export function reasonLabel(reason: string): string {
   return (
@@ -53,7 +48,7 @@ export function reasonLabel(reason: string): string {
  * Turn ids are not labels (one series per turn would grow without bound): they are in the per-session metrics,
  * the logs (`turnId`) and the SSE events (`turn_id`).
  */
-export class ServiceMetrics {
+export class ServiceMetrics implements ServiceMetricsFeed {
   readonly registry = new Registry();
   private sources: MetricsSources | null = null;
   /** Frames of sessions that have ended, so the `_total` counters stay monotonic. */

@@ -311,6 +311,7 @@ function setRunning(running) {
     $('record').textContent = 'Start recording';
     // The live picture goes; the chosen avatar's preview comes back.
     $('video').srcObject = null;
+    client.canvas?.remove();
     for (const track of remote.getTracks()) remote.removeTrack(track);
     void showAvatarPreview();
   }
@@ -322,6 +323,18 @@ async function start() {
   try {
     const avatar = selectedAvatar();
     const prompt = $('system-prompt').value.trim();
+    // The switch: the face drawn here from the render kit and the pose stream, or sent as video (docs/embedding.md).
+    client.useRendering($('render-client').checked ? 'client' : 'server');
+    if (client.canvas) {
+      client.canvas.setAttribute('aria-label', 'Avatar');
+      Object.assign(client.canvas.style, {
+        left: $('video').style.left,
+        top: $('video').style.top,
+        width: $('video').style.width,
+        height: $('video').style.height,
+      });
+      $('video').after(client.canvas);
+    }
     await client.createSession({
       avatar_id: avatar?.id,
       model: $('model').value,

@@ -1,5 +1,7 @@
-import type { CaptionCue } from '../../actors/media/playout.ts';
+import { speechOnset, type CaptionCue } from '../../actors/media/playout.ts';
 import type { RecordableClock } from './clock-recorder.ts';
+import type { TimelinePiece } from './offline-render.ts';
+import { writeFileAtomic } from '../files/atomic-file.ts';
 
 /**
  * Cues one recording keeps. A sentence is at least ~1 s of speech, so this covers hours of talk; past it the
@@ -7,7 +9,7 @@ import type { RecordableClock } from './clock-recorder.ts';
  */
 export const MAX_RECORDED_CUES = 10_000;
 
-interface RecordedCue {
+export interface RecordedCue {
   fromMs: number;
   toMs: number;
   text: string;
@@ -45,6 +47,45 @@ export class CaptionTrack {
     }
     return out;
   }
+}
+
+/**
+ * The captions of an offline bundle, by the rule the live clock captions by (`PlayoutClock`'s `caption`): one cue per
+ * sentence, from its speech onset (`speechOnset`, past the sentence's leading near-silence) to the end of its audio,
+ * on the bundle's timeline (the pieces laid end to end from 0, as `renderOfflineMp4` lays them).
+ */
+export function offlineCaptions(pieces: readonly TimelinePiece[], sampleRate: number): RecordedCue[] {
+  const cues: RecordedCue[] = [];
+  const ms = (samples: number) => Math.round((samples * 1000) / sampleRate);
+  let at = 0;
+  let open: { text: string; start: number; onset: number | null; end: number } | null = null;
+  const close = () => {
+    if (open?.text.trim() && cues.length < MAX_RECORDED_CUES) {
+      const fromMs = ms(open.onset ?? open.start);
+      if (ms(open.end) > fromMs) cues.push({ fromMs, toMs: ms(open.end), text: open.text.trim() });
+    }
+    open = null;
+  };
+  for (const piece of pieces) {
+    // A pause (no mouth) ends the sentence before it; a captioned piece starts the next.
+    if (piece.caption !== undefined || piece.mouth === null) close();
+    if (piece.caption !== undefined) open = { text: piece.caption, start: at, onset: null, end: at };
+    if (open && piece.mouth !== null) {
+      if (open.onset === null) {
+        const loud = speechOnset(piece.pcm);
+        if (loud >= 0) open.onset = at + loud;
+      }
+      open.end = at + piece.pcm.length;
+    }
+    at += piece.pcm.length;
+  }
+  close();
+  return cues;
+}
+
+/** Writes an offline bundle's captions (`offlineCaptions`) as WebVTT to `file`, atomically (before its MP4 is renamed into place). */
+export function writeBundleCaptions(file: string, pieces: readonly TimelinePiece[], sampleRate: number): Promise<void> {
+  return writeFileAtomic(file, toWebVtt(offlineCaptions(pieces, sampleRate)));
 }
 
 /** WebVTT (W3C) of timed texts: one cue per caption, `HH:MM:SS.mmm` times. */

@@ -8,6 +8,7 @@ import {
 } from '../../actors/audio/decode.ts';
 import { decodeAudioOffThread } from '../../actors/audio/decode-pool.ts';
 import type { TtsProvider } from '../../actors/tts/types.ts';
+import { splitSentences } from '../../actors/tts/sentences.ts';
 import type { TimelinePiece } from './offline-render.ts';
 
 /** Bounds of an offline bundle request; they keep one job to minutes of video and the body to a few MB. */
@@ -195,6 +196,9 @@ export async function resolveSegments(segments: PreparedSegment[], options: Reso
   for (const [i, segment] of segments.entries()) {
     signal.throwIfAborted();
     if (segment.kind === 'text') {
+      // Providers synthesise `splitSentences(text)` one by one: a chunk's `sentenceIndex` names its sentence (as live).
+      const sentences = splitSentences(segment.text);
+      let captioned = -1;
       for await (const chunk of options.tts.synthesize({
         text: segment.text,
         voice: options.voice,
@@ -204,7 +208,11 @@ export async function resolveSegments(segments: PreparedSegment[], options: Reso
       })) {
         if (chunk.sampleRate !== sampleRate)
           throw new Error(`TTS returned ${chunk.sampleRate} Hz audio, expected ${sampleRate} Hz`);
-        pieces.push({ pcm: chunk.pcm, mouth: buildMouthTimeline(chunk) });
+        const sentence = chunk.sentenceIndex ?? 0;
+        const caption =
+          sentence !== captioned ? (sentences[sentence] ?? (sentence === 0 ? segment.text : undefined)) : undefined;
+        captioned = sentence;
+        pieces.push({ pcm: chunk.pcm, mouth: buildMouthTimeline(chunk), ...(caption ? { caption } : {}) });
       }
     } else {
       pieces.push({ pcm: segment.pcm, mouth: buildMouthTimeline({ pcm: segment.pcm, sampleRate }) });

@@ -6,6 +6,7 @@ import type { TtsProvider } from '../../actors/tts/types.ts';
 import type { JobStore, StoredJob } from '../store/jobs.ts';
 import { resolveSegments, type PreparedSegment } from './offline-input.ts';
 import { renderOfflineMp4 } from './offline-render.ts';
+import { writeBundleCaptions } from './captions.ts';
 import { errorForLog } from '../logger.ts';
 import { Admission, Overloaded, type Release } from '../../actors/admission.ts';
 
@@ -25,8 +26,8 @@ const SWEEP_EVERY_MS = 10 * 60 * 1000;
 const PERSIST_PROGRESS_EVERY_MS = 500;
 /** The `error` of a job that a restart (crash or shutdown) cut off: its input is not persisted, so it cannot resume. */
 export const INTERRUPTED_BY_RESTART = 'interrupted by restart';
-/** The finished artifact of a job; anything else in the bundles directory is a leftover after a restart. */
-const ARTIFACT_NAME = /^(.+)\.mp4$/;
+/** The finished artifacts of a job (the MP4, its WebVTT captions); anything else in the bundles directory is a leftover after a restart. */
+const ARTIFACT_NAME = /^(.+)\.(?:mp4|vtt)$/;
 /** Share of progress for speech synthesis; the rest is frames (docs/recording.md). */
 export const TTS_SHARE = 0.1;
 export const RENDER_SHARE = 0.89;
@@ -71,7 +72,7 @@ export interface OfflineJobsDeps {
 /** What the routes and the service use of an offline queue: this one, or BullMQ's in cluster mode (src/cluster/offline-queue.ts). */
 export type OfflineJobs = Pick<
   OfflineJobQueue,
-  'submit' | 'get' | 'artifactPath' | 'whenSettled' | 'recover' | 'close' | 'sweep'
+  'submit' | 'get' | 'artifactPath' | 'captionsPath' | 'whenSettled' | 'recover' | 'close' | 'sweep'
 >;
 
 /** The queue is full or closing (→ 503 + Retry-After: `BUNDLE_QUEUE_RETRY_AFTER_S`). */
@@ -208,6 +209,12 @@ export class OfflineJobQueue {
     return path.join(this.dir, `${jobId}.mp4`);
   }
 
+  /** Absolute path of a complete job's captions (WebVTT, beside its MP4); the name comes from the validated job id only. */
+  captionsPath(jobId: string): string {
+    if (!JOB_ID_RE.test(jobId)) throw new Error('job id is not a UUID4');
+    return path.join(this.dir, `${jobId}.vtt`);
+  }
+
   /** Resolves once the job is complete or failed (for tests and benches). */
   whenSettled(jobId: string): Promise<void> {
     if (!this.live.has(jobId)) return Promise.resolve();
@@ -224,6 +231,7 @@ export class OfflineJobQueue {
       for (const job of await this.deps.store.all()) {
         if (this.live.has(job.job_id) || !job.expires_at || Date.parse(job.expires_at) > now) continue;
         await fs.rm(this.artifactPath(job.job_id), { force: true });
+        await fs.rm(this.captionsPath(job.job_id), { force: true });
         await this.deps.store.delete(job.job_id);
       }
     } catch (error) {
@@ -304,6 +312,9 @@ export class OfflineJobQueue {
         signal,
         onProgress: (fraction) => this.progress(live, TTS_SHARE + fraction * RENDER_SHARE),
       });
+      // The captions beside the MP4, from the same pieces by the live clock's rule; written first, so the rename
+      // that makes the MP4 an artifact finds them there.
+      await writeBundleCaptions(this.captionsPath(live.job.job_id), pieces, this.deps.sampleRate);
       await fs.rename(partial, this.artifactPath(live.job.job_id));
       live.job.duration_ms = durationMs;
       const wallMs = performance.now() - started;
@@ -321,6 +332,7 @@ export class OfflineJobQueue {
       const message = signal.aborted ? String((signal.reason as Error)?.message ?? 'aborted') : errorForLog(error);
       log?.warn({ jobId: live.job.job_id, err: message }, 'offline bundle failed');
       await fs.rm(this.partialPath(live.job.job_id), { force: true }).catch(() => undefined);
+      await fs.rm(this.captionsPath(live.job.job_id), { force: true }).catch(() => undefined);
       await this.settle(live, 'failed', message);
     } finally {
       await renderer?.close();

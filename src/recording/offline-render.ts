@@ -7,6 +7,8 @@ import { Mp4Encoder } from './encoder.ts';
 export interface TimelinePiece {
   pcm: Int16Array;
   mouth: MouthSource | null;
+  /** On a sentence's first piece: the sentence's text, which the bundle's captions show (`offlineCaptions`). */
+  caption?: string;
 }
 
 export interface OfflineRenderOptions {

@@ -55,6 +55,19 @@ const SessionMetricsBody = Type.Object(
       video_delay_ms: Type.Integer({ description: 'SERVICE_VIDEO_DELAY_MS: video held behind audio on the wire' }),
       peer_connected: Type.Boolean(),
       sse_consumers: Type.Integer(),
+      poses_sent: Type.Optional(
+        Type.Integer({ description: 'Client-rendered sessions: poses sent on the `avatar` data channel' }),
+      ),
+      poses_late: Type.Optional(
+        Type.Integer({
+          description: 'Client-rendered sessions: poses sent after their audio had left the media clock',
+        }),
+      ),
+      poses_skipped: Type.Optional(
+        Type.Integer({
+          description: 'Client-rendered sessions: poses not sent because the channel held too much unsent data',
+        }),
+      ),
     }),
     summary: Type.Object({
       first_sample_sent_ms_p50: Nullable(Type.Number()),
@@ -193,6 +206,13 @@ const metricsRoutes: FastifyPluginAsyncTypebox = async (app) => {
           video_delay_ms: config.videoDelayMs,
           peer_connected: media.peerConnected,
           sse_consumers: media.sseConsumers,
+          ...(media.poses
+            ? {
+                poses_sent: media.poses.sentPoses,
+                poses_late: media.poses.latePoses,
+                poses_skipped: media.poses.skippedPoses,
+              }
+            : {}),
         },
         ...session.metricsSnapshot(),
       };

@@ -150,6 +150,29 @@ const offlineRoutes: FastifyPluginAsyncTypebox = async (app) => {
       return reply.send(createReadStream(file) as never);
     },
   });
+
+  app.get('/sessions/:session_id/rt-offline-bundle/:job_id/captions.vtt', {
+    schema: {
+      tags: ['offline'],
+      summary: "Download the offline bundle's captions",
+      description:
+        '`text/vtt`: the WebVTT captions beside the MP4, one cue per spoken sentence from its speech onset to the end of its ' +
+        "audio on the MP4's timeline, by the rule live SSE `caption` events follow (docs/recording.md). Audio segments, which " +
+        'have no text, have no cue. 404 unknown or expired job; 409 job not complete, as for the download.',
+      params: JobParams,
+      produces: ['text/vtt'],
+      response: { 200: Type.String({ description: 'WebVTT file' }), ...errors(404, 409) },
+    },
+    handler: async (request, reply) => {
+      const job = await jobOf(request.params.session_id, request.params.job_id);
+      if (job.status !== 'complete') throw conflict(`job is ${job.status}${job.error ? `: ${job.error}` : ''}`);
+      const text = await fs.readFile(jobs.captionsPath(job.job_id), 'utf8').catch(() => null);
+      if (text === null) throw notFound('job captions are gone');
+      reply.header('content-type', 'text/vtt; charset=utf-8');
+      reply.header('content-disposition', `attachment; filename="bundle-${job.job_id}.vtt"`);
+      return reply.send(text);
+    },
+  });
 };
 
 export default offlineRoutes;

@@ -32,7 +32,7 @@ const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Create a session',
       description:
         '400 when avatar_id does not exist (also when its custom avatar is deleted while the session is being created), the model is not connected, the model cannot render that avatar, or tts_provider/tts_voice is unknown, ' +
-        'or webhook_url is not an http(s) URL on a host listed in SERVICE_WEBHOOK_ALLOWED_HOSTS; ' +
+        'or webhook_url is not an http(s) URL on a host listed in SERVICE_WEBHOOK_ALLOWED_HOSTS, or render is not server/client or is client for a model other than lipsync, rt, rt_head; ' +
         '502 when the rendering backend or an upstream fails during initialization; 503 {detail} with Retry-After when ' +
         'SERVICE_MAX_PENDING_SESSIONS sessions are waiting unstarted (creations in progress count too), or the service is out of file descriptors. A created session renders and ' +
         'sends nothing until it is started; one not started within SERVICE_START_TIMEOUT_MS is terminated.',

@@ -2,6 +2,19 @@ import { Type, type Static } from '@sinclair/typebox';
 import { Nullable } from './common.ts';
 import { ToolList } from './tools.ts';
 import { PIPELINE_STAGES, SESSION_STATES } from '../../machines/session.machine.ts';
+import { TranscriptTurn } from '../store/transcript-turn.ts';
+
+/** A turn of the transcript: the stored record's schema (the typed client names it too). */
+export { TranscriptTurn };
+
+/** Where the face is drawn (docs/embedding.md, "Server or client rendering"). */
+export const RenderMode = Type.Union([Type.Literal('server'), Type.Literal('client')], {
+  description:
+    "`server` (default): the face is rendered and sent as video. `client`: the viewer's browser draws it from the " +
+    "avatar's render kit and a pose stream on the `avatar` data channel; the peer gets audio only. `client` only for " +
+    'the CPU models lipsync, rt and rt_head (else 400); any other value → 400',
+});
+export type RenderMode = Static<typeof RenderMode>;
 
 export const CreateSessionRequest = Type.Object(
   {
@@ -28,6 +41,7 @@ export const CreateSessionRequest = Type.Object(
           'Scales idle sway, breathing, nods and thinking cues (default 1); 0 leaves only blinks and the mouth; outside 0–1 → 400',
       }),
     ),
+    render: Type.Optional(RenderMode),
     webhook_url: Type.Optional(
       Nullable(
         Type.String({
@@ -83,6 +97,7 @@ export const SessionInfo = Type.Object(
     tts_model: Type.Optional(Nullable(Type.String())),
     llm_system_prompt: Nullable(Type.String()),
     lipsync_postprocess_mode: Nullable(Type.String()),
+    render: Type.Optional(RenderMode),
     created_at: Type.String({ format: 'date-time' }),
     updated_at: Type.String({ format: 'date-time' }),
     expires_at: Type.Optional(
@@ -94,49 +109,6 @@ export const SessionInfo = Type.Object(
 );
 
 export const StatusOnly = (status: string) => Type.Object({ status: Type.Literal(status) });
-
-export const TranscriptToolCall = Type.Object({
-  call_id: Type.String(),
-  name: Type.String(),
-  arguments: Type.Record(Type.String(), Type.Unknown(), {
-    description: "The model's arguments, parsed (as in the SSE `tool_call` event)",
-  }),
-  ok: Nullable(Type.Boolean({ description: 'Whether the call succeeded; null until its result came' })),
-});
-
-export const TranscriptExpression = Type.Object({
-  name: Type.String({ description: 'neutral, smile, concern, surprise or emphasis' }),
-  intensity: Type.Number(),
-  source: Type.Union([Type.Literal('llm'), Type.Literal('api')]),
-  start_ms: Type.Number({ description: 'On the session media clock, as on the SSE `expression` event' }),
-});
-
-export const TranscriptTurn = Type.Object({
-  turn_id: Type.String(),
-  kind: Type.String({ description: 'speak, chat, audio, audio_stream, transcribe or voice' }),
-  user_text: Nullable(Type.String({ description: 'chat: the prompt; voice and transcribe: what was recognised' })),
-  assistant_text: Nullable(Type.String({ description: "speak: the text; chat and voice: the model's reply" })),
-  heard_text: Nullable(
-    Type.String({
-      description:
-        'What of assistant_text was played: all of it when completed, the segments that had started playing when cut short',
-    }),
-  ),
-  tool_calls: Type.Array(TranscriptToolCall),
-  expressions: Type.Optional(
-    Type.Array(TranscriptExpression, {
-      description: 'Expressions shown during the turn (tags in the reply, POST /sessions/{id}/expression), in order',
-    }),
-  ),
-  outcome: Type.Union([
-    Type.Literal('completed'),
-    Type.Literal('interrupted'),
-    Type.Literal('error'),
-    Type.Literal('paused'),
-  ]),
-  started_at: Type.String({ format: 'date-time' }),
-  ended_at: Type.String({ format: 'date-time' }),
-});
 
 /** Optional paging of `GET /sessions/{id}/transcript`; without it the answer holds every kept turn. */
 export const TranscriptQuery = Type.Object({

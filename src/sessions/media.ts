@@ -14,6 +14,8 @@ import { RecoverableStageError, UnrecoverableStageError } from '../../actors/sta
 import type { StageMedia } from '../../actors/stage/ports.ts';
 import { errorForLog } from '../logger.ts';
 import type { SessionBus } from './session-bus.ts';
+import type { ClientRendering } from './client-render.ts';
+import type { PoseChannelFigures } from './pose-channel.ts';
 
 /** Renderer failures within `RENDERER_FAILURE_WINDOW_MS` that end the session: a renderer this broken will not recover. */
 export const RENDERER_MAX_FAILURES = 3;
@@ -57,6 +59,11 @@ export interface SessionMediaOptions {
   videoDelayMs: number;
   bus: SessionBus;
   logger: Logger;
+  /**
+   * A client-rendered session (`render: "client"`, issue 47): `renderer` is this, the peer gets audio and the pose
+   * channel instead of video, and a server renderer runs only for server-side outputs (`client-render.ts`).
+   */
+  clientRendering?: ClientRendering;
 }
 
 /**
@@ -85,15 +92,25 @@ export class SessionMedia implements StageMedia {
   private readonly logger: Logger;
   private readonly reopenRenderer?: RendererOpener;
   private stopWatchingBackend: (() => void) | undefined;
+  private readonly clientRendering: ClientRendering | undefined;
 
   constructor(options: SessionMediaOptions) {
-    const { bus } = options;
+    const { bus, clientRendering } = options;
     this.bus = bus;
     this.logger = options.logger;
     this.renderer = options.renderer;
     this.reopenRenderer = options.reopenRenderer;
+    this.clientRendering = clientRendering;
     this.playout = new PlayoutClock(options.renderer, options.sampleRate, { videoDelayMs: options.videoDelayMs });
-    this.output = new WebRtcOutput(options.iceServers);
+    this.output = new WebRtcOutput(
+      options.iceServers,
+      clientRendering && {
+        video: false,
+        onPoseChannel: (channel) => clientRendering.poses.attach(channel),
+        onFeedsChanged: () => clientRendering.outputsChanged(),
+      },
+    );
+    clientRendering?.attach(this.playout, this.output);
     this.viewers = new WhepViewers(this.output, options.iceServers);
     this.playout.on('audio', (samples, rate) => this.output.pushAudio(samples, rate));
     this.playout.on('videoOut', (frame) => this.output.pushVideo(frame));
@@ -220,7 +237,17 @@ export class SessionMedia implements StageMedia {
   async releaseRenderer(): Promise<void> {
     if (this.closing.signal.aborted) return;
     this.closing.abort();
-    await this.renderer.close();
+    await (this.clientRendering?.release() ?? this.renderer.close());
+  }
+
+  /** A client-rendered session's pose stream figures (sent, late, skipped); null for a server-rendered one. */
+  get poseFigures(): Readonly<PoseChannelFigures> | null {
+    return this.clientRendering?.poses.counts ?? null;
+  }
+
+  /** Whether a server renderer draws frames now: always for a server-rendered session, for outputs only otherwise. */
+  get rendersOnServer(): boolean {
+    return this.clientRendering ? this.clientRendering.rendersOnServer : true;
   }
 
   private rendererFailed(error: unknown): void {

@@ -1,5 +1,6 @@
 import type { StageMetrics, TurnMark } from '../../actors/stage/ports.ts';
 import type { SessionBus, TurnOutcome } from './session-bus.ts';
+import type { Turn, TurnFigures } from './turn.ts';
 
 export type { TurnMark };
 
@@ -39,10 +40,6 @@ export interface TurnObserver {
   interruptFlushed(turn: { turn_id: string; mode: string } | null, ms: number): void;
 }
 
-interface OpenTurn extends TurnMetrics {
-  t0: number;
-}
-
 /**
  * Per-session latency bookkeeping, so a deployment can see its own figures (`GET /sessions/{id}/metrics`)
  * rather than trusting a benchmark: each turn's time to first token, first audio and first sample sent,
@@ -50,8 +47,10 @@ interface OpenTurn extends TurnMetrics {
  * what clients are told (a pause also says `status idle`) is not what decides.
  */
 export class SessionMetrics implements StageMetrics {
-  private readonly turns: OpenTurn[] = [];
-  private current: OpenTurn | null = null;
+  /** The figures of the last turns, oldest first: each is also its turn's record's (`Turn.figures`) while it runs. */
+  private readonly turns: TurnFigures[] = [];
+  /** The bus followed: the running turn's record is found there by the id a stage's mark carries. */
+  private bus: SessionBus | null = null;
   /** Set while the session sends an INTERRUPT (`timeInterrupt`): the flush it causes happens in the same step. */
   private interruptAt: number | null = null;
 
@@ -59,18 +58,33 @@ export class SessionMetrics implements StageMetrics {
 
   /** Subscribes to the session bus: turn lifecycle, first sample sent, the flush an interrupt times. */
   follow(bus: SessionBus): void {
-    bus.on('turn.started', ({ turnId, kind }) => this.beginTurn(turnId, kind));
-    bus.on('turn.finished', ({ turnId, outcome }) => this.finish(turnId, outcome));
+    this.bus = bus;
+    bus.on('turn.started', ({ turnId }) => {
+      const turn = bus.turn(turnId);
+      if (turn) this.beginTurn(turn);
+    });
+    bus.on('turn.finished', ({ turnId, outcome }) => {
+      const figures = bus.turn(turnId)?.figures;
+      if (figures) this.finish(figures, outcome);
+    });
     bus.on('media.firstSample', ({ turnId }) => this.mark(turnId, 'first_sample_sent_ms'));
     bus.on('media.flushed', () => this.flushed());
   }
 
-  beginTurn(turnId: string, mode: string, now = performance.now()): void {
-    if (this.current) this.finish(this.current.turn_id, 'interrupted', now);
-    const turn: OpenTurn = {
+  /** The figures being timed: the last turn's while it runs. */
+  private get running(): TurnFigures | null {
+    const last = this.turns.at(-1);
+    return last?.outcome === 'running' ? last : null;
+  }
+
+  private beginTurn(turn: Turn): void {
+    const now = turn.startedAt;
+    const previous = this.running;
+    if (previous) this.finish(previous, 'interrupted', now);
+    turn.figures = {
       t0: now,
-      turn_id: turnId,
-      mode,
+      turn_id: turn.id,
+      mode: turn.kind,
       started_at: new Date().toISOString(),
       transcript_ms: null,
       llm_first_token_ms: null,
@@ -80,16 +94,15 @@ export class SessionMetrics implements StageMetrics {
       outcome: 'running',
       interrupt_to_flush_ms: null,
     };
-    this.current = turn;
-    this.turns.push(turn);
+    this.turns.push(turn.figures);
     if (this.turns.length > METRICS_MAX_TURNS) this.turns.shift();
   }
 
   mark(turnId: string, what: TurnMark, now = performance.now()): void {
-    const turn = this.turns.findLast((t) => t.turn_id === turnId);
-    if (!turn || turn[what] !== null) return;
-    turn[what] = Math.round(now - turn.t0);
-    this.observer?.marked(turn, what, now - turn.t0);
+    const figures = this.bus?.turn(turnId)?.figures;
+    if (!figures || figures[what] !== null) return;
+    figures[what] = Math.round(now - figures.t0);
+    this.observer?.marked(figures, what, now - figures.t0);
   }
 
   /**
@@ -109,18 +122,17 @@ export class SessionMetrics implements StageMetrics {
   /** The playout was flushed; when an interrupt caused it, that interrupt's turn records how long it took. */
   flushed(now = performance.now()): void {
     if (this.interruptAt === null) return;
-    if (this.current) this.current.interrupt_to_flush_ms = Math.round(now - this.interruptAt);
-    this.observer?.interruptFlushed(this.current, now - this.interruptAt);
+    const running = this.running;
+    if (running) running.interrupt_to_flush_ms = Math.round(now - this.interruptAt);
+    this.observer?.interruptFlushed(running, now - this.interruptAt);
     this.interruptAt = null;
   }
 
-  finish(turnId: string, outcome: TurnOutcome, now = performance.now()): void {
-    const turn = this.turns.findLast((t) => t.turn_id === turnId);
-    if (!turn || turn.outcome !== 'running') return;
-    turn.outcome = outcome;
-    turn.duration_ms = Math.round(now - turn.t0);
-    if (this.current === turn) this.current = null;
-    this.observer?.finished(turn, outcome, now - turn.t0);
+  private finish(figures: TurnFigures, outcome: TurnOutcome, now = performance.now()): void {
+    if (figures.outcome !== 'running') return;
+    figures.outcome = outcome;
+    figures.duration_ms = Math.round(now - figures.t0);
+    this.observer?.finished(figures, outcome, now - figures.t0);
   }
 
   snapshot(): {

@@ -4,6 +4,7 @@ import type { StageBus } from '../../actors/stage/ports.ts';
 import type { QueuedSegment } from '../../actors/llm/heard.ts';
 import type { SessionActor, TurnKind, TurnOutcome } from '../../machines/session.machine.ts';
 import type { SessionEventMap, SessionEventRecord, SessionEventType } from './session-events.ts';
+import { Turn, type TurnStart } from './turn.ts';
 
 export type { TurnKind, TurnOutcome };
 
@@ -16,7 +17,7 @@ export interface SessionBusEvents {
    */
   transition: { from: string; to: string; event: string };
   /** From the machine (`relayTurns`). `ttsProvider`: the provider the turn speaks with (its own, else the session's). */
-  'turn.started': { turnId: string; kind: TurnKind; ttsProvider?: string; text?: string };
+  'turn.started': TurnStart;
   'turn.finished': { turnId: string; kind: TurnKind; outcome: TurnOutcome };
   /** The turn's first sample went to WebRTC. */
   'media.firstSample': { turnId: string };
@@ -61,6 +62,8 @@ type Listener<K extends SessionBusEvent> = (data: SessionBusEvents[K]) => void;
 export class SessionBus implements StageBus {
   private readonly listeners = new Map<SessionBusEvent, Set<Listener<never>>>();
   private closed = false;
+  /** The turn between its `turn.started` and its `turn.finished`: the machine runs one turn at a time. */
+  private running: Turn | null = null;
 
   constructor(private readonly onListenerError: (error: unknown, event: SessionBusEvent) => void = () => undefined) {}
 
@@ -73,6 +76,9 @@ export class SessionBus implements StageBus {
 
   emit<K extends SessionBusEvent>(event: K, data: SessionBusEvents[K]): void {
     if (this.closed) return;
+    // A turn's record is there before anyone hears of its start, and until everyone heard of its end.
+    if (event === 'turn.started') this.running = new Turn(data as TurnStart);
+    const ending = event === 'turn.finished' ? this.turn((data as SessionBusEvents['turn.finished']).turnId) : null;
     for (const listener of [...(this.listeners.get(event) ?? [])]) {
       try {
         (listener as Listener<K>)(data);
@@ -80,6 +86,17 @@ export class SessionBus implements StageBus {
         this.onListenerError(error, event);
       }
     }
+    if (ending && this.running === ending) this.running = null;
+  }
+
+  /** The running turn's record when `turnId` is the running turn; null for a turn that has ended (or never ran). */
+  turn(turnId: string): Turn | null {
+    return this.running?.id === turnId ? this.running : null;
+  }
+
+  /** The running turn's record (what events without a turn id of their own belong to), null between turns. */
+  get runningTurn(): Turn | null {
+    return this.running;
   }
 
   /** A spec event for clients: same signature as the hub's, so stage actors do not care who writes SSE. */
@@ -172,18 +189,17 @@ export function sessionInspect(
  * (traced only while debug is on, `sessionInspect`).
  */
 export function logTurns(bus: SessionBus, logger: Logger): void {
-  const open = new Map<string, { log: Logger; startedAt: number }>();
   bus.on('turn.started', ({ turnId, kind }) => {
+    const turn = bus.turn(turnId);
     const log = logger.child({ turnId });
-    open.set(turnId, { log, startedAt: performance.now() });
+    if (turn) turn.log = log;
     log.info({ kind }, 'turn started');
   });
   bus.on('turn.finished', ({ turnId, kind, outcome }) => {
-    const turn = open.get(turnId);
-    open.delete(turnId);
+    const turn = bus.turn(turnId);
     const log = turn?.log ?? logger.child({ turnId });
     log.info(
-      { kind, outcome, durationMs: turn ? Math.round(performance.now() - turn.startedAt) : undefined },
+      { kind, outcome, durationMs: turn?.log ? Math.round(performance.now() - turn.startedAt) : undefined },
       'turn finished',
     );
   });

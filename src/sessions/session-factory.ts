@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
+import type { InspectionEvent } from 'xstate';
 import type { ModelType } from '../../actors/render/types.ts';
 import type { TtsProvider, TtsProviderId } from '../../actors/tts/types.ts';
 import type { LlmProvider } from '../../actors/llm/types.ts';
@@ -9,17 +10,16 @@ import type { FrameRenderer } from '../../actors/media/playout.ts';
 import type { InferencePool } from '../../actors/inference/pool.ts';
 import type { ServiceConfig } from '../config.ts';
 import type { AvatarCatalog, CatalogEntry } from '../catalog/catalog.ts';
-import type { ModelRegistry } from '../models.ts';
+import { CLIENT_RENDERED_MODELS, type ModelRegistry } from '../models.ts';
 import type { StoredSession } from '../store/sessions.ts';
 import { BackendFailed, InvalidSelection, isOutOfFileDescriptors, outOfFileDescriptors } from '../domain-errors.ts';
-import type { InspectionHub } from '../inspect/inspection-hub.ts';
 import { errorForLog } from '../logger.ts';
-import type { ServiceMetrics } from '../metrics/service-metrics.ts';
 import { defaultsPersona, requestOverrides, resolveTtsSelection } from './persona.ts';
 import { SessionEventHub } from './event-hub.ts';
 import { SessionBus } from './session-bus.ts';
 import { SessionMedia } from './media.ts';
-import { SessionMetrics } from './metrics.ts';
+import { ClientRendering } from './client-render.ts';
+import { SessionMetrics, type TurnObserver } from './metrics.ts';
 import { Session, type SessionStage } from './session.ts';
 import { smoothForRt } from './smoothing.ts';
 import { followAttention } from './attention.ts';
@@ -32,6 +32,31 @@ export const HISTORY_MAX_CHARS = 12_000;
 
 export interface RenderOpener {
   open(avatar: CatalogEntry, model: ModelType, signal?: AbortSignal): Promise<FrameRenderer & { close(): void }>;
+}
+
+/**
+ * The live state inspector as the sessions see it (`src/inspect/inspection-hub.ts` implements it, from the floor
+ * above): XState's inspection callback for a new session (undefined while the inspector is off), and its end.
+ */
+export interface SessionInspection {
+  inspectorFor(sessionId: string): ((event: InspectionEvent) => void) | undefined;
+  ended(sessionId: string): void;
+}
+
+/** A session's frame counters, read when it ends so the service totals never go backwards. */
+export interface FrameCounts {
+  sent: number;
+  late: number;
+}
+
+/**
+ * The service-wide metrics as the sessions see them (`src/metrics/service-metrics.ts` implements it, from the floor
+ * above): they observe each turn's figures, follow each session's bus and count each session's end.
+ */
+export interface ServiceMetricsFeed {
+  turnObserver(): TurnObserver;
+  followSession(bus: SessionBus): void;
+  sessionEnded(reason: string, frames: FrameCounts): void;
 }
 
 /** What assembling a session takes: the engines its stages drive and the service parts it reports to. */
@@ -47,9 +72,9 @@ export interface SessionFactoryDeps {
   /** Service-wide persona defaults (customize endpoints without a session id). */
   defaults(): Promise<{ systemPrompt?: string; ttsProvider?: string; ttsVoice?: string | null }>;
   /** The live state inspector's feed; sessions are created with its `inspect` callback when it is on. */
-  inspection?: InspectionHub;
+  inspection?: SessionInspection;
   /** Service-wide Prometheus metrics (`GET /metrics`); each session's turns and frames feed it. */
-  metrics?: ServiceMetrics;
+  metrics?: ServiceMetricsFeed;
   /** The shared ONNX inference pool (voice activity detection); without it sessions have no voice input. */
   inference?: () => InferencePool;
   /** New session ids (UUID4); cluster mode's carry the node's routing slot (src/cluster/slots.ts). Default randomUUID. */
@@ -69,6 +94,8 @@ export interface CreateSessionInput {
   webhook_url?: string | null;
   /** 0..1, default 1: scales idle sway, breathing, nods and thinking cues. */
   motion?: number;
+  /** Where the face is drawn: `server` (default) or `client` (the CPU models only, `CLIENT_RENDERED_MODELS`). */
+  render?: 'server' | 'client';
 }
 
 /**
@@ -92,6 +119,12 @@ export class SessionFactory {
     if (!avatar) throw new InvalidSelection(`avatar_id "${input.avatar_id}" does not exist`);
     if (!models.isModel(input.model)) throw new InvalidSelection(`model "${input.model}" is not in the model list`);
     const modelInfo = models.info(input.model);
+    const render = input.render ?? 'server';
+    if (render === 'client' && !CLIENT_RENDERED_MODELS.includes(input.model)) {
+      throw new InvalidSelection(
+        `model "${input.model}" renders on the server only; render "client" is for the models ${CLIENT_RENDERED_MODELS.join(', ')}`,
+      );
+    }
     // A configured remote backend that failed its last check is tried again by the open below (502 if still down).
     if (!models.admits(input.model))
       throw new InvalidSelection(`model "${input.model}" is not connected: ${modelInfo.reason}`);
@@ -110,9 +143,23 @@ export class SessionFactory {
     const tools = checkToolDefinitions(input.tools ?? [], this.toolPolicy);
 
     const model = input.model;
-    let renderer: FrameRenderer & { close(): void };
+    const { width, height, fps } = avatar.manifest;
+    const clientRendering =
+      render === 'client'
+        ? new ClientRendering({
+            avatarId: avatar.id,
+            model,
+            width,
+            height,
+            fps,
+            openServerRenderer: (signal) => this.deps.render.open(avatar, model, signal),
+            logger: this.deps.logger,
+          })
+        : undefined;
+    let renderer: FrameRenderer & { close(): void | Promise<void> };
     try {
-      renderer = await this.deps.render.open(avatar, model);
+      // A client-rendered session opens a server renderer only for its server-side outputs (`client-render.ts`).
+      renderer = clientRendering ?? (await this.deps.render.open(avatar, model));
     } catch (error) {
       // The avatar's DELETE won the race for its files: the client named an avatar that no longer exists.
       if (!(await catalog.get(avatar.id))) throw new InvalidSelection(`avatar_id "${input.avatar_id}" does not exist`);
@@ -134,6 +181,7 @@ export class SessionFactory {
       tts_model: tts.model,
       llm_system_prompt: input.llm_system_prompt ?? defaults.systemPrompt ?? config.llmSystemPrompt,
       lipsync_postprocess_mode: input.lipsync_postprocess_mode ?? null,
+      render,
       ...(input.webhook_url ? { webhook_url: input.webhook_url } : {}),
       ...(input.motion !== undefined ? { motion: input.motion } : {}),
       state: 'created',
@@ -141,13 +189,17 @@ export class SessionFactory {
       updated_at: now,
     };
     const logger = this.deps.logger.child({ sessionId });
+    clientRendering?.useLogger(logger);
     const bus = new SessionBus((error, event) =>
       logger.error({ err: errorForLog(error), event }, 'session bus listener failed'),
     );
     const events = new SessionEventHub(bus);
     const media = new SessionMedia({
       renderer,
-      reopenRenderer: (signal) => this.deps.render.open(avatar, model, signal),
+      reopenRenderer: clientRendering
+        ? () => clientRendering.reopen()
+        : (signal) => this.deps.render.open(avatar, model, signal),
+      clientRendering,
       sampleRate: config.sampleRate,
       iceServers: config.iceServers,
       videoDelayMs: config.videoDelayMs,

@@ -24,6 +24,7 @@ import type { StoredSession } from '../store/sessions.ts';
 import type { SessionEventHub, SessionEventRecord } from './event-hub.ts';
 import type { SessionMedia } from './media.ts';
 import type { SessionMetrics } from './metrics.ts';
+import type { PoseChannelFigures } from './pose-channel.ts';
 import { SessionCloser } from './session-close.ts';
 import { logTurns, relayTurns, sessionInspect, type SessionBus } from './session-bus.ts';
 import { createStageActors, type StageContext } from '../../actors/session-actors.ts';
@@ -74,6 +75,8 @@ export interface SessionMediaFigures {
   lateFrames: number;
   peerConnected: boolean;
   sseConsumers: number;
+  /** A client-rendered session's pose stream (`pose-channel.ts`): sent, late, skipped. */
+  poses?: PoseChannelFigures;
 }
 
 /** A persona change the machine admits (`CUSTOMIZE`): the voice, and the system prompt and tools when they change too. */
@@ -250,6 +253,7 @@ export class Session {
       lateFrames: playout.lateFrames,
       peerConnected: this.media.output.connected,
       sseConsumers: this.events.subscriberCount,
+      ...(this.media.poseFigures ? { poses: { ...this.media.poseFigures } } : {}),
     };
   }
 

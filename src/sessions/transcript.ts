@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { heardReply, type QueuedSegment } from '../../actors/llm/heard.ts';
+import { heardReply } from '../../actors/llm/heard.ts';
 import { InvalidInput } from '../domain-errors.ts';
 import { errorForLog } from '../logger.ts';
 import type {
@@ -10,6 +10,7 @@ import type {
   TranscriptTurn,
 } from '../store/transcripts.ts';
 import type { SessionBus, TurnKind, TurnOutcome } from './session-bus.ts';
+import type { TranscriptDraft, Turn } from './turn.ts';
 
 export type { TranscriptToolCall, TranscriptTurn };
 
@@ -51,12 +52,6 @@ export const TRANSCRIPT_MAX_TOOL_CALLS = 64;
 /** Expressions kept per turn: a reply tags a few; a client posting them in a loop must not grow the transcript. */
 export const TRANSCRIPT_MAX_EXPRESSIONS = 64;
 
-/** A turn as it is being recorded: the transcript entry plus the segments its speech queued. */
-interface OpenTurn {
-  entry: Omit<TranscriptTurn, 'outcome' | 'ended_at' | 'heard_text'>;
-  segments: QueuedSegment[];
-}
-
 /** The session's media as the recorder asks it: how much of a turn left for the listener. */
 export interface PlayedMedia {
   playedMsOf(turnId: string): number;
@@ -70,31 +65,32 @@ export interface PlayedMedia {
  * as the chat history keeps it). `onTurn` gets every finished entry (whole: `SessionTranscripts` applies the budgets).
  */
 export class TranscriptRecorder {
-  private readonly open = new Map<string, OpenTurn>();
-  /** Spec events carry no turn id of their own (the hub adds it for clients): the machine's current turn. */
-  private current: string | null = null;
-
   constructor(
     bus: SessionBus,
     private readonly media: PlayedMedia,
     private readonly onTurn: (turn: TranscriptTurn) => void,
   ) {
+    // Each follower reaches the running turn's record by the id its event carries (`SessionBus.turn`).
+    const recorded = (turnId: string) => {
+      const turn = bus.turn(turnId);
+      return turn?.transcript ? { turn, entry: turn.transcript } : null;
+    };
     bus.on('turn.started', ({ turnId, kind, text }) => {
-      this.current = turnId;
-      this.open.set(turnId, { entry: newEntry(turnId, kind, text), segments: [] });
+      const turn = bus.turn(turnId);
+      if (turn) turn.transcript = newEntry(turnId, kind, text);
     });
     bus.on('turn.finished', ({ turnId, outcome }) => {
-      if (this.current === turnId) this.current = null;
-      this.finish(turnId, outcome);
+      const open = recorded(turnId);
+      if (open) this.finish(open.turn, open.entry, outcome);
     });
-    bus.on('tts.queued', ({ turnId, text, durationMs }) => this.open.get(turnId)?.segments.push({ text, durationMs }));
+    bus.on('tts.queued', ({ turnId, text, durationMs }) => recorded(turnId)?.turn.segments.push({ text, durationMs }));
     bus.on('tool.result', ({ turnId, callId, ok }) => {
-      const call = this.open.get(turnId)?.entry.tool_calls.find((c) => c.call_id === callId);
+      const call = recorded(turnId)?.entry.tool_calls.find((c) => c.call_id === callId);
       if (call) call.ok = ok;
     });
     bus.on('spec', (record) => {
       if (record.type === 'tool_call') {
-        const calls = this.open.get(record.data.turn_id)?.entry.tool_calls;
+        const calls = recorded(record.data.turn_id)?.entry.tool_calls;
         if (calls && calls.length < TRANSCRIPT_MAX_TOOL_CALLS) {
           calls.push({
             call_id: record.data.call_id,
@@ -105,37 +101,36 @@ export class TranscriptRecorder {
         }
         return;
       }
-      const turn = this.current ? this.open.get(this.current) : undefined;
-      if (!turn) return;
+      // Spec events carry no turn id of their own (the hub adds it for clients): they belong to the running turn.
+      const entry = bus.runningTurn?.transcript;
+      if (!entry) return;
       if (record.type === 'expression') {
         const { name, intensity, source, start_ms } = record.data;
-        const expressions = (turn.entry.expressions ??= []);
+        const expressions = (entry.expressions ??= []);
         if (expressions.length < TRANSCRIPT_MAX_EXPRESSIONS) expressions.push({ name, intensity, source, start_ms });
-      } else if (record.type === 'llm')
-        turn.entry.assistant_text = (turn.entry.assistant_text ?? '') + record.data.delta;
-      else if (record.type === 'transcript' && record.data.is_final) turn.entry.user_text = record.data.text;
+      } else if (record.type === 'llm') entry.assistant_text = (entry.assistant_text ?? '') + record.data.delta;
+      else if (record.type === 'transcript' && record.data.is_final) entry.user_text = record.data.text;
     });
   }
 
-  private finish(turnId: string, machineOutcome: TurnOutcome): void {
-    const turn = this.open.get(turnId);
-    if (!turn) return;
-    this.open.delete(turnId);
+  private finish(turn: Turn, draft: TranscriptDraft, machineOutcome: TurnOutcome): void {
+    // Recorded once: a second `turn.finished` for it finds no draft.
+    turn.transcript = null;
     const outcome = transcriptOutcome(machineOutcome);
-    const { assistant_text } = turn.entry;
+    const { assistant_text } = draft;
     // A reply played to its end was heard whole; a cut one as far as its audio left (a segment cut midway counts).
     const heard_text =
       assistant_text === null
         ? null
         : outcome === 'completed'
           ? assistant_text
-          : heardReply(turn.segments, this.media.playedMsOf(turnId));
-    const entry: TranscriptTurn = { ...turn.entry, heard_text, outcome, ended_at: new Date().toISOString() };
+          : heardReply(turn.segments, this.media.playedMsOf(turn.id));
+    const entry: TranscriptTurn = { ...draft, heard_text, outcome, ended_at: new Date().toISOString() };
     this.onTurn(entry);
   }
 }
 
-function newEntry(turnId: string, kind: TurnKind, text: string | undefined): OpenTurn['entry'] {
+function newEntry(turnId: string, kind: TurnKind, text: string | undefined): TranscriptDraft {
   const said = kind === 'speak' ? (text ?? null) : null;
   const asked = kind === 'chat' ? (text ?? null) : null;
   return {

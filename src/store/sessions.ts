@@ -16,6 +16,8 @@ export interface StoredSession {
   lipsync_postprocess_mode: string | null;
   /** How much the avatar moves besides blinks and the mouth (create and customize `motion`); absent: 1. */
   motion?: number;
+  /** Where the face is drawn (`POST /sessions` `render`); absent on records older than the option: server. */
+  render?: 'server' | 'client';
   state: SessionState;
   created_at: string;
   updated_at: string;
@@ -48,6 +50,7 @@ export class SessionStore extends RecordStore<StoredSession> {
       tts_voice: session.tts_voice,
       llm_system_prompt: null,
       lipsync_postprocess_mode: null,
+      render: session.render ?? 'server',
       state: 'terminated',
       created_at: session.created_at,
       updated_at: now.toISOString(),

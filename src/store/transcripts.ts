@@ -1,13 +1,7 @@
-import type { Static } from '@sinclair/typebox';
-import type {
-  TranscriptToolCall as TranscriptToolCallSchema,
-  TranscriptTurn as TranscriptTurnSchema,
-} from '../schemas/sessions.ts';
 import type { Store } from './db.ts';
+import type { TranscriptTurn } from './transcript-turn.ts';
 
-/** A tool call of a turn and one turn of the transcript: their types come from the route's schemas (one source). */
-export type TranscriptToolCall = Static<typeof TranscriptToolCallSchema>;
-export type TranscriptTurn = Static<typeof TranscriptTurnSchema>;
+export type { TranscriptToolCall, TranscriptTurn } from './transcript-turn.ts';
 
 /** One kept turn: its place in the session's transcript, its id and its JSON, serialised once when it ended. */
 export interface KeptTurn {

@@ -12,7 +12,7 @@ import { detectMouth } from '../../actors/faces/detector.ts';
 import { faceHint } from '../../actors/faces/landmarks.ts';
 import { decodeClipLoop, loopFrameAt, readClipSource, type ClipLoop } from '../../actors/render/clip-loop.ts';
 import { i420ToRgba } from '../../actors/render/i420.ts';
-import { LipsyncRenderer } from '../../actors/render/renderers/lipsync.ts';
+import { WarpRenderer } from '../../actors/render/renderers/warp.ts';
 import type { AvatarManifest, AvatarSource, I420Frame, MouthAnimation, MouthPose } from '../../actors/render/types.ts';
 import { measureArtefacts, mouthCrop, mouthJawRegion, type ArtefactReport } from './artefacts.ts';
 
@@ -60,7 +60,7 @@ export async function bundleSource(dir: string): Promise<AvatarSource> {
 /** Renders `SHEET_POSES` (or `poses`) speaking and measures each frame. */
 export async function measureAvatar(dir: string, poses = SHEET_POSES): Promise<MeasuredAvatar> {
   const source = await bundleSource(dir);
-  const renderer = new LipsyncRenderer();
+  const renderer = new WarpRenderer();
   await renderer.prepare(source);
   const { width, height } = source.manifest;
   const loop: ClipLoop | null = source.clip ? await decodeClipLoop(source.clip, width, height) : null;

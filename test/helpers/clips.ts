@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { encodeWav } from '../../actors/audio/wav.ts';
 import { i420ToRgba } from '../../actors/render/i420.ts';
-import { LipsyncRenderer } from '../../actors/render/renderers/lipsync.ts';
+import { WarpRenderer } from '../../actors/render/renderers/warp.ts';
 import { buildMouthTimeline } from '../../actors/mouth/timeline.ts';
 import { synthesizeWithFlite } from '../../actors/tts/builtin/flite.ts';
 import { validateManifest } from '../../src/catalog/manifest.ts';
@@ -290,7 +290,7 @@ export async function speakingClipMp4(dir: string): Promise<string> {
   const mouth = buildMouthTimeline(speech);
   const bundleDir = fileURLToPath(new URL('../../avatars/astronaut', import.meta.url));
   const manifest = validateManifest(JSON.parse(await fs.readFile(path.join(bundleDir, 'manifest.json'), 'utf8')));
-  const renderer = new LipsyncRenderer();
+  const renderer = new WarpRenderer();
   await renderer.prepare({ id: manifest.id, dir: bundleDir, manifest });
   const totalMs = mouth.durationMs + 2 * SPEAKING_CLIP_PAUSE_MS;
   const frameCount = Math.ceil((totalMs / 1000) * 25);

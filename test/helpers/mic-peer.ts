@@ -1,5 +1,5 @@
 import wrtc from '@roamhq/wrtc';
-import { ReceivingPeer } from './peer.ts';
+import { ReceivingPeer, answerOverHttp } from './peer.ts';
 
 const { nonstandard } = wrtc;
 
@@ -30,15 +30,7 @@ export class MicrophonePeer extends ReceivingPeer {
   static async connectMic(baseUrl: string, sessionId: string, rate = 16_000): Promise<MicrophonePeer> {
     const peer = new MicrophonePeer(rate);
     try {
-      await peer.negotiate(async (offer) => {
-        const res = await fetch(`${baseUrl}/sessions/${sessionId}/webrtc/offer`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(offer),
-        });
-        if (!res.ok) throw new Error(`offer failed: ${res.status} ${await res.text()}`);
-        return res.json();
-      });
+      await peer.negotiate(answerOverHttp(baseUrl, sessionId));
     } catch (error) {
       peer.close();
       throw error;

@@ -15,6 +15,22 @@ export interface ReceivedFrame {
   data: Uint8Array;
 }
 
+/** Answers an offer with the session's `POST /sessions/{id}/webrtc/offer`; rejects with `offer failed: <status> <body>`. */
+export function answerOverHttp(
+  baseUrl: string,
+  sessionId: string,
+): (offer: { sdp: string; type: 'offer' }) => Promise<{ sdp: string; type: 'answer' }> {
+  return async (offer) => {
+    const res = await fetch(`${baseUrl}/sessions/${sessionId}/webrtc/offer`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(offer),
+    });
+    if (!res.ok) throw new Error(`offer failed: ${res.status} ${await res.text()}`);
+    return res.json();
+  };
+}
+
 /**
  * A real wrtc receiving peer: offers recvonly audio+video, posts the offer to the service and records
  * every decoded video frame and 10 ms audio buffer with its arrival time.
@@ -30,15 +46,7 @@ export class ReceivingPeer {
 
   /** Rejects with `offer failed: <status> <body>` when the service refuses the offer (the local peer is closed then). */
   static async connect(baseUrl: string, sessionId: string): Promise<ReceivingPeer> {
-    return ReceivingPeer.connectWith(async (offer) => {
-      const res = await fetch(`${baseUrl}/sessions/${sessionId}/webrtc/offer`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(offer),
-      });
-      if (!res.ok) throw new Error(`offer failed: ${res.status} ${await res.text()}`);
-      return res.json();
-    });
+    return ReceivingPeer.connectWith(answerOverHttp(baseUrl, sessionId));
   }
 
   /** Negotiates with any answerer, e.g. a `WebRtcOutput` in the test process (`(offer) => output.answer(offer.sdp)`). */

@@ -1,7 +1,7 @@
 /** Renderer factory by model type. `lipsync_b` / `lipsync_c` have no local renderer (reported not_configured elsewhere). */
 import type { ModelType, Renderer } from '../types.ts';
 import { MockRenderer } from './mock.ts';
-import { LipsyncRenderer } from './lipsync.ts';
+import { WarpRenderer } from './warp.ts';
 import { RtRenderer } from './rt.ts';
 import { RtHeadRenderer } from './rt_head.ts';
 
@@ -12,7 +12,7 @@ export function createRenderer(modelType: ModelType): Renderer {
     case 'mock':
       return new MockRenderer();
     case 'lipsync':
-      return new LipsyncRenderer();
+      return new WarpRenderer();
     case 'rt':
       return new RtRenderer();
     case 'rt_head':

@@ -1,5 +1,7 @@
 /**
- * Photo lip-sync renderer: animates the mouth of a still portrait from `metadata.animation`.
+ * The CPU warp renderer (model `lipsync`, an API name): animates the mouth of a still portrait from
+ * `metadata.animation` by warping the avatar's own face — no network paints it (the neural renderers are
+ * `actors/lipsync/`).
  *
  * At prepare the photo's lips are closed (`photo-lips.ts`: a smile's teeth are covered), which is the
  * rest face for silence and m/b/p. Per pose (quantised to OPEN_STEPS x SHAPE_STEPS x SHAPE_STEPS) the
@@ -30,9 +32,10 @@ import { blinkClosure, quantise, smoothstep } from '../idle-motion.ts';
 import { closeLips } from '../photo-lips.ts';
 import { PhotoHead } from '../photo-head.ts';
 import { ClipHead } from '../clip-head.ts';
-import { warpFreedom } from '../photo-jaw.ts';
+import { warpFreedom, type JawFreedom } from '../photo-jaw.ts';
 import { mouthPalette, paintInside, type MouthPalette, type OpeningColumn, type Rgb } from '../photo-mouth.ts';
 import { warpLoopFrame } from '../clip-warp.ts';
+import { warpExpression } from '../expression-warp.ts';
 
 export const OPEN_STEPS = 8;
 export const SHAPE_STEPS = 3;
@@ -54,11 +57,14 @@ const UPPER_TEETH_MAX = 0.13;
 /** Extent (squared, mouth widths) of the horizontal lip spread / narrowing around the mouth centre. */
 const LIP_ZONE_WIDTH = 0.36;
 const LIP_ZONE_HEIGHT = 0.12;
+/**
+ * What the chin drops in front of (a collar, the neck) lies in its shadow: this much of its light is taken where the
+ * chin dropped `CHIN_SHADOW_FULL` mouth widths or more, less where it dropped less, none where the warp ends.
+ */
+const CHIN_SHADOW = 0.3;
+const CHIN_SHADOW_FULL = 0.15;
 /** How much of the tongue a wide-open mouth shows (painted by `photo-mouth.ts`). */
 const TONGUE_STRENGTH = 0.75;
-/** Half width (mouth widths) of the chin's middle, which drops rigidly whatever edges lie below it, and its rounding. */
-const CHIN_CORE_HALF_WIDTH = 0.1;
-const CHIN_CORE_ROUNDING = 0.6;
 
 function sampleBilinear(image: RgbaImage, x: number, y: number, out: Rgb): void {
   const maxX = image.width - 1;
@@ -175,7 +181,7 @@ export function mouthPosesBuiltInThisThread(): number {
   return mouthPosesBuiltHere;
 }
 
-export class LipsyncRenderer implements Renderer {
+export class WarpRenderer implements Renderer {
   private source: RgbaImage | null = null;
   private base: I420Frame | null = null;
   private animation: MouthAnimation | null = null;
@@ -194,7 +200,7 @@ export class LipsyncRenderer implements Renderer {
   /** A speaking clip's own mouths (`metadata.clip.mouths`), laid instead of the warp; null: warp. */
   private harvested: HarvestedMouths | null = null;
   /** A photo's edge-aware falloff of the mouth warp over its box (`photo-jaw.ts`); null on video avatars. */
-  private freedom: Float32Array | null = null;
+  private jaw: JawFreedom | null = null;
 
   async prepare(avatar: AvatarSource): Promise<void> {
     const { width, height } = avatar.manifest;
@@ -219,7 +225,7 @@ export class LipsyncRenderer implements Renderer {
     this.head = null;
     this.loopHead = null;
     this.harvested = null;
-    this.freedom = null;
+    this.jaw = null;
     if (!this.animation) return;
     if (this.loop) this.loopHead = new ClipHead(this.animation, this.loop.track, width, height, this.fps);
     // In the render pool the mouths travel with the shared loop (tasks carry no `clip`); read directly, with the clip.
@@ -232,7 +238,7 @@ export class LipsyncRenderer implements Renderer {
     // A video avatar's speaking frames warp the loop frame they show (`clip-warp.ts`): nothing to build here.
     if (this.loop) return;
     this.head = new PhotoHead(this.animation, width, height, this.fps);
-    this.freedom = warpFreedom(this.source, warpBox(this.animation, this.source), {
+    this.jaw = warpFreedom(this.source, warpBox(this.animation, this.source), {
       x: this.animation.mouth_center.x,
       width: this.animation.mouth_width,
       seamAt: this.seamAt,
@@ -248,11 +254,14 @@ export class LipsyncRenderer implements Renderer {
   }
 
   render(request: FrameRequest, target?: SharedArrayBuffer): I420Frame {
-    if (!this.base) throw new Error('LipsyncRenderer.render called before prepare');
+    if (!this.base) throw new Error('WarpRenderer.render called before prepare');
     if (this.loop) {
       const frame = this.renderLoopFrame(request, this.loop, target);
-      // The head moves last, carrying the mouth with it (`clip-head.ts`).
-      this.loopHead?.apply(frame, request, loopFrameAt(this.loop, request.frameIdx).face);
+      const face = loopFrameAt(this.loop, request.frameIdx).face;
+      // The expression bends the frame as shown, mouth included, along that loop frame's own landmarks.
+      if (this.animation) warpExpression(frame, face, request.expression);
+      // The head moves last, carrying mouth and expression with it (`clip-head.ts`).
+      this.loopHead?.apply(frame, request, face);
       return frame;
     }
     const frame = frameFromBase(this.base, target);
@@ -267,6 +276,8 @@ export class LipsyncRenderer implements Renderer {
     if (!closed) blendPatch(frame, this.mouthPatch(open, wide, round));
     const blink = Math.round(blinkClosure(request.frameIdx, this.fps) * (BLINK_STEPS - 1));
     if (blink > 0) for (const patch of this.blinkPatch(blink)) blendPatch(frame, patch);
+    // The expression bends the face with its spoken mouth and eyelids, before the head carries them all.
+    warpExpression(frame, this.animation, request.expression);
     // Otherwise the head moves last, carrying mouth and eyelids with it (the same motion with closed lips is the rest face).
     if (!resting) this.head?.apply(frame, request);
     return frame;
@@ -326,7 +337,7 @@ export class LipsyncRenderer implements Renderer {
       anim: this.animation!,
       seamAt: this.seamAt,
       palette: this.palette!,
-      freedom: this.freedom,
+      jaw: this.jaw,
     });
     return patchFromRgba(image, box.x, box.y, box.width, box.height, true);
   }
@@ -400,44 +411,71 @@ export class LipsyncRenderer implements Renderer {
   }
 }
 
+/** What a photo's mouth poses are made from: the rest face, its landmarks, lip seam, colours and jaw falloff. */
+interface PhotoFace {
+  src: RgbaImage;
+  anim: MouthAnimation;
+  seamAt: (x: number) => number;
+  palette: MouthPalette;
+  jaw: JawFreedom | null;
+}
+
+/** One mouth pose over its box, before it is sampled: where each pixel comes from, and the mouth's painted inside. */
+interface PoseWarp {
+  box: Box;
+  /** Source minus destination, px, row-major over the box. */
+  dx: Float32Array;
+  dy: Float32Array;
+  /** The inside of the mouth painted over the warped pixel (RGB, 3 per pixel) and how much of it covers it (0..1). */
+  paint: Float32Array;
+  paintAlpha: Float32Array;
+  /** What the chin is carried over (`JawFreedom.carried`), shaded by the chin dropped in front of it; null: none. */
+  carried: Uint8Array | null;
+  /** The drop (px) at which that shadow is full. */
+  shadeDropPx: number;
+}
+
 /**
  * One mouth pose over the closed-lips rest image. Destination pixels map back to the rest image: above the
  * opening the upper lip lifts, below it lower lip and chin drop (the lower lip's edge with the opening,
  * the chin rigidly, both fading out towards the neck), lips spread or narrow horizontally. The opening
  * between the lip edges is painted as the inside of the mouth: dark throat, upper teeth, a hint of tongue.
- * Returns an image of the source's size holding the result inside `box` (nothing outside it).
+ * The warp is then held still wherever it would leave a seam at the edge of what it changes (`holdSeams`,
+ * `photo-jaw.ts`). Returns an image of the source's size holding the result inside `box` (nothing outside it).
  */
-function warpMouth(
-  open: number,
-  wide: number,
-  round: number,
-  face: {
-    src: RgbaImage;
-    anim: MouthAnimation;
-    seamAt: (x: number) => number;
-    palette: MouthPalette;
-    freedom: Float32Array | null;
-  },
-): { image: RgbaImage; box: Box } {
-  const { src, anim, seamAt, palette, freedom } = face;
+function warpMouth(open: number, wide: number, round: number, face: PhotoFace): { image: RgbaImage; box: Box } {
+  const warp = poseWarp(open, wide, round, face);
+  const { src } = face;
+  const out: RgbaImage = { width: src.width, height: src.height, data: new Uint8Array(src.data.length) };
+  composePose(src, warp, out);
+  return { image: out, box: warp.box };
+}
+
+/** Where each pixel of the pose's box comes from in the rest image, and what of the mouth's inside covers it. */
+function poseWarp(open: number, wide: number, round: number, face: PhotoFace): PoseWarp {
+  const { src, anim, seamAt, palette, jaw } = face;
   const cx = anim.mouth_center.x;
   const mw = anim.mouth_width;
   const box = warpBox(anim, src);
-  const out: RgbaImage = { width: src.width, height: src.height, data: new Uint8Array(src.data.length) };
+  const size = box.width * box.height;
+  const warp: PoseWarp = {
+    box,
+    dx: new Float32Array(size),
+    dy: new Float32Array(size),
+    paint: new Float32Array(size * 3),
+    paintAlpha: new Float32Array(size),
+    carried: jaw?.carried ?? null,
+    shadeDropPx: CHIN_SHADOW_FULL * mw,
+  };
   const jawDrop = open * MAX_JAW_DROP * mw;
   const shape = openingShape(open, wide, round, mw);
-  const rgb: Rgb = { r: 0, g: 0, b: 0 };
   const inside: Rgb = { r: 0, g: 0, b: 0 };
-
   for (let x = box.x; x < box.x + box.width; x++) {
     const u = (x - cx) / mw;
     const destSeam = seamAt(x);
     const lens = lensAt(shape, (x - cx) / shape.halfWidth, destSeam);
     // Horizontal window of the jaw: flat under the mouth, fading out towards the cheeks.
     const jawWindow = 1 - smoothstep(0.45, 1.25, Math.abs(u));
-    // The chin itself drops rigidly in front of whatever lies below it (a collar's edge is carried down under the
-    // chin's middle: black over black); only beside it does the edge-aware falloff hold such edges in place.
-    const chinCore = 1 - smoothstep(CHIN_CORE_HALF_WIDTH, CHIN_CORE_HALF_WIDTH + CHIN_CORE_ROUNDING, Math.abs(u));
     const lipLift = destSeam - lens.top;
     const lipDrop = lens.bottom - destSeam;
     const lensMiddle = (lens.top + lens.bottom) / 2;
@@ -462,15 +500,15 @@ function warpMouth(
         }
         sy = Math.max(sy, seam + 0.5);
       }
-      if (freedom) {
+      if (jaw) {
         // Strong edges outside the lips (a collar under the chin, the face's outline) stay where they are.
-        const held = freedom[(y - box.y) * box.width + (x - box.x)];
-        const free = y >= lensMiddle ? Math.max(chinCore, held) : held;
+        const free = jaw.freedom[(y - box.y) * box.width + (x - box.x)];
         sx = x + (sx - x) * free;
         sy = y + (sy - y) * free;
       }
-      sampleBilinear(src, sx, sy, rgb);
-      let { r, g, b } = rgb;
+      const k = (y - box.y) * box.width + (x - box.x);
+      warp.dx[k] = sx - x;
+      warp.dy[k] = sy - y;
 
       const height = lens.bottom - lens.top;
       const edgePx = Math.min(y - lens.top, lens.bottom - y);
@@ -488,19 +526,50 @@ function warpMouth(
           mouthWidth: mw,
         };
         paintInside(column, y, palette, inside);
-        const { r: ir, g: ig, b: ib } = inside;
-        r = mix(r, ir, alpha);
-        g = mix(g, ig, alpha);
-        b = mix(b, ib, alpha);
+        warp.paint[3 * k] = inside.r;
+        warp.paint[3 * k + 1] = inside.g;
+        warp.paint[3 * k + 2] = inside.b;
+        warp.paintAlpha[k] = alpha;
       }
+    }
+  }
+  return warp;
+}
+
+/** Samples the pose into `out` (RGBA, the source's size) over its box, the inside of the mouth painted over it. */
+function composePose(src: RgbaImage, warp: PoseWarp, out: RgbaImage): void {
+  const { box, dx, dy, paint, paintAlpha, carried, shadeDropPx } = warp;
+  const rgb: Rgb = { r: 0, g: 0, b: 0 };
+  for (let j = 0; j < box.height; j++) {
+    for (let i = 0; i < box.width; i++) {
+      const k = j * box.width + i;
+      const x = box.x + i;
+      const y = box.y + j;
+      const sx = x + dx[k];
+      const sy = y + dy[k];
+      sampleBilinear(src, sx, sy, rgb);
+      if (carried && carriedAt(carried, box, sx, sy)) {
+        // The chin dropped in front of it shades it, as much as it dropped here: the shadow fades out with the warp.
+        const shade = 1 - CHIN_SHADOW * Math.min(1, -dy[k] / shadeDropPx);
+        rgb.r *= shade;
+        rgb.g *= shade;
+        rgb.b *= shade;
+      }
+      const alpha = paintAlpha[k];
       const o = (y * src.width + x) * 4;
-      out.data[o] = r;
-      out.data[o + 1] = g;
-      out.data[o + 2] = b;
+      out.data[o] = mix(rgb.r, paint[3 * k], alpha);
+      out.data[o + 1] = mix(rgb.g, paint[3 * k + 1], alpha);
+      out.data[o + 2] = mix(rgb.b, paint[3 * k + 2], alpha);
       out.data[o + 3] = 255;
     }
   }
-  return { image: out, box };
+}
+
+/** Whether the rest image's pixel nearest (x, y) is one the chin is carried over. */
+function carriedAt(carried: Uint8Array, box: Box, x: number, y: number): boolean {
+  const i = Math.round(x) - box.x;
+  const j = Math.round(y) - box.y;
+  return i >= 0 && j >= 0 && i < box.width && j < box.height && carried[j * box.width + i] === 1;
 }
 
 /** The region a mouth pose may change: the mouth, the chin below it, the cheeks beside it. */

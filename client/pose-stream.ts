@@ -1,0 +1,244 @@
+// The browser's side of a client-rendered session's pose stream (issue 47): reads the `avatar` data channel
+// (`PoseChannelMessage`), keeps a bounded buffer of poses, and at each display frame draws the pose of the audio being
+// heard. "Heard" is the RTP timestamp the audio receiver is playing (`getSynchronizationSources()`); a pose's `rtp` is
+// that clock less the track's random initial offset, which `sync` messages let us estimate (see `offsetEstimate`).
+import { loadFaceCanvas, type FaceCanvas, type FramePose, type PoseChannelMessage } from './face-canvas.ts';
+
+/** Poses kept ahead of (and just behind) what is heard: 2 s at 25 fps, far more than the service's lead (160 ms). */
+export const MAX_BUFFERED_POSES = 50;
+/**
+ * Offset estimates kept (the service sends 10 `sync` a second): their median over 2.5 s is used, so estimates taken
+ * during a stall do not move the face.
+ */
+export const OFFSET_ESTIMATES_KEPT = 25;
+/**
+ * Time from a chunk leaving the service to its Opus packet leaving: a 10 ms chunk waits for the second half of its
+ * 20 ms Opus frame, 5–10 ms on average, plus the encode. Part of the offset estimate (`offsetEstimate`).
+ */
+export const OPUS_PACKETISATION_MS = 10;
+/** How often the receiver's jitter-buffer delay is read from `getStats()` (an async call, kept off the frame loop). */
+const JITTER_STATS_INTERVAL_MS = 1_000;
+
+/**
+ * How far the played RTP time is carried forward from the last packet played (by the time since). An idle session's
+ * audio goes as DTX, one packet per 400 ms, while the receiver's clock runs on (comfort noise): the time since that
+ * packet is part of what plays now. Longer than that, the audio has stalled and the face waits with it.
+ */
+const MAX_EXTRAPOLATION_MS = 500;
+const RTP_WRAP = 2 ** 32;
+/** `a - b` on the 32-bit RTP clock, as a signed difference. */
+export function rtpDiff(a: number, b: number): number {
+  const d = (((a - b) % RTP_WRAP) + RTP_WRAP) % RTP_WRAP;
+  return d >= RTP_WRAP / 2 ? d - RTP_WRAP : d;
+}
+
+export interface PoseStreamFigures {
+  hello: Extract<PoseChannelMessage, { type: 'hello' }> | null;
+  poses: number;
+  flushes: number;
+  syncs: number;
+  /** The estimated RTP offset of the audio track (played RTP = pose rtp + offset); null before the first `sync`. */
+  offset: number | null;
+  /** The audio receiver's recent jitter-buffer delay, ms, part of the offset estimate; null until read. */
+  jitterMs: number | null;
+  /** The last drawn poses: their `rtp`, the RTP being played (`offset` removed) when drawn, that offset; at most 200. */
+  drawn: Array<{ poseRtp: number; heardRtp: number; offset: number; frameIdx: number; speaking: boolean }>;
+}
+
+/**
+ * Draws a client-rendered session's face in `canvas` from the poses on `channel`, in step with the audio of
+ * `receiver`. `close()` stops it; the FaceCanvas is loaded from the render kit named by `hello`.
+ */
+export class PoseStream {
+  readonly figures: PoseStreamFigures = {
+    hello: null,
+    poses: 0,
+    flushes: 0,
+    syncs: 0,
+    offset: null,
+    jitterMs: null,
+    drawn: [],
+  };
+  private readonly buffer: FramePose[] = [];
+  private readonly rtpOf = new WeakMap<FramePose, number>();
+  private readonly estimates: number[] = [];
+  /** The receiver's recent jitter-buffer delay, ms; null until `getStats()` told it (no offset is estimated before). */
+  private jitterMs: number | null = null;
+  private jitterSeen = { delay: 0, count: 0 };
+  private lastJitterRead = -Infinity;
+  private face: FaceCanvas | null = null;
+  private shown: FramePose | null = null;
+  private frame = 0;
+  private closed = false;
+  private readonly loading = new AbortController();
+
+  constructor(
+    private readonly channel: RTCDataChannel,
+    private readonly receiver: RTCRtpReceiver,
+    private readonly canvas: HTMLCanvasElement | null,
+    /** The service's base URL, to which the kit's path is relative. */
+    private readonly server: string,
+    private readonly onError: (error: unknown) => void = () => undefined,
+  ) {
+    channel.addEventListener('message', (event: MessageEvent) => this.receive(event.data));
+    if (typeof requestAnimationFrame === 'function') this.frame = requestAnimationFrame(() => this.tick());
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.loading.abort();
+    if (this.frame && typeof cancelAnimationFrame === 'function') cancelAnimationFrame(this.frame);
+    this.face?.close();
+    this.face = null;
+  }
+
+  private receive(data: unknown): void {
+    if (this.closed || typeof data !== 'string') return;
+    let message: PoseChannelMessage;
+    try {
+      message = JSON.parse(data) as PoseChannelMessage;
+    } catch {
+      return;
+    }
+    switch (message.type) {
+      case 'hello':
+        this.figures.hello = message;
+        if (this.canvas) {
+          this.canvas.width = message.width;
+          this.canvas.height = message.height;
+          loadFaceCanvas(this.canvas, `${this.server}${message.kitUrl}`, this.loading.signal).then(
+            (face) => {
+              if (this.closed) face.close();
+              else this.face = face;
+            },
+            (error: unknown) => this.onError(error),
+          );
+        }
+        break;
+      case 'pose':
+        this.figures.poses++;
+        this.add(message.pose, message.rtp);
+        break;
+      case 'flush':
+        this.figures.flushes++;
+        this.flush(message.fromRtp);
+        break;
+      case 'sync':
+        this.figures.syncs++;
+        this.sync(message.rtp);
+        break;
+    }
+  }
+
+  /** In frame order; a pose sent again for the same frame (new audio under it) replaces the first. */
+  private add(pose: FramePose, rtp: number): void {
+    this.rtpOf.set(pose, rtp);
+    let at = this.buffer.length;
+    while (at > 0 && this.buffer[at - 1].frameIdx >= pose.frameIdx) at--;
+    const replaces = this.buffer[at]?.frameIdx === pose.frameIdx ? 1 : 0;
+    this.buffer.splice(at, replaces, pose);
+    if (this.buffer.length > MAX_BUFFERED_POSES) this.buffer.splice(0, this.buffer.length - MAX_BUFFERED_POSES);
+  }
+
+  private flush(fromRtp: number | undefined): void {
+    if (fromRtp === undefined) {
+      this.buffer.length = 0;
+      return;
+    }
+    for (let i = this.buffer.length - 1; i >= 0; i--)
+      if (rtpDiff(this.rtpOf.get(this.buffer[i])!, fromRtp) >= 0) this.buffer.splice(i, 1);
+  }
+
+  /** The RTP timestamp being played now, extrapolated from the last one played; null before any audio. */
+  private playedRtp(): number | null {
+    const source = this.receiver.getSynchronizationSources?.()[0];
+    if (!source) return null;
+    const now = performance.timeOrigin + performance.now();
+    const sinceMs = Math.max(0, Math.min(MAX_EXTRAPOLATION_MS, now - source.timestamp));
+    return (source.rtpTimestamp + Math.round(sinceMs * 48)) % RTP_WRAP;
+  }
+
+  /**
+   * `sync` names the audio leaving the service now (`rtp`, pose clock). What is played now left
+   * `OPUS_PACKETISATION_MS` + the jitter buffer's delay earlier (the data channel and the audio share the network
+   * path, so it cancels), so: offset = played + (packetisation + jitter buffer) × 48 − rtp. Assumes the two paths
+   * take the same time, which holds on one transport; measured in Chromium (test/browser.pose-stream.test.ts).
+   */
+  private sync(rtp: number): void {
+    this.readJitter();
+    const played = this.playedRtp();
+    if (played === null || this.jitterMs === null) return;
+    const estimate =
+      (((played + Math.round((OPUS_PACKETISATION_MS + this.jitterMs) * 48) - rtp) % RTP_WRAP) + RTP_WRAP) % RTP_WRAP;
+    this.estimates.push(estimate);
+    if (this.estimates.length > OFFSET_ESTIMATES_KEPT) this.estimates.shift();
+    // The median on the wrapped circle: relative to the newest estimate, so a wrap inside the window is harmless.
+    const relative = this.estimates.map((e) => rtpDiff(e, estimate)).sort((a, b) => a - b);
+    this.figures.offset = (estimate + relative[relative.length >> 1] + RTP_WRAP) % RTP_WRAP;
+  }
+
+  /** The receiver's recent jitter-buffer delay (ms), from the growth of `jitterBufferDelay` / `jitterBufferEmittedCount`. */
+  private readJitter(): void {
+    const now = performance.now();
+    if (now - this.lastJitterRead < JITTER_STATS_INTERVAL_MS) return;
+    this.lastJitterRead = now;
+    void this.receiver.getStats().then(
+      (report) =>
+        report.forEach((stat: { type: string; jitterBufferDelay?: number; jitterBufferEmittedCount?: number }) => {
+          if (stat.type !== 'inbound-rtp' || stat.jitterBufferEmittedCount === undefined) return;
+          const delay = stat.jitterBufferDelay ?? 0;
+          const count = stat.jitterBufferEmittedCount;
+          if (count > this.jitterSeen.count)
+            this.jitterMs = this.figures.jitterMs =
+              ((delay - this.jitterSeen.delay) / (count - this.jitterSeen.count)) * 1000;
+          this.jitterSeen = { delay, count };
+        }),
+      () => undefined,
+    );
+  }
+
+  private tick(): void {
+    if (this.closed) return;
+    this.frame = requestAnimationFrame(() => this.tick());
+    const pose = this.choose();
+    if (!pose || pose === this.shown) return;
+    this.shown = pose;
+    try {
+      this.face?.draw(pose);
+    } catch (error) {
+      this.onError(error);
+    }
+  }
+
+  /**
+   * The pose of the audio heard: the latest whose time has come (older ones are dropped). Without an offset yet, or
+   * when every pose is still ahead (just after a flush), the earliest one.
+   */
+  private choose(): FramePose | null {
+    if (this.buffer.length === 0) return this.shown;
+    const played = this.playedRtp();
+    const offset = this.figures.offset;
+    if (played === null || offset === null) return this.buffer[0];
+    const heard = (played - offset + RTP_WRAP) % RTP_WRAP;
+    let at = -1;
+    for (let i = 0; i < this.buffer.length; i++) {
+      if (rtpDiff(this.rtpOf.get(this.buffer[i])!, heard) <= 0) at = i;
+      else break;
+    }
+    if (at < 0) return this.buffer[0];
+    if (at > 0) this.buffer.splice(0, at);
+    const pose = this.buffer[0];
+    if (pose !== this.shown) {
+      this.figures.drawn.push({
+        poseRtp: this.rtpOf.get(pose)!,
+        heardRtp: heard,
+        offset,
+        frameIdx: pose.frameIdx,
+        speaking: pose.speaking,
+      });
+      if (this.figures.drawn.length > 200) this.figures.drawn.shift();
+    }
+    return pose;
+  }
+}

@@ -1,0 +1,166 @@
+/**
+ * A client-rendered session's renderer (issue 47): the media clock's frame requests go to the pose channel, and to a
+ * server renderer only while a server-side output wants pictures. Those outputs are the clock's `video` tap
+ * (recording, RTMP push) and the WebRTC output's send-only feeds (WHEP viewers, WHIP pushes): the server renderer is
+ * opened when the first of them starts and closed with the last. Offline bundles open a renderer of their own.
+ */
+import type { Logger } from 'pino';
+import { PoseFrames } from '../../actors/media/pose-frames.ts';
+import type { PlayoutClock } from '../../actors/media/playout.ts';
+import { frameStartSample } from '../../actors/media/timeline.ts';
+import type { WebRtcOutput } from '../../actors/media/webrtc.ts';
+import { errorForLog } from '../logger.ts';
+import type { RendererOpener, SessionRenderer } from './media.ts';
+import { PoseChannel, type PoseChannelHello } from './pose-channel.ts';
+
+export interface ClientRenderOptions {
+  /** The avatar and model as the browser asks for the render kit. */
+  avatarId: string;
+  model: string;
+  width: number;
+  height: number;
+  fps: number;
+  /** Opens a server renderer for the session's avatar and model (the render pool's `open`). */
+  openServerRenderer: RendererOpener;
+  logger: Logger;
+}
+
+/** Where the browser fetches the avatar's render kit (the route may redirect to a content-hashed URL). */
+export function renderKitPath(avatarId: string, model: string): string {
+  return `/avatars/${encodeURIComponent(avatarId)}/render-kit?model=${encodeURIComponent(model)}`;
+}
+
+export class ClientRendering implements SessionRenderer {
+  readonly poses: PoseChannel;
+  private readonly frames: PoseFrames;
+  private server: SessionRenderer | null = null;
+  private opening: Promise<void> | null = null;
+  private playout: PlayoutClock | null = null;
+  private output: WebRtcOutput | null = null;
+  private closed = false;
+  private readonly closing = new AbortController();
+  private logger: Logger;
+
+  constructor(private readonly options: ClientRenderOptions) {
+    this.logger = options.logger;
+    const hello: PoseChannelHello = {
+      kitUrl: renderKitPath(options.avatarId, options.model),
+      model: options.model,
+      fps: options.fps,
+      width: options.width,
+      height: options.height,
+    };
+    this.poses = new PoseChannel(hello, () => this.playout?.mediaMs ?? 0);
+    this.frames = new PoseFrames(options.width, options.height, options.fps, (request) => this.poses.pose(request));
+  }
+
+  get width(): number {
+    return this.frames.width;
+  }
+  get height(): number {
+    return this.frames.height;
+  }
+  get fps(): number {
+    return this.frames.fps;
+  }
+  get renderAhead(): { frames: number; burst: number } {
+    return this.frames.renderAhead;
+  }
+
+  /** True while a server renderer draws the poses for server-side outputs. */
+  get rendersOnServer(): boolean {
+    return this.frames.rendersOnServer;
+  }
+
+  render(...args: Parameters<PoseFrames['render']>): ReturnType<PoseFrames['render']> {
+    return this.frames.render(...args);
+  }
+
+  /** Logs with the session's logger from now on (the session's id is chosen after its renderer). */
+  useLogger(logger: Logger): void {
+    this.logger = logger;
+  }
+
+  /** Binds the clock and the WebRTC output once they exist (they are built with this renderer). */
+  attach(playout: PlayoutClock, output: WebRtcOutput): void {
+    this.playout = playout;
+    this.output = output;
+    playout.on('framesVoid', (fromFrameIdx) =>
+      this.poses.flush(
+        fromFrameIdx === null
+          ? null
+          : (frameStartSample(fromFrameIdx, playout.sampleRate, playout.fps) * 1000) / playout.sampleRate,
+      ),
+    );
+    playout.on('audio', (_samples, _rate, mediaMs) => this.poses.audioLeft(mediaMs));
+    // The clock's `video` tap comes and goes with recordings and RTMP pushes (EventEmitter's own listener events).
+    const onTapChange = (event: string | symbol) => {
+      if (event === 'video') queueMicrotask(() => this.outputsChanged());
+    };
+    (playout as unknown as NodeJS.EventEmitter).on('newListener', onTapChange);
+    (playout as unknown as NodeJS.EventEmitter).on('removeListener', onTapChange);
+  }
+
+  /** The send-only feeds changed (`WebRtcOutputOptions.onFeedsChanged`). */
+  outputsChanged(): void {
+    if (this.closed || !this.playout) return;
+    const wanted = this.playout.listenerCount('video') > 0 || (this.output?.feedCount ?? 0) > 0;
+    if (wanted && !this.server) this.opening ??= this.openServer().finally(() => (this.opening = null));
+    else if (!wanted && this.server) void this.closeServer();
+  }
+
+  /**
+   * Drops the server renderer (a failed one, before `SessionMedia` reopens; or the session's release). Poses go on;
+   * `reopen` opens a server renderer again if outputs still want one.
+   */
+  async close(): Promise<void> {
+    await this.closeServer();
+  }
+
+  /** After a failure: this renderer again, with a fresh server renderer if outputs want one (`RendererOpener`). */
+  async reopen(): Promise<SessionRenderer> {
+    this.outputsChanged();
+    await this.opening;
+    return this;
+  }
+
+  /** The session's end: the server renderer goes and no new one opens. */
+  async release(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.closing.abort();
+    this.poses.close();
+    await this.opening?.catch(() => undefined);
+    await this.closeServer();
+  }
+
+  private async openServer(): Promise<void> {
+    try {
+      const renderer = await this.options.openServerRenderer(this.closing.signal);
+      const stillWanted =
+        !this.closed &&
+        this.playout !== null &&
+        (this.playout.listenerCount('video') > 0 || (this.output?.feedCount ?? 0) > 0);
+      if (!stillWanted) {
+        await renderer.close();
+        return;
+      }
+      this.server = renderer;
+      this.frames.renderOnServer(renderer);
+      // Frames asked for already carried no picture: the clock asks for them again (their poses go again too).
+      this.playout!.useRenderer(this);
+      this.logger.info('server renderer opened for outputs of a client-rendered session');
+    } catch (error) {
+      if (!this.closed) this.logger.error({ err: errorForLog(error) }, 'server renderer for outputs failed to open');
+    }
+  }
+
+  private async closeServer(): Promise<void> {
+    const server = this.server;
+    if (!server) return;
+    this.server = null;
+    this.frames.renderOnServer(null);
+    await server.close();
+    if (!this.closed) this.logger.info('server renderer closed: no output of the client-rendered session left');
+  }
+}

@@ -1,0 +1,134 @@
+/**
+ * A client-rendered session's pose stream (issue 47): the frame requests of the media clock, sent ahead of playout
+ * on the current peer's `avatar` data channel (`client/face-canvas.ts`, `PoseChannelMessage`), each stamped with the
+ * audio RTP time it plays with.
+ *
+ * RTP time: libwebrtc stamps the Opus packets of a peer's audio track with a random initial offset plus the samples
+ * the track was given, at 48 kHz (checked in Chromium with `getSynchronizationSources()`: the played `rtpTimestamp`
+ * minus the samples pushed stays constant). wrtc does not expose the offset, so a pose's `rtp` is the media clock's
+ * sample count at `RTP_CLOCK_RATE` (every chunk the clock plays goes to the track, so the two differ by a constant
+ * per peer), and `sync` messages, sent as the audio they name leaves, let the browser find that constant.
+ */
+import type { FramePose, PoseChannelMessage } from '../../client/face-canvas.ts';
+import type { FrameRequest } from '../../actors/render/types.ts';
+import type { PeerDataChannel } from '../../actors/media/webrtc.ts';
+
+/** The Opus RTP clock of the audio track (RFC 7587: always 48 kHz, whatever the session's sample rate). */
+export const RTP_CLOCK_RATE = 48_000;
+/**
+ * How often a `sync` goes out: 10 a second. The browser takes the median of its recent estimates, so several a second
+ * follow a jitter buffer that grows or shrinks within a second or two; each is ~30 bytes, beside 25 poses of ~200.
+ */
+export const SYNC_INTERVAL_MS = 100;
+/**
+ * Above this much unsent data on the channel, poses and syncs are skipped (counted in `skippedPoses`) instead of
+ * queued: 16 KiB is ~3 s of poses (~200 bytes, 25 a second), far more than a browser that reads needs (a pose is
+ * useful for `POSE_LEAD_FRAMES` plus the audio's way to the ear, well under a second); a browser that stopped
+ * reading (a tab in the background, a stalled link) would otherwise make SCTP buffer every pose of the session.
+ * The browser keeps showing its last pose meanwhile.
+ */
+export const MAX_POSE_BUFFERED_BYTES = 16 * 1024;
+/**
+ * `hello` and `flush` go unless even this much is buffered: without them the browser would draw void poses or no
+ * kit, and they are rare (a peer's start, an interrupt or new audio) and small.
+ */
+export const MAX_CONTROL_BUFFERED_BYTES = 64 * 1024;
+
+/** What the browser needs to know before the first pose (`hello`, less its `type`). */
+export type PoseChannelHello = Omit<Extract<PoseChannelMessage, { type: 'hello' }>, 'type' | 'rtpClockRate'>;
+
+/** A time on the session's media clock (ms) as a pose's `rtp` (`RTP_CLOCK_RATE`, modulo 2^32). */
+export function rtpOfMediaMs(ms: number): number {
+  return Math.round((ms * RTP_CLOCK_RATE) / 1000) % 2 ** 32;
+}
+
+export interface PoseChannelFigures {
+  /** Poses sent on a channel. */
+  sentPoses: number;
+  /** Of those, poses sent after their audio had left the clock (a browser can only show them late, if at all). */
+  latePoses: number;
+  /** Poses not sent because the channel held `MAX_POSE_BUFFERED_BYTES` already. */
+  skippedPoses: number;
+}
+
+export class PoseChannel {
+  private channel: PeerDataChannel | null = null;
+  private lastSyncMs = -Infinity;
+  private readonly figures: PoseChannelFigures = { sentPoses: 0, latePoses: 0, skippedPoses: 0 };
+
+  constructor(
+    private readonly hello: PoseChannelHello,
+    /** The media clock's position (ms of audio that left): a pose for an earlier time is late. */
+    private readonly mediaMs: () => number,
+  ) {}
+
+  get counts(): Readonly<PoseChannelFigures> {
+    return this.figures;
+  }
+
+  /** True while a peer's `avatar` channel is open. */
+  get open(): boolean {
+    return this.channel?.readyState === 'open';
+  }
+
+  /** The current peer opened its `avatar` channel: it replaces the previous peer's, and gets `hello` once open. */
+  attach(channel: PeerDataChannel): void {
+    this.channel = channel;
+    this.lastSyncMs = -Infinity;
+    const greet = () => {
+      if (this.channel !== channel) return;
+      this.send({ type: 'hello', ...this.hello, rtpClockRate: RTP_CLOCK_RATE }, MAX_CONTROL_BUFFERED_BYTES);
+    };
+    if (channel.readyState === 'open') greet();
+    else channel.addEventListener('open', greet);
+    channel.addEventListener('close', () => {
+      if (this.channel === channel) this.channel = null;
+    });
+  }
+
+  /** A frame the clock asked for: its pose, stamped with its audio's RTP time. */
+  pose(request: FrameRequest): void {
+    if (!this.open) return;
+    const { audio: _audio, ...pose } = request;
+    const message: PoseChannelMessage = { type: 'pose', rtp: rtpOfMediaMs(request.ptsMs), pose: pose as FramePose };
+    if (!this.send(message, MAX_POSE_BUFFERED_BYTES)) {
+      this.figures.skippedPoses++;
+      return;
+    }
+    this.figures.sentPoses++;
+    if (request.ptsMs < this.mediaMs()) this.figures.latePoses++;
+  }
+
+  /** Poses from `fromMs` on (all not yet heard: null) are void (the clock's `framesVoid`). */
+  flush(fromMs: number | null): void {
+    if (!this.open) return;
+    this.send(
+      fromMs === null ? { type: 'flush' } : { type: 'flush', fromRtp: rtpOfMediaMs(fromMs) },
+      MAX_CONTROL_BUFFERED_BYTES,
+    );
+  }
+
+  /** The clock sent the audio chunk starting at `mediaMs` to the track: a `sync` every `SYNC_INTERVAL_MS`. */
+  audioLeft(mediaMs: number): void {
+    if (!this.open || mediaMs - this.lastSyncMs < SYNC_INTERVAL_MS) return;
+    this.lastSyncMs = mediaMs;
+    this.send({ type: 'sync', rtp: rtpOfMediaMs(mediaMs) }, MAX_POSE_BUFFERED_BYTES);
+  }
+
+  close(): void {
+    this.channel = null;
+  }
+
+  /** Sends unless `maxBuffered` bytes wait already; false when skipped or the channel failed. */
+  private send(message: PoseChannelMessage, maxBuffered: number): boolean {
+    const channel = this.channel;
+    if (!channel || channel.readyState !== 'open' || channel.bufferedAmount > maxBuffered) return false;
+    try {
+      channel.send(JSON.stringify(message));
+      return true;
+    } catch {
+      // Closing under us: the next `close` event forgets it.
+      return false;
+    }
+  }
+}

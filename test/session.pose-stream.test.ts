@@ -1,0 +1,214 @@
+import wrtc from '@roamhq/wrtc';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { PoseChannelMessage } from '../client/face-canvas.ts';
+import { sessionParts } from '../src/sessions/session.ts';
+import { MAX_POSE_BUFFERED_BYTES, PoseChannel } from '../src/sessions/pose-channel.ts';
+import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
+import { eventually, postAudio, sleep, tone, wavBytes } from './helpers/conversation.ts';
+import { ReceivingPeer } from './helpers/peer.ts';
+
+const { RTCPeerConnection, nonstandard } = wrtc;
+
+/** A peer as the client library makes it for `render: "client"`: audio, the `avatar` data channel, and (like a careless viewer) video. */
+class PosePeer {
+  readonly pc = new RTCPeerConnection();
+  readonly messages: Array<PoseChannelMessage & { at: number }> = [];
+  readonly audio: Array<{ at: number; rms: number }> = [];
+  answerSdp = '';
+  private sink: { stop(): void } | null = null;
+
+  async connect(baseUrl: string, sessionId: string): Promise<void> {
+    this.pc.addTransceiver('audio', { direction: 'recvonly' });
+    this.pc.addTransceiver('video', { direction: 'recvonly' });
+    const channel = this.pc.createDataChannel('avatar');
+    channel.onmessage = (event: { data: string }) =>
+      this.messages.push({ ...(JSON.parse(event.data) as PoseChannelMessage), at: performance.now() });
+    this.pc.ontrack = (event: { track: MediaStreamTrack }) => {
+      if (event.track.kind === 'video') return;
+      const sink = new nonstandard.RTCAudioSink(event.track);
+      sink.ondata = (data: { samples: Int16Array }) => {
+        let sum = 0;
+        for (const s of data.samples) sum += s * s;
+        this.audio.push({ at: performance.now(), rms: Math.sqrt(sum / Math.max(1, data.samples.length)) });
+      };
+      this.sink = sink;
+    };
+    await this.pc.setLocalDescription(await this.pc.createOffer());
+    await new Promise<void>((resolve) => {
+      if (this.pc.iceGatheringState === 'complete') return resolve();
+      this.pc.onicegatheringstatechange = () => this.pc.iceGatheringState === 'complete' && resolve();
+      setTimeout(resolve, 3000);
+    });
+    const res = await post(baseUrl, `/sessions/${sessionId}/webrtc/offer`, {
+      type: 'offer',
+      sdp: this.pc.localDescription!.sdp,
+    });
+    expect(res.status).toBe(200);
+    const answer = await json(res);
+    this.answerSdp = answer.sdp;
+    await this.pc.setRemoteDescription(answer);
+  }
+
+  of<T extends PoseChannelMessage['type']>(type: T): Array<Extract<PoseChannelMessage, { type: T }> & { at: number }> {
+    return this.messages.filter((m) => m.type === type) as never;
+  }
+
+  close(): void {
+    this.sink?.stop();
+    this.pc.close();
+  }
+}
+
+/** The media section of `kind` in an SDP. */
+function section(sdp: string, kind: string): string {
+  return sdp.split(/\r?\n(?=m=)/).find((s) => s.startsWith(`m=${kind} `)) ?? '';
+}
+
+describe('a client-rendered session: audio and the pose stream, no video', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp({ env: { SERVICE_ORPHAN_TIMEOUT_S: '1' } });
+  });
+  afterAll(async () => t?.close());
+
+  async function clientSession(avatar = 'demo-rt', model = 'rt'): Promise<string> {
+    const created = await json(await post(t.baseUrl, '/sessions', { avatar_id: avatar, model, render: 'client' }));
+    expect((await post(t.baseUrl, `/sessions/${created.session_id}/start`)).status).toBe(200);
+    return created.session_id;
+  }
+
+  it('sends hello, then poses stamped with their audio RTP time ahead of playout, flushes on interrupt, and never renders or sends video', async () => {
+    const id = await clientSession();
+    const session = t.services.supervisor.liveSession(id)!;
+    const peer = new PosePeer();
+    try {
+      await peer.connect(t.baseUrl, id);
+      // The answer offers no video: the viewer's video section is inactive.
+      expect(section(peer.answerSdp, 'video')).toMatch(/a=inactive/);
+      expect(section(peer.answerSdp, 'application')).not.toBe('');
+      expect(await eventually(() => peer.of('pose').length > 10, 15_000)).toBe(true);
+
+      const hello = peer.messages[0];
+      expect(hello).toMatchObject({
+        type: 'hello',
+        kitUrl: '/avatars/demo-rt/render-kit?model=rt',
+        model: 'rt',
+        rtpClockRate: 48_000,
+      });
+      const manifest = await json(await fetch(`${t.baseUrl}/avatars/demo-rt`));
+      expect(hello).toMatchObject({ width: manifest.width, height: manifest.height, fps: manifest.fps });
+
+      // Two seconds of tone after 200 ms of silence: the mouth opens under it.
+      const pcm = new Int16Array(16_000 * 2.2);
+      pcm.set(tone(16_000, 2_000, 220, 12_000), 3_200);
+      const spoken = await postAudio(t.baseUrl, `/sessions/${id}/speak_audio`, wavBytes(pcm, 16_000), {}, 'a.wav');
+      expect(spoken.status).toBe(200);
+      expect(
+        await eventually(() => peer.of('pose').some((m) => m.pose.speaking && m.pose.mouth.open > 0.1), 10_000),
+      ).toBe(true);
+      expect(await eventually(() => peer.audio.some((a) => a.rms > 1000), 10_000), 'audio is heard').toBe(true);
+      await sleep(500);
+      const interruptedAt = performance.now();
+      expect((await post(t.baseUrl, `/sessions/${id}/interrupt`)).status).toBe(200);
+      expect(
+        await eventually(() => peer.of('flush').some((m) => m.at >= interruptedAt && m.fromRtp === undefined), 5_000),
+      ).toBe(true);
+      await sleep(300);
+
+      const poses = peer.of('pose');
+      for (const { rtp, pose } of poses) {
+        expect(rtp).toBe(Math.round(pose.ptsMs * 48) % 2 ** 32);
+        expect(pose).not.toHaveProperty('audio');
+        expect(pose).toMatchObject({
+          frameIdx: expect.any(Number),
+          mouth: expect.any(Object),
+          level: expect.any(Number),
+        });
+      }
+      // New audio voided the idle poses sent ahead under it: a flush from the first voided frame's time on.
+      expect(peer.of('flush').some((m) => m.fromRtp !== undefined)).toBe(true);
+      // After the interrupt's flush, poses are idle again.
+      const afterFlush = poses.filter((m) => m.at > interruptedAt + 200);
+      expect(afterFlush.length).toBeGreaterThan(0);
+      expect(afterFlush.every((m) => !m.pose.speaking)).toBe(true);
+      // Syncs name the audio leaving now, on the poses' clock.
+      const syncs = peer.of('sync');
+      expect(syncs.length).toBeGreaterThan(4);
+      const parts = sessionParts(session);
+      const lastSync = syncs.at(-1)!;
+      expect(Math.abs(lastSync.rtp / 48 - parts.media.playout.mediaMs)).toBeLessThan(5_000);
+
+      const figures = parts.media.poseFigures!;
+      expect(figures.sentPoses).toBeGreaterThanOrEqual(poses.length);
+      expect(figures.skippedPoses).toBe(0);
+      const metrics = await json(await fetch(`${t.baseUrl}/sessions/${id}/metrics`));
+      expect(metrics.media.poses_sent).toBeGreaterThanOrEqual(poses.length);
+      expect(metrics.media).toMatchObject({ poses_late: expect.any(Number), poses_skipped: 0 });
+      // Nothing rendered on the server and no video for this viewer.
+      expect(parts.media.rendersOnServer).toBe(false);
+      expect(parts.media.playout.sentFrames).toBe(0);
+      expect(section(peer.answerSdp, 'video')).not.toMatch(/a=send(only|recv)/);
+    } finally {
+      peer.close();
+    }
+  }, 60_000);
+
+  it('a viewer that never opens the data channel still hears the audio, and the session is reaped once it leaves', async () => {
+    const id = await clientSession('astronaut', 'lipsync');
+    const peer = await ReceivingPeer.connect(t.baseUrl, id);
+    try {
+      const pcm = tone(16_000, 1_500, 330, 12_000);
+      expect(
+        (await postAudio(t.baseUrl, `/sessions/${id}/speak_audio`, wavBytes(pcm, 16_000), {}, 'a.wav')).status,
+      ).toBe(200);
+      await peer.until(() => peer.audio.some((a) => a.rms > 1000), 10_000, 'audio at the receiver');
+      expect(peer.frames.length).toBe(0);
+    } finally {
+      peer.close();
+    }
+    const isLive = () => t.services.supervisor.liveSession(id) !== undefined;
+    expect(await eventually(() => !isLive(), 20_000, 100)).toBe(true);
+    expect(await json(await fetch(`${t.baseUrl}/sessions/${id}`))).toMatchObject({
+      state: 'terminated',
+      terminated_reason: 'orphaned',
+      render: 'client',
+    });
+  }, 40_000);
+});
+
+describe('the pose channel bounds what it queues', () => {
+  it('skips poses while the channel holds MAX_POSE_BUFFERED_BYTES, and counts poses sent after their audio left as late', () => {
+    const sent: string[] = [];
+    let buffered = 0;
+    const channel = {
+      label: 'avatar',
+      readyState: 'open',
+      get bufferedAmount() {
+        return buffered;
+      },
+      send: (data: string) => sent.push(data),
+      close: () => undefined,
+      addEventListener: () => undefined,
+    };
+    const mediaMs = 1_000;
+    const poses = new PoseChannel({ kitUrl: '/k', model: 'rt', fps: 25, width: 512, height: 512 }, () => mediaMs);
+    poses.attach(channel);
+    expect(JSON.parse(sent[0]).type).toBe('hello');
+    const request = (ptsMs: number) => ({
+      frameIdx: ptsMs / 40,
+      ptsMs,
+      mouth: { open: 0, wide: 0, round: 0 },
+      level: 0,
+      speaking: false,
+    });
+    poses.pose(request(1_040));
+    poses.pose(request(960));
+    expect(poses.counts).toMatchObject({ sentPoses: 2, latePoses: 1, skippedPoses: 0 });
+    buffered = MAX_POSE_BUFFERED_BYTES + 1;
+    poses.pose(request(1_080));
+    expect(poses.counts).toMatchObject({ sentPoses: 2, skippedPoses: 1 });
+    // A flush still goes: without it the browser would show void poses.
+    poses.flush(null);
+    expect(JSON.parse(sent.at(-1)!)).toEqual({ type: 'flush' });
+  });
+});
