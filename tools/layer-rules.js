@@ -16,6 +16,7 @@ export const ACTOR_FLOORS = [
   [
     'admission.ts',
     'async-queue.ts',
+    'attention.ts',
     'expression.ts',
     'json-depth.ts',
     'lazy-piscina.ts',

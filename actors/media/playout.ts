@@ -10,6 +10,12 @@ import { releaseFrame, retainFrame } from '../render/frame-buffers.ts';
 import { FrameTimeline, type AudioWindow, type MouthSource, type TimedFrameRequest } from './timeline.ts';
 import type { ExpressionCue } from '../expression.ts';
 
+/**
+ * What the session tells the clock about attention (`actors/attention.ts`): the user started or stopped speaking,
+ * paused (a nod), or an answer is awaited (thinking, shown after `THINK_DELAY_MS` without audio) or ended without one.
+ */
+export type AttentionCue = 'listen' | 'stop-listening' | 'nod' | 'think' | 'stop-thinking';
+
 /** An expression to show: the cue without its place on the clock, which the clock decides. */
 export type ExpressionRequest = Omit<ExpressionCue, 'startMs'>;
 
@@ -318,6 +324,9 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     const startMs = (turn.enqueuedSamples * 1000) / this.sampleRate;
     if (this.closed || pcm.length === 0 || turn.ended) return startMs;
     const span = this.timeline.append(pcm.length, mouth, turnId, this.playedSamples, pcm);
+    // Speech starts: a thinking cue waiting for it is released where it begins (not shown at all if not yet started).
+    if (this.timeline.attention.stopThinking((span.start * 1000) / this.sampleRate))
+      this.invalidateRenderedFrom(Math.min(span.start, this.playedSamples));
     this.tagSegment(turn, segment ?? turn.segments.at(-1)?.segment ?? 0, pcm, caption);
     turn.enqueuedSamples += pcm.length;
     turn.pendingSamples += pcm.length;
@@ -349,6 +358,21 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     const cue = this.timeline.expressions.add({ ...expression, startMs: (from * 1000) / this.sampleRate });
     this.invalidateRenderedFrom(Math.round((cue.startMs * this.sampleRate) / 1000));
     return cue;
+  }
+
+  /**
+   * An attention cue from now on (`AttentionCue`); frames rendered ahead from then on are rendered again. Thinking waits
+   * for the speech already queued: an answer already playing needs no thinking face.
+   */
+  attend(cue: AttentionCue): void {
+    const nowMs = (this.playedSamples * 1000) / this.sampleRate;
+    const track = this.timeline.attention;
+    if (cue === 'listen') track.listen(nowMs);
+    else if (cue === 'stop-listening') track.stopListening(nowMs);
+    else if (cue === 'nod') track.nod(nowMs);
+    else if (cue === 'stop-thinking') track.stopThinking(nowMs);
+    else if (this.timeline.endSample <= this.playedSamples) track.think(nowMs);
+    this.invalidateRenderedFrom(this.playedSamples);
   }
 
   /** Marks that no more audio will come for the turn; `whenDrained` resolves once it has all played. */

@@ -11,6 +11,7 @@
 import { CLOSED_MOUTH, type FrameAudio, type FrameRequest, type MouthPose, type Prosody } from '../render/types.ts';
 import { SILENT_PROSODY, stepProsody } from '../render/prosody.ts';
 import { ExpressionTrack, isNeutral } from '../expression.ts';
+import { AttentionTrack, isInattentive, LISTEN_BROW_RAISE } from '../attention.ts';
 
 export interface MouthSource {
   durationMs: number;
@@ -75,6 +76,8 @@ export class FrameTimeline {
   private readonly mouthLookahead: number;
   /** The session's expression cues; every frame's request carries their weights at its presentation time. */
   readonly expressions = new ExpressionTrack();
+  /** The session's listening and thinking cues; every frame's request carries their pose at its presentation time. */
+  readonly attention = new AttentionTrack();
   /** The session's `motion` (0..1): put on every request below 1, so renderers scale sway, breathing and nods. */
   motion = 1;
 
@@ -141,7 +144,14 @@ export class FrameTimeline {
     const under = this.underFrame(frameIdx);
     const ptsMs = (pts * 1000) / this.sampleRate;
     const request: TimedFrameRequest = { frameIdx, ptsMs, ...under, prosody: this.prosodyAt(frameIdx) };
-    const expression = this.expressions.weightsAt(ptsMs);
+    let expression = this.expressions.weightsAt(ptsMs);
+    const attention = this.attention.poseAt(ptsMs);
+    if (!isInattentive(attention)) {
+      request.attention = attention;
+      // Listening raises the brows a little: as a brow-only `emphasis`, so every renderer's brows show it.
+      const raise = LISTEN_BROW_RAISE * attention.listening;
+      if (raise > expression.emphasis) expression = { ...expression, emphasis: raise };
+    }
     if (!isNeutral(expression)) request.expression = expression;
     if (this.motion < 1) request.motion = this.motion;
     if (this.audioLead + this.audioLag > 0) {

@@ -10,6 +10,7 @@
  * recorder only reads, the clock only passes them on). They are never leased (`frame-buffers.ts`).
  */
 import { rtLookKey } from './renderers/drawn.ts';
+import { attentionMovesHead } from '../attention.ts';
 import { CLOSED_MOUTH, type FrameRequest, type I420Frame, type ModelType } from './types.ts';
 
 /**
@@ -28,7 +29,9 @@ export function idleLookKey(modelType: ModelType, request: FrameRequest, fps: nu
   const { mouth } = request;
   if (mouth.open !== CLOSED_MOUTH.open || mouth.wide !== CLOSED_MOUTH.wide || mouth.round !== CLOSED_MOUTH.round)
     return null;
-  if (modelType === 'rt') return `rt:${rtLookKey(request, fps > 0 ? fps : 25)}`;
+  // A listening nod or a thinking glance moves rt's head continuously: rendered, like speech.
+  if (modelType === 'rt' && !attentionMovesHead(request.attention))
+    return `rt:${rtLookKey(request, fps > 0 ? fps : 25)}`;
   return null;
 }
 

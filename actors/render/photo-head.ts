@@ -5,7 +5,13 @@
  * and nods on emphasis, as `rt_head` does (`renderers/rt_head.ts`), only smaller: a photo has no back of the
  * head to show, and a larger turn bends the feathered ring visibly.
  *
- * The motion is a pure function of the frame index and the request's prosody (never of the mouth pose), so the
+ * While the user speaks it listens (`request.attention`, `actors/attention.ts`): the drift is held and the head nods at
+ * the user's pauses; while an answer is awaited it glances aside or up with a slight tilt. Everything here is scaled by
+ * the session's `motion` (`request.motion`): at 0 the head stays where the photo has it, and only blinks and the mouth
+ * move.
+ *
+ * The motion is a pure function of the frame index, the request's prosody and attention and its `motion` (never of the
+ * mouth pose), so the
  * same request with closed lips is the frame's own moved rest face: what a speaking frame is compared with when
  * its mouth is judged (the artefact measures compare outside the mouth–jaw region against that frame, not against
  * the unmoved photo). Every oscillation starts at zero, so frame 0 of silence is the photo as it is.
@@ -15,6 +21,8 @@
  * its texture shimmer as the head moved), chroma bilinear.
  */
 import { SILENT_PROSODY, speechEmphasis } from './prosody.ts';
+import { LISTEN_GAZE_HOLD, NO_ATTENTION, attentionMovesHead, type AttentionPose } from '../attention.ts';
+import { motionScale } from './motion.ts';
 import { oscillate, smoothstep } from './idle-motion.ts';
 import { chromaHeight, chromaWidth, planes } from './i420.ts';
 import type { FrameRequest, I420Frame, MouthAnimation } from './types.ts';
@@ -31,6 +39,15 @@ const SPEECH_DRIFT_X = 0.012;
 const SPEECH_BOB = 0.012;
 const SPEECH_TILT_DEG = 1.2;
 const EMPHASIS_NOD = 0.025;
+/**
+ * Attention, in the same units: a listener's nod at the user's pause (4 px on the astronaut, a little more than a
+ * stressed syllable's), and thinking's glance aside (3 px) or up (2.5 px) with a tilt of 2°: enough to read as a turn
+ * of the head at a viewer, whose decoded frames alone move a still face's landmarks by ~1 px.
+ */
+const LISTEN_NOD = 0.04;
+const THINK_LOOK_X = 0.03;
+const THINK_LOOK_UP = 0.025;
+const THINK_TILT_DEG = 2;
 /** Head ellipse around the face box (radii in face widths / heights), its centre this far down the box. */
 const HEAD_RADIUS = 0.95;
 const HEAD_CENTRE_DOWN = 0.4;
@@ -55,22 +72,53 @@ export interface HeadPose {
   tilt: number;
 }
 
-/** The head's pose at this frame: idle drift always, speech motion from the request's prosody. */
+/**
+ * The head's pose at this frame: idle drift (held while listening), speech motion from the request's prosody, a nod or a
+ * glance from its attention; all of it scaled by the request's `motion`.
+ */
 export function photoHeadPose(request: FrameRequest, fps: number, faceHeight: number): HeadPose {
   const { frameIdx } = request;
   const prosody = request.prosody ?? SILENT_PROSODY;
+  const attention = request.attention ?? NO_ATTENTION;
   const emphasis = speechEmphasis(prosody);
+  const scale = faceHeight * motionScale(request.motion);
+  const hold = 1 - LISTEN_GAZE_HOLD * attention.listening;
   const dx =
-    faceHeight *
-    (IDLE_DRIFT_X * oscillate(frameIdx, fps, 5.3) + SPEECH_DRIFT_X * prosody.slow * oscillate(frameIdx, fps, 3.1));
+    scale *
+    (hold * IDLE_DRIFT_X * oscillate(frameIdx, fps, 5.3) +
+      SPEECH_DRIFT_X * prosody.slow * oscillate(frameIdx, fps, 3.1) +
+      THINK_LOOK_X * attention.lookX);
   const dy =
-    faceHeight *
-    (IDLE_DRIFT_Y * oscillate(frameIdx, fps, 7.1) +
+    scale *
+    (hold * IDLE_DRIFT_Y * oscillate(frameIdx, fps, 7.1) +
       SPEECH_BOB * prosody.slow * oscillate(frameIdx, fps, 1.1) +
-      EMPHASIS_NOD * emphasis);
+      EMPHASIS_NOD * emphasis +
+      LISTEN_NOD * attention.nod +
+      THINK_LOOK_UP * attention.lookY);
   // No tilt at rest: silence's drift is a pure shift, so its few positions are cached (`PhotoHead.applyResting`).
-  const tilt = DEG * SPEECH_TILT_DEG * prosody.slow * oscillate(frameIdx, fps, 2.3);
+  const tilt =
+    DEG *
+    motionScale(request.motion) *
+    (SPEECH_TILT_DEG * prosody.slow * oscillate(frameIdx, fps, 2.3) + THINK_TILT_DEG * attention.tilt);
   return { dx, dy, tilt };
+}
+
+/**
+ * A nod or a glance alone, without the idle drift: what a video avatar's head does on top of its loop (the loop moves
+ * the head by itself), scaled by the request's `motion`.
+ */
+export function attentionHeadPose(
+  attention: AttentionPose | undefined,
+  motion: number | undefined,
+  faceHeight: number,
+): HeadPose {
+  const a = attention ?? NO_ATTENTION;
+  const scale = faceHeight * motionScale(motion);
+  return {
+    dx: scale * THINK_LOOK_X * a.lookX,
+    dy: scale * (LISTEN_NOD * a.nod + THINK_LOOK_UP * a.lookY),
+    tilt: DEG * motionScale(motion) * THINK_TILT_DEG * a.tilt,
+  };
 }
 
 interface PlaneRegion {
@@ -119,7 +167,12 @@ export class PhotoHead {
   /** Whether this request is at rest: its head shows the silent drift alone (`applyResting` serves it). */
   atRest(request: FrameRequest): boolean {
     const prosody = request.prosody ?? SILENT_PROSODY;
-    return !request.speaking && prosody.fast < RESTING_PROSODY && prosody.slow < RESTING_PROSODY;
+    return (
+      !request.speaking &&
+      prosody.fast < RESTING_PROSODY &&
+      prosody.slow < RESTING_PROSODY &&
+      !attentionMovesHead(request.attention)
+    );
   }
 
   /**
@@ -156,6 +209,17 @@ export class PhotoHead {
   apply(frame: I420Frame, request: FrameRequest): void {
     if (frame.width !== this.width || frame.height !== this.height) return;
     this.warp(frame, this.pose(request));
+  }
+
+  /** Moves the head of `frame` to `pose`, in place (a video avatar's nod on top of its loop). */
+  applyPose(frame: I420Frame, pose: HeadPose): void {
+    if (frame.width !== this.width || frame.height !== this.height) return;
+    this.warp(frame, pose);
+  }
+
+  /** The face height poses are measured in (`attentionHeadPose`). */
+  get faceSize(): number {
+    return this.faceHeight;
   }
 
   private warp(frame: I420Frame, pose: HeadPose): void {

@@ -5,6 +5,7 @@
  * recording and offline MP4 rendering.
  */
 import type { ExpressionWeights } from '../expression.ts';
+import type { AttentionPose } from '../attention.ts';
 
 export const MODEL_TYPES = ['lipsync', 'lipsync_b', 'lipsync_c', 'rt', 'rt_head', 'mock'] as const;
 export type ModelType = (typeof MODEL_TYPES)[number];
@@ -42,6 +43,12 @@ export interface FrameRequest {
    * `faceExpression` (mouth curve, brow raise, brow knit).
    */
   expression?: ExpressionWeights;
+  /**
+   * Listening and thinking at this frame (`actors/attention.ts`): a pure function of the session's attention cues and
+   * `ptsMs`, filled in by the media timeline like `expression`; absent means neither. Renderers move their head layer
+   * by it (a nod, a glance aside or up, a tilt), scaled by `motion`, and damp their idle drift while listening.
+   */
+  attention?: AttentionPose;
   /**
    * The session's `motion` option, 0..1 (absent: 1): scales idle sway, breathing, nods and head motion with speech;
    * at 0 only blinks and the mouth move.

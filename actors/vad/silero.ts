@@ -42,12 +42,15 @@ export interface SileroVadOptions {
   minSpeechMs?: number;
   /** Silence that ends a turn (end-of-turn latency vs. cutting the speaker off mid-sentence). */
   minSilenceMs?: number;
+  /** Dips inside a turn reported as `speech_pause` (the user's pauses), shortest and longest; none without. */
+  pauseMs?: { min: number; max: number };
 }
 
 /** Positions are on the pushed audio's timeline: `sample` at the stream's input rate, `ms` from its start. */
 export type VadEvent =
   | { type: 'speech_start'; sample: number; ms: number }
-  | { type: 'speech_end'; sample: number; ms: number; startSample: number; startMs: number };
+  | { type: 'speech_end'; sample: number; ms: number; startSample: number; startMs: number }
+  | { type: 'speech_pause'; sample: number; ms: number; endSample: number; endMs: number };
 
 export interface VadFrame {
   /** Start of the 32 ms frame on the stream's timeline. */
@@ -86,6 +89,9 @@ export class SileroVadStream {
       endThreshold: options.endThreshold ?? DEFAULT_END_THRESHOLD,
       minSpeechSamples: samplesOf(options.minSpeechMs ?? DEFAULT_MIN_SPEECH_MS),
       minSilenceSamples: samplesOf(options.minSilenceMs ?? DEFAULT_MIN_SILENCE_MS),
+      ...(options.pauseMs
+        ? { pauseSamples: { min: samplesOf(options.pauseMs.min), max: samplesOf(options.pauseMs.max) } }
+        : {}),
     });
   }
 
@@ -220,6 +226,10 @@ export class SileroVadStream {
       ms: (sample16k / SILERO_SAMPLE_RATE) * 1000,
     });
     if (event.type === 'speech_start') return { type: 'speech_start', ...at(event.sample) };
+    if (event.type === 'speech_pause') {
+      const resumed = at(event.endSample);
+      return { type: 'speech_pause', ...at(event.sample), endSample: resumed.sample, endMs: resumed.ms };
+    }
     const start = at(event.startSample);
     return { type: 'speech_end', ...at(event.sample), startSample: start.sample, startMs: start.ms };
   }

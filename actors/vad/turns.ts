@@ -4,6 +4,9 @@
  * (a cough or a click is shorter and never becomes a turn); speech ends once the probability has stayed
  * below `endThreshold` for `minSilenceSamples` (a pause between words is shorter). Pure: positions in, events
  * out; the start is reported retroactively at the frame where the candidate began.
+ *
+ * With `pauseSamples`, a dip inside a turn (below `endThreshold`, then back at `startThreshold`) whose length lies
+ * within those bounds is reported as `speech_pause` when the speech resumes: the user's pauses a listener nods at.
  */
 
 export interface TurnThresholds {
@@ -11,11 +14,14 @@ export interface TurnThresholds {
   endThreshold: number;
   minSpeechSamples: number;
   minSilenceSamples: number;
+  /** Dips inside a turn reported as `speech_pause`, shortest and longest (none without). */
+  pauseSamples?: { min: number; max: number };
 }
 
 export type TurnEvent =
   | { type: 'speech_start'; sample: number }
-  | { type: 'speech_end'; sample: number; startSample: number };
+  | { type: 'speech_end'; sample: number; startSample: number }
+  | { type: 'speech_pause'; sample: number; endSample: number };
 
 export class TurnTracker {
   private phase: 'silence' | 'candidate' | 'speech' = 'silence';
@@ -49,8 +55,11 @@ export class TurnTracker {
         }
         return this.confirmIfLongEnough(frameEnd, minSpeechSamples);
       case 'speech':
-        if (probability >= startThreshold) this.silenceStart = undefined;
-        else if (probability < endThreshold) this.silenceStart ??= frameStart;
+        if (probability >= startThreshold) {
+          const pause = this.pauseEnding(frameStart);
+          this.silenceStart = undefined;
+          if (pause) return [pause];
+        } else if (probability < endThreshold) this.silenceStart ??= frameStart;
         if (this.silenceStart !== undefined && frameEnd - this.silenceStart >= minSilenceSamples)
           return [this.endTurn(this.silenceStart)];
         return [];
@@ -63,6 +72,15 @@ export class TurnTracker {
     const end = this.silenceStart ?? position;
     this.phase = 'silence';
     return wasSpeaking ? [this.endTurn(end)] : [];
+  }
+
+  /** The dip that ends at `resumeSample`, if it is as long as a reported pause. */
+  private pauseEnding(resumeSample: number): TurnEvent | null {
+    const bounds = this.thresholds.pauseSamples;
+    if (!bounds || this.silenceStart === undefined) return null;
+    const length = resumeSample - this.silenceStart;
+    if (length < bounds.min || length > bounds.max) return null;
+    return { type: 'speech_pause', sample: this.silenceStart, endSample: resumeSample };
   }
 
   private confirmIfLongEnough(frameEnd: number, minSpeechSamples: number): TurnEvent[] {

@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import {
   PlayoutClock,
+  type AttentionCue,
   type ExpressionRequest,
   type FrameRenderer,
   type MouthSource,
@@ -192,6 +193,11 @@ export class SessionMedia implements StageMedia {
   /** How much the avatar moves besides blinks and the mouth, 0..1, from the next frame rendered on. */
   setMotion(motion: number): void {
     this.playout.setMotion(motion);
+  }
+
+  /** Listening and thinking on the avatar (`PlayoutClock.attend`, followed from the bus by `attention.ts`). */
+  attend(cue: AttentionCue): void {
+    this.playout.attend(cue);
   }
 
   /** Shows an expression on the avatar, now or after the speech already queued (`PlayoutClock.express`). */

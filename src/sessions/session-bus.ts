@@ -25,6 +25,8 @@ export interface SessionBusEvents {
   'media.flushed': Record<string, never>;
   /** Voice input (`voice-input.ts`): the VAD heard speech start or end (`atMs` on the source's audio timeline). */
   'voice.speech': { source: string; stage: 'start' | 'end'; atMs: number };
+  /** The user paused inside their turn (a VAD dip of `PAUSE_MIN_MS`–`PAUSE_MAX_MS`, `actors/attention.ts`), reported as they resume. */
+  'voice.pause': { source: string; atMs: number; pauseMs: number };
   /** A user's turn ended and its utterance went to recognition (the turn `turnId`, kind `voice`). */
   'voice.turn': { turnId: string; source: string; speechMs: number };
   /** The recogniser answered a voice turn, `ms` after its end of turn. */

@@ -22,6 +22,7 @@ import { ClientRendering } from './client-render.ts';
 import { SessionMetrics, type TurnObserver } from './metrics.ts';
 import { Session, type SessionStage } from './session.ts';
 import { smoothForRt } from './smoothing.ts';
+import { followAttention } from './attention.ts';
 import { checkToolDefinitions, SessionTools, type SessionToolDefinition, type ToolWebhookPolicy } from './tools.ts';
 import { WebhookSigner } from '../../actors/upstream/webhook-signing.ts';
 
@@ -206,6 +207,7 @@ export class SessionFactory {
       logger,
     });
     if (input.motion !== undefined) media.setMotion(input.motion);
+    followAttention(bus, media);
     const stage: SessionStage = {
       sessionId,
       sampleRate: config.sampleRate,

@@ -6,6 +6,7 @@ import type { InferencePool } from '../../actors/inference/pool.ts';
 import type { PlayoutClock } from '../../actors/media/playout.ts';
 import { StreamResampler } from '../../actors/audio/stream-resampler.ts';
 import { SILERO_SAMPLE_RATE, SileroVadStream, type VadEvent } from '../../actors/vad/silero.ts';
+import { PAUSE_MAX_MS, PAUSE_MIN_MS } from '../../actors/attention.ts';
 import { ECHO_POST_ONSET_MS, Envelope, isEcho, needsEchoCheck } from '../../actors/vad/echo-guard.ts';
 import { errorForLog } from '../logger.ts';
 import type { SessionBus } from './session-bus.ts';
@@ -232,7 +233,12 @@ export class VoiceSource {
     private readonly notify: (message: VoiceMessage) => void,
   ) {
     const { pool, silenceMs, minSpeechMs, logger } = input.options;
-    this.vad = new SileroVadStream(pool(), { sampleRate: SILERO_SAMPLE_RATE, minSilenceMs: silenceMs, minSpeechMs });
+    this.vad = new SileroVadStream(pool(), {
+      sampleRate: SILERO_SAMPLE_RATE,
+      minSilenceMs: silenceMs,
+      minSpeechMs,
+      pauseMs: { min: PAUSE_MIN_MS, max: PAUSE_MAX_MS },
+    });
     this.log = logger.child({ voiceSource: kind });
     // Failed or not, once it settles the normal bound applies (a failing VAD reports per chunk).
     const started = () => (this.vadWarm = true);
@@ -312,6 +318,12 @@ export class VoiceSource {
     for (const event of events) {
       if (this.closed) return;
       if (event.type === 'speech_start') this.onSpeechStart(event.sample);
+      else if (event.type === 'speech_pause')
+        this.input.options.bus.emit('voice.pause', {
+          source: this.kind,
+          atMs: this.msOf(event.sample),
+          pauseMs: this.msOf(event.endSample - event.sample),
+        });
       else this.onSpeechEnd(event.sample);
     }
     // A monologue past the bound goes to recognition as it is.

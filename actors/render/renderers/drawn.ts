@@ -10,6 +10,7 @@ import { rgbaToI420 } from '../i420.ts';
 import { rasteriseSvg, type RgbaImage } from '../image.ts';
 import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
 import { blinkClosure, oscillate, quantise } from '../idle-motion.ts';
+import { motionScale } from '../motion.ts';
 import {
   blendLayerInto,
   cloneLayer,
@@ -19,6 +20,7 @@ import {
   type YuvaLayer,
 } from '../yuva.ts';
 import { faceExpression, isNeutral } from '../../expression.ts';
+import { attentionMovesHead, NO_ATTENTION, type AttentionPose } from '../../attention.ts';
 import {
   backgroundSvg,
   bodySvg,
@@ -111,10 +113,7 @@ export function breathStepAt(frameIdx: number, fps: number, motion = 1): number 
   return quantise(0.5 + 0.5 * motionScale(motion) * oscillate(frameIdx, fps, BREATH_PERIOD_SECONDS), BREATH_STEPS);
 }
 
-/** A request's `motion` as a factor 0..1 (absent: 1). */
-export function motionScale(motion: number | undefined): number {
-  return motion === undefined || !Number.isFinite(motion) ? 1 : Math.min(1, Math.max(0, motion));
-}
+export { motionScale };
 
 /** Eyelid step (0 = open .. BLINK_STEPS-1 = shut) of a frame. */
 export function blinkStepAt(frameIdx: number, fps: number): number {
@@ -159,6 +158,30 @@ export interface HeadMotion {
   tilt: number;
   /** Pixels, positive = down. */
   nod: number;
+  /** Pixels, positive = right (a glance aside); absent: 0. */
+  shift?: number;
+}
+
+const DEG = Math.PI / 180;
+/**
+ * Attention on a drawn head, at 512 px frame height: a listener's nod at the user's pause (8 px), thinking's glance
+ * aside (8 px) or up (6 px) with a 3° tilt. Larger than on a photo: a drawn head is a layer of its own and turns
+ * without bending anything around it.
+ */
+const LISTEN_NOD_PX_AT_512 = 8;
+const THINK_LOOK_X_PX_AT_512 = 8;
+const THINK_LOOK_UP_PX_AT_512 = 6;
+const THINK_TILT_DEG = 3;
+
+/** The head motion of a request's attention (`actors/attention.ts`) on a drawn face `frameHeight` px tall. */
+export function attentionHeadMotion(attention: AttentionPose | undefined, frameHeight: number): Required<HeadMotion> {
+  const a = attention ?? NO_ATTENTION;
+  const scale = frameHeight / 512;
+  return {
+    tilt: DEG * THINK_TILT_DEG * a.tilt,
+    nod: scale * (LISTEN_NOD_PX_AT_512 * a.nod + THINK_LOOK_UP_PX_AT_512 * a.lookY),
+    shift: scale * THINK_LOOK_X_PX_AT_512 * a.lookX,
+  };
 }
 
 export abstract class DrawnRenderer implements Renderer {
@@ -180,8 +203,10 @@ export abstract class DrawnRenderer implements Renderer {
   private readonly mouthLayers = new Map<number, YuvaLayer>();
   private readonly eyelidLayers = new Map<number, YuvaLayer>();
   private headLayer: YuvaLayer | null = null;
+  /** The body per breathing step without the head: what a moved head is composited on (rt_head always, rt on a nod or glance). */
+  private bodyBases: I420Frame[] = [];
 
-  /** rt_head moves the head as a separate layer; rt bakes it into the base frames. */
+  /** rt_head moves the head as a separate layer; rt bakes it into the base frames (and moves the layer only for attention). */
   protected abstract readonly movesHead: boolean;
 
   /** Head pose for this frame; rt keeps it still. */
@@ -212,17 +237,22 @@ export abstract class DrawnRenderer implements Renderer {
         rasteriseSvg(bodySvg(params, geometry, this.bodyRise(step))),
       ),
     ]);
-    this.bases = bodies.map((body, step) => {
+    this.bodyBases = bodies.map((body) => {
       const canvas: RgbaImage = { width, height, data: background.data.slice() };
       compositeRgba(canvas, body);
-      if (!this.movesHead) compositeRgba(canvas, head, -this.headRise(step));
       return rgbaToI420(canvas.data, width, height);
     });
-    if (this.movesHead) {
-      const bounds = alphaBounds(head);
-      this.headLayer = yuvaFromRgba(head, bounds.x, bounds.y, bounds.width, bounds.height);
-      dilateColour(this.headLayer);
-    }
+    this.bases = this.movesHead
+      ? this.bodyBases
+      : bodies.map((body, step) => {
+          const canvas: RgbaImage = { width, height, data: background.data.slice() };
+          compositeRgba(canvas, body);
+          compositeRgba(canvas, head, -this.headRise(step));
+          return rgbaToI420(canvas.data, width, height);
+        });
+    const bounds = alphaBounds(head);
+    this.headLayer = yuvaFromRgba(head, bounds.x, bounds.y, bounds.width, bounds.height);
+    dilateColour(this.headLayer);
   }
 
   private async renderAtlas(params: FaceParams, geometry: FaceGeometry): Promise<RgbaImage> {
@@ -305,14 +335,16 @@ export abstract class DrawnRenderer implements Renderer {
   render(request: FrameRequest, target?: SharedArrayBuffer): I420Frame {
     if (!this.geometry || this.bases.length === 0) throw new Error('drawn renderer used before prepare');
     const step = this.breathStep(request);
-    const base = this.bases[step];
+    // rt's head is baked into its bases; a listening nod or a thinking glance moves it as rt_head's layer instead.
+    const layered = this.movesHead || (attentionMovesHead(request.attention) && motionScale(request.motion) > 0);
+    const base = layered ? this.bodyBases[step] : this.bases[step];
     const frame = frameFromBase(base, target);
     const expression = drawnExpressionSteps(request);
     const mouthKey = expression.curve * MOUTH_SHAPES + this.mouthKey(request);
     const mouthCell = () => this.curvedMouth(mouthKey);
     const brows = expression.brows;
     const blink = blinkStepAt(request.frameIdx, this.fps);
-    if (!this.movesHead) {
+    if (!layered) {
       const lift = -this.headRise(step);
       if (brows > 0)
         blendPatch(
@@ -343,17 +375,18 @@ export abstract class DrawnRenderer implements Renderer {
         head,
         this.layer(this.eyelidLayers, blink, () => this.eyelidCells[blink], this.eyelidOrigin),
       );
-    const motion = this.headMotion(request);
-    const scale = motionScale(request.motion);
+    const own = this.headMotion(request);
     const g = this.geometry;
+    const attention = attentionHeadMotion(request.attention, g.height);
+    const scale = motionScale(request.motion);
     compositeTransformed(
       frame,
       head,
-      motion.tilt * scale,
+      (own.tilt + attention.tilt) * scale,
       g.pivotX,
       g.pivotY,
-      0,
-      motion.nod * scale - this.headRise(step),
+      ((own.shift ?? 0) + attention.shift) * scale,
+      (own.nod + attention.nod) * scale - this.headRise(step),
     );
     return frame;
   }

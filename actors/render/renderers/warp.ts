@@ -31,6 +31,7 @@ import { blendPatch, patchFromRgba, type I420Patch } from '../patch.ts';
 import { blinkClosure, quantise, smoothstep } from '../idle-motion.ts';
 import { closeLips } from '../photo-lips.ts';
 import { PhotoHead } from '../photo-head.ts';
+import { ClipHead } from '../clip-head.ts';
 import { warpFreedom, type JawFreedom } from '../photo-jaw.ts';
 import { mouthPalette, paintInside, type MouthPalette, type OpeningColumn, type Rgb } from '../photo-mouth.ts';
 import { warpLoopFrame } from '../clip-warp.ts';
@@ -193,6 +194,8 @@ export class WarpRenderer implements Renderer {
   private readonly blinkPatches = new Map<number, I420Patch[]>();
   /** A photo's head motion (idle drift, speech bob/tilt/nod); null on video avatars, whose loop moves itself. */
   private head: PhotoHead | null = null;
+  /** A video avatar's head on top of its loop (`clip-head.ts`: listening nods, thinking glances, `motion`); null on photos. */
+  private loopHead: ClipHead | null = null;
   private loop: ClipLoop | null = null;
   /** A speaking clip's own mouths (`metadata.clip.mouths`), laid instead of the warp; null: warp. */
   private harvested: HarvestedMouths | null = null;
@@ -220,9 +223,11 @@ export class WarpRenderer implements Renderer {
     this.mouthPatches.clear();
     this.blinkPatches.clear();
     this.head = null;
+    this.loopHead = null;
     this.harvested = null;
     this.jaw = null;
     if (!this.animation) return;
+    if (this.loop) this.loopHead = new ClipHead(this.animation, this.loop.track, width, height, this.fps);
     // In the render pool the mouths travel with the shared loop (tasks carry no `clip`); read directly, with the clip.
     const mouths = avatar.loop?.mouths ?? avatar.clip?.mouths;
     if (this.loop && mouths) {
@@ -257,8 +262,11 @@ export class WarpRenderer implements Renderer {
     if (!this.base) throw new Error('WarpRenderer.render called before prepare');
     if (this.loop) {
       const frame = this.renderLoopFrame(request, this.loop, target);
+      const face = loopFrameAt(this.loop, request.frameIdx).face;
       // The expression bends the frame as shown, mouth included, along that loop frame's own landmarks.
-      if (this.animation) warpExpression(frame, loopFrameAt(this.loop, request.frameIdx).face, request.expression);
+      if (this.animation) warpExpression(frame, face, request.expression);
+      // The head moves last, carrying mouth and expression with it (`clip-head.ts`).
+      this.loopHead?.apply(frame, request, face);
       return frame;
     }
     const frame = frameFromBase(this.base, target);
