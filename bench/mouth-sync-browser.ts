@@ -1,15 +1,17 @@
 /**
  * Whether the mouth leads or meets its sound where a person hears it (issue 44, point 4): headless Chromium runs an
- * `<avatar-chat>` from the service's `/widget.js`; the page records the heard audio's RMS envelope (WebAudio on the
- * received track, shifted by the context's output latency, as `browser-sync.page.js` does) and every presented
- * frame with the time the compositor shows it. Here the face detector reads each frame's inner-lip opening (as
- * `avatar_fidelity` does), and the opening, held for as long as its frame is shown, is correlated with the envelope
- * on a 10 ms grid at lags of −200 … +200 ms. Reported: the lag where r peaks (positive: the mouth is LATER than its
- * sound) and r there. Target: r ≥ 0.5 at a lag ≤ +20 ms (`MOUTH_SYNC_TARGET`).
+ * `<avatar-chat>` from the service's `/widget.js`; the page records the heard audio's RMS envelope (an AudioWorklet on
+ * the received track, each render quantum stamped with the time the audio device plays it, `getOutputTimestamp`) and
+ * every presented frame with the time the compositor shows it (`requestVideoFrameCallback`'s `expectedDisplayTime`).
+ * Here the face detector reads each frame's inner-lip gap (`lipGap`: in eye distances, the face's own scale), and the
+ * opening, held for as long as its frame is shown, is correlated with the envelope on a 10 ms grid at lags of
+ * −200 … +200 ms. Reported: the lag where r peaks (positive: the mouth is LATER than its sound) and r there. Target:
+ * r ≥ 0.5 at a lag ≤ +20 ms (`MOUTH_SYNC_TARGET`).
  *
  * Rows: the astronaut photo, a video avatar made from a clip of the astronaut speaking (`speakingClipMp4`: mouths
- * harvested) and one from a clip whose window sways over the photo (`landscapeMp4`: the warp), plus a row per local
- * clip of a real person in `BENCH_MOUTH_FOOTAGE` (comma-separated paths; never committed).
+ * harvested) and one from a clip whose window sways over the photo (`landscapeMp4`: the warp), plus a row per clip
+ * or photo given on the command line (a clip's first `CLIP_SECONDS` s, as `mouth_sheet` takes them): real people's
+ * footage is for local judging only, never committed.
  *
  * Before/after in one run: each avatar is measured twice on the same service, once with the frame timeline's mouth
  * lookahead undone (`MOUTH_LOOKAHEAD_MS`: the session's renderer is handed, for each frame, the mouth the timeline
@@ -17,7 +19,7 @@
  * and once as the service runs.
  *
  *   npm run bench -- mouth_sync_browser
- *   BENCH_MOUTH_FOOTAGE=footage/sun.mp4 BENCH_MOUTH_SESSIONS=3 npm run bench -- mouth_sync_browser
+ *   BENCH_MOUTH_SESSIONS=3 npm run bench -- mouth_sync_browser footage/sun.mp4 footage/yongen.mp4
  */
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
@@ -36,14 +38,14 @@ import { landscapeMp4, speakingClipMp4 } from '../test/helpers/clips.ts';
 import { pearson } from '../test/helpers/neural-lipsync.ts';
 import { postCustomAvatar } from './custom-avatar.ts';
 import { followFaces, mouthOpening } from './avatar-fidelity.ts';
-import { round } from './stats.ts';
+import { CLIP_EXTENSIONS, PHOTO_EXTENSIONS, firstSeconds, givenInputs } from './mouth-sheet.ts';
+import { percentile, round } from './stats.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 const PAGE_SCRIPT = fs.readFileSync(
   path.join(path.dirname(fileURLToPath(import.meta.url)), 'mouth-sync-browser.page.js'),
   'utf8',
 );
-const FOOTAGE = (process.env.BENCH_MOUTH_FOOTAGE ?? '').split(',').filter(Boolean);
 /** Speak turns per avatar and mode; r and lag are read over all of their frames together. */
 const TURNS = Math.max(1, Number(process.env.BENCH_MOUTH_SESSIONS ?? 2));
 const SPEECH = 'Open wide and say ah. Then close your lips: mama, papa, baby. How about a long, loud, open vowel?';
@@ -67,10 +69,17 @@ interface PageAudio {
 
 export interface MouthSync {
   r: number | null;
+  /** The same with the gap over the mouth's own width (`mouthOpening`, as `avatar_fidelity` reads it), for reference. */
+  r_by_mouth_width: number | null;
+  lag_ms_by_mouth_width: number | null;
   lag_ms: number | null;
   /** r at lag 0, for reference. */
   r_at_0: number | null;
   frames: number;
+  /** Frames shown while the page was too busy to copy them (`presentedFrames` gaps): their mouths are not read. */
+  frames_missed_by_page: number;
+  /** The output latency the audio device's timestamps imply (median): what the heard envelope is shifted by. */
+  audio_output_latency_ms: number | null;
   frames_with_face: number;
 }
 
@@ -117,11 +126,22 @@ function landmarks(frames: PageFrame[]): Promise<Array<MouthAnimation | null>> {
   });
 }
 
+/**
+ * The inner lips' mean gap in eye distances. Over the mouth's own width (`mouthOpening`) a spread vowel read as less
+ * open than a rounded one with the same jaw drop: on the astronaut rendered offline at the bench sentence's poses
+ * that ratio followed the pose's `open` with r 0.79, this with r 0.89 (docs/performance.md).
+ */
+export function lipGap(a: MouthAnimation): number {
+  const lip = a.inner_lip;
+  const gap = (Math.abs(lip[7].y - lip[1].y) + Math.abs(lip[6].y - lip[2].y) + Math.abs(lip[5].y - lip[3].y)) / 3;
+  return gap / Math.max(1, Math.hypot(a.right_eye.x - a.left_eye.x, a.right_eye.y - a.left_eye.y));
+}
+
 /** Peak r of the mouth opening (held while its frame shows) against the heard envelope, over lags of ±200 ms. */
 export function mouthSync(
   frames: Array<{ at: number; opening: number | null }>,
   audio: PageAudio[],
-): Omit<MouthSync, 'frames' | 'frames_with_face'> {
+): { r: number | null; lag_ms: number | null; r_at_0: number | null } {
   const shown = frames.filter((f) => f.opening !== null).sort((a, b) => a.at - b.at);
   if (shown.length < 25 || audio.length === 0) return { r: null, lag_ms: null, r_at_0: null };
   const openingAt = (t: number): number | null => {
@@ -176,7 +196,61 @@ export function mouthSync(
   };
 }
 
-async function measure(app: TestApp, page: Page, avatarId: string): Promise<MouthSync> {
+interface Recorded {
+  frames: PageFrame[];
+  audio: PageAudio[];
+  missed: number;
+  latencies: number[];
+}
+
+/** One spoken turn as the page showed and played it. */
+async function recordTurn(app: TestApp, page: Page, sse: SseClient, sessionId: string): Promise<Recorded> {
+  await page.evaluate(
+    'window.bench.frames = []; window.bench.audio = []; window.bench.latencies = []; window.bench.missed = 0; window.bench.recording = true',
+  );
+  const from = sse.events.length;
+  await post(app.baseUrl, `/sessions/${sessionId}/speak`, { text: SPEECH });
+  await sse.waitFor((e) => e.type === 'status' && e.data?.stage === 'idle', STEP_MS, 'speech done', from);
+  // The last frames and sound reach the page after the service's idle (video held for the wire, jitter buffers).
+  await page.waitForTimeout(400);
+  await page.evaluate('window.bench.recording = false; window.bench.encode()');
+  return (await page.evaluate(
+    '({ frames: window.bench.frames, audio: window.bench.audio, missed: window.bench.missed, latencies: window.bench.latencies })',
+  )) as Recorded;
+}
+
+/** r and lag of the turns' mouths, read by the detector, against their heard envelope. */
+async function syncOf(turns: Recorded[]): Promise<MouthSync> {
+  const frames = turns.flatMap((t) => t.frames);
+  const audio = turns.flatMap((t) => t.audio);
+  const latencies = turns.flatMap((t) => t.latencies);
+  const faces = await landmarks(frames);
+  const read = (of: (a: MouthAnimation) => number) =>
+    frames.map((f, i) => ({ at: f.at, opening: faces[i] ? of(faces[i]!) : null }));
+  const byWidth = mouthSync(read(mouthOpening), audio);
+  return {
+    ...mouthSync(read(lipGap), audio),
+    r_by_mouth_width: byWidth.r,
+    lag_ms_by_mouth_width: byWidth.lag_ms,
+    frames: frames.length,
+    frames_missed_by_page: turns.reduce((n, t) => n + t.missed, 0),
+    audio_output_latency_ms: latencies.length ? round(percentile(latencies, 50), 1) : null,
+    frames_with_face: faces.filter(Boolean).length,
+  };
+}
+
+/**
+ * A fresh `<avatar-chat>` session: its first turn (`first_turn`), then `TURNS` more (the row's r and lag). Chromium's
+ * lip-sync sets a received stream's playout delay from the RTCP sender reports and moves it in steps each second, so
+ * a new session's first seconds show the video's offset against its audio still moving: on the astronaut, aligned
+ * against the synthesised audio, from ~+300 ms to ~+70 ms over the first turn (docs/performance.md). The later turns
+ * are what a conversation shows after its first sentence.
+ */
+async function measure(
+  app: TestApp,
+  page: Page,
+  avatarId: string,
+): Promise<MouthSync & { first_turn: { r: number | null; lag_ms: number | null } }> {
   await page.goto(`${app.baseUrl}/healthz`);
   await page.evaluate(`${PAGE_SCRIPT}\nmouthSyncPage(${JSON.stringify({ avatar: avatarId })})`);
   await page.waitForFunction('window.bench && (window.bench.sessionId || window.bench.error)', null, {
@@ -193,22 +267,11 @@ async function measure(app: TestApp, page: Page, avatarId: string): Promise<Mout
     );
     // The first second is the encoder ramping up its quality.
     await page.waitForTimeout(1_500);
-    const frames: PageFrame[] = [];
-    const audio: PageAudio[] = [];
-    for (let turn = 0; turn < TURNS; turn++) {
-      await page.evaluate('window.bench.frames = []; window.bench.audio = []; window.bench.recording = true');
-      const from = sse.events.length;
-      await post(app.baseUrl, `/sessions/${sessionId}/speak`, { text: SPEECH });
-      await sse.waitFor((e) => e.type === 'status' && e.data?.stage === 'idle', STEP_MS, 'speech done', from);
-      // The last frames and sound reach the page after the service's idle (video held for the wire, jitter buffers).
-      await page.waitForTimeout(400);
-      await page.evaluate('window.bench.recording = false');
-      frames.push(...((await page.evaluate('window.bench.frames')) as PageFrame[]));
-      audio.push(...((await page.evaluate('window.bench.audio')) as PageAudio[]));
-    }
-    const faces = await landmarks(frames);
-    const openings = frames.map((f, i) => ({ at: f.at, opening: faces[i] ? mouthOpening(faces[i]!) : null }));
-    return { ...mouthSync(openings, audio), frames: frames.length, frames_with_face: faces.filter(Boolean).length };
+    const first = await recordTurn(app, page, sse, sessionId);
+    const turns: Recorded[] = [];
+    for (let turn = 0; turn < TURNS; turn++) turns.push(await recordTurn(app, page, sse, sessionId));
+    const cold = await syncOf([first]);
+    return { ...(await syncOf(turns)), first_turn: { r: cold.r, lag_ms: cold.lag_ms } };
   } finally {
     sse.close();
     await fetch(`${app.baseUrl}/sessions/${sessionId}`, { method: 'DELETE' });
@@ -263,11 +326,16 @@ export async function benchMouthSyncBrowser(): Promise<Record<string, unknown>> 
         )
       ).id,
     ]);
-    for (const file of FOOTAGE) {
-      avatars.push([
-        path.basename(file, path.extname(file)),
-        (await postCustomAvatar(app.baseUrl, await fsp.readFile(file), 'mouth sync footage', 'video')).id,
-      ]);
+    for (const file of givenInputs()) {
+      const ext = path.extname(file).toLowerCase();
+      const name = path.basename(file, ext);
+      if (CLIP_EXTENSIONS.has(ext)) {
+        avatars.push([name, (await postCustomAvatar(app.baseUrl, await firstSeconds(file, dir), name, 'video')).id]);
+      } else if (PHOTO_EXTENSIONS.has(ext)) {
+        avatars.push([name, (await postCustomAvatar(app.baseUrl, await fsp.readFile(file), name, 'image')).id]);
+      } else {
+        throw new Error(`mouth_sync_browser: ${ext || 'no extension'} is neither a clip nor a photo`);
+      }
     }
     const rows: Record<string, unknown> = {};
     for (const [name, id] of avatars) {
