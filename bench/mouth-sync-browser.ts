@@ -29,6 +29,7 @@ import { fileURLToPath } from 'node:url';
 import { chromium, type Page } from 'playwright-core';
 import sharp from 'sharp';
 import { closeFaceDetector } from '../actors/faces/detector.ts';
+import { closeBuiltinEngines, createBuiltinProvider } from '../actors/tts/providers/builtin.ts';
 import type { FrameRenderer } from '../actors/media/playout.ts';
 import { MOUTH_LOOKAHEAD_MS } from '../actors/media/timeline.ts';
 import type { FrameRequest, MouthAnimation, MouthPose } from '../actors/render/types.ts';
@@ -55,6 +56,13 @@ const GRID_MS = 10;
 const MAX_LAG_MS = 200;
 /** The heard envelope is averaged over ±20 ms (one frame), centred: no lag of its own. */
 const ENVELOPE_HALF_MS = 20;
+/**
+ * A turn's heard envelope must follow the sent speech's with at least this r (best offset) for its mouth to be judged:
+ * on 2 cores loaded to 15–25 the page's audio lost stretches (silence where speech was sent) and was stretched by
+ * the jitter buffer, and such a turn's r measured the machine rather than the mouth (docs/performance.md). Turns of
+ * a quieter run align at 0.85–0.98.
+ */
+const HEARD_AUDIO_MIN_R = 0.8;
 /** Session set-up and a turn on 2 loaded cores. */
 const STEP_MS = 60_000;
 
@@ -68,7 +76,13 @@ interface PageAudio {
 }
 
 export interface MouthSync {
+  /** Over all turns' frames together. */
   r: number | null;
+  /** Turns whose heard audio followed the sent speech (`HEARD_AUDIO_MIN_R`), and the median of their own peak r and lag. */
+  intact_turns: number;
+  r_intact_turns: number | null;
+  lag_ms_intact_turns: number | null;
+  turns: Array<{ r: number | null; lag_ms: number | null; r_at_0: number | null; heard_audio_r: number | null }>;
   /** The same with the gap over the mouth's own width (`mouthOpening`, as `avatar_fidelity` reads it), for reference. */
   r_by_mouth_width: number | null;
   lag_ms_by_mouth_width: number | null;
@@ -219,8 +233,62 @@ async function recordTurn(app: TestApp, page: Page, sse: SseClient, sessionId: s
   )) as Recorded;
 }
 
+/** The envelope (±`ENVELOPE_HALF_MS` RMS, every `GRID_MS`) of `SPEECH` as the session's built-in voice sends it. */
+export async function sentEnvelope(sampleRate: number): Promise<number[]> {
+  const parts: Int16Array[] = [];
+  const provider = createBuiltinProvider();
+  for await (const chunk of provider.synthesize({
+    text: SPEECH,
+    voice: '',
+    sampleRate,
+    signal: AbortSignal.timeout(STEP_MS),
+  }))
+    parts.push(chunk.pcm);
+  const pcm = Int16Array.from(parts.flatMap((p) => Array.from(p)));
+  const half = Math.round((ENVELOPE_HALF_MS * sampleRate) / 1000);
+  const step = Math.round((GRID_MS * sampleRate) / 1000);
+  const out: number[] = [];
+  for (let centre = 0; centre < pcm.length; centre += step) {
+    let sum = 0;
+    const from = Math.max(0, centre - half);
+    const to = Math.min(pcm.length, centre + half);
+    for (let i = from; i < to; i++) sum += (pcm[i] / 32768) ** 2;
+    out.push(Math.sqrt(sum / Math.max(1, to - from)));
+  }
+  return out;
+}
+
+/** How well a turn's heard envelope follows the sent one: peak r over where the sent speech may start (0–3 s in). */
+export function heardAudioR(audio: PageAudio[], sent: number[]): number | null {
+  if (audio.length === 0) return null;
+  const sorted = [...audio].sort((a, b) => a.at - b.at);
+  const t0 = sorted[0].at;
+  const heard = new Array<number>(Math.ceil((sorted.at(-1)!.at - t0) / GRID_MS) + 1).fill(0);
+  const counts = new Array<number>(heard.length).fill(0);
+  for (const a of sorted) {
+    const first = Math.max(0, Math.ceil((a.at - t0 - ENVELOPE_HALF_MS) / GRID_MS));
+    const last = Math.min(heard.length - 1, Math.floor((a.at - t0 + ENVELOPE_HALF_MS) / GRID_MS));
+    for (let i = first; i <= last; i++) {
+      heard[i] += a.rms;
+      counts[i]++;
+    }
+  }
+  const envelope = heard.map((v, i) => (counts[i] ? v / counts[i] : 0));
+  let best: number | null = null;
+  for (let offset = 0; offset < 3_000 / GRID_MS; offset++) {
+    const xs = sent.filter((_, j) => j + offset < envelope.length);
+    if (xs.length < 100) break;
+    const r = pearson(
+      xs,
+      xs.map((_, j) => envelope[j + offset]),
+    );
+    if (best === null || r > best) best = r;
+  }
+  return best === null ? null : round(best, 2);
+}
+
 /** r and lag of the turns' mouths, read by the detector, against their heard envelope. */
-async function syncOf(turns: Recorded[]): Promise<MouthSync> {
+async function syncOf(turns: Recorded[], sent: number[]): Promise<MouthSync> {
   const frames = turns.flatMap((t) => t.frames);
   const audio = turns.flatMap((t) => t.audio);
   const latencies = turns.flatMap((t) => t.latencies);
@@ -228,8 +296,24 @@ async function syncOf(turns: Recorded[]): Promise<MouthSync> {
   const read = (of: (a: MouthAnimation) => number) =>
     frames.map((f, i) => ({ at: f.at, opening: faces[i] ? of(faces[i]!) : null }));
   const byWidth = mouthSync(read(mouthOpening), audio);
+  const openings = read(lipGap);
+  // Each turn on its own: its frames are the ones shown while its audio was heard.
+  const perTurn = turns.map((turn) => {
+    const from = turn.audio[0]?.at ?? Infinity;
+    const to = turn.audio.at(-1)?.at ?? -Infinity;
+    const own = openings.filter((o) => o.at >= from - MAX_LAG_MS && o.at <= to + MAX_LAG_MS);
+    return { ...mouthSync(own, turn.audio), heard_audio_r: heardAudioR(turn.audio, sent) };
+  });
+  const intact = perTurn.filter(
+    (t) => t.heard_audio_r !== null && t.heard_audio_r >= HEARD_AUDIO_MIN_R && t.r !== null,
+  );
+  const median = (values: number[]) => (values.length ? percentile(values, 50) : null);
   return {
-    ...mouthSync(read(lipGap), audio),
+    ...mouthSync(openings, audio),
+    intact_turns: intact.length,
+    r_intact_turns: median(intact.map((t) => t.r!)),
+    lag_ms_intact_turns: median(intact.map((t) => t.lag_ms!)),
+    turns: perTurn,
     r_by_mouth_width: byWidth.r,
     lag_ms_by_mouth_width: byWidth.lag_ms,
     frames: frames.length,
@@ -240,17 +324,18 @@ async function syncOf(turns: Recorded[]): Promise<MouthSync> {
 }
 
 /**
- * A fresh `<avatar-chat>` session: its first turn (`first_turn`), then `TURNS` more (the row's r and lag). Chromium's
- * lip-sync sets a received stream's playout delay from the RTCP sender reports and moves it in steps each second, so
- * a new session's first seconds show the video's offset against its audio still moving: on the astronaut, aligned
- * against the synthesised audio, from ~+300 ms to ~+70 ms over the first turn (docs/performance.md). The later turns
- * are what a conversation shows after its first sentence.
+ * A fresh `<avatar-chat>` session: its first turn (`first_turn`), then `TURNS` more (the row's figures). A session's
+ * first seconds at the page are not yet what it settles to: on the astronaut, frames aligned with the sent speech
+ * per 1.5 s window showed the video's offset moving from ~+290 ms to ~+70–120 ms over the first turn, as Chromium's
+ * A/V sync adjusts the playout delay in steps (docs/performance.md). The later turns are what a conversation shows
+ * after its first sentence; the first is reported beside them.
  */
 async function measure(
   app: TestApp,
   page: Page,
   avatarId: string,
-): Promise<MouthSync & { first_turn: { r: number | null; lag_ms: number | null } }> {
+  sent: number[],
+): Promise<MouthSync & { first_turn: { r: number | null; lag_ms: number | null; heard_audio_r: number | null } }> {
   await page.goto(`${app.baseUrl}/healthz`);
   await page.evaluate(`${PAGE_SCRIPT}\nmouthSyncPage(${JSON.stringify({ avatar: avatarId })})`);
   await page.waitForFunction('window.bench && (window.bench.sessionId || window.bench.error)', null, {
@@ -270,8 +355,11 @@ async function measure(
     const first = await recordTurn(app, page, sse, sessionId);
     const turns: Recorded[] = [];
     for (let turn = 0; turn < TURNS; turn++) turns.push(await recordTurn(app, page, sse, sessionId));
-    const cold = await syncOf([first]);
-    return { ...(await syncOf(turns)), first_turn: { r: cold.r, lag_ms: cold.lag_ms } };
+    const cold = await syncOf([first], sent);
+    return {
+      ...(await syncOf(turns, sent)),
+      first_turn: { r: cold.r, lag_ms: cold.lag_ms, heard_audio_r: cold.turns[0].heard_audio_r },
+    };
   } finally {
     sse.close();
     await fetch(`${app.baseUrl}/sessions/${sessionId}`, { method: 'DELETE' });
@@ -338,19 +426,22 @@ export async function benchMouthSyncBrowser(): Promise<Record<string, unknown>> 
       }
     }
     const rows: Record<string, unknown> = {};
+    const sent = await sentEnvelope(app.config.sampleRate);
     for (const [name, id] of avatars) {
       const page = await browser.newPage();
       try {
         undoLookahead = true;
-        const before = await measure(app, page, id);
+        const before = await measure(app, page, id, sent);
         undoLookahead = false;
-        const after = await measure(app, page, id);
-        const met =
-          after.r !== null &&
-          after.lag_ms !== null &&
-          after.r >= MOUTH_SYNC_TARGET.r &&
-          after.lag_ms <= MOUTH_SYNC_TARGET.maxLagMs;
-        rows[name] = { before_lookahead: before, with_lookahead: after, met };
+        const after = await measure(app, page, id, sent);
+        const meets = (r: number | null, lag: number | null) =>
+          r !== null && lag !== null && r >= MOUTH_SYNC_TARGET.r && lag <= MOUTH_SYNC_TARGET.maxLagMs;
+        rows[name] = {
+          before_lookahead: before,
+          with_lookahead: after,
+          met: meets(after.r, after.lag_ms),
+          met_on_intact_turns: meets(after.r_intact_turns, after.lag_ms_intact_turns),
+        };
         console.log(`  ${name}:`, JSON.stringify(rows[name]));
       } finally {
         await page.close();
@@ -361,6 +452,7 @@ export async function benchMouthSyncBrowser(): Promise<Record<string, unknown>> 
     await browser.close();
     await app.close();
     await closeFaceDetector();
+    await closeBuiltinEngines();
     await fsp.rm(dir, { recursive: true, force: true });
   }
 }
