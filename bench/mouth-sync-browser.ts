@@ -59,8 +59,8 @@ const ENVELOPE_HALF_MS = 20;
 /**
  * A turn's heard envelope must follow the sent speech's with at least this r (best offset) for its mouth to be judged:
  * on 2 cores loaded to 15–25 the page's audio lost stretches (silence where speech was sent) and was stretched by
- * the jitter buffer, and such a turn's r measured the machine rather than the mouth (docs/performance.md). Turns of
- * a quieter run align at 0.85–0.98.
+ * the jitter buffer, and such a turn's r measured the machine rather than the mouth (docs/performance.md). The other
+ * turns of the same runs aligned at 0.83–1.0.
  */
 const HEARD_AUDIO_MIN_R = 0.8;
 /** Session set-up and a turn on 2 loaded cores. */

@@ -9,6 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { FrameTimeline, MOUTH_LOOKAHEAD_MS } from '../actors/media/timeline.ts';
 import { buildMouthTimeline } from '../actors/mouth/timeline.ts';
 import type { PhoneTiming } from '../actors/mouth/visemes.ts';
+import { vowel } from './helpers/vowel.ts';
 
 const RATE = 16_000;
 const FPS = 25;
@@ -16,24 +17,9 @@ const FRAME_MS = 1000 / FPS;
 /** An opening at least this large is visible on every renderer (the photo's first of `OPEN_STEPS` is 1/7). */
 const OPENING = 0.1;
 
-/** A voiced /a/-like sound: 120 Hz with harmonics shaped by a first formant near 700 Hz. */
-function vowel(ms: number, amplitude: number): Int16Array {
-  const samples = new Int16Array(Math.round((ms / 1000) * RATE));
-  for (let i = 0; i < samples.length; i++) {
-    let value = 0;
-    for (let harmonic = 1; harmonic <= 20; harmonic++) {
-      const hz = 120 * harmonic;
-      const formantGain = Math.exp(-(((hz - 700) / 250) ** 2)) + 0.3 * Math.exp(-(((hz - 1200) / 300) ** 2));
-      value += formantGain * Math.sin((2 * Math.PI * hz * i) / RATE);
-    }
-    samples[i] = Math.round(amplitude * value);
-  }
-  return samples;
-}
-
 /** `silenceMs` of silence, then `voiceMs` of vowel, then `tailMs` of silence: one chunk, as TTS hands it over. */
 function utterance(silenceMs: number, voiceMs: number, tailMs: number, amplitude: number): Int16Array {
-  const voice = vowel(voiceMs, amplitude);
+  const voice = vowel(voiceMs, RATE, amplitude);
   const pcm = new Int16Array(Math.round(((silenceMs + voiceMs + tailMs) / 1000) * RATE));
   pcm.set(voice, Math.round((silenceMs / 1000) * RATE));
   return pcm;
