@@ -30,12 +30,12 @@ import { postCustomAvatar } from './custom-avatar.ts';
 const FFMPEG: string = (createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg') as { path: string }).path;
 /** A clip given is cut to its first this many seconds (the issue's figures are on the first 10 s of `sun.mp4`). */
 const CLIP_SECONDS = 10;
-const CLIP_EXTENSIONS = new Set(['.mp4', '.mov', '.webm', '.mkv', '.m4v']);
-const PHOTO_EXTENSIONS = new Set(['.png', '.jpg', '.jpeg', '.webp']);
+export const CLIP_EXTENSIONS = new Set(['.mp4', '.mov', '.webm', '.mkv', '.m4v']);
+export const PHOTO_EXTENSIONS = new Set(['.png', '.jpg', '.jpeg', '.webp']);
 const SHEETS_DIR = path.join(import.meta.dirname, 'results', 'mouth_sheet');
 
 /** Arguments after the step names: anything with a dot or a slash (step names have neither). */
-function givenInputs(): string[] {
+export function givenInputs(): string[] {
   return process.argv.slice(2).filter((arg) => arg.includes('/') || arg.includes('.'));
 }
 
@@ -48,7 +48,7 @@ async function localCopy(input: string, dir: string): Promise<string> {
   return file;
 }
 
-async function firstSeconds(file: string, dir: string): Promise<Buffer> {
+export async function firstSeconds(file: string, dir: string): Promise<Buffer> {
   const out = path.join(dir, `cut-${path.basename(file, path.extname(file))}.mp4`);
   await promisify(execFile)(
     FFMPEG,

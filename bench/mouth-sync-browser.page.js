@@ -2,7 +2,7 @@
 // video frame (as a JPEG, with the time the compositor shows it). Plain JavaScript on purpose, like browser-sync.page.js.
 // eslint-disable-next-line @typescript-eslint/no-unused-vars -- read as source text and sent to the page
 async function mouthSyncPage({ avatar }) {
-  const bench = { audio: [], frames: [], recording: false, sessionId: null, error: null };
+  const bench = { audio: [], frames: [], latencies: [], recording: false, sessionId: null, error: null };
   window.bench = bench;
   await new Promise((resolve, reject) => {
     const script = document.createElement('script');
@@ -21,23 +21,42 @@ async function mouthSyncPage({ avatar }) {
   await element.start();
   const video = element.shadowRoot.querySelector('video');
   const audioCtx = new AudioContext();
+  // Every render quantum of the received track (128 samples, ~2.7 ms) reports its sum of squares and the context time it
+  // was rendered for. The audio thread stamps it, so a busy page (JPEG encoding of frames) delays the message, not the
+  // time: the polled analyser this replaces read "the newest samples" at whenever a late timer fired.
+  const worklet = `registerProcessor('heard-rms', class extends AudioWorkletProcessor {
+    process(inputs) {
+      const channel = inputs[0] && inputs[0][0];
+      if (channel) {
+        let sum = 0;
+        for (let i = 0; i < channel.length; i++) sum += channel[i] * channel[i];
+        this.port.postMessage({ time: currentTime, samples: channel.length, sum });
+      }
+      return true;
+    }
+  });`;
+  await audioCtx.audioWorklet.addModule(URL.createObjectURL(new Blob([worklet], { type: 'text/javascript' })));
+  // Context time → the performance time a listener hears it: the device's own pairing of the two (its output latency
+  // included), refreshed as it drifts; before the device reports one, now + the latency the context states.
+  const heardAt = (contextTime) => {
+    const stamp = audioCtx.getOutputTimestamp();
+    if (stamp && stamp.performanceTime > 0) return stamp.performanceTime + (contextTime - stamp.contextTime) * 1000;
+    const latencyS = (audioCtx.outputLatency || 0) + (audioCtx.baseLatency || 0);
+    return performance.now() + (contextTime - audioCtx.currentTime + latencyS) * 1000;
+  };
   const tapAudio = (track) => {
     const source = audioCtx.createMediaStreamSource(new MediaStream([track]));
-    const analyser = audioCtx.createAnalyser();
-    analyser.fftSize = 512;
-    source.connect(analyser);
-    const buf = new Float32Array(analyser.fftSize);
-    setInterval(() => {
+    const tap = new AudioWorkletNode(audioCtx, 'heard-rms');
+    const silent = audioCtx.createGain();
+    silent.gain.value = 0;
+    source.connect(tap).connect(silent).connect(audioCtx.destination);
+    tap.port.onmessage = ({ data }) => {
       if (!bench.recording) return;
-      analyser.getFloatTimeDomainData(buf);
-      let sum = 0;
-      for (const v of buf) sum += v * v;
-      // The analyser holds the newest fftSize samples the graph rendered; a listener hears them after the context's
-      // output latency, so the window's middle is heard at now + latency − half the window.
-      const latencyMs = ((audioCtx.outputLatency || 0) + (audioCtx.baseLatency || 0)) * 1000;
-      const halfWindowMs = (analyser.fftSize / 2 / audioCtx.sampleRate) * 1000;
-      bench.audio.push({ at: performance.now() + latencyMs - halfWindowMs, rms: Math.sqrt(sum / buf.length) });
-    }, 5);
+      const middle = data.time + data.samples / 2 / audioCtx.sampleRate;
+      bench.audio.push({ at: heardAt(middle), rms: Math.sqrt(data.sum / data.samples) });
+      // How far ahead of now the context's present moment is heard: the output latency the device stamps imply.
+      if (bench.audio.length % 100 === 0) bench.latencies.push(heardAt(audioCtx.currentTime) - performance.now());
+    };
   };
   const waitForAudio = () => {
     const receiver = element.client.peer.getReceivers().find((r) => r.track && r.track.kind === 'audio');
@@ -45,19 +64,27 @@ async function mouthSyncPage({ avatar }) {
     else setTimeout(waitForAudio, 50);
   };
   waitForAudio();
-  const canvas = document.createElement('canvas');
-  const context = canvas.getContext('2d');
+  // While recording, a presented frame is only copied into a canvas of its own (a blit); the JPEGs are made after the
+  // turn (`bench.encode`). Encoding each one as it came kept the page's main thread busy enough on 2 loaded cores to
+  // miss frames, and a missed frame holds its predecessor's mouth on the grid: lag and noise the service did not make.
+  const copies = [];
+  let lastPresented = null;
+  bench.missed = 0;
   const onFrame = (now, metadata) => {
     if (bench.recording && video.videoWidth > 0) {
+      const canvas = document.createElement('canvas');
       canvas.width = video.videoWidth;
       canvas.height = video.videoHeight;
-      context.drawImage(video, 0, 0);
-      bench.frames.push({
-        at: metadata && metadata.expectedDisplayTime ? metadata.expectedDisplayTime : now,
-        jpeg: canvas.toDataURL('image/jpeg', 0.92),
-      });
+      canvas.getContext('2d').drawImage(video, 0, 0);
+      copies.push({ at: metadata && metadata.expectedDisplayTime ? metadata.expectedDisplayTime : now, canvas });
+      // Frames the compositor presented without this callback seeing them (the page was busy).
+      if (metadata && lastPresented !== null) bench.missed += Math.max(0, metadata.presentedFrames - lastPresented - 1);
     }
+    lastPresented = metadata ? metadata.presentedFrames : null;
     video.requestVideoFrameCallback(onFrame);
   };
   video.requestVideoFrameCallback(onFrame);
+  bench.encode = () => {
+    bench.frames = copies.splice(0).map(({ at, canvas }) => ({ at, jpeg: canvas.toDataURL('image/jpeg', 0.92) }));
+  };
 }

@@ -4,23 +4,12 @@ import { buildMouthTimeline } from '../actors/mouth/timeline.ts';
 import { poseForPhone, visemeForPhone } from '../actors/mouth/visemes.ts';
 import { closeBuiltinEngines, createBuiltinProvider } from '../actors/tts/providers/builtin.ts';
 import type { TtsChunk } from '../actors/tts/types.ts';
+import { vowel as vowelAt } from './helpers/vowel.ts';
 
 const RATE = 16_000;
 
-/** A vowel-like signal: 120 Hz voice with harmonics shaped by an /a/-like first formant near 700 Hz. */
-function vowel(ms: number, amplitude = 8_000): Int16Array {
-  const samples = new Int16Array(Math.round((ms / 1000) * RATE));
-  for (let i = 0; i < samples.length; i++) {
-    let value = 0;
-    for (let harmonic = 1; harmonic <= 20; harmonic++) {
-      const hz = 120 * harmonic;
-      const formantGain = Math.exp(-(((hz - 700) / 250) ** 2)) + 0.3 * Math.exp(-(((hz - 1200) / 300) ** 2));
-      value += formantGain * Math.sin((2 * Math.PI * hz * i) / RATE);
-    }
-    samples[i] = Math.round(amplitude * value);
-  }
-  return samples;
-}
+/** A vowel-like signal at the tests' rate (`test/helpers/vowel.ts`). */
+const vowel = (ms: number, amplitude = 8_000): Int16Array => vowelAt(ms, RATE, amplitude);
 
 function concat(...parts: Int16Array[]): Int16Array {
   const out = new Int16Array(parts.reduce((n, p) => n + p.length, 0));
