@@ -139,7 +139,8 @@ afterAll(async () => {
 
 /**
  * The invariants a restart must restore, checked against what the restarted service reports:
- * voice catalog ↔ reference WAVs, avatar list ↔ bundle directories, complete jobs ↔ MP4s, nothing temporary.
+ * voice catalog ↔ reference WAVs, avatar list ↔ bundle directories, complete jobs ↔ MP4s and their captions,
+ * nothing temporary.
  */
 async function expectConsistent(service: ServiceProcess, dirs: Dirs, completeJobIds: string[] = []): Promise<void> {
   const { items } = await getJson(service.baseUrl, '/voices');
@@ -163,7 +164,8 @@ async function expectConsistent(service: ServiceProcess, dirs: Dirs, completeJob
   }
 
   expect(await listDir(path.join(dirs.dataDir, 'bundles')), 'offline bundle files').toEqual(
-    completeJobIds.map((id) => `${id}.mp4`).sort(),
+    // A complete job keeps its MP4 and the WebVTT captions written beside it; an interrupted job keeps neither.
+    completeJobIds.flatMap((id) => [`${id}.mp4`, `${id}.vtt`]).sort(),
   );
   for (const session of await listDir(path.join(dirs.dataDir, 'recordings'))) {
     expect((await listDir(path.join(dirs.dataDir, 'recordings', session))).sort(), 'a kept recording').toEqual([
