@@ -1,6 +1,7 @@
 import wrtc from '@roamhq/wrtc';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { PoseChannelMessage } from '../client/face-canvas.ts';
+import { MOUTH_LOOKAHEAD_MS } from '../actors/media/timeline.ts';
 import { sessionParts } from '../src/sessions/session.ts';
 import { MAX_POSE_BUFFERED_BYTES, PoseChannel } from '../src/sessions/pose-channel.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
@@ -117,7 +118,8 @@ describe('a client-rendered session: audio and the pose stream, no video', () =>
 
       const poses = peer.of('pose');
       for (const { rtp, pose } of poses) {
-        expect(rtp).toBe(Math.round(pose.ptsMs * 48) % 2 ** 32);
+        // Stamped with the time its mouth sounds: the frame's time plus the timeline's mouth lookahead.
+        expect(rtp).toBe(Math.round((pose.ptsMs + MOUTH_LOOKAHEAD_MS) * 48) % 2 ** 32);
         expect(pose).not.toHaveProperty('audio');
         expect(pose).toMatchObject({
           frameIdx: expect.any(Number),
