@@ -1,7 +1,6 @@
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chromium, type Browser } from 'playwright-core';
@@ -13,6 +12,7 @@ import { mouthSync } from '../bench/mouth-sync-browser.ts';
 import { uploadClip } from './helpers/clip-avatar.ts';
 import { landscapeMp4 } from './helpers/clips.ts';
 import { startTestApp, tempDir, type TestApp } from './helpers/app.ts';
+import { freePort } from './helpers/service-process.ts';
 
 // Issue 47's end-to-end check: a page of another origin runs `<avatar-chat render="client">`; the face is drawn in
 // the page's canvas from the render kit and the pose stream. Measured on the canvas frames as drawn (face landmarks),
@@ -29,16 +29,10 @@ const MAX_LAG_MS = 80;
 const INTERRUPT_REST_MS = 150;
 /** A pose's mouth at rest: `open` at most this (the idle face's mouth is 0; a closing syllable passes through it). */
 const REST_OPEN = 0.05;
+/** Typed messages spoken per avatar; r and lag are read over all their frames together (as the bench does). */
+const SPOKEN_TURNS = 2;
 const SPEECH = 'Open wide and say ah. Then close your lips: mama, papa, baby. How about a long, loud, open vowel?';
 const SCREENSHOTS = process.env.CLIENT_RENDER_SCREENSHOTS ?? '';
-
-async function reservePort(): Promise<number> {
-  const server = http.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as AddressInfo).port;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 /** Runs in the page: every draw of the face canvas (time, pose, and while recording a JPEG of the canvas) and the
  * heard audio's RMS envelope. The draw is wrapped so the JPEG is taken right after the picture is put. */
@@ -110,7 +104,7 @@ describe.skipIf(!hasChromium)('a client-rendered face on a page of another origi
   let clips: string;
 
   beforeAll(async () => {
-    const port = await reservePort();
+    const port = await freePort();
     t = await startTestApp({ env: { SERVICE_CORS_ORIGINS: `http://127.0.0.1:${port}` } });
     const page = `<!doctype html>\n<script src="${t.baseUrl}/widget.js"></script>\n<body></body>\n`;
     host = http.createServer((_req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end(page));
@@ -182,30 +176,42 @@ describe.skipIf(!hasChromium)('a client-rendered face on a page of another origi
       expect(moved / (idleImages[0].rgba.length / 4)).toBeGreaterThan(0.05);
 
       // A typed message, spoken: the mouth on the canvas follows the audio the page hears.
-      await tab.evaluate(() => {
+      await tab.evaluate(() => ((window as any).cap.audio.length = 0));
+      for (let turn = 0; turn < SPOKEN_TURNS; turn++) {
+        const from = await tab.evaluate(() => {
+          const cap = (window as any).cap;
+          cap.recording = true;
+          return cap.draws.length as number;
+        });
+        await tab.getByPlaceholder('Type a message').fill(SPEECH);
+        await tab.getByPlaceholder('Type a message').press('Enter');
+        // The turn is drawn, then over: a dozen idle draws after its last speaking one.
+        await tab.waitForFunction(
+          (from) => {
+            const draws = (window as any).cap.draws.slice(from);
+            const last = draws.findLastIndex((d: any) => d.speaking);
+            return last >= 0 && draws.length - last > 12;
+          },
+          from,
+          { timeout: STEP_MS },
+        );
+        await tab.evaluate(() => ((window as any).cap.recording = false));
+      }
+      const { frames, audio, draws, outputDelayMs } = (await tab.evaluate(() => {
         const cap = (window as any).cap;
-        cap.audio.length = 0;
-        cap.recording = true;
-      });
-      await tab.getByPlaceholder('Type a message').fill(SPEECH);
-      await tab.getByPlaceholder('Type a message').press('Enter');
-      await tab.waitForFunction(() => (window as any).cap.draws.some((d: any) => d.speaking), null, {
-        timeout: STEP_MS,
-      });
-      await tab.waitForFunction(
-        () => {
-          const draws = (window as any).cap.draws;
-          const last = draws.findLastIndex((d: any) => d.speaking);
-          return last >= 0 && draws.length - last > 12;
-        },
-        null,
-        { timeout: STEP_MS },
-      );
-      await tab.evaluate(() => ((window as any).cap.recording = false));
-      const { frames, audio, draws } = (await tab.evaluate(() => {
-        const cap = (window as any).cap;
-        return { frames: cap.frames.splice(0), audio: cap.audio, draws: cap.draws };
-      })) as { frames: Frame[]; audio: Array<{ at: number; rms: number }>; draws: Array<{ frameIdx: number }> };
+        const figures = (document.querySelector('avatar-chat') as any).client.poseStream.figures;
+        return {
+          frames: cap.frames.splice(0),
+          audio: cap.audio,
+          draws: cap.draws,
+          outputDelayMs: figures.outputDelayMs,
+        };
+      })) as {
+        frames: Frame[];
+        audio: Array<{ at: number; rms: number }>;
+        draws: Array<{ frameIdx: number }>;
+        outputDelayMs: number | null;
+      };
       const faces = await followFaces(frames, (f) => rgbaOf(f.jpeg));
       const openings = frames.map((f, i) => ({ at: f.at, opening: faces[i] ? mouthOpening(faces[i]!) : null }));
       const sync = mouthSync(openings, audio);
@@ -213,7 +219,7 @@ describe.skipIf(!hasChromium)('a client-rendered face on a page of another origi
       // Blinks: the drawn frames pass through a blink (a pure function of the frame index, as on the server).
       const blinks = draws.filter((d) => blinkClosure(d.frameIdx, 25) > 0.5).length;
       console.log(
-        `client render ${name}: r ${sync.r} at lag ${sync.lag_ms} ms (r at 0: ${sync.r_at_0}); ${frames.length} frames, ${withFace} with a face; ${blinks} blink frames drawn`,
+        `client render ${name}: r ${sync.r} at lag ${sync.lag_ms} ms (r at 0: ${sync.r_at_0}); ${frames.length} frames, ${withFace} with a face; ${blinks} blink frames drawn; audio output delay ${outputDelayMs?.toFixed(1)} ms`,
       );
       if (SCREENSHOTS) {
         const widest = frames.reduce((a, b) => (b.open > a.open ? b : a));
