@@ -19,7 +19,8 @@ export type PoseChannelMessage =
   /** First message: where the render kit is and how pose times map onto the audio track's RTP clock. */
   | { type: 'hello'; kitUrl: string; model: string; fps: number; width: number; height: number; rtpClockRate: number }
   /**
-   * A frame's pose, sent ahead of its playout; `rtp` is the audio RTP timestamp it is shown with, less the track's
+   * A frame's pose, sent ahead of its playout; `rtp` is the audio RTP timestamp it is shown with (the time its mouth
+   * sounds: the frame's presentation time plus the timeline's mouth lookahead, `src/sessions/pose-channel.ts`), less the track's
    * initial RTP offset (libwebrtc picks it at random per peer and wrtc does not expose it): the session's audio
    * sample clock at `rtpClockRate`, modulo 2^32. `sync` messages let the browser find the offset.
    */

@@ -32,6 +32,15 @@ export function rtpDiff(a: number, b: number): number {
   return d >= RTP_WRAP / 2 ? d - RTP_WRAP : d;
 }
 
+/** The receiver's stats this reads (`inbound-rtp` and `media-playout`). */
+interface AudioStats {
+  type: string;
+  jitterBufferDelay?: number;
+  jitterBufferEmittedCount?: number;
+  totalPlayoutDelay?: number;
+  totalSamplesCount?: number;
+}
+
 export interface PoseStreamFigures {
   hello: Extract<PoseChannelMessage, { type: 'hello' }> | null;
   poses: number;
@@ -41,6 +50,8 @@ export interface PoseStreamFigures {
   offset: number | null;
   /** The audio receiver's recent jitter-buffer delay, ms, part of the offset estimate; null until read. */
   jitterMs: number | null;
+  /** The audio device's delay after the jitter buffer (`media-playout` stats), ms; null where not reported. */
+  outputDelayMs: number | null;
   /** The last drawn poses: their `rtp`, the RTP being played (`offset` removed) when drawn, that offset; at most 200. */
   drawn: Array<{ poseRtp: number; heardRtp: number; offset: number; frameIdx: number; speaking: boolean }>;
 }
@@ -57,6 +68,7 @@ export class PoseStream {
     syncs: 0,
     offset: null,
     jitterMs: null,
+    outputDelayMs: null,
     drawn: [],
   };
   private readonly buffer: FramePose[] = [];
@@ -65,6 +77,12 @@ export class PoseStream {
   /** The receiver's recent jitter-buffer delay, ms; null until `getStats()` told it (no offset is estimated before). */
   private jitterMs: number | null = null;
   private jitterSeen = { delay: 0, count: 0 };
+  /**
+   * How long audio leaving the jitter buffer takes to be heard (the audio device's buffers), ms, from the receiver's
+   * `media-playout` stats (`totalPlayoutDelay` / `totalSamplesCount`); 0 where the browser does not report it.
+   */
+  private outputDelayMs = 0;
+  private playoutSeen = { delay: 0, count: 0 };
   private lastJitterRead = -Infinity;
   private face: FaceCanvas | null = null;
   private shown: FramePose | null = null;
@@ -185,7 +203,8 @@ export class PoseStream {
     this.lastJitterRead = now;
     void this.receiver.getStats().then(
       (report) =>
-        report.forEach((stat: { type: string; jitterBufferDelay?: number; jitterBufferEmittedCount?: number }) => {
+        report.forEach((stat: AudioStats) => {
+          if (stat.type === 'media-playout') this.readPlayout(stat);
           if (stat.type !== 'inbound-rtp' || stat.jitterBufferEmittedCount === undefined) return;
           const delay = stat.jitterBufferDelay ?? 0;
           const count = stat.jitterBufferEmittedCount;
@@ -196,6 +215,17 @@ export class PoseStream {
         }),
       () => undefined,
     );
+  }
+
+  /** The audio device's recent delay, from the growth of `totalPlayoutDelay` over `totalSamplesCount`. */
+  private readPlayout(stat: AudioStats): void {
+    if (stat.totalPlayoutDelay === undefined || stat.totalSamplesCount === undefined) return;
+    const delay = stat.totalPlayoutDelay;
+    const count = stat.totalSamplesCount;
+    if (count > this.playoutSeen.count)
+      this.outputDelayMs = this.figures.outputDelayMs =
+        ((delay - this.playoutSeen.delay) / (count - this.playoutSeen.count)) * 1000;
+    this.playoutSeen = { delay, count };
   }
 
   private tick(): void {
@@ -220,7 +250,8 @@ export class PoseStream {
     const played = this.playedRtp();
     const offset = this.figures.offset;
     if (played === null || offset === null) return this.buffer[0];
-    const heard = (played - offset + RTP_WRAP) % RTP_WRAP;
+    // What is heard now left the jitter buffer the audio device's delay ago.
+    const heard = (((played - offset - Math.round(this.outputDelayMs * 48)) % RTP_WRAP) + RTP_WRAP) % RTP_WRAP;
     let at = -1;
     for (let i = 0; i < this.buffer.length; i++) {
       if (rtpDiff(this.rtpOf.get(this.buffer[i])!, heard) <= 0) at = i;

@@ -1,11 +1,13 @@
 import wrtc from '@roamhq/wrtc';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { PoseChannelMessage } from '../client/face-canvas.ts';
+import { MOUTH_LOOKAHEAD_MS } from '../actors/media/timeline.ts';
 import { sessionParts } from '../src/sessions/session.ts';
 import { MAX_POSE_BUFFERED_BYTES, PoseChannel } from '../src/sessions/pose-channel.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { eventually, postAudio, sleep, tone, wavBytes } from './helpers/conversation.ts';
 import { ReceivingPeer } from './helpers/peer.ts';
+import { SseClient } from './helpers/sse.ts';
 
 const { RTCPeerConnection, nonstandard } = wrtc;
 
@@ -81,6 +83,7 @@ describe('a client-rendered session: audio and the pose stream, no video', () =>
     const id = await clientSession();
     const session = t.services.supervisor.liveSession(id)!;
     const peer = new PosePeer();
+    let sse: SseClient | null = null;
     try {
       await peer.connect(t.baseUrl, id);
       // The answer offers no video: the viewer's video section is inactive.
@@ -101,6 +104,7 @@ describe('a client-rendered session: audio and the pose stream, no video', () =>
       // Two seconds of tone after 200 ms of silence: the mouth opens under it.
       const pcm = new Int16Array(16_000 * 2.2);
       pcm.set(tone(16_000, 2_000, 220, 12_000), 3_200);
+      sse = await SseClient.open(`${t.baseUrl}/sessions/${id}/events`);
       const spoken = await postAudio(t.baseUrl, `/sessions/${id}/speak_audio`, wavBytes(pcm, 16_000), {}, 'a.wav');
       expect(spoken.status).toBe(200);
       expect(
@@ -117,7 +121,8 @@ describe('a client-rendered session: audio and the pose stream, no video', () =>
 
       const poses = peer.of('pose');
       for (const { rtp, pose } of poses) {
-        expect(rtp).toBe(Math.round(pose.ptsMs * 48) % 2 ** 32);
+        // Stamped with the time its mouth sounds: the frame's time plus the timeline's mouth lookahead.
+        expect(rtp).toBe(Math.round((pose.ptsMs + MOUTH_LOOKAHEAD_MS) * 48) % 2 ** 32);
         expect(pose).not.toHaveProperty('audio');
         expect(pose).toMatchObject({
           frameIdx: expect.any(Number),
@@ -147,8 +152,16 @@ describe('a client-rendered session: audio and the pose stream, no video', () =>
       // Nothing rendered on the server and no video for this viewer.
       expect(parts.media.rendersOnServer).toBe(false);
       expect(parts.media.playout.sentFrames).toBe(0);
+      expect(metrics.media.frames_sent).toBe(0);
       expect(section(peer.answerSdp, 'video')).not.toMatch(/a=send(only|recv)/);
+      // The turn's frames still play (drawn in the browser): SSE `frame` events as for a server-rendered session.
+      const frames = sse.of('frame');
+      expect(frames.length).toBeGreaterThan(10);
+      expect(frames.every((e) => typeof e.data.turn_id === 'string' && e.data.pts_ms >= 0)).toBe(true);
+      for (let i = 1; i < frames.length; i++)
+        expect(frames[i].data.frame_idx).toBeGreaterThan(frames[i - 1].data.frame_idx);
     } finally {
+      sse?.close();
       peer.close();
     }
   }, 60_000);

@@ -659,7 +659,13 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
       this.sendChain = this.sendChain
         .then(() => frame)
         .then((rendered) => {
-          if (!rendered) return;
+          if (!rendered) {
+            // A renderer that makes no picture (a client-rendered session's `PoseFrames`: the browser draws the
+            // frame from its pose) still plays the frame: the turn's SSE `frame` goes as for a picture. A suspended
+            // renderer (it failed) plays none.
+            if (this.renderer) this.emitTurnFrame(idx, ptsMs, frameTurn);
+            return;
+          }
           try {
             this.sendFrame(rendered, idx, ptsMs, frameTurn);
           } finally {
@@ -680,6 +686,12 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     }
     this.sentFrames++;
     this.emit('video', rendered, idx, ptsMs);
+    this.emitTurnFrame(idx, ptsMs, frameTurn);
+  }
+
+  /** The turn's SSE `frame` for a frame that plays now. */
+  private emitTurnFrame(idx: number, ptsMs: number, frameTurn: string | null): void {
+    if (this.closed) return;
     // Only while the turn plays: once its audio is out the turn is over for clients (status idle follows).
     const turn = frameTurn ? this.turns.get(frameTurn) : undefined;
     const start = turn && !turn.settled ? turn.startSample : null;

@@ -8,10 +8,17 @@
  * minus the samples pushed stays constant). wrtc does not expose the offset, so a pose's `rtp` is the media clock's
  * sample count at `RTP_CLOCK_RATE` (every chunk the clock plays goes to the track, so the two differ by a constant
  * per peer), and `sync` messages, sent as the audio they name leaves, let the browser find that constant.
+ *
+ * A pose is stamped with the time its MOUTH sounds, not its frame's presentation time: the media timeline gives each
+ * frame the mouth of `MOUTH_LOOKAHEAD_MS` later (to meet the server path's video delay, which a canvas drawn at the
+ * heard time does not have), so the browser, which draws the pose whose time is being heard, shows each mouth with
+ * its sound. Blinks and sway move that much later, which no one can see. Measured in Chromium on the canvas frames
+ * (test/browser.client-render.test.ts): without the shift the mouth led the heard sound by ~140 ms.
  */
 import type { FramePose, PoseChannelMessage } from '../../client/face-canvas.ts';
 import type { FrameRequest } from '../../actors/render/types.ts';
 import type { PeerDataChannel } from '../../actors/media/webrtc.ts';
+import { MOUTH_LOOKAHEAD_MS } from '../../actors/media/timeline.ts';
 
 /** The Opus RTP clock of the audio track (RFC 7587: always 48 kHz, whatever the session's sample rate). */
 export const RTP_CLOCK_RATE = 48_000;
@@ -90,7 +97,11 @@ export class PoseChannel {
   pose(request: FrameRequest): void {
     if (!this.open) return;
     const { audio: _audio, ...pose } = request;
-    const message: PoseChannelMessage = { type: 'pose', rtp: rtpOfMediaMs(request.ptsMs), pose: pose as FramePose };
+    const message: PoseChannelMessage = {
+      type: 'pose',
+      rtp: rtpOfMediaMs(request.ptsMs + MOUTH_LOOKAHEAD_MS),
+      pose: pose as FramePose,
+    };
     if (!this.send(message, MAX_POSE_BUFFERED_BYTES)) {
       this.figures.skippedPoses++;
       return;
@@ -103,7 +114,7 @@ export class PoseChannel {
   flush(fromMs: number | null): void {
     if (!this.open) return;
     this.send(
-      fromMs === null ? { type: 'flush' } : { type: 'flush', fromRtp: rtpOfMediaMs(fromMs) },
+      fromMs === null ? { type: 'flush' } : { type: 'flush', fromRtp: rtpOfMediaMs(fromMs + MOUTH_LOOKAHEAD_MS) },
       MAX_CONTROL_BUFFERED_BYTES,
     );
   }
