@@ -35,7 +35,9 @@ interface HeldSoFar {
   teethAddedAbove: number;
 }
 const PHOTO_HELD: HeldSoFar = { seamLevels: 10, teethAddedAbove: 0 };
-const SPEAKING_CLIP_HELD: HeldSoFar = { seamLevels: 6, teethAddedAbove: 0 };
+// The speaking clip is rendered from the astronaut photo by the photo path, whose chin now drops whole over the collar:
+// its harvested "open, spread" mouth carries that chin edge and steps 10–11 there (6 on a clip made by the old photo path).
+const SPEAKING_CLIP_HELD: HeldSoFar = { seamLevels: 11, teethAddedAbove: 0 };
 const SWAYING_CLIP_HELD: HeldSoFar = { seamLevels: 6, teethAddedAbove: 8 };
 
 /** Making the speaking clip (flite, ~100 rendered frames) and two clip avatars on 2 loaded cores. */
