@@ -34,7 +34,11 @@ describe('GET /avatars/{id}/render-kit (real app, kit thread, ffmpeg)', () => {
     });
     expect(plain.statusCode, plain.body).toBe(302);
     expect(plain.headers['cache-control']).toBe('no-cache');
-    const location = String(plain.headers.location);
+    // The Location is relative to the plain URL, so a service behind a path-prefixing proxy keeps its prefix.
+    const relative = String(plain.headers.location);
+    expect(relative).toMatch(/^render-kit\//);
+    const resolved = new URL(relative, `http://service/avatars/${avatarId}/render-kit`);
+    const location = resolved.pathname + resolved.search;
     const kit = await t.app.inject({ url: location });
     return { location, kit };
   }

@@ -14,6 +14,7 @@ import { RtRenderer } from './renderers/rt.ts';
 import { RtHeadRenderer } from './renderers/rt_head.ts';
 import { MockRenderer } from './renderers/mock.ts';
 import { PhotoHead } from './photo-head.ts';
+import { ClipHead } from './clip-head.ts';
 import { HarvestedMouths } from './harvested-mouths.ts';
 
 /** The classes a prepared renderer's state may hold, by a name that survives minification. */
@@ -23,6 +24,7 @@ export const KIT_CLASSES: Readonly<Record<string, { prototype: object }>> = {
   RtHeadRenderer,
   MockRenderer,
   PhotoHead,
+  ClipHead,
   HarvestedMouths,
 };
 

@@ -28,7 +28,7 @@ const renderKitRoutes: FastifyPluginAsyncTypebox = async (app) => {
       description:
         'What a browser needs to draw this avatar with `model` (issue 47, `render: "client"` sessions): the CPU ' +
         "renderer's prepared state, built once per avatar version and model. Answers 302 to " +
-        '`/avatars/{avatar_id}/render-kit/{hash}?model=…`, whose bytes never change. 404 unknown avatar; 400 a model that ' +
+        '`/avatars/{avatar_id}/render-kit/{hash}?model=…` (a relative `Location`: `render-kit/{hash}?model=…`), whose bytes never change. 404 unknown avatar; 400 a model that ' +
         'cannot draw in a browser (lipsync_b, lipsync_c, mock) or cannot render this avatar; 503 while the builder is busy.',
       params: AvatarIdParams,
       querystring: RenderKitQuery,
@@ -37,7 +37,9 @@ const renderKitRoutes: FastifyPluginAsyncTypebox = async (app) => {
     handler: async (request, reply) => {
       const { avatar_id: avatarId } = request.params;
       const kit = await renderKits.kitOf(avatarId, request.query.model);
-      const location = `/avatars/${encodeURIComponent(avatarId)}/render-kit/${kit.hash}?model=${kit.model}`;
+      // Relative to this URL (`…/render-kit` → `…/render-kit/{hash}`), so a proxy serving the service under a path
+      // prefix keeps it.
+      const location = `render-kit/${kit.hash}?model=${kit.model}`;
       return reply
         .code(302)
         .header('location', location)
