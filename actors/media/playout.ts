@@ -41,13 +41,13 @@ const MAX_CATCH_UP_MS = 500;
  */
 export const DEFAULT_VIDEO_DELAY_MS = 120;
 /**
- * How long after a captioned segment's speech onset leaves the clock its `caption` is emitted, when the clock holds no
- * video (`videoDelayMs` 0): the time that audio takes to be heard at a viewer (10 ms chunks → 20 ms Opus frames →
- * network → the receiver's jitter buffer). With a video delay the caption waits as long as the frames do: that hold
- * is the clock's measure of the audio path (it is what puts a frame on its audio at a viewer), and a caption sent with
- * the frames of its onset reaches the viewer with them and with the sound (docs/performance.md, "Captions").
+ * How long after a captioned segment's speech onset leaves the clock its `caption` is emitted: the time that audio
+ * takes to be heard at a viewer (10 ms chunks → 20 ms Opus frames → network → the receiver's jitter buffer). Not the
+ * video hold (`videoDelayMs`, 120 ms): that also covers VP8 encoding and the video jitter buffer, and a caption waiting
+ * for it arrived 50–85 ms after its sound at a quiet wrtc viewer (docs/performance.md, "Captions"), which puts the
+ * audio path at ~45 ms.
  */
-export const DEFAULT_CAPTION_DELAY_MS = 90;
+export const DEFAULT_CAPTION_DELAY_MS = 50;
 /**
  * A captioned segment starts to be heard at its first sample this loud (≈ −30 dBFS): synthesised sentences open with
  * 10–90 ms of near-silence, and a caption timed on their first sample ran that much ahead of the words.
@@ -100,7 +100,7 @@ export interface PlayoutOptions {
    * schedule: a flush replaces held speech frames with idle ones.
    */
   videoDelayMs?: number;
-  /** How long after its speech onset leaves a segment's caption is emitted (default: `videoDelayMs`, else `DEFAULT_CAPTION_DELAY_MS`). */
+  /** How long after its speech onset leaves a segment's caption is emitted (default `DEFAULT_CAPTION_DELAY_MS`). */
   captionDelayMs?: number;
 }
 
@@ -285,7 +285,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     this.timeline = new FrameTimeline(sampleRate, renderer.fps);
     this.adoptNeeds(renderer);
     this.videoDelaySamples = Math.max(0, Math.round(((options.videoDelayMs ?? 0) * sampleRate) / 1000));
-    const captionDelayMs = options.captionDelayMs ?? (options.videoDelayMs || DEFAULT_CAPTION_DELAY_MS);
+    const captionDelayMs = options.captionDelayMs ?? DEFAULT_CAPTION_DELAY_MS;
     this.captionDelaySamples = Math.max(0, Math.round((captionDelayMs * sampleRate) / 1000));
   }
 
