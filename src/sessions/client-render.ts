@@ -104,7 +104,7 @@ export class ClientRendering implements SessionRenderer {
   /** The send-only feeds changed (`WebRtcOutputOptions.onFeedsChanged`). */
   outputsChanged(): void {
     if (this.closed || !this.playout) return;
-    const wanted = this.playout.listenerCount('video') > 0 || (this.output?.feedCount ?? 0) > 0;
+    const wanted = this.outputsWantPictures();
     if (wanted && !this.server) this.opening ??= this.openServer().finally(() => (this.opening = null));
     else if (!wanted && this.server) void this.closeServer();
   }
@@ -134,13 +134,15 @@ export class ClientRendering implements SessionRenderer {
     await this.closeServer();
   }
 
+  /** Whether a server-side output (the clock's `video` tap, a send-only WebRTC feed) wants pictures now. */
+  private outputsWantPictures(): boolean {
+    return (this.playout?.listenerCount('video') ?? 0) > 0 || (this.output?.feedCount ?? 0) > 0;
+  }
+
   private async openServer(): Promise<void> {
     try {
       const renderer = await this.options.openServerRenderer(this.closing.signal);
-      const stillWanted =
-        !this.closed &&
-        this.playout !== null &&
-        (this.playout.listenerCount('video') > 0 || (this.output?.feedCount ?? 0) > 0);
+      const stillWanted = !this.closed && this.outputsWantPictures();
       if (!stillWanted) {
         await renderer.close();
         return;
