@@ -5,11 +5,11 @@
  * come from `FrameTimeline` (`./timeline.ts`), the same code offline rendering uses.
  */
 import { EventEmitter } from 'node:events';
+import type { PlayoutTurn, TurnPlayout, TurnSegment } from './turn-playout.ts';
 import { CLOSED_MOUTH, type FrameRequest, type I420Frame } from '../render/types.ts';
 import { releaseFrame, retainFrame } from '../render/frame-buffers.ts';
 import { FrameTimeline, type AudioWindow, type MouthSource, type TimedFrameRequest } from './timeline.ts';
 import type { ExpressionCue } from '../expression.ts';
-import type { PlayoutTurn, TurnPlayout, TurnSegment } from './turn-playout.ts';
 
 /**
  * What the session tells the clock about attention (`actors/attention.ts`): the user started or stopped speaking,
