@@ -200,6 +200,11 @@ export class SessionMedia implements StageMedia {
     this.playout.attend(cue);
   }
 
+  /** How long the answer now awaited has been awaited, ms, or null (`PlayoutClock.answerAwaitedMs`). */
+  answerAwaitedMs(): number | null {
+    return this.playout.answerAwaitedMs();
+  }
+
   /** Shows an expression on the avatar, now or after the speech already queued (`PlayoutClock.express`). */
   express(expression: ExpressionRequest, at: 'now' | 'after-queued'): ExpressionCue {
     return this.playout.express(expression, at);
