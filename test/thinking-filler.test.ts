@@ -4,6 +4,7 @@
  * end with a real loopback OpenAI-compatible upstream that holds back its first token, the built-in TTS, the session's
  * SSE and a wrtc receiver; the timing rule on the real media clock.
  */
+import { randomBytes } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { json, post, startTestApp } from './helpers/app.ts';
 import { openSession } from './helpers/conversation.ts';
@@ -14,7 +15,6 @@ import { TOOL_FILLER_DELAY_MS } from '../actors/llm/tool-round.ts';
 import { PlayoutClock } from '../actors/media/playout.ts';
 import type { TtsProvider, TtsProviderId } from '../actors/tts/types.ts';
 import { ConfigError, loadConfig } from '../src/config.ts';
-import { SessionTools } from '../src/sessions/tools.ts';
 import { sessionParts } from '../src/sessions/session.ts';
 import { TimecodeTestRenderer } from './helpers/timecode-renderer.ts';
 
@@ -159,7 +159,12 @@ describe('a chat turn with SERVICE_THINKING_FILLER_TEXT set', () => {
   beforeAll(async () => {
     upstream = await startOpenAiUpstream();
     receiver = await startToolReceiver();
-    app = await chatApp(upstream, { SERVICE_THINKING_FILLER_TEXT: FILLER });
+    app = await chatApp(upstream, {
+      SERVICE_THINKING_FILLER_TEXT: FILLER,
+      SERVICE_TOOL_FILLER_TEXT: 'One moment please.',
+      SERVICE_WEBHOOK_ALLOWED_HOSTS: '127.0.0.1',
+      SERVICE_WEBHOOK_SECRET: `whsec_${randomBytes(24).toString('base64')}`,
+    });
   });
 
   afterAll(async () => {
@@ -270,24 +275,13 @@ describe('a chat turn with SERVICE_THINKING_FILLER_TEXT set', () => {
   });
 
   it('a slow model calling a slow tool: the thinking filler is said, the tool filler not (one filler per turn)', async () => {
-    const { s, spoken, chat, idleAfter, captionsSince } = app;
-    const live = app.t.services.supervisor.liveSession(s.sessionId)!;
-    const parts = sessionParts(live);
-    const original = parts.stage.tools;
-    parts.stage.tools = new SessionTools({
-      sessionId: s.sessionId,
-      bus: parts.bus,
-      logger: parts.logger,
-      policy: { allowedHosts: ['127.0.0.1'], signer: null },
-      fillerText: 'One moment please.',
-      definitions: [
-        {
-          type: 'function',
-          function: { name: 'look_up', description: 'Looks something up', parameters: { type: 'object' } },
-          webhook: receiver.url('/look-up'),
-        },
-      ],
-    });
+    const { t, s, spoken, chat, idleAfter, captionsSince } = app;
+    const lookUp = {
+      type: 'function',
+      function: { name: 'look_up', description: 'Looks something up', parameters: { type: 'object' } },
+      webhook: receiver.url('/look-up'),
+    };
+    expect((await post(t.baseUrl, `/sessions/${s.sessionId}/customize`, { tools: [lookUp] })).status).toBe(200);
     try {
       receiver.answerWith(() => ({ json: { found: true }, delayMs: TOOL_FILLER_DELAY_MS + 800 }));
       // Each streamed piece waits tokenDelayMs: the call comes after the thinking filler is due.
@@ -304,8 +298,8 @@ describe('a chat turn with SERVICE_THINKING_FILLER_TEXT set', () => {
       expect(spoken.slice(spokenBefore)).toEqual([FILLER, 'Found it.']);
       expect(captionsSince(from)).toEqual([FILLER, 'Found it.']);
     } finally {
-      parts.stage.tools = original;
       upstream.setScenario({ chat: { scripted: [], tokenDelayMs: 0 } });
+      await post(t.baseUrl, `/sessions/${s.sessionId}/customize`, { tools: [] });
     }
   });
 });
