@@ -202,6 +202,26 @@ describe('a chat turn with SERVICE_THINKING_FILLER_TEXT set', () => {
     expect(messages.filter((m) => m.role === 'assistant').map((m) => m.content)).toEqual(['Paris is the capital.']);
   });
 
+  it('the wait counts from the end of the user’s turn: recognition that took longer than the delay gets the filler at once', async () => {
+    upstream.setScenario({ chat: { replyTokens: ['Sure.'], firstTokenDelayMs: SLOW_FIRST_TOKEN_MS, tokenDelayMs: 0 } });
+    const { t, s, spoken, chat, idleAfter } = app;
+    const parts = sessionParts(t.services.supervisor.liveSession(s.sessionId)!);
+    // The end of a voice turn as the voice input reports it; its words reach the model one delay and more later.
+    parts.bus.emit('voice.turn', { turnId: 'voice-1', source: 'listen', speechMs: 1_200 });
+    const thinkingSince = parts.media.answerAwaitedMs();
+    expect(thinkingSince).not.toBeNull();
+    while (parts.media.answerAwaitedMs()! < THINKING_FILLER_DELAY_MS + 200) await sleep(20);
+    const from = s.sse.events.length;
+    const spokenBefore = spoken.length;
+    await chat('What was that?');
+    await idleAfter(from);
+    expect(spoken.slice(spokenBefore)).toEqual([FILLER, 'Sure.']);
+    const turnStart = s.sse.events.slice(from).find((e) => e.type === 'status' && e.data.stage === 'thinking')!;
+    const fillerStart = s.sse.events.slice(from).find((e) => e.type === 'tts' && e.data.stage === 'start')!;
+    // Said as the chat began, not a whole delay after it (a loaded host's event-loop lag aside).
+    expect(fillerStart.at - turnStart.at).toBeLessThan(THINKING_FILLER_DELAY_MS / 2);
+  });
+
   it('a quick model: no filler', async () => {
     upstream.setScenario({ chat: { replyTokens: ['Quick answer.'], firstTokenDelayMs: 0, tokenDelayMs: 0 } });
     const { s, spoken, chat, idleAfter, captionsSince } = app;
