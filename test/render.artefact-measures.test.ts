@@ -3,12 +3,13 @@
  * a seam, a halo, a notched upper lip, dark interior outside the lips, two rows of teeth — and stays quiet on a
  * good open mouth whose change fades smoothly into the face.
  *
- * The seam step forgives an edge moved by at most a pixel (`MOVED_EDGE_REACH_PX`): where a warp fades out beside a
- * lip line or a jaw outline, the moved edge steps against the unmoved pixel next to it by up to its whole contrast,
- * which a person does not see as a seam. So the seam cases below are built on plain skin and on texture, where a
- * person does see them — a patch pasted 4 levels off with a hard edge, a copy of the mouth region laid a few pixels
- * off, a blend that ends in a 1-px ramp — and each must fail; an edge moved a fraction of a pixel and a smooth fade
- * must pass.
+ * The seam step forgives an edge moved towards or away from the composite's boundary by at most
+ * `MOVED_EDGE_REACH_PX` px: where a warp fades out beside a lip line or a jaw outline, the moved edge steps against the
+ * unmoved pixel next to it by up to its whole contrast, which a person does not see as a seam. So the seam cases below
+ * are what a person does see — a patch pasted 4 levels off with a hard edge (on plain skin, across a lip line), a copy
+ * of the mouth region laid a few pixels off on texture, a lip line broken (kinked) where the composite ends, a blend
+ * that ends in a 1-px ramp — and each must fail; an edge moved a fraction of a pixel or lifted 2 px by a warp fading out
+ * in plain skin, and smooth fades, must pass.
  */
 import { describe, expect, it } from 'vitest';
 import { rgbaToI420 } from '../actors/render/i420.ts';
@@ -180,6 +181,29 @@ describe('artefact measures on constructed frames', () => {
       inBox(x, y) && !(inBox(x - 1, y) && inBox(x + 1, y) && inBox(x, y - 1) && inBox(x, y + 1));
     const ramped = lumaFrame((x, y) => plainSkin(x, y) + (rim(x, y) ? 4 : inBox(x, y) ? 8 : 0));
     expect(seamStep(lumaFrame(plainSkin), ramped).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+  });
+
+  it('a lip line broken where the composite ends (lowered 2 px inside it, a kink) is a seam', () => {
+    const kinked = lumaFrame((x, y) => withLipLine(x, inBox(x, y) ? y - 2 : y));
+    expect(seamStep(lumaFrame(withLipLine), kinked).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+  });
+
+  it('a copy of the mouth region laid 2 px off along the lips is a seam', () => {
+    const misregistered = lumaFrame((x, y) => (inBox(x, y) ? texturedSkin(x + 2, y) : texturedSkin(x, y)));
+    expect(seamStep(lumaFrame(texturedSkin), misregistered).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+  });
+
+  it('a lip line moved up 2 px by a warp that fades out in the plain skin above it is no seam', () => {
+    // The lift is 2 px at the line and fades to 0 over the 30 px above it; the plain skin moved shows no change, so
+    // the composite a frame shows ends on the moved line.
+    const lift = (x: number, y: number): number =>
+      inBox(x, 80) && y <= LIP_LINE_Y + 3
+        ? 2 * Math.max(0, 1 - (LIP_LINE_Y - y) / 30) * Math.sin((Math.PI * (x - 40)) / 80)
+        : 0;
+    const before = lumaFrame(withLipLine);
+    const lifted = lumaFrame((x, y) => withLipLine(x, y + lift(x, y)));
+    expect(stepOverOwnStep(before, lifted)).toBeGreaterThan(SEAM_MAX_LEVELS);
+    expect(seamStep(before, lifted).p98).toBeLessThanOrEqual(SEAM_MAX_LEVELS);
   });
 
   it('a lip line moved down a fraction of a pixel, fading out along it, is no seam (counted naively, it is)', () => {
