@@ -142,6 +142,8 @@ export class AttentionTrack {
   private readonly listening: AttentionSpan[] = [];
   private readonly nods: number[] = [];
   private readonly thinking: AttentionSpan[] = [];
+  /** Where the answer now awaited began to be awaited (the `think` call's ms); null while none is. */
+  private awaitedFrom: number | null = null;
 
   /** The user started speaking at `ms`: listening from then until `stopListening`. Already listening: no change. */
   listen(ms: number): void {
@@ -171,6 +173,7 @@ export class AttentionTrack {
     if (open?.endMs === Infinity) return open.startMs;
     const startMs = Math.max(ms + THINK_DELAY_MS, open?.endMs ?? 0);
     push(this.thinking, { startMs, endMs: Infinity });
+    this.awaitedFrom = ms;
     return startMs;
   }
 
@@ -181,6 +184,7 @@ export class AttentionTrack {
   stopThinking(ms: number): boolean {
     const open = this.thinking.at(-1);
     if (open?.endMs !== Infinity) return false;
+    this.awaitedFrom = null;
     if (ms <= open.startMs) this.thinking.pop();
     else open.endMs = ms;
     return true;
@@ -189,6 +193,11 @@ export class AttentionTrack {
   /** Whether an answer is being waited for (a thinking cue is open). */
   get waiting(): boolean {
     return this.thinking.at(-1)?.endMs === Infinity;
+  }
+
+  /** Ms at which the answer now awaited began to be awaited (the end of the user's turn, a chat request); null: none is. */
+  get awaitedFromMs(): number | null {
+    return this.waiting ? this.awaitedFrom : null;
   }
 
   poseAt(ptsMs: number): AttentionPose {

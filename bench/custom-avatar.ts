@@ -30,7 +30,7 @@ export async function postCustomAvatar(
   const started = performance.now();
   const res = await fetch(`${baseUrl}/avatars/custom`, { method: 'POST', body });
   const ms = performance.now() - started;
-  if (res.status !== 200) throw new Error(`POST /avatars/custom answered ${res.status}`);
+  if (res.status !== 200) throw new Error(`POST /avatars/custom answered ${res.status}: ${await res.text()}`);
   const { id } = (await res.json()) as { id: string };
   return { id, ms };
 }

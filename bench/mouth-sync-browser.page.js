@@ -76,7 +76,12 @@ async function mouthSyncPage({ avatar }) {
       canvas.width = video.videoWidth;
       canvas.height = video.videoHeight;
       canvas.getContext('2d').drawImage(video, 0, 0);
-      copies.push({ at: metadata && metadata.expectedDisplayTime ? metadata.expectedDisplayTime : now, canvas });
+      copies.push({
+        at: metadata && metadata.expectedDisplayTime ? metadata.expectedDisplayTime : now,
+        // When the frame's last packet arrived: from there to its display is what the receiver held it.
+        receivedAt: metadata && metadata.receiveTime ? metadata.receiveTime : null,
+        canvas,
+      });
       // Frames the compositor presented without this callback seeing them (the page was busy).
       if (metadata && lastPresented !== null) bench.missed += Math.max(0, metadata.presentedFrames - lastPresented - 1);
     }
@@ -85,6 +90,19 @@ async function mouthSyncPage({ avatar }) {
   };
   video.requestVideoFrameCallback(onFrame);
   bench.encode = () => {
-    bench.frames = copies.splice(0).map(({ at, canvas }) => ({ at, jpeg: canvas.toDataURL('image/jpeg', 0.92) }));
+    bench.frames = copies.splice(0).map(({ at, receivedAt, canvas }) => ({
+      at,
+      receivedAt,
+      jpeg: canvas.toDataURL('image/jpeg', 0.92),
+    }));
+  };
+  // The received streams' counters (`inbound-rtp`): their jitter buffers and the minimum delays Chromium's own A/V
+  // sync puts on each (`jitterBufferMinimumDelay`).
+  bench.inbound = async () => {
+    const out = {};
+    (await element.client.peer.getStats()).forEach((s) => {
+      if (s.type === 'inbound-rtp') out[s.kind] = s;
+    });
+    return out;
   };
 }

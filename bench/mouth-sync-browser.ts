@@ -68,6 +68,8 @@ const STEP_MS = 60_000;
 
 interface PageFrame {
   at: number;
+  /** When its last packet arrived (`receiveTime`); null where the page does not report it. */
+  receivedAt: number | null;
   jpeg: string;
 }
 interface PageAudio {
@@ -82,7 +84,9 @@ export interface MouthSync {
   intact_turns: number;
   r_intact_turns: number | null;
   lag_ms_intact_turns: number | null;
-  turns: Array<{ r: number | null; lag_ms: number | null; r_at_0: number | null; heard_audio_r: number | null }>;
+  turns: Array<
+    { r: number | null; lag_ms: number | null; r_at_0: number | null; heard_audio_r: number | null } & Receiver
+  >;
   /** The same with the gap over the mouth's own width (`mouthOpening`, as `avatar_fidelity` reads it), for reference. */
   r_by_mouth_width: number | null;
   lag_ms_by_mouth_width: number | null;
@@ -95,6 +99,41 @@ export interface MouthSync {
   /** The output latency the audio device's timestamps imply (median): what the heard envelope is shifted by. */
   audio_output_latency_ms: number | null;
   frames_with_face: number;
+}
+
+/**
+ * Where a turn's picture and sound waited at the page, in ms. Chromium's A/V sync shows a frame with the audio captured
+ * when the frame was (wrtc stamps a frame as the service hands it over, `videoDelayMs` after its presentation time), by
+ * raising a minimum delay on one stream or the other; a frame whose receiver hold stays near zero while the video's
+ * minimum delay is high was shown on arrival, outside that sync (docs/performance.md).
+ */
+export interface Receiver {
+  /** Median time from a frame's last packet to its display (`receiveTime` → `expectedDisplayTime`). */
+  video_receiver_hold_ms: number | null;
+  /** Mean minimum delay the sync put on the video and on the audio (`jitterBufferMinimumDelay`) over the turn. */
+  video_sync_min_delay_ms: number | null;
+  audio_sync_min_delay_ms: number | null;
+  /** Mean time audio samples waited in the jitter buffer over the turn. */
+  audio_jitter_buffer_ms: number | null;
+}
+
+type Inbound = Partial<Record<'audio' | 'video', Record<string, number>>>;
+
+/** The mean of a per-emitted-item counter over a turn, in ms. */
+function perEmitted(before: Inbound, after: Inbound, kind: 'audio' | 'video', total: string): number | null {
+  const count = (after[kind]?.jitterBufferEmittedCount ?? 0) - (before[kind]?.jitterBufferEmittedCount ?? 0);
+  if (count <= 0) return null;
+  return round((((after[kind]?.[total] ?? 0) - (before[kind]?.[total] ?? 0)) / count) * 1000, 1);
+}
+
+function receiverOf(frames: PageFrame[], before: Inbound, after: Inbound): Receiver {
+  const holds = frames.filter((f) => f.receivedAt !== null).map((f) => f.at - f.receivedAt!);
+  return {
+    video_receiver_hold_ms: holds.length ? round(percentile(holds, 50), 1) : null,
+    video_sync_min_delay_ms: perEmitted(before, after, 'video', 'jitterBufferMinimumDelay'),
+    audio_sync_min_delay_ms: perEmitted(before, after, 'audio', 'jitterBufferMinimumDelay'),
+    audio_jitter_buffer_ms: perEmitted(before, after, 'audio', 'jitterBufferDelay'),
+  };
 }
 
 /**
@@ -215,6 +254,7 @@ interface Recorded {
   audio: PageAudio[];
   missed: number;
   latencies: number[];
+  receiver: Receiver;
 }
 
 /** One spoken turn as the page showed and played it. */
@@ -223,14 +263,17 @@ async function recordTurn(app: TestApp, page: Page, sse: SseClient, sessionId: s
     'window.bench.frames = []; window.bench.audio = []; window.bench.latencies = []; window.bench.missed = 0; window.bench.recording = true',
   );
   const from = sse.events.length;
+  const before = (await page.evaluate('window.bench.inbound()')) as Inbound;
   await post(app.baseUrl, `/sessions/${sessionId}/speak`, { text: SPEECH });
   await sse.waitFor((e) => e.type === 'status' && e.data?.stage === 'idle', STEP_MS, 'speech done', from);
   // The last frames and sound reach the page after the service's idle (video held for the wire, jitter buffers).
   await page.waitForTimeout(400);
   await page.evaluate('window.bench.recording = false; window.bench.encode()');
-  return (await page.evaluate(
+  const after = (await page.evaluate('window.bench.inbound()')) as Inbound;
+  const recorded = (await page.evaluate(
     '({ frames: window.bench.frames, audio: window.bench.audio, missed: window.bench.missed, latencies: window.bench.latencies })',
-  )) as Recorded;
+  )) as Omit<Recorded, 'receiver'>;
+  return { ...recorded, receiver: receiverOf(recorded.frames, before, after) };
 }
 
 /** The envelope (±`ENVELOPE_HALF_MS` RMS, every `GRID_MS`) of `SPEECH` as the session's built-in voice sends it. */
@@ -302,7 +345,7 @@ async function syncOf(turns: Recorded[], sent: number[]): Promise<MouthSync> {
     const from = turn.audio[0]?.at ?? Infinity;
     const to = turn.audio.at(-1)?.at ?? -Infinity;
     const own = openings.filter((o) => o.at >= from - MAX_LAG_MS && o.at <= to + MAX_LAG_MS);
-    return { ...mouthSync(own, turn.audio), heard_audio_r: heardAudioR(turn.audio, sent) };
+    return { ...mouthSync(own, turn.audio), heard_audio_r: heardAudioR(turn.audio, sent), ...turn.receiver };
   });
   const intact = perTurn.filter(
     (t) => t.heard_audio_r !== null && t.heard_audio_r >= HEARD_AUDIO_MIN_R && t.r !== null,
@@ -335,7 +378,9 @@ async function measure(
   page: Page,
   avatarId: string,
   sent: number[],
-): Promise<MouthSync & { first_turn: { r: number | null; lag_ms: number | null; heard_audio_r: number | null } }> {
+): Promise<
+  MouthSync & { first_turn: { r: number | null; lag_ms: number | null; heard_audio_r: number | null } & Receiver }
+> {
   await page.goto(`${app.baseUrl}/healthz`);
   await page.evaluate(`${PAGE_SCRIPT}\nmouthSyncPage(${JSON.stringify({ avatar: avatarId })})`);
   await page.waitForFunction('window.bench && (window.bench.sessionId || window.bench.error)', null, {
@@ -358,7 +403,7 @@ async function measure(
     const cold = await syncOf([first], sent);
     return {
       ...(await syncOf(turns, sent)),
-      first_turn: { r: cold.r, lag_ms: cold.lag_ms, heard_audio_r: cold.turns[0].heard_audio_r },
+      first_turn: { r: cold.r, lag_ms: cold.lag_ms, heard_audio_r: cold.turns[0].heard_audio_r, ...first.receiver },
     };
   } finally {
     sse.close();

@@ -120,12 +120,15 @@ export type SessionEvent =
   /** The speech that began was not a turn after all (too long, the source went away). */
   | { type: 'VOICE.CANCEL' }
   | { type: 'ASR.DONE'; text: string }
-  /** A reply segment to speak, with the expression tags written in it (shown as its audio starts). */
-  | { type: 'LLM.SEGMENT'; text: string; expressions?: SegmentExpression[] }
+  /**
+   * A reply segment to speak, with the expression tags written in it (shown as its audio starts); `filler`: a filler
+   * sentence the service says while the model thinks or tools run, heard but not the model's words.
+   */
+  | { type: 'LLM.SEGMENT'; text: string; expressions?: SegmentExpression[]; filler?: boolean }
   | { type: 'LLM.DONE' }
   | { type: 'TTS.FIRST_AUDIO' }
   /** A reply segment's audio is all queued for playout: its text and how long it plays. */
-  | { type: 'TTS.QUEUED'; text: string; durationMs: number }
+  | { type: 'TTS.QUEUED'; text: string; durationMs: number; filler?: boolean }
   | { type: 'TTS.DONE' }
   | { type: 'MEDIA.FLUSHED' }
   | { type: 'CUSTOMIZE'; systemPrompt?: string; tts?: TtsSelection }
@@ -135,7 +138,7 @@ export type SessionEvent =
 
 /** What the llm actor hears from the machine while its chat turn lasts. */
 export type LlmActorEvent =
-  | { type: 'TTS.QUEUED'; text: string; durationMs: number }
+  | { type: 'TTS.QUEUED'; text: string; durationMs: number; filler?: boolean }
   /** Sent as the turn ends, before the actor is stopped: `completed` when its audio played to the end. */
   | { type: 'TURN.END'; completed: boolean };
 
@@ -144,7 +147,7 @@ export type MediaActorEvent = { type: 'FLUSH' };
 
 /** What the tts actor hears from the machine: the chat reply's segments as the llm produces them. */
 export type TtsActorEvent =
-  | { type: 'TEXT.SEGMENT'; text: string; expressions?: SegmentExpression[] }
+  | { type: 'TEXT.SEGMENT'; text: string; expressions?: SegmentExpression[]; filler?: boolean }
   | { type: 'TEXT.END' };
 
 export type SessionEmitted =
@@ -423,6 +426,7 @@ export const sessionMachine = setup({
                         type: 'TEXT.SEGMENT' as const,
                         text: event.text,
                         expressions: event.expressions,
+                        filler: event.filler,
                       })),
                     },
                     'LLM.DONE': { actions: sendTo('tts', { type: 'TEXT.END' as const }) },
@@ -431,6 +435,7 @@ export const sessionMachine = setup({
                         type: 'TTS.QUEUED' as const,
                         text: event.text,
                         durationMs: event.durationMs,
+                        filler: event.filler,
                       })),
                     },
                   },

@@ -34,6 +34,11 @@ export interface ServiceConfig {
   llm: { baseUrl: string | null; apiKey: string | null; model: string };
   /** SERVICE_TOOL_FILLER_TEXT: a short sentence said once per turn while tools run longer than ~1 s; null = silence. */
   toolFillerText: string | null;
+  /**
+   * SERVICE_THINKING_FILLER_TEXT: a short sentence said once in a chat turn when no reply sentence has gone to speech
+   * ~1 s after the user's turn ended or the chat request came (`actors/llm/filler.ts`); null = silence (the default).
+   */
+  thinkingFillerText: string | null;
   asr: { baseUrl: string | null; apiKey: string | null; model: string };
   maxSessions: number;
   /**
@@ -120,8 +125,8 @@ export class ConfigError extends Error {
   }
 }
 
-/** The tool filler is one short sentence said while the user waits; a paragraph would outlast the tool. */
-const MAX_TOOL_FILLER_CHARS = 200;
+/** A filler (tools, thinking) is one short sentence said while the user waits; a paragraph would outlast the wait. */
+const MAX_FILLER_CHARS = 200;
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 /** The built-in persona, with the sentence that teaches the model the expression tags the service strips (`[smile]`). */
 const DEFAULT_SYSTEM_PROMPT = `You are a friendly talking avatar. Answer in short spoken sentences without markdown, lists or emoji. ${EXPRESSION_TAGS_PROMPT}`;
@@ -193,8 +198,14 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   }
 
   const toolFillerText = read('SERVICE_TOOL_FILLER_TEXT') ?? null;
-  if (toolFillerText !== null && toolFillerText.length > MAX_TOOL_FILLER_CHARS)
-    problems.push(`SERVICE_TOOL_FILLER_TEXT must be at most ${MAX_TOOL_FILLER_CHARS} characters`);
+  if (toolFillerText !== null && toolFillerText.length > MAX_FILLER_CHARS)
+    problems.push(`SERVICE_TOOL_FILLER_TEXT must be at most ${MAX_FILLER_CHARS} characters`);
+  const thinkingFillerText = read('SERVICE_THINKING_FILLER_TEXT') ?? null;
+  if (thinkingFillerText !== null && thinkingFillerText.length > MAX_FILLER_CHARS)
+    problems.push(`SERVICE_THINKING_FILLER_TEXT must be at most ${MAX_FILLER_CHARS} characters`);
+  // Said where the user waits for an answer: text that speaks no word ("...") would only hold the answer back.
+  if (thinkingFillerText !== null && !/[\p{L}\p{N}]/u.test(thinkingFillerText))
+    problems.push('SERVICE_THINKING_FILLER_TEXT must contain a word (a letter or digit)');
 
   let iceServers: ServiceConfig['iceServers'] = [];
   const iceRaw = read('SERVICE_ICE_SERVERS');
@@ -263,6 +274,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       model: read('SERVICE_LLM_MODEL') ?? 'llama3.2',
     },
     toolFillerText,
+    thinkingFillerText,
     asr: {
       baseUrl: url('SERVICE_ASR_BASE_URL'),
       apiKey: read('SERVICE_ASR_API_KEY') ?? null,

@@ -2,12 +2,21 @@
  * The artefact measures (test/helpers/artefacts.ts) on constructed frames: each fires on the artefact it is for —
  * a seam, a halo, a notched upper lip, dark interior outside the lips, two rows of teeth — and stays quiet on a
  * good open mouth whose change fades smoothly into the face.
+ *
+ * The seam step forgives an edge moved towards or away from the composite's boundary by at most
+ * `MOVED_EDGE_REACH_PX` px: where a warp fades out beside a lip line or a jaw outline, the moved edge steps against the
+ * unmoved pixel next to it by up to its whole contrast, which a person does not see as a seam. So the seam cases below
+ * are what a person does see — a patch pasted 4 levels off with a hard edge (on plain skin, across a lip line), a copy
+ * of the mouth region laid a few pixels off on texture, a lip line broken (kinked) where the composite ends, a blend
+ * that ends in a 1-px ramp — and each must fail; an edge moved a fraction of a pixel or lifted 2 px by a warp fading
+ * out in plain skin, and smooth fades, must pass.
  */
 import { describe, expect, it } from 'vitest';
 import { rgbaToI420 } from '../actors/render/i420.ts';
 import type { I420Frame, Point } from '../actors/render/types.ts';
 import {
   COMPOSITE_MIN_DIFF,
+  compositeMask,
   SEAM_MAX_LEVELS,
   OUTSIDE_MAX_LEVELS,
   brokenThresholds,
@@ -92,6 +101,45 @@ function goodOpen(x: number, y: number): Rgb {
 const base = paint(closedMouth);
 const good = paint(goodOpen);
 
+/** A frame of luma `y(x, y)` (rounded, as a frame holds it) and neutral chroma: seams measured on luma alone. */
+function lumaFrame(y: (x: number, y: number) => number): I420Frame {
+  const frame = paint(() => [128, 128, 128]);
+  for (let row = 0; row < SIZE; row++)
+    for (let x = 0; x < SIZE; x++) frame.data[row * SIZE + x] = Math.min(255, Math.max(0, Math.round(y(x, row))));
+  return frame;
+}
+
+/** Plain skin: one level darker every 8 rows (a face's gentle shading). */
+const plainSkin = (_x: number, y: number): number => 150 - y / 8;
+/** Skin with texture a person sees shift (pores, stubble, a weave): ±20 levels over a few pixels. */
+const texturedSkin = (x: number, y: number): number =>
+  plainSkin(x, y) + 20 * Math.sin((2 * Math.PI * x) / 9) * Math.sin((2 * Math.PI * y) / 11);
+/** A lip line across the face at `LIP_LINE_Y`: 60 levels darker below it, anti-aliased over a pixel. */
+const LIP_LINE_Y = 70.5;
+const withLipLine = (x: number, y: number): number =>
+  plainSkin(x, y) - 60 * Math.min(1, Math.max(0, y - LIP_LINE_Y + 0.5));
+
+/** The box a mouth composite covers in the seam cases. */
+const inBox = (x: number, y: number): boolean => x >= 40 && x < 120 && y >= 40 && y < 120;
+
+/** The step a composite adds over the base's own step alone, with no allowance for a moved edge (p98). */
+function stepOverOwnStep(before: I420Frame, after: I420Frame): number {
+  const mask = compositeMask(before, after);
+  const steps: number[] = [];
+  for (let y = 0; y + 1 < SIZE; y++) {
+    for (let x = 0; x + 1 < SIZE; x++) {
+      const p = y * SIZE + x;
+      for (const q of [p + 1, p + SIZE]) {
+        if ((mask[p] !== 0) === (mask[q] !== 0)) continue;
+        const own = Math.abs(before.data[p] - before.data[q]);
+        steps.push(Math.max(0, Math.abs(after.data[p] - after.data[q]) - own));
+      }
+    }
+  }
+  steps.sort((a, b) => a - b);
+  return steps[Math.floor(0.98 * steps.length)];
+}
+
 describe('artefact measures on constructed frames', () => {
   it('a good open mouth whose change fades into the face holds every threshold', () => {
     const report = measureArtefacts(base, good, OPEN_LIPS);
@@ -111,6 +159,72 @@ describe('artefact measures on constructed frames', () => {
     const seam = seamStep(base, seamed);
     expect(seam.p98).toBeGreaterThan(SEAM_MAX_LEVELS);
     expect(seamStep(base, good).p98).toBeLessThanOrEqual(SEAM_MAX_LEVELS);
+  });
+
+  it('a patch pasted 4 levels lighter with a hard edge on plain skin is a seam', () => {
+    const pasted = lumaFrame((x, y) => plainSkin(x, y) + (inBox(x, y) ? 4 : 0));
+    expect(seamStep(lumaFrame(plainSkin), pasted).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+  });
+
+  it('a patch pasted 4 levels darker across a lip line is a seam where it crosses the skin', () => {
+    const pasted = lumaFrame((x, y) => withLipLine(x, y) - (inBox(x, y) ? 4 : 0));
+    expect(seamStep(lumaFrame(withLipLine), pasted).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+  });
+
+  it('a copy of the mouth region laid 3 px off its place is a seam where its texture breaks', () => {
+    const misregistered = lumaFrame((x, y) => (inBox(x, y) ? texturedSkin(x + 3, y + 2) : texturedSkin(x, y)));
+    expect(seamStep(lumaFrame(texturedSkin), misregistered).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+  });
+
+  it('a lighter patch whose blend ends in a 1-px ramp is a seam', () => {
+    const rim = (x: number, y: number): boolean =>
+      inBox(x, y) && !(inBox(x - 1, y) && inBox(x + 1, y) && inBox(x, y - 1) && inBox(x, y + 1));
+    const ramped = lumaFrame((x, y) => plainSkin(x, y) + (rim(x, y) ? 4 : inBox(x, y) ? 8 : 0));
+    expect(seamStep(lumaFrame(plainSkin), ramped).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+  });
+
+  it('a lip line broken where the composite ends (lowered 2 px inside it, a kink) is a seam', () => {
+    const kinked = lumaFrame((x, y) => withLipLine(x, inBox(x, y) ? y - 2 : y));
+    expect(seamStep(lumaFrame(withLipLine), kinked).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+  });
+
+  it('a copy of the mouth region laid 2 px off along the lips is a seam', () => {
+    const misregistered = lumaFrame((x, y) => (inBox(x, y) ? texturedSkin(x + 2, y) : texturedSkin(x, y)));
+    expect(seamStep(lumaFrame(texturedSkin), misregistered).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+  });
+
+  it('a lip line moved up 2 px by a warp that fades out in the plain skin above it is no seam', () => {
+    // The lift is 2 px at the line and fades to 0 over the 30 px above it; the plain skin moved shows no change, so
+    // the composite a frame shows ends on the moved line.
+    const lift = (x: number, y: number): number =>
+      inBox(x, 80) && y <= LIP_LINE_Y + 3
+        ? 2 * Math.max(0, 1 - (LIP_LINE_Y - y) / 30) * Math.sin((Math.PI * (x - 40)) / 80)
+        : 0;
+    const before = lumaFrame(withLipLine);
+    const lifted = lumaFrame((x, y) => withLipLine(x, y + lift(x, y)));
+    expect(stepOverOwnStep(before, lifted)).toBeGreaterThan(SEAM_MAX_LEVELS);
+    expect(seamStep(before, lifted).p98).toBeLessThanOrEqual(SEAM_MAX_LEVELS);
+  });
+
+  it('a lip line moved down a fraction of a pixel, fading out along it, is no seam (counted naively, it is)', () => {
+    // A warp that lowers the lip line by up to 0.8 px in the middle of the box and not at all at its ends.
+    const drop = (x: number): number => (inBox(x, 80) ? 0.8 * Math.sin((Math.PI * (x - 40)) / 80) : 0);
+    const moved = lumaFrame((x, y) => withLipLine(x, y - drop(x)));
+    const before = lumaFrame(withLipLine);
+    expect(stepOverOwnStep(before, moved)).toBeGreaterThan(SEAM_MAX_LEVELS);
+    expect(seamStep(before, moved).p98).toBeLessThanOrEqual(SEAM_MAX_LEVELS);
+  });
+
+  it('a lighter patch that fades in smoothly over 12 px is no seam, on plain skin and across a lip line', () => {
+    const fadeIn = (x: number, y: number): number => {
+      const inset = Math.min(x - 40, 119 - x, y - 40, 119 - y);
+      const t = Math.min(1, Math.max(0, inset / 12));
+      return inBox(x, y) ? 8 * t * t * (3 - 2 * t) : 0;
+    };
+    for (const face of [plainSkin, withLipLine, texturedSkin]) {
+      const faded = lumaFrame((x, y) => face(x, y) + fadeIn(x, y));
+      expect(seamStep(lumaFrame(face), faded).p98).toBeLessThanOrEqual(SEAM_MAX_LEVELS);
+    }
   });
 
   it("the renderer's own mask finds the seam where the patch ends", () => {

@@ -349,6 +349,15 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     this.invalidateRenderedFrom(this.playedSamples);
   }
 
+  /**
+   * How long the answer now awaited has been awaited on this clock, ms: since the end of the user's turn or the chat
+   * request (the `think` cue), until its first audio. Null when none is (no cue, or speech was playing when it came).
+   */
+  answerAwaitedMs(): number | null {
+    const from = this.timeline.attention.awaitedFromMs;
+    return from === null ? null : Math.max(0, (this.playedSamples * 1000) / this.sampleRate - from);
+  }
+
   /** Marks that no more audio will come for the turn; `whenDrained` resolves once it has all played. */
   endTurn(playoutTurn: PlayoutTurn): void {
     const turn = this.track(playoutTurn);

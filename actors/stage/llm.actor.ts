@@ -2,6 +2,7 @@ import { fromCallback } from 'xstate';
 import type { LlmActorEvent, LlmInput } from '../../machines/session.machine.ts';
 import { EagerSentenceStream } from '../tts/sentences.ts';
 import { ExpressionTagFilter, type ExpressionTag, type TagFilterPiece } from '../llm/expression-tags.ts';
+import { TurnFiller } from '../llm/filler.ts';
 import { heardReply, type QueuedSegment } from '../llm/heard.ts';
 import { runToolRound } from '../llm/tool-round.ts';
 import { showReplyExpression } from './reply-expression.ts';
@@ -47,10 +48,14 @@ export function createLlmActor(ctx: StageContext) {
       else ctx.history.commit(prompt, heardReply(queued, ctx.media.playedMsOf(turn)), { interrupted: true });
     };
     receive((event) => {
-      if (event.type === 'TTS.QUEUED') queued.push({ text: event.text, durationMs: event.durationMs });
+      if (event.type === 'TTS.QUEUED')
+        queued.push({ text: event.text, durationMs: event.durationMs, ...(event.filler ? { filler: true } : {}) });
       if (event.type === 'TURN.END') commit(event.completed);
     });
+    // The turn's one filler sentence (thinking or tools, `filler.ts`), spoken and captioned but not the model's words.
+    const filler = new TurnFiller((text) => sendBack({ type: 'LLM.SEGMENT', text, filler: true }));
     const stop = runStage(ctx, 'llm', sendBack, async (signal) => {
+      if (ctx.thinkingFillerText) filler.whileThinking(ctx.thinkingFillerText, ctx.media.answerAwaitedMs() ?? 0);
       const splitter = new EagerSentenceStream();
       // Expression tags (`[smile]`) leave the text here, before the reply, SSE `llm`, TTS and the history see it. Each
       // leaves a mark where it stood in the text the sentence splitter reads, so it goes with the sentence it was
@@ -63,7 +68,10 @@ export function createLlmActor(ctx: StageContext) {
           const count = sentence.split(TAG_MARK).length - 1;
           const expressions = marked.splice(0, count);
           const text = sentence.replaceAll(TAG_MARK, '').trim();
-          if (text) sendBack({ type: 'LLM.SEGMENT', text, ...(expressions.length > 0 ? { expressions } : {}) });
+          if (text) {
+            filler.replyStarted();
+            sendBack({ type: 'LLM.SEGMENT', text, ...(expressions.length > 0 ? { expressions } : {}) });
+          }
           // Tags with no words after them: shown once the speech queued before them has played.
           else for (const tag of expressions) showReplyExpression(ctx, tag);
         }
@@ -87,7 +95,6 @@ export function createLlmActor(ctx: StageContext) {
         ctx.history.systemPrompt = input.systemPrompt || null;
         const messages: ChatMessage[] = ctx.history.messagesFor(prompt);
         const tools = ctx.tools?.definitions() ?? [];
-        let fillerSaid = false;
         for (let round = 0; ; round++) {
           let calls: LlmToolCall[] = [];
           let roundText = '';
@@ -123,11 +130,9 @@ export function createLlmActor(ctx: StageContext) {
           speak(splitter.flush());
           if (reply && !/\s$/u.test(reply)) reply += ' ';
           messages.push({ role: 'assistant', content: roundText, tool_calls: calls });
-          const outputs = await runToolRound(ctx.tools, turn.id, calls, signal, () => {
-            if (fillerSaid || !ctx.tools?.fillerText) return;
-            fillerSaid = true;
-            sendBack({ type: 'LLM.SEGMENT', text: ctx.tools.fillerText });
-          });
+          const outputs = await runToolRound(ctx.tools, turn.id, calls, signal, () =>
+            filler.toolsSlow(ctx.tools?.fillerText ?? null),
+          );
           calls.forEach((call, index) =>
             messages.push({ role: 'tool', tool_call_id: call.id, content: outputs[index] }),
           );
@@ -140,9 +145,13 @@ export function createLlmActor(ctx: StageContext) {
         if (!signal.aborted) failed = true;
         turn.accepted?.reject(error);
         throw error;
+      } finally {
+        // The model has said all it will (or failed): a filler now would only come after its last words.
+        filler.cancel();
       }
     });
     return () => {
+      filler.cancel();
       stop();
       // Without TURN.END (the actor stopped outright) the turn did not play to its end.
       commit(false);

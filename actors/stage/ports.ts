@@ -43,7 +43,7 @@ export type TurnHandle = PlayoutTurn;
 
 /** The session's media as a stage sees it: the media clock it feeds, what of a turn was heard, flush and failures. */
 export interface StageMedia
-  extends Pick<PlayoutClock, 'enqueue' | 'waitForRoom' | 'endTurn' | 'whenDrained' | 'express'> {
+  extends Pick<PlayoutClock, 'enqueue' | 'waitForRoom' | 'endTurn' | 'whenDrained' | 'express' | 'answerAwaitedMs'> {
   /** Ms of a turn's audio that left for WebRTC (what the listener heard of it). */
   playedMsOf(turn: TurnHandle): number;
   /** Barge-in: everything queued or scheduled goes. */

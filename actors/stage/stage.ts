@@ -21,6 +21,8 @@ export interface StageContext {
   llm: LlmProvider;
   /** The session's tools (function calling in chat turns); absent: the model is offered none. */
   tools?: ToolRunner;
+  /** SERVICE_THINKING_FILLER_TEXT: said once in a chat turn whose reply is slow to start (`actors/llm/filler.ts`); null/absent: silence. */
+  thinkingFillerText?: string | null;
   asr: AsrProvider;
   /** Per-turn latency bookkeeping (`GET /sessions/{id}/metrics`). */
   metrics: StageMetrics;

@@ -9,10 +9,11 @@ import { runStage, type SendBack, type StageContext } from './stage.ts';
 import { showReplyExpression } from './reply-expression.ts';
 import type { SegmentExpression } from '../llm/types.ts';
 
-/** A segment of the turn's text to speak, with the reply's expression tags written in it. */
+/** A segment of the turn's text to speak, with the reply's expression tags written in it; `filler`: not the model's words. */
 interface TextSegment {
   text: string;
   expressions?: SegmentExpression[];
+  filler?: boolean;
 }
 
 /**
@@ -29,7 +30,7 @@ export function createTtsActor(ctx: StageContext) {
     }
     receive((event) => {
       if (event.type === 'TEXT.SEGMENT' && event.text)
-        segments.push({ text: event.text, expressions: event.expressions });
+        segments.push({ text: event.text, expressions: event.expressions, filler: event.filler });
       if (event.type === 'TEXT.END') segments.end();
     });
     const stop = runStage(ctx, 'tts', sendBack, async (signal) => {
@@ -67,7 +68,7 @@ async function synthesizeTurn(
   let started = false;
   let firstAudio = false;
   let sentenceIndex = 0;
-  for await (const { text, expressions = [] } of segments) {
+  for await (const { text, expressions = [], filler } of segments) {
     if (signal.aborted) throw signal.reason;
     if (!text.trim()) continue;
     if (!started) {
@@ -113,8 +114,9 @@ async function synthesizeTurn(
     sentenceIndex += lastIndex + 1;
     // The llm actor (history) and the transcript keep what the listener heard: they learn here how long each segment plays.
     const durationMs = (segmentSamples * 1000) / ctx.sampleRate;
-    ctx.events.segmentQueued(turn.id, { text, durationMs });
-    if (turn.mode === 'chat') sendBack({ type: 'TTS.QUEUED', text, durationMs });
+    const queued = { text, durationMs, ...(filler ? { filler } : {}) };
+    ctx.events.segmentQueued(turn.id, queued);
+    if (turn.mode === 'chat') sendBack({ type: 'TTS.QUEUED', ...queued });
   }
   if (started)
     ctx.events.publish('tts', {

@@ -24,6 +24,12 @@ export interface RecordableMedia {
   readonly playout: RecordableClock;
   readonly width: number;
   readonly height: number;
+  /**
+   * Resolves once the clock sends pictures (a client-rendered session opens a server renderer for its outputs, which
+   * takes 0.1–2 s), bounded by the media; the returned function is called once the recorder (or a push) is attached.
+   * Absent: the clock draws already.
+   */
+  holdPictures?(signal?: AbortSignal): Promise<() => void>;
 }
 
 /**

@@ -137,12 +137,20 @@ export class RecordingRegistry {
         [ARTIFACT_FILE, PARTIAL_FILE, CAPTIONS_FILE].map((name) => fs.rm(path.join(dir, name), { force: true })),
       );
       if (claim.cancelled) throw new RecordingConflictError('session is terminated');
-      claim.recorder = new ClockRecorder(
-        media,
-        path.join(dir, PARTIAL_FILE),
-        () => void this.stop(sessionId, 'clock stopped').catch(() => undefined),
-      );
-      claim.captions = new CaptionTrack(media.playout);
+      // The file starts at the first picture after the recorder attaches: with pictures already flowing it holds all
+      // that plays from the start's answer on (a client-rendered session's would miss the renderer's opening).
+      const releasePictures = (await media.holdPictures?.()) ?? (() => undefined);
+      try {
+        if (claim.cancelled) throw new RecordingConflictError('session is terminated');
+        claim.recorder = new ClockRecorder(
+          media,
+          path.join(dir, PARTIAL_FILE),
+          () => void this.stop(sessionId, 'clock stopped').catch(() => undefined),
+        );
+        claim.captions = new CaptionTrack(media.playout);
+      } finally {
+        releasePictures();
+      }
     } catch (error) {
       release();
       throw error;

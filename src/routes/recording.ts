@@ -41,7 +41,9 @@ const recordingRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'Records exactly what a WebRTC viewer receives (the session playout clock) into an MP4 (H.264 + AAC, the avatar size and fps), ' +
         'streamed to disk. Allowed while the session is running or paused (idle frames are recorded too). A new start after `complete` ' +
         'discards the previous artifact. 404 unknown session; 409 already recording, session not started yet (its media clock runs from ' +
-        'start), or terminated or being deleted (a DELETE racing the start wins: the start answers 409 and nothing is recorded).',
+        'start), or terminated or being deleted (a DELETE racing the start wins: the start answers 409 and nothing is recorded). ' +
+        'On a client-rendered session (`render: "client"`) it answers once the server renderer it opens draws (0.1–2 s, at most 5 s): ' +
+        'the recording holds all that plays from the answer on, beginning with the face.',
       params: SessionIdParams,
       response: { 200: statusRef, ...errors(404, 409) },
     },

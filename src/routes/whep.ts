@@ -52,6 +52,7 @@ const whepRoutes: FastifyPluginAsyncTypebox = async (app) => {
         'Body: an SDP offer, `Content-Type: application/sdp`. Answers 201 with the SDP answer (`application/sdp`, candidates included: ' +
         'no trickle) and `Location: /sessions/{session_id}/whep/{viewer_id}` (readable cross-origin: `Access-Control-Expose-Headers`). ' +
         'The viewer gets the session’s audio and video on the same clock as the offer API’s peer, which it does not replace. ' +
+        'On a client-rendered session the answer waits for the server renderer it opens to draw (0.1–2 s, at most 5 s). ' +
         'At most 8 viewers per session (`MAX_WHEP_VIEWERS`): 503 with Retry-After past it. 400 malformed SDP or one the WebRTC stack ' +
         'rejects; 404 unknown session; 409 terminated; 413 body over 64 KiB; 415 another content type.',
       params: SessionIdParams,

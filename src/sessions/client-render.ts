@@ -13,6 +13,14 @@ import { errorForLog } from '../logger.ts';
 import type { RendererOpener, SessionRenderer } from './media.ts';
 import { PoseChannel, type PoseChannelHello } from './pose-channel.ts';
 
+/**
+ * How long an output about to start on a client-rendered session (a recording, a WHEP viewer) waits for the server
+ * renderer's first picture: opening one prepares the avatar's renderer in a render worker, measured at 0.1–2 s (a
+ * clip's loop decode the longest), more on a loaded host. Bounded so that a failing or stalled renderer delays the
+ * output but never blocks it: past this the output starts anyway and gets pictures when they come.
+ */
+export const OUTPUT_PICTURES_WAIT_MS = 5_000;
+
 export interface ClientRenderOptions {
   /** The avatar and model as the browser asks for the render kit. */
   avatarId: string;
@@ -38,6 +46,8 @@ export class ClientRendering implements SessionRenderer {
   private playout: PlayoutClock | null = null;
   private output: WebRtcOutput | null = null;
   private closed = false;
+  /** Outputs about to start that asked for pictures ahead (`holdPictures`). */
+  private holds = 0;
   private readonly closing = new AbortController();
   private logger: Logger;
 
@@ -124,6 +134,33 @@ export class ClientRendering implements SessionRenderer {
     return this;
   }
 
+  /**
+   * For an output about to start (a recording, a WHEP viewer): opens the server renderer now and resolves once the
+   * clock sends its first picture (at once when it draws already; at the latest after `OUTPUT_PICTURES_WAIT_MS`), so
+   * the output begins with the face instead of missing its first 0.1–2 s. The output attaches after this resolves and
+   * then keeps the renderer itself; the returned function ends the hold (idempotent). Rejects when `signal` aborts.
+   */
+  async holdPictures(signal?: AbortSignal): Promise<() => void> {
+    this.holds++;
+    let held = true;
+    const release = () => {
+      if (!held) return;
+      held = false;
+      this.holds--;
+      this.outputsChanged();
+    };
+    try {
+      if (!this.server) {
+        this.outputsChanged();
+        await this.firstPicture(signal);
+      }
+    } catch (error) {
+      release();
+      throw error;
+    }
+    return release;
+  }
+
   /** The session's end: the server renderer goes and no new one opens. */
   async release(): Promise<void> {
     if (this.closed) return;
@@ -136,7 +173,34 @@ export class ClientRendering implements SessionRenderer {
 
   /** Whether a server-side output (the clock's `video` tap, a send-only WebRTC feed) wants pictures now. */
   private outputsWantPictures(): boolean {
-    return (this.playout?.listenerCount('video') ?? 0) > 0 || (this.output?.feedCount ?? 0) > 0;
+    return this.holds > 0 || (this.playout?.listenerCount('video') ?? 0) > 0 || (this.output?.feedCount ?? 0) > 0;
+  }
+
+  /** Resolves at the clock's next picture, after `OUTPUT_PICTURES_WAIT_MS`, or when the session ends. */
+  private firstPicture(signal?: AbortSignal): Promise<void> {
+    const playout = this.playout;
+    if (!playout || this.closed) return Promise.resolve();
+    signal?.throwIfAborted();
+    return new Promise((resolve, reject) => {
+      const settle = (error?: unknown) => {
+        clearTimeout(timer);
+        playout.off('video', onPicture);
+        signal?.removeEventListener('abort', onAbort);
+        this.closing.signal.removeEventListener('abort', onPicture);
+        if (error === undefined) resolve();
+        else reject(error);
+      };
+      const onPicture = () => settle();
+      const onAbort = () => settle(signal?.reason);
+      // Listening to the clock's `video` tap is itself a want for pictures: it cannot close the renderer it waits on.
+      playout.on('video', onPicture);
+      const timer = setTimeout(() => {
+        this.logger.warn({ waitedMs: OUTPUT_PICTURES_WAIT_MS }, 'output started before the server renderer drew');
+        settle();
+      }, OUTPUT_PICTURES_WAIT_MS);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.closing.signal.addEventListener('abort', onPicture, { once: true });
+    });
   }
 
   private async openServer(): Promise<void> {

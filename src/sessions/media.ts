@@ -195,9 +195,23 @@ export class SessionMedia implements StageMedia {
     this.playout.setMotion(motion);
   }
 
+  /**
+   * Pictures for an output about to start (a recording, a WHEP viewer): on a client-rendered session the server
+   * renderer is opened and its first picture awaited (`ClientRendering.holdPictures`); a server-rendered session
+   * draws already. Call the returned function once the output is attached.
+   */
+  async holdPictures(signal?: AbortSignal): Promise<() => void> {
+    return (await this.clientRendering?.holdPictures(signal)) ?? (() => undefined);
+  }
+
   /** Listening and thinking on the avatar (`PlayoutClock.attend`, followed from the bus by `attention.ts`). */
   attend(cue: AttentionCue): void {
     this.playout.attend(cue);
+  }
+
+  /** How long the answer now awaited has been awaited, ms, or null (`PlayoutClock.answerAwaitedMs`). */
+  answerAwaitedMs(): number | null {
+    return this.playout.answerAwaitedMs();
   }
 
   /** Shows an expression on the avatar, now or after the speech already queued (`PlayoutClock.express`). */

@@ -48,7 +48,7 @@ export interface SessionBusEvents {
   /** The renderer failed; the error says whether the session can go on (see `actors/stage/errors.ts`). */
   'media.failed': { error: Error };
   /** A text segment of a turn went to playout, with how long its audio plays (what `heardReply` reads). */
-  'tts.queued': { turnId: string; text: string; durationMs: number };
+  'tts.queued': { turnId: string } & QueuedSegment;
 }
 export type SessionBusEvent = keyof SessionBusEvents;
 type Listener<K extends SessionBusEvent> = (data: SessionBusEvents[K]) => void;

@@ -225,6 +225,7 @@ export class SessionFactory {
         fillerText: config.toolFillerText,
         definitions: tools,
       }),
+      thinkingFillerText: config.thinkingFillerText,
       asr: this.deps.asr,
       metrics: new SessionMetrics(this.deps.metrics?.turnObserver()),
       smoothAudio: (pcm) => smoothForRt(pcm, config.sampleRate),

@@ -431,7 +431,14 @@ export class Session {
    */
   async addViewer(sdp: string, signal: AbortSignal): Promise<{ viewerId: string; sdp: string }> {
     if (this.ending || this.closer.closing || this.state === 'terminated') throw new SessionTerminated();
-    const answer = await this.media.viewers.answer(sdp, signal);
+    // A client-rendered session draws for its viewers on the server: the renderer is open before the viewer's first frame.
+    const releasePictures = await this.media.holdPictures(signal);
+    let answer: { viewerId: string; sdp: string };
+    try {
+      answer = await this.media.viewers.answer(sdp, signal);
+    } finally {
+      releasePictures();
+    }
     this.logger.info({ viewers: this.media.viewers.count }, 'whep viewer joined');
     return answer;
   }

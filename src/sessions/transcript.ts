@@ -84,7 +84,7 @@ export class TranscriptRecorder {
       const open = recorded(turnId);
       if (open) this.finish(open.turn, open.entry, outcome);
     });
-    bus.on('tts.queued', ({ turnId, text, durationMs }) => recorded(turnId)?.turn.segments.push({ text, durationMs }));
+    bus.on('tts.queued', ({ turnId, ...segment }) => recorded(turnId)?.turn.segments.push(segment));
     bus.on('tool.result', ({ turnId, callId, ok }) => {
       const call = recorded(turnId)?.entry.tool_calls.find((c) => c.call_id === callId);
       if (call) call.ok = ok;

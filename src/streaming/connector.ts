@@ -18,14 +18,21 @@ export type PushableMedia = Parameters<typeof startRtmpPush>[0] & {
 
 /** A session's pushes: RTMP taps its media clock into ffmpeg, WHIP adds a send-only peer fed by its WebRTC sources. */
 export function outputConnector(media: PushableMedia, settings: OutputSettings): OutputConnector {
-  return (request, signal) =>
-    request.type === 'rtmp'
-      ? startRtmpPush(media, request.url, settings.rtmpVideoBitrateKbps, signal)
-      : startWhipPush({
-          output: media.output,
-          url: request.url,
-          bearerToken: request.bearerToken,
-          iceServers: settings.iceServers,
-          signal,
-        });
+  return async (request, signal) => {
+    // A client-rendered session draws for its pushes on the server: the renderer draws before the push's first frame.
+    const releasePictures = (await media.holdPictures?.(signal)) ?? (() => undefined);
+    try {
+      return await (request.type === 'rtmp'
+        ? startRtmpPush(media, request.url, settings.rtmpVideoBitrateKbps, signal)
+        : startWhipPush({
+            output: media.output,
+            url: request.url,
+            bearerToken: request.bearerToken,
+            iceServers: settings.iceServers,
+            signal,
+          }));
+    } finally {
+      releasePictures();
+    }
+  };
 }
