@@ -12,6 +12,7 @@ import {
 } from 'xstate';
 import type { TtsSelection } from '../actors/tts/types.ts';
 import type { SegmentExpression } from '../actors/llm/types.ts';
+import type { TurnHandle } from '../actors/stage/ports.ts';
 
 /**
  * The session state machine, and the one place that decides what a session accepts: a client's call is
@@ -54,8 +55,11 @@ export interface Settle<T> {
 /** Audio a turn plays without synthesis: an uploaded clip, or the audio WebSocket's queue. Opaque to the machine. */
 export type DirectAudio = { kind: 'clip'; pcm: Int16Array } | { kind: 'stream'; chunks: AsyncIterable<Int16Array> };
 
-export interface TurnInfo {
-  id: string;
+/**
+ * A turn: its handle (`id`, and `playout`, the media clock's record of its audio, made with the turn and opaque to the
+ * machine), its mode and payloads.
+ */
+export interface TurnInfo extends TurnHandle {
   mode: TurnMode;
   /** speak: the text; chat: the prompt (or recognised text). */
   text?: string;
@@ -69,9 +73,11 @@ export interface TurnInfo {
   accepted?: Settle<void>;
 }
 
-/** A transcription request: the upload's PCM and the deferred its HTTP request waits on. */
-export interface TranscribeRequest {
-  id: string;
+/**
+ * A transcription request: its turn's handle (a transcription that goes on as a chat stays that turn), the upload's
+ * PCM and the deferred its HTTP request waits on.
+ */
+export interface TranscribeRequest extends TurnHandle {
   triggerChat: boolean;
   pcm: Int16Array;
   sampleRate: number;
@@ -148,8 +154,18 @@ export type SessionEmitted =
   | { type: 'status'; stage: PipelineStage; message?: string }
   | { type: 'error'; code: string; message: string }
   | { type: 'session.terminated' }
-  /** `ttsProvider`: the provider the turn speaks with (its own, else the session's). */
-  | { type: 'turn.started'; turnId: string; kind: TurnKind; ttsProvider: string; text?: string }
+  /**
+   * `ttsProvider`: the provider the turn speaks with (its own, else the session's); `playout`: the media clock's record
+   * of the turn's audio, from its handle (the session's turn record holds the same one).
+   */
+  | {
+      type: 'turn.started';
+      turnId: string;
+      kind: TurnKind;
+      ttsProvider: string;
+      text?: string;
+      playout: TurnHandle['playout'];
+    }
   | { type: 'turn.finished'; turnId: string; kind: TurnKind; outcome: TurnOutcome };
 
 export const PIPELINE_STAGES = ['listening', 'thinking', 'speaking', 'idle', 'interrupted', 'error'] as const;
@@ -173,15 +189,23 @@ export interface AsrInput {
 }
 
 /** The turn in the context (a turn, else a transcription): its id, kind and the TTS provider it speaks with. */
-function currentTurn(context: SessionContext): { turnId: string; kind: TurnKind; ttsProvider: string } | null {
+function currentTurn(
+  context: SessionContext,
+): { turnId: string; kind: TurnKind; ttsProvider: string; playout: TurnHandle['playout'] } | null {
   const { turn, transcribe, tts } = context;
   if (turn)
-    return { turnId: turn.id, kind: context.chatFrom ?? turn.mode, ttsProvider: turn.tts?.provider ?? tts.provider };
+    return {
+      turnId: turn.id,
+      kind: context.chatFrom ?? turn.mode,
+      ttsProvider: turn.tts?.provider ?? tts.provider,
+      playout: turn.playout,
+    };
   if (transcribe)
     return {
       turnId: transcribe.id,
       kind: transcribe.source === 'voice' ? 'voice' : 'transcribe',
       ttsProvider: tts.provider,
+      playout: transcribe.playout,
     };
   return null;
 }
@@ -348,6 +372,7 @@ export const sessionMachine = setup({
                 actions: assign({
                   turn: ({ context, event }) => ({
                     id: context.transcribe!.id,
+                    playout: context.transcribe!.playout,
                     mode: 'chat' as const,
                     text: event.text,
                   }),

@@ -19,6 +19,7 @@ import {
 } from '../actors/attention.ts';
 import { FrameTimeline } from '../actors/media/timeline.ts';
 import { PlayoutClock, type AttentionCue } from '../actors/media/playout.ts';
+import { newPlayoutTurn, TurnPlayout } from '../actors/media/turn-playout.ts';
 import { SessionBus } from '../src/sessions/session-bus.ts';
 import { followAttention } from '../src/sessions/attention.ts';
 import { createRenderer } from '../actors/render/renderers/index.ts';
@@ -107,7 +108,7 @@ describe('attention cues on the media clock', () => {
     while (clock.mediaMs < THINK_DELAY_MS + THINK_BLEND_MS + 200) await sleep(10);
     const audioStartMs = clock.mediaMs;
     const pcm = new Int16Array(SAMPLE_RATE / 2).fill(3000);
-    clock.enqueue('turn-1', pcm, {
+    clock.enqueue(newPlayoutTurn('turn-1'), pcm, {
       durationMs: 500,
       poseAt: () => ({ open: 0.4, wide: 0, round: 0 }),
       levelAt: () => 0.5,
@@ -136,8 +137,8 @@ describe('who places the cues: the session bus (src/sessions/attention.ts)', () 
     bus.emit('voice.speech', { source: 'listen', stage: 'end', atMs: 2_000 });
     bus.emit('voice.turn', { turnId: 'v1', source: 'listen', speechMs: 1_900 });
     bus.emit('turn.finished', { turnId: 'v1', kind: 'voice', outcome: 'completed' });
-    bus.emit('turn.started', { turnId: 's1', kind: 'speak' });
-    bus.emit('turn.started', { turnId: 'c1', kind: 'chat' });
+    bus.emit('turn.started', { turnId: 's1', kind: 'speak', playout: new TurnPlayout() });
+    bus.emit('turn.started', { turnId: 'c1', kind: 'chat', playout: new TurnPlayout() });
     bus.emit('voice.speech', { source: 'webrtc', stage: 'start', atMs: 5_000 });
     bus.emit('voice.echoIgnored', { source: 'webrtc' });
     expect(cues).toEqual([

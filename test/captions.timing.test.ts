@@ -3,6 +3,7 @@ import { TimecodeTestRenderer } from './helpers/timecode-renderer.ts';
 import { startMediaWithPeer } from './helpers/media-peer.ts';
 import { AUDIBLE_RMS } from './helpers/conversation.ts';
 import { DEFAULT_CAPTION_DELAY_MS, type CaptionCue } from '../actors/media/playout.ts';
+import { newPlayoutTurn } from '../actors/media/turn-playout.ts';
 
 const SAMPLE_RATE = 16_000;
 const FPS = 25;
@@ -72,9 +73,10 @@ describe('captions keep time with the audio at a wrtc receiver', () => {
     const { media, peer, captions } = await captionedMedia();
     const since = performance.now();
     const texts = ['First sentence.', 'Second sentence.', 'Third sentence.'];
-    texts.forEach((text, index) => media.enqueue('turn-1', sentence(400, 600), mouth(1000), index, text));
-    media.endTurn('turn-1');
-    await media.whenDrained('turn-1');
+    const turn = newPlayoutTurn('turn-1');
+    texts.forEach((text, index) => media.enqueue(turn, sentence(400, 600), mouth(1000), index, text));
+    media.endTurn(turn);
+    await media.whenDrained(turn);
     await sleep(600);
 
     expect(captions.map((c) => c.text)).toEqual(texts);
@@ -108,10 +110,11 @@ describe('captions keep time with the audio at a wrtc receiver', () => {
       pcm.set(tone(toneMs), Math.round((leadMs * SAMPLE_RATE) / 1000));
       return pcm;
     };
-    media.enqueue('turn-lead', withLead(120, 400), mouth(520), 0, 'Late start.');
-    media.enqueue('turn-lead', withLead(60, 300), mouth(360), 1, 'Then this.');
-    media.endTurn('turn-lead');
-    await media.whenDrained('turn-lead');
+    const turn = newPlayoutTurn('turn-lead');
+    media.enqueue(turn, withLead(120, 400), mouth(520), 0, 'Late start.');
+    media.enqueue(turn, withLead(60, 300), mouth(360), 1, 'Then this.');
+    media.endTurn(turn);
+    await media.whenDrained(turn);
     await sleep(DEFAULT_CAPTION_DELAY_MS + 300);
     expect(captions.map((c) => [c.text, c.startMs, c.endMs])).toEqual([
       ['Late start.', 120, 520],
@@ -124,9 +127,10 @@ describe('captions keep time with the audio at a wrtc receiver', () => {
 
   it('an interrupted turn gets no caption for a sentence that never played, and its last one ends where the audio stopped', async () => {
     const { media, captions } = await captionedMedia();
-    ['One.', 'Two.', 'Three.'].forEach((text, index) => media.enqueue('turn-2', tone(1000), mouth(1000), index, text));
-    while (media.playedMsOf('turn-2') < 1300) await sleep(5);
-    const playedAtFlush = media.playedMsOf('turn-2');
+    const turn = newPlayoutTurn('turn-2');
+    ['One.', 'Two.', 'Three.'].forEach((text, index) => media.enqueue(turn, tone(1000), mouth(1000), index, text));
+    while (media.playedMsOf(turn) < 1300) await sleep(5);
+    const playedAtFlush = media.playedMsOf(turn);
     media.flush();
     await sleep(DEFAULT_CAPTION_DELAY_MS + 400);
 
@@ -138,11 +142,12 @@ describe('captions keep time with the audio at a wrtc receiver', () => {
 
   it('a sentence flushed within the caption delay after it started is still captioned (its start was heard), ending where the audio stopped', async () => {
     const { media, captions } = await captionedMedia();
-    ['Heard.', 'Started.'].forEach((text, index) => media.enqueue('turn-3', tone(500), mouth(500), index, text));
-    while (media.playedMsOf('turn-3') < 510) await sleep(1);
+    const turn = newPlayoutTurn('turn-3');
+    ['Heard.', 'Started.'].forEach((text, index) => media.enqueue(turn, tone(500), mouth(500), index, text));
+    while (media.playedMsOf(turn) < 510) await sleep(1);
     media.flush();
     await sleep(DEFAULT_CAPTION_DELAY_MS + 300);
-    const playedAtFlush = media.playedMsOf('turn-3');
+    const playedAtFlush = media.playedMsOf(turn);
     expect(captions.map((c) => c.text)).toEqual(['Heard.', 'Started.']);
     // Sent after the interrupt: it ends where the audio stopped.
     expect(captions[1].startMs).toBe(500);

@@ -26,6 +26,7 @@ import { WarpRenderer } from '../actors/render/renderers/warp.ts';
 import type { AvatarManifest, AvatarSource, FrameRequest, MouthAnimation } from '../actors/render/types.ts';
 import type { ExpressionName } from '../actors/expression.ts';
 import type { MouthSource } from '../actors/media/playout.ts';
+import { newPlayoutTurn } from '../actors/media/turn-playout.ts';
 import type { SessionRenderer } from '../src/sessions/media.ts';
 import { makeClipBundle } from './helpers/clip-bundle.ts';
 import { expressionMoves, type ExpressionMoves } from './helpers/face-expression-metrics.ts';
@@ -168,7 +169,7 @@ async function runs(source: AvatarSource): Promise<Record<string, Run>> {
     // Speaking: the same syllables each time; frames from the first audible audio to the end of the speech.
     const { pcm, mouth } = speech();
     from = peer.frames.length;
-    const turn = `turn-${name}`;
+    const turn = newPlayoutTurn(`turn-${name}`);
     media.enqueue(turn, pcm, mouth, 0);
     media.endTurn(turn);
     await media.whenDrained(turn);

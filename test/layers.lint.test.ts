@@ -1,6 +1,7 @@
 import path from 'node:path';
 import { ESLint } from 'eslint';
 import { describe, expect, it } from 'vitest';
+import { importGraphProblems } from '../tools/import-graph.ts';
 
 /**
  * The layer rule (tools/layer-rules.js, applied by eslint.config.js): src → actors → machines, routes through
@@ -192,5 +193,15 @@ describe('src/ folders import only floors below their own (no circles inside the
         "import { errors } from '../schemas/common.ts';\nimport { closedSignal } from '../http/closed-signal.ts';\nexport const x = [errors, closedSignal];\n",
       ),
     ).toEqual([]);
+  });
+});
+
+describe('the import graph read from the sources (tools/import-graph.ts)', () => {
+  it('has no circle between folders of actors/ or src/, no import up a floor, none against the layers', () => {
+    const { problems, summary } = importGraphProblems(ROOT);
+    expect(problems).toEqual([]);
+    // It read the tree: both layers have folders that import.
+    expect(summary[0]).toMatch(/^actors\/: [1-9]\d* folders/);
+    expect(summary[1]).toMatch(/^src\/: [1-9]\d* folders/);
   });
 });

@@ -10,7 +10,7 @@ import type { LlmProvider } from '../actors/llm/types.ts';
 import type { SessionMedia } from '../src/sessions/media.ts';
 import { SessionBus } from '../src/sessions/session-bus.ts';
 import { SessionMetrics } from '../src/sessions/metrics.ts';
-import { TEST_SESSION_INPUT, createRecordingActors, recordingSettle } from './helpers/machine-events.ts';
+import { TEST_SESSION_INPUT, TURN_PLAYOUT, createRecordingActors, recordingSettle } from './helpers/machine-events.ts';
 
 /**
  * The chat history after a turn: the real llm actor inside the real machine, with a scripted language model
@@ -116,7 +116,7 @@ describe('chat history commit by the llm actor at the end of its turn', () => {
     const session = chatSession(scriptedLlm(REPLY), 0);
     session.send({
       type: 'CHAT',
-      turn: { id: 'c-1', mode: 'chat', text: 'Talk to me.', accepted: recordingSettle<void>() },
+      turn: { id: 'c-1', playout: TURN_PLAYOUT, mode: 'chat', text: 'Talk to me.', accepted: recordingSettle<void>() },
     });
     await queueSegments(session, 3);
     await waitFor(
@@ -132,7 +132,10 @@ describe('chat history commit by the llm actor at the end of its turn', () => {
 
   it('interrupted after the llm finished: only the segments whose audio had started, marked interrupted', async () => {
     const session = chatSession(scriptedLlm(REPLY), 1_500);
-    session.send({ type: 'CHAT', turn: { id: 'c-2', mode: 'chat', text: 'Tell me three things.' } });
+    session.send({
+      type: 'CHAT',
+      turn: { id: 'c-2', playout: TURN_PLAYOUT, mode: 'chat', text: 'Tell me three things.' },
+    });
     const [first, second] = await queueSegments(session, 3);
     await waitFor(
       session.actor,
@@ -152,7 +155,7 @@ describe('chat history commit by the llm actor at the end of its turn', () => {
   it('interrupted while the llm still streams: what was heard, not what was streamed', async () => {
     const session = chatSession(scriptedLlm(REPLY, true), 400);
     const accepted = recordingSettle<void>();
-    session.send({ type: 'CHAT', turn: { id: 'c-3', mode: 'chat', text: 'Go.', accepted } });
+    session.send({ type: 'CHAT', turn: { id: 'c-3', playout: TURN_PLAYOUT, mode: 'chat', text: 'Go.', accepted } });
     const [first] = await queueSegments(session, 2);
     session.send({ type: 'INTERRUPT' });
     expect(session.history.turns()).toEqual([{ user: 'Go.', assistant: first, interrupted: true }]);
@@ -162,7 +165,7 @@ describe('chat history commit by the llm actor at the end of its turn', () => {
 
   it('a pause cuts the turn like an interrupt; nothing played yet keeps an empty, interrupted reply', async () => {
     const session = chatSession(scriptedLlm(REPLY, true), 0);
-    session.send({ type: 'CHAT', turn: { id: 'c-4', mode: 'chat', text: 'Hello?' } });
+    session.send({ type: 'CHAT', turn: { id: 'c-4', playout: TURN_PLAYOUT, mode: 'chat', text: 'Hello?' } });
     await queueSegments(session, 1);
     session.send({ type: 'PAUSE' });
     expect(session.history.turns()).toEqual([{ user: 'Hello?', assistant: '', interrupted: true }]);
@@ -171,7 +174,7 @@ describe('chat history commit by the llm actor at the end of its turn', () => {
   it('cut before the first delta: the waiting request is refused with an AbortError and the history is unchanged', async () => {
     const session = chatSession(scriptedLlm([], true), 0);
     const accepted = recordingSettle<void>();
-    session.send({ type: 'CHAT', turn: { id: 'c-5', mode: 'chat', text: 'Anyone?', accepted } });
+    session.send({ type: 'CHAT', turn: { id: 'c-5', playout: TURN_PLAYOUT, mode: 'chat', text: 'Anyone?', accepted } });
     session.send({ type: 'INTERRUPT' });
     expect(session.history.turns()).toEqual([]);
     expect((accepted.settled[0]?.error as Error | undefined)?.name).toBe('AbortError');

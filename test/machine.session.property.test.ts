@@ -20,6 +20,7 @@ import {
   stepViolations,
   transcribeRequest,
   isClientEmitted,
+  TURN_PLAYOUT,
 } from './helpers/machine-events.ts';
 
 /** Enough random runs to visit every state many times while keeping the file well under a few seconds. */
@@ -98,9 +99,12 @@ describe('session machine: invariants over random event sequences (pure transiti
   it('after INTERRUPT while busy the machine is interrupted, and idle once media reports FLUSHED', () => {
     // A busy prefix is forced so every run exercises the property rather than the rare random case.
     const busyStart = fc.constantFrom<SessionEvent[]>(
-      [{ type: 'SPEAK', turn: { id: 'a', mode: 'speak', text: 'Hi.' } }],
-      [{ type: 'CHAT', turn: { id: 'b', mode: 'chat', text: 'Hi?' } }],
-      [{ type: 'CHAT', turn: { id: 'b', mode: 'chat', text: 'Hi?' } }, { type: 'TTS.FIRST_AUDIO' }],
+      [{ type: 'SPEAK', turn: { id: 'a', playout: TURN_PLAYOUT, mode: 'speak', text: 'Hi.' } }],
+      [{ type: 'CHAT', turn: { id: 'b', playout: TURN_PLAYOUT, mode: 'chat', text: 'Hi?' } }],
+      [
+        { type: 'CHAT', turn: { id: 'b', playout: TURN_PLAYOUT, mode: 'chat', text: 'Hi?' } },
+        { type: 'TTS.FIRST_AUDIO' },
+      ],
       [{ type: 'SPEAK_AUDIO', turn: STREAM_TURN }],
       [{ type: 'TRANSCRIBE', request: transcribeRequest('d', true) }],
       [
@@ -186,7 +190,7 @@ describe('session machine: invariants over random event sequences (pure transiti
     ) as AnyStateMachine;
     const events: SessionEvent[] = [
       { type: 'START' },
-      { type: 'SPEAK', turn: { id: 'a', mode: 'speak' } },
+      { type: 'SPEAK', turn: { id: 'a', playout: TURN_PLAYOUT, mode: 'speak' } },
       { type: 'INTERRUPT' },
       { type: 'TRANSCRIBE', request: transcribeRequest('b', false) },
     ];

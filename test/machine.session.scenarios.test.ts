@@ -16,6 +16,7 @@ import {
   isClientEmitted,
   transcribeRequest,
   type RecordingHooks,
+  TURN_PLAYOUT,
 } from './helpers/machine-events.ts';
 import type { TtsSelection } from '../actors/tts/types.ts';
 
@@ -79,14 +80,17 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
   it('speak turn: status speaking then idle, tts gets the turn and its voice and is stopped afterwards', async () => {
     const session = startSession();
     const voice: TtsSelection = { provider: 'compat_http', voice: 'alice', model: null };
-    session.send({ type: 'SPEAK', turn: { id: 'speak-1', mode: 'speak', text: 'Hi!', tts: voice } });
+    session.send({
+      type: 'SPEAK',
+      turn: { id: 'speak-1', playout: TURN_PLAYOUT, mode: 'speak', text: 'Hi!', tts: voice },
+    });
     expect(session.actor.getSnapshot().matches({ running: { turn: { phase: 'preparing' } } })).toBe(true);
     await session.until(idle);
     expect(session.statuses()).toEqual(['speaking', 'idle']);
     const [tts] = session.recording.of('tts');
     expect(tts.input).toEqual({
       sessionId: TEST_SESSION_INPUT.sessionId,
-      turn: { id: 'speak-1', mode: 'speak', text: 'Hi!', tts: voice },
+      turn: { id: 'speak-1', playout: TURN_PLAYOUT, mode: 'speak', text: 'Hi!', tts: voice },
       tts: voice,
     });
     expect(tts.stopped).toBe(true);
@@ -96,7 +100,7 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
 
   it('chat turn: thinking → speaking → idle, LLM segments forwarded to tts as TEXT.SEGMENT then TEXT.END', async () => {
     const session = startSession();
-    session.send({ type: 'CHAT', turn: { id: 'chat-1', mode: 'chat', text: 'Say hello' } });
+    session.send({ type: 'CHAT', turn: { id: 'chat-1', playout: TURN_PLAYOUT, mode: 'chat', text: 'Say hello' } });
     await session.until(idle);
     expect(session.statuses()).toEqual(['thinking', 'speaking', 'idle']);
     const [llm] = session.recording.of('llm');
@@ -126,7 +130,12 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
     expect((asr.input as { request: unknown }).request).toBe(request);
     expect(asr.stopped).toBe(true);
     const [llm] = session.recording.of('llm');
-    expect((llm.input as StageInput).turn).toEqual({ id: 'tr-1', mode: 'chat', text: 'what time is it' });
+    expect((llm.input as StageInput).turn).toEqual({
+      id: 'tr-1',
+      playout: request.playout,
+      mode: 'chat',
+      text: 'what time is it',
+    });
     // A chat the machine starts from a transcript speaks with the session's persona.
     expect((session.recording.of('tts')[0].input as TtsInput).tts).toEqual(TEST_SESSION_INPUT.tts);
     expect(session.recording.of('tts')[0].received.map((event) => event.type)).toEqual([
@@ -153,7 +162,10 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
         if (id === 'tts') sendBack({ type: 'TTS.FIRST_AUDIO' });
       },
     });
-    session.send({ type: 'SPEAK', turn: { id: 'speak-2', mode: 'speak', text: 'A long story…' } });
+    session.send({
+      type: 'SPEAK',
+      turn: { id: 'speak-2', playout: TURN_PLAYOUT, mode: 'speak', text: 'A long story…' },
+    });
     await session.until((snapshot) => snapshot.matches({ running: { turn: { phase: 'speaking' } } }));
     const [tts] = session.recording.of('tts');
     expect(tts.stopped).toBe(false);
@@ -166,7 +178,7 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
     expect(session.recording.of('media')[0].received).toEqual([{ type: 'FLUSH' }]);
     expect(paused.context.turn).toBeNull();
 
-    session.send({ type: 'SPEAK', turn: { id: 'ignored', mode: 'speak', text: 'x' } });
+    session.send({ type: 'SPEAK', turn: { id: 'ignored', playout: TURN_PLAYOUT, mode: 'speak', text: 'x' } });
     expect(session.recording.of('tts')).toHaveLength(1);
     session.send({ type: 'RESUME' });
     expect(session.actor.getSnapshot().matches({ running: 'idle' })).toBe(true);
@@ -175,7 +187,7 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
       expect.objectContaining({ type: 'status', stage: 'idle', message: 'paused' }),
       expect.objectContaining({ type: 'status', stage: 'idle', message: 'resumed' }),
     ]);
-    session.send({ type: 'SPEAK', turn: { id: 'speak-3', mode: 'speak', text: 'Back again.' } });
+    session.send({ type: 'SPEAK', turn: { id: 'speak-3', playout: TURN_PLAYOUT, mode: 'speak', text: 'Back again.' } });
     expect(session.recording.of('tts')).toHaveLength(2);
   });
 
@@ -186,7 +198,7 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
           sendBack({ type: 'STAGE.ERROR', code: 'llm_unreachable', message: 'connection refused', fatal: true });
       },
     });
-    session.send({ type: 'CHAT', turn: { id: 'chat-2', mode: 'chat', text: 'Hi' } });
+    session.send({ type: 'CHAT', turn: { id: 'chat-2', playout: TURN_PLAYOUT, mode: 'chat', text: 'Hi' } });
     await session.until((snapshot) => snapshot.status === 'done');
     expect(session.emitted).toEqual([
       { type: 'status', stage: 'thinking' },
@@ -210,7 +222,7 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
         conversationalHooks.onStart?.(id, input, sendBack);
       },
     });
-    session.send({ type: 'SPEAK', turn: { id: 'speak-4', mode: 'speak', text: 'Fails.' } });
+    session.send({ type: 'SPEAK', turn: { id: 'speak-4', playout: TURN_PLAYOUT, mode: 'speak', text: 'Fails.' } });
     await session.until(() => session.emitted.length >= 3);
     expect(session.emitted).toEqual([
       { type: 'error', code: 'tts_failed', message: 'provider returned 502' },
@@ -220,14 +232,17 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
     expect(session.recording.of('tts')[0].stopped).toBe(true);
     expect(session.recording.of('media')[0].received).toEqual([{ type: 'FLUSH' }]);
 
-    session.send({ type: 'SPEAK', turn: { id: 'speak-5', mode: 'speak', text: 'Works.' } });
+    session.send({ type: 'SPEAK', turn: { id: 'speak-5', playout: TURN_PLAYOUT, mode: 'speak', text: 'Works.' } });
     await session.until((snapshot) => idle(snapshot) && session.recording.of('tts')[1]?.stopped === true);
     expect(session.statuses().slice(-2)).toEqual(['speaking', 'idle']);
   });
 
   it('interrupt mid-chat: tts and llm stopped, media flushed, interrupted then idle on MEDIA.FLUSHED', async () => {
     const session = startSession({ onReceive: conversationalHooks.onReceive });
-    session.send({ type: 'CHAT', turn: { id: 'chat-3', mode: 'chat', text: 'Tell me everything' } });
+    session.send({
+      type: 'CHAT',
+      turn: { id: 'chat-3', playout: TURN_PLAYOUT, mode: 'chat', text: 'Tell me everything' },
+    });
     session.send({ type: 'LLM.SEGMENT', text: LLM_SEGMENTS[0] });
     await session.until((snapshot) => snapshot.matches({ running: { turn: { phase: 'speaking' } } }));
     session.send({ type: 'INTERRUPT' });
@@ -240,7 +255,7 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
 
   it('interrupt without a flush confirmation settles to idle after INTERRUPT_SETTLE_MS', async () => {
     const session = startSession({}); // media never answers FLUSH
-    session.send({ type: 'SPEAK', turn: { id: 'speak-6', mode: 'speak', text: 'Hmm' } });
+    session.send({ type: 'SPEAK', turn: { id: 'speak-6', playout: TURN_PLAYOUT, mode: 'speak', text: 'Hmm' } });
     const interruptedAt = performance.now();
     session.send({ type: 'INTERRUPT' });
     await session.until(idle);
@@ -252,8 +267,16 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
   });
 
   it.each([
-    ['SPEAK', { type: 'SPEAK', turn: { id: 'speak-8', mode: 'speak', text: 'Next.' } }, ['speaking', 'idle']],
-    ['CHAT', { type: 'CHAT', turn: { id: 'chat-8', mode: 'chat', text: 'Next?' } }, ['thinking', 'speaking', 'idle']],
+    [
+      'SPEAK',
+      { type: 'SPEAK', turn: { id: 'speak-8', playout: TURN_PLAYOUT, mode: 'speak', text: 'Next.' } },
+      ['speaking', 'idle'],
+    ],
+    [
+      'CHAT',
+      { type: 'CHAT', turn: { id: 'chat-8', playout: TURN_PLAYOUT, mode: 'chat', text: 'Next?' } },
+      ['thinking', 'speaking', 'idle'],
+    ],
     ['TRANSCRIBE', { type: 'TRANSCRIBE', request: transcribeRequest('tr-8', false) }, ['listening', 'idle']],
   ] as Array<[string, SessionEvent, string[]]>)(
     'a %s sent right after INTERRUPT (not busy, flush not yet confirmed) is not lost',
@@ -265,7 +288,10 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
           if (id !== 'media') conversationalHooks.onReceive?.(id, event, sendBack);
         },
       }); // media never confirms the flush
-      session.send({ type: 'SPEAK', turn: { id: 'speak-7', mode: 'speak', text: 'Interrupted.' } });
+      session.send({
+        type: 'SPEAK',
+        turn: { id: 'speak-7', playout: TURN_PLAYOUT, mode: 'speak', text: 'Interrupted.' },
+      });
       session.send({ type: 'INTERRUPT' });
       expect(session.actor.getSnapshot().matches({ running: 'interrupted' })).toBe(true);
       expect(isBusy(session.actor.getSnapshot())).toBe(false);
@@ -281,7 +307,7 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
     const session = startSession();
     const persona: TtsSelection = { provider: 'compat_http', voice: 'bob', model: 'tts-1' };
     session.send({ type: 'CUSTOMIZE', systemPrompt: 'Be brief.', tts: persona });
-    session.send({ type: 'CHAT', turn: { id: 'chat-4', mode: 'chat', text: 'Hi' } });
+    session.send({ type: 'CHAT', turn: { id: 'chat-4', playout: TURN_PLAYOUT, mode: 'chat', text: 'Hi' } });
     await session.until(idle);
     expect(session.recording.of('llm')[0].input).toMatchObject({ systemPrompt: 'Be brief.' });
     expect(session.recording.of('tts')[0].input).toMatchObject({ tts: persona });
@@ -292,7 +318,10 @@ describe('session machine scenarios (real actor, recording stage actors)', () =>
     session.send({ type: 'CUSTOMIZE', tts: { provider: 'builtin', voice: 'en-US-GuyNeural', model: null } });
     // What persona.ts resolves for a provider override without a voice: that provider's default (null).
     const other: TtsSelection = { provider: 'compat_http', voice: null, model: null };
-    session.send({ type: 'SPEAK', turn: { id: 'speak-9', mode: 'speak', text: 'Hi', tts: other } });
+    session.send({
+      type: 'SPEAK',
+      turn: { id: 'speak-9', playout: TURN_PLAYOUT, mode: 'speak', text: 'Hi', tts: other },
+    });
     await session.until(idle);
     expect((session.recording.of('tts')[0].input as TtsInput).tts).toEqual(other);
   });

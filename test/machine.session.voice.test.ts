@@ -18,6 +18,7 @@ import {
   isClientEmitted,
   voiceRequest,
   type RecordingHooks,
+  TURN_PLAYOUT,
 } from './helpers/machine-events.ts';
 
 const WAIT_MS = 1_000;
@@ -77,7 +78,7 @@ describe('session machine: hands-free turns', () => {
 
   it('barge-in: INTERRUPT then VOICE.START while speaking → interrupted, idle, listening (hearing)', async () => {
     const { actor, statuses, until } = startSession();
-    actor.send({ type: 'CHAT', turn: { id: 'c-1', mode: 'chat', text: 'Tell me a story' } });
+    actor.send({ type: 'CHAT', turn: { id: 'c-1', playout: TURN_PLAYOUT, mode: 'chat', text: 'Tell me a story' } });
     await until((s) => s.matches({ running: { turn: { phase: 'speaking' } } }));
     expect(actor.getSnapshot().can({ type: 'VOICE.START' })).toBe(false);
     actor.send({ type: 'INTERRUPT' });
@@ -93,7 +94,7 @@ describe('session machine: hands-free turns', () => {
     actor.send({ type: 'VOICE.CANCEL' });
     expect(actor.getSnapshot().matches({ running: 'idle' })).toBe(true);
     actor.send({ type: 'VOICE.START' });
-    actor.send({ type: 'CHAT', turn: { id: 'c-2', mode: 'chat', text: 'Hello' } });
+    actor.send({ type: 'CHAT', turn: { id: 'c-2', playout: TURN_PLAYOUT, mode: 'chat', text: 'Hello' } });
     await until((s) => s.matches({ running: { turn: { phase: 'speaking' } } }));
     expect(actor.getSnapshot().can({ type: 'VOICE.END', request: voiceRequest('late') })).toBe(false);
     expect(statuses()).toEqual(['listening', 'idle', 'listening', 'thinking', 'speaking']);

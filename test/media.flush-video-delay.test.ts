@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { TimecodeTestRenderer, decodeTestTimecode } from './helpers/timecode-renderer.ts';
 import { startMediaWithPeer } from './helpers/media-peer.ts';
+import { newPlayoutTurn } from '../actors/media/turn-playout.ts';
 
 const SAMPLE_RATE = 16_000;
 const FPS = 25;
@@ -35,7 +36,7 @@ describe('flush while video is held for the wire (SERVICE_VIDEO_DELAY_MS)', () =
     );
     await peer.until(() => peer.frames.length >= 5, 10_000, 'idle frames at the receiver');
 
-    media.enqueue('turn-1', tone(3_000), openMouth(3_000));
+    media.enqueue(newPlayoutTurn('turn-1'), tone(3_000), openMouth(3_000));
     const voiced = () => peer.frames.filter((f) => decodeTestTimecode(f.data, f.width).voiced).length;
     await peer.until(() => voiced() >= 8, 10_000, 'speech frames at the receiver');
 

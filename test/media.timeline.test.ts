@@ -4,6 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PlayoutClock, type FrameRenderer } from '../actors/media/playout.ts';
 import { MOUTH_LOOKAHEAD_MS, framesCovering } from '../actors/media/timeline.ts';
+import { newPlayoutTurn } from '../actors/media/turn-playout.ts';
 import { buildMouthTimeline, type MouthTimeline } from '../actors/mouth/timeline.ts';
 import { RenderPool, type RenderHandle } from '../actors/render/pool.ts';
 import type { AvatarManifest, AvatarSource, FrameRequest, I420Frame } from '../actors/render/types.ts';
@@ -67,9 +68,10 @@ async function playLive(renderer: FrameRenderer, pieces: Piece[], leadMs: number
     if (idx < frameCount) sent.set(idx, frame.data.slice());
   });
   let next = 0;
+  const turn = newPlayoutTurn('turn-1');
   const topUp = () => {
     while (next < pieces.length && clock.queuedMs < leadMs) {
-      clock.enqueue('turn-1', pieces[next].pcm, pieces[next].mouth);
+      clock.enqueue(turn, pieces[next].pcm, pieces[next].mouth);
       next++;
     }
   };

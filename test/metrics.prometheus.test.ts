@@ -8,6 +8,7 @@ import { prefersJson } from '../src/routes/metrics.ts';
 import { ServiceMetrics } from '../src/metrics/service-metrics.ts';
 import { SessionBus } from '../src/sessions/session-bus.ts';
 import { SessionMetrics } from '../src/sessions/metrics.ts';
+import { TurnPlayout } from '../actors/media/turn-playout.ts';
 
 describe('the strict Prometheus text parser (test helper) rejects what a scraper would', () => {
   const bad: Array<[string, string]> = [
@@ -46,12 +47,12 @@ describe('ServiceMetrics fed by a session bus (no service)', () => {
     metrics.followSession(bus);
     const turns = new SessionMetrics(metrics.turnObserver());
     turns.follow(bus);
-    bus.emit('turn.started', { turnId: 'v1', kind: 'voice', ttsProvider: 'cloud_c' });
+    bus.emit('turn.started', { turnId: 'v1', kind: 'voice', ttsProvider: 'cloud_c', playout: new TurnPlayout() });
     bus.publish('tts', { stage: 'first_audio', ms_elapsed: 120 });
     bus.emit('voice.latency', { turnId: 'v1', transcriptMs: 200, firstTokenMs: 350, firstSampleMs: 640 });
     bus.emit('media.firstSample', { turnId: 'v1' });
     bus.emit('turn.finished', { turnId: 'v1', kind: 'voice', outcome: 'completed' });
-    bus.emit('turn.started', { turnId: 't1', kind: 'transcribe' });
+    bus.emit('turn.started', { turnId: 't1', kind: 'transcribe', playout: new TurnPlayout() });
     bus.emit('media.firstSample', { turnId: 't1' });
     const families = parsePrometheusText((await metrics.render()).body);
     expect(sampleValue(families, 'avatar_end_of_speech_first_audio_seconds_count', { kind: 'voice' })).toBe(1);

@@ -7,6 +7,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { FrameTimeline, MOUTH_LOOKAHEAD_MS } from '../actors/media/timeline.ts';
+import { newPlayoutTurn } from '../actors/media/turn-playout.ts';
 import { buildMouthTimeline } from '../actors/mouth/timeline.ts';
 import type { PhoneTiming } from '../actors/mouth/visemes.ts';
 import { vowel } from './helpers/vowel.ts';
@@ -38,7 +39,11 @@ function phonesOf(silenceMs: number, voiceMs: number, tailMs: number): PhoneTimi
 /** The frames of a timeline holding `pcm` from sample 0, with their presentation times and mouth openings. */
 function framesOf(pcm: Int16Array, phones?: PhoneTiming[]): Array<{ ptsMs: number; open: number }> {
   const timeline = new FrameTimeline(RATE, FPS);
-  timeline.append(pcm.length, buildMouthTimeline({ pcm, sampleRate: RATE, ...(phones ? { phones } : {}) }), 'turn');
+  timeline.append(
+    pcm.length,
+    buildMouthTimeline({ pcm, sampleRate: RATE, ...(phones ? { phones } : {}) }),
+    newPlayoutTurn('turn'),
+  );
   const count = Math.floor((pcm.length / RATE) * FPS);
   return Array.from({ length: count }, (_, idx) => {
     const request = timeline.requestFor(idx);

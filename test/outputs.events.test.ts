@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { SessionBus } from '../src/sessions/session-bus.ts';
 import { SessionEventHub, type SessionEventRecord } from '../src/sessions/event-hub.ts';
+import { TurnPlayout } from '../actors/media/turn-playout.ts';
 
 /** An output's failure (`output_failed`) belongs to no turn: a turn in flight does not lend it its `turn_id`. */
 describe('output_failed on the SSE hub', () => {
@@ -11,7 +12,7 @@ describe('output_failed on the SSE hub', () => {
     const hub = new SessionEventHub(bus);
     const seen: SessionEventRecord[] = [];
     hub.listen((record) => seen.push(record));
-    bus.emit('turn.started', { turnId: 'turn-1', kind: 'speak' });
+    bus.emit('turn.started', { turnId: 'turn-1', kind: 'speak', playout: new TurnPlayout() });
     bus.publish('error', { code: 'output_failed', message: 'rtmp output failed', output_id: 'out-1' });
     bus.publish('error', { code: 'tts_failed', message: 'tts failed' });
     expect(seen.map((record) => record.data)).toEqual([

@@ -9,6 +9,7 @@ import {
   retainFrame,
 } from '../actors/render/frame-buffers.ts';
 import { PlayoutClock, type FrameRenderer } from '../actors/media/playout.ts';
+import { newPlayoutTurn } from '../actors/media/turn-playout.ts';
 import { RenderPool } from '../actors/render/pool.ts';
 import { decodeTimecode } from '../actors/render/timecode.ts';
 import type { AvatarManifest, AvatarSource, FrameRequest, I420Frame } from '../actors/render/types.ts';
@@ -158,7 +159,7 @@ describe('a live session reuses its frame buffers and the viewer still sees ever
 
     const before = { allocated: pool.frameBuffers.allocated, reused: pool.frameBuffers.reused };
     const firstReceived = peer.frames.length;
-    media.enqueue('turn-1', tone(3_000), talking(3_000));
+    media.enqueue(newPlayoutTurn('turn-1'), tone(3_000), talking(3_000));
     await new Promise((resolve) => setTimeout(resolve, 3_300));
 
     const rendered = pool.frameBuffers.allocated - before.allocated + pool.frameBuffers.reused - before.reused;
@@ -174,7 +175,7 @@ describe('a live session reuses its frame buffers and the viewer still sees ever
     for (let i = 1; i < indices.length; i++) expect(indices[i]).toBeGreaterThan(indices[i - 1]);
 
     // Closing mid-speech gives every buffer back: rendered ahead, held for the wire, the filter's last frame.
-    media.enqueue('turn-2', tone(2_000), talking(2_000));
+    media.enqueue(newPlayoutTurn('turn-2'), tone(2_000), talking(2_000));
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(pool.frameBuffers.outstanding).toBeGreaterThan(0);
     media.playout.close();

@@ -48,12 +48,17 @@ function busSession() {
   actors.push(actor);
   actor.start();
   actor.send({ type: 'START' });
-  // The TTS provider a turn speaks with, and its text, are checked on their own below.
+  // The TTS provider a turn speaks with, its text and its playout record are checked on their own below.
   const turns = () =>
     seen
       .filter((e) => e.type === 'turn.started' || e.type === 'turn.finished')
       .map((e) => {
-        const { ttsProvider: _provider, text: _text, ...data } = e.data as { ttsProvider?: string; text?: string };
+        const {
+          ttsProvider: _provider,
+          text: _text,
+          playout: _playout,
+          ...data
+        } = e.data as { ttsProvider?: string; text?: string; playout?: unknown };
         return { event: e.type, ...data };
       });
   const send = (event: SessionEvent) => actor.send(event);
@@ -101,8 +106,14 @@ describe('session bus fed by the machine', () => {
     send({ type: 'SPEAK', turn: { ...withoutVoice, id: 'default' } });
     const started = seen.filter((e) => e.type === 'turn.started').map((e) => e.data);
     expect(started).toEqual([
-      { turnId: 'own', kind: 'speak', ttsProvider: 'cloud_c', text: SPEAK_TURN.text },
-      { turnId: 'default', kind: 'speak', ttsProvider: TEST_SESSION_INPUT.tts.provider, text: SPEAK_TURN.text },
+      { turnId: 'own', kind: 'speak', ttsProvider: 'cloud_c', text: SPEAK_TURN.text, playout: SPEAK_TURN.playout },
+      {
+        turnId: 'default',
+        kind: 'speak',
+        ttsProvider: TEST_SESSION_INPUT.tts.provider,
+        text: SPEAK_TURN.text,
+        playout: SPEAK_TURN.playout,
+      },
     ]);
   });
 

@@ -13,6 +13,7 @@ import { startToolReceiver, type ToolReceiver } from './fakes/tool-receiver.ts';
 import { THINKING_FILLER_DELAY_MS, TurnFiller } from '../actors/llm/filler.ts';
 import { TOOL_FILLER_DELAY_MS } from '../actors/llm/tool-round.ts';
 import { PlayoutClock } from '../actors/media/playout.ts';
+import { newPlayoutTurn } from '../actors/media/turn-playout.ts';
 import type { TtsProvider, TtsProviderId } from '../actors/tts/types.ts';
 import { ConfigError, loadConfig } from '../src/config.ts';
 import { sessionParts } from '../src/sessions/session.ts';
@@ -139,7 +140,7 @@ describe('the turn filler: once per turn, thinking or tools, never after the rep
       expect(awaited).toBeGreaterThanOrEqual(300);
       expect(awaited).toBeLessThanOrEqual(clock.mediaMs - thoughtAt + 10);
       const pcm = new Int16Array(1_600).fill(3000);
-      clock.enqueue('turn-1', pcm, {
+      clock.enqueue(newPlayoutTurn('turn-1'), pcm, {
         durationMs: 100,
         poseAt: () => ({ open: 0.4, wide: 0, round: 0 }),
         levelAt: () => 0.5,

@@ -14,6 +14,7 @@ import {
 import { Store } from '../src/store/db.ts';
 import { TranscriptStore } from '../src/store/transcripts.ts';
 import { tempDir } from './helpers/app.ts';
+import { TurnPlayout } from '../actors/media/turn-playout.ts';
 
 const cleanups: Array<() => Promise<unknown>> = [];
 afterEach(async () => {
@@ -69,7 +70,7 @@ function follow(transcripts: SessionTranscripts, sessionId: string) {
   let n = 0;
   const say = (text: string): string => {
     const turnId = `${sessionId}-t${n++}`;
-    bus.emit('turn.started', { turnId, kind: 'speak', text });
+    bus.emit('turn.started', { turnId, kind: 'speak', text, playout: new TurnPlayout() });
     bus.emit('turn.finished', { turnId, kind: 'speak', outcome: 'completed' });
     return turnId;
   };

@@ -5,6 +5,7 @@ import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstrea
 import { toneTtsRegistry } from './fakes/tone-tts.ts';
 import { SessionBus } from '../src/sessions/session-bus.ts';
 import { TranscriptRecorder, type TranscriptTurn } from '../src/sessions/transcript.ts';
+import { TurnPlayout } from '../actors/media/turn-playout.ts';
 
 /** Every segment plays this long: an interrupt shortly after the first audio leaves the first sentence heard, only. */
 const SEGMENT_MS = 3_000;
@@ -171,7 +172,7 @@ describe('TranscriptRecorder on a session bus', () => {
 
   it("records a turn's tool calls from the chat loop's tool_call events and their results", () => {
     const { bus, finished } = recorder();
-    bus.emit('turn.started', { turnId: 't1', kind: 'chat', text: 'Weather?' });
+    bus.emit('turn.started', { turnId: 't1', kind: 'chat', text: 'Weather?', playout: new TurnPlayout() });
     bus.publish('tool_call', { turn_id: 't1', call_id: 'c1', name: 'get_weather', arguments: { city: 'Oslo' } });
     bus.publish('tool_call', { turn_id: 't1', call_id: 'c2', name: 'get_time', arguments: {} });
     bus.emit('tool.result', { turnId: 't1', callId: 'c1', name: 'get_weather', ok: true });
@@ -192,7 +193,7 @@ describe('TranscriptRecorder on a session bus', () => {
 
   it('a voice turn takes its user text from the final transcript; a turn cut by termination is interrupted', () => {
     const { bus, finished } = recorder();
-    bus.emit('turn.started', { turnId: 'v1', kind: 'voice' });
+    bus.emit('turn.started', { turnId: 'v1', kind: 'voice', playout: new TurnPlayout() });
     bus.publish('transcript', { text: 'hel', is_final: false });
     bus.publish('transcript', { text: 'hello avatar', is_final: true });
     bus.publish('llm', { delta: 'Hi!' });

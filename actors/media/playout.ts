@@ -5,6 +5,7 @@
  * come from `FrameTimeline` (`./timeline.ts`), the same code offline rendering uses.
  */
 import { EventEmitter } from 'node:events';
+import type { PlayoutTurn, TurnPlayout, TurnSegment } from './turn-playout.ts';
 import { CLOSED_MOUTH, type FrameRequest, type I420Frame } from '../render/types.ts';
 import { releaseFrame, retainFrame } from '../render/frame-buffers.ts';
 import { FrameTimeline, type AudioWindow, type MouthSource, type TimedFrameRequest } from './timeline.ts';
@@ -58,12 +59,6 @@ export const CAPTION_ONSET_LEVEL = 1_000;
 export function speechOnset(pcm: Int16Array): number {
   return pcm.findIndex((sample) => sample >= CAPTION_ONSET_LEVEL || sample <= -CAPTION_ONSET_LEVEL);
 }
-/**
- * Playback records of finished turns kept for `playbackOf` (what the listener heard, for the chat history
- * after an interrupt). A turn is asked about right after it ends; a few cover any overlap.
- */
-export const PLAYBACK_TURNS_KEPT = 8;
-
 export interface FrameRenderer {
   readonly width: number;
   readonly height: number;
@@ -105,7 +100,7 @@ export interface PlayoutOptions {
 }
 
 interface QueuedAudio {
-  turnId: string;
+  turn: PlayoutTurn;
   pcm: Int16Array;
   /** Next sample of `pcm` to play. */
   offset: number;
@@ -151,19 +146,10 @@ export interface CaptionCue {
 /** A cue waiting for its moment (`captionDelayMs` after its audio left). */
 interface PendingCue {
   dueSample: number;
-  turn: TurnState;
+  turn: PlayoutTurn;
   segment: TurnSegment;
   /** Where the segment starts to be heard, samples from the turn's first. */
   onset: number;
-}
-
-/** A tagged stretch of a turn's audio, samples from the turn's first; `onset`: its first `CAPTION_ONSET_LEVEL` sample. */
-interface TurnSegment {
-  segment: number;
-  start: number;
-  end: number;
-  caption?: string;
-  onset?: number;
 }
 
 export interface TurnPlayback {
@@ -173,22 +159,6 @@ export interface TurnPlayback {
   playedMs: number;
   /** Tagged stretches of the turn's audio (e.g. one per synthesised sentence), in enqueue order. */
   segments: PlayedSegment[];
-}
-
-interface TurnState {
-  turnId: string;
-  /** Clock sample of the turn's first played sample. */
-  startSample: number | null;
-  /** Samples enqueued but not yet played. */
-  pendingSamples: number;
-  enqueuedSamples: number;
-  playedSamples: number;
-  segments: TurnSegment[];
-  /** Segments whose speech onset has played (their captions are scheduled). */
-  segmentsStarted: number;
-  ended: boolean;
-  settled: boolean;
-  drained: Array<() => void>;
 }
 
 export interface PlayoutEvents {
@@ -242,7 +212,11 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   private readonly videoDelaySamples: number;
   private readonly captionDelaySamples: number;
   private readonly queue: QueuedAudio[] = [];
-  private readonly turns = new Map<string, TurnState>();
+  /**
+   * The turns the clock was handed that have not settled (audio queued, or more may come): a flush ends them all.
+   * Each turn's record is on the turn itself (`TurnPlayout`); a settled turn leaves this set and the clock forgets it.
+   */
+  private readonly unsettled = new Set<PlayoutTurn>();
   private renderer: FrameRenderer | null;
   private renderAheadFrames = RENDER_AHEAD_FRAMES;
   private renderAheadBurst = 1;
@@ -319,11 +293,11 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
    * the turn's audio, in ms. Audio for a turn that ended or was flushed is dropped. `caption`, given with a
    * segment's first audio, is the text the segment speaks: the clock emits it (`caption`) as it starts to be heard.
    */
-  enqueue(turnId: string, pcm: Int16Array, mouth: MouthSource, segment?: number, caption?: string): number {
-    const turn = this.turnOf(turnId);
+  enqueue(playoutTurn: PlayoutTurn, pcm: Int16Array, mouth: MouthSource, segment?: number, caption?: string): number {
+    const turn = this.track(playoutTurn);
     const startMs = (turn.enqueuedSamples * 1000) / this.sampleRate;
     if (this.closed || pcm.length === 0 || turn.ended) return startMs;
-    const span = this.timeline.append(pcm.length, mouth, turnId, this.playedSamples, pcm);
+    const span = this.timeline.append(pcm.length, mouth, playoutTurn, this.playedSamples, pcm);
     // Speech starts: a thinking cue waiting for it is released where it begins (not shown at all if not yet started).
     if (this.timeline.attention.stopThinking((span.start * 1000) / this.sampleRate))
       this.invalidateRenderedFrom(Math.min(span.start, this.playedSamples));
@@ -332,7 +306,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     turn.pendingSamples += pcm.length;
     this.queuedSamples += pcm.length;
     const startsOnSilence = this.queue.length === 0;
-    this.queue.push({ turnId, pcm, offset: 0 });
+    this.queue.push({ turn: playoutTurn, pcm, offset: 0 });
     // Frames rendered ahead before this audio arrived showed silence from its start on (or, for a renderer that
     // reads audio after its frames and for a mouth that looks ahead, from that much earlier); earlier ones stand.
     this.invalidateRenderedFrom(span.start - this.timeline.readsAheadSamples);
@@ -385,30 +359,27 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   }
 
   /** Marks that no more audio will come for the turn; `whenDrained` resolves once it has all played. */
-  endTurn(turnId: string): void {
-    const turn = this.turnOf(turnId);
+  endTurn(playoutTurn: PlayoutTurn): void {
+    const turn = this.track(playoutTurn);
     turn.ended = true;
-    this.settleTurn(turn);
+    this.settleTurn(playoutTurn);
   }
 
-  whenDrained(turnId: string): Promise<void> {
-    const turn = this.turnOf(turnId);
+  whenDrained(playoutTurn: PlayoutTurn): Promise<void> {
+    const turn = this.track(playoutTurn);
     return new Promise((resolve) => {
       turn.drained.push(resolve);
-      this.settleTurn(turn);
+      this.settleTurn(playoutTurn);
     });
   }
 
-  /** How much of a turn's audio has played (0 for a turn the clock does not know). */
-  playedMsOf(turnId: string): number {
-    const turn = this.turns.get(turnId);
-    return turn ? (turn.playedSamples * 1000) / this.sampleRate : 0;
+  /** How much of a turn's audio has played (0 for a turn the clock was never handed). */
+  playedMsOf(turn: PlayoutTurn): number {
+    return (turn.playout.playedSamples * 1000) / this.sampleRate;
   }
 
-  /** What of a turn was enqueued and played, with its tagged segments; null for unknown or long-gone turns. */
-  playbackOf(turnId: string): TurnPlayback | null {
-    const turn = this.turns.get(turnId);
-    if (!turn) return null;
+  /** What of a turn was enqueued and played, with its tagged segments. */
+  playbackOf({ playout: turn }: PlayoutTurn): TurnPlayback {
     const ms = (samples: number) => (samples * 1000) / this.sampleRate;
     return {
       enqueuedMs: ms(turn.enqueuedSamples),
@@ -445,7 +416,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     this.emit('framesVoid', null);
     for (const entry of this.outgoing) {
       if (!entry.request.speaking) continue;
-      entry.request = { ...entry.request, mouth: CLOSED_MOUTH, level: 0, speaking: false, turnId: null };
+      entry.request = { ...entry.request, mouth: CLOSED_MOUTH, level: 0, speaking: false, turn: null };
       // The replaced frame will not reach the wire: its wire reference goes (its 'video' one is the send chain's).
       void entry.frame.then(releaseFrame);
       entry.frame = this.renderRequest(entry.request);
@@ -494,35 +465,21 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     this.queue.length = 0;
     this.queuedSamples = 0;
     this.timeline.clear();
-    for (const turn of this.turns.values()) {
-      turn.pendingSamples = 0;
-      turn.ended = true;
+    for (const turn of [...this.unsettled]) {
+      turn.playout.pendingSamples = 0;
+      turn.playout.ended = true;
       this.settleTurn(turn);
     }
     this.releaseRoom();
   }
 
-  private turnOf(turnId: string): TurnState {
-    let turn = this.turns.get(turnId);
-    if (!turn) {
-      turn = {
-        turnId,
-        startSample: null,
-        pendingSamples: 0,
-        enqueuedSamples: 0,
-        playedSamples: 0,
-        segments: [],
-        segmentsStarted: 0,
-        ended: false,
-        settled: false,
-        drained: [],
-      };
-      this.turns.set(turnId, turn);
-    }
-    return turn;
+  /** The turn's record, the turn kept among the unsettled ones (a flush ends it) until it settles. */
+  private track(turn: PlayoutTurn): TurnPlayout {
+    if (!turn.playout.settled) this.unsettled.add(turn);
+    return turn.playout;
   }
 
-  private tagSegment(turn: TurnState, segment: number, pcm: Int16Array, caption?: string): void {
+  private tagSegment(turn: TurnPlayout, segment: number, pcm: Int16Array, caption?: string): void {
     let last = turn.segments.at(-1);
     if (!last || last.segment !== segment) {
       last = { segment, start: turn.enqueuedSamples, end: turn.enqueuedSamples, caption };
@@ -539,14 +496,15 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
    * Where a segment starts to be heard: its onset; for one that never grows loud, its first sample once it is
    * known to end there (a later segment, or the turn's end); null while that is still open.
    */
-  private onsetOf(turn: TurnState, index: number): number | null {
+  private onsetOf(turn: TurnPlayout, index: number): number | null {
     const segment = turn.segments[index];
     if (segment.onset !== undefined) return segment.onset;
     return index + 1 < turn.segments.length || turn.ended ? segment.start : null;
   }
 
   /** Schedules the captions of the turn's segments whose speech onset is in the chunk just played. */
-  private scheduleCaptions(turn: TurnState): void {
+  private scheduleCaptions(playoutTurn: PlayoutTurn): void {
+    const turn = playoutTurn.playout;
     while (turn.segmentsStarted < turn.segments.length) {
       const onset = this.onsetOf(turn, turn.segmentsStarted);
       if (onset === null || onset >= turn.playedSamples) break;
@@ -554,7 +512,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
       if (!segment.caption?.trim() || turn.startSample === null) continue;
       // A turn's audio plays without gaps, so its segment's onset left at the turn's start plus its offset.
       const dueSample = turn.startSample + onset + this.captionDelaySamples;
-      this.pendingCues.push({ dueSample, turn, segment, onset });
+      this.pendingCues.push({ dueSample, turn: playoutTurn, segment, onset });
     }
   }
 
@@ -567,13 +525,14 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
       this.pendingCues.length > 0 &&
       (all || this.pendingCues[0].dueSample < this.playedSamples + this.chunkSamples)
     ) {
-      const { turn, segment, onset } = this.pendingCues.shift()!;
+      const { turn: cueTurn, segment, onset } = this.pendingCues.shift()!;
+      const turn = cueTurn.playout;
       const ms = (samples: number) => Math.round((samples * 1000) / this.sampleRate);
       // A turn with nothing left to play (drained or flushed) was heard up to its played samples, no further.
       const end = turn.ended && turn.pendingSamples === 0 ? Math.min(segment.end, turn.playedSamples) : segment.end;
       const clockMs = ms((turn.startSample ?? 0) + onset);
       this.emit('caption', {
-        turnId: turn.turnId,
+        turnId: cueTurn.id,
         text: segment.caption!.trim(),
         startMs: ms(onset),
         endMs: ms(end),
@@ -582,20 +541,13 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     }
   }
 
-  private settleTurn(turn: TurnState): void {
+  private settleTurn(playoutTurn: PlayoutTurn): void {
+    const turn = playoutTurn.playout;
     if (!turn.ended || turn.pendingSamples > 0) return;
     for (const resolve of turn.drained.splice(0)) resolve();
-    if (turn.settled) return;
     turn.settled = true;
-    // Keep the playback of the last few settled turns; older ones go (Map order is insertion order).
-    let settled = 0;
-    for (const t of this.turns.values()) if (t.settled) settled++;
-    for (const [id, t] of this.turns) {
-      if (settled <= PLAYBACK_TURNS_KEPT) break;
-      if (!t.settled) continue;
-      this.turns.delete(id);
-      settled--;
-    }
+    // Its playback stays on the turn, for whoever still holds it; the clock is done with it.
+    this.unsettled.delete(playoutTurn);
   }
 
   private releaseRoom(): void {
@@ -664,7 +616,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
         version: 0,
         released: false,
       });
-      const frameTurn = request.turnId;
+      const frameTurn = request.turn;
       this.sendChain = this.sendChain
         .then(() => frame)
         .then((rendered) => {
@@ -686,7 +638,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   }
 
   /** A frame at its presentation time: late-frame accounting, the 'video' tap and the turn's SSE `frame`. */
-  private sendFrame(rendered: I420Frame, idx: number, ptsMs: number, frameTurn: string | null): void {
+  private sendFrame(rendered: I420Frame, idx: number, ptsMs: number, frameTurn: PlayoutTurn | null): void {
     if (this.closed) return;
     const lateMs = this.mediaMs - ptsMs;
     if (lateMs > 1000 / this.fps) {
@@ -699,14 +651,13 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   }
 
   /** The turn's SSE `frame` for a frame that plays now. */
-  private emitTurnFrame(idx: number, ptsMs: number, frameTurn: string | null): void {
+  private emitTurnFrame(idx: number, ptsMs: number, frameTurn: PlayoutTurn | null): void {
     if (this.closed) return;
     // Only while the turn plays: once its audio is out the turn is over for clients (status idle follows).
-    const turn = frameTurn ? this.turns.get(frameTurn) : undefined;
-    const start = turn && !turn.settled ? turn.startSample : null;
-    if (frameTurn && start !== null && start !== undefined) {
+    const start = frameTurn && !frameTurn.playout.settled ? frameTurn.playout.startSample : null;
+    if (frameTurn && start !== null) {
       this.emit('frame', {
-        turnId: frameTurn,
+        turnId: frameTurn.id,
         frameIdx: idx,
         ptsMs: Math.max(0, Math.round(ptsMs - (start * 1000) / this.sampleRate)),
       });
@@ -744,13 +695,13 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     const out = this.audioChunk;
     out.fill(0);
     let filled = 0;
-    const startedTurns = new Set<TurnState>();
+    const startedTurns = new Set<PlayoutTurn>();
     while (filled < out.length && this.queue.length > 0) {
       const seg = this.queue[0];
-      const turn = this.turnOf(seg.turnId);
+      const turn = seg.turn.playout;
       if (turn.startSample === null) {
         turn.startSample = this.playedSamples + filled;
-        this.emit('turnStarted', seg.turnId);
+        this.emit('turnStarted', seg.turn.id);
       }
       const take = Math.min(out.length - filled, seg.pcm.length - seg.offset);
       out.set(seg.pcm.subarray(seg.offset, seg.offset + take), filled);
@@ -759,10 +710,10 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
       turn.pendingSamples -= take;
       turn.playedSamples += take;
       this.queuedSamples -= take;
-      startedTurns.add(turn);
+      startedTurns.add(seg.turn);
       if (seg.offset >= seg.pcm.length) {
         this.queue.shift();
-        this.settleTurn(turn);
+        this.settleTurn(seg.turn);
       }
     }
     const mediaMs = this.mediaMs;
@@ -782,7 +733,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     const renderer = this.renderer;
     if (!renderer) return Promise.resolve(null);
     const generation = this.rendererGeneration;
-    const { turnId: _turnId, ...frameRequest } = request;
+    const { turn: _turn, ...frameRequest } = request;
     const failed = (error: unknown) => {
       this.rendererFailed(generation, error);
       return null;

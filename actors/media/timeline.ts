@@ -12,6 +12,7 @@ import { CLOSED_MOUTH, type FrameAudio, type FrameRequest, type MouthPose, type 
 import { SILENT_PROSODY, stepProsody } from '../render/prosody.ts';
 import { ExpressionTrack, isNeutral } from '../expression.ts';
 import { AttentionTrack, isInattentive, LISTEN_BROW_RAISE } from '../attention.ts';
+import type { PlayoutTurn } from './turn-playout.ts';
 
 export interface MouthSource {
   durationMs: number;
@@ -23,7 +24,8 @@ export interface MouthSource {
 export interface TimelineSpan {
   start: number;
   end: number;
-  turnId: string | null;
+  /** The turn whose speech this is (null: not a turn's, e.g. an offline job's). */
+  turn: PlayoutTurn | null;
   mouth: MouthSource | null;
   /** The audio itself, kept only while a renderer asks for audio around its frames (`setAudioWindow`). */
   pcm?: Int16Array;
@@ -36,7 +38,7 @@ export interface AudioWindow {
 }
 
 /** A frame request plus the turn whose speech it shows (null while idle). */
-export type TimedFrameRequest = FrameRequest & { turnId: string | null };
+export type TimedFrameRequest = FrameRequest & { turn: PlayoutTurn | null };
 
 /**
  * Frames further than this past the last committed one take their prosody from a fresh start a little
@@ -115,12 +117,12 @@ export class FrameTimeline {
   append(
     samples: number,
     mouth: MouthSource | null,
-    turnId: string | null,
+    turn: PlayoutTurn | null,
     notBefore = 0,
     pcm?: Int16Array,
   ): TimelineSpan {
     const start = Math.max(this.endSample, notBefore);
-    const span: TimelineSpan = { start, end: start + samples, turnId, mouth };
+    const span: TimelineSpan = { start, end: start + samples, turn, mouth };
     if (pcm && pcm.length === samples) span.pcm = pcm;
     if (samples > 0) this.spans.push(span);
     return span;
@@ -189,13 +191,18 @@ export class FrameTimeline {
    * The sound under the frame (level, speaking, turn) at its presentation time; its mouth `MOUTH_LOOKAHEAD_MS` later,
    * so it opens before a syllable it shapes and closes before the sound ends.
    */
-  private underFrame(frameIdx: number): { mouth: MouthPose; level: number; speaking: boolean; turnId: string | null } {
+  private underFrame(frameIdx: number): {
+    mouth: MouthPose;
+    level: number;
+    speaking: boolean;
+    turn: PlayoutTurn | null;
+  } {
     const pts = this.frameStart(frameIdx);
     const mouth = this.mouthAt(pts + this.mouthLookahead);
     const span = this.spanAt(pts);
-    if (!span?.mouth) return { mouth, level: 0, speaking: false, turnId: span?.turnId ?? null };
+    if (!span?.mouth) return { mouth, level: 0, speaking: false, turn: span?.turn ?? null };
     const ms = ((pts - span.start) * 1000) / this.sampleRate;
-    return { mouth, level: span.mouth.levelAt(ms), speaking: true, turnId: span.turnId };
+    return { mouth, level: span.mouth.levelAt(ms), speaking: true, turn: span.turn };
   }
 
   private mouthAt(sample: number): MouthPose {

@@ -45,7 +45,7 @@ export function createLlmActor(ctx: StageContext) {
       if (committed || failed || !reply) return;
       committed = true;
       if (completed) ctx.history.commit(prompt, reply, { interrupted: false });
-      else ctx.history.commit(prompt, heardReply(queued, ctx.media.playedMsOf(turn.id)), { interrupted: true });
+      else ctx.history.commit(prompt, heardReply(queued, ctx.media.playedMsOf(turn)), { interrupted: true });
     };
     receive((event) => {
       if (event.type === 'TTS.QUEUED')

@@ -1,4 +1,5 @@
 import type { PlayoutClock } from '../media/playout.ts';
+import type { PlayoutTurn } from '../media/turn-playout.ts';
 import type { QueuedSegment } from '../llm/heard.ts';
 import type { ExpressionName } from '../expression.ts';
 
@@ -32,11 +33,19 @@ export interface StageBus {
   segmentQueued(turnId: string, segment: QueuedSegment): void;
 }
 
+/**
+ * One turn as the stage actors and the media clock hold it (as livekit/agents-js's `SpeechHandle`): its id and the
+ * media clock's record of its audio (`TurnPlayout`), made with the turn. It rides on the machine's `TurnInfo` and
+ * `TranscribeRequest` to the stage actors, and the session's `Turn` record (`src/sessions/turn.ts`) holds the same
+ * one, so what the clock knows of a turn is asked of the turn, never looked up by its id.
+ */
+export type TurnHandle = PlayoutTurn;
+
 /** The session's media as a stage sees it: the media clock it feeds, what of a turn was heard, flush and failures. */
 export interface StageMedia
   extends Pick<PlayoutClock, 'enqueue' | 'waitForRoom' | 'endTurn' | 'whenDrained' | 'express' | 'answerAwaitedMs'> {
   /** Ms of a turn's audio that left for WebRTC (what the listener heard of it). */
-  playedMsOf(turnId: string): number;
+  playedMsOf(turn: TurnHandle): number;
   /** Barge-in: everything queued or scheduled goes. */
   flush(): void;
   /** Calls `listener` with each renderer failure, recoverable or fatal (`errors.ts`); returns the unsubscribe. */

@@ -40,8 +40,8 @@ export function createTtsActor(ctx: StageContext) {
       } else {
         await synthesizeTurn(ctx, input, segments, sendBack, signal);
       }
-      ctx.media.endTurn(turn.id);
-      await untilAborted(ctx.media.whenDrained(turn.id), signal);
+      ctx.media.endTurn(turn);
+      await untilAborted(ctx.media.whenDrained(turn), signal);
       return { type: 'TTS.DONE' };
     });
     return () => {
@@ -106,7 +106,7 @@ async function synthesizeTurn(
       captioned = lastIndex;
       // The segment's tags start with its first audio: queued right behind the speech already queued.
       for (const tag of expressions.splice(0)) showReplyExpression(ctx, tag);
-      ctx.media.enqueue(turn.id, chunk.pcm, buildMouthTimeline(chunk), sentenceIndex + lastIndex, caption);
+      ctx.media.enqueue(turn, chunk.pcm, buildMouthTimeline(chunk), sentenceIndex + lastIndex, caption);
       segmentSamples += chunk.pcm.length;
     }
     // A segment that gave no audio still shows its tags, after the speech before it.
@@ -145,7 +145,7 @@ async function playDirectAudio(
       sendBack({ type: 'TTS.FIRST_AUDIO' });
     }
     await ctx.media.waitForRoom(signal);
-    ctx.media.enqueue(turn.id, pcm, buildMouthTimeline({ pcm, sampleRate: ctx.sampleRate }));
+    ctx.media.enqueue(turn, pcm, buildMouthTimeline({ pcm, sampleRate: ctx.sampleRate }));
   }
 }
 

@@ -75,7 +75,7 @@ export async function renderOfflineMp4(options: OfflineRenderOptions): Promise<n
   const renderBatch = (from: number) => {
     const requests: FrameRequest[] = [];
     for (let idx = from; idx < Math.min(frameCount, from + batch); idx++) {
-      const { turnId: _turnId, ...request } = timeline.requestFor(idx);
+      const { turn: _turn, ...request } = timeline.requestFor(idx);
       timeline.commit(request);
       requests.push(request);
     }

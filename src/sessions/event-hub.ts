@@ -38,43 +38,30 @@ export class SessionEventHub {
   private closed = false;
   private readonly unsubscribe: () => void;
 
-  /** The machine's current turn: its events carry `turn_id`. */
-  private turnId: string | null = null;
-  /** The turn that just ended: the status/error events that close it carry its id until the pipeline is idle again. */
-  private endedTurnId: string | null = null;
-
-  constructor(bus?: SessionBus) {
-    const offs = [
-      bus?.on('turn.started', ({ turnId }) => {
-        this.turnId = turnId;
-        this.endedTurnId = null;
-      }),
-      bus?.on('turn.finished', ({ turnId }) => {
-        if (this.turnId === turnId) this.turnId = null;
-        this.endedTurnId = turnId;
-      }),
-      bus?.on('spec', (record) => this.publish(record.type, this.withTurn(record) as never)),
-    ];
-    this.unsubscribe = () => offs.forEach((off) => off?.());
+  constructor(private readonly bus?: SessionBus) {
+    const off = bus?.on('spec', (record) => this.publish(record.type, this.withTurn(record) as never));
+    this.unsubscribe = () => off?.();
   }
 
   /**
    * Adds `turn_id` (an extra field; spec 6.1 names the others) to the events of a turn, so a client can match SSE
    * to the turn id its request answered with (`X-Turn-Id`), the logs (`turnId`) and `GET /sessions/{id}/metrics`.
+   * The turn is the bus's latest (`Turn`): while it runs, its events; once it ended, the status/error events that
+   * close it, until the pipeline is idle again (`Turn.closedForClients`).
    */
   private withTurn(record: SessionEventRecord): object {
     if (!TURN_EVENTS.has(record.type)) return record.data;
     if (record.type === 'error' && record.data.output_id) return record.data;
+    const turn = this.bus?.latestTurn;
     if (record.type === 'status' && record.data.turn_id) {
-      if (record.data.stage === 'idle') this.endedTurnId = null;
+      if (record.data.stage === 'idle' && turn?.finished) turn.closedForClients = true;
       return record.data;
     }
-    if (this.turnId) return { ...record.data, turn_id: this.turnId };
+    if (turn && !turn.finished) return { ...record.data, turn_id: turn.id };
     const closing = record.type === 'error' || (record.type === 'status' && CLOSING_STAGES.has(record.data.stage));
-    if (!closing || !this.endedTurnId) return record.data;
-    const turnId = this.endedTurnId;
-    if (record.type === 'status' && record.data.stage === 'idle') this.endedTurnId = null;
-    return { ...record.data, turn_id: turnId };
+    if (!closing || !turn || turn.closedForClients) return record.data;
+    if (record.type === 'status' && record.data.stage === 'idle') turn.closedForClients = true;
+    return { ...record.data, turn_id: turn.id };
   }
 
   publish<K extends SessionEventType>(type: K, data: SessionEventMap[K]): void {

@@ -11,7 +11,7 @@ import type { ExpressionCue } from '../../actors/expression.ts';
 import { WebRtcOutput, type IceServer } from '../../actors/media/webrtc.ts';
 import { WhepViewers } from '../../actors/media/whep.ts';
 import { RecoverableStageError, UnrecoverableStageError } from '../../actors/stage/errors.ts';
-import type { StageMedia } from '../../actors/stage/ports.ts';
+import type { StageMedia, TurnHandle } from '../../actors/stage/ports.ts';
 import { errorForLog } from '../logger.ts';
 import type { SessionBus } from './session-bus.ts';
 import type { ClientRendering } from './client-render.ts';
@@ -176,8 +176,8 @@ export class SessionMedia implements StageMedia {
    * Queues a turn's audio. `segment` tags it (e.g. the index of the text segment it speaks); the return value is
    * where it starts in the turn's audio, ms. With `playedMsOf` this tells what of a turn the listener heard.
    */
-  enqueue(turnId: string, pcm: Int16Array, mouth: MouthSource, segment?: number, caption?: string): number {
-    return this.playout.enqueue(turnId, pcm, mouth, segment, caption);
+  enqueue(turn: TurnHandle, pcm: Int16Array, mouth: MouthSource, segment?: number, caption?: string): number {
+    return this.playout.enqueue(turn, pcm, mouth, segment, caption);
   }
 
   /** Resolves once the playout queue is below its high-water mark (back-pressure for whoever feeds it). */
@@ -186,8 +186,8 @@ export class SessionMedia implements StageMedia {
   }
 
   /** No more audio comes for this turn: its end plays out after what is queued. */
-  endTurn(turnId: string): void {
-    this.playout.endTurn(turnId);
+  endTurn(turn: TurnHandle): void {
+    this.playout.endTurn(turn);
   }
 
   /** How much the avatar moves besides blinks and the mouth, 0..1, from the next frame rendered on. */
@@ -220,8 +220,8 @@ export class SessionMedia implements StageMedia {
   }
 
   /** Resolves once everything queued for the turn has been played. */
-  whenDrained(turnId: string): Promise<void> {
-    return this.playout.whenDrained(turnId);
+  whenDrained(turn: TurnHandle): Promise<void> {
+    return this.playout.whenDrained(turn);
   }
 
   /** Ms of speech queued for playout and not yet played. */
@@ -233,8 +233,8 @@ export class SessionMedia implements StageMedia {
    * Ms of a turn's audio that left for WebRTC: after an interrupt, what the listener heard (plus the ~80 ms already
    * in the WebRTC path). Compare with the start ms `enqueue` returned for each text segment to trim a reply.
    */
-  playedMsOf(turnId: string): number {
-    return this.playout.playedMsOf(turnId);
+  playedMsOf(turn: TurnHandle): number {
+    return this.playout.playedMsOf(turn);
   }
 
   /** Answers a viewer's WebRTC offer: its peer replaces the previous one (`PeerGoneError` when superseded or closed). */

@@ -64,6 +64,8 @@ export class SessionBus implements StageBus {
   private closed = false;
   /** The turn between its `turn.started` and its `turn.finished`: the machine runs one turn at a time. */
   private running: Turn | null = null;
+  /** The turn opened last: the running one, else the one that ended last, until the next opens. */
+  private latest: Turn | null = null;
 
   constructor(private readonly onListenerError: (error: unknown, event: SessionBusEvent) => void = () => undefined) {}
 
@@ -77,8 +79,9 @@ export class SessionBus implements StageBus {
   emit<K extends SessionBusEvent>(event: K, data: SessionBusEvents[K]): void {
     if (this.closed) return;
     // A turn's record is there before anyone hears of its start, and until everyone heard of its end.
-    if (event === 'turn.started') this.running = new Turn(data as TurnStart);
+    if (event === 'turn.started') this.running = this.latest = new Turn(data as TurnStart);
     const ending = event === 'turn.finished' ? this.turn((data as SessionBusEvents['turn.finished']).turnId) : null;
+    if (ending) ending.finished = true;
     for (const listener of [...(this.listeners.get(event) ?? [])]) {
       try {
         (listener as Listener<K>)(data);
@@ -97,6 +100,11 @@ export class SessionBus implements StageBus {
   /** The running turn's record (what events without a turn id of their own belong to), null between turns. */
   get runningTurn(): Turn | null {
     return this.running;
+  }
+
+  /** The turn opened last, running or ended (`Turn.finished`); null before the first. */
+  get latestTurn(): Turn | null {
+    return this.latest;
   }
 
   /** A spec event for clients: same signature as the hub's, so stage actors do not care who writes SSE. */

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { createActor, type InspectionEvent } from 'xstate';
 import {
@@ -37,6 +36,7 @@ import type { ExpressionCue } from '../../actors/expression.ts';
 import { VoiceInput, type VoiceInputOptions, type VoiceSource } from './voice-input.ts';
 import type { SessionToolDefinition, SessionTools } from './tools.ts';
 import type { SessionTranscripts, TranscriptTurn } from './transcript.ts';
+import { newTurnHandle } from './turn.ts';
 
 /** What a session needs to listen hands-free (`voice-input.ts`); the rest comes from the session itself. */
 export type VoiceDeps = Omit<VoiceInputOptions, 'host' | 'playout' | 'bus' | 'logger'>;
@@ -277,9 +277,9 @@ export class Session {
    * turn now. Returns the turn's id (`X-Turn-Id`, `turn_id` on its SSE events).
    */
   speak(text: string, tts: TtsSelection): string {
-    const id = randomUUID();
-    this.admit({ type: 'SPEAK', turn: { id, mode: 'speak', text, tts } });
-    return id;
+    const turn = newTurnHandle();
+    this.admit({ type: 'SPEAK', turn: { ...turn, mode: 'speak', text, tts } });
+    return turn.id;
   }
 
   /**
@@ -289,8 +289,8 @@ export class Session {
    */
   async chat(prompt: string, tts: TtsSelection): Promise<string> {
     const accepted = deferred<void>();
-    const id = randomUUID();
-    this.admit({ type: 'CHAT', turn: { id, mode: 'chat', text: prompt, tts, accepted } });
+    const turn = newTurnHandle();
+    this.admit({ type: 'CHAT', turn: { ...turn, mode: 'chat', text: prompt, tts, accepted } });
     try {
       await accepted.promise;
     } catch (error) {
@@ -299,14 +299,14 @@ export class Session {
         throw new NotAdmitted('chat was interrupted before the language model answered');
       throw error;
     }
-    return id;
+    return turn.id;
   }
 
   /** Plays decoded client audio (`speak_audio`, `speak_rt_audio` with `smoothing`) as a turn; `NotAdmitted` (409) when busy. Returns the turn's id. */
   speakAudio(pcm: Int16Array, smoothing: boolean): string {
-    const id = randomUUID();
-    this.admit({ type: 'SPEAK_AUDIO', turn: { id, mode: 'audio', smoothing, audio: { kind: 'clip', pcm } } });
-    return id;
+    const turn = newTurnHandle();
+    this.admit({ type: 'SPEAK_AUDIO', turn: { ...turn, mode: 'audio', smoothing, audio: { kind: 'clip', pcm } } });
+    return turn.id;
   }
 
   /**
@@ -316,7 +316,7 @@ export class Session {
   speakAudioStream(turnId: string, chunks: AsyncQueue<Int16Array>): string | null {
     return this.offer({
       type: 'SPEAK_AUDIO',
-      turn: { id: turnId, mode: 'audio_stream', audio: { kind: 'stream', chunks } },
+      turn: { ...newTurnHandle(turnId), mode: 'audio_stream', audio: { kind: 'stream', chunks } },
     });
   }
 
@@ -331,10 +331,10 @@ export class Session {
     triggerChat: boolean,
   ): Promise<{ transcript: string; turnId: string }> {
     const result = deferred<string>();
-    const id = randomUUID();
-    this.admit({ type: 'TRANSCRIBE', request: { id, triggerChat, pcm, sampleRate, result } });
+    const turn = newTurnHandle();
+    this.admit({ type: 'TRANSCRIBE', request: { ...turn, triggerChat, pcm, sampleRate, result } });
     try {
-      return { transcript: await result.promise, turnId: id };
+      return { transcript: await result.promise, turnId: turn.id };
     } catch (error) {
       if ((error as Error).name === 'AbortError') throw new NotAdmitted('transcription was interrupted');
       throw error;

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import { heardReply } from '../../actors/llm/heard.ts';
+import type { TurnHandle } from '../../actors/stage/ports.ts';
 import { InvalidInput } from '../domain-errors.ts';
 import { errorForLog } from '../logger.ts';
 import type {
@@ -54,7 +55,7 @@ export const TRANSCRIPT_MAX_EXPRESSIONS = 64;
 
 /** The session's media as the recorder asks it: how much of a turn left for the listener. */
 export interface PlayedMedia {
-  playedMsOf(turnId: string): number;
+  playedMsOf(turn: TurnHandle): number;
 }
 
 /**
@@ -124,7 +125,7 @@ export class TranscriptRecorder {
         ? null
         : outcome === 'completed'
           ? assistant_text
-          : heardReply(turn.segments, this.media.playedMsOf(turn.id));
+          : heardReply(turn.segments, this.media.playedMsOf(turn));
     const entry: TranscriptTurn = { ...draft, heard_text, outcome, ended_at: new Date().toISOString() };
     this.onTurn(entry);
   }

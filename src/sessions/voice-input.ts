@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { SessionEvent, TranscribeRequest } from '../../machines/session.machine.ts';
 import type { AsrProvider } from '../../actors/asr/types.ts';
@@ -10,6 +9,7 @@ import { PAUSE_MAX_MS, PAUSE_MIN_MS } from '../../actors/attention.ts';
 import { ECHO_POST_ONSET_MS, Envelope, isEcho, needsEchoCheck } from '../../actors/vad/echo-guard.ts';
 import { errorForLog } from '../logger.ts';
 import type { SessionBus } from './session-bus.ts';
+import { newTurnHandle } from './turn.ts';
 
 /** Audio kept before the VAD's speech start, so a soft first consonant reaches the recogniser. */
 export const PRE_ROLL_MS = 200;
@@ -94,13 +94,6 @@ export class VoiceInput {
   avatarStartedAt: number | null = null;
   private asrErrorReported = false;
   private closed = false;
-  /** The latest voice turn's latency figures, until its first sample is sent. */
-  private latency: {
-    turnId: string;
-    endedAt: number;
-    transcriptMs: number | null;
-    firstTokenMs: number | null;
-  } | null = null;
   private readonly unsubscribe: Array<() => void> = [];
   private readonly onAudio = (samples: Int16Array) => this.sent.add(samples, performance.now());
   private readonly onTurnStarted = () => (this.avatarStartedAt = performance.now());
@@ -110,18 +103,21 @@ export class VoiceInput {
     options.playout.on('turnStarted', this.onTurnStarted);
     const { bus } = options;
     this.unsubscribe.push(
+      // A voice turn's figures are on its turn record (`Turn.voiceLatency`) until its first sample is sent.
       bus.on('voice.transcript', ({ turnId, ms }) => {
-        if (this.latency?.turnId === turnId) this.latency.transcriptMs = Math.round(ms);
+        const latency = bus.turn(turnId)?.voiceLatency;
+        if (latency) latency.transcriptMs = Math.round(ms);
       }),
       bus.on('spec', (record) => {
-        const latency = this.latency;
+        const latency = bus.runningTurn?.voiceLatency;
         if (record.type !== 'llm' || !latency || latency.transcriptMs === null || latency.firstTokenMs !== null) return;
         latency.firstTokenMs = Math.round(performance.now() - latency.endedAt);
       }),
       bus.on('media.firstSample', ({ turnId }) => {
-        const latency = this.latency;
-        if (latency?.turnId !== turnId) return;
-        this.latency = null;
+        const turn = bus.turn(turnId);
+        const latency = turn?.voiceLatency;
+        if (!turn || !latency) return;
+        turn.voiceLatency = null;
         const figures = {
           turnId,
           transcriptMs: latency.transcriptMs,
@@ -134,9 +130,10 @@ export class VoiceInput {
     );
   }
 
-  /** @internal a voice turn went to recognition at `endedAt` (its end of turn). */
+  /** @internal a voice turn, now running, went to recognition at `endedAt` (its end of turn). */
   trackLatency(turnId: string, endedAt: number): void {
-    this.latency = { turnId, endedAt, transcriptMs: null, firstTokenMs: null };
+    const turn = this.options.bus.turn(turnId);
+    if (turn) turn.voiceLatency = { endedAt, transcriptMs: null, firstTokenMs: null };
   }
 
   get asrConfigured(): boolean {
@@ -389,7 +386,7 @@ export class VoiceSource {
     const pcm = this.slice(turn.startSample - PRE_ROLL_MS * perMs, sample + POST_ROLL_MS * perMs);
     const endedAt = performance.now();
     const request: TranscribeRequest = {
-      id: randomUUID(),
+      ...newTurnHandle(),
       triggerChat: true,
       pcm,
       sampleRate: SILERO_SAMPLE_RATE,

@@ -14,6 +14,7 @@ import {
   type TurnInfo,
 } from '../../machines/session.machine.ts';
 import type { TtsSelection } from '../../actors/tts/types.ts';
+import { TurnPlayout } from '../../actors/media/turn-playout.ts';
 
 /**
  * Shared material for the session machine tests: fast-check arbitraries for `SessionEvent`, a fixed
@@ -47,9 +48,18 @@ export const CLIP_AUDIO = { kind: 'clip', pcm: new Int16Array(160) } as const;
 export const STREAM_AUDIO = { kind: 'stream', chunks: [] as unknown as AsyncIterable<Int16Array> } as const;
 const CHAT_ACCEPTED = recordingSettle<void>();
 const TRANSCRIBE_RESULT = recordingSettle<string>();
+/** The media clock's record of a turn's audio: opaque to the machine, so one instance stands for every turn's. */
+export const TURN_PLAYOUT = new TurnPlayout();
 
 export function transcribeRequest(id: string, triggerChat: boolean): TranscribeRequest {
-  return { id, triggerChat, pcm: new Int16Array(320), sampleRate: 16_000, result: TRANSCRIBE_RESULT };
+  return {
+    id,
+    playout: TURN_PLAYOUT,
+    triggerChat,
+    pcm: new Int16Array(320),
+    sampleRate: 16_000,
+    result: TRANSCRIBE_RESULT,
+  };
 }
 
 /** An utterance the voice input cut from the microphone (hands-free), as `VOICE.END` carries it. */
@@ -71,13 +81,13 @@ const selectionArbitrary: fc.Arbitrary<TtsSelection> = fc.record({
 
 /** Turns as routes build them: speak/chat with a resolved voice (a chat sometimes with a waiting request), audio with its payload. */
 export function turnArbitrary(mode: TurnInfo['mode']): fc.Arbitrary<TurnInfo> {
-  const common = { id: idArbitrary, mode: fc.constant(mode) };
+  const common = { id: idArbitrary, playout: fc.constant(TURN_PLAYOUT), mode: fc.constant(mode) };
   if (mode === 'speak') return fc.record({ ...common, text: textArbitrary, tts: selectionArbitrary });
   if (mode === 'chat') {
     return fc.record(
       { ...common, text: textArbitrary, tts: selectionArbitrary, accepted: fc.constant<Settle<void>>(CHAT_ACCEPTED) },
       {
-        requiredKeys: ['id', 'mode', 'text', 'tts'],
+        requiredKeys: ['id', 'playout', 'mode', 'text', 'tts'],
       },
     );
   }
@@ -172,13 +182,31 @@ export function sessionEventsArbitrary(maxLength = 40): fc.Arbitrary<SessionEven
 
 export const SPEAK_TURN: TurnInfo = {
   id: 'turn-speak',
+  playout: TURN_PLAYOUT,
   mode: 'speak',
   text: 'Hello there.',
   tts: { provider: 'compat_http', voice: null, model: null },
 };
-export const CHAT_TURN: TurnInfo = { id: 'turn-chat', mode: 'chat', text: 'Tell me a joke.', accepted: CHAT_ACCEPTED };
-export const AUDIO_TURN: TurnInfo = { id: 'turn-audio', mode: 'audio', smoothing: true, audio: CLIP_AUDIO };
-export const STREAM_TURN: TurnInfo = { id: 'turn-stream', mode: 'audio_stream', audio: STREAM_AUDIO };
+export const CHAT_TURN: TurnInfo = {
+  id: 'turn-chat',
+  playout: TURN_PLAYOUT,
+  mode: 'chat',
+  text: 'Tell me a joke.',
+  accepted: CHAT_ACCEPTED,
+};
+export const AUDIO_TURN: TurnInfo = {
+  id: 'turn-audio',
+  playout: TURN_PLAYOUT,
+  mode: 'audio',
+  smoothing: true,
+  audio: CLIP_AUDIO,
+};
+export const STREAM_TURN: TurnInfo = {
+  id: 'turn-stream',
+  playout: TURN_PLAYOUT,
+  mode: 'audio_stream',
+  audio: STREAM_AUDIO,
+};
 
 export const REPRESENTATIVE_EVENTS: readonly SessionEvent[] = [
   { type: 'START' },
