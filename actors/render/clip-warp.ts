@@ -56,6 +56,11 @@ const UNMOVED_ABOVE = MAX_LIFT_REACH + 0.05;
 const SPLIT_ABOVE_LOWER_LIP = 0;
 /** How far (px) the gap's shading reaches over the lower lip's inner edge. */
 const LOWER_EDGE_SHADOW_PX = 2;
+/**
+ * The map's fixed-point iterations (the jaw's drop, the lip's lift: each depends on where the point comes from) stop
+ * once a step moves the source by less than this (px): under the lips and in the opening the first step settles.
+ */
+const FIXED_POINT_PX = 0.01;
 /** Where the gap is opened by less than this (px, towards the corners) its paint fades out with it. */
 const CORNER_FADE_PX = 3;
 /** Visible height of painted upper teeth at the widest opening, mouth widths. */
@@ -348,7 +353,10 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
   if (v >= mid) {
     for (let k = 0; k < 3; k++) {
       const below = (vs - mid) / mw;
-      vs = v - (drop + (jawWindow - drop) * smoothstep(0.05, 0.6, below)) * (1 - smoothstep(1.0, 1.6, below));
+      const next = v - (drop + (jawWindow - drop) * smoothstep(0.05, 0.6, below)) * (1 - smoothstep(1.0, 1.6, below));
+      const settled = Math.abs(next - vs) < FIXED_POINT_PX;
+      vs = next;
+      if (settled) break;
     }
   }
   const gapTop = mid - lift;
@@ -356,7 +364,12 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
   if (vs < mid) {
     // Above the midline: the upper lip (and upper teeth) lift, fading out towards the nose.
     let up = v + lift;
-    for (let k = 0; k < 2; k++) up = v + lift * (1 - smoothstep(0, LIFT_FADE * lipHeight, upper - up));
+    for (let k = 0; k < 2; k++) {
+      const next = v + lift * (1 - smoothstep(0, LIFT_FADE * lipHeight, upper - up));
+      const settled = Math.abs(next - up) < FIXED_POINT_PX;
+      up = next;
+      if (settled) break;
+    }
     vs = up < mid ? up : v < mid ? mid - 0.5 : mid + 0.5;
   }
   // Strong edges outside the lips, and what lies beyond them, stay put (`clip-freedom.ts`).
