@@ -8,8 +8,8 @@
  * unmoved pixel next to it by up to its whole contrast, which a person does not see as a seam. So the seam cases below
  * are what a person does see — a patch pasted 4 levels off with a hard edge (on plain skin, across a lip line), a copy
  * of the mouth region laid a few pixels off on texture, a lip line broken (kinked) where the composite ends, a blend
- * that ends in a 1-px ramp — and each must fail; an edge moved a fraction of a pixel or lifted 2 px by a warp fading out
- * in plain skin, and smooth fades, must pass.
+ * that ends in a 1-px ramp — and each must fail; an edge moved a fraction of a pixel or lifted 2 px by a warp fading
+ * out in plain skin, and smooth fades, must pass.
  */
 import { describe, expect, it } from 'vitest';
 import { rgbaToI420 } from '../actors/render/i420.ts';

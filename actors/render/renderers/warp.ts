@@ -65,6 +65,23 @@ const CHIN_SHADOW = 0.3;
 const CHIN_SHADOW_FULL = 0.15;
 /** How much of the tongue a wide-open mouth shows (painted by `photo-mouth.ts`). */
 const TONGUE_STRENGTH = 0.75;
+/**
+ * Below the opening the drop goes from the lower lip's (the opening's bottom edge) to the chin's over a band of the face
+ * (mouth widths below the seam) at least `MIN_STRETCH_SPAN` tall and `STRETCH_SPAN_PER_DROP` times the difference of the
+ * two drops (in mouth widths) — at most `MAX_STRETCH_SPAN`. Beside the opening's corners the lip hardly drops and the
+ * chin drops fully: squeezed into the 0.4 mouth widths under the seam, the corner's crease and the lower lip's side
+ * were pulled into a vertical streak (on a `sun.mp4` portrait the seam measure's worst, 5 → 4 with this).
+ */
+const MIN_STRETCH_SPAN = 0.4;
+const STRETCH_SPAN_PER_DROP = 2.5;
+const MAX_STRETCH_SPAN = 1.0;
+/**
+ * The upper lip's lift fades out between these distances above the seam (mouth widths): mostly within the lip, as a
+ * lip rolls up and thins, so its outline against the skin moves little (it moved 3–4 px on a full-lipped portrait,
+ * fading out 0.12–0.55 mouth widths up).
+ */
+const LIFT_FADE_FROM = 0.05;
+const LIFT_FADE_TO = 0.3;
 
 function sampleBilinear(image: RgbaImage, x: number, y: number, out: Rgb): void {
   const maxX = image.width - 1;
@@ -484,6 +501,11 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
     const lipLift = destSeam - lens.top;
     const lipDrop = lens.bottom - destSeam;
     const lensMiddle = (lens.top + lens.bottom) / 2;
+    const jawHere = jawDrop * jawWindow;
+    const stretchSpan = Math.min(
+      MAX_STRETCH_SPAN,
+      Math.max(MIN_STRETCH_SPAN, (STRETCH_SPAN_PER_DROP * (jawHere - lipDrop)) / mw),
+    );
     for (let y = box.y; y < box.y + box.height; y++) {
       // Gaussian falloff: its slope stays gentle, so the cheeks beside narrowed lips are not smeared.
       const v = (y - destSeam) / mw;
@@ -495,13 +517,13 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
       let sy: number;
       if (y < lensMiddle) {
         sy = y + lipLift;
-        for (let k = 0; k < 2; k++) sy = y + lipLift * (1 - smoothstep(0.12, 0.55, (seam - sy) / mw));
+        for (let k = 0; k < 2; k++) sy = y + lipLift * (1 - smoothstep(LIFT_FADE_FROM, LIFT_FADE_TO, (seam - sy) / mw));
         sy = Math.min(sy, seam - 0.5);
       } else {
         sy = y - lipDrop;
         for (let k = 0; k < 2; k++) {
           const vs = (sy - seam) / mw;
-          sy = y - mix(lipDrop, jawDrop * jawWindow, smoothstep(0.05, 0.45, vs)) * (1 - smoothstep(1.0, 1.6, vs));
+          sy = y - mix(lipDrop, jawHere, smoothstep(0.05, 0.05 + stretchSpan, vs)) * (1 - smoothstep(1.0, 1.6, vs));
         }
         sy = Math.max(sy, seam + 0.5);
       }
