@@ -37,10 +37,10 @@ interface HeldSoFar {
   teethAddedAbove: number;
 }
 const PHOTO_HELD: HeldSoFar = { seamLevels: 5, teethAddedAbove: 0 };
-// The speaking clip is rendered from the astronaut photo by the photo path, whose chin now drops whole over the collar:
-// its harvested "open, spread" mouth carries that chin edge and steps 10–11 there (6 on a clip made by the old photo path).
-const SPEAKING_CLIP_HELD: HeldSoFar = { seamLevels: 11, teethAddedAbove: 0 };
-const SWAYING_CLIP_HELD: HeldSoFar = { seamLevels: 6, teethAddedAbove: 8 };
+// The speaking clip is rendered from the astronaut photo by the photo path: its harvested "open, spread" mouth steps 4
+// where the lower lip's outline, dropped more than 2 px, meets plain skin that moved with it unchanged.
+const SPEAKING_CLIP_HELD: HeldSoFar = { seamLevels: 4, teethAddedAbove: 0 };
+const SWAYING_CLIP_HELD: HeldSoFar = { seamLevels: 3, teethAddedAbove: 8 };
 
 /** Making the speaking clip (flite, ~100 rendered frames) and two clip avatars on 2 loaded cores. */
 const CREATION_TIMEOUT_MS = 600_000;

@@ -56,6 +56,13 @@ const UNMOVED_ABOVE = MAX_LIFT_REACH + 0.05;
 const SPLIT_ABOVE_LOWER_LIP = 0;
 /** How far (px) the gap's shading reaches over the lower lip's inner edge. */
 const LOWER_EDGE_SHADOW_PX = 2;
+/**
+ * The map's fixed-point iterations (the jaw's drop, the lip's lift: each depends on where the point comes from) stop
+ * once a step moves the source by less than this (px): under the lips and in the opening the first step settles.
+ */
+const FIXED_POINT_PX = 0.01;
+/** Where the gap is opened by less than this (px, towards the corners) its paint fades out with it. */
+const CORNER_FADE_PX = 3;
 /** Visible height of painted upper teeth at the widest opening, mouth widths. */
 const UPPER_TEETH_MAX = 0.09;
 /** Inside of a mouth (Y, U, V): lit near the lips, dark towards the throat; teeth. */
@@ -346,7 +353,10 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
   if (v >= mid) {
     for (let k = 0; k < 3; k++) {
       const below = (vs - mid) / mw;
-      vs = v - (drop + (jawWindow - drop) * smoothstep(0.05, 0.6, below)) * (1 - smoothstep(1.0, 1.6, below));
+      const next = v - (drop + (jawWindow - drop) * smoothstep(0.05, 0.6, below)) * (1 - smoothstep(1.0, 1.6, below));
+      const settled = Math.abs(next - vs) < FIXED_POINT_PX;
+      vs = next;
+      if (settled) break;
     }
   }
   const gapTop = mid - lift;
@@ -354,7 +364,12 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
   if (vs < mid) {
     // Above the midline: the upper lip (and upper teeth) lift, fading out towards the nose.
     let up = v + lift;
-    for (let k = 0; k < 2; k++) up = v + lift * (1 - smoothstep(0, LIFT_FADE * lipHeight, upper - up));
+    for (let k = 0; k < 2; k++) {
+      const next = v + lift * (1 - smoothstep(0, LIFT_FADE * lipHeight, upper - up));
+      const settled = Math.abs(next - up) < FIXED_POINT_PX;
+      up = next;
+      if (settled) break;
+    }
     vs = up < mid ? up : v < mid ? mid - 0.5 : mid + 0.5;
   }
   // Strong edges outside the lips, and what lies beyond them, stay put (`clip-freedom.ts`).
@@ -363,9 +378,12 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
   at.sy = y + (g.cy + us * sin + vs * cos - y) * free;
   // The gap's lower edge reaches a little onto the lower lip, as the lip's own shadow: a tracked inner lip a pixel
   // off leaves no sliver of the frame's own teeth riding on it.
+  // Towards the corners, where the gap closes, its paint fades with it: cut off where the drop passed 0.3 px, a
+  // 2.5 px tall band of throat ended in a dark notch short of the corner (`yongen`: steps of 20–47 levels there).
+  const shadow = Math.min(LOWER_EDGE_SHADOW_PX, drop);
   const paint =
-    drop > 0.3 && v > gapTop - 0.5 && v < gapBottom + LOWER_EDGE_SHADOW_PX
-      ? free * Math.min(1, v - gapTop + 0.5, (gapBottom + LOWER_EDGE_SHADOW_PX - v) / LOWER_EDGE_SHADOW_PX)
+    drop > 0.3 && v > gapTop - 0.5 && v < gapBottom + shadow
+      ? free * smoothstep(0.3, CORNER_FADE_PX, drop) * Math.min(1, v - gapTop + 0.5, (gapBottom + shadow - v) / shadow)
       : 0;
   at.paint = paint;
   if (paint > 0) {
