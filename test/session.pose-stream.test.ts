@@ -190,8 +190,18 @@ describe('a client-rendered session: audio and the pose stream, no video', () =>
 });
 
 describe('the pose channel bounds what it queues', () => {
+  const request = (ptsMs: number) => ({
+    frameIdx: ptsMs / 40,
+    ptsMs,
+    mouth: { open: 0, wide: 0, round: 0 },
+    level: 0,
+    speaking: false,
+  });
+
   it('skips poses while the channel holds MAX_POSE_BUFFERED_BYTES, and counts poses sent after their audio left as late', () => {
     const sent: string[] = [];
+    // SCTP keeps what a browser that stopped reading did not take: the channel's buffered amount grows with each send.
+    let stalled = false;
     let buffered = 0;
     const channel = {
       label: 'avatar',
@@ -199,7 +209,10 @@ describe('the pose channel bounds what it queues', () => {
       get bufferedAmount() {
         return buffered;
       },
-      send: (data: string) => sent.push(data),
+      send: (data: string) => {
+        sent.push(data);
+        if (stalled) buffered += data.length;
+      },
       close: () => undefined,
       addEventListener: () => undefined,
     };
@@ -207,21 +220,58 @@ describe('the pose channel bounds what it queues', () => {
     const poses = new PoseChannel({ kitUrl: '/k', model: 'rt', fps: 25, width: 512, height: 512 }, () => mediaMs);
     poses.attach(channel);
     expect(JSON.parse(sent[0]).type).toBe('hello');
-    const request = (ptsMs: number) => ({
-      frameIdx: ptsMs / 40,
-      ptsMs,
-      mouth: { open: 0, wide: 0, round: 0 },
-      level: 0,
-      speaking: false,
-    });
     poses.pose(request(1_040));
     poses.pose(request(960));
     expect(poses.counts).toMatchObject({ sentPoses: 2, latePoses: 1, skippedPoses: 0 });
-    buffered = MAX_POSE_BUFFERED_BYTES + 1;
-    poses.pose(request(1_080));
-    expect(poses.counts).toMatchObject({ sentPoses: 2, skippedPoses: 1 });
+    stalled = true;
+    for (let i = 0; i < 200; i++) poses.pose(request(1_080 + i * 40));
+    expect(poses.counts.skippedPoses).toBeGreaterThan(0);
+    expect(poses.counts.sentPoses + poses.counts.skippedPoses).toBe(202);
+    // Nothing went once the bound was passed: at most one pose over it.
+    expect(buffered).toBeLessThanOrEqual(MAX_POSE_BUFFERED_BYTES + sent[1].length + 16);
     // A flush still goes: without it the browser would show void poses.
     poses.flush(null);
     expect(JSON.parse(sent.at(-1)!)).toEqual({ type: 'flush' });
+  });
+
+  it("follows the channel's state by its events and reads its buffered amount rarely (each read is a call into libwebrtc)", () => {
+    const listeners = new Map<string, () => void>();
+    let state = 'connecting';
+    const reads = { readyState: 0, bufferedAmount: 0 };
+    const sent: string[] = [];
+    const channel = {
+      label: 'avatar',
+      get readyState() {
+        reads.readyState++;
+        return state;
+      },
+      get bufferedAmount() {
+        reads.bufferedAmount++;
+        return 0;
+      },
+      send: (data: string) => sent.push(data),
+      close: () => undefined,
+      addEventListener: (type: string, listener: () => void) => listeners.set(type, listener),
+    };
+    const poses = new PoseChannel({ kitUrl: '/k', model: 'rt', fps: 25, width: 512, height: 512 }, () => 0);
+    poses.attach(channel);
+    poses.pose(request(40));
+    expect(sent).toEqual([]);
+    state = 'open';
+    listeners.get('open')!();
+    expect(JSON.parse(sent[0]).type).toBe('hello');
+    // A second of speech: 100 audio chunks and 25 poses.
+    for (let chunk = 0; chunk < 100; chunk++) {
+      poses.audioLeft(chunk * 10);
+      if (chunk % 4 === 0) poses.pose(request(chunk * 10 + 160));
+    }
+    expect(poses.counts.sentPoses).toBe(25);
+    expect(sent.filter((m) => JSON.parse(m).type === 'sync').length).toBe(10);
+    expect(reads.readyState).toBeLessThanOrEqual(1);
+    expect(reads.bufferedAmount).toBeLessThanOrEqual(2);
+    state = 'closed';
+    listeners.get('close')!();
+    poses.pose(request(4_000));
+    expect(poses.counts.sentPoses).toBe(25);
   });
 });

@@ -58,8 +58,23 @@ export interface PoseChannelFigures {
   skippedPoses: number;
 }
 
+/**
+ * How stale the channel's `bufferedAmount` reading may get while what was sent since keeps it under the bound. Each
+ * read of a wrtc data channel's state is a blocking call into libwebrtc's signalling thread (as is each `send`): read
+ * on every message, with `readyState` on every 10 ms audio chunk, they were most of a client-rendered session's
+ * service CPU (24 sessions: ~240 thread hops a second each; docs/performance.md, "Client-rendered sessions"). The
+ * channel's state is followed by its events instead, and its buffered amount, which only our sends can raise, is
+ * bounded by the last reading plus what was sent since; it is read again once that sum passes the bound or this old.
+ */
+export const BUFFERED_READ_INTERVAL_MS = 1_000;
+
 export class PoseChannel {
   private channel: PeerDataChannel | null = null;
+  /** Whether `channel` is open, as its `open` and `close` events told (no call into libwebrtc). */
+  private channelOpen = false;
+  /** The channel's `bufferedAmount` at its last reading, plus the bytes sent since: never below the real amount. */
+  private bufferedAtMost = 0;
+  private bufferedReadAt = -Infinity;
   private lastSyncMs = -Infinity;
   private readonly figures: PoseChannelFigures = { sentPoses: 0, latePoses: 0, skippedPoses: 0 };
 
@@ -75,27 +90,32 @@ export class PoseChannel {
 
   /** True while a peer's `avatar` channel is open. */
   get open(): boolean {
-    return this.channel?.readyState === 'open';
+    return this.channelOpen;
   }
 
   /** The current peer opened its `avatar` channel: it replaces the previous peer's, and gets `hello` once open. */
   attach(channel: PeerDataChannel): void {
     this.channel = channel;
+    this.channelOpen = false;
+    this.bufferedReadAt = -Infinity;
     this.lastSyncMs = -Infinity;
     const greet = () => {
-      if (this.channel !== channel) return;
+      if (this.channel !== channel || this.channelOpen) return;
+      this.channelOpen = true;
       this.send({ type: 'hello', ...this.hello, rtpClockRate: RTP_CLOCK_RATE }, MAX_CONTROL_BUFFERED_BYTES);
     };
+    channel.addEventListener('open', greet);
     if (channel.readyState === 'open') greet();
-    else channel.addEventListener('open', greet);
     channel.addEventListener('close', () => {
-      if (this.channel === channel) this.channel = null;
+      if (this.channel !== channel) return;
+      this.channel = null;
+      this.channelOpen = false;
     });
   }
 
   /** A frame the clock asked for: its pose, stamped with its audio's RTP time. */
   pose(request: FrameRequest): void {
-    if (!this.open) return;
+    if (!this.channelOpen) return;
     const { audio: _audio, ...pose } = request;
     const message: PoseChannelMessage = {
       type: 'pose',
@@ -112,7 +132,7 @@ export class PoseChannel {
 
   /** Poses from `fromMs` on (all not yet heard: null) are void (the clock's `framesVoid`). */
   flush(fromMs: number | null): void {
-    if (!this.open) return;
+    if (!this.channelOpen) return;
     this.send(
       fromMs === null ? { type: 'flush' } : { type: 'flush', fromRtp: rtpOfMediaMs(fromMs + MOUTH_LOOKAHEAD_MS) },
       MAX_CONTROL_BUFFERED_BYTES,
@@ -121,25 +141,41 @@ export class PoseChannel {
 
   /** The clock sent the audio chunk starting at `mediaMs` to the track: a `sync` every `SYNC_INTERVAL_MS`. */
   audioLeft(mediaMs: number): void {
-    if (!this.open || mediaMs - this.lastSyncMs < SYNC_INTERVAL_MS) return;
+    if (!this.channelOpen || mediaMs - this.lastSyncMs < SYNC_INTERVAL_MS) return;
     this.lastSyncMs = mediaMs;
     this.send({ type: 'sync', rtp: rtpOfMediaMs(mediaMs) }, MAX_POSE_BUFFERED_BYTES);
   }
 
   close(): void {
     this.channel = null;
+    this.channelOpen = false;
   }
 
-  /** Sends unless `maxBuffered` bytes wait already; false when skipped or the channel failed. */
+  /** Sends unless more than `maxBuffered` bytes wait already; false when skipped or the channel failed. */
   private send(message: PoseChannelMessage, maxBuffered: number): boolean {
     const channel = this.channel;
-    if (!channel || channel.readyState !== 'open' || channel.bufferedAmount > maxBuffered) return false;
+    if (!channel || !this.channelOpen || this.buffered(channel, maxBuffered) > maxBuffered) return false;
+    const text = JSON.stringify(message);
     try {
-      channel.send(JSON.stringify(message));
-      return true;
+      channel.send(text);
     } catch {
       // Closing under us: the next `close` event forgets it.
       return false;
     }
+    this.bufferedAtMost += Buffer.byteLength(text);
+    return true;
+  }
+
+  /**
+   * The channel's buffered bytes, or an upper bound on them (`BUFFERED_READ_INTERVAL_MS`): read from the channel only
+   * when the bound passes `maxBuffered` or the last reading is old.
+   */
+  private buffered(channel: PeerDataChannel, maxBuffered: number): number {
+    const now = performance.now();
+    if (this.bufferedAtMost > maxBuffered || now - this.bufferedReadAt >= BUFFERED_READ_INTERVAL_MS) {
+      this.bufferedAtMost = channel.bufferedAmount;
+      this.bufferedReadAt = now;
+    }
+    return this.bufferedAtMost;
   }
 }
