@@ -14,7 +14,7 @@
  *   BENCH_CLIENT_SESSIONS=24 BENCH_SERVER_SESSIONS=3 BENCH_CPU_WINDOW_S=20 npm run bench -- client_render_cpu
  *   BENCH_CLIENT_PROFILE=1 npm run bench -- client_render_cpu   # the client row only, service under --cpu-prof
  */
-import type { PoseChannelMessage } from '../client/face-canvas.ts';
+import type { PoseChannelData, PoseChannelMessage } from '../client/face-canvas.ts';
 import { ReceivingPeer, answerOverHttp } from '../test/helpers/peer.ts';
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -69,7 +69,10 @@ class PoseReceivingPeer extends ReceivingPeer {
     answerOffer: (offer: { sdp: string; type: 'offer' }) => Promise<{ sdp: string; type: 'answer' }>,
   ): Promise<void> {
     const channel = this.pc.createDataChannel('avatar');
-    channel.onmessage = (event: { data: string }) => this.receive(JSON.parse(event.data) as PoseChannelMessage);
+    channel.onmessage = (event: { data: string }) => {
+      const data = JSON.parse(event.data) as PoseChannelData;
+      for (const message of Array.isArray(data) ? data : [data]) this.receive(message);
+    };
     await super.negotiate(answerOffer);
   }
 
