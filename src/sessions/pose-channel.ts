@@ -67,22 +67,19 @@ export interface PoseChannelFigures {
 }
 
 /**
- * How stale the channel's `bufferedAmount` reading may get while what was sent since keeps it under the bound. Each
- * read of a wrtc data channel's state is a blocking call into libwebrtc's signalling thread (as is each `send`): read
- * on every message, with `readyState` on every 10 ms audio chunk, they were most of a client-rendered session's
- * service CPU (24 sessions: ~240 thread hops a second each; docs/performance.md, "Client-rendered sessions"). The
- * channel's state is followed by its events instead, and its buffered amount, which only our sends can raise, is
- * bounded by the last reading plus what was sent since; it is read again once that sum passes the bound or this old.
+ * A client-rendered session's `avatar` channel. Its state is not read from it: each read of a wrtc data channel's `readyState` or `bufferedAmount` is a
+ * blocking call into libwebrtc's signalling thread (as is each `send`). Read on every message, with `readyState` on
+ * every 10 ms audio chunk, they were most of a client-rendered session's service CPU (24 sessions: ~240 thread hops a
+ * second each; docs/performance.md, "Client-rendered sessions"). The channel's state is followed by its events
+ * instead, and its buffered amount, which only our sends can raise, is bounded by the last reading plus what was sent
+ * since; it is read again only once that sum passes the bound (every ~3 s for a browser that reads: 16 KiB at ~5 KB/s).
  */
-export const BUFFERED_READ_INTERVAL_MS = 1_000;
-
 export class PoseChannel {
   private channel: PeerDataChannel | null = null;
   /** Whether `channel` is open, as its `open` and `close` events told (no call into libwebrtc). */
   private channelOpen = false;
   /** The channel's `bufferedAmount` at its last reading, plus the bytes sent since: never below the real amount. */
   private bufferedAtMost = 0;
-  private bufferedReadAt = -Infinity;
   private lastSyncMs = -Infinity;
   /** The audio that left in this tick of the clock (`audioLeft`), for the `sync` of the batch sent in it. */
   private syncDue: number | null = null;
@@ -112,7 +109,7 @@ export class PoseChannel {
     this.dropBatch();
     this.channel = channel;
     this.channelOpen = false;
-    this.bufferedReadAt = -Infinity;
+    this.bufferedAtMost = 0;
     this.lastSyncMs = -Infinity;
     const greet = () => {
       if (this.channel !== channel || this.channelOpen) return;
@@ -228,16 +225,9 @@ export class PoseChannel {
     this.batchPoses = 0;
   }
 
-  /**
-   * The channel's buffered bytes, or an upper bound on them (`BUFFERED_READ_INTERVAL_MS`): read from the channel only
-   * when the bound passes `maxBuffered` or the last reading is old.
-   */
+  /** The channel's buffered bytes, or an upper bound on them: read from the channel only when the bound passes `maxBuffered`. */
   private buffered(channel: PeerDataChannel, maxBuffered: number): number {
-    const now = performance.now();
-    if (this.bufferedAtMost > maxBuffered || now - this.bufferedReadAt >= BUFFERED_READ_INTERVAL_MS) {
-      this.bufferedAtMost = channel.bufferedAmount;
-      this.bufferedReadAt = now;
-    }
+    if (this.bufferedAtMost > maxBuffered) this.bufferedAtMost = channel.bufferedAmount;
     return this.bufferedAtMost;
   }
 }
