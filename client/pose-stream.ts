@@ -13,7 +13,8 @@ import {
 /** Poses kept ahead of (and just behind) what is heard: 2 s at 25 fps, far more than the service's lead (160 ms). */
 export const MAX_BUFFERED_POSES = 50;
 /**
- * Offset estimates kept (the service sends 10 `sync` a second): their median over 2.5 s is used, so estimates taken
+ * Offset estimates kept (the service sends a `sync` with each pair of poses, 12.5 a second): their median over 2 s is
+ * used, so estimates taken
  * during a stall do not move the face.
  */
 export const OFFSET_ESTIMATES_KEPT = 25;
