@@ -135,7 +135,7 @@ export function sessionSecondBudget(w: ProfileWindow): Array<{ item: string; ms:
 }
 
 /** Busy time of each JS thread as shares by category, scaled to ms of CPU per session-second. */
-function printWindow(w: ProfileWindow): void {
+export function printWindow(w: ProfileWindow): void {
   const perSessionSecond = (ms: number) => Math.round((ms / (w.proc.sessions * w.proc.window_s)) * 10) / 10;
   console.log(
     `\n  == ${w.name}: ${w.proc.cpu_ms_per_session_second} ms CPU per session-second (service tree), ${w.proc.late_percent}% late, load ${w.proc.load_average.join(' ')}`,

@@ -33,6 +33,13 @@ export type PoseChannelMessage =
    */
   | { type: 'sync'; rtp: number };
 
+/**
+ * One data channel message: a `PoseChannelMessage`, or a JSON array of them in the order they happened (what one
+ * tick of the service's media clock produced: its audio's `sync` and the poses asked for in it, sent as one SCTP
+ * message, `src/sessions/pose-channel.ts`).
+ */
+export type PoseChannelData = PoseChannelMessage | PoseChannelMessage[];
+
 /** A canvas that draws an avatar from its render kit, one pose at a time. */
 export interface FaceCanvas {
   /** Draws this pose now (the caller picks the pose of the audio being heard). */

@@ -2,12 +2,19 @@
 // (`PoseChannelMessage`), keeps a bounded buffer of poses, and at each display frame draws the pose of the audio being
 // heard. "Heard" is the RTP timestamp the audio receiver is playing (`getSynchronizationSources()`); a pose's `rtp` is
 // that clock less the track's random initial offset, which `sync` messages let us estimate (see `offsetEstimate`).
-import { loadFaceCanvas, type FaceCanvas, type FramePose, type PoseChannelMessage } from './face-canvas.ts';
+import {
+  loadFaceCanvas,
+  type FaceCanvas,
+  type FramePose,
+  type PoseChannelData,
+  type PoseChannelMessage,
+} from './face-canvas.ts';
 
 /** Poses kept ahead of (and just behind) what is heard: 2 s at 25 fps, far more than the service's lead (160 ms). */
 export const MAX_BUFFERED_POSES = 50;
 /**
- * Offset estimates kept (the service sends 10 `sync` a second): their median over 2.5 s is used, so estimates taken
+ * Offset estimates kept (the service sends a `sync` with each pair of poses, 12.5 a second): their median over 2 s is
+ * used, so estimates taken
  * during a stall do not move the face.
  */
 export const OFFSET_ESTIMATES_KEPT = 25;
@@ -113,13 +120,18 @@ export class PoseStream {
 
   private receive(data: unknown): void {
     if (this.closed || typeof data !== 'string') return;
-    let message: PoseChannelMessage;
+    let parsed: PoseChannelData;
     try {
-      message = JSON.parse(data) as PoseChannelMessage;
+      parsed = JSON.parse(data) as PoseChannelData;
     } catch {
       return;
     }
-    switch (message.type) {
+    // One message of the channel carries one clock tick's messages: a JSON array when there are several.
+    for (const message of Array.isArray(parsed) ? parsed : [parsed]) this.handle(message);
+  }
+
+  private handle(message: PoseChannelMessage): void {
+    switch (message?.type) {
       case 'hello':
         this.figures.hello = message;
         if (this.canvas) {

@@ -1,6 +1,6 @@
 import wrtc from '@roamhq/wrtc';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { PoseChannelMessage } from '../client/face-canvas.ts';
+import type { PoseChannelData, PoseChannelMessage } from '../client/face-canvas.ts';
 import { MOUTH_LOOKAHEAD_MS } from '../actors/media/timeline.ts';
 import { sessionParts } from '../src/sessions/session.ts';
 import { MAX_POSE_BUFFERED_BYTES, PoseChannel } from '../src/sessions/pose-channel.ts';
@@ -23,8 +23,12 @@ class PosePeer {
     this.pc.addTransceiver('audio', { direction: 'recvonly' });
     this.pc.addTransceiver('video', { direction: 'recvonly' });
     const channel = this.pc.createDataChannel('avatar');
-    channel.onmessage = (event: { data: string }) =>
-      this.messages.push({ ...(JSON.parse(event.data) as PoseChannelMessage), at: performance.now() });
+    channel.onmessage = (event: { data: string }) => {
+      // One channel message is one clock tick's messages: a JSON array when there are several.
+      const data = JSON.parse(event.data) as PoseChannelData;
+      for (const message of Array.isArray(data) ? data : [data])
+        this.messages.push({ ...message, at: performance.now() });
+    };
     this.pc.ontrack = (event: { track: MediaStreamTrack }) => {
       if (event.track.kind === 'video') return;
       const sink = new nonstandard.RTCAudioSink(event.track);
@@ -189,9 +193,27 @@ describe('a client-rendered session: audio and the pose stream, no video', () =>
   }, 40_000);
 });
 
-describe('the pose channel bounds what it queues', () => {
-  it('skips poses while the channel holds MAX_POSE_BUFFERED_BYTES, and counts poses sent after their audio left as late', () => {
+describe('the pose channel bounds what it queues and batches what one clock tick sends', () => {
+  const request = (ptsMs: number) => ({
+    frameIdx: ptsMs / 40,
+    ptsMs,
+    mouth: { open: 0, wide: 0, round: 0 },
+    level: 0,
+    speaking: false,
+  });
+  /** The end of a clock tick: its batch has been sent. */
+  const endOfTick = () => new Promise<void>((resolve) => setImmediate(resolve));
+  /** The messages in the channel's texts, each text one message or a JSON array of them. */
+  const messagesOf = (texts: string[]): PoseChannelMessage[] =>
+    texts.flatMap((text) => {
+      const data = JSON.parse(text) as PoseChannelData;
+      return Array.isArray(data) ? data : [data];
+    });
+
+  it('skips poses while the channel holds MAX_POSE_BUFFERED_BYTES, and counts poses sent after their audio left as late', async () => {
     const sent: string[] = [];
+    // SCTP keeps what a browser that stopped reading did not take: the channel's buffered amount grows with each send.
+    let stalled = false;
     let buffered = 0;
     const channel = {
       label: 'avatar',
@@ -199,29 +221,101 @@ describe('the pose channel bounds what it queues', () => {
       get bufferedAmount() {
         return buffered;
       },
-      send: (data: string) => sent.push(data),
+      send: (data: string) => {
+        sent.push(data);
+        if (stalled) buffered += data.length;
+      },
       close: () => undefined,
       addEventListener: () => undefined,
     };
     const mediaMs = 1_000;
     const poses = new PoseChannel({ kitUrl: '/k', model: 'rt', fps: 25, width: 512, height: 512 }, () => mediaMs);
     poses.attach(channel);
+    await endOfTick();
     expect(JSON.parse(sent[0]).type).toBe('hello');
-    const request = (ptsMs: number) => ({
-      frameIdx: ptsMs / 40,
-      ptsMs,
-      mouth: { open: 0, wide: 0, round: 0 },
-      level: 0,
-      speaking: false,
-    });
     poses.pose(request(1_040));
+    await endOfTick();
     poses.pose(request(960));
+    await endOfTick();
     expect(poses.counts).toMatchObject({ sentPoses: 2, latePoses: 1, skippedPoses: 0 });
-    buffered = MAX_POSE_BUFFERED_BYTES + 1;
-    poses.pose(request(1_080));
-    expect(poses.counts).toMatchObject({ sentPoses: 2, skippedPoses: 1 });
+    stalled = true;
+    for (let i = 0; i < 200; i++) {
+      poses.pose(request(1_080 + i * 40));
+      await endOfTick();
+    }
+    expect(poses.counts.skippedPoses).toBeGreaterThan(0);
+    expect(poses.counts.sentPoses + poses.counts.skippedPoses).toBe(202);
+    // Nothing went once the bound was passed: at most one pose over it.
+    expect(buffered).toBeLessThanOrEqual(MAX_POSE_BUFFERED_BYTES + sent[1].length + 16);
     // A flush still goes: without it the browser would show void poses.
     poses.flush(null);
+    await endOfTick();
     expect(JSON.parse(sent.at(-1)!)).toEqual({ type: 'flush' });
+  });
+
+  it("sends one message per clock tick (its audio's sync first, then its poses), follows the channel's state by its events and reads its buffered amount rarely (each a call into libwebrtc)", async () => {
+    const listeners = new Map<string, () => void>();
+    let state = 'connecting';
+    const reads = { readyState: 0, bufferedAmount: 0 };
+    const sent: string[] = [];
+    const channel = {
+      label: 'avatar',
+      get readyState() {
+        reads.readyState++;
+        return state;
+      },
+      get bufferedAmount() {
+        reads.bufferedAmount++;
+        return 0;
+      },
+      send: (data: string) => sent.push(data),
+      close: () => undefined,
+      addEventListener: (type: string, listener: () => void) => listeners.set(type, listener),
+    };
+    const poses = new PoseChannel({ kitUrl: '/k', model: 'rt', fps: 25, width: 512, height: 512 }, () => 0);
+    poses.attach(channel);
+    poses.pose(request(40));
+    await endOfTick();
+    expect(sent).toEqual([]);
+    state = 'open';
+    listeners.get('open')!();
+    await endOfTick();
+    expect(JSON.parse(sent[0]).type).toBe('hello');
+    // A second of speech as the clock produces it: 100 ticks with a 10 ms audio chunk each, two poses every 80 ms.
+    for (let chunk = 0; chunk < 100; chunk++) {
+      poses.audioLeft(chunk * 10);
+      if (chunk % 8 === 0) {
+        poses.pose(request(chunk * 10 + 160));
+        poses.pose(request(chunk * 10 + 200));
+      }
+      await endOfTick();
+    }
+    expect(poses.counts.sentPoses).toBe(26);
+    const batches = sent.slice(1).map((text) => messagesOf([text]));
+    // 13 ticks with poses, each one message led by the sync of its audio; a sync alone where 100 ms passed without one.
+    const withPoses = batches.filter((batch) => batch.some((m) => m.type === 'pose'));
+    expect(withPoses).toHaveLength(13);
+    for (const batch of withPoses) expect(batch.map((m) => m.type)).toEqual(['sync', 'pose', 'pose']);
+    const alone = batches.filter((batch) => batch.every((m) => m.type === 'sync'));
+    expect(alone).toHaveLength(0);
+    expect(batches).toHaveLength(13);
+    const syncs = messagesOf(sent).filter((m) => m.type === 'sync');
+    expect(syncs.map((m) => m.rtp)).toEqual(Array.from({ length: 13 }, (_, i) => i * 80 * 48));
+    expect(reads.readyState).toBeLessThanOrEqual(1);
+    expect(reads.bufferedAmount).toBeLessThanOrEqual(2);
+
+    // Without poses (none asked for), syncs go alone, every SYNC_INTERVAL_MS.
+    sent.length = 0;
+    for (let chunk = 100; chunk < 130; chunk++) {
+      poses.audioLeft(chunk * 10);
+      await endOfTick();
+    }
+    expect(messagesOf(sent).map((m) => m.type)).toEqual(['sync', 'sync', 'sync']);
+
+    state = 'closed';
+    listeners.get('close')!();
+    poses.pose(request(4_000));
+    await endOfTick();
+    expect(poses.counts.sentPoses).toBe(26);
   });
 });

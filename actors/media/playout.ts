@@ -10,6 +10,7 @@ import { CLOSED_MOUTH, type FrameRequest, type I420Frame } from '../render/types
 import { releaseFrame, retainFrame } from '../render/frame-buffers.ts';
 import { FrameTimeline, type AudioWindow, type MouthSource, type TimedFrameRequest } from './timeline.ts';
 import type { ExpressionCue } from '../expression.ts';
+import { onClockTick } from './clock-ticks.ts';
 
 /**
  * What the session tells the clock about attention (`actors/attention.ts`): the user started or stopped speaking,
@@ -24,8 +25,6 @@ export type { MouthSource } from './timeline.ts';
 
 /** WebRTC audio sources take exactly 10 ms of PCM per call. */
 export const AUDIO_CHUNK_MS = 10;
-/** How often the clock wakes; catching up by wall time keeps it exact even when a tick is late. */
-const TICK_MS = 5;
 /** Frames rendered ahead of the clock: enough to hide worker latency, small enough that an interrupt shows within ~2 frames. */
 const RENDER_AHEAD_FRAMES = 2;
 /** Upper bound on a renderer's own render-ahead (`FrameRenderer.renderAhead`): 1 s of frames at 25 fps in flight per session. */
@@ -230,7 +229,8 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   private readonly pendingCues: PendingCue[] = [];
   private frameIdx = 0;
   private startedAt = 0;
-  private timer: NodeJS.Timeout | null = null;
+  /** Stops this clock's ticks (`onClockTick`: one timer for every clock of the process); null until started. */
+  private stopTicking: (() => void) | null = null;
   private closed = false;
   /** Frames rendered ahead, by index, with the request they were rendered from. */
   private readonly rendered = new Map<number, RenderedFrame>();
@@ -281,10 +281,10 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   }
 
   start(): void {
-    if (this.timer || this.closed) return;
+    if (this.stopTicking || this.closed) return;
     this.startedAt = performance.now();
     this.playedSamples = 0;
-    this.timer = setInterval(() => this.tick(), TICK_MS);
+    this.stopTicking = onClockTick(() => this.tick());
   }
 
   /**
@@ -311,8 +311,8 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     // reads audio after its frames and for a mouth that looks ahead, from that much earlier); earlier ones stand.
     this.invalidateRenderedFrom(span.start - this.timeline.readsAheadSamples);
     // Speech after silence: its first chunk is due already (the clock sends a chunk as its span begins), so it
-    // leaves now rather than at the next tick — up to TICK_MS off the time to first sound.
-    if (startsOnSilence && this.timer) this.tick();
+    // leaves now rather than at the next tick — up to CLOCK_TICK_MS off the time to first sound.
+    if (startsOnSilence && this.stopTicking) this.tick();
     return startMs;
   }
 
@@ -446,8 +446,8 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
+    this.stopTicking?.();
+    this.stopTicking = null;
     this.dropQueuedAudio();
     // Every frame still held goes back now (reused buffers are shared memory, which the garbage collector does
     // not count: one left to it can wait long). Frames already on their way to the wire release in `deliver`.

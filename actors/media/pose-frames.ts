@@ -16,12 +16,18 @@ import type { FrameRequest, I420Frame } from '../render/types.ts';
  * twice), and a server renderer attached for outputs renders as far ahead.
  */
 export const POSE_LEAD_FRAMES = 4;
+/**
+ * Poses are asked for two at a time (one tick of the clock), so they go two to a data channel message
+ * (`src/sessions/pose-channel.ts`): half the messages, each a blocking call into libwebrtc and an SCTP message. The
+ * nearest pose asked for is still `POSE_LEAD_FRAMES` ahead; the other is one frame further.
+ */
+export const POSE_BATCH_FRAMES = 2;
 
 /** Where a client-rendered session's frame requests go, besides an optional server renderer. */
 export type PoseSink = (request: FrameRequest) => void;
 
 export class PoseFrames implements FrameRenderer {
-  readonly renderAhead = { frames: POSE_LEAD_FRAMES, burst: 1 };
+  readonly renderAhead = { frames: POSE_LEAD_FRAMES + POSE_BATCH_FRAMES - 1, burst: POSE_BATCH_FRAMES };
   private server: FrameRenderer | null = null;
 
   constructor(
