@@ -28,6 +28,15 @@ export class TurnPlayout {
   /** Ended with nothing left to play. */
   settled = false;
   readonly drained: Array<() => void> = [];
+
+  /**
+   * Nothing: this is the clock's working state (counters, segments, waiters' callbacks), not data about the turn. A
+   * turn handle or an event carrying one serialises as its id alone, as it did before the record rode on it: the
+   * inspector's payload summaries (`INSPECT_PAYLOAD_MAX_CHARS`) and logs keep the user's text, not the clock's counters.
+   */
+  toJSON(): undefined {
+    return undefined;
+  }
 }
 
 /**
