@@ -17,7 +17,7 @@ import { sessionParts } from '../src/sessions/session.ts';
 import { json, post, REPO_AVATARS, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import { eventually, postAudio, sleep, tone, wavBytes } from './helpers/conversation.ts';
 import { extractAudio, extractFrames, probeMp4, rms } from './helpers/mp4.ts';
-import { ReceivingPeer } from './helpers/peer.ts';
+import { postWhepOffer, ReceivingPeer } from './helpers/peer.ts';
 
 const SIZE = 512;
 const FPS = 25;
@@ -167,11 +167,7 @@ describe('a client-rendered session’s recording begins with the face', () => {
     const media = sessionParts(t.services.supervisor.liveSession(id)!).media;
     expect(media.rendersOnServer).toBe(false);
     const viewer = await ReceivingPeer.connectWith(async (offer) => {
-      const res = await fetch(`${t.baseUrl}/sessions/${id}/whep`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/sdp' },
-        body: offer.sdp,
-      });
+      const res = await postWhepOffer(t.baseUrl, id, offer.sdp);
       expect(res.status).toBe(201);
       expect(media.rendersOnServer, 'pictures ready before the viewer connects').toBe(true);
       return { type: 'answer', sdp: await res.text() };

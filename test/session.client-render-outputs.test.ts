@@ -5,7 +5,7 @@ import { sessionParts } from '../src/sessions/session.ts';
 import { json, post, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import { eventually, postAudio, sleep, tone, wavBytes } from './helpers/conversation.ts';
 import { extractFrames, probeMp4 } from './helpers/mp4.ts';
-import { ReceivingPeer } from './helpers/peer.ts';
+import { postWhepOffer, ReceivingPeer } from './helpers/peer.ts';
 
 /** demo-rt: a drawn 512² face, its mouth in the lower middle of the frame. */
 const SIZE = 512;
@@ -82,11 +82,7 @@ describe('a client-rendered session renders on the server only for its server-si
     const media = sessionParts(t.services.supervisor.liveSession(id)!).media;
     let location = '';
     const viewer = await ReceivingPeer.connectWith(async (offer) => {
-      const res = await fetch(`${t.baseUrl}/sessions/${id}/whep`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/sdp' },
-        body: offer.sdp,
-      });
+      const res = await postWhepOffer(t.baseUrl, id, offer.sdp);
       expect(res.status).toBe(201);
       location = res.headers.get('location') ?? '';
       return { type: 'answer', sdp: await res.text() };

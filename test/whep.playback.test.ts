@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_WHEP_VIEWERS } from '../actors/media/whep.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
-import { ReceivingPeer, realOfferSdp } from './helpers/peer.ts';
+import { postWhepOffer, ReceivingPeer, realOfferSdp } from './helpers/peer.ts';
 import { AUDIBLE_RMS } from './helpers/conversation.ts';
 
 /** ICE on loopback plus the first rendered frames on 2 shared cores. */
@@ -20,19 +20,11 @@ async function createStartedSession(t: TestApp): Promise<string> {
   return sessionId;
 }
 
-function postSdp(t: TestApp, sessionId: string, sdp: string, contentType = 'application/sdp'): Promise<Response> {
-  return fetch(`${t.baseUrl}/sessions/${sessionId}/whep`, {
-    method: 'POST',
-    headers: { 'content-type': contentType },
-    body: sdp,
-  });
-}
-
 /** A wrtc player speaking WHEP: raw SDP in, raw SDP and a Location out. */
 async function connectViewer(t: TestApp, sessionId: string): Promise<{ peer: ReceivingPeer; location: string }> {
   let location = '';
   const peer = await ReceivingPeer.connectWith(async (offer) => {
-    const res = await postSdp(t, sessionId, offer.sdp);
+    const res = await postWhepOffer(t.baseUrl, sessionId, offer.sdp);
     if (res.status !== 201) throw new Error(`whep failed: ${res.status} ${await res.text()}`);
     expect(res.headers.get('content-type')).toMatch(/^application\/sdp/);
     location = res.headers.get('location') ?? '';
@@ -137,7 +129,7 @@ describe('WHEP playback', () => {
   it(`past ${MAX_WHEP_VIEWERS} viewers answers 503 with Retry-After, however many offers arrive at once`, async () => {
     const fresh = await createStartedSession(t);
     const offers = await Promise.all(Array.from({ length: MAX_WHEP_VIEWERS + 2 }, () => realOfferSdp()));
-    const answers = await Promise.all(offers.map((sdp) => postSdp(t, fresh, sdp)));
+    const answers = await Promise.all(offers.map((sdp) => postWhepOffer(t.baseUrl, fresh, sdp)));
     const statuses = answers.map((res) => res.status).sort();
     expect(statuses).toEqual([...Array(MAX_WHEP_VIEWERS).fill(201), 503, 503]);
     const full = answers.find((res) => res.status === 503)!;
@@ -145,22 +137,22 @@ describe('WHEP playback', () => {
     expect((await json(full)).detail).toMatch(/viewers/);
     const location = answers.find((res) => res.status === 201)!.headers.get('location');
     expect((await fetch(`${t.baseUrl}${location}`, { method: 'DELETE' })).status).toBe(204);
-    expect((await postSdp(t, fresh, await realOfferSdp())).status).toBe(201);
-    expect((await postSdp(t, fresh, await realOfferSdp())).status).toBe(503);
+    expect((await postWhepOffer(t.baseUrl, fresh, await realOfferSdp())).status).toBe(201);
+    expect((await postWhepOffer(t.baseUrl, fresh, await realOfferSdp())).status).toBe(503);
     expect((await fetch(`${t.baseUrl}/sessions/${fresh}`, { method: 'DELETE' })).status).toBeLessThan(300);
   });
 
   it('bad input: malformed SDP 400, another content type 415, PATCH 405, unknown viewer or session 404, terminated 409', async () => {
-    const malformed = await postSdp(t, sessionId, 'not an sdp');
+    const malformed = await postWhepOffer(t.baseUrl, sessionId, 'not an sdp');
     expect(malformed.status).toBe(400);
     expect(typeof (await json(malformed)).detail).toBe('string');
-    const unanswerable = await postSdp(
-      t,
+    const unanswerable = await postWhepOffer(
+      t.baseUrl,
       sessionId,
       'v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=audio 9 FOO 0\r\n',
     );
     expect(unanswerable.status).toBe(400);
-    const wrongType = await postSdp(t, sessionId, await realOfferSdp(), 'text/plain');
+    const wrongType = await postWhepOffer(t.baseUrl, sessionId, await realOfferSdp(), 'text/plain');
     expect(wrongType.status).toBe(415);
     expect(typeof (await json(wrongType)).detail).toBe('string');
     const patch = await fetch(`${t.baseUrl}/sessions/${sessionId}/whep/abc`, {
@@ -172,10 +164,10 @@ describe('WHEP playback', () => {
     expect((await fetch(`${t.baseUrl}/sessions/${sessionId}/whep/no-such-viewer`, { method: 'DELETE' })).status).toBe(
       404,
     );
-    expect((await postSdp(t, randomUUID(), await realOfferSdp())).status).toBe(404);
+    expect((await postWhepOffer(t.baseUrl, randomUUID(), await realOfferSdp())).status).toBe(404);
 
     const ended = await createStartedSession(t);
     expect((await fetch(`${t.baseUrl}/sessions/${ended}`, { method: 'DELETE' })).status).toBeLessThan(300);
-    expect((await postSdp(t, ended, await realOfferSdp())).status).toBe(409);
+    expect((await postWhepOffer(t.baseUrl, ended, await realOfferSdp())).status).toBe(409);
   });
 });

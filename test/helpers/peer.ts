@@ -159,3 +159,17 @@ export async function realOfferSdp(): Promise<string> {
     pc.close();
   }
 }
+
+/** A WHEP player's offer: the raw SDP POSTed to the session's WHEP endpoint (answer and `Location` in the response). */
+export function postWhepOffer(
+  baseUrl: string,
+  sessionId: string,
+  sdp: string,
+  contentType = 'application/sdp',
+): Promise<Response> {
+  return fetch(`${baseUrl}/sessions/${sessionId}/whep`, {
+    method: 'POST',
+    headers: { 'content-type': contentType },
+    body: sdp,
+  });
+}
