@@ -734,15 +734,19 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     if (!renderer) return Promise.resolve(null);
     const generation = this.rendererGeneration;
     const { turn: _turn, ...frameRequest } = request;
-    const failed = (error: unknown) => {
-      this.rendererFailed(generation, error);
-      return null;
-    };
     try {
-      // No per-frame AbortSignal: frames are cheap and a shared signal would collect a listener per task.
-      return renderer.render([frameRequest]).then((frames) => frames[0] ?? null, failed);
+      // No per-frame AbortSignal: frames are cheap and a shared signal would collect a listener per task. The failure
+      // handler is an inline arrow: one bound to a name is wrapped by tsx's keepNames (`__name`) on every frame.
+      return renderer.render([frameRequest]).then(
+        (frames) => frames[0] ?? null,
+        (error: unknown) => {
+          this.rendererFailed(generation, error);
+          return null;
+        },
+      );
     } catch (error) {
-      return Promise.resolve(failed(error));
+      this.rendererFailed(generation, error);
+      return Promise.resolve(null);
     }
   }
 

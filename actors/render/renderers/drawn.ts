@@ -341,7 +341,6 @@ export abstract class DrawnRenderer implements Renderer {
     const frame = frameFromBase(base, target);
     const expression = drawnExpressionSteps(request);
     const mouthKey = expression.curve * MOUTH_SHAPES + this.mouthKey(request);
-    const mouthCell = () => this.curvedMouth(mouthKey);
     const brows = expression.brows;
     const blink = blinkStepAt(request.frameIdx, this.fps);
     if (!layered) {
@@ -353,7 +352,14 @@ export abstract class DrawnRenderer implements Renderer {
           0,
           lift,
         );
-      blendPatch(frame, this.sprite(this.mouthPatches, mouthKey, mouthCell, this.mouthOrigin), 0, lift);
+      // Cells are asked for inline (an anonymous arrow): a closure bound to a name is wrapped by tsx's keepNames helper
+      // (`__name`, a defineProperty) on every frame, ~2–3 µs each (docs/performance.md, issue 43).
+      blendPatch(
+        frame,
+        this.sprite(this.mouthPatches, mouthKey, () => this.curvedMouth(mouthKey), this.mouthOrigin),
+        0,
+        lift,
+      );
       if (blink > 0)
         blendPatch(
           frame,
@@ -369,7 +375,10 @@ export abstract class DrawnRenderer implements Renderer {
         head,
         this.layer(this.browLayers, brows, () => this.browCells[brows], this.browOrigin),
       );
-    blendLayerInto(head, this.layer(this.mouthLayers, mouthKey, mouthCell, this.mouthOrigin));
+    blendLayerInto(
+      head,
+      this.layer(this.mouthLayers, mouthKey, () => this.curvedMouth(mouthKey), this.mouthOrigin),
+    );
     if (blink > 0)
       blendLayerInto(
         head,
