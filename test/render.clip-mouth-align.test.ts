@@ -7,7 +7,7 @@
 import { rmSync } from 'node:fs';
 import sharp from 'sharp';
 import { describe, expect, it } from 'vitest';
-import { warpLoopFrame } from '../actors/render/clip-warp.ts';
+import { warpLoopFrame, warpMaskOf } from '../actors/render/clip-warp.ts';
 import { i420Size } from '../actors/render/i420.ts';
 import {
   HarvestedMouths,
@@ -242,6 +242,25 @@ describe('the warp of a loop frame along its own lips', () => {
     // The chin's shade under the mouth (searched below the opening) moved down with the jaw, and not beside the face.
     expect(edgeRow(centre.x, frame.data) - edgeRow(centre.x, source.data)).toBeGreaterThan(0.15 * mw);
     expect(edgeRow(centre.x + 1.5 * mw, frame.data)).toBe(edgeRow(centre.x + 1.5 * mw, source.data));
+  });
+
+  it('says what it changed: every pixel it changes lies in its mask, which goes on below the chin where the drop fades out', () => {
+    const { source, frame } = chinFrame(12);
+    const pose = { open: 1, wide: 0, round: 0 };
+    const mask = warpMaskOf(source, faceAt(centre, mw, 0.05), pose)!;
+    let changedOutside = 0;
+    let changed = 0;
+    for (let i = 0; i < SIZE * SIZE; i++) {
+      if (frame.data[i] === source.data[i]) continue;
+      changed++;
+      if (!mask[i]) changedOutside++;
+    }
+    expect(changed).toBeGreaterThan(0);
+    expect(changedOutside).toBe(0);
+    // Under the mouth, the mask reaches past the chin's shaded edge (moved by the drop) into the neck below it.
+    const masked = (y: number) => mask[y * SIZE + centre.x] === 1;
+    expect(masked(edgeRow(centre.x, frame.data) + 4)).toBe(true);
+    expect(warpMaskOf(source, faceAt(centre, mw, 0.05), { open: 0, wide: 0, round: 0 })).toBeNull();
   });
 
   it('leaves a hard edge below the mouth (a collar under the chin) and all beyond it where they are: moved, it was a seam', () => {
