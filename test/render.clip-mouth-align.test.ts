@@ -2,7 +2,8 @@
  * How a clip avatar's speaking frame is composed (issue 44, point 2), on synthetic frames where every answer is known:
  * a harvested mouth is aligned to the loop frame's own mouth (centre, width and roll), takes that frame's skin colour,
  * and changes nothing beyond the skin around the lips; a harvest showing too few openings is not laid (the loop
- * frame is warped along its own lips instead); the warp changes nothing at its edge.
+ * frame is warped along its own lips instead); the warp changes nothing at its edge; each says what it changed (what
+ * the artefact measures take as the composite).
  */
 import { rmSync } from 'node:fs';
 import sharp from 'sharp';
@@ -171,6 +172,27 @@ describe('a harvested mouth laid on a clip avatar’s loop frame', () => {
     // Chroma: matched as well.
     const p = frame.data.subarray(SIZE * SIZE, SIZE * SIZE * 1.25);
     expect(Math.max(...p) - Math.min(...p)).toBeLessThanOrEqual(1);
+  });
+
+  it('says what it changed: every pixel the laid mouth and its warp change lies in its claim', async () => {
+    const mouths = (await mouthsOf([0, 0.25, 0.5, 1]))!;
+    const face = faceAt({ x: 128, y: 120 }, 60, 0.1);
+    // Textured skin, so the warp to the sample's opening changes what it moves.
+    const source = skinFrame();
+    for (let i = 0; i < SIZE * SIZE; i++) source.data[i] = SKIN.y + (((i % SIZE) + Math.floor(i / SIZE)) % 7);
+    const frame = { ...source, data: source.data.slice() };
+    const pose = { open: 1, wide: 0, round: 0 };
+    mouths.lay(frame, source, pose, face);
+    const claim = mouths.claimOf(source, pose, face);
+    let changed = 0;
+    let outside = 0;
+    for (let i = 0; i < SIZE * SIZE; i++) {
+      if (frame.data[i] === source.data[i]) continue;
+      changed++;
+      if (!claim[i]) outside++;
+    }
+    expect(changed).toBeGreaterThan(0);
+    expect(outside).toBe(0);
   });
 
   it('is not laid when the harvest shows too few openings: the renderer warps the loop frame along its own lips, as for a clip without mouths', async () => {

@@ -2,8 +2,8 @@
  * Renders a `lipsync` avatar bundle (a photo or a video avatar) speaking at fixed moments through the real renderer
  * and measures every frame with `artefacts.ts` against its base (a photo's rest face: the same frame with the mouth
  * closed; a video avatar's loop frame under it), with lip landmarks found by the service's face detector on the
- * rendered frame. A video avatar's warped frame is measured with what the warp says it moved (`warpMaskOf`) as part
- * of its composite: its lips and jaw line move over plain skin that moved with them unchanged, and read off the frame
+ * rendered frame. A video avatar's speaking frame is measured with what its renderer says it moved, painted or laid
+ * (`warpMaskOf`, `HarvestedMouths.claimOf`) as part of its composite: its lips and jaw line move over plain skin that moved with them unchanged, and read off the frame
  * alone the composite would end on each moved outline. Shared by `test/render.artefacts.test.ts` (the Done-when
  * thresholds on the project's own avatars) and `npm run bench -- mouth_sheet` (contact sheets and figures for any
  * avatar).
@@ -15,6 +15,7 @@ import { detectMouth } from '../../actors/faces/detector.ts';
 import { faceHint } from '../../actors/faces/landmarks.ts';
 import { decodeClipLoop, loopFrameAt, readClipSource, type ClipLoop } from '../../actors/render/clip-loop.ts';
 import { warpLoopFrame, warpMaskOf } from '../../actors/render/clip-warp.ts';
+import { HarvestedMouths } from '../../actors/render/harvested-mouths.ts';
 import { i420ToRgba } from '../../actors/render/i420.ts';
 import { quantise } from '../../actors/render/idle-motion.ts';
 import { OPEN_STEPS, SHAPE_STEPS, WarpRenderer } from '../../actors/render/renderers/warp.ts';
@@ -47,7 +48,7 @@ export interface MeasuredFrame {
   /** Lip landmarks the detector found on the rendered frame; null: no face found (nothing measured). */
   lips: MouthAnimation | null;
   report: ArtefactReport | null;
-  /** The composite measured includes what the clip warp says it moved (`clipWarpClaim`), not only what changed. */
+  /** The composite measured includes what the clip renderer says it changed (`clipClaim`), not only what changed. */
   warpClaimed: boolean;
 }
 
@@ -71,6 +72,8 @@ export async function measureAvatar(dir: string, poses = SHEET_POSES): Promise<M
   await renderer.prepare(source);
   const { width, height } = source.manifest;
   const loop: ClipLoop | null = source.clip ? await decodeClipLoop(source.clip, width, height) : null;
+  // As the renderer decides: a harvest it can lay, or the warp.
+  const mouths = source.clip?.mouths ? await HarvestedMouths.prepare(source.clip.mouths) : null;
   const frames: MeasuredFrame[] = [];
   for (const [i, { name, pose }] of poses.entries()) {
     const frameIdx = 1 + i * FRAME_STRIDE;
@@ -86,7 +89,7 @@ export async function measureAvatar(dir: string, poses = SHEET_POSES): Promise<M
       ...(hint ? { near: faceHint(hint) } : {}),
     });
     const lips = found.ok ? found.animation : null;
-    const claim = at && !source.clip?.mouths ? clipWarpClaim(frame, at.frame, at.face, pose) : null;
+    const claim = at ? clipClaim(frame, at.frame, at.face, pose, mouths) : null;
     const report = lips
       ? measureArtefacts(base, frame, lips, claim ? compositeMask(base, frame, claim) : undefined)
       : null;
@@ -96,26 +99,32 @@ export async function measureAvatar(dir: string, poses = SHEET_POSES): Promise<M
 }
 
 /**
- * What the clip warp moved or painted to make `frame` from its loop frame (`warpMaskOf`), at the pose as the renderer
- * quantises it; null unless warping the loop frame here gives exactly the rendered frame (anything else the renderer
- * laid over it, or another path, and the measure reads the composite off the frame alone).
+ * What the clip renderer moved, painted or laid to make `frame` from its loop frame (`warpMaskOf`, with harvested
+ * mouths `HarvestedMouths.claimOf`), at the pose as the renderer quantises it; null unless doing the same here gives
+ * exactly the rendered frame (anything else laid over it, or another path: the composite is read off the frame alone).
  */
-function clipWarpClaim(
+function clipClaim(
   frame: I420Frame,
   loopFrame: I420Frame,
   face: MouthAnimation,
   pose: MouthPose,
+  mouths: HarvestedMouths | null,
 ): Uint8Array | null {
   const quantised = {
     open: quantise(pose.open, OPEN_STEPS) / (OPEN_STEPS - 1),
     wide: quantise(pose.wide, SHAPE_STEPS) / (SHAPE_STEPS - 1),
     round: quantise(pose.round, SHAPE_STEPS) / (SHAPE_STEPS - 1),
   };
-  const claim = warpMaskOf(loopFrame, face, quantised);
-  if (!claim) return null;
   const again = { ...loopFrame, data: loopFrame.data.slice() };
-  warpLoopFrame(again, loopFrame, face, quantised);
-  return Buffer.from(again.data).equals(Buffer.from(frame.data)) ? claim : null;
+  let claim: Uint8Array | null;
+  if (mouths) {
+    mouths.lay(again, loopFrame, quantised, face);
+    claim = mouths.claimOf(loopFrame, quantised, face);
+  } else {
+    warpLoopFrame(again, loopFrame, face, quantised);
+    claim = warpMaskOf(loopFrame, face, quantised);
+  }
+  return claim && Buffer.from(again.data).equals(Buffer.from(frame.data)) ? claim : null;
 }
 
 /** A contact sheet: one row of mouth crops (base, then each pose), scaled up to about `SHEET_CROP_HEIGHT`, as a PNG. */
