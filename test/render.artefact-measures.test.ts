@@ -237,6 +237,46 @@ describe('artefact measures on constructed frames', () => {
     expect(seamStep(base, good, mask).p98).toBeLessThanOrEqual(SEAM_MAX_LEVELS);
   });
 
+  describe('with what a warp says it moved (`compositeMask`’s claim: a clip warp’s `warpMaskOf`)', () => {
+    /** A lip line dropped by a warp: 4 px at the line within the box's columns, fading out over the 30 px below it. */
+    const dropAt = (x: number, y: number): number =>
+      inBox(x, 80) && y >= LIP_LINE_Y - 3
+        ? 4 * Math.max(0, 1 - Math.max(0, y - LIP_LINE_Y) / 30) * Math.sin((Math.PI * (x - 40)) / 80)
+        : 0;
+    /** What such a warp claims: every pixel it moves by more than 0.05 px. */
+    const claimOf = (moved: (x: number, y: number) => number): Uint8Array => {
+      const claim = new Uint8Array(SIZE * SIZE);
+      for (let y = 0; y < SIZE; y++) for (let x = 0; x < SIZE; x++) claim[y * SIZE + x] = moved(x, y) > 0.05 ? 1 : 0;
+      return claim;
+    };
+    const before = lumaFrame(withLipLine);
+    const dropped = lumaFrame((x, y) => withLipLine(x, y - dropAt(x, y)));
+    const claim = claimOf(dropAt);
+
+    it('a lip line dropped 4 px over plain skin that moved with it is no seam where the warp fades out', () => {
+      // Read off the frame alone the composite ends on the dropped line (the skin below moved, unchanged): counted.
+      expect(seamStep(before, dropped).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+      expect(seamStep(before, dropped, compositeMask(before, dropped, claim)).p98).toBeLessThanOrEqual(SEAM_MAX_LEVELS);
+    });
+
+    it('the same drop cut off where the warp ends (the lip line torn at its sides) is a seam', () => {
+      const cut = (x: number, y: number): number => (inBox(x, y) && y >= LIP_LINE_Y - 3 ? 4 : 0);
+      const torn = lumaFrame((x, y) => withLipLine(x, y - cut(x, y)));
+      expect(seamStep(before, torn, compositeMask(before, torn, claimOf(cut))).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+    });
+
+    it('the drop with the moved skin pasted 4 levels lighter is a seam where the claim ends', () => {
+      const pasted = lumaFrame((x, y) => withLipLine(x, y - dropAt(x, y)) + (claim[y * SIZE + x] ? 4 : 0));
+      expect(seamStep(before, pasted, compositeMask(before, pasted, claim)).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+    });
+
+    it('a change outside what the warp claims still counts: a patch laid beside the drop', () => {
+      const beside = (x: number, y: number): boolean => x >= 124 && x < 150 && y >= 90 && y < 130;
+      const laid = lumaFrame((x, y) => withLipLine(x, y - dropAt(x, y)) + (beside(x, y) ? 6 : 0));
+      expect(seamStep(before, laid, compositeMask(before, laid, claim)).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+    });
+  });
+
   it('a speckled halo around the mouth–jaw region shows outside it and as a seam', () => {
     const haloed = paint((x, y) => {
       const [r, g, b] = goodOpen(x, y);

@@ -2,12 +2,13 @@
  * How a clip avatar's speaking frame is composed (issue 44, point 2), on synthetic frames where every answer is known:
  * a harvested mouth is aligned to the loop frame's own mouth (centre, width and roll), takes that frame's skin colour,
  * and changes nothing beyond the skin around the lips; a harvest showing too few openings is not laid (the loop
- * frame is warped along its own lips instead); the warp changes nothing at its edge.
+ * frame is warped along its own lips instead); the warp changes nothing at its edge; each says what it changed (what
+ * the artefact measures take as the composite).
  */
 import { rmSync } from 'node:fs';
 import sharp from 'sharp';
 import { describe, expect, it } from 'vitest';
-import { warpLoopFrame } from '../actors/render/clip-warp.ts';
+import { warpLoopFrame, warpMaskOf } from '../actors/render/clip-warp.ts';
 import { i420Size } from '../actors/render/i420.ts';
 import {
   HarvestedMouths,
@@ -100,6 +101,18 @@ async function mouthsOf(openings: number[]): Promise<HarvestedMouths | null> {
   return HarvestedMouths.prepare({ atlasPng, indexJson: Buffer.from(JSON.stringify(index)) });
 }
 
+/** Luma pixels `frame` changed from `source`, and how many of them lie outside `claim` (what the renderer says it changed). */
+function changedAgainst(source: I420Frame, frame: I420Frame, claim: Uint8Array): { changed: number; outside: number } {
+  let changed = 0;
+  let outside = 0;
+  for (let i = 0; i < SIZE * SIZE; i++) {
+    if (frame.data[i] === source.data[i]) continue;
+    changed++;
+    if (!claim[i]) outside++;
+  }
+  return { changed, outside };
+}
+
 /** The dark pixels' centroid, principal direction (radians) and extent along it. */
 function darkShape(frame: I420Frame): { centre: Point; angle: number; length: number; count: number } {
   const points: Point[] = [];
@@ -173,6 +186,20 @@ describe('a harvested mouth laid on a clip avatar’s loop frame', () => {
     expect(Math.max(...p) - Math.min(...p)).toBeLessThanOrEqual(1);
   });
 
+  it('says what it changed: every pixel the laid mouth and its warp change lies in its claim', async () => {
+    const mouths = (await mouthsOf([0, 0.25, 0.5, 1]))!;
+    const face = faceAt({ x: 128, y: 120 }, 60, 0.1);
+    // Textured skin, so the warp to the sample's opening changes what it moves.
+    const source = skinFrame();
+    for (let i = 0; i < SIZE * SIZE; i++) source.data[i] = SKIN.y + (((i % SIZE) + Math.floor(i / SIZE)) % 7);
+    const frame = { ...source, data: source.data.slice() };
+    const pose = { open: 1, wide: 0, round: 0 };
+    mouths.lay(frame, source, pose, face);
+    const { changed, outside } = changedAgainst(source, frame, mouths.claimOf(source, pose, face));
+    expect(changed).toBeGreaterThan(0);
+    expect(outside).toBe(0);
+  });
+
   it('is not laid when the harvest shows too few openings: the renderer warps the loop frame along its own lips, as for a clip without mouths', async () => {
     expect(await mouthsOf([0, 0.5, 1])).toBeNull();
     const thin = await harvestOf([0, 0.5, 1]);
@@ -242,6 +269,19 @@ describe('the warp of a loop frame along its own lips', () => {
     // The chin's shade under the mouth (searched below the opening) moved down with the jaw, and not beside the face.
     expect(edgeRow(centre.x, frame.data) - edgeRow(centre.x, source.data)).toBeGreaterThan(0.15 * mw);
     expect(edgeRow(centre.x + 1.5 * mw, frame.data)).toBe(edgeRow(centre.x + 1.5 * mw, source.data));
+  });
+
+  it('says what it changed: every pixel it changes lies in its mask, which goes on below the chin where the drop fades out', () => {
+    const { source, frame } = chinFrame(12);
+    const pose = { open: 1, wide: 0, round: 0 };
+    const mask = warpMaskOf(source, faceAt(centre, mw, 0.05), pose)!;
+    const { changed, outside } = changedAgainst(source, frame, mask);
+    expect(changed).toBeGreaterThan(0);
+    expect(outside).toBe(0);
+    // Under the mouth, the mask reaches past the chin's shaded edge (moved by the drop) into the neck below it.
+    const masked = (y: number) => mask[y * SIZE + centre.x] === 1;
+    expect(masked(edgeRow(centre.x, frame.data) + 4)).toBe(true);
+    expect(warpMaskOf(source, faceAt(centre, mw, 0.05), { open: 0, wide: 0, round: 0 })).toBeNull();
   });
 
   it('leaves a hard edge below the mouth (a collar under the chin) and all beyond it where they are: moved, it was a seam', () => {

@@ -127,6 +127,31 @@ export function warpLoopFrame(frame: I420Frame, source: I420Frame, face: MouthAn
 }
 
 /**
+ * A pixel the warp moves by more than this (px) belongs to what it changed (`warpMaskOf`): below it, a pixel's luma
+ * moves by under 2 levels on any but the hardest edge, and the measure forgives an edge moved that little.
+ */
+const MASK_MOVED_PX = 0.02;
+
+/**
+ * What `warpLoopFrame(frame, source, face, pose)` changes, as the renderer knows it: 1 at every luma pixel its map moves
+ * by more than `MASK_MOVED_PX` or paints (the opening), 0 elsewhere; null when the pose leaves the frame as it is. The
+ * artefact measures take it as the composite (test/helpers/artefacts.ts): read off the frame alone, the composite of a
+ * lip dropped 4 px over plain skin that moved with it unchanged ends on the moved lip's outline, and the outline steps
+ * against the unmoved skin beside it by its whole contrast where the warp goes on fading for many pixels more.
+ * The map as the frame gets it (on its grid, `warpPlanes`); for measuring, not for every frame.
+ */
+export function warpMaskOf(source: I420Frame, face: MouthAnimation, pose: MouthPose): Uint8Array | null {
+  const geometry = geometryOf(face, pose, source);
+  if (!geometry) return null;
+  const { width, height } = source;
+  const claim = new Uint8Array(width * height);
+  const y = planes(source).y;
+  const ink = { dst: y.slice(), src: y, edge: MOUTH_EDGE.y, deep: MOUTH_DEEP.y, teeth: TEETH.y, shade: true };
+  warpPlanes([ink], width, height, 1, geometry, claim);
+  return claim;
+}
+
+/**
  * A closed lip contour (upright: u right, v down) as its upper and lower edges, each from the leftmost point to the
  * rightmost sorted by u: iBUG order (48–59, 60–67) or any other order around the contour.
  */
@@ -430,7 +455,14 @@ let gridSide = new Uint8Array(0);
  * Planes of one size (`scale` frame pixels per plane pixel: 1 luma, 2 chroma, U and V together): every pixel of the
  * region maps back to the source plane (bilinear), except the opening's gap, painted.
  */
-function warpPlanes(inks: PlaneInk[], width: number, height: number, scale: number, g: WarpGeometry): void {
+function warpPlanes(
+  inks: PlaneInk[],
+  width: number,
+  height: number,
+  scale: number,
+  g: WarpGeometry,
+  claim?: Uint8Array,
+): void {
   const { mw } = g;
   const { x0, x1, y0, y1 } = planeBoxOf(
     g,
@@ -498,6 +530,7 @@ function warpPlanes(inks: PlaneInk[], width: number, height: number, scale: numb
             if (mapAt(g, px * scale + offset, py * scale + offset) === UNTOUCHED) continue;
             const sx = (at.sx - offset) / scale;
             const sy = (at.sy - offset) / scale;
+            if (claim && (at.paint > 0 || Math.hypot(sx - px, sy - py) > MASK_MOVED_PX)) claim[py * width + px] = 1;
             for (const ink of inks) {
               let value = bilinear(ink.src, width, height, sx, sy);
               if (at.paint > 0) value += (insideOf(ink) - value) * at.paint;
@@ -534,6 +567,12 @@ function warpPlanes(inks: PlaneInk[], width: number, height: number, scale: numb
         const stepY = (by + (dy - by) * t - leftY) / cell;
         for (let n = 0; n < inks.length; n++)
           sampleRow(inks[n].dst, inks[n].src, width, height, py * width, cx0, cx1, leftX, leftY, stepX, stepY);
+        if (claim) {
+          for (let px = cx0; px < cx1; px++) {
+            const moved = Math.hypot(leftX + stepX * (px - cx0) - px, leftY + stepY * (px - cx0) - py);
+            if (moved > MASK_MOVED_PX) claim[py * width + px] = 1;
+          }
+        }
       }
     }
   }

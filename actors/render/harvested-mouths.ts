@@ -12,7 +12,7 @@ import sharp from 'sharp';
 import { planes, rgbToYuv } from './i420.ts';
 import type { RgbaImage } from './image.ts';
 import { smoothstep } from './idle-motion.ts';
-import { edgeAt, jawDropOf, lipEdges, planeBoxOf, uprightAt, warpLoopFrame } from './clip-warp.ts';
+import { edgeAt, jawDropOf, lipEdges, planeBoxOf, uprightAt, warpLoopFrame, warpMaskOf } from './clip-warp.ts';
 import type { I420Frame, MouthAnimation, MouthPose, Point } from './types.ts';
 
 /**
@@ -198,6 +198,19 @@ export class HarvestedMouths {
     warpLoopFrame(frame, source, face, sample.pose);
     layAligned(frame, sample, this.cell, face, sample.pose);
   }
+
+  /**
+   * What `lay` changes, as the renderer knows it (the artefact measures take it as the composite, `warpMaskOf`): what
+   * the warp to the sample's opening moves or paints, and every pixel the sample's mask covers.
+   */
+  claimOf(source: I420Frame, pose: MouthPose, face: MouthAnimation): Uint8Array {
+    const sample = this.nearest(pose);
+    const claim = warpMaskOf(source, face, sample.pose) ?? new Uint8Array(source.width * source.height);
+    const frame = { ...source, data: source.data.slice() };
+    warpLoopFrame(frame, source, face, sample.pose);
+    layAligned(frame, sample, this.cell, face, sample.pose, claim);
+    return claim;
+  }
 }
 
 /** Whether a harvest shows enough of speech to lay: a closed sample and `MIN_USABLE_OPENINGS` distinct opening steps. */
@@ -312,11 +325,12 @@ function layAligned(
   cell: CellGeometry,
   face: MouthAnimation,
   pose: MouthPose,
+  claim?: Uint8Array,
 ): void {
   const mask = lipMaskOf(face, pose);
   if (!mask) return;
   const p = planes(frame);
-  layPlane(p.y, frame.width, frame.height, 1, sample.planes[0], cell, mask);
+  layPlane(p.y, frame.width, frame.height, 1, sample.planes[0], cell, mask, claim);
   layPlane(p.u, p.cw, p.ch, 2, sample.planes[1], cell, mask);
   layPlane(p.v, p.cw, p.ch, 2, sample.planes[2], cell, mask);
 }
@@ -329,6 +343,7 @@ function layPlane(
   cellPlane: Float32Array,
   cell: CellGeometry,
   m: LipMask,
+  claim?: Uint8Array,
 ): void {
   const { cx, cy, cos, sin, mw, feather } = m;
   const offset = scale === 1 ? 0 : 0.5;
@@ -359,6 +374,7 @@ function layPlane(
       const i = (py - y0) * boxWidth + px - x0;
       alpha[i] = a;
       value[i] = sampled;
+      if (claim) claim[py * width + px] = 1;
       if (a < 0.5) {
         ringSum += dst[py * width + px] - sampled;
         ringCount++;

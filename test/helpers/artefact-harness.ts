@@ -2,8 +2,11 @@
  * Renders a `lipsync` avatar bundle (a photo or a video avatar) speaking at fixed moments through the real renderer
  * and measures every frame with `artefacts.ts` against its base (a photo's rest face: the same frame with the mouth
  * closed; a video avatar's loop frame under it), with lip landmarks found by the service's face detector on the
- * rendered frame. Shared by `test/render.artefacts.test.ts` (the Done-when thresholds on the project's own avatars)
- * and `npm run bench -- mouth_sheet` (contact sheets and figures for any avatar).
+ * rendered frame. A video avatar's speaking frame is measured with what its renderer says it moved, painted or laid
+ * (`warpMaskOf`, `HarvestedMouths.claimOf`) as part of its composite: its lips and jaw line move over plain skin that moved with them unchanged, and read off the frame
+ * alone the composite would end on each moved outline. Shared by `test/render.artefacts.test.ts` (the Done-when
+ * thresholds on the project's own avatars) and `npm run bench -- mouth_sheet` (contact sheets and figures for any
+ * avatar).
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -11,10 +14,13 @@ import sharp from 'sharp';
 import { detectMouth } from '../../actors/faces/detector.ts';
 import { faceHint } from '../../actors/faces/landmarks.ts';
 import { decodeClipLoop, loopFrameAt, readClipSource, type ClipLoop } from '../../actors/render/clip-loop.ts';
+import { warpLoopFrame, warpMaskOf } from '../../actors/render/clip-warp.ts';
+import { HarvestedMouths } from '../../actors/render/harvested-mouths.ts';
 import { i420ToRgba } from '../../actors/render/i420.ts';
-import { WarpRenderer } from '../../actors/render/renderers/warp.ts';
+import { quantise } from '../../actors/render/idle-motion.ts';
+import { OPEN_STEPS, SHAPE_STEPS, WarpRenderer } from '../../actors/render/renderers/warp.ts';
 import type { AvatarManifest, AvatarSource, I420Frame, MouthAnimation, MouthPose } from '../../actors/render/types.ts';
-import { measureArtefacts, mouthCrop, mouthJawRegion, type ArtefactReport } from './artefacts.ts';
+import { compositeMask, measureArtefacts, mouthCrop, mouthJawRegion, type ArtefactReport } from './artefacts.ts';
 
 /** The fixed moments a contact sheet shows: speech's poses from a lip closure to a wide "ah", spread and rounded. */
 export const SHEET_POSES: ReadonlyArray<{ name: string; pose: MouthPose }> = [
@@ -42,6 +48,8 @@ export interface MeasuredFrame {
   /** Lip landmarks the detector found on the rendered frame; null: no face found (nothing measured). */
   lips: MouthAnimation | null;
   report: ArtefactReport | null;
+  /** The composite measured includes what the clip renderer says it changed (`clipClaim`), not only what changed. */
+  warpClaimed: boolean;
 }
 
 export interface MeasuredAvatar {
@@ -64,6 +72,8 @@ export async function measureAvatar(dir: string, poses = SHEET_POSES): Promise<M
   await renderer.prepare(source);
   const { width, height } = source.manifest;
   const loop: ClipLoop | null = source.clip ? await decodeClipLoop(source.clip, width, height) : null;
+  // As the renderer decides: a harvest it can lay, or the warp.
+  const mouths = source.clip?.mouths ? await HarvestedMouths.prepare(source.clip.mouths) : null;
   const frames: MeasuredFrame[] = [];
   for (const [i, { name, pose }] of poses.entries()) {
     const frameIdx = 1 + i * FRAME_STRIDE;
@@ -79,9 +89,42 @@ export async function measureAvatar(dir: string, poses = SHEET_POSES): Promise<M
       ...(hint ? { near: faceHint(hint) } : {}),
     });
     const lips = found.ok ? found.animation : null;
-    frames.push({ name, pose, frameIdx, frame, base, lips, report: lips ? measureArtefacts(base, frame, lips) : null });
+    const claim = at ? clipClaim(frame, at.frame, at.face, pose, mouths) : null;
+    const report = lips
+      ? measureArtefacts(base, frame, lips, claim ? compositeMask(base, frame, claim) : undefined)
+      : null;
+    frames.push({ name, pose, frameIdx, frame, base, lips, report, warpClaimed: claim !== null });
   }
   return { id: source.id, kind: loop ? 'clip' : 'photo', frames };
+}
+
+/**
+ * What the clip renderer moved, painted or laid to make `frame` from its loop frame (`warpMaskOf`, with harvested
+ * mouths `HarvestedMouths.claimOf`), at the pose as the renderer quantises it; null unless doing the same here gives
+ * exactly the rendered frame (anything else laid over it, or another path: the composite is read off the frame alone).
+ */
+function clipClaim(
+  frame: I420Frame,
+  loopFrame: I420Frame,
+  face: MouthAnimation,
+  pose: MouthPose,
+  mouths: HarvestedMouths | null,
+): Uint8Array | null {
+  const quantised = {
+    open: quantise(pose.open, OPEN_STEPS) / (OPEN_STEPS - 1),
+    wide: quantise(pose.wide, SHAPE_STEPS) / (SHAPE_STEPS - 1),
+    round: quantise(pose.round, SHAPE_STEPS) / (SHAPE_STEPS - 1),
+  };
+  const again = { ...loopFrame, data: loopFrame.data.slice() };
+  let claim: Uint8Array | null;
+  if (mouths) {
+    mouths.lay(again, loopFrame, quantised, face);
+    claim = mouths.claimOf(loopFrame, quantised, face);
+  } else {
+    warpLoopFrame(again, loopFrame, face, quantised);
+    claim = warpMaskOf(loopFrame, face, quantised);
+  }
+  return claim && Buffer.from(again.data).equals(Buffer.from(frame.data)) ? claim : null;
 }
 
 /** A contact sheet: one row of mouth crops (base, then each pose), scaled up to about `SHEET_CROP_HEIGHT`, as a PNG. */

@@ -165,12 +165,16 @@ function percentile(values: number[], p: number): number {
 /**
  * 1 where the frame's luma differs from the base's by at least `COMPOSITE_MIN_DIFF`, and in every hole such pixels
  * enclose (lips that moved onto lips stay unchanged inside an open mouth: they are inside the composite, not its edge).
+ * `claimed`: what the renderer says it moved or painted (non-zero), added to what changed — a warp's plain skin moved
+ * with a lip shows no change, so without it the composite ends on the moved lip; whatever changed outside the claim
+ * still counts.
  */
-export function compositeMask(base: I420Frame, frame: I420Frame): Uint8Array {
+export function compositeMask(base: I420Frame, frame: I420Frame, claimed?: Uint8Array): Uint8Array {
   const { width, height } = frame;
   const n = width * height;
   const changed = new Uint8Array(n);
-  for (let i = 0; i < n; i++) changed[i] = Math.abs(frame.data[i] - base.data[i]) >= COMPOSITE_MIN_DIFF ? 1 : 0;
+  for (let i = 0; i < n; i++)
+    changed[i] = Math.abs(frame.data[i] - base.data[i]) >= COMPOSITE_MIN_DIFF || claimed?.[i] ? 1 : 0;
   // Unchanged pixels reachable from the frame's border are outside; everything else is the composite.
   const outside = new Uint8Array(n);
   const stack: number[] = [];
