@@ -354,6 +354,29 @@ describe('artefact measures on constructed frames', () => {
     expect(teethBelowLowerLip(riding, riding, OPEN_LIPS)).toBe(0);
   });
 
+  it('on a smile whose inner upper lip sags below its corners, the teeth inside the mouth are not below the lip', () => {
+    // The inner corners sit 2–3 px above the inner upper lip's middle (the astronaut's smile, found by the detector).
+    const smile: LipGeometry = {
+      ...OPEN_LIPS,
+      inner_lip: [
+        { x: CX - 12, y: CY - 4 },
+        { x: CX - 6, y: CY - 2 },
+        { x: CX, y: CY - 1 },
+        { x: CX + 6, y: CY - 2 },
+        { x: CX + 12, y: CY - 4 },
+        { x: CX + 6, y: CY + 4 },
+        { x: CX, y: CY + 5 },
+        { x: CX - 6, y: CY + 4 },
+      ],
+    };
+    const teethInside = paint((x, y) =>
+      x >= CX - 8 && x < CX + 8 && y >= CY - 2 && y < CY + 2 ? TEETH : goodOpen(x, y),
+    );
+    expect(teethBelowLowerLip(base, teethInside, smile)).toBe(0);
+    const riding = paint((x, y) => (x >= CX - 6 && x < CX + 6 && y >= CY + 6 && y < CY + 8 ? TEETH : goodOpen(x, y)));
+    expect(teethBelowLowerLip(base, riding, smile)).toBeGreaterThan(0);
+  });
+
   it('a second row of teeth under the painted upper teeth counts as two rows', () => {
     const twoRows = paint((x, y) =>
       inEllipse(x, y, CX, CY, 12, 5) && y >= CY + 2 && y <= CY + 4 ? TEETH : goodOpen(x, y),

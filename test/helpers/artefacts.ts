@@ -6,7 +6,8 @@
  * same figures. They need nothing from the renderer but its output and what it already knows: the base frame (a
  * photo's rest face, a clip's loop frame under this frame), optionally its composite mask, and lip landmarks of the
  * RENDERED frame (the face detector run on it, `MouthAnimation` as `actors/faces/landmarks.ts` builds it: iBUG
- * 48–59 as `outer_lip`, 60–67 as `inner_lip`; any order, they are split into upper and lower chains here).
+ * 48–59 as `outer_lip`, 60–67 as `inner_lip`; in contour order, either way round from any point, they are split into
+ * upper and lower chains here).
  *
  * API (all luma in 8-bit levels of the I420 Y plane):
  * - `measureArtefacts(base, frame, lips, mask?)` → `ArtefactReport`: every measure below at once.
@@ -296,16 +297,29 @@ interface LipChains {
   lower: Point[];
 }
 
+/**
+ * The contour walked from its leftmost point to its rightmost both ways round: the walk lying higher is the upper chain.
+ * (Not split by the chord between the corners: on a smile the inner upper lip sags below that chord, and its points
+ * went to the lower chain, which then zigzagged through the teeth — the astronaut's painted teeth read as "below the
+ * lower lip".)
+ */
 function chains(contour: Point[]): LipChains {
-  const left = contour.reduce((a, p) => (p.x < a.x ? p : a), contour[0]);
-  const right = contour.reduce((a, p) => (p.x > a.x ? p : a), contour[0]);
-  const chordY = (x: number): number =>
-    right.x === left.x ? left.y : left.y + ((x - left.x) * (right.y - left.y)) / (right.x - left.x);
-  const rest = contour.filter((p) => p !== left && p !== right);
+  const n = contour.length;
+  const leftAt = contour.reduce((a, p, i) => (p.x < contour[a].x ? i : a), 0);
+  const rightAt = contour.reduce((a, p, i) => (p.x > contour[a].x ? i : a), 0);
+  const walk = (from: number, to: number): Point[] => {
+    const path: Point[] = [];
+    for (let i = (from + 1) % n; i !== to; i = (i + 1) % n) path.push(contour[i]);
+    return path;
+  };
+  const one = walk(leftAt, rightAt);
+  const other = walk(rightAt, leftAt);
+  const meanY = (path: Point[]): number => path.reduce((sum, p) => sum + p.y, 0) / Math.max(1, path.length);
+  const [upperRest, lowerRest] = meanY(one) <= meanY(other) ? [one, other] : [other, one];
   const byX = (a: Point, b: Point): number => a.x - b.x;
-  const upper = [left, ...rest.filter((p) => p.y <= chordY(p.x)), right].sort(byX);
-  const lower = [left, ...rest.filter((p) => p.y > chordY(p.x)), right].sort(byX);
-  return { upper, lower };
+  const left = contour[leftAt];
+  const right = contour[rightAt];
+  return { upper: [left, ...upperRest, right].sort(byX), lower: [left, ...lowerRest, right].sort(byX) };
 }
 
 /** y of a polyline (sorted by x) at column x, or null outside its span. */
