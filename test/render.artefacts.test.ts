@@ -27,10 +27,10 @@ import { landscapeMp4, speakingClipMp4 } from './helpers/clips.ts';
  * (read off the frame alone they stepped 3–4: the harvested mouth's lower lip on the speaking clip, the opening's edge
  * on the swaying clip; looked at zoomed, a lip and a jaw line where they would be). docs/performance.md has the
  * figures before and after. Every other measure holds the issue's thresholds (teeth above the upper lip: those the
- * render put there, not the base's own highlight moved ≤ 2 px, `teethAboveUpperLip`). These bounds keep what was won (the photo's seam was 23, then 11 before its chin dropped whole
- * over the collar; the speaking clip's 27, the swaying clip's 7 and earlier 27–29 with two rows of teeth and 31–69 px
- * above the lip; the photo's 10 counted moved edges too); lower them as the seams close, drop them when the issue
- * holds.
+ * render put there, not the base's own highlight moved ≤ 2 px, `teethAboveUpperLip`). These bounds keep what was
+ * won (the photo's seam was 23, then 11 before its chin dropped whole over the collar; the speaking clip's 27, the
+ * swaying clip's 7 and earlier 27–29 with two rows of teeth and 31–69 px above the lip; the photo's 10 counted moved
+ * edges too); lower them as the seams close, drop them when the issue holds.
  */
 interface HeldSoFar {
   seamLevels: number;
