@@ -21,8 +21,8 @@ import { landscapeMp4, speakingClipMp4 } from './helpers/clips.ts';
  * What each avatar holds today where issue 44's thresholds are not reached yet. Every avatar holds the seam step of
  * `SEAM_MAX_LEVELS` (3; an edge moved ≤ 2 px across the boundary is no seam, `artefacts.ts`). The photo holds it since
  * its chin closes up on its held outline instead of dropping over the collar as a block (which stepped 3–5 levels
- * where its drop ended: `photo-jaw.ts`). The clips hold it: their frames are measured with what the clip renderer says it moved, painted
- * or laid (`warpMaskOf`, `HarvestedMouths.claimOf`; test/helpers/artefact-harness.ts) as part of the composite, so a
+ * where its drop ended: `photo-jaw.ts`). The clips hold it: their frames are measured with what the clip renderer
+ * says it moved, painted or laid (`warpMaskOf`, `HarvestedMouths.claimOf`; test/helpers/artefact-harness.ts) as part of the composite, so a
  * lip or jaw line the warp dropped over plain skin that moved with it unchanged is not read as the composite's end
  * (read off the frame alone they stepped 3–4: the harvested mouth's lower lip on the speaking clip, the opening's edge
  * on the swaying clip; looked at zoomed, a lip and a jaw line where they would be). Teeth-bright pixels above the

@@ -19,8 +19,8 @@ const EDGE_MIN_STEP = 44;
 /**
  * Under the chin (within `CHIN_FLAT` mouth widths of the mouth's centre) the warp moves pixels fully from this far
  * (mouth widths) above the held outline; the clearance grows to `EDGE_CLEARANCE` at `CHIN_HALF_WIDTH`, where the
- * outline is the jaw's side. A short clearance keeps the chin's drop (`test/render.lipsync-mouth`: ≥ 0.25 mouth widths
- * where the chin is, on the astronaut ~8 px of neck above its collar); 0.2 dropped it only 0.18.
+ * outline is the jaw's side. A short clearance keeps the chin's drop (`test/render.lipsync-mouth`: ≥ 0.25 mouth
+ * widths where the chin is; the astronaut shows ~8 px of neck above its collar); 0.2 dropped it only 0.18.
  */
 const CHIN_CLEARANCE = 0.1;
 const CHIN_FLAT = 0.4;

@@ -60,9 +60,9 @@ const LIP_ZONE_HEIGHT = 0.12;
 /**
  * Where `photo-jaw.ts` holds the face's outline under the chin (against a collar, a neck's shadow), it still slips
  * down with the jaw by up to this many px, fading out along the jaw with the drop (`jawWindow`): the jaw turns about
- * its hinges and its underside shows a little more. With it the astronaut's chin drops 0.25 mouth widths (≥ 0.25,
- * `test/render.lipsync-mouth`) over ~8 px of neck; an outline moved by ≤ 2 px beside unmoved pixels is no seam
- * (`test/helpers/artefacts.ts`), and a chin dropped whole over its collar was a block with a kink at its ends.
+ * its hinges and its underside shows a little more. With it the astronaut's chin drops 0.27 mouth widths on "aa"
+ * (≥ 0.25, `test/render.lipsync-mouth`) over ~8 px of neck; an outline moved by ≤ 2 px beside unmoved pixels is no
+ * seam (`test/helpers/artefacts.ts`), and a chin dropped whole over its collar was a block with a kink at its ends.
  */
 const CHIN_SLIP_PX = 1.5;
 /** A destination row covering more source rows than this is sampled as their mean (`sampleSpan`). */
