@@ -18,16 +18,16 @@ import { uploadClip } from './helpers/clip-avatar.ts';
 import { landscapeMp4, speakingClipMp4 } from './helpers/clips.ts';
 
 /**
- * What each avatar holds today where issue 44's thresholds are not reached yet. The seam step is above the issue's
- * `SEAM_MAX_LEVELS` (3; an edge moved ≤ 2 px across the boundary is no seam, `artefacts.ts`) on the photo: the
- * chin's outline moved more than 2 px where its drop over the collar ends, the mouth's painted corners against the
- * skin (3–5 levels). The clips hold it: their frames are measured with what the clip renderer says it moved, painted
- * or laid (`warpMaskOf`, `HarvestedMouths.claimOf`; test/helpers/artefact-harness.ts) as part of the composite, so a
- * lip or jaw line the warp dropped over plain skin that moved with it unchanged is not read as the composite's end
- * (read off the frame alone they stepped 3–4: the harvested mouth's lower lip on the speaking clip, the opening's edge
- * on the swaying clip; looked at zoomed, a lip and a jaw line where they would be). docs/performance.md has the
- * figures before and after. Every other measure holds the issue's thresholds (teeth above the upper lip: those the
- * render put there, not the base's own highlight moved ≤ 2 px, `teethAboveUpperLip`). These bounds keep what was
+ * What each avatar holds today where issue 44's thresholds are not reached yet. Every avatar holds the seam step of
+ * `SEAM_MAX_LEVELS` (3; an edge moved ≤ 2 px across the boundary is no seam, `artefacts.ts`). The photo holds it since
+ * its chin closes up on its held outline instead of dropping over the collar as a block (which stepped 3–5 levels where
+ * its drop ended: `photo-jaw.ts`). The clips hold it: their frames are measured with what the clip renderer says it
+ * moved, painted or laid (`warpMaskOf`, `HarvestedMouths.claimOf`; test/helpers/artefact-harness.ts) as part of the
+ * composite, so a lip or jaw line the warp dropped over plain skin that moved with it unchanged is not read as the
+ * composite's end (read off the frame alone they stepped 3–4: the harvested mouth's lower lip on the speaking clip, the
+ * opening's edge on the swaying clip; looked at zoomed, a lip and a jaw line where they would be). docs/performance.md
+ * has the figures before and after. Every other measure holds the issue's thresholds (teeth above the upper lip: those
+ * the render put there, not the base's own highlight moved ≤ 2 px, `teethAboveUpperLip`). These bounds keep what was
  * won (the photo's seam was 23, then 11 before its chin dropped whole over the collar; the speaking clip's 27, the
  * swaying clip's 7 and earlier 27–29 with two rows of teeth and 31–69 px above the lip; the photo's 10 counted moved
  * edges too); lower them as the seams close, drop them when the issue holds.
@@ -35,7 +35,7 @@ import { landscapeMp4, speakingClipMp4 } from './helpers/clips.ts';
 interface HeldSoFar {
   seamLevels: number;
 }
-const PHOTO_HELD: HeldSoFar = { seamLevels: 5 };
+const PHOTO_HELD: HeldSoFar = { seamLevels: SEAM_MAX_LEVELS };
 const SPEAKING_CLIP_HELD: HeldSoFar = { seamLevels: SEAM_MAX_LEVELS };
 const SWAYING_CLIP_HELD: HeldSoFar = { seamLevels: SEAM_MAX_LEVELS };
 

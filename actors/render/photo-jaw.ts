@@ -5,11 +5,11 @@
  * is from the nearest strong edge outside the lips: 0 on the edge and beyond it as seen from the mouth (the
  * background past the cheek's outline), 1 from `EDGE_CLEARANCE` mouth widths away.
  *
- * The chin's outline is the exception where it lies on something plain (a dark collar, a shadowed neck): the chin
- * drops over it with its outline whole, and the plain strip under it is carried along, its drop fading out within
- * it (`carried`; the renderer shades it as the chin's shadow, so the warp ends in a smooth fade of that shadow rather
- * than at the chin's moved edge), before the next edge (a collar's line), which stays with everything beyond it. An
- * earlier version held the outline and dropped only the chin's middle rigidly, which bent the collar line into a U.
+ * Under the chin the outline is held too (it lies on a collar, a neck's shadow: a chin dropped over them showed as a
+ * block, a flat shelf with a kink in the jaw line where its drop ended), but the clearance there is short
+ * (`CHIN_CLEARANCE`): the chin above it drops nearly whole and its lower curve closes up on the held outline, as a
+ * jaw turning about its hinges hides the neck under it. Beside the chin the clearance grows back to `EDGE_CLEARANCE`
+ * along the jaw. (The renderer lets the outline itself slip a pixel or two with the chin: `CHIN_SLIP_PX`.)
  */
 import { smoothstep } from './idle-motion.ts';
 import type { RgbaImage } from './image.ts';
@@ -17,18 +17,14 @@ import type { RgbaImage } from './image.ts';
 /** Luma step (levels per pixel, central difference) from which a pixel is an edge the warp must not bend. */
 const EDGE_MIN_STEP = 44;
 /**
- * Beyond the chin's outline, what the chin may be carried over: pixels stepping less than this (levels per pixel, a
- * dark collar's weave, a neck's shading), at least `CARRIED_MIN` mouth widths of them down the column.
+ * Under the chin (within `CHIN_FLAT` mouth widths of the mouth's centre) the warp moves pixels fully from this far
+ * (mouth widths) above the held outline; the clearance grows to `EDGE_CLEARANCE` at `CHIN_HALF_WIDTH`, where the
+ * outline is the jaw's side. A short clearance keeps the chin's drop (`test/render.lipsync-mouth`: ≥ 0.25 mouth
+ * widths where the chin is; the astronaut shows ~8 px of neck above its collar); 0.2 dropped it only 0.18.
  */
-const PLAIN_MAX_STEP = 10;
-const CARRIED_MIN = 0.2;
-/**
- * Only under the chin (columns this many mouth widths either side of the mouth's centre): beyond, the outline is the
- * jaw's side, against hair or background, which it does not move over.
- */
+const CHIN_CLEARANCE = 0.1;
+const CHIN_FLAT = 0.4;
 const CHIN_HALF_WIDTH = 1.0;
-/** An outline's tail, px: beyond its strong step, this many pixels may still step more than plain. */
-const EDGE_TAIL_PX = 3;
 /** Distance from such an edge, in mouth widths, from which the warp moves pixels fully. */
 const EDGE_CLEARANCE = 0.5;
 /**
@@ -48,19 +44,12 @@ export interface WarpBox {
   height: number;
 }
 
-export interface JawFreedom {
-  /** How freely the warp may move each pixel of the box (0..1, row-major over the box). */
-  freedom: Float32Array;
-  /** 1 where the pixel lies beyond the chin's outline, in what the chin is carried over (row-major over the box). */
-  carried: Uint8Array;
-}
-
-/** How freely the warp may move each pixel of `box`, and what lies under the chin. */
+/** How freely the warp may move each pixel of `box` (0..1, row-major over the box). */
 export function warpFreedom(
   src: RgbaImage,
   box: WarpBox,
   mouth: { x: number; width: number; seamAt: (x: number) => number },
-): JawFreedom {
+): Float32Array {
   const { x: bx, y: by, width: w, height: h } = box;
   const luma = (x: number, y: number): number => {
     const cx = Math.min(src.width - 1, Math.max(0, x));
@@ -81,35 +70,26 @@ export function warpFreedom(
       if (stepAt(x, y) >= EDGE_MIN_STEP) seeds[j * w + i] = 1;
     }
   }
-  // Below the mouth, the first strong edge down a column is the face's outline (the chin, the jaw). The chin drops
-  // in front of what lies beyond it only where that is plain (a dark collar, a shadowed neck): carried with it, it
-  // looks unmoved, and the warp fades out within it, before the next edge (a collar's line, a necklace), which
-  // stays where it is with everything beyond it. Where the outline meets anything else, it is held in place.
-  const carriedMin = CARRIED_MIN * mouth.width;
-  const carriedPixels = new Uint8Array(w * h);
+  // Below the mouth, the first strong edge down a column is the face's outline (the chin, the jaw): it stays where it
+  // is with everything beyond it (a collar, a necklace, the background).
   const mouthRow = (i: number): number => Math.min(h - 1, Math.max(0, Math.round(mouth.seamAt(bx + i)) - by));
   for (let i = 0; i < w; i++) {
     let j = mouthRow(i);
     while (j < h && !seeds[j * w + i]) j++;
-    const outline = j;
-    while (j < h && seeds[j * w + i]) j++;
-    // The outline's soft tail (its last few pixels step less than an edge, more than what lies beyond).
-    for (let tail = 0; tail < EDGE_TAIL_PX && j < h && stepAt(bx + i, by + j) >= PLAIN_MAX_STEP; tail++) j++;
-    const plainFrom = j;
-    while (j < h && stepAt(bx + i, by + j) < PLAIN_MAX_STEP) j++;
-    const underChin = Math.abs(bx + i - mouth.x) <= CHIN_HALF_WIDTH * mouth.width;
-    const carried = underChin && (j - plainFrom >= carriedMin || j === h);
-    if (carried) {
-      for (let k = outline; k < plainFrom; k++) seeds[k * w + i] = 0;
-      for (let k = plainFrom; k < j; k++) carriedPixels[k * w + i] = 1;
-    }
-    for (let k = carried ? j : outline; k < h; k++) seeds[k * w + i] = 1;
+    for (let k = j; k < h; k++) seeds[k * w + i] = 1;
   }
   const distance = chamferDistance(seeds, w, h);
-  const clearance = EDGE_CLEARANCE * mouth.width;
   const freedom = new Float32Array(w * h);
-  for (let k = 0; k < w * h; k++) freedom[k] = smoothstep(0, clearance, distance[k] / STRAIGHT);
-  return { freedom, carried: carriedPixels };
+  for (let i = 0; i < w; i++) {
+    const beside = smoothstep(CHIN_FLAT, CHIN_HALF_WIDTH, Math.abs(bx + i - mouth.x) / mouth.width);
+    const clearance = mix(CHIN_CLEARANCE, EDGE_CLEARANCE, beside) * mouth.width;
+    for (let j = 0; j < h; j++) freedom[j * w + i] = smoothstep(0, clearance, distance[j * w + i] / STRAIGHT);
+  }
+  return freedom;
+}
+
+function mix(a: number, b: number, t: number): number {
+  return a + (b - a) * t;
 }
 
 /** Chamfer distance (3-4 weights, so /`STRAIGHT` is px) of every pixel to the nearest set pixel of `seeds`. */

