@@ -290,16 +290,91 @@ describe('artefact measures on constructed frames', () => {
     expect(seamStep(base, haloed).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
   });
 
-  it('a white notch splitting the upper lip is teeth above its inner edge', () => {
+  it('a white notch splitting the upper lip, where the base lip is red, is teeth above its inner edge', () => {
     const notched = paint((x, y) => (Math.abs(x - CX) <= 1 && y >= CY - 8 && y <= CY - 6 ? TEETH : goodOpen(x, y)));
-    expect(teethAboveUpperLip(notched, OPEN_LIPS)).toBeGreaterThan(0);
-    expect(teethAboveUpperLip(good, OPEN_LIPS)).toBe(0);
+    expect(teethAboveUpperLip(base, notched, OPEN_LIPS)).toBeGreaterThan(0);
+    expect(teethAboveUpperLip(base, good, OPEN_LIPS)).toBe(0);
+    expect(brokenThresholds(measureArtefacts(base, notched, OPEN_LIPS))).toContain(
+      `${teethAboveUpperLip(base, notched, OPEN_LIPS)} teeth-bright px above the upper lip's inner edge`,
+    );
+  });
+
+  it('a split through the whole upper lip counts even where the base shows the teeth under it', () => {
+    // Measured against the open mouth itself (its teeth 1–2 px below the inner edge): only the split's pixels within
+    // `MOVED_EDGE_REACH_PX` of those teeth are taken for them. 2 px wide: a 1-px line shares its chroma with the lip.
+    const split = paint((x, y) => ((x === CX || x === CX + 1) && y >= CY - 10 && y <= CY - 5 ? TEETH : goodOpen(x, y)));
+    expect(teethAboveUpperLip(good, split, OPEN_LIPS)).toBeGreaterThan(0);
+  });
+
+  it('teeth pasted on the skin above the upper lip are teeth above it', () => {
+    // 8 × 4 px on whole chroma blocks (a half-covered block is reddened by the skin beside it).
+    const pasted = paint((x, y) => (x >= CX - 4 && x < CX + 4 && y >= CY - 14 && y < CY - 10 ? TEETH : goodOpen(x, y)));
+    expect(teethAboveUpperLip(base, pasted, OPEN_LIPS)).toBe(8 * 4);
+  });
+
+  /** A lip highlight (pale, nearly neutral: teeth-bright) 3 px wide on the upper lip, `dx` px right of its place. */
+  const HIGHLIGHT: Rgb = [232, 222, 214];
+  const highlighted =
+    (mouth: (x: number, y: number) => Rgb, dx: number) =>
+    (x: number, y: number): Rgb =>
+      x - dx >= CX - 6 && x - dx <= CX - 4 && y >= CY - 8 && y <= CY - 7 ? HIGHLIGHT : mouth(x, y);
+
+  it('the base’s own lip highlight, unchanged or moved 1–2 px by the warp, is not teeth above the lip', () => {
+    const baseWithHighlight = paint(highlighted(closedMouth, 0));
+    const unchanged = paint(highlighted(goodOpen, 0));
+    expect(teethAboveUpperLip(baseWithHighlight, unchanged, OPEN_LIPS)).toBe(0);
+    for (const dx of [1, 2, -2]) {
+      const moved = paint(highlighted(goodOpen, dx));
+      expect(teethAboveUpperLip(baseWithHighlight, moved, OPEN_LIPS), `moved ${dx} px`).toBe(0);
+      // Measured off the frame alone (nothing in the base), the same highlight counts.
+      expect(teethAboveUpperLip(base, moved, OPEN_LIPS), `moved ${dx} px, base without it`).toBeGreaterThan(0);
+    }
+    // Moved further than `MOVED_EDGE_REACH_PX`, its far pixels are the render's.
+    expect(teethAboveUpperLip(baseWithHighlight, paint(highlighted(goodOpen, 5)), OPEN_LIPS)).toBeGreaterThan(0);
+  });
+
+  it('pale skin above the lip that the base shows unchanged is not teeth above the lip', () => {
+    const PALE_SKIN: Rgb = [214, 204, 196];
+    const pale =
+      (mouth: (x: number, y: number) => Rgb) =>
+      (x: number, y: number): Rgb =>
+        Math.abs(x - CX) <= 8 && y >= CY - 16 && y <= CY - 13 ? PALE_SKIN : mouth(x, y);
+    const paleBase = paint(pale(closedMouth));
+    const paleOpen = paint(pale(goodOpen));
+    expect(teethAboveUpperLip(base, paleOpen, OPEN_LIPS)).toBeGreaterThan(0);
+    expect(teethAboveUpperLip(paleBase, paleOpen, OPEN_LIPS)).toBe(0);
+    expect(brokenThresholds(measureArtefacts(paleBase, paleOpen, OPEN_LIPS))).toEqual([]);
   });
 
   it('teeth riding on the lower lip are teeth below it', () => {
     const riding = paint((x, y) => (Math.abs(x - CX) <= 6 && y >= CY + 6 && y <= CY + 8 ? TEETH : goodOpen(x, y)));
-    expect(teethBelowLowerLip(riding, OPEN_LIPS)).toBeGreaterThan(0);
-    expect(teethBelowLowerLip(good, OPEN_LIPS)).toBe(0);
+    expect(teethBelowLowerLip(base, riding, OPEN_LIPS)).toBeGreaterThan(0);
+    expect(teethBelowLowerLip(base, good, OPEN_LIPS)).toBe(0);
+    // The base's own teeth riding there (a rest face showing them) are not the render's.
+    expect(teethBelowLowerLip(riding, riding, OPEN_LIPS)).toBe(0);
+  });
+
+  it('on a smile whose inner upper lip sags below its corners, the teeth inside the mouth are not below the lip', () => {
+    // The inner corners sit 2–3 px above the inner upper lip's middle (the astronaut's smile, found by the detector).
+    const smile: LipGeometry = {
+      ...OPEN_LIPS,
+      inner_lip: [
+        { x: CX - 12, y: CY - 4 },
+        { x: CX - 6, y: CY - 2 },
+        { x: CX, y: CY - 1 },
+        { x: CX + 6, y: CY - 2 },
+        { x: CX + 12, y: CY - 4 },
+        { x: CX + 6, y: CY + 4 },
+        { x: CX, y: CY + 5 },
+        { x: CX - 6, y: CY + 4 },
+      ],
+    };
+    const teethInside = paint((x, y) =>
+      x >= CX - 8 && x < CX + 8 && y >= CY - 2 && y < CY + 2 ? TEETH : goodOpen(x, y),
+    );
+    expect(teethBelowLowerLip(base, teethInside, smile)).toBe(0);
+    const riding = paint((x, y) => (x >= CX - 6 && x < CX + 6 && y >= CY + 6 && y < CY + 8 ? TEETH : goodOpen(x, y)));
+    expect(teethBelowLowerLip(base, riding, smile)).toBeGreaterThan(0);
   });
 
   it('a second row of teeth under the painted upper teeth counts as two rows', () => {

@@ -6,7 +6,8 @@
  * same figures. They need nothing from the renderer but its output and what it already knows: the base frame (a
  * photo's rest face, a clip's loop frame under this frame), optionally its composite mask, and lip landmarks of the
  * RENDERED frame (the face detector run on it, `MouthAnimation` as `actors/faces/landmarks.ts` builds it: iBUG
- * 48–59 as `outer_lip`, 60–67 as `inner_lip`; any order, they are split into upper and lower chains here).
+ * 48–59 as `outer_lip`, 60–67 as `inner_lip`; in contour order, either way round from any point, they are split into
+ * upper and lower chains here).
  *
  * API (all luma in 8-bit levels of the I420 Y plane):
  * - `measureArtefacts(base, frame, lips, mask?)` → `ArtefactReport`: every measure below at once.
@@ -33,9 +34,14 @@
  * - `outsideDifference(base, frame, lips)`: mean |frame − base| in a ring around the mouth–jaw region
  *   (`mouthJawRegion`; ring out to `OUTSIDE_RING_SCALE` times it), `.mean` (`OUTSIDE_MAX_LEVELS`), and how smoothly
  *   the difference fades there (`.fadeP99`: 99th percentile of the difference's 1-px gradient).
- * - `teethAboveUpperLip(frame, lips)` / `teethBelowLowerLip(frame, lips)`: teeth-bright pixels (`isTeethBright`) in
- *   the upper lip and the skin above it (down to `LIP_EDGE_MARGIN` px above the inner edge), or in the lower lip and
- *   the skin below it: a split or notched lip, teeth riding on a lip. Headline: 0 above.
+ * - `teethAboveUpperLip(base, frame, lips)` / `teethBelowLowerLip(base, frame, lips)`: teeth-bright pixels
+ *   (`isTeethBright`) the render put in the upper lip and the skin above it (down to `LIP_EDGE_MARGIN` px above the
+ *   inner edge), or in the lower lip and the skin below it: a split or notched lip, teeth riding on a lip. A pixel
+ *   counts unless the base is teeth-bright at it or within `MOVED_EDGE_REACH_PX` of it (either way, as for seams): a
+ *   pale patch of skin or a lip highlight the base already shows, unchanged or moved ≤ 2 px by the warp, is the
+ *   person's own (on `sun.mp4` every pixel counted without this was its pale skin above the lip, identical in the loop
+ *   frame; on the swaying clip the photo's own lip highlight, some of it moved 1–2 px by "spread"). What it cannot
+ *   tell: a notch within 2 px of teeth or a highlight the base already shows there. Headline: 0 above.
  * - `darkOutsideLips(base, frame, lips)`: pixels the composite made dark (`DARK_LUMA`, and ≥ `DARK_ADDED` darker
  *   than the base) in a band just outside the outer lip contour: mouth interior leaking past the lips.
  * - `teethRows(frame, lips)`: separate bands of teeth-bright pixels down the central columns of the mouth (median
@@ -291,16 +297,29 @@ interface LipChains {
   lower: Point[];
 }
 
+/**
+ * The contour walked from its leftmost point to its rightmost both ways round: the walk lying higher is the upper chain.
+ * (Not split by the chord between the corners: on a smile the inner upper lip sags below that chord, and its points
+ * went to the lower chain, which then zigzagged through the teeth — the astronaut's painted teeth read as "below the
+ * lower lip".)
+ */
 function chains(contour: Point[]): LipChains {
-  const left = contour.reduce((a, p) => (p.x < a.x ? p : a), contour[0]);
-  const right = contour.reduce((a, p) => (p.x > a.x ? p : a), contour[0]);
-  const chordY = (x: number): number =>
-    right.x === left.x ? left.y : left.y + ((x - left.x) * (right.y - left.y)) / (right.x - left.x);
-  const rest = contour.filter((p) => p !== left && p !== right);
+  const n = contour.length;
+  const leftAt = contour.reduce((a, p, i) => (p.x < contour[a].x ? i : a), 0);
+  const rightAt = contour.reduce((a, p, i) => (p.x > contour[a].x ? i : a), 0);
+  const walk = (from: number, to: number): Point[] => {
+    const path: Point[] = [];
+    for (let i = (from + 1) % n; i !== to; i = (i + 1) % n) path.push(contour[i]);
+    return path;
+  };
+  const one = walk(leftAt, rightAt);
+  const other = walk(rightAt, leftAt);
+  const meanY = (path: Point[]): number => path.reduce((sum, p) => sum + p.y, 0) / Math.max(1, path.length);
+  const [upperRest, lowerRest] = meanY(one) <= meanY(other) ? [one, other] : [other, one];
   const byX = (a: Point, b: Point): number => a.x - b.x;
-  const upper = [left, ...rest.filter((p) => p.y <= chordY(p.x)), right].sort(byX);
-  const lower = [left, ...rest.filter((p) => p.y > chordY(p.x)), right].sort(byX);
-  return { upper, lower };
+  const left = contour[leftAt];
+  const right = contour[rightAt];
+  return { upper: [left, ...upperRest, right].sort(byX), lower: [left, ...lowerRest, right].sort(byX) };
 }
 
 /** y of a polyline (sorted by x) at column x, or null outside its span. */
@@ -336,18 +355,28 @@ function lipColumns(lips: LipGeometry): LipColumns {
   };
 }
 
-function countTeeth(frame: I420Frame, x: number, from: number, to: number): number {
+/** The base shows a teeth-bright pixel at (x, y) or within `MOVED_EDGE_REACH_PX` of it (either way). */
+function baseTeethNear(base: I420Frame, x: number, y: number): boolean {
+  const r = MOVED_EDGE_REACH_PX;
+  for (let by = Math.max(0, y - r); by <= Math.min(base.height - 1, y + r); by++)
+    for (let bx = Math.max(0, x - r); bx <= Math.min(base.width - 1, x + r); bx++)
+      if (isTeethBright(base, bx, by)) return true;
+  return false;
+}
+
+/** Teeth-bright pixels of `frame` in column x from `from` to `to` that the base does not show there (`baseTeethNear`). */
+function countAddedTeeth(base: I420Frame, frame: I420Frame, x: number, from: number, to: number): number {
   let count = 0;
   for (let y = Math.max(0, Math.ceil(from)); y <= Math.min(frame.height - 1, Math.floor(to)); y++)
-    if (isTeethBright(frame, x, y)) count++;
+    if (isTeethBright(frame, x, y) && !baseTeethNear(base, x, y)) count++;
   return count;
 }
 
 /**
- * Teeth-bright pixels in one lip and the skin beyond it, within the lips' span: from `LIP_EDGE_MARGIN` px past the
- * lip's inner edge, through the lip, to `LIP_SKIN_REACH` mouth widths past its outer edge.
+ * Teeth-bright pixels the render put in one lip and the skin beyond it, within the lips' span: from `LIP_EDGE_MARGIN`
+ * px past the lip's inner edge, through the lip, to `LIP_SKIN_REACH` mouth widths past its outer edge.
  */
-function teethInLipBand(frame: I420Frame, lips: LipGeometry, lip: 'upper' | 'lower'): number {
+function teethInLipBand(base: I420Frame, frame: I420Frame, lips: LipGeometry, lip: 'upper' | 'lower'): number {
   const c = lipColumns(lips);
   const reach = LIP_SKIN_REACH * lips.mouth_width;
   let count = 0;
@@ -355,20 +384,21 @@ function teethInLipBand(frame: I420Frame, lips: LipGeometry, lip: 'upper' | 'low
     const inner = lip === 'upper' ? c.innerTop(x) : c.innerBottom(x);
     const outer = lip === 'upper' ? c.outerTop(x) : c.outerBottom(x);
     if (inner === null || outer === null) continue;
-    if (lip === 'upper') count += countTeeth(frame, x, Math.min(outer, inner) - reach, inner - LIP_EDGE_MARGIN);
-    else count += countTeeth(frame, x, inner + LIP_EDGE_MARGIN, Math.max(outer, inner) + reach);
+    if (lip === 'upper')
+      count += countAddedTeeth(base, frame, x, Math.min(outer, inner) - reach, inner - LIP_EDGE_MARGIN);
+    else count += countAddedTeeth(base, frame, x, inner + LIP_EDGE_MARGIN, Math.max(outer, inner) + reach);
   }
   return count;
 }
 
-/** Teeth-bright pixels in the upper lip and the skin above it: a split or notched lip, a halo. */
-export function teethAboveUpperLip(frame: I420Frame, lips: LipGeometry): number {
-  return teethInLipBand(frame, lips, 'upper');
+/** Teeth-bright pixels the render put in the upper lip and the skin above it: a split or notched lip, a halo. */
+export function teethAboveUpperLip(base: I420Frame, frame: I420Frame, lips: LipGeometry): number {
+  return teethInLipBand(base, frame, lips, 'upper');
 }
 
-/** Teeth-bright pixels in the lower lip and the skin below it: teeth riding on the lip. */
-export function teethBelowLowerLip(frame: I420Frame, lips: LipGeometry): number {
-  return teethInLipBand(frame, lips, 'lower');
+/** Teeth-bright pixels the render put in the lower lip and the skin below it: teeth riding on the lip. */
+export function teethBelowLowerLip(base: I420Frame, frame: I420Frame, lips: LipGeometry): number {
+  return teethInLipBand(base, frame, lips, 'lower');
 }
 
 /** Pixels the composite made dark in a band just outside the outer lip contour. */
@@ -431,8 +461,8 @@ export function measureArtefacts(
   return {
     seam: seamStep(base, frame, mask),
     outside: outsideDifference(base, frame, lips),
-    teethAboveUpperLip: teethAboveUpperLip(frame, lips),
-    teethBelowLowerLip: teethBelowLowerLip(frame, lips),
+    teethAboveUpperLip: teethAboveUpperLip(base, frame, lips),
+    teethBelowLowerLip: teethBelowLowerLip(base, frame, lips),
     darkOutsideLips: darkOutsideLips(base, frame, lips),
     teethRows: teethRows(frame, lips),
   };
