@@ -13,6 +13,8 @@ const hasChromium = fs.existsSync(CHROMIUM);
 const STEP_MS = 30_000;
 /** How far the drawn pose may be from the audio heard (issue 47): ±80 ms on the 48 kHz RTP clock. */
 const SYNC_TOLERANCE_RTP = 80 * 48;
+/** One display frame at 60 Hz: how often the page polls what is played when it is not starved. */
+const DISPLAY_FRAME_MS = 1000 / 60;
 const RTP_WRAP = 2 ** 32;
 const rtpDiff = (a: number, b: number) => {
   const d = (((a - b) % RTP_WRAP) + RTP_WRAP) % RTP_WRAP;
@@ -93,7 +95,7 @@ describe.skipIf(!hasChromium)('<avatar-chat render="client"> on a page of anothe
         w.played = [];
         const sample = () => {
           const source = receiver.getSynchronizationSources()[0];
-          if (source) w.played.push({ rtp: source.rtpTimestamp, level: source.audioLevel ?? 0 });
+          if (source) w.played.push({ rtp: source.rtpTimestamp, level: source.audioLevel ?? 0, at: performance.now() });
           if (w.played.length < 20_000) requestAnimationFrame(sample);
         };
         requestAnimationFrame(sample);
@@ -121,7 +123,7 @@ describe.skipIf(!hasChromium)('<avatar-chat render="client"> on a page of anothe
         const w = window as any;
         const figures = (document.querySelector('avatar-chat') as any).client.poseStream.figures;
         return {
-          played: w.played as Array<{ rtp: number; level: number }>,
+          played: w.played as Array<{ rtp: number; level: number; at: number }>,
           offset: figures.offset,
           jitterMs: figures.jitterMs,
           drawn: figures.drawn,
@@ -134,10 +136,13 @@ describe.skipIf(!hasChromium)('<avatar-chat render="client"> on a page of anothe
       expect(loud).toBeGreaterThan(0);
       const trueOffset = (seen.played[loud].rtp - Math.round(onsetMs * 48) + RTP_WRAP) % RTP_WRAP;
       const offsetError = rtpDiff(seen.offset, trueOffset);
+      // That reference is only as exact as the polling: a display frame that came late (a starved page under CI
+      // load) first saw the tone that much after its onset. The tolerance takes the lateness past a 60 Hz frame.
+      const pollLateMs = Math.max(0, seen.played[loud].at - seen.played[loud - 1].at - DISPLAY_FRAME_MS);
       console.log(
-        `pose stream: offset estimate off by ${(offsetError / 48).toFixed(1)} ms (jitter buffer ${seen.jitterMs?.toFixed(1)} ms)`,
+        `pose stream: offset estimate off by ${(offsetError / 48).toFixed(1)} ms (jitter buffer ${seen.jitterMs?.toFixed(1)} ms, reference polled ${pollLateMs.toFixed(0)} ms late)`,
       );
-      expect(Math.abs(offsetError)).toBeLessThanOrEqual(SYNC_TOLERANCE_RTP);
+      expect(Math.abs(offsetError)).toBeLessThanOrEqual(SYNC_TOLERANCE_RTP + Math.round(pollLateMs * 48));
 
       // Every pose drawn while the tone played: its time against the audio heard, with the true offset.
       const speaking = seen.drawn.filter((d: { speaking: boolean }) => d.speaking);
