@@ -440,8 +440,10 @@ export class WebRtcOutput {
       if (this.peer === peer && peer.connectionState === 'connected') this.unchanged.reset();
     });
     await waitForIceGathering(peer, signal ? AbortSignal.any([signal, this.closing.signal]) : this.closing.signal);
+    // A closed peer's description is not read: libwebrtc can crash on it (node-webrtc #696).
+    if (this.peer !== peer) throw new PeerGoneError('media output closed');
     const local = peer.localDescription;
-    if (this.peer !== peer || !local) throw new PeerGoneError('media output closed');
+    if (!local) throw new PeerGoneError('media output closed');
     return { sdp: local.sdp, type: 'answer' };
   }
 

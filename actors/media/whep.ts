@@ -119,8 +119,9 @@ export class WhepViewers {
       if (peer.connectionState === 'failed' || peer.connectionState === 'closed') this.close(viewerId);
     });
     await waitForIceGathering(peer, signal);
-    const local = peer.localDescription;
-    if (!this.viewers.has(viewerId) || !local || signal?.aborted) {
+    // A closed peer's description is not read: libwebrtc can crash on it (node-webrtc #696).
+    const local = this.viewers.has(viewerId) && !signal?.aborted ? peer.localDescription : null;
+    if (!local) {
       this.close(viewerId);
       throw new PeerGoneError(
         signal?.aborted ? 'the client went away before its offer was answered' : 'media output closed',
