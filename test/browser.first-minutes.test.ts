@@ -238,7 +238,11 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('no language model
         await page.getByLabel('Portrait name').fill('Blue sky');
         await page.getByLabel('Upload portrait').setInputFiles(path.join(dir, 'sky.png'));
         const status = page.locator('#upload-status').filter({ hasText: 'still image' });
-        await status.waitFor({ timeout: STEP_MS });
+        // On a timeout the failure says what the page showed instead (it once timed out under CI load, silently).
+        await status.waitFor({ timeout: STEP_MS }).catch(async (error: Error) => {
+          const shown = await page.locator('#upload-status').textContent();
+          throw new Error(`${error.message}; #upload-status showed: ${JSON.stringify(shown)}`);
+        });
         expect(await status.textContent()).toContain('No face was found in the picture');
         const tile = page.getByRole('radio', { name: /^Blue sky/ });
         expect(await tile.isChecked()).toBe(true);
