@@ -300,7 +300,14 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('a clip avatar fro
         await page
           .getByLabel('Upload portrait')
           .setInputFiles({ name: 'person.mp4', mimeType: 'video/mp4', buffer: await fs.readFile(clip) });
-        await page.getByRole('radio', { name: /^Clip person/ }).waitFor({ state: 'attached', timeout: 3 * STEP_MS });
+        await page
+          .getByRole('radio', { name: /^Clip person/ })
+          .waitFor({ state: 'attached', timeout: 3 * STEP_MS })
+          .catch(async (error: Error) => {
+            // It timed out once under CI load: the failure says every status line the page showed on the way.
+            const shown = await page.evaluate(() => (window as any).statusSeen);
+            throw new Error(`${error.message}; #upload-status showed: ${JSON.stringify(shown)}`);
+          });
         const seen = (await page.evaluate(() => (window as any).statusSeen)) as string[];
         expect(seen).toContain(
           'Processing person.mp4 on the service: decoding the clip and following the face in every frame…',
