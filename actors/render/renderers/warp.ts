@@ -49,9 +49,12 @@ const UPPER_LIFT = 0.18;
 /**
  * Half width of the opening at a neutral shape (mouth widths): it ends at the lips' corners, where they meet. Ended
  * 0.04 mouth widths short of them with a blunt profile, the opening's dark ends were square walls cut into the skin
- * beside the corners. `wide` / `round` change it by these fractions.
+ * beside the corners.
  */
 const OPENING_HALF_WIDTH = 0.5;
+/** A rounded opening stays off the corners, which rounded lips press together (mixed in with `ROUND_LENS`). */
+const ROUNDED_HALF_WIDTH = 0.46;
+/** How much `wide` / `round` widen or narrow the opening (fractions of its half width). */
 const WIDE_SPREAD = 0.18;
 const ROUND_NARROWING = 0.3;
 /**
@@ -193,7 +196,7 @@ function openingShape(open: number, wide: number, round: number, mw: number): Op
   const teethFraction = mix(0.65, 0.3, smoothstep(0.1, 0.6, open)) * (1 - 0.4 * round);
   const upperTeeth = Math.min(UPPER_TEETH_MAX * mw, (lowerOpen + upperOpen) * teethFraction);
   return {
-    halfWidth: OPENING_HALF_WIDTH * mw * (1 + spread),
+    halfWidth: mix(OPENING_HALF_WIDTH, ROUNDED_HALF_WIDTH, ROUND_LENS * round) * mw * (1 + spread),
     lowerOpen,
     upperOpen,
     spread,
