@@ -11,9 +11,19 @@
  * that ends in a 1-px ramp — and each must fail; an edge moved a fraction of a pixel or lifted 2 px by a warp fading
  * out in plain skin, and smooth fades, must pass.
  */
-import { describe, expect, it } from 'vitest';
+import fs from 'node:fs';
+import path from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { rgbaToI420 } from '../actors/render/i420.ts';
-import type { I420Frame, Point } from '../actors/render/types.ts';
+import { WarpRenderer } from '../actors/render/renderers/warp.ts';
+import type {
+  AvatarManifest,
+  FrameRequest,
+  I420Frame,
+  MouthAnimation,
+  MouthPose,
+  Point,
+} from '../actors/render/types.ts';
 import {
   COMPOSITE_MIN_DIFF,
   compositeMask,
@@ -274,6 +284,103 @@ describe('artefact measures on constructed frames', () => {
       const beside = (x: number, y: number): boolean => x >= 124 && x < 150 && y >= 90 && y < 130;
       const laid = lumaFrame((x, y) => withLipLine(x, y - dropAt(x, y)) + (beside(x, y) ? 6 : 0));
       expect(seamStep(before, laid, compositeMask(before, laid, claim)).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+    });
+  });
+
+  describe('with what a photo’s mouth pose says it changed (`WarpRenderer.mouthClaimOf`, the astronaut)', () => {
+    const renderer = new WarpRenderer();
+    const CLOSED = { open: 0, wide: 0, round: 0 };
+    /** A speaking request as a session sends it: the head bobbing and tilting with the phrase, an expression on. */
+    const speaking = (mouth: MouthPose): FrameRequest => ({
+      frameIdx: 22,
+      ptsMs: 880,
+      mouth,
+      level: 0.5,
+      speaking: true,
+      prosody: { fast: 0.9, slow: 0.9 },
+      expression: { smile: 0.6, concern: 0, surprise: 0.4, emphasis: 0.5 },
+    });
+    const WIDE_OPEN = speaking({ open: 1, wide: 0, round: 0 });
+    let frame: I420Frame;
+    let rest: I420Frame;
+    let claim: Uint8Array;
+    let mouth: MouthAnimation;
+    const mapped = (from: I420Frame, pixel: (i: number, y: number) => number): I420Frame => {
+      const data = from.data.slice();
+      for (let i = 0; i < from.width * from.height; i++) data[i] = Math.min(255, Math.max(0, pixel(i, data[i])));
+      return { ...from, data };
+    };
+
+    beforeAll(async () => {
+      const dir = path.resolve(import.meta.dirname, '..', 'avatars', 'astronaut');
+      const manifest = JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8')) as AvatarManifest;
+      await renderer.prepare({ id: manifest.id, dir, manifest });
+      mouth = manifest.metadata.animation!;
+      frame = renderer.render(WIDE_OPEN);
+      rest = renderer.render({ ...WIDE_OPEN, mouth: CLOSED });
+      claim = renderer.mouthClaimOf(WIDE_OPEN)!;
+    });
+
+    it('every pixel a speaking frame changes from its closed-lips frame lies in the claim (rounding aside)', () => {
+      for (const mouth of [
+        { open: 0.2, wide: 0, round: 0 },
+        { open: 1, wide: 0, round: 0 },
+        { open: 0.35, wide: 1, round: 0 },
+        { open: 0.75, wide: 0, round: 0.5 },
+      ]) {
+        const request = speaking(mouth);
+        const spoken = renderer.render(request);
+        const closed = renderer.render({ ...request, mouth: CLOSED });
+        const posed = renderer.mouthClaimOf(request)!;
+        let changed = 0;
+        let outside = 0;
+        for (let i = 0; i < posed.length; i++) {
+          const diff = Math.abs(spoken.data[i] - closed.data[i]);
+          if (diff >= COMPOSITE_MIN_DIFF) changed++;
+          if (!posed[i] && diff > COMPOSITE_MIN_DIFF) outside++;
+        }
+        expect(changed, JSON.stringify(mouth)).toBeGreaterThan(1000);
+        expect(outside, JSON.stringify(mouth)).toBe(0);
+      }
+      expect(renderer.mouthClaimOf(speaking(CLOSED))!.some((v) => v !== 0)).toBe(false);
+    });
+
+    it('the wide-open mouth read with its claim is no seam where its warp fades out', () => {
+      expect(seamStep(rest, frame, compositeMask(rest, frame, claim)).p98).toBeLessThanOrEqual(SEAM_MAX_LEVELS);
+    });
+
+    it('the pose cut off 6 px inside its claim (lip lines and the chin torn where it stops) is a seam', () => {
+      let cut = claim;
+      for (let pass = 0; pass < 6; pass++) {
+        const inner = cut.slice();
+        const w = frame.width;
+        for (let i = w; i < cut.length - w; i++)
+          if (cut[i] && !(cut[i - 1] && cut[i + 1] && cut[i - w] && cut[i + w])) inner[i] = 0;
+        cut = inner;
+      }
+      const torn = mapped(frame, (i, luma) => (cut[i] ? luma : rest.data[i]));
+      expect(seamStep(rest, torn, compositeMask(rest, torn, cut)).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+    });
+
+    it('the pose with all it claims pasted 4 levels lighter is a seam where the claim ends', () => {
+      const pasted = mapped(frame, (i, luma) => (claim[i] ? luma + 4 : luma));
+      expect(seamStep(rest, pasted, compositeMask(rest, pasted, claim)).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+    });
+
+    it('a change outside the claim still counts: a dark notch laid into the cheek beside the mouth', () => {
+      const { x: cx, y: cy } = mouth.mouth_center;
+      const mw = mouth.mouth_width;
+      const w = frame.width;
+      const notch = (i: number): boolean => {
+        const x = i % w;
+        const y = Math.floor(i / w);
+        return x >= cx + 1.6 * mw && x < cx + 1.9 * mw && y >= cy - 0.1 * mw && y < cy + 0.1 * mw;
+      };
+      let beside = 0;
+      for (let i = 0; i < claim.length; i++) if (notch(i) && !claim[i]) beside++;
+      expect(beside).toBeGreaterThan(50);
+      const laid = mapped(frame, (i, luma) => (notch(i) ? luma - 40 : luma));
+      expect(seamStep(rest, laid, compositeMask(rest, laid, claim)).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
     });
   });
 

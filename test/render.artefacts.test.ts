@@ -21,11 +21,12 @@ import { landscapeMp4, speakingClipMp4 } from './helpers/clips.ts';
  * What each avatar holds today where issue 44's thresholds are not reached yet. Every avatar holds the seam step of
  * `SEAM_MAX_LEVELS` (3; an edge moved ≤ 2 px across the boundary is no seam, `artefacts.ts`). The photo holds it since
  * its chin closes up on its held outline instead of dropping over the collar as a block (which stepped 3–5 levels where
- * its drop ended: `photo-jaw.ts`). The clips hold it: their frames are measured with what the clip renderer says it
- * moved, painted or laid (`warpMaskOf`, `HarvestedMouths.claimOf`; test/helpers/artefact-harness.ts) as part of the
- * composite, so a lip or jaw line the warp dropped over plain skin that moved with it unchanged is not read as the
+ * its drop ended: `photo-jaw.ts`). Every frame is measured with what its renderer says it moved, painted or laid
+ * (`warpMaskOf`, `HarvestedMouths.claimOf`, the photo's `mouthClaimOf`; test/helpers/artefact-harness.ts) as part of
+ * the composite, so a lip or jaw line the warp dropped over plain skin that moved with it unchanged is not read as the
  * composite's end (read off the frame alone they stepped 3–4: the harvested mouth's lower lip on the speaking clip, the
- * opening's edge on the swaying clip; looked at zoomed, a lip and a jaw line where they would be). docs/performance.md
+ * opening's edge on the swaying clip, a `sun.mp4` portrait's opening beside its corners; looked at zoomed, a lip, a
+ * jaw line or a mouth's dark corner where they would be). docs/performance.md
  * has the figures before and after. Every other measure holds the issue's thresholds (teeth above the upper lip: those
  * the render put there, not the base's own highlight moved ≤ 2 px, `teethAboveUpperLip`). These bounds keep what was
  * won (the photo's seam was 23, then 11 before its chin dropped whole over the collar; the speaking clip's 27, the
@@ -83,6 +84,8 @@ describe('speaking frames of the project’s own avatars hold the artefact measu
     async () => {
       const avatar = await measureAvatar(path.join(REPO_AVATARS, 'astronaut'));
       expect(avatar.kind).toBe('photo');
+      // Measured with the renderer's claim (it covers every change the frame shows).
+      expect(avatar.frames.map((f) => f.warpClaimed)).not.toContain(false);
       expect(broken(avatar, PHOTO_HELD)).toEqual({});
     },
     MEASURE_TIMEOUT_MS,

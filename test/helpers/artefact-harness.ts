@@ -2,9 +2,10 @@
  * Renders a `lipsync` avatar bundle (a photo or a video avatar) speaking at fixed moments through the real renderer
  * and measures every frame with `artefacts.ts` against its base (a photo's rest face: the same frame with the mouth
  * closed; a video avatar's loop frame under it), with lip landmarks found by the service's face detector on the
- * rendered frame. A video avatar's speaking frame is measured with what its renderer says it moved, painted or laid
- * (`warpMaskOf`, `HarvestedMouths.claimOf`) as part of its composite: its lips and jaw line move over plain skin that moved with them unchanged, and read off the frame
- * alone the composite would end on each moved outline. Shared by `test/render.artefacts.test.ts` (the Done-when
+ * rendered frame. A speaking frame is measured with what its renderer says it moved, painted or laid (a video avatar's
+ * `warpMaskOf`, `HarvestedMouths.claimOf`; a photo's `WarpRenderer.mouthClaimOf`) as part of its composite: its lips and
+ * jaw line move over plain skin that moved with them unchanged, and read off the frame alone the composite would end on
+ * each moved outline (on a photo, also on the opening's side where the skin beside its corners drops with the jaw). Shared by `test/render.artefacts.test.ts` (the Done-when
  * thresholds on the project's own avatars) and `npm run bench -- mouth_sheet` (contact sheets and figures for any
  * avatar).
  */
@@ -19,8 +20,22 @@ import { HarvestedMouths } from '../../actors/render/harvested-mouths.ts';
 import { i420ToRgba } from '../../actors/render/i420.ts';
 import { quantise } from '../../actors/render/idle-motion.ts';
 import { OPEN_STEPS, SHAPE_STEPS, WarpRenderer } from '../../actors/render/renderers/warp.ts';
-import type { AvatarManifest, AvatarSource, I420Frame, MouthAnimation, MouthPose } from '../../actors/render/types.ts';
-import { compositeMask, measureArtefacts, mouthCrop, mouthJawRegion, type ArtefactReport } from './artefacts.ts';
+import type {
+  AvatarManifest,
+  AvatarSource,
+  FrameRequest,
+  I420Frame,
+  MouthAnimation,
+  MouthPose,
+} from '../../actors/render/types.ts';
+import {
+  COMPOSITE_MIN_DIFF,
+  compositeMask,
+  measureArtefacts,
+  mouthCrop,
+  mouthJawRegion,
+  type ArtefactReport,
+} from './artefacts.ts';
 
 /** The fixed moments a contact sheet shows: speech's poses from a lip closure to a wide "ah", spread and rounded. */
 export const SHEET_POSES: ReadonlyArray<{ name: string; pose: MouthPose }> = [
@@ -48,7 +63,7 @@ export interface MeasuredFrame {
   /** Lip landmarks the detector found on the rendered frame; null: no face found (nothing measured). */
   lips: MouthAnimation | null;
   report: ArtefactReport | null;
-  /** The composite measured includes what the clip renderer says it changed (`clipClaim`), not only what changed. */
+  /** The composite measured includes what the renderer says it changed (`clipClaim`, `photoClaim`), not only what changed. */
   warpClaimed: boolean;
 }
 
@@ -89,7 +104,7 @@ export async function measureAvatar(dir: string, poses = SHEET_POSES): Promise<M
       ...(hint ? { near: faceHint(hint) } : {}),
     });
     const lips = found.ok ? found.animation : null;
-    const claim = at ? clipClaim(frame, at.frame, at.face, pose, mouths) : null;
+    const claim = at ? clipClaim(frame, at.frame, at.face, pose, mouths) : photoClaim(renderer, request, base, frame);
     const report = lips
       ? measureArtefacts(base, frame, lips, claim ? compositeMask(base, frame, claim) : undefined)
       : null;
@@ -125,6 +140,24 @@ function clipClaim(
     claim = warpMaskOf(loopFrame, face, quantised);
   }
   return claim && Buffer.from(again.data).equals(Buffer.from(frame.data)) ? claim : null;
+}
+
+/**
+ * What the photo renderer moved or painted to make `frame` beyond its closed-lips `base` (`mouthClaimOf`); null when
+ * the frame changed a pixel outside it by more than `COMPOSITE_MIN_DIFF` (a pixel moved under the claim's 0.02 px
+ * changes by less): then something else made the frame, and the composite is read off the frame alone.
+ */
+function photoClaim(
+  renderer: WarpRenderer,
+  request: FrameRequest,
+  base: I420Frame,
+  frame: I420Frame,
+): Uint8Array | null {
+  const claim = renderer.mouthClaimOf(request);
+  if (!claim) return null;
+  for (let i = 0; i < claim.length; i++)
+    if (!claim[i] && Math.abs(frame.data[i] - base.data[i]) > COMPOSITE_MIN_DIFF) return null;
+  return claim;
 }
 
 /** A contact sheet: one row of mouth crops (base, then each pose), scaled up to about `SHEET_CROP_HEIGHT`, as a PNG. */

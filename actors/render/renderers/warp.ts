@@ -46,10 +46,24 @@ const REGION = { left: -1.35, right: 1.35, top: -0.75, bottom: 1.7 };
 const MAX_JAW_DROP = 0.4;
 /** The upper lip rises by this fraction of the jaw drop. */
 const UPPER_LIFT = 0.18;
-/** Half width of the opening at a neutral shape (mouth widths), and how much `wide` / `round` change it. */
-const OPENING_HALF_WIDTH = 0.46;
+/**
+ * Half width of the opening at a neutral shape (mouth widths): it ends at the lips' corners, where they meet. Ended
+ * 0.04 mouth widths short of them with a blunt profile, the opening's dark ends were square walls cut into the skin
+ * beside the corners.
+ */
+const OPENING_HALF_WIDTH = 0.5;
+/** A rounded opening stays off the corners, which rounded lips press together (mixed in with `ROUND_LENS`). */
+const ROUNDED_HALF_WIDTH = 0.46;
+/** How much `wide` / `round` widen or narrow the opening (fractions of its half width). */
 const WIDE_SPREAD = 0.18;
 const ROUND_NARROWING = 0.3;
+/**
+ * The smile lens's profile is 1 − lateral^this: full across the middle, its lips meeting at the corners at an angle
+ * (a wedge running into the corner's crease, as lips part from their corners), not in a blunt end. Reaching the
+ * corners, it opens a little more than the blunt lens did (`(1 − lateral^2.6)^0.6` over 0.46 mouth widths; 6 % more
+ * area), and an "aa" stays as dark (`test/render.lipsync-mouth`: 0.188 mouth widths², was 0.183).
+ */
+const SMILE_LENS_FULLNESS = 3.5;
 /** How far a fully rounded pose turns the smile lens into an ellipse. */
 const ROUND_LENS = 0.8;
 /** Visible height of the upper front teeth, mouth widths. */
@@ -67,6 +81,13 @@ const LIP_ZONE_HEIGHT = 0.12;
 const CHIN_SLIP_PX = 1.5;
 /** A destination row covering more source rows than this is sampled as their mean (`sampleSpan`). */
 const SQUEEZE_MIN = 1.5;
+/**
+ * A pixel a mouth pose moves by more than this (px) belongs to what it changed (`mouthClaimOf`): as for a clip's warp
+ * (`clip-warp.ts`), below it a pixel's luma moves by under 2 levels on any but the hardest edge.
+ */
+const CLAIM_MOVED_PX = 0.02;
+/** `mouthClaimOf`'s unmarked value: mid-grey, so the head's resampling spreads a mark both up and down from it. */
+const UNCLAIMED = 128;
 /** How much of the tongue a wide-open mouth shows (painted by `photo-mouth.ts`). */
 const TONGUE_STRENGTH = 0.75;
 /**
@@ -175,7 +196,7 @@ function openingShape(open: number, wide: number, round: number, mw: number): Op
   const teethFraction = mix(0.65, 0.3, smoothstep(0.1, 0.6, open)) * (1 - 0.4 * round);
   const upperTeeth = Math.min(UPPER_TEETH_MAX * mw, (lowerOpen + upperOpen) * teethFraction);
   return {
-    halfWidth: OPENING_HALF_WIDTH * mw * (1 + spread),
+    halfWidth: mix(OPENING_HALF_WIDTH, ROUNDED_HALF_WIDTH, ROUND_LENS * round) * mw * (1 + spread),
     lowerOpen,
     upperOpen,
     spread,
@@ -202,7 +223,7 @@ interface LensColumn {
  */
 function lensAt(shape: OpeningShape, nx: number, seam: number): LensColumn {
   const lateral = Math.abs(nx);
-  const pointed = lateral < 1 ? Math.pow(1 - Math.pow(lateral, 2.6), 0.6) : 0;
+  const pointed = lateral < 1 ? 1 - Math.pow(lateral, SMILE_LENS_FULLNESS) : 0;
   const elliptic = lateral < 1 ? Math.sqrt(1 - lateral * lateral) : 0;
   const halfOpening = (shape.lowerOpen + shape.upperOpen) / 2;
   const offset = (shape.lowerOpen - shape.upperOpen) / 2;
@@ -362,6 +383,48 @@ export class WarpRenderer implements Renderer {
     return frame;
   }
 
+  /**
+   * What `render(request)` changes on a photo beyond the same request with its lips closed (the artefact measures'
+   * base, test/helpers/artefacts.ts): 1 at every pixel its mouth pose moves by more than `CLAIM_MOVED_PX` or paints,
+   * carried by the expression and the head as the frame is, 0 elsewhere. Null on a video avatar (its claims are
+   * `warpMaskOf` and `HarvestedMouths.claimOf`) or a still. Read off the frame alone, the composite of a lip lifted
+   * or a chin dropped over plain skin that moved with it unchanged ends on the moved outline, or on the opening's
+   * side where the skin beside the corners drops with the jaw; with this it ends where the displacement fades out.
+   * For measuring, not for every frame: the pose's map is made again.
+   */
+  mouthClaimOf(request: FrameRequest): Uint8Array | null {
+    if (this.loop || !this.animation || !this.base) return null;
+    const { width, height } = this.base;
+    // Marked on a mid-grey frame: the head's resampling spreads a mark both ways (its kernel has negative lobes).
+    const marked: I420Frame = { width, height, data: new Uint8Array(this.base.data.length).fill(UNCLAIMED) };
+    const open = quantise(request.mouth.open, OPEN_STEPS);
+    const wide = quantise(request.mouth.wide, SHAPE_STEPS);
+    const round = quantise(request.mouth.round, SHAPE_STEPS);
+    if (open === 0 && wide === 0 && round === 0) return new Uint8Array(width * height);
+    const warp = poseWarp(open / (OPEN_STEPS - 1), wide / (SHAPE_STEPS - 1), round / (SHAPE_STEPS - 1), this.face());
+    const { box } = warp;
+    for (let j = 0; j < box.height; j++) {
+      for (let i = 0; i < box.width; i++) {
+        const k = j * box.width + i;
+        const moved =
+          Math.hypot(warp.dx[k], warp.dy[k]) > CLAIM_MOVED_PX ||
+          warp.paintAlpha[k] > 0 ||
+          squeezeAt(warp, i, j) > SQUEEZE_MIN;
+        if (moved) marked.data[(box.y + j) * width + box.x + i] = 255;
+      }
+    }
+    // Carried as the frame is: anything the resampling spreads the mark to belongs to the claim.
+    warpExpression(marked, this.animation, request.expression);
+    this.head?.apply(marked, request);
+    const claim = new Uint8Array(width * height);
+    for (let i = 0; i < claim.length; i++) claim[i] = marked.data[i] !== UNCLAIMED ? 1 : 0;
+    return claim;
+  }
+
+  private face(): PhotoFace {
+    return { src: this.source!, anim: this.animation!, seamAt: this.seamAt, palette: this.palette!, jaw: this.jaw };
+  }
+
   private mouthPatch(open: number, wide: number, round: number): I420Patch {
     const key = (open * SHAPE_STEPS + wide) * SHAPE_STEPS + round;
     let patch = this.mouthPatches.get(key);
@@ -375,13 +438,7 @@ export class WarpRenderer implements Renderer {
 
   /** One mouth pose over the closed-lips rest image (`warpMouth`), as an opaque patch (a photo's: laid where it was made). */
   private buildMouthPatch(open: number, wide: number, round: number): I420Patch {
-    const { image, box } = warpMouth(open, wide, round, {
-      src: this.source!,
-      anim: this.animation!,
-      seamAt: this.seamAt,
-      palette: this.palette!,
-      jaw: this.jaw,
-    });
+    const { image, box } = warpMouth(open, wide, round, this.face());
     return patchFromRgba(image, box.x, box.y, box.width, box.height, true);
   }
 
@@ -511,11 +568,20 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
     const u = (x - cx) / mw;
     const destSeam = seamAt(x);
     const lens = lensAt(shape, (x - cx) / shape.halfWidth, destSeam);
+    // How steeply the opening's edges run here: a pixel's distance to an edge is its distance down the column over this.
+    const left = lensAt(shape, (x - 0.5 - cx) / shape.halfWidth, seamAt(x - 0.5));
+    const right = lensAt(shape, (x + 0.5 - cx) / shape.halfWidth, seamAt(x + 0.5));
+    const topSlant = Math.hypot(1, right.top - left.top);
+    const bottomSlant = Math.hypot(1, right.bottom - left.bottom);
     // Horizontal window of the jaw: flat under the mouth, fading out towards the cheeks.
     const jawWindow = 1 - smoothstep(0.45, 1.25, Math.abs(u));
     const lipLift = destSeam - lens.top;
     const lipDrop = lens.bottom - destSeam;
     const lensMiddle = (lens.top + lens.bottom) / 2;
+    // Where the lips part, what lies above the opening comes from above their seam and what lies below from below it.
+    // Beside the opening (closed lips, the corner's crease) nothing parts: held there, the seam's row moved by up to
+    // half a pixel across the whole box, beyond the cheeks.
+    const opens = lens.bottom > lens.top;
     const jawHere = jawDrop * jawWindow;
     const stretchSpan = Math.min(
       MAX_STRETCH_SPAN,
@@ -533,14 +599,14 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
       if (y < lensMiddle) {
         sy = y + lipLift;
         for (let k = 0; k < 2; k++) sy = y + lipLift * (1 - smoothstep(LIFT_FADE_FROM, LIFT_FADE_TO, (seam - sy) / mw));
-        sy = Math.min(sy, seam - 0.5);
+        if (opens) sy = Math.min(sy, seam - 0.5);
       } else {
         sy = y - lipDrop;
         for (let k = 0; k < 2; k++) {
           const vs = (sy - seam) / mw;
           sy = y - mix(lipDrop, jawHere, smoothstep(0.05, 0.05 + stretchSpan, vs)) * (1 - smoothstep(1.0, 1.6, vs));
         }
-        sy = Math.max(sy, seam + 0.5);
+        if (opens) sy = Math.max(sy, seam + 0.5);
       }
       if (jaw) {
         // Strong edges outside the lips (a collar under the chin, the face's outline) stay where they are, but for a
@@ -555,7 +621,9 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
       warp.dy[k] = sy - y;
 
       const height = lens.bottom - lens.top;
-      const edgePx = Math.min(y - lens.top, lens.bottom - y);
+      // Distance to the nearer lip edge across it (not down the column): where an edge runs steeply, near the
+      // opening's ends, a column's distance cut it off in a hard vertical step.
+      const edgePx = Math.min((y - lens.top) / topSlant, (lens.bottom - y) / bottomSlant);
       if (height > 0.3 && edgePx > -0.5) {
         const alpha = Math.min(1, edgePx + 0.5);
         const column: OpeningColumn = {
@@ -593,9 +661,7 @@ function composePose(src: RgbaImage, warp: PoseWarp, out: RgbaImage): void {
       const sy = y + dy[k];
       // Where the warp squeezes the face (the chin closing up on its held outline: up to 4 source rows in one), the
       // rows it passes over are averaged rather than one picked: a squeezed shading stays a shading, not a hard line.
-      const above = j > 0 ? dy[k - box.width] - 1 : dy[k] - 1;
-      const below = j + 1 < box.height ? dy[k + box.width] + 1 : dy[k] + 1;
-      const span = (below - above) / 2;
+      const span = squeezeAt(warp, i, j);
       if (span > SQUEEZE_MIN) sampleSpan(src, sx, sy, span, rgb);
       else sampleBilinear(src, sx, sy, rgb);
       const alpha = paintAlpha[k];
@@ -606,6 +672,15 @@ function composePose(src: RgbaImage, warp: PoseWarp, out: RgbaImage): void {
       out.data[o + 3] = 255;
     }
   }
+}
+
+/** How many source rows the destination pixel (i, j) of the pose's box covers (more than 1: the warp squeezes there). */
+function squeezeAt(warp: PoseWarp, i: number, j: number): number {
+  const { box, dy } = warp;
+  const k = j * box.width + i;
+  const above = j > 0 ? dy[k - box.width] - 1 : dy[k] - 1;
+  const below = j + 1 < box.height ? dy[k + box.width] + 1 : dy[k] + 1;
+  return (below - above) / 2;
 }
 
 /** The region a mouth pose may change: the mouth, the chin below it, the cheeks beside it. */
