@@ -16,6 +16,7 @@ import { withOpusDtx } from '../actors/media/webrtc.ts';
 import { synthesizeWithFlite } from '../actors/tts/builtin/flite.ts';
 import { trimEdgeSilence } from '../actors/tts/builtin/engine.ts';
 import { loadAverage, threadCpu, threadCpuDelta } from './proc.ts';
+import { connectOnLoopback } from './stage-costs.ts';
 import { round } from './stats.ts';
 
 const { RTCPeerConnection, nonstandard } = wrtc;
@@ -97,16 +98,8 @@ async function connectAudioPair(variant: Variant): Promise<AudioPair> {
     };
     sinks.push(sink);
   };
-  sender.onicecandidate = (e: { candidate: unknown }) => e.candidate && receiver.addIceCandidate(e.candidate);
-  receiver.onicecandidate = (e: { candidate: unknown }) => e.candidate && sender.addIceCandidate(e.candidate);
-  await sender.setLocalDescription(await sender.createOffer());
-  await receiver.setRemoteDescription(sender.localDescription!);
-  await receiver.setLocalDescription(await receiver.createAnswer());
-  const answer = receiver.localDescription!;
   // DTX asked for as the service asks for it (`offerAsApplied`), then the variant's options.
-  await sender.setRemoteDescription({ type: answer.type, sdp: withOpusOptions(withOpusDtx(answer.sdp), variant) });
-  const deadline = performance.now() + 10_000;
-  while (sender.connectionState !== 'connected' && performance.now() < deadline) await sleep(20);
+  await connectOnLoopback(sender, receiver, (sdp) => withOpusOptions(withOpusDtx(sdp), variant));
   return {
     source,
     lastAudibleAt: () => audibleAt,
@@ -135,18 +128,11 @@ async function speech(): Promise<Int16Array> {
     'Would you like to hear more about the mountains of Norway?',
     'The fjords were carved by glaciers over many thousands of years.',
   ];
-  const parts: Int16Array[] = [];
+  const samples: number[] = [];
   for (const text of sentences) {
-    const raw = await synthesizeWithFlite('slt', text);
-    parts.push(trimEdgeSilence(raw).pcm, new Int16Array(16 * 330));
+    samples.push(...trimEdgeSilence(await synthesizeWithFlite('slt', text)).pcm, ...new Int16Array(16 * 330));
   }
-  const out = new Int16Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const part of parts) {
-    out.set(part, at);
-    at += part.length;
-  }
-  return out;
+  return Int16Array.from(samples);
 }
 
 interface VariantResult {

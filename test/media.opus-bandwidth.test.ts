@@ -5,6 +5,7 @@
 import wrtc from '@roamhq/wrtc';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebRtcOutput, offerAsApplied, withOpusBandwidth } from '../actors/media/webrtc.ts';
+import { opusOffer } from './helpers/opus-offer.ts';
 import { ReceivingPeer } from './helpers/peer.ts';
 
 const { nonstandard } = wrtc;
@@ -14,21 +15,7 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-const offer = (fmtp: string | null) =>
-  [
-    'v=0',
-    'o=- 1 2 IN IP4 127.0.0.1',
-    's=-',
-    't=0 0',
-    'm=audio 9 UDP/TLS/RTP/SAVPF 111 0',
-    'a=rtpmap:111 opus/48000/2',
-    ...(fmtp === null ? [] : [`a=fmtp:111 ${fmtp}`]),
-    'a=rtpmap:0 PCMU/8000',
-    'm=video 9 UDP/TLS/RTP/SAVPF 96',
-    'a=rtpmap:96 VP8/90000',
-    'a=fmtp:96 max-fs=12288',
-    '',
-  ].join('\r\n');
+const offer = opusOffer;
 
 describe("withOpusBandwidth: the offer tells our Opus encoder the session's audio band", () => {
   it('adds maxplaybackrate at the session rate to the Opus fmtp line only, keeping line endings', () => {
