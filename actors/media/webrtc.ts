@@ -150,9 +150,10 @@ const OPUS_RTP_RATE = 48_000;
 /**
  * Tells our Opus encoder that the session's audio has nothing above `audioRate`'s Nyquist frequency, by
  * `maxplaybackrate` (RFC 7587 §6.1) at that rate: libwebrtc limits its encoder's bandwidth by the receiver's
- * `maxplaybackrate` (16 kHz → wideband, SILK alone, and 20 instead of 32 kb/s). A receiver hears the same speech: there
- * is none above 8 kHz in a 16 kHz session. With 24 speaking audio senders, Opus 18.8 → 17.3 ms and the whole sender
- * 37.4 → 35.2 ms CPU per stream-second (`npm run bench -- audio_path`, docs/performance.md "The audio path").
+ * `maxplaybackrate` (16 kHz → wideband, 19 instead of 32 kb/s). A receiver hears the same speech: there is none above
+ * 8 kHz in a 16 kHz session. With 24 speaking audio senders, Opus 17.9 → 16.5 ms and the whole sender 35.2 → 33.4 ms
+ * CPU per stream-second, speech onset → first audible unchanged (58 ms; `npm run bench -- audio_path`, 4 rounds,
+ * docs/performance.md "The audio path").
  * A 48 kHz session, and an offer that states a lower rate, are left as they are.
  */
 export function withOpusBandwidth(sdp: string, audioRate: number): string {
