@@ -9,6 +9,7 @@
  *   npm run bench -- realtime chat       # only these steps (the summary shows the rows they measure)
  *   npm run bench -- profile             # --cpu-prof profile: where a session-second goes
  *   npm run bench -- stage_costs         # wrtc calls, VP8/Opus encoder threads and GC in isolation
+ *   npm run bench -- audio_path          # 24 audio-only wrtc senders: Opus/RTP/onData CPU and first audible per Opus option
  *   BENCH_SERVICE_DIR=<checkout> npm run bench -- session_cpu   # the process steps against another checkout
  *   npm run bench -- streaming_cpu       # a WHEP viewer's and an RTMP output's CPU beside the session's
  *   npm run bench -- client_render_cpu   # 24 client-rendered sessions (audio + pose stream) beside server rendering and the floor
@@ -42,6 +43,7 @@ import { benchStreamingCpu } from './streaming-cpu.ts';
 import { benchClientRenderCpu } from './client-render-cpu.ts';
 import { benchProfile } from './profile.ts';
 import { benchStageCosts } from './stage-costs.ts';
+import { benchAudioPath } from './audio-path.ts';
 import { benchCluster } from './cluster.ts';
 import { benchHostile } from './hostile.ts';
 import { benchKeptBytes } from './kept-bytes.ts';
@@ -74,6 +76,7 @@ const steps: Array<[string, () => Promise<unknown>]> = [
   ['session_cycles', () => benchSessionCycles()],
   ['profile', benchProfile],
   ['stage_costs', benchStageCosts],
+  ['audio_path', benchAudioPath],
   ['cluster', benchCluster],
   ['hostile', benchHostile],
   ['kept_bytes', benchKeptBytes],
@@ -83,7 +86,7 @@ const steps: Array<[string, () => Promise<unknown>]> = [
  * Steps that run only when named: diagnostics behind the figures (the profile repeats session_cpu's load under the
  * sampler) and contact sheets for people to look at (`mouth_sheet`, which takes clips and photos as further arguments).
  */
-const OPT_IN = new Set(['profile', 'stage_costs', 'mouth_sheet']);
+const OPT_IN = new Set(['profile', 'stage_costs', 'audio_path', 'mouth_sheet']);
 
 const results: Record<string, unknown> = {
   machine: {

@@ -36,6 +36,28 @@ interface PeerPair {
   close(): void;
 }
 
+type Peer = InstanceType<typeof RTCPeerConnection>;
+
+/**
+ * Offer/answer between two peers of this process on loopback, `editAnswer` applied to the receiver's answer before
+ * the sender takes it (what a receiver's description tells libwebrtc's encoders); resolves once connected (or 10 s).
+ */
+export async function connectOnLoopback(
+  sender: Peer,
+  receiver: Peer,
+  editAnswer: (sdp: string) => string,
+): Promise<void> {
+  sender.onicecandidate = (e: { candidate: unknown }) => e.candidate && receiver.addIceCandidate(e.candidate);
+  receiver.onicecandidate = (e: { candidate: unknown }) => e.candidate && sender.addIceCandidate(e.candidate);
+  await sender.setLocalDescription(await sender.createOffer());
+  await receiver.setRemoteDescription(sender.localDescription!);
+  await receiver.setLocalDescription(await receiver.createAnswer());
+  const answer = receiver.localDescription!;
+  await sender.setRemoteDescription({ type: answer.type, sdp: editAnswer(answer.sdp) });
+  const deadline = performance.now() + 10_000;
+  while (sender.connectionState !== 'connected' && performance.now() < deadline) await sleep(20);
+}
+
 async function connectPair(videoKbps?: number): Promise<PeerPair> {
   const sender = new RTCPeerConnection();
   const receiver = new RTCPeerConnection();
@@ -57,17 +79,7 @@ async function connectPair(videoKbps?: number): Promise<PeerPair> {
       sinks.push(sink);
     }
   };
-  sender.onicecandidate = (e: { candidate: unknown }) => e.candidate && receiver.addIceCandidate(e.candidate);
-  receiver.onicecandidate = (e: { candidate: unknown }) => e.candidate && sender.addIceCandidate(e.candidate);
-  await sender.setLocalDescription(await sender.createOffer());
-  await receiver.setRemoteDescription(sender.localDescription!);
-  await receiver.setLocalDescription(await receiver.createAnswer());
-  const answer = receiver.localDescription!;
-  await sender.setRemoteDescription(
-    videoKbps ? { type: answer.type, sdp: withVideoBitrateCap(answer.sdp, videoKbps) } : answer,
-  );
-  const deadline = performance.now() + 10_000;
-  while (sender.connectionState !== 'connected' && performance.now() < deadline) await sleep(20);
+  await connectOnLoopback(sender, receiver, (sdp) => (videoKbps ? withVideoBitrateCap(sdp, videoKbps) : sdp));
   return {
     audio,
     video,

@@ -3,6 +3,7 @@ import { UNCHANGED_FRAME_REPEAT_MS, UnchangedFrameFilter, withOpusDtx } from '..
 import type { FrameRenderer } from '../actors/media/playout.ts';
 import type { FrameRequest, I420Frame } from '../actors/render/types.ts';
 import { startMediaWithPeer } from './helpers/media-peer.ts';
+import { opusOffer } from './helpers/opus-offer.ts';
 
 const cleanups: Array<() => unknown> = [];
 afterEach(async () => {
@@ -87,21 +88,7 @@ describe('an idle avatar whose picture does not change', () => {
 });
 
 describe('withOpusDtx: the offer asks our Opus encoder for DTX (silence costs one packet per 400 ms)', () => {
-  const offer = (fmtp: string | null) =>
-    [
-      'v=0',
-      'o=- 1 2 IN IP4 127.0.0.1',
-      's=-',
-      't=0 0',
-      'm=audio 9 UDP/TLS/RTP/SAVPF 111 0',
-      'a=rtpmap:111 opus/48000/2',
-      ...(fmtp === null ? [] : [`a=fmtp:111 ${fmtp}`]),
-      'a=rtpmap:0 PCMU/8000',
-      'm=video 9 UDP/TLS/RTP/SAVPF 96',
-      'a=rtpmap:96 VP8/90000',
-      'a=fmtp:96 max-fs=12288',
-      '',
-    ].join('\r\n');
+  const offer = opusOffer;
 
   it('adds usedtx=1 to the Opus fmtp line only, keeping line endings', () => {
     const out = withOpusDtx(offer('minptime=10;useinbandfec=1'));

@@ -1,9 +1,11 @@
 /**
- * Sample-rate conversion for 16-bit mono PCM with libsamplerate's sinc converter (WASM).
- * The WASM module loads asynchronously, so the API is async; converters are cached per rate pair
- * because creating one compiles/instantiates the module and allocates its transfer buffers.
+ * Sample-rate conversion for 16-bit mono PCM, the one door every whole piece of audio goes through: a whole-factor
+ * upsample (16 or 8 kHz to 48 kHz) by the fixed polyphase filter of upsample.ts, every other ratio by libsamplerate's
+ * sinc converter (WASM). The WASM module loads asynchronously, so the API is async; converters are cached per rate
+ * pair because creating one compiles/instantiates the module and allocates its transfer buffers.
  */
 import libsamplerate from '@alexanderolsen/libsamplerate-js';
+import { isWholeUpsample, upsamplePcm16 } from './upsample.ts';
 
 // The package is a UMD bundle: Node's ESM loader only exposes its default export.
 const { create, ConverterType } = libsamplerate;
@@ -51,13 +53,15 @@ export function float32ToPcm16(samples: Float32Array): Int16Array {
 
 /**
  * Resamples a whole, self-contained piece of audio (one sentence of TTS, one upload).
- * Equal rates return a copy without touching the WASM module.
+ * Equal rates return a copy without touching the WASM module; a whole-factor upsample never touches it either
+ * (the same pass band and image rejection for a third of the CPU, actors/audio/upsample.ts).
  */
 export async function resamplePcm16(pcm: Int16Array, fromRate: number, toRate: number): Promise<Int16Array> {
   assertRate(fromRate, 'fromRate');
   assertRate(toRate, 'toRate');
   if (fromRate === toRate) return pcm.slice();
   if (pcm.length === 0) return new Int16Array(0);
+  if (isWholeUpsample(fromRate, toRate)) return upsamplePcm16(pcm, toRate / fromRate);
   const converter = await converterFor(fromRate, toRate);
   const resampled = converter.simple(pcm16ToFloat32(pcm));
   return float32ToPcm16(resampled);
@@ -65,5 +69,5 @@ export async function resamplePcm16(pcm: Int16Array, fromRate: number, toRate: n
 
 /** Loads the converter for a rate pair ahead of time so the first real call pays no WASM start-up. */
 export async function warmUpResampler(fromRate: number, toRate: number): Promise<void> {
-  if (fromRate !== toRate) await converterFor(fromRate, toRate);
+  if (fromRate !== toRate && !isWholeUpsample(fromRate, toRate)) await converterFor(fromRate, toRate);
 }

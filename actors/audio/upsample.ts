@@ -1,6 +1,7 @@
 /**
- * Upsampling 16-bit mono PCM by a whole factor (flite's 16 kHz and 8 kHz speech to the session's 48 kHz) with a
- * fixed polyphase windowed-sinc filter. libsamplerate (resample.ts) computes its sinc for every output sample at
+ * Upsampling 16-bit mono PCM by a whole factor (flite's or a cloud voice's 16, 24 or 8 kHz speech, an upload, to the
+ * session's 48 kHz) with a fixed polyphase windowed-sinc filter; `resamplePcm16` (resample.ts) sends every
+ * whole-factor upsample here. libsamplerate (resample.ts) computes its sinc for every output sample at
  * any ratio; for a whole factor the L phases of the filter are known ahead, which made the built-in voices'
  * 16 → 48 kHz resampling ~3.5× cheaper (4.9 against 17.7 ms per second of speech) with the same pass band and
  * image rejection (docs/performance.md, "client_render_cpu"). Zero-phase: output sample j sits at

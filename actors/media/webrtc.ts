@@ -97,14 +97,10 @@ export interface IceServer {
 export const MAX_MEDIA_SECTIONS = 16;
 
 /**
- * Asks our Opus encoder for DTX (discontinuous transmission) by adding `usedtx=1` to the offer's Opus
- * parameters before libwebrtc applies it: libwebrtc configures its send codec from the remote description,
- * and `usedtx` is how a receiver says it accepts DTX (RFC 7587). An idle session sends silence; with DTX its
- * Opus encoder takes the digital-silence path and sends one packet per 400 ms instead of 50 a second, and
- * the RTP timestamps run on, so receivers keep their A/V sync (they play comfort noise in the gaps).
- * Offers that already state `usedtx` keep their choice.
+ * Edits the parameters of every Opus payload type's `a=fmtp` line by `edit` (given `''` where the payload type has
+ * no fmtp line: a non-empty result adds one right after its rtpmap), keeping the offer's line endings.
  */
-export function withOpusDtx(sdp: string): string {
+function withOpusParameters(sdp: string, edit: (parameters: string) => string): string {
   const eol = sdp.includes('\r\n') ? '\r\n' : '\n';
   const lines = sdp.split(eol);
   const opus = new Set<string>();
@@ -118,15 +114,56 @@ export function withOpusDtx(sdp: string): string {
     const m = /^a=fmtp:(\d+) (.*)$/.exec(line);
     if (!m || !opus.has(m[1])) return line;
     withFmtp.add(m[1]);
-    return /(^|;)\s*usedtx=/.test(m[2]) ? line : `${line};usedtx=1`;
+    return `a=fmtp:${m[1]} ${edit(m[2])}`;
   });
-  // An Opus payload type without any fmtp line gets one right after its rtpmap.
   return out
     .flatMap((line) => {
       const m = /^a=rtpmap:(\d+) opus\/48000/i.exec(line);
-      return m && !withFmtp.has(m[1]) ? [line, `a=fmtp:${m[1]} usedtx=1`] : [line];
+      const added = m && !withFmtp.has(m[1]) ? edit('') : '';
+      return added ? [line, `a=fmtp:${m![1]} ${added}`] : [line];
     })
     .join(eol);
+}
+
+/** `parameters` (an fmtp line's `a=b;c=d`) with `name=value` added at the end. */
+function addParameter(parameters: string, name: string, value: number): string {
+  return parameters ? `${parameters};${name}=${value}` : `${name}=${value}`;
+}
+
+/**
+ * Asks our Opus encoder for DTX (discontinuous transmission) by adding `usedtx=1` to the offer's Opus
+ * parameters before libwebrtc applies it: libwebrtc configures its send codec from the remote description,
+ * and `usedtx` is how a receiver says it accepts DTX (RFC 7587). An idle session sends silence; with DTX its
+ * Opus encoder takes the digital-silence path and sends one packet per 400 ms instead of 50 a second, and
+ * the RTP timestamps run on, so receivers keep their A/V sync (they play comfort noise in the gaps).
+ * Offers that already state `usedtx` keep their choice.
+ */
+export function withOpusDtx(sdp: string): string {
+  return withOpusParameters(sdp, (parameters) =>
+    /(^|;)\s*usedtx=/.test(parameters) ? parameters : addParameter(parameters, 'usedtx', 1),
+  );
+}
+
+/** Opus's RTP clock and widest band (RFC 7587): the rate above which `maxplaybackrate` says nothing. */
+const OPUS_RTP_RATE = 48_000;
+
+/**
+ * Tells our Opus encoder that the session's audio has nothing above `audioRate`'s Nyquist frequency, by
+ * `maxplaybackrate` (RFC 7587 §6.1) at that rate: libwebrtc limits its encoder's bandwidth by the receiver's
+ * `maxplaybackrate` (16 kHz → wideband, 19 instead of 32 kb/s). A receiver hears the same speech: there is none above
+ * 8 kHz in a 16 kHz session. With 24 speaking audio senders, Opus 17.9 → 16.5 ms and the whole sender 35.2 → 33.4 ms
+ * CPU per stream-second, speech onset → first audible unchanged (58 ms; `npm run bench -- audio_path`, 4 rounds,
+ * docs/performance.md "The audio path").
+ * A 48 kHz session, and an offer that states a lower rate, are left as they are.
+ */
+export function withOpusBandwidth(sdp: string, audioRate: number): string {
+  if (audioRate >= OPUS_RTP_RATE) return sdp;
+  return withOpusParameters(sdp, (parameters) => {
+    const stated = /(^|;)\s*maxplaybackrate=(\d+)/.exec(parameters);
+    if (!stated) return addParameter(parameters, 'maxplaybackrate', audioRate);
+    if (Number(stated[2]) <= audioRate) return parameters;
+    return parameters.replace(/maxplaybackrate=\d+/, `maxplaybackrate=${audioRate}`);
+  });
 }
 
 /**
@@ -173,9 +210,12 @@ export function withVideoBitrateCap(sdp: string, kbps = VIDEO_MAX_BITRATE_KBPS):
     .join('');
 }
 
-/** The offer as we apply it: Opus DTX asked for, the video capped. */
-export function offerAsApplied(sdp: string): string {
-  return withVideoBitrateCap(withOpusDtx(sdp));
+/**
+ * The offer as we apply it: Opus DTX asked for, Opus's band limited to what a session at `audioRate` has (omitted:
+ * full band), the video capped.
+ */
+export function offerAsApplied(sdp: string, audioRate = OPUS_RTP_RATE): string {
+  return withVideoBitrateCap(withOpusBandwidth(withOpusDtx(sdp), audioRate));
 }
 
 /** Cheap structural checks before libwebrtc sees the text: it must be an SDP offer with media sections. */
@@ -220,6 +260,11 @@ export interface PeerDataChannel {
 
 export interface WebRtcOutputOptions {
   /**
+   * The rate `pushAudio` is fed at (the session's sample rate; default 48 kHz): offers are applied with Opus's band
+   * limited to it (`withOpusBandwidth`).
+   */
+  audioRate?: number;
+  /**
    * Whether the main peer gets the video track (default true). A client-rendered session's viewer draws the face
    * itself: its answer has no video (an offered video section is answered inactive) and nothing is encoded for it.
    */
@@ -257,6 +302,11 @@ export class WebRtcOutput {
     private readonly iceServers: IceServer[] = [],
     private readonly options: WebRtcOutputOptions = {},
   ) {}
+
+  /** An offer from a peer of this output's sources as libwebrtc is to apply it (`offerAsApplied`). */
+  offerAsApplied(sdp: string): string {
+    return offerAsApplied(sdp, this.options.audioRate);
+  }
 
   /** Send-only feeds beside the main peer (WHEP viewers, WHIP outputs). */
   get feedCount(): number {
@@ -410,7 +460,7 @@ export class WebRtcOutput {
       if (event.track.kind === 'audio') microphone = event.track;
     };
     try {
-      await peer.setRemoteDescription({ type: 'offer', sdp: offerAsApplied(offerSdp) });
+      await peer.setRemoteDescription({ type: 'offer', sdp: this.offerAsApplied(offerSdp) });
     } catch (error) {
       discard();
       throw this.closed

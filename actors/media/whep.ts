@@ -5,7 +5,6 @@ import {
   PeerGoneError,
   assertPlausibleSdp,
   waitForIceGathering,
-  offerAsApplied,
   type IceServer,
   type WebRtcOutput,
 } from './webrtc.ts';
@@ -101,7 +100,7 @@ export class WhepViewers {
     };
     for (const track of feed.tracks) peer.addTrack(track, feed.stream);
     try {
-      await peer.setRemoteDescription({ type: 'offer', sdp: offerAsApplied(offerSdp) });
+      await peer.setRemoteDescription({ type: 'offer', sdp: this.output.offerAsApplied(offerSdp) });
       await peer.setLocalDescription(await peer.createAnswer());
     } catch (error) {
       discard();

@@ -102,14 +102,14 @@ export class SessionMedia implements StageMedia {
     this.reopenRenderer = options.reopenRenderer;
     this.clientRendering = clientRendering;
     this.playout = new PlayoutClock(options.renderer, options.sampleRate, { videoDelayMs: options.videoDelayMs });
-    this.output = new WebRtcOutput(
-      options.iceServers,
-      clientRendering && {
+    this.output = new WebRtcOutput(options.iceServers, {
+      audioRate: options.sampleRate,
+      ...(clientRendering && {
         video: false,
         onPoseChannel: (channel) => clientRendering.poses.attach(channel),
         onFeedsChanged: () => clientRendering.outputsChanged(),
-      },
-    );
+      }),
+    });
     clientRendering?.attach(this.playout, this.output);
     this.viewers = new WhepViewers(this.output, options.iceServers);
     this.playout.on('audio', (samples, rate) => this.output.pushAudio(samples, rate));

@@ -1,6 +1,5 @@
 /** One sentence through the right engine, edge silence trimmed, resampled to the caller's rate. */
 import { resamplePcm16 } from '../../audio/resample.ts';
-import { isWholeUpsample, upsamplePcm16 } from '../../audio/upsample.ts';
 import { trimEdgeSilence, type EngineAudio, type EngineSentenceRequest } from './engine.ts';
 import { loadEspeak, synthesizeWithEspeak } from './espeak.ts';
 import { synthesizeWithFlite, warmUpFlite } from './flite.ts';
@@ -17,12 +16,8 @@ export async function synthesizeSentence(task: SentenceTask): Promise<EngineAudi
       : await synthesizeWithEspeak(task.engineVoice, task.text);
   const trimmed = trimEdgeSilence(raw);
   if (trimmed.sampleRate === task.sampleRate) return trimmed;
-  // flite's 16/8 kHz to the session's 48 kHz is a whole factor: a fixed polyphase filter does it for a third of the CPU.
-  const pcm = isWholeUpsample(trimmed.sampleRate, task.sampleRate)
-    ? upsamplePcm16(trimmed.pcm, task.sampleRate / trimmed.sampleRate)
-    : await resamplePcm16(trimmed.pcm, trimmed.sampleRate, task.sampleRate);
   return {
-    pcm,
+    pcm: await resamplePcm16(trimmed.pcm, trimmed.sampleRate, task.sampleRate),
     sampleRate: task.sampleRate,
     phones: trimmed.phones,
   };
