@@ -23,6 +23,7 @@
  *   npm run bench -- mouth_sync_browser
  *   BENCH_MOUTH_SESSIONS=3 npm run bench -- mouth_sync_browser footage/sun.mp4 footage/yongen.mp4
  *   BENCH_MOUTH_HOLD_MS=120 npm run bench -- mouth_sync_browser footage/sun.mp4 footage/yongen.mp4
+ *   BENCH_MOUTH_ASTRONAUT_ONLY=1 BENCH_MOUTH_HOLD_MS=120 npm run bench -- mouth_sync_browser   # the photo alone
  */
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
@@ -72,6 +73,8 @@ const HEARD_AUDIO_MIN_R = 0.8;
  * service, host load and page.
  */
 const COMPARED_HOLD_MS = process.env.BENCH_MOUTH_HOLD_MS ? Number(process.env.BENCH_MOUTH_HOLD_MS) : null;
+/** `BENCH_MOUTH_ASTRONAUT_ONLY=1`: the photo row alone (the project's clips left out), plus any files given. */
+const ONLY_ASTRONAUT = process.env.BENCH_MOUTH_ASTRONAUT_ONLY === '1';
 /** Session set-up and a turn on 2 loaded cores. */
 const STEP_MS = 60_000;
 
@@ -446,28 +449,30 @@ export async function benchMouthSyncBrowser(): Promise<Record<string, unknown>> 
   const dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'bench-mouth-sync-'));
   try {
     const avatars: Array<[string, string]> = [['astronaut', 'astronaut']];
-    avatars.push([
-      'speaking_clip',
-      (
-        await postCustomAvatar(
-          app.baseUrl,
-          await fsp.readFile(await speakingClipMp4(dir)),
-          'mouth sync speaking clip',
-          'video',
-        )
-      ).id,
-    ]);
-    avatars.push([
-      'swaying_clip',
-      (
-        await postCustomAvatar(
-          app.baseUrl,
-          await fsp.readFile(await landscapeMp4(dir, 10)),
-          'mouth sync swaying clip',
-          'video',
-        )
-      ).id,
-    ]);
+    if (!ONLY_ASTRONAUT)
+      avatars.push([
+        'speaking_clip',
+        (
+          await postCustomAvatar(
+            app.baseUrl,
+            await fsp.readFile(await speakingClipMp4(dir)),
+            'mouth sync speaking clip',
+            'video',
+          )
+        ).id,
+      ]);
+    if (!ONLY_ASTRONAUT)
+      avatars.push([
+        'swaying_clip',
+        (
+          await postCustomAvatar(
+            app.baseUrl,
+            await fsp.readFile(await landscapeMp4(dir, 10)),
+            'mouth sync swaying clip',
+            'video',
+          )
+        ).id,
+      ]);
     for (const file of givenInputs()) {
       const ext = path.extname(file).toLowerCase();
       const name = path.basename(file, ext);
