@@ -38,10 +38,9 @@ const MAX_CATCH_UP_MS = 500;
  * frame was, and wrtc stamps a frame as it is handed over, this long after its presentation time: at a Chromium page
  * the mouth shows this much minus the timeline's mouth lookahead (`MOUTH_LOOKAHEAD_MS`, 80) after its sound, so 60
  * puts it ~20 ms ahead, as a person's mouth leads its voice (measured: `npm run bench -- mouth_sync_browser`,
- * docs/performance.md, "Speech frames all sent"). 120 was measured for receivers that show frames as they arrive (the audio
+ * docs/performance.md, "Every frame sent"). 120 was measured for receivers that show frames as they arrive (the audio
  * path, 10 ms chunks → 20 ms Opus frames → jitter buffer, is that much longer than the video's); Chromium showed
- * frames that way only for streams that skipped repeated frames while speaking, which none does now
- * (`UnchangedFrameFilter`). Configurable with
+ * frames that way only for streams that skipped repeated frames, which none does now. Configurable with
  * SERVICE_VIDEO_DELAY_MS.
  */
 export const DEFAULT_VIDEO_DELAY_MS = 60;
@@ -173,11 +172,8 @@ export interface PlayoutEvents {
   audio: [samples: Int16Array, sampleRate: number, mediaMs: number];
   /** A frame at its presentation time, with the audio chunk containing it (recording, sync measurements). */
   video: [frame: I420Frame, frameIdx: number, mediaMs: number];
-  /**
-   * A frame handed to the WebRTC output, `videoDelayMs` after its presentation time; `speech`: speech audio plays
-   * under it (the output sends every such frame, an idle repeat only at its floor).
-   */
-  videoOut: [frame: I420Frame, frameIdx: number, mediaMs: number, speech: boolean];
+  /** A frame handed to the WebRTC output, `videoDelayMs` after its presentation time. */
+  videoOut: [frame: I420Frame, frameIdx: number, mediaMs: number];
   /** A frame showing a turn's speech (SSE `frame`): pts relative to the turn's first sample. */
   frame: [info: { turnId: string; frameIdx: number; ptsMs: number }];
   turnStarted: [turnId: string];
@@ -692,7 +688,7 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     const at = this.outgoing.indexOf(entry);
     if (at >= 0) this.outgoing.splice(at, 1);
     try {
-      if (frame && !this.closed) this.emit('videoOut', frame, entry.frameIdx, entry.ptsMs, entry.request.speaking);
+      if (frame && !this.closed) this.emit('videoOut', frame, entry.frameIdx, entry.ptsMs);
     } finally {
       releaseFrame(frame);
     }

@@ -113,7 +113,7 @@ export class SessionMedia implements StageMedia {
     clientRendering?.attach(this.playout, this.output);
     this.viewers = new WhepViewers(this.output, options.iceServers);
     this.playout.on('audio', (samples, rate) => this.output.pushAudio(samples, rate));
-    this.playout.on('videoOut', (frame, _idx, _ptsMs, speech) => this.output.pushVideo(frame, speech));
+    this.playout.on('videoOut', (frame) => this.output.pushVideo(frame));
     this.playout.on('frame', ({ frameIdx, ptsMs }) => bus.publish('frame', { frame_idx: frameIdx, pts_ms: ptsMs }));
     this.playout.on('turnStarted', (turnId) => bus.emit('media.firstSample', { turnId }));
     this.playout.on('caption', (cue) =>
