@@ -1,61 +1,10 @@
 import wrtc from '@roamhq/wrtc';
 import type { I420Frame } from '../render/types.ts';
-import { releaseFrame, retainFrame } from '../render/frame-buffers.ts';
 
 const { RTCPeerConnection, nonstandard } = wrtc;
 
 /** Non-trickle signaling: the answer must carry candidates, so wait for gathering — but never forever. */
 export const ICE_GATHER_TIMEOUT_MS = 3_000;
-
-/**
- * A frame identical to the last one sent is not sent again unless this long has passed. An idle drawn
- * avatar changes only ~3 times a second (a breathing step, a blink), and VP8-encoding and packetising the
- * same picture 25 times a second was most of an idle session's CPU (docs/performance.md). Viewers keep
- * showing the last frame; the repeat is the floor that still reaches a viewer whose picture got lost (a
- * keyframe request needs a frame to answer with) — 4 fps, far above any timeout of a receiver's
- * video jitter buffer, and a fresh peer gets the next frame at once.
- */
-export const UNCHANGED_FRAME_REPEAT_MS = 250;
-
-/**
- * Decides whether a frame goes to the encoder: always when its pixels differ from the last frame sent, else
- * only once `UNCHANGED_FRAME_REPEAT_MS` passed. Comparing 384 KiB (a 512² I420 frame) costs ~30 µs; the
- * encode it saves costs ~2 ms. The last frame sent is held (a reference on a live frame's reused buffer,
- * `frame-buffers.ts`) until the next one replaces it or `reset`.
- */
-export class UnchangedFrameFilter {
-  private last: I420Frame | null = null;
-  private lastAt = 0;
-  /** Frames not sent because they repeated the last one. */
-  skipped = 0;
-
-  constructor(private readonly repeatMs = UNCHANGED_FRAME_REPEAT_MS) {}
-
-  /** True when the frame should be sent (and is then remembered as the last one sent). */
-  admit(frame: I420Frame, now = performance.now()): boolean {
-    const last = this.last?.data;
-    const data = frame.data;
-    if (
-      last &&
-      now - this.lastAt < this.repeatMs &&
-      (last === data || (last.length === data.length && Buffer.compare(last, data) === 0))
-    ) {
-      this.skipped++;
-      return false;
-    }
-    retainFrame(frame);
-    releaseFrame(this.last);
-    this.last = frame;
-    this.lastAt = now;
-    return true;
-  }
-
-  /** The next frame goes out whatever it shows (a new peer, a connection that just came up). */
-  reset(): void {
-    releaseFrame(this.last);
-    this.last = null;
-  }
-}
 
 export class MalformedSdpError extends Error {
   constructor(message: string) {
@@ -233,7 +182,6 @@ export interface WebRtcOutputOptions {
 export class WebRtcOutput {
   private readonly audioSource = new nonstandard.RTCAudioSource();
   private readonly videoSource = new nonstandard.RTCVideoSource(VIDEO_SOURCE_INIT);
-  private readonly unchanged = new UnchangedFrameFilter();
   private plainFrame: Uint8Array | null = null;
   private peer: InstanceType<typeof RTCPeerConnection> | null = null;
   private tracks: MediaStreamTrack[] = [];
@@ -294,12 +242,14 @@ export class WebRtcOutput {
   }
 
   /**
-   * Sends a frame now — unless it repeats the last one sent (`UnchangedFrameFilter`). When frames go out is the
-   * media clock's decision (`actors/media/playout.ts`), video delay included.
+   * Sends a frame now, every frame the clock plays, a repeat of the last picture too. When frames go out is the
+   * media clock's decision (`actors/media/playout.ts`), video delay included. A stream that skipped repeats (an idle
+   * or held photo) was shown by Chromium as each frame arrived, outside its A/V sync, while a clip's full 25 fps was
+   * synced: the two reached a viewer ~100 ms apart (docs/performance.md, "Every frame sent"). Sent at a steady rate,
+   * every stream is played the same way, and `SERVICE_VIDEO_DELAY_MS` is set for that.
    */
   pushVideo(frame: I420Frame): void {
     if (this.closed || !this.fed) return;
-    if (!this.unchanged.admit(frame)) return;
     this.videoSource.onFrame(frame.data.buffer instanceof SharedArrayBuffer ? this.unshared(frame) : frame);
   }
 
@@ -311,11 +261,6 @@ export class WebRtcOutput {
     if (this.plainFrame?.length !== frame.data.length) this.plainFrame = new Uint8Array(frame.data.length);
     this.plainFrame.set(frame.data);
     return { width: frame.width, height: frame.height, data: this.plainFrame };
-  }
-
-  /** Frames not sent because they repeated the previous one (an idle avatar between breaths and blinks). */
-  get unchangedFramesSkipped(): number {
-    return this.unchanged.skipped;
   }
 
   /**
@@ -353,7 +298,6 @@ export class WebRtcOutput {
     tracks: MediaStreamTrack[];
     stream: MediaStream;
     release(): void;
-    firstPicture(): void;
   } {
     if (this.closed) throw new PeerGoneError('media output closed');
     const tracks = [this.audioSource.createTrack(), this.videoSource.createTrack()];
@@ -368,9 +312,7 @@ export class WebRtcOutput {
     };
     this.feeds.add(onClosed);
     this.options.onFeedsChanged?.(this.feeds.size);
-    // A new receiver's first picture must not wait for the avatar to move.
-    this.unchanged.reset();
-    return { tracks, stream, release, firstPicture: () => this.unchanged.reset() };
+    return { tracks, stream, release };
   }
 
   close(): void {
@@ -381,7 +323,6 @@ export class WebRtcOutput {
     this.closePeer();
     for (const closeFeed of [...this.feeds]) closeFeed();
     this.feeds.clear();
-    this.unchanged.reset();
   }
 
   /** One offer/answer exchange; the new peer replaces the current one only once the offer proved answerable. */
@@ -434,11 +375,6 @@ export class WebRtcOutput {
     this.peer = peer;
     this.tracks = tracks;
     if (microphone) this.listenToMicrophone(microphone);
-    // The new peer's first picture must not wait for the avatar to move; nor once it is connected.
-    this.unchanged.reset();
-    peer.addEventListener('connectionstatechange', () => {
-      if (this.peer === peer && peer.connectionState === 'connected') this.unchanged.reset();
-    });
     await waitForIceGathering(peer, signal ? AbortSignal.any([signal, this.closing.signal]) : this.closing.signal);
     // A closed peer's description is not read: libwebrtc can crash on it (node-webrtc #696).
     if (this.peer !== peer) throw new PeerGoneError('media output closed');
