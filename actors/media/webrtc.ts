@@ -1,5 +1,6 @@
 import wrtc from '@roamhq/wrtc';
 import type { I420Frame } from '../render/types.ts';
+import { FrameSendPolicy } from './frame-send-policy.ts';
 
 const { RTCPeerConnection, nonstandard } = wrtc;
 
@@ -182,6 +183,7 @@ export interface WebRtcOutputOptions {
 export class WebRtcOutput {
   private readonly audioSource = new nonstandard.RTCAudioSource();
   private readonly videoSource = new nonstandard.RTCVideoSource(VIDEO_SOURCE_INIT);
+  private readonly sendPolicy = new FrameSendPolicy();
   private plainFrame: Uint8Array | null = null;
   private peer: InstanceType<typeof RTCPeerConnection> | null = null;
   private tracks: MediaStreamTrack[] = [];
@@ -242,14 +244,13 @@ export class WebRtcOutput {
   }
 
   /**
-   * Sends a frame now, every frame the clock plays, a repeat of the last picture too. When frames go out is the
-   * media clock's decision (`actors/media/playout.ts`), video delay included. A stream that skipped repeats (an idle
-   * or held photo) was shown by Chromium as each frame arrived, outside its A/V sync, while a clip's full 25 fps was
-   * synced: the two reached a viewer ~100 ms apart (docs/performance.md, "Every frame sent"). Sent at a steady rate,
-   * every stream is played the same way, and `SERVICE_VIDEO_DELAY_MS` is set for that.
+   * Sends a frame now — unless `FrameSendPolicy` (the one owner of which frames are sent) skips it: an idle repeat
+   * of the last picture sent, outside a turn. When frames go out is the media clock's decision
+   * (`actors/media/playout.ts`), video delay included.
    */
   pushVideo(frame: I420Frame): void {
     if (this.closed || !this.fed) return;
+    if (!this.sendPolicy.admit(frame)) return;
     this.videoSource.onFrame(frame.data.buffer instanceof SharedArrayBuffer ? this.unshared(frame) : frame);
   }
 
@@ -261,6 +262,21 @@ export class WebRtcOutput {
     if (this.plainFrame?.length !== frame.data.length) this.plainFrame = new Uint8Array(frame.data.length);
     this.plainFrame.set(frame.data);
     return { width: frame.width, height: frame.height, data: this.plainFrame };
+  }
+
+  /** A turn started: every frame is sent, repeats too, until it ends (`FrameSendPolicy`). */
+  turnStarted(): void {
+    this.sendPolicy.steady();
+  }
+
+  /** A turn ended: idle repeats are skipped again after `STEADY_TAIL_MS` (`FrameSendPolicy`). */
+  turnEnded(): void {
+    this.sendPolicy.settle();
+  }
+
+  /** Frames not sent because they repeated the previous one (an idle avatar between breaths and blinks). */
+  get unchangedFramesSkipped(): number {
+    return this.sendPolicy.skipped;
   }
 
   /**
@@ -298,6 +314,7 @@ export class WebRtcOutput {
     tracks: MediaStreamTrack[];
     stream: MediaStream;
     release(): void;
+    firstPicture(): void;
   } {
     if (this.closed) throw new PeerGoneError('media output closed');
     const tracks = [this.audioSource.createTrack(), this.videoSource.createTrack()];
@@ -312,7 +329,9 @@ export class WebRtcOutput {
     };
     this.feeds.add(onClosed);
     this.options.onFeedsChanged?.(this.feeds.size);
-    return { tracks, stream, release };
+    // A new receiver's first picture must not wait for the avatar to move.
+    this.sendPolicy.reset();
+    return { tracks, stream, release, firstPicture: () => this.sendPolicy.reset() };
   }
 
   close(): void {
@@ -323,6 +342,7 @@ export class WebRtcOutput {
     this.closePeer();
     for (const closeFeed of [...this.feeds]) closeFeed();
     this.feeds.clear();
+    this.sendPolicy.reset();
   }
 
   /** One offer/answer exchange; the new peer replaces the current one only once the offer proved answerable. */
@@ -375,6 +395,11 @@ export class WebRtcOutput {
     this.peer = peer;
     this.tracks = tracks;
     if (microphone) this.listenToMicrophone(microphone);
+    // The new peer's first picture must not wait for the avatar to move; nor once it is connected.
+    this.sendPolicy.reset();
+    peer.addEventListener('connectionstatechange', () => {
+      if (this.peer === peer && peer.connectionState === 'connected') this.sendPolicy.reset();
+    });
     await waitForIceGathering(peer, signal ? AbortSignal.any([signal, this.closing.signal]) : this.closing.signal);
     // A closed peer's description is not read: libwebrtc can crash on it (node-webrtc #696).
     if (this.peer !== peer) throw new PeerGoneError('media output closed');

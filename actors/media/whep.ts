@@ -115,6 +115,7 @@ export class WhepViewers {
     this.viewers.set(viewerId, { peer, release: feed.release });
     registered();
     peer.addEventListener('connectionstatechange', () => {
+      if (peer.connectionState === 'connected') feed.firstPicture();
       if (peer.connectionState === 'failed' || peer.connectionState === 'closed') this.close(viewerId);
     });
     await waitForIceGathering(peer, signal);

@@ -97,6 +97,7 @@ export async function startWhipPush(options: {
       throw new WhipPushError(`WHIP answer rejected: ${error.message}`);
     });
     await waitForConnected(peer, signal);
+    feed.firstPicture();
     watchConnection(peer, resolveEnded);
     return { ended, close };
   } catch (error) {
