@@ -236,7 +236,8 @@ describe('the avatar listens and thinks (astronaut photo, at a wrtc viewer)', ()
         console.log(
           `nose tip from its idle place: idle p95 ${idleReach.toFixed(2)} px, first ${THINK_DELAY_MS} ms after the turn ≤ ${Math.max(...away(early)).toFixed(2)} px, awaiting the answer (median) ${waitingAway.toFixed(2)} px, after the answer ≤ ${Math.max(...away(released)).toFixed(2)} px`,
         );
-        // Every frame leaves, a still head's too (25 a second): ten in 400 ms, at least one on a starved host.
+        // A turn runs from the end of the user's speech: every frame leaves (`FrameSendPolicy`), a still head's too
+        // (25 a second): ten in 400 ms, at least one on a starved host.
         expect(early.length).toBeGreaterThanOrEqual(1);
         expect(waiting.length).toBeGreaterThan(10);
         expect(Math.max(...away(early))).toBeLessThanOrEqual(idleReach + 0.5);
@@ -254,8 +255,8 @@ describe('the avatar listens and thinks (astronaut photo, at a wrtc viewer)', ()
     async () => {
       const session = await openSession(t, { motion: 0 });
       try {
-        // 8 s of idle: the blink schedule closes the eyes at least once in any 8 s (one slot every 4.5 s). Every
-        // frame leaves the service, a still picture's too (25 a second).
+        // 8 s of idle: the blink schedule closes the eyes at least once in any 8 s (one slot every 4.5 s). A still
+        // picture leaves the service at 4 frames a second (`IDLE_REPEAT_MS`), a blink at 25.
         const idle = await framesFor(session.peer, 8_000);
 
         // Blinks: the eye region darkens on a few frames (the lid over the eye) while the rest of the face holds.

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { DEFAULT_VIDEO_DELAY_MS, PlayoutClock, type FrameRenderer } from '../actors/media/playout.ts';
 import { MOUTH_LOOKAHEAD_MS } from '../actors/media/timeline.ts';
+import { STEADY_START_MS } from '../actors/media/frame-send-policy.ts';
 import type { FrameRequest, I420Frame } from '../actors/render/types.ts';
 import { loadConfig } from '../src/config.ts';
 import { newTurnHandle } from '../src/sessions/turn.ts';
@@ -30,28 +31,37 @@ class StillRenderer implements FrameRenderer {
   close(): void {}
 }
 
-describe('while a turn runs, every frame the clock plays is sent, a repeat of the last picture too', () => {
+describe('which frames a wrtc viewer gets: every frame in its first seconds and while a turn runs, repeats too', () => {
   // Chromium showed a stream that skipped repeats (a photo's held mouth) on arrival, outside its A/V sync, and synced
-  // a clip's full 25 fps: the photo's mouth then reached the page ~100 ms before a clip's (docs/performance.md,
-  // "Every frame sent"). Outside a turn a still picture leaves at the repeat floor (`media.unchanged-frames`).
-  it("a still picture reaches a wrtc receiver at the clock's rate from the turn's start, at the floor before it", async () => {
+  // a clip's full 25 fps: the photo's mouth then reached the page ~100 ms before a clip's; and a stream that began at
+  // the idle floor entered its first turn with its jitter delay still moving (docs/performance.md, "Which frames are
+  // sent"). Outside those a still picture leaves at the repeat floor (`media.unchanged-frames`).
+  it("a still picture reaches a wrtc receiver at the clock's rate from connection and from a turn's start, at the floor between", async () => {
     const { media, peer, bus } = await startMediaWithPeer(
       { renderer: new StillRenderer(128, 96), sampleRate: 16_000, videoDelayMs: 0 },
       cleanups,
     );
     await peer.until(() => peer.frames.length >= 3, 10_000, 'first frames at the receiver');
-    const share = async () => {
+    const connectedAt = performance.now();
+    const share = async (clockFrames: number) => {
       const from = media.playout.sentFrames;
       const fromReceived = peer.frames.length;
-      await peer.until(() => media.playout.sentFrames - from >= 50, 15_000, '2 s of frames on the clock');
+      await peer.until(
+        () => media.playout.sentFrames - from >= clockFrames,
+        15_000,
+        `${clockFrames} frames on the clock`,
+      );
       await new Promise((r) => setTimeout(r, 300));
       return (peer.frames.length - fromReceived) / (media.playout.sentFrames - from);
     };
-    // Idle: a repeat per `IDLE_REPEAT_MS` (one frame in six at 25 fps), plus the odd late one.
-    expect(await share()).toBeLessThan(0.5);
+    // The viewer's first second: inside `STEADY_START_MS`.
+    expect(await share(25)).toBeGreaterThanOrEqual(0.8);
+    await new Promise((r) => setTimeout(r, Math.max(0, connectedAt + STEADY_START_MS + 500 - performance.now())));
+    // Idle after it: a repeat per `IDLE_REPEAT_MS` (one frame in six at 25 fps), plus the odd late one.
+    expect(await share(50)).toBeLessThan(0.5);
     bus.emit('turn.started', { turnId: 'turn-1', kind: 'speak', playout: newTurnHandle('turn-1').playout });
     await new Promise((r) => setTimeout(r, 200));
-    expect(await share()).toBeGreaterThanOrEqual(0.8);
+    expect(await share(50)).toBeGreaterThanOrEqual(0.8);
   }, 40_000);
 });
 

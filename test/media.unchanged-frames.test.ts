@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { withOpusDtx } from '../actors/media/webrtc.ts';
-import { FrameSendPolicy, IDLE_REPEAT_MS } from '../actors/media/frame-send-policy.ts';
+import { FrameSendPolicy, IDLE_REPEAT_MS, STEADY_START_MS } from '../actors/media/frame-send-policy.ts';
 import type { FrameRenderer } from '../actors/media/playout.ts';
 import type { FrameRequest, I420Frame } from '../actors/render/types.ts';
 import { startMediaWithPeer } from './helpers/media-peer.ts';
@@ -14,9 +14,12 @@ function frameOf(fill: number, width = 64, height = 48): I420Frame {
   return { width, height, data: new Uint8Array((width * height * 3) / 2).fill(fill) };
 }
 
+/** The policy with no start window or tail: what is sent while nothing is said. */
+const IDLE_ONLY = { repeatMs: 250, startMs: 0, tailMs: 0 };
+
 describe('FrameSendPolicy: which frames the WebRTC output sends', () => {
   it('outside a turn: admits the first frame, skips equal frames (same buffer or same bytes) within the repeat interval, admits changed ones', () => {
-    const policy = new FrameSendPolicy(250, 5_000);
+    const policy = new FrameSendPolicy(IDLE_ONLY);
     const a = frameOf(10);
     expect(policy.admit(a, 0)).toBe(true);
     expect(policy.admit(a, 40)).toBe(false);
@@ -29,7 +32,7 @@ describe('FrameSendPolicy: which frames the WebRTC output sends', () => {
   });
 
   it('outside a turn: repeats an unchanged frame once the repeat interval has passed (the floor a lost picture recovers from)', () => {
-    const policy = new FrameSendPolicy(250, 5_000);
+    const policy = new FrameSendPolicy(IDLE_ONLY);
     const a = frameOf(1);
     const admitted = [];
     for (let t = 0; t <= 1000; t += 40) if (policy.admit(a, t)) admitted.push(t);
@@ -37,7 +40,7 @@ describe('FrameSendPolicy: which frames the WebRTC output sends', () => {
   });
 
   it("from a turn's start until the tail after its end every frame is sent, repeats too; then idle repeats are skipped again", () => {
-    const policy = new FrameSendPolicy(250, 1_000);
+    const policy = new FrameSendPolicy({ repeatMs: 250, startMs: 0, tailMs: 1_000 });
     const still = frameOf(7);
     const sentAt = (from: number, to: number) => {
       const sent = [];
@@ -45,10 +48,10 @@ describe('FrameSendPolicy: which frames the WebRTC output sends', () => {
       return sent;
     };
     expect(sentAt(0, 400)).toEqual([0, 280]);
-    policy.steady();
+    policy.turnStarted();
     // 2 s of a turn: 50 frames, all sent, a held picture's too.
     expect(sentAt(400, 2_400)).toHaveLength(50);
-    policy.settle(2_400);
+    policy.turnEnded(2_400);
     // The tail (1 s here): still every frame.
     expect(sentAt(2_400, 3_400)).toHaveLength(25);
     // Then the floor again: one repeat per 250 ms at most.
@@ -56,26 +59,31 @@ describe('FrameSendPolicy: which frames the WebRTC output sends', () => {
   });
 
   it('a turn that starts before the last one settled keeps every frame going until it settles too', () => {
-    const policy = new FrameSendPolicy(250, 0);
+    const policy = new FrameSendPolicy({ repeatMs: 250, startMs: 0, tailMs: 0 });
     const still = frameOf(3);
-    policy.steady();
-    policy.steady();
-    policy.settle(0);
+    policy.turnStarted();
+    policy.turnStarted();
+    policy.turnEnded(0);
     expect([0, 40, 80].every((t) => policy.admit(still, t))).toBe(true);
-    policy.settle(100);
+    policy.turnEnded(100);
     expect(policy.admit(still, 120)).toBe(false);
     // An unmatched end does not make a later turn's frames skippable.
-    policy.settle(130);
-    policy.steady();
+    policy.turnEnded(130);
+    policy.turnStarted();
     expect(policy.admit(still, 160)).toBe(true);
   });
 
-  it('after reset the next frame goes out whatever it shows (a new peer)', () => {
-    const policy = new FrameSendPolicy(250, 5_000);
-    const a = frameOf(5);
-    expect(policy.admit(a, 0)).toBe(true);
-    policy.reset();
-    expect(policy.admit(a, 40)).toBe(true);
+  it('a new viewer gets the next frame whatever it shows, then every frame for the start window, then the floor', () => {
+    const policy = new FrameSendPolicy({ repeatMs: 250, startMs: 1_000, tailMs: 5_000 });
+    const still = frameOf(5);
+    expect(policy.admit(still, 0)).toBe(true);
+    expect(policy.admit(still, 40)).toBe(false);
+    policy.viewerStarted(100);
+    const sent = [];
+    for (let t = 120; t < 2_120; t += 40) if (policy.admit(still, t)) sent.push(t);
+    // 1 s of the start window: all 25 frames (120…1080); the next second at the floor (≤ 4).
+    expect(sent.filter((t) => t < 1_100)).toHaveLength(25);
+    expect(sent.filter((t) => t >= 1_100).length).toBeLessThanOrEqual(4);
   });
 });
 
@@ -103,6 +111,8 @@ describe('an idle avatar whose picture does not change', () => {
       cleanups,
     );
     await peer.until(() => peer.frames.length >= 3, 10_000, 'first frames at the receiver');
+    // A new viewer gets every frame for its first seconds (`media.every-frame-sent`); the floor comes after them.
+    await new Promise((r) => setTimeout(r, STEADY_START_MS + 500));
     const from = media.playout.sentFrames;
     const fromReceived = peer.frames.length;
     const fromSkipped = media.output.unchangedFramesSkipped;
@@ -118,7 +128,7 @@ describe('an idle avatar whose picture does not change', () => {
     // The "blinks" (bright luma) all reached the viewer.
     const bright = received.filter((f) => f.data[0] > 170).length;
     expect(bright).toBeGreaterThanOrEqual(2);
-  }, 30_000);
+  }, 40_000);
 });
 
 describe('withOpusDtx: the offer asks our Opus encoder for DTX (silence costs one packet per 400 ms)', () => {

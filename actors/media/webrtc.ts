@@ -266,12 +266,12 @@ export class WebRtcOutput {
 
   /** A turn started: every frame is sent, repeats too, until it ends (`FrameSendPolicy`). */
   turnStarted(): void {
-    this.sendPolicy.steady();
+    this.sendPolicy.turnStarted();
   }
 
   /** A turn ended: idle repeats are skipped again after `STEADY_TAIL_MS` (`FrameSendPolicy`). */
   turnEnded(): void {
-    this.sendPolicy.settle();
+    this.sendPolicy.turnEnded();
   }
 
   /** Frames not sent because they repeated the previous one (an idle avatar between breaths and blinks). */
@@ -329,9 +329,9 @@ export class WebRtcOutput {
     };
     this.feeds.add(onClosed);
     this.options.onFeedsChanged?.(this.feeds.size);
-    // A new receiver's first picture must not wait for the avatar to move.
-    this.sendPolicy.reset();
-    return { tracks, stream, release, firstPicture: () => this.sendPolicy.reset() };
+    // A new receiver's first picture must not wait for the avatar to move, and its stream starts steady.
+    this.sendPolicy.viewerStarted();
+    return { tracks, stream, release, firstPicture: () => this.sendPolicy.viewerStarted() };
   }
 
   close(): void {
@@ -342,7 +342,7 @@ export class WebRtcOutput {
     this.closePeer();
     for (const closeFeed of [...this.feeds]) closeFeed();
     this.feeds.clear();
-    this.sendPolicy.reset();
+    this.sendPolicy.close();
   }
 
   /** One offer/answer exchange; the new peer replaces the current one only once the offer proved answerable. */
@@ -395,10 +395,11 @@ export class WebRtcOutput {
     this.peer = peer;
     this.tracks = tracks;
     if (microphone) this.listenToMicrophone(microphone);
-    // The new peer's first picture must not wait for the avatar to move; nor once it is connected.
-    this.sendPolicy.reset();
+    // The new peer's first picture must not wait for the avatar to move, nor once it is connected, and its stream
+    // starts steady (`STEADY_START_MS`).
+    this.sendPolicy.viewerStarted();
     peer.addEventListener('connectionstatechange', () => {
-      if (this.peer === peer && peer.connectionState === 'connected') this.sendPolicy.reset();
+      if (this.peer === peer && peer.connectionState === 'connected') this.sendPolicy.viewerStarted();
     });
     await waitForIceGathering(peer, signal ? AbortSignal.any([signal, this.closing.signal]) : this.closing.signal);
     // A closed peer's description is not read: libwebrtc can crash on it (node-webrtc #696).
