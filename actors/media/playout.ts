@@ -40,7 +40,8 @@ const MAX_CATCH_UP_MS = 500;
  * puts it ~20 ms ahead, as a person's mouth leads its voice (measured: `npm run bench -- mouth_sync_browser`,
  * docs/performance.md, "Every frame sent"). 120 was measured for receivers that show frames as they arrive (the audio
  * path, 10 ms chunks → 20 ms Opus frames → jitter buffer, is that much longer than the video's); Chromium showed
- * frames that way only for streams that skipped repeated frames, which none does now. Configurable with
+ * frames that way only for streams that skipped repeated frames, which none does in a viewer's first seconds or
+ * while it speaks now (`FrameSendPolicy`, `actors/media/frame-send-policy.ts`). Configurable with
  * SERVICE_VIDEO_DELAY_MS.
  */
 export const DEFAULT_VIDEO_DELAY_MS = 60;
