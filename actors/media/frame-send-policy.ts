@@ -12,12 +12,13 @@ import { releaseFrame, retainFrame } from '../render/frame-buffers.ts';
 export const IDLE_REPEAT_MS = 250;
 
 /**
- * Every frame is sent, repeats too, for this long after a peer connects. libwebrtc's receiver sizes a video stream's
- * jitter delay from the frames it has seen: it ignores jitter below 5 fps, scales it in up to 10 fps and settles its
- * estimates over its first 30 frames. A stream that began at the idle floor (`IDLE_REPEAT_MS`) reached its first turn
- * with that delay still moving, and Chromium's picture drifted against the sound through the turn (r 0.23–0.38 at a
- * Chromium page); one that began at 25 fps kept a settled delay through later idle stretches at the floor (a turn after
- * 10 s of them: r 0.59–0.67, mouth 40–70 ms ahead; docs/performance.md, "Which frames are sent").
+ * Every frame is sent, repeats too, for this long after a peer connects. A stream that began at the idle floor
+ * (`IDLE_REPEAT_MS`) reached its first turn with the receiver's video delay still moving, and Chromium's picture
+ * drifted against the sound through that turn (r 0.23–0.38 at a Chromium page, with a 10 fps floor too); one that began
+ * at 25 fps kept a settled delay through later idle stretches at the floor (first turns after ~5 s of them and turns
+ * after 10 s: r 0.56–0.69, the mouth 0–120 ms ahead; docs/performance.md, "Which frames are sent"). A likely reason:
+ * libwebrtc's receiver ignores a stream's jitter below 5 fps, scales it in up to 10 fps, and settles its estimates over
+ * a stream's first 30 frames.
  */
 export const STEADY_START_MS = 4_000;
 
@@ -32,8 +33,9 @@ export const STEADY_TAIL_MS = 5_000;
 
 /**
  * The one owner of which frames the WebRTC output sends (`WebRtcOutput.pushVideo`): every frame for
- * `STEADY_START_MS` after a peer connects (`viewerStarted`), while a turn runs (`turnStarted`) and for `STEADY_TAIL_MS` after it
- * (`turnEnded`); otherwise a frame only when its pixels differ from the last one sent or `IDLE_REPEAT_MS` passed.
+ * `STEADY_START_MS` after a peer connects (`viewerStarted`), while a turn runs (`turnStarted`) and for
+ * `STEADY_TAIL_MS` after it (`turnEnded`); otherwise a frame only when its pixels differ from the last one sent or
+ * `IDLE_REPEAT_MS` passed.
  * Comparing 384 KiB (a 512² I420 frame) costs ~30 µs; the encode it saves costs ~2 ms. The last frame sent is held (a
  * reference on a live frame's reused buffer, `frame-buffers.ts`) until the next one replaces it or `close`.
  */
