@@ -24,6 +24,7 @@
  *   BENCH_MOUTH_SESSIONS=3 npm run bench -- mouth_sync_browser footage/sun.mp4 footage/yongen.mp4
  *   BENCH_MOUTH_HOLD_MS=120 npm run bench -- mouth_sync_browser footage/sun.mp4 footage/yongen.mp4
  *   BENCH_MOUTH_ASTRONAUT_ONLY=1 BENCH_MOUTH_HOLD_MS=120 npm run bench -- mouth_sync_browser   # the photo alone
+ *   BENCH_MOUTH_FIRST_WAIT_MS=8000 BENCH_MOUTH_IDLE_GAP_MS=15000 npm run bench -- mouth_sync_browser   # turns after idle
  */
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
@@ -75,6 +76,13 @@ const HEARD_AUDIO_MIN_R = 0.8;
 const COMPARED_HOLD_MS = process.env.BENCH_MOUTH_HOLD_MS ? Number(process.env.BENCH_MOUTH_HOLD_MS) : null;
 /** `BENCH_MOUTH_ASTRONAUT_ONLY=1`: the photo row alone (the project's clips left out), plus any files given. */
 const ONLY_ASTRONAUT = process.env.BENCH_MOUTH_ASTRONAUT_ONLY === '1';
+/**
+ * `BENCH_MOUTH_FIRST_WAIT_MS`, `BENCH_MOUTH_IDLE_GAP_MS`: idle before a session's first turn (after its video shows)
+ * and before each later turn. The service sends every frame only in a viewer's first seconds, in a turn and shortly
+ * after it (`FrameSendPolicy`); with these set, turns start after stretches of idle at the repeat floor.
+ */
+const FIRST_WAIT_MS = Number(process.env.BENCH_MOUTH_FIRST_WAIT_MS ?? 0);
+const IDLE_GAP_MS = Number(process.env.BENCH_MOUTH_IDLE_GAP_MS ?? 0);
 /** Session set-up and a turn on 2 loaded cores. */
 const STEP_MS = 60_000;
 
@@ -409,9 +417,13 @@ async function measure(
     );
     // The first second is the encoder ramping up its quality.
     await page.waitForTimeout(1_500);
+    await page.waitForTimeout(FIRST_WAIT_MS);
     const first = await recordTurn(app, page, sse, sessionId);
     const turns: Recorded[] = [];
-    for (let turn = 0; turn < TURNS; turn++) turns.push(await recordTurn(app, page, sse, sessionId));
+    for (let turn = 0; turn < TURNS; turn++) {
+      await page.waitForTimeout(IDLE_GAP_MS);
+      turns.push(await recordTurn(app, page, sse, sessionId));
+    }
     const cold = await syncOf([first], sent);
     return {
       ...(await syncOf(turns, sent)),

@@ -4,7 +4,7 @@
  * the CPU of the service's process tree (the service and its TTS engine processes) is read from /proc
  * over a window. Late frames come from the service's own metrics (`GET /sessions/{id}/metrics`).
  *
- * Rows: `rt` speaking, `rt` idle (started, nothing to say), `lipsync` (astronaut) speaking, `lipsync` on a video
+ * Rows: `rt` speaking, `rt` idle (started, nothing to say), `lipsync` (astronaut) speaking and idle, `lipsync` on a video
  * avatar speaking, swaying camera and still camera (and their ratios to the photo row, `clip_vs_photo_cpu_ratio`,
  * `still_clip_vs_photo_cpu_ratio`, each the median over `RATIO_ROUNDS` rounds of the three rows); each on a fresh
  * service after one warm-up session, so every row starts from the same state. Also memory per active
@@ -51,6 +51,8 @@ export const CPU_ROWS: CpuRow[] = [
   { key: 'rt_speaking', model: 'rt', speaking: true },
   { key: 'rt_idle', model: 'rt', speaking: false },
   { key: 'lipsync_speaking', model: 'lipsync', speaking: true },
+  // Issue 44: every frame is sent, a held photo's repeats too (they were skipped): what its idle costs.
+  { key: 'lipsync_idle', model: 'lipsync', speaking: false },
   // Issue 27: a clip avatar's session next to the photo's (the row above), in the same run: their ratio is the target.
   { key: 'lipsync_clip_speaking', model: 'lipsync', speaking: true, clip: 'swaying' },
   { key: 'lipsync_still_clip_speaking', model: 'lipsync', speaking: true, clip: 'still' },

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { UNCHANGED_FRAME_REPEAT_MS, UnchangedFrameFilter, withOpusDtx } from '../actors/media/webrtc.ts';
+import { withOpusDtx } from '../actors/media/webrtc.ts';
+import { FrameSendPolicy, IDLE_REPEAT_MS, STEADY_START_MS } from '../actors/media/frame-send-policy.ts';
 import type { FrameRenderer } from '../actors/media/playout.ts';
 import type { FrameRequest, I420Frame } from '../actors/render/types.ts';
 import { startMediaWithPeer } from './helpers/media-peer.ts';
@@ -14,34 +15,76 @@ function frameOf(fill: number, width = 64, height = 48): I420Frame {
   return { width, height, data: new Uint8Array((width * height * 3) / 2).fill(fill) };
 }
 
-describe('UnchangedFrameFilter: a frame repeating the last one sent is not encoded again', () => {
-  it('admits the first frame, skips equal frames (same buffer or same bytes) within the repeat interval, admits changed ones', () => {
-    const filter = new UnchangedFrameFilter(250);
+/** The policy with no start window or tail: what is sent while nothing is said. */
+const IDLE_ONLY = { repeatMs: 250, startMs: 0, tailMs: 0 };
+
+describe('FrameSendPolicy: which frames the WebRTC output sends', () => {
+  it('outside a turn: admits the first frame, skips equal frames (same buffer or same bytes) within the repeat interval, admits changed ones', () => {
+    const policy = new FrameSendPolicy(IDLE_ONLY);
     const a = frameOf(10);
-    expect(filter.admit(a, 0)).toBe(true);
-    expect(filter.admit(a, 40)).toBe(false);
-    expect(filter.admit(frameOf(10), 80)).toBe(false);
+    expect(policy.admit(a, 0)).toBe(true);
+    expect(policy.admit(a, 40)).toBe(false);
+    expect(policy.admit(frameOf(10), 80)).toBe(false);
     const b = frameOf(10);
     b.data[b.data.length - 1] = 11;
-    expect(filter.admit(b, 120)).toBe(true);
-    expect(filter.admit(frameOf(10), 160)).toBe(true);
-    expect(filter.skipped).toBe(2);
+    expect(policy.admit(b, 120)).toBe(true);
+    expect(policy.admit(frameOf(10), 160)).toBe(true);
+    expect(policy.skipped).toBe(2);
   });
 
-  it('repeats an unchanged frame once the repeat interval has passed (the floor a lost picture recovers from)', () => {
-    const filter = new UnchangedFrameFilter(250);
+  it('outside a turn: repeats an unchanged frame once the repeat interval has passed (the floor a lost picture recovers from)', () => {
+    const policy = new FrameSendPolicy(IDLE_ONLY);
     const a = frameOf(1);
     const admitted = [];
-    for (let t = 0; t <= 1000; t += 40) if (filter.admit(a, t)) admitted.push(t);
+    for (let t = 0; t <= 1000; t += 40) if (policy.admit(a, t)) admitted.push(t);
     expect(admitted).toEqual([0, 280, 560, 840]);
   });
 
-  it('after reset the next frame goes out whatever it shows (a new peer)', () => {
-    const filter = new UnchangedFrameFilter(250);
-    const a = frameOf(5);
-    expect(filter.admit(a, 0)).toBe(true);
-    filter.reset();
-    expect(filter.admit(a, 40)).toBe(true);
+  it("from a turn's start until the tail after its end every frame is sent, repeats too; then idle repeats are skipped again", () => {
+    const policy = new FrameSendPolicy({ repeatMs: 250, startMs: 0, tailMs: 1_000 });
+    const still = frameOf(7);
+    const sentAt = (from: number, to: number) => {
+      const sent = [];
+      for (let t = from; t < to; t += 40) if (policy.admit(still, t)) sent.push(t);
+      return sent;
+    };
+    expect(sentAt(0, 400)).toEqual([0, 280]);
+    policy.turnStarted();
+    // 2 s of a turn: 50 frames, all sent, a held picture's too.
+    expect(sentAt(400, 2_400)).toHaveLength(50);
+    policy.turnEnded(2_400);
+    // The tail (1 s here): still every frame.
+    expect(sentAt(2_400, 3_400)).toHaveLength(25);
+    // Then the floor again: one repeat per 250 ms at most.
+    expect(sentAt(3_400, 4_400).length).toBeLessThanOrEqual(4);
+  });
+
+  it('a turn that starts before the last one settled keeps every frame going until it settles too', () => {
+    const policy = new FrameSendPolicy({ repeatMs: 250, startMs: 0, tailMs: 0 });
+    const still = frameOf(3);
+    policy.turnStarted();
+    policy.turnStarted();
+    policy.turnEnded(0);
+    expect([0, 40, 80].every((t) => policy.admit(still, t))).toBe(true);
+    policy.turnEnded(100);
+    expect(policy.admit(still, 120)).toBe(false);
+    // An unmatched end does not make a later turn's frames skippable.
+    policy.turnEnded(130);
+    policy.turnStarted();
+    expect(policy.admit(still, 160)).toBe(true);
+  });
+
+  it('a new viewer gets the next frame whatever it shows, then every frame for the start window, then the floor', () => {
+    const policy = new FrameSendPolicy({ repeatMs: 250, startMs: 1_000, tailMs: 5_000 });
+    const still = frameOf(5);
+    expect(policy.admit(still, 0)).toBe(true);
+    expect(policy.admit(still, 40)).toBe(false);
+    policy.viewerStarted(100);
+    const sent = [];
+    for (let t = 120; t < 2_120; t += 40) if (policy.admit(still, t)) sent.push(t);
+    // 1 s of the start window: all 25 frames (120…1080); the next second at the floor (≤ 4).
+    expect(sent.filter((t) => t < 1_100)).toHaveLength(25);
+    expect(sent.filter((t) => t >= 1_100).length).toBeLessThanOrEqual(4);
   });
 });
 
@@ -69,6 +112,8 @@ describe('an idle avatar whose picture does not change', () => {
       cleanups,
     );
     await peer.until(() => peer.frames.length >= 3, 10_000, 'first frames at the receiver');
+    // A new viewer gets every frame for its first seconds (`media.every-frame-sent`); the floor comes after them.
+    await new Promise((r) => setTimeout(r, STEADY_START_MS + 500));
     const from = media.playout.sentFrames;
     const fromReceived = peer.frames.length;
     const fromSkipped = media.output.unchangedFramesSkipped;
@@ -79,12 +124,12 @@ describe('an idle avatar whose picture does not change', () => {
     const received = peer.frames.slice(fromReceived);
     // 75+ frames on the clock; per second one change, one frame after it, and a repeat every 250 ms.
     expect(skipped).toBeGreaterThan(clockFrames / 2);
-    expect(received.length).toBeGreaterThanOrEqual(Math.floor((clockFrames * 40) / UNCHANGED_FRAME_REPEAT_MS / 2));
+    expect(received.length).toBeGreaterThanOrEqual(Math.floor((clockFrames * 40) / IDLE_REPEAT_MS / 2));
     expect(received.length).toBeLessThan(clockFrames / 2);
     // The "blinks" (bright luma) all reached the viewer.
     const bright = received.filter((f) => f.data[0] > 170).length;
     expect(bright).toBeGreaterThanOrEqual(2);
-  }, 30_000);
+  }, 40_000);
 });
 
 describe('withOpusDtx: the offer asks our Opus encoder for DTX (silence costs one packet per 400 ms)', () => {

@@ -34,17 +34,22 @@ export const PLAYOUT_HIGH_WATER_MS = 2_000;
 /** If the machine stalls longer than this (GC pause, suspended laptop), restart the timeline instead of bursting. */
 const MAX_CATCH_UP_MS = 500;
 /**
- * How long video is held back behind audio on the wire. Measured on loopback (docs/performance.md): without it,
- * frames reach both a wrtc receiver and Chromium ~140–155 ms before the audio they belong to, because the
- * audio path (10 ms chunks → 20 ms Opus frames → jitter buffer) is that much longer and the receivers'
- * lip-sync does not remove it. Configurable with SERVICE_VIDEO_DELAY_MS.
+ * How long video is held back behind audio on the wire. A browser plays a frame with the audio captured when the
+ * frame was, and wrtc stamps a frame as it is handed over, this long after its presentation time: at a Chromium page
+ * the mouth shows this much minus the timeline's mouth lookahead (`MOUTH_LOOKAHEAD_MS`, 80) after its sound, so 60
+ * puts it ~20 ms ahead, as a person's mouth leads its voice (measured: `npm run bench -- mouth_sync_browser`,
+ * docs/performance.md, "Every frame sent"). 120 was measured for receivers that show frames as they arrive (the audio
+ * path, 10 ms chunks → 20 ms Opus frames → jitter buffer, is that much longer than the video's); Chromium showed
+ * frames that way only for streams that skipped repeated frames, which none does in a viewer's first seconds or
+ * while it speaks now (`FrameSendPolicy`, `actors/media/frame-send-policy.ts`). Configurable with
+ * SERVICE_VIDEO_DELAY_MS.
  */
-export const DEFAULT_VIDEO_DELAY_MS = 120;
+export const DEFAULT_VIDEO_DELAY_MS = 60;
 /**
  * How long after a captioned segment's speech onset leaves the clock its `caption` is emitted: the time that audio
  * takes to be heard at a viewer (10 ms chunks → 20 ms Opus frames → network → the receiver's jitter buffer). Not the
- * video hold (`videoDelayMs`, 120 ms): that also covers VP8 encoding and the video jitter buffer, and a caption waiting
- * for it arrived 50–85 ms after its sound at a quiet wrtc viewer (docs/performance.md, "Captions"), which puts the
+ * video hold (`videoDelayMs`, then 120 ms): that also covered VP8 encoding and the video jitter buffer, and a caption
+ * waiting for it arrived 50–85 ms after its sound at a quiet wrtc viewer (docs/performance.md, "Captions"), which puts the
  * audio path at ~45 ms.
  */
 export const DEFAULT_CAPTION_DELAY_MS = 50;

@@ -1,61 +1,11 @@
 import wrtc from '@roamhq/wrtc';
 import type { I420Frame } from '../render/types.ts';
-import { releaseFrame, retainFrame } from '../render/frame-buffers.ts';
+import { FrameSendPolicy } from './frame-send-policy.ts';
 
 const { RTCPeerConnection, nonstandard } = wrtc;
 
 /** Non-trickle signaling: the answer must carry candidates, so wait for gathering — but never forever. */
 export const ICE_GATHER_TIMEOUT_MS = 3_000;
-
-/**
- * A frame identical to the last one sent is not sent again unless this long has passed. An idle drawn
- * avatar changes only ~3 times a second (a breathing step, a blink), and VP8-encoding and packetising the
- * same picture 25 times a second was most of an idle session's CPU (docs/performance.md). Viewers keep
- * showing the last frame; the repeat is the floor that still reaches a viewer whose picture got lost (a
- * keyframe request needs a frame to answer with) — 4 fps, far above any timeout of a receiver's
- * video jitter buffer, and a fresh peer gets the next frame at once.
- */
-export const UNCHANGED_FRAME_REPEAT_MS = 250;
-
-/**
- * Decides whether a frame goes to the encoder: always when its pixels differ from the last frame sent, else
- * only once `UNCHANGED_FRAME_REPEAT_MS` passed. Comparing 384 KiB (a 512² I420 frame) costs ~30 µs; the
- * encode it saves costs ~2 ms. The last frame sent is held (a reference on a live frame's reused buffer,
- * `frame-buffers.ts`) until the next one replaces it or `reset`.
- */
-export class UnchangedFrameFilter {
-  private last: I420Frame | null = null;
-  private lastAt = 0;
-  /** Frames not sent because they repeated the last one. */
-  skipped = 0;
-
-  constructor(private readonly repeatMs = UNCHANGED_FRAME_REPEAT_MS) {}
-
-  /** True when the frame should be sent (and is then remembered as the last one sent). */
-  admit(frame: I420Frame, now = performance.now()): boolean {
-    const last = this.last?.data;
-    const data = frame.data;
-    if (
-      last &&
-      now - this.lastAt < this.repeatMs &&
-      (last === data || (last.length === data.length && Buffer.compare(last, data) === 0))
-    ) {
-      this.skipped++;
-      return false;
-    }
-    retainFrame(frame);
-    releaseFrame(this.last);
-    this.last = frame;
-    this.lastAt = now;
-    return true;
-  }
-
-  /** The next frame goes out whatever it shows (a new peer, a connection that just came up). */
-  reset(): void {
-    releaseFrame(this.last);
-    this.last = null;
-  }
-}
 
 export class MalformedSdpError extends Error {
   constructor(message: string) {
@@ -278,7 +228,7 @@ export interface WebRtcOutputOptions {
 export class WebRtcOutput {
   private readonly audioSource = new nonstandard.RTCAudioSource();
   private readonly videoSource = new nonstandard.RTCVideoSource(VIDEO_SOURCE_INIT);
-  private readonly unchanged = new UnchangedFrameFilter();
+  private readonly sendPolicy = new FrameSendPolicy();
   private plainFrame: Uint8Array | null = null;
   private peer: InstanceType<typeof RTCPeerConnection> | null = null;
   private tracks: MediaStreamTrack[] = [];
@@ -344,12 +294,13 @@ export class WebRtcOutput {
   }
 
   /**
-   * Sends a frame now — unless it repeats the last one sent (`UnchangedFrameFilter`). When frames go out is the
-   * media clock's decision (`actors/media/playout.ts`), video delay included.
+   * Sends a frame now — unless `FrameSendPolicy` (the one owner of which frames are sent) skips it: an idle repeat
+   * of the last picture sent, outside a turn. When frames go out is the media clock's decision
+   * (`actors/media/playout.ts`), video delay included.
    */
   pushVideo(frame: I420Frame): void {
     if (this.closed || !this.fed) return;
-    if (!this.unchanged.admit(frame)) return;
+    if (!this.sendPolicy.admit(frame)) return;
     this.videoSource.onFrame(frame.data.buffer instanceof SharedArrayBuffer ? this.unshared(frame) : frame);
   }
 
@@ -363,9 +314,19 @@ export class WebRtcOutput {
     return { width: frame.width, height: frame.height, data: this.plainFrame };
   }
 
+  /** A turn started: every frame is sent, repeats too, until it ends (`FrameSendPolicy`). */
+  turnStarted(): void {
+    this.sendPolicy.turnStarted();
+  }
+
+  /** A turn ended: idle repeats are skipped again after `STEADY_TAIL_MS` (`FrameSendPolicy`). */
+  turnEnded(): void {
+    this.sendPolicy.turnEnded();
+  }
+
   /** Frames not sent because they repeated the previous one (an idle avatar between breaths and blinks). */
   get unchangedFramesSkipped(): number {
-    return this.unchanged.skipped;
+    return this.sendPolicy.skipped;
   }
 
   /**
@@ -418,9 +379,9 @@ export class WebRtcOutput {
     };
     this.feeds.add(onClosed);
     this.options.onFeedsChanged?.(this.feeds.size);
-    // A new receiver's first picture must not wait for the avatar to move.
-    this.unchanged.reset();
-    return { tracks, stream, release, firstPicture: () => this.unchanged.reset() };
+    // A new receiver's first picture must not wait for the avatar to move, and its stream starts steady.
+    this.sendPolicy.viewerStarted();
+    return { tracks, stream, release, firstPicture: () => this.sendPolicy.viewerStarted() };
   }
 
   close(): void {
@@ -431,7 +392,7 @@ export class WebRtcOutput {
     this.closePeer();
     for (const closeFeed of [...this.feeds]) closeFeed();
     this.feeds.clear();
-    this.unchanged.reset();
+    this.sendPolicy.close();
   }
 
   /** One offer/answer exchange; the new peer replaces the current one only once the offer proved answerable. */
@@ -484,10 +445,11 @@ export class WebRtcOutput {
     this.peer = peer;
     this.tracks = tracks;
     if (microphone) this.listenToMicrophone(microphone);
-    // The new peer's first picture must not wait for the avatar to move; nor once it is connected.
-    this.unchanged.reset();
+    // The new peer's first picture must not wait for the avatar to move, nor once it is connected, and its stream
+    // starts steady (`STEADY_START_MS`).
+    this.sendPolicy.viewerStarted();
     peer.addEventListener('connectionstatechange', () => {
-      if (this.peer === peer && peer.connectionState === 'connected') this.unchanged.reset();
+      if (this.peer === peer && peer.connectionState === 'connected') this.sendPolicy.viewerStarted();
     });
     await waitForIceGathering(peer, signal ? AbortSignal.any([signal, this.closing.signal]) : this.closing.signal);
     // A closed peer's description is not read: libwebrtc can crash on it (node-webrtc #696).

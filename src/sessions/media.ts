@@ -114,6 +114,8 @@ export class SessionMedia implements StageMedia {
     this.viewers = new WhepViewers(this.output, options.iceServers);
     this.playout.on('audio', (samples, rate) => this.output.pushAudio(samples, rate));
     this.playout.on('videoOut', (frame) => this.output.pushVideo(frame));
+    bus.on('turn.started', () => this.output.turnStarted());
+    bus.on('turn.finished', () => this.output.turnEnded());
     this.playout.on('frame', ({ frameIdx, ptsMs }) => bus.publish('frame', { frame_idx: frameIdx, pts_ms: ptsMs }));
     this.playout.on('turnStarted', (turnId) => bus.emit('media.firstSample', { turnId }));
     this.playout.on('caption', (cue) =>

@@ -10,11 +10,12 @@ import { ReceivingPeer } from './peer.ts';
 export async function startMediaWithPeer(
   options: { renderer: SessionMediaOptions['renderer']; sampleRate: number; videoDelayMs: number },
   cleanups: Array<() => unknown>,
-): Promise<{ media: SessionMedia; peer: ReceivingPeer }> {
+): Promise<{ media: SessionMedia; peer: ReceivingPeer; bus: SessionBus }> {
+  const bus = new SessionBus();
   const media = new SessionMedia({
     ...options,
     iceServers: [],
-    bus: new SessionBus(),
+    bus,
     logger: pino({ level: 'silent' }),
   });
   cleanups.push(
@@ -24,5 +25,5 @@ export async function startMediaWithPeer(
   const peer = await ReceivingPeer.connectWith((offer) => media.output.answer(offer.sdp));
   cleanups.push(() => peer.close());
   media.start();
-  return { media, peer };
+  return { media, peer, bus };
 }
