@@ -115,6 +115,26 @@ function skyPicture(): Promise<Buffer> {
     .toBuffer();
 }
 
+/** Runs `body` on a new page with a temporary directory, closing and removing both after it. */
+async function onNewPage(dirPrefix: string, body: (page: Page, dir: string) => Promise<void>): Promise<void> {
+  const dir = await tempDir(dirPrefix);
+  const page = await browser.newPage();
+  try {
+    await body(page, dir);
+  } finally {
+    await page.close();
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Opens the page at `url` and uploads a picture from it under `name` (written to `file` first, as a user's file is). */
+async function pictureFromPage(page: Page, url: string, picture: { name: string; file: string; bytes: Buffer }) {
+  await fs.writeFile(picture.file, picture.bytes);
+  await page.goto(url);
+  await page.getByLabel('Portrait name').fill(picture.name);
+  await page.getByLabel('Upload portrait').setInputFiles(picture.file);
+}
+
 /** What the page said, for a failure message: its upload status line and its error banners. */
 async function pageSaid(page: Page): Promise<string> {
   const status = await page.locator('#upload-status').textContent();
@@ -240,13 +260,12 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('no language model
         )?.animated,
       ).toBe(false);
 
-      const dir = await tempDir('faceless-');
-      const page = await browser.newPage();
-      try {
-        await fs.writeFile(path.join(dir, 'sky.png'), blank);
-        await page.goto(`${t.baseUrl}/`);
-        await page.getByLabel('Portrait name').fill('Blue sky');
-        await page.getByLabel('Upload portrait').setInputFiles(path.join(dir, 'sky.png'));
+      await onNewPage('faceless-', async (page, dir) => {
+        await pictureFromPage(page, `${t.baseUrl}/`, {
+          name: 'Blue sky',
+          file: path.join(dir, 'sky.png'),
+          bytes: blank,
+        });
         const status = page.locator('#upload-status').filter({ hasText: 'still image' });
         // On a timeout the failure says what the page showed instead (it once timed out under CI load, silently).
         await status.waitFor({ timeout: STEP_MS }).catch(async (error: Error) => {
@@ -270,10 +289,7 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('no language model
         // Built-in avatars offer neither.
         await page.getByRole('radio', { name: 'Astronaut' }).check();
         expect(await page.getByRole('button', { name: 'Delete avatar' }).isHidden()).toBe(true);
-      } finally {
-        await page.close();
-        await fs.rm(dir, { recursive: true, force: true });
-      }
+      });
     },
     3 * STEP_MS,
   );
@@ -281,10 +297,7 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('no language model
   it(
     'a picture chosen before the page has the avatar list waits for the list, then is uploaded and selected',
     async () => {
-      const dir = await tempDir('early-');
-      const page = await browser.newPage();
-      try {
-        await fs.writeFile(path.join(dir, 'early.png'), await skyPicture());
+      await onNewPage('early-', async (page, dir) => {
         // The service's first avatar list is held back until the file is chosen, as on a loaded host where the file
         // picker beat it (CI: the page then uploaded nothing and its status line never changed).
         let releaseList = () => {};
@@ -296,9 +309,8 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('no language model
             await route.continue();
           },
         );
-        await page.goto(`${t.baseUrl}/`);
-        await page.getByLabel('Portrait name').fill('Early sky');
-        await page.getByLabel('Upload portrait').setInputFiles(path.join(dir, 'early.png'));
+        const file = path.join(dir, 'early.png');
+        await pictureFromPage(page, `${t.baseUrl}/`, { name: 'Early sky', file, bytes: await skyPicture() });
         const waiting = page.locator('#upload-status').filter({ hasText: 'Waiting for the service’s avatars' });
         await waiting.waitFor({ timeout: STEP_MS }).catch(async (error: Error) => {
           throw new Error(`${error.message}; ${await pageSaid(page)}`);
@@ -313,10 +325,7 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('no language model
         expect(await page.getByRole('radio', { name: /^Early sky/ }).isChecked()).toBe(true);
         expect(await page.locator('#upload-status').textContent()).toContain('“Early sky” is ready as a still image');
         expect(await page.locator('#banners [role="alert"]').count()).toBe(0);
-      } finally {
-        await page.close();
-        await fs.rm(dir, { recursive: true, force: true });
-      }
+      });
     },
     3 * STEP_MS,
   );
@@ -332,9 +341,7 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('a clip avatar fro
   it(
     'after the upload bar the page shows the phase the service reports (GET /avatars/custom/uploads/{id}), then the new avatar',
     async () => {
-      const dir = await tempDir('clip-page-');
-      const page = await browser.newPage();
-      try {
+      await onNewPage('clip-page-', async (page, dir) => {
         const clip = await stillCameraMp4(dir, 3);
         // What the page sees, recorded on every change of the status line.
         await page.goto(`${t.baseUrl}/`);
@@ -368,10 +375,7 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('a clip avatar fro
           'Processing person.mp4 on the service: decoding the clip and following the face in every frame…',
         );
         expect(seen.at(-1)).toBe('New avatar “Clip person” is ready: it is selected above.');
-      } finally {
-        await page.close();
-        await fs.rm(dir, { recursive: true, force: true });
-      }
+      });
     },
     4 * STEP_MS,
   );
@@ -379,9 +383,7 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('a clip avatar fro
   it(
     'a phase answer that reaches the page after the creation answered does not replace the answer on the page',
     async () => {
-      const dir = await tempDir('late-phase-');
-      const page = await browser.newPage();
-      try {
+      await onNewPage('late-phase-', async (page, dir) => {
         const clip = await stillCameraMp4(dir, 3);
         // The race of a loaded host, made certain: the first phase the service reports is delivered to the page
         // only after the creation's answer is on the page.
@@ -414,10 +416,7 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('a clip avatar fro
         expect(await page.locator('#upload-status').textContent()).toBe(
           'New avatar “Late clip” is ready: it is selected above.',
         );
-      } finally {
-        await page.close();
-        await fs.rm(dir, { recursive: true, force: true });
-      }
+      });
     },
     4 * STEP_MS,
   );
