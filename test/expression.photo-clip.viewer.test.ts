@@ -12,8 +12,9 @@
  * - while speaking with either, the inner-lip opening (landmarks) on the received frames still follows the audio: r ≥
  *   0.4 at the best lag within ±120 ms (the bound of `bench/avatar-fidelity.ts`). Each received frame is timed by its
  *   presentation time (its index is stamped in its bottom rows) against the audio as sent on the same clock, as a
- *   player syncing RTP times shows them. The test receiver's arrival times are printed beside it: under CI load its
- *   decoder hands frames over late and bunched, and r read that way fell to 0.38 once.
+ *   player syncing RTP times shows them. The test receiver's arrival times are printed beside it: on a loaded host
+ *   its frames and audio reach JavaScript late and bunched (best lag +80 ms quietly, 0 to −40 ms loaded; r 0.49 by
+ *   arrival beside 0.98 by presentation time), and CI read r 0.38 that way once.
  *
  * Avatars: the astronaut photo, and a project clip avatar (`makeClipBundle`: the astronaut portrait moving across a
  * 12-frame loop with its per-frame face track), whose frames the renderer bends along each loop frame's landmarks.
@@ -182,7 +183,7 @@ async function runs(source: AvatarSource): Promise<Record<string, Run>> {
   );
   // Each frame's presentation time on the media clock and how late the clock sent it; the audio as sent, timed the
   // same way (what a receiver's RTP times give a player that syncs them; a test receiver's arrival times on a loaded
-  // host do not: its decoder hands frames over late and bunched).
+  // host do not: its frames and audio reach JavaScript late and bunched).
   const sent = new Map<number, { ptsMs: number; lateMs: number }>();
   const onVideo = (_frame: unknown, frameIdx: number, ptsMs: number) =>
     sent.set(frameIdx, { ptsMs, lateMs: media.playout.mediaMs - ptsMs });
