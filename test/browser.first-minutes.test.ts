@@ -12,7 +12,7 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import { chromium, type APIResponse, type Browser, type Page, type Route } from 'playwright-core';
 import { startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import { PORTRAIT_FIXTURE } from './helpers/fixtures.ts';
 import { startOpenAiUpstream, type OpenAiUpstream } from './fakes/openai-upstream.ts';
@@ -106,6 +106,40 @@ async function speakAndWatchFace(
     record.done = true;
     return { frames: record.frames as number, outside: record.outside as string[] };
   });
+}
+
+/** A plain blue picture: no face in it, so the service makes a still avatar of it (quickly: nothing to follow). */
+function skyPicture(): Promise<Buffer> {
+  return sharp({ create: { width: 320, height: 320, channels: 3, background: { r: 90, g: 140, b: 200 } } })
+    .png()
+    .toBuffer();
+}
+
+/** Runs `body` on a new page with a temporary directory, closing and removing both after it. */
+async function onNewPage(dirPrefix: string, body: (page: Page, dir: string) => Promise<void>): Promise<void> {
+  const dir = await tempDir(dirPrefix);
+  const page = await browser.newPage();
+  try {
+    await body(page, dir);
+  } finally {
+    await page.close();
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Opens the page at `url` and uploads a picture from it under `name` (written to `file` first, as a user's file is). */
+async function pictureFromPage(page: Page, url: string, picture: { name: string; file: string; bytes: Buffer }) {
+  await fs.writeFile(picture.file, picture.bytes);
+  await page.goto(url);
+  await page.getByLabel('Portrait name').fill(picture.name);
+  await page.getByLabel('Upload portrait').setInputFiles(picture.file);
+}
+
+/** What the page said, for a failure message: its upload status line and its error banners. */
+async function pageSaid(page: Page): Promise<string> {
+  const status = await page.locator('#upload-status').textContent();
+  const banners = await page.locator('#banners [role="alert"]').allTextContents();
+  return `#upload-status showed: ${JSON.stringify(status)}; banners: ${JSON.stringify(banners)}`;
 }
 
 describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('no language model, no speech recognition', () => {
@@ -209,11 +243,7 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('no language model
   it(
     'a picture without a face: the answer says animated false and why, and so does the page; rename and delete from the page',
     async () => {
-      const blank = await sharp({
-        create: { width: 320, height: 320, channels: 3, background: { r: 90, g: 140, b: 200 } },
-      })
-        .png()
-        .toBuffer();
+      const blank = await skyPicture();
       const form = new FormData();
       form.set('name', 'Sky');
       form.set('base_avatar_id', 'astronaut');
@@ -230,18 +260,16 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('no language model
         )?.animated,
       ).toBe(false);
 
-      const dir = await tempDir('faceless-');
-      const page = await browser.newPage();
-      try {
-        await fs.writeFile(path.join(dir, 'sky.png'), blank);
-        await page.goto(`${t.baseUrl}/`);
-        await page.getByLabel('Portrait name').fill('Blue sky');
-        await page.getByLabel('Upload portrait').setInputFiles(path.join(dir, 'sky.png'));
+      await onNewPage('faceless-', async (page, dir) => {
+        await pictureFromPage(page, `${t.baseUrl}/`, {
+          name: 'Blue sky',
+          file: path.join(dir, 'sky.png'),
+          bytes: blank,
+        });
         const status = page.locator('#upload-status').filter({ hasText: 'still image' });
         // On a timeout the failure says what the page showed instead (it once timed out under CI load, silently).
         await status.waitFor({ timeout: STEP_MS }).catch(async (error: Error) => {
-          const shown = await page.locator('#upload-status').textContent();
-          throw new Error(`${error.message}; #upload-status showed: ${JSON.stringify(shown)}`);
+          throw new Error(`${error.message}; ${await pageSaid(page)}`);
         });
         expect(await status.textContent()).toContain('No face was found in the picture');
         const tile = page.getByRole('radio', { name: /^Blue sky/ });
@@ -261,10 +289,43 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('no language model
         // Built-in avatars offer neither.
         await page.getByRole('radio', { name: 'Astronaut' }).check();
         expect(await page.getByRole('button', { name: 'Delete avatar' }).isHidden()).toBe(true);
-      } finally {
-        await page.close();
-        await fs.rm(dir, { recursive: true, force: true });
-      }
+      });
+    },
+    3 * STEP_MS,
+  );
+
+  it(
+    'a picture chosen before the page has the avatar list waits for the list, then is uploaded and selected',
+    async () => {
+      await onNewPage('early-', async (page, dir) => {
+        // The service's first avatar list is held back until the file is chosen, as on a loaded host where the file
+        // picker beat it (CI: the page then uploaded nothing and its status line never changed).
+        let releaseList = () => {};
+        const listHeld = new Promise<void>((resolve) => (releaseList = resolve));
+        await page.route(
+          (url) => url.pathname === '/avatars',
+          async (route) => {
+            await listHeld;
+            await route.continue();
+          },
+        );
+        const file = path.join(dir, 'early.png');
+        await pictureFromPage(page, `${t.baseUrl}/`, { name: 'Early sky', file, bytes: await skyPicture() });
+        const waiting = page.locator('#upload-status').filter({ hasText: 'Waiting for the service’s avatars' });
+        await waiting.waitFor({ timeout: STEP_MS }).catch(async (error: Error) => {
+          throw new Error(`${error.message}; ${await pageSaid(page)}`);
+        });
+        releaseList();
+        await page
+          .getByRole('radio', { name: /^Early sky/ })
+          .waitFor({ state: 'attached', timeout: STEP_MS })
+          .catch(async (error: Error) => {
+            throw new Error(`${error.message}; ${await pageSaid(page)}`);
+          });
+        expect(await page.getByRole('radio', { name: /^Early sky/ }).isChecked()).toBe(true);
+        expect(await page.locator('#upload-status').textContent()).toContain('“Early sky” is ready as a still image');
+        expect(await page.locator('#banners [role="alert"]').count()).toBe(0);
+      });
     },
     3 * STEP_MS,
   );
@@ -280,9 +341,7 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('a clip avatar fro
   it(
     'after the upload bar the page shows the phase the service reports (GET /avatars/custom/uploads/{id}), then the new avatar',
     async () => {
-      const dir = await tempDir('clip-page-');
-      const page = await browser.newPage();
-      try {
+      await onNewPage('clip-page-', async (page, dir) => {
         const clip = await stillCameraMp4(dir, 3);
         // What the page sees, recorded on every change of the status line.
         await page.goto(`${t.baseUrl}/`);
@@ -306,17 +365,58 @@ describe.skipIf(!(await fs.stat(CHROMIUM).catch(() => null)))('a clip avatar fro
           .catch(async (error: Error) => {
             // It timed out once under CI load: the failure says every status line the page showed on the way.
             const shown = await page.evaluate(() => (window as any).statusSeen);
-            throw new Error(`${error.message}; #upload-status showed: ${JSON.stringify(shown)}`);
+            const banners = await page.locator('#banners [role="alert"]').allTextContents();
+            throw new Error(
+              `${error.message}; #upload-status showed: ${JSON.stringify(shown)}; banners: ${JSON.stringify(banners)}`,
+            );
           });
         const seen = (await page.evaluate(() => (window as any).statusSeen)) as string[];
         expect(seen).toContain(
           'Processing person.mp4 on the service: decoding the clip and following the face in every frame…',
         );
         expect(seen.at(-1)).toBe('New avatar “Clip person” is ready: it is selected above.');
-      } finally {
-        await page.close();
-        await fs.rm(dir, { recursive: true, force: true });
-      }
+      });
+    },
+    4 * STEP_MS,
+  );
+
+  it(
+    'a phase answer that reaches the page after the creation answered does not replace the answer on the page',
+    async () => {
+      await onNewPage('late-phase-', async (page, dir) => {
+        const clip = await stillCameraMp4(dir, 3);
+        // The race of a loaded host, made certain: the first phase the service reports is delivered to the page
+        // only after the creation's answer is on the page.
+        let held: { route: Route; answer: APIResponse } | null = null;
+        await page.route(
+          (url) => url.pathname.startsWith('/avatars/custom/uploads/'),
+          async (route) => {
+            const answer = await route.fetch();
+            if (held || answer.status() !== 200) return route.fulfill({ response: answer });
+            held = { route, answer };
+          },
+        );
+        await page.goto(`${t.baseUrl}/`);
+        await page.getByRole('radio', { name: 'Astronaut' }).waitFor({ state: 'attached', timeout: STEP_MS });
+        await page.getByLabel('Portrait name').fill('Late clip');
+        await page
+          .getByLabel('Upload portrait')
+          .setInputFiles({ name: 'late.mp4', mimeType: 'video/mp4', buffer: await fs.readFile(clip) });
+        const ready = page.locator('#upload-status').filter({ hasText: '“Late clip” is ready' });
+        await ready.waitFor({ timeout: 3 * STEP_MS }).catch(async (error: Error) => {
+          throw new Error(`${error.message}; ${await pageSaid(page)}`);
+        });
+        expect(held, 'a phase was reported while the clip was processed').not.toBeNull();
+        const late = held!;
+        const delivered = page.waitForEvent('requestfinished', (r) => r === late.route.request());
+        await late.route.fulfill({ response: late.answer });
+        await delivered;
+        // The page's handler runs as soon as the body is in; well within this it has written over the line, or not.
+        await page.evaluate(() => new Promise((resolve) => setTimeout(resolve, 500)));
+        expect(await page.locator('#upload-status').textContent()).toBe(
+          'New avatar “Late clip” is ready: it is selected above.',
+        );
+      });
     },
     4 * STEP_MS,
   );

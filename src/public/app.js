@@ -202,16 +202,26 @@ async function loadAvatars(selectId) {
   renderAvatars(selectId ?? selectedAvatar()?.id);
 }
 
+/**
+ * The first avatar list, asked for as the page loads (`loadCatalog`). A portrait chosen before it arrived waits for
+ * it: its upload names a base avatar from that list. Rejects when the list did not load (the catalog's banner says so).
+ */
+let firstAvatarList = Promise.resolve();
+
 async function loadCatalog() {
+  firstAvatarList = api('GET', '/avatars').then(({ data }) => {
+    state.avatars = data;
+  });
   const [{ data: models }, { data: voices }, health] = await Promise.all([
     api('GET', '/models'),
     api('GET', '/tts/voices'),
     api('GET', '/health')
       .then((r) => r.data)
       .catch(() => null),
+    firstAvatarList,
   ]);
   state.models = models.models;
-  await loadAvatars();
+  renderAvatars(selectedAvatar()?.id);
   const select = $('voice');
   select.replaceChildren();
   for (const provider of voices.providers.filter((p) => p.configured && p.voices.length > 0)) {
@@ -643,8 +653,21 @@ async function renderOffline() {
 
 // ——— new avatar from a portrait ———
 
-function uploadPortrait(file) {
+async function uploadPortrait(file) {
   if (!file) return;
+  if (state.avatars.length === 0) {
+    // Chosen before the page had the avatar list (on a slow service the file picker can beat it).
+    $('upload-status').textContent = `Waiting for the service’s avatars before uploading ${file.name}…`;
+    const listed = await firstAvatarList.then(
+      () => true,
+      () => false,
+    );
+    $('upload-status').textContent = '';
+    if (!listed) {
+      banner(`${file.name} was not uploaded: the page could not load the service's avatars. Reload the page.`);
+      return;
+    }
+  }
   const base = state.avatars.find((a) => a.model_type === BASE_AVATAR_TYPE);
   if (!base) {
     banner('No photo avatar to base a portrait on: the avatars directory has no lipsync avatar.');
@@ -670,8 +693,13 @@ function uploadPortrait(file) {
   request.upload.onprogress = (ev) => {
     if (ev.lengthComputable) progress.value = ev.loaded / ev.total;
   };
-  request.onload = async () => {
+  // Answered or failed: a phase poll still on its way must not write over what the page says next.
+  const finished = () => {
     clearInterval(polling);
+    if (state.creating === uploadId) state.creating = null;
+  };
+  request.onload = async () => {
+    finished();
     let body = null;
     try {
       body = JSON.parse(request.responseText);
@@ -695,7 +723,7 @@ function uploadPortrait(file) {
     await loadAvatars(body.id).catch(fail);
   };
   request.onerror = () => {
-    clearInterval(polling);
+    finished();
     fail(new Error('the upload did not reach the service'));
   };
   // Every byte sent: the service now decodes the file and looks for the face (a clip takes a while); it says
@@ -768,7 +796,7 @@ $('render').onclick = () => void renderOffline();
 $('preview-voice').onclick = () => void previewVoice();
 $('voice').onchange = () => void applyVoice();
 $('system-prompt').onchange = () => void applyPrompt();
-$('portrait-file').onchange = (ev) => uploadPortrait(ev.target.files[0]);
+$('portrait-file').onchange = (ev) => void uploadPortrait(ev.target.files[0]);
 $('interrupt').onclick = () =>
   client
     .interrupt()
@@ -805,7 +833,7 @@ zone.addEventListener('drop', (ev) => {
     );
     return;
   }
-  uploadPortrait(file);
+  void uploadPortrait(file);
 });
 // Closing or leaving the tab ends the session at once, instead of leaving it to the orphan timeout.
 window.addEventListener('pagehide', () => void endSession({ keepalive: true }));

@@ -34,25 +34,41 @@ export class TimecodeTestRenderer {
     const { width, height } = this;
     const data = new Uint8Array((width * height * 3) / 2).fill(128);
     data.fill(DARK, 0, width * height);
-    const blockWidth = width / BITS;
-    for (let bit = 0; bit < BITS; bit++) {
-      const on = (request.frameIdx >> bit) & 1;
-      this.fillBlock(data, bit * blockWidth, 0, blockWidth, ROW_HEIGHT, on ? BRIGHT : DARK);
-    }
-    this.fillBlock(data, 0, ROW_HEIGHT * 2, width / 2, ROW_HEIGHT, request.level > VOICED_LEVEL ? BRIGHT : DARK);
+    stampFrameIndex(data, width, request.frameIdx, 0);
+    fillBlock(data, width, 0, ROW_HEIGHT * 2, width / 2, ROW_HEIGHT, request.level > VOICED_LEVEL ? BRIGHT : DARK);
     return { width, height, data };
-  }
-
-  private fillBlock(data: Uint8Array, x0: number, y0: number, w: number, h: number, value: number): void {
-    for (let y = y0; y < y0 + h; y++) data.fill(value, y * this.width + x0, y * this.width + x0 + w);
   }
 }
 
 export function decodeTestTimecode(y: Uint8Array, width: number): { frameIdx: number; voiced: boolean } {
+  return {
+    frameIdx: readFrameIndex(y, width, 0),
+    voiced: y[(ROW_HEIGHT * 2 + ROW_HEIGHT / 2) * width + width / 4] > 128,
+  };
+}
+
+/** Rows a frame index takes (`stampFrameIndex`): one macroblock row. */
+export const FRAME_INDEX_ROWS = ROW_HEIGHT;
+
+/**
+ * Writes `frameIdx` into the luma rows `top`…`top + FRAME_INDEX_ROWS` of an I420 frame `width` wide, as 16 black or
+ * white blocks across the width: coarse enough to survive H.264 and VP8, so a receiver knows which frame it decoded.
+ */
+export function stampFrameIndex(data: Uint8Array, width: number, frameIdx: number, top: number): void {
   const blockWidth = width / BITS;
-  const at = (x: number, row: number) => y[row * width + x];
+  for (let bit = 0; bit < BITS; bit++)
+    fillBlock(data, width, bit * blockWidth, top, blockWidth, ROW_HEIGHT, (frameIdx >> bit) & 1 ? BRIGHT : DARK);
+}
+
+/** The frame index `stampFrameIndex` wrote at row `top` of a decoded luma plane. */
+export function readFrameIndex(y: Uint8Array, width: number, top: number): number {
+  const blockWidth = width / BITS;
   let frameIdx = 0;
   for (let bit = 0; bit < BITS; bit++)
-    if (at(bit * blockWidth + blockWidth / 2, ROW_HEIGHT / 2) > 128) frameIdx |= 1 << bit;
-  return { frameIdx, voiced: at(width / 4, ROW_HEIGHT * 2 + ROW_HEIGHT / 2) > 128 };
+    if (y[(top + ROW_HEIGHT / 2) * width + bit * blockWidth + blockWidth / 2] > 128) frameIdx |= 1 << bit;
+  return frameIdx;
+}
+
+function fillBlock(data: Uint8Array, width: number, x0: number, y0: number, w: number, h: number, value: number) {
+  for (let y = y0; y < y0 + h; y++) data.fill(value, y * width + x0, y * width + x0 + w);
 }
