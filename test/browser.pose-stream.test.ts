@@ -149,7 +149,14 @@ describe.skipIf(!hasChromium)('<avatar-chat render="client"> on a page of anothe
       expect(speaking.length).toBeGreaterThan(10);
       for (const drawn of speaking) {
         const heardTrue = (drawn.heardRtp + drawn.offset - trueOffset + RTP_WRAP) % RTP_WRAP;
-        expect(Math.abs(rtpDiff(drawn.poseRtp, heardTrue))).toBeLessThanOrEqual(SYNC_TOLERANCE_RTP);
+        // On failure, say which part is off: the pose against the heard time the page estimated (sample and hold: the
+        // latest pose at or before it), or the estimate itself against the true offset.
+        const againstEstimateMs = rtpDiff(drawn.poseRtp, drawn.heardRtp) / 48;
+        const estimateOffMs = rtpDiff(drawn.offset, trueOffset) / 48;
+        expect(
+          Math.abs(rtpDiff(drawn.poseRtp, heardTrue)),
+          `pose ${againstEstimateMs.toFixed(1)} ms from the estimated heard time; estimate off by ${estimateOffMs.toFixed(1)} ms`,
+        ).toBeLessThanOrEqual(SYNC_TOLERANCE_RTP);
       }
 
       // Stop: the service flushes the poses, and the face drawn next is idle.

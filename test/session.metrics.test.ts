@@ -3,6 +3,7 @@ import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { openSession, type LiveSession } from './helpers/conversation.ts';
+import { DEFAULT_VIDEO_DELAY_MS } from '../actors/media/playout.ts';
 
 /** One service for the file, logging at info into `lines`; each describe opens a session of its own on it. */
 let t: TestApp;
@@ -56,7 +57,12 @@ describe('GET /sessions/{id}/metrics', () => {
     expect(cut.interrupt_to_flush_ms).toBeGreaterThanOrEqual(0);
     expect(cut.interrupt_to_flush_ms).toBeLessThan(1_000);
     expect(body.summary.first_sample_sent_ms_p50).toBeGreaterThan(0);
-    expect(body.media).toMatchObject({ fps: 25, peer_connected: true, video_delay_ms: 120, sse_consumers: 1 });
+    expect(body.media).toMatchObject({
+      fps: 25,
+      peer_connected: true,
+      video_delay_ms: DEFAULT_VIDEO_DELAY_MS,
+      sse_consumers: 1,
+    });
     expect(body.media.frames_sent).toBeGreaterThan(10);
     expect(body.media.media_ms).toBeGreaterThan(500);
   });
