@@ -197,8 +197,13 @@ function renderModels() {
   if (preferred) select.value = preferred.id;
 }
 
-async function loadAvatars(selectId) {
+/** The service's avatar list into `state.avatars` (drawn by `renderAvatars`). */
+async function fetchAvatars() {
   state.avatars = (await api('GET', '/avatars')).data;
+}
+
+async function loadAvatars(selectId) {
+  await fetchAvatars();
   renderAvatars(selectId ?? selectedAvatar()?.id);
 }
 
@@ -209,9 +214,7 @@ async function loadAvatars(selectId) {
 let firstAvatarList = Promise.resolve();
 
 async function loadCatalog() {
-  firstAvatarList = api('GET', '/avatars').then(({ data }) => {
-    state.avatars = data;
-  });
+  firstAvatarList = fetchAvatars();
   const [{ data: models }, { data: voices }, health] = await Promise.all([
     api('GET', '/models'),
     api('GET', '/tts/voices'),
