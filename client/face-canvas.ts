@@ -16,8 +16,21 @@ export type FramePose = Omit<FrameRequest, 'audio'>;
 
 /** What the service sends on a client-rendered session's `avatar` data channel (JSON text messages). */
 export type PoseChannelMessage =
-  /** First message: where the render kit is and how pose times map onto the audio track's RTP clock. */
-  | { type: 'hello'; kitUrl: string; model: string; fps: number; width: number; height: number; rtpClockRate: number }
+  /**
+   * First message: where the render kit is and how pose times map onto the audio track's RTP clock. `channelAudio`:
+   * the codecs in which the service can send the session's audio on this channel instead of the track
+   * (`ChannelAudioRequest`); absent from a service that cannot.
+   */
+  | {
+      type: 'hello';
+      kitUrl: string;
+      model: string;
+      fps: number;
+      width: number;
+      height: number;
+      rtpClockRate: number;
+      channelAudio?: ChannelAudioCodec[];
+    }
   /**
    * A frame's pose, sent ahead of its playout; `rtp` is the audio RTP timestamp it is shown with (the time its mouth
    * sounds: the frame's presentation time plus the timeline's mouth lookahead, `src/sessions/pose-channel.ts`), less the track's
@@ -25,13 +38,44 @@ export type PoseChannelMessage =
    * sample clock at `rtpClockRate`, modulo 2^32. `sync` messages let the browser find the offset.
    */
   | { type: 'pose'; rtp: number; pose: FramePose }
-  /** Poses at or after `fromRtp` (all, when absent) are void: interrupt or new audio replaced them. */
-  | { type: 'flush'; fromRtp?: number }
+  /**
+   * Poses at or after `fromRtp` (all, when absent) are void: interrupt or new audio replaced them. `audio: true`
+   * (barge-in): the channel's audio not yet heard is void too; without it the audio sent stands.
+   */
+  | { type: 'flush'; fromRtp?: number; audio?: boolean }
   /**
    * Sent as the audio at `rtp` (same clock as a pose's `rtp`) leaves the service, a few times a second: the browser
    * relates it to the RTP timestamp it is playing to learn the track's offset (`client/pose-stream.ts`).
    */
-  | { type: 'sync'; rtp: number };
+  | { type: 'sync'; rtp: number }
+  /**
+   * Where the session's audio goes from now on, sent when the service switches it: `channel` after the browser asked
+   * (`ChannelAudioRequest`; the track carries nothing from here on), `track` if it goes back (a new peer starts on
+   * the track).
+   */
+  | { type: 'audio-route'; route: 'channel' | 'track' }
+  /**
+   * The session's audio on the channel (only after `audio-route` `channel`): Opus packets of `CHANNEL_AUDIO_PACKET_MS`
+   * each, base64, contiguous from `rtp` (the poses' clock, `rtpClockRate`: each packet is 960 ticks), sent ahead of
+   * the time they play, as the poses are. Nothing is sent for silence between speech. `fresh`: the encoder started
+   * afresh at this packet (after a gap or a flush), so the decoder starts afresh too. A packet sent again for the same
+   * `rtp` replaces the first.
+   */
+  | { type: 'audio'; rtp: number; packets: string[]; fresh?: boolean };
+
+/** The audio codecs the `avatar` channel can carry (`ChannelAudioRequest`). */
+export type ChannelAudioCodec = 'opus';
+
+/** The length of one channel audio packet (`PoseChannelMessage` `audio`), ms. */
+export const CHANNEL_AUDIO_PACKET_MS = 20;
+
+/**
+ * What the browser may send on the `avatar` channel (JSON text): ask for the session's audio on the channel, in a
+ * codec the `hello` offered, instead of the audio track. A browser that can decode it and play it on its own clock
+ * (WebCodecs `AudioDecoder` and an `AudioContext`) draws each pose with exactly the audio it plays; the service's
+ * side then costs no WebRTC audio track (docs/performance.md, "Audio on the pose channel").
+ */
+export type ChannelAudioRequest = { type: 'audio'; codec: ChannelAudioCodec };
 
 /**
  * One data channel message: a `PoseChannelMessage`, or a JSON array of them in the order they happened (what one
