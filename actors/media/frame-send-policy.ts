@@ -91,12 +91,17 @@ export class FrameSendPolicy {
    * for `startMs`.
    */
   viewerStarted(now = performance.now()): void {
-    this.close();
+    // Forgetting the last frame sent makes the next one differ from it, whatever it shows.
+    this.forgetLastFrame();
     this.keepSteady(now + this.timing.startMs);
   }
 
-  /** Lets go of the last frame sent (the output closed). */
+  /** The output closed: lets go of the last frame sent. */
   close(): void {
+    this.forgetLastFrame();
+  }
+
+  private forgetLastFrame(): void {
     releaseFrame(this.last);
     this.last = null;
   }
