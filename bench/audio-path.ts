@@ -479,6 +479,19 @@ export async function benchAudioPath(): Promise<Record<string, unknown>> {
     variants.filter((v) => !VARIANT_FILTER || VARIANT_FILTER.test(v.name));
   const trackVariants = selected(TRACK_VARIANTS);
   const channelVariants = selected(CHANNEL_VARIANTS);
+  // What each complexity keeps, on the bench's speech and on the clips named as arguments (first: it takes seconds).
+  const quality: Record<string, ReturnType<typeof opusQuality>[] | { error: string }> = {
+    'built-in voice': CHANNEL_COMPLEXITIES.map((complexity) => opusQuality(speech16k, complexity, CHANNEL_BITRATE)),
+  };
+  for (const file of process.argv.slice(2).filter((arg) => arg.includes('/') || arg.includes('.'))) {
+    const pcm = await clipSpeech(file).catch((error: Error) => error);
+    quality[path.basename(file)] =
+      pcm instanceof Error
+        ? { error: pcm.message }
+        : CHANNEL_COMPLEXITIES.map((complexity) => opusQuality(pcm, complexity, CHANNEL_BITRATE));
+  }
+  for (const [name, rows] of Object.entries(quality))
+    for (const row of Array.isArray(rows) ? rows : [rows]) console.log(`  quality, ${name}: ${JSON.stringify(row)}`);
   const results: Record<string, VariantResult[]> = {};
   const loads: number[][] = [];
   const report = (name: string, result: VariantResult) => {
@@ -508,15 +521,6 @@ export async function benchAudioPath(): Promise<Record<string, unknown>> {
       (firstAudible[variant.name] ??= []).push(ms);
       console.log(`  ${variant.name}: speech onset → first audible p50 ${ms} ms, load ${loadAverage().join(' ')}`);
     }
-  }
-  // What each complexity keeps, on the bench's speech and on the clips named as arguments.
-  const sources: Array<[string, Int16Array]> = [['built-in voice', speech16k]];
-  for (const file of process.argv.slice(2).filter((arg) => arg.includes('/') || arg.includes('.')))
-    sources.push([path.basename(file), await clipSpeech(file)]);
-  const quality: Record<string, ReturnType<typeof opusQuality>[]> = {};
-  for (const [name, pcm] of sources) {
-    quality[name] = CHANNEL_COMPLEXITIES.map((complexity) => opusQuality(pcm, complexity, CHANNEL_BITRATE));
-    for (const q of quality[name]) console.log(`  quality, ${name}: ${JSON.stringify(q)}`);
   }
   return {
     streams: STREAMS,

@@ -7,12 +7,14 @@
  * formants and does not keep the waveform's phase, so a sample-by-sample error (segmental SNR) reads a few dB for
  * speech a listener cannot tell from the input, and moves with things the ear does not hear. What the ear follows is
  * the short-time spectrum, so the figure is the **log-spectral distance** (LSD) on 20 ms frames: per frame the RMS,
- * over frequency bins, of the difference of the two power spectra in dB (Hann window, 50 % overlap, bins up to
- * 8 kHz), averaged over the frames that carry speech. Bins more than `SPECTRUM_FLOOR_DB` below the input frame's
- * strongest bin are floored there in both spectra: masked and inaudible, and otherwise the codec's noise fill in bands
- * the voice leaves empty would dominate. Beside it the **envelope correlation**: Pearson's r between the 10 ms RMS
- * envelopes of input and output (what the mouth track and the receivers' speech share read), which every complexity
- * should keep near 1.
+ * over frequency, of the difference of the two power spectra in dB (Hann window, 50 % overlap, up to 8 kHz), averaged
+ * over the frames that carry speech. Two resolutions: per FFT bin (50 Hz, the textbook LSD) and per mel band
+ * (`MEL_BANDS` bands, about the ear's critical bands). Per bin, any noise in the input (a fixture's background, the
+ * breath between words) reads ~5 dB even when perfectly coded, because one noise's bins and another's differ at
+ * random; the bands average that out, so they are the figure to compare. Parts more than `SPECTRUM_FLOOR_DB` below
+ * the input frame's strongest are floored there in both spectra: masked and inaudible. Beside it the **envelope
+ * correlation**: Pearson's r between the 10 ms RMS envelopes of input and output (what the mouth track and the
+ * receivers' speech share read), which every complexity should keep near 1.
  */
 import { Decoder, Encoder } from '@evan/opus';
 import { RealFft } from '../actors/lipsync/fft.ts';
@@ -28,6 +30,8 @@ const OPUS_GET_LOOKAHEAD = 4027;
 
 /** Bins this far below the input frame's strongest are masked: both spectra are floored there (see above). */
 const SPECTRUM_FLOOR_DB = 50;
+/** Mel bands from 0 to 8 kHz for the banded LSD (about the ear's critical bands at this width). */
+const MEL_BANDS = 20;
 /** A 20 ms input frame this loud (RMS, 16-bit) carries speech (the built-in voice's words are at ~1 000–5 000). */
 const SPEECH_FRAME_RMS = 300;
 
@@ -45,7 +49,10 @@ export interface OpusQuality {
   encode_ms_per_audio_second: number;
   /** Opus payload, kbit/s */
   kbps: number;
-  /** Log-spectral distance over speech frames, dB: mean and 95th percentile (lower is closer to the input) */
+  /** Log-spectral distance over speech frames, dB, per mel band: mean and 95th percentile (lower is closer) */
+  band_lsd_db_mean: number;
+  band_lsd_db_p95: number;
+  /** The same per FFT bin (reads any noise in the input as distance too; see above) */
   lsd_db_mean: number;
   lsd_db_p95: number;
   /** Pearson's r of the 10 ms RMS envelopes, input against decoded */
@@ -81,45 +88,70 @@ export function opusQuality(speech: Int16Array, complexity: number, bitrate?: nu
   // The decoder's output lags the input by the encoder's lookahead.
   const reference = speech.subarray(0, decoded.length - lookahead);
   const output = decoded.subarray(lookahead);
-  const lsd = logSpectralDistances(reference, output);
+  const { bins: lsd, bands } = logSpectralDistances(reference, output);
+  const mean = (values: number[]) => round(values.reduce((a, b) => a + b, 0) / Math.max(1, values.length), 2);
+  const p95 = (values: number[]) =>
+    round([...values].sort((a, b) => a - b)[Math.floor(values.length * 0.95)] ?? NaN, 2);
   const audioSeconds = (packets * CHANNEL_PACKET_SAMPLES) / CHANNEL_SAMPLE_RATE;
   const bytes = encoded.reduce((n, p) => n + p.length, 0);
   return {
     complexity,
     encode_ms_per_audio_second: round(encodeMs / audioSeconds, 2),
     kbps: round((bytes * 8) / 1000 / audioSeconds, 1),
-    lsd_db_mean: round(lsd.reduce((a, b) => a + b, 0) / Math.max(1, lsd.length), 2),
-    lsd_db_p95: round([...lsd].sort((a, b) => a - b)[Math.floor(lsd.length * 0.95)] ?? NaN, 2),
+    band_lsd_db_mean: mean(bands),
+    band_lsd_db_p95: p95(bands),
+    lsd_db_mean: mean(lsd),
+    lsd_db_p95: p95(lsd),
     envelope_r: round(pearson(envelope(reference), envelope(output)), 4),
-    speech_frames: lsd.length,
+    speech_frames: bands.length,
   };
 }
 
-/** LSD (dB) of every 20 ms frame (10 ms hop) whose input carries speech. */
-function logSpectralDistances(reference: Int16Array, output: Int16Array): number[] {
+/** LSD (dB) of every 20 ms frame (10 ms hop) whose input carries speech, per FFT bin and per mel band. */
+function logSpectralDistances(reference: Int16Array, output: Int16Array): { bins: number[]; bands: number[] } {
   const size = CHANNEL_PACKET_SAMPLES;
   const fft = new RealFft(size);
   const window = Float64Array.from({ length: size }, (_, i) => 0.5 - 0.5 * Math.cos((2 * Math.PI * i) / size));
   const frame = new Float64Array(size);
   const re = new Float64Array(fft.bins);
   const im = new Float64Array(fft.bins);
+  // Bins 1..n/2 (DC says nothing a listener hears), and the mel band of each.
+  const mel = (hz: number) => 2595 * Math.log10(1 + hz / 700);
+  const top = mel(CHANNEL_SAMPLE_RATE / 2);
+  const bandOf = Array.from({ length: fft.bins - 1 }, (_, k) =>
+    Math.min(MEL_BANDS - 1, Math.floor((mel(((k + 1) * CHANNEL_SAMPLE_RATE) / size) / top) * MEL_BANDS)),
+  );
   const spectrum = (pcm: Int16Array, at: number): Float64Array => {
     for (let i = 0; i < size; i++) frame[i] = pcm[at + i]! * window[i]!;
     fft.forward(frame, re, im);
-    // Bins 1..n/2: DC says nothing a listener hears.
     return Float64Array.from({ length: fft.bins - 1 }, (_, k) => re[k + 1]! ** 2 + im[k + 1]! ** 2);
   };
-  const out: number[] = [];
+  const banded = (power: Float64Array): Float64Array => {
+    const out = new Float64Array(MEL_BANDS);
+    power.forEach((p, k) => (out[bandOf[k]!]! += p));
+    return out;
+  };
+  const distance = (a: Float64Array, b: Float64Array): number => {
+    const floor = Math.max(...a) * 10 ** (-SPECTRUM_FLOOR_DB / 10);
+    let sum = 0;
+    let n = 0;
+    for (let k = 0; k < a.length; k++) {
+      if (a[k] === 0 && b[k] === 0) continue; // a band with no bin in it
+      sum += (10 * Math.log10(Math.max(a[k]!, floor) / Math.max(b[k]!, floor))) ** 2;
+      n++;
+    }
+    return Math.sqrt(sum / Math.max(1, n));
+  };
+  const bins: number[] = [];
+  const bands: number[] = [];
   for (let at = 0; at + size <= Math.min(reference.length, output.length); at += size / 2) {
     if (rms(reference.subarray(at, at + size)) < SPEECH_FRAME_RMS) continue;
     const a = spectrum(reference, at);
     const b = spectrum(output, at);
-    const floor = Math.max(...a) * 10 ** (-SPECTRUM_FLOOR_DB / 10);
-    let sum = 0;
-    for (let k = 0; k < a.length; k++) sum += (10 * Math.log10(Math.max(a[k]!, floor) / Math.max(b[k]!, floor))) ** 2;
-    out.push(Math.sqrt(sum / a.length));
+    bins.push(distance(a, b));
+    bands.push(distance(banded(a), banded(b)));
   }
-  return out;
+  return { bins, bands };
 }
 
 function rms(pcm: Int16Array): number {
