@@ -71,6 +71,9 @@ const CHANNEL_DECODE_RATE = 16_000;
 /** Received 10 ms buffers kept per receiver (the window's 20 s is 2 000; a few seconds ahead of play come on top). */
 const KEPT_AUDIO_BUFFERS = 4_000;
 
+/** The first ms of speech after a gap, which the service sends as soon as it is queued at the clock's position. */
+const ONSET_MS = 100;
+
 /** `a − b` for RTP stamps modulo 2^32, as a signed number of ticks. */
 const rtpDiff = (a: number, b: number) => (a - b) | 0;
 
@@ -84,9 +87,13 @@ class PoseReceivingPeer extends ReceivingPeer {
   latePoses = 0;
   /** The route the service confirmed (`audio-route`); the track until it does. */
   audioRoute: AudioRoute = 'track';
-  /** Channel audio: 20 ms packets decoded, of those arriving after their audio left the clock, and sent again. */
+  /**
+   * Channel audio: 20 ms packets decoded, of those arriving after their audio left the clock (and of these, how many
+   * lie within `ONSET_MS` of a fresh start: speech after a gap), and sent again.
+   */
   audioPackets = 0;
   lateAudioPackets = 0;
+  lateFreshAudioPackets = 0;
   resentAudioPackets = 0;
   /** The channel's decoded audio, 10 ms at a time, each `at` the time its audio leaves the service's clock. */
   readonly channelAudio: Array<{ at: number; rms: number }> = [];
@@ -97,6 +104,8 @@ class PoseReceivingPeer extends ReceivingPeer {
   private decoder: Decoder | null = null;
   /** The rtp of the last packet decoded; a packet at or before it was sent again (`PoseChannelMessage` `audio`). */
   private lastAudioRtp: number | null = null;
+  /** Where the stream last started afresh (`fresh`: after a gap or a barge-in). */
+  private freshRtp: number | null = null;
 
   constructor(private readonly askAudio: boolean) {
     super();
@@ -158,7 +167,10 @@ class PoseReceivingPeer extends ReceivingPeer {
 
   private receiveAudio(message: Extract<PoseChannelMessage, { type: 'audio' }>, at: number): void {
     this.decoder ??= new Decoder({ sample_rate: CHANNEL_DECODE_RATE, channels: 1 });
-    if (message.fresh) this.decoder.reset();
+    if (message.fresh) {
+      this.decoder.reset();
+      this.freshRtp = message.rtp;
+    }
     const step = CHANNEL_AUDIO_PACKET_MS * RTP_TICKS_PER_MS;
     message.packets.forEach((packet, i) => {
       const rtp = (message.rtp + i * step) >>> 0;
@@ -172,7 +184,11 @@ class PoseReceivingPeer extends ReceivingPeer {
       this.audioPackets++;
       // Placed where it plays: without a sync yet, at its arrival.
       const leaves = this.lastSync ? this.leavesAt(rtp, this.lastSync) : at;
-      if (leaves < at) this.lateAudioPackets++;
+      if (leaves < at) {
+        this.lateAudioPackets++;
+        const sinceFresh = this.freshRtp === null ? Infinity : rtpDiff(rtp, this.freshRtp);
+        if (sinceFresh >= 0 && sinceFresh < ONSET_MS * RTP_TICKS_PER_MS) this.lateFreshAudioPackets++;
+      }
       const tenMs = CHANNEL_DECODE_RATE / 100;
       for (let from = 0; from + tenMs <= samples.length; from += tenMs) {
         let sum = 0;
@@ -253,6 +269,8 @@ export interface ClientRowResult extends WindowResult {
   channel_audio_packets: number;
   channel_audio_late_packets: number;
   channel_audio_late_percent: number;
+  /** Of the late ones, those within `ONSET_MS` of a fresh start (speech after a gap) */
+  channel_audio_late_fresh_packets: number;
   channel_audio_resent_packets: number;
   /** What the track carried meanwhile, by the same measure (≈ 0 once the audio is on the channel) */
   track_speech_share: number;
@@ -276,6 +294,7 @@ async function measureClientRow(sessions: number, route: AudioRoute): Promise<Cl
       late: peers().reduce((n, p) => n + p.latePoses, 0),
       audio: peers().reduce((n, p) => n + p.audioPackets, 0),
       lateAudio: peers().reduce((n, p) => n + p.lateAudioPackets, 0),
+      lateFreshAudio: peers().reduce((n, p) => n + p.lateFreshAudioPackets, 0),
       resentAudio: peers().reduce((n, p) => n + p.resentAudioPackets, 0),
     });
     await new Promise((r) => setTimeout(r, WARMUP_S * 1000));
@@ -323,13 +342,15 @@ async function measureClientRow(sessions: number, route: AudioRoute): Promise<Cl
       channel_audio_late_packets: after.lateAudio - before.lateAudio,
       channel_audio_late_percent:
         audioPackets > 0 ? round(((after.lateAudio - before.lateAudio) / audioPackets) * 100, 2) : NaN,
+      channel_audio_late_fresh_packets: after.lateFreshAudio - before.lateFreshAudio,
       channel_audio_resent_packets: after.resentAudio - before.resentAudio,
       track_speech_share: round(trackShare, 3),
     };
     console.log(
       `  client_rendered, audio asked on the ${route} (${onChannel.length} of ${sessions} on the channel): ` +
         `${result.channel_audio_packets_sent} channel audio packets sent (${result.channel_audio_packets_sent_late_percent}% late), ` +
-        `${result.channel_audio_packets} received (${result.channel_audio_late_percent}% late by the receivers' sync extrapolation), ` +
+        `${result.channel_audio_packets} received (${result.channel_audio_late_percent}% late by the receivers' sync extrapolation, ` +
+        `${result.channel_audio_late_fresh_packets} of them in the first ${ONSET_MS} ms after a gap), ` +
         `${result.channel_audio_resent_packets} sent again; the track's speech share meanwhile ${result.track_speech_share}`,
     );
     console.log(
