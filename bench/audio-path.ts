@@ -7,14 +7,30 @@
  * `onData`), read per thread from /proc; the receivers' threads are left out. DTX is on in every variant, as the
  * service asks for it.
  *
+ * Beside them, the channel path ("Audio on the pose channel", docs/performance.md): the same speech Opus-encoded by
+ * the service's own encoder (`@evan/opus`, 16 kHz VOIP, 20 ms packets) at complexity 0/2/5/9 and sent ~12.5 times a
+ * second as the pose batches carry it (`{type:'audio', rtp, packets:[base64…]}` on an `avatar` data channel; the
+ * peer keeps its unfed audio track, as a session's does). There the encoder runs in the main thread, so its CPU is in
+ * the main thread's figure. Each is an upper bound of what the service adds: it sends the audio as its own message
+ * where the service puts it into a pose batch that goes anyway. Then, per complexity, what the encoder keeps
+ * (`bench/opus-quality.ts`: log-spectral distance and envelope r of the decoded speech against the input), on the
+ * bench's speech and on the speech of any clips named as arguments (their first `QUALITY_CLIP_S` seconds).
+ *
  *   npm run bench -- audio_path
  *   BENCH_AUDIO_STREAMS=24 BENCH_AUDIO_SECONDS=8 npm run bench -- audio_path
+ *   BENCH_AUDIO_VARIANTS='maxplaybackrate=16000$|channel' npm run bench -- audio_path   # only the variants matching
+ *   npm run bench -- audio_path /path/to/speech.mp4   # the quality table on that clip's speech too
  */
 import wrtc from '@roamhq/wrtc';
+import { execFile } from 'node:child_process';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { promisify } from 'node:util';
 import { upsamplePcm16 } from '../actors/audio/upsample.ts';
 import { withOpusDtx } from '../actors/media/webrtc.ts';
 import { synthesizeWithFlite } from '../actors/tts/builtin/flite.ts';
 import { trimEdgeSilence } from '../actors/tts/builtin/engine.ts';
+import { CHANNEL_PACKET_SAMPLES, CHANNEL_SAMPLE_RATE, channelEncoder, opusQuality } from './opus-quality.ts';
 import { loadAverage, threadCpu, threadCpuDelta } from './proc.ts';
 import { connectOnLoopback } from './stage-costs.ts';
 import { round } from './stats.ts';
@@ -45,7 +61,10 @@ interface Variant {
   ptimeMs?: number;
 }
 
-const VARIANTS: Variant[] = [
+/** Only the variants whose name matches (all when unset). */
+const VARIANT_FILTER = process.env.BENCH_AUDIO_VARIANTS ? new RegExp(process.env.BENCH_AUDIO_VARIANTS) : null;
+
+const TRACK_VARIANTS: Variant[] = [
   { name: '16 kHz feed (today)', feedRate: 16_000 },
   { name: '48 kHz feed', feedRate: 48_000 },
   { name: '16 kHz, maxplaybackrate=16000', feedRate: 16_000, fmtp: 'maxplaybackrate=16000;sprop-maxcapturerate=16000' },
@@ -58,6 +77,31 @@ const VARIANTS: Variant[] = [
     ptimeMs: 60,
   },
 ];
+
+/** The channel path at one complexity of the service's own Opus encoder (`CHANNEL_OPUS_COMPLEXITY`). */
+interface ChannelVariant {
+  name: string;
+  complexity: number;
+}
+
+/** The complexities the lead chooses `CHANNEL_OPUS_COMPLEXITY` among. */
+const CHANNEL_COMPLEXITIES = [0, 2, 5, 9];
+const CHANNEL_VARIANTS: ChannelVariant[] = CHANNEL_COMPLEXITIES.map((complexity) => ({
+  name: `channel, Opus complexity ${complexity}`,
+  complexity,
+}));
+/** The channel encoder's bitrate, bit/s; unset: Opus's own for 16 kHz mono 20 ms VOIP (~17–19 kb/s on speech). */
+const CHANNEL_BITRATE = process.env.BENCH_CHANNEL_OPUS_BPS ? Number(process.env.BENCH_CHANNEL_OPUS_BPS) : undefined;
+/**
+ * How often the channel's audio goes: with each pose batch (`POSE_BATCH_FRAMES` 2 frames of 40 ms), 12.5 a second,
+ * each carrying the 80 ms the clock moved since the last, four 20 ms packets.
+ */
+const CHANNEL_BATCH_MS = 80;
+const PACKETS_PER_BATCH = CHANNEL_BATCH_MS / 20;
+/** 48 kHz RTP ticks per 20 ms packet: the `rtp` a channel audio message is stamped with (`rtpOfMediaMs`). */
+const RTP_TICKS_PER_PACKET = 960;
+/** Seconds of each clip named as an argument that the quality table reads. */
+const QUALITY_CLIP_S = 20;
 
 function withOpusOptions(sdp: string, variant: Variant): string {
   const lines = sdp.split('\r\n');
@@ -76,6 +120,8 @@ interface AudioPair {
   source: InstanceType<typeof nonstandard.RTCAudioSource>;
   /** The sender's audio packets and bytes so far (outbound-rtp stats). */
   sent(): Promise<{ packets: number; bytes: number }>;
+  /** The sender's transport bytes so far (`wireBytes`). */
+  wire(): Promise<number>;
   /** When the receiver last played a 10 ms buffer louder than `AUDIBLE_RMS` (performance.now()), or 0. */
   lastAudibleAt(): number;
   close(): void;
@@ -103,6 +149,7 @@ async function connectAudioPair(variant: Variant): Promise<AudioPair> {
   return {
     source,
     lastAudibleAt: () => audibleAt,
+    wire: () => wireBytes(sender),
     sent: async () => {
       const report = await sender.getStats();
       const total = { packets: 0, bytes: 0 };
@@ -139,10 +186,55 @@ interface VariantResult {
   /** ms CPU per stream-second by sender thread group */
   threads: Record<string, number>;
   sender_total: number;
-  on_data_us_per_call: number;
-  /** Audio packets per stream-second and kbit/s per stream, as sent */
+  /** Track: the main thread's `onData` per 10 ms chunk (wall time) */
+  on_data_us_per_call?: number;
+  /** Channel: the main thread's encode of one 20 ms packet, and base64 + JSON + `send` of one message (wall time) */
+  encode_us_per_packet?: number;
+  send_us_per_message?: number;
+  /** Channel: messages per stream-second sent, and received over all streams against sent */
+  messages_per_s?: number;
+  messages_received_share?: number;
+  /** Audio packets per stream-second and kbit/s of Opus payload per stream, as sent */
   packets_per_s: number;
   kbps: number;
+  /** kbit/s per stream on the wire (the transport's bytes: RTP or SCTP, DTLS, RTCP, ICE) */
+  wire_kbps: number;
+}
+
+/** The transport's bytes sent (every packet on the wire: media, SCTP, RTCP, DTLS, ICE). */
+async function wireBytes(pc: InstanceType<typeof RTCPeerConnection>): Promise<number> {
+  const report = await pc.getStats();
+  let bytes = 0;
+  report.forEach((stat: { type: string; bytesSent?: number }) => {
+    if (stat.type === 'transport') bytes += stat.bytesSent ?? 0;
+  });
+  return bytes;
+}
+
+/** CPU per stream-second of the sender's thread groups between two readings; the receivers' threads left out. */
+function senderThreads(
+  before: ReturnType<typeof threadCpu>,
+  streamSeconds: number,
+  sendPath: string,
+): { threads: Record<string, number>; total: number } {
+  const byThread = threadCpuDelta(process.pid, before, threadCpu(process.pid));
+  const threads: Record<string, number> = {};
+  for (const [name, ms] of Object.entries(byThread)) {
+    if (RECEIVER_THREADS.test(name)) continue;
+    const group =
+      name === 'AudioEncoder'
+        ? 'Opus (AudioEncoder)'
+        : name === 'main (JS event loop)'
+          ? 'main thread'
+          : name.startsWith('node thread')
+            ? "node's threads"
+            : sendPath;
+    threads[group] = (threads[group] ?? 0) + ms;
+  }
+  return {
+    threads: Object.fromEntries(Object.entries(threads).map(([k, v]) => [k, round(v / streamSeconds, 2)])),
+    total: round(Object.values(threads).reduce((a, b) => a + b, 0) / streamSeconds, 2),
+  };
 }
 
 async function measure(variant: Variant, speech16k: Int16Array, speech48k: Int16Array): Promise<VariantResult> {
@@ -181,35 +273,133 @@ async function measure(variant: Variant, speech16k: Int16Array, speech48k: Int16
     };
     await feedFor(2_000, false); // the encoders settle
     const sentBefore = await pairs[0]!.sent();
+    const wireBefore = await pairs[0]!.wire();
     const before = threadCpu(process.pid);
     const start = performance.now();
     const { sent, onDataMs } = await feedFor(SECONDS * 1000, true);
     const seconds = (performance.now() - start) / 1000;
-    const streamSeconds = seconds * STREAMS;
-    const byThread = threadCpuDelta(process.pid, before, threadCpu(process.pid));
+    const cpu = senderThreads(before, seconds * STREAMS, 'RTP send path & other libwebrtc threads');
     const sentAfter = await pairs[0]!.sent();
-    const threads: Record<string, number> = {};
-    for (const [name, ms] of Object.entries(byThread)) {
-      if (RECEIVER_THREADS.test(name)) continue;
-      const group =
-        name === 'AudioEncoder'
-          ? 'Opus (AudioEncoder)'
-          : name === 'main (JS event loop)'
-            ? 'main thread'
-            : name.startsWith('node thread')
-              ? "node's threads"
-              : 'RTP send path & other libwebrtc threads';
-      threads[group] = (threads[group] ?? 0) + ms;
-    }
-    const perStreamSecond = Object.fromEntries(
-      Object.entries(threads).map(([k, v]) => [k, round(v / streamSeconds, 2)]),
-    );
+    const wireAfter = await pairs[0]!.wire();
     return {
-      threads: perStreamSecond,
-      sender_total: round(Object.values(threads).reduce((a, b) => a + b, 0) / streamSeconds, 2),
+      threads: cpu.threads,
+      sender_total: cpu.total,
       on_data_us_per_call: round((onDataMs * 1000) / (sent * STREAMS), 1),
       packets_per_s: round((sentAfter.packets - sentBefore.packets) / seconds, 1),
       kbps: round(((sentAfter.bytes - sentBefore.bytes) * 8) / 1000 / seconds, 1),
+      wire_kbps: round(((wireAfter - wireBefore) * 8) / 1000 / seconds, 1),
+    };
+  } finally {
+    for (const pair of pairs) pair.close();
+  }
+}
+
+interface ChannelPair {
+  /** Sends one message on the sender's `avatar` channel. */
+  send(message: string): void;
+  wire(): Promise<number>;
+  /** Messages the receiver got so far. */
+  received(): number;
+  close(): void;
+}
+
+/**
+ * A session's peer as it is once its page took the channel audio: the audio track negotiated (the fallback) but not
+ * fed, and the `avatar` data channel to a receiver in this process, which only counts what arrives.
+ */
+async function connectChannelPair(): Promise<ChannelPair> {
+  const sender = new RTCPeerConnection();
+  const receiver = new RTCPeerConnection();
+  const source = new nonstandard.RTCAudioSource();
+  const track = source.createTrack();
+  sender.addTrack(track, new wrtc.MediaStream([track]));
+  const channel = sender.createDataChannel('avatar');
+  let received = 0;
+  receiver.ondatachannel = (event: RTCDataChannelEvent) => {
+    event.channel.onmessage = () => received++;
+  };
+  await connectOnLoopback(sender, receiver, withOpusDtx);
+  const deadline = performance.now() + 10_000;
+  while (channel.readyState !== 'open' && performance.now() < deadline) await sleep(10);
+  if (channel.readyState !== 'open') throw new Error('the avatar channel did not open');
+  return {
+    send: (message) => channel.send(message),
+    wire: () => wireBytes(sender),
+    received: () => received,
+    close: () => {
+      track.stop();
+      sender.close();
+      receiver.close();
+    },
+  };
+}
+
+/**
+ * The channel path: every stream's speech encoded by its own `@evan/opus` encoder in 20 ms packets and sent as one
+ * `audio` message per `CHANNEL_BATCH_MS`, the streams' batches spread over the interval as the sessions' clock
+ * ticks are.
+ */
+async function measureChannel(variant: ChannelVariant, speech16k: Int16Array): Promise<VariantResult> {
+  const pairs: ChannelPair[] = [];
+  try {
+    for (let i = 0; i < STREAMS; i++) pairs.push(await connectChannelPair());
+    const encoders = pairs.map(() => channelEncoder(variant.complexity, CHANNEL_BITRATE));
+    const packets = Math.floor(speech16k.length / CHANNEL_PACKET_SAMPLES);
+    const offsets = pairs.map((_, i) => Math.floor((i * packets) / STREAMS));
+    const packetsSent = pairs.map(() => 0);
+    const sendFor = async (ms: number) => {
+      const start = performance.now();
+      const due = pairs.map((_, i) => start + (i * CHANNEL_BATCH_MS) / STREAMS);
+      const totals = { encodeMs: 0, sendMs: 0, messages: 0, packets: 0, payloadBytes: 0 };
+      while (performance.now() - start < ms) {
+        pairs.forEach((pair, i) => {
+          while (due[i]! <= performance.now()) {
+            const t0 = performance.now();
+            const first = packetsSent[i]!;
+            const encoded: string[] = [];
+            for (let k = first; k < first + PACKETS_PER_BATCH; k++) {
+              const at = ((offsets[i]! + k) % packets) * CHANNEL_PACKET_SAMPLES;
+              // `encode` returns a view of one shared buffer: base64 it before the next call.
+              const packet = encoders[i]!.encode(speech16k.subarray(at, at + CHANNEL_PACKET_SAMPLES));
+              totals.payloadBytes += packet.length;
+              encoded.push(Buffer.from(packet.buffer, packet.byteOffset, packet.length).toString('base64'));
+            }
+            const t1 = performance.now();
+            const rtp = (first * RTP_TICKS_PER_PACKET) % 2 ** 32;
+            pair.send(JSON.stringify({ type: 'audio', rtp, packets: encoded }));
+            totals.encodeMs += t1 - t0;
+            totals.sendMs += performance.now() - t1;
+            totals.messages++;
+            totals.packets += PACKETS_PER_BATCH;
+            packetsSent[i] = first + PACKETS_PER_BATCH;
+            due[i]! += CHANNEL_BATCH_MS;
+          }
+        });
+        await sleep(5);
+      }
+      return totals;
+    };
+    await sendFor(2_000); // the encoders and the channels settle
+    const receivedBefore = pairs.reduce((n, p) => n + p.received(), 0);
+    const wireBefore = await pairs[0]!.wire();
+    const before = threadCpu(process.pid);
+    const start = performance.now();
+    const totals = await sendFor(SECONDS * 1000);
+    const seconds = (performance.now() - start) / 1000;
+    const cpu = senderThreads(before, seconds * STREAMS, 'SCTP send path & other libwebrtc threads');
+    await sleep(200); // the last messages arrive
+    const received = pairs.reduce((n, p) => n + p.received(), 0) - receivedBefore;
+    const wireAfter = await pairs[0]!.wire();
+    return {
+      threads: cpu.threads,
+      sender_total: cpu.total,
+      encode_us_per_packet: round((totals.encodeMs * 1000) / totals.packets, 1),
+      send_us_per_message: round((totals.sendMs * 1000) / totals.messages, 1),
+      messages_per_s: round(totals.messages / STREAMS / seconds, 1),
+      messages_received_share: round(received / totals.messages, 3),
+      packets_per_s: round(totals.packets / STREAMS / seconds, 1),
+      kbps: round((totals.payloadBytes * 8) / 1000 / STREAMS / seconds, 1),
+      wire_kbps: round(((wireAfter - wireBefore) * 8) / 1000 / seconds, 1),
     };
   } finally {
     for (const pair of pairs) pair.close();
@@ -269,26 +459,64 @@ function rms(pcm: Int16Array): number {
   return Math.sqrt(sum / Math.max(1, pcm.length));
 }
 
+/** A clip's speech, its first `QUALITY_CLIP_S` seconds at the channel's 16 kHz mono (bundled ffmpeg). */
+async function clipSpeech(file: string): Promise<Int16Array> {
+  const ffmpeg = (createRequire(import.meta.url)('@ffmpeg-installer/ffmpeg') as { path: string }).path;
+  const args = ['-v', 'error', '-t', String(QUALITY_CLIP_S), '-i', file, '-vn', '-ac', '1'];
+  const { stdout } = await promisify(execFile)(
+    ffmpeg,
+    [...args, '-ar', String(CHANNEL_SAMPLE_RATE), '-f', 's16le', '-'],
+    { encoding: 'buffer', maxBuffer: QUALITY_CLIP_S * CHANNEL_SAMPLE_RATE * 2 + 1024 },
+  );
+  // A copy: the output's offset in its buffer may be odd.
+  return new Int16Array(new Uint8Array(stdout).buffer, 0, stdout.byteLength >> 1);
+}
+
 export async function benchAudioPath(): Promise<Record<string, unknown>> {
   const speech16k = await speech();
   const speech48k = upsamplePcm16(speech16k, 3);
+  const selected = <T extends { name: string }>(variants: T[]) =>
+    variants.filter((v) => !VARIANT_FILTER || VARIANT_FILTER.test(v.name));
+  const trackVariants = selected(TRACK_VARIANTS);
+  const channelVariants = selected(CHANNEL_VARIANTS);
+  // What each complexity keeps, on the bench's speech and on the clips named as arguments (first: it takes seconds).
+  const quality: Record<string, ReturnType<typeof opusQuality>[] | { error: string }> = {
+    'built-in voice': CHANNEL_COMPLEXITIES.map((complexity) => opusQuality(speech16k, complexity, CHANNEL_BITRATE)),
+  };
+  for (const file of process.argv.slice(2).filter((arg) => arg.includes('/') || arg.includes('.'))) {
+    const pcm = await clipSpeech(file).catch((error: Error) => error);
+    quality[path.basename(file)] =
+      pcm instanceof Error
+        ? { error: pcm.message }
+        : CHANNEL_COMPLEXITIES.map((complexity) => opusQuality(pcm, complexity, CHANNEL_BITRATE));
+  }
+  for (const [name, rows] of Object.entries(quality))
+    for (const row of Array.isArray(rows) ? rows : [rows]) console.log(`  quality, ${name}: ${JSON.stringify(row)}`);
   const results: Record<string, VariantResult[]> = {};
   const loads: number[][] = [];
+  const report = (name: string, result: VariantResult) => {
+    (results[name] ??= []).push(result);
+    const { threads, sender_total, ...rest } = result;
+    console.log(
+      `  ${name}: sender ${sender_total} ms per stream-second ${JSON.stringify(threads)}, ${JSON.stringify(rest)}, ` +
+        `load ${loadAverage().join(' ')}`,
+    );
+  };
   for (let round_ = 0; round_ < ROUNDS; round_++) {
-    for (const variant of VARIANTS) {
+    for (const variant of alternated(trackVariants, channelVariants)) {
       loads.push(loadAverage());
-      const result = await measure(variant, speech16k, speech48k);
-      (results[variant.name] ??= []).push(result);
-      console.log(
-        `  ${variant.name}: sender ${result.sender_total} ms per stream-second ${JSON.stringify(result.threads)}, ` +
-          `onData ${result.on_data_us_per_call} µs/call, ${result.packets_per_s} packets/s, ${result.kbps} kbit/s, load ${loadAverage().join(' ')}`,
+      report(
+        variant.name,
+        'complexity' in variant
+          ? await measureChannel(variant, speech16k)
+          : await measure(variant, speech16k, speech48k),
       );
       await sleep(1_000);
     }
   }
   const firstAudible: Record<string, number[]> = {};
   for (let round_ = 0; round_ < ROUNDS; round_++) {
-    for (const variant of VARIANTS) {
+    for (const variant of trackVariants) {
       const ms = await firstAudibleMs(variant, speech16k, speech48k);
       (firstAudible[variant.name] ??= []).push(ms);
       console.log(`  ${variant.name}: speech onset → first audible p50 ${ms} ms, load ${loadAverage().join(' ')}`);
@@ -301,7 +529,16 @@ export async function benchAudioPath(): Promise<Record<string, unknown>> {
     load_at_start: loads,
     results,
     first_audible_p50_ms: firstAudible,
+    channel_opus_quality: quality,
   };
+}
+
+/** Track variant k, then channel variant k, and so on: drifting load falls on both paths alike. */
+function alternated(track: Variant[], channel: ChannelVariant[]): Array<Variant | ChannelVariant> {
+  const out: Array<Variant | ChannelVariant> = [];
+  for (let i = 0; i < Math.max(track.length, channel.length); i++)
+    out.push(...track.slice(i, i + 1), ...channel.slice(i, i + 1));
+  return out;
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

@@ -9,10 +9,11 @@
  *   npm run bench -- realtime chat       # only these steps (the summary shows the rows they measure)
  *   npm run bench -- profile             # --cpu-prof profile: where a session-second goes
  *   npm run bench -- stage_costs         # wrtc calls, VP8/Opus encoder threads and GC in isolation
- *   npm run bench -- audio_path          # 24 audio-only wrtc senders: Opus/RTP/onData CPU and first audible per Opus option
+ *   npm run bench -- audio_path [speech …]   # 24 audio senders, wrtc's track per Opus option against the pose channel's
+ *                                            # own Opus per complexity: CPU, bytes, first audible, what each complexity keeps
  *   BENCH_SERVICE_DIR=<checkout> npm run bench -- session_cpu   # the process steps against another checkout
  *   npm run bench -- streaming_cpu       # a WHEP viewer's and an RTMP output's CPU beside the session's
- *   npm run bench -- client_render_cpu   # 24 client-rendered sessions (audio + pose stream) beside server rendering and the floor
+ *   npm run bench -- client_render_cpu   # 24 client-rendered sessions (pose stream + channel audio; BENCH_CLIENT_AUDIO=track|both) beside server rendering and the floor
  *   npm run bench -- mouth_sheet [clip-or-photo …]   # contact sheets of mouth crops and the artefact measures
  *   npm run bench -- kept_bytes          # transcripts and the webhook outbox against their byte budgets
  *   npm run bench -- render_kit          # render kits: build time, size against budget, draw cost in Chromium
