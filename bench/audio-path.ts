@@ -8,8 +8,8 @@
  * service asks for it.
  *
  * Beside them, the channel path ("Audio on the pose channel", docs/performance.md): the same speech Opus-encoded by
- * the service's own encoder (`@evan/opus`, 16 kHz VOIP, 20 ms packets) at complexity 0/2/5/9 and sent ~12.5 times a
- * second as the pose batches carry it (`{type:'audio', rtp, packets:[base64…]}` on an `avatar` data channel; the
+ * the service's own encoder (`channelOpusEncoder`: 16 kHz, CELT at 32 kb/s, 20 ms packets) at complexity 0/2/5/9
+ * and sent ~12.5 times a second as the pose batches carry it (`{type:'audio', rtp, packets:[base64…]}` on an `avatar` data channel; the
  * peer keeps its unfed audio track, as a session's does). There the encoder runs in the main thread, so its CPU is in
  * the main thread's figure. Each is an upper bound of what the service adds: it sends the audio as its own message
  * where the service puts it into a pose batch that goes anyway. Then, per complexity, what the encoder keeps
@@ -90,7 +90,7 @@ const CHANNEL_VARIANTS: ChannelVariant[] = CHANNEL_COMPLEXITIES.map((complexity)
   name: `channel, Opus complexity ${complexity}`,
   complexity,
 }));
-/** The channel encoder's bitrate, bit/s; unset: Opus's own for 16 kHz mono 20 ms VOIP (~17–19 kb/s on speech). */
+/** The channel encoder's bitrate, bit/s; unset: the service's (`CHANNEL_OPUS_BITRATE`). */
 const CHANNEL_BITRATE = process.env.BENCH_CHANNEL_OPUS_BPS ? Number(process.env.BENCH_CHANNEL_OPUS_BPS) : undefined;
 /**
  * How often the channel's audio goes: with each pose batch (`POSE_BATCH_FRAMES` 2 frames of 40 ms), 12.5 a second,

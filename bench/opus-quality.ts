@@ -1,9 +1,9 @@
 /**
  * What an Opus complexity costs and what it keeps, for the service's own encoder (`@evan/opus`) on the channel audio
- * path (issue 47, "Audio on the pose channel"): the speech is encoded in 20 ms packets at the session's 16 kHz, VOIP,
- * as the channel sends it, decoded with `@evan/opus`'s Decoder and compared with the input.
+ * path (issue 47, "Audio on the pose channel"): the speech is encoded in 20 ms packets at the session's 16 kHz as
+ * the channel sends it (`channelOpusEncoder`: CELT at 32 kb/s), decoded with `@evan/opus`'s Decoder and compared with the input.
  *
- * Why not SNR: Opus is a perceptual codec. SILK (the speech layer a 16 kHz VOIP stream uses) shapes its noise under the
+ * Why not SNR: Opus is a perceptual codec. SILK (the speech layer of a WebRTC track's 16 kHz speech) shapes its noise under the
  * formants and does not keep the waveform's phase, so a sample-by-sample error (segmental SNR) reads a few dB for
  * speech a listener cannot tell from the input, and moves with things the ear does not hear. What the ear follows is
  * the short-time spectrum, so the figure is the **log-spectral distance** (LSD) on 20 ms frames: per frame the RMS,
@@ -16,15 +16,15 @@
  * correlation**: Pearson's r between the 10 ms RMS envelopes of input and output (what the mouth track and the
  * receivers' speech share read), which every complexity should keep near 1.
  */
-import { Decoder, Encoder } from '@evan/opus';
+import { Decoder, type Encoder } from '@evan/opus';
+import { channelOpusEncoder } from '../actors/audio/opus-encoder.ts';
 import { RealFft } from '../actors/lipsync/fft.ts';
 import { round } from './stats.ts';
 
 /** The channel's packet length (`CHANNEL_AUDIO_PACKET_MS`) at the session's 16 kHz. */
 export const CHANNEL_SAMPLE_RATE = 16_000;
 export const CHANNEL_PACKET_SAMPLES = (CHANNEL_SAMPLE_RATE * 20) / 1000;
-/** `OPUS_SET_COMPLEXITY_REQUEST`, `OPUS_SET_BITRATE_REQUEST`, `OPUS_GET_LOOKAHEAD_REQUEST` (opus_defines.h). */
-const OPUS_SET_COMPLEXITY = 4010;
+/** `OPUS_SET_BITRATE_REQUEST`, `OPUS_GET_LOOKAHEAD_REQUEST` (opus_defines.h). */
 const OPUS_SET_BITRATE = 4002;
 const OPUS_GET_LOOKAHEAD = 4027;
 
@@ -35,10 +35,9 @@ const MEL_BANDS = 20;
 /** A 20 ms input frame this loud (RMS, 16-bit) carries speech (the built-in voice's words are at ~1 000–5 000). */
 const SPEECH_FRAME_RMS = 300;
 
-/** The channel's encoder as the bench configures it: 16 kHz mono VOIP at `complexity`, bitrate Opus's own unless set. */
+/** The channel's encoder as the service configures it (`channelOpusEncoder`) at `complexity`; `bitrate` overrides. */
 export function channelEncoder(complexity: number, bitrate?: number): Encoder {
-  const encoder = new Encoder({ sample_rate: CHANNEL_SAMPLE_RATE, channels: 1, application: 'voip' });
-  encoder.ctl(OPUS_SET_COMPLEXITY, complexity);
+  const encoder = channelOpusEncoder(CHANNEL_SAMPLE_RATE, complexity);
   if (bitrate) encoder.ctl(OPUS_SET_BITRATE, bitrate);
   return encoder;
 }

@@ -449,6 +449,29 @@ describe('channel audio packets: whole 20 ms packets on the clock grid, ahead by
     expect(await c.batch()).toEqual([]);
   });
 
+  it('does not send the digital silence between two sentences: the next sentence starts a fresh stream after the gap', async () => {
+    const c = channelOn(RATE);
+    await endOfTick();
+    c.ask();
+    await endOfTick();
+    // A sentence (5 packets), a pause of exact zeros queued as audio (5 packets), the next sentence (5 packets).
+    c.queue(5 * PACKET);
+    c.timeline.append(5 * PACKET, quiet, null, c.state.clock, new Int16Array(5 * PACKET));
+    c.queue(5 * PACKET);
+    const sent = await c.batch();
+    expect(packetsOf(sent)).toEqual([0, 1, 2, 3, 4]);
+    expect(sent[0].fresh).toBe(true);
+    // The next batch skips the pause and starts the next sentence afresh, up to the lead (12 packets ahead).
+    const next = await c.batch();
+    expect(packetsOf(next)).toEqual([10, 11]);
+    expect(next[0]).toMatchObject({ rtp: 10 * RTP_PER_PACKET, fresh: true });
+    c.state.clock = 5 * PACKET;
+    const rest = await c.batch();
+    expect(packetsOf(rest)).toEqual([12, 13, 14]);
+    expect(rest[0].fresh).toBeUndefined();
+    expect(c.poses.counts.sentAudioPackets).toBe(10);
+  });
+
   it('counts audio against the buffered bound (a page that stops reading stalls its audio), and starts afresh after', async () => {
     const c = channelOn(RATE);
     c.ask();

@@ -356,6 +356,12 @@ export class PoseChannel {
         if (packets.length === 0) continue;
         break;
       }
+      // Digital silence (a pause between sentences) is not encoded nor sent: the browser plays silence where nothing
+      // came, and the speech after it starts a fresh stream (`fresh`), as after any gap.
+      if (queued.complete && !speechIn(queued.pcm, size)) {
+        if (packets.length === 0) continue;
+        break;
+      }
       if (packets.length === 0 && this.lastEncoded !== packet && this.lastEncoded !== packet - 1) {
         // After a gap (or a barge-in, a new route) the stream starts afresh, and the browser's decoder with it.
         encoder.reset();
