@@ -472,6 +472,34 @@ describe('channel audio packets: whole 20 ms packets on the clock grid, ahead by
     expect(c.poses.counts.sentAudioPackets).toBe(10);
   });
 
+  it('sends speech whose first chunks left in a catch-up tick before the batch from the packet holding its first sample, counted late', async () => {
+    const c = channelOn(RATE);
+    await endOfTick();
+    c.ask();
+    await endOfTick();
+    // Speech queued at the clock (packet 10), and three 10 ms chunks leave in one catch-up tick before the next batch.
+    c.state.clock = 10 * PACKET;
+    c.queue(20 * PACKET);
+    c.state.clock += 3 * 160;
+    const sent = await c.batch();
+    expect(sent[0]).toMatchObject({ rtp: 10 * RTP_PER_PACKET, fresh: true });
+    // Packet 10 left before this tick's chunk: late. Packet 11 leaves with it: on time.
+    expect(c.poses.counts.lateAudioPackets).toBe(1);
+  });
+
+  it('a page that asks in the middle of speech gets the channel audio from the first packet its track has not begun', async () => {
+    const c = channelOn(RATE);
+    await endOfTick();
+    c.queue(30 * PACKET);
+    c.state.clock = 5 * PACKET + 100;
+    c.ask();
+    await endOfTick();
+    // The audio rides with `audio-route`.
+    const audio = c.sent.filter((m): m is AudioMessage => m.type === 'audio');
+    expect(packetsOf(audio)[0]).toBe(6);
+    expect(audio[0].fresh).toBe(true);
+  });
+
   it('counts audio against the buffered bound (a page that stops reading stalls its audio), and starts afresh after', async () => {
     const c = channelOn(RATE);
     c.ask();

@@ -79,6 +79,14 @@ export const CHANNEL_AUDIO_LEAD_MS = 240;
  */
 export const CHANNEL_AUDIO_DUE_MS = 100;
 /**
+ * How far behind the clock channel audio still starts. Speech queued while the event loop was busy leaves in one
+ * catch-up tick of the clock (2–4 chunks of 10 ms at once, measured in Chromium under load), so by the next batch its
+ * first packets have left already. They are sent all the same (counted late): the browser plays a late first packet of
+ * speech after silence whole, moving its anchor (`client/channel-audio.ts`), where skipping them cut the reply's first
+ * 10–30 ms. Not further: a packet this late is heard that much late, and the clock re-anchors past `MAX_CATCH_UP_MS`.
+ */
+export const CHANNEL_AUDIO_CATCH_UP_MS = 100;
+/**
  * A message from the browser longer than this is dropped unread: the one message it may send (`ChannelAudioRequest`)
  * is ~30 characters, so anything this long is not one, and parsing it would cost the event loop for nothing.
  */
@@ -316,6 +324,9 @@ export class PoseChannel {
     this.audioRoute = 'channel';
     this.encoder ??= new OpusPacketEncoder(audio.sampleRate, CHANNEL_AUDIO_PACKET_MS);
     this.restartAudio();
+    // What the track played stays played: the channel starts with the first packet the clock has not begun.
+    const size = this.encoder.packetSamples;
+    this.nextPacket = Math.ceil(Math.round((this.mediaMs() * audio.sampleRate) / 1000) / size);
     this.add({ type: 'audio-route', route: 'channel' }, MAX_CONTROL_BUFFERED_BYTES);
   }
 
@@ -343,7 +354,14 @@ export class PoseChannel {
     // The chunk that left in this tick: its `sync` rides in this batch, so audio in it is timed with it, not late.
     const chunk = (AUDIO_CHUNK_MS * audio.sampleRate) / 1000;
     if (this.padded && this.padded.packet < clockPacket) this.padded = null;
-    let packet = Math.max(this.padded?.packet ?? this.nextPacket ?? clockPacket, clockPacket);
+    // Speech that left in a catch-up tick before this batch is still sent (`CHANNEL_AUDIO_CATCH_UP_MS`), from its start.
+    const reach = Math.max(0, Math.floor((clock - (CHANNEL_AUDIO_CATCH_UP_MS * audio.sampleRate) / 1000) / size));
+    let packet = Math.max(this.padded?.packet ?? this.nextPacket ?? reach, reach);
+    const queuedAt = (index: number) => audio.queuedAudio(index * size, (index + 1) * size);
+    while (packet < clockPacket && !queuedAt(packet)) packet++;
+    // Only an onset reaches back: speech that went on from before the reach was sent on time, or not at all (a page
+    // that stopped reading), and resumes at the clock.
+    if (packet < clockPacket && packet === reach && queuedAt(packet - 1)) packet = clockPacket;
     const first = packet;
     const packets: string[] = [];
     let fresh = false;
