@@ -18,6 +18,12 @@ import { PoseStream } from './pose-stream.ts';
 
 export type * from './generated/api-types.ts';
 export { PoseStream, type PoseStreamFigures } from './pose-stream.ts';
+export {
+  ChannelAudioPlayer,
+  channelAudioContext,
+  channelAudioSupported,
+  type ChannelAudioFigures,
+} from './channel-audio.ts';
 
 /** The label of the data channel a client-rendered session's poses arrive on (the service's `POSE_CHANNEL_LABEL`). */
 export const POSE_CHANNEL_LABEL = 'avatar';
