@@ -1,4 +1,3 @@
-import wrtc from '@roamhq/wrtc';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { PoseChannelData, PoseChannelMessage } from '../client/face-canvas.ts';
 import { MOUTH_LOOKAHEAD_MS } from '../actors/media/timeline.ts';
@@ -7,63 +6,8 @@ import { MAX_POSE_BUFFERED_BYTES, PoseChannel } from '../src/sessions/pose-chann
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { eventually, postAudio, sleep, tone, wavBytes } from './helpers/conversation.ts';
 import { ReceivingPeer } from './helpers/peer.ts';
+import { PosePeer } from './helpers/pose-peer.ts';
 import { SseClient } from './helpers/sse.ts';
-
-const { RTCPeerConnection, nonstandard } = wrtc;
-
-/** A peer as the client library makes it for `render: "client"`: audio, the `avatar` data channel, and (like a careless viewer) video. */
-class PosePeer {
-  readonly pc = new RTCPeerConnection();
-  readonly messages: Array<PoseChannelMessage & { at: number }> = [];
-  readonly audio: Array<{ at: number; rms: number }> = [];
-  answerSdp = '';
-  private sink: { stop(): void } | null = null;
-
-  async connect(baseUrl: string, sessionId: string): Promise<void> {
-    this.pc.addTransceiver('audio', { direction: 'recvonly' });
-    this.pc.addTransceiver('video', { direction: 'recvonly' });
-    const channel = this.pc.createDataChannel('avatar');
-    channel.onmessage = (event: { data: string }) => {
-      // One channel message is one clock tick's messages: a JSON array when there are several.
-      const data = JSON.parse(event.data) as PoseChannelData;
-      for (const message of Array.isArray(data) ? data : [data])
-        this.messages.push({ ...message, at: performance.now() });
-    };
-    this.pc.ontrack = (event: { track: MediaStreamTrack }) => {
-      if (event.track.kind === 'video') return;
-      const sink = new nonstandard.RTCAudioSink(event.track);
-      sink.ondata = (data: { samples: Int16Array }) => {
-        let sum = 0;
-        for (const s of data.samples) sum += s * s;
-        this.audio.push({ at: performance.now(), rms: Math.sqrt(sum / Math.max(1, data.samples.length)) });
-      };
-      this.sink = sink;
-    };
-    await this.pc.setLocalDescription(await this.pc.createOffer());
-    await new Promise<void>((resolve) => {
-      if (this.pc.iceGatheringState === 'complete') return resolve();
-      this.pc.onicegatheringstatechange = () => this.pc.iceGatheringState === 'complete' && resolve();
-      setTimeout(resolve, 3000);
-    });
-    const res = await post(baseUrl, `/sessions/${sessionId}/webrtc/offer`, {
-      type: 'offer',
-      sdp: this.pc.localDescription!.sdp,
-    });
-    expect(res.status).toBe(200);
-    const answer = await json(res);
-    this.answerSdp = answer.sdp;
-    await this.pc.setRemoteDescription(answer);
-  }
-
-  of<T extends PoseChannelMessage['type']>(type: T): Array<Extract<PoseChannelMessage, { type: T }> & { at: number }> {
-    return this.messages.filter((m) => m.type === type) as never;
-  }
-
-  close(): void {
-    this.sink?.stop();
-    this.pc.close();
-  }
-}
 
 /** The media section of `kind` in an SDP. */
 function section(sdp: string, kind: string): string {
@@ -270,7 +214,7 @@ describe('the pose channel bounds what it queues and batches what one clock tick
       },
       send: (data: string) => sent.push(data),
       close: () => undefined,
-      addEventListener: (type: string, listener: () => void) => listeners.set(type, listener),
+      addEventListener: (type: string, listener: (event: never) => void) => listeners.set(type, listener as () => void),
     };
     const poses = new PoseChannel({ kitUrl: '/k', model: 'rt', fps: 25, width: 512, height: 512 }, () => 0);
     poses.attach(channel);

@@ -276,6 +276,17 @@ export class PlayoutClock extends EventEmitter<PlayoutEvents> {
     return (this.queuedSamples * 1000) / this.sampleRate;
   }
 
+  /**
+   * The speech queued on this clock from sample `from` to `to` (samples of `mediaMs` at `sampleRate`), read-only: zeros
+   * where none plays, null when no queued speech overlaps. `complete`: the queued audio reaches `to` (speech enqueued
+   * later can only land after it). For consumers that send audio ahead of the clock (a client-rendered session's channel
+   * audio, `src/sessions/pose-channel.ts`); what leaves when stays this clock's.
+   */
+  queuedAudio(from: number, to: number): { pcm: Int16Array; complete: boolean } | null {
+    const pcm = this.timeline.speechBetween(from, to);
+    return pcm && { pcm, complete: to <= this.timeline.endSample };
+  }
+
   get videoDelayMs(): number {
     return (this.videoDelaySamples * 1000) / this.sampleRate;
   }

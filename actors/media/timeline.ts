@@ -27,7 +27,7 @@ export interface TimelineSpan {
   /** The turn whose speech this is (null: not a turn's, e.g. an offline job's). */
   turn: PlayoutTurn | null;
   mouth: MouthSource | null;
-  /** The audio itself, kept only while a renderer asks for audio around its frames (`setAudioWindow`). */
+  /** The audio itself (the live clock gives it: renderers that read audio around their frames and channel audio read it). */
   pcm?: Int16Array;
 }
 
@@ -165,9 +165,16 @@ export class FrameTimeline {
 
   /** The audio from `lead` before to `lag` after `pts`, zeros where nothing plays; undefined when no speech is in it. */
   private audioAround(pts: number): FrameAudio | undefined {
-    const from = pts - this.audioLead;
-    const to = pts + this.audioLag;
-    let pcm: Int16Array | undefined;
+    const pcm = this.speechBetween(pts - this.audioLead, pts + this.audioLag);
+    return pcm ? { sampleRate: this.sampleRate, pcm, leadSamples: this.audioLead } : undefined;
+  }
+
+  /**
+   * The speech on the timeline from sample `from` to `to` (a fresh array), zeros where none plays; null when no
+   * speech overlaps. Spans that played out are forgotten (`forgetBefore`), so only audio not yet fully played is there.
+   */
+  speechBetween(from: number, to: number): Int16Array | null {
+    let pcm: Int16Array | null = null;
     for (const span of this.spans) {
       if (span.end <= from) continue;
       if (span.start >= to) break;
@@ -177,7 +184,7 @@ export class FrameTimeline {
       const b = Math.min(to, span.end);
       pcm.set(span.pcm.subarray(a - span.start, b - span.start), a - from);
     }
-    return pcm ? { sampleRate: this.sampleRate, pcm, leadSamples: this.audioLead } : undefined;
+    return pcm;
   }
 
   /** The frame left with this request; prosody of later frames continues from it. Frames commit in order. */

@@ -206,6 +206,8 @@ export interface PeerDataChannel {
   send(data: string): void;
   close(): void;
   addEventListener(type: 'open' | 'close', listener: () => void): void;
+  /** A message from the browser: `data` a string for text, binary otherwise. */
+  addEventListener(type: 'message', listener: (event: { data: unknown }) => void): void;
 }
 
 export interface WebRtcOutputOptions {
@@ -247,6 +249,13 @@ export class WebRtcOutput {
    * one media clock for all. Each entry is the feed's close, called when the output closes.
    */
   private readonly feeds = new Set<() => void>();
+  /** The current peer's `avatar` data channel, once it opened one (`onPoseChannel`). */
+  private poseChannel: PeerDataChannel | null = null;
+  /**
+   * The current peer's page takes the session's audio on its `avatar` channel (`audioToChannel`): its track gets
+   * none. Until the peer is replaced.
+   */
+  private mainAudioOnChannel = false;
 
   constructor(
     private readonly iceServers: IceServer[] = [],
@@ -282,8 +291,26 @@ export class WebRtcOutput {
     return this.peer !== null || this.feeds.size > 0;
   }
 
+  /**
+   * The main peer's page takes the session's audio on `channel` instead of its track (a client-rendered session's
+   * channel audio; the decision is `PoseChannel`'s, `src/sessions/pose-channel.ts`): from now on the audio source is
+   * fed only while a send-only feed needs it. False, and nothing changes, when `channel` is not the current peer's.
+   * A new peer starts on its track again.
+   */
+  audioToChannel(channel: PeerDataChannel): boolean {
+    if (this.closed || !this.peer || channel !== this.poseChannel) return false;
+    this.mainAudioOnChannel = true;
+    return true;
+  }
+
+  /**
+   * Feeds the audio source, whose tracks are the main peer's and every send-only feed's: skipped while nobody
+   * receives it, or while the main peer takes its audio on its channel and no feed exists (wrtc's Opus encoder, RTP
+   * path and pacer then cost nothing for it).
+   */
   pushAudio(samples: Int16Array, sampleRate: number): void {
     if (this.closed || !this.fed) return;
+    if (this.mainAudioOnChannel && this.feeds.size === 0) return;
     this.audioSource.onData({
       samples,
       sampleRate,
@@ -411,8 +438,12 @@ export class WebRtcOutput {
     const onPoseChannel = this.options.onPoseChannel;
     if (onPoseChannel) {
       peer.ondatachannel = (event: { channel: PeerDataChannel }) => {
-        if (this.peer === peer && event.channel.label === POSE_CHANNEL_LABEL) onPoseChannel(event.channel);
-        else event.channel.close();
+        if (this.peer === peer && event.channel.label === POSE_CHANNEL_LABEL) {
+          // A channel opened again starts on the track, as `PoseChannel.attach` does.
+          this.poseChannel = event.channel;
+          this.mainAudioOnChannel = false;
+          onPoseChannel(event.channel);
+        } else event.channel.close();
       };
     }
     // A `sendrecv` audio section: the client's microphone. It is listened to once this peer is the session's.
@@ -477,6 +508,8 @@ export class WebRtcOutput {
     }
     for (const track of this.tracks) track.stop();
     this.tracks = [];
+    this.poseChannel = null;
+    this.mainAudioOnChannel = false;
     if (this.peer) {
       this.peer.close();
       this.peer = null;

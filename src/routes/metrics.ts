@@ -68,6 +68,24 @@ const SessionMetricsBody = Type.Object(
           description: 'Client-rendered sessions: poses not sent because the channel held too much unsent data',
         }),
       ),
+      audio_packets_sent: Type.Optional(
+        Type.Integer({
+          description:
+            'Client-rendered sessions: 20 ms Opus packets of channel audio sent on the `avatar` data channel',
+        }),
+      ),
+      audio_packets_late: Type.Optional(
+        Type.Integer({
+          description:
+            'Client-rendered sessions: channel audio packets sent after some of their speech had left the media clock',
+        }),
+      ),
+      audio_packets_skipped: Type.Optional(
+        Type.Integer({
+          description:
+            'Client-rendered sessions: channel audio packets not sent because the channel held too much unsent data',
+        }),
+      ),
     }),
     summary: Type.Object({
       first_sample_sent_ms_p50: Nullable(Type.Number()),
@@ -211,6 +229,9 @@ const metricsRoutes: FastifyPluginAsyncTypebox = async (app) => {
                 poses_sent: media.poses.sentPoses,
                 poses_late: media.poses.latePoses,
                 poses_skipped: media.poses.skippedPoses,
+                audio_packets_sent: media.poses.sentAudioPackets,
+                audio_packets_late: media.poses.lateAudioPackets,
+                audio_packets_skipped: media.poses.skippedAudioPackets,
               }
             : {}),
         },

@@ -28,6 +28,8 @@ export interface ClientRenderOptions {
   width: number;
   height: number;
   fps: number;
+  /** The session's sample rate (its media clock's): channel audio is encoded at it. */
+  sampleRate: number;
   /** Opens a server renderer for the session's avatar and model (the render pool's `open`). */
   openServerRenderer: RendererOpener;
   logger: Logger;
@@ -60,7 +62,11 @@ export class ClientRendering implements SessionRenderer {
       width: options.width,
       height: options.height,
     };
-    this.poses = new PoseChannel(hello, () => this.playout?.mediaMs ?? 0);
+    this.poses = new PoseChannel(hello, () => this.playout?.mediaMs ?? 0, {
+      sampleRate: options.sampleRate,
+      queuedAudio: (from, to) => this.playout?.queuedAudio(from, to) ?? null,
+      routeToChannel: (channel) => this.output?.audioToChannel(channel) ?? false,
+    });
     this.frames = new PoseFrames(options.width, options.height, options.fps, (request) => this.poses.pose(request));
   }
 

@@ -20,11 +20,25 @@
  * Each `send` on a wrtc data channel is a blocking call into libwebrtc's signalling thread and one SCTP message on
  * the network thread; ~35 of them a second per session were most of what a client-rendered session cost beyond
  * its audio (docs/performance.md, "Client-rendered sessions").
+ *
+ * Channel audio (docs/performance.md, "Audio on the pose channel"): a browser that asks (`ChannelAudioRequest`) gets
+ * the session's audio on this channel instead of the peer's track, Opus-encoded here (`OpusPacketEncoder`) in
+ * `CHANNEL_AUDIO_PACKET_MS` packets on the media clock's 20 ms grid, read AHEAD from the speech the clock has queued
+ * (`PlayoutClock.queuedAudio`) and riding in the batches that go anyway. This class owns where the session's audio
+ * goes: the track, until the current peer's page asks; then the channel (`audio-route`), and the WebRTC output stops
+ * feeding the track (`WebRtcOutput.audioToChannel`); a new peer starts on the track again.
  */
-import type { FramePose, PoseChannelMessage } from '../../client/face-canvas.ts';
+import {
+  CHANNEL_AUDIO_PACKET_MS,
+  type ChannelAudioCodec,
+  type FramePose,
+  type PoseChannelMessage,
+} from '../../client/face-canvas.ts';
 import type { FrameRequest } from '../../actors/render/types.ts';
 import type { PeerDataChannel } from '../../actors/media/webrtc.ts';
 import { MOUTH_LOOKAHEAD_MS } from '../../actors/media/timeline.ts';
+import { AUDIO_CHUNK_MS } from '../../actors/media/playout.ts';
+import { OpusPacketEncoder, opusEncodes } from '../../actors/audio/opus-encoder.ts';
 
 /** The Opus RTP clock of the audio track (RFC 7587: always 48 kHz, whatever the session's sample rate). */
 export const RTP_CLOCK_RATE = 48_000;
@@ -49,8 +63,44 @@ export const MAX_POSE_BUFFERED_BYTES = 16 * 1024;
  */
 export const MAX_CONTROL_BUFFERED_BYTES = 64 * 1024;
 
+/**
+ * How far ahead of the media clock channel audio is sent: each batch carries the queued audio up to this far ahead.
+ * At least the poses' lead (`POSE_LEAD_FRAMES`, 160 ms) plus the interval between batches (80 ms), so a packet is
+ * with the browser as early as the poses it plays with, and the browser's player, which starts a packet at the
+ * clock's time plus its network margin, always has the next ones; a pose batch then carries ~4 packets (~300 bytes).
+ * Not more: audio sent ahead is dropped on a barge-in (`flush` `audio`) and counts against `MAX_POSE_BUFFERED_BYTES`.
+ */
+export const CHANNEL_AUDIO_LEAD_MS = 240;
+/**
+ * A packet whose samples are not all queued yet waits for them (the rest of a sentence still being synthesised)
+ * unless it starts this close to the clock: the next batch may come a batch interval (80 ms) later, and by then the
+ * packet would be playing. It goes zero-padded, and again, whole, if the audio lands in it later.
+ */
+export const CHANNEL_AUDIO_DUE_MS = 100;
+/**
+ * A message from the browser longer than this is dropped unread: the one message it may send (`ChannelAudioRequest`)
+ * is ~30 characters, so anything this long is not one, and parsing it would cost the event loop for nothing.
+ */
+export const MAX_CHANNEL_REQUEST_CHARS = 256;
+
 /** What the browser needs to know before the first pose (`hello`, less its `type`). */
-export type PoseChannelHello = Omit<Extract<PoseChannelMessage, { type: 'hello' }>, 'type' | 'rtpClockRate'>;
+export type PoseChannelHello = Omit<
+  Extract<PoseChannelMessage, { type: 'hello' }>,
+  'type' | 'rtpClockRate' | 'channelAudio'
+>;
+
+/** What channel audio needs from the session: its media clock's queued speech and its WebRTC output. */
+export interface PoseChannelAudio {
+  /** The media clock's sample rate (the session's): channel audio is offered only where Opus encodes at it. */
+  readonly sampleRate: number;
+  /** The speech queued on the media clock between two of its samples (`PlayoutClock.queuedAudio`). */
+  queuedAudio(from: number, to: number): { pcm: Int16Array; complete: boolean } | null;
+  /**
+   * Takes the main peer's audio off its track because its page takes it on `channel` (`WebRtcOutput.audioToChannel`):
+   * false when `channel` is not the current peer's.
+   */
+  routeToChannel(channel: PeerDataChannel): boolean;
+}
 
 /** A time on the session's media clock (ms) as a pose's `rtp` (`RTP_CLOCK_RATE`, modulo 2^32). */
 export function rtpOfMediaMs(ms: number): number {
@@ -64,6 +114,30 @@ export interface PoseChannelFigures {
   latePoses: number;
   /** Poses not sent because the channel held `MAX_POSE_BUFFERED_BYTES` already. */
   skippedPoses: number;
+  /** Channel audio packets sent (each `CHANNEL_AUDIO_PACKET_MS`; a packet sent again counts again). */
+  sentAudioPackets: number;
+  /**
+   * Of those, packets sent after some of their speech had left the clock before the tick they went in (the browser
+   * may hear their start late, or not at all). Speech after silence, whose first chunk leaves as it is queued, goes in
+   * that same tick with that chunk's `sync`: not late.
+   */
+  lateAudioPackets: number;
+  /** Channel audio packets not sent because the channel held `MAX_POSE_BUFFERED_BYTES` already. */
+  skippedAudioPackets: number;
+}
+
+/** The codec of a well-formed `ChannelAudioRequest` in a text the browser sent; null for anything else. */
+export function channelAudioRequest(data: unknown): ChannelAudioCodec | null {
+  if (typeof data !== 'string' || data.length > MAX_CHANNEL_REQUEST_CHARS) return null;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(data);
+  } catch {
+    return null;
+  }
+  if (typeof parsed !== 'object' || parsed === null) return null;
+  const { type, codec } = parsed as Record<string, unknown>;
+  return type === 'audio' && codec === 'opus' ? codec : null;
 }
 
 /**
@@ -87,12 +161,32 @@ export class PoseChannel {
   private readonly batch: string[] = [];
   private batchBytes = 0;
   private batchPoses = 0;
-  private readonly figures: PoseChannelFigures = { sentPoses: 0, latePoses: 0, skippedPoses: 0 };
+  private batchAudioPackets = 0;
+  private readonly figures: PoseChannelFigures = {
+    sentPoses: 0,
+    latePoses: 0,
+    skippedPoses: 0,
+    sentAudioPackets: 0,
+    lateAudioPackets: 0,
+    skippedAudioPackets: 0,
+  };
+  /** Where the current peer's audio goes: its track until its page asks for channel audio. */
+  private audioRoute: 'track' | 'channel' = 'track';
+  /** One encoder for the session's channel audio, made when a page first asks (reset on every gap and barge-in). */
+  private encoder: OpusPacketEncoder | null = null;
+  /** The next packet (index on the clock's 20 ms grid) not sent yet; null: from the clock's position. */
+  private nextPacket: number | null = null;
+  /** The last packet encoded: the next one continues its stream only if it follows it (or is it, sent again). */
+  private lastEncoded: number | null = null;
+  /** The last packet sent zero-padded (its audio was not all queued), with what it held: sent again if audio lands. */
+  private padded: { packet: number; pcm: Int16Array } | null = null;
 
   constructor(
     private readonly hello: PoseChannelHello,
     /** The media clock's position (ms of audio that left): a pose for an earlier time is late. */
     private readonly mediaMs: () => number,
+    /** Channel audio; without it (or at a rate Opus does not encode) the `hello` offers none. */
+    private readonly audio?: PoseChannelAudio,
   ) {}
 
   get counts(): Readonly<PoseChannelFigures> {
@@ -104,17 +198,32 @@ export class PoseChannel {
     return this.channelOpen;
   }
 
-  /** The current peer opened its `avatar` channel: it replaces the previous peer's, and gets `hello` once open. */
+  /** Where the current peer's audio goes (`track` until its page asks for it on the channel). */
+  get route(): 'track' | 'channel' {
+    return this.audioRoute;
+  }
+
+  /**
+   * The current peer opened its `avatar` channel: it replaces the previous peer's, gets `hello` once open, and its
+   * audio is on its track until its page asks for it on the channel.
+   */
   attach(channel: PeerDataChannel): void {
     this.dropBatch();
     this.channel = channel;
     this.channelOpen = false;
     this.bufferedAtMost = 0;
     this.lastSyncMs = -Infinity;
+    this.audioRoute = 'track';
+    this.restartAudio();
     const greet = () => {
       if (this.channel !== channel || this.channelOpen) return;
       this.channelOpen = true;
-      this.add({ type: 'hello', ...this.hello, rtpClockRate: RTP_CLOCK_RATE }, MAX_CONTROL_BUFFERED_BYTES);
+      const channelAudio: ChannelAudioCodec[] | undefined =
+        this.audio && opusEncodes(this.audio.sampleRate) ? ['opus'] : undefined;
+      this.add(
+        { type: 'hello', ...this.hello, rtpClockRate: RTP_CLOCK_RATE, ...(channelAudio && { channelAudio }) },
+        MAX_CONTROL_BUFFERED_BYTES,
+      );
     };
     channel.addEventListener('open', greet);
     if (channel.readyState === 'open') greet();
@@ -122,6 +231,9 @@ export class PoseChannel {
       if (this.channel !== channel) return;
       this.channel = null;
       this.channelOpen = false;
+    });
+    channel.addEventListener('message', (event) => {
+      if (this.channel === channel && this.channelOpen) this.browserSent(channel, event.data);
     });
   }
 
@@ -144,11 +256,22 @@ export class PoseChannel {
     if (request.ptsMs < this.mediaMs()) this.figures.latePoses++;
   }
 
-  /** Poses from `fromMs` on (all not yet heard: null) are void (the clock's `framesVoid`). */
+  /**
+   * Poses from `fromMs` on (all not yet heard: null) are void (the clock's `framesVoid`). Null is a barge-in: channel
+   * audio not yet heard is void too (`audio: true`), and what is queued after it starts a fresh stream.
+   *
+   * New speech voids the poses sent ahead under it (the clock re-asks for them): that flush goes at once, at the end of
+   * the enqueue's tick, and the speech's first packets ride with it (`sendBatch`). This is the one extra send of a
+   * speech onset, whose first chunk leaves the clock as it is queued.
+   */
   flush(fromMs: number | null): void {
     if (!this.channelOpen) return;
+    const audio = fromMs === null && this.audioRoute === 'channel';
+    if (audio) this.restartAudio();
     this.add(
-      fromMs === null ? { type: 'flush' } : { type: 'flush', fromRtp: rtpOfMediaMs(fromMs + MOUTH_LOOKAHEAD_MS) },
+      fromMs === null
+        ? { type: 'flush', ...(audio && { audio }) }
+        : { type: 'flush', fromRtp: rtpOfMediaMs(fromMs + MOUTH_LOOKAHEAD_MS) },
       MAX_CONTROL_BUFFERED_BYTES,
     );
   }
@@ -176,6 +299,95 @@ export class PoseChannel {
     this.dropBatch();
     this.channel = null;
     this.channelOpen = false;
+    this.audioRoute = 'track';
+  }
+
+  /**
+   * A text from the browser: only a `ChannelAudioRequest` for a codec the `hello` offered does anything, once per peer;
+   * anything else is ignored (`channelAudioRequest` reads at most `MAX_CHANNEL_REQUEST_CHARS`).
+   */
+  private browserSent(channel: PeerDataChannel, data: unknown): void {
+    const audio = this.audio;
+    if (!audio || this.audioRoute === 'channel' || !opusEncodes(audio.sampleRate)) return;
+    if (channelAudioRequest(data) !== 'opus') return;
+    // The browser must learn of the switch, or it would hear nothing: only when `audio-route` can go.
+    if (!this.fits(MAX_CONTROL_BUFFERED_BYTES) || !audio.routeToChannel(channel)) return;
+    this.audioRoute = 'channel';
+    this.encoder ??= new OpusPacketEncoder(audio.sampleRate, CHANNEL_AUDIO_PACKET_MS);
+    this.restartAudio();
+    this.add({ type: 'audio-route', route: 'channel' }, MAX_CONTROL_BUFFERED_BYTES);
+  }
+
+  /** Channel audio starts afresh from the clock's position: a new peer, a barge-in, a new route. */
+  private restartAudio(): void {
+    this.nextPacket = null;
+    this.lastEncoded = null;
+    this.padded = null;
+  }
+
+  /**
+   * Adds to this tick's batch the channel audio due: every packet from where the channel's audio stands up to
+   * `CHANNEL_AUDIO_LEAD_MS` ahead of the clock whose samples are all queued, or which is due
+   * (`CHANNEL_AUDIO_DUE_MS`, then zero-padded); and the last padded packet again if audio landed in it.
+   */
+  private addAudio(): void {
+    const audio = this.audio;
+    const encoder = this.encoder;
+    if (!audio || !encoder || this.audioRoute !== 'channel') return;
+    const size = encoder.packetSamples;
+    const clock = Math.round((this.mediaMs() * audio.sampleRate) / 1000);
+    const lead = clock + (CHANNEL_AUDIO_LEAD_MS * audio.sampleRate) / 1000;
+    const due = clock + (CHANNEL_AUDIO_DUE_MS * audio.sampleRate) / 1000;
+    const clockPacket = Math.floor(clock / size);
+    // The chunk that left in this tick: its `sync` rides in this batch, so audio in it is timed with it, not late.
+    const chunk = (AUDIO_CHUNK_MS * audio.sampleRate) / 1000;
+    if (this.padded && this.padded.packet < clockPacket) this.padded = null;
+    let packet = Math.max(this.padded?.packet ?? this.nextPacket ?? clockPacket, clockPacket);
+    const first = packet;
+    const packets: string[] = [];
+    let fresh = false;
+    let late = 0;
+    for (; packet * size < lead; packet++) {
+      const queued = audio.queuedAudio(packet * size, (packet + 1) * size);
+      // Nothing queued here: speech ahead of the clock is contiguous, so nothing further either.
+      if (!queued || (!queued.complete && packet * size >= due)) break;
+      if (this.padded?.packet === packet && samePcm(this.padded.pcm, queued.pcm)) {
+        if (packets.length === 0) continue;
+        break;
+      }
+      if (packets.length === 0 && this.lastEncoded !== packet && this.lastEncoded !== packet - 1) {
+        // After a gap (or a barge-in, a new route) the stream starts afresh, and the browser's decoder with it.
+        encoder.reset();
+        fresh = true;
+      }
+      packets.push(encoder.encode(queued.pcm));
+      this.lastEncoded = packet;
+      if (speechIn(queued.pcm, clock - chunk - packet * size)) late++;
+      this.padded = queued.complete ? null : { packet, pcm: queued.pcm };
+      if (!queued.complete) {
+        packet++;
+        break;
+      }
+    }
+    if (packets.length === 0) return;
+    const start = packet - packets.length;
+    const message: PoseChannelMessage = {
+      type: 'audio',
+      rtp: rtpOfMediaMs(start * CHANNEL_AUDIO_PACKET_MS),
+      packets,
+      ...(fresh && { fresh }),
+    };
+    if (!this.add(message, MAX_POSE_BUFFERED_BYTES)) {
+      // Not sent: the browser's decoder did not see these packets, so the next ones start a fresh stream.
+      this.figures.skippedAudioPackets += packets.length;
+      this.lastEncoded = null;
+      this.padded = null;
+      this.nextPacket = first;
+      return;
+    }
+    this.nextPacket = packet;
+    this.batchAudioPackets += packets.length;
+    this.figures.lateAudioPackets += late;
   }
 
   private sync(mediaMs: number): void {
@@ -184,14 +396,22 @@ export class PoseChannel {
     this.add({ type: 'sync', rtp: rtpOfMediaMs(mediaMs) }, MAX_POSE_BUFFERED_BYTES);
   }
 
+  /** Whether a message added now would wait behind at most `maxBuffered` bytes. */
+  private fits(maxBuffered: number): boolean {
+    const channel = this.channel;
+    return (
+      !!channel &&
+      this.channelOpen &&
+      this.buffered(channel, maxBuffered - this.batchBytes) + this.batchBytes <= maxBuffered
+    );
+  }
+
   /**
    * Adds a message to this tick's batch unless more than `maxBuffered` bytes would wait before it; false when skipped.
    * The first message of a tick schedules the batch's send for the end of the tick.
    */
   private add(message: PoseChannelMessage, maxBuffered: number): boolean {
-    const channel = this.channel;
-    if (!channel || !this.channelOpen || this.buffered(channel, maxBuffered) + this.batchBytes > maxBuffered)
-      return false;
+    if (!this.fits(maxBuffered)) return false;
     const text = JSON.stringify(message);
     if (this.batch.length === 0) queueMicrotask(() => this.sendBatch());
     this.batch.push(text);
@@ -199,23 +419,27 @@ export class PoseChannel {
     return true;
   }
 
-  /** Sends this tick's messages as one: the message itself, or a JSON array of them. */
+  /** Sends this tick's messages as one (the message itself, or a JSON array of them), with the channel audio due. */
   private sendBatch(): void {
     const channel = this.channel;
     if (this.batch.length === 0) return;
+    this.addAudio();
     const text = this.batch.length === 1 ? this.batch[0] : `[${this.batch.join(',')}]`;
     const poses = this.batchPoses;
+    const audioPackets = this.batchAudioPackets;
     const bytes = this.batchBytes;
     this.dropBatch();
     try {
       if (!channel || !this.channelOpen) throw new Error('closed');
       channel.send(text);
     } catch {
-      // Closing under us (the next `close` event forgets it): its poses were not sent after all.
+      // Closing under us (the next `close` event forgets it): its poses and audio were not sent after all.
       this.figures.skippedPoses += poses;
+      this.figures.skippedAudioPackets += audioPackets;
       return;
     }
     this.figures.sentPoses += poses;
+    this.figures.sentAudioPackets += audioPackets;
     this.bufferedAtMost += bytes;
   }
 
@@ -223,11 +447,28 @@ export class PoseChannel {
     this.batch.length = 0;
     this.batchBytes = 0;
     this.batchPoses = 0;
+    this.batchAudioPackets = 0;
   }
 
-  /** The channel's buffered bytes, or an upper bound on them: read from the channel only when the bound passes `maxBuffered`. */
+  /**
+   * The channel's buffered bytes, or an upper bound on them: read from the channel only when the bound passes
+   * `maxBuffered` (what may wait besides this tick's batch; reading only past the whole bound left the bound stuck just
+   * below it, and everything skipped, until a control message pushed it over).
+   */
   private buffered(channel: PeerDataChannel, maxBuffered: number): number {
     if (this.bufferedAtMost > maxBuffered) this.bufferedAtMost = channel.bufferedAmount;
     return this.bufferedAtMost;
   }
+}
+
+/** Whether any of the first `samples` of `pcm` is speech (not a zero). */
+function speechIn(pcm: Int16Array, samples: number): boolean {
+  for (let i = 0; i < Math.min(samples, pcm.length); i++) if (pcm[i] !== 0) return true;
+  return false;
+}
+
+function samePcm(a: Int16Array, b: Int16Array): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }

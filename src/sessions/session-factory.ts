@@ -152,6 +152,7 @@ export class SessionFactory {
             width,
             height,
             fps,
+            sampleRate: config.sampleRate,
             openServerRenderer: (signal) => this.deps.render.open(avatar, model, signal),
             logger: this.deps.logger,
           })
