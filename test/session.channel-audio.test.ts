@@ -3,10 +3,14 @@ import { Decoder } from '@evan/opus';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { PoseChannelMessage } from '../client/face-canvas.ts';
 import { parseWav } from '../actors/audio/wav.ts';
-import type { PlayoutClock } from '../actors/media/playout.ts';
+import type { MouthSource, PlayoutClock } from '../actors/media/playout.ts';
+import { FrameTimeline, MOUTH_LOOKAHEAD_MS } from '../actors/media/timeline.ts';
+import { CLOSED_MOUTH } from '../actors/render/types.ts';
 import { sessionParts } from '../src/sessions/session.ts';
+import { MAX_POSE_BUFFERED_BYTES, PoseChannel } from '../src/sessions/pose-channel.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { eventually, postAudio, sleep, tone, wavBytes } from './helpers/conversation.ts';
+import { postWhepOffer, ReceivingPeer } from './helpers/peer.ts';
 import { PosePeer } from './helpers/pose-peer.ts';
 
 const RATE = 16_000;
@@ -193,4 +197,305 @@ describe("channel audio: a client-rendered session's audio on the avatar channel
       peer.close();
     }
   }, 60_000);
+
+  /** Whether the peer's track carried audio louder than `level` (RMS) after `since`. */
+  const trackHeard = (peer: { audio: Array<{ at: number; rms: number }> }, since: number, level = 1_000) =>
+    peer.audio.some((a) => a.at > since && a.rms > level);
+
+  it('a page that opens the channel but never asks hears the track as before, and gets no channel audio', async () => {
+    const { id, playout } = await clientSession();
+    const { peer } = await connect(id, playout);
+    try {
+      expect(peer.of('hello')[0].channelAudio).toEqual(['opus']);
+      const since = performance.now();
+      expect((await speak(id, tone(RATE, 1_000, 330, 12_000))).status).toBe(200);
+      expect(await eventually(() => trackHeard(peer, since), 10_000), 'the tone on the track').toBe(true);
+      await sleep(300);
+      expect(peer.of('audio-route')).toEqual([]);
+      expect(peer.of('audio')).toEqual([]);
+    } finally {
+      peer.close();
+    }
+  }, 40_000);
+
+  it('junk on the channel changes nothing (not JSON, huge, binary, another type, another codec, an array); a request after it still works', async () => {
+    const { id, playout } = await clientSession();
+    const { peer } = await connect(id, playout);
+    try {
+      const junk: Array<string | Uint8Array<ArrayBuffer>> = [
+        'not json {',
+        JSON.stringify({ type: 'audio', codec: 'opus', pad: 'x'.repeat(100_000) }),
+        new TextEncoder().encode(ASK) as Uint8Array<ArrayBuffer>,
+        JSON.stringify({ type: 'audio', codec: 'pcm' }),
+        JSON.stringify({ type: 'audio' }),
+        JSON.stringify({ type: 'hello', codec: 'opus' }),
+        JSON.stringify([{ type: 'audio', codec: 'opus' }]),
+        'null',
+        '"audio"',
+        '{"type":"audio","codec":"opus"'.repeat(3),
+      ];
+      for (const message of junk) peer.send(message);
+      await sleep(500);
+      expect(peer.of('audio-route')).toEqual([]);
+      // The session is unharmed and its audio still on the track.
+      expect((await json(await fetch(`${t.baseUrl}/sessions/${id}`))).state).toBe('running');
+      const since = performance.now();
+      expect((await speak(id, tone(RATE, 800, 330, 12_000))).status).toBe(200);
+      expect(await eventually(() => trackHeard(peer, since), 10_000), 'the tone on the track').toBe(true);
+      expect(peer.of('audio')).toEqual([]);
+      // A well-formed request still switches; asking twice switches once.
+      peer.send(ASK);
+      peer.send(ASK);
+      expect(await eventually(() => peer.of('audio-route').length > 0, 5_000)).toBe(true);
+      await sleep(300);
+      expect(peer.of('audio-route')).toHaveLength(1);
+    } finally {
+      peer.close();
+    }
+  }, 40_000);
+
+  it('a WHEP viewer on the same session still hears the audio while the main peer takes it on the channel', async () => {
+    const { id, playout } = await clientSession();
+    const { peer, heard } = await connect(id, playout);
+    let location = '';
+    const viewer = await ReceivingPeer.connectWith(async (offer) => {
+      const res = await postWhepOffer(t.baseUrl, id, offer.sdp);
+      expect(res.status).toBe(201);
+      location = res.headers.get('location') ?? '';
+      return { type: 'answer', sdp: await res.text() };
+    });
+    try {
+      peer.send(ASK);
+      expect(await eventually(() => peer.of('audio-route').length > 0, 5_000)).toBe(true);
+      const since = performance.now();
+      expect((await speak(id, tone(RATE, 1_000, 330, 12_000))).status).toBe(200);
+      await viewer.until(() => viewer.audio.some((a) => a.at > since && a.rms > 1_000), 10_000, 'audio at the viewer');
+      expect(await eventually(() => heard.packets.size > 25, 10_000), 'channel audio at the page').toBe(true);
+    } finally {
+      viewer.close();
+      peer.close();
+    }
+    expect((await fetch(`${t.baseUrl}${location}`, { method: 'DELETE' })).status).toBe(204);
+  }, 40_000);
+
+  it('barge-in sends flush with audio: true, and no audio of the dropped speech after it', async () => {
+    const { id, playout } = await clientSession();
+    const { peer, heard } = await connect(id, playout);
+    try {
+      peer.send(ASK);
+      expect(await eventually(() => peer.of('audio-route').length > 0, 5_000)).toBe(true);
+      expect((await speak(id, tone(RATE, 4_000, 330, 12_000))).status).toBe(200);
+      expect(await eventually(() => heard.packets.size > 40, 10_000), 'channel audio').toBe(true);
+      expect((await post(t.baseUrl, `/sessions/${id}/interrupt`)).status).toBe(200);
+      expect(await eventually(() => peer.of('flush').some((m) => m.audio === true), 5_000)).toBe(true);
+      await sleep(800);
+      const flushAt = peer.messages.findIndex((m) => m.type === 'flush' && m.audio === true);
+      expect(peer.messages.slice(flushAt).filter((m) => m.type === 'audio')).toEqual([]);
+      // Flushes of poses alone (new audio under poses sent ahead) leave the audio sent standing.
+      expect(
+        peer
+          .of('flush')
+          .filter((m) => m.fromRtp !== undefined)
+          .every((m) => m.audio === undefined),
+      ).toBe(true);
+
+      // New speech after the barge-in starts a fresh stream.
+      const before = peer.of('audio').length;
+      expect((await speak(id, tone(RATE, 500, 330, 12_000))).status).toBe(200);
+      expect(await eventually(() => peer.of('audio').length > before, 5_000)).toBe(true);
+      expect(peer.of('audio')[before].fresh).toBe(true);
+    } finally {
+      peer.close();
+    }
+  }, 40_000);
+
+  it('a reconnecting peer starts on the track again until its page asks', async () => {
+    const { id, playout } = await clientSession();
+    const first = await connect(id, playout);
+    first.peer.send(ASK);
+    expect(await eventually(() => first.peer.of('audio-route').length > 0, 5_000)).toBe(true);
+    const second = await connect(id, playout);
+    try {
+      const since = performance.now();
+      expect((await speak(id, tone(RATE, 1_000, 330, 12_000))).status).toBe(200);
+      expect(await eventually(() => trackHeard(second.peer, since), 10_000), 'the new peer hears its track').toBe(true);
+      expect(second.peer.of('audio-route')).toEqual([]);
+      expect(second.peer.of('audio')).toEqual([]);
+      await sleep(1_000);
+      second.peer.send(ASK);
+      expect(await eventually(() => second.peer.of('audio-route').length > 0, 5_000)).toBe(true);
+      const switched = performance.now();
+      expect((await speak(id, tone(RATE, 1_000, 330, 12_000))).status).toBe(200);
+      expect(await eventually(() => second.heard.packets.size > 25, 10_000), 'channel audio').toBe(true);
+      await sleep(500);
+      expect(trackHeard(second.peer, switched + 300, 100)).toBe(false);
+    } finally {
+      first.peer.close();
+      second.peer.close();
+    }
+  }, 40_000);
+});
+
+describe('channel audio packets: whole 20 ms packets on the clock grid, ahead by the lead, padded only when due, re-sent when audio lands, fresh after a gap', () => {
+  const hello = { kitUrl: '/k', model: 'rt', fps: 25, width: 512, height: 512 };
+  const quiet: MouthSource = { durationMs: 0, poseAt: () => CLOSED_MOUTH, levelAt: () => 0 };
+  const endOfTick = () => new Promise<void>((resolve) => setImmediate(resolve));
+  const pose = (ptsMs: number) => ({ frameIdx: ptsMs / 40, ptsMs, mouth: CLOSED_MOUTH, level: 0, speaking: false });
+
+  /** A pose channel on a fake open channel, reading a real frame timeline whose clock position the test sets. */
+  function channelOn(sampleRate: number) {
+    const sent: PoseChannelMessage[] = [];
+    const listeners = new Map<string, (event: { data: unknown }) => void>();
+    const state = { clock: 0, buffered: 0, routed: 0 };
+    const timeline = new FrameTimeline(sampleRate, 25);
+    const channel = {
+      label: 'avatar',
+      readyState: 'open',
+      get bufferedAmount() {
+        return state.buffered;
+      },
+      send: (text: string) => {
+        const data = JSON.parse(text) as PoseChannelMessage | PoseChannelMessage[];
+        sent.push(...(Array.isArray(data) ? data : [data]));
+      },
+      close: () => undefined,
+      addEventListener: (type: string, listener: (event: never) => void) =>
+        listeners.set(type, listener as (event: { data: unknown }) => void),
+    };
+    const poses = new PoseChannel(hello, () => (state.clock * 1000) / sampleRate, {
+      sampleRate,
+      queuedAudio: (from, to) => {
+        const pcm = timeline.speechBetween(from, to);
+        return pcm && { pcm, complete: to <= timeline.endSample };
+      },
+      routeToChannel: () => {
+        state.routed++;
+        return true;
+      },
+    });
+    poses.attach(channel);
+    return {
+      poses,
+      sent,
+      state,
+      timeline,
+      ask: (data: unknown = ASK) => listeners.get('message')!({ data }),
+      /** Queues `samples` of a tone at the end of the timeline (or at the clock, after a gap). */
+      queue: (samples: number) =>
+        timeline.append(samples, quiet, null, state.clock, tone(sampleRate, (samples * 1000) / sampleRate, 440, 9_000)),
+      /** One batch at the clock's position (a pose goes, and the audio due rides with it); its audio messages. */
+      async batch(): Promise<AudioMessage[]> {
+        const from = sent.length;
+        poses.pose(pose((state.clock * 1000) / sampleRate + 160));
+        await endOfTick();
+        return sent.slice(from).filter((m): m is AudioMessage => m.type === 'audio');
+      },
+    };
+  }
+  const packetsOf = (messages: AudioMessage[]) =>
+    messages.flatMap((m) => m.packets.map((_, i) => m.rtp / RTP_PER_PACKET + i));
+
+  it('sends the queued audio in packets up to the lead, waits for a packet not all queued until it is due, then re-sends it whole', async () => {
+    const c = channelOn(RATE);
+    await endOfTick();
+    expect(c.sent[0]).toMatchObject({ type: 'hello', channelAudio: ['opus'] });
+    c.ask();
+    await endOfTick();
+    expect(c.sent.at(-1)).toEqual({ type: 'audio-route', route: 'channel' });
+    expect(c.poses.route).toBe('channel');
+
+    c.queue(8_100);
+    // Up to CHANNEL_AUDIO_LEAD_MS (240 ms: 12 packets) ahead of the clock, the first one fresh.
+    const first = await c.batch();
+    expect(first).toHaveLength(1);
+    expect(first[0]).toMatchObject({ rtp: 0, fresh: true });
+    expect(packetsOf(first)).toEqual([...Array(12).keys()]);
+    c.state.clock = 1_280;
+    const second = await c.batch();
+    expect(packetsOf(second)).toEqual([12, 13, 14, 15]);
+    expect(second[0].fresh).toBeUndefined();
+    // Packet 25 (8 000–8 320) is not all queued and not due: it waits.
+    c.state.clock = 5_000;
+    expect(packetsOf(await c.batch())).toEqual([16, 17, 18, 19, 20, 21, 22, 23, 24]);
+    // Due (CHANNEL_AUDIO_DUE_MS): it goes zero-padded.
+    c.state.clock = 6_600;
+    expect(packetsOf(await c.batch())).toEqual([25]);
+    expect(await c.batch()).toEqual([]);
+    // The rest of the sentence lands in it: it goes again, whole, continuing the stream, with what follows.
+    c.queue(2_000);
+    const resent = await c.batch();
+    expect(packetsOf(resent)).toEqual([25, 26, 27, 28, 29, 30]);
+    expect(resent[0].fresh).toBeUndefined();
+    // Each packet decodes to 20 ms at the session's rate.
+    const decoder = new Decoder({ sample_rate: RATE, channels: 1 });
+    for (const packet of resent[0].packets)
+      expect(decoder.decode(Buffer.from(packet, 'base64')).byteLength).toBe(PACKET * 2);
+
+    // After a gap (everything played; new speech at the clock): a fresh stream from the clock's packet.
+    c.state.clock = 20_000;
+    c.timeline.forgetBefore(20_000);
+    c.queue(1_600);
+    // Speech after silence: the clock voids the poses sent ahead under it, and the audio rides with that flush at once.
+    const before = c.sent.length;
+    c.poses.flush(1_250 - MOUTH_LOOKAHEAD_MS);
+    await endOfTick();
+    const afterGap = c.sent.slice(before).filter((m): m is AudioMessage => m.type === 'audio');
+    expect(c.sent[before]).toMatchObject({ type: 'flush' });
+    expect(afterGap[0]).toMatchObject({ rtp: 62 * RTP_PER_PACKET, fresh: true });
+    expect(c.poses.counts).toMatchObject({ lateAudioPackets: 0, skippedAudioPackets: 0 });
+    expect(c.poses.counts.sentAudioPackets).toBe(
+      packetsOf([...first, ...second]).length + 9 + 1 + 6 + afterGap[0].packets.length,
+    );
+
+    // Barge-in: the flush says the audio goes too, and nothing more is sent for it.
+    c.timeline.clear();
+    c.poses.flush(null);
+    await endOfTick();
+    expect(c.sent.at(-1)).toEqual({ type: 'flush', audio: true });
+    expect(await c.batch()).toEqual([]);
+  });
+
+  it('counts audio against the buffered bound (a page that stops reading stalls its audio), and starts afresh after', async () => {
+    const c = channelOn(RATE);
+    c.ask();
+    c.queue(RATE * 3);
+    await c.batch();
+    c.state.buffered = MAX_POSE_BUFFERED_BYTES * 2;
+    // Past the bound (it is read again only once the bound passes, so fill it with what went).
+    for (let i = 0; i < 200 && c.poses.counts.skippedAudioPackets === 0; i++) {
+      c.state.clock += 320;
+      await c.batch();
+    }
+    expect(c.poses.counts.skippedAudioPackets).toBeGreaterThan(0);
+    const sentWhileStalled = c.poses.counts.sentAudioPackets;
+    // A second later, still stalled: nothing goes.
+    c.state.clock += RATE;
+    expect(await c.batch()).toEqual([]);
+    expect(c.poses.counts.sentAudioPackets).toBe(sentWhileStalled);
+    // The page reads again: audio from the clock on, a fresh stream (the skipped packets never reached its decoder).
+    c.state.buffered = 0;
+    c.state.clock += 320;
+    const resumed = await c.batch();
+    expect(resumed[0]).toMatchObject({ fresh: true, rtp: Math.floor(c.state.clock / PACKET) * RTP_PER_PACKET });
+  });
+
+  it('a session at a rate Opus does not encode offers no channel audio and ignores the request; 48 kHz encodes 48 kHz packets', async () => {
+    const odd = channelOn(22_050);
+    await endOfTick();
+    expect(odd.sent[0]).toMatchObject({ type: 'hello' });
+    expect(odd.sent[0]).not.toHaveProperty('channelAudio');
+    odd.ask();
+    await endOfTick();
+    expect(odd.state.routed).toBe(0);
+    expect(odd.poses.route).toBe('track');
+
+    const wide = channelOn(48_000);
+    wide.ask();
+    wide.queue(48_000);
+    const packets = await wide.batch();
+    expect(packetsOf(packets)).toEqual([...Array(12).keys()]);
+    const decoder = new Decoder({ sample_rate: 48_000, channels: 1 });
+    const pcm = decoder.decode(Buffer.from(packets[0].packets[5], 'base64'));
+    expect(pcm.byteLength).toBe(960 * 2);
+  });
 });
