@@ -136,6 +136,8 @@ export interface ChannelAudioFigures {
   dropped: number;
   /** Packets that reached the worklet after (part of) their slot had played. */
   late: number;
+  /** Speech onsets (the first audio after silence) decoded after their slot: D moved for them (`write`). */
+  lateOnsets: number;
   flushes: number;
   /** D: rtp R plays at context frame R + D (the rtp unwrapped from the first seen); null before the first `sync`. */
   offset: number | null;
@@ -162,6 +164,7 @@ export class ChannelAudioPlayer {
     decoded: 0,
     dropped: 0,
     late: 0,
+    lateOnsets: 0,
     flushes: 0,
     offset: null,
     marginMs: ANCHOR_MARGIN_MS,
@@ -281,7 +284,14 @@ export class ChannelAudioPlayer {
   /** D = the earliest recent arrival + the margin. */
   private anchor(): void {
     if (this.arrivals.length === 0) return;
-    const offset = Math.min(...this.arrivals) + Math.round((this.figures.marginMs * CHANNEL_AUDIO_RATE) / 1000);
+    this.setOffset(Math.min(...this.arrivals) + this.marginTicks());
+  }
+
+  private marginTicks(): number {
+    return Math.round((this.figures.marginMs * CHANNEL_AUDIO_RATE) / 1000);
+  }
+
+  private setOffset(offset: number): void {
     if (offset === this.figures.offset) return;
     this.figures.offset = offset;
     this.node?.port.postMessage({ type: 'anchor', offset });
@@ -313,6 +323,16 @@ export class ChannelAudioPlayer {
       const samples = new Float32Array(data.numberOfFrames);
       data.copyTo(samples, { planeIndex: 0, format: 'f32-planar' });
       const rtp = rtpOf(data.timestamp) - OPUS_ENCODER_DELAY_TICKS;
+      // The first audio after silence (nothing buffered) that came after its slot: the service sent a speech onset
+      // late (its event loop was busy as the speech was queued). D moves now, before anything is heard, so the onset
+      // plays whole, the margin after now, and the poses follow; D goes back at the next silence (`sync`).
+      if (this.playhead() >= this.bufferedTo) {
+        const onTime = Math.round(this.context.currentTime * CHANNEL_AUDIO_RATE) - rtp + this.marginTicks();
+        if (onTime > this.figures.offset!) {
+          this.figures.lateOnsets++;
+          this.setOffset(onTime);
+        }
+      }
       this.bufferedTo = Math.max(this.bufferedTo, rtp + samples.length);
       this.figures.decoded++;
       this.node.port.postMessage({ type: 'write', rtp, samples }, [samples.buffer]);

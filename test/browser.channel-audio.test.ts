@@ -216,7 +216,7 @@ describe.skipIf(!hasChromium)('the channel audio player in headless Chromium', (
     }
   }, 60_000);
 
-  it('flush drops every packet not yet heard; a packet after its slot counts late and raises the margin of the next anchor', async () => {
+  it('flush drops every packet not yet heard; a late speech onset moves D and plays whole; a packet after its slot while audio plays counts late and raises the margin of the next anchor', async () => {
     const page = await browser.newPage();
     try {
       await page.goto(origin);
@@ -249,33 +249,52 @@ describe.skipIf(!hasChromium)('the channel audio player in headless Chromium', (
         { timeout: 10_000 },
       );
 
-      // A packet handed over 100 ms after its slot: late, and the margin grows.
-      const late = ((await page.evaluate(() => (window as any).clock())) as number) - ticks(100);
-      await page.evaluate(([rtp, packets]) => (window as any).send(rtp, packets, true), [
-        late,
-        opusPackets(toneBurst(40, 0, 40, 440)),
-      ] as const);
-      await page.waitForFunction(() => (window as any).player.figures.late > 0, null, { timeout: 5_000 });
-      await page.waitForTimeout(300);
       const out = await heard(page);
-      const figures = await page.evaluate(() => (window as any).player.figures);
-
       expect(firstLoud(out, first + offset, first + offset + ticks(10))).toBeGreaterThan(0);
       // Nothing of the tone after the flush reached the worklet (a render quantum and the message's way).
-      const lastLoud = (() => {
-        let f = -1;
-        for (let at = first + offset; at < first + offset + ticks(1000); at++)
-          if (Math.abs(out.samples[at - out.from]) > LOUD) f = at;
-        return f;
-      })();
+      let lastLoud = -1;
+      for (let at = first + offset; at < first + offset + ticks(1000); at++)
+        if (Math.abs(out.samples[at - out.from]) > LOUD) lastLoud = at;
       console.log(
         `channel audio: the tone's last sound ${((lastLoud - offset - flushedAt) / 48).toFixed(1)} ms after the flush`,
       );
       expect(lastLoud - offset).toBeLessThan(flushedAt + ticks(30));
-      expect(figures.flushes).toBe(1);
-      // It came 100 ms after the clock's now, so ~60 ms after its slot (D holds the 40 ms margin and the syncs' way).
-      expect(figures.marginMs).toBeGreaterThan(ANCHOR_MARGIN_MS + 40);
-      // Re-anchored with the larger margin (nothing is buffered).
+      expect((await page.evaluate(() => (window as any).player.figures)).flushes).toBe(1);
+
+      // A speech onset after silence, handed over 100 ms after the clock's now (a busy service): D moves before it
+      // plays, so it plays whole, from its rtp + the new D.
+      const onset = ((await page.evaluate(() => (window as any).clock())) as number) - ticks(100);
+      await page.evaluate(([rtp, packets]) => (window as any).send(rtp, packets, true), [
+        onset,
+        opusPackets(toneBurst(600, 0, 600, 440)),
+      ] as const);
+      await page.waitForFunction(() => (window as any).player.figures.lateOnsets > 0, null, { timeout: 5_000 });
+      const moved = (await page.evaluate(() => (window as any).player.figures.offset)) as number;
+      expect(moved - offset).toBeGreaterThanOrEqual(ticks(100));
+
+      // While it plays (audio is buffered), a packet for a slot 50 ms past: late; D stays, the margin grows.
+      await page.evaluate(
+        ([packets, past]) => {
+          const w = window as any;
+          const playhead = Math.round(w.context.currentTime * 48000) - w.player.figures.offset;
+          w.send(playhead - past, packets, true);
+        },
+        [opusPackets(toneBurst(20, 0, 20, 880)), ticks(50)] as const,
+      );
+      await page.waitForFunction(() => (window as any).player.figures.late > 0, null, { timeout: 5_000 });
+      expect(await page.evaluate(() => (window as any).player.figures.offset)).toBe(moved);
+      // Re-anchored with the larger margin once nothing is buffered.
+      await page.waitForFunction((moved) => (window as any).player.figures.offset !== moved, moved, { timeout: 5_000 });
+      await page.waitForTimeout(200);
+      const after = await heard(page);
+      const figures = await page.evaluate(() => (window as any).player.figures);
+      const heardOnset = firstLoud(after, onset + moved - ticks(50), onset + moved + ticks(100));
+      console.log(
+        `channel audio: a late onset heard ${((heardOnset - onset - moved) / 48).toFixed(2)} ms from rtp + D`,
+      );
+      expect(Math.abs(heardOnset - (onset + moved))).toBeLessThanOrEqual(ticks(ONSET_TOLERANCE_MS));
+      expect(figures.lateOnsets).toBe(1);
+      expect(figures.marginMs).toBeGreaterThan(ANCHOR_MARGIN_MS + 30);
       expect(figures.offset - offset).toBeGreaterThanOrEqual(ticks(figures.marginMs - ANCHOR_MARGIN_MS - 5));
     } finally {
       await page.close();
