@@ -10,7 +10,7 @@ import { sessionParts } from '../src/sessions/session.ts';
 import { MAX_POSE_BUFFERED_BYTES, PoseChannel } from '../src/sessions/pose-channel.ts';
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { eventually, postAudio, sleep, tone, wavBytes } from './helpers/conversation.ts';
-import { postWhepOffer, ReceivingPeer } from './helpers/peer.ts';
+import { connectWhepViewer } from './helpers/peer.ts';
 import { PosePeer } from './helpers/pose-peer.ts';
 
 const RATE = 16_000;
@@ -257,13 +257,7 @@ describe("channel audio: a client-rendered session's audio on the avatar channel
   it('a WHEP viewer on the same session still hears the audio while the main peer takes it on the channel', async () => {
     const { id, playout } = await clientSession();
     const { peer, heard } = await connect(id, playout);
-    let location = '';
-    const viewer = await ReceivingPeer.connectWith(async (offer) => {
-      const res = await postWhepOffer(t.baseUrl, id, offer.sdp);
-      expect(res.status).toBe(201);
-      location = res.headers.get('location') ?? '';
-      return { type: 'answer', sdp: await res.text() };
-    });
+    const { viewer, location } = await connectWhepViewer(t.baseUrl, id);
     try {
       peer.send(ASK);
       expect(await eventually(() => peer.of('audio-route').length > 0, 5_000)).toBe(true);

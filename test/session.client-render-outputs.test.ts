@@ -5,7 +5,7 @@ import { sessionParts } from '../src/sessions/session.ts';
 import { json, post, startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import { eventually, postAudio, sleep, tone, wavBytes } from './helpers/conversation.ts';
 import { extractFrames, probeMp4 } from './helpers/mp4.ts';
-import { postWhepOffer, ReceivingPeer } from './helpers/peer.ts';
+import { connectWhepViewer } from './helpers/peer.ts';
 
 /** demo-rt: a drawn 512² face, its mouth in the lower middle of the frame. */
 const SIZE = 512;
@@ -80,13 +80,7 @@ describe('a client-rendered session renders on the server only for its server-si
   it('a WHEP viewer gets video rendered on the server, and the server renderer goes with the last viewer', async () => {
     const id = await clientSession();
     const media = sessionParts(t.services.supervisor.liveSession(id)!).media;
-    let location = '';
-    const viewer = await ReceivingPeer.connectWith(async (offer) => {
-      const res = await postWhepOffer(t.baseUrl, id, offer.sdp);
-      expect(res.status).toBe(201);
-      location = res.headers.get('location') ?? '';
-      return { type: 'answer', sdp: await res.text() };
-    });
+    const { viewer, location } = await connectWhepViewer(t.baseUrl, id);
     try {
       expect(await eventually(() => media.rendersOnServer, 10_000)).toBe(true);
       await viewer.until(() => viewer.frames.length > 5, 15_000, 'video at the WHEP viewer');

@@ -8,10 +8,12 @@
 import { Encoder } from '@evan/opus';
 
 /**
- * Opus complexity of channel audio. Measured with `@evan/opus` on 20 s of speech at 16 kHz in 20 ms frames, CPU per
- * audio-second: complexity 9 (libwebrtc's) 8.5 ms, 5 5.7 ms, 2 3.8 ms, 0 2.1 ms, all ~19 kb/s. 5 keeps Opus's
- * pitch and noise analysis (below it the SILK layer's quality drops audibly on speech at this bitrate) at two thirds
- * of libwebrtc's cost; the rest of the saving is the RTP path and pacer that channel audio does not use at all.
+ * Opus complexity of channel audio. Measured with `@evan/opus` on the 20 s speech fixture at 16 kHz in 20 ms packets
+ * (docs/performance.md, "Audio on the pose channel"), CPU per audio-second / waveform SNR after decoding: complexity 9
+ * (libwebrtc's) 7.2–9.4 ms / 11.2 dB, 5 5.1 ms / 11.0 dB, 2 3.4 ms / 10.6 dB, 0 1.8 ms / 10.5 dB, all 17–18 kb/s.
+ * 5 keeps what 9 codes (within 0.2 dB) at 55–70 % of its cost; going lower saves ~1 ms more per speaking
+ * session-second and loses two to three times as much (0.4–0.5 dB). The larger saving is wrtc's RTP path and pacer,
+ * which channel audio skips.
  */
 export const CHANNEL_OPUS_COMPLEXITY = 5;
 

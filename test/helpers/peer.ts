@@ -173,3 +173,18 @@ export function postWhepOffer(
     body: sdp,
   });
 }
+
+/** A WHEP viewer of the session (a real wrtc receiver) and its resource's path (`Location`, for its DELETE). */
+export async function connectWhepViewer(
+  baseUrl: string,
+  sessionId: string,
+): Promise<{ viewer: ReceivingPeer; location: string }> {
+  let location = '';
+  const viewer = await ReceivingPeer.connectWith(async (offer) => {
+    const res = await postWhepOffer(baseUrl, sessionId, offer.sdp);
+    if (res.status !== 201) throw new Error(`WHEP offer failed: ${res.status} ${await res.text()}`);
+    location = res.headers.get('location') ?? '';
+    return { type: 'answer', sdp: await res.text() };
+  });
+  return { viewer, location };
+}
