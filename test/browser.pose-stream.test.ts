@@ -225,6 +225,13 @@ describe.skipIf(!hasChromium)('<avatar-chat render="client"> on a page of anothe
         const before = await tab.evaluate(
           () => (document.querySelector('avatar-chat') as any).client.poseStream.audio.figures.flushes,
         );
+        // Once the first tone's turn is over (the widget says idle), a second one, stopped while it plays.
+        await tab.waitForFunction(
+          () =>
+            (document.querySelector('avatar-chat') as any).shadowRoot.querySelector('.badge').textContent === 'idle',
+          null,
+          { timeout: STEP_MS },
+        );
         await speakTone(sessionId);
         await tab.waitForFunction(
           () => (document.querySelector('avatar-chat') as any).client.poseStream.figures.drawn.at(-1)?.speaking,
