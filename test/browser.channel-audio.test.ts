@@ -81,6 +81,11 @@ function opusPackets(pcm: Int16Array): string[] {
   return packets;
 }
 
+/** Hands the player `pcm` as the service would: Opus packets from `rtp` (unwrapped; sent modulo 2^32), fresh. */
+async function sendPcm(page: Page, rtp: number, pcm: Int16Array): Promise<void> {
+  await page.evaluate(([rtp, packets]) => (window as any).send(rtp, packets, true), [rtp, opusPackets(pcm)] as const);
+}
+
 const ticks = (ms: number) => Math.round((ms * CHANNEL_AUDIO_RATE) / 1000);
 
 describe.skipIf(!hasChromium)('the channel audio player in headless Chromium', () => {
@@ -149,32 +154,17 @@ describe.skipIf(!hasChromium)('the channel audio player in headless Chromium', (
       // 1. Timing at the anchor: a 440 Hz tone starting 100 ms into a burst sent LEAD_MS ahead, on the 20 ms grid.
       const now = (await page.evaluate(() => (window as any).clock())) as number;
       const first = Math.ceil((now + ticks(LEAD_MS)) / 960) * 960;
-      await page.evaluate(([rtp, packets]) => (window as any).send(rtp, packets, true), [
-        first,
-        opusPackets(toneBurst(400, 100, 200, 440)),
-      ] as const);
+      await sendPcm(page, first, toneBurst(400, 100, 200, 440));
 
       // 2. Overwrite: 200 ms of silence sent for a span, then a 660 Hz tone for the same rtp (fresh): the tone plays.
       const second = first + ticks(600);
-      await page.evaluate(([rtp, packets]) => (window as any).send(rtp, packets, true), [
-        second,
-        opusPackets(toneBurst(200, 0, 0, 660)),
-      ] as const);
-      await page.evaluate(([rtp, packets]) => (window as any).send(rtp, packets, true), [
-        second,
-        opusPackets(toneBurst(200, 0, 200, 660)),
-      ] as const);
+      await sendPcm(page, second, toneBurst(200, 0, 0, 660));
+      await sendPcm(page, second, toneBurst(200, 0, 200, 660));
 
       // 3. Gap: 100 ms of tone, nothing for 200 ms, 100 ms of tone (each fresh).
       const third = second + ticks(400);
-      await page.evaluate(([rtp, packets]) => (window as any).send(rtp, packets, true), [
-        third,
-        opusPackets(toneBurst(100, 0, 100, 440)),
-      ] as const);
-      await page.evaluate(([rtp, packets]) => (window as any).send(rtp, packets, true), [
-        third + ticks(300),
-        opusPackets(toneBurst(100, 0, 100, 440)),
-      ] as const);
+      await sendPcm(page, third, toneBurst(100, 0, 100, 440));
+      await sendPcm(page, third + ticks(300), toneBurst(100, 0, 100, 440));
 
       // Wait until all of it played.
       await page.waitForFunction(
@@ -228,10 +218,7 @@ describe.skipIf(!hasChromium)('the channel audio player in headless Chromium', (
       // A second of tone sent ahead; flushed while it plays.
       const now = (await page.evaluate(() => (window as any).clock())) as number;
       const first = Math.ceil((now + ticks(LEAD_MS)) / 960) * 960;
-      await page.evaluate(([rtp, packets]) => (window as any).send(rtp, packets, true), [
-        first,
-        opusPackets(toneBurst(1000, 0, 1000, 440)),
-      ] as const);
+      await sendPcm(page, first, toneBurst(1000, 0, 1000, 440));
       // Flushed when 300 ms of it have been rendered.
       await page.waitForFunction(
         ([at, offset]) => (window as any).context.currentTime * 48000 - offset > at,
@@ -264,10 +251,7 @@ describe.skipIf(!hasChromium)('the channel audio player in headless Chromium', (
       // A speech onset after silence, handed over 100 ms after the clock's now (a busy service): D moves before it
       // plays, so it plays whole, from its rtp + the new D.
       const onset = ((await page.evaluate(() => (window as any).clock())) as number) - ticks(100);
-      await page.evaluate(([rtp, packets]) => (window as any).send(rtp, packets, true), [
-        onset,
-        opusPackets(toneBurst(600, 0, 600, 440)),
-      ] as const);
+      await sendPcm(page, onset, toneBurst(600, 0, 600, 440));
       await page.waitForFunction(() => (window as any).player.figures.lateOnsets > 0, null, { timeout: 5_000 });
       const moved = (await page.evaluate(() => (window as any).player.figures.offset)) as number;
       expect(moved - offset).toBeGreaterThanOrEqual(ticks(100));

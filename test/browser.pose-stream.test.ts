@@ -131,6 +131,23 @@ describe.skipIf(!hasChromium)('<avatar-chat render="client"> on a page of anothe
     return tab.evaluate(() => (window as any).ready.sessionId as string);
   }
 
+  /** What the widget's client set up: the hello, the peer's receivers and its track, the canvas, the audio route. */
+  function widgetSetup(tab: Page) {
+    return tab.evaluate(() => {
+      const element = document.querySelector('avatar-chat') as any;
+      const client = element.client;
+      return {
+        hello: client.poseStream.figures.hello,
+        receivers: client.peer.getReceivers().map((r: RTCRtpReceiver) => r.track.kind),
+        trackEnabled: client.peer.getReceivers()[0].track.enabled as boolean,
+        canvas: !!element.shadowRoot.querySelector('canvas'),
+        route: client.poseStream.figures.audioRoute as string,
+        context: client.audioContext?.state as string | undefined,
+        rate: client.audioContext?.sampleRate as number | undefined,
+      };
+    });
+  }
+
   /** The tone the tests speak, and where its first sample played on the media clock (the service's own record). */
   async function speakTone(sessionId: string): Promise<() => number> {
     const session = t.services.supervisor.liveSession(sessionId)!;
@@ -162,17 +179,7 @@ describe.skipIf(!hasChromium)('<avatar-chat render="client"> on a page of anothe
           null,
           { timeout: STEP_MS },
         );
-        const setup = await tab.evaluate(() => {
-          const element = document.querySelector('avatar-chat') as any;
-          const client = element.client;
-          return {
-            hello: client.poseStream.figures.hello,
-            receivers: client.peer.getReceivers().map((r: RTCRtpReceiver) => r.track.kind),
-            trackEnabled: client.peer.getReceivers()[0].track.enabled,
-            context: client.audioContext.state,
-            rate: client.audioContext.sampleRate,
-          };
-        });
+        const setup = await widgetSetup(tab);
         expect(setup.hello).toMatchObject({ type: 'hello', model: 'rt', channelAudio: ['opus'] });
         expect(setup.receivers).toEqual(['audio']);
         // The track is muted on the page: only the player is heard.
@@ -275,17 +282,7 @@ describe.skipIf(!hasChromium)('<avatar-chat render="client"> on a page of anothe
         null,
         { timeout: STEP_MS },
       );
-      const setup = await tab.evaluate(() => {
-        const element = document.querySelector('avatar-chat') as any;
-        const client = element.client;
-        return {
-          hello: client.poseStream.figures.hello,
-          receivers: client.peer.getReceivers().map((r: RTCRtpReceiver) => r.track.kind),
-          canvas: !!element.shadowRoot.querySelector('canvas'),
-          route: client.poseStream.figures.audioRoute,
-          trackEnabled: client.peer.getReceivers()[0].track.enabled,
-        };
-      });
+      const setup = await widgetSetup(tab);
       expect(setup.hello).toMatchObject({ type: 'hello', kitUrl: '/avatars/demo-rt/render-kit?model=rt', model: 'rt' });
       expect(setup.receivers).toEqual(['audio']);
       expect(setup.canvas).toBe(true);
