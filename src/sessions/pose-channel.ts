@@ -6,8 +6,9 @@
  * RTP time: libwebrtc stamps the Opus packets of a peer's audio track with a random initial offset plus the samples
  * the track was given, at 48 kHz (checked in Chromium with `getSynchronizationSources()`: the played `rtpTimestamp`
  * minus the samples pushed stays constant). wrtc does not expose the offset, so a pose's `rtp` is the media clock's
- * sample count at `RTP_CLOCK_RATE` (every chunk the clock plays goes to the track, so the two differ by a constant
- * per peer), and `sync` messages, sent as the audio they name leaves, let the browser find that constant.
+ * sample count at `RTP_CLOCK_RATE` (every chunk the clock plays goes to the track while the page takes its audio
+ * there, so the two differ by a constant per peer), and `sync` messages, sent as the audio they name leaves, let the
+ * browser find that constant. With channel audio the same `rtp` addresses the packets the page plays itself.
  *
  * A pose is stamped with the time its MOUTH sounds, not its frame's presentation time: the media timeline gives each
  * frame the mouth of `MOUTH_LOOKAHEAD_MS` later (to meet the server path's video delay, which a canvas drawn at the
