@@ -43,6 +43,20 @@ export function rtpDiff(a: number, b: number): number {
   return d >= RTP_WRAP / 2 ? d - RTP_WRAP : d;
 }
 
+/** Resolves true once `context` runs (at once if it does), false if it closes first. */
+function running(context: AudioContext): Promise<boolean> {
+  if (context.state === 'running') return Promise.resolve(true);
+  void context.resume().catch(() => undefined);
+  return new Promise((resolve) => {
+    const changed = () => {
+      if (context.state === 'suspended') return;
+      context.removeEventListener('statechange', changed);
+      resolve(context.state === 'running');
+    };
+    context.addEventListener('statechange', changed);
+  });
+}
+
 /** The receiver's stats this reads (`inbound-rtp` and `media-playout`). */
 interface AudioStats {
   type: string;
@@ -208,12 +222,15 @@ export class PoseStream {
   }
 
   /**
-   * The hello offers Opus on the channel: when this page can decode and play it, the player is made and the service
-   * asked (`ChannelAudioRequest`). Until `audio-route` `channel` comes, the track plays.
+   * The hello offers Opus on the channel: when this page can decode and play it, and its AudioContext runs (a context
+   * made outside a user gesture waits, suspended, until the page resumes it in one), the player is made and the
+   * service asked (`ChannelAudioRequest`). Until `audio-route` `channel` comes, the track plays.
    */
   private async askForChannelAudio(): Promise<void> {
     if (!this.channelAudio || this.audio || !(await channelAudioSupported()) || this.closed) return;
-    const player = new ChannelAudioPlayer(this.channelAudio.context);
+    const context = this.channelAudio.context;
+    if (!(await running(context)) || this.closed || this.audio) return;
+    const player = new ChannelAudioPlayer(context);
     this.audio = player;
     try {
       await player.ready;

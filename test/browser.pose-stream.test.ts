@@ -400,6 +400,37 @@ describe.skipIf(!hasChromium)('<avatar-chat render="client"> on a page of anothe
     }
   }, 120_000);
 
+  it('a page whose AudioContext was made outside a user gesture (suspended) stays on the track, and asks for channel audio once a click lets the context run', async () => {
+    const page = `<!doctype html>\n<script type="module">
+import { AvatarClient } from '${t.baseUrl}/client.js';
+const client = new AvatarClient({ server: '${t.baseUrl}', render: 'client' });
+window.client = client;
+document.body.onclick = () => client.audioContext.resume();
+await client.createSession({ avatar_id: 'demo-rt', model: 'rt' });
+await client.connect();
+await client.start();
+// Reported without the test evaluating anything in the page (Playwright's evaluations count as user gestures).
+setTimeout(() => console.log(JSON.stringify({ context: client.audioContext.state, route: client.poseStream.figures.audioRoute, poses: client.poseStream.figures.poses })), 2000);
+</script><body style="height: 100vh">click</body>\n`;
+    const tab = await plain.newPage();
+    try {
+      await hostPage(page, async () => {
+        const report = tab.waitForEvent('console', { predicate: (m) => m.text().startsWith('{'), timeout: STEP_MS });
+        await tab.goto(`http://127.0.0.1:${port}/`);
+        const { poses, ...before } = JSON.parse((await report).text());
+        expect(poses).toBeGreaterThan(20);
+        expect(before).toEqual({ context: 'suspended', route: 'track' });
+        await tab.locator('body').click();
+        await tab.waitForFunction(() => (window as any).client.poseStream.figures.audioRoute === 'channel', null, {
+          timeout: STEP_MS,
+        });
+        await tab.evaluate(() => (window as any).client.end());
+      });
+    } finally {
+      await tab.close();
+    }
+  }, 60_000);
+
   it('the page at /: the switch "Draw the face in this browser" starts a client-rendered session drawn in a canvas whose channel audio plays after the click (default autoplay policy), and End removes it', async () => {
     const tab = await plain.newPage();
     await tab.addInitScript(KEEP_HEARD_NODES);
