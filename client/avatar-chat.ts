@@ -172,12 +172,13 @@ export class AvatarChatElement extends HTMLElement {
     this.button('start').disabled = true;
     this.setStatus('connecting');
     const server = this.getAttribute('server') ?? scriptOrigin;
+    // render="client": this browser draws the face from the render kit and the pose stream (docs/embedding.md). The
+    // client is made here, in Start's click, before any wait: its audio (channel audio) may then start playing.
+    const render = this.getAttribute('render') === 'client' ? 'client' : 'server';
+    const client = new AvatarClient({ server, tools: this.tools, render });
+    this.client = client;
     if (server !== this.server || !(await this.capabilities)) this.capabilities = this.loadCapabilities();
     this.server = server;
-    // render="client": this browser draws the face from the render kit and the pose stream (docs/embedding.md).
-    const render = this.getAttribute('render') === 'client' ? 'client' : 'server';
-    const client = new AvatarClient({ server: this.server, tools: this.tools, render });
-    this.client = client;
     this.listen(client);
     try {
       const avatarId =

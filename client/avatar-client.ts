@@ -15,9 +15,16 @@ import type {
   ToolResultResponse,
 } from './generated/api-types.ts';
 import { PoseStream } from './pose-stream.ts';
+import { channelAudioContext } from './channel-audio.ts';
 
 export type * from './generated/api-types.ts';
 export { PoseStream, type PoseStreamFigures } from './pose-stream.ts';
+export {
+  ChannelAudioPlayer,
+  channelAudioContext,
+  channelAudioSupported,
+  type ChannelAudioFigures,
+} from './channel-audio.ts';
 
 /** The label of the data channel a client-rendered session's poses arrive on (the service's `POSE_CHANNEL_LABEL`). */
 export const POSE_CHANNEL_LABEL = 'avatar';
@@ -137,6 +144,12 @@ export class AvatarClient {
   canvas: HTMLCanvasElement | null = null;
   /** A client-rendered session's pose stream on the current peer (its figures show what was drawn when). */
   poseStream: PoseStream | null = null;
+  /**
+   * Where a client-rendered session's audio plays when it comes on the pose channel (docs/embedding.md, "Channel
+   * audio"): made or resumed by `useRendering('client')`, which a page calls in the click that starts the session
+   * (browsers let audio start only from a user gesture). Null when rendered on the server or without Web Audio.
+   */
+  audioContext: AudioContext | null = null;
 
   private readonly server: string;
   private readonly fetchImpl: typeof fetch;
@@ -159,9 +172,17 @@ export class AvatarClient {
   useRendering(render: 'server' | 'client', canvas?: HTMLCanvasElement): void {
     this.options.render = render;
     if (render === 'server') this.canvas = null;
-    else
+    else {
       this.canvas =
         canvas ?? this.canvas ?? (typeof document === 'undefined' ? null : document.createElement('canvas'));
+      // In the user gesture (when called from one): the context may start playing.
+      this.audioContext = channelAudioContext(this.audioContext);
+    }
+  }
+
+  /** What the page hears of a client-rendered session's channel audio (an AudioNode to tap); null on the track. */
+  get channelAudioOutput(): AudioNode | null {
+    return this.poseStream?.figures.audioRoute === 'channel' ? (this.poseStream.audio?.output ?? null) : null;
   }
 
   /** Listens to an SSE event of the session (or a client event); returns the function that stops listening. */
@@ -212,6 +233,8 @@ export class AvatarClient {
     const sessionId = this.sessionId;
     this.disconnect();
     this.sessionId = null;
+    void this.audioContext?.close().catch(() => undefined);
+    this.audioContext = null;
     if (sessionId !== null)
       await this.request('DELETE', `/sessions/${encodeURIComponent(sessionId)}`, undefined, { keepalive });
   }
@@ -381,8 +404,27 @@ export class AvatarClient {
     this.peer = pc;
     previous?.close();
     this.poseStream?.close();
+    // Channel audio: once the service routes the audio to the channel, the track's (silent) audio is muted, so a
+    // page's media element never plays it alongside the player.
+    const receiver = audio.receiver;
+    const channelAudio = this.audioContext
+      ? {
+          context: this.audioContext,
+          onRoute: (route: 'track' | 'channel') => {
+            receiver.track.enabled = route === 'track';
+            if (route === 'channel') void this.audioContext?.resume().catch(() => undefined);
+          },
+        }
+      : null;
     this.poseStream = poses
-      ? new PoseStream(poses, audio.receiver, this.canvas, this.server, (error) => this.emit('render_error', { error }))
+      ? new PoseStream(
+          poses,
+          receiver,
+          this.canvas,
+          this.server,
+          (error) => this.emit('render_error', { error }),
+          channelAudio,
+        )
       : null;
     return pc;
   }

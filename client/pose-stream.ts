@@ -1,13 +1,17 @@
 // The browser's side of a client-rendered session's pose stream (issue 47): reads the `avatar` data channel
 // (`PoseChannelMessage`), keeps a bounded buffer of poses, and at each display frame draws the pose of the audio being
-// heard. "Heard" is the RTP timestamp the audio receiver is playing (`getSynchronizationSources()`); a pose's `rtp` is
-// that clock less the track's random initial offset, which `sync` messages let us estimate (see `offsetEstimate`).
+// heard. With channel audio (the page asked for the session's audio on the channel and plays it itself,
+// `client/channel-audio.ts`), "heard" is exactly the rtp the player's output is at. Otherwise (the track fallback) it is
+// the RTP timestamp the audio receiver is playing (`getSynchronizationSources()`); a pose's `rtp` is that clock less
+// the track's random initial offset, which `sync` messages let us estimate (see `sync`).
+import { ChannelAudioPlayer, channelAudioSupported } from './channel-audio.ts';
 import {
   loadFaceCanvas,
   type FaceCanvas,
   type FramePose,
   type PoseChannelData,
   type PoseChannelMessage,
+  type ChannelAudioRequest,
 } from './face-canvas.ts';
 
 /** Poses kept ahead of (and just behind) what is heard: 2 s at 25 fps, far more than the service's lead (160 ms). */
@@ -39,6 +43,20 @@ export function rtpDiff(a: number, b: number): number {
   return d >= RTP_WRAP / 2 ? d - RTP_WRAP : d;
 }
 
+/** Resolves true once `context` runs (at once if it does), false if it closes first. */
+function running(context: AudioContext): Promise<boolean> {
+  if (context.state === 'running') return Promise.resolve(true);
+  void context.resume().catch(() => undefined);
+  return new Promise((resolve) => {
+    const changed = () => {
+      if (context.state === 'suspended') return;
+      context.removeEventListener('statechange', changed);
+      resolve(context.state === 'running');
+    };
+    context.addEventListener('statechange', changed);
+  });
+}
+
 /** The receiver's stats this reads (`inbound-rtp` and `media-playout`). */
 interface AudioStats {
   type: string;
@@ -59,8 +77,31 @@ export interface PoseStreamFigures {
   jitterMs: number | null;
   /** The audio device's delay after the jitter buffer (`media-playout` stats), ms; null where not reported. */
   outputDelayMs: number | null;
-  /** The last drawn poses: their `rtp`, the RTP being played (`offset` removed) when drawn, that offset; at most 200. */
-  drawn: Array<{ poseRtp: number; heardRtp: number; offset: number; frameIdx: number; speaking: boolean }>;
+  /**
+   * Where the session's audio is heard from: `track` (the receiver, the default) or `channel` (the page asked for
+   * it on the channel, `audio-route` said yes, and the player plays it).
+   */
+  audioRoute: 'track' | 'channel';
+  /**
+   * The last drawn poses: their `rtp`, the rtp heard when drawn (on the poses' clock), how it was known (`channel`:
+   * the player's output; `track`: the receiver's RTP less `offset`), that offset (the track's); at most 200.
+   */
+  drawn: Array<{
+    poseRtp: number;
+    heardRtp: number;
+    offset: number | null;
+    route: 'track' | 'channel';
+    frameIdx: number;
+    speaking: boolean;
+  }>;
+}
+
+/** A client-rendered page's channel audio: the context it plays on, and what to do when the route changes. */
+export interface ChannelAudioOptions {
+  /** The page's AudioContext (`channelAudioContext`, made in the user gesture that started the session). */
+  context: AudioContext;
+  /** The service switched the audio (`audio-route`): the page mutes the track's audio on `channel`. */
+  onRoute: (route: 'track' | 'channel') => void;
 }
 
 /**
@@ -76,8 +117,11 @@ export class PoseStream {
     offset: null,
     jitterMs: null,
     outputDelayMs: null,
+    audioRoute: 'track',
     drawn: [],
   };
+  /** The channel audio player (null when the page cannot play channel audio, or until the hello offers it). */
+  audio: ChannelAudioPlayer | null = null;
   private readonly buffer: FramePose[] = [];
   private readonly rtpOf = new WeakMap<FramePose, number>();
   private readonly estimates: number[] = [];
@@ -104,6 +148,8 @@ export class PoseStream {
     /** The service's base URL, to which the kit's path is relative. */
     private readonly server: string,
     private readonly onError: (error: unknown) => void = () => undefined,
+    /** Where the page plays channel audio; absent: the page keeps the track (it never asks). */
+    private readonly channelAudio: ChannelAudioOptions | null = null,
   ) {
     channel.addEventListener('message', (event: MessageEvent) => this.receive(event.data));
     if (typeof requestAnimationFrame === 'function') this.frame = requestAnimationFrame(() => this.tick());
@@ -116,6 +162,8 @@ export class PoseStream {
     if (this.frame && typeof cancelAnimationFrame === 'function') cancelAnimationFrame(this.frame);
     this.face?.close();
     this.face = null;
+    this.audio?.close();
+    this.audio = null;
   }
 
   private receive(data: unknown): void {
@@ -145,6 +193,7 @@ export class PoseStream {
             (error: unknown) => this.onError(error),
           );
         }
+        if (message.channelAudio?.includes('opus')) void this.askForChannelAudio();
         break;
       case 'pose':
         this.figures.poses++;
@@ -153,12 +202,47 @@ export class PoseStream {
       case 'flush':
         this.figures.flushes++;
         this.flush(message.fromRtp);
+        if (message.audio) this.audio?.flush();
         break;
       case 'sync':
         this.figures.syncs++;
+        this.audio?.sync(message.rtp);
         this.sync(message.rtp);
         break;
+      case 'audio':
+        this.audio?.receive(message);
+        break;
+      case 'audio-route':
+        if (message.route !== 'channel' && message.route !== 'track') break;
+        if (message.route === 'channel' && !this.audio) break;
+        this.figures.audioRoute = message.route;
+        this.channelAudio?.onRoute(message.route);
+        break;
     }
+  }
+
+  /**
+   * The hello offers Opus on the channel: when this page can decode and play it, and its AudioContext runs (a context
+   * made outside a user gesture waits, suspended, until the page resumes it in one), the player is made and the
+   * service asked (`ChannelAudioRequest`). Until `audio-route` `channel` comes, the track plays.
+   */
+  private async askForChannelAudio(): Promise<void> {
+    if (!this.channelAudio || this.audio || !(await channelAudioSupported()) || this.closed) return;
+    const context = this.channelAudio.context;
+    if (!(await running(context)) || this.closed || this.audio) return;
+    const player = new ChannelAudioPlayer(context);
+    this.audio = player;
+    try {
+      await player.ready;
+    } catch (error) {
+      // No worklet (a page whose policy refuses blob: scripts): the track stays.
+      this.onError(error);
+      player.close();
+      this.audio = null;
+      return;
+    }
+    if (this.closed || this.channel.readyState !== 'open') return;
+    this.channel.send(JSON.stringify({ type: 'audio', codec: 'opus' } satisfies ChannelAudioRequest));
   }
 
   /** In frame order; a pose sent again for the same frame (new audio under it) replaces the first. */
@@ -253,17 +337,24 @@ export class PoseStream {
     }
   }
 
+  /** The rtp heard now on the poses' clock: the player's output with channel audio, else the track's estimate. */
+  private heardRtp(): number | null {
+    if (this.figures.audioRoute === 'channel' && this.audio) return this.audio.heardRtp();
+    const played = this.playedRtp();
+    const offset = this.figures.offset;
+    if (played === null || offset === null) return null;
+    // What is heard now left the jitter buffer the audio device's delay ago.
+    return (((played - offset - Math.round(this.outputDelayMs * 48)) % RTP_WRAP) + RTP_WRAP) % RTP_WRAP;
+  }
+
   /**
-   * The pose of the audio heard: the latest whose time has come (older ones are dropped). Without an offset yet, or
-   * when every pose is still ahead (just after a flush), the earliest one.
+   * The pose of the audio heard: the latest whose time has come (older ones are dropped). Without a heard time yet,
+   * or when every pose is still ahead (just after a flush), the earliest one.
    */
   private choose(): FramePose | null {
     if (this.buffer.length === 0) return this.shown;
-    const played = this.playedRtp();
-    const offset = this.figures.offset;
-    if (played === null || offset === null) return this.buffer[0];
-    // What is heard now left the jitter buffer the audio device's delay ago.
-    const heard = (((played - offset - Math.round(this.outputDelayMs * 48)) % RTP_WRAP) + RTP_WRAP) % RTP_WRAP;
+    const heard = this.heardRtp();
+    if (heard === null) return this.buffer[0];
     let at = -1;
     for (let i = 0; i < this.buffer.length; i++) {
       if (rtpDiff(this.rtpOf.get(this.buffer[i])!, heard) <= 0) at = i;
@@ -276,7 +367,8 @@ export class PoseStream {
       this.figures.drawn.push({
         poseRtp: this.rtpOf.get(pose)!,
         heardRtp: heard,
-        offset,
+        offset: this.figures.offset,
+        route: this.figures.audioRoute,
         frameIdx: pose.frameIdx,
         speaking: pose.speaking,
       });

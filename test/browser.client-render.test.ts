@@ -15,8 +15,9 @@ import { startTestApp, tempDir, type TestApp } from './helpers/app.ts';
 import { freePort } from './helpers/service-process.ts';
 
 // Issue 47's end-to-end check: a page of another origin runs `<avatar-chat render="client">`; the face is drawn in
-// the page's canvas from the render kit and the pose stream. Measured on the canvas frames as drawn (face landmarks),
-// against the audio the page hears (WebAudio on the received track, as bench/mouth-sync-browser.ts does).
+// the page's canvas from the render kit and the pose stream, its audio played by the page from the channel (channel
+// audio, client/channel-audio.ts). Measured on the canvas frames as drawn (face landmarks), against the audio the page
+// hears (the player's output; the track fallback is tested in browser.pose-stream).
 
 const CHROMIUM = '/usr/bin/chromium';
 const hasChromium = fs.existsSync(CHROMIUM);
@@ -52,20 +53,24 @@ const CAPTURE = `(() => {
     if (cap.draws.length > 5000) cap.draws.shift();
     if (cap.recording) cap.frames.push({ at, open: pose.mouth.open, jpeg: canvas.toDataURL('image/jpeg', 0.9) });
   };
-  const receiver = client.peer.getReceivers().find((r) => r.track && r.track.kind === 'audio');
-  const ctx = new AudioContext();
+  // What the page hears: the channel audio player's output on its AudioContext (the track is muted then).
+  const ctx = client.audioContext;
   const analyser = ctx.createAnalyser();
   analyser.fftSize = 512;
-  ctx.createMediaStreamSource(new MediaStream([receiver.track])).connect(analyser);
+  client.channelAudioOutput.connect(analyser);
   const buf = new Float32Array(analyser.fftSize);
   setInterval(() => {
     if (!cap.recording) return;
     analyser.getFloatTimeDomainData(buf);
     let sum = 0;
     for (const v of buf) sum += v * v;
-    const latencyMs = ((ctx.outputLatency || 0) + (ctx.baseLatency || 0)) * 1000;
+    // The analyser holds the latest rendered samples; they reach the output when the context's output timestamp
+    // (what the player draws poses by) gets there.
+    const now = performance.now();
+    const stamp = ctx.getOutputTimestamp();
+    const latencyMs = (ctx.currentTime - stamp.contextTime) * 1000 - (now - stamp.performanceTime);
     const halfWindowMs = (analyser.fftSize / 2 / ctx.sampleRate) * 1000;
-    cap.audio.push({ at: performance.now() + latencyMs - halfWindowMs, rms: Math.sqrt(sum / buf.length) });
+    cap.audio.push({ at: now + latencyMs - halfWindowMs, rms: Math.sqrt(sum / buf.length) });
   }, 5);
 })()`;
 
@@ -144,7 +149,9 @@ describe.skipIf(!hasChromium)('a client-rendered face on a page of another origi
       await tab.waitForFunction(
         () => {
           const stream = (document.querySelector('avatar-chat') as any).client?.poseStream;
-          return stream && stream.face && stream.figures.offset !== null;
+          return (
+            stream && stream.face && stream.figures.audioRoute === 'channel' && stream.audio.figures.offset !== null
+          );
         },
         null,
         { timeout: STEP_MS },
@@ -202,20 +209,19 @@ describe.skipIf(!hasChromium)('a client-rendered face on a page of another origi
         );
         await tab.evaluate(() => ((window as any).cap.recording = false));
       }
-      const { frames, audio, draws, outputDelayMs } = (await tab.evaluate(() => {
+      const { frames, audio, draws, player } = (await tab.evaluate(() => {
         const cap = (window as any).cap;
-        const figures = (document.querySelector('avatar-chat') as any).client.poseStream.figures;
         return {
           frames: cap.frames.splice(0),
           audio: cap.audio,
           draws: cap.draws,
-          outputDelayMs: figures.outputDelayMs,
+          player: (document.querySelector('avatar-chat') as any).client.poseStream.audio.figures,
         };
       })) as {
         frames: Frame[];
         audio: Array<{ at: number; rms: number }>;
         draws: Array<{ frameIdx: number }>;
-        outputDelayMs: number | null;
+        player: { packets: number; late: number; marginMs: number };
       };
       const faces = await followFaces(frames, (f) => rgbaOf(f.jpeg));
       const openings = frames.map((f, i) => ({ at: f.at, opening: faces[i] ? mouthOpening(faces[i]!) : null }));
@@ -224,7 +230,7 @@ describe.skipIf(!hasChromium)('a client-rendered face on a page of another origi
       // Blinks: the drawn frames pass through a blink (a pure function of the frame index, as on the server).
       const blinks = draws.filter((d) => blinkClosure(d.frameIdx, 25) > 0.5).length;
       console.log(
-        `client render ${name}: r ${sync.r} at lag ${sync.lag_ms} ms (r at 0: ${sync.r_at_0}); ${frames.length} frames, ${withFace} with a face; ${blinks} blink frames drawn; audio output delay ${outputDelayMs?.toFixed(1)} ms`,
+        `client render ${name}: r ${sync.r} at lag ${sync.lag_ms} ms (r at 0: ${sync.r_at_0}); ${frames.length} frames, ${withFace} with a face; ${blinks} blink frames drawn; channel audio ${player.late} late of ${player.packets} packets, margin ${player.marginMs.toFixed(0)} ms`,
       );
       if (SCREENSHOTS) {
         const widest = frames.reduce((a, b) => (b.open > a.open ? b : a));
