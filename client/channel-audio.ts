@@ -15,11 +15,10 @@ export const CHANNEL_AUDIO_DECODER: AudioDecoderConfig = {
   numberOfChannels: 1,
 };
 /**
- * The service's Opus encoder delay at 48 kHz (libopus `OPUS_GET_LOOKAHEAD`, VOIP: 104 samples at 16 kHz, 312 at
- * 48 kHz, 6.5 ms): a packet stamped rtp R decodes to the input from R − this on. Written that much earlier, so the
- * voice plays exactly at its rtp and the mouth drawn for it matches.
+ * The most encoder delay the player takes from the service (`audio-route` `encoderDelay`, rtp ticks): libopus' lookahead
+ * is 2.5 ms (CELT) to 6.5 ms (SILK); 20 ms bounds a wrong value's effect to one packet.
  */
-export const OPUS_ENCODER_DELAY_TICKS = 312;
+export const MAX_ENCODER_DELAY_TICKS = 960;
 /**
  * Added to the earliest arrival of the service's `sync`s (`sync`): the service's send jitter (its event loop, the
  * SCTP path) plus the decode and the message to the worklet, so that audio sent "due at once" (speech after
@@ -185,6 +184,11 @@ export class ChannelAudioPlayer {
   private readonly arrivals: number[] = [];
   /** The end (unwrapped rtp) of the latest audio written: while the playhead is before it, D stays. */
   private bufferedTo = -Infinity;
+  /**
+   * The service's Opus encoder delay (`setEncoderDelay`): a packet stamped rtp R decodes to the audio of R − this on,
+   * so it is written that much earlier and the voice plays exactly at its rtp, with the mouth drawn for it.
+   */
+  private encoderDelayTicks = 0;
   private closed = false;
 
   constructor(private readonly context: AudioContext) {
@@ -210,6 +214,14 @@ export class ChannelAudioPlayer {
     this.arrivals.push(arrival);
     if (this.arrivals.length > ANCHOR_SYNCS_KEPT) this.arrivals.shift();
     if (this.figures.offset === null || this.playhead() >= this.bufferedTo) this.anchor();
+  }
+
+  /** The service's encoder delay (`audio-route` `encoderDelay`, rtp ticks; anything not in 0…`MAX_ENCODER_DELAY_TICKS`: 0). */
+  setEncoderDelay(ticks: unknown): void {
+    this.encoderDelayTicks =
+      typeof ticks === 'number' && Number.isInteger(ticks) && ticks >= 0 && ticks <= MAX_ENCODER_DELAY_TICKS
+        ? ticks
+        : 0;
   }
 
   /** A channel `audio` message: decoded, then written at its rtp (a packet sent again overwrites the first). */
@@ -322,7 +334,7 @@ export class ChannelAudioPlayer {
       if (this.closed || generation !== this.generation || !this.node) return;
       const samples = new Float32Array(data.numberOfFrames);
       data.copyTo(samples, { planeIndex: 0, format: 'f32-planar' });
-      const rtp = rtpOf(data.timestamp) - OPUS_ENCODER_DELAY_TICKS;
+      const rtp = rtpOf(data.timestamp) - this.encoderDelayTicks;
       // The first audio after silence (nothing buffered) that came after its slot: the service sent a speech onset
       // late (its event loop was busy as the speech was queued). D moves now, before anything is heard, so the onset
       // plays whole, the margin after now, and the poses follow; D goes back at the next silence (`sync`).

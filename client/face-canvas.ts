@@ -53,7 +53,15 @@ export type PoseChannelMessage =
    * (`ChannelAudioRequest`; the track carries nothing from here on), `track` if it goes back (a new peer starts on
    * the track).
    */
-  | { type: 'audio-route'; route: 'channel' | 'track' }
+  | {
+      type: 'audio-route';
+      route: 'channel' | 'track';
+      /**
+       * With `channel`: the service's Opus encoder delay in rtp ticks (libopus' lookahead): a packet stamped rtp R
+       * decodes to the audio of R − `encoderDelay` on, so the browser plays its output that much earlier.
+       */
+      encoderDelay?: number;
+    }
   /**
    * The session's audio on the channel (only after `audio-route` `channel`): Opus packets of `CHANNEL_AUDIO_PACKET_MS`
    * each, base64, contiguous from `rtp` (the poses' clock, `rtpClockRate`: each packet is 960 ticks), sent ahead of

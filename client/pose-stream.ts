@@ -216,6 +216,7 @@ export class PoseStream {
         if (message.route !== 'channel' && message.route !== 'track') break;
         if (message.route === 'channel' && !this.audio) break;
         this.figures.audioRoute = message.route;
+        if (message.route === 'channel') this.audio?.setEncoderDelay(message.encoderDelay);
         this.channelAudio?.onRoute(message.route);
         break;
     }

@@ -1,14 +1,14 @@
 import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Encoder } from '@evan/opus';
+import { OpusPacketEncoder } from '../actors/audio/opus-encoder.ts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { buildClientBundle } from '../src/ui/client-bundles.ts';
 import { ANCHOR_MARGIN_MS, CHANNEL_AUDIO_RATE } from '../client/channel-audio.ts';
 
 // The browser's channel audio player alone (client/channel-audio.ts), in headless Chromium: Opus packets encoded here
-// (as the service encodes them: 16 kHz mono VOIP, 20 ms) are handed to the player as the `avatar` channel would, on a
+// (by the service's encoder, `OpusPacketEncoder`: 16 kHz mono, 20 ms) are handed to the player as the `avatar` channel would, on a
 // simulated service clock whose `sync`s arrive every 80 ms; a worklet tap records what the player outputs, frame by
 // frame of the AudioContext, to check where each sound lands.
 
@@ -44,9 +44,10 @@ const TAP = \`class Tap extends AudioWorkletProcessor {
   }
 }
 registerProcessor('tap', Tap);\`;
-window.start = async (base) => {
+window.start = async (base, encoderDelay) => {
   const context = lib.channelAudioContext(null);
   const player = new lib.ChannelAudioPlayer(context);
+  player.setEncoderDelay(encoderDelay);
   await player.ready;
   const url = URL.createObjectURL(new Blob([TAP], { type: 'text/javascript' }));
   await context.audioWorklet.addModule(url);
@@ -74,15 +75,17 @@ function toneBurst(totalMs: number, silenceMs: number, toneMs: number, hz: numbe
   return pcm;
 }
 
-/** The service's encoding: a fresh 16 kHz VOIP encoder, 20 ms packets, base64. */
+/** The service's encoding: a fresh encoder (`OpusPacketEncoder`), 20 ms packets, base64. */
 function opusPackets(pcm: Int16Array): string[] {
-  const encoder = new Encoder({ sample_rate: SESSION_RATE, channels: 1, application: 'voip' });
+  const encoder = new OpusPacketEncoder(SESSION_RATE, 20);
   const packets: string[] = [];
   for (let at = 0; at + PACKET_SAMPLES <= pcm.length; at += PACKET_SAMPLES)
-    // encode() answers a view of a buffer it reuses: copied before the next packet.
-    packets.push(Buffer.from(encoder.encode(pcm.subarray(at, at + PACKET_SAMPLES))).toString('base64'));
+    packets.push(encoder.encode(pcm.subarray(at, at + PACKET_SAMPLES)));
   return packets;
 }
+
+/** The service's encoder delay as `audio-route` states it (rtp ticks). */
+const ENCODER_DELAY_TICKS = (new OpusPacketEncoder(SESSION_RATE, 20).delaySamples * 48_000) / SESSION_RATE;
 
 /** Hands the player `pcm` as the service would: Opus packets from `rtp` (unwrapped; sent modulo 2^32), fresh. */
 async function sendPcm(page: Page, rtp: number, pcm: Int16Array): Promise<void> {
@@ -147,7 +150,7 @@ describe.skipIf(!hasChromium)('the channel audio player in headless Chromium', (
       await page.waitForFunction(() => typeof (window as any).start === 'function');
       // The clock starts so that the rtp wraps at 2^32 while the packets below play (between the first and the third).
       const base = 2 ** 32 - ticks(LEAD_MS + 800);
-      await page.evaluate((base) => (window as any).start(base), base);
+      await page.evaluate(([base, delay]) => (window as any).start(base, delay), [base, ENCODER_DELAY_TICKS] as const);
       await page.waitForTimeout(300);
       const offset = (await page.evaluate(() => (window as any).player.figures.offset)) as number;
       // D: the syncs arrive at the frame they name (the simulated clock is the context's) a little late; D adds the margin.
@@ -214,7 +217,7 @@ describe.skipIf(!hasChromium)('the channel audio player in headless Chromium', (
     try {
       await page.goto(origin);
       await page.waitForFunction(() => typeof (window as any).start === 'function');
-      await page.evaluate(() => (window as any).start(1_000_000));
+      await page.evaluate((delay) => (window as any).start(1_000_000, delay), ENCODER_DELAY_TICKS);
       await page.waitForTimeout(300);
       const offset = (await page.evaluate(() => (window as any).player.figures.offset)) as number;
 

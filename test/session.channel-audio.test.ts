@@ -150,7 +150,7 @@ describe("channel audio: a client-rendered session's audio on the avatar channel
       peer.send(ASK);
       expect(await eventually(() => peer.of('audio-route').length > 0, 5_000)).toBe(true);
       const routed = peer.of('audio-route')[0];
-      expect(routed.route).toBe('channel');
+      expect(routed).toMatchObject({ route: 'channel', encoderDelay: 120 });
       // Nothing is sent for silence.
       await sleep(400);
       expect(peer.of('audio')).toEqual([]);
@@ -395,7 +395,8 @@ describe('channel audio packets: whole 20 ms packets on the clock grid, ahead by
     expect(c.sent[0]).toMatchObject({ type: 'hello', channelAudio: ['opus'] });
     c.ask();
     await endOfTick();
-    expect(c.sent.at(-1)).toEqual({ type: 'audio-route', route: 'channel' });
+    // The encoder's delay (CELT's 2.5 ms lookahead: 40 samples at 16 kHz), in rtp ticks.
+    expect(c.sent.at(-1)).toEqual({ type: 'audio-route', route: 'channel', encoderDelay: 120 });
     expect(c.poses.route).toBe('channel');
 
     c.queue(8_100);

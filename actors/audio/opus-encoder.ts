@@ -27,6 +27,8 @@ export const CHANNEL_OPUS_COMPLEXITY = 5;
 /** `OPUS_SET_COMPLEXITY`, `OPUS_SET_BITRATE` (opus_defines.h): the request numbers `Encoder.ctl` takes. */
 const OPUS_SET_COMPLEXITY = 4010;
 const OPUS_SET_BITRATE = 4002;
+/** `OPUS_GET_LOOKAHEAD`: the encoder's delay, samples at its rate. */
+const OPUS_GET_LOOKAHEAD = 4027;
 
 /**
  * An Opus encoder configured as channel audio is coded (the service's, and the bench's when it compares complexities).
@@ -54,6 +56,8 @@ export function opusEncodes(sampleRate: number): boolean {
 export class OpusPacketEncoder {
   /** Samples in one packet at the encoder's rate. */
   readonly packetSamples: number;
+  /** The encoder's delay (its lookahead, samples): a packet decodes to the input from this many samples before it. */
+  readonly delaySamples: number;
   private readonly encoder: Encoder;
 
   constructor(
@@ -63,6 +67,7 @@ export class OpusPacketEncoder {
     if (!opusEncodes(sampleRate)) throw new RangeError(`Opus does not encode at ${sampleRate} Hz`);
     this.packetSamples = (sampleRate * packetMs) / 1000;
     this.encoder = channelOpusEncoder(sampleRate);
+    this.delaySamples = this.encoder.ctl(OPUS_GET_LOOKAHEAD);
   }
 
   /** One packet of `packetSamples` samples, base64 (copied out at once: the binding reuses its output buffer). */

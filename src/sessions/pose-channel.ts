@@ -327,7 +327,8 @@ export class PoseChannel {
     // What the track played stays played: the channel starts with the first packet the clock has not begun.
     const size = this.encoder.packetSamples;
     this.nextPacket = Math.ceil(Math.round((this.mediaMs() * audio.sampleRate) / 1000) / size);
-    this.add({ type: 'audio-route', route: 'channel' }, MAX_CONTROL_BUFFERED_BYTES);
+    const encoderDelay = Math.round((this.encoder.delaySamples * RTP_CLOCK_RATE) / audio.sampleRate);
+    this.add({ type: 'audio-route', route: 'channel', encoderDelay }, MAX_CONTROL_BUFFERED_BYTES);
   }
 
   /** Channel audio starts afresh from the clock's position: a new peer, a barge-in, a new route. */
