@@ -18,7 +18,7 @@
  */
 import { Decoder, type Encoder } from '@evan/opus';
 import { channelOpusEncoder } from '../actors/audio/opus-encoder.ts';
-import { RealFft } from '../actors/lipsync/fft.ts';
+import { RealFft } from '../actors/audio/fft.ts';
 import { round } from './stats.ts';
 
 /** The channel's packet length (`CHANNEL_AUDIO_PACKET_MS`) at the session's 16 kHz. */

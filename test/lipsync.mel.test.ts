@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parseWav } from '../actors/audio/wav.ts';
-import { ComplexFft, RealFft } from '../actors/lipsync/fft.ts';
+import { ComplexFft, RealFft } from '../actors/audio/fft.ts';
 import {
   MEL_SILENCE,
   melColumnsForSamples,

@@ -9,7 +9,7 @@
  * A video frame `i` at `fps` is driven by the 16 columns (200 ms) starting at int(i · 80/fps); past the end of
  * the spectrogram Wav2Lip takes the last 16 columns (`melWindowForFrame`).
  */
-import { RealFft } from './fft.ts';
+import { RealFft } from '../audio/fft.ts';
 
 export const WAV2LIP_MEL = {
   sampleRate: 16_000,

@@ -5,6 +5,7 @@
  * "equivalent frequency" that does not depend on the sample rate — low for /u/ /o/, higher for /i/ /e/,
  * thousands of Hz for /s/.
  */
+import { RealFft } from '../audio/fft.ts';
 
 export const HOP_MS = 10;
 /** 25 ms analysis window: the usual speech frame, long enough for a 100 Hz voice's period. */
@@ -24,68 +25,31 @@ export interface AudioFeatures {
   hopCount: number;
 }
 
-/** In-place radix-2 FFT (length must be a power of two). */
-function fft(real: Float64Array, imaginary: Float64Array): void {
-  const size = real.length;
-  for (let i = 1, j = 0; i < size; i++) {
-    let bit = size >> 1;
-    for (; j & bit; bit >>= 1) j ^= bit;
-    j ^= bit;
-    if (i < j) {
-      [real[i], real[j]] = [real[j], real[i]];
-      [imaginary[i], imaginary[j]] = [imaginary[j], imaginary[i]];
-    }
-  }
-  for (let length = 2; length <= size; length <<= 1) {
-    const angle = (-2 * Math.PI) / length;
-    const stepReal = Math.cos(angle);
-    const stepImaginary = Math.sin(angle);
-    for (let start = 0; start < size; start += length) {
-      let twiddleReal = 1;
-      let twiddleImaginary = 0;
-      for (let k = 0; k < length / 2; k++) {
-        const a = start + k;
-        const b = a + length / 2;
-        const productReal = real[b] * twiddleReal - imaginary[b] * twiddleImaginary;
-        const productImaginary = real[b] * twiddleImaginary + imaginary[b] * twiddleReal;
-        real[b] = real[a] - productReal;
-        imaginary[b] = imaginary[a] - productImaginary;
-        real[a] += productReal;
-        imaginary[a] += productImaginary;
-        const nextReal = twiddleReal * stepReal - twiddleImaginary * stepImaginary;
-        twiddleImaginary = twiddleReal * stepImaginary + twiddleImaginary * stepReal;
-        twiddleReal = nextReal;
-      }
-    }
-  }
-}
-
 const LOW_BAND_HZ = [200, 1000] as const;
 const HIGH_BAND_HZ = [1500, 3500] as const;
 
 /**
- * Band energies of one Hann-windowed frame around `center`, computed in `real` and `imaginary` (the FFT's size, both
- * overwritten). The caller hands the same two arrays to every hop: two fresh 4 KiB arrays per hop were the largest
- * share of the main thread's garbage that lived until a mark-compact GC (8 of 74 MB over a 45 s run of three
- * speaking sessions), and those GCs (65–115 ms) stalled every session's frames at once (docs/performance.md,
- * "Seventeenth session").
+ * Band energies of one Hann-windowed frame around `center`: the frame is written into `frame` (the FFT's size) and its
+ * spectrum into `real` and `imaginary` (size / 2 + 1), all overwritten. The caller hands the same arrays to every hop:
+ * fresh 4 KiB arrays per hop were the largest share of the main thread's garbage that lived until a mark-compact GC
+ * (8 of 74 MB over a 45 s run of three speaking sessions), and those GCs (65–115 ms) stalled every session's frames at
+ * once (docs/performance.md, "Seventeenth session"). The transform is the service's one FFT (`RealFft`).
  */
 function spectralShape(
   pcm: Int16Array,
   center: number,
   sampleRate: number,
   window: Float64Array,
-  real: Float64Array,
-  imaginary: Float64Array,
+  transform: { fft: RealFft; frame: Float64Array; real: Float64Array; imaginary: Float64Array },
 ) {
-  const size = real.length;
+  const { fft, frame, real, imaginary } = transform;
+  const size = frame.length;
   const offset = center - size / 2;
   for (let i = 0; i < size; i++) {
     const index = offset + i;
-    real[i] = index >= 0 && index < pcm.length ? pcm[index] * window[i] : 0;
+    frame[i] = index >= 0 && index < pcm.length ? pcm[index] * window[i] : 0;
   }
-  imaginary.fill(0);
-  fft(real, imaginary);
+  fft.forward(frame, real, imaginary);
   const binHz = sampleRate / size;
   let lowEnergy = 0;
   let lowWeighted = 0;
@@ -131,8 +95,8 @@ export class AudioAnalysis implements AudioFeatures {
   private pcm: Int16Array | null;
   private readonly halfWindow: number;
   private readonly hann: Float64Array;
-  private readonly real: Float64Array;
-  private readonly imaginary: Float64Array;
+  /** The FFT and its arrays, reused by every hop (`spectralShape`). */
+  private readonly transform: { fft: RealFft; frame: Float64Array; real: Float64Array; imaginary: Float64Array };
 
   constructor(
     pcm: Int16Array,
@@ -148,8 +112,13 @@ export class AudioAnalysis implements AudioFeatures {
     // ~32 ms FFT frames: fine enough (31 Hz bins at 16 kHz) to place F1 within the low band.
     const fftSize = 2 ** Math.ceil(Math.log2(Math.max(64, 0.032 * sampleRate)));
     this.hann = hannWindow(fftSize);
-    this.real = new Float64Array(fftSize);
-    this.imaginary = new Float64Array(fftSize);
+    const fft = realFftOf(fftSize);
+    this.transform = {
+      fft,
+      frame: new Float64Array(fftSize),
+      real: new Float64Array(fft.bins),
+      imaginary: new Float64Array(fft.bins),
+    };
     this.halfWindow = Math.max(1, Math.round(((WINDOW_MS / 1000) * sampleRate) / 2));
   }
 
@@ -183,11 +152,23 @@ export class AudioAnalysis implements AudioFeatures {
     const ratio = energy > 0 ? Math.sqrt(differenceEnergy / energy) : 0;
     this.brightness[hop] = (sampleRate / Math.PI) * Math.asin(Math.min(1, ratio / 2));
     if (this.level[hop] > 0) {
-      const shape = spectralShape(pcm, center, sampleRate, this.hann, this.real, this.imaginary);
+      const shape = spectralShape(pcm, center, sampleRate, this.hann, this.transform);
       this.lowCentroid[hop] = shape.lowCentroid;
       this.highToLowRatio[hop] = shape.highToLowRatio;
     }
   }
+}
+
+/** FFTs by size (a power of two, so a handful at most): their twiddles are made once; `forward` is synchronous. */
+const realFfts = new Map<number, RealFft>();
+
+function realFftOf(size: number): RealFft {
+  let fft = realFfts.get(size);
+  if (!fft) {
+    fft = new RealFft(size);
+    realFfts.set(size, fft);
+  }
+  return fft;
 }
 
 /** Hann windows by FFT size (a power of two, so a handful at most), never changed once made. */

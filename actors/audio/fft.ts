@@ -1,5 +1,6 @@
 /**
- * A small mixed-radix FFT for the Wav2Lip mel front end, whose n_fft is 800 = 2^5 · 5^2 (not a power of two).
+ * The service's FFT: a small mixed-radix FFT, for the Wav2Lip mel front end, whose n_fft is 800 = 2^5 · 5^2 (not a
+ * power of two), and the mouth analysis's spectral shape (`actors/mouth/audio-features.ts`, 512 points at 16 kHz).
  *
  * `ComplexFft` is a Stockham autosort FFT (decimation in frequency, natural order in and out, no bit reversal):
  * each stage of radix r splits the current length n into r interleaved sub-transforms of length n/r, with
