@@ -307,6 +307,9 @@ describe.skipIf(!hasChromium)('<avatar-chat render="client"> on a page of anothe
         };
         requestAnimationFrame(sample);
       });
+      // The reference needs quiet samples before the tone: the sampler runs before it is spoken (a page starved under
+      // CI load took its first display frame after the tone was heard).
+      await tab.waitForFunction(() => (window as any).played.length >= 5, null, { timeout: STEP_MS });
       // The onset of the tone on the media clock, from the service's side: where the turn's first sample played.
       const playout = sessionParts(session).media.playout;
       let onsetMs = -1;
