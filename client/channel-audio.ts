@@ -3,7 +3,7 @@
 // buffer addressed by the packets' rtp (the poses' clock), on this page's AudioContext clock. rtp R plays at context
 // frame R + D; D comes from the service's `sync` messages (`sync`). What is heard now is therefore known exactly, and
 // the pose stream draws the pose of that rtp (`heardRtp`).
-import { CHANNEL_AUDIO_PACKET_MS, type PoseChannelMessage } from './face-canvas.ts';
+import { CHANNEL_AUDIO_PACKET_MS, rtpDiff, wrapRtp, type PoseChannelMessage } from './face-canvas.ts';
 
 /** The rate of the pose/audio rtp clock and of the player's AudioContext, so that one context frame is one rtp tick. */
 export const CHANNEL_AUDIO_RATE = 48_000;
@@ -144,8 +144,6 @@ export interface ChannelAudioFigures {
   marginMs: number;
 }
 
-const RTP_WRAP = 2 ** 32;
-const HALF_WRAP = RTP_WRAP / 2;
 /**
  * WebCodecs timestamps are µs and a decoder may derive its outputs' from the first input's plus the samples decoded:
  * the rtp (unwrapped) as µs, exact both ways (a 20 ms packet is exactly 20 000 µs).
@@ -274,8 +272,7 @@ export class ChannelAudioPlayer {
       stamp?.contextTime !== undefined && stamp.performanceTime !== undefined && stamp.performanceTime > 0
         ? stamp.contextTime + Math.max(0, now - stamp.performanceTime) / 1000
         : this.context.currentTime - (this.context.outputLatency || 0) - (this.context.baseLatency || 0);
-    const heard = Math.round(seconds * CHANNEL_AUDIO_RATE) - offset;
-    return ((heard % RTP_WRAP) + RTP_WRAP) % RTP_WRAP;
+    return wrapRtp(Math.round(seconds * CHANNEL_AUDIO_RATE) - offset);
   }
 
   close(): void {
@@ -371,8 +368,6 @@ export class ChannelAudioPlayer {
   /** The rtp unwrapped around the last one seen (so the ring and D never see the 2^32 wrap). */
   private unwrap(rtp: number): number {
     if (this.lastRtp === null) return (this.lastRtp = rtp);
-    let d = (((rtp - this.lastRtp) % RTP_WRAP) + RTP_WRAP) % RTP_WRAP;
-    if (d >= HALF_WRAP) d -= RTP_WRAP;
-    return (this.lastRtp += d);
+    return (this.lastRtp += rtpDiff(rtp, this.lastRtp));
   }
 }

@@ -74,6 +74,20 @@ export type PoseChannelMessage =
 /** The audio codecs the `avatar` channel can carry (`ChannelAudioRequest`). */
 export type ChannelAudioCodec = 'opus';
 
+/** The modulus of the rtp clock (`rtpClockRate` ticks; RTP timestamps are 32-bit). */
+export const RTP_WRAP = 2 ** 32;
+
+/** `rtp` (any integer: a sum, a difference, an unwrapped count) on the 32-bit rtp clock, 0 ≤ result < 2^32. */
+export function wrapRtp(rtp: number): number {
+  return ((rtp % RTP_WRAP) + RTP_WRAP) % RTP_WRAP;
+}
+
+/** `a - b` on the 32-bit rtp clock, as a signed difference. */
+export function rtpDiff(a: number, b: number): number {
+  const d = wrapRtp(a - b);
+  return d >= RTP_WRAP / 2 ? d - RTP_WRAP : d;
+}
+
 /** The length of one channel audio packet (`PoseChannelMessage` `audio`), ms. */
 export const CHANNEL_AUDIO_PACKET_MS = 20;
 

@@ -12,6 +12,8 @@ import {
   type PoseChannelData,
   type PoseChannelMessage,
   type ChannelAudioRequest,
+  rtpDiff,
+  wrapRtp,
 } from './face-canvas.ts';
 
 /** Poses kept ahead of (and just behind) what is heard: 2 s at 25 fps, far more than the service's lead (160 ms). */
@@ -36,12 +38,6 @@ const JITTER_STATS_INTERVAL_MS = 1_000;
  * packet is part of what plays now. Longer than that, the audio has stalled and the face waits with it.
  */
 const MAX_EXTRAPOLATION_MS = 500;
-const RTP_WRAP = 2 ** 32;
-/** `a - b` on the 32-bit RTP clock, as a signed difference. */
-export function rtpDiff(a: number, b: number): number {
-  const d = (((a - b) % RTP_WRAP) + RTP_WRAP) % RTP_WRAP;
-  return d >= RTP_WRAP / 2 ? d - RTP_WRAP : d;
-}
 
 /** Resolves true once `context` runs (at once if it does), false if it closes first. */
 function running(context: AudioContext): Promise<boolean> {
@@ -271,7 +267,7 @@ export class PoseStream {
     if (!source) return null;
     const now = performance.timeOrigin + performance.now();
     const sinceMs = Math.max(0, Math.min(MAX_EXTRAPOLATION_MS, now - source.timestamp));
-    return (source.rtpTimestamp + Math.round(sinceMs * 48)) % RTP_WRAP;
+    return wrapRtp(source.rtpTimestamp + Math.round(sinceMs * 48));
   }
 
   /**
@@ -284,13 +280,12 @@ export class PoseStream {
     this.readJitter();
     const played = this.playedRtp();
     if (played === null || this.jitterMs === null) return;
-    const estimate =
-      (((played + Math.round((OPUS_PACKETISATION_MS + this.jitterMs) * 48) - rtp) % RTP_WRAP) + RTP_WRAP) % RTP_WRAP;
+    const estimate = wrapRtp(played + Math.round((OPUS_PACKETISATION_MS + this.jitterMs) * 48) - rtp);
     this.estimates.push(estimate);
     if (this.estimates.length > OFFSET_ESTIMATES_KEPT) this.estimates.shift();
     // The median on the wrapped circle: relative to the newest estimate, so a wrap inside the window is harmless.
     const relative = this.estimates.map((e) => rtpDiff(e, estimate)).sort((a, b) => a - b);
-    this.figures.offset = (estimate + relative[relative.length >> 1] + RTP_WRAP) % RTP_WRAP;
+    this.figures.offset = wrapRtp(estimate + relative[relative.length >> 1]);
   }
 
   /** The receiver's recent jitter-buffer delay (ms), from the growth of `jitterBufferDelay` / `jitterBufferEmittedCount`. */
@@ -345,7 +340,7 @@ export class PoseStream {
     const offset = this.figures.offset;
     if (played === null || offset === null) return null;
     // What is heard now left the jitter buffer the audio device's delay ago.
-    return (((played - offset - Math.round(this.outputDelayMs * 48)) % RTP_WRAP) + RTP_WRAP) % RTP_WRAP;
+    return wrapRtp(played - offset - Math.round(this.outputDelayMs * 48));
   }
 
   /**

@@ -3,6 +3,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chromium, type Browser, type Page } from 'playwright-core';
+import { rtpDiff, wrapRtp } from '../client/face-canvas.ts';
 import { sessionParts } from '../src/sessions/session.ts';
 import { startTestApp, type TestApp } from './helpers/app.ts';
 import { postAudio, tone, wavBytes } from './helpers/conversation.ts';
@@ -65,11 +66,6 @@ const LISTEN = (node: AudioNode) => {
 };
 /** One display frame at 60 Hz: how often the page polls what is played when it is not starved. */
 const DISPLAY_FRAME_MS = 1000 / 60;
-const RTP_WRAP = 2 ** 32;
-const rtpDiff = (a: number, b: number) => {
-  const d = (((a - b) % RTP_WRAP) + RTP_WRAP) % RTP_WRAP;
-  return d >= RTP_WRAP / 2 ? d - RTP_WRAP : d;
-};
 
 /** A free loopback port, reserved by listening (the service lists the host page's origin before it starts). */
 async function reservePort(): Promise<number> {
@@ -344,7 +340,7 @@ describe.skipIf(!hasChromium)('<avatar-chat render="client"> on a page of anothe
       // its RTP time is at most one 20 ms packet before the onset, plus up to a display frame of polling after it.
       const loud = seen.played.findIndex((p) => p.level > 0.05);
       expect(loud).toBeGreaterThan(0);
-      const trueOffset = (seen.played[loud].rtp - Math.round(onsetMs * 48) + RTP_WRAP) % RTP_WRAP;
+      const trueOffset = wrapRtp(seen.played[loud].rtp - Math.round(onsetMs * 48));
       const offsetError = rtpDiff(seen.offset, trueOffset);
       // That reference is only as exact as the polling: a display frame that came late (a starved page under CI
       // load) first saw the tone that much after its onset. The tolerance takes the lateness past a 60 Hz frame.
@@ -358,7 +354,7 @@ describe.skipIf(!hasChromium)('<avatar-chat render="client"> on a page of anothe
       const speaking = seen.drawn.filter((d: { speaking: boolean }) => d.speaking);
       expect(speaking.length).toBeGreaterThan(10);
       for (const drawn of speaking) {
-        const heardTrue = (drawn.heardRtp + drawn.offset - trueOffset + RTP_WRAP) % RTP_WRAP;
+        const heardTrue = wrapRtp(drawn.heardRtp + drawn.offset - trueOffset);
         // On failure, say which part is off: the pose against the heard time the page estimated (sample and hold: the
         // latest pose at or before it), or the estimate itself against the true offset.
         const againstEstimateMs = rtpDiff(drawn.poseRtp, drawn.heardRtp) / 48;
