@@ -179,6 +179,8 @@ export class PoseChannel {
     lateAudioPackets: 0,
     skippedAudioPackets: 0,
   };
+  /** Whether the `hello` offers channel audio (and a request for it is taken): audio given, at a rate Opus encodes. */
+  private readonly offersAudio: boolean;
   /** Where the current peer's audio goes: its track until its page asks for channel audio. */
   private audioRoute: 'track' | 'channel' = 'track';
   /** One encoder for the session's channel audio, made when a page first asks (reset on every gap and barge-in). */
@@ -196,7 +198,9 @@ export class PoseChannel {
     private readonly mediaMs: () => number,
     /** Channel audio; without it (or at a rate Opus does not encode) the `hello` offers none. */
     private readonly audio?: PoseChannelAudio,
-  ) {}
+  ) {
+    this.offersAudio = !!audio && opusEncodes(audio.sampleRate);
+  }
 
   get counts(): Readonly<PoseChannelFigures> {
     return this.figures;
@@ -227,8 +231,7 @@ export class PoseChannel {
     const greet = () => {
       if (this.channel !== channel || this.channelOpen) return;
       this.channelOpen = true;
-      const channelAudio: ChannelAudioCodec[] | undefined =
-        this.audio && opusEncodes(this.audio.sampleRate) ? ['opus'] : undefined;
+      const channelAudio: ChannelAudioCodec[] | undefined = this.offersAudio ? ['opus'] : undefined;
       this.add(
         { type: 'hello', ...this.hello, rtpClockRate: RTP_CLOCK_RATE, ...(channelAudio && { channelAudio }) },
         MAX_CONTROL_BUFFERED_BYTES,
@@ -317,7 +320,7 @@ export class PoseChannel {
    */
   private browserSent(channel: PeerDataChannel, data: unknown): void {
     const audio = this.audio;
-    if (!audio || this.audioRoute === 'channel' || !opusEncodes(audio.sampleRate)) return;
+    if (!audio || !this.offersAudio || this.audioRoute === 'channel') return;
     if (channelAudioRequest(data) !== 'opus') return;
     // The browser must learn of the switch, or it would hear nothing: only when `audio-route` can go.
     if (!this.fits(MAX_CONTROL_BUFFERED_BYTES) || !audio.routeToChannel(channel)) return;
@@ -325,8 +328,7 @@ export class PoseChannel {
     this.encoder ??= new OpusPacketEncoder(audio.sampleRate, CHANNEL_AUDIO_PACKET_MS);
     this.restartAudio();
     // What the track played stays played: the channel starts with the first packet the clock has not begun.
-    const size = this.encoder.packetSamples;
-    this.nextPacket = Math.ceil(Math.round((this.mediaMs() * audio.sampleRate) / 1000) / size);
+    this.nextPacket = Math.ceil(this.clockSample(audio) / this.encoder.packetSamples);
     const encoderDelay = Math.round((this.encoder.delaySamples * RTP_CLOCK_RATE) / audio.sampleRate);
     this.add({ type: 'audio-route', route: 'channel', encoderDelay }, MAX_CONTROL_BUFFERED_BYTES);
   }
@@ -348,15 +350,16 @@ export class PoseChannel {
     const encoder = this.encoder;
     if (!audio || !encoder || this.audioRoute !== 'channel') return;
     const size = encoder.packetSamples;
-    const clock = Math.round((this.mediaMs() * audio.sampleRate) / 1000);
-    const lead = clock + (CHANNEL_AUDIO_LEAD_MS * audio.sampleRate) / 1000;
-    const due = clock + (CHANNEL_AUDIO_DUE_MS * audio.sampleRate) / 1000;
+    const samplesIn = (ms: number) => (ms * audio.sampleRate) / 1000;
+    const clock = this.clockSample(audio);
+    const lead = clock + samplesIn(CHANNEL_AUDIO_LEAD_MS);
+    const due = clock + samplesIn(CHANNEL_AUDIO_DUE_MS);
     const clockPacket = Math.floor(clock / size);
     // The chunk that left in this tick: its `sync` rides in this batch, so audio in it is timed with it, not late.
-    const chunk = (AUDIO_CHUNK_MS * audio.sampleRate) / 1000;
+    const chunk = samplesIn(AUDIO_CHUNK_MS);
     if (this.padded && this.padded.packet < clockPacket) this.padded = null;
     // Speech that left in a catch-up tick before this batch is still sent (`CHANNEL_AUDIO_CATCH_UP_MS`), from its start.
-    const reach = Math.max(0, Math.floor((clock - (CHANNEL_AUDIO_CATCH_UP_MS * audio.sampleRate) / 1000) / size));
+    const reach = Math.max(0, Math.floor((clock - samplesIn(CHANNEL_AUDIO_CATCH_UP_MS)) / size));
     let packet = Math.max(this.padded?.packet ?? this.nextPacket ?? reach, reach);
     const queuedAt = (index: number) => audio.queuedAudio(index * size, (index + 1) * size);
     while (packet < clockPacket && !queuedAt(packet)) packet++;
@@ -368,7 +371,7 @@ export class PoseChannel {
     let fresh = false;
     let late = 0;
     for (; packet * size < lead; packet++) {
-      const queued = audio.queuedAudio(packet * size, (packet + 1) * size);
+      const queued = queuedAt(packet);
       // Nothing queued here: speech ahead of the clock is contiguous, so nothing further either.
       if (!queued || (!queued.complete && packet * size >= due)) break;
       if (this.padded?.packet === packet && samePcm(this.padded.pcm, queued.pcm)) {
@@ -414,6 +417,11 @@ export class PoseChannel {
     this.nextPacket = packet;
     this.batchAudioPackets += packets.length;
     this.figures.lateAudioPackets += late;
+  }
+
+  /** The media clock's position in samples of the session's audio (what has left it). */
+  private clockSample(audio: PoseChannelAudio): number {
+    return Math.round((this.mediaMs() * audio.sampleRate) / 1000);
   }
 
   private sync(mediaMs: number): void {
