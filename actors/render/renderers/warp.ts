@@ -22,7 +22,7 @@
  * one nearest to the pose is aligned to the frame's lips and laid instead of the warp.
  */
 import { frameFromBase } from '../frame-buffers.ts';
-import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, Renderer } from '../types.ts';
+import type { AvatarSource, FrameRequest, I420Frame, MouthAnimation, MouthPose, Renderer } from '../types.ts';
 import { rgbaToI420 } from '../i420.ts';
 import { clipLoopView, decodeClipLoop, loopFrameAt, type ClipLoop } from '../clip-loop.ts';
 import { HarvestedMouths } from '../harvested-mouths.ts';
@@ -148,6 +148,14 @@ function sampleSpan(image: RgbaImage, x: number, y: number, span: number, out: R
   out.r = r / n;
   out.g = g / n;
   out.b = b / n;
+}
+
+/** A mouth pose on the renderer's steps (`OPEN_STEPS`, `SHAPE_STEPS`): the patch it lays; `closed` lays none. */
+function mouthSteps(mouth: MouthPose): { open: number; wide: number; round: number; closed: boolean } {
+  const open = quantise(mouth.open, OPEN_STEPS);
+  const wide = quantise(mouth.wide, SHAPE_STEPS);
+  const round = quantise(mouth.round, SHAPE_STEPS);
+  return { open, wide, round, closed: open === 0 && wide === 0 && round === 0 };
 }
 
 function mix(a: number, b: number, t: number): number {
@@ -330,10 +338,7 @@ export class WarpRenderer implements Renderer {
     }
     const frame = frameFromBase(this.base, target);
     if (!this.animation) return frame;
-    const open = quantise(request.mouth.open, OPEN_STEPS);
-    const wide = quantise(request.mouth.wide, SHAPE_STEPS);
-    const round = quantise(request.mouth.round, SHAPE_STEPS);
-    const closed = open === 0 && wide === 0 && round === 0;
+    const { open, wide, round, closed } = mouthSteps(request.mouth);
     // At rest the head's silent drift comes cached (eyelids laid after it: its sub-pixel shift does not part them).
     const resting = closed && this.head?.atRest(request) === true;
     if (resting) this.head?.applyResting(frame, this.base, request);
@@ -357,10 +362,7 @@ export class WarpRenderer implements Renderer {
     const { frame: loopFrame, face } = loopFrameAt(loop, request.frameIdx);
     const frame = frameFromBase(loopFrame, target);
     if (!this.animation) return frame;
-    const open = quantise(request.mouth.open, OPEN_STEPS);
-    const wide = quantise(request.mouth.wide, SHAPE_STEPS);
-    const round = quantise(request.mouth.round, SHAPE_STEPS);
-    const closed = open === 0 && wide === 0 && round === 0;
+    const { open, wide, round, closed } = mouthSteps(request.mouth);
     if (this.harvested) {
       // While speaking a closed pose (m/b/p, a pause) is the closed sample whatever the loop frame's own lips do:
       // left as it was, a talking clip's own mouth moved against the audio on a third of the speaking frames.
@@ -397,10 +399,8 @@ export class WarpRenderer implements Renderer {
     const { width, height } = this.base;
     // Marked on a mid-grey frame: the head's resampling spreads a mark both ways (its kernel has negative lobes).
     const marked: I420Frame = { width, height, data: new Uint8Array(this.base.data.length).fill(UNCLAIMED) };
-    const open = quantise(request.mouth.open, OPEN_STEPS);
-    const wide = quantise(request.mouth.wide, SHAPE_STEPS);
-    const round = quantise(request.mouth.round, SHAPE_STEPS);
-    if (open === 0 && wide === 0 && round === 0) return new Uint8Array(width * height);
+    const { open, wide, round, closed } = mouthSteps(request.mouth);
+    if (closed) return new Uint8Array(width * height);
     const warp = poseWarp(open / (OPEN_STEPS - 1), wide / (SHAPE_STEPS - 1), round / (SHAPE_STEPS - 1), this.face());
     const { box } = warp;
     for (let j = 0; j < box.height; j++) {
