@@ -31,6 +31,7 @@ import { withOpusDtx } from '../actors/media/webrtc.ts';
 import { synthesizeWithFlite } from '../actors/tts/builtin/flite.ts';
 import { trimEdgeSilence } from '../actors/tts/builtin/engine.ts';
 import { CHANNEL_PACKET_SAMPLES, CHANNEL_SAMPLE_RATE, channelEncoder, opusQuality } from './opus-quality.ts';
+import { rms } from '../test/helpers/mp4.ts';
 import { loadAverage, threadCpu, threadCpuDelta } from './proc.ts';
 import { connectOnLoopback } from './stage-costs.ts';
 import { round } from './stats.ts';
@@ -451,12 +452,6 @@ async function firstAudibleMs(variant: Variant, speech16k: Int16Array, speech48k
   } finally {
     pair.close();
   }
-}
-
-function rms(pcm: Int16Array): number {
-  let sum = 0;
-  for (const sample of pcm) sum += sample * sample;
-  return Math.sqrt(sum / Math.max(1, pcm.length));
 }
 
 /** A clip's speech, its first `QUALITY_CLIP_S` seconds at the channel's 16 kHz mono (bundled ffmpeg). */

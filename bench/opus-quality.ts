@@ -18,6 +18,7 @@
  */
 import { Decoder, type Encoder } from '@evan/opus';
 import { channelOpusEncoder } from '../actors/audio/opus-encoder.ts';
+import { rms } from '../test/helpers/mp4.ts';
 import { RealFft } from '../actors/audio/fft.ts';
 import { round } from './stats.ts';
 
@@ -151,12 +152,6 @@ function logSpectralDistances(reference: Int16Array, output: Int16Array): { bins
     bands.push(distance(banded(a), banded(b)));
   }
   return { bins, bands };
-}
-
-function rms(pcm: Int16Array): number {
-  let sum = 0;
-  for (const sample of pcm) sum += sample * sample;
-  return Math.sqrt(sum / Math.max(1, pcm.length));
 }
 
 /** 10 ms RMS envelope. */

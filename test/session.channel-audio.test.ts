@@ -11,6 +11,7 @@ import { MAX_POSE_BUFFERED_BYTES, PoseChannel } from '../src/sessions/pose-chann
 import { json, post, startTestApp, type TestApp } from './helpers/app.ts';
 import { eventually, postAudio, sleep, tone, wavBytes } from './helpers/conversation.ts';
 import { connectWhepViewer } from './helpers/peer.ts';
+import { rms } from './helpers/mp4.ts';
 import { PosePeer } from './helpers/pose-peer.ts';
 
 const RATE = 16_000;
@@ -68,12 +69,6 @@ function tapClock(playout: PlayoutClock): { between(from: number, to: number): I
       return pcm;
     },
   };
-}
-
-function rms(pcm: Int16Array): number {
-  let sum = 0;
-  for (const s of pcm) sum += s * s;
-  return Math.sqrt(sum / Math.max(1, pcm.length));
 }
 
 /** The frequency of a tone by its rising zero crossings, Hz. */

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseWav } from '../actors/audio/wav.ts';
 import { json, post, startTestApp, tempDir, makeAvatarBundle, type TestApp } from './helpers/app.ts';
 import { startElevenLabsFake, startOpenAiSpeechFake, startXttsFake, type FakeUpstream } from './fakes/tts-upstreams.ts';
+import { rms } from './helpers/mp4.ts';
 
 const ELEVEN_KEY = 'eleven-test-key';
 
@@ -16,12 +17,6 @@ function wavHeader(bytes: Buffer) {
     bitsPerSample: bytes.readUInt16LE(34),
     dataBytes: bytes.readUInt32LE(40),
   };
-}
-
-function rms(pcm: Int16Array): number {
-  let sum = 0;
-  for (const sample of pcm) sum += sample * sample;
-  return Math.sqrt(sum / Math.max(1, pcm.length));
 }
 
 describe('POST /tts/preview (spec 4.9, 7, 8)', () => {
