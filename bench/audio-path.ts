@@ -128,20 +128,24 @@ interface AudioPair {
   close(): void;
 }
 
-async function connectAudioPair(variant: Variant): Promise<AudioPair> {
+/** Two wrtc peers in this process, the sender with an audio track of its own source (connected by the caller). */
+function audioSenderPair() {
   const sender = new RTCPeerConnection();
   const receiver = new RTCPeerConnection();
   const source = new nonstandard.RTCAudioSource();
   const track = source.createTrack();
   sender.addTrack(track, new wrtc.MediaStream([track]));
+  return { sender, receiver, source, track };
+}
+
+async function connectAudioPair(variant: Variant): Promise<AudioPair> {
+  const { sender, receiver, source, track } = audioSenderPair();
   const sinks: Array<{ stop(): void }> = [];
   let audibleAt = 0;
   receiver.ontrack = (event: { track: MediaStreamTrack }) => {
     const sink = new nonstandard.RTCAudioSink(event.track);
     sink.ondata = (data: { samples: Int16Array }) => {
-      let sum = 0;
-      for (const sample of data.samples) sum += sample * sample;
-      if (Math.sqrt(sum / Math.max(1, data.samples.length)) > AUDIBLE_RMS) audibleAt = performance.now();
+      if (rms(data.samples) > AUDIBLE_RMS) audibleAt = performance.now();
     };
     sinks.push(sink);
   };
@@ -309,11 +313,7 @@ interface ChannelPair {
  * fed, and the `avatar` data channel to a receiver in this process, which only counts what arrives.
  */
 async function connectChannelPair(): Promise<ChannelPair> {
-  const sender = new RTCPeerConnection();
-  const receiver = new RTCPeerConnection();
-  const source = new nonstandard.RTCAudioSource();
-  const track = source.createTrack();
-  sender.addTrack(track, new wrtc.MediaStream([track]));
+  const { sender, receiver, track } = audioSenderPair();
   const channel = sender.createDataChannel('avatar');
   let received = 0;
   receiver.ondatachannel = (event: RTCDataChannelEvent) => {
