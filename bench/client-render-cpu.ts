@@ -25,6 +25,7 @@
 import { Decoder } from '@evan/opus';
 import {
   CHANNEL_AUDIO_PACKET_MS,
+  rtpDiff,
   type ChannelAudioRequest,
   type PoseChannelData,
   type PoseChannelMessage,
@@ -73,9 +74,6 @@ const KEPT_AUDIO_BUFFERS = 4_000;
 
 /** The first ms of speech after a gap, which the service sends as soon as it is queued at the clock's position. */
 const ONSET_MS = 100;
-
-/** `a − b` for RTP stamps modulo 2^32, as a signed number of ticks. */
-const rtpDiff = (a: number, b: number) => (a - b) | 0;
 
 /**
  * A wrtc receiver as the client library's `render: 'client'` peer: audio, the `avatar` channel, pose timing counted;
