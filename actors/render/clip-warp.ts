@@ -235,7 +235,7 @@ function geometryOf(face: MouthAnimation, pose: MouthPose, source: I420Frame): W
   const jawDrop = jawDropOf(pose, mw);
   const halfWidth = Math.max(MIN_OPENING_HALF_WIDTH * mw, (upper[upper.length - 1].x - upper[0].x) / 2) * (1 + spread);
   const columns = columnsOf({ upper, lower }, outerTopOf(face, toUpright), mw);
-  partBelowOwnTeeth(columns, source, upright, mw);
+  partBelowOwnTeeth(columns, source, upright, mw, { from: lower[0].x, to: lower[lower.length - 1].x });
   const region = { left: REGION.left * mw, right: REGION.right * mw, top: REGION.top * mw, bottom: REGION.bottom * mw };
   const freedom = freedomOf(source, face, {
     ...upright,
@@ -270,6 +270,23 @@ function geometryOf(face: MouthAnimation, pose: MouthPose, source: I420Frame): W
  * above it fall in that opening and the lower lip's decide), its teeth between its inner lips.
  */
 function paletteOf(
+  source: I420Frame,
+  face: MouthAnimation,
+  upright: { cx: number; cy: number; cos: number; sin: number },
+  own: OwnLips,
+): MouthPalette {
+  // A loop frame's tracked face is one object for as long as its loop is held: its palette is read once.
+  const cached = palettes.get(face);
+  if (cached && cached.buffer === source.data.buffer && cached.offset === source.data.byteOffset) return cached.palette;
+  const palette = paletteRead(source, face, upright, own);
+  palettes.set(face, { buffer: source.data.buffer, offset: source.data.byteOffset, palette });
+  return palette;
+}
+
+/** Palettes read, by the tracked face they were read along (and the frame pixels they were read on). */
+const palettes = new WeakMap<MouthAnimation, { buffer: ArrayBufferLike; offset: number; palette: MouthPalette }>();
+
+function paletteRead(
   source: I420Frame,
   face: MouthAnimation,
   upright: { cx: number; cy: number; cos: number; sin: number },
@@ -367,6 +384,7 @@ function partBelowOwnTeeth(
   source: I420Frame,
   at: { cx: number; cy: number; cos: number; sin: number },
   mw: number,
+  corners: { from: number; to: number },
 ): void {
   const { y: luma, u: cb, v: cr, cw } = planes(source);
   const reach = OWN_TEETH_BELOW * mw;
@@ -383,7 +401,10 @@ function partBelowOwnTeeth(
   };
   const count = columns.mid.length;
   const moves = new Float64Array(count);
-  for (let i = 0; i < count; i++) {
+  // Teeth show between the lip's corners only.
+  const first = Math.max(0, Math.floor((corners.from - columns.from) * COLUMNS_PER_PX));
+  const end = Math.min(count - 1, Math.ceil((corners.to - columns.from) * COLUMNS_PER_PX));
+  for (let i = first; i <= end; i++) {
     const u = columns.from + i / COLUMNS_PER_PX;
     let last = -1;
     for (let dv = 0; dv <= reach; dv++) {
@@ -394,12 +415,14 @@ function partBelowOwnTeeth(
     }
     moves[i] = last >= 0 ? last + 1 : 0;
   }
+  // A running mean over the window (clipped at the table's ends).
   const half = Math.round(OWN_TEETH_SMOOTH * mw * COLUMNS_PER_PX);
+  let sum = 0;
+  for (let k = 0; k < Math.min(count, half); k++) sum += moves[k];
   for (let i = 0; i < count; i++) {
-    let sum = 0;
-    let n = 0;
-    for (let k = Math.max(0, i - half); k <= Math.min(count - 1, i + half); k++, n++) sum += moves[k];
-    columns.mid[i] += sum / n;
+    if (i + half < count) sum += moves[i + half];
+    if (i - half - 1 >= 0) sum -= moves[i - half - 1];
+    columns.mid[i] += sum / (Math.min(count - 1, i + half) - Math.max(0, i - half) + 1);
   }
 }
 
