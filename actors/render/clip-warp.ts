@@ -77,6 +77,8 @@ const SPLIT_ABOVE_LOWER_LIP = 0;
  */
 const LIP_EDGE = 0.045;
 const MIN_LIP_EDGE_PX = 2;
+/** The lip's edge band is kept as thick across a steep edge as across a level one, up to this slant. */
+const MAX_EDGE_SLANT = 3;
 /** The inside and the lip's edge blend over this many px to either side of the opening's lower edge. */
 const LIP_EDGE_BLEND_PX = 1.25;
 /**
@@ -585,7 +587,16 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
   // the inside, and a tracked inner lip a pixel off leaves no sliver of the frame's own teeth riding on it.
   // Towards the corners, where the gap closes, its paint fades with it: cut off where the drop passed 0.3 px, a
   // 2.5 px tall band of throat ended in a dark notch short of the corner (`yongen`: steps of 20–47 levels there).
-  const lipEdge = Math.min(g.lipEdgePx, drop);
+  // Down a column the lip's edge band is as thick as across the edge: where the edge runs steeply (towards the
+  // corners) a column crosses it at a slant, and measured down the column the band thinned into a red line.
+  const left = Math.max(0, column - COLUMNS_PER_PX / 2);
+  const right = Math.min(g.columns.mid.length - 1, column + COLUMNS_PER_PX / 2);
+  const slope =
+    g.columns.mid[right] -
+    g.columns.mid[left] +
+    g.jawDrop * (lensProfile(Math.abs(us + 0.5) / g.halfWidth) - lensProfile(Math.abs(us - 0.5) / g.halfWidth));
+  const slant = Math.min(MAX_EDGE_SLANT, Math.hypot(1, slope));
+  const lipEdge = Math.min(g.lipEdgePx * slant, drop);
   const paint =
     drop > 0.3 && v > gapTop - 0.5 && v < gapBottom + lipEdge
       ? free *
@@ -609,7 +620,7 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
     column.mouthWidth = mw;
     paintInside(column, v, g.palette, insideRgb);
     // The inside meets the lip's edge over `LIP_EDGE_BLEND_PX`: no hard line where the shading ends.
-    const onLip = smoothstep(-LIP_EDGE_BLEND_PX, LIP_EDGE_BLEND_PX, v - gapBottom);
+    const onLip = smoothstep(-LIP_EDGE_BLEND_PX * slant, LIP_EDGE_BLEND_PX * slant, v - gapBottom);
     if (onLip > 0) {
       lowerLipEdge(g.palette, lipRgb);
       insideRgb.r += (lipRgb.r - insideRgb.r) * onLip;
@@ -625,7 +636,7 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
   if (Math.abs(u) >= g.nearHalfWidth) return MOVED;
   // Which side of the opening's band (its painted gap and the lips' parting) the point is on, with a pixel to spare.
   at.side =
-    v < mid - lift - BAND_SLACK_PX ? ABOVE_BAND : v > mid + drop + g.lipEdgePx + BAND_SLACK_PX ? BELOW_BAND : IN_BAND;
+    v < mid - lift - BAND_SLACK_PX ? ABOVE_BAND : v > mid + drop + lipEdge + BAND_SLACK_PX ? BELOW_BAND : IN_BAND;
   return at.side === IN_BAND ? AT_OPENING | IN_LENS : MOVED | IN_LENS;
 }
 
