@@ -123,8 +123,10 @@ interface WarpGeometry {
   /** What the opening shows beside its throat (`photo-mouth.ts`): a tongue, and how far the upper teeth reach sideways. */
   tongue: number;
   teethReach: number;
-  /** How far the lower lip's inner edge is painted down the lip (px). */
+  /** How far the lower lip's inner edge is painted down the lip (px), across the edge; and per column of the own-lip
+   * table, how much longer that is down the column where the opening's lower edge runs steeply (`MAX_EDGE_SLANT`). */
   lipEdgePx: number;
+  bottomSlant: Float64Array;
   /** The loop frame's own lip and tooth colours, the inside is painted from (`paintInside`, as on a photo). */
   palette: MouthPalette;
   /** How freely each point may move (strong edges outside the lips stay put): `clip-freedom.ts`. */
@@ -262,6 +264,7 @@ function geometryOf(face: MouthAnimation, pose: MouthPose, source: I420Frame): W
     tongue: tongueShown(pose.open),
     teethReach: teethReachOf(pose.round),
     lipEdgePx: Math.max(MIN_LIP_EDGE_PX, LIP_EDGE * mw),
+    bottomSlant: bottomSlantOf(columns, mw, jawDrop, halfWidth, spread),
     palette: paletteOf(source, face, upright, { upper, lower }),
   };
 }
@@ -428,6 +431,35 @@ function partBelowOwnTeeth(
   }
 }
 
+/**
+ * Per column of the own-lip table, 1 / cos of the slope of the opening's lower edge (the parting dropped by the jaw, the
+ * lips' spread taken at the parting), at most `MAX_EDGE_SLANT`.
+ */
+function bottomSlantOf(
+  columns: WarpGeometry['columns'],
+  mw: number,
+  jawDrop: number,
+  halfWidth: number,
+  spread: number,
+): Float64Array {
+  const count = columns.mid.length;
+  const bottom = new Float64Array(count);
+  for (let i = 0; i < count; i++) {
+    const u = columns.from + i / COLUMNS_PER_PX;
+    const an = u / mw;
+    const lipZone = spread === 0 ? 0 : Math.exp(-(an * an) / LIP_ZONE_WIDTH) * (1 - smoothstep(1.0, 1.3, Math.abs(an)));
+    const us = u - u * (1 - 1 / (1 + spread)) * lipZone;
+    bottom[i] = columns.mid[i] + jawDrop * lensProfile(Math.abs(us) / halfWidth);
+  }
+  const slant = new Float64Array(count);
+  const half = COLUMNS_PER_PX / 2;
+  for (let i = 0; i < count; i++) {
+    const slope = bottom[Math.min(count - 1, i + half)] - bottom[Math.max(0, i - half)];
+    slant[i] = Math.min(MAX_EDGE_SLANT, Math.hypot(1, slope));
+  }
+  return slant;
+}
+
 /** A lip edge's v at `u` (linear between points sorted by u, held beyond the corners). */
 export function edgeAt(edge: Point[], u: number): number {
   if (u <= edge[0].x) return edge[0].y;
@@ -589,13 +621,7 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
   // 2.5 px tall band of throat ended in a dark notch short of the corner (`yongen`: steps of 20–47 levels there).
   // Down a column the lip's edge band is as thick as across the edge: where the edge runs steeply (towards the
   // corners) a column crosses it at a slant, and measured down the column the band thinned into a red line.
-  const left = Math.max(0, column - COLUMNS_PER_PX / 2);
-  const right = Math.min(g.columns.mid.length - 1, column + COLUMNS_PER_PX / 2);
-  const slope =
-    g.columns.mid[right] -
-    g.columns.mid[left] +
-    g.jawDrop * (lensProfile(Math.abs(us + 0.5) / g.halfWidth) - lensProfile(Math.abs(us - 0.5) / g.halfWidth));
-  const slant = Math.min(MAX_EDGE_SLANT, Math.hypot(1, slope));
+  const slant = g.bottomSlant[column];
   const lipEdge = Math.min(g.lipEdgePx * slant, drop);
   const paint =
     drop > 0.3 && v > gapTop - 0.5 && v < gapBottom + lipEdge
