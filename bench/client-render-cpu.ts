@@ -397,11 +397,13 @@ export async function benchClientRenderCpu(): Promise<Record<string, unknown>> {
   };
   const firstRoute: AudioRoute = CLIENT_AUDIO === 'both' ? 'channel' : CLIENT_AUDIO;
   if (PROFILE) return { ...out, client_rendered: await measureClientRow(CLIENT_SESSIONS, firstRoute) };
-  const floor: TransportFloor | { error: string } = await measureTransportFloor(SERVER_SESSIONS || 3).catch(
-    (error: Error) => ({ error: error.message }),
-  );
-  out.transport_floor = floor;
-  const ratio = (value: number) => ('error' in floor ? null : floorRatio(value, floor));
+  // The floor is read before the rows and again after them, and the ratios use the mean of the two: the host's speed
+  // drifts within minutes (readings of one 10 s floor moved 76 → 91 ms per stream-second as others' load rose), and
+  // a floor read only before a row that runs a minute later made the ratio move with that drift.
+  const readFloor = () =>
+    measureTransportFloor(SERVER_SESSIONS || 3).catch((error: Error): { error: string } => ({ error: error.message }));
+  const floorBefore = await readFloor();
+  const rowsToRatio: Array<{ row: Record<string, unknown>; values: Record<string, number> }> = [];
   if (SERVER_SESSIONS > 0)
     try {
       const server = await measureCpuRow(
@@ -409,7 +411,11 @@ export async function benchClientRenderCpu(): Promise<Record<string, unknown>> {
         SERVER_SESSIONS,
         WINDOW_S,
       );
-      out.server_rendered = { ...server, cpu_ratio_to_transport_floor: ratio(server.cpu_ms_per_session_second) };
+      out.server_rendered = server;
+      rowsToRatio.push({
+        row: server as unknown as Record<string, unknown>,
+        values: { cpu_ratio_to_transport_floor: server.cpu_ms_per_session_second },
+      });
     } catch (error) {
       out.server_rendered = { error: (error as Error).message };
     }
@@ -424,17 +430,30 @@ export async function benchClientRenderCpu(): Promise<Record<string, unknown>> {
   for (const route of routes) {
     try {
       const client = await measureClientRow(CLIENT_SESSIONS, route);
-      rows[route].push({
-        ...client,
-        cpu_ratio_to_transport_floor: ratio(client.cpu_ms_per_session_second),
-        service_cpu_ratio_to_transport_floor: ratio(client.service_cpu_ms_per_session_second),
-        voiced_cpu_ratio_to_transport_floor: ratio(client.cpu_ms_per_voiced_second),
-        voiced_service_cpu_ratio_to_transport_floor: ratio(client.service_cpu_ms_per_voiced_second),
+      const row = { ...client } as unknown as Record<string, unknown>;
+      rows[route].push(row);
+      rowsToRatio.push({
+        row,
+        values: {
+          cpu_ratio_to_transport_floor: client.cpu_ms_per_session_second,
+          service_cpu_ratio_to_transport_floor: client.service_cpu_ms_per_session_second,
+          voiced_cpu_ratio_to_transport_floor: client.cpu_ms_per_voiced_second,
+          voiced_service_cpu_ratio_to_transport_floor: client.service_cpu_ms_per_voiced_second,
+        },
       });
     } catch (error) {
       rows[route].push({ audio_route_asked: route, error: (error as Error).message });
     }
   }
+  const floor = bracketedFloor(floorBefore, await readFloor());
+  out.transport_floor = floor;
+  if ('cpu_ms_per_stream_second' in floor)
+    console.log(
+      `  transport floor, mean of before and after: ${floor.cpu_ms_per_stream_second} ms CPU per stream-second ` +
+        `(${floor.readings.join(', ')})`,
+    );
+  for (const { row, values } of rowsToRatio)
+    for (const [key, value] of Object.entries(values)) row[key] = 'error' in floor ? null : floorRatio(value, floor);
   // The target row is the route the browser takes (the channel) unless only the track was asked for; with several
   // runs, each route's median by CPU per session-second (the upper of the middle two: the target is a ceiling).
   const cpuOf = (row: Record<string, unknown>) =>
@@ -447,6 +466,25 @@ export async function benchClientRenderCpu(): Promise<Record<string, unknown>> {
     out.client_rendered_runs = rows;
   }
   return out;
+}
+
+/**
+ * The floor as the mean of the readings before and after the rows (each reported in `readings`); one reading alone
+ * when the other failed, an error when both did.
+ */
+function bracketedFloor(
+  before: TransportFloor | { error: string },
+  after: TransportFloor | { error: string },
+): (TransportFloor & { readings: number[] }) | { error: string } {
+  const good = [before, after].filter((f): f is TransportFloor => !('error' in f));
+  if (good.length === 0) return { error: 'error' in before ? before.error : 'no floor' };
+  const mean = good.reduce((sum, f) => sum + f.cpu_ms_per_stream_second, 0) / good.length;
+  return {
+    ...good[good.length - 1],
+    window_s: good.reduce((sum, f) => sum + f.window_s, 0),
+    cpu_ms_per_stream_second: round(mean, 1),
+    readings: good.map((f) => f.cpu_ms_per_stream_second),
+  };
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
