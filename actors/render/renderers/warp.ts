@@ -177,6 +177,23 @@ function clampBox(x0: number, y0: number, x1: number, y1: number, width: number,
   return { x: left, y: top, width: Math.max(0, right - left), height: Math.max(0, bottom - top) };
 }
 
+/**
+ * The lips' own inner rim along the opening's sides: towards the corners the opening is bordered by lip, wet and in
+ * the mouth's shade, wrapping round the corner where the lips meet, not by dark inside cut straight into the skin
+ * beside a corner (a warped portrait's lips thin out there, and the corner's crease is skin). The rim is laid just
+ * outside the opening's edges, over what the warp brought there, so the inside stays as dark and as large: `LIP_RIM_PX`
+ * wide (at a 40 px mouth) where it is full, growing from nothing at `LIP_RIM_FROM` of the half width (in the middle the
+ * lips' own edges show) to full at `LIP_RIM_FULL`, and meeting round the opening's pointed ends. It is the lips' colour
+ * at `LIP_RIM_LIT` of their brightness where it meets them, shading to `LIP_RIM_SHADE` at the opening's edge.
+ */
+const LIP_RIM_PX = 2.2;
+const LIP_RIM_FROM = 0.4;
+const LIP_RIM_FULL = 0.8;
+/** From here (fraction of the half width) towards the corner the rim also covers the opening's edge inside. */
+const LIP_RIM_INSIDE_FROM = 0.85;
+const LIP_RIM_LIT = 0.95;
+const LIP_RIM_SHADE = 0.72;
+
 /** The opening of one pose, in pixels. */
 interface OpeningShape {
   /** Half width of the opening; its edges are the mouth corners. */
@@ -564,6 +581,7 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
   const jawDrop = open * MAX_JAW_DROP * mw;
   const shape = openingShape(open, wide, round, mw);
   const inside: Rgb = { r: 0, g: 0, b: 0 };
+  const rim: Rgb = { r: 0, g: 0, b: 0 };
   for (let x = box.x; x < box.x + box.width; x++) {
     const u = (x - cx) / mw;
     const destSeam = seamAt(x);
@@ -587,6 +605,17 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
       MAX_STRETCH_SPAN,
       Math.max(MIN_STRETCH_SPAN, (STRETCH_SPAN_PER_DROP * (jawHere - lipDrop)) / mw),
     );
+    const column: OpeningColumn = {
+      top: lens.top,
+      bottom: lens.bottom,
+      lateral: lens.lateral,
+      dx: x - cx,
+      teeth: shape.upperTeeth * Math.pow(lens.openness, 0.35),
+      tongue: shape.tongue,
+      teethReach: shape.teethReach,
+      upperLift: shape.upperOpen,
+      mouthWidth: mw,
+    };
     for (let y = box.y; y < box.y + box.height; y++) {
       // Gaussian falloff: its slope stays gentle, so the cheeks beside narrowed lips are not smeared.
       const v = (y - destSeam) / mw;
@@ -624,28 +653,42 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
       // Distance to the nearer lip edge across it (not down the column): where an edge runs steeply, near the
       // opening's ends, a column's distance cut it off in a hard vertical step.
       const edgePx = Math.min((y - lens.top) / topSlant, (lens.bottom - y) / bottomSlant);
-      if (height > 0.3 && edgePx > -0.5) {
-        const alpha = Math.min(1, edgePx + 0.5);
-        const column: OpeningColumn = {
-          top: lens.top,
-          bottom: lens.bottom,
-          lateral: lens.lateral,
-          dx: x - cx,
-          teeth: shape.upperTeeth * Math.pow(lens.openness, 0.35),
-          tongue: shape.tongue,
-          teethReach: shape.teethReach,
-          upperLift: shape.upperOpen,
-          mouthWidth: mw,
-        };
-        paintInside(column, y, palette, inside);
-        warp.paint[3 * k] = inside.r;
-        warp.paint[3 * k + 1] = inside.g;
-        warp.paint[3 * k + 2] = inside.b;
-        warp.paintAlpha[k] = alpha;
+      const alpha = height > 0.3 ? Math.max(0, Math.min(1, edgePx + 0.5)) : 0;
+      const rimCover = opens ? lipRim(column, edgePx, palette, rim) : 0;
+      if (alpha > 0 || rimCover > 0) {
+        if (alpha > 0) paintInside(column, y, palette, inside);
+        // The rim over the inside: one paint of the two layers' joint cover.
+        const cover = 1 - (1 - alpha) * (1 - rimCover);
+        const insideShare = (alpha * (1 - rimCover)) / cover;
+        warp.paint[3 * k] = mix(rim.r, inside.r, insideShare);
+        warp.paint[3 * k + 1] = mix(rim.g, inside.g, insideShare);
+        warp.paint[3 * k + 2] = mix(rim.b, inside.b, insideShare);
+        warp.paintAlpha[k] = cover;
       }
     }
   }
   return warp;
+}
+
+/**
+ * The lips' rim (`LIP_RIM_PX`) at `edgePx` px inside the opening's nearer edge (negative: outside it), as a colour and
+ * its cover (0: none), written to `rim`.
+ */
+function lipRim(column: OpeningColumn, edgePx: number, palette: MouthPalette, rim: Rgb): number {
+  const scale = LIP_RIM_PX * (column.mouthWidth / 40);
+  // Outside the edge: grown in from the middle, narrowing only at the very corner, where the opening ends in a point.
+  const outside =
+    scale * smoothstep(LIP_RIM_FROM, LIP_RIM_FULL, column.lateral) * (1 - smoothstep(0.92, 1, column.lateral));
+  // Inside it, only near the corners: the lips meet there, and the dark closes off before the corner's point.
+  const inside = scale * smoothstep(LIP_RIM_INSIDE_FROM, 1, column.lateral);
+  if (outside + inside <= 0 || edgePx >= inside + 0.5 || edgePx <= -outside - 0.5) return 0;
+  const depth = Math.min(1, Math.max(0, (edgePx + outside) / (outside + inside)));
+  const shade = mix(LIP_RIM_LIT, LIP_RIM_SHADE, depth);
+  rim.r = palette.lip.r * shade;
+  rim.g = palette.lip.g * shade;
+  rim.b = palette.lip.b * shade;
+  // Full across the rim, anti-aliased at both its edges.
+  return Math.min(1, edgePx + outside + 0.5, inside + 0.5 - edgePx);
 }
 
 /** Samples the pose into `out` (RGBA, the source's size) over its box, the inside of the mouth painted over it. */
