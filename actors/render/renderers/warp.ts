@@ -32,7 +32,7 @@ import { blinkClosure, quantise, smoothstep } from '../idle-motion.ts';
 import { closeLips } from '../photo-lips.ts';
 import { PhotoHead } from '../photo-head.ts';
 import { ClipHead } from '../clip-head.ts';
-import { warpFreedom } from '../photo-jaw.ts';
+import { underChin, warpFreedom } from '../photo-jaw.ts';
 import { mouthPalette, paintInside, type MouthPalette, type OpeningColumn, type Rgb } from '../photo-mouth.ts';
 import { warpLoopFrame } from '../clip-warp.ts';
 import { warpExpression } from '../expression-warp.ts';
@@ -79,6 +79,13 @@ const LIP_ZONE_HEIGHT = 0.12;
  * seam (`test/helpers/artefacts.ts`), and a chin dropped whole over its collar was a block with a kink at its ends.
  */
 const CHIN_SLIP_PX = 1.5;
+/**
+ * Under the chin the chin moves whole and fades into its held outline (`photo-jaw.ts`) over this many mouth widths
+ * above it, instead of being squeezed onto it: pressed into the few pixels above a collar, the shadow under the chin
+ * became a thin dark line, stepped where the freedom fell off pixel by pixel. Over 0.2 mouth widths (~8 px on the
+ * astronaut) the shadow fades whole into the neck and collar; over `CHIN_CLEARANCE`'s 0.1 its lower half was cut.
+ */
+const CHIN_FADE_CLEARANCE = 0.2;
 /** A destination row covering more source rows than this is sampled as their mean (`sampleSpan`). */
 const SQUEEZE_MIN = 1.5;
 /**
@@ -285,6 +292,8 @@ export class WarpRenderer implements Renderer {
   private harvested: HarvestedMouths | null = null;
   /** A photo's edge-aware falloff of the mouth warp over its box (`photo-jaw.ts`); null on video avatars. */
   private jaw: Float32Array | null = null;
+  /** How much of the chin moved whole shows over its held outline (`CHIN_FADE_CLEARANCE`); null on video avatars. */
+  private chinFade: Float32Array | null = null;
 
   async prepare(avatar: AvatarSource): Promise<void> {
     const { width, height } = avatar.manifest;
@@ -310,6 +319,7 @@ export class WarpRenderer implements Renderer {
     this.loopHead = null;
     this.harvested = null;
     this.jaw = null;
+    this.chinFade = null;
     if (!this.animation) return;
     if (this.loop) this.loopHead = new ClipHead(this.animation, this.loop.track, width, height, this.fps);
     // In the render pool the mouths travel with the shared loop (tasks carry no `clip`); read directly, with the clip.
@@ -327,6 +337,16 @@ export class WarpRenderer implements Renderer {
       width: this.animation.mouth_width,
       seamAt: this.seamAt,
     });
+    this.chinFade = warpFreedom(
+      this.source,
+      warpBox(this.animation, this.source),
+      {
+        x: this.animation.mouth_center.x,
+        width: this.animation.mouth_width,
+        seamAt: this.seamAt,
+      },
+      CHIN_FADE_CLEARANCE,
+    );
     // Warm the cache for the poses speech hits most (jaw steps at neutral shape); the rest fill lazily.
     for (let open = 1; open < OPEN_STEPS; open++) this.mouthPatch(open, 0, 0);
     for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
@@ -426,6 +446,7 @@ export class WarpRenderer implements Renderer {
         const moved =
           Math.hypot(warp.dx[k], warp.dy[k]) > CLAIM_MOVED_PX ||
           warp.paintAlpha[k] > 0 ||
+          (warp.chinAlpha[k] > 0 && Math.hypot(warp.chinDx[k], warp.chinDy[k]) > CLAIM_MOVED_PX) ||
           squeezeAt(warp, i, j) > SQUEEZE_MIN;
         if (moved) marked.data[(box.y + j) * width + box.x + i] = 255;
       }
@@ -439,7 +460,14 @@ export class WarpRenderer implements Renderer {
   }
 
   private face(): PhotoFace {
-    return { src: this.source!, anim: this.animation!, seamAt: this.seamAt, palette: this.palette!, jaw: this.jaw };
+    return {
+      src: this.source!,
+      anim: this.animation!,
+      seamAt: this.seamAt,
+      palette: this.palette!,
+      jaw: this.jaw,
+      chinFade: this.chinFade,
+    };
   }
 
   private mouthPatch(open: number, wide: number, round: number): I420Patch {
@@ -535,6 +563,7 @@ interface PhotoFace {
   seamAt: (x: number) => number;
   palette: MouthPalette;
   jaw: Float32Array | null;
+  chinFade: Float32Array | null;
 }
 
 /** One mouth pose over its box, before it is sampled: where each pixel comes from, and the mouth's painted inside. */
@@ -546,6 +575,13 @@ interface PoseWarp {
   /** The inside of the mouth painted over the warped pixel (RGB, 3 per pixel) and how much of it covers it (0..1). */
   paint: Float32Array;
   paintAlpha: Float32Array;
+  /**
+   * Under the chin, near its held outline: where the chin moved whole comes from (source minus destination, px), and
+   * how much of it is faded in over the warped pixel (0..1), below the paint.
+   */
+  chinDx: Float32Array;
+  chinDy: Float32Array;
+  chinAlpha: Float32Array;
 }
 
 /**
@@ -566,7 +602,7 @@ function warpMouth(open: number, wide: number, round: number, face: PhotoFace): 
 
 /** Where each pixel of the pose's box comes from in the rest image, and what of the mouth's inside covers it. */
 function poseWarp(open: number, wide: number, round: number, face: PhotoFace): PoseWarp {
-  const { src, anim, seamAt, palette, jaw } = face;
+  const { src, anim, seamAt, palette, jaw, chinFade } = face;
   const cx = anim.mouth_center.x;
   const mw = anim.mouth_width;
   const box = warpBox(anim, src);
@@ -577,6 +613,9 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
     dy: new Float32Array(size),
     paint: new Float32Array(size * 3),
     paintAlpha: new Float32Array(size),
+    chinDx: new Float32Array(size),
+    chinDy: new Float32Array(size),
+    chinAlpha: new Float32Array(size),
   };
   const jawDrop = open * MAX_JAW_DROP * mw;
   const shape = openingShape(open, wide, round, mw);
@@ -637,15 +676,26 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
         }
         if (opens) sy = Math.max(sy, seam + 0.5);
       }
+      const k = (y - box.y) * box.width + (x - box.x);
       if (jaw) {
         // Strong edges outside the lips (a collar under the chin, the face's outline) stay where they are, but for a
-        // slip of the chin's outline down with the jaw.
-        const free = jaw[(y - box.y) * box.width + (x - box.x)];
+        // slip of the chin's outline down with the jaw. Along the jaw the warp bends towards them. Under the chin it
+        // does not squeeze the chin onto its held outline (pressed into the few pixels above a collar, the shadow
+        // under the chin became a thin line, stepped where the freedom falls off pixel by pixel: on the astronaut
+        // five rows of shade into one or two): the chin moves whole and fades into the held outline as its freedom
+        // falls, a soft shade over the collar's edge.
+        const free = jaw[k];
+        const fade = chinFade ? chinFade[k] : free;
         const slip = Math.min(0, Math.max(sy - y, -CHIN_SLIP_PX * jawWindow));
-        sx = x + (sx - x) * free;
-        sy = y + slip + (sy - y - slip) * free;
+        const chin = underChin(u);
+        const held = free < 1 || (fade < 1 && chin > 0);
+        warp.chinDx[k] = sx - x;
+        warp.chinDy[k] = sy - y;
+        warp.chinAlpha[k] = held ? fade * chin : 0;
+        const bend = held ? free * (1 - chin) : 1;
+        sx = x + (sx - x) * bend;
+        sy = y + slip + (sy - y - slip) * bend;
       }
-      const k = (y - box.y) * box.width + (x - box.x);
       warp.dx[k] = sx - x;
       warp.dy[k] = sy - y;
 
@@ -695,6 +745,7 @@ function lipRim(column: OpeningColumn, edgePx: number, palette: MouthPalette, ri
 function composePose(src: RgbaImage, warp: PoseWarp, out: RgbaImage): void {
   const { box, dx, dy, paint, paintAlpha } = warp;
   const rgb: Rgb = { r: 0, g: 0, b: 0 };
+  const chin: Rgb = { r: 0, g: 0, b: 0 };
   for (let j = 0; j < box.height; j++) {
     for (let i = 0; i < box.width; i++) {
       const k = j * box.width + i;
@@ -707,6 +758,13 @@ function composePose(src: RgbaImage, warp: PoseWarp, out: RgbaImage): void {
       const span = squeezeAt(warp, i, j);
       if (span > SQUEEZE_MIN) sampleSpan(src, sx, sy, span, rgb);
       else sampleBilinear(src, sx, sy, rgb);
+      const chinAlpha = warp.chinAlpha[k];
+      if (chinAlpha > 0) {
+        sampleBilinear(src, x + warp.chinDx[k], y + warp.chinDy[k], chin);
+        rgb.r = mix(rgb.r, chin.r, chinAlpha);
+        rgb.g = mix(rgb.g, chin.g, chinAlpha);
+        rgb.b = mix(rgb.b, chin.b, chinAlpha);
+      }
       const alpha = paintAlpha[k];
       const o = (y * src.width + x) * 4;
       out.data[o] = mix(rgb.r, paint[3 * k], alpha);
