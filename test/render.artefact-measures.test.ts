@@ -40,6 +40,8 @@ import {
   teethAboveUpperLip,
   teethBelowLowerLip,
   teethRows,
+  thinLinesUnderLips,
+  MAX_THIN_LINE_PIXELS,
   type LipGeometry,
 } from './helpers/artefacts.ts';
 
@@ -533,6 +535,26 @@ describe('artefact measures on constructed frames', () => {
     expect(teethRows(twoRows, OPEN_LIPS)).toBe(2);
     expect(teethRows(good, OPEN_LIPS)).toBe(1);
     expect(brokenThresholds(measureArtefacts(base, twoRows, OPEN_LIPS))).toEqual(['2 rows of teeth']);
+  });
+
+  /**
+   * Under the chin, a soft shadow (rows 95–100), the neck (101–108) and a collar's dark edge (109 on): the shadow
+   * pressed into a 2-px line just above the collar (a chin squeezed onto its held outline) is a thin line; the same
+   * shadow moved down whole is not.
+   */
+  const CHIN_SHADOW: Record<number, number> = { 95: 130, 96: 105, 97: 90, 98: 90, 99: 105, 100: 130 };
+  const underChin =
+    (shadowAt: (y: number) => number | undefined) =>
+    (_x: number, y: number): number =>
+      y >= 109 ? 30 : (shadowAt(y) ?? (y > 100 ? 160 : 150));
+
+  it('a chin shadow squeezed into a thin line above the collar is a thin line under the lips; moved whole it is not', () => {
+    const chinBase = lumaFrame(underChin((y) => CHIN_SHADOW[y]));
+    const movedWhole = lumaFrame(underChin((y) => CHIN_SHADOW[y - 3]));
+    const squeezed = lumaFrame(underChin((y) => (y === 105 || y === 106 ? 95 : y > 106 ? 160 : undefined)));
+    expect(thinLinesUnderLips(chinBase, squeezed, OPEN_LIPS).pixels).toBeGreaterThan(MAX_THIN_LINE_PIXELS);
+    expect(thinLinesUnderLips(chinBase, movedWhole, OPEN_LIPS).pixels).toBe(0);
+    expect(thinLinesUnderLips(chinBase, chinBase, OPEN_LIPS).pixels).toBe(0);
   });
 
   it('mouth interior painted past the lip corner is dark outside the lips', () => {

@@ -45,6 +45,9 @@
  *   Teeth-bright (`isTeethBright`) is bright and nearly neutral, or, against the face's own tone (`faceTone` of the
  *   base: its skin's chroma, the brightest of its skin and lips around the mouth), brighter than all of that and no more
  *   coloured than its skin: teeth under a portrait's warm cast, which the neutral test takes for skin.
+ * - `thinLinesUnderLips(base, frame, lips)`: pixels under the lips darker than both pixels 2 px above and below them
+ *   by `THIN_LINE_MIN_LEVELS` more than the base shows nearby in that column: a shade pressed into a thin line (a chin
+ *   squeezed onto its held collar). Headline: `MAX_THIN_LINE_PIXELS`.
  * - `darkOutsideLips(base, frame, lips)`: pixels the composite made dark (`DARK_LUMA`, and ≥ `DARK_ADDED` darker
  *   than the base) in a band just outside the outer lip contour: mouth interior leaking past the lips.
  * - `teethRows(frame, lips, tone?)`: separate bands of teeth-bright pixels down the central columns of the mouth (median
@@ -500,6 +503,64 @@ export function teethAboveUpperLip(base: I420Frame, frame: I420Frame, lips: LipG
 /** Teeth-bright pixels the render put in the lower lip and the skin below it: teeth riding on the lip. */
 export function teethBelowLowerLip(base: I420Frame, frame: I420Frame, lips: LipGeometry): number {
   return teethInLipBand(base, frame, lips, 'lower');
+}
+
+/**
+ * Below the lower lip, a shade the warp pressed into a thin line: a chin dropped onto a held outline (a collar)
+ * squeezes the shadow under it, a few pixels of soft shade, into a line one or two pixels thin. A pixel's thinness is
+ * how much darker it is than both pixels `THIN_LINE_PX` above and below it: a shade broader than that has no such
+ * pixel, a line has. For each pixel of the mouth–jaw region from `THIN_LINE_BELOW_LIP` mouth widths under the
+ * outer lower lip, its thinness less the largest the base shows in that column within `THIN_LINE_REACH` mouth widths up
+ * or down (a line of the face's own, moved with the chin, is no new line).
+ */
+export const THIN_LINE_PX = 2;
+export const THIN_LINE_BELOW_LIP = 0.15;
+export const THIN_LINE_REACH = 0.5;
+/** A pixel is on a line the render drew when it is thinner than the base's nearby by this many levels. */
+export const THIN_LINE_MIN_LEVELS = 10;
+/**
+ * At most this many such pixels under the lips of a speaking frame. The astronaut's chin squeezed onto its held collar
+ * drew 30–38 on the open poses (a stepped dark line, 2 px thin, across the chin) and 15–16 on spread and rounded; its
+ * chin faded whole into the collar shows 0 on the open poses and 3–5 on the smaller drops (the shadow a little narrower
+ * over the neck, looked at 6×: soft).
+ */
+export const MAX_THIN_LINE_PIXELS = 8;
+
+export interface ThinLines {
+  /** Pixels at least `THIN_LINE_MIN_LEVELS` thinner than the base's nearby. */
+  pixels: number;
+  /** The largest excess, levels. */
+  max: number;
+}
+
+function thinness(f: I420Frame, x: number, y: number): number {
+  const above = luma(f, x, y - THIN_LINE_PX);
+  const below = luma(f, x, y + THIN_LINE_PX);
+  return Math.min(above, below) - luma(f, x, y);
+}
+
+/** Lines the render drew under the lips that the base does not show nearby (`THIN_LINE_MIN_LEVELS`). */
+export function thinLinesUnderLips(base: I420Frame, frame: I420Frame, lips: LipGeometry): ThinLines {
+  const region = mouthJawRegion(lips);
+  const c = lipColumns(lips);
+  const reach = Math.round(THIN_LINE_REACH * lips.mouth_width);
+  const { width, height } = frame;
+  let pixels = 0;
+  let max = 0;
+  for (let x = Math.max(0, Math.ceil(region.cx - region.rx)); x < Math.min(width, region.cx + region.rx); x++) {
+    const lip = c.outerBottom(Math.min(c.x1, Math.max(c.x0, x)))!;
+    const from = Math.max(THIN_LINE_PX, Math.ceil(lip + THIN_LINE_BELOW_LIP * lips.mouth_width));
+    for (let y = from; y + THIN_LINE_PX < Math.min(height, region.cy + region.ry); y++) {
+      if (!insideEllipse(region, x, y)) continue;
+      let own = 0;
+      for (let by = Math.max(THIN_LINE_PX, y - reach); by <= Math.min(height - 1 - THIN_LINE_PX, y + reach); by++)
+        own = Math.max(own, thinness(base, x, by));
+      const excess = thinness(frame, x, y) - own;
+      if (excess >= THIN_LINE_MIN_LEVELS) pixels++;
+      if (excess > max) max = excess;
+    }
+  }
+  return { pixels, max };
 }
 
 /** Pixels the composite made dark in a band just outside the outer lip contour. */
