@@ -11,7 +11,7 @@
  * clock sends catch-up bursts, which this extrapolation reads as late although each pose still left before its audio.
  *
  * Audio: each receiver asks for the session's audio on the `avatar` channel as the browser does (`ChannelAudioRequest`
- * once `hello` offers Opus), decodes its packets with `@evan/opus` and reads the speech share from them, each 10 ms
+ * once `hello` offers Opus), decodes its packets with `@evan/opus` and reads the voiced share from them, each 10 ms
  * placed at the time its audio leaves the service's clock (the latest `sync` extrapolated, as poses are judged). Beside
  * poses the row counts the channel's audio packets received, and late (arriving after their audio left the clock).
  * `BENCH_CLIENT_AUDIO=track` measures the track path as before (the receivers never ask); `both` measures the client
@@ -38,7 +38,7 @@ import { loadAverage } from './proc.ts';
 import { printWindow, sessionSecondBudget, type ProfileWindow } from './profile.ts';
 import { measureCpuRow } from './session-cpu.ts';
 import { startBenchService } from './service.ts';
-import { SessionLoad, getJson, round, warmUp, type WindowResult } from './session-load.ts';
+import { SessionLoad, TURN_SPREAD_MS, getJson, round, warmUp, type WindowResult } from './session-load.ts';
 import { floorRatio, measureTransportFloor, type TransportFloor } from './transport-floor.ts';
 
 /** The issue's load: 24 client-rendered sessions speaking at once on the 2-core machine. */
@@ -211,7 +211,7 @@ const heard = (peer: PoseReceivingPeer): Array<{ at: number; rms: number }> =>
 /**
  * Share of the window's 10 ms buffers, over all receivers, that carried speech (`heard`). On a starved host the TTS
  * engine falls behind, sessions wait in silence (DTX: little Opus work) and CPU per session-second falls with it, so
- * runs are only comparable at a similar share; CPU per speaking session-second divides by this share.
+ * runs are only comparable at a similar share; CPU per voiced second divides by this share.
  */
 function speechShare(peers: PoseReceivingPeer[], from: number, to: number, of = heard): number {
   let speech = 0;
@@ -240,11 +240,15 @@ interface ChannelCounters {
 export interface ClientRowResult extends WindowResult {
   /** The service process alone (no TTS engine processes), ms per session-second */
   service_cpu_ms_per_session_second: number;
-  /** Share of the receivers' audio in the window that was speech (`speechShare`) */
-  speech_share: number;
-  /** The service tree's CPU per second of speech heard, and the service process's alone */
-  cpu_ms_per_speaking_session_second: number;
-  service_cpu_ms_per_speaking_session_second: number;
+  /**
+   * Share of the receivers' audio in the window that was voiced (`speechShare`): the pauses between words and
+   * sentences of a speaking session are not. A speaking session-second (the target's) is a second of a session in a
+   * turn (`turn_share`, ~1 here); these divide by the voiced share instead, beside it.
+   */
+  voiced_share: number;
+  /** The service tree's CPU per voiced second heard, and the service process's alone */
+  cpu_ms_per_voiced_second: number;
+  service_cpu_ms_per_voiced_second: number;
   /** Sent by the service in the window, and of those sent after their audio left the clock (the target) */
   poses_sent: number;
   late_poses: number;
@@ -285,7 +289,7 @@ async function measureClientRow(sessions: number, route: AudioRoute): Promise<Cl
   try {
     await warmUp(service.baseUrl, service.pid, 'rt');
     await load.open('rt', sessions, undefined, { connect: PoseReceivingPeer.opener(route) });
-    load.startSpeaking();
+    load.startSpeaking({ spread: true });
     const peers = () => load.sessions.map((s) => s.peer as PoseReceivingPeer);
     const counts = () => ({
       poses: peers().reduce((n, p) => n + p.poses, 0),
@@ -295,7 +299,8 @@ async function measureClientRow(sessions: number, route: AudioRoute): Promise<Cl
       lateFreshAudio: peers().reduce((n, p) => n + p.lateFreshAudioPackets, 0),
       resentAudio: peers().reduce((n, p) => n + p.resentAudioPackets, 0),
     });
-    await new Promise((r) => setTimeout(r, WARMUP_S * 1000));
+    // The last session's first turn starts a spread after the first's; then the sessions settle.
+    await new Promise((r) => setTimeout(r, TURN_SPREAD_MS + WARMUP_S * 1000));
     const before = counts();
     const sentBefore = await channelMetrics(load);
     const windowFrom = performance.now();
@@ -320,9 +325,9 @@ async function measureClientRow(sessions: number, route: AudioRoute): Promise<Cl
     result = {
       ...window,
       service_cpu_ms_per_session_second: round(serviceMs / (sessions * window.window_s), 1),
-      speech_share: round(share, 2),
-      cpu_ms_per_speaking_session_second: round(window.cpu_ms / (sessions * window.window_s * share), 1),
-      service_cpu_ms_per_speaking_session_second: round(serviceMs / (sessions * window.window_s * share), 1),
+      voiced_share: round(share, 2),
+      cpu_ms_per_voiced_second: round(window.cpu_ms / (sessions * window.window_s * share), 1),
+      service_cpu_ms_per_voiced_second: round(serviceMs / (sessions * window.window_s * share), 1),
       poses_sent: sent,
       late_poses: sentLate,
       late_pose_percent: sent > 0 ? round((sentLate / sent) * 100, 2) : NaN,
@@ -353,7 +358,7 @@ async function measureClientRow(sessions: number, route: AudioRoute): Promise<Cl
     );
     console.log(
       `  client_rendered: ${result.cpu_ms_per_session_second} ms CPU per session-second (service alone ` +
-        `${result.service_cpu_ms_per_session_second}), ${result.cpu_ms_per_speaking_session_second} per speaking session-second (${result.service_cpu_ms_per_speaking_session_second}; speech ${result.speech_share}), ${sessions} sessions, ${result.late_pose_percent}% of ${sent} poses sent late ` +
+        `${result.service_cpu_ms_per_session_second}), in turns ${result.turn_share} of the time; ${result.cpu_ms_per_voiced_second} per voiced second (${result.service_cpu_ms_per_voiced_second}; voiced ${result.voiced_share}), ${sessions} sessions, ${result.late_pose_percent}% of ${sent} poses sent late ` +
         `(${result.receiver_late_pose_percent}% by the receivers' sync extrapolation), median lead ${result.pose_lead_median_ms} ms, ${result.turns_completed} turns, load ${result.load_average.join(' ')}`,
     );
     return result;
@@ -392,11 +397,13 @@ export async function benchClientRenderCpu(): Promise<Record<string, unknown>> {
   };
   const firstRoute: AudioRoute = CLIENT_AUDIO === 'both' ? 'channel' : CLIENT_AUDIO;
   if (PROFILE) return { ...out, client_rendered: await measureClientRow(CLIENT_SESSIONS, firstRoute) };
-  const floor: TransportFloor | { error: string } = await measureTransportFloor(SERVER_SESSIONS || 3).catch(
-    (error: Error) => ({ error: error.message }),
-  );
-  out.transport_floor = floor;
-  const ratio = (value: number) => ('error' in floor ? null : floorRatio(value, floor));
+  // The floor is read before the rows and again after them, and the ratios use the mean of the two: the host's speed
+  // drifts within minutes (readings of one 10 s floor moved 76 → 91 ms per stream-second as others' load rose), and
+  // a floor read only before a row that runs a minute later made the ratio move with that drift.
+  const readFloor = () =>
+    measureTransportFloor(SERVER_SESSIONS || 3).catch((error: Error): { error: string } => ({ error: error.message }));
+  const floorBefore = await readFloor();
+  const rowsToRatio: Array<{ row: Record<string, unknown>; values: Record<string, number> }> = [];
   if (SERVER_SESSIONS > 0)
     try {
       const server = await measureCpuRow(
@@ -404,7 +411,11 @@ export async function benchClientRenderCpu(): Promise<Record<string, unknown>> {
         SERVER_SESSIONS,
         WINDOW_S,
       );
-      out.server_rendered = { ...server, cpu_ratio_to_transport_floor: ratio(server.cpu_ms_per_session_second) };
+      out.server_rendered = server;
+      rowsToRatio.push({
+        row: server as unknown as Record<string, unknown>,
+        values: { cpu_ratio_to_transport_floor: server.cpu_ms_per_session_second },
+      });
     } catch (error) {
       out.server_rendered = { error: (error as Error).message };
     }
@@ -419,17 +430,30 @@ export async function benchClientRenderCpu(): Promise<Record<string, unknown>> {
   for (const route of routes) {
     try {
       const client = await measureClientRow(CLIENT_SESSIONS, route);
-      rows[route].push({
-        ...client,
-        cpu_ratio_to_transport_floor: ratio(client.cpu_ms_per_session_second),
-        service_cpu_ratio_to_transport_floor: ratio(client.service_cpu_ms_per_session_second),
-        speaking_cpu_ratio_to_transport_floor: ratio(client.cpu_ms_per_speaking_session_second),
-        speaking_service_cpu_ratio_to_transport_floor: ratio(client.service_cpu_ms_per_speaking_session_second),
+      const row = { ...client } as unknown as Record<string, unknown>;
+      rows[route].push(row);
+      rowsToRatio.push({
+        row,
+        values: {
+          cpu_ratio_to_transport_floor: client.cpu_ms_per_session_second,
+          service_cpu_ratio_to_transport_floor: client.service_cpu_ms_per_session_second,
+          voiced_cpu_ratio_to_transport_floor: client.cpu_ms_per_voiced_second,
+          voiced_service_cpu_ratio_to_transport_floor: client.service_cpu_ms_per_voiced_second,
+        },
       });
     } catch (error) {
       rows[route].push({ audio_route_asked: route, error: (error as Error).message });
     }
   }
+  const floor = bracketedFloor(floorBefore, await readFloor());
+  out.transport_floor = floor;
+  if ('cpu_ms_per_stream_second' in floor)
+    console.log(
+      `  transport floor, mean of before and after: ${floor.cpu_ms_per_stream_second} ms CPU per stream-second ` +
+        `(${floor.readings.join(', ')})`,
+    );
+  for (const { row, values } of rowsToRatio)
+    for (const [key, value] of Object.entries(values)) row[key] = 'error' in floor ? null : floorRatio(value, floor);
   // The target row is the route the browser takes (the channel) unless only the track was asked for; with several
   // runs, each route's median by CPU per session-second (the upper of the middle two: the target is a ceiling).
   const cpuOf = (row: Record<string, unknown>) =>
@@ -442,6 +466,25 @@ export async function benchClientRenderCpu(): Promise<Record<string, unknown>> {
     out.client_rendered_runs = rows;
   }
   return out;
+}
+
+/**
+ * The floor as the mean of the readings before and after the rows (each reported in `readings`); one reading alone
+ * when the other failed, an error when both did.
+ */
+function bracketedFloor(
+  before: TransportFloor | { error: string },
+  after: TransportFloor | { error: string },
+): (TransportFloor & { readings: number[] }) | { error: string } {
+  const good = [before, after].filter((f): f is TransportFloor => !('error' in f));
+  if (good.length === 0) return { error: 'error' in before ? before.error : 'no floor' };
+  const mean = good.reduce((sum, f) => sum + f.cpu_ms_per_stream_second, 0) / good.length;
+  return {
+    ...good[good.length - 1],
+    window_s: good.reduce((sum, f) => sum + f.window_s, 0),
+    cpu_ms_per_stream_second: round(mean, 1),
+    readings: good.map((f) => f.cpu_ms_per_stream_second),
+  };
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

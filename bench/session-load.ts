@@ -16,6 +16,14 @@ export const SPEECH_TEXT =
 const TURN_POLL_MS = 25;
 /** A turn that does not come back to idle within this long is abandoned (the loop speaks again). */
 const TURN_TIMEOUT_MS = 60_000;
+/**
+ * One turn of `SPEECH_TEXT` (~8 s of speech and its synthesis): `startSpeaking({ spread: true })` starts session i of N
+ * i/N of this after the first, so the sessions' turns, and the TTS engine's bursts at their starts, are spread over
+ * time as independent users' are, instead of every session synthesising its next turn in the same 3 s: in lock-step a
+ * 20 s window held two or three of those bursts depending on its phase (±15 % of the tree's CPU from run to run), and
+ * the host ran saturated during each.
+ */
+export const TURN_SPREAD_MS = 8_000;
 
 export type SessionModel = 'rt' | 'lipsync' | 'mock' | 'rt_head' | 'lipsync_b';
 
@@ -70,6 +78,8 @@ export interface LoadSession {
   sse: SseClient;
   turns: number;
   failedSpeaks: number;
+  /** When each turn started (its speak answered) and ended (back to idle; Infinity while in progress), ms */
+  turnSpans: Array<{ from: number; to: number }>;
 }
 
 export interface WindowResult {
@@ -97,6 +107,14 @@ export interface WindowResult {
   host_steal_percent: number;
   /** 1-minute load average at the end of the window (others' processes share the cores) */
   load_average: [number, number, number];
+  /**
+   * Share of the sessions' time in the window spent in a turn (speak answered → back to idle): what makes a
+   * session-second a speaking one. Speaking sessions start their next turn at once, so only the gaps between turns
+   * (an SSE event and a POST) fall outside.
+   */
+  turn_share: number;
+  /** This process's CPU (the receivers, decoding what they receive) in the window, ms per s: it shares the cores */
+  bench_process_cpu_ms_per_s: number;
   /** hrtime (µs, CLOCK_MONOTONIC, the clock of `.cpuprofile` timestamps) at the window's edges */
   hr_us: { start: number; end: number };
 }
@@ -132,16 +150,20 @@ export class SessionLoad {
       const peer = await (client?.connect ?? ReceivingPeer.connect)(this.baseUrl, session_id);
       peer.keepFrames = false;
       await postJson(this.baseUrl, `/sessions/${session_id}/start`);
-      this.sessions.push({ id: session_id, peer, sse, turns: 0, failedSpeaks: 0 });
+      this.sessions.push({ id: session_id, peer, sse, turns: 0, failedSpeaks: 0, turnSpans: [] });
     }
     for (const s of this.sessions) await s.peer.until(() => s.peer.audio.length > 20, 20_000, 'audio flowing');
   }
 
-  /** Every session speaks continuously until `stopSpeaking()`. */
-  startSpeaking(): void {
+  /**
+   * Every session speaks continuously until `stopSpeaking()`; with `spread`, session i of N starts its first turn
+   * i/N of `TURN_SPREAD_MS` after the first (measure from then on).
+   */
+  startSpeaking({ spread = false }: { spread?: boolean } = {}): void {
     if (this.speaking) return;
     this.speaking = true;
-    this.loops = this.sessions.map((s) => this.speakLoop(s));
+    const n = this.sessions.length;
+    this.loops = this.sessions.map((s, i) => this.speakLoop(s, spread ? (i * TURN_SPREAD_MS) / n : 0));
   }
 
   /** Stops starting new turns and waits for the current ones to end (interrupting them). */
@@ -154,7 +176,8 @@ export class SessionLoad {
     this.loops = [];
   }
 
-  private async speakLoop(s: LoadSession): Promise<void> {
+  private async speakLoop(s: LoadSession, startAfterMs: number): Promise<void> {
+    if (startAfterMs > 0) await sleep(startAfterMs);
     while (this.speaking) {
       const from = s.sse.events.length;
       // A keep-alive socket the server closes just as the next speak is sent ("other side closed") is a failed
@@ -167,6 +190,9 @@ export class SessionLoad {
         continue;
       }
       const deadline = performance.now() + TURN_TIMEOUT_MS;
+      const span = { from: performance.now(), to: Infinity };
+      s.turnSpans.push(span);
+      if (s.turnSpans.length > 1_000) s.turnSpans.splice(0, s.turnSpans.length - 100);
       let idle = false;
       while (this.speaking && !idle && performance.now() < deadline) {
         await sleep(TURN_POLL_MS);
@@ -177,8 +203,17 @@ export class SessionLoad {
         // Frame events are not needed here; keep the array short.
         if (s.sse.events.length > 5_000) s.sse.events.splice(0, s.sse.events.length - 100);
       }
+      span.to = performance.now();
       if (idle) s.turns++;
     }
+  }
+
+  /** Share of the sessions' time from `from` to `to` (performance.now() ms) spent in a turn. */
+  turnShare(from: number, to: number): number {
+    let inTurn = 0;
+    for (const s of this.sessions)
+      for (const span of s.turnSpans) inTurn += Math.max(0, Math.min(to, span.to) - Math.max(from, span.from));
+    return inTurn / Math.max(1, this.sessions.length * (to - from));
   }
 
   /** Waits `warmupMs`, then measures CPU, memory and frame metrics over `windowMs`. */
@@ -193,6 +228,7 @@ export class SessionLoad {
     const hrStart = hrUs();
     const stealBefore = hostStealMs();
     const before = sampleTree(this.servicePid);
+    const benchCpuBefore = process.cpuUsage();
     // One reading a second: the memory figures are means over the window (GC makes single readings jumpy).
     const samples = [before];
     while (performance.now() - before.at < windowMs - 1_000) {
@@ -201,6 +237,7 @@ export class SessionLoad {
     }
     await sleep(Math.max(0, windowMs - (performance.now() - before.at)));
     const after = sampleTree(this.servicePid);
+    const benchCpu = process.cpuUsage(benchCpuBefore);
     samples.push(after);
     const hrEnd = hrUs();
     const stealMs = hostStealMs() - stealBefore;
@@ -232,6 +269,8 @@ export class SessionLoad {
         .map((x, i) => Math.round(((x.cpuMs - samples[i].cpuMs) * 1000) / (x.at - samples[i].at))),
       host_steal_percent: round((stealMs / (seconds * 1000 * os.cpus().length)) * 100, 2),
       load_average: loadAverage(),
+      turn_share: round(this.turnShare(before.at, after.at), 3),
+      bench_process_cpu_ms_per_s: Math.round((benchCpu.user + benchCpu.system) / 1000 / seconds),
       hr_us: { start: hrStart, end: hrEnd },
     };
   }

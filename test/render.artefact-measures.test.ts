@@ -31,6 +31,8 @@ import {
   OUTSIDE_MAX_LEVELS,
   brokenThresholds,
   darkOutsideLips,
+  faceTone,
+  isTeethBright,
   insideAndLowerEdge,
   INSIDE_MIN_SHADING,
   LOWER_EDGE_MAX_STEP,
@@ -41,6 +43,8 @@ import {
   teethAboveUpperLip,
   teethBelowLowerLip,
   teethRows,
+  thinLinesUnderLips,
+  MAX_THIN_LINE_PIXELS,
   type LipGeometry,
 } from './helpers/artefacts.ts';
 
@@ -505,6 +509,46 @@ describe('artefact measures on constructed frames', () => {
     expect(brokenThresholds(measureArtefacts(paleBase, paleOpen, OPEN_LIPS))).toEqual([]);
   });
 
+  /**
+   * Teeth under a warm light (a portrait's cast, as on the `sun` footage): as bright as teeth, but U≈−20, V≈+16 — the
+   * absolute test (`TEETH_MAX_RED`, `TEETH_MAX_BLUE_SHIFT`) takes them for skin.
+   */
+  const WARM_TEETH: Rgb = [236, 205, 170];
+  const warmOpen = (x: number, y: number): Rgb => {
+    const colour = goodOpen(x, y);
+    return colour === TEETH ? WARM_TEETH : colour;
+  };
+
+  it('a warm-cast row of teeth above the upper lip is teeth above it, seen against the face’s own tone', () => {
+    const notched = paint((x, y) =>
+      Math.abs(x - CX) <= 6 && y >= CY - 8 && y <= CY - 6 ? WARM_TEETH : warmOpen(x, y),
+    );
+    const tone = faceTone(base, OPEN_LIPS);
+    expect(tone).not.toBeNull();
+    for (let x = CX - 6; x < CX + 6; x++) {
+      expect(isTeethBright(notched, x, CY - 7), `absolute test at x ${x}`).toBe(false);
+      expect(isTeethBright(notched, x, CY - 7, tone), `against the face at x ${x}`).toBe(true);
+    }
+    expect(teethAboveUpperLip(base, notched, OPEN_LIPS)).toBeGreaterThan(0);
+    // (A row laid above the upper lip, over the painted one, reads as a second row too.)
+    expect(brokenThresholds(measureArtefacts(base, notched, OPEN_LIPS))).toEqual(
+      expect.arrayContaining([expect.stringMatching(/teeth-bright px above the upper lip/)]),
+    );
+  });
+
+  it('warm-cast teeth inside the opening are one row, and the face’s skin and lips are not teeth against its tone', () => {
+    const warm = paint(warmOpen);
+    const report = measureArtefacts(base, warm, OPEN_LIPS);
+    expect(brokenThresholds(report)).toEqual([]);
+    expect(report.teethRows).toBe(1);
+    expect(report.teethBelowLowerLip).toBe(0);
+    const tone = faceTone(base, OPEN_LIPS);
+    // Every pixel but the teeth: skin (lifted by the fade), lips, the dark inside.
+    for (let y = 0; y < SIZE; y++)
+      for (let x = 0; x < SIZE; x++)
+        if (warmOpen(x, y) !== WARM_TEETH) expect(isTeethBright(warm, x, y, tone), `(${x}, ${y})`).toBe(false);
+  });
+
   it('teeth riding on the lower lip are teeth below it', () => {
     const riding = paint((x, y) => (Math.abs(x - CX) <= 6 && y >= CY + 6 && y <= CY + 8 ? TEETH : goodOpen(x, y)));
     expect(teethBelowLowerLip(base, riding, OPEN_LIPS)).toBeGreaterThan(0);
@@ -543,6 +587,26 @@ describe('artefact measures on constructed frames', () => {
     expect(teethRows(twoRows, OPEN_LIPS)).toBe(2);
     expect(teethRows(good, OPEN_LIPS)).toBe(1);
     expect(brokenThresholds(measureArtefacts(base, twoRows, OPEN_LIPS))).toEqual(['2 rows of teeth']);
+  });
+
+  /**
+   * Under the chin, a soft shadow (rows 95–100), the neck (101–108) and a collar's dark edge (109 on): the shadow
+   * pressed into a 2-px line just above the collar (a chin squeezed onto its held outline) is a thin line; the same
+   * shadow moved down whole is not.
+   */
+  const CHIN_SHADOW: Record<number, number> = { 95: 130, 96: 105, 97: 90, 98: 90, 99: 105, 100: 130 };
+  const underChin =
+    (shadowAt: (y: number) => number | undefined) =>
+    (_x: number, y: number): number =>
+      y >= 109 ? 30 : (shadowAt(y) ?? (y > 100 ? 160 : 150));
+
+  it('a chin shadow squeezed into a thin line above the collar is a thin line under the lips; moved whole it is not', () => {
+    const chinBase = lumaFrame(underChin((y) => CHIN_SHADOW[y]));
+    const movedWhole = lumaFrame(underChin((y) => CHIN_SHADOW[y - 3]));
+    const squeezed = lumaFrame(underChin((y) => (y === 105 || y === 106 ? 95 : y > 106 ? 160 : undefined)));
+    expect(thinLinesUnderLips(chinBase, squeezed, OPEN_LIPS).pixels).toBeGreaterThan(MAX_THIN_LINE_PIXELS);
+    expect(thinLinesUnderLips(chinBase, movedWhole, OPEN_LIPS).pixels).toBe(0);
+    expect(thinLinesUnderLips(chinBase, chinBase, OPEN_LIPS).pixels).toBe(0);
   });
 
   it('mouth interior painted past the lip corner is dark outside the lips', () => {

@@ -17,7 +17,9 @@ import {
   insideAndLowerEdge,
   INSIDE_MIN_SHADING,
   LOWER_EDGE_MAX_STEP,
+  MAX_THIN_LINE_PIXELS,
   SEAM_MAX_LEVELS,
+  thinLinesUnderLips,
 } from './helpers/artefacts.ts';
 import { measureAvatar, type MeasuredAvatar } from './helpers/artefact-harness.ts';
 import { uploadClip } from './helpers/clip-avatar.ts';
@@ -114,6 +116,11 @@ describe('speaking frames of the project’s own avatars hold the artefact measu
       // Measured with the renderer's claim (it covers every change the frame shows).
       expect(avatar.frames.map((f) => f.warpClaimed)).not.toContain(false);
       expect(broken(avatar, PHOTO_HELD)).toEqual({});
+      // No shade pressed into a thin line under the lips (the chin squeezed onto its held collar drew one, `photo-jaw.ts`).
+      for (const frame of avatar.frames)
+        expect(thinLinesUnderLips(frame.base, frame.frame, frame.lips!).pixels, frame.name).toBeLessThanOrEqual(
+          MAX_THIN_LINE_PIXELS,
+        );
     },
     MEASURE_TIMEOUT_MS,
   );

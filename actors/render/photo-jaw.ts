@@ -44,11 +44,15 @@ export interface WarpBox {
   height: number;
 }
 
-/** How freely the warp may move each pixel of `box` (0..1, row-major over the box). */
+/**
+ * How freely the warp may move each pixel of `box` (0..1, row-major over the box); `chinClearance`: the clearance under
+ * the chin (mouth widths) instead of `CHIN_CLEARANCE` (the renderer fades the chin into its held outline over a longer one).
+ */
 export function warpFreedom(
   src: RgbaImage,
   box: WarpBox,
   mouth: { x: number; width: number; seamAt: (x: number) => number },
+  chinClearance = CHIN_CLEARANCE,
 ): Float32Array {
   const { x: bx, y: by, width: w, height: h } = box;
   const luma = (x: number, y: number): number => {
@@ -81,11 +85,19 @@ export function warpFreedom(
   const distance = chamferDistance(seeds, w, h);
   const freedom = new Float32Array(w * h);
   for (let i = 0; i < w; i++) {
-    const beside = smoothstep(CHIN_FLAT, CHIN_HALF_WIDTH, Math.abs(bx + i - mouth.x) / mouth.width);
-    const clearance = mix(CHIN_CLEARANCE, EDGE_CLEARANCE, beside) * mouth.width;
+    const beside = 1 - underChin((bx + i - mouth.x) / mouth.width);
+    const clearance = mix(chinClearance, EDGE_CLEARANCE, beside) * mouth.width;
     for (let j = 0; j < h; j++) freedom[j * w + i] = smoothstep(0, clearance, distance[j * w + i] / STRAIGHT);
   }
   return freedom;
+}
+
+/**
+ * How much a column lies under the chin (1) rather than beside it along the jaw (0), from its offset from the mouth's
+ * centre in mouth widths: where the held outline is the chin's, against a collar or a neck.
+ */
+export function underChin(offset: number): number {
+  return 1 - smoothstep(CHIN_FLAT, CHIN_HALF_WIDTH, Math.abs(offset));
 }
 
 function mix(a: number, b: number, t: number): number {

@@ -42,9 +42,15 @@
  *   person's own (on `sun.mp4` every pixel counted without this was its pale skin above the lip, identical in the loop
  *   frame; on the swaying clip the photo's own lip highlight, some of it moved 1–2 px by "spread"). What it cannot
  *   tell: a notch within 2 px of teeth or a highlight the base already shows there. Headline: 0 above.
+ *   Teeth-bright (`isTeethBright`) is bright and nearly neutral, or, against the face's own tone (`faceTone` of the
+ *   base: its skin's chroma, the brightest of its skin and lips around the mouth), brighter than all of that and no more
+ *   coloured than its skin: teeth under a portrait's warm cast, which the neutral test takes for skin.
+ * - `thinLinesUnderLips(base, frame, lips)`: pixels under the lips darker than both pixels 2 px above and below them
+ *   by `THIN_LINE_MIN_LEVELS` more than the base shows nearby in that column: a shade pressed into a thin line (a chin
+ *   squeezed onto its held collar). Headline: `MAX_THIN_LINE_PIXELS`.
  * - `darkOutsideLips(base, frame, lips)`: pixels the composite made dark (`DARK_LUMA`, and ≥ `DARK_ADDED` darker
  *   than the base) in a band just outside the outer lip contour: mouth interior leaking past the lips.
- * - `teethRows(frame, lips)`: separate bands of teeth-bright pixels down the central columns of the mouth (median
+ * - `teethRows(frame, lips, tone?)`: separate bands of teeth-bright pixels down the central columns of the mouth (median
  *   over columns that show teeth): 1 is one row of upper teeth, 2 a second row (a photo's own teeth riding down).
  * - `mouthCrop(frame, lips, scale)`: the RGBA crop of the mouth–jaw region the contact sheets show.
  */
@@ -155,11 +161,100 @@ function chroma(frame: I420Frame, x: number, y: number): { u: number; v: number 
   return { u: frame.data[uOffset + i], v: frame.data[vOffset + i] };
 }
 
-/** Bright and nearly neutral: a tooth, not skin or lip (both red) nor a shadow. */
-export function isTeethBright(frame: I420Frame, x: number, y: number): boolean {
-  if (luma(frame, x, y) < TEETH_MIN_LUMA) return false;
+/**
+ * The face around a mouth as its base shows it (`faceTone`): what "bright" and "coloured" mean on this face. Teeth in a
+ * warm-lit portrait carry the light's cast (painted on the `sun` portrait: Y≈175–200 at V≈+16, U≈−5, over skin at
+ * Y≈156, V≈+15): not neutral, so the absolute test (`TEETH_MAX_RED`) does not see them, yet a person sees teeth.
+ */
+export interface FaceTone {
+  /** Median chroma magnitude (distance of U, V from neutral) of the skin around the mouth. */
+  chroma: number;
+  /**
+   * The brightest pixel of the face's own around the mouth: its skin, and its lips with their highlights (a lip's
+   * specular highlight is pale and less coloured than skin, as a tooth; the base's own is not the render's).
+   */
+  brightestLuma: number;
+}
+
+/**
+ * The skin around the mouth: a box from `SKIN_RING_ABOVE` mouth widths above the outer lips to `SKIN_RING_BELOW` below,
+ * `SKIN_RING_SIDE` to each side of the centre, without the lips' box grown by `SKIN_RING_LIP_GAP`; of it only the pixels
+ * whose chroma lies within `SKIN_CHROMA_SPREAD` of the median (hair, collar, background and nostrils are not skin).
+ */
+const SKIN_RING_ABOVE = 0.3;
+const SKIN_RING_BELOW = 0.35;
+const SKIN_RING_SIDE = 0.9;
+const SKIN_RING_LIP_GAP = 0.1;
+const SKIN_CHROMA_SPREAD = 6;
+/** Fewer skin pixels than this (a mouth at the frame's edge, a tiny face): no tone, the absolute test alone. */
+const MIN_SKIN_PIXELS = 50;
+/**
+ * Relative to the face (`FaceTone`), a pixel is a tooth when it is brighter than anything of the face's own around the
+ * mouth by `TEETH_OVER_FACE` levels (more than a warp's fade lifts skin; the `sun` portrait's painted teeth stand
+ * 3–28 levels over its brightest skin) and no more coloured than its skin (+`TEETH_CAST_SLACK`: 4:2:0 chroma shared with
+ * a lip pixel beside it): a tooth under the same light as the face. Skin and its highlights are never brighter than
+ * the brightest of them; lips are darker and more coloured than the skin.
+ */
+export const TEETH_OVER_FACE = 10;
+export const TEETH_CAST_SLACK = 4;
+
+/** The face's tone around the mouth of `base` (its rest face or loop frame); null when too little skin is seen there. */
+export function faceTone(base: I420Frame, lips: LipGeometry): FaceTone | null {
+  const mw = lips.mouth_width;
+  const cx = lips.mouth_center.x;
+  const xs = lips.outer_lip.map((p) => p.x);
+  const ys = lips.outer_lip.map((p) => p.y);
+  const [left, right, top, bottom] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+  const gap = SKIN_RING_LIP_GAP * mw;
+  const samples: Array<{ y: number; u: number; v: number }> = [];
+  let brightestLip = 0;
+  const y0 = Math.max(0, Math.round(top - SKIN_RING_ABOVE * mw));
+  const y1 = Math.min(base.height - 1, bottom + SKIN_RING_BELOW * mw);
+  const x0 = Math.max(0, Math.round(cx - SKIN_RING_SIDE * mw));
+  const x1 = Math.min(base.width - 1, cx + SKIN_RING_SIDE * mw);
+  for (let y = y0; y <= y1; y++) {
+    for (let x = x0; x <= x1; x++) {
+      const l = luma(base, x, y);
+      if (x >= left && x <= right && y >= top && y <= bottom) brightestLip = Math.max(brightestLip, l);
+      if (x > left - gap && x < right + gap && y > top - gap && y < bottom + gap) continue;
+      const { u, v } = chroma(base, x, y);
+      samples.push({ y: l, u: u - 128, v: v - 128 });
+    }
+  }
+  const u = percentile(
+    samples.map((p) => p.u),
+    0.5,
+  );
+  const v = percentile(
+    samples.map((p) => p.v),
+    0.5,
+  );
+  const skin = samples.filter(
+    (p) => Math.abs(p.u - u) <= SKIN_CHROMA_SPREAD && Math.abs(p.v - v) <= SKIN_CHROMA_SPREAD,
+  );
+  if (skin.length < MIN_SKIN_PIXELS) return null;
+  return {
+    chroma: percentile(
+      skin.map((p) => Math.hypot(p.u, p.v)),
+      0.5,
+    ),
+    brightestLuma: skin.reduce((m, p) => Math.max(m, p.y), brightestLip),
+  };
+}
+
+/**
+ * A tooth, not skin or lip nor a shadow: bright and nearly neutral (the absolute test), or, given the face's `tone`,
+ * brighter than the face's own and no more coloured than its skin (`TEETH_OVER_FACE`): teeth under a warm cast.
+ */
+export function isTeethBright(frame: I420Frame, x: number, y: number, tone?: FaceTone | null): boolean {
+  const l = luma(frame, x, y);
   const { u, v } = chroma(frame, x, y);
-  return v - 128 <= TEETH_MAX_RED && Math.abs(u - 128) <= TEETH_MAX_BLUE_SHIFT;
+  if (l >= TEETH_MIN_LUMA && v - 128 <= TEETH_MAX_RED && Math.abs(u - 128) <= TEETH_MAX_BLUE_SHIFT) return true;
+  return (
+    !!tone &&
+    l >= tone.brightestLuma + TEETH_OVER_FACE &&
+    Math.hypot(u - 128, v - 128) <= tone.chroma + TEETH_CAST_SLACK
+  );
 }
 
 function percentile(values: number[], p: number): number {
@@ -356,19 +451,26 @@ function lipColumns(lips: LipGeometry): LipColumns {
 }
 
 /** The base shows a teeth-bright pixel at (x, y) or within `MOVED_EDGE_REACH_PX` of it (either way). */
-function baseTeethNear(base: I420Frame, x: number, y: number): boolean {
+function baseTeethNear(base: I420Frame, x: number, y: number, tone: FaceTone | null): boolean {
   const r = MOVED_EDGE_REACH_PX;
   for (let by = Math.max(0, y - r); by <= Math.min(base.height - 1, y + r); by++)
     for (let bx = Math.max(0, x - r); bx <= Math.min(base.width - 1, x + r); bx++)
-      if (isTeethBright(base, bx, by)) return true;
+      if (isTeethBright(base, bx, by, tone)) return true;
   return false;
 }
 
 /** Teeth-bright pixels of `frame` in column x from `from` to `to` that the base does not show there (`baseTeethNear`). */
-function countAddedTeeth(base: I420Frame, frame: I420Frame, x: number, from: number, to: number): number {
+function countAddedTeeth(
+  base: I420Frame,
+  frame: I420Frame,
+  tone: FaceTone | null,
+  x: number,
+  from: number,
+  to: number,
+): number {
   let count = 0;
   for (let y = Math.max(0, Math.ceil(from)); y <= Math.min(frame.height - 1, Math.floor(to)); y++)
-    if (isTeethBright(frame, x, y) && !baseTeethNear(base, x, y)) count++;
+    if (isTeethBright(frame, x, y, tone) && !baseTeethNear(base, x, y, tone)) count++;
   return count;
 }
 
@@ -379,14 +481,16 @@ function countAddedTeeth(base: I420Frame, frame: I420Frame, x: number, from: num
 function teethInLipBand(base: I420Frame, frame: I420Frame, lips: LipGeometry, lip: 'upper' | 'lower'): number {
   const c = lipColumns(lips);
   const reach = LIP_SKIN_REACH * lips.mouth_width;
+  // One tone for the base and the frame: the face's skin as the base shows it.
+  const tone = faceTone(base, lips);
   let count = 0;
   for (let x = c.x0; x <= c.x1; x++) {
     const inner = lip === 'upper' ? c.innerTop(x) : c.innerBottom(x);
     const outer = lip === 'upper' ? c.outerTop(x) : c.outerBottom(x);
     if (inner === null || outer === null) continue;
     if (lip === 'upper')
-      count += countAddedTeeth(base, frame, x, Math.min(outer, inner) - reach, inner - LIP_EDGE_MARGIN);
-    else count += countAddedTeeth(base, frame, x, inner + LIP_EDGE_MARGIN, Math.max(outer, inner) + reach);
+      count += countAddedTeeth(base, frame, tone, x, Math.min(outer, inner) - reach, inner - LIP_EDGE_MARGIN);
+    else count += countAddedTeeth(base, frame, tone, x, inner + LIP_EDGE_MARGIN, Math.max(outer, inner) + reach);
   }
   return count;
 }
@@ -399,6 +503,64 @@ export function teethAboveUpperLip(base: I420Frame, frame: I420Frame, lips: LipG
 /** Teeth-bright pixels the render put in the lower lip and the skin below it: teeth riding on the lip. */
 export function teethBelowLowerLip(base: I420Frame, frame: I420Frame, lips: LipGeometry): number {
   return teethInLipBand(base, frame, lips, 'lower');
+}
+
+/**
+ * Below the lower lip, a shade the warp pressed into a thin line: a chin dropped onto a held outline (a collar)
+ * squeezes the shadow under it, a few pixels of soft shade, into a line one or two pixels thin. A pixel's thinness is
+ * how much darker it is than both pixels `THIN_LINE_PX` above and below it: a shade broader than that has no such
+ * pixel, a line has. For each pixel of the mouth–jaw region from `THIN_LINE_BELOW_LIP` mouth widths under the
+ * outer lower lip, its thinness less the largest the base shows in that column within `THIN_LINE_REACH` mouth widths up
+ * or down (a line of the face's own, moved with the chin, is no new line).
+ */
+export const THIN_LINE_PX = 2;
+export const THIN_LINE_BELOW_LIP = 0.15;
+export const THIN_LINE_REACH = 0.5;
+/** A pixel is on a line the render drew when it is thinner than the base's nearby by this many levels. */
+export const THIN_LINE_MIN_LEVELS = 10;
+/**
+ * At most this many such pixels under the lips of a speaking frame. The astronaut's chin squeezed onto its held collar
+ * drew 30–38 on the open poses (a stepped dark line, 2 px thin, across the chin) and 15–16 on spread and rounded; its
+ * chin faded whole into the collar shows 0 on the open poses and 3–5 on the smaller drops (the shadow a little narrower
+ * over the neck, looked at 6×: soft).
+ */
+export const MAX_THIN_LINE_PIXELS = 8;
+
+export interface ThinLines {
+  /** Pixels at least `THIN_LINE_MIN_LEVELS` thinner than the base's nearby. */
+  pixels: number;
+  /** The largest excess, levels. */
+  max: number;
+}
+
+function thinness(f: I420Frame, x: number, y: number): number {
+  const above = luma(f, x, y - THIN_LINE_PX);
+  const below = luma(f, x, y + THIN_LINE_PX);
+  return Math.min(above, below) - luma(f, x, y);
+}
+
+/** Lines the render drew under the lips that the base does not show nearby (`THIN_LINE_MIN_LEVELS`). */
+export function thinLinesUnderLips(base: I420Frame, frame: I420Frame, lips: LipGeometry): ThinLines {
+  const region = mouthJawRegion(lips);
+  const c = lipColumns(lips);
+  const reach = Math.round(THIN_LINE_REACH * lips.mouth_width);
+  const { width, height } = frame;
+  let pixels = 0;
+  let max = 0;
+  for (let x = Math.max(0, Math.ceil(region.cx - region.rx)); x < Math.min(width, region.cx + region.rx); x++) {
+    const lip = c.outerBottom(Math.min(c.x1, Math.max(c.x0, x)))!;
+    const from = Math.max(THIN_LINE_PX, Math.ceil(lip + THIN_LINE_BELOW_LIP * lips.mouth_width));
+    for (let y = from; y + THIN_LINE_PX < Math.min(height, region.cy + region.ry); y++) {
+      if (!insideEllipse(region, x, y)) continue;
+      let own = 0;
+      for (let by = Math.max(THIN_LINE_PX, y - reach); by <= Math.min(height - 1 - THIN_LINE_PX, y + reach); by++)
+        own = Math.max(own, thinness(base, x, by));
+      const excess = thinness(frame, x, y) - own;
+      if (excess >= THIN_LINE_MIN_LEVELS) pixels++;
+      if (excess > max) max = excess;
+    }
+  }
+  return { pixels, max };
 }
 
 /** Pixels the composite made dark in a band just outside the outer lip contour. */
@@ -420,8 +582,11 @@ export function darkOutsideLips(base: I420Frame, frame: I420Frame, lips: LipGeom
   return count;
 }
 
-/** Bands of teeth-bright pixels down the central columns of the mouth (median over the columns showing teeth). */
-export function teethRows(frame: I420Frame, lips: LipGeometry): number {
+/**
+ * Bands of teeth-bright pixels down the central columns of the mouth (median over the columns showing teeth); with the
+ * face's `tone` (of its base, `faceTone`), teeth under a cast count too.
+ */
+export function teethRows(frame: I420Frame, lips: LipGeometry, tone?: FaceTone | null): number {
   const c = lipColumns(lips);
   const mw = lips.mouth_width;
   const cx = lips.mouth_center.x;
@@ -438,7 +603,7 @@ export function teethRows(frame: I420Frame, lips: LipGeometry): number {
       y <= Math.min(frame.height - 1, Math.ceil(bottom + 0.1 * mw));
       y++
     ) {
-      if (isTeethBright(frame, x, y)) {
+      if (isTeethBright(frame, x, y, tone)) {
         if (gap >= TEETH_BAND_GAP) run = 0;
         run++;
         gap = 0;
@@ -464,7 +629,7 @@ export function measureArtefacts(
     teethAboveUpperLip: teethAboveUpperLip(base, frame, lips),
     teethBelowLowerLip: teethBelowLowerLip(base, frame, lips),
     darkOutsideLips: darkOutsideLips(base, frame, lips),
-    teethRows: teethRows(frame, lips),
+    teethRows: teethRows(frame, lips, faceTone(base, lips)),
   };
 }
 

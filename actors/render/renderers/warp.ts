@@ -32,7 +32,7 @@ import { blinkClosure, quantise, smoothstep } from '../idle-motion.ts';
 import { closeLips } from '../photo-lips.ts';
 import { PhotoHead } from '../photo-head.ts';
 import { ClipHead } from '../clip-head.ts';
-import { warpFreedom } from '../photo-jaw.ts';
+import { underChin, warpFreedom } from '../photo-jaw.ts';
 import { mouthPalette, paintInside, type MouthPalette, type OpeningColumn, type Rgb } from '../photo-mouth.ts';
 import { warpLoopFrame } from '../clip-warp.ts';
 import { warpExpression } from '../expression-warp.ts';
@@ -79,6 +79,13 @@ const LIP_ZONE_HEIGHT = 0.12;
  * seam (`test/helpers/artefacts.ts`), and a chin dropped whole over its collar was a block with a kink at its ends.
  */
 const CHIN_SLIP_PX = 1.5;
+/**
+ * Under the chin the chin moves whole and fades into its held outline (`photo-jaw.ts`) over this many mouth widths
+ * above it, instead of being squeezed onto it: pressed into the few pixels above a collar, the shadow under the chin
+ * became a thin dark line, stepped where the freedom fell off pixel by pixel. Over 0.2 mouth widths (~8 px on the
+ * astronaut) the shadow fades whole into the neck and collar; over `CHIN_CLEARANCE`'s 0.1 its lower half was cut.
+ */
+const CHIN_FADE_CLEARANCE = 0.2;
 /** A destination row covering more source rows than this is sampled as their mean (`sampleSpan`). */
 const SQUEEZE_MIN = 1.5;
 /**
@@ -177,6 +184,23 @@ function clampBox(x0: number, y0: number, x1: number, y1: number, width: number,
   return { x: left, y: top, width: Math.max(0, right - left), height: Math.max(0, bottom - top) };
 }
 
+/**
+ * The lips' own inner rim along the opening's sides: towards the corners the opening is bordered by lip, wet and in
+ * the mouth's shade, wrapping round the corner where the lips meet, not by dark inside cut straight into the skin
+ * beside a corner (a warped portrait's lips thin out there, and the corner's crease is skin). The rim is laid just
+ * outside the opening's edges, over what the warp brought there, so the inside stays as dark and as large: `LIP_RIM_PX`
+ * wide (at a 40 px mouth) where it is full, growing from nothing at `LIP_RIM_FROM` of the half width (in the middle the
+ * lips' own edges show) to full at `LIP_RIM_FULL`, and meeting round the opening's pointed ends. It is the lips' colour
+ * at `LIP_RIM_LIT` of their brightness where it meets them, shading to `LIP_RIM_SHADE` at the opening's edge.
+ */
+const LIP_RIM_PX = 2.2;
+const LIP_RIM_FROM = 0.4;
+const LIP_RIM_FULL = 0.8;
+/** From here (fraction of the half width) towards the corner the rim also covers the opening's edge inside. */
+const LIP_RIM_INSIDE_FROM = 0.85;
+const LIP_RIM_LIT = 0.95;
+const LIP_RIM_SHADE = 0.72;
+
 /** The opening of one pose, in pixels. */
 interface OpeningShape {
   /** Half width of the opening; its edges are the mouth corners. */
@@ -268,6 +292,8 @@ export class WarpRenderer implements Renderer {
   private harvested: HarvestedMouths | null = null;
   /** A photo's edge-aware falloff of the mouth warp over its box (`photo-jaw.ts`); null on video avatars. */
   private jaw: Float32Array | null = null;
+  /** How much of the chin moved whole shows over its held outline (`CHIN_FADE_CLEARANCE`); null on video avatars. */
+  private chinFade: Float32Array | null = null;
 
   async prepare(avatar: AvatarSource): Promise<void> {
     const { width, height } = avatar.manifest;
@@ -293,6 +319,7 @@ export class WarpRenderer implements Renderer {
     this.loopHead = null;
     this.harvested = null;
     this.jaw = null;
+    this.chinFade = null;
     if (!this.animation) return;
     if (this.loop) this.loopHead = new ClipHead(this.animation, this.loop.track, width, height, this.fps);
     // In the render pool the mouths travel with the shared loop (tasks carry no `clip`); read directly, with the clip.
@@ -310,6 +337,16 @@ export class WarpRenderer implements Renderer {
       width: this.animation.mouth_width,
       seamAt: this.seamAt,
     });
+    this.chinFade = warpFreedom(
+      this.source,
+      warpBox(this.animation, this.source),
+      {
+        x: this.animation.mouth_center.x,
+        width: this.animation.mouth_width,
+        seamAt: this.seamAt,
+      },
+      CHIN_FADE_CLEARANCE,
+    );
     // Warm the cache for the poses speech hits most (jaw steps at neutral shape); the rest fill lazily.
     for (let open = 1; open < OPEN_STEPS; open++) this.mouthPatch(open, 0, 0);
     for (let step = 1; step < BLINK_STEPS; step++) this.blinkPatch(step);
@@ -409,6 +446,7 @@ export class WarpRenderer implements Renderer {
         const moved =
           Math.hypot(warp.dx[k], warp.dy[k]) > CLAIM_MOVED_PX ||
           warp.paintAlpha[k] > 0 ||
+          (warp.chinAlpha[k] > 0 && Math.hypot(warp.chinDx[k], warp.chinDy[k]) > CLAIM_MOVED_PX) ||
           squeezeAt(warp, i, j) > SQUEEZE_MIN;
         if (moved) marked.data[(box.y + j) * width + box.x + i] = 255;
       }
@@ -422,7 +460,14 @@ export class WarpRenderer implements Renderer {
   }
 
   private face(): PhotoFace {
-    return { src: this.source!, anim: this.animation!, seamAt: this.seamAt, palette: this.palette!, jaw: this.jaw };
+    return {
+      src: this.source!,
+      anim: this.animation!,
+      seamAt: this.seamAt,
+      palette: this.palette!,
+      jaw: this.jaw,
+      chinFade: this.chinFade,
+    };
   }
 
   private mouthPatch(open: number, wide: number, round: number): I420Patch {
@@ -518,6 +563,7 @@ interface PhotoFace {
   seamAt: (x: number) => number;
   palette: MouthPalette;
   jaw: Float32Array | null;
+  chinFade: Float32Array | null;
 }
 
 /** One mouth pose over its box, before it is sampled: where each pixel comes from, and the mouth's painted inside. */
@@ -529,6 +575,13 @@ interface PoseWarp {
   /** The inside of the mouth painted over the warped pixel (RGB, 3 per pixel) and how much of it covers it (0..1). */
   paint: Float32Array;
   paintAlpha: Float32Array;
+  /**
+   * Under the chin, near its held outline: where the chin moved whole comes from (source minus destination, px), and
+   * how much of it is faded in over the warped pixel (0..1), below the paint.
+   */
+  chinDx: Float32Array;
+  chinDy: Float32Array;
+  chinAlpha: Float32Array;
 }
 
 /**
@@ -549,7 +602,7 @@ function warpMouth(open: number, wide: number, round: number, face: PhotoFace): 
 
 /** Where each pixel of the pose's box comes from in the rest image, and what of the mouth's inside covers it. */
 function poseWarp(open: number, wide: number, round: number, face: PhotoFace): PoseWarp {
-  const { src, anim, seamAt, palette, jaw } = face;
+  const { src, anim, seamAt, palette, jaw, chinFade } = face;
   const cx = anim.mouth_center.x;
   const mw = anim.mouth_width;
   const box = warpBox(anim, src);
@@ -560,10 +613,14 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
     dy: new Float32Array(size),
     paint: new Float32Array(size * 3),
     paintAlpha: new Float32Array(size),
+    chinDx: new Float32Array(size),
+    chinDy: new Float32Array(size),
+    chinAlpha: new Float32Array(size),
   };
   const jawDrop = open * MAX_JAW_DROP * mw;
   const shape = openingShape(open, wide, round, mw);
   const inside: Rgb = { r: 0, g: 0, b: 0 };
+  const rim: Rgb = { r: 0, g: 0, b: 0 };
   for (let x = box.x; x < box.x + box.width; x++) {
     const u = (x - cx) / mw;
     const destSeam = seamAt(x);
@@ -587,6 +644,17 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
       MAX_STRETCH_SPAN,
       Math.max(MIN_STRETCH_SPAN, (STRETCH_SPAN_PER_DROP * (jawHere - lipDrop)) / mw),
     );
+    const column: OpeningColumn = {
+      top: lens.top,
+      bottom: lens.bottom,
+      lateral: lens.lateral,
+      dx: x - cx,
+      teeth: shape.upperTeeth * Math.pow(lens.openness, 0.35),
+      tongue: shape.tongue,
+      teethReach: shape.teethReach,
+      upperLift: shape.upperOpen,
+      mouthWidth: mw,
+    };
     for (let y = box.y; y < box.y + box.height; y++) {
       // Gaussian falloff: its slope stays gentle, so the cheeks beside narrowed lips are not smeared.
       const v = (y - destSeam) / mw;
@@ -608,15 +676,26 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
         }
         if (opens) sy = Math.max(sy, seam + 0.5);
       }
+      const k = (y - box.y) * box.width + (x - box.x);
       if (jaw) {
         // Strong edges outside the lips (a collar under the chin, the face's outline) stay where they are, but for a
-        // slip of the chin's outline down with the jaw.
-        const free = jaw[(y - box.y) * box.width + (x - box.x)];
+        // slip of the chin's outline down with the jaw. Along the jaw the warp bends towards them. Under the chin it
+        // does not squeeze the chin onto its held outline (pressed into the few pixels above a collar, the shadow
+        // under the chin became a thin line, stepped where the freedom falls off pixel by pixel: on the astronaut
+        // five rows of shade into one or two): the chin moves whole and fades into the held outline as its freedom
+        // falls, a soft shade over the collar's edge.
+        const free = jaw[k];
+        const fade = chinFade ? chinFade[k] : free;
         const slip = Math.min(0, Math.max(sy - y, -CHIN_SLIP_PX * jawWindow));
-        sx = x + (sx - x) * free;
-        sy = y + slip + (sy - y - slip) * free;
+        const chin = underChin(u);
+        const held = free < 1 || (fade < 1 && chin > 0);
+        warp.chinDx[k] = sx - x;
+        warp.chinDy[k] = sy - y;
+        warp.chinAlpha[k] = held ? fade * chin : 0;
+        const bend = held ? free * (1 - chin) : 1;
+        sx = x + (sx - x) * bend;
+        sy = y + slip + (sy - y - slip) * bend;
       }
-      const k = (y - box.y) * box.width + (x - box.x);
       warp.dx[k] = sx - x;
       warp.dy[k] = sy - y;
 
@@ -624,34 +703,49 @@ function poseWarp(open: number, wide: number, round: number, face: PhotoFace): P
       // Distance to the nearer lip edge across it (not down the column): where an edge runs steeply, near the
       // opening's ends, a column's distance cut it off in a hard vertical step.
       const edgePx = Math.min((y - lens.top) / topSlant, (lens.bottom - y) / bottomSlant);
-      if (height > 0.3 && edgePx > -0.5) {
-        const alpha = Math.min(1, edgePx + 0.5);
-        const column: OpeningColumn = {
-          top: lens.top,
-          bottom: lens.bottom,
-          lateral: lens.lateral,
-          dx: x - cx,
-          teeth: shape.upperTeeth * Math.pow(lens.openness, 0.35),
-          tongue: shape.tongue,
-          teethReach: shape.teethReach,
-          upperLift: shape.upperOpen,
-          mouthWidth: mw,
-        };
-        paintInside(column, y, palette, inside);
-        warp.paint[3 * k] = inside.r;
-        warp.paint[3 * k + 1] = inside.g;
-        warp.paint[3 * k + 2] = inside.b;
-        warp.paintAlpha[k] = alpha;
+      const alpha = height > 0.3 ? Math.max(0, Math.min(1, edgePx + 0.5)) : 0;
+      const rimCover = opens ? lipRim(column, edgePx, palette, rim) : 0;
+      if (alpha > 0 || rimCover > 0) {
+        if (alpha > 0) paintInside(column, y, palette, inside);
+        // The rim over the inside: one paint of the two layers' joint cover.
+        const cover = 1 - (1 - alpha) * (1 - rimCover);
+        const insideShare = (alpha * (1 - rimCover)) / cover;
+        warp.paint[3 * k] = mix(rim.r, inside.r, insideShare);
+        warp.paint[3 * k + 1] = mix(rim.g, inside.g, insideShare);
+        warp.paint[3 * k + 2] = mix(rim.b, inside.b, insideShare);
+        warp.paintAlpha[k] = cover;
       }
     }
   }
   return warp;
 }
 
+/**
+ * The lips' rim (`LIP_RIM_PX`) at `edgePx` px inside the opening's nearer edge (negative: outside it), as a colour and
+ * its cover (0: none), written to `rim`.
+ */
+function lipRim(column: OpeningColumn, edgePx: number, palette: MouthPalette, rim: Rgb): number {
+  const scale = LIP_RIM_PX * (column.mouthWidth / 40);
+  // Outside the edge: grown in from the middle, narrowing only at the very corner, where the opening ends in a point.
+  const outside =
+    scale * smoothstep(LIP_RIM_FROM, LIP_RIM_FULL, column.lateral) * (1 - smoothstep(0.92, 1, column.lateral));
+  // Inside it, only near the corners: the lips meet there, and the dark closes off before the corner's point.
+  const inside = scale * smoothstep(LIP_RIM_INSIDE_FROM, 1, column.lateral);
+  if (outside + inside <= 0 || edgePx >= inside + 0.5 || edgePx <= -outside - 0.5) return 0;
+  const depth = Math.min(1, Math.max(0, (edgePx + outside) / (outside + inside)));
+  const shade = mix(LIP_RIM_LIT, LIP_RIM_SHADE, depth);
+  rim.r = palette.lip.r * shade;
+  rim.g = palette.lip.g * shade;
+  rim.b = palette.lip.b * shade;
+  // Full across the rim, anti-aliased at both its edges.
+  return Math.min(1, edgePx + outside + 0.5, inside + 0.5 - edgePx);
+}
+
 /** Samples the pose into `out` (RGBA, the source's size) over its box, the inside of the mouth painted over it. */
 function composePose(src: RgbaImage, warp: PoseWarp, out: RgbaImage): void {
   const { box, dx, dy, paint, paintAlpha } = warp;
   const rgb: Rgb = { r: 0, g: 0, b: 0 };
+  const chin: Rgb = { r: 0, g: 0, b: 0 };
   for (let j = 0; j < box.height; j++) {
     for (let i = 0; i < box.width; i++) {
       const k = j * box.width + i;
@@ -664,6 +758,13 @@ function composePose(src: RgbaImage, warp: PoseWarp, out: RgbaImage): void {
       const span = squeezeAt(warp, i, j);
       if (span > SQUEEZE_MIN) sampleSpan(src, sx, sy, span, rgb);
       else sampleBilinear(src, sx, sy, rgb);
+      const chinAlpha = warp.chinAlpha[k];
+      if (chinAlpha > 0) {
+        sampleBilinear(src, x + warp.chinDx[k], y + warp.chinDy[k], chin);
+        rgb.r = mix(rgb.r, chin.r, chinAlpha);
+        rgb.g = mix(rgb.g, chin.g, chinAlpha);
+        rgb.b = mix(rgb.b, chin.b, chinAlpha);
+      }
       const alpha = paintAlpha[k];
       const o = (y * src.width + x) * 4;
       out.data[o] = mix(rgb.r, paint[3 * k], alpha);
