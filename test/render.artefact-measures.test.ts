@@ -33,6 +33,9 @@ import {
   darkOutsideLips,
   faceTone,
   isTeethBright,
+  insideAndLowerEdge,
+  INSIDE_MIN_SHADING,
+  LOWER_EDGE_MAX_STEP,
   measureArtefacts,
   mouthJawRegion,
   outsideDifference,
@@ -385,6 +388,55 @@ describe('artefact measures on constructed frames', () => {
       expect(beside).toBeGreaterThan(50);
       const laid = mapped(frame, (i, luma) => (notch(i) ? luma - 40 : luma));
       expect(seamStep(rest, laid, compositeMask(rest, laid, claim)).p98).toBeGreaterThan(SEAM_MAX_LEVELS);
+    });
+  });
+
+  describe('the inside of an open mouth and its lower lip (`insideAndLowerEdge`)', () => {
+    /** A pale lower lip, as a smiling face's stretched lip shows it (the project's clip avatar). */
+    const PALE_LIP: Rgb = [224, 180, 168];
+    const mixRgb = (a: Rgb, b: Rgb, t: number): Rgb => [0, 1, 2].map((i) => a[i] + (b[i] - a[i]) * t) as Rgb;
+    const INNER_BOTTOM = CY + 5;
+    const TEETH_BOTTOM = CY - 2.5;
+    /** Lips (pale below), skin, and `inside(y)` in the opening under one row of upper teeth. */
+    const mouthWith = (inside: (y: number) => Rgb, lowerLip: (x: number, y: number) => Rgb = () => PALE_LIP) =>
+      paint((x, y) => {
+        if (!inEllipse(x, y, CX, CY, 16, 9)) return skin(y);
+        if (!inEllipse(x, y, CX, CY, 12, 5)) return y > CY ? lowerLip(x, y) : LIP;
+        return y <= TEETH_BOTTOM ? TEETH : inside(y);
+      });
+    /**
+     * What the clip warp painted before its inside came from `photo-mouth.ts`: one maroon, lit at both lip edges and
+     * dark between them, ending in one pixel against the lower lip.
+     */
+    const flatFill = mouthWith((y) => {
+      const depth = Math.min(1, Math.min(y - (TEETH_BOTTOM + 0.5), INNER_BOTTOM - y) / 3);
+      return mixRgb([92, 34, 38], [24, 8, 10], depth);
+    });
+    /** A throat under the teeth brightening into a tongue towards the lip, the lip's edge rising over a few pixels. */
+    const shadedInside = (y: number): Rgb =>
+      mixRgb(THROAT, [140, 72, 76], Math.min(1, Math.max(0, (y - (CY - 1)) / (INNER_BOTTOM - 1 - (CY - 1)))));
+    const softLip = (x: number, y: number): Rgb => {
+      const below = y - (CY + 5 * Math.sqrt(Math.max(0, 1 - ((x - CX) / 12) ** 2)));
+      return mixRgb([140, 72, 76], PALE_LIP, Math.min(1, Math.max(0, below / 4)));
+    };
+    const shaded = mouthWith(shadedInside, softLip);
+
+    it('a flat fill ending hard against a pale lower lip: one hard step at the lower edge, a dark unshaded inside', () => {
+      const measured = insideAndLowerEdge(flatFill, OPEN_LIPS);
+      expect(measured.columns).toBeGreaterThan(5);
+      expect(measured.edgeStep).toBeGreaterThan(LOWER_EDGE_MAX_STEP);
+      expect(measured.shading).toBeLessThan(INSIDE_MIN_SHADING);
+    });
+
+    it('a throat shading into a tongue, meeting the lip over a few pixels: within both bounds', () => {
+      const measured = insideAndLowerEdge(shaded, OPEN_LIPS);
+      expect(measured.columns).toBeGreaterThan(5);
+      expect(measured.edgeStep).toBeLessThanOrEqual(LOWER_EDGE_MAX_STEP);
+      expect(measured.shading).toBeGreaterThanOrEqual(INSIDE_MIN_SHADING);
+    });
+
+    it('closed lips show no opening to measure', () => {
+      expect(insideAndLowerEdge(base, OPEN_LIPS)).toEqual({ columns: 0, edgeStep: 0, shading: 0 });
     });
   });
 

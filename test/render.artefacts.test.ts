@@ -12,7 +12,15 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeFaceDetector } from '../actors/faces/detector.ts';
 import { json, startTestApp, tempDir, REPO_AVATARS, type TestApp } from './helpers/app.ts';
-import { brokenThresholds, MAX_THIN_LINE_PIXELS, SEAM_MAX_LEVELS, thinLinesUnderLips } from './helpers/artefacts.ts';
+import {
+  brokenThresholds,
+  insideAndLowerEdge,
+  INSIDE_MIN_SHADING,
+  LOWER_EDGE_MAX_STEP,
+  MAX_THIN_LINE_PIXELS,
+  SEAM_MAX_LEVELS,
+  thinLinesUnderLips,
+} from './helpers/artefacts.ts';
 import { measureAvatar, type MeasuredAvatar } from './helpers/artefact-harness.ts';
 import { uploadClip } from './helpers/clip-avatar.ts';
 import { landscapeMp4, speakingClipMp4 } from './helpers/clips.ts';
@@ -35,10 +43,18 @@ import { landscapeMp4, speakingClipMp4 } from './helpers/clips.ts';
  */
 interface HeldSoFar {
   seamLevels: number;
+  /**
+   * Every opening is the warp's own (the clip's mouth never opens): its inside and lower lip hold `insideAndLowerEdge`'s
+   * bounds. Painted with fixed maroon constants they read a lower-edge step of 59–74 levels and an inside shading of
+   * 28–33 on every open pose; painted as a photo's (`photo-mouth.ts`) 14–34 and, half open or wider, 55–69.
+   */
+  synthesisedInside?: boolean;
 }
 const PHOTO_HELD: HeldSoFar = { seamLevels: SEAM_MAX_LEVELS };
 const SPEAKING_CLIP_HELD: HeldSoFar = { seamLevels: SEAM_MAX_LEVELS };
-const SWAYING_CLIP_HELD: HeldSoFar = { seamLevels: SEAM_MAX_LEVELS };
+const SWAYING_CLIP_HELD: HeldSoFar = { seamLevels: SEAM_MAX_LEVELS, synthesisedInside: true };
+/** From this opening on a synthesised inside shows a tongue (`photo-mouth.ts` `tongueShown`) and must be shaded. */
+const SHADED_FROM_OPEN = 0.5;
 
 /** Making the speaking clip (flite, ~100 rendered frames) and two clip avatars on 2 loaded cores. */
 const CREATION_TIMEOUT_MS = 600_000;
@@ -52,6 +68,18 @@ async function createFromClip(baseUrl: string, file: string, name: string): Prom
   return answer.id as string;
 }
 
+/** A synthesised opening's inside and lower lip against `insideAndLowerEdge`'s bounds, as readable lines. */
+function brokenInside(frame: MeasuredAvatar['frames'][number]): string[] {
+  if (!frame.lips || frame.pose.open === 0) return [];
+  const { columns, edgeStep, shading } = insideAndLowerEdge(frame.frame, frame.lips);
+  const lines: string[] = [];
+  if (columns === 0) lines.push('no opening found in the central columns');
+  if (edgeStep > LOWER_EDGE_MAX_STEP) lines.push(`lower-lip edge step ${edgeStep} > ${LOWER_EDGE_MAX_STEP} levels`);
+  if (frame.pose.open >= SHADED_FROM_OPEN && shading < INSIDE_MIN_SHADING)
+    lines.push(`inside shading ${shading} < ${INSIDE_MIN_SHADING} levels`);
+  return lines;
+}
+
 /** Every frame's broken thresholds, by pose name (an empty object: all hold); a frame without a face is broken too. */
 function broken(avatar: MeasuredAvatar, held: HeldSoFar): Record<string, string[]> {
   const out: Record<string, string[]> = {};
@@ -59,6 +87,7 @@ function broken(avatar: MeasuredAvatar, held: HeldSoFar): Record<string, string[
     const lines = frame.report
       ? brokenThresholds(frame.report, held.seamLevels)
       : ['no face found on the rendered frame'];
+    if (held.synthesisedInside) lines.push(...brokenInside(frame));
     if (lines.length > 0) out[frame.name] = lines;
   }
   return out;
@@ -103,7 +132,7 @@ describe('speaking frames of the project’s own avatars hold the artefact measu
       SPEAKING_CLIP_HELD,
     ],
     [
-      'a video avatar from a clip swaying over the photo, mouth shut (the warp): the same, seams no worse than today',
+      'a video avatar from a clip swaying over the photo, mouth shut (the warp): the same, seams no worse than today, its openings shaded from throat to a soft lower lip',
       (dir: string) => landscapeMp4(dir, 3),
       SWAYING_CLIP_HELD,
     ],

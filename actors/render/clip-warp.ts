@@ -7,15 +7,26 @@
  * The geometry follows the person: the upper lip and everything above the frame's own lower inner lip (its upper teeth,
  * if the frame shows them) lift a little; the lower lip and the chin drop
  * with the jaw, the drop fading smoothly to nothing at the cheeks and the neck, so the warp's edge adds no step; the
- * gap the two open between them is painted as the inside of a mouth (throat shading, and upper teeth only where
- * the frame shows none of its own: one row of teeth, ever). The upper lip's lift fades out within the lip, and strong
+ * gap the two open between them is painted as the inside of a mouth by the photo's painter (`photo-mouth.ts`: colours
+ * read off the frame's own lips and teeth, throat shading, a tongue, and upper teeth only where the frame shows none
+ * of its own: one row of teeth, ever), and the lower lip's wet inner edge fades into the lip below it. The upper lip's lift fades out within the lip, and strong
  * edges outside the lips (the face's outline against hair, a chin against a collar) and what lies below them stay put
  * (`clip-freedom.ts`): moved by a fraction of a pixel, such an edge steps by tens of levels against the unmoved pixels
  * beside it. Outside the warp box the frame is untouched.
  */
-import { planes, rgbToYuv } from './i420.ts';
+import { i420Size, i420ToRgba, planes, rgbToYuv } from './i420.ts';
 import { freedomAt, freedomOf, type FreedomGrid } from './clip-freedom.ts';
 import { smoothstep } from './idle-motion.ts';
+import {
+  lowerLipEdge,
+  mouthPalette,
+  paintInside,
+  tongueShown,
+  teethReachOf,
+  type MouthPalette,
+  type OpeningColumn,
+  type Rgb,
+} from './photo-mouth.ts';
 import type { I420Frame, MouthAnimation, MouthPose, Point } from './types.ts';
 
 /** Maximum jaw drop as a fraction of mouth width (a wide-open "ah" at conversational effort). */
@@ -48,14 +59,28 @@ const MIN_LIFT_REACH = 0.06;
 const MAX_LIFT_REACH = 0.4;
 /** The jaw's drop is full within `flat` mouth widths of the mouth centre and gone at `end`. */
 const JAW_WINDOW = { flat: 0.25, end: 0.9 };
+/** How far (mouth widths) below the tracked lower inner lip the frame's own teeth part with the upper jaw, and the
+ * smoothing of that parting along the mouth (mouth widths to either side, about a tooth): `partBelowOwnTeeth`. */
+const OWN_TEETH_BELOW = 0.1;
+const OWN_TEETH_SMOOTH = 0.06;
+/** A tooth in the frame: bright and nearly neutral (lips and skin are red: V well above 128). */
+const OWN_TOOTH = { minLuma: 150, maxRed: 10, maxBlue: 16 };
 /** Columns of the own-lip table per pixel. */
 const COLUMNS_PER_PX = 4;
 /** Mouth widths above the upper inner lip beyond which nothing moves (the lip, the lift's reach, a margin). */
 const UNMOVED_ABOVE = MAX_LIFT_REACH + 0.05;
 /** Where the jaw parts within the frame's own lip gap: this fraction of the gap above its lower lip. */
 const SPLIT_ABOVE_LOWER_LIP = 0;
-/** How far (px) the gap's shading reaches over the lower lip's inner edge. */
-const LOWER_EDGE_SHADOW_PX = 2;
+/**
+ * How far (mouth widths, at least `MIN_LIP_EDGE_PX`) the lower lip's wet inner edge (`lowerLipEdge`) reaches down the
+ * lip from the opening, fading into the lip's own pixels.
+ */
+const LIP_EDGE = 0.045;
+const MIN_LIP_EDGE_PX = 2;
+/** The lip's edge band is kept as thick across a steep edge as across a level one, up to this slant. */
+const MAX_EDGE_SLANT = 3;
+/** The inside and the lip's edge blend over this many px to either side of the opening's lower edge. */
+const LIP_EDGE_BLEND_PX = 1.25;
 /**
  * The map's fixed-point iterations (the jaw's drop, the lip's lift: each depends on where the point comes from) stop
  * once a step moves the source by less than this (px): under the lips and in the opening the first step settles.
@@ -65,10 +90,11 @@ const FIXED_POINT_PX = 0.01;
 const CORNER_FADE_PX = 3;
 /** Visible height of painted upper teeth at the widest opening, mouth widths. */
 const UPPER_TEETH_MAX = 0.09;
-/** Inside of a mouth (Y, U, V): lit near the lips, dark towards the throat; teeth. */
-const MOUTH_EDGE = rgbToYuv(92, 34, 38);
-const MOUTH_DEEP = rgbToYuv(24, 8, 10);
-const TEETH = rgbToYuv(226, 216, 200);
+/**
+ * The loop frame's lip and tooth colours are read (`mouthPalette`) on a crop this far (mouth widths) around its inner
+ * lips: the lip samples reach 0.1 mouth widths past them, the teeth lie between them.
+ */
+const PALETTE_MARGIN = 0.3;
 
 /** The frame's own lips in the mouth's upright frame: piecewise-linear edges over u (pixels from the mouth centre). */
 export interface OwnLips {
@@ -94,6 +120,15 @@ interface WarpGeometry {
   upperLift: number;
   spread: number;
   teeth: number;
+  /** What the opening shows beside its throat (`photo-mouth.ts`): a tongue, and how far the upper teeth reach sideways. */
+  tongue: number;
+  teethReach: number;
+  /** How far the lower lip's inner edge is painted down the lip (px), across the edge; and per column of the own-lip
+   * table, how much longer that is down the column where the opening's lower edge runs steeply (`MAX_EDGE_SLANT`). */
+  lipEdgePx: number;
+  bottomSlant: Float64Array;
+  /** The loop frame's own lip and tooth colours, the inside is painted from (`paintInside`, as on a photo). */
+  palette: MouthPalette;
   /** How freely each point may move (strong edges outside the lips stay put): `clip-freedom.ts`. */
   freedom: FreedomGrid;
 }
@@ -112,16 +147,10 @@ export function warpLoopFrame(frame: I420Frame, source: I420Frame, face: MouthAn
   if (!geometry) return;
   const dst = planes(frame);
   const src = planes(source);
-  warpPlanes(
-    [{ dst: dst.y, src: src.y, edge: MOUTH_EDGE.y, deep: MOUTH_DEEP.y, teeth: TEETH.y, shade: true }],
-    frame.width,
-    frame.height,
-    1,
-    geometry,
-  );
-  const chroma = [
-    { dst: dst.u, src: src.u, edge: MOUTH_EDGE.u, deep: MOUTH_DEEP.u, teeth: TEETH.u, shade: false },
-    { dst: dst.v, src: src.v, edge: MOUTH_EDGE.v, deep: MOUTH_DEEP.v, teeth: TEETH.v, shade: false },
+  warpPlanes([{ dst: dst.y, src: src.y, channel: 'y' }], frame.width, frame.height, 1, geometry);
+  const chroma: PlaneInk[] = [
+    { dst: dst.u, src: src.u, channel: 'u' },
+    { dst: dst.v, src: src.v, channel: 'v' },
   ];
   warpPlanes(chroma, dst.cw, dst.ch, 2, geometry);
 }
@@ -146,7 +175,7 @@ export function warpMaskOf(source: I420Frame, face: MouthAnimation, pose: MouthP
   const { width, height } = source;
   const claim = new Uint8Array(width * height);
   const y = planes(source).y;
-  const ink = { dst: y.slice(), src: y, edge: MOUTH_EDGE.y, deep: MOUTH_DEEP.y, teeth: TEETH.y, shade: true };
+  const ink: PlaneInk = { dst: y.slice(), src: y, channel: 'y' };
   warpPlanes([ink], width, height, 1, geometry, claim);
   return claim;
 }
@@ -210,6 +239,7 @@ function geometryOf(face: MouthAnimation, pose: MouthPose, source: I420Frame): W
   const jawDrop = jawDropOf(pose, mw);
   const halfWidth = Math.max(MIN_OPENING_HALF_WIDTH * mw, (upper[upper.length - 1].x - upper[0].x) / 2) * (1 + spread);
   const columns = columnsOf({ upper, lower }, outerTopOf(face, toUpright), mw);
+  partBelowOwnTeeth(columns, source, upright, mw, { from: lower[0].x, to: lower[lower.length - 1].x });
   const region = { left: REGION.left * mw, right: REGION.right * mw, top: REGION.top * mw, bottom: REGION.bottom * mw };
   const freedom = freedomOf(source, face, {
     ...upright,
@@ -231,7 +261,90 @@ function geometryOf(face: MouthAnimation, pose: MouthPose, source: I420Frame): W
     upperLift: UPPER_LIFT * jawDrop * (1 + 0.5 * pose.round),
     spread,
     teeth: UPPER_TEETH_MAX * mw * smoothstep(0.05, 0.5, pose.open) * (1 - 0.4 * pose.round),
+    tongue: tongueShown(pose.open),
+    teethReach: teethReachOf(pose.round),
+    lipEdgePx: Math.max(MIN_LIP_EDGE_PX, LIP_EDGE * mw),
+    bottomSlant: bottomSlantOf(columns, mw, jawDrop, halfWidth, spread),
+    palette: paletteOf(source, face, upright, { upper, lower }),
   };
+}
+
+/**
+ * The loop frame's own lip and tooth colours, read as a photo's are (`mouthPalette`) on an RGBA crop around its lips:
+ * the lips on either side of its lower inner lip (`seamAt`; where the frame shows an opening of its own, the samples
+ * above it fall in that opening and the lower lip's decide), its teeth between its inner lips.
+ */
+function paletteOf(
+  source: I420Frame,
+  face: MouthAnimation,
+  upright: { cx: number; cy: number; cos: number; sin: number },
+  own: OwnLips,
+): MouthPalette {
+  // A loop frame's tracked face is one object for as long as its loop is held: its palette is read once.
+  const cached = palettes.get(face);
+  if (cached && cached.buffer === source.data.buffer && cached.offset === source.data.byteOffset) return cached.palette;
+  const palette = paletteRead(source, face, upright, own);
+  palettes.set(face, { buffer: source.data.buffer, offset: source.data.byteOffset, palette });
+  return palette;
+}
+
+/** Palettes read, by the tracked face they were read along (and the frame pixels they were read on). */
+const palettes = new WeakMap<MouthAnimation, { buffer: ArrayBufferLike; offset: number; palette: MouthPalette }>();
+
+function paletteRead(
+  source: I420Frame,
+  face: MouthAnimation,
+  upright: { cx: number; cy: number; cos: number; sin: number },
+  { upper, lower }: OwnLips,
+): MouthPalette {
+  const mw = face.mouth_width;
+  const xs = face.inner_lip.map((p) => p.x);
+  const ys = face.inner_lip.map((p) => p.y);
+  const margin = PALETTE_MARGIN * mw;
+  // Even corners: the crop's chroma samples are the frame's.
+  const x0 = Math.max(0, Math.floor((Math.min(...xs) - margin) / 2) * 2);
+  const y0 = Math.max(0, Math.floor((Math.min(...ys) - margin) / 2) * 2);
+  const x1 = Math.min(source.width, Math.ceil(Math.max(...xs) + margin));
+  const y1 = Math.min(source.height, Math.ceil(Math.max(...ys) + margin));
+  const crop = cropOf(source, x0, y0, x1 - x0, y1 - y0);
+  const image = { width: crop.width, height: crop.height, data: i420ToRgba(crop) };
+  const { cx, cy, cos, sin } = upright;
+  // An inner lip edge's row (crop pixels) in crop column x.
+  const rowOf = (edge: Point[], x: number): number => {
+    const u = (x + x0 - cx) / cos;
+    return cy + u * sin + edgeAt(edge, u) * cos - y0;
+  };
+  // The lips closed as a photo's rest face has them (`closeLips`): above the lower inner lip each column shows what
+  // lies its own opening higher, so the samples above the seam fall on the upper lip, not on the frame's teeth.
+  const rest = { width: image.width, height: image.height, data: image.data.slice() };
+  for (let x = 0; x < image.width; x++) {
+    const seam = rowOf(lower, x);
+    const gap = Math.max(0, Math.round(seam - rowOf(upper, x)));
+    if (gap === 0) continue;
+    for (let y = Math.min(image.height, Math.floor(seam)) - 1; y >= 0; y--) {
+      const from = Math.max(0, y - gap);
+      rest.data.copyWithin((y * image.width + x) * 4, (from * image.width + x) * 4, (from * image.width + x) * 4 + 4);
+    }
+  }
+  const shift = (p: Point): Point => ({ x: p.x - x0, y: p.y - y0 });
+  const local = { ...face, mouth_center: shift(face.mouth_center), inner_lip: face.inner_lip.map(shift) };
+  return mouthPalette(image, rest, local, (x) => rowOf(lower, x));
+}
+
+/** A copy of the frame's rectangle at (x0, y0) (even), `width` × `height`. */
+function cropOf(frame: I420Frame, x0: number, y0: number, width: number, height: number): I420Frame {
+  const src = planes(frame);
+  const data = new Uint8Array(i420Size(width, height));
+  const out: I420Frame = { width, height, data };
+  const dst = planes(out);
+  for (let y = 0; y < height; y++)
+    dst.y.set(src.y.subarray((y0 + y) * frame.width + x0, (y0 + y) * frame.width + x0 + width), y * width);
+  for (let y = 0; y < dst.ch; y++) {
+    const from = (y0 / 2 + y) * src.cw + x0 / 2;
+    dst.u.set(src.u.subarray(from, from + dst.cw), y * dst.cw);
+    dst.v.set(src.v.subarray(from, from + dst.cw), y * dst.cw);
+  }
+  return out;
 }
 
 /**
@@ -262,6 +375,89 @@ function columnsOf(own: OwnLips, outerTop: Point[] | null, mw: number): WarpGeom
       ) * mw;
   }
   return { from, upper, mid, lipHeight };
+}
+
+/**
+ * Where the frame's own upper teeth reach below its tracked lower inner lip (a smile's side teeth, under the straight
+ * line the landmarks draw from the lip's middle to its corner), the jaws part below them: dropped with the lower lip,
+ * they rode on it as a pale sliver under the opening. Each column's parting moves down past the teeth-bright pixels
+ * (bright, nearly neutral: not lip) that start within a pixel of it, by at most `OWN_TEETH_BELOW` mouth widths, and the
+ * moves are smoothed over about a tooth's width (`OWN_TEETH_SMOOTH`) so the parting stays a line.
+ */
+function partBelowOwnTeeth(
+  columns: WarpGeometry['columns'],
+  source: I420Frame,
+  at: { cx: number; cy: number; cos: number; sin: number },
+  mw: number,
+  corners: { from: number; to: number },
+): void {
+  const { y: luma, u: cb, v: cr, cw } = planes(source);
+  const reach = OWN_TEETH_BELOW * mw;
+  const toothAt = (u: number, v: number): boolean | null => {
+    const x = Math.round(at.cx + u * at.cos - v * at.sin);
+    const y = Math.round(at.cy + u * at.sin + v * at.cos);
+    if (x < 0 || y < 0 || x >= source.width || y >= source.height) return null;
+    const c = (y >> 1) * cw + (x >> 1);
+    return (
+      luma[y * source.width + x] >= OWN_TOOTH.minLuma &&
+      cr[c] - 128 <= OWN_TOOTH.maxRed &&
+      Math.abs(cb[c] - 128) <= OWN_TOOTH.maxBlue
+    );
+  };
+  const count = columns.mid.length;
+  const moves = new Float64Array(count);
+  // Teeth show between the lip's corners only.
+  const first = Math.max(0, Math.floor((corners.from - columns.from) * COLUMNS_PER_PX));
+  const end = Math.min(count - 1, Math.ceil((corners.to - columns.from) * COLUMNS_PER_PX));
+  for (let i = first; i <= end; i++) {
+    const u = columns.from + i / COLUMNS_PER_PX;
+    let last = -1;
+    for (let dv = 0; dv <= reach; dv++) {
+      const tooth = toothAt(u, columns.mid[i] + dv);
+      if (tooth === null) break;
+      if (tooth) last = dv;
+      else if (dv > last + 1) break;
+    }
+    moves[i] = last >= 0 ? last + 1 : 0;
+  }
+  // A running mean over the window (clipped at the table's ends).
+  const half = Math.round(OWN_TEETH_SMOOTH * mw * COLUMNS_PER_PX);
+  let sum = 0;
+  for (let k = 0; k < Math.min(count, half); k++) sum += moves[k];
+  for (let i = 0; i < count; i++) {
+    if (i + half < count) sum += moves[i + half];
+    if (i - half - 1 >= 0) sum -= moves[i - half - 1];
+    columns.mid[i] += sum / (Math.min(count - 1, i + half) - Math.max(0, i - half) + 1);
+  }
+}
+
+/**
+ * Per column of the own-lip table, 1 / cos of the slope of the opening's lower edge (the parting dropped by the jaw, the
+ * lips' spread taken at the parting), at most `MAX_EDGE_SLANT`.
+ */
+function bottomSlantOf(
+  columns: WarpGeometry['columns'],
+  mw: number,
+  jawDrop: number,
+  halfWidth: number,
+  spread: number,
+): Float64Array {
+  const count = columns.mid.length;
+  const bottom = new Float64Array(count);
+  for (let i = 0; i < count; i++) {
+    const u = columns.from + i / COLUMNS_PER_PX;
+    const an = u / mw;
+    const lipZone = spread === 0 ? 0 : Math.exp(-(an * an) / LIP_ZONE_WIDTH) * (1 - smoothstep(1.0, 1.3, Math.abs(an)));
+    const us = u - u * (1 - 1 / (1 + spread)) * lipZone;
+    bottom[i] = columns.mid[i] + jawDrop * lensProfile(Math.abs(us) / halfWidth);
+  }
+  const slant = new Float64Array(count);
+  const half = COLUMNS_PER_PX / 2;
+  for (let i = 0; i < count; i++) {
+    const slope = bottom[Math.min(count - 1, i + half)] - bottom[Math.max(0, i - half)];
+    slant[i] = Math.min(MAX_EDGE_SLANT, Math.hypot(1, slope));
+  }
+  return slant;
 }
 
 /** A lip edge's v at `u` (linear between points sorted by u, held beyond the corners). */
@@ -329,8 +525,26 @@ const MAP_TOLERANCE_PX = 0.2;
 /** A cell whose corners move less than this in all (frame pixels, summed) is left as the frame has it. */
 const STILL_PX = 0.02;
 
-/** One evaluation of the map (module scratch: no allocation per pixel): where a frame point samples from, and its paint. */
-const at = { sx: 0, sy: 0, paint: 0, depth: 0, teethCover: 0, lit: 1, side: 0 };
+/**
+ * One evaluation of the map (module scratch: no allocation per pixel): where a frame point samples from, and its paint
+ * (how much of it, and its colour).
+ */
+const at = { sx: 0, sy: 0, paint: 0, y: 0, u: 0, v: 0, side: 0 };
+/** `paintInside`'s and `lowerLipEdge`'s answers (module scratch). */
+const insideRgb: Rgb = { r: 0, g: 0, b: 0 };
+const lipRgb: Rgb = { r: 0, g: 0, b: 0 };
+/** The opening's column as `paintInside` takes it (module scratch, filled per painted point). */
+const insideColumn: OpeningColumn = {
+  top: 0,
+  bottom: 0,
+  lateral: 0,
+  dx: 0,
+  teeth: 0,
+  tongue: 0,
+  teethReach: 0,
+  upperLift: 0,
+  mouthWidth: 0,
+};
 /**
  * A cell is exact unless all its corners lie on one side of the opening's band, this far from it (frame pixels): the
  * band's edges are nearly straight over a cell.
@@ -401,48 +615,62 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
   const free = freedomAt(g.freedom, x, y);
   at.sx = x + (g.cx + us * cos - vs * sin - x) * free;
   at.sy = y + (g.cy + us * sin + vs * cos - y) * free;
-  // The gap's lower edge reaches a little onto the lower lip, as the lip's own shadow: a tracked inner lip a pixel
-  // off leaves no sliver of the frame's own teeth riding on it.
+  // Below the gap the lower lip's wet inner edge is painted over the lip, fading into it: the lip reads as a lip against
+  // the inside, and a tracked inner lip a pixel off leaves no sliver of the frame's own teeth riding on it.
   // Towards the corners, where the gap closes, its paint fades with it: cut off where the drop passed 0.3 px, a
   // 2.5 px tall band of throat ended in a dark notch short of the corner (`yongen`: steps of 20–47 levels there).
-  const shadow = Math.min(LOWER_EDGE_SHADOW_PX, drop);
+  // Down a column the lip's edge band is as thick as across the edge: where the edge runs steeply (towards the
+  // corners) a column crosses it at a slant, and measured down the column the band thinned into a red line.
+  const slant = g.bottomSlant[column];
+  const lipEdge = Math.min(g.lipEdgePx * slant, drop);
   const paint =
-    drop > 0.3 && v > gapTop - 0.5 && v < gapBottom + shadow
-      ? free * smoothstep(0.3, CORNER_FADE_PX, drop) * Math.min(1, v - gapTop + 0.5, (gapBottom + shadow - v) / shadow)
+    drop > 0.3 && v > gapTop - 0.5 && v < gapBottom + lipEdge
+      ? free *
+        smoothstep(0.3, CORNER_FADE_PX, drop) *
+        Math.min(1, v - gapTop + 0.5, 1 - smoothstep(0, lipEdge, v - gapBottom))
       : 0;
   at.paint = paint;
   if (paint > 0) {
-    const depthPx = Math.min(v - gapTop, gapBottom - v);
-    at.depth = smoothstep(0, 1, depthPx / Math.max(1.5, 0.5 * (drop + lift)));
     // Upper teeth hang from the lifted lip where the frame shows none of its own above its midline.
     const ownUpperInterior = Math.max(0, mid - upper);
     const teethHeight = Math.max(0, g.teeth * Math.pow(profile, 0.35) - ownUpperInterior);
-    const teethCover =
-      Math.min(1, Math.max(0, gapTop + teethHeight - v + 0.5)) * (1 - smoothstep(0.6, 0.8, Math.abs(us) / g.halfWidth));
-    at.teethCover = teethCover > 0 && teethHeight > 0.5 ? teethCover : 0;
-    at.lit = 0.8 + 0.2 * Math.min(1, Math.max(0, (v - gapTop) / 1.5));
+    const column = insideColumn;
+    column.top = gapTop;
+    column.bottom = gapBottom;
+    column.lateral = Math.min(1, Math.abs(us) / g.halfWidth);
+    column.dx = u;
+    column.teeth = teethHeight > 0.5 ? teethHeight : 0;
+    column.tongue = g.tongue;
+    column.teethReach = g.teethReach;
+    column.upperLift = g.upperLift;
+    column.mouthWidth = mw;
+    paintInside(column, v, g.palette, insideRgb);
+    // The inside meets the lip's edge over `LIP_EDGE_BLEND_PX`: no hard line where the shading ends.
+    const onLip = smoothstep(-LIP_EDGE_BLEND_PX * slant, LIP_EDGE_BLEND_PX * slant, v - gapBottom);
+    if (onLip > 0) {
+      lowerLipEdge(g.palette, lipRgb);
+      insideRgb.r += (lipRgb.r - insideRgb.r) * onLip;
+      insideRgb.g += (lipRgb.g - insideRgb.g) * onLip;
+      insideRgb.b += (lipRgb.b - insideRgb.b) * onLip;
+    }
+    const yuv = rgbToYuv(insideRgb.r, insideRgb.g, insideRgb.b);
+    at.y = yuv.y;
+    at.u = yuv.u;
+    at.v = yuv.v;
   }
   // Near the opening the map is not smooth (the painted gap, the lips' parting): no interpolation there.
   if (Math.abs(u) >= g.nearHalfWidth) return MOVED;
   // Which side of the opening's band (its painted gap and the lips' parting) the point is on, with a pixel to spare.
   at.side =
-    v < mid - lift - BAND_SLACK_PX
-      ? ABOVE_BAND
-      : v > mid + drop + LOWER_EDGE_SHADOW_PX + BAND_SLACK_PX
-        ? BELOW_BAND
-        : IN_BAND;
+    v < mid - lift - BAND_SLACK_PX ? ABOVE_BAND : v > mid + drop + lipEdge + BAND_SLACK_PX ? BELOW_BAND : IN_BAND;
   return at.side === IN_BAND ? AT_OPENING | IN_LENS : MOVED | IN_LENS;
 }
 
-/** What a plane's pixels are painted with inside the opening. */
+/** A plane warped from `src` into `dst`; `channel`: which of the opening's colour it is painted with. */
 interface PlaneInk {
   dst: Uint8Array;
   src: Uint8Array;
-  edge: number;
-  deep: number;
-  teeth: number;
-  /** Luma: the teeth darken towards the lip they hang from. */
-  shade: boolean;
+  channel: 'y' | 'u' | 'v';
 }
 
 /** Grid scratch, grown as needed and reused frame to frame: source x and y (plane pixels) and state per grid point. */
@@ -533,7 +761,7 @@ function warpPlanes(
             if (claim && (at.paint > 0 || Math.hypot(sx - px, sy - py) > MASK_MOVED_PX)) claim[py * width + px] = 1;
             for (const ink of inks) {
               let value = bilinear(ink.src, width, height, sx, sy);
-              if (at.paint > 0) value += (insideOf(ink) - value) * at.paint;
+              if (at.paint > 0) value += (at[ink.channel] - value) * at.paint;
               ink.dst[py * width + px] = value < 0 ? 0 : value > 255 ? 255 : (value + 0.5) | 0;
             }
           }
@@ -616,16 +844,6 @@ function sampleRow(
     const bottom = src[i + width] * (256 - wx) + src[i + width + 1] * wx;
     dst[rowStart + px] = (top * (256 - wy) + bottom * wy + 32768) >> 16;
   }
-}
-
-/** The opening's colour for one plane at the point `at` holds. */
-function insideOf(ink: PlaneInk): number {
-  let inside = ink.edge + (ink.deep - ink.edge) * at.depth;
-  if (at.teethCover > 0) {
-    const lit = ink.shade ? at.lit : 1;
-    inside += ((ink.shade ? (ink.teeth - 16) * lit + 16 : ink.teeth) - inside) * at.teethCover;
-  }
-  return inside;
 }
 
 function bilinear(plane: Uint8Array, width: number, height: number, x: number, y: number): number {

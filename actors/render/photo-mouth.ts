@@ -38,6 +38,10 @@ const INSIDE_REDNESS = 1.25;
 const TONGUE_CROWN = 0.78;
 const TONGUE: Rgb = { r: 196, g: 92, b: 98 };
 const TONGUE_TINT = 0.55;
+/** The lower lip's inner edge relative to the lips' colour (`lowerLipEdge`). */
+const LOWER_LIP_EDGE: Rgb = { r: 0.74, g: 0.54, b: 0.6 };
+/** How much of the tongue a wide-open mouth shows (`tongueShown`). */
+const TONGUE_STRENGTH = 0.75;
 /** Half width of the groove down its middle (mouth widths) and the light it takes; the sheen on its top. */
 const TONGUE_GROOVE = 0.035;
 const TONGUE_GROOVE_SHADE = 0.18;
@@ -145,6 +149,26 @@ export interface OpeningColumn {
   /** The upper lip's lift, px: past a few pixels a sliver of gum shows above the teeth. */
   upperLift: number;
   mouthWidth: number;
+}
+
+/** How much tongue an opening of `open` (0..1) shows: none in a small one, most of a wide one's floor. */
+export function tongueShown(open: number): number {
+  return TONGUE_STRENGTH * smoothstep(0.4, 0.8, open);
+}
+
+/** How far the upper teeth reach sideways (fraction of the opening's half width): rounded lips hide the side teeth. */
+export function teethReachOf(round: number): number {
+  return mix(0.85, 0.7, round);
+}
+
+/**
+ * The lower lip's wet inner edge, where it meets an opening the warp made (writes `out`): the lips' colour, darker and
+ * redder (the lip rolls in there, out of the light), so the lip reads as a lip and not as skin against the inside.
+ */
+export function lowerLipEdge(palette: MouthPalette, out: Rgb): void {
+  out.r = palette.lip.r * LOWER_LIP_EDGE.r;
+  out.g = palette.lip.g * LOWER_LIP_EDGE.g;
+  out.b = palette.lip.b * LOWER_LIP_EDGE.b;
 }
 
 /** The colour of the inside at row y of this column (writes `out`). */

@@ -668,3 +668,72 @@ export function mouthCrop(
   }
   return { rgba: out, width, height };
 }
+
+/**
+ * The inside of an open mouth and the lower lip's edge below it, down the mouth's central columns (within
+ * `INSIDE_COLUMNS` mouth widths of its centre, where the lips show an opening: a pixel darker than `DARK_LUMA` between
+ * the outer lips). Each column is read from its darkest pixel (the throat) down to its brightest within
+ * `LOWER_LIP_REACH` mouth widths below the outer lower lip (the lower lip, or the chin below it):
+ * - `edgeStep`: the largest rise of luma from one pixel to the next on the way: the opening's lower edge meeting the
+ *   lower lip. Painted as one flat maroon ending against a pale lip it is a hard line (59–74 levels on the project's
+ *   swaying clip before its inside was painted as a photo's, 14–34 after); a real mouth's lower lip rises over a few
+ *   pixels (`sun.mp4`, `yongen.mp4`: 21–42).
+ * - `shading`: how much the inside brightens from the throat before the lower lip begins (where luma passes halfway
+ *   from the throat to the lip; `INSIDE_EDGE_PX` above it): a tongue, the lit lower lip rolling in. That flat maroon
+ *   read 28–33 (its edges lit, dark between); painted as a photo's, half open or wider, 55–69. A real mouth that shows
+ *   only its dark throat reads low too (`sun.mp4` 33–59): bound it where the renderer paints a tongue.
+ * Medians over the columns that show an opening; `columns`: how many did (0: no opening, both 0).
+ */
+export interface InsideAndLowerEdge {
+  columns: number;
+  edgeStep: number;
+  shading: number;
+}
+
+/**
+ * Bounds on a synthesised opening (`insideAndLowerEdge`): the lower edge rises at most this much from one pixel to the
+ * next (a real mouth's: 19–42 on `sun.mp4` and `yongen.mp4`), and an opening of half the widest or more brightens
+ * at least this much from its throat before its lower lip.
+ */
+export const LOWER_EDGE_MAX_STEP = 40;
+export const INSIDE_MIN_SHADING = 40;
+/** Half width (mouth widths) of the central columns `insideAndLowerEdge` reads. */
+export const INSIDE_COLUMNS = 0.15;
+/** The inside ends this many px above where the lower lip begins (its edge's own blur is not the inside's shading). */
+const INSIDE_EDGE_PX = 2;
+/** How far below the outer lower lip (mouth widths) a column is read for the lower lip's brightest. */
+export const LOWER_LIP_REACH = 0.25;
+
+export function insideAndLowerEdge(frame: I420Frame, lips: LipGeometry): InsideAndLowerEdge {
+  const c = lipColumns(lips);
+  const mw = lips.mouth_width;
+  const cx = lips.mouth_center.x;
+  const steps: number[] = [];
+  const shadings: number[] = [];
+  const x0 = Math.max(c.x0, 0, Math.round(cx - INSIDE_COLUMNS * mw));
+  const x1 = Math.min(c.x1, frame.width - 1, Math.round(cx + INSIDE_COLUMNS * mw));
+  for (let x = x0; x <= x1; x++) {
+    const top = c.outerTop(x);
+    const bottom = c.outerBottom(x);
+    if (top === null || bottom === null) continue;
+    const from = Math.max(0, Math.round(top));
+    const lipEnd = Math.min(frame.height - 1, Math.round(bottom));
+    let throat = from;
+    for (let y = from; y <= lipEnd; y++) if (luma(frame, x, y) < luma(frame, x, throat)) throat = y;
+    if (luma(frame, x, throat) >= DARK_LUMA) continue;
+    const end = Math.min(frame.height - 1, Math.round(bottom + LOWER_LIP_REACH * mw));
+    let brightest = throat;
+    for (let y = throat; y <= end; y++) if (luma(frame, x, y) > luma(frame, x, brightest)) brightest = y;
+    let step = 0;
+    for (let y = throat; y < brightest; y++) step = Math.max(step, luma(frame, x, y + 1) - luma(frame, x, y));
+    // The lower lip begins where luma passes halfway from the throat to it; the inside ends `INSIDE_EDGE_PX` above.
+    const half = (luma(frame, x, throat) + luma(frame, x, brightest)) / 2;
+    let lipStart = throat;
+    while (lipStart < brightest && luma(frame, x, lipStart) < half) lipStart++;
+    let lit = luma(frame, x, throat);
+    for (let y = throat; y <= lipStart - INSIDE_EDGE_PX; y++) lit = Math.max(lit, luma(frame, x, y));
+    steps.push(step);
+    shadings.push(lit - luma(frame, x, throat));
+  }
+  return { columns: steps.length, edgeStep: percentile(steps, 0.5), shading: percentile(shadings, 0.5) };
+}
