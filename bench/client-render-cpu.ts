@@ -15,7 +15,8 @@
  * placed at the time its audio leaves the service's clock (the latest `sync` extrapolated, as poses are judged). Beside
  * poses the row counts the channel's audio packets received, and late (arriving after their audio left the clock).
  * `BENCH_CLIENT_AUDIO=track` measures the track path as before (the receivers never ask); `both` measures the client
- * row both ways, alternated `BENCH_CLIENT_ROUNDS` times, beside one floor and one server-rendered row.
+ * row both ways, alternated `BENCH_CLIENT_ROUNDS` times. The floor is read before every row and after the last; each
+ * row is set against the mean of the readings around it, and the target is the median of the rounds (three by default).
  *
  *   npm run bench -- client_render_cpu
  *   BENCH_CLIENT_SESSIONS=24 BENCH_SERVER_SESSIONS=3 BENCH_CPU_WINDOW_S=20 npm run bench -- client_render_cpu
@@ -52,8 +53,12 @@ const WARMUP_S = Number(process.env.BENCH_CPU_WARMUP_S ?? 5);
 type AudioRoute = 'channel' | 'track';
 const CLIENT_AUDIO = (process.env.BENCH_CLIENT_AUDIO ?? 'channel') as AudioRoute | 'both';
 if (!['channel', 'track', 'both'].includes(CLIENT_AUDIO)) throw new Error('BENCH_CLIENT_AUDIO: channel, track or both');
-/** With `both`: how many channel/track pairs of the client row, alternated (ABBA), so drifting load falls on both. */
-const CLIENT_ROUNDS = Number(process.env.BENCH_CLIENT_ROUNDS ?? 1);
+/**
+ * How many times the client row runs, each between two floor readings; the target is the median ratio (3 by default:
+ * one row's ratio moves with the floor's reading, 0.31–0.37× in ten quiet runs of the same code). With `both`: how
+ * many channel/track pairs, alternated (ABBA), so drifting load falls on both (1 by default).
+ */
+const CLIENT_ROUNDS = Number(process.env.BENCH_CLIENT_ROUNDS ?? (CLIENT_AUDIO === 'both' ? 1 : 3));
 /**
  * Where the client row's CPU goes: only that row runs, its service under `--cpu-prof` (profiles kept in
  * `bench/results/client-render-profile-<time>/`, summarised as `npm run bench -- profile` does).
@@ -397,14 +402,20 @@ export async function benchClientRenderCpu(): Promise<Record<string, unknown>> {
   };
   const firstRoute: AudioRoute = CLIENT_AUDIO === 'both' ? 'channel' : CLIENT_AUDIO;
   if (PROFILE) return { ...out, client_rendered: await measureClientRow(CLIENT_SESSIONS, firstRoute) };
-  // The floor is read before the rows and again after them, and the ratios use the mean of the two: the host's speed
-  // drifts within minutes (readings of one 10 s floor moved 76 → 91 ms per stream-second as others' load rose), and
-  // a floor read only before a row that runs a minute later made the ratio move with that drift.
+  // The floor is read before every row and after the last, and each row's ratio uses the mean of the readings just
+  // before and just after it: the host's speed drifts within minutes (readings of one 10 s floor moved 76 → 91 ms per
+  // stream-second as others' load rose, 72 and 89 around one row on a quiet host), and a floor read only once, a
+  // minute or more from a row, made the ratio move with that drift.
   const readFloor = () =>
     measureTransportFloor(SERVER_SESSIONS || 3).catch((error: Error): { error: string } => ({ error: error.message }));
-  const floorBefore = await readFloor();
-  const rowsToRatio: Array<{ row: Record<string, unknown>; values: Record<string, number> }> = [];
-  if (SERVER_SESSIONS > 0)
+  const floorReadings: Array<TransportFloor | { error: string }> = [await readFloor()];
+  /** Sets a row's ratios against the floor around it (the last two readings). */
+  const setRatios = (row: Record<string, unknown>, values: Record<string, number>) => {
+    const around = bracketedFloor(floorReadings[floorReadings.length - 2], floorReadings[floorReadings.length - 1]);
+    row.transport_floor_around = 'error' in around ? null : around.cpu_ms_per_stream_second;
+    for (const [key, value] of Object.entries(values)) row[key] = 'error' in around ? null : floorRatio(value, around);
+  };
+  if (SERVER_SESSIONS > 0) {
     try {
       const server = await measureCpuRow(
         { key: 'rt_speaking', model: 'rt', speaking: true },
@@ -412,72 +423,78 @@ export async function benchClientRenderCpu(): Promise<Record<string, unknown>> {
         WINDOW_S,
       );
       out.server_rendered = server;
-      rowsToRatio.push({
-        row: server as unknown as Record<string, unknown>,
-        values: { cpu_ratio_to_transport_floor: server.cpu_ms_per_session_second },
+      floorReadings.push(await readFloor());
+      setRatios(server as unknown as Record<string, unknown>, {
+        cpu_ratio_to_transport_floor: server.cpu_ms_per_session_second,
       });
     } catch (error) {
       out.server_rendered = { error: (error as Error).message };
     }
+  }
   // With `both`, the two routes alternate ABBA over the rounds: channel, track, track, channel, …
   const routes: AudioRoute[] =
     CLIENT_AUDIO === 'both'
       ? Array.from({ length: CLIENT_ROUNDS }, (_, r): AudioRoute[] =>
           r % 2 === 0 ? ['channel', 'track'] : ['track', 'channel'],
         ).flat()
-      : [CLIENT_AUDIO];
+      : Array.from({ length: CLIENT_ROUNDS }, () => CLIENT_AUDIO);
   const rows: Record<AudioRoute, Array<Record<string, unknown>>> = { channel: [], track: [] };
   for (const route of routes) {
     try {
       const client = await measureClientRow(CLIENT_SESSIONS, route);
       const row = { ...client } as unknown as Record<string, unknown>;
       rows[route].push(row);
-      rowsToRatio.push({
-        row,
-        values: {
-          cpu_ratio_to_transport_floor: client.cpu_ms_per_session_second,
-          service_cpu_ratio_to_transport_floor: client.service_cpu_ms_per_session_second,
-          voiced_cpu_ratio_to_transport_floor: client.cpu_ms_per_voiced_second,
-          voiced_service_cpu_ratio_to_transport_floor: client.service_cpu_ms_per_voiced_second,
-        },
+      floorReadings.push(await readFloor());
+      setRatios(row, {
+        cpu_ratio_to_transport_floor: client.cpu_ms_per_session_second,
+        service_cpu_ratio_to_transport_floor: client.service_cpu_ms_per_session_second,
+        voiced_cpu_ratio_to_transport_floor: client.cpu_ms_per_voiced_second,
+        voiced_service_cpu_ratio_to_transport_floor: client.service_cpu_ms_per_voiced_second,
       });
+      console.log(`  … ${row.cpu_ratio_to_transport_floor}× the floor around it (${row.transport_floor_around} ms)`);
     } catch (error) {
       rows[route].push({ audio_route_asked: route, error: (error as Error).message });
     }
   }
-  const floor = bracketedFloor(floorBefore, await readFloor());
+  const floor = meanFloor(floorReadings);
   out.transport_floor = floor;
   if ('cpu_ms_per_stream_second' in floor)
     console.log(
-      `  transport floor, mean of before and after: ${floor.cpu_ms_per_stream_second} ms CPU per stream-second ` +
-        `(${floor.readings.join(', ')})`,
+      `  transport floor, mean of the readings around the rows: ${floor.cpu_ms_per_stream_second} ms CPU per ` +
+        `stream-second (${floor.readings.join(', ')})`,
     );
-  for (const { row, values } of rowsToRatio)
-    for (const [key, value] of Object.entries(values)) row[key] = 'error' in floor ? null : floorRatio(value, floor);
   // The target row is the route the browser takes (the channel) unless only the track was asked for; with several
-  // runs, each route's median by CPU per session-second (the upper of the middle two: the target is a ceiling).
-  const cpuOf = (row: Record<string, unknown>) =>
-    typeof row.cpu_ms_per_session_second === 'number' ? row.cpu_ms_per_session_second : Infinity;
-  const median = (list: Array<Record<string, unknown>>) =>
-    [...list].sort((a, b) => cpuOf(a) - cpuOf(b))[list.length >> 1];
+  // rounds, each route's median by its ratio to the floor around it (the upper of the middle two: the target is a
+  // ceiling), each round's ratio kept beside it.
+  const ratioOf = (row: Record<string, unknown>) =>
+    typeof row.cpu_ratio_to_transport_floor === 'number' ? row.cpu_ratio_to_transport_floor : Infinity;
+  const median = (list: Array<Record<string, unknown>>) => ({
+    ...[...list].sort((a, b) => ratioOf(a) - ratioOf(b))[list.length >> 1],
+    cpu_ratio_rounds: list.map((row) => row.cpu_ratio_to_transport_floor ?? null),
+  });
   out.client_rendered = median(rows[firstRoute]);
-  if (CLIENT_AUDIO === 'both') {
-    out.client_rendered_track = median(rows.track);
-    out.client_rendered_runs = rows;
-  }
+  if (CLIENT_AUDIO === 'both') out.client_rendered_track = median(rows.track);
+  if (routes.length > 1) out.client_rendered_runs = rows;
   return out;
 }
 
-/**
- * The floor as the mean of the readings before and after the rows (each reported in `readings`); one reading alone
- * when the other failed, an error when both did.
- */
+/** The floor as the mean of two readings (one alone when the other failed, an error when both did). */
 function bracketedFloor(
   before: TransportFloor | { error: string },
   after: TransportFloor | { error: string },
 ): (TransportFloor & { readings: number[] }) | { error: string } {
-  const good = [before, after].filter((f): f is TransportFloor => !('error' in f));
-  if (good.length === 0) return { error: 'error' in before ? before.error : 'no floor' };
+  return meanFloor([before, after]);
+}
+
+/** The floor as the mean of its readings (each kept in `readings`), failed readings left out; an error when all failed. */
+function meanFloor(
+  readings: Array<TransportFloor | { error: string }>,
+): (TransportFloor & { readings: number[] }) | { error: string } {
+  const good = readings.filter((f): f is TransportFloor => !('error' in f));
+  if (good.length === 0) {
+    const failed = readings.find((f): f is { error: string } => 'error' in f);
+    return { error: failed?.error ?? 'no floor' };
+  }
   const mean = good.reduce((sum, f) => sum + f.cpu_ms_per_stream_second, 0) / good.length;
   return {
     ...good[good.length - 1],
