@@ -33,7 +33,15 @@ import { closeLips } from '../photo-lips.ts';
 import { PhotoHead } from '../photo-head.ts';
 import { ClipHead } from '../clip-head.ts';
 import { underChin, warpFreedom } from '../photo-jaw.ts';
-import { mouthPalette, paintInside, type MouthPalette, type OpeningColumn, type Rgb } from '../photo-mouth.ts';
+import {
+  mouthPalette,
+  paintInside,
+  teethReachOf,
+  tongueShown,
+  type MouthPalette,
+  type OpeningColumn,
+  type Rgb,
+} from '../photo-mouth.ts';
 import { warpLoopFrame } from '../clip-warp.ts';
 import { warpExpression } from '../expression-warp.ts';
 
@@ -95,8 +103,6 @@ const SQUEEZE_MIN = 1.5;
 const CLAIM_MOVED_PX = 0.02;
 /** `mouthClaimOf`'s unmarked value: mid-grey, so the head's resampling spreads a mark both up and down from it. */
 const UNCLAIMED = 128;
-/** How much of the tongue a wide-open mouth shows (painted by `photo-mouth.ts`). */
-const TONGUE_STRENGTH = 0.75;
 /**
  * Below the opening the drop goes from the lower lip's (the opening's bottom edge) to the chin's over a band of the face
  * (mouth widths below the seam) at least `MIN_STRETCH_SPAN` tall and `STRETCH_SPAN_PER_DROP` times the difference of the
@@ -234,8 +240,8 @@ function openingShape(open: number, wide: number, round: number, mw: number): Op
     spread,
     roundness: ROUND_LENS * round,
     upperTeeth,
-    teethReach: mix(0.85, 0.7, round),
-    tongue: TONGUE_STRENGTH * smoothstep(0.4, 0.8, open),
+    teethReach: teethReachOf(round),
+    tongue: tongueShown(open),
   };
 }
 
