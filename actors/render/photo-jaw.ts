@@ -22,7 +22,7 @@ const EDGE_MIN_STEP = 44;
  * outline is the jaw's side. A short clearance keeps the chin's drop (`test/render.lipsync-mouth`: ≥ 0.25 mouth
  * widths where the chin is; the astronaut shows ~8 px of neck above its collar); 0.2 dropped it only 0.18.
  */
-const CHIN_CLEARANCE = 0.1;
+export const CHIN_CLEARANCE = 0.1;
 const CHIN_FLAT = 0.4;
 const CHIN_HALF_WIDTH = 1.0;
 /** Distance from such an edge, in mouth widths, from which the warp moves pixels fully. */
@@ -45,15 +45,16 @@ export interface WarpBox {
 }
 
 /**
- * How freely the warp may move each pixel of `box` (0..1, row-major over the box); `chinClearance`: the clearance under
- * the chin (mouth widths) instead of `CHIN_CLEARANCE` (the renderer fades the chin into its held outline over a longer one).
+ * How freely the warp may move each pixel of `box` (0..1, row-major over the box), one map per clearance under the chin
+ * in `chinClearances` (mouth widths; `CHIN_CLEARANCE` is the warp's, the renderer also fades the chin into its held
+ * outline over a longer one), all from one search for the edges and their distances.
  */
 export function warpFreedom(
   src: RgbaImage,
   box: WarpBox,
   mouth: { x: number; width: number; seamAt: (x: number) => number },
-  chinClearance = CHIN_CLEARANCE,
-): Float32Array {
+  chinClearances: readonly number[] = [CHIN_CLEARANCE],
+): Float32Array[] {
   const { x: bx, y: by, width: w, height: h } = box;
   const luma = (x: number, y: number): number => {
     const cx = Math.min(src.width - 1, Math.max(0, x));
@@ -83,13 +84,15 @@ export function warpFreedom(
     for (let k = j; k < h; k++) seeds[k * w + i] = 1;
   }
   const distance = chamferDistance(seeds, w, h);
-  const freedom = new Float32Array(w * h);
-  for (let i = 0; i < w; i++) {
-    const beside = 1 - underChin((bx + i - mouth.x) / mouth.width);
-    const clearance = mix(chinClearance, EDGE_CLEARANCE, beside) * mouth.width;
-    for (let j = 0; j < h; j++) freedom[j * w + i] = smoothstep(0, clearance, distance[j * w + i] / STRAIGHT);
-  }
-  return freedom;
+  return chinClearances.map((chinClearance) => {
+    const freedom = new Float32Array(w * h);
+    for (let i = 0; i < w; i++) {
+      const beside = 1 - underChin((bx + i - mouth.x) / mouth.width);
+      const clearance = mix(chinClearance, EDGE_CLEARANCE, beside) * mouth.width;
+      for (let j = 0; j < h; j++) freedom[j * w + i] = smoothstep(0, clearance, distance[j * w + i] / STRAIGHT);
+    }
+    return freedom;
+  });
 }
 
 /**

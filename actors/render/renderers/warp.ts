@@ -32,7 +32,7 @@ import { blinkClosure, quantise, smoothstep } from '../idle-motion.ts';
 import { closeLips } from '../photo-lips.ts';
 import { PhotoHead } from '../photo-head.ts';
 import { ClipHead } from '../clip-head.ts';
-import { underChin, warpFreedom } from '../photo-jaw.ts';
+import { CHIN_CLEARANCE, underChin, warpFreedom } from '../photo-jaw.ts';
 import {
   mouthPalette,
   paintInside,
@@ -338,20 +338,12 @@ export class WarpRenderer implements Renderer {
     // A video avatar's speaking frames warp the loop frame they show (`clip-warp.ts`): nothing to build here.
     if (this.loop) return;
     this.head = new PhotoHead(this.animation, width, height, this.fps);
-    this.jaw = warpFreedom(this.source, warpBox(this.animation, this.source), {
-      x: this.animation.mouth_center.x,
-      width: this.animation.mouth_width,
-      seamAt: this.seamAt,
-    });
-    this.chinFade = warpFreedom(
+    // The warp's freedom and the chin's fade, from one search for the face's edges.
+    [this.jaw, this.chinFade] = warpFreedom(
       this.source,
       warpBox(this.animation, this.source),
-      {
-        x: this.animation.mouth_center.x,
-        width: this.animation.mouth_width,
-        seamAt: this.seamAt,
-      },
-      CHIN_FADE_CLEARANCE,
+      { x: this.animation.mouth_center.x, width: this.animation.mouth_width, seamAt: this.seamAt },
+      [CHIN_CLEARANCE, CHIN_FADE_CLEARANCE],
     );
     // Warm the cache for the poses speech hits most (jaw steps at neutral shape); the rest fill lazily.
     for (let open = 1; open < OPEN_STEPS; open++) this.mouthPatch(open, 0, 0);
