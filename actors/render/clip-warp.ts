@@ -120,9 +120,14 @@ interface WarpGeometry {
   upperLift: number;
   spread: number;
   teeth: number;
-  /** What the opening shows beside its throat (`photo-mouth.ts`): a tongue, and how far the upper teeth reach sideways. */
-  tongue: number;
-  teethReach: number;
+  /**
+   * The opening's column as `paintInside` takes it: what is fixed for the frame (the tongue shown, how far the upper
+   * teeth reach sideways, the lip's lift, the mouth's width) set here, the point's own (its edges, where it lies
+   * across, its teeth) filled in per painted point.
+   */
+  inside: OpeningColumn;
+  /** The lower lip's wet inner edge (`lowerLipEdge` of the palette): one colour for the frame. */
+  lipEdgeColour: Rgb;
   /** How far the lower lip's inner edge is painted down the lip (px), across the edge; and per column of the own-lip
    * table, how much longer that is down the column where the opening's lower edge runs steeply (`MAX_EDGE_SLANT`). */
   lipEdgePx: number;
@@ -248,6 +253,10 @@ function geometryOf(face: MouthAnimation, pose: MouthPose, source: I420Frame): W
     partAt: (u) =>
       columns.mid[Math.min(columns.mid.length - 1, Math.max(0, Math.round((u - columns.from) * COLUMNS_PER_PX)))],
   });
+  const upperLift = UPPER_LIFT * jawDrop * (1 + 0.5 * pose.round);
+  const palette = paletteOf(source, face, upright, { upper, lower });
+  const lipEdgeColour: Rgb = { r: 0, g: 0, b: 0 };
+  lowerLipEdge(palette, lipEdgeColour);
   return {
     ...upright,
     mw,
@@ -258,14 +267,24 @@ function geometryOf(face: MouthAnimation, pose: MouthPose, source: I420Frame): W
     nearHalfWidth: halfWidth * Math.max(1, 1 / (1 - Math.abs(spread) / (1 + spread))) + 2 * MAP_CELL_PX.chroma,
 
     jawDrop,
-    upperLift: UPPER_LIFT * jawDrop * (1 + 0.5 * pose.round),
+    upperLift,
     spread,
     teeth: UPPER_TEETH_MAX * mw * smoothstep(0.05, 0.5, pose.open) * (1 - 0.4 * pose.round),
-    tongue: tongueShown(pose.open),
-    teethReach: teethReachOf(pose.round),
+    inside: {
+      top: 0,
+      bottom: 0,
+      lateral: 0,
+      dx: 0,
+      teeth: 0,
+      tongue: tongueShown(pose.open),
+      teethReach: teethReachOf(pose.round),
+      upperLift,
+      mouthWidth: mw,
+    },
+    lipEdgeColour,
     lipEdgePx: Math.max(MIN_LIP_EDGE_PX, LIP_EDGE * mw),
     bottomSlant: bottomSlantOf(columns, mw, jawDrop, halfWidth, spread),
-    palette: paletteOf(source, face, upright, { upper, lower }),
+    palette,
   };
 }
 
@@ -530,21 +549,8 @@ const STILL_PX = 0.02;
  * (how much of it, and its colour).
  */
 const at = { sx: 0, sy: 0, paint: 0, y: 0, u: 0, v: 0, side: 0 };
-/** `paintInside`'s and `lowerLipEdge`'s answers (module scratch). */
+/** `paintInside`'s answer (module scratch). */
 const insideRgb: Rgb = { r: 0, g: 0, b: 0 };
-const lipRgb: Rgb = { r: 0, g: 0, b: 0 };
-/** The opening's column as `paintInside` takes it (module scratch, filled per painted point). */
-const insideColumn: OpeningColumn = {
-  top: 0,
-  bottom: 0,
-  lateral: 0,
-  dx: 0,
-  teeth: 0,
-  tongue: 0,
-  teethReach: 0,
-  upperLift: 0,
-  mouthWidth: 0,
-};
 /**
  * A cell is exact unless all its corners lie on one side of the opening's band, this far from it (frame pixels): the
  * band's edges are nearly straight over a cell.
@@ -634,24 +640,20 @@ function mapAt(g: WarpGeometry, x: number, y: number): number {
     // Upper teeth hang from the lifted lip where the frame shows none of its own above its midline.
     const ownUpperInterior = Math.max(0, mid - upper);
     const teethHeight = Math.max(0, g.teeth * Math.pow(profile, 0.35) - ownUpperInterior);
-    const column = insideColumn;
+    const column = g.inside;
     column.top = gapTop;
     column.bottom = gapBottom;
     column.lateral = Math.min(1, Math.abs(us) / g.halfWidth);
     column.dx = u;
     column.teeth = teethHeight > 0.5 ? teethHeight : 0;
-    column.tongue = g.tongue;
-    column.teethReach = g.teethReach;
-    column.upperLift = g.upperLift;
-    column.mouthWidth = mw;
     paintInside(column, v, g.palette, insideRgb);
     // The inside meets the lip's edge over `LIP_EDGE_BLEND_PX`: no hard line where the shading ends.
     const onLip = smoothstep(-LIP_EDGE_BLEND_PX * slant, LIP_EDGE_BLEND_PX * slant, v - gapBottom);
     if (onLip > 0) {
-      lowerLipEdge(g.palette, lipRgb);
-      insideRgb.r += (lipRgb.r - insideRgb.r) * onLip;
-      insideRgb.g += (lipRgb.g - insideRgb.g) * onLip;
-      insideRgb.b += (lipRgb.b - insideRgb.b) * onLip;
+      const lip = g.lipEdgeColour;
+      insideRgb.r += (lip.r - insideRgb.r) * onLip;
+      insideRgb.g += (lip.g - insideRgb.g) * onLip;
+      insideRgb.b += (lip.b - insideRgb.b) * onLip;
     }
     const yuv = rgbToYuv(insideRgb.r, insideRgb.g, insideRgb.b);
     at.y = yuv.y;
