@@ -478,11 +478,15 @@ function countAddedTeeth(
  * Teeth-bright pixels the render put in one lip and the skin beyond it, within the lips' span: from `LIP_EDGE_MARGIN`
  * px past the lip's inner edge, through the lip, to `LIP_SKIN_REACH` mouth widths past its outer edge.
  */
-function teethInLipBand(base: I420Frame, frame: I420Frame, lips: LipGeometry, lip: 'upper' | 'lower'): number {
+function teethInLipBand(
+  base: I420Frame,
+  frame: I420Frame,
+  lips: LipGeometry,
+  lip: 'upper' | 'lower',
+  tone: FaceTone | null,
+): number {
   const c = lipColumns(lips);
   const reach = LIP_SKIN_REACH * lips.mouth_width;
-  // One tone for the base and the frame: the face's skin as the base shows it.
-  const tone = faceTone(base, lips);
   let count = 0;
   for (let x = c.x0; x <= c.x1; x++) {
     const inner = lip === 'upper' ? c.innerTop(x) : c.innerBottom(x);
@@ -495,14 +499,27 @@ function teethInLipBand(base: I420Frame, frame: I420Frame, lips: LipGeometry, li
   return count;
 }
 
-/** Teeth-bright pixels the render put in the upper lip and the skin above it: a split or notched lip, a halo. */
-export function teethAboveUpperLip(base: I420Frame, frame: I420Frame, lips: LipGeometry): number {
-  return teethInLipBand(base, frame, lips, 'upper');
+/**
+ * Teeth-bright pixels the render put in the upper lip and the skin above it: a split or notched lip, a halo. `tone`:
+ * one for the base and the frame, the face's skin as the base shows it (`faceTone`).
+ */
+export function teethAboveUpperLip(
+  base: I420Frame,
+  frame: I420Frame,
+  lips: LipGeometry,
+  tone = faceTone(base, lips),
+): number {
+  return teethInLipBand(base, frame, lips, 'upper', tone);
 }
 
 /** Teeth-bright pixels the render put in the lower lip and the skin below it: teeth riding on the lip. */
-export function teethBelowLowerLip(base: I420Frame, frame: I420Frame, lips: LipGeometry): number {
-  return teethInLipBand(base, frame, lips, 'lower');
+export function teethBelowLowerLip(
+  base: I420Frame,
+  frame: I420Frame,
+  lips: LipGeometry,
+  tone = faceTone(base, lips),
+): number {
+  return teethInLipBand(base, frame, lips, 'lower', tone);
 }
 
 /**
@@ -623,13 +640,15 @@ export function measureArtefacts(
   lips: LipGeometry,
   mask?: Uint8Array,
 ): ArtefactReport {
+  // The face's tone around the mouth, read once off the base for the three teeth measures.
+  const tone = faceTone(base, lips);
   return {
     seam: seamStep(base, frame, mask),
     outside: outsideDifference(base, frame, lips),
-    teethAboveUpperLip: teethAboveUpperLip(base, frame, lips),
-    teethBelowLowerLip: teethBelowLowerLip(base, frame, lips),
+    teethAboveUpperLip: teethAboveUpperLip(base, frame, lips, tone),
+    teethBelowLowerLip: teethBelowLowerLip(base, frame, lips, tone),
     darkOutsideLips: darkOutsideLips(base, frame, lips),
-    teethRows: teethRows(frame, lips, faceTone(base, lips)),
+    teethRows: teethRows(frame, lips, tone),
   };
 }
 
