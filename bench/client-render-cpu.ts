@@ -411,7 +411,7 @@ export async function benchClientRenderCpu(): Promise<Record<string, unknown>> {
   const floorReadings: Array<TransportFloor | { error: string }> = [await readFloor()];
   /** Sets a row's ratios against the floor around it (the last two readings). */
   const setRatios = (row: Record<string, unknown>, values: Record<string, number>) => {
-    const around = bracketedFloor(floorReadings[floorReadings.length - 2], floorReadings[floorReadings.length - 1]);
+    const around = meanFloor(floorReadings.slice(-2));
     row.transport_floor_around = 'error' in around ? null : around.cpu_ms_per_stream_second;
     for (const [key, value] of Object.entries(values)) row[key] = 'error' in around ? null : floorRatio(value, around);
   };
@@ -476,14 +476,6 @@ export async function benchClientRenderCpu(): Promise<Record<string, unknown>> {
   if (CLIENT_AUDIO === 'both') out.client_rendered_track = median(rows.track);
   if (routes.length > 1) out.client_rendered_runs = rows;
   return out;
-}
-
-/** The floor as the mean of two readings (one alone when the other failed, an error when both did). */
-function bracketedFloor(
-  before: TransportFloor | { error: string },
-  after: TransportFloor | { error: string },
-): (TransportFloor & { readings: number[] }) | { error: string } {
-  return meanFloor([before, after]);
 }
 
 /** The floor as the mean of its readings (each kept in `readings`), failed readings left out; an error when all failed. */
